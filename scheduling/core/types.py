@@ -1,0 +1,272 @@
+"""Frozen value types that the scheduling core and the simulator work on.
+
+Everything a policy sees is here: the cluster (GPUs in nodes under switches), the
+jobs with their current allocation, budgets with what remains, the grid's carbon
+intensity and the performance models. A policy never sees ORM rows; the service's
+adapter (``scheduling/adapters.py``) and the simulator both build these objects.
+
+Time is a float in seconds (``*_s``) and is always passed in: the service uses Unix
+time, the simulator seconds since the trace's start (with ``Snapshot.epoch_s`` giving
+the wall-clock time of zero so that hourly carbon intensity can be looked up).
+
+Units are in names: ``_s`` seconds, ``_j`` joules, ``_w`` watts, ``_g`` grams CO2e,
+``_mhz`` SM clock, ``ci_g_per_kwh`` grid intensity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+J_PER_KWH = 3.6e6
+
+
+# --- performance models -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuConfig:
+    """One configuration of a job, as the performance models see it.
+
+    ``gpus_per_node`` is the placement shape (e.g. ``(4, 4)`` = two nodes with four
+    GPUs each); the empty tuple means "as consolidated as possible" for ``n_gpus``.
+    ``sm_clock_mhz=None`` means the GPU's maximum clock and ``power_limit_w=None``
+    its default power limit.
+    """
+
+    n_gpus: int
+    global_batch: int
+    sm_clock_mhz: int | None = None
+    power_limit_w: float | None = None
+    gpus_per_node: tuple[int, ...] = ()
+
+
+class PerfModel(Protocol):
+    """Predicts speed and power of one workload class on one GPU model."""
+
+    workload: str
+    gpu_model: str
+    idle_power_w: float  # a powered GPU that runs nothing
+    clocks_mhz: tuple[int, ...]  # supported SM clock steps, ascending
+    batch_sizes: tuple[int, ...]  # global batch sizes the model is valid for, ascending
+
+    def iter_time_s(self, cfg: GpuConfig) -> float:
+        """Seconds per training iteration (one global batch)."""
+        ...
+
+    def power_w(self, cfg: GpuConfig) -> float:
+        """Average power drawn by each busy GPU of the job, in watts."""
+        ...
+
+    def energy_per_iter_j(self, cfg: GpuConfig) -> float:
+        """Joules per iteration over all the job's GPUs: n x P x T."""
+        ...
+
+
+class PerfCatalog(Protocol):
+    """Looks up the model for a (workload, GPU model) pair."""
+
+    def get(self, workload: str, gpu_model: str) -> PerfModel: ...
+
+    def workloads(self) -> tuple[str, ...]: ...
+
+
+# --- the cluster --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    gpu_id: str  # stable id: the NVML UUID in the service, "node/index" in the simulator
+    node: str
+    index: int
+    model: str  # GPU model key of the perf catalog, e.g. "A100"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    switch: str
+    gpus: tuple[Gpu, ...]
+    schedulable: bool = True  # healthy and not draining
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: tuple[Node, ...]
+
+    @property
+    def gpus(self) -> tuple[Gpu, ...]:
+        return tuple(g for n in self.nodes for g in n.gpus)
+
+    @property
+    def schedulable_gpus(self) -> tuple[Gpu, ...]:
+        return tuple(g for n in self.nodes if n.schedulable for g in n.gpus)
+
+
+# --- jobs -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """What a job runs on: its GPUs, global batch and clock (or power limit)."""
+
+    gpu_ids: tuple[str, ...]
+    global_batch: int
+    sm_clock_mhz: int | None = None
+    power_limit_w: float | None = None
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.gpu_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A training job as a policy sees it: its request, progress and current state."""
+
+    job_id: str
+    workload: str
+    team: str
+    submit_time_s: float
+    total_iters: float
+    global_batch: int
+    requested_gpus: int = 1
+    min_gpus: int = 1
+    max_gpus: int = 1
+    min_batch: int | None = None
+    max_batch: int | None = None
+    done_iters: float = 0.0
+    priority: int = 0
+    gpu_model: str | None = None  # None: any model
+    # ONES: per-GPU batch fixed, learning rate scaled linearly up to max_lr.
+    per_gpu_batch: int | None = None
+    base_lr: float | None = None
+    max_lr: float | None = None
+    # EaCO: the largest slowdown the job accepts when it shares a GPU.
+    slowdown_tolerance: float = 0.10
+    # Running state (None while waiting).
+    allocation: Allocation | None = None
+    started_s: float | None = None
+    last_change_s: float | None = None  # last start/resize/move
+    attained_gpu_s: float = 0.0  # GPU-seconds of service so far (Tiresias)
+    # Online refinement: observed / predicted, 1.0 until telemetry says otherwise.
+    iter_time_scale: float = 1.0
+    power_scale: float = 1.0
+
+    @property
+    def remaining_iters(self) -> float:
+        return max(self.total_iters - self.done_iters, 0.0)
+
+    @property
+    def is_running(self) -> bool:
+        return self.allocation is not None
+
+
+# --- budgets and the grid --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A team's (or, with ``team=None``, the cluster's) budget for one period."""
+
+    budget_id: str
+    team: str | None
+    period_start_s: float
+    period_end_s: float
+    energy_limit_j: float | None = None
+    energy_used_j: float = 0.0
+    co2_limit_g: float | None = None
+    co2_used_g: float = 0.0
+
+    @property
+    def energy_remaining_j(self) -> float | None:
+        if self.energy_limit_j is None:
+            return None
+        return max(self.energy_limit_j - self.energy_used_j, 0.0)
+
+    @property
+    def co2_remaining_g(self) -> float | None:
+        if self.co2_limit_g is None:
+            return None
+        return max(self.co2_limit_g - self.co2_used_g, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CarbonSignal:
+    """Grid carbon intensity now and, where known, ahead (hourly steps)."""
+
+    ci_g_per_kwh: float
+    forecast: tuple[tuple[float, float], ...] = ()  # (start_s, ci_g_per_kwh), ascending
+    estimated: bool = False
+
+
+# --- the snapshot and the plan -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one scheduling round may look at, frozen."""
+
+    cluster: Cluster
+    jobs: tuple[Job, ...]  # active jobs: waiting, running or paused
+    perf: PerfCatalog
+    round_length_s: float
+    budgets: tuple[Budget, ...] = ()
+    carbon: CarbonSignal = CarbonSignal(ci_g_per_kwh=0.0)
+    epoch_s: float = 0.0  # wall-clock Unix time of now=0 (simulator); 0 in the service
+    # Opaque, JSON-serialisable state a policy returned in its last Plan (timers,
+    # learned co-location history, ...); the service stores it between rounds.
+    policy_state: Mapping[str, Any] = field(default_factory=dict)
+
+
+class WaitCode(StrEnum):
+    """Machine-readable reasons a job is left waiting."""
+
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    WAITING_FOR_CLEAN_HOUR = "waiting_for_clean_hour"
+    NO_FREE_BLOCK = "no_free_block"
+    BEHIND_IN_QUEUE = "behind_in_queue"
+    DELAYED_FOR_LOCALITY = "delayed_for_locality"
+    PREEMPTED = "preempted"
+    NO_PERF_MODEL = "no_perf_model"
+    NO_MATCHING_GPU = "no_matching_gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReason:
+    code: WaitCode
+    message: str  # a sentence for a person
+    until_s: float | None = None  # cleaner hour or estimated start, when known
+
+
+class ChangeKind(StrEnum):
+    START = "start"
+    STOP = "stop"  # preempted or paused
+    RESIZE = "resize"  # GPU count or placement changed: checkpoint-restart
+    RETUNE = "retune"  # only batch, clock or power limit changed
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    job_id: str
+    kind: ChangeKind
+    before: Allocation | None
+    after: Allocation | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A round's decision: an allocation for every job that runs, a reason for every
+    other active job, what the round is predicted to cost, and the diff against the
+    running state."""
+
+    allocations: Mapping[str, Allocation]
+    waiting: Mapping[str, WaitReason]
+    changes: tuple[Change, ...] = ()
+    predicted_energy_j: float = 0.0  # over the round, busy and idle GPUs
+    predicted_co2_g: float = 0.0
+    energy_allowance_j: float | None = None
+    co2_allowance_g: float | None = None
+    policy_state: Mapping[str, Any] = field(default_factory=dict)
