@@ -1,0 +1,21 @@
+# The README's two commands. Both do all set-up (scripts/bootstrap.sh) on a fresh machine.
+SHELL := /bin/bash
+PYTEST_ARGS ?=
+
+.PHONY: run test bootstrap
+
+bootstrap:
+	bash scripts/bootstrap.sh
+
+## make run: set up, load the demo data (prints logins), start web + worker + beat (+ agents)
+run: bootstrap
+	mkdir -p var
+	.venv/bin/python manage.py seed_demo
+	.venv/bin/honcho -f Procfile.dev start
+
+## make test: set up (incl. chromium for browser tests), then run pytest; PYTEST_ARGS passes on
+test:
+	bash scripts/bootstrap.sh --test
+	@set +e; .venv/bin/pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "wattflow: pytest collected no tests"; exit 0; fi; \
+	exit $$rc

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class ClusterConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "cluster"
+
+    def ready(self) -> None:
+        # Registers the wattflow.* configuration checks.
+        from config import checks  # noqa: F401

@@ -1,0 +1,390 @@
+"""Teams, the cluster's hardware, training jobs and their allocations, and budgets."""
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from cluster.choices import HardLimitAction, JobState, NodeStatus, Role
+
+
+class Team(models.Model):
+    """A group of users that shares jobs and budgets; the unit of energy/carbon accounting."""
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=50, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's place in a team. Leads manage the team's budgets; members read them."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team"),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="membership_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+def hash_agent_token(raw_token: str) -> str:
+    """SHA-256 hex digest of an agent token.
+
+    Agent tokens are 256 random bits, so a plain fast hash is enough (no salt or stretching
+    needed against guessing), and it lets every telemetry request find its node by an
+    indexed equality lookup.
+    """
+    return hashlib.sha256(raw_token.encode()).hexdigest()
+
+
+class Node(models.Model):
+    """A GPU server running one Wattflow agent, placed under a network switch and a rack.
+
+    Only the SHA-256 of the agent's token is stored; the raw token is shown once when issued.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    switch_label = models.CharField(max_length=100, help_text="Network switch the node is on.")
+    rack_label = models.CharField(max_length=100, blank=True)
+    gpu_model = models.CharField(max_length=100, help_text="e.g. A100-SXM4-40GB")
+    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.HEALTHY)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    agent_token_hash = models.CharField(max_length=64, blank=True, editable=False)
+    agent_token_issued_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=NodeStatus.values), name="node_status_valid"
+            ),
+            models.UniqueConstraint(
+                fields=["agent_token_hash"],
+                condition=~Q(agent_token_hash=""),
+                name="node_agent_token_hash_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def issue_agent_token(self, *, at=None) -> str:
+        """Replace the node's agent token and return the new raw token (shown only now)."""
+        raw_token = secrets.token_urlsafe(32)
+        self.agent_token_hash = hash_agent_token(raw_token)
+        self.agent_token_issued_at = at or timezone.now()
+        self.save(update_fields=["agent_token_hash", "agent_token_issued_at"])
+        return raw_token
+
+    def has_agent_token(self, raw_token: str) -> bool:
+        return bool(self.agent_token_hash) and secrets.compare_digest(
+            self.agent_token_hash, hash_agent_token(raw_token)
+        )
+
+    @classmethod
+    def for_agent_token(cls, raw_token: str) -> "Node | None":
+        """The node whose agent token this is, or None."""
+        if not raw_token:
+            return None
+        return cls.objects.filter(agent_token_hash=hash_agent_token(raw_token)).first()
+
+
+class Gpu(models.Model):
+    """One GPU of a node, with the power and clock ranges NVML reports and its current setting."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField(help_text="NVML device index on the node.")
+    uuid = models.CharField(max_length=64, unique=True, help_text="NVML UUID, e.g. GPU-5f3c...")
+    model = models.CharField(max_length=100)
+    memory_mb = models.PositiveIntegerField()
+    default_power_limit_w = models.PositiveIntegerField()
+    min_power_limit_w = models.PositiveIntegerField()
+    max_power_limit_w = models.PositiveIntegerField()
+    supported_sm_clocks_mhz = ArrayField(models.PositiveIntegerField(), default=list, blank=True)
+    power_limit_w = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Power limit set now; null when unknown."
+    )
+    sm_clock_mhz = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Locked SM clock; null when the driver chooses."
+    )
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_node_index"),
+            models.CheckConstraint(
+                condition=Q(min_power_limit_w__gt=0)
+                & Q(min_power_limit_w__lte=F("default_power_limit_w"))
+                & Q(default_power_limit_w__lte=F("max_power_limit_w")),
+                name="gpu_power_limits_ordered",
+            ),
+            models.CheckConstraint(
+                condition=Q(power_limit_w__isnull=True)
+                | (
+                    Q(power_limit_w__gte=F("min_power_limit_w"))
+                    & Q(power_limit_w__lte=F("max_power_limit_w"))
+                ),
+                name="gpu_power_limit_in_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+    def clean(self) -> None:
+        errors = {}
+        if not (0 < self.min_power_limit_w <= self.default_power_limit_w <= self.max_power_limit_w):
+            errors["default_power_limit_w"] = "Power limits must satisfy 0 < min <= default <= max."
+        if self.power_limit_w is not None and not (
+            self.min_power_limit_w <= self.power_limit_w <= self.max_power_limit_w
+        ):
+            errors["power_limit_w"] = (
+                f"Must be between {self.min_power_limit_w} and {self.max_power_limit_w} W."
+            )
+        if (
+            self.sm_clock_mhz is not None
+            and self.supported_sm_clocks_mhz
+            and self.sm_clock_mhz not in self.supported_sm_clocks_mhz
+        ):
+            errors["sm_clock_mhz"] = "Not one of the GPU's supported SM clocks."
+        if errors:
+            raise ValidationError(errors)
+
+
+class Job(models.Model):
+    """A training job: what to run, how elastic it is, how much work it has, and where it is.
+
+    ``workload`` is a key of the performance catalog (e.g. ``resnet50``). ``min_gpus``..
+    ``max_gpus`` and ``min_batch_size``..``max_batch_size`` bound what elastic policies may
+    choose. ``per_gpu_batch_size``, ``base_lr`` and ``max_lr`` feed the ONES policy;
+    ``slowdown_tolerance`` is the slowdown EaCO may trade for energy. ``state`` changes only
+    through ``cluster.services.transition_job`` (a conditional update).
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=200)
+    workload = models.CharField(max_length=100, help_text="Performance catalog key.")
+    gpu_model = models.CharField(max_length=100, blank=True, help_text="Blank: any GPU model.")
+    command = models.TextField(blank=True)
+    min_gpus = models.PositiveIntegerField(default=1)
+    max_gpus = models.PositiveIntegerField(default=1)
+    global_batch_size = models.PositiveIntegerField()
+    min_batch_size = models.PositiveIntegerField()
+    max_batch_size = models.PositiveIntegerField()
+    per_gpu_batch_size = models.PositiveIntegerField(null=True, blank=True)
+    base_lr = models.FloatField(null=True, blank=True)
+    max_lr = models.FloatField(null=True, blank=True)
+    slowdown_tolerance = models.FloatField(
+        default=0.10, validators=[MinValueValidator(0.0), MaxValueValidator(10.0)]
+    )
+    total_iterations = models.PositiveBigIntegerField()
+    completed_iterations = models.FloatField(default=0.0)
+    priority = models.IntegerField(
+        default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)]
+    )
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    submitted_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    pending_reason_code = models.CharField(max_length=64, blank=True)
+    pending_reason = models.TextField(blank=True)
+    exit_status = models.IntegerField(null=True, blank=True)
+    log_tail = models.TextField(blank=True)
+    # Cached pointer to the open JobAllocation (the one with ended_at null), kept in step by
+    # cluster.services so list pages need no subquery.
+    current_allocation = models.OneToOneField(
+        "JobAllocation",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        editable=False,
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "submitted_at"], name="job_state_submitted_idx"),
+            models.Index(fields=["team", "state"], name="job_team_state_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+            models.CheckConstraint(
+                condition=Q(min_gpus__gte=1) & Q(max_gpus__gte=F("min_gpus")),
+                name="job_gpu_range_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_batch_size__gte=1)
+                & Q(min_batch_size__lte=F("global_batch_size"))
+                & Q(global_batch_size__lte=F("max_batch_size")),
+                name="job_batch_range_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(total_iterations__gte=1) & Q(completed_iterations__gte=0),
+                name="job_iterations_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(slowdown_tolerance__gte=0), name="job_slowdown_tolerance_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+    @property
+    def state_choice(self) -> JobState:
+        return JobState(self.state)
+
+    @property
+    def remaining_iterations(self) -> float:
+        return max(0.0, self.total_iterations - self.completed_iterations)
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.min_gpus is not None and self.min_gpus < 1:
+            errors["min_gpus"] = "A job needs at least 1 GPU."
+        if (
+            self.min_gpus is not None
+            and self.max_gpus is not None
+            and self.max_gpus < self.min_gpus
+        ):
+            errors["max_gpus"] = "Must be at least min_gpus."
+        if self.global_batch_size is not None:
+            if self.min_batch_size is not None and self.min_batch_size > self.global_batch_size:
+                errors["min_batch_size"] = "Must not exceed global_batch_size."
+            if self.max_batch_size is not None and self.max_batch_size < self.global_batch_size:
+                errors["max_batch_size"] = "Must be at least global_batch_size."
+        if self.total_iterations is not None and self.total_iterations < 1:
+            errors["total_iterations"] = "A job needs at least 1 iteration."
+        if self.completed_iterations is not None and self.completed_iterations < 0:
+            errors["completed_iterations"] = "Must not be negative."
+        if self.base_lr is not None and self.base_lr <= 0:
+            errors["base_lr"] = "Must be positive."
+        if self.max_lr is not None and self.base_lr is not None and self.max_lr < self.base_lr:
+            errors["max_lr"] = "Must be at least base_lr."
+        if errors:
+            raise ValidationError(errors)
+
+
+class JobAllocation(models.Model):
+    """What a job ran on for a stretch of time: GPUs, batch size and GPU clock or power limit.
+
+    The history of a job is its allocations; the current one has ``ended_at`` null (at most
+    one per job, enforced by a partial unique constraint).
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    gpus = models.ManyToManyField(Gpu, related_name="allocations")
+    batch_size = models.PositiveIntegerField()
+    sm_clock_mhz = models.PositiveIntegerField(null=True, blank=True)
+    power_limit_w = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job"],
+                condition=Q(ended_at__isnull=True),
+                name="joballocation_one_open_per_job",
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=F("started_at")),
+                name="joballocation_ends_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job} from {self.started_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.ended_at is None
+
+
+class Budget(models.Model):
+    """A team's energy and/or carbon allowance for a period.
+
+    At ``warn_fraction`` of either limit the team is warned; at the limit the scheduler applies
+    ``hard_limit_action``.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    energy_limit_kwh = models.FloatField(null=True, blank=True)
+    carbon_limit_kg = models.FloatField(null=True, blank=True, help_text="kg CO2e")
+    warn_fraction = models.FloatField(default=0.8)
+    hard_limit_action = models.CharField(
+        max_length=16, choices=HardLimitAction.choices, default=HardLimitAction.HOLD_QUEUE
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team__name", "-period_start"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(period_end__gt=F("period_start")), name="budget_end_after_start"
+            ),
+            models.CheckConstraint(
+                condition=Q(energy_limit_kwh__isnull=False) | Q(carbon_limit_kg__isnull=False),
+                name="budget_has_a_limit",
+            ),
+            models.CheckConstraint(
+                condition=(Q(energy_limit_kwh__isnull=True) | Q(energy_limit_kwh__gt=0))
+                & (Q(carbon_limit_kg__isnull=True) | Q(carbon_limit_kg__gt=0)),
+                name="budget_limits_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(warn_fraction__gt=0) & Q(warn_fraction__lte=1),
+                name="budget_warn_fraction_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(hard_limit_action__in=HardLimitAction.values),
+                name="budget_hard_limit_action_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.period_start:%Y-%m-%d}..{self.period_end:%Y-%m-%d}"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.energy_limit_kwh is None and self.carbon_limit_kg is None:
+            errors["energy_limit_kwh"] = "Set an energy limit, a carbon limit, or both."
+        if self.energy_limit_kwh is not None and self.energy_limit_kwh <= 0:
+            errors["energy_limit_kwh"] = "Must be positive."
+        if self.carbon_limit_kg is not None and self.carbon_limit_kg <= 0:
+            errors["carbon_limit_kg"] = "Must be positive."
+        if self.period_start and self.period_end and self.period_end <= self.period_start:
+            errors["period_end"] = "Must be after period_start."
+        if self.warn_fraction is not None and not (0 < self.warn_fraction <= 1):
+            errors["warn_fraction"] = "Must be in (0, 1]."
+        if errors:
+            raise ValidationError(errors)

@@ -1,0 +1,63 @@
+"""System checks for configuration that parses but does not make sense.
+
+Registered from ``cluster.apps.ClusterConfig.ready``; run by ``manage.py check`` and at start-up.
+"""
+
+from urllib.parse import urlparse
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+
+@register(Tags.security, deploy=False)
+def check_secret_key(app_configs, **kwargs):
+    if not settings.DEBUG and settings.SECRET_KEY == settings.DEV_SECRET_KEY:
+        return [
+            Error(
+                "DJANGO_SECRET_KEY is the built-in development key while DJANGO_DEBUG is off.",
+                hint="Set DJANGO_SECRET_KEY to a long random string.",
+                id="wattflow.E001",
+            )
+        ]
+    return []
+
+
+@register(Tags.database)
+def check_database_url(app_configs, **kwargs):
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if engine != "django.db.backends.postgresql":
+        return [
+            Error(
+                f"DATABASE_URL must point at PostgreSQL, it selects {engine}.",
+                hint="Use postgres://USER@HOST:PORT/NAME.",
+                id="wattflow.E002",
+            )
+        ]
+    return []
+
+
+@register()
+def check_redis_url(app_configs, **kwargs):
+    scheme = urlparse(settings.REDIS_URL).scheme
+    if scheme not in {"redis", "rediss", "unix"}:
+        return [
+            Error(
+                f"REDIS_URL must use redis://, rediss:// or unix://, got {scheme or 'nothing'}.",
+                hint="Example: redis://127.0.0.1:6379/0",
+                id="wattflow.E003",
+            )
+        ]
+    return []
+
+
+@register(Tags.security)
+def check_allowed_hosts(app_configs, **kwargs):
+    if not settings.DEBUG and "*" in settings.ALLOWED_HOSTS:
+        return [
+            Warning(
+                "DJANGO_ALLOWED_HOSTS contains '*' while DJANGO_DEBUG is off.",
+                hint="List the host names the service is reached by.",
+                id="wattflow.W001",
+            )
+        ]
+    return []

@@ -1,0 +1,1 @@
+"""Models of the frontend app (filled in by its owner)."""

@@ -1,0 +1,1 @@
+"""Models of the scheduling app (filled in by its owner)."""

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Idempotent set-up shared by `make run` and `make test`:
+#   virtualenv + pinned requirements, PostgreSQL and Redis reachable (starting local ones if
+#   installed), the database created, migrations applied; with --test also a chromium for the
+#   browser tests. Safe to run again and again: every step checks before it acts.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+WITH_TEST=0
+[[ "${1:-}" == "--test" ]] && WITH_TEST=1
+
+say() { echo "wattflow: $*"; }
+die() { echo "wattflow: $*" >&2; exit 1; }
+
+# --- 1. virtualenv -------------------------------------------------------------------------
+PYTHON_BIN="${PYTHON_BIN:-python3.11}"
+command -v "$PYTHON_BIN" >/dev/null || PYTHON_BIN=python3
+if [[ ! -x .venv/bin/python ]]; then
+    say "creating .venv with $PYTHON_BIN"
+    "$PYTHON_BIN" -m venv .venv
+fi
+STAMP=.venv/.requirements-stamp
+if [[ ! -f $STAMP || requirements.txt -nt $STAMP || requirements-dev.txt -nt $STAMP ]]; then
+    say "installing requirements-dev.txt into .venv"
+    .venv/bin/python -m pip install --quiet -r requirements-dev.txt
+    touch "$STAMP"
+fi
+PY=.venv/bin/python
+
+# --- 2. PostgreSQL and Redis ----------------------------------------------------------------
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/wattflow}"
+export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
+read -r PG_HOST PG_PORT REDIS_HOST REDIS_PORT < <($PY scripts/service_addresses.py)
+
+reachable() { $PY scripts/service_addresses.py --probe "$1" "$2"; }
+is_local() { [[ "$1" == "127.0.0.1" || "$1" == "localhost" || "$1" == "::1" ]]; }
+wait_for() {  # host port seconds
+    for _ in $(seq 1 "$3"); do reachable "$1" "$2" && return 0; sleep 1; done
+    return 1
+}
+COMPOSE_HINT="or start it with: docker compose -f docker/compose.yml up -d postgres redis"
+
+if ! reachable "$PG_HOST" "$PG_PORT"; then
+    if is_local "$PG_HOST" && command -v pg_ctlcluster >/dev/null && ls /etc/postgresql/*/main >/dev/null 2>&1; then
+        PG_VERSION="$(ls /etc/postgresql | sort -V | tail -n1)"
+        say "starting local PostgreSQL $PG_VERSION"
+        pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" main start || true
+        wait_for "$PG_HOST" "$PG_PORT" 30 || die "PostgreSQL did not come up on $PG_HOST:$PG_PORT; $COMPOSE_HINT"
+    else
+        die "PostgreSQL is not reachable at $PG_HOST:$PG_PORT and is not installed here; install it ($COMPOSE_HINT)"
+    fi
+fi
+
+if ! reachable "$REDIS_HOST" "$REDIS_PORT"; then
+    if is_local "$REDIS_HOST" && command -v redis-server >/dev/null; then
+        say "starting local Redis"
+        redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no >/dev/null
+        wait_for "$REDIS_HOST" "$REDIS_PORT" 15 || die "Redis did not come up on $REDIS_HOST:$REDIS_PORT; $COMPOSE_HINT"
+    else
+        die "Redis is not reachable at $REDIS_HOST:$REDIS_PORT and is not installed here; install it ($COMPOSE_HINT)"
+    fi
+fi
+
+# --- 3. database and schema ------------------------------------------------------------------
+$PY scripts/service_addresses.py --create-database
+$PY manage.py migrate --no-input -v 0
+say "database migrated"
+
+# --- 4. test extras ----------------------------------------------------------------------------
+if [[ $WITH_TEST == 1 && ! -x /usr/bin/chromium ]]; then
+    say "installing Debian's chromium for the browser tests"
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        die "chromium is missing and cannot be installed here (needs root and apt-get)"
+    fi
+fi

@@ -1,0 +1,1 @@
+"""Models of the telemetry app (filled in by its owner)."""
