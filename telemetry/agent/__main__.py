@@ -1,0 +1,81 @@
+"""``python -m telemetry.agent --server URL --token TOKEN [--simulate --gpus 8 --gpu-model A100]``
+
+Runs the Wattflow node agent until SIGTERM or Ctrl-C; on exit it stops its jobs (they
+checkpoint), restores every GPU's default clocks and power limit and flushes its buffer.
+The token may also come from ``WATTFLOW_AGENT_TOKEN`` (keeps it out of ``ps``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from telemetry.agent.client import AgentClient
+from telemetry.agent.loop import Agent, AgentConfig
+from telemetry.agent.spool import Rejected, ServerUnreachable, Spool
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m telemetry.agent", description=__doc__)
+    parser.add_argument("--server", required=True, help="e.g. http://127.0.0.1:8000")
+    parser.add_argument("--token", default=os.environ.get("WATTFLOW_AGENT_TOKEN", ""))
+    parser.add_argument("--name", default=socket.gethostname(), help="node name to register")
+    parser.add_argument("--work-dir", type=Path, default=Path("var/agent"))
+    parser.add_argument("--simulate", action="store_true", help="no driver: simulated GPUs")
+    parser.add_argument("--gpus", type=int, default=8, help="simulated GPU count")
+    parser.add_argument("--gpu-model", default="A100", help="simulated GPU model (perf key)")
+    parser.add_argument("--sample-interval-s", type=float, default=1.0)
+    parser.add_argument("--post-interval-s", type=float, default=5.0)
+    parser.add_argument("--heartbeat-interval-s", type=float, default=15.0)
+    parser.add_argument("--assignment-interval-s", type=float, default=5.0)
+    parser.add_argument("--stop-grace-s", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    if not args.token:
+        parser.error("--token (or WATTFLOW_AGENT_TOKEN) is required")
+    if args.gpus < 1:
+        parser.error("--gpus must be at least 1")
+    if args.sample_interval_s <= 0 or args.post_interval_s <= 0:
+        parser.error("intervals must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if args.simulate:
+        from telemetry.agent.simulated import SimulatedBackend
+
+        backend = SimulatedBackend(node_name=args.name, n_gpus=args.gpus, gpu_model=args.gpu_model)
+    else:
+        from telemetry.agent.backends import NvmlBackend
+
+        backend = NvmlBackend()
+    config = AgentConfig(
+        node_name=args.name,
+        work_dir=args.work_dir,
+        sample_interval_s=args.sample_interval_s,
+        post_interval_s=args.post_interval_s,
+        heartbeat_interval_s=args.heartbeat_interval_s,
+        assignment_interval_s=args.assignment_interval_s,
+        stop_grace_s=args.stop_grace_s,
+    )
+    client = AgentClient(args.server, args.token, Spool(args.work_dir / "spool"))
+    agent = Agent(backend, client, config)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: agent.stopping.set())
+    try:
+        agent.run()
+    except (ServerUnreachable, Rejected) as exc:
+        # Registration is the one call that must succeed before anything else makes sense.
+        sys.stderr.write(f"agent: cannot register with {args.server}: {exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""GPU backends of the node agent: one interface, a real NVML one and (in ``simulated.py``) a
+simulated one.
+
+A backend reports what is on the node (``gpus``), reads every GPU once (``read``) and applies or
+restores per-GPU settings (``apply_settings`` / ``restore_defaults``). The agent loop never knows
+which backend it drives.
+
+NVML units are converted here, once: NVML speaks milliwatts and millijoules, the wire format
+speaks watts and joules.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """A GPU as registered with the server."""
+
+    uuid: str
+    index: int
+    model: str
+    memory_total_mib: int
+    default_power_limit_w: float | None
+    min_power_limit_w: float | None
+    max_power_limit_w: float | None
+    max_sm_clock_mhz: int | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "uuid": self.uuid,
+            "index": self.index,
+            "model": self.model,
+            "memory_mb": self.memory_total_mib,
+            "default_power_limit_w": self.default_power_limit_w,
+            "min_power_limit_w": self.min_power_limit_w,
+            "max_power_limit_w": self.max_power_limit_w,
+            "max_sm_clock_mhz": self.max_sm_clock_mhz,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One sample of one GPU. ``energy_j`` is the GPU's cumulative energy counter (None where the
+    GPU has none); the server integrates ``power_w`` in that case. Other None fields are values
+    the backend cannot know (the simulated one models only power, clock and progress)."""
+
+    gpu_uuid: str
+    ts: datetime
+    power_w: float
+    energy_j: float | None
+    util_pct: float | None
+    mem_used_mib: float | None
+    temp_c: float | None
+    sm_clock_mhz: int | None
+    power_limit_w: float | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "gpu_uuid": self.gpu_uuid,
+            "ts": self.ts.isoformat(),
+            "power_w": round(self.power_w, 3),
+            "energy_j": _round(self.energy_j, 3),
+            "util_pct": _round(self.util_pct, 2),
+            "mem_used_mib": _round(self.mem_used_mib, 1),
+            "temp_c": _round(self.temp_c, 1),
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "power_limit_w": _round(self.power_limit_w, 3),
+        }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+class GpuBackend(Protocol):
+    def gpus(self) -> list[GpuInfo]: ...
+
+    def read(self, now: datetime) -> list[Reading]:
+        """One reading per GPU, stamped ``now`` (the agent passes the tick's time)."""
+        ...
+
+    def apply_settings(
+        self, index: int, *, sm_clock_mhz: int | None, power_limit_w: float | None
+    ) -> None:
+        """Lock the SM clock and/or set the power limit of one GPU; None leaves it alone."""
+        ...
+
+    def restore_defaults(self, index: int) -> None:
+        """Unlock clocks and put the default power limit back."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class NvmlBackend:
+    """Real GPUs through nvidia-ml-py. ``nvml`` is the ``pynvml`` module; tests pass a fake of
+    its functions instead (never a GPU in CI)."""
+
+    def __init__(self, nvml: Any | None = None) -> None:
+        if nvml is None:
+            import pynvml as nvml  # imported late: the simulated agent must run without a driver
+        self._nvml = nvml
+        self._nvml.nvmlInit()
+        count = self._nvml.nvmlDeviceGetCount()
+        self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self._info = [self._describe(i, h) for i, h in enumerate(self._handles)]
+        # Which GPUs we changed, so restore touches only those (and close restores them all).
+        self._touched: set[int] = set()
+
+    def _optional(self, fn: str, *args: Any) -> Any:
+        """Call an NVML query that older GPUs do not support; None when unsupported."""
+        try:
+            return getattr(self._nvml, fn)(*args)
+        except self._nvml.NVMLError as exc:
+            log.debug("NVML %s unsupported: %s", fn, exc)
+            return None
+
+    def _describe(self, index: int, handle: Any) -> GpuInfo:
+        uuid = self._nvml.nvmlDeviceGetUUID(handle)
+        name = self._nvml.nvmlDeviceGetName(handle)
+        mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+        default_mw = self._optional("nvmlDeviceGetPowerManagementDefaultLimit", handle)
+        max_clock = self._optional("nvmlDeviceGetMaxClockInfo", handle, self._nvml.NVML_CLOCK_SM)
+        limits_mw = self._optional("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        return GpuInfo(
+            uuid=_text(uuid),
+            index=index,
+            model=gpu_model_key(_text(name)),
+            memory_total_mib=int(mem.total // (1024 * 1024)),
+            default_power_limit_w=None if default_mw is None else default_mw / 1000.0,
+            min_power_limit_w=None if limits_mw is None else limits_mw[0] / 1000.0,
+            max_power_limit_w=None if limits_mw is None else limits_mw[1] / 1000.0,
+            max_sm_clock_mhz=max_clock,
+        )
+
+    def gpus(self) -> list[GpuInfo]:
+        return list(self._info)
+
+    def read(self, now: datetime) -> list[Reading]:
+        nvml = self._nvml
+        readings = []
+        for info, handle in zip(self._info, self._handles, strict=True):
+            energy_mj = self._optional("nvmlDeviceGetTotalEnergyConsumption", handle)
+            readings.append(
+                Reading(
+                    gpu_uuid=info.uuid,
+                    ts=now,
+                    power_w=nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+                    energy_j=None if energy_mj is None else energy_mj / 1000.0,
+                    util_pct=float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+                    mem_used_mib=nvml.nvmlDeviceGetMemoryInfo(handle).used / (1024 * 1024),
+                    temp_c=float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+                    sm_clock_mhz=int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+                    power_limit_w=nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0,
+                )
+            )
+        return readings
+
+    def apply_settings(
+        self, index: int, *, sm_clock_mhz: int | None, power_limit_w: float | None
+    ) -> None:
+        handle = self._handles[index]
+        if power_limit_w is not None:
+            self._nvml.nvmlDeviceSetPowerManagementLimit(handle, int(round(power_limit_w * 1000)))
+            self._touched.add(index)
+        if sm_clock_mhz is not None:
+            # Lock min = max: the frequency the perf model was asked about, not a range.
+            self._nvml.nvmlDeviceSetGpuLockedClocks(handle, int(sm_clock_mhz), int(sm_clock_mhz))
+            self._touched.add(index)
+
+    def restore_defaults(self, index: int) -> None:
+        handle = self._handles[index]
+        info = self._info[index]
+        try:
+            self._nvml.nvmlDeviceResetGpuLockedClocks(handle)
+        except self._nvml.NVMLError as exc:
+            log.warning("GPU %s: could not unlock clocks: %s", info.uuid, exc)
+        if info.default_power_limit_w is not None:
+            try:
+                self._nvml.nvmlDeviceSetPowerManagementLimit(
+                    handle, int(round(info.default_power_limit_w * 1000))
+                )
+            except self._nvml.NVMLError as exc:
+                log.warning("GPU %s: could not restore power limit: %s", info.uuid, exc)
+        self._touched.discard(index)
+
+    def close(self) -> None:
+        for index in sorted(self._touched):
+            self.restore_defaults(index)
+        self._nvml.nvmlShutdown()
+
+
+def _text(value: str | bytes) -> str:
+    # Older nvidia-ml-py releases return bytes.
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# NVML product names -> the GPU model keys of the perf catalog. The longest match wins, so
+# "A100-SXM4-80GB" maps to A100 and "RTX 6000" is not mistaken for anything shorter.
+_MODEL_KEYS = ("A100", "A40", "V100", "P100", "T4", "K80", "H100", "RTX6000")
+
+
+def gpu_model_key(product_name: str) -> str:
+    """Map an NVML product name (``NVIDIA A100-SXM4-40GB``) to a perf-catalog key (``A100``)."""
+    squashed = product_name.upper().replace(" ", "").replace("QUADRO", "")
+    matches = [key for key in _MODEL_KEYS if key in squashed]
+    return max(matches, key=len) if matches else product_name.strip()

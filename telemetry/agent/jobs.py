@@ -1,0 +1,113 @@
+"""Running training jobs as processes, and the checkpoint convention they follow.
+
+The agent starts a job's ``command`` through the shell, in its own process group, with:
+
+- ``CUDA_VISIBLE_DEVICES``: the NVML indices of the GPUs the scheduler gave it;
+- ``WATTFLOW_JOB_ID``, ``WATTFLOW_BATCH_SIZE`` (global batch), ``WATTFLOW_GPU_COUNT``;
+- ``WATTFLOW_CHECKPOINT_DIR``: where the job keeps its checkpoint (it persists across restarts);
+- ``WATTFLOW_PROGRESS_FILE``: a file the job overwrites with the number of iterations done.
+
+**Checkpoint convention.** To stop or resize a job the agent sends SIGTERM to its process
+group. The job then saves a checkpoint into ``WATTFLOW_CHECKPOINT_DIR`` and exits with status
+0 within the grace period (``--stop-grace-s``, 30 s by default); after that it gets SIGKILL. On
+start a job resumes from the checkpoint if one is there, so a resize is stop + start with the
+new GPUs and batch size. A job that exits 0 on its own has completed; any other status is a
+failure. Output goes to ``log.txt`` beside the progress file; its tail is sent with the exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+LOG_TAIL_BYTES = 4000
+
+
+class ProcessJob:
+    def __init__(self, assignment: dict[str, Any], gpu_indices: list[int], work_dir: Path) -> None:
+        self.assignment = assignment
+        self.job_id = int(assignment["job_id"])
+        self.dir = work_dir / "jobs" / str(self.job_id)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.progress_file = self.dir / "progress"
+        self.log_file = self.dir / "log.txt"
+        self.checkpoint_dir = Path(assignment.get("checkpoint_dir") or self.dir / "checkpoint")
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self.gpu_indices = gpu_indices
+        self.process: subprocess.Popen | None = None
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({str(k): str(v) for k, v in (self.assignment.get("env") or {}).items()})
+        env.update(
+            {
+                "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_indices),
+                "WATTFLOW_JOB_ID": str(self.job_id),
+                "WATTFLOW_BATCH_SIZE": str(self.assignment["batch_size"]),
+                "WATTFLOW_GPU_COUNT": str(len(self.gpu_indices)),
+                "WATTFLOW_CHECKPOINT_DIR": str(self.checkpoint_dir),
+                "WATTFLOW_PROGRESS_FILE": str(self.progress_file),
+            }
+        )
+        return env
+
+    def start(self) -> None:
+        with self.log_file.open("ab") as log:
+            # A new session makes the job its own process group, so SIGTERM reaches the
+            # shell and every worker it forked, and never the agent itself.
+            self.process = subprocess.Popen(
+                self.assignment["command"],
+                shell=True,
+                cwd=self.dir,
+                env=self.environment(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def poll(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def iterations(self) -> float | None:
+        """Iterations done, from the progress file; None until the job has written one."""
+        try:
+            text = self.progress_file.read_text().strip()
+        except FileNotFoundError:
+            return None
+        try:
+            return float(text.splitlines()[-1]) if text else None
+        except ValueError:
+            return None  # a half-written file: read it again next tick
+
+    def stop(self, grace_s: float) -> int | None:
+        """SIGTERM the group, wait up to ``grace_s`` for the checkpoint, then SIGKILL."""
+        if self.process is None or self.process.poll() is not None:
+            return self.poll()
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return self.process.wait()
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return self.process.returncode
+            time.sleep(0.05)
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return self.process.wait()
+
+    def log_tail(self) -> str:
+        try:
+            with self.log_file.open("rb") as log:
+                log.seek(0, os.SEEK_END)
+                size = log.tell()
+                log.seek(max(0, size - LOG_TAIL_BYTES))
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""

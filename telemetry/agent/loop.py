@@ -1,0 +1,279 @@
+"""The agent's main loop: sample, post, heartbeat, carry out assignments.
+
+Time is a parameter of :meth:`Agent.tick` (the loop in :meth:`Agent.run` passes the wall
+clock), so tests drive the agent tick by tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from telemetry.agent.backends import GpuBackend, Reading
+from telemetry.agent.client import AgentClient
+from telemetry.agent.jobs import ProcessJob
+from telemetry.agent.simulated import SimJob, SimulatedBackend
+from telemetry.agent.spool import Rejected, ServerUnreachable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node_name: str
+    work_dir: Path
+    sample_interval_s: float = 1.0
+    post_interval_s: float = 5.0
+    heartbeat_interval_s: float = 15.0
+    assignment_interval_s: float = 5.0
+    stop_grace_s: float = 30.0
+
+
+class Agent:
+    def __init__(self, backend: GpuBackend, client: AgentClient, config: AgentConfig) -> None:
+        self.backend = backend
+        self.client = client
+        self.config = config
+        self.simulated = isinstance(backend, SimulatedBackend)
+        self.index_by_uuid = {g.uuid: g.index for g in backend.gpus()}
+        self.buffer: list[Reading] = []
+        self.jobs: dict[int, ProcessJob] = {}  # real mode
+        self.allocation_of: dict[int, int] = {}  # job id -> allocation id it runs under
+        self.last_iterations: dict[int, float] = {}
+        self._last_progress_at: dict[int, datetime] = {}
+        self._last_post: datetime | None = None
+        self._last_heartbeat: datetime | None = None
+        self._last_assignments: datetime | None = None
+        self.stopping = threading.Event()
+
+    # --- server conversation --------------------------------------------------------------
+    def register(self) -> dict[str, Any]:
+        body = {"name": self.config.node_name, "gpus": [g.to_wire() for g in self.backend.gpus()]}
+        return self.client.post("register", body)
+
+    def post_samples(self) -> None:
+        if not self.buffer:
+            return
+        body = {"samples": [r.to_wire() for r in self.buffer]}
+        self.buffer = []
+        self.client.deliver("samples", body)
+
+    def send_events(self, events: list[dict[str, Any]]) -> None:
+        if events:
+            self.client.deliver("events", {"events": events})
+
+    def _event(self, now: datetime, job_id: int, kind: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "event_id": str(uuid.uuid4()),
+            "job_id": job_id,
+            "allocation_id": self.allocation_of.get(job_id),
+            "kind": kind,
+            "ts": now.isoformat(),
+            **fields,
+        }
+
+    # --- one tick ---------------------------------------------------------------------------
+    def tick(self, now: datetime) -> None:
+        self.buffer.extend(self.backend.read(now))
+        if _due(self._last_post, now, self.config.post_interval_s):
+            self._last_post = now
+            self.post_samples()
+        if _due(self._last_heartbeat, now, self.config.heartbeat_interval_s):
+            self._last_heartbeat = now
+            try:
+                self.client.post("heartbeat", {"ts": now.isoformat()})
+            except (ServerUnreachable, Rejected) as exc:
+                log.warning("heartbeat failed: %s", exc)
+        if _due(self._last_assignments, now, self.config.assignment_interval_s):
+            self._last_assignments = now
+            try:
+                answer = self.client.request("GET", "assignments")
+            except (ServerUnreachable, Rejected) as exc:
+                log.warning("cannot fetch assignments, keeping what runs: %s", exc)
+            else:
+                self.reconcile(answer, now)
+        self.send_events(self.watch_jobs(now))
+
+    # --- assignments ------------------------------------------------------------------------
+    def running_job_ids(self) -> set[int]:
+        if self.simulated:
+            return set(self.backend.jobs)  # type: ignore[attr-defined]
+        return set(self.jobs)
+
+    def reconcile(self, answer: dict[str, Any], now: datetime) -> None:
+        """Start what is assigned and not running, restart what moved, stop what is no longer
+        assigned (or explicitly listed under ``stop``)."""
+        wanted = {int(a["job_id"]): a for a in answer.get("assignments", [])}
+        stop = {int(j) for j in answer.get("stop", [])}
+        events = []
+        for job_id in sorted(self.running_job_ids()):
+            assignment = wanted.get(job_id)
+            if job_id in stop or assignment is None:
+                events.append(self.stop_job(job_id, now, reason="stopped"))
+            elif assignment["allocation_id"] != self.allocation_of[job_id]:
+                if self._same_shape(job_id, assignment):
+                    # Only clock or power limit changed: retune in place, no restart.
+                    self._apply_settings(assignment)
+                    self.allocation_of[job_id] = assignment["allocation_id"]
+                else:
+                    events.append(self.stop_job(job_id, now, reason="resized"))
+        for job_id, assignment in sorted(wanted.items()):
+            if job_id not in stop and job_id not in self.running_job_ids():
+                events.extend(self.start_job(assignment, now))
+        self.send_events(events)
+
+    def _same_shape(self, job_id: int, assignment: dict[str, Any]) -> bool:
+        if self.simulated:
+            job = self.backend.jobs[job_id]  # type: ignore[attr-defined]
+            same = (
+                job.gpu_indices == tuple(self._indices(assignment))
+                and job.global_batch == assignment["batch_size"]
+            )
+            if same:
+                job.sm_clock_mhz = assignment.get("sm_clock_mhz")
+                job.power_limit_w = assignment.get("power_limit_w")
+            return same
+        running = self.jobs[job_id]
+        return (
+            running.gpu_indices == self._indices(assignment)
+            and running.assignment["batch_size"] == assignment["batch_size"]
+        )
+
+    def _indices(self, assignment: dict[str, Any]) -> list[int]:
+        return sorted(self.index_by_uuid[u] for u in assignment["gpu_uuids"])
+
+    def _apply_settings(self, assignment: dict[str, Any]) -> None:
+        for index in self._indices(assignment):
+            self.backend.apply_settings(
+                index,
+                sm_clock_mhz=assignment.get("sm_clock_mhz"),
+                power_limit_w=assignment.get("power_limit_w"),
+            )
+
+    def start_job(self, assignment: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
+        job_id = int(assignment["job_id"])
+        unknown = [u for u in assignment["gpu_uuids"] if u not in self.index_by_uuid]
+        if unknown:
+            log.error("job %s assigned to GPUs not on this node: %s", job_id, unknown)
+            return []
+        indices = self._indices(assignment)
+        self._apply_settings(assignment)
+        self.allocation_of[job_id] = assignment["allocation_id"]
+        if self.simulated:
+            self.backend.start_job(  # type: ignore[attr-defined]
+                SimJob(
+                    job_id=job_id,
+                    workload=assignment["workload"],
+                    gpu_indices=tuple(indices),
+                    global_batch=int(assignment["batch_size"]),
+                    sm_clock_mhz=assignment.get("sm_clock_mhz"),
+                    power_limit_w=assignment.get("power_limit_w"),
+                    done_iters=float(assignment.get("completed_iterations") or 0.0),
+                    total_iters=assignment.get("total_iterations"),
+                )
+            )
+        else:
+            job = ProcessJob(assignment, indices, self.config.work_dir)
+            job.start()
+            self.jobs[job_id] = job
+        return [self._event(now, job_id, "started", gpu_uuids=assignment["gpu_uuids"])]
+
+    def stop_job(self, job_id: int, now: datetime, *, reason: str) -> dict[str, Any]:
+        if self.simulated:
+            sim = self.backend.stop_job(job_id)  # type: ignore[attr-defined]
+            iterations, status, tail, indices = sim.done_iters, 0, "", sim.gpu_indices
+        else:
+            job = self.jobs.pop(job_id)
+            status = job.stop(self.config.stop_grace_s)
+            iterations, tail, indices = job.iterations(), job.log_tail(), job.gpu_indices
+        event = self._event(
+            now, job_id, "exited", reason=reason, exit_status=status,
+            iterations=iterations, log_tail=tail,
+        )  # fmt: skip
+        self._release(job_id, indices)
+        return event
+
+    def _release(self, job_id: int, indices: Any) -> None:
+        self.allocation_of.pop(job_id, None)
+        self.last_iterations.pop(job_id, None)
+        self._last_progress_at.pop(job_id, None)
+        busy = {i for j in self._all_running() for i in j}
+        for index in indices:
+            if index not in busy:  # a co-located job may still hold its settings
+                self.backend.restore_defaults(index)
+
+    def _all_running(self) -> list[Any]:
+        if self.simulated:
+            return [j.gpu_indices for j in self.backend.jobs.values()]  # type: ignore[attr-defined]
+        return [j.gpu_indices for j in self.jobs.values()]
+
+    def watch_jobs(self, now: datetime) -> list[dict[str, Any]]:
+        """Progress of running jobs (when it moved) and exits of finished ones."""
+        events = []
+        if self.simulated:
+            for job in list(self.backend.jobs.values()):  # type: ignore[attr-defined]
+                events.extend(self._progress(now, job.job_id, job.done_iters))
+                if job.finished:
+                    events.append(self.stop_job(job.job_id, now, reason="completed"))
+            return events
+        for job_id, job in list(self.jobs.items()):
+            events.extend(self._progress(now, job_id, job.iterations()))
+            status = job.poll()
+            if status is not None:
+                self.jobs.pop(job_id)
+                events.append(
+                    self._event(
+                        now,
+                        job_id,
+                        "exited",
+                        reason="completed" if status == 0 else "failed",
+                        exit_status=status,
+                        iterations=job.iterations(),
+                        log_tail=job.log_tail(),
+                    )  # fmt: skip
+                )
+                self._release(job_id, job.gpu_indices)
+        return events
+
+    def _progress(self, now: datetime, job_id: int, iterations: float | None) -> list[dict]:
+        if iterations is None or self.last_iterations.get(job_id) == iterations:
+            return []
+        # At most one progress event per job and post interval: progress is for pages and
+        # the scheduler's remaining-work estimate, not a time series.
+        if not _due(self._last_progress_at.get(job_id), now, self.config.post_interval_s):
+            return []
+        self.last_iterations[job_id] = iterations
+        self._last_progress_at[job_id] = now
+        return [self._event(now, job_id, "progress", iterations=iterations)]
+
+    # --- lifetime ---------------------------------------------------------------------------
+    def run(self) -> None:
+        self.register()
+        try:
+            while not self.stopping.is_set():
+                started = datetime.now(UTC)
+                self.tick(started)
+                elapsed = (datetime.now(UTC) - started).total_seconds()
+                self.stopping.wait(max(0.0, self.config.sample_interval_s - elapsed))
+        finally:
+            self.shutdown(datetime.now(UTC))
+
+    def shutdown(self, now: datetime) -> None:
+        """Stop jobs (they checkpoint), restore every GPU's defaults, flush what is buffered."""
+        events = [
+            self.stop_job(j, now, reason="agent_exit") for j in sorted(self.running_job_ids())
+        ]
+        for gpu in self.backend.gpus():
+            self.backend.restore_defaults(gpu.index)
+        self.post_samples()
+        self.send_events(events)
+        self.backend.close()
+
+
+def _due(last: datetime | None, now: datetime, interval_s: float) -> bool:
+    return last is None or (now - last).total_seconds() >= interval_s

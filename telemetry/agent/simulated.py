@@ -1,0 +1,202 @@
+"""The simulated GPU backend and simulated jobs: readings follow the performance models.
+
+``python -m telemetry.agent --simulate --gpus 8 --gpu-model A100`` runs an agent without a
+driver. A GPU that runs a job draws the power the perf model predicts for the job's
+configuration (GPU count, global batch, SM clock or power limit) and the job advances by
+``dt / iter_time_s`` iterations per tick; an idle GPU draws the model's idle power. The
+energy counter is the exact integral of that piecewise-constant power, like NVML's.
+
+Two jobs sharing a GPU (co-location) are time-sliced in this simulation: each advances at half
+its solo rate and the GPU draws the mean of their powers. That is an approximation made here,
+not a measurement: the perf catalog models one job per GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from telemetry.agent.backends import GpuInfo, Reading
+
+
+class PerfModelUnavailable(RuntimeError):
+    """No performance model for a (workload, GPU model) pair: the simulation cannot invent one."""
+
+
+@functools.cache
+def _catalog() -> Any:
+    # Imported late and cached: loading reads the vendored CSVs under data/ once.
+    from scheduling.core.perf_models import load_catalog
+
+    return load_catalog()
+
+
+def perf_model_for(workload: str, gpu_model: str) -> Any:
+    """The perf model of ``workload`` on ``gpu_model`` (the one place the agent looks it up)."""
+    try:
+        return _catalog().get(workload, gpu_model)
+    except KeyError as exc:
+        raise PerfModelUnavailable(f"no perf model for {workload!r} on {gpu_model!r}") from exc
+
+
+def idle_power_w(gpu_model: str) -> float:
+    """Idle power of a GPU model: taken from any perf model of that GPU (they share it)."""
+    catalog = _catalog()
+    for workload in catalog.workloads():
+        try:
+            return float(catalog.get(workload, gpu_model).idle_power_w)
+        except KeyError:
+            continue
+    raise PerfModelUnavailable(f"no perf model for any workload on {gpu_model!r}")
+
+
+# Datasheet figures for registering simulated GPUs (memory, power-limit range), so the server
+# sees the same shape of record a real agent sends. Sources: NVIDIA product datasheets (board
+# TDP = default limit, memory) and the minimum limit `nvidia-smi -q` reports for each board.
+# They only describe the simulated hardware; simulated *readings* come from the perf models.
+_SIM_SPECS: dict[str, tuple[int, float, float]] = {
+    # model: (memory MiB, min limit W, default = max limit W)
+    "A100": (40960, 100.0, 400.0),  # A100-SXM4-40GB
+    "A40": (46068, 100.0, 300.0),
+    "V100": (16384, 150.0, 300.0),  # V100-SXM2-16GB
+    "T4": (15360, 60.0, 70.0),
+}
+
+
+@dataclass
+class SimJob:
+    """A job the simulated agent "runs": progress advances by the perf model."""
+
+    job_id: int
+    workload: str
+    gpu_indices: tuple[int, ...]
+    global_batch: int
+    sm_clock_mhz: int | None
+    power_limit_w: float | None
+    done_iters: float = 0.0
+    total_iters: float | None = None
+    model: Any = field(default=None, repr=False)
+
+    def config(self) -> Any:
+        from scheduling.core.types import GpuConfig
+
+        return GpuConfig(
+            n_gpus=len(self.gpu_indices),
+            global_batch=self.global_batch,
+            sm_clock_mhz=self.sm_clock_mhz,
+            power_limit_w=self.power_limit_w,
+        )
+
+    @property
+    def finished(self) -> bool:
+        return self.total_iters is not None and self.done_iters >= self.total_iters
+
+
+class SimulatedBackend:
+    """``n_gpus`` simulated GPUs of ``gpu_model`` on a node called ``node_name``."""
+
+    def __init__(self, *, node_name: str, n_gpus: int, gpu_model: str) -> None:
+        self.gpu_model = gpu_model
+        self._idle_w = idle_power_w(gpu_model)
+        mem_mib, self._min_w, self._default_w = _SIM_SPECS.get(gpu_model, (0, 0.0, 0.0))
+        self._info = [
+            GpuInfo(
+                uuid=f"GPU-sim-{node_name}-{i}",
+                index=i,
+                model=gpu_model,
+                memory_total_mib=mem_mib,
+                default_power_limit_w=self._default_w or None,
+                min_power_limit_w=self._min_w or None,
+                max_power_limit_w=self._default_w or None,
+                max_sm_clock_mhz=None,
+            )
+            for i in range(n_gpus)
+        ]
+        self._energy_j = [0.0] * n_gpus
+        self._power_w = [self._idle_w] * n_gpus
+        self._last: datetime | None = None
+        self.jobs: dict[int, SimJob] = {}
+
+    # --- jobs -------------------------------------------------------------------------
+    def start_job(self, job: SimJob) -> None:
+        job.model = perf_model_for(job.workload, self.gpu_model)
+        self.jobs[job.job_id] = job
+        self._refresh_power()
+
+    def stop_job(self, job_id: int) -> SimJob | None:
+        job = self.jobs.pop(job_id, None)
+        self._refresh_power()
+        return job
+
+    def _sharers(self) -> dict[int, list[SimJob]]:
+        on_gpu: dict[int, list[SimJob]] = {}
+        for job in self.jobs.values():
+            for index in job.gpu_indices:
+                on_gpu.setdefault(index, []).append(job)
+        return on_gpu
+
+    def _refresh_power(self) -> None:
+        on_gpu = self._sharers()
+        for index in range(len(self._info)):
+            jobs = on_gpu.get(index)
+            if not jobs:
+                self._power_w[index] = self._idle_w
+            else:
+                powers = [j.model.power_w(j.config()) for j in jobs]
+                self._power_w[index] = sum(powers) / len(powers)
+
+    def _advance(self, dt_s: float) -> None:
+        """Integrate energy and progress over ``dt_s`` at the power of the last interval."""
+        for index, power in enumerate(self._power_w):
+            self._energy_j[index] += power * dt_s
+        on_gpu = self._sharers()
+        for job in self.jobs.values():
+            if job.finished:
+                continue
+            share = max(len(on_gpu[i]) for i in job.gpu_indices)
+            job.done_iters += dt_s / (job.model.iter_time_s(job.config()) * share)
+            if job.total_iters is not None:
+                job.done_iters = min(job.done_iters, job.total_iters)
+
+    # --- GpuBackend -------------------------------------------------------------------------
+    def gpus(self) -> list[GpuInfo]:
+        return list(self._info)
+
+    def read(self, now: datetime) -> list[Reading]:
+        if self._last is not None and now > self._last:
+            self._advance((now - self._last).total_seconds())
+        self._last = now
+        on_gpu = self._sharers()
+        readings = []
+        for info in self._info:
+            jobs = on_gpu.get(info.index, [])
+            clock = next((j.sm_clock_mhz for j in jobs if j.sm_clock_mhz), None)
+            limit = next((j.power_limit_w for j in jobs if j.power_limit_w), None)
+            readings.append(
+                Reading(
+                    gpu_uuid=info.uuid,
+                    ts=now,
+                    power_w=self._power_w[info.index],
+                    energy_j=self._energy_j[info.index],
+                    util_pct=100.0 if jobs else 0.0,
+                    mem_used_mib=None,
+                    temp_c=None,
+                    sm_clock_mhz=clock,
+                    power_limit_w=limit or self._default_w or None,
+                )
+            )
+        return readings
+
+    def apply_settings(
+        self, index: int, *, sm_clock_mhz: int | None, power_limit_w: float | None
+    ) -> None:
+        # Settings travel with the SimJob (they change its perf-model config); nothing to do.
+        return None
+
+    def restore_defaults(self, index: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
