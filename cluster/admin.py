@@ -1,0 +1,149 @@
+"""Django admin for every cluster model. State changes of jobs still go through services."""
+
+from django.contrib import admin, messages
+from django.utils import timezone
+
+from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "created_at"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "team", "role"]
+    list_filter = ["role", "team"]
+    search_fields = ["user__username", "team__name"]
+    autocomplete_fields = ["user", "team"]
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ["index", "uuid", "model", "memory_mb", "power_limit_w", "sm_clock_mhz"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "switch_label",
+        "rack_label",
+        "gpu_model",
+        "status",
+        "last_heartbeat_at",
+    ]
+    list_filter = ["status", "switch_label", "gpu_model"]
+    search_fields = ["name", "switch_label", "rack_label"]
+    readonly_fields = ["last_heartbeat_at", "agent_token_issued_at"]
+    inlines = [GpuInline]
+    actions = ["issue_agent_tokens"]
+
+    @admin.action(description="Issue new agent tokens (shown once)")
+    def issue_agent_tokens(self, request, queryset):
+        now = timezone.now()
+        for node in queryset:
+            token = node.issue_agent_token(at=now)
+            self.message_user(request, f"{node.name}: {token}", level=messages.WARNING)
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = [
+        "__str__",
+        "uuid",
+        "model",
+        "memory_mb",
+        "min_power_limit_w",
+        "max_power_limit_w",
+        "power_limit_w",
+        "sm_clock_mhz",
+    ]
+    list_filter = ["model", "node__switch_label"]
+    search_fields = ["uuid", "node__name"]
+    list_select_related = ["node"]
+
+
+class JobAllocationInline(admin.TabularInline):
+    model = JobAllocation
+    extra = 0
+    fields = ["started_at", "ended_at", "batch_size", "sm_clock_mhz", "power_limit_w"]
+    readonly_fields = fields
+    can_delete = False
+    show_change_link = True
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "name",
+        "team",
+        "owner",
+        "workload",
+        "state",
+        "min_gpus",
+        "max_gpus",
+        "submitted_at",
+        "finished_at",
+    ]
+    list_filter = ["state", "team", "workload"]
+    search_fields = ["name", "owner__username", "workload"]
+    date_hierarchy = "submitted_at"
+    list_select_related = ["team", "owner"]
+    autocomplete_fields = ["owner", "team"]
+    # The state machine is enforced by cluster.services; the admin shows but never edits state.
+    readonly_fields = [
+        "state",
+        "completed_iterations",
+        "started_at",
+        "finished_at",
+        "pending_reason_code",
+        "pending_reason",
+        "exit_status",
+        "log_tail",
+    ]
+    inlines = [JobAllocationInline]
+
+
+@admin.register(JobAllocation)
+class JobAllocationAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "job",
+        "batch_size",
+        "sm_clock_mhz",
+        "power_limit_w",
+        "started_at",
+        "ended_at",
+    ]
+    list_filter = ["ended_at"]
+    search_fields = ["job__name"]
+    filter_horizontal = ["gpus"]
+    list_select_related = ["job"]
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    list_display = [
+        "team",
+        "period_start",
+        "period_end",
+        "energy_limit_kwh",
+        "carbon_limit_kg",
+        "warn_fraction",
+        "hard_limit_action",
+    ]
+    list_filter = ["team", "hard_limit_action"]
+    date_hierarchy = "period_start"

@@ -1,0 +1,233 @@
+"""Serializers of the cluster API. Fields are listed explicitly; model ``clean()`` is the one
+place where cross-field rules live, so both the admin and the API apply the same checks."""
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
+
+from cluster import services
+from cluster.choices import JobState
+from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
+from cluster.queries import can_manage_budgets_of, is_team_member
+
+
+def run_model_clean(model_class, attrs: dict, instance=None) -> None:
+    """Run ``model_class.clean()`` on ``instance`` updated with ``attrs`` (nothing is saved) and
+    turn Django's errors into DRF's per-field 400 errors."""
+    values = {}
+    if instance is not None:
+        values = {
+            field.attname: getattr(instance, field.attname)
+            for field in model_class._meta.concrete_fields
+        }
+    probe = model_class(**values)
+    for name, value in attrs.items():
+        setattr(probe, name, value)
+    try:
+        probe.clean()
+    except DjangoValidationError as exc:
+        errors = {
+            ("non_field_errors" if key == "__all__" else key): messages
+            for key, messages in exc.message_dict.items()
+        }
+        raise serializers.ValidationError(errors) from None
+
+
+class JobAllocationSerializer(serializers.ModelSerializer):
+    gpus = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+
+    class Meta:
+        model = JobAllocation
+        fields = [
+            "id",
+            "gpus",
+            "batch_size",
+            "sm_clock_mhz",
+            "power_limit_w",
+            "started_at",
+            "ended_at",
+        ]
+        read_only_fields = fields
+
+
+class JobSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    min_gpus = serializers.IntegerField(min_value=1, default=1)
+    max_gpus = serializers.IntegerField(min_value=1, required=False)
+    global_batch_size = serializers.IntegerField(min_value=1)
+    min_batch_size = serializers.IntegerField(min_value=1, required=False)
+    max_batch_size = serializers.IntegerField(min_value=1, required=False)
+    total_iterations = serializers.IntegerField(min_value=1)
+    state_colour = serializers.SerializerMethodField()
+    current_allocation = JobAllocationSerializer(read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "team",
+            "owner",
+            "workload",
+            "gpu_model",
+            "command",
+            "min_gpus",
+            "max_gpus",
+            "global_batch_size",
+            "min_batch_size",
+            "max_batch_size",
+            "per_gpu_batch_size",
+            "base_lr",
+            "max_lr",
+            "slowdown_tolerance",
+            "total_iterations",
+            "completed_iterations",
+            "priority",
+            "state",
+            "state_colour",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+            "pending_reason_code",
+            "pending_reason",
+            "exit_status",
+            "current_allocation",
+        ]
+        read_only_fields = [
+            "id",
+            "owner",
+            "completed_iterations",
+            "state",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+            "pending_reason_code",
+            "pending_reason",
+            "exit_status",
+        ]
+
+    def get_state_colour(self, job: Job) -> str:
+        return JobState(job.state).colour
+
+    def validate_team(self, team: Team) -> Team:
+        user = self.context["request"].user
+        if not (user.is_staff or is_team_member(user, team)):
+            raise serializers.ValidationError("You are not a member of this team.")
+        return team
+
+    def validate(self, attrs: dict) -> dict:
+        # The same defaults as services.submit_job, so clean() sees the values to be stored.
+        attrs.setdefault("max_gpus", attrs["min_gpus"])
+        attrs.setdefault("min_batch_size", attrs["global_batch_size"])
+        attrs.setdefault("max_batch_size", attrs["global_batch_size"])
+        run_model_clean(Job, attrs)
+        return attrs
+
+    def create(self, validated_data: dict) -> Job:
+        return services.submit_job(owner=self.context["request"].user, **validated_data)
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role"]
+        read_only_fields = fields
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    members = MembershipSerializer(source="memberships", many=True, read_only=True)
+
+    class Meta:
+        model = Team
+        fields = ["id", "name", "slug", "members"]
+        read_only_fields = ["id", "members"]
+
+
+class BudgetSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+
+    class Meta:
+        model = Budget
+        fields = [
+            "id",
+            "team",
+            "period_start",
+            "period_end",
+            "energy_limit_kwh",
+            "carbon_limit_kg",
+            "warn_fraction",
+            "hard_limit_action",
+            "created_at",
+        ]
+        read_only_fields = ["id", "created_at"]
+
+    def validate_team(self, team: Team) -> Team:
+        # A permission, not a validation error: the user names a team they may not manage.
+        if not can_manage_budgets_of(self.context["request"].user, team):
+            raise PermissionDenied("Only the team's leads and admins manage its budgets.")
+        return team
+
+    def validate(self, attrs: dict) -> dict:
+        run_model_clean(Budget, attrs, instance=self.instance)
+        return attrs
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    gpu_count = serializers.SerializerMethodField()
+    has_agent_token = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "name",
+            "switch_label",
+            "rack_label",
+            "gpu_model",
+            "status",
+            "last_heartbeat_at",
+            "gpu_count",
+            "has_agent_token",
+        ]
+        read_only_fields = ["id", "last_heartbeat_at", "gpu_count", "has_agent_token"]
+
+    def get_gpu_count(self, node: Node) -> int:
+        return node.gpus.count()
+
+    def get_has_agent_token(self, node: Node) -> bool:
+        return bool(node.agent_token_hash)
+
+
+class AgentTokenSerializer(serializers.Serializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; only its hash is kept.")
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Gpu
+        fields = [
+            "id",
+            "node",
+            "index",
+            "uuid",
+            "model",
+            "memory_mb",
+            "default_power_limit_w",
+            "min_power_limit_w",
+            "max_power_limit_w",
+            "supported_sm_clocks_mhz",
+            "power_limit_w",
+            "sm_clock_mhz",
+        ]
+        read_only_fields = ["id"]
+
+    def validate(self, attrs: dict) -> dict:
+        run_model_clean(Gpu, attrs, instance=self.instance)
+        return attrs
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()

@@ -1,0 +1,215 @@
+"""Multi-row writes of the cluster app: job submission, the job state machine, allocations.
+
+Every state change is a conditional update (``filter(pk=..., state=old).update(...)``) whose row
+count is checked, so two writers racing on one job cannot both win; the loser gets
+``InvalidTransition``. Views, tasks and commands call these functions and stay thin.
+"""
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from cluster.choices import JOB_TRANSITIONS, TERMINAL_JOB_STATES, JobState
+from cluster.models import Gpu, Job, JobAllocation, Team
+
+# How often cancel_job re-reads the state when a concurrent writer keeps moving the job.
+_CANCEL_ATTEMPTS = 3
+
+
+class InvalidTransition(Exception):
+    """A job state change that the state machine or the job's current state refuses."""
+
+    def __init__(self, job_id: int, old: str, new: str, detail: str) -> None:
+        self.job_id = job_id
+        self.old = old
+        self.new = new
+        super().__init__(f"job {job_id}: cannot go from {old} to {new}: {detail}")
+
+
+class AllocationError(Exception):
+    """An allocation that does not fit the job's limits or takes GPUs another job holds."""
+
+
+def submit_job(
+    *,
+    owner,
+    team: Team,
+    name: str,
+    workload: str,
+    total_iterations: int,
+    global_batch_size: int,
+    min_gpus: int = 1,
+    max_gpus: int | None = None,
+    min_batch_size: int | None = None,
+    max_batch_size: int | None = None,
+    gpu_model: str = "",
+    command: str = "",
+    per_gpu_batch_size: int | None = None,
+    base_lr: float | None = None,
+    max_lr: float | None = None,
+    slowdown_tolerance: float = 0.10,
+    priority: int = 0,
+    at: datetime | None = None,
+) -> Job:
+    """Validate and queue a new job. Omitted ranges default to the fixed value (not elastic)."""
+    job = Job(
+        owner=owner,
+        team=team,
+        name=name,
+        workload=workload,
+        total_iterations=total_iterations,
+        global_batch_size=global_batch_size,
+        min_gpus=min_gpus,
+        max_gpus=min_gpus if max_gpus is None else max_gpus,
+        min_batch_size=global_batch_size if min_batch_size is None else min_batch_size,
+        max_batch_size=global_batch_size if max_batch_size is None else max_batch_size,
+        gpu_model=gpu_model,
+        command=command,
+        per_gpu_batch_size=per_gpu_batch_size,
+        base_lr=base_lr,
+        max_lr=max_lr,
+        slowdown_tolerance=slowdown_tolerance,
+        priority=priority,
+        state=JobState.QUEUED,
+        submitted_at=at or timezone.now(),
+    )
+    job.full_clean()
+    job.save()
+    return job
+
+
+def transition_job(job: Job, *, to: str, at: datetime | None = None, **fields) -> Job:
+    """Move ``job`` from the state it has in memory to ``to``, or raise ``InvalidTransition``.
+
+    ``fields`` are stored in the same UPDATE (e.g. ``exit_status``, ``pending_reason_code``).
+    Entering running stamps ``started_at`` once; entering a terminal state stamps
+    ``finished_at``. Leaving running closes the open allocation: a paused, re-queued or finished
+    job holds no GPUs. On success the in-memory ``job`` is refreshed.
+    """
+    old = JobState(job.state)
+    new = JobState(to)
+    if new not in JOB_TRANSITIONS[old]:
+        allowed = ", ".join(sorted(JOB_TRANSITIONS[old])) or "nothing (final state)"
+        raise InvalidTransition(job.pk, old, new, f"{old} may only go to {allowed}")
+    at = at or timezone.now()
+    updates = dict(fields)
+    updates["state"] = new
+    updates["updated_at"] = at
+    if new == JobState.RUNNING:
+        updates.setdefault("started_at", Coalesce("started_at", Value(at)))
+    if new in TERMINAL_JOB_STATES:
+        updates.setdefault("finished_at", at)
+    if new != JobState.RUNNING:
+        updates["current_allocation"] = None
+    with transaction.atomic():
+        changed = Job.objects.filter(pk=job.pk, state=old).update(**updates)
+        if changed != 1:
+            current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+            raise InvalidTransition(
+                job.pk, old, new, f"it is {current or 'deleted'} now, not {old}"
+            )
+        if old == JobState.RUNNING:
+            JobAllocation.objects.filter(job_id=job.pk, ended_at__isnull=True).update(ended_at=at)
+    job.refresh_from_db()
+    return job
+
+
+def cancel_job(job: Job, *, at: datetime | None = None) -> Job:
+    """Cancel a job in whatever non-final state it is in now.
+
+    Re-reads the state first because the caller's copy may be stale (the scheduler moves jobs
+    concurrently); retries a few times if the job keeps moving under us.
+    """
+    for attempt in range(_CANCEL_ATTEMPTS):
+        job.refresh_from_db(fields=["state"])
+        try:
+            return transition_job(job, to=JobState.CANCELLED, at=at)
+        except InvalidTransition:
+            # A final state is a real refusal; anything else means the job moved between our
+            # read and our update, so read again.
+            if JobState(job.state) in TERMINAL_JOB_STATES or attempt == _CANCEL_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def set_allocation(
+    job: Job,
+    *,
+    gpus: Iterable[Gpu],
+    batch_size: int,
+    sm_clock_mhz: int | None = None,
+    power_limit_w: int | None = None,
+    at: datetime,
+) -> JobAllocation:
+    """Give a running job a new allocation, closing its previous one, in one transaction.
+
+    Refuses (``AllocationError``) a GPU count outside min_gpus..max_gpus, a batch size outside
+    the job's range, and GPUs held by another job's open allocation. The job row is locked so
+    two rounds cannot interleave their writes.
+    """
+    gpu_list = list(gpus)
+    gpu_ids = sorted({gpu.pk for gpu in gpu_list})
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.state != JobState.RUNNING:
+            raise AllocationError(f"job {job.pk} is {locked.state}; only running jobs hold GPUs")
+        if len(gpu_ids) != len(gpu_list):
+            raise AllocationError("the same GPU is listed twice")
+        if not locked.min_gpus <= len(gpu_ids) <= locked.max_gpus:
+            raise AllocationError(
+                f"job {job.pk} takes {locked.min_gpus}..{locked.max_gpus} GPUs, not {len(gpu_ids)}"
+            )
+        if not locked.min_batch_size <= batch_size <= locked.max_batch_size:
+            raise AllocationError(
+                f"job {job.pk} takes batch sizes {locked.min_batch_size}.."
+                f"{locked.max_batch_size}, not {batch_size}"
+            )
+        # Lock the GPU rows: a concurrent set_allocation for another job on the same GPUs
+        # waits here and then sees this job's open allocation.
+        list(Gpu.objects.select_for_update().filter(pk__in=gpu_ids).values_list("pk", flat=True))
+        taken = (
+            JobAllocation.objects.filter(ended_at__isnull=True, gpus__in=gpu_ids)
+            .exclude(job_id=job.pk)
+            .values_list("job_id", flat=True)
+            .distinct()
+        )
+        if taken:
+            raise AllocationError(f"GPUs are held by job(s) {sorted(taken)}")
+        JobAllocation.objects.filter(job_id=job.pk, ended_at__isnull=True).update(ended_at=at)
+        allocation = JobAllocation.objects.create(
+            job_id=job.pk,
+            batch_size=batch_size,
+            sm_clock_mhz=sm_clock_mhz,
+            power_limit_w=power_limit_w,
+            started_at=at,
+        )
+        allocation.gpus.set(gpu_ids)
+        Job.objects.filter(pk=job.pk).update(current_allocation=allocation, updated_at=at)
+    job.refresh_from_db()
+    return allocation
+
+
+def start_job(
+    job: Job,
+    *,
+    gpus: Iterable[Gpu],
+    batch_size: int,
+    sm_clock_mhz: int | None = None,
+    power_limit_w: int | None = None,
+    at: datetime,
+) -> JobAllocation:
+    """Move a queued or paused job to running on the given GPUs, all or nothing."""
+    with transaction.atomic():
+        transition_job(job, to=JobState.RUNNING, at=at)
+        return set_allocation(
+            job,
+            gpus=gpus,
+            batch_size=batch_size,
+            sm_clock_mhz=sm_clock_mhz,
+            power_limit_w=power_limit_w,
+            at=at,
+        )
