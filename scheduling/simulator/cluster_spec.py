@@ -1,0 +1,112 @@
+"""The simulated cluster's shape, read from a small spec file.
+
+Two formats:
+
+* JSON (``data/clusters/*.json``)::
+
+      {"name": "n16g8_a100", "gpu_model": "A100",
+       "switches": 1, "nodes_per_switch": 16, "gpus_per_node": 8}
+
+* ElasticFlow's ``cluster_n16g8.csv`` (columns ``num_switch``, ``num_node_p_switch``,
+  ``num_gpu_p_node``, ...), which names no GPU model; pass ``gpu_model``.
+
+Names are stable so that plans and results can be compared across runs: switch
+``sw<i>``, node ``n<k>`` (numbered across switches), GPU id ``n<k>/<index>``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduling.core.types import Cluster, Gpu, Node
+
+
+class ClusterSpecError(ValueError):
+    """The spec file is missing or malformed; the message is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    name: str
+    gpu_model: str
+    switches: int
+    nodes_per_switch: int
+    gpus_per_node: int
+
+    @property
+    def n_gpus(self) -> int:
+        return self.switches * self.nodes_per_switch * self.gpus_per_node
+
+    def build(self) -> Cluster:
+        nodes = []
+        for s in range(self.switches):
+            for j in range(self.nodes_per_switch):
+                name = f"n{s * self.nodes_per_switch + j}"
+                gpus = tuple(
+                    Gpu(gpu_id=f"{name}/{i}", node=name, index=i, model=self.gpu_model)
+                    for i in range(self.gpus_per_node)
+                )
+                nodes.append(Node(name=name, switch=f"sw{s}", gpus=gpus))
+        return Cluster(nodes=tuple(nodes))
+
+
+def _positive_int(value: object, field: str, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ClusterSpecError(f"{source}: {field} must be a positive integer, got {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ClusterSpecError(
+            f"{source}: {field} must be a positive integer, got {value!r}"
+        ) from None
+    if number < 1:
+        raise ClusterSpecError(f"{source}: {field} must be a positive integer, got {value!r}")
+    return number
+
+
+def read_cluster_spec(path: str | Path, *, gpu_model: str | None = None) -> ClusterSpec:
+    """Read a JSON spec or ElasticFlow's cluster CSV; ``gpu_model`` overrides the file's."""
+    path = Path(path)
+    source = path.name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ClusterSpecError(f"cannot read cluster spec {path}: {exc.strerror}") from exc
+    if path.suffix == ".csv":
+        rows = list(csv.DictReader(text.splitlines()))
+        if len(rows) != 1:
+            raise ClusterSpecError(f"{source}: expected exactly one row, found {len(rows)}")
+        row = rows[0]
+        raw = {
+            "name": path.stem,
+            "switches": row.get("num_switch"),
+            "nodes_per_switch": row.get("num_node_p_switch"),
+            "gpus_per_node": row.get("num_gpu_p_node"),
+            "gpu_model": gpu_model,
+        }
+    else:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ClusterSpecError(
+                f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})"
+            ) from exc
+        if not isinstance(raw, dict):
+            raise ClusterSpecError(f"{source}: expected a JSON object")
+        if gpu_model is not None:
+            raw["gpu_model"] = gpu_model
+    model = raw.get("gpu_model")
+    if not isinstance(model, str) or not model:
+        raise ClusterSpecError(
+            f"{source}: gpu_model is required (a perf catalog GPU key such as 'A100')"
+        )
+    return ClusterSpec(
+        name=str(raw.get("name") or path.stem),
+        gpu_model=model,
+        switches=_positive_int(raw.get("switches"), "switches", source),
+        nodes_per_switch=_positive_int(raw.get("nodes_per_switch"), "nodes_per_switch", source),
+        gpus_per_node=_positive_int(raw.get("gpus_per_node"), "gpus_per_node", source),
+    )

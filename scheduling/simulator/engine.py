@@ -1,0 +1,544 @@
+"""A discrete-event simulator that drives the core's ``plan_round`` over a job trace.
+
+Time advances from event to event: scheduling rounds every ``round_length_s`` (at
+multiples of it), job arrivals and job completions. At each round the engine builds a
+frozen :class:`~scheduling.core.types.Snapshot` (jobs with their progress and current
+allocation, the cluster, the budget with what remains, the grid's intensity now and
+ahead), asks the planner for a :class:`~scheduling.core.types.Plan` and applies it. With
+``replan_on_events`` it also plans at every arrival and completion in between.
+
+Between events nothing changes, so every quantity is integrated exactly:
+
+* a running job progresses at ``1 / (iter_time_s(cfg) * iter_time_scale)`` iterations
+  per second and finishes at the exact instant its remaining iterations are done;
+* each of its GPUs draws ``power_w(cfg) * power_scale`` while it progresses;
+* after a start from a checkpoint, a resize or a move the job makes no progress for
+  ``restart_cost_s`` and its GPUs draw idle power meanwhile (loading, not computing);
+  a fresh first start costs nothing, a preemption (stop) keeps the progress made;
+* GPUs that run nothing draw ``idle_power_w`` when ``idle_gpus_powered``, else nothing;
+* carbon is power x the hourly intensity, integrated over each piece with the hour
+  boundaries inside it (:meth:`HourlyIntensity.co2_g`).
+
+The simulation ends when every job has finished, or, with jobs left that nothing runs
+for ``stall_limit_s`` and no arrivals to come (e.g. a workload without a perf model),
+or at ``max_time_s``; unfinished jobs are reported as such, never dropped silently.
+Nothing here reads the clock or uses randomness, so a run is a pure function of its
+inputs: the same trace, seed and config give the same result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from scheduling.core.types import (
+    Allocation,
+    Budget,
+    CarbonSignal,
+    Cluster,
+    GpuConfig,
+    Job,
+    PerfCatalog,
+    Plan,
+    Snapshot,
+)
+from scheduling.simulator.carbon import ConstantIntensity, HourlyIntensity
+
+Planner = Callable[[Snapshot, float], Plan]
+ProgressHook = Callable[[int, float], None]  # (jobs finished so far, simulated time)
+
+
+class SimulationError(RuntimeError):
+    """The planner returned an impossible plan or the inputs cannot be simulated."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    round_length_s: float = 300.0
+    restart_cost_s: float = 30.0  # seconds without progress after a resize/move/resume
+    idle_gpus_powered: bool = True
+    idle_power_w: float | None = None  # None: from the perf catalog for the GPU model
+    replan_on_events: bool = False
+    forecast_hours: int = 24
+    stall_limit_s: float = 7 * 86400.0
+    max_time_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.round_length_s > 0:
+            raise ValueError("round_length_s must be positive")
+        if self.restart_cost_s < 0:
+            raise ValueError("restart_cost_s must not be negative")
+        if self.forecast_hours < 1:
+            raise ValueError("forecast_hours must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpec:
+    """A cluster-wide budget for the simulated period [0, period_end_s)."""
+
+    period_end_s: float
+    energy_limit_j: float | None = None
+    co2_limit_g: float | None = None
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """Mutable per-job state during a run and the per-job result after it."""
+
+    spec: Job
+    done_iters: float = 0.0
+    allocation: Allocation | None = None
+    shape: tuple[int, ...] = ()  # GPUs per node of the allocation, descending
+    first_start_s: float | None = None
+    started_s: float | None = None
+    last_change_s: float | None = None
+    restart_until_s: float = 0.0
+    finish_s: float | None = None
+    attained_gpu_s: float = 0.0
+    energy_j: float = 0.0
+    co2_g: float = 0.0
+    n_starts: int = 0
+    n_resizes: int = 0
+    n_preemptions: int = 0
+    n_retunes: int = 0
+    snapshot_job: Job | None = None  # the frozen view, rebuilt only when state changed
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.spec.submit_time_s
+
+    @property
+    def queueing_delay_s(self) -> float | None:
+        return None if self.first_start_s is None else self.first_start_s - self.spec.submit_time_s
+
+
+@dataclass(frozen=True, slots=True)
+class RoundSample:
+    """One stretch between planning instants: what was planned and what it cost."""
+
+    t0_s: float
+    t1_s: float
+    energy_j: float
+    co2_g: float
+    busy_gpus: int  # GPUs allocated at t0 (including those in checkpoint-restart)
+    running_jobs: int
+    waiting_jobs: int
+    predicted_energy_j: float
+    energy_allowance_j: float | None
+    co2_allowance_g: float | None
+
+
+@dataclass
+class SimResult:
+    jobs: list[JobRecord]
+    timeline: list[RoundSample]
+    n_gpus: int
+    energy_j: float
+    co2_g: float
+    idle_energy_j: float
+    busy_gpu_s: float
+    end_s: float
+    stopped_early: bool
+    wait_codes: Counter[str] = field(default_factory=Counter)
+
+
+class _PerfCache:
+    """Memoises (iter_time_s, power_w) per configuration: perf models are pure."""
+
+    def __init__(self, catalog: PerfCatalog) -> None:
+        self.catalog = catalog
+        self._models: dict[tuple[str, str], object] = {}
+        self._values: dict[tuple, tuple[float, float]] = {}
+
+    def model(self, workload: str, gpu_model: str):
+        key = (workload, gpu_model)
+        if key not in self._models:
+            self._models[key] = self.catalog.get(workload, gpu_model)
+        return self._models[key]
+
+    def iter_time_and_power(
+        self, workload: str, gpu_model: str, alloc: Allocation, shape: tuple[int, ...]
+    ):
+        key = (
+            workload,
+            gpu_model,
+            alloc.n_gpus,
+            alloc.global_batch,
+            alloc.sm_clock_mhz,
+            alloc.power_limit_w,
+            shape,
+        )
+        value = self._values.get(key)
+        if value is None:
+            model = self.model(workload, gpu_model)
+            cfg = GpuConfig(
+                n_gpus=alloc.n_gpus,
+                global_batch=alloc.global_batch,
+                sm_clock_mhz=alloc.sm_clock_mhz,
+                power_limit_w=alloc.power_limit_w,
+                gpus_per_node=shape,
+            )
+            value = (model.iter_time_s(cfg), model.power_w(cfg))
+            if not (
+                value[0] > 0
+                and math.isfinite(value[0])
+                and value[1] >= 0
+                and math.isfinite(value[1])
+            ):
+                raise SimulationError(
+                    f"perf model for {workload} on {gpu_model} gave {value} for {cfg}"
+                )
+            self._values[key] = value
+        return value
+
+
+class Simulator:
+    """One run of a trace through a planner on a cluster; call :meth:`run` once."""
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        *,
+        cluster: Cluster,
+        catalog: PerfCatalog,
+        planner: Planner,
+        config: SimConfig | None = None,
+        intensity: HourlyIntensity | None = None,
+        budget: BudgetSpec | None = None,
+        progress: ProgressHook | None = None,
+    ) -> None:
+        ids = [j.job_id for j in jobs]
+        if len(set(ids)) != len(ids):
+            raise SimulationError("job ids in the trace are not unique")
+        self.cluster = cluster
+        self.catalog = catalog
+        self.planner = planner
+        self.config = config or SimConfig()
+        self.intensity = intensity or ConstantIntensity(0.0)
+        self.budget = budget
+        self.progress = progress
+        self._perf = _PerfCache(catalog)
+        self._gpu_node = {g.gpu_id: g.node for g in cluster.gpus}
+        self._gpu_model = {g.gpu_id: g.model for g in cluster.gpus}
+        self._records = [JobRecord(spec=j) for j in sorted(jobs, key=lambda j: j.submit_time_s)]
+        self._idle_w = self._idle_power_by_model()
+        self._energy_used_j = 0.0
+        self._co2_used_g = 0.0
+
+    # --- set-up -------------------------------------------------------------------
+
+    def _idle_power_by_model(self) -> dict[str, float]:
+        models = {g.model for g in self.cluster.gpus}
+        if self.config.idle_power_w is not None:
+            return dict.fromkeys(models, self.config.idle_power_w)
+        idle = {}
+        workloads = sorted({r.spec.workload for r in self._records}) or list(
+            self.catalog.workloads()
+        )
+        for gpu_model in models:
+            for workload in workloads:
+                try:
+                    idle[gpu_model] = float(self._perf.model(workload, gpu_model).idle_power_w)
+                    break
+                except (KeyError, LookupError, ValueError):
+                    continue
+            else:
+                raise SimulationError(
+                    f"no perf model for GPU model {gpu_model!r} gives an idle power"
+                )
+        return idle
+
+    # --- the run --------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        cfg = self.config
+        L = cfg.round_length_s
+        records = self._records
+        n_total = len(records)
+        next_arrival = 0  # index into records of the next job not yet arrived
+        active: dict[str, JobRecord] = {}
+        timeline: list[RoundSample] = []
+        wait_codes: Counter[str] = Counter()
+        idle_energy_j = 0.0
+        busy_gpu_s = 0.0
+        n_finished = 0
+        t = 0.0
+        next_tick = 0.0
+        last_activity_s = 0.0
+        stopped_early = False
+        all_gpus = self.cluster.gpus
+        idle_all_w = sum(self._idle_w[g.model] for g in all_gpus) if cfg.idle_gpus_powered else 0.0
+
+        while n_finished < n_total:
+            if cfg.max_time_s is not None and t >= cfg.max_time_s:
+                stopped_early = True
+                break
+            # Arrivals up to now join the active set.
+            while next_arrival < n_total and records[next_arrival].spec.submit_time_s <= t:
+                rec = records[next_arrival]
+                active[rec.spec.job_id] = rec
+                next_arrival += 1
+            if not active:
+                # Nothing to schedule: jump to the first planning instant after the next
+                # arrival, integrating the idle cluster's power over the gap exactly.
+                arrival_s = records[next_arrival].spec.submit_time_s
+                t_next = arrival_s if cfg.replan_on_events else math.ceil(arrival_s / L) * L
+                energy = idle_all_w * (t_next - t)
+                co2 = self.intensity.co2_g(idle_all_w, t, t_next)
+                idle_energy_j += energy
+                self._account(energy, co2)
+                if t_next > t:
+                    timeline.append(RoundSample(t, t_next, energy, co2, 0, 0, 0, 0.0, None, None))
+                t = t_next
+                continue
+
+            plan = self.planner(self._snapshot(active, t), t)
+            for code in (w.code for w in plan.waiting.values()):
+                wait_codes[str(code)] += 1
+            self._apply(plan, active, t)
+            if t >= next_tick:
+                next_tick = math.floor(t / L) * L + L
+
+            horizon = next_tick
+            if cfg.replan_on_events and next_arrival < n_total:
+                horizon = min(horizon, max(records[next_arrival].spec.submit_time_s, t))
+            if cfg.max_time_s is not None:
+                horizon = min(horizon, cfg.max_time_s)
+            running = sum(1 for r in active.values() if r.allocation is not None)
+            busy_gpus = sum(
+                r.allocation.n_gpus for r in active.values() if r.allocation is not None
+            )
+            # After the last arrival, a stretch in which every active job finishes ends
+            # at the last completion: no idle tail is charged past the makespan.
+            last = next_arrival >= n_total
+            t_end, finished, energy, co2, idle_e, busy_s = self._advance(
+                active, t, horizon, idle_all_w, last
+            )
+            idle_energy_j += idle_e
+            busy_gpu_s += busy_s
+            timeline.append(
+                RoundSample(
+                    t0_s=t,
+                    t1_s=t_end,
+                    energy_j=energy,
+                    co2_g=co2,
+                    busy_gpus=busy_gpus,
+                    running_jobs=running,
+                    waiting_jobs=len(active) - running,
+                    predicted_energy_j=plan.predicted_energy_j,
+                    energy_allowance_j=plan.energy_allowance_j,
+                    co2_allowance_g=plan.co2_allowance_g,
+                )
+            )
+            self._account(energy, co2)
+            for rec in finished:
+                del active[rec.spec.job_id]
+            n_finished += len(finished)
+            if running:
+                last_activity_s = t_end
+            t = t_end
+            if self.progress is not None:
+                self.progress(n_finished, t)
+            if (
+                active
+                and not running
+                and next_arrival >= n_total
+                and t - last_activity_s >= cfg.stall_limit_s
+            ):
+                stopped_early = True
+                break
+
+        end_s = max((r.finish_s for r in records if r.finish_s is not None), default=t)
+        if stopped_early:
+            end_s = t
+        return SimResult(
+            jobs=records,
+            timeline=timeline,
+            n_gpus=len(all_gpus),
+            energy_j=self._energy_used_j,
+            co2_g=self._co2_used_g,
+            idle_energy_j=idle_energy_j,
+            busy_gpu_s=busy_gpu_s,
+            end_s=end_s,
+            stopped_early=stopped_early,
+            wait_codes=wait_codes,
+        )
+
+    def _account(self, energy_j: float, co2_g: float) -> None:
+        self._energy_used_j += energy_j
+        self._co2_used_g += co2_g
+
+    # --- snapshot ---------------------------------------------------------------------
+
+    def _snapshot(self, active: dict[str, JobRecord], t: float) -> Snapshot:
+        jobs = []
+        for rec in active.values():
+            if rec.snapshot_job is None:
+                rec.snapshot_job = dataclasses.replace(
+                    rec.spec,
+                    done_iters=rec.done_iters,
+                    allocation=rec.allocation,
+                    started_s=rec.started_s,
+                    last_change_s=rec.last_change_s,
+                    attained_gpu_s=rec.attained_gpu_s,
+                )
+            jobs.append(rec.snapshot_job)
+        budgets = ()
+        if self.budget is not None:
+            budgets = (
+                Budget(
+                    budget_id="simulation",
+                    team=None,
+                    period_start_s=0.0,
+                    period_end_s=self.budget.period_end_s,
+                    energy_limit_j=self.budget.energy_limit_j,
+                    energy_used_j=self._energy_used_j,
+                    co2_limit_g=self.budget.co2_limit_g,
+                    co2_used_g=self._co2_used_g,
+                ),
+            )
+        carbon = CarbonSignal(
+            ci_g_per_kwh=self.intensity.ci_at(t),
+            forecast=self.intensity.forecast(t, self.config.forecast_hours),
+            estimated=self.intensity.estimated_at(t),
+        )
+        return Snapshot(
+            cluster=self.cluster,
+            jobs=tuple(jobs),
+            perf=self.catalog,
+            round_length_s=self.config.round_length_s,
+            budgets=budgets,
+            carbon=carbon,
+            epoch_s=self.intensity.epoch_s,
+        )
+
+    # --- applying a plan ----------------------------------------------------------------
+
+    def _apply(self, plan: Plan, active: dict[str, JobRecord], t: float) -> None:
+        used: set[str] = set()
+        for job_id, alloc in plan.allocations.items():
+            if job_id not in active:
+                raise SimulationError(
+                    f"plan allocates GPUs to {job_id!r}, which is not an active job"
+                )
+            if not alloc.gpu_ids:
+                raise SimulationError(f"plan gives job {job_id!r} an allocation without GPUs")
+            for gpu_id in alloc.gpu_ids:
+                if gpu_id not in self._gpu_node:
+                    raise SimulationError(f"plan uses unknown GPU {gpu_id!r} for job {job_id!r}")
+                if gpu_id in used:
+                    raise SimulationError(f"plan gives GPU {gpu_id!r} to more than one job")
+                used.add(gpu_id)
+        restart = self.config.restart_cost_s
+        for job_id, rec in active.items():
+            new = plan.allocations.get(job_id)
+            old = rec.allocation
+            if new == old:
+                continue
+            rec.snapshot_job = None
+            if new is None:
+                rec.allocation = None
+                rec.shape = ()
+                rec.started_s = None
+                rec.last_change_s = t
+                rec.n_preemptions += 1
+                continue
+            rec.allocation = new
+            if old is None:
+                rec.n_starts += 1
+                rec.started_s = t
+                rec.last_change_s = t
+                if rec.first_start_s is None:
+                    rec.first_start_s = t
+                # Resuming from a checkpoint costs a restart; a fresh start does not.
+                rec.restart_until_s = t + restart if rec.done_iters > 0 else t
+                rec.shape = self._shape(new)
+            elif set(new.gpu_ids) != set(old.gpu_ids):
+                rec.n_resizes += 1
+                rec.last_change_s = t
+                rec.restart_until_s = t + restart
+                rec.shape = self._shape(new)
+            else:
+                rec.n_retunes += 1
+
+    def _shape(self, alloc: Allocation) -> tuple[int, ...]:
+        per_node = Counter(self._gpu_node[g] for g in alloc.gpu_ids)
+        return tuple(sorted(per_node.values(), reverse=True))
+
+    # --- progress between planning instants ------------------------------------------------
+
+    def _advance(
+        self, active: dict[str, JobRecord], t0: float, t1: float, idle_all_w: float, last: bool
+    ):
+        """Run every allocated job from t0 to t1 (or, with replan_on_events, to the first
+        completion). Returns (end, finished records, energy, co2, idle energy, busy GPU-s)."""
+        cfg = self.config
+        co2_of = self.intensity.co2_g
+        # First pass: rates and finish instants.
+        plans = []
+        for rec in active.values():
+            alloc = rec.allocation
+            if alloc is None:
+                continue
+            gpu_model = self._gpu_model[alloc.gpu_ids[0]]
+            iter_s, power_w = self._perf.iter_time_and_power(
+                rec.spec.workload, gpu_model, alloc, rec.shape
+            )
+            iter_s *= rec.spec.iter_time_scale
+            power_w *= rec.spec.power_scale
+            start = max(t0, rec.restart_until_s)
+            finish = start + max(rec.spec.total_iters - rec.done_iters, 0.0) * iter_s
+            plans.append((rec, gpu_model, iter_s, power_w, start, finish))
+        t_end = t1
+        if cfg.replan_on_events:
+            t_end = min([t1] + [p[5] for p in plans if p[5] < t1])
+        elif last and len(plans) == len(active) and all(p[5] <= t1 for p in plans):
+            t_end = max([t0] + [p[5] for p in plans])
+        idle_w_of = self._idle_w
+        energy = co2 = idle_e = busy_gpu_s = 0.0
+        allocated_idle_w = 0.0
+        finished = []
+        for rec, gpu_model, iter_s, power_w, start, finish in plans:
+            alloc = rec.allocation
+            n = alloc.n_gpus
+            idle_w = idle_w_of[gpu_model] * n
+            run_end = min(finish, t_end)
+            # Checkpoint-restart: allocated, idle power, no progress.
+            restart_end = min(start, t_end)
+            e_job = idle_w * (restart_end - t0)
+            c_job = co2_of(idle_w, t0, restart_end)
+            if run_end > start:
+                e_job += power_w * n * (run_end - start)
+                c_job += co2_of(power_w * n, start, run_end)
+                rec.done_iters = rec.done_iters + (run_end - start) / iter_s
+            rec.energy_j += e_job
+            rec.co2_g += c_job
+            energy += e_job
+            co2 += c_job
+            held_s = min(finish, t_end) - t0
+            rec.attained_gpu_s += n * held_s
+            busy_gpu_s += n * held_s
+            rec.snapshot_job = None
+            if finish <= t_end:
+                rec.done_iters = rec.spec.total_iters
+                rec.finish_s = finish
+                rec.allocation = None
+                finished.append(rec)
+                if cfg.idle_gpus_powered and t_end > finish:
+                    # Its GPUs idle, powered, until the next planning instant.
+                    e_idle = idle_w * (t_end - finish)
+                    energy += e_idle
+                    idle_e += e_idle
+                    co2 += co2_of(idle_w, finish, t_end)
+            allocated_idle_w += idle_w
+        if cfg.idle_gpus_powered:
+            # GPUs no job held during the stretch; max() guards float round-off.
+            free_w = max(idle_all_w - allocated_idle_w, 0.0)
+            e_free = free_w * (t_end - t0)
+            energy += e_free
+            idle_e += e_free
+            co2 += co2_of(free_w, t0, t_end)
+        return t_end, finished, energy, co2, idle_e, busy_gpu_s

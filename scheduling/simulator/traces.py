@@ -1,0 +1,262 @@
+"""Readers for the job traces in ``data/trace/``; each returns ``Job`` value objects.
+
+* ``elasticflow_philly_876.csv`` (ElasticFlow): model, global batch, GPUs and total
+  iterations are all in the file.
+* ``pollux_workload-{1..8}.csv`` (Pollux): model, GPUs and batch are in the file; the
+  work is not. Pollux runs a job until it reaches its validation target, so the total
+  iterations are taken from the last row of ``data/perf/pollux_t4/<model>/
+  validation-<batch>.csv`` -- the measured run at that very batch size.
+* ``philly_week.csv`` (Microsoft Philly via Pollux): only submit time, duration and
+  GPUs. Models are assigned by Pollux's GPU-time buckets (< 1 GPU-h: cifar10 or ncf;
+  < 10: deepspeech2 or bert; < 100: yolov3; above: imagenet), choosing within a pair by a
+  seeded RNG. The batch of a model is the one the Pollux workloads use most often
+  (computed from ``pollux_workload-*.csv``), and the total iterations are the job's
+  measured duration times the model's speed at the requested GPUs, so that at its
+  requested size the job runs as long as it did on Philly.
+
+Jobs are elastic between ``min_gpus=1`` and ``max_gpus`` (a reader parameter): the
+traces record what the user asked for, not what an elastic scheduler may give.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+import re
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+from scheduling.core.types import GpuConfig, Job, PerfCatalog
+
+DEFAULT_TEAM = "default"
+# GPU-hour thresholds and the models of each bucket, in Pollux's order.
+PHILLY_BUCKETS: tuple[tuple[float, tuple[str, ...]], ...] = (
+    (1.0, ("cifar10", "ncf")),
+    (10.0, ("deepspeech2", "bert")),
+    (100.0, ("yolov3",)),
+    (float("inf"), ("imagenet",)),
+)
+
+
+class TraceError(ValueError):
+    """A trace file is missing or malformed; the message is one line."""
+
+
+def _rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            missing = set(required) - set(reader.fieldnames or ())
+            if missing:
+                raise TraceError(f"{path.name}: missing column(s) {sorted(missing)}")
+            return list(reader)
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {path}: {exc.strerror}") from exc
+
+
+def _number(
+    row: dict[str, str], column: str, path: Path, line_no: int, kind: type = float
+) -> float:
+    try:
+        value = kind(float(row[column])) if kind is int else float(row[column])
+    except (TypeError, ValueError):
+        raise TraceError(
+            f"{path.name}:{line_no}: {column}={row.get(column)!r} is not a number"
+        ) from None
+    if value < 0:
+        raise TraceError(f"{path.name}:{line_no}: {column}={value} is negative")
+    return value
+
+
+def _sorted(jobs: list[Job]) -> tuple[Job, ...]:
+    # Stable by submit time so that equal-time jobs keep their file order.
+    return tuple(sorted(jobs, key=lambda j: j.submit_time_s))
+
+
+def read_elasticflow_trace(
+    path: str | Path, *, max_gpus: int = 64, team: str = DEFAULT_TEAM
+) -> tuple[Job, ...]:
+    path = Path(path)
+    columns = ("job_id", "submit_time", "model_name", "batch_size", "num_gpu", "iteration")
+    jobs = []
+    for line_no, row in enumerate(_rows(path, columns), start=2):
+        n_gpus = int(_number(row, "num_gpu", path, line_no, int))
+        jobs.append(
+            Job(
+                job_id=row["job_id"],
+                workload=row["model_name"],
+                team=team,
+                submit_time_s=_number(row, "submit_time", path, line_no),
+                total_iters=_number(row, "iteration", path, line_no),
+                global_batch=int(_number(row, "batch_size", path, line_no, int)),
+                requested_gpus=n_gpus,
+                min_gpus=1,
+                max_gpus=max(max_gpus, n_gpus),
+            )
+        )
+    return _sorted(jobs)
+
+
+def pollux_total_iters(perf_dir: str | Path, workload: str, batch: int) -> float:
+    """Iterations of Pollux's measured run of ``workload`` at global ``batch`` to its target."""
+    path = Path(perf_dir) / "pollux_t4" / workload / f"validation-{batch}.csv"
+    rows = _rows(path, ("iteration",))
+    if not rows:
+        raise TraceError(f"{path.name}: no rows")
+    return float(rows[-1]["iteration"])
+
+
+def read_pollux_workload(
+    path: str | Path, *, perf_dir: str | Path, max_gpus: int = 64, team: str = DEFAULT_TEAM
+) -> tuple[Job, ...]:
+    path = Path(path)
+    iters_cache: dict[tuple[str, int], float] = {}
+    jobs = []
+    for line_no, row in enumerate(
+        _rows(path, ("name", "time", "application", "num_replicas", "batch_size")), 2
+    ):
+        workload = row["application"]
+        batch = int(_number(row, "batch_size", path, line_no, int))
+        key = (workload, batch)
+        if key not in iters_cache:
+            iters_cache[key] = pollux_total_iters(perf_dir, workload, batch)
+        n_gpus = int(_number(row, "num_replicas", path, line_no, int))
+        jobs.append(
+            Job(
+                job_id=row["name"],
+                workload=workload,
+                team=team,
+                submit_time_s=_number(row, "time", path, line_no),
+                total_iters=iters_cache[key],
+                global_batch=batch,
+                requested_gpus=n_gpus,
+                min_gpus=1,
+                max_gpus=max(max_gpus, n_gpus),
+            )
+        )
+    return _sorted(jobs)
+
+
+def pollux_modal_batches(trace_dir: str | Path) -> dict[str, int]:
+    """The batch size each application uses most often across ``pollux_workload-*.csv``."""
+    counts: dict[str, Counter[int]] = {}
+    paths = sorted(Path(trace_dir).glob("pollux_workload-*.csv"))
+    if not paths:
+        raise TraceError(f"no pollux_workload-*.csv in {trace_dir}")
+    for path in paths:
+        for row in _rows(path, ("application", "batch_size")):
+            counts.setdefault(row["application"], Counter())[int(row["batch_size"])] += 1
+    # Ties go to the smaller batch so the choice does not depend on file order.
+    return {app: max(sorted(c), key=lambda b: c[b]) for app, c in counts.items()}
+
+
+def philly_model_for(gpu_time_s: float, rng: random.Random) -> str:
+    gpu_h = gpu_time_s / 3600.0
+    for limit_h, models in PHILLY_BUCKETS:
+        if gpu_h < limit_h:
+            return models[0] if len(models) == 1 else rng.choice(models)
+    raise AssertionError("the last bucket is unbounded")
+
+
+def read_philly_week(
+    path: str | Path,
+    *,
+    catalog: PerfCatalog,
+    gpu_model: str,
+    batches: dict[str, int],
+    seed: int = 0,
+    max_gpus: int = 64,
+) -> tuple[Job, ...]:
+    """Philly jobs mapped to Pollux's models; time 0 is the earliest submission.
+
+    ``batches`` gives the global batch per model (see :func:`pollux_modal_batches`).
+    The team of a job is its Philly virtual cluster.
+    """
+    path = Path(path)
+    rows = _rows(path, ("timestamp", "duration", "num_gpus", "gpu_time", "cluster"))
+    rng = random.Random(seed)
+    parsed = []
+    for line_no, row in enumerate(rows, start=2):
+        try:
+            submitted = datetime.strptime(row["timestamp"], "%Y-%m-%d %H:%M:%S")  # noqa: DTZ007 - zone-less local time; only differences are used
+        except ValueError:
+            raise TraceError(
+                f"{path.name}:{line_no}: timestamp={row['timestamp']!r} is not YYYY-mm-dd HH:MM:SS"
+            ) from None
+        n_gpus = int(_number(row, "num_gpus", path, line_no, int))
+        if n_gpus < 1:
+            raise TraceError(f"{path.name}:{line_no}: num_gpus must be at least 1")
+        workload = philly_model_for(_number(row, "gpu_time", path, line_no), rng)
+        parsed.append(
+            (
+                line_no,
+                submitted,
+                _number(row, "duration", path, line_no),
+                n_gpus,
+                workload,
+                row["cluster"],
+            )
+        )
+    if not parsed:
+        raise TraceError(f"{path.name}: no rows")
+    t0 = min(p[1] for p in parsed)
+    speed: dict[tuple[str, int], float] = {}  # iterations per second at the request
+    jobs = []
+    for line_no, submitted, duration_s, n_gpus, workload, cluster in parsed:
+        if workload not in batches:
+            raise TraceError(f"{path.name}:{line_no}: no batch size known for model {workload!r}")
+        key = (workload, n_gpus)
+        if key not in speed:
+            model = catalog.get(workload, gpu_model)
+            speed[key] = 1.0 / model.iter_time_s(
+                GpuConfig(n_gpus=n_gpus, global_batch=batches[workload])
+            )
+        jobs.append(
+            Job(
+                job_id=f"philly-{line_no - 1}",
+                workload=workload,
+                team=cluster,
+                submit_time_s=(submitted - t0).total_seconds(),
+                total_iters=duration_s * speed[key],
+                global_batch=batches[workload],
+                requested_gpus=n_gpus,
+                min_gpus=1,
+                max_gpus=max(max_gpus, n_gpus),
+            )
+        )
+    return _sorted(jobs)
+
+
+def read_trace(
+    path: str | Path,
+    *,
+    data_dir: str | Path,
+    catalog: PerfCatalog | None = None,
+    gpu_model: str | None = None,
+    seed: int = 0,
+    max_gpus: int = 64,
+) -> tuple[Job, ...]:
+    """Pick the reader by the file name; ``data_dir`` is the repository's ``data/``."""
+    path = Path(path)
+    data_dir = Path(data_dir)
+    name = path.name
+    if name.startswith("elasticflow_"):
+        return read_elasticflow_trace(path, max_gpus=max_gpus)
+    if re.fullmatch(r"pollux_workload-\d+\.csv", name):
+        return read_pollux_workload(path, perf_dir=data_dir / "perf", max_gpus=max_gpus)
+    if name.startswith("philly_week"):
+        if catalog is None or gpu_model is None:
+            raise TraceError("philly_week needs the perf catalog and the cluster's GPU model")
+        batches = pollux_modal_batches(data_dir / "trace")
+        return read_philly_week(
+            path,
+            catalog=catalog,
+            gpu_model=gpu_model,
+            batches=batches,
+            seed=seed,
+            max_gpus=max_gpus,
+        )
+    expected = "elasticflow_*.csv, pollux_workload-N.csv or philly_week*.csv"
+    raise TraceError(f"unknown trace format {name!r}: expected {expected}")

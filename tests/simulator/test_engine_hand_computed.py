@@ -1,0 +1,287 @@
+"""A tiny scenario worked out by hand that the engine must reproduce exactly.
+
+Cluster: one node ``n0`` with two GPUs. Perf model (written here, analytic): an
+iteration takes 2/n seconds on n GPUs; a busy GPU draws 200 W alone and 150 W each when
+two work together; an idle powered GPU draws 50 W. Rounds every 1000 s, a checkpoint-
+restart costs 50 s. Grid: 100 g/kWh in the first hour, 400 g/kWh after.
+
+The scripted planner (standing in for a policy, so the hand computation does not
+depend on a real policy's tie-breaking): jobs in submit order; a job alone gets both
+GPUs; otherwise the k-th job gets GPU k and the rest wait.
+
+Jobs: A (submit 0, 1500 iters), B (submit 500, 1200 iters), C (submit 1500, 600 iters).
+
+  t=0     A alone on 2 GPUs (fresh start): 1 it/s, 300 W.           A: 1000 done
+  t=1000  A resized to n0/0 (restart to 1050), B starts on n0/1.     A: +475, B: +500
+  t=2000  A keeps n0/0, finishes at 2050 (25 iters); B on n0/1; C waits.  B: +500
+  t=3000  B moved to n0/0 (restart to 3050), finishes 3450; C starts on n0/1. C: +500
+  t=4000  C alone: resized to both GPUs (restart to 4050), 100 iters at 1 it/s: 4150.
+
+JCT: A 2050, B 3450-500 = 2950, C 4150-1500 = 2650. Queueing: A 0, B 500, C 1500.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from scheduling.core.types import (
+    J_PER_KWH,
+    Allocation,
+    GpuConfig,
+    Job,
+    Plan,
+    Snapshot,
+    WaitCode,
+    WaitReason,
+)
+from scheduling.simulator.carbon import HourlyIntensity, HourlyPoint
+from scheduling.simulator.cluster_spec import ClusterSpec
+from scheduling.simulator.engine import BudgetSpec, SimConfig, SimulationError, Simulator
+from scheduling.simulator.metrics import summarise
+
+START = datetime(2022, 6, 1, tzinfo=UTC)
+
+
+class AnalyticModel:
+    workload = "toy"
+    gpu_model = "X"
+    idle_power_w = 50.0
+    clocks_mhz = (1000,)
+    batch_sizes = (32,)
+
+    def iter_time_s(self, cfg: GpuConfig) -> float:
+        return 2.0 / cfg.n_gpus
+
+    def power_w(self, cfg: GpuConfig) -> float:
+        return 200.0 if cfg.n_gpus == 1 else 150.0
+
+    def energy_per_iter_j(self, cfg: GpuConfig) -> float:
+        return cfg.n_gpus * self.power_w(cfg) * self.iter_time_s(cfg)
+
+
+class Catalog:
+    def __init__(self) -> None:
+        self.model = AnalyticModel()
+
+    def get(self, workload: str, gpu_model: str) -> AnalyticModel:
+        if (workload, gpu_model) != ("toy", "X"):
+            raise KeyError((workload, gpu_model))
+        return self.model
+
+    def workloads(self) -> tuple[str, ...]:
+        return ("toy",)
+
+
+class ScriptedPlanner:
+    """The rule in the module docstring; remembers every snapshot it was shown."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, Snapshot]] = []
+
+    def __call__(self, snapshot: Snapshot, now: float) -> Plan:
+        self.seen.append((now, snapshot))
+        jobs = sorted(snapshot.jobs, key=lambda j: j.submit_time_s)
+        if len(jobs) == 1:
+            return Plan(allocations={jobs[0].job_id: Allocation(("n0/0", "n0/1"), 32)}, waiting={})
+        allocations = {j.job_id: Allocation((f"n0/{k}",), 32) for k, j in enumerate(jobs[:2])}
+        waiting = {
+            j.job_id: WaitReason(WaitCode.BEHIND_IN_QUEUE, "two jobs ahead") for j in jobs[2:]
+        }
+        return Plan(allocations=allocations, waiting=waiting)
+
+
+def toy_job(job_id: str, submit_s: float, iters: float) -> Job:
+    return Job(
+        job_id=job_id,
+        workload="toy",
+        team="t",
+        submit_time_s=submit_s,
+        total_iters=iters,
+        global_batch=32,
+    )
+
+
+JOBS = (toy_job("A", 0.0, 1500.0), toy_job("B", 500.0, 1200.0), toy_job("C", 1500.0, 600.0))
+INTENSITY = HourlyIntensity(
+    [
+        HourlyPoint(START, 100.0, False),
+        HourlyPoint(datetime(2022, 6, 1, 1, tzinfo=UTC), 400.0, False),
+    ],
+    start=START,
+)
+CLUSTER = ClusterSpec(
+    name="toy", gpu_model="X", switches=1, nodes_per_switch=1, gpus_per_node=2
+).build()
+
+# Cluster power by hand, piece by piece: (t0, t1, watts). Idle pieces are marked.
+PIECES = [
+    (0, 1000, 300),  # A on two GPUs
+    (1000, 1050, 50 + 200),  # A restarting (idle power), B running
+    (1050, 2050, 200 + 200),  # A and B
+    (2050, 3000, 50 + 200),  # A's freed GPU idle (powered), B
+    (3000, 3050, 50 + 200),  # B restarting after its move, C running
+    (3050, 3450, 200 + 200),
+    (3450, 4000, 50 + 200),  # B's freed GPU idle, C (crosses the hour at 3600)
+    (4000, 4050, 2 * 50),  # C restarting on two GPUs
+    (4050, 4150, 2 * 150),  # C on two GPUs
+]
+IDLE_PIECES = [(2050, 3000, 50), (3450, 4000, 50)]
+
+
+def co2_by_hand(pieces) -> float:
+    total = 0.0
+    for t0, t1, watts in pieces:
+        first = max(min(t1, 3600) - t0, 0)
+        second = t1 - t0 - first
+        total += watts * (first * 100.0 + second * 400.0) / J_PER_KWH
+    return total
+
+
+def run(**config):
+    planner = ScriptedPlanner()
+    sim = Simulator(
+        JOBS,
+        cluster=CLUSTER,
+        catalog=Catalog(),
+        planner=planner,
+        config=SimConfig(round_length_s=1000.0, restart_cost_s=50.0, **config),
+        intensity=INTENSITY,
+        budget=BudgetSpec(period_end_s=5000.0, energy_limit_j=2.0e6),
+    )
+    return sim.run(), planner
+
+
+def test_hand_computed_scenario_reproduces_jcts_energy_and_carbon_exactly():
+    # Given the scenario of the module docstring, when it is simulated
+    result, _ = run()
+    by_id = {r.spec.job_id: r for r in result.jobs}
+
+    # then every completion, JCT and queueing delay is the hand-computed one
+    assert {k: r.finish_s for k, r in by_id.items()} == pytest.approx(
+        {"A": 2050, "B": 3450, "C": 4150}, abs=1e-9
+    )
+    assert {k: r.jct_s for k, r in by_id.items()} == pytest.approx(
+        {"A": 2050, "B": 2950, "C": 2650}, abs=1e-9
+    )
+    assert {k: r.queueing_delay_s for k, r in by_id.items()} == {"A": 0.0, "B": 500.0, "C": 1500.0}
+    # and the restarts are the resize of A, the move of B and the resize of C
+    assert {k: (r.n_starts, r.n_resizes) for k, r in by_id.items()} == {
+        "A": (1, 1),
+        "B": (1, 1),
+        "C": (1, 1),
+    }
+    # and energy and carbon are the integrals of the piecewise power
+    assert result.energy_j == pytest.approx(sum((t1 - t0) * w for t0, t1, w in PIECES), abs=1e-9)
+    assert result.energy_j == pytest.approx(1_295_000.0, abs=1e-9)
+    assert result.co2_g == pytest.approx(co2_by_hand(PIECES), abs=1e-9)
+    assert result.idle_energy_j == pytest.approx(
+        sum((t1 - t0) * w for t0, t1, w in IDLE_PIECES), abs=1e-9
+    )
+    # per job: busy and restart energy only
+    assert by_id["A"].energy_j == pytest.approx(300_000 + 50 * 50 + 1000 * 200, abs=1e-9)
+    assert by_id["B"].energy_j == pytest.approx(2000 * 200 + 50 * 50 + 400 * 200, abs=1e-9)
+    assert by_id["C"].energy_j == pytest.approx(1000 * 200 + 50 * 100 + 100 * 300, abs=1e-9)
+    assert by_id["C"].co2_g == pytest.approx(
+        co2_by_hand([(3000, 4000, 200), (4000, 4050, 100), (4050, 4150, 300)]), abs=1e-9
+    )
+    assert result.end_s == 4150.0
+
+
+def test_hand_computed_summary_metrics():
+    result, _ = run()
+    summary = summarise(result)
+    assert summary["n_jobs"] == 3
+    assert summary["n_finished"] == 3
+    assert summary["avg_jct_s"] == pytest.approx((2050 + 2950 + 2650) / 3, abs=1e-9)
+    assert summary["median_jct_s"] == pytest.approx(2650.0, abs=1e-9)
+    assert summary["p99_jct_s"] == pytest.approx(2650 + 0.98 * (2950 - 2650), abs=1e-9)
+    assert summary["makespan_s"] == pytest.approx(4150.0, abs=1e-9)
+    assert summary["avg_queueing_delay_s"] == pytest.approx(2000 / 3, abs=1e-9)
+    assert summary["energy_kwh"] == pytest.approx(1_295_000.0 / J_PER_KWH, abs=1e-12)
+    assert summary["co2_kg"] == pytest.approx(co2_by_hand(PIECES) / 1000, abs=1e-12)
+    # GPU-seconds held: A 2x1000 + 1x1050, B 2000 + 450, C 1000 + 2x150
+    assert summary["gpu_utilisation"] == pytest.approx(6800 / (2 * 4150), abs=1e-12)
+
+
+def test_unpowered_idle_gpus_draw_nothing_but_restarting_gpus_still_do():
+    result, _ = run(idle_gpus_powered=False)
+    no_idle = [p for p in PIECES]
+    energy = sum((t1 - t0) * w for t0, t1, w in no_idle) - sum(
+        (t1 - t0) * w for t0, t1, w in IDLE_PIECES
+    )
+    assert result.energy_j == pytest.approx(energy, abs=1e-9)
+    assert result.idle_energy_j == 0.0
+    assert {r.spec.job_id: r.finish_s for r in result.jobs} == pytest.approx(
+        {"A": 2050, "B": 3450, "C": 4150}
+    )
+
+
+def test_snapshots_carry_progress_and_the_budget_that_remains():
+    _, planner = run()
+    times = [now for now, _ in planner.seen]
+    assert times == [0.0, 1000.0, 2000.0, 3000.0, 4000.0]
+    at_1000 = planner.seen[1][1]
+    (budget,) = at_1000.budgets
+    assert budget.energy_used_j == pytest.approx(300_000.0, abs=1e-9)
+    assert budget.energy_remaining_j == pytest.approx(1_700_000.0, abs=1e-9)
+    assert budget.co2_used_g == pytest.approx(300_000.0 * 100.0 / J_PER_KWH, abs=1e-12)
+    a = next(j for j in at_1000.jobs if j.job_id == "A")
+    assert a.done_iters == pytest.approx(1000.0, abs=1e-9)
+    assert a.allocation == Allocation(("n0/0", "n0/1"), 32)
+    assert a.attained_gpu_s == pytest.approx(2000.0, abs=1e-9)
+    # C arrived at 1500 but is first seen at the round at 2000, waiting
+    at_2000 = planner.seen[2][1]
+    assert [j.job_id for j in at_2000.jobs] == ["A", "B", "C"]
+    assert at_2000.carbon.ci_g_per_kwh == 100.0
+    assert at_2000.carbon.forecast[:2] == ((0.0, 100.0), (3600.0, 400.0))
+    assert planner.seen[4][1].carbon.ci_g_per_kwh == 400.0
+
+
+def test_replanning_on_events_starts_arrivals_immediately():
+    # With replanning at arrivals and completions, B starts at 500 (A resized then).
+    result, planner = run(replan_on_events=True)
+    times = [now for now, _ in planner.seen]
+    assert times[:3] == [0.0, 500.0, 1000.0]
+    b = next(r for r in result.jobs if r.spec.job_id == "B")
+    assert b.first_start_s == 500.0
+    assert b.queueing_delay_s == 0.0
+
+
+def test_a_plan_that_gives_one_gpu_twice_is_refused():
+    def greedy(snapshot: Snapshot, now: float) -> Plan:
+        return Plan(
+            allocations={j.job_id: Allocation(("n0/0",), 32) for j in snapshot.jobs}, waiting={}
+        )
+
+    jobs = (toy_job("A", 0.0, 10.0), toy_job("B", 0.0, 10.0))
+    sim = Simulator(jobs, cluster=CLUSTER, catalog=Catalog(), planner=greedy)
+    with pytest.raises(SimulationError, match="more than one job"):
+        sim.run()
+    # and nothing ran
+    assert [r.done_iters for r in sim._records] == [0.0, 0.0]
+
+
+def test_jobs_nothing_will_run_end_the_run_as_unfinished():
+    def never(snapshot: Snapshot, now: float) -> Plan:
+        return Plan(
+            allocations={},
+            waiting={
+                j.job_id: WaitReason(WaitCode.NO_PERF_MODEL, "no model") for j in snapshot.jobs
+            },
+        )
+
+    sim = Simulator(
+        (toy_job("A", 0.0, 10.0),),
+        cluster=CLUSTER,
+        catalog=Catalog(),
+        planner=never,
+        config=SimConfig(round_length_s=100.0, stall_limit_s=1000.0),
+    )
+    result = sim.run()
+    assert result.stopped_early
+    assert result.jobs[0].finish_s is None
+    assert result.end_s == 1000.0
+    assert result.wait_codes == {"no_perf_model": 10}
+    assert summarise(result)["n_unfinished"] == 1

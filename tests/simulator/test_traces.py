@@ -1,0 +1,171 @@
+"""Every trace in data/trace/ parses into Job value objects with exact row counts."""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+import pytest
+
+from scheduling.core.types import GpuConfig
+from scheduling.simulator.traces import (
+    TraceError,
+    philly_model_for,
+    pollux_modal_batches,
+    pollux_total_iters,
+    read_elasticflow_trace,
+    read_philly_week,
+    read_pollux_workload,
+    read_trace,
+)
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+TRACE = DATA / "trace"
+
+
+class LinearSpeed:
+    """Analytic speed model for the philly mapping: iteration time 0.5 s / n GPUs."""
+
+    idle_power_w = 30.0
+
+    def iter_time_s(self, cfg: GpuConfig) -> float:
+        return 0.5 / cfg.n_gpus
+
+
+class LinearCatalog:
+    def get(self, workload: str, gpu_model: str) -> LinearSpeed:
+        return LinearSpeed()
+
+    def workloads(self) -> tuple[str, ...]:
+        return ("cifar10", "ncf", "deepspeech2", "bert", "yolov3", "imagenet")
+
+
+def test_elasticflow_trace_reads_all_876_jobs_with_their_request():
+    jobs = read_elasticflow_trace(TRACE / "elasticflow_philly_876.csv")
+    assert len(jobs) == 876
+    first = next(j for j in jobs if j.job_id == "0")
+    assert (first.workload, first.submit_time_s, first.total_iters) == ("vgg16", 0.0, 1282877.0)
+    assert (first.global_batch, first.requested_gpus, first.min_gpus, first.max_gpus) == (
+        256,
+        1,
+        1,
+        64,
+    )
+    second = next(j for j in jobs if j.job_id == "1")
+    assert (second.submit_time_s, second.total_iters, second.requested_gpus) == (
+        219316.0,
+        26446831.0,
+        4,
+    )
+    assert {j.workload for j in jobs} == {
+        "bert",
+        "deepspeech2",
+        "gpt2",
+        "inception3",
+        "resnet50",
+        "vgg16",
+    }
+    assert [j.submit_time_s for j in jobs] == sorted(j.submit_time_s for j in jobs)
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_pollux_workloads_read_160_jobs_each_with_measured_iterations(n):
+    jobs = read_pollux_workload(TRACE / f"pollux_workload-{n}.csv", perf_dir=DATA / "perf")
+    assert len(jobs) == 160
+    for job in jobs:
+        assert job.total_iters == pollux_total_iters(DATA / "perf", job.workload, job.global_batch)
+
+
+def test_pollux_total_iterations_come_from_the_last_validation_row():
+    # data/perf/pollux_t4/cifar10/validation-2048.csv ends at iteration 3178
+    assert pollux_total_iters(DATA / "perf", "cifar10", 2048) == 3178.0
+    jobs = read_pollux_workload(TRACE / "pollux_workload-1.csv", perf_dir=DATA / "perf")
+    first = jobs[0]
+    assert (first.job_id, first.workload, first.submit_time_s) == ("cifar10-0", "cifar10", 107.0)
+    assert (first.requested_gpus, first.global_batch, first.total_iters) == (6, 2048, 3178.0)
+
+
+def test_pollux_modal_batches_are_the_most_used_batch_per_application():
+    assert pollux_modal_batches(TRACE) == {
+        "bert": 384,
+        "cifar10": 2048,
+        "deepspeech2": 320,
+        "imagenet": 6400,
+        "ncf": 32768,
+        "yolov3": 64,
+    }
+
+
+def test_philly_week_maps_12751_jobs_by_gpu_time_bucket():
+    batches = pollux_modal_batches(TRACE)
+    jobs = read_philly_week(
+        TRACE / "philly_week.csv", catalog=LinearCatalog(), gpu_model="T4", batches=batches, seed=3
+    )
+    assert len(jobs) == 12751
+    assert min(j.submit_time_s for j in jobs) == 0.0
+    # The first row: 66 s on 1 GPU, 2017-10-09 07:01:55 (the week starts 00:01:56).
+    first = next(j for j in jobs if j.job_id == "philly-1")
+    assert first.workload in {"cifar10", "ncf"}
+    assert first.submit_time_s == 7 * 3600 - 1.0
+    assert first.total_iters == pytest.approx(66.0 / 0.5, abs=1e-9)
+    assert first.team == "11cb48"
+    assert first.global_batch == batches[first.workload]
+    # Speed at the requested GPUs makes every job last its measured duration there.
+    with (TRACE / "philly_week.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    for job in jobs:
+        row = rows[int(job.job_id.removeprefix("philly-")) - 1]
+        assert job.requested_gpus == int(row["num_gpus"])
+        assert job.total_iters * 0.5 / job.requested_gpus == pytest.approx(float(row["duration"]))
+    counts = {}
+    for job in jobs:
+        counts[job.workload] = counts.get(job.workload, 0) + 1
+    assert set(counts) <= {"cifar10", "ncf", "deepspeech2", "bert", "yolov3", "imagenet"}
+    assert counts["imagenet"] + counts["yolov3"] + counts["bert"] + counts["deepspeech2"] > 0
+
+
+def test_philly_mapping_is_deterministic_for_a_seed_and_varies_across_seeds():
+    batches = pollux_modal_batches(TRACE)
+
+    def read(seed):
+        path = TRACE / "philly_week.csv"
+        return read_philly_week(
+            path, catalog=LinearCatalog(), gpu_model="T4", batches=batches, seed=seed
+        )
+
+    a, b, c = read(7), read(7), read(8)
+    assert a == b
+    assert [j.workload for j in a] != [j.workload for j in c]
+
+
+def test_gpu_time_buckets_follow_pollux():
+    rng = random.Random(0)
+    assert philly_model_for(3599.0, rng) in {"cifar10", "ncf"}
+    assert philly_model_for(3600.0, rng) in {"deepspeech2", "bert"}
+    assert philly_model_for(99 * 3600.0, rng) == "yolov3"
+    assert philly_model_for(100 * 3600.0, rng) == "imagenet"
+
+
+def test_read_trace_dispatches_on_the_file_name():
+    assert len(read_trace(TRACE / "pollux_workload-3.csv", data_dir=DATA)) == 160
+    assert len(read_trace(TRACE / "elasticflow_philly_876.csv", data_dir=DATA)) == 876
+
+
+def test_unknown_or_broken_traces_are_refused_with_one_line(tmp_path):
+    with pytest.raises(TraceError, match="unknown trace format"):
+        read_trace(TRACE / "cluster_n16g8.csv", data_dir=DATA)
+    with pytest.raises(TraceError, match="philly_week needs the perf catalog"):
+        read_trace(TRACE / "philly_week.csv", data_dir=DATA)
+    bad = tmp_path / "elasticflow_bad.csv"
+    bad.write_text(
+        "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n0,zero,vgg16,256,1,10\n"
+    )
+    with pytest.raises(
+        TraceError, match=r"elasticflow_bad.csv:2: submit_time='zero' is not a number"
+    ):
+        read_trace(bad, data_dir=DATA)
+    missing = tmp_path / "elasticflow_missing.csv"
+    missing.write_text("job_id,submit_time\n0,0\n")
+    with pytest.raises(TraceError, match="missing column"):
+        read_trace(missing, data_dir=DATA)
