@@ -203,13 +203,18 @@ def start_job(
     at: datetime,
 ) -> JobAllocation:
     """Move a queued or paused job to running on the given GPUs, all or nothing."""
-    with transaction.atomic():
-        transition_job(job, to=JobState.RUNNING, at=at)
-        return set_allocation(
-            job,
-            gpus=gpus,
-            batch_size=batch_size,
-            sm_clock_mhz=sm_clock_mhz,
-            power_limit_w=power_limit_w,
-            at=at,
-        )
+    try:
+        with transaction.atomic():
+            transition_job(job, to=JobState.RUNNING, at=at)
+            return set_allocation(
+                job,
+                gpus=gpus,
+                batch_size=batch_size,
+                sm_clock_mhz=sm_clock_mhz,
+                power_limit_w=power_limit_w,
+                at=at,
+            )
+    except (InvalidTransition, AllocationError):
+        # The transaction rolled back; make the caller's copy match the row again.
+        job.refresh_from_db()
+        raise

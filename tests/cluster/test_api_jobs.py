@@ -1,0 +1,235 @@
+"""Jobs over REST: who sees, submits and cancels what, and per-field validation errors."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from cluster.choices import JobState
+from cluster.models import Job
+
+SUBMIT = {
+    "name": "bert finetune",
+    "team": "vision",
+    "workload": "bert",
+    "min_gpus": 1,
+    "max_gpus": 2,
+    "global_batch_size": 64,
+    "total_iterations": 5000,
+}
+
+
+@pytest.fixture
+def jobs(make_job, member, lead, outsider, team, other_team):
+    return {
+        "member": make_job(owner=member, team=team, name="member's"),
+        "lead": make_job(owner=lead, team=team, name="lead's"),
+        "outsider": make_job(owner=outsider, team=other_team, name="outsider's"),
+    }
+
+
+def _ids(response) -> set[int]:
+    return {row["id"] for row in response.json()["results"]}
+
+
+def test_anonymous_requests_are_refused(api_client, jobs):
+    response = api_client().get("/api/jobs/")
+
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("persona", "visible"),
+    [
+        ("member", {"member", "lead"}),
+        ("lead", {"member", "lead"}),
+        ("outsider", {"outsider"}),
+        ("admin", {"member", "lead", "outsider"}),
+    ],
+)
+def test_job_list_shows_only_the_users_teams(api_client, personas, jobs, persona, visible):
+    response = api_client(personas[persona]).get("/api/jobs/")
+
+    assert response.status_code == 200
+    assert _ids(response) == {jobs[name].pk for name in visible}
+
+
+@pytest.mark.parametrize(
+    ("persona", "expected"),
+    [("member", 200), ("lead", 200), ("outsider", 404), ("admin", 200)],
+)
+def test_job_detail_is_hidden_from_other_teams(api_client, personas, jobs, persona, expected):
+    response = api_client(personas[persona]).get(f"/api/jobs/{jobs['member'].pk}/")
+
+    assert response.status_code == expected
+    if expected == 200:
+        body = response.json()
+        assert body["name"] == "member's"
+        assert body["owner"] == "vera_member"
+        assert body["team"] == "vision"
+        assert body["state"] == "queued"
+        assert body["state_colour"] == "slategray"
+        assert body["current_allocation"] is None
+
+
+def test_member_submits_a_job_to_their_team(api_client, member, team):
+    response = api_client(member).post("/api/jobs/", SUBMIT, format="json")
+
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get()
+    assert response.json()["id"] == job.pk
+    assert (job.owner, job.team, job.state) == (member, team, JobState.QUEUED)
+    assert (job.min_gpus, job.max_gpus, job.total_iterations) == (1, 2, 5000)
+    assert (job.min_batch_size, job.global_batch_size, job.max_batch_size) == (64, 64, 64)
+
+
+def test_admin_submits_to_any_team(api_client, admin_user, other_team):
+    response = api_client(admin_user).post(
+        "/api/jobs/", {**SUBMIT, "team": "language"}, format="json"
+    )
+
+    assert response.status_code == 201
+    assert Job.objects.get().team == other_team
+
+
+@pytest.mark.parametrize(
+    ("change", "errors"),
+    [
+        ({"team": "language"}, {"team": ["You are not a member of this team."]}),
+        ({"team": "nope"}, {"team": ["Object with slug=nope does not exist."]}),
+        ({"min_gpus": 4, "max_gpus": 2}, {"max_gpus": ["Must be at least min_gpus."]}),
+        (
+            {"total_iterations": -5},
+            {"total_iterations": ["Ensure this value is greater than or equal to 1."]},
+        ),
+        ({"min_gpus": 0}, {"min_gpus": ["Ensure this value is greater than or equal to 1."]}),
+        (
+            {"min_batch_size": 128},
+            {"min_batch_size": ["Must not exceed global_batch_size."]},
+        ),
+        (
+            {"max_batch_size": 32},
+            {"max_batch_size": ["Must be at least global_batch_size."]},
+        ),
+        ({"base_lr": 0.1, "max_lr": 0.01}, {"max_lr": ["Must be at least base_lr."]}),
+        ({"name": ""}, {"name": ["This field may not be blank."]}),
+        (
+            {"slowdown_tolerance": -0.1},
+            {"slowdown_tolerance": ["Ensure this value is greater than or equal to 0.0."]},
+        ),
+    ],
+)
+def test_bad_submission_gets_400_with_field_errors_and_stores_nothing(
+    api_client, member, other_team, change, errors
+):
+    response = api_client(member).post("/api/jobs/", {**SUBMIT, **change}, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == errors
+    assert Job.objects.count() == 0
+
+
+def test_submission_missing_required_fields_names_each(api_client, member, team):
+    response = api_client(member).post("/api/jobs/", {"team": "vision"}, format="json")
+
+    assert response.status_code == 400
+    assert set(response.json()) == {"name", "workload", "global_batch_size", "total_iterations"}
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("persona", "job", "expected"),
+    [
+        ("member", "member", 200),  # owner
+        ("member", "lead", 403),  # same team, not owner, not lead
+        ("lead", "member", 200),  # lead of the job's team
+        ("outsider", "member", 404),  # cannot even see it
+        ("admin", "outsider", 200),
+    ],
+)
+def test_cancel_permissions(api_client, personas, jobs, persona, job, expected):
+    target = jobs[job]
+
+    response = api_client(personas[persona]).post(f"/api/jobs/{target.pk}/cancel/")
+
+    assert response.status_code == expected
+    row = Job.objects.get(pk=target.pk)
+    if expected == 200:
+        assert response.json()["state"] == "cancelled"
+        assert row.state == JobState.CANCELLED
+        assert row.finished_at is not None
+    else:
+        assert row.state == JobState.QUEUED
+        assert row.finished_at is None
+
+
+def test_cancel_of_a_finished_job_is_a_conflict(api_client, member, jobs):
+    finished_at = datetime(2026, 3, 1, tzinfo=UTC)
+    Job.objects.filter(pk=jobs["member"].pk).update(
+        state=JobState.COMPLETED, finished_at=finished_at
+    )
+
+    response = api_client(member).post(f"/api/jobs/{jobs['member'].pk}/cancel/")
+
+    assert response.status_code == 409
+    assert "cannot go from completed to cancelled" in response.json()["detail"]
+    row = Job.objects.get(pk=jobs["member"].pk)
+    assert (row.state, row.finished_at) == (JobState.COMPLETED, finished_at)
+
+
+def test_jobs_cannot_be_edited_or_deleted_over_rest(api_client, admin_user, jobs):
+    client = api_client(admin_user)
+    url = f"/api/jobs/{jobs['member'].pk}/"
+
+    assert client.patch(url, {"name": "renamed"}, format="json").status_code == 405
+    assert client.delete(url).status_code == 405
+    assert Job.objects.get(pk=jobs["member"].pk).name == "member's"
+
+
+def test_job_list_filters(api_client, admin_user, make_job, member, lead, team, other_team):
+    # given jobs differing in state, team, workload, owner and submit time
+    early = make_job(owner=member, team=team, at=datetime(2026, 1, 1, tzinfo=UTC))
+    late = make_job(owner=lead, team=team, workload="gpt2", at=datetime(2026, 2, 1, tzinfo=UTC))
+    Job.objects.filter(pk=late.pk).update(state=JobState.RUNNING)
+    client = api_client(admin_user)
+
+    def ids(query: str) -> set[int]:
+        response = client.get(f"/api/jobs/?{query}")
+        assert response.status_code == 200, response.json()
+        return _ids(response)
+
+    assert ids("state=running") == {late.pk}
+    assert ids("state=running&state=queued") == {early.pk, late.pk}
+    assert ids("team=vision") == {early.pk, late.pk}
+    assert ids("team=language") == set()
+    assert ids("workload=gpt2") == {late.pk}
+    assert ids("owner=vera_member") == {early.pk}
+    assert ids("submitted_after=2026-01-15T00:00:00Z") == {late.pk}
+    assert ids("submitted_before=2026-01-15T00:00:00Z") == {early.pk}
+
+
+def test_unknown_state_filter_is_a_400(api_client, admin_user):
+    response = api_client(admin_user).get("/api/jobs/?state=sleeping")
+
+    assert response.status_code == 400
+    assert list(response.json()) == ["state"]
+
+
+def test_allocation_history_endpoint(api_client, make_job, make_node, member, team):
+    from cluster.services import set_allocation, start_job
+
+    gpus = list(make_node().gpus.order_by("index"))
+    job = make_job(owner=member, team=team)
+    t0, t1 = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 3, 2, tzinfo=UTC)
+    start_job(job, gpus=gpus[:1], batch_size=256, at=t0)
+    set_allocation(job, gpus=gpus[:2], batch_size=256, sm_clock_mhz=1200, at=t1)
+
+    response = api_client(member).get(f"/api/jobs/{job.pk}/allocations/")
+
+    assert response.status_code == 200
+    assert [
+        (row["gpus"], row["sm_clock_mhz"], row["started_at"], row["ended_at"])
+        for row in response.json()
+    ] == [
+        ([gpus[0].pk], None, "2026-03-01T00:00:00Z", "2026-03-02T00:00:00Z"),
+        ([gpus[0].pk, gpus[1].pk], 1200, "2026-03-02T00:00:00Z", None),
+    ]
