@@ -216,6 +216,9 @@ class Snapshot:
     budgets: tuple[Budget, ...] = ()
     carbon: CarbonSignal = CarbonSignal(ci_g_per_kwh=0.0)
     epoch_s: float = 0.0  # wall-clock Unix time of now=0 (simulator); 0 in the service
+    # False: every schedulable GPU is powered and draws idle power when unused.
+    # True: nodes without any busy GPU are powered down, so packing saves energy.
+    power_off_idle_nodes: bool = False
     # Opaque, JSON-serialisable state a policy returned in its last Plan (timers,
     # learned co-location history, ...); the service stores it between rounds.
     policy_state: Mapping[str, Any] = field(default_factory=dict)
@@ -232,6 +235,7 @@ class WaitCode(StrEnum):
     PREEMPTED = "preempted"
     NO_PERF_MODEL = "no_perf_model"
     NO_MATCHING_GPU = "no_matching_gpu"
+    OVER_ROUND_ALLOWANCE = "over_round_allowance"  # budget left, but not this round
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,3 +274,66 @@ class Plan:
     energy_allowance_j: float | None = None
     co2_allowance_g: float | None = None
     policy_state: Mapping[str, Any] = field(default_factory=dict)
+    # Per budget_id: what this round may spend and what the plan is predicted to spend
+    # (busy energy of the budget's jobs; a cluster-wide budget also pays idle GPUs).
+    energy_allowance_by_budget_j: Mapping[str, float] = field(default_factory=dict)
+    co2_allowance_by_budget_g: Mapping[str, float] = field(default_factory=dict)
+    predicted_energy_by_budget_j: Mapping[str, float] = field(default_factory=dict)
+    predicted_co2_by_budget_g: Mapping[str, float] = field(default_factory=dict)
+    policy: str = ""
+
+
+# --- the policy interface ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A policy's decision for one job: a configuration, not yet GPUs.
+
+    ``n_gpus`` GPUs of ``gpu_model``; placement turns it into GPU ids. Grants come in
+    priority order: when placement cannot honour them all, the later ones wait.
+    """
+
+    job_id: str
+    n_gpus: int
+    global_batch: int
+    gpu_model: str
+    sm_clock_mhz: int | None = None
+    power_limit_w: float | None = None
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    """What ``Policy.allocate`` returns: grants, reasons, allowances, new state."""
+
+    grants: tuple[Grant, ...]
+    waiting: Mapping[str, WaitReason]
+    energy_allowance_by_budget_j: Mapping[str, float] = field(default_factory=dict)
+    co2_allowance_by_budget_g: Mapping[str, float] = field(default_factory=dict)
+    policy_state: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Policy(Protocol):
+    """A scheduling policy: one entry point, a registry name, a placement kind.
+
+    Contract of ``allocate(ctx)`` (``ctx`` is a ``scheduling.core.context.RoundContext``):
+
+    - it sees only ``ctx``: the admitted jobs (perf model and GPU model resolved, team
+      budget not exhausted), free capacity per GPU model, the budgets, the carbon
+      signal, cached perf predictions, ``ctx.now_s`` and the state it returned last
+      round (``ctx.policy_state``); it never reads a clock or module globals;
+    - it returns a ``Grant`` for each job it wants to run, in priority order, whose
+      ``n_gpus`` summed per GPU model never exceed ``ctx.capacity``, and a
+      ``WaitReason`` for every other admitted job;
+    - it is deterministic: the same context gives the same decision;
+    - any state it needs next round goes in ``PolicyDecision.policy_state`` and must be
+      JSON-serialisable, because the service runs each round in a fresh process.
+
+    ``placement`` is ``"buddy"`` (aligned power-of-two blocks, network packing) or
+    ``"first_fit"``.
+    """
+
+    name: str
+    placement: str
+
+    def allocate(self, ctx: Any) -> PolicyDecision: ...

@@ -1,0 +1,135 @@
+"""What a policy sees in one round: admitted jobs, capacity, budgets, cached predictions.
+
+``RoundContext`` is built by the admit stage of ``plan_round`` and handed to
+``Policy.allocate``. Predictions are cached per (workload, GPU model, configuration)
+for the round, because greedy policies ask for the same configurations many times.
+
+Time model (shared with the simulator): a job's work is ``remaining_iters`` iterations
+at its *submitted* global batch, i.e. a number of samples; at another batch ``b`` it
+needs ``samples / b`` iterations. Statistical efficiency is not modelled (as in
+ElasticFlow, which keeps the batch fixed); this is a simplification, not a measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduling.core.types import Budget, GpuConfig, Job, PerfCatalog, PerfModel, Snapshot
+
+
+class PerfCache:
+    """Per-round memo of perf-model lookups and predictions."""
+
+    def __init__(self, catalog: PerfCatalog) -> None:
+        self._catalog = catalog
+        self._models: dict[tuple[str, str], PerfModel | None] = {}
+        self._pred: dict[tuple, tuple[float, float]] = {}
+        self._idle: dict[str, float] = {}
+
+    def model(self, workload: str, gpu_model: str) -> PerfModel | None:
+        key = (workload, gpu_model)
+        if key not in self._models:
+            try:
+                self._models[key] = self._catalog.get(workload, gpu_model)
+            except (KeyError, LookupError, ValueError):
+                self._models[key] = None
+        return self._models[key]
+
+    def predict(
+        self, model: PerfModel, n: int, batch: int, clock: int | None, limit: float | None
+    ) -> tuple[float, float]:
+        """(seconds per iteration, watts per busy GPU) for one configuration."""
+        key = (model.workload, model.gpu_model, n, batch, clock, limit)
+        hit = self._pred.get(key)
+        if hit is None:
+            cfg = GpuConfig(n_gpus=n, global_batch=batch, sm_clock_mhz=clock, power_limit_w=limit)
+            hit = (model.iter_time_s(cfg), model.power_w(cfg))
+            self._pred[key] = hit
+        return hit
+
+    def idle_power_w(self, gpu_model: str) -> float:
+        """Idle power of a GPU model: the lowest any of its perf models reports."""
+        if gpu_model not in self._idle:
+            values = [
+                m.idle_power_w
+                for w in self._catalog.workloads()
+                if (m := self.model(w, gpu_model)) is not None
+            ]
+            self._idle[gpu_model] = min(values) if values else 0.0
+        return self._idle[gpu_model]
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Predicted outcome of running a job in one configuration from now on."""
+
+    remaining_s: float  # time to finish the remaining work
+    power_w: float  # per busy GPU
+    round_busy_s: float  # how long it is busy within this round
+    round_energy_j: float  # all its GPUs, busy power, within this round
+    remaining_energy_j: float  # all its GPUs, busy power, to the end
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """An admitted job with what admission resolved for it."""
+
+    job: Job
+    gpu_model: str
+    perf: PerfModel
+    budget_ids: tuple[str, ...] = ()  # active budgets that pay for it (team, cluster)
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    snapshot: Snapshot
+    now_s: float
+    jobs: tuple[JobView, ...]  # admitted, in snapshot order
+    capacity: Mapping[str, int]  # schedulable GPUs per GPU model
+    node_gpus: Mapping[str, int]  # GPUs per node per GPU model (largest node)
+    budgets: tuple[Budget, ...]  # active at now_s
+    cache: PerfCache
+    policy_state: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def round_length_s(self) -> float:
+        return self.snapshot.round_length_s
+
+    @property
+    def ci_g_per_kwh(self) -> float:
+        return self.snapshot.carbon.ci_g_per_kwh
+
+    def estimate(
+        self,
+        jv: JobView,
+        n: int,
+        batch: int | None = None,
+        clock: int | None = None,
+        limit: float | None = None,
+    ) -> Estimate:
+        job = jv.job
+        b = batch if batch is not None else job.global_batch
+        iter_s, power_w = self.cache.predict(jv.perf, n, b, clock, limit)
+        iter_s *= job.iter_time_scale
+        power_w *= job.power_scale
+        iters = job.remaining_iters * job.global_batch / b
+        remaining_s = iters * iter_s
+        busy_s = min(self.round_length_s, remaining_s)
+        return Estimate(
+            remaining_s=remaining_s,
+            power_w=power_w,
+            round_busy_s=busy_s,
+            round_energy_j=n * power_w * busy_s,
+            remaining_energy_j=n * power_w * remaining_s,
+        )
+
+    def idle_power_w(self, gpu_model: str) -> float:
+        return self.cache.idle_power_w(gpu_model)
+
+    def budget(self, budget_id: str) -> Budget:
+        for b in self.budgets:
+            if b.budget_id == budget_id:
+                return b
+        raise KeyError(budget_id)

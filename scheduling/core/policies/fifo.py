@@ -1,0 +1,81 @@
+"""First in, first out: the simplest baseline, blind to energy.
+
+Jobs run in submit order with exactly the GPUs they asked for, at the maximum clock
+(or a fixed one, see ``fifo_lowclock``), at their submitted batch. By default it is
+non-preemptive (a running job keeps running) and strict (the first job that does not
+fit blocks everyone behind it); ``backfill=True`` lets later jobs that fit go ahead.
+"""
+
+from __future__ import annotations
+
+from scheduling.core.context import RoundContext
+from scheduling.core.policies.base import (
+    GpuLedger,
+    behind_in_queue,
+    expected_free_at,
+    submit_order,
+    too_big,
+)
+from scheduling.core.registry import register_policy
+from scheduling.core.types import Grant, PolicyDecision, WaitReason
+
+
+@register_policy("fifo")
+class Fifo:
+    name = "fifo"
+
+    def __init__(
+        self,
+        *,
+        backfill: bool = False,
+        preemptive: bool = False,
+        sm_clock_mhz: int | None = None,
+        power_limit_w: float | None = None,
+        placement: str = "first_fit",
+    ) -> None:
+        self.backfill = backfill
+        self.preemptive = preemptive
+        self.sm_clock_mhz = sm_clock_mhz
+        self.power_limit_w = power_limit_w
+        self.placement = placement
+
+    def _clock(self, clocks: tuple[int, ...]) -> int | None:
+        """The configured clock, snapped down to a step the GPU supports."""
+        if self.sm_clock_mhz is None or not clocks:
+            return self.sm_clock_mhz
+        below = [c for c in clocks if c <= self.sm_clock_mhz]
+        return below[-1] if below else clocks[0]
+
+    def allocate(self, ctx: RoundContext) -> PolicyDecision:
+        """Grant jobs in submit order (running ones first unless ``preemptive``)."""
+        queue = submit_order(ctx.jobs)
+        if not self.preemptive:
+            queue = [jv for jv in queue if jv.job.is_running] + [
+                jv for jv in queue if not jv.job.is_running
+            ]
+        ledger = GpuLedger(ctx)
+        grants: list[Grant] = []
+        running: list[tuple] = []
+        waiting: dict[str, WaitReason] = {}
+        blocked = False
+        for pos, jv in enumerate(queue):
+            job = jv.job
+            n = job.requested_gpus
+            if n > ctx.capacity[jv.gpu_model]:
+                waiting[job.job_id] = too_big(n, jv.gpu_model, ctx.capacity[jv.gpu_model])
+                continue
+            if (blocked and not self.backfill) or not ledger.fits(jv, n):
+                until = None if blocked else expected_free_at(ctx, running, jv, n)
+                waiting[job.job_id] = behind_in_queue(
+                    pos, n, jv.gpu_model, ledger.free[jv.gpu_model], until
+                )
+                blocked = True
+                continue
+            ledger.take(jv, n)
+            clock = self._clock(jv.perf.clocks_mhz)
+            grants.append(
+                Grant(job.job_id, n, job.global_batch, jv.gpu_model, clock, self.power_limit_w)
+            )
+            est = ctx.estimate(jv, n, job.global_batch, clock, self.power_limit_w)
+            running.append((jv, n, est.remaining_s))
+        return PolicyDecision(grants=tuple(grants), waiting=waiting)

@@ -1,0 +1,351 @@
+"""One scheduling round: ``plan_round(snapshot, *, policy, now)``.
+
+A short pipeline of named stages, each a plain function:
+
+1. ``admit``: resolve each active job's GPU model and perf model and its active
+   budgets; jobs that cannot run at all this round (no perf model, no such GPU,
+   budget exhausted) get their reason here and never reach the policy.
+2. ``allocate``: the policy turns admitted jobs into grants (GPU count, batch, clock
+   or power limit) in priority order, and reasons for the rest.
+3. ``place``: the policy's placer maps grants to GPU ids; a grant with no room left
+   waits with ``NO_FREE_BLOCK``.
+4. ``diff``: compare with the running allocations: start, stop, resize, retune.
+
+Then the plan's energy and carbon over the round are predicted (busy GPUs at their
+configuration's power, powered idle GPUs at idle power) and reported against the
+allowances the policy used. Time comes in as ``now``; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scheduling.core.context import JobView, PerfCache, RoundContext
+from scheduling.core.placement import PLACERS, PlacementRequest
+from scheduling.core.registry import get_policy
+from scheduling.core.types import (
+    J_PER_KWH,
+    Allocation,
+    Budget,
+    Change,
+    ChangeKind,
+    Job,
+    Plan,
+    Policy,
+    PolicyDecision,
+    Snapshot,
+    WaitCode,
+    WaitReason,
+)
+
+
+class PolicyContractError(RuntimeError):
+    """A policy returned a decision that breaks the contract in ``types.Policy``."""
+
+
+def plan_round(snapshot: Snapshot, *, policy: str | Policy, now: float) -> Plan:
+    """Plan one round at time ``now`` (seconds, same clock as the snapshot)."""
+    pol = get_policy(policy) if isinstance(policy, str) else policy
+    ctx, waiting = admit(snapshot, now=now, respects_budgets=getattr(pol, "respects_budgets", True))
+    decision = allocate(ctx, pol)
+    waiting.update(decision.waiting)
+    allocations, unplaced = place(ctx, decision, placement=pol.placement)
+    waiting.update(unplaced)
+    changes = diff(snapshot.jobs, allocations)
+    return _finish(ctx, pol, decision, allocations, waiting, changes)
+
+
+# --- stage 1: admit -----------------------------------------------------------------
+
+
+def active_budgets(budgets: tuple[Budget, ...], now: float) -> tuple[Budget, ...]:
+    return tuple(b for b in budgets if b.period_start_s <= now < b.period_end_s)
+
+
+def _exhausted(b: Budget) -> bool:
+    return b.energy_remaining_j == 0.0 or b.co2_remaining_g == 0.0
+
+
+def admit(
+    snapshot: Snapshot, *, now: float, respects_budgets: bool = True
+) -> tuple[RoundContext, dict[str, WaitReason]]:
+    cache = PerfCache(snapshot.perf)
+    capacity: dict[str, int] = {}
+    node_gpus: dict[str, int] = {}
+    for node in snapshot.cluster.nodes:
+        if not node.schedulable:
+            continue
+        per_model: dict[str, int] = {}
+        for g in node.gpus:
+            per_model[g.model] = per_model.get(g.model, 0) + 1
+        for model, count in per_model.items():
+            capacity[model] = capacity.get(model, 0) + count
+            node_gpus[model] = max(node_gpus.get(model, 0), count)
+    # A job that names no GPU model runs on the most plentiful one with a perf model.
+    models_by_size = sorted(capacity, key=lambda m: (-capacity[m], m))
+    budgets = active_budgets(snapshot.budgets, now)
+    cluster_budgets = [b for b in budgets if b.team is None]
+
+    views: list[JobView] = []
+    waiting: dict[str, WaitReason] = {}
+    for job in snapshot.jobs:
+        model, perf, reason = _resolve_model(job, models_by_size, capacity, cache)
+        if reason is not None:
+            waiting[job.job_id] = reason
+            continue
+        pays = [b for b in budgets if b.team == job.team] + cluster_budgets
+        if respects_budgets:
+            spent = next((b for b in pays if _exhausted(b)), None)
+            if spent is not None:
+                whose = f"team {job.team}'s" if spent.team else "the cluster's"
+                waiting[job.job_id] = WaitReason(
+                    WaitCode.BUDGET_EXHAUSTED,
+                    f"Waiting: {whose} budget for this period is used up; "
+                    "it renews when the period ends.",
+                    until_s=spent.period_end_s,
+                )
+                continue
+        views.append(
+            JobView(
+                job=job, gpu_model=model, perf=perf, budget_ids=tuple(b.budget_id for b in pays)
+            )
+        )
+    ctx = RoundContext(
+        snapshot=snapshot,
+        now_s=now,
+        jobs=tuple(views),
+        capacity=capacity,
+        node_gpus=node_gpus,
+        budgets=budgets,
+        cache=cache,
+        policy_state=dict(snapshot.policy_state),
+    )
+    return ctx, waiting
+
+
+def _resolve_model(
+    job: Job, models_by_size: list[str], capacity: Mapping[str, int], cache: PerfCache
+):
+    if job.gpu_model is not None:
+        if capacity.get(job.gpu_model, 0) < job.min_gpus:
+            have = capacity.get(job.gpu_model, 0)
+            return (
+                None,
+                None,
+                WaitReason(
+                    WaitCode.NO_MATCHING_GPU,
+                    f"Waiting: needs {job.min_gpus} {job.gpu_model} GPU(s); "
+                    f"the cluster has {have} schedulable.",
+                ),
+            )
+        perf = cache.model(job.workload, job.gpu_model)
+        if perf is None:
+            return None, None, _no_perf(job, job.gpu_model)
+        return job.gpu_model, perf, None
+    fitting = [m for m in models_by_size if capacity[m] >= job.min_gpus]
+    if not fitting:
+        return (
+            None,
+            None,
+            WaitReason(
+                WaitCode.NO_MATCHING_GPU,
+                f"Waiting: needs {job.min_gpus} GPU(s) of one model; "
+                "no GPU model has that many schedulable.",
+            ),
+        )
+    for m in fitting:
+        perf = cache.model(job.workload, m)
+        if perf is not None:
+            return m, perf, None
+    return None, None, _no_perf(job, "/".join(fitting))
+
+
+def _no_perf(job: Job, models: str) -> WaitReason:
+    return WaitReason(
+        WaitCode.NO_PERF_MODEL,
+        f"Waiting: no performance model for workload {job.workload!r} on {models}, "
+        "so it cannot be sized.",
+    )
+
+
+# --- stage 2: allocate --------------------------------------------------------------
+
+
+def allocate(ctx: RoundContext, policy: Policy) -> PolicyDecision:
+    decision = policy.allocate(ctx)
+    admitted = {jv.job.job_id: jv for jv in ctx.jobs}
+    used: dict[str, int] = {}
+    seen: set[str] = set()
+    for g in decision.grants:
+        jv = admitted.get(g.job_id)
+        if jv is None or g.job_id in seen:
+            raise PolicyContractError(
+                f"{policy.name}: grant for unknown or repeated job {g.job_id!r}"
+            )
+        if g.n_gpus < 1 or g.gpu_model != jv.gpu_model:
+            raise PolicyContractError(f"{policy.name}: bad grant {g}")
+        seen.add(g.job_id)
+        used[g.gpu_model] = used.get(g.gpu_model, 0) + g.n_gpus
+    for model, n in used.items():
+        if n > ctx.capacity.get(model, 0):
+            raise PolicyContractError(
+                f"{policy.name}: granted {n} {model} GPUs of {ctx.capacity.get(model, 0)}"
+            )
+    missing = [j for j in admitted if j not in seen and j not in decision.waiting]
+    if missing:
+        raise PolicyContractError(f"{policy.name}: no grant and no reason for {missing[:5]}")
+    return decision
+
+
+# --- stage 3: place -----------------------------------------------------------------
+
+
+def place(
+    ctx: RoundContext, decision: PolicyDecision, *, placement: str
+) -> tuple[dict[str, Allocation], dict[str, WaitReason]]:
+    jobs = {jv.job.job_id: jv.job for jv in ctx.jobs}
+    requests = []
+    for g in decision.grants:
+        cur = jobs[g.job_id].allocation
+        requests.append(
+            PlacementRequest(g.job_id, g.n_gpus, g.gpu_model, cur.gpu_ids if cur else ())
+        )
+    result = PLACERS[placement](ctx.snapshot.cluster, requests)
+    allocations: dict[str, Allocation] = {}
+    for g in decision.grants:
+        ids = result.gpu_ids.get(g.job_id)
+        if ids is not None:
+            allocations[g.job_id] = Allocation(
+                gpu_ids=ids,
+                global_batch=g.global_batch,
+                sm_clock_mhz=g.sm_clock_mhz,
+                power_limit_w=g.power_limit_w,
+            )
+    unplaced = {
+        j: WaitReason(
+            WaitCode.NO_FREE_BLOCK,
+            "Waiting: enough GPUs are free in total but no suitably shaped block of them is.",
+        )
+        for j in result.failed
+    }
+    return allocations, unplaced
+
+
+# --- stage 4: diff ------------------------------------------------------------------
+
+
+def diff(jobs: tuple[Job, ...], allocations: Mapping[str, Allocation]) -> tuple[Change, ...]:
+    changes = []
+    for job in jobs:
+        before, after = job.allocation, allocations.get(job.job_id)
+        if before is None and after is None:
+            continue
+        if before is None:
+            kind = ChangeKind.START
+        elif after is None:
+            kind = ChangeKind.STOP
+        elif set(before.gpu_ids) != set(after.gpu_ids):
+            kind = ChangeKind.RESIZE
+        elif (before.global_batch, before.sm_clock_mhz, before.power_limit_w) != (
+            after.global_batch,
+            after.sm_clock_mhz,
+            after.power_limit_w,
+        ):
+            kind = ChangeKind.RETUNE
+        else:
+            continue
+        changes.append(Change(job_id=job.job_id, kind=kind, before=before, after=after))
+    return tuple(changes)
+
+
+# --- prediction of what the plan costs ------------------------------------------------
+
+
+def _finish(
+    ctx: RoundContext,
+    pol: Policy,
+    decision: PolicyDecision,
+    allocations: dict[str, Allocation],
+    waiting: dict[str, WaitReason],
+    changes: tuple[Change, ...],
+) -> Plan:
+    snapshot = ctx.snapshot
+    round_s = snapshot.round_length_s
+    ci = snapshot.carbon.ci_g_per_kwh
+    views = {jv.job.job_id: jv for jv in ctx.jobs}
+    busy_by_budget: dict[str, float] = {}
+    total_j = 0.0
+    busy_j = 0.0
+    busy_gpus: set[str] = set()
+    for job_id, a in allocations.items():
+        jv = views[job_id]
+        est = ctx.estimate(jv, a.n_gpus, a.global_batch, a.sm_clock_mhz, a.power_limit_w)
+        # A job that finishes inside the round leaves its GPUs idle but powered.
+        energy_j = est.round_energy_j + a.n_gpus * ctx.idle_power_w(jv.gpu_model) * (
+            round_s - est.round_busy_s
+        )
+        total_j += energy_j
+        busy_j += est.round_energy_j
+        busy_gpus.update(a.gpu_ids)
+        for bid in jv.budget_ids:
+            busy_by_budget[bid] = busy_by_budget.get(bid, 0.0) + est.round_energy_j
+    used_nodes = {
+        node.name
+        for node in snapshot.cluster.nodes
+        if any(g.gpu_id in busy_gpus for g in node.gpus)
+    }
+    for node in snapshot.cluster.nodes:
+        if not node.schedulable or (snapshot.power_off_idle_nodes and node.name not in used_nodes):
+            continue
+        for g in node.gpus:
+            if g.gpu_id not in busy_gpus:
+                total_j += ctx.idle_power_w(g.model) * round_s
+    idle_j = total_j - busy_j
+    energy_by_budget: dict[str, float] = {}
+    co2_by_budget: dict[str, float] = {}
+    for b in ctx.budgets:
+        e = busy_by_budget.get(b.budget_id, 0.0) + (idle_j if b.team is None else 0.0)
+        energy_by_budget[b.budget_id] = e
+        co2_by_budget[b.budget_id] = e / J_PER_KWH * ci
+    e_allow = dict(decision.energy_allowance_by_budget_j)
+    c_allow = dict(decision.co2_allowance_by_budget_g)
+    return Plan(
+        allocations=allocations,
+        waiting=waiting,
+        changes=changes,
+        predicted_energy_j=total_j,
+        predicted_co2_g=total_j / J_PER_KWH * ci,
+        energy_allowance_j=_headline(ctx.budgets, e_allow),
+        co2_allowance_g=_headline(ctx.budgets, c_allow),
+        policy_state=dict(decision.policy_state),
+        energy_allowance_by_budget_j=e_allow,
+        co2_allowance_by_budget_g=c_allow,
+        predicted_energy_by_budget_j=energy_by_budget,
+        predicted_co2_by_budget_g=co2_by_budget,
+        policy=pol.name,
+    )
+
+
+def _headline(budgets: tuple[Budget, ...], allowances: Mapping[str, float]) -> float | None:
+    """The cluster-wide allowance if there is one, else the sum over team budgets."""
+    if not allowances:
+        return None
+    cluster = [
+        allowances[b.budget_id] for b in budgets if b.team is None and b.budget_id in allowances
+    ]
+    if cluster:
+        return min(cluster)
+    return sum(allowances.values())
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    """A JSON-friendly summary of a plan (for logs and the round record)."""
+    return {
+        "policy": plan.policy,
+        "running": len(plan.allocations),
+        "waiting": len(plan.waiting),
+        "changes": {k.value: sum(1 for c in plan.changes if c.kind == k) for k in ChangeKind},
+        "predicted_energy_j": plan.predicted_energy_j,
+        "predicted_co2_g": plan.predicted_co2_g,
+    }

@@ -1,0 +1,102 @@
+"""Invariants every policy's plan keeps, over seeded random rounds and cluster shapes."""
+
+from __future__ import annotations
+
+import pytest
+from corekit import make_cluster, random_snapshot
+
+from scheduling.core.placement import is_power_of_two
+from scheduling.core.registry import get_policy, policy_names
+from scheduling.core.round import plan_round
+from scheduling.core.types import Budget
+
+SHAPES = {
+    "1x1x8": (1, 1, 8),
+    "1x4x8": (1, 4, 8),
+    "2x4x8": (2, 4, 8),
+    "4x2x4": (4, 2, 4),
+    "3x3x6": (3, 3, 6),
+}
+SEEDS = (1, 2, 3)
+NOW = 10_000.0
+
+
+def _budgets(total_gpus: int) -> tuple[Budget, ...]:
+    # Tight enough to bind: about a third of the cluster at full power over the day.
+    day = 86_400.0
+    per_team = total_gpus * 250.0 * day / 6
+    return (
+        Budget("red-e", "red", 0.0, day, energy_limit_j=per_team, energy_used_j=per_team * 0.2),
+        Budget("blue-c", "blue", 0.0, day, co2_limit_g=per_team / 3.6e6 * 200.0),
+        Budget("all", None, 0.0, day, energy_limit_j=per_team * 4),
+    )
+
+
+def _plan(policy_name, shape, seed, *, budgets=True):
+    cluster = make_cluster(*SHAPES[shape])
+    n_gpus = len(cluster.gpus)
+    snap = random_snapshot(
+        seed,
+        cluster,
+        n_jobs=max(4, n_gpus // 2),
+        budgets=_budgets(n_gpus) if budgets else (),
+        now=NOW,
+    )
+    return snap, plan_round(snap, policy=get_policy(policy_name), now=NOW)
+
+
+CASES = [(p, s, seed) for p in policy_names() for s in SHAPES for seed in SEEDS]
+
+
+@pytest.mark.parametrize(("policy_name", "shape", "seed"), CASES)
+def test_plan_gives_no_gpu_twice_and_only_schedulable_gpus(policy_name, shape, seed):
+    snap, plan = _plan(policy_name, shape, seed)
+    used = [g for a in plan.allocations.values() for g in a.gpu_ids]
+    assert len(used) == len(set(used))
+    assert set(used) <= {g.gpu_id for g in snap.cluster.schedulable_gpus}
+    assert len(used) <= len(snap.cluster.schedulable_gpus)
+
+
+@pytest.mark.parametrize(("policy_name", "shape", "seed"), CASES)
+def test_every_active_job_either_runs_or_has_a_reason(policy_name, shape, seed):
+    snap, plan = _plan(policy_name, shape, seed)
+    ids = {j.job_id for j in snap.jobs}
+    assert set(plan.allocations) | set(plan.waiting) == ids
+    assert not set(plan.allocations) & set(plan.waiting)
+    for reason in plan.waiting.values():
+        assert reason.message.startswith("Waiting: ")
+
+
+@pytest.mark.parametrize(("policy_name", "shape", "seed"), CASES)
+def test_buddy_blocks_are_aligned(policy_name, shape, seed):
+    snap, plan = _plan(policy_name, shape, seed)
+    if get_policy(policy_name).placement != "buddy":
+        pytest.skip("policy places first-fit")
+    node_of = {g.gpu_id: (g.node, g.index) for g in snap.cluster.gpus}
+    node_size = {n.name: len(n.gpus) for n in snap.cluster.nodes}
+    for a in plan.allocations.values():
+        nodes = {node_of[g][0] for g in a.gpu_ids}
+        n = a.n_gpus
+        if len(nodes) == 1 and is_power_of_two(n) and n <= node_size[next(iter(nodes))]:
+            idx = sorted(node_of[g][1] for g in a.gpu_ids)
+            assert idx == list(range(idx[0], idx[0] + n)) and idx[0] % n == 0, a
+        elif len(nodes) > 1 and n % node_size[next(iter(nodes))] == 0:
+            # a multi-node job takes whole nodes
+            for name in nodes:
+                assert sum(1 for g in a.gpu_ids if node_of[g][0] == name) == node_size[name], a
+
+
+@pytest.mark.parametrize(("policy_name", "shape", "seed"), CASES)
+def test_predicted_spend_stays_within_each_round_allowance(policy_name, shape, seed):
+    snap, plan = _plan(policy_name, shape, seed)
+    for bid, allowance in plan.energy_allowance_by_budget_j.items():
+        assert plan.predicted_energy_by_budget_j[bid] <= allowance * (1 + 1e-9) + 1e-6, bid
+    for bid, allowance in plan.co2_allowance_by_budget_g.items():
+        assert plan.predicted_co2_by_budget_g[bid] <= allowance * (1 + 1e-9) + 1e-6, bid
+
+
+@pytest.mark.parametrize(("policy_name", "shape", "seed"), CASES)
+def test_same_seed_gives_the_same_plan(policy_name, shape, seed):
+    _, first = _plan(policy_name, shape, seed)
+    _, second = _plan(policy_name, shape, seed)
+    assert first == second
