@@ -1,0 +1,498 @@
+"""Performance models: time per iteration and power per GPU for a job's configuration.
+
+A model predicts, for one workload class on one GPU model and a ``GpuConfig`` (GPU count
+and placement, global batch, SM clock or power limit), the seconds per iteration and
+the average power each busy GPU draws; energy per iteration is ``n x P x T``. The
+parameters are fitted to the measurements in ``data/perf/`` by ``perf_fit.py`` and
+shipped as versioned JSON (``perf_catalog.json``); this module only evaluates them, with
+plain float math so that the scheduler can call it ~10^6 times per simulated week.
+
+The equations (units in the names; ``b`` = samples per GPU, ``r = f / f_max``)::
+
+    compute   T_c(b, r) = (alpha_c_s + beta_c_s * b) * (phi + (1 - phi) / r)
+    network   T_n(n)    = 0                                  if n == 1
+                        = alpha_r_s + beta_r_s * (n - 2)+     if all GPUs on one node
+                        = alpha_n_s + beta_n_s * (n - 2)+     if spread over nodes
+    iteration T         = (T_c^gamma + T_n^gamma)^(1 / gamma)  (Pollux's overlap)
+    busy draw P_c(b, r) = max(P_idle, busy_max_w * b / (b + batch_half)) * (s + (1 - s) r^k)
+    average   P         = P_idle + (P_c - P_idle) * T_c / T   (the GPU idles while it waits
+                                                              on the network: reconstructed)
+
+The throughput part is Pollux's model (Qiao et al., OSDI'21), fitted per workload to
+ElasticFlow's A100 tables and Pollux's T4 profiles. The clock part (``phi``, ``s``, ``k``)
+is fitted per GPU model to Perseus' 60-clock sweeps on A100 and A40. A power limit ``L``
+is mapped to an effective clock: the GPU lowers its clock until its peak draw
+``peak_to_avg * P_c`` fits under ``L``, which is how Zeus' measurements behave (epoch
+time rises and average power falls as the limit drops below the unconstrained draw).
+Where a data set lacks a dimension it is borrowed; the catalog records the source of
+every borrowed number (``sources`` per GPU and per model) and ``docs/perf_models.md``
+explains each.
+
+Out of range: clocks and power limits are clamped to the GPU's supported range (the
+driver refuses others); batch sizes and GPU counts outside the measured grid are
+extrapolated with the same linear compute and network terms, which stay finite and
+positive because every fitted coefficient is bounded to be non-negative (``alpha_c_s``
+strictly positive).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from scheduling.core.types import GpuConfig
+
+CATALOG_PATH = Path(__file__).resolve().with_name("perf_catalog.json")
+_CACHE_LIMIT = 1 << 16  # configurations remembered per model before the cache is reset
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputParams:
+    """Pollux-style iteration time at the maximum clock (seconds)."""
+
+    alpha_c_s: float  # compute: fixed time per iteration, s
+    beta_c_s: float  # compute: time per sample on one GPU, s/sample
+    alpha_r_s: float  # all-reduce inside one node: time at 2 GPUs, s
+    beta_r_s: float  # inside one node: extra time per GPU beyond 2, s
+    alpha_n_s: float  # all-reduce across nodes: time at 2 GPUs, s
+    beta_n_s: float  # across nodes: extra time per GPU beyond 2, s
+    gamma: float  # overlap exponent (1 = no overlap, large = full overlap), dimensionless
+
+    def compute_time_s(self, local_batch: float) -> float:
+        return self.alpha_c_s + self.beta_c_s * local_batch
+
+    def network_time_s(self, n_gpus: int, n_nodes: int) -> float:
+        if n_gpus <= 1:
+            return 0.0
+        extra = n_gpus - 2 if n_gpus > 2 else 0
+        if n_nodes > 1:
+            return self.alpha_n_s + self.beta_n_s * extra
+        return self.alpha_r_s + self.beta_r_s * extra
+
+
+@dataclass(frozen=True, slots=True)
+class DvfsParams:
+    """How one GPU model's compute time and power scale with its SM clock."""
+
+    max_clock_mhz: int
+    min_clock_mhz: int
+    time_fixed_frac: float  # phi: share of compute time that does not scale with 1/f
+    power_static_frac: float  # s: share of the busy draw at f_max that does not scale with f
+    power_exp: float  # k: dynamic draw ~ (f / f_max)^k
+    peak_to_avg: float  # kappa: a power limit L caps kappa x average busy draw
+
+    def time_factor(self, r: float) -> float:
+        """Compute time at clock ratio ``r`` relative to the maximum clock (>= 1)."""
+        return self.time_fixed_frac + (1.0 - self.time_fixed_frac) / r
+
+    def power_factor(self, r: float) -> float:
+        """Busy draw at clock ratio ``r`` relative to the maximum clock (<= 1)."""
+        s = self.power_static_frac
+        return s + (1.0 - s) * r**self.power_exp
+
+    def ratio_for_limit(self, limit_w: float, busy_w: float) -> float:
+        """Clock ratio the GPU settles at under ``limit_w`` for a busy draw ``busy_w``."""
+        r_min = self.min_clock_mhz / self.max_clock_mhz
+        x = limit_w / (self.peak_to_avg * busy_w)
+        if x >= 1.0:
+            return 1.0
+        s = self.power_static_frac
+        if x <= s:
+            return r_min
+        r = ((x - s) / (1.0 - s)) ** (1.0 / self.power_exp)
+        return r if r > r_min else r_min
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """A GPU model as the catalog knows it: idle draw, node size, clocks and limits."""
+
+    name: str
+    idle_power_w: float
+    gpus_per_node: int
+    clocks_mhz: tuple[int, ...]
+    power_limit_min_w: float
+    power_limit_max_w: float
+    dvfs: DvfsParams
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PowerParams:
+    """Busy draw of one GPU at the maximum clock as a function of its per-GPU batch."""
+
+    busy_max_w: float  # W, the draw approached at large per-GPU batches
+    batch_half: float  # samples per GPU at which the draw is half of busy_max_w
+
+
+class UnknownPerfModelError(KeyError):
+    """No performance model for a (workload, GPU model) pair."""
+
+    def __init__(self, workload: str, gpu_model: str, available: Iterable[str]) -> None:
+        self.workload = workload
+        self.gpu_model = gpu_model
+        self.available = tuple(available)
+        super().__init__(workload, gpu_model)
+
+    def __str__(self) -> str:
+        return (
+            f"no performance model for workload {self.workload!r} on GPU model "
+            f"{self.gpu_model!r}; the catalog has: {', '.join(self.available) or 'nothing'}"
+        )
+
+
+class FittedPerfModel:
+    """Implements ``PerfModel`` for one (workload, GPU model) from fitted parameters."""
+
+    __slots__ = (
+        "workload",
+        "gpu_model",
+        "idle_power_w",
+        "clocks_mhz",
+        "batch_sizes",
+        "throughput",
+        "power",
+        "gpu",
+        "errors",
+        "sources",
+        "_cache",
+    )
+
+    def __init__(
+        self,
+        *,
+        workload: str,
+        gpu: GpuSpec,
+        batch_sizes: tuple[int, ...],
+        throughput: ThroughputParams,
+        power: PowerParams,
+        errors: Mapping[str, Any] | None = None,
+        sources: Mapping[str, str] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.gpu_model = gpu.name
+        self.idle_power_w = gpu.idle_power_w
+        self.clocks_mhz = gpu.clocks_mhz
+        self.batch_sizes = batch_sizes
+        self.throughput = throughput
+        self.power = power
+        self.gpu = gpu
+        self.errors = dict(errors or {})
+        self.sources = dict(sources or {})
+        self._cache: dict[GpuConfig, tuple[float, float]] = {}
+
+    def __repr__(self) -> str:
+        return f"FittedPerfModel({self.workload!r}, {self.gpu_model!r})"
+
+    @property
+    def power_limits_w(self) -> tuple[float, float]:
+        """(min, max) power limit this GPU model accepts, watts."""
+        return (self.gpu.power_limit_min_w, self.gpu.power_limit_max_w)
+
+    def iter_time_s(self, cfg: GpuConfig) -> float:
+        return self._evaluate(cfg)[0]
+
+    def power_w(self, cfg: GpuConfig) -> float:
+        return self._evaluate(cfg)[1]
+
+    def energy_per_iter_j(self, cfg: GpuConfig) -> float:
+        time_s, power_w = self._evaluate(cfg)
+        return max(cfg.n_gpus, 1) * power_w * time_s
+
+    def clock_ratio(self, cfg: GpuConfig) -> float:
+        """Effective clock / maximum clock for ``cfg`` (after any power-limit throttling)."""
+        n_gpus = cfg.n_gpus if cfg.n_gpus > 0 else 1
+        local_batch = max(cfg.global_batch, 1) / n_gpus
+        return self._ratio(cfg, self._busy_w(local_batch))
+
+    def _busy_w(self, local_batch: float) -> float:
+        p = self.power
+        busy_w = p.busy_max_w * local_batch / (local_batch + p.batch_half)
+        return busy_w if busy_w > self.idle_power_w else self.idle_power_w
+
+    def _ratio(self, cfg: GpuConfig, busy_w: float) -> float:
+        dvfs = self.gpu.dvfs
+        r = 1.0
+        if cfg.sm_clock_mhz is not None:
+            r = min(max(cfg.sm_clock_mhz, dvfs.min_clock_mhz), dvfs.max_clock_mhz)
+            r = r / dvfs.max_clock_mhz
+        if cfg.power_limit_w is not None:
+            limit_w = min(
+                max(cfg.power_limit_w, self.gpu.power_limit_min_w), self.gpu.power_limit_max_w
+            )
+            r_limit = dvfs.ratio_for_limit(limit_w, busy_w)
+            if r_limit < r:
+                r = r_limit
+        return r
+
+    def _evaluate(self, cfg: GpuConfig) -> tuple[float, float]:
+        hit = self._cache.get(cfg)
+        if hit is not None:
+            return hit
+        n_gpus = cfg.n_gpus if cfg.n_gpus > 0 else 1
+        if cfg.gpus_per_node:
+            n_nodes = sum(1 for k in cfg.gpus_per_node if k > 0) or 1
+        else:
+            n_nodes = -(-n_gpus // self.gpu.gpus_per_node)
+        local_batch = max(cfg.global_batch, 1) / n_gpus
+        busy_w = self._busy_w(local_batch)
+        r = self._ratio(cfg, busy_w)
+        dvfs = self.gpu.dvfs
+        tp = self.throughput
+        compute_s = tp.compute_time_s(local_batch) * dvfs.time_factor(r)
+        network_s = tp.network_time_s(n_gpus, n_nodes)
+        if network_s > 0.0:
+            g = tp.gamma
+            time_s = (compute_s**g + network_s**g) ** (1.0 / g)
+        else:
+            time_s = compute_s
+        idle_w = self.idle_power_w
+        compute_w = busy_w * dvfs.power_factor(r)
+        if compute_w < idle_w:
+            compute_w = idle_w
+        power_w = idle_w + (compute_w - idle_w) * (compute_s / time_s)
+        result = (time_s, power_w)
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[cfg] = result
+        return result
+
+
+def time_to_finish_s(
+    model: FittedPerfModel, cfg: GpuConfig, remaining_iters: float, iter_time_scale: float = 1.0
+) -> float:
+    """Seconds to run ``remaining_iters`` iterations in ``cfg`` (``iter_time_scale`` from
+    online refinement multiplies the model's iteration time)."""
+    return max(remaining_iters, 0.0) * model.iter_time_s(cfg) * iter_time_scale
+
+
+def energy_to_finish_j(
+    model: FittedPerfModel,
+    cfg: GpuConfig,
+    remaining_iters: float,
+    iter_time_scale: float = 1.0,
+    power_scale: float = 1.0,
+) -> float:
+    """Joules the job's GPUs draw to run ``remaining_iters`` iterations in ``cfg``."""
+    per_iter_j = model.energy_per_iter_j(cfg) * iter_time_scale * power_scale
+    return max(remaining_iters, 0.0) * per_iter_j
+
+
+class Catalog:
+    """Implements ``PerfCatalog``: the fitted models by (workload, GPU model).
+
+    ``aliases`` map a workload key onto another workload's measured model on the same GPU
+    (e.g. Pollux's ``imagenet`` is ResNet-50 on ImageNet, which ElasticFlow measured on
+    A100 as ``resnet50``). A looked-up alias returns the target's model object, so its
+    ``workload`` attribute is the target's name.
+    """
+
+    def __init__(
+        self,
+        models: Iterable[FittedPerfModel],
+        *,
+        version: str,
+        gpus: Mapping[str, GpuSpec],
+        aliases: Mapping[tuple[str, str], str] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.version = version
+        self.gpus = dict(gpus)
+        self.meta = dict(meta or {})
+        self._models = {(m.workload, m.gpu_model): m for m in models}
+        self._aliases = dict(aliases or {})
+        for (workload, gpu_model), target in self._aliases.items():
+            self._models.setdefault((workload, gpu_model), self._models[(target, gpu_model)])
+
+    def get(self, workload: str, gpu_model: str) -> FittedPerfModel:
+        try:
+            return self._models[(workload, gpu_model)]
+        except KeyError:
+            raise UnknownPerfModelError(
+                workload, gpu_model, (f"{w}@{g}" for w, g in sorted(self._models))
+            ) from None
+
+    def has(self, workload: str, gpu_model: str) -> bool:
+        return (workload, gpu_model) in self._models
+
+    def workloads(self) -> tuple[str, ...]:
+        return tuple(sorted({w for w, _ in self._models}))
+
+    def gpu_models(self) -> tuple[str, ...]:
+        return tuple(sorted({g for _, g in self._models}))
+
+    def gpu_models_for(self, workload: str) -> tuple[str, ...]:
+        return tuple(sorted(g for w, g in self._models if w == workload))
+
+    def models(self) -> tuple[FittedPerfModel, ...]:
+        """The fitted models, without alias entries, sorted by (workload, GPU model)."""
+        fitted = {(m.workload, m.gpu_model): m for m in self._models.values()}
+        return tuple(fitted[k] for k in sorted(fitted))
+
+    def aliases(self) -> dict[tuple[str, str], str]:
+        return dict(self._aliases)
+
+
+# --- JSON -----------------------------------------------------------------------------
+
+
+def gpu_from_dict(name: str, data: Mapping[str, Any]) -> GpuSpec:
+    return GpuSpec(
+        name=name,
+        idle_power_w=float(data["idle_power_w"]),
+        gpus_per_node=int(data["gpus_per_node"]),
+        clocks_mhz=tuple(int(c) for c in data["clocks_mhz"]),
+        power_limit_min_w=float(data["power_limit_min_w"]),
+        power_limit_max_w=float(data["power_limit_max_w"]),
+        dvfs=DvfsParams(**data["dvfs"]),
+        sources=dict(data.get("sources", {})),
+    )
+
+
+def gpu_to_dict(gpu: GpuSpec) -> dict[str, Any]:
+    d = gpu.dvfs
+    return {
+        "idle_power_w": gpu.idle_power_w,
+        "gpus_per_node": gpu.gpus_per_node,
+        "clocks_mhz": list(gpu.clocks_mhz),
+        "power_limit_min_w": gpu.power_limit_min_w,
+        "power_limit_max_w": gpu.power_limit_max_w,
+        "dvfs": {
+            "max_clock_mhz": d.max_clock_mhz,
+            "min_clock_mhz": d.min_clock_mhz,
+            "time_fixed_frac": d.time_fixed_frac,
+            "power_static_frac": d.power_static_frac,
+            "power_exp": d.power_exp,
+            "peak_to_avg": d.peak_to_avg,
+        },
+        "sources": dict(gpu.sources),
+    }
+
+
+def model_to_dict(model: FittedPerfModel) -> dict[str, Any]:
+    tp, pw = model.throughput, model.power
+    return {
+        "workload": model.workload,
+        "gpu_model": model.gpu_model,
+        "batch_sizes": list(model.batch_sizes),
+        "throughput": {
+            "alpha_c_s": tp.alpha_c_s,
+            "beta_c_s": tp.beta_c_s,
+            "alpha_r_s": tp.alpha_r_s,
+            "beta_r_s": tp.beta_r_s,
+            "alpha_n_s": tp.alpha_n_s,
+            "beta_n_s": tp.beta_n_s,
+            "gamma": tp.gamma,
+        },
+        "power": {"busy_max_w": pw.busy_max_w, "batch_half": pw.batch_half},
+        "errors": dict(model.errors),
+        "sources": dict(model.sources),
+    }
+
+
+def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
+    gpus = {name: gpu_from_dict(name, g) for name, g in data["gpus"].items()}
+    models = [
+        FittedPerfModel(
+            workload=m["workload"],
+            gpu=gpus[m["gpu_model"]],
+            batch_sizes=tuple(int(b) for b in m["batch_sizes"]),
+            throughput=ThroughputParams(**m["throughput"]),
+            power=PowerParams(**m["power"]),
+            errors=m.get("errors"),
+            sources=m.get("sources"),
+        )
+        for m in data["models"]
+    ]
+    aliases = {(a["workload"], a["gpu_model"]): a["target"] for a in data.get("aliases", [])}
+    return Catalog(
+        models, version=str(data["version"]), gpus=gpus, aliases=aliases, meta=data.get("meta")
+    )
+
+
+def catalog_to_dict(catalog: Catalog) -> dict[str, Any]:
+    return {
+        "version": catalog.version,
+        "meta": dict(catalog.meta),
+        "gpus": {name: gpu_to_dict(g) for name, g in sorted(catalog.gpus.items())},
+        "models": [model_to_dict(m) for m in catalog.models()],
+        "aliases": [
+            {"workload": w, "gpu_model": g, "target": t}
+            for (w, g), t in sorted(catalog.aliases().items())
+        ],
+    }
+
+
+def load_catalog(path: Path | str | None = None) -> Catalog:
+    """Read a catalog JSON (default: ``perf_catalog.json`` shipped beside this module)."""
+    with Path(path or CATALOG_PATH).open(encoding="utf-8") as fh:
+        return catalog_from_dict(json.load(fh))
+
+
+def save_catalog(catalog: Catalog, path: Path | str | None = None) -> Path:
+    target = Path(path or CATALOG_PATH)
+    text = json.dumps(catalog_to_dict(catalog), indent=1, sort_keys=False)
+    target.write_text(text + "\n", encoding="utf-8")
+    return target
+
+
+# --- online refinement -------------------------------------------------------------------
+
+
+class ScaleUpdate(NamedTuple):
+    iter_time_scale: float  # observed / predicted iteration time
+    power_scale: float  # observed / predicted power per GPU
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+
+
+def _smooth(prior: float, ratios: list[float], alpha: float, bounds: tuple[float, float]) -> float:
+    if not ratios:
+        return prior
+    # Each observation counts as one smoothing step, so a burst of samples moves the
+    # scale further than one; the median keeps a stall or a spike from dragging it.
+    weight = 1.0 - (1.0 - alpha) ** len(ratios)
+    log_scale = (1.0 - weight) * math.log(prior) + weight * math.log(_median(ratios))
+    return min(max(math.exp(log_scale), bounds[0]), bounds[1])
+
+
+def refine_scales(
+    *,
+    predicted_iter_time_s: float,
+    predicted_power_w: float,
+    observed_iter_times_s: Iterable[float] = (),
+    observed_powers_w: Iterable[float] = (),
+    iter_time_scale: float = 1.0,
+    power_scale: float = 1.0,
+    alpha: float = 0.2,
+    bounds: tuple[float, float] = (0.25, 4.0),
+) -> ScaleUpdate:
+    """Update a job's ``iter_time_scale`` / ``power_scale`` from telemetry.
+
+    ``predicted_*`` are the model's raw predictions for the configuration the job ran
+    in (without any scale); ``observed_*`` are the measurements since the last update
+    (iteration times in seconds, per-GPU power in watts). Non-finite or non-positive
+    observations are ignored. The new scale is an exponential smoothing, in log space,
+    of the prior scale towards the median observed/predicted ratio, with the weight
+    ``1 - (1 - alpha)^m`` for ``m`` observations, clamped to ``bounds``.
+    """
+    if not (predicted_iter_time_s > 0.0 and predicted_power_w > 0.0):
+        raise ValueError("predictions must be positive to refine against them")
+    if not 0.0 < alpha <= 1.0:
+        raise ValueError("alpha must be in (0, 1]")
+    t_ratios = [
+        t / predicted_iter_time_s for t in observed_iter_times_s if math.isfinite(t) and t > 0
+    ]
+    p_ratios = [p / predicted_power_w for p in observed_powers_w if math.isfinite(p) and p > 0]
+    return ScaleUpdate(
+        iter_time_scale=_smooth(iter_time_scale, t_ratios, alpha, bounds),
+        power_scale=_smooth(power_scale, p_ratios, alpha, bounds),
+    )
