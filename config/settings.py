@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from config.env import env_bool, env_int, env_list, env_str
+from config.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -160,6 +160,38 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
 # --- Wattflow -------------------------------------------------------------------------------
 # Where seed_demo writes the agent tokens that `make run` hands to the simulated agents.
 WATTFLOW_VAR_DIR = Path(env_str("WATTFLOW_VAR_DIR", str(BASE_DIR / "var")))
+
+# --- Telemetry (telemetry/) ------------------------------------------------------------------
+# Raw 1 s samples older than this are deleted (rollups and ledgers are kept).
+TELEMETRY_RETENTION_S = env_int("TELEMETRY_RETENTION_S", 7 * 24 * 3600)
+# A sample stamped further ahead than this is refused (agent clock skew).
+TELEMETRY_MAX_FUTURE_S = env_int("TELEMETRY_MAX_FUTURE_S", 300)
+TELEMETRY_MAX_BATCH_SAMPLES = env_int("TELEMETRY_MAX_BATCH_SAMPLES", 20000)
+# Samples further apart than this are a gap (agent down): its energy is not attributed.
+TELEMETRY_MAX_GAP_S = env_float("TELEMETRY_MAX_GAP_S", 60.0)
+# Grid zone of the cluster and where its hourly intensity comes from: "stored" (rows loaded by
+# `manage.py import_carbon`) or "http" (an Electricity-Maps-style API); either falls back to
+# the zone's static yearly mean, marked estimated.
+TELEMETRY_CARBON_ZONE = env_str("TELEMETRY_CARBON_ZONE", "ES")
+TELEMETRY_CARBON_PROVIDER = env_str("TELEMETRY_CARBON_PROVIDER", "stored")
+TELEMETRY_CARBON_HTTP_URL = env_str(
+    "TELEMETRY_CARBON_HTTP_URL", "https://api.electricitymap.org/v3/carbon-intensity/past"
+)
+TELEMETRY_CARBON_HTTP_TOKEN = env_str("TELEMETRY_CARBON_HTTP_TOKEN", "")
+# Where jobs keep checkpoints on the nodes (handed to jobs as WATTFLOW_CHECKPOINT_DIR).
+TELEMETRY_CHECKPOINT_ROOT = env_str("TELEMETRY_CHECKPOINT_ROOT", "/var/lib/wattflow/checkpoints")
+TELEMETRY_ACCOUNTING_INTERVAL_S = env_int("TELEMETRY_ACCOUNTING_INTERVAL_S", 60)
+TELEMETRY_RETENTION_INTERVAL_S = env_int("TELEMETRY_RETENTION_INTERVAL_S", 3600)
+CELERY_BEAT_SCHEDULE["telemetry-process-dirty-hours"] = {
+    "task": "telemetry.tasks.process_dirty_hours_task",
+    "schedule": TELEMETRY_ACCOUNTING_INTERVAL_S,
+    "options": {"expires": TELEMETRY_ACCOUNTING_INTERVAL_S},
+}
+CELERY_BEAT_SCHEDULE["telemetry-delete-expired-samples"] = {
+    "task": "telemetry.tasks.delete_expired_samples_task",
+    "schedule": TELEMETRY_RETENTION_INTERVAL_S,
+    "options": {"expires": TELEMETRY_RETENTION_INTERVAL_S},
+}
 
 LOGGING = {
     "version": 1,

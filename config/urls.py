@@ -6,12 +6,16 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 
+from telemetry.metrics import metrics_view
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/auth-token/", obtain_auth_token, name="api-auth-token"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/agent/", include("telemetry.api.urls")),
+    path("metrics", metrics_view, name="metrics"),
     path("api/", include("cluster.api.urls")),
     path("", include("frontend.urls")),
     # Fallback until the dashboard claims "/": the frontend's own "" route above wins.

@@ -41,28 +41,14 @@ def perf_model_for(workload: str, gpu_model: str) -> Any:
         raise PerfModelUnavailable(f"no perf model for {workload!r} on {gpu_model!r}") from exc
 
 
-def idle_power_w(gpu_model: str) -> float:
-    """Idle power of a GPU model: taken from any perf model of that GPU (they share it)."""
-    catalog = _catalog()
-    for workload in catalog.workloads():
-        try:
-            return float(catalog.get(workload, gpu_model).idle_power_w)
-        except KeyError:
-            continue
-    raise PerfModelUnavailable(f"no perf model for any workload on {gpu_model!r}")
-
-
-# Datasheet figures for registering simulated GPUs (memory, power-limit range), so the server
-# sees the same shape of record a real agent sends. Sources: NVIDIA product datasheets (board
-# TDP = default limit, memory) and the minimum limit `nvidia-smi -q` reports for each board.
-# They only describe the simulated hardware; simulated *readings* come from the perf models.
-_SIM_SPECS: dict[str, tuple[int, float, float]] = {
-    # model: (memory MiB, min limit W, default = max limit W)
-    "A100": (40960, 100.0, 400.0),  # A100-SXM4-40GB
-    "A40": (46068, 100.0, 300.0),
-    "V100": (16384, 150.0, 300.0),  # V100-SXM2-16GB
-    "T4": (15360, 60.0, 70.0),
-}
+def gpu_spec(gpu_model: str) -> Any:
+    """The catalog's spec of a GPU model: idle draw, clock steps, power-limit range."""
+    try:
+        return _catalog().gpus[gpu_model]
+    except KeyError as exc:
+        raise PerfModelUnavailable(
+            f"the perf catalog does not know GPU model {gpu_model!r}"
+        ) from exc
 
 
 @dataclass
@@ -99,18 +85,19 @@ class SimulatedBackend:
 
     def __init__(self, *, node_name: str, n_gpus: int, gpu_model: str) -> None:
         self.gpu_model = gpu_model
-        self._idle_w = idle_power_w(gpu_model)
-        mem_mib, self._min_w, self._default_w = _SIM_SPECS.get(gpu_model, (0, 0.0, 0.0))
+        spec = gpu_spec(gpu_model)
+        self._idle_w = float(spec.idle_power_w)
+        self._default_w = float(spec.power_limit_max_w)
         self._info = [
             GpuInfo(
                 uuid=f"GPU-sim-{node_name}-{i}",
                 index=i,
                 model=gpu_model,
-                memory_total_mib=mem_mib,
-                default_power_limit_w=self._default_w or None,
-                min_power_limit_w=self._min_w or None,
-                max_power_limit_w=self._default_w or None,
-                max_sm_clock_mhz=None,
+                memory_total_mib=0,  # not modelled: the perf catalog has no memory figures
+                default_power_limit_w=self._default_w,
+                min_power_limit_w=float(spec.power_limit_min_w),
+                max_power_limit_w=self._default_w,
+                max_sm_clock_mhz=max(spec.clocks_mhz) if spec.clocks_mhz else None,
             )
             for i in range(n_gpus)
         ]
@@ -184,7 +171,7 @@ class SimulatedBackend:
                     mem_used_mib=None,
                     temp_c=None,
                     sm_clock_mhz=clock,
-                    power_limit_w=limit or self._default_w or None,
+                    power_limit_w=limit or self._default_w,
                 )
             )
         return readings

@@ -1,0 +1,214 @@
+"""Energy and carbon accounting: dirty (GPU, hour) marks -> rollups and ledger rows.
+
+Each run takes the (GPU, hour) pairs ingestion marked, recomputes everything for that hour
+from the raw samples (see ``telemetry/energy.py`` for the arithmetic), replaces the hour's
+minute and hour rollups and its ledger rows, and removes the mark. Because an hour is always
+recomputed whole, a late, replayed or duplicated batch changes the totals exactly once.
+
+Ledger rows are per (GPU, hour, job); team and budget totals are sums over them
+(:func:`team_totals`, :func:`budget_usage`). Carbon of a row is its energy times the grid
+intensity of that hour in ``TELEMETRY_CARBON_ZONE`` (``telemetry/carbon.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q, Sum
+from django.utils import timezone
+
+from cluster.models import Budget, Job, JobAllocation, Team
+from scheduling.core.types import J_PER_KWH
+from telemetry.carbon import intensity_for_hour
+from telemetry.energy import Holder, Point, attribute
+from telemetry.models import DirtyHour, EnergyLedgerEntry, GpuHour, GpuMinute, GpuSample
+
+log = logging.getLogger(__name__)
+
+
+def _ts(dt: datetime) -> float:
+    return dt.timestamp()
+
+
+def _dt(t_s: float) -> datetime:
+    return datetime.fromtimestamp(t_s, tz=UTC)
+
+
+def holders_for(gpu_id: int, start: datetime, end: datetime) -> tuple[list[Holder], dict]:
+    """Allocations of this GPU overlapping [start, end), as holders, and job -> team."""
+    allocations = (
+        JobAllocation.objects.filter(gpus__id=gpu_id, started_at__lt=end)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+        .values_list("job_id", "started_at", "ended_at", "job__team_id")
+    )
+    holders, teams = [], {}
+    for job_id, started, ended, team_id in allocations:
+        holders.append(Holder(job_id, _ts(started), None if ended is None else _ts(ended)))
+        teams[job_id] = team_id
+    return holders, teams
+
+
+def account_hour(gpu_id: int, hour: datetime) -> None:
+    """Recompute rollups and ledger of one GPU-hour from its raw samples."""
+    end = hour + timedelta(hours=1)
+    gap = timedelta(seconds=settings.TELEMETRY_MAX_GAP_S)
+    fields = ("ts", "power_w", "energy_j", "util_pct")
+    inside = list(
+        GpuSample.objects.filter(gpu_id=gpu_id, ts__gte=hour, ts__lt=end)
+        .order_by("ts")
+        .values_list(*fields)
+    )
+    before = (
+        GpuSample.objects.filter(gpu_id=gpu_id, ts__lt=hour, ts__gte=hour - gap)
+        .order_by("-ts")
+        .values_list(*fields)[:1]
+    )
+    after = (
+        GpuSample.objects.filter(gpu_id=gpu_id, ts__gte=end, ts__lte=end + gap)
+        .order_by("ts")
+        .values_list(*fields)[:1]
+    )
+    rows = list(before) + inside + list(after)
+    points = [Point(_ts(ts), power, energy) for ts, power, energy, _ in rows]
+    holders, teams = holders_for(gpu_id, hour, end)
+    result = attribute(
+        points,
+        holders,
+        window_start_s=_ts(hour),
+        window_end_s=_ts(end),
+        max_gap_s=settings.TELEMETRY_MAX_GAP_S,
+    )
+    if result.gap_j:
+        log.warning("gpu %s %s: %.0f J in data gaps left unattributed", gpu_id, hour, result.gap_j)
+
+    # Per-minute statistics of the samples taken in the minute; energy of the intervals in it.
+    minutes: dict[datetime, list] = {}
+    for ts, power, _, util in inside:
+        minutes.setdefault(ts.replace(second=0, microsecond=0), []).append((power, util))
+    minute_rows = []
+    for minute_s in result.by_minute_j:
+        minutes.setdefault(_dt(minute_s), [])
+    for minute, readings in sorted(minutes.items()):
+        minute_rows.append(
+            GpuMinute(
+                gpu_id=gpu_id,
+                minute=minute,
+                energy_j=result.by_minute_j.get(_ts(minute), 0.0),
+                **_stats(readings),
+            )  # fmt: skip
+        )
+
+    zone = settings.TELEMETRY_CARBON_ZONE
+    intensity = intensity_for_hour(zone, hour)
+    ledger_rows = [
+        EnergyLedgerEntry(
+            gpu_id=gpu_id,
+            hour=hour,
+            job_id=job_id,
+            team_id=teams.get(job_id),
+            energy_j=energy_j,
+            co2_g=energy_j / J_PER_KWH * intensity.ci_g_per_kwh,
+            ci_g_per_kwh=intensity.ci_g_per_kwh,
+            ci_estimated=intensity.estimated,
+            zone=zone,
+        )
+        for job_id, energy_j in sorted(result.by_job_j.items(), key=lambda kv: (kv[0] or 0))
+        if energy_j > 0
+    ]
+    with transaction.atomic():
+        GpuMinute.objects.filter(gpu_id=gpu_id, minute__gte=hour, minute__lt=end).delete()
+        GpuMinute.objects.bulk_create(minute_rows)
+        GpuHour.objects.filter(gpu_id=gpu_id, hour=hour).delete()
+        if inside or result.total_j:
+            GpuHour.objects.create(
+                gpu_id=gpu_id,
+                hour=hour,
+                energy_j=result.total_j,
+                **_stats([(power, util) for _, power, _, util in inside]),
+            )
+        EnergyLedgerEntry.objects.filter(gpu_id=gpu_id, hour=hour).delete()
+        EnergyLedgerEntry.objects.bulk_create(ledger_rows)
+
+
+def _stats(readings: list[tuple[float, float | None]]) -> dict:
+    powers = [p for p, _ in readings]
+    utils = [u for _, u in readings if u is not None]
+    return {
+        "samples": len(readings),
+        "power_avg_w": sum(powers) / len(powers) if powers else 0.0,
+        "power_max_w": max(powers) if powers else 0.0,
+        "util_avg_pct": sum(utils) / len(utils) if utils else None,
+    }
+
+
+def process_dirty_hours(*, limit: int = 500) -> int:
+    """Account up to ``limit`` marked GPU-hours; returns how many. Safe to run concurrently
+    with itself (marks are claimed with SKIP LOCKED) and with ingestion (a mark re-set while
+    we worked has a newer ``marked_at`` and survives)."""
+    done = 0
+    while done < limit:
+        with transaction.atomic():
+            mark = (
+                DirtyHour.objects.select_for_update(skip_locked=True)
+                .order_by("hour", "gpu_id")
+                .first()
+            )
+            if mark is None:
+                return done
+            account_hour(mark.gpu_id, mark.hour)
+            DirtyHour.objects.filter(pk=mark.pk, marked_at=mark.marked_at).delete()
+        done += 1
+    return done
+
+
+def delete_expired_samples(*, now: datetime | None = None) -> int:
+    """Drop raw samples older than the retention window, keeping any whose hour (or the next,
+    whose first interval they bound) still waits for accounting."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.TELEMETRY_RETENTION_S)
+    pending = DirtyHour.objects.filter(hour__lt=cutoff + timedelta(hours=1)).order_by("hour")
+    first_pending = pending.values_list("hour", flat=True).first()
+    if first_pending is not None:
+        cutoff = min(cutoff, first_pending - timedelta(hours=1))
+    deleted, _ = GpuSample.objects.filter(ts__lt=cutoff).delete()
+    return deleted
+
+
+# --- ledgers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    energy_j: float
+    co2_g: float
+    estimated: bool  # some of the carbon was priced with a fallback intensity
+
+    @property
+    def energy_kwh(self) -> float:
+        return self.energy_j / J_PER_KWH
+
+
+def _totals(rows) -> Totals:
+    agg = rows.aggregate(e=Sum("energy_j"), c=Sum("co2_g"))
+    return Totals(
+        energy_j=agg["e"] or 0.0,
+        co2_g=agg["c"] or 0.0,
+        estimated=rows.filter(ci_estimated=True).exists(),
+    )
+
+
+def job_totals(job: Job) -> Totals:
+    return _totals(EnergyLedgerEntry.objects.filter(job=job))
+
+
+def team_totals(team: Team, start: datetime, end: datetime) -> Totals:
+    """Energy and carbon of a team's jobs in the hours starting in [start, end)."""
+    return _totals(EnergyLedgerEntry.objects.filter(team=team, hour__gte=start, hour__lt=end))
+
+
+def budget_usage(budget: Budget) -> Totals:
+    return team_totals(budget.team, budget.period_start, budget.period_end)

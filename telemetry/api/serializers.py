@@ -1,0 +1,135 @@
+"""Wire format of the agent API. Registration and job events are validated by these
+serializers; sample batches are validated by ``telemetry.ingest`` (for speed) and these
+classes only document them in the OpenAPI schema."""
+
+from rest_framework import serializers
+
+from telemetry.choices import ExitReason, JobEventKind
+
+
+class GpuRegistrationSerializer(serializers.Serializer):
+    uuid = serializers.CharField(max_length=64)
+    index = serializers.IntegerField(min_value=0, max_value=255)
+    model = serializers.CharField(max_length=100)
+    memory_mb = serializers.IntegerField(min_value=0)
+    default_power_limit_w = serializers.FloatField(min_value=1, max_value=2000)
+    min_power_limit_w = serializers.FloatField(min_value=1, max_value=2000)
+    max_power_limit_w = serializers.FloatField(min_value=1, max_value=2000)
+    max_sm_clock_mhz = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+
+    def validate(self, attrs):
+        if not (
+            attrs["min_power_limit_w"]
+            <= attrs["default_power_limit_w"]
+            <= attrs["max_power_limit_w"]
+        ):
+            raise serializers.ValidationError(
+                {"default_power_limit_w": "Power limits must satisfy min <= default <= max."}
+            )
+        return attrs
+
+
+class RegistrationSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100, required=False, help_text="Agent's host name.")
+    gpus = GpuRegistrationSerializer(many=True, allow_empty=False)
+
+    def validate_gpus(self, gpus):
+        for key in ("uuid", "index"):
+            values = [g[key] for g in gpus]
+            if len(set(values)) != len(values):
+                raise serializers.ValidationError(f"Duplicate GPU {key}.")
+        return gpus
+
+
+class RegisteredGpuSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    uuid = serializers.CharField()
+    index = serializers.IntegerField()
+
+
+class RegistrationResultSerializer(serializers.Serializer):
+    node_id = serializers.IntegerField()
+    node_name = serializers.CharField()
+    gpus = RegisteredGpuSerializer(many=True)
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    ts = serializers.DateTimeField(required=False, help_text="Agent clock, for skew checks.")
+
+
+class HeartbeatResultSerializer(serializers.Serializer):
+    server_time = serializers.DateTimeField()
+
+
+class SampleSerializer(serializers.Serializer):
+    """One reading of one GPU. Nullable fields are values the agent could not read."""
+
+    gpu_uuid = serializers.CharField()
+    ts = serializers.DateTimeField(help_text="ISO 8601 with UTC offset; unique per GPU.")
+    power_w = serializers.FloatField(min_value=0, max_value=2000)
+    energy_j = serializers.FloatField(
+        min_value=0, allow_null=True, help_text="Cumulative NVML energy counter, J."
+    )
+    util_pct = serializers.FloatField(min_value=0, max_value=100, allow_null=True)
+    mem_used_mib = serializers.FloatField(min_value=0, allow_null=True)
+    temp_c = serializers.FloatField(min_value=-50, max_value=150, allow_null=True)
+    sm_clock_mhz = serializers.IntegerField(min_value=0, allow_null=True)
+    power_limit_w = serializers.FloatField(min_value=0, max_value=2000, allow_null=True)
+
+
+class SampleBatchSerializer(serializers.Serializer):
+    samples = SampleSerializer(many=True)
+
+
+class IngestResultSerializer(serializers.Serializer):
+    received = serializers.IntegerField()
+    inserted = serializers.IntegerField()
+    duplicates = serializers.IntegerField()
+
+
+class AssignmentSerializer(serializers.Serializer):
+    allocation_id = serializers.IntegerField()
+    job_id = serializers.IntegerField()
+    workload = serializers.CharField()
+    command = serializers.CharField(allow_blank=True)
+    gpu_uuids = serializers.ListField(child=serializers.CharField(), help_text="This node's.")
+    gpu_count = serializers.IntegerField(help_text="GPUs of the job on all nodes.")
+    batch_size = serializers.IntegerField(help_text="Global batch size.")
+    sm_clock_mhz = serializers.IntegerField(allow_null=True)
+    power_limit_w = serializers.IntegerField(allow_null=True)
+    checkpoint_dir = serializers.CharField()
+    total_iterations = serializers.IntegerField()
+    completed_iterations = serializers.FloatField()
+    env = serializers.DictField(child=serializers.CharField())
+
+
+class AssignmentsSerializer(serializers.Serializer):
+    assignments = AssignmentSerializer(many=True)
+    stop = serializers.ListField(child=serializers.IntegerField(), help_text="Job ids.")
+
+
+class JobEventSerializer(serializers.Serializer):
+    event_id = serializers.UUIDField(help_text="Chosen by the agent; a replay is applied once.")
+    job_id = serializers.IntegerField()
+    allocation_id = serializers.IntegerField(allow_null=True, required=False)
+    kind = serializers.ChoiceField(choices=JobEventKind.choices)
+    ts = serializers.DateTimeField()
+    iterations = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    exit_status = serializers.IntegerField(required=False, allow_null=True)
+    reason = serializers.ChoiceField(choices=ExitReason.choices, required=False)
+    log_tail = serializers.CharField(required=False, allow_blank=True, max_length=20000)
+    gpu_uuids = serializers.ListField(child=serializers.CharField(), required=False)
+
+    def validate(self, attrs):
+        if attrs["kind"] == JobEventKind.EXITED and not attrs.get("reason"):
+            raise serializers.ValidationError({"reason": "An exit needs a reason."})
+        return attrs
+
+
+class JobEventBatchSerializer(serializers.Serializer):
+    events = JobEventSerializer(many=True, allow_empty=False, max_length=1000)
+
+
+class JobEventResultSerializer(serializers.Serializer):
+    received = serializers.IntegerField()
+    new = serializers.IntegerField()

@@ -1,0 +1,124 @@
+"""The agent API (``/api/agent/...``): register, heartbeat, samples, assignments, job events.
+
+Every endpoint authenticates the node by its agent token; a token speaks only for its own
+node (GPUs or jobs of another node: HTTP 403, nothing stored).
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from cluster.models import Node
+from telemetry import services
+from telemetry.api import serializers as s
+from telemetry.api.authentication import AgentTokenAuthentication, IsAgent
+from telemetry.ingest import BatchRejected, ingest_batch
+
+
+class AgentView(APIView):
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+    throttle_classes: list = []
+
+    @property
+    def node(self) -> Node:
+        return self.request.auth
+
+
+_REFUSED = OpenApiResponse(description="The GPUs or jobs named belong to another node.")
+
+
+class RegisterView(AgentView):
+    @extend_schema(
+        request=s.RegistrationSerializer,
+        responses={200: s.RegistrationResultSerializer, 403: _REFUSED},
+        summary="Register the node's GPUs (idempotent by token; GPUs by UUID).",
+        tags=["agent"],
+    )
+    def post(self, request):
+        data = s.RegistrationSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            gpus = services.register_gpus(
+                self.node, data.validated_data["gpus"], now=timezone.now()
+            )
+        except services.NotYourNode as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        return Response(
+            {
+                "node_id": self.node.pk,
+                "node_name": self.node.name,
+                "gpus": [{"id": g.pk, "uuid": g.uuid, "index": g.index} for g in gpus],
+            }
+        )
+
+
+class HeartbeatView(AgentView):
+    @extend_schema(
+        request=s.HeartbeatSerializer,
+        responses=s.HeartbeatResultSerializer,
+        summary="Tell the server the agent is alive.",
+        tags=["agent"],
+    )
+    def post(self, request):
+        s.HeartbeatSerializer(data=request.data).is_valid(raise_exception=True)
+        now = timezone.now()
+        Node.objects.filter(pk=self.node.pk).update(last_heartbeat_at=now)
+        return Response({"server_time": now})
+
+
+class SamplesView(AgentView):
+    @extend_schema(
+        request=s.SampleBatchSerializer,
+        responses={
+            200: s.IngestResultSerializer,
+            400: OpenApiResponse(description="Per-sample field errors; nothing stored."),
+            403: _REFUSED,
+        },
+        summary="Post a batch of GPU samples (all or nothing; idempotent on GPU and ts).",
+        tags=["agent"],
+    )
+    def post(self, request):
+        try:
+            result = ingest_batch(self.node, request.data)
+        except BatchRejected as exc:
+            return Response(exc.errors, status=exc.status)
+        return Response(
+            {
+                "received": result.received,
+                "inserted": result.inserted,
+                "duplicates": result.duplicates,
+            }
+        )
+
+
+class AssignmentsView(AgentView):
+    @extend_schema(
+        responses=s.AssignmentsSerializer,
+        summary="What this node should run now, and which jobs to stop.",
+        tags=["agent"],
+    )
+    def get(self, request):
+        return Response(services.assignments_for(self.node, now=timezone.now()))
+
+
+class JobEventsView(AgentView):
+    @extend_schema(
+        request=s.JobEventBatchSerializer,
+        responses={200: s.JobEventResultSerializer, 403: _REFUSED},
+        summary="Report job starts, progress (iterations) and exits (status, log tail).",
+        tags=["agent"],
+    )
+    def post(self, request):
+        data = s.JobEventBatchSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        events = data.validated_data["events"]
+        try:
+            new = services.record_job_events(self.node, events, now=timezone.now())
+        except services.NotYourNode as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        return Response({"received": len(events), "new": new})

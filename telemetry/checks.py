@@ -1,0 +1,39 @@
+"""System checks of the telemetry settings (IDs telemetry.E0xx / W0xx)."""
+
+from django.conf import settings
+from django.core.checks import Error, Warning, register
+
+
+@register()
+def check_telemetry_settings(app_configs, **kwargs):
+    from telemetry.carbon import CarbonUnavailable, static_mean_g_per_kwh
+
+    problems = []
+    if settings.TELEMETRY_CARBON_PROVIDER not in ("stored", "http"):
+        problems.append(
+            Error(
+                "TELEMETRY_CARBON_PROVIDER must be 'stored' or 'http'.",
+                id="telemetry.E002",
+            )
+        )
+    try:
+        static_mean_g_per_kwh(settings.TELEMETRY_CARBON_ZONE)
+    except CarbonUnavailable:
+        problems.append(
+            Error(
+                f"TELEMETRY_CARBON_ZONE={settings.TELEMETRY_CARBON_ZONE!r} has no static fallback "
+                "(no data/carbon/em_<zone>_2022_hourly.csv): carbon could not be priced when the "
+                "provider fails.",
+                hint="Use ES, NO, BR or US-CAL-CISO, or vendor that zone's yearly file.",
+                id="telemetry.E001",
+            )
+        )
+    if settings.TELEMETRY_MAX_GAP_S <= 0 or settings.TELEMETRY_RETENTION_S <= 3600:
+        problems.append(
+            Warning(
+                "TELEMETRY_MAX_GAP_S must be positive and TELEMETRY_RETENTION_S above an hour, "
+                "or accounting loses samples.",
+                id="telemetry.W001",
+            )
+        )
+    return problems

@@ -1,0 +1,111 @@
+"""Pure energy arithmetic for accounting: samples -> interval energies -> minutes and jobs.
+
+No Django here (tested without a database). Times are Unix seconds (floats).
+
+**Interval energy.** Between consecutive samples ``a`` and ``b`` of one GPU the energy is the
+counter difference ``b.energy_j - a.energy_j`` when both carry the cumulative counter and it
+did not go backwards. Where either has no counter, or the counter went backwards (a reset:
+driver reload, GPU reset), the interval's energy is the trapezoid of the two power readings,
+``(a.power_w + b.power_w) / 2 * dt``; only that one interval falls back, the counter is used
+again from ``b`` on. An interval longer than ``max_gap_s`` is a gap in the data (the agent was
+down): its energy is reported in ``gap_j`` and attributed to nobody, because when inside the gap
+it was drawn (and by which job) is unknown.
+
+**Attribution.** Energy is spread uniformly over its interval, then split at minute
+boundaries and at the start and end of every holder (a job's allocation on this GPU). Each
+piece goes to the holders active at its midpoint in equal shares (co-located jobs share a GPU
+equally: the GPU cannot tell which job drew what); a piece nobody holds goes to ``None``, the
+idle draw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+MINUTE_S = 60.0
+HOUR_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    t_s: float
+    power_w: float
+    energy_j: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A job's hold on the GPU over [start_s, end_s); ``end_s`` None = still holding."""
+
+    job_id: int
+    start_s: float
+    end_s: float | None = None
+
+    def active_at(self, t_s: float) -> bool:
+        return self.start_s <= t_s and (self.end_s is None or t_s < self.end_s)
+
+
+@dataclass
+class Attribution:
+    by_minute_j: dict[float, float] = field(default_factory=lambda: defaultdict(float))
+    by_job_j: dict[int | None, float] = field(default_factory=lambda: defaultdict(float))
+    gap_j: float = 0.0
+    resets: int = 0
+
+    @property
+    def total_j(self) -> float:
+        return sum(self.by_job_j.values())
+
+
+def interval_energy_j(a: Point, b: Point) -> tuple[float, bool]:
+    """Energy between two samples and whether the counter was used (False: integrated)."""
+    if a.energy_j is not None and b.energy_j is not None and b.energy_j >= a.energy_j:
+        return b.energy_j - a.energy_j, True
+    return (a.power_w + b.power_w) / 2.0 * (b.t_s - a.t_s), False
+
+
+def attribute(
+    points: list[Point],
+    holders: list[Holder],
+    *,
+    window_start_s: float,
+    window_end_s: float,
+    max_gap_s: float,
+) -> Attribution:
+    """Energy of the intervals between ``points`` (ascending, may extend past the window on
+    both sides) clipped to [window_start_s, window_end_s), by minute and by holder."""
+    result = Attribution()
+    edges = sorted({h.start_s for h in holders} | {h.end_s for h in holders if h.end_s})
+    for a, b in zip(points, points[1:], strict=False):
+        dt = b.t_s - a.t_s
+        if dt <= 0:
+            continue
+        energy_j, by_counter = interval_energy_j(a, b)
+        if a.energy_j is not None and b.energy_j is not None and not by_counter:
+            result.resets += 1
+        lo, hi = max(a.t_s, window_start_s), min(b.t_s, window_end_s)
+        if hi <= lo:
+            continue
+        if dt > max_gap_s:
+            result.gap_j += energy_j * (hi - lo) / dt
+            continue
+        rate_w = energy_j / dt
+        cuts = [lo, hi]
+        first_minute = math.floor(lo / MINUTE_S) + 1
+        cuts.extend(k * MINUTE_S for k in range(first_minute, math.ceil(hi / MINUTE_S)))
+        cuts.extend(e for e in edges if lo < e < hi)
+        cuts = sorted(set(cuts))
+        for t0, t1 in zip(cuts, cuts[1:], strict=False):
+            piece_j = rate_w * (t1 - t0)
+            mid = (t0 + t1) / 2.0
+            result.by_minute_j[math.floor(mid / MINUTE_S) * MINUTE_S] += piece_j
+            active = [h.job_id for h in holders if h.active_at(mid)]
+            if not active:
+                result.by_job_j[None] += piece_j
+            else:
+                share = piece_j / len(active)
+                for job_id in active:
+                    result.by_job_j[job_id] += share
+    return result

@@ -1,0 +1,170 @@
+"""Multi-row writes and reads for the agent API: registration, assignments, job events.
+
+Job state changes go through ``cluster.services.transition_job`` (a conditional update), so an
+agent's report racing the scheduler cannot both win; a report that lost the race (the job was
+stopped or moved meanwhile) is recorded as an event and changes nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from cluster.choices import JobState
+from cluster.models import Gpu, Job, JobAllocation, Node
+from cluster.services import InvalidTransition, transition_job
+from telemetry.choices import ExitReason, JobEventKind
+from telemetry.models import JobEvent
+
+log = logging.getLogger(__name__)
+
+
+class NotYourNode(Exception):
+    """The agent named a GPU or job that belongs to another node."""
+
+
+def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> list[Gpu]:
+    """Create or update the node's GPUs by UUID (idempotent: re-registering changes only what
+    changed). A UUID already registered to another node is refused, nothing stored."""
+    uuids = [g["uuid"] for g in gpus]
+    foreign = sorted(
+        Gpu.objects.filter(uuid__in=uuids).exclude(node=node).values_list("uuid", flat=True)
+    )
+    if foreign:
+        raise NotYourNode(f"GPU(s) {', '.join(foreign)} are registered to another node")
+    result = []
+    with transaction.atomic():
+        # Indices may be renumbered after a hardware change; free them first so the
+        # (node, index) unique constraint does not trip over a swap.
+        Gpu.objects.filter(node=node).exclude(uuid__in=uuids).delete()
+        for g in gpus:
+            gpu, _ = Gpu.objects.update_or_create(
+                uuid=g["uuid"],
+                defaults={
+                    "node": node,
+                    "index": g["index"],
+                    "model": g["model"],
+                    "memory_mb": g["memory_mb"],
+                    "default_power_limit_w": round(g["default_power_limit_w"]),
+                    "min_power_limit_w": round(g["min_power_limit_w"]),
+                    "max_power_limit_w": round(g["max_power_limit_w"]),
+                },
+            )
+            result.append(gpu)
+        models = sorted({g["model"] for g in gpus})
+        Node.objects.filter(pk=node.pk).update(gpu_model=", ".join(models), last_heartbeat_at=now)
+    return result
+
+
+def checkpoint_dir(job: Job) -> str:
+    return str(Path(settings.TELEMETRY_CHECKPOINT_ROOT) / f"job-{job.pk}")
+
+
+def assignments_for(node: Node, *, now: datetime) -> dict[str, Any]:
+    """The open allocations of running jobs on this node's GPUs, and jobs to stop: those whose
+    allocation here ended in the last hour and that have no open one here."""
+    open_allocs = (
+        JobAllocation.objects.filter(
+            ended_at__isnull=True, job__state=JobState.RUNNING, gpus__node=node
+        )
+        .distinct()
+        .select_related("job")
+        .prefetch_related("gpus")
+        .order_by("job_id")
+    )
+    assignments = []
+    for alloc in open_allocs:
+        job = alloc.job
+        all_gpus = list(alloc.gpus.all())
+        here = sorted((g for g in all_gpus if g.node_id == node.pk), key=lambda g: g.index)
+        assignments.append(
+            {
+                "allocation_id": alloc.pk,
+                "job_id": job.pk,
+                "workload": job.workload,
+                "command": job.command,
+                "gpu_uuids": [g.uuid for g in here],
+                "gpu_count": len(all_gpus),
+                "batch_size": alloc.batch_size,
+                "sm_clock_mhz": alloc.sm_clock_mhz,
+                "power_limit_w": alloc.power_limit_w,
+                "checkpoint_dir": checkpoint_dir(job),
+                "total_iterations": job.total_iterations,
+                "completed_iterations": job.completed_iterations,
+                "env": {"WATTFLOW_WORKLOAD": job.workload},
+            }
+        )
+    running = {a["job_id"] for a in assignments}
+    recently_ended = (
+        JobAllocation.objects.filter(ended_at__gte=now - timedelta(hours=1), gpus__node=node)
+        .exclude(job_id__in=running)
+        .values_list("job_id", flat=True)
+        .distinct()
+    )
+    return {"assignments": assignments, "stop": sorted(set(recently_ended))}
+
+
+def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime) -> int:
+    """Store the agent's job events (each once, by ``event_id``) and apply the new ones:
+    progress raises ``completed_iterations`` (never lowers it); an exit of the job's current
+    allocation completes or fails the job. Returns how many events were new."""
+    job_ids = {e["job_id"] for e in events}
+    on_node = set(
+        JobAllocation.objects.filter(job_id__in=job_ids, gpus__node=node).values_list(
+            "job_id", flat=True
+        )
+    )
+    if job_ids - on_node:
+        raise NotYourNode(f"job(s) {sorted(job_ids - on_node)} never ran on this node")
+    new = 0
+    for e in events:
+        with transaction.atomic():
+            event, created = JobEvent.objects.get_or_create(
+                event_id=uuid.UUID(str(e["event_id"])),
+                defaults={
+                    "node": node,
+                    "job_id": e["job_id"],
+                    "allocation_id": e.get("allocation_id"),
+                    "kind": e["kind"],
+                    "ts": e["ts"],
+                    "iterations": e.get("iterations"),
+                    "exit_status": e.get("exit_status"),
+                    "reason": e.get("reason") or "",
+                    "log_tail": e.get("log_tail") or "",
+                    "received_at": now,
+                },
+            )
+            if created:
+                new += 1
+                _apply(event)
+    return new
+
+
+def _apply(event: JobEvent) -> None:
+    if event.iterations is not None:
+        Job.objects.filter(pk=event.job_id, completed_iterations__lt=event.iterations).update(
+            completed_iterations=event.iterations
+        )
+    if event.kind != JobEventKind.EXITED:
+        return
+    job = Job.objects.get(pk=event.job_id)
+    if event.reason not in (ExitReason.COMPLETED, ExitReason.FAILED):
+        # Stopped on the scheduler's order (or the agent's exit): the scheduler owns the state.
+        Job.objects.filter(pk=job.pk).update(log_tail=event.log_tail)
+        return
+    if job.current_allocation_id != event.allocation_id:
+        log.info("job %s: exit of allocation %s is stale, ignored", job.pk, event.allocation_id)
+        return
+    target = JobState.COMPLETED if event.reason == ExitReason.COMPLETED else JobState.FAILED
+    try:
+        transition_job(
+            job, to=target, at=event.ts, exit_status=event.exit_status, log_tail=event.log_tail
+        )
+    except InvalidTransition as exc:
+        log.info("job %s: exit report not applied: %s", job.pk, exc)
