@@ -1,0 +1,217 @@
+"""Budgets and teams over REST: leads manage their team's budgets, members read, others see
+nothing; teams are read by their members and written by admins."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from cluster.choices import HardLimitAction
+from cluster.models import Budget, Team
+
+START = datetime(2026, 3, 1, tzinfo=UTC)
+END = datetime(2026, 4, 1, tzinfo=UTC)
+NEW_BUDGET = {
+    "team": "vision",
+    "period_start": "2026-04-01T00:00:00Z",
+    "period_end": "2026-05-01T00:00:00Z",
+    "energy_limit_kwh": 1200.0,
+    "warn_fraction": 0.75,
+    "hard_limit_action": "pause_jobs",
+}
+
+
+@pytest.fixture
+def budgets(team, other_team):
+    return {
+        "vision": Budget.objects.create(
+            team=team, period_start=START, period_end=END, energy_limit_kwh=1000.0
+        ),
+        "language": Budget.objects.create(
+            team=other_team, period_start=START, period_end=END, carbon_limit_kg=250.0
+        ),
+    }
+
+
+def _rows() -> list[tuple]:
+    return list(
+        Budget.objects.order_by("pk").values_list(
+            "team__slug", "period_start", "period_end", "energy_limit_kwh", "carbon_limit_kg"
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("persona", "visible"),
+    [
+        ("member", {"vision"}),
+        ("lead", {"vision"}),
+        ("outsider", {"language"}),
+        ("admin", {"vision", "language"}),
+    ],
+)
+def test_budget_list_shows_only_the_users_teams(api_client, personas, budgets, persona, visible):
+    response = api_client(personas[persona]).get("/api/budgets/")
+
+    assert response.status_code == 200
+    assert {row["id"] for row in response.json()["results"]} == {
+        budgets[name].pk for name in visible
+    }
+
+
+@pytest.mark.parametrize(
+    ("persona", "expected"),
+    [("member", 403), ("lead", 201), ("outsider", 403), ("admin", 201)],
+)
+def test_only_leads_and_admins_create_budgets(api_client, personas, budgets, persona, expected):
+    before = _rows()
+
+    response = api_client(personas[persona]).post("/api/budgets/", NEW_BUDGET, format="json")
+
+    assert response.status_code == expected
+    if expected == 201:
+        created = Budget.objects.get(pk=response.json()["id"])
+        assert created.team.slug == "vision"
+        assert created.energy_limit_kwh == 1200.0
+        assert created.carbon_limit_kg is None
+        assert created.warn_fraction == 0.75
+        assert created.hard_limit_action == HardLimitAction.PAUSE_JOBS
+        assert Budget.objects.count() == 3
+    else:
+        assert _rows() == before
+
+
+def test_lead_cannot_create_a_budget_for_another_team(api_client, lead, budgets):
+    before = _rows()
+
+    response = api_client(lead).post(
+        "/api/budgets/", {**NEW_BUDGET, "team": "language"}, format="json"
+    )
+
+    assert response.status_code == 403
+    assert _rows() == before
+
+
+@pytest.mark.parametrize(
+    ("persona", "budget", "expected"),
+    [
+        ("member", "vision", 403),
+        ("lead", "vision", 200),
+        ("lead", "language", 404),
+        ("outsider", "vision", 404),
+        ("admin", "language", 200),
+    ],
+)
+def test_only_the_teams_lead_or_admin_edits_a_budget(
+    api_client, personas, budgets, persona, budget, expected
+):
+    target = budgets[budget]
+    before = target.carbon_limit_kg
+
+    response = api_client(personas[persona]).patch(
+        f"/api/budgets/{target.pk}/", {"carbon_limit_kg": 99.5}, format="json"
+    )
+
+    assert response.status_code == expected
+    target.refresh_from_db()
+    assert target.carbon_limit_kg == (99.5 if expected == 200 else before)
+
+
+@pytest.mark.parametrize(("persona", "expected"), [("member", 403), ("lead", 204)])
+def test_budget_delete(api_client, personas, budgets, persona, expected):
+    response = api_client(personas[persona]).delete(f"/api/budgets/{budgets['vision'].pk}/")
+
+    assert response.status_code == expected
+    assert Budget.objects.filter(pk=budgets["vision"].pk).exists() == (expected != 204)
+
+
+def test_lead_cannot_move_a_budget_to_a_team_they_do_not_lead(api_client, lead, budgets):
+    response = api_client(lead).patch(
+        f"/api/budgets/{budgets['vision'].pk}/", {"team": "language"}, format="json"
+    )
+
+    assert response.status_code == 403
+    assert Budget.objects.get(pk=budgets["vision"].pk).team.slug == "vision"
+
+
+@pytest.mark.parametrize(
+    ("change", "errors"),
+    [
+        (
+            {"energy_limit_kwh": None},
+            {"energy_limit_kwh": ["Set an energy limit, a carbon limit, or both."]},
+        ),
+        ({"energy_limit_kwh": -3}, {"energy_limit_kwh": ["Must be positive."]}),
+        ({"carbon_limit_kg": 0}, {"carbon_limit_kg": ["Must be positive."]}),
+        ({"period_end": "2026-03-01T00:00:00Z"}, {"period_end": ["Must be after period_start."]}),
+        ({"warn_fraction": 1.5}, {"warn_fraction": ["Must be in (0, 1]."]}),
+        ({"warn_fraction": 0}, {"warn_fraction": ["Must be in (0, 1]."]}),
+        (
+            {"hard_limit_action": "explode"},
+            {"hard_limit_action": ['"explode" is not a valid choice.']},
+        ),
+        (
+            {"period_start": "yesterday"},
+            {
+                "period_start": [
+                    "Datetime has wrong format. "
+                    "Use one of these formats instead: YYYY-MM-DDThh:mm[:ss[.uuuuuu]][+HH:MM|-HH:MM|Z]."
+                ]
+            },
+        ),
+    ],
+)
+def test_bad_budget_gets_400_with_field_errors_and_stores_nothing(
+    api_client, lead, team, change, errors
+):
+    response = api_client(lead).post("/api/budgets/", {**NEW_BUDGET, **change}, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == errors
+    assert Budget.objects.count() == 0
+
+
+def test_partial_update_is_validated_against_the_stored_values(api_client, lead, budgets):
+    # the budget has only an energy limit, so removing it leaves no limit at all
+    response = api_client(lead).patch(
+        f"/api/budgets/{budgets['vision'].pk}/", {"energy_limit_kwh": None}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert list(response.json()) == ["energy_limit_kwh"]
+    assert Budget.objects.get(pk=budgets["vision"].pk).energy_limit_kwh == 1000.0
+
+
+@pytest.mark.parametrize(
+    ("persona", "visible"),
+    [
+        ("member", ["vision"]),
+        ("lead", ["vision"]),
+        ("outsider", ["language"]),
+        ("admin", ["language", "vision"]),
+    ],
+)
+def test_team_list_shows_the_users_teams(api_client, personas, persona, visible):
+    response = api_client(personas[persona]).get("/api/teams/")
+
+    assert response.status_code == 200
+    assert [row["slug"] for row in response.json()["results"]] == visible
+
+
+def test_team_detail_lists_members_with_roles(api_client, member, lead):
+    response = api_client(member).get("/api/teams/vision/")
+
+    assert response.status_code == 200
+    assert response.json()["members"] == [
+        {"username": "liam_lead", "role": "lead"},
+        {"username": "vera_member", "role": "member"},
+    ]
+
+
+@pytest.mark.parametrize(("persona", "expected"), [("lead", 403), ("admin", 201)])
+def test_only_admins_create_teams(api_client, personas, persona, expected):
+    response = api_client(personas[persona]).post(
+        "/api/teams/", {"name": "Speech", "slug": "speech"}, format="json"
+    )
+
+    assert response.status_code == expected
+    assert Team.objects.filter(slug="speech").exists() == (expected == 201)

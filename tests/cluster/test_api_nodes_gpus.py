@@ -1,0 +1,111 @@
+"""Nodes and GPUs over REST are for admins only; agent tokens are issued once."""
+
+import pytest
+
+from cluster.models import Gpu, Node
+
+NON_ADMINS = ["member", "lead", "outsider"]
+
+
+@pytest.mark.parametrize("persona", NON_ADMINS)
+@pytest.mark.parametrize("path", ["/api/nodes/", "/api/gpus/"])
+def test_non_admins_cannot_list_nodes_or_gpus(api_client, personas, make_node, persona, path):
+    make_node()
+
+    response = api_client(personas[persona]).get(path)
+
+    assert response.status_code == 403
+
+
+@pytest.mark.parametrize("persona", NON_ADMINS)
+def test_non_admins_cannot_create_nodes(api_client, personas, persona):
+    response = api_client(personas[persona]).post(
+        "/api/nodes/", {"name": "rogue", "switch_label": "s", "gpu_model": "A100"}, format="json"
+    )
+
+    assert response.status_code == 403
+    assert Node.objects.count() == 0
+
+
+def test_admin_lists_nodes_with_gpu_counts(api_client, admin_user, make_node):
+    make_node("node-01", gpus=8)
+    make_node("node-02", gpus=4, switch_label="switch-2")
+
+    response = api_client(admin_user).get("/api/nodes/")
+
+    assert response.status_code == 200
+    assert [
+        (row["name"], row["switch_label"], row["gpu_count"], row["status"], row["has_agent_token"])
+        for row in response.json()["results"]
+    ] == [
+        ("node-01", "switch-1", 8, "healthy", False),
+        ("node-02", "switch-2", 4, "healthy", False),
+    ]
+
+
+def test_admin_filters_gpus_by_node(api_client, admin_user, make_node):
+    make_node("node-01", gpus=2)
+    node = make_node("node-02", gpus=3)
+
+    response = api_client(admin_user).get(f"/api/gpus/?node={node.pk}")
+
+    assert response.status_code == 200
+    assert [row["uuid"] for row in response.json()["results"]] == [
+        "GPU-node-02-0",
+        "GPU-node-02-1",
+        "GPU-node-02-2",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"power_limit_w": 450}, "power_limit_w"),
+        ({"min_power_limit_w": 500}, "default_power_limit_w"),
+        ({"sm_clock_mhz": 999}, "sm_clock_mhz"),
+        ({"index": 0}, "non_field_errors"),  # (node, index) is taken
+        ({"uuid": "GPU-node-01-0"}, "uuid"),  # taken
+    ],
+)
+def test_admin_gpu_validation_errors(api_client, admin_user, make_node, change, field):
+    node = make_node("node-01", gpus=1)
+    payload = {
+        "node": node.pk,
+        "index": 1,
+        "uuid": "GPU-new",
+        "model": "A100",
+        "memory_mb": 40960,
+        "default_power_limit_w": 400,
+        "min_power_limit_w": 100,
+        "max_power_limit_w": 400,
+        "supported_sm_clocks_mhz": [1410, 1200],
+        **change,
+    }
+
+    response = api_client(admin_user).post("/api/gpus/", payload, format="json")
+
+    assert response.status_code == 400
+    assert list(response.json()) == [field]
+    assert Gpu.objects.count() == 1
+
+
+def test_issue_token_returns_a_token_that_finds_the_node(api_client, admin_user, make_node):
+    node = make_node()
+
+    response = api_client(admin_user).post(f"/api/nodes/{node.pk}/issue-token/")
+
+    assert response.status_code == 201
+    token = response.json()["token"]
+    assert Node.for_agent_token(token) == node
+    node.refresh_from_db()
+    assert token not in node.agent_token_hash
+
+
+def test_member_cannot_issue_tokens(api_client, member, make_node):
+    node = make_node()
+
+    response = api_client(member).post(f"/api/nodes/{node.pk}/issue-token/")
+
+    assert response.status_code == 403
+    node.refresh_from_db()
+    assert node.agent_token_hash == ""

@@ -1,0 +1,85 @@
+"""Settings helpers fail loudly, bad configuration is a system check with an ID, and the
+Channels layer really talks to Redis."""
+
+import uuid
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.core.checks import run_checks
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_float, env_int, env_list, env_str
+
+
+def test_env_helpers_parse_and_default(monkeypatch):
+    monkeypatch.setenv("WF_INT", "42")
+    monkeypatch.setenv("WF_FLOAT", "0.25")
+    monkeypatch.setenv("WF_BOOL", "Yes")
+    monkeypatch.setenv("WF_LIST", "a, b,,c")
+    monkeypatch.setenv("WF_EMPTY", "  ")
+    monkeypatch.delenv("WF_MISSING", raising=False)
+
+    assert env_int("WF_INT", 1) == 42
+    assert env_float("WF_FLOAT", 1.0) == 0.25
+    assert env_bool("WF_BOOL", False) is True
+    assert env_list("WF_LIST", []) == ["a", "b", "c"]
+    assert env_str("WF_EMPTY", "default") == "default"
+    assert env_int("WF_MISSING", 7) == 7
+
+
+@pytest.mark.parametrize(
+    ("reader", "value", "message"),
+    [
+        (env_int, "ten", "WF_BAD must be an integer, got 'ten'"),
+        (env_float, "1,5", "WF_BAD must be a number, got '1,5'"),
+        (env_bool, "maybe", "WF_BAD must be one of true/false/1/0/yes/no, got 'maybe'"),
+    ],
+)
+def test_env_helpers_fail_loudly_naming_the_variable(monkeypatch, reader, value, message):
+    monkeypatch.setenv("WF_BAD", value)
+
+    with pytest.raises(ImproperlyConfigured) as excinfo:
+        reader("WF_BAD", None)
+
+    assert str(excinfo.value) == message
+
+
+def _check_ids() -> set[str]:
+    return {message.id for message in run_checks() if message.id.startswith("wattflow.")}
+
+
+def test_default_configuration_passes_the_checks(settings):
+    # pytest-django runs tests with DEBUG off; the defaults are meant for DEBUG on.
+    settings.DEBUG = True
+
+    assert _check_ids() == set()
+
+
+def test_production_with_the_development_key_is_an_error(settings):
+    settings.DEBUG = False
+    settings.SECRET_KEY = settings.DEV_SECRET_KEY
+    settings.ALLOWED_HOSTS = ["*"]
+
+    assert _check_ids() == {"wattflow.E001", "wattflow.W001"}
+
+
+def test_non_postgres_database_and_bad_redis_url_are_errors(settings, monkeypatch):
+    settings.DEBUG = True
+    # In place, so Django's connection handler is not rebuilt; monkeypatch restores it.
+    monkeypatch.setitem(settings.DATABASES["default"], "ENGINE", "django.db.backends.sqlite3")
+    settings.REDIS_URL = "http://127.0.0.1:6379/0"
+
+    assert _check_ids() == {"wattflow.E002", "wattflow.E003"}
+
+
+def test_channel_layer_round_trips_through_redis():
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    payload = {"type": "test.message", "nonce": uuid.uuid4().hex}
+
+    async_to_sync(layer.send)(channel, payload)
+    received = async_to_sync(layer.receive)(channel)
+
+    assert received == payload
+    assert layer.hosts[0]["address"].startswith("redis://")
