@@ -153,8 +153,8 @@ def test_lead_cannot_move_a_budget_to_a_team_they_do_not_lead(api_client, lead, 
             {"period_start": "yesterday"},
             {
                 "period_start": [
-                    "Datetime has wrong format. "
-                    "Use one of these formats instead: YYYY-MM-DDThh:mm[:ss[.uuuuuu]][+HH:MM|-HH:MM|Z]."
+                    "Datetime has wrong format. Use one of these formats instead: "
+                    "YYYY-MM-DDThh:mm[:ss[.uuuuuu]][+HH:MM|-HH:MM|Z]."
                 ]
             },
         ),
