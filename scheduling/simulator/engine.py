@@ -9,13 +9,19 @@ ahead), asks the planner for a :class:`~scheduling.core.types.Plan` and applies 
 
 Between events nothing changes, so every quantity is integrated exactly:
 
-* a running job progresses at ``1 / (iter_time_s(cfg) * iter_time_scale)`` iterations
-  per second and finishes at the exact instant its remaining iterations are done;
+* a job's work is ``total_iters`` iterations at its *submitted* global batch, i.e. a
+  number of samples (the core's convention, ``scheduling/core/context.py``); run at
+  batch ``b`` it progresses at ``(b / submitted batch) / (iter_time_s(cfg) *
+  iter_time_scale)`` submitted-batch iterations per second and finishes at the exact
+  instant its remaining work is done;
 * each of its GPUs draws ``power_w(cfg) * power_scale`` while it progresses;
 * after a start from a checkpoint, a resize or a move the job makes no progress for
   ``restart_cost_s`` and its GPUs draw idle power meanwhile (loading, not computing);
   a fresh first start costs nothing, a preemption (stop) keeps the progress made;
-* GPUs that run nothing draw ``idle_power_w`` when ``idle_gpus_powered``, else nothing;
+* GPUs that run nothing draw the idle power of their model (the lowest idle power any
+  perf model of that GPU reports, as the core assumes), unless ``power_off_idle_nodes``:
+  then a node none of whose GPUs is allocated at the start of a stretch is off for that
+  stretch and draws nothing (a node in use stays powered until the next plan);
 * carbon is power x the hourly intensity, integrated over each piece with the hour
   boundaries inside it (:meth:`HourlyIntensity.co2_g`).
 
@@ -31,8 +37,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduling.core.types import (
     Allocation,
@@ -59,7 +66,7 @@ class SimulationError(RuntimeError):
 class SimConfig:
     round_length_s: float = 300.0
     restart_cost_s: float = 30.0  # seconds without progress after a resize/move/resume
-    idle_gpus_powered: bool = True
+    power_off_idle_nodes: bool = False  # also handed to the planner in the snapshot
     idle_power_w: float | None = None  # None: from the perf catalog for the GPU model
     replan_on_events: bool = False
     forecast_hours: int = 24
@@ -225,7 +232,15 @@ class Simulator:
         self._gpu_model = {g.gpu_id: g.model for g in cluster.gpus}
         self._records = [JobRecord(spec=j) for j in sorted(jobs, key=lambda j: j.submit_time_s)]
         self._idle_w = self._idle_power_by_model()
+        self._node_idle_w: dict[str, float] = Counter()
+        for g in cluster.gpus:
+            self._node_idle_w[g.node] += self._idle_w[g.model]
+        # Idle power of the whole cluster when nothing runs (all off if nodes power down).
+        self._idle_all_w = (
+            0.0 if self.config.power_off_idle_nodes else sum(self._node_idle_w.values())
+        )
         self._energy_used_j = 0.0
+        self._policy_state: Mapping[str, Any] = {}
         self._co2_used_g = 0.0
 
     # --- set-up -------------------------------------------------------------------
@@ -235,20 +250,17 @@ class Simulator:
         if self.config.idle_power_w is not None:
             return dict.fromkeys(models, self.config.idle_power_w)
         idle = {}
-        workloads = sorted({r.spec.workload for r in self._records}) or list(
-            self.catalog.workloads()
-        )
         for gpu_model in models:
-            for workload in workloads:
+            values = []
+            for workload in self.catalog.workloads():
                 try:
-                    idle[gpu_model] = float(self._perf.model(workload, gpu_model).idle_power_w)
-                    break
+                    values.append(float(self._perf.model(workload, gpu_model).idle_power_w))
                 except (KeyError, LookupError, ValueError):
                     continue
-            else:
-                raise SimulationError(
-                    f"no perf model for GPU model {gpu_model!r} gives an idle power"
-                )
+            if not values:
+                raise SimulationError(f"no perf model for GPU {gpu_model!r} gives an idle power")
+            # The core's rule (PerfCache.idle_power_w), so that plans predict what runs.
+            idle[gpu_model] = min(values)
         return idle
 
     # --- the run --------------------------------------------------------------------
@@ -270,7 +282,7 @@ class Simulator:
         last_activity_s = 0.0
         stopped_early = False
         all_gpus = self.cluster.gpus
-        idle_all_w = sum(self._idle_w[g.model] for g in all_gpus) if cfg.idle_gpus_powered else 0.0
+        idle_all_w = self._idle_all_w
 
         while n_finished < n_total:
             if cfg.max_time_s is not None and t >= cfg.max_time_s:
@@ -296,6 +308,8 @@ class Simulator:
                 continue
 
             plan = self.planner(self._snapshot(active, t), t)
+            # Timers and learned state a policy keeps between rounds ride in the plan.
+            self._policy_state = plan.policy_state
             for code in (w.code for w in plan.waiting.values()):
                 wait_codes[str(code)] += 1
             self._apply(plan, active, t)
@@ -314,9 +328,7 @@ class Simulator:
             # After the last arrival, a stretch in which every active job finishes ends
             # at the last completion: no idle tail is charged past the makespan.
             last = next_arrival >= n_total
-            t_end, finished, energy, co2, idle_e, busy_s = self._advance(
-                active, t, horizon, idle_all_w, last
-            )
+            t_end, finished, energy, co2, idle_e, busy_s = self._advance(active, t, horizon, last)
             idle_energy_j += idle_e
             busy_gpu_s += busy_s
             timeline.append(
@@ -413,6 +425,8 @@ class Simulator:
             budgets=budgets,
             carbon=carbon,
             epoch_s=self.intensity.epoch_s,
+            power_off_idle_nodes=self.config.power_off_idle_nodes,
+            policy_state=self._policy_state,
         )
 
     # --- applying a plan ----------------------------------------------------------------
@@ -470,11 +484,10 @@ class Simulator:
 
     # --- progress between planning instants ------------------------------------------------
 
-    def _advance(
-        self, active: dict[str, JobRecord], t0: float, t1: float, idle_all_w: float, last: bool
-    ):
-        """Run every allocated job from t0 to t1 (or, with replan_on_events, to the first
-        completion). Returns (end, finished records, energy, co2, idle energy, busy GPU-s)."""
+    def _advance(self, active: dict[str, JobRecord], t0: float, t1: float, last: bool):
+        """Run every allocated job from t0 to t1 (with ``replan_on_events``, only to the
+        first completion; after the last arrival, to the last completion if all finish).
+        Returns (end, finished records, energy, co2, idle energy, held GPU-seconds)."""
         cfg = self.config
         co2_of = self.intensity.co2_g
         # First pass: rates and finish instants.
@@ -483,25 +496,28 @@ class Simulator:
             alloc = rec.allocation
             if alloc is None:
                 continue
+            spec = rec.spec
             gpu_model = self._gpu_model[alloc.gpu_ids[0]]
             iter_s, power_w = self._perf.iter_time_and_power(
-                rec.spec.workload, gpu_model, alloc, rec.shape
+                spec.workload, gpu_model, alloc, rec.shape
             )
-            iter_s *= rec.spec.iter_time_scale
-            power_w *= rec.spec.power_scale
+            # Seconds per submitted-batch iteration: work is samples (see module doc).
+            work_s = iter_s * spec.iter_time_scale * spec.global_batch / alloc.global_batch
+            power_w *= spec.power_scale
             start = max(t0, rec.restart_until_s)
-            finish = start + max(rec.spec.total_iters - rec.done_iters, 0.0) * iter_s
-            plans.append((rec, gpu_model, iter_s, power_w, start, finish))
+            finish = start + max(spec.total_iters - rec.done_iters, 0.0) * work_s
+            plans.append((rec, gpu_model, work_s, power_w, start, finish))
         t_end = t1
         if cfg.replan_on_events:
             t_end = min([t1] + [p[5] for p in plans if p[5] < t1])
         elif last and len(plans) == len(active) and all(p[5] <= t1 for p in plans):
             t_end = max([t0] + [p[5] for p in plans])
         idle_w_of = self._idle_w
-        energy = co2 = idle_e = busy_gpu_s = 0.0
+        energy = co2 = idle_e = held_gpu_s = 0.0
         allocated_idle_w = 0.0
+        used_nodes: set[str] = set()
         finished = []
-        for rec, gpu_model, iter_s, power_w, start, finish in plans:
+        for rec, gpu_model, work_s, power_w, start, finish in plans:
             alloc = rec.allocation
             n = alloc.n_gpus
             idle_w = idle_w_of[gpu_model] * n
@@ -513,32 +529,37 @@ class Simulator:
             if run_end > start:
                 e_job += power_w * n * (run_end - start)
                 c_job += co2_of(power_w * n, start, run_end)
-                rec.done_iters = rec.done_iters + (run_end - start) / iter_s
+                rec.done_iters += (run_end - start) / work_s
             rec.energy_j += e_job
             rec.co2_g += c_job
             energy += e_job
             co2 += c_job
             held_s = min(finish, t_end) - t0
             rec.attained_gpu_s += n * held_s
-            busy_gpu_s += n * held_s
+            held_gpu_s += n * held_s
             rec.snapshot_job = None
             if finish <= t_end:
                 rec.done_iters = rec.spec.total_iters
                 rec.finish_s = finish
                 rec.allocation = None
                 finished.append(rec)
-                if cfg.idle_gpus_powered and t_end > finish:
-                    # Its GPUs idle, powered, until the next planning instant.
+                if t_end > finish:
+                    # Its GPUs idle, on a powered node, until the next planning instant.
                     e_idle = idle_w * (t_end - finish)
                     energy += e_idle
                     idle_e += e_idle
                     co2 += co2_of(idle_w, finish, t_end)
             allocated_idle_w += idle_w
-        if cfg.idle_gpus_powered:
-            # GPUs no job held during the stretch; max() guards float round-off.
-            free_w = max(idle_all_w - allocated_idle_w, 0.0)
-            e_free = free_w * (t_end - t0)
-            energy += e_free
-            idle_e += e_free
-            co2 += co2_of(free_w, t0, t_end)
-        return t_end, finished, energy, co2, idle_e, busy_gpu_s
+            if cfg.power_off_idle_nodes:
+                used_nodes.update(self._gpu_node[g] for g in alloc.gpu_ids)
+        # GPUs no job held during the stretch; max() guards float round-off.
+        if cfg.power_off_idle_nodes:
+            powered_w = sum(self._node_idle_w[node] for node in used_nodes)
+        else:
+            powered_w = self._idle_all_w
+        free_w = max(powered_w - allocated_idle_w, 0.0)
+        e_free = free_w * (t_end - t0)
+        energy += e_free
+        idle_e += e_free
+        co2 += co2_of(free_w, t0, t_end)
+        return t_end, finished, energy, co2, idle_e, held_gpu_s

@@ -1,0 +1,284 @@
+"""Command line of the simulator: ``python -m scheduling.simulator`` and, through the same
+``add_arguments``/``execute``, ``python manage.py simulate``.
+
+    python -m scheduling.simulator --trace data/trace/elasticflow_philly_876.csv \\
+        --cluster data/clusters/n16g8_a100.json --policy powerflow --match-baseline fifo
+
+A plain run simulates one policy (optionally under ``--energy-budget-kwh`` or
+``--carbon-budget-kg``). ``--match-baseline a,b`` runs each baseline, then the policy
+with the baseline's energy (``--budget-kind carbon``: carbon) as its budget, and reports
+the average-JCT ratio. Results go to ``--out`` as CSV and JSON (and PNG with ``--plots``).
+Bad arguments exit with status 2 and one line saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+from scheduling.core.types import J_PER_KWH
+from scheduling.simulator.carbon import CarbonDataError
+from scheduling.simulator.cluster_spec import ClusterSpecError
+from scheduling.simulator.compare import KINDS, Comparison, budget_from
+from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult
+from scheduling.simulator.metrics import summarise, write_results
+from scheduling.simulator.scenario import REPO_DATA, Scenario, load_scenario, run_policy
+from scheduling.simulator.traces import TraceError
+
+
+class UsageError(Exception):
+    """Bad arguments or inputs; the message is the one line the user sees."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors, on one line
+        raise UsageError(message)
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        return value
+
+    return parse
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def _start(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO datetime") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", required=True, help="trace CSV (data/trace/...)")
+    parser.add_argument("--cluster", required=True, help="cluster spec (data/clusters/*.json)")
+    parser.add_argument("--policy", required=True, help="policy name from the core's registry")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--energy-budget-kwh", type=_positive(float), help="cluster energy budget")
+    budget.add_argument("--carbon-budget-kg", type=_positive(float), help="cluster carbon budget")
+    budget.add_argument(
+        "--match-baseline",
+        help="comma-separated baselines whose spend becomes the policy's budget",
+    )
+    parser.add_argument("--budget-kind", choices=KINDS, help="what --match-baseline matches")
+    parser.add_argument(
+        "--budget-period-h",
+        type=_positive(float),
+        help="budget period for a fixed budget (default: until the last submission + 1 week)",
+    )
+    parser.add_argument(
+        "--horizon-factor",
+        type=_positive(float),
+        default=1.0,
+        help="matched budget period = factor x the baseline's makespan (default 1)",
+    )
+    parser.add_argument("--carbon-zone", help="Electricity Maps zone of data/carbon (ES, ...)")
+    parser.add_argument("--carbon-kind", choices=("direct", "lca"), default="direct")
+    parser.add_argument(
+        "--start", type=_start, default=datetime(2022, 6, 1, tzinfo=UTC), help="UTC of time 0"
+    )
+    parser.add_argument("--round-length-s", type=_positive(float), default=300.0)
+    parser.add_argument("--restart-cost-s", type=_non_negative, default=30.0)
+    parser.add_argument("--power-off-idle-nodes", action="store_true")
+    parser.add_argument("--replan-on-events", action="store_true")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the philly_week mapping")
+    parser.add_argument("--max-gpus", type=_positive(int), default=64, help="elastic cap per job")
+    parser.add_argument("--max-jobs", type=_positive(int), help="simulate only the first N jobs")
+    parser.add_argument("--data-dir", default=str(REPO_DATA), help="the repository's data/")
+    parser.add_argument("--out", default="var/simulations", help="folder for CSV/JSON/PNG")
+    parser.add_argument("--plots", action="store_true", help="also write PNG plots")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(
+        prog="python -m scheduling.simulator",
+        description="Replay a job trace through the scheduling core.",
+    )
+    add_arguments(parser)
+    return parser
+
+
+def _progress_bar(total: int, desc: str, enabled: bool):
+    if not enabled:
+        return None, None
+    bar = tqdm(total=total, desc=desc, unit="job", dynamic_ncols=True, leave=False)
+
+    def hook(finished: int, t_s: float) -> None:
+        if finished != bar.n:
+            bar.update(finished - bar.n)
+            bar.set_postfix_str(f"t={t_s / 86400:.1f} d", refresh=False)
+
+    return bar, hook
+
+
+def _run(scenario: Scenario, policy: str, *, budget: BudgetSpec | None, progress: bool):
+    bar, hook = _progress_bar(len(scenario.jobs), policy, progress)
+    started = time.perf_counter()
+    try:
+        result = run_policy(scenario, policy, budget=budget, progress=hook)
+    finally:
+        if bar is not None:
+            bar.close()
+    return result, time.perf_counter() - started
+
+
+def _line(name: str, summary: dict[str, Any], wall_s: float) -> str:
+    jct = summary["avg_jct_s"]
+    return (
+        f"{name:<28} avg JCT {jct / 3600 if jct else float('nan'):9.3f} h  "
+        f"p99 {(summary['p99_jct_s'] or float('nan')) / 3600:9.2f} h  "
+        f"energy {summary['energy_kwh']:10.1f} kWh  carbon {summary['co2_kg']:9.1f} kg  "
+        f"util {summary['gpu_utilisation']:.3f}  unfinished {summary['n_unfinished']}  "
+        f"({wall_s:.1f} s)"
+    )
+
+
+def execute(args: argparse.Namespace, *, stdout: TextIO = sys.stdout) -> dict[str, Any]:
+    """Run what the arguments ask for; raises :class:`UsageError` with one line."""
+    if args.budget_kind and not args.match_baseline:
+        raise UsageError("--budget-kind only applies with --match-baseline")
+    if args.carbon_budget_kg and not args.carbon_zone:
+        raise UsageError("--carbon-budget-kg needs --carbon-zone (carbon is zero without one)")
+    kind = args.budget_kind or ("carbon" if args.policy == "greenflow" else "energy")
+    if args.match_baseline and kind == "carbon" and not args.carbon_zone:
+        raise UsageError("a carbon-matched comparison needs --carbon-zone")
+    _check_policies([args.policy, *(_baselines(args) or [])])
+    try:
+        config = SimConfig(
+            round_length_s=args.round_length_s,
+            restart_cost_s=args.restart_cost_s,
+            power_off_idle_nodes=args.power_off_idle_nodes,
+            replan_on_events=args.replan_on_events,
+        )
+        scenario = load_scenario(
+            args.trace,
+            args.cluster,
+            data_dir=args.data_dir,
+            carbon_zone=args.carbon_zone,
+            carbon_kind=args.carbon_kind,
+            start=args.start,
+            seed=args.seed,
+            max_gpus=args.max_gpus,
+            config=config,
+            max_jobs=args.max_jobs,
+        )
+    except (TraceError, ClusterSpecError, CarbonDataError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if not scenario.jobs:
+        raise UsageError("the trace has no jobs")
+    out = Path(args.out)
+    progress = not args.no_progress
+    stem = f"{Path(args.trace).stem}_{scenario.spec.name}"
+    report: dict[str, Any] = {"scenario": dict(scenario.meta), "runs": {}, "comparisons": []}
+    results: dict[str, SimResult] = {}
+
+    def record(name: str, result: SimResult, wall_s: float) -> None:
+        summary = summarise(result)
+        write_results(result, out, name=f"{stem}_{name}", meta={**scenario.meta, "run": name})
+        report["runs"][name] = {**summary, "wall_s": wall_s}
+        results[name] = result
+        stdout.write(_line(name, summary, wall_s) + "\n")
+
+    baselines = _baselines(args)
+    if baselines:
+        for base in baselines:
+            if base not in results:
+                result, wall = _run(scenario, base, budget=None, progress=progress)
+                record(base, result, wall)
+            budget = budget_from(results[base], kind, horizon_factor=args.horizon_factor)
+            result, wall = _run(scenario, args.policy, budget=budget, progress=progress)
+            name = f"{args.policy}@{base}-{kind}"
+            record(name, result, wall)
+            comparison = Comparison(kind, base, args.policy, budget, results[base], result)
+            line = comparison.report()
+            report["comparisons"].append(line)
+            ratio = line["avg_jct_ratio"]
+            spent = "energy_kwh" if kind == "energy" else "co2_kg"
+            stdout.write(
+                f"  {args.policy} vs {base} at equal {kind}: avg JCT ratio "
+                f"{'n/a' if ratio is None else f'{ratio:.3f}x'}; spent "
+                f"{line['candidate_' + spent]:.1f} of {line['baseline_' + spent]:.1f} "
+                f"{spent.split('_')[-1]}\n"
+            )
+    else:
+        budget = None
+        if args.energy_budget_kwh or args.carbon_budget_kg:
+            period_h = args.budget_period_h
+            period_end_s = (
+                period_h * 3600.0
+                if period_h
+                else max(j.submit_time_s for j in scenario.jobs) + 7 * 86400.0
+            )
+            budget = BudgetSpec(
+                period_end_s=period_end_s,
+                energy_limit_j=args.energy_budget_kwh * J_PER_KWH
+                if args.energy_budget_kwh
+                else None,
+                co2_limit_g=args.carbon_budget_kg * 1e3 if args.carbon_budget_kg else None,
+            )
+        result, wall = _run(scenario, args.policy, budget=budget, progress=progress)
+        record(args.policy, result, wall)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}_report.json").write_text(
+        json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    if args.plots:
+        from scheduling.simulator.plots import plot_jct_cdf, plot_power_energy
+
+        plot_jct_cdf(results, out / f"{stem}_jct_cdf.png", title=scenario.name)
+        plot_power_energy(results, out / f"{stem}_power_energy.png", title=scenario.name)
+    stdout.write(f"results in {out}/{stem}_*\n")
+    return report
+
+
+def _baselines(args: argparse.Namespace) -> list[str]:
+    if not args.match_baseline:
+        return []
+    names = [n.strip() for n in args.match_baseline.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--match-baseline needs at least one policy name")
+    return names
+
+
+def _check_policies(names: list[str]) -> None:
+    from scheduling.core.registry import policy_names
+
+    known = policy_names()
+    for name in names:
+        if name not in known:
+            raise UsageError(f"unknown policy {name!r}; known: {', '.join(known)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        execute(args)
+    except UsageError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    return 0

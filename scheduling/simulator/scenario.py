@@ -1,0 +1,148 @@
+"""A scenario: trace + cluster + grid + engine settings, and running a policy over it.
+
+This is the importable entry point (no Django): ``load_scenario(...)`` reads the files
+once, ``run_policy(scenario, "powerflow", budget=...)`` runs one policy through the core's
+``plan_round`` and returns the :class:`~scheduling.simulator.engine.SimResult`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from scheduling.core.types import Cluster, Job, PerfCatalog, Plan, Snapshot
+from scheduling.simulator.carbon import (
+    ConstantIntensity,
+    HourlyIntensity,
+    carbon_file,
+    read_electricity_maps_csv,
+)
+from scheduling.simulator.cluster_spec import ClusterSpec, read_cluster_spec
+from scheduling.simulator.engine import (
+    BudgetSpec,
+    Planner,
+    ProgressHook,
+    SimConfig,
+    SimResult,
+    Simulator,
+)
+from scheduling.simulator.traces import read_trace
+
+REPO_DATA = Path(__file__).resolve().parents[2] / "data"
+DEFAULT_START = datetime(2022, 6, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    jobs: tuple[Job, ...]
+    spec: ClusterSpec
+    cluster: Cluster
+    catalog: PerfCatalog
+    intensity: HourlyIntensity
+    config: SimConfig
+    zone: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+def load_scenario(
+    trace: str | Path,
+    cluster: str | Path,
+    *,
+    data_dir: str | Path = REPO_DATA,
+    catalog: PerfCatalog | None = None,
+    carbon_zone: str | None = None,
+    carbon_kind: str = "direct",
+    start: datetime = DEFAULT_START,
+    seed: int = 0,
+    max_gpus: int = 64,
+    config: SimConfig | None = None,
+    max_jobs: int | None = None,
+) -> Scenario:
+    """Read everything a run needs. ``max_jobs`` keeps the first N jobs (for quick runs)."""
+    if catalog is None:
+        from scheduling.core.perf_models import load_catalog
+
+        catalog = load_catalog()
+    spec = read_cluster_spec(cluster)
+    jobs = read_trace(
+        trace,
+        data_dir=data_dir,
+        catalog=catalog,
+        gpu_model=spec.gpu_model,
+        seed=seed,
+        max_gpus=max_gpus,
+    )
+    if max_jobs is not None:
+        jobs = jobs[:max_jobs]
+    if carbon_zone is None:
+        intensity: HourlyIntensity = ConstantIntensity(0.0, start=start)
+    else:
+        points = read_electricity_maps_csv(carbon_file(data_dir, carbon_zone), kind=carbon_kind)
+        intensity = HourlyIntensity(points, start=start)
+    config = config or SimConfig()
+    meta = {
+        "trace": Path(trace).name,
+        "cluster": spec.name,
+        "gpus": spec.n_gpus,
+        "gpu_model": spec.gpu_model,
+        "carbon_zone": carbon_zone,
+        "carbon_kind": carbon_kind if carbon_zone else None,
+        "start": start.isoformat(),
+        "seed": seed,
+        "max_gpus": max_gpus,
+        "jobs": len(jobs),
+        "round_length_s": config.round_length_s,
+        "restart_cost_s": config.restart_cost_s,
+        "power_off_idle_nodes": config.power_off_idle_nodes,
+        "replan_on_events": config.replan_on_events,
+    }
+    return Scenario(
+        name=f"{Path(trace).stem}@{spec.name}",
+        jobs=jobs,
+        spec=spec,
+        cluster=spec.build(),
+        catalog=catalog,
+        intensity=intensity,
+        config=config,
+        zone=carbon_zone,
+        meta=meta,
+    )
+
+
+def core_planner(policy: str, **params: Any) -> Planner:
+    """The core's ``plan_round`` with a fresh ``policy`` object for this run."""
+    from scheduling.core.registry import get_policy
+    from scheduling.core.round import plan_round
+
+    pol = get_policy(policy, **params)
+
+    def planner(snapshot: Snapshot, now: float) -> Plan:
+        return plan_round(snapshot, policy=pol, now=now)
+
+    return planner
+
+
+def run_policy(
+    scenario: Scenario,
+    policy: str,
+    *,
+    budget: BudgetSpec | None = None,
+    progress: ProgressHook | None = None,
+    planner: Planner | None = None,
+    policy_params: Mapping[str, Any] | None = None,
+) -> SimResult:
+    sim = Simulator(
+        scenario.jobs,
+        cluster=scenario.cluster,
+        catalog=scenario.catalog,
+        planner=planner or core_planner(policy, **dict(policy_params or {})),
+        config=scenario.config,
+        intensity=scenario.intensity,
+        budget=budget,
+        progress=progress,
+    )
+    return sim.run()
