@@ -158,8 +158,9 @@ def _line(name: str, summary: dict[str, Any], wall_s: float) -> str:
     )
 
 
-def execute(args: argparse.Namespace, *, stdout: TextIO = sys.stdout) -> dict[str, Any]:
+def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[str, Any]:
     """Run what the arguments ask for; raises :class:`UsageError` with one line."""
+    stdout = stdout or sys.stdout
     if args.budget_kind and not args.match_baseline:
         raise UsageError("--budget-kind only applies with --match-baseline")
     if args.carbon_budget_kg and not args.carbon_zone:

@@ -205,17 +205,49 @@ def test_hand_computed_summary_metrics():
     assert summary["gpu_utilisation"] == pytest.approx(6800 / (2 * 4150), abs=1e-12)
 
 
-def test_unpowered_idle_gpus_draw_nothing_but_restarting_gpus_still_do():
-    result, _ = run(idle_gpus_powered=False)
-    no_idle = [p for p in PIECES]
-    energy = sum((t1 - t0) * w for t0, t1, w in no_idle) - sum(
-        (t1 - t0) * w for t0, t1, w in IDLE_PIECES
+def test_idle_nodes_draw_idle_power_unless_powered_off():
+    # Given a second, never used node of two GPUs
+    two_nodes = ClusterSpec(
+        name="toy2", gpu_model="X", switches=1, nodes_per_switch=2, gpus_per_node=2
+    ).build()
+    energy_by_hand = sum((t1 - t0) * w for t0, t1, w in PIECES)
+
+    def energy(power_off: bool) -> float:
+        sim = Simulator(
+            JOBS,
+            cluster=two_nodes,
+            catalog=Catalog(),
+            planner=ScriptedPlanner(),
+            config=SimConfig(
+                round_length_s=1000.0, restart_cost_s=50.0, power_off_idle_nodes=power_off
+            ),
+            intensity=INTENSITY,
+        )
+        result = sim.run()
+        assert result.end_s == 4150.0
+        return result.energy_j
+
+    # then powered, it idles at 2 x 50 W for the whole run; powered off, it draws nothing
+    assert energy(False) == pytest.approx(energy_by_hand + 2 * 50.0 * 4150.0, abs=1e-9)
+    assert energy(True) == pytest.approx(energy_by_hand, abs=1e-9)
+
+
+def test_a_larger_batch_does_proportionally_more_work_per_iteration():
+    # Work is samples at the submitted batch: at twice the batch (same iteration time in
+    # this model) a 1500-iteration job at batch 32 needs 750 iterations at batch 64.
+    def big_batch(snapshot: Snapshot, now: float) -> Plan:
+        return Plan(allocations={"A": Allocation(("n0/0", "n0/1"), 64)}, waiting={})
+
+    sim = Simulator(
+        (toy_job("A", 0.0, 1500.0),),
+        cluster=CLUSTER,
+        catalog=Catalog(),
+        planner=big_batch,
+        config=SimConfig(round_length_s=1000.0),
     )
-    assert result.energy_j == pytest.approx(energy, abs=1e-9)
-    assert result.idle_energy_j == 0.0
-    assert {r.spec.job_id: r.finish_s for r in result.jobs} == pytest.approx(
-        {"A": 2050, "B": 3450, "C": 4150}
-    )
+    result = sim.run()
+    assert result.jobs[0].finish_s == pytest.approx(750.0, abs=1e-9)
+    assert result.energy_j == pytest.approx(750.0 * 300.0, abs=1e-9)
 
 
 def test_snapshots_carry_progress_and_the_budget_that_remains():

@@ -1,0 +1,150 @@
+"""The simulator driving the real core (plan_round, policies, fitted perf catalog) on
+real traces: determinism, budget accounting, matched budgets and the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scheduling.simulator.cli import main
+from scheduling.simulator.compare import matched_budget
+from scheduling.simulator.engine import BudgetSpec, SimConfig
+from scheduling.simulator.scenario import core_planner, load_scenario, run_policy
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+TRACE = DATA / "trace" / "pollux_workload-1.csv"
+CLUSTER = DATA / "clusters" / "n16g4_t4.json"
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    return load_scenario(TRACE, CLUSTER, carbon_zone="ES", config=SimConfig(stall_limit_s=86400))
+
+
+@pytest.fixture(scope="module")
+def fifo_result(scenario):
+    return run_policy(scenario, "fifo")
+
+
+def outcome(result):
+    return [(r.spec.job_id, r.first_start_s, r.finish_s, r.energy_j, r.co2_g) for r in result.jobs]
+
+
+@pytest.mark.parametrize("policy", ["fifo", "powerflow"])
+def test_the_same_inputs_give_the_same_run(scenario, policy):
+    budget = BudgetSpec(period_end_s=86400.0, energy_limit_j=50 * 3.6e6)
+    first = run_policy(scenario, policy, budget=budget)
+    second = run_policy(scenario, policy, budget=budget)
+    assert outcome(first) == outcome(second)
+    assert (first.energy_j, first.co2_g, first.end_s) == (
+        second.energy_j,
+        second.co2_g,
+        second.end_s,
+    )
+    assert all(r.finish_s is not None for r in first.jobs)
+
+
+@pytest.mark.parametrize(("policy", "kind"), [("powerflow", "energy"), ("greenflow", "carbon")])
+def test_budget_is_never_overspent_within_its_period_beyond_one_round(
+    scenario, fifo_result, policy, kind
+):
+    # Given half of what fifo spent as the budget over fifo's makespan
+    limit = 0.5 * (fifo_result.energy_j if kind == "energy" else fifo_result.co2_g)
+    budget = (
+        BudgetSpec(period_end_s=fifo_result.end_s, energy_limit_j=limit)
+        if kind == "energy"
+        else BudgetSpec(period_end_s=fifo_result.end_s, co2_limit_g=limit)
+    )
+    seen = []
+    inner = core_planner(policy)
+
+    def recording(snapshot, now):
+        seen.append((now, snapshot.budgets[0].energy_used_j, snapshot.budgets[0].co2_used_g))
+        return inner(snapshot, now)
+
+    # When the budget-aware policy runs with it
+    result = run_policy(scenario, policy, budget=budget, planner=recording)
+
+    # then every snapshot carried exactly what had been spent before it
+    for now, used_e, used_c in seen:
+        before = [s for s in result.timeline if s.t1_s <= now]
+        assert used_e == pytest.approx(sum(s.energy_j for s in before), rel=1e-12)
+        assert used_c == pytest.approx(sum(s.co2_g for s in before), rel=1e-12)
+    spent_e = sum(s.energy_j for s in result.timeline)
+    assert spent_e == pytest.approx(result.energy_j, rel=1e-12)
+    # and what was spent inside the period exceeds the limit by at most one round
+    in_period = [s for s in result.timeline if s.t1_s <= budget.period_end_s]
+    one_round = max(s.energy_j if kind == "energy" else s.co2_g for s in result.timeline)
+    spent = sum(s.energy_j if kind == "energy" else s.co2_g for s in in_period)
+    assert spent <= limit + one_round
+
+
+def test_matched_energy_comparison_reports_both_spends(scenario, fifo_result):
+    comparison = matched_budget(
+        scenario, baseline="fifo", candidate="powerflow", baseline_result=fifo_result
+    )
+    report = comparison.report()
+    assert report["budget_energy_kwh"] == pytest.approx(fifo_result.energy_j / 3.6e6)
+    assert report["baseline_energy_kwh"] == pytest.approx(fifo_result.energy_j / 3.6e6)
+    assert report["candidate_energy_kwh"] == pytest.approx(
+        comparison.candidate_result.energy_j / 3.6e6
+    )
+    base_jct = comparison.baseline_summary["avg_jct_s"]
+    cand_jct = comparison.candidate_summary["avg_jct_s"]
+    assert report["avg_jct_ratio"] == pytest.approx(base_jct / cand_jct)
+
+
+def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
+    code = main(
+        [
+            "--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "powerflow",
+            "--match-baseline", "fifo", "--carbon-zone", "ES", "--max-jobs", "40",
+            "--out", str(tmp_path), "--plots", "--no-progress",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    stem = "pollux_workload-1_n16g4_t4"
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(
+        [f"{stem}_{run}_{part}" for run in ("fifo", "powerflow@fifo-energy")
+         for part in ("jobs.csv", "summary.json", "timeline.csv")]
+        + [f"{stem}_report.json", f"{stem}_jct_cdf.png", f"{stem}_power_energy.png"]
+    )  # fmt: skip
+    report = json.loads((tmp_path / f"{stem}_report.json").read_text())
+    assert report["scenario"]["jobs"] == 40
+    assert set(report["runs"]) == {"fifo", "powerflow@fifo-energy"}
+    (comparison,) = report["comparisons"]
+    assert comparison["baseline"] == "fifo" and comparison["kind"] == "energy"
+    jobs_csv = (tmp_path / f"{stem}_fifo_jobs.csv").read_text().splitlines()
+    assert len(jobs_csv) == 41
+    assert "avg JCT ratio" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--policy", "fifo"], "the following arguments are required: --trace, --cluster"),
+        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--policy", "fifo", "--round-length-s", "0"], "'0' must be positive"),
+        (["--policy", "greenflow", "--match-baseline", "fifo"], "needs --carbon-zone"),
+        (
+            ["--policy", "fifo", "--energy-budget-kwh", "5", "--match-baseline", "fifo"],
+            "not allowed",
+        ),
+        (["--policy", "fifo", "--carbon-zone", "XX"], "cannot read carbon file"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, argv, message):
+    base = [] if argv[0] != "--policy" or "required" in message else []
+    full = (
+        argv
+        if "required" in message
+        else ["--trace", str(TRACE), "--cluster", str(CLUSTER), *argv, "--out", str(tmp_path)]
+    )
+    assert main(base + full) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
