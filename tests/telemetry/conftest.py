@@ -1,0 +1,34 @@
+"""Fixtures of the telemetry tests: nodes with agent tokens, agent clients, sample batches."""
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+from rest_framework.test import APIClient
+
+from cluster.models import Node
+
+# A fixed "now" for tests that pass time in; ingestion tests use the real clock.
+T0 = datetime(2026, 11, 22, 3, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def agent_node(make_node) -> tuple[Node, str]:
+    node = make_node("node-01", gpus=2)
+    return node, node.issue_agent_token()
+
+
+@pytest.fixture
+def other_node(make_node) -> tuple[Node, str]:
+    node = make_node("node-02", gpus=2)
+    return node, node.issue_agent_token()
+
+
+@pytest.fixture
+def agent_client() -> Callable[[str], APIClient]:
+    def make(raw_token: str) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {raw_token}")
+        return client
+
+    return make

@@ -1,0 +1,195 @@
+"""The NVML backend against a fake of the ``pynvml`` functions (never a GPU in tests).
+
+The fake is a plain module-like object with the handful of NVML functions the backend calls;
+it keeps per-device state in NVML's own units (mW, mJ, bytes) so unit conversion is tested,
+and it uses pynvml's real error class and constants.
+"""
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+import pynvml
+import pytest
+
+from telemetry.agent.backends import NvmlBackend, gpu_model_key
+
+
+class FakeNvml:
+    NVMLError = pynvml.NVMLError
+    NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
+    NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
+
+    def __init__(self, devices):
+        self.devices = devices
+        self.calls = []
+        self.initialised = False
+
+    def _unsupported(self):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlInit(self):
+        self.initialised = True
+
+    def nvmlShutdown(self):
+        self.initialised = False
+
+    def nvmlDeviceGetCount(self):
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self.devices[index]
+
+    def nvmlDeviceGetUUID(self, h):
+        return h["uuid"]
+
+    def nvmlDeviceGetName(self, h):
+        return h["name"]
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(total=h["mem_total_b"], used=h["mem_used_b"])
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+        return h["default_limit_mw"]
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, h):
+        return h["limits_mw"]
+
+    def nvmlDeviceGetMaxClockInfo(self, h, clock):
+        assert clock == pynvml.NVML_CLOCK_SM
+        return h["max_clock"]
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return h["power_mw"]
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        if h["energy_mj"] is None:
+            self._unsupported()
+        return h["energy_mj"]
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return SimpleNamespace(gpu=h["util"], memory=0)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        assert sensor == pynvml.NVML_TEMPERATURE_GPU
+        return h["temp"]
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        return h["clock"]
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return h["limit_mw"]
+
+    def nvmlDeviceSetPowerManagementLimit(self, h, limit_mw):
+        self.calls.append(("set_power_limit", h["uuid"], limit_mw))
+        h["limit_mw"] = limit_mw
+
+    def nvmlDeviceSetGpuLockedClocks(self, h, lo, hi):
+        self.calls.append(("lock_clocks", h["uuid"], lo, hi))
+        h["clock"] = hi
+
+    def nvmlDeviceResetGpuLockedClocks(self, h):
+        self.calls.append(("reset_clocks", h["uuid"]))
+        h["clock"] = h["max_clock"]
+
+
+def _device(uuid, *, energy_mj):
+    return {
+        "uuid": uuid,
+        "name": b"NVIDIA A100-SXM4-40GB",
+        "mem_total_b": 40 * 1024**3,
+        "mem_used_b": 3 * 1024**3,
+        "default_limit_mw": 400_000,
+        "limits_mw": (100_000, 400_000),
+        "max_clock": 1410,
+        "power_mw": 251_500,
+        "energy_mj": energy_mj,
+        "util": 87,
+        "temp": 61,
+        "clock": 1410,
+        "limit_mw": 400_000,
+    }
+
+
+@pytest.fixture
+def fake():
+    return FakeNvml([_device("GPU-aaa", energy_mj=123_456_789), _device("GPU-bbb", energy_mj=None)])
+
+
+def test_registration_info_is_converted_to_watts_and_mib(fake):
+    backend = NvmlBackend(nvml=fake)
+    first = backend.gpus()[0]
+    assert fake.initialised
+    assert first.to_wire() == {
+        "uuid": "GPU-aaa",
+        "index": 0,
+        "model": "A100",
+        "memory_mb": 40960,
+        "default_power_limit_w": 400.0,
+        "min_power_limit_w": 100.0,
+        "max_power_limit_w": 400.0,
+        "max_sm_clock_mhz": 1410,
+    }
+
+
+def test_readings_convert_units_and_leave_out_a_missing_energy_counter(fake):
+    backend = NvmlBackend(nvml=fake)
+    now = datetime(2026, 11, 22, 3, 0, 1, tzinfo=UTC)
+    with_counter, without = backend.read(now)
+    assert with_counter.to_wire() == {
+        "gpu_uuid": "GPU-aaa",
+        "ts": "2026-11-22T03:00:01+00:00",
+        "power_w": 251.5,
+        "energy_j": 123456.789,
+        "util_pct": 87.0,
+        "mem_used_mib": 3072.0,
+        "temp_c": 61.0,
+        "sm_clock_mhz": 1410,
+        "power_limit_w": 400.0,
+    }
+    assert without.gpu_uuid == "GPU-bbb"
+    assert without.energy_j is None
+    assert without.power_w == 251.5
+
+
+def test_settings_are_applied_in_nvml_units_and_restored_on_close(fake):
+    backend = NvmlBackend(nvml=fake)
+    backend.apply_settings(1, sm_clock_mhz=1200, power_limit_w=250.0)
+    assert fake.calls == [
+        ("set_power_limit", "GPU-bbb", 250_000),
+        ("lock_clocks", "GPU-bbb", 1200, 1200),
+    ]
+    reading = backend.read(datetime(2026, 11, 22, tzinfo=UTC))[1]
+    assert (reading.power_limit_w, reading.sm_clock_mhz) == (250.0, 1200)
+    fake.calls.clear()
+    backend.close()
+    # only the GPU that was changed is restored, to its default limit, then NVML shuts down
+    assert fake.calls == [("reset_clocks", "GPU-bbb"), ("set_power_limit", "GPU-bbb", 400_000)]
+    assert not fake.initialised
+
+
+def test_restore_defaults_survives_a_driver_refusal(fake):
+    backend = NvmlBackend(nvml=fake)
+
+    def refuse(handle):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    fake.nvmlDeviceResetGpuLockedClocks = refuse
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=300.0)
+    backend.restore_defaults(0)
+    assert fake.calls[-1] == ("set_power_limit", "GPU-aaa", 400_000)
+    assert fake.devices[0]["limit_mw"] == 400_000
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("Tesla T4", "T4"),
+        ("Tesla V100-SXM2-16GB", "V100"),
+        ("NVIDIA A40", "A40"),
+        ("Quadro RTX 6000", "RTX6000"),
+        ("Some Future GPU", "Some Future GPU"),
+    ],
+)
+def test_nvml_product_names_map_to_perf_catalog_keys(name, key):
+    assert gpu_model_key(name) == key
