@@ -1,3 +1,11 @@
 """Built-in policies: importing this package registers each of them by name."""
 
-from scheduling.core.policies import fifo  # noqa: F401
+from scheduling.core.policies import (  # noqa: F401
+    elastic,
+    fifo,
+    fifo_lowclock,
+    greenflow,
+    powerflow,
+    tiresias,
+    zeus,
+)

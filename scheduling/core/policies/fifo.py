@@ -8,7 +8,7 @@ fit blocks everyone behind it); ``backfill=True`` lets later jobs that fit go ah
 
 from __future__ import annotations
 
-from scheduling.core.context import RoundContext
+from scheduling.core.context import JobView, RoundContext
 from scheduling.core.policies.base import (
     GpuLedger,
     behind_in_queue,
@@ -46,6 +46,12 @@ class Fifo:
         below = [c for c in clocks if c <= self.sm_clock_mhz]
         return below[-1] if below else clocks[0]
 
+    def _knobs(
+        self, ctx: RoundContext, jv: JobView, n: int
+    ) -> tuple[int, int | None, float | None]:
+        """(global batch, SM clock, power limit) for a job granted ``n`` GPUs."""
+        return jv.job.global_batch, self._clock(jv.perf.clocks_mhz), self.power_limit_w
+
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
         """Grant jobs in submit order (running ones first unless ``preemptive``)."""
         queue = submit_order(ctx.jobs)
@@ -72,10 +78,8 @@ class Fifo:
                 blocked = True
                 continue
             ledger.take(jv, n)
-            clock = self._clock(jv.perf.clocks_mhz)
-            grants.append(
-                Grant(job.job_id, n, job.global_batch, jv.gpu_model, clock, self.power_limit_w)
-            )
-            est = ctx.estimate(jv, n, job.global_batch, clock, self.power_limit_w)
+            batch, clock, limit = self._knobs(ctx, jv, n)
+            grants.append(Grant(job.job_id, n, batch, jv.gpu_model, clock, limit))
+            est = ctx.estimate(jv, n, batch, clock, limit)
             running.append((jv, n, est.remaining_s))
         return PolicyDecision(grants=tuple(grants), waiting=waiting)

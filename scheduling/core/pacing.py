@@ -1,0 +1,140 @@
+"""Pacing a period's budget into per-round allowances, and the carbon intensity ahead.
+
+Energy (reconstructed from PowerFlow's abstract): what remains of the budget is spread
+evenly over what remains of the period, so a round may spend
+``remaining_j * round_s / (period_end - now)``. Underspending in one round raises later
+allowances; overspending (the plan is a prediction) lowers them.
+
+Carbon (reconstructed from GreenFlow's abstract): the remaining carbon is spread over
+the remaining period in proportion to a spending profile ``ci(t) ** (1 - clean_bias)``:
+
+- ``clean_bias = 0``: carbon follows the intensity, i.e. energy is spent evenly;
+- ``clean_bias = 1``: carbon is spent evenly, so energy is spent in proportion to
+  ``1 / ci``: twice the energy in an hour that is twice as clean;
+- above 1, spending shifts even harder towards clean hours.
+
+The intensity ahead comes from the forecast where it reaches, and past its end from
+the recent distribution (the mean of the profile over the hours seen lately, kept in
+the policy's state), or, with neither, from the intensity now.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from scheduling.core.types import J_PER_KWH, Budget, CarbonSignal
+
+HOUR_S = 3600.0
+
+
+def paced_energy_allowance_j(budget: Budget, *, now: float, round_s: float) -> float | None:
+    """This round's share of the budget's remaining energy; None without an energy limit."""
+    remaining = budget.energy_remaining_j
+    if remaining is None:
+        return None
+    return remaining * min(1.0, round_s / max(budget.period_end_s - now, round_s))
+
+
+class IntensityCurve:
+    """Piecewise-constant grid intensity from ``now`` on, with fast integrals.
+
+    ``points`` are (start_s, ci_g_per_kwh), ascending; before the first point the
+    intensity is the one now; after the forecast ends, ``tail_ci`` holds (the mean of
+    the recent distribution). Integrals are exact over the steps.
+    """
+
+    def __init__(
+        self, *, now: float, ci_now: float, points: Sequence[tuple[float, float]], tail_ci: float
+    ) -> None:
+        starts = [now]
+        values = [ci_now]
+        for start_s, ci in points:
+            if start_s > now:  # the signal's intensity now wins over older steps
+                starts.append(start_s)
+                values.append(ci)
+        # The last known step (the one now, without a forecast) lasts one hour; then
+        # the tail of the recent distribution holds.
+        horizon = starts[-1] + HOUR_S
+        starts.append(horizon)
+        values.append(tail_ci)
+        self.now = now
+        self.starts = starts
+        self.values = values
+        self.tail_ci = tail_ci
+        cum = [0.0]
+        for i in range(len(starts) - 1):
+            cum.append(cum[-1] + values[i] * (starts[i + 1] - starts[i]))
+        self.cum = cum  # integral of ci from now to starts[i], in g/kWh * s
+
+    def at(self, t: float) -> float:
+        i = bisect.bisect_right(self.starts, t) - 1
+        return self.values[max(i, 0)]
+
+    def integral(self, duration_s: float) -> float:
+        """Integral of ci over [now, now + duration_s], in (g/kWh) * s."""
+        t = self.now + duration_s
+        i = bisect.bisect_right(self.starts, t) - 1
+        i = max(i, 0)
+        return self.cum[i] + self.values[i] * (t - self.starts[i])
+
+    def co2_g(self, power_w: float, duration_s: float) -> float:
+        """Carbon of drawing ``power_w`` from now for ``duration_s``."""
+        return power_w * self.integral(duration_s) / J_PER_KWH
+
+    def next_cleaner(self, below_ci: float, *, within_s: float) -> float | None:
+        """Start of the first forecast step at or below ``below_ci`` within ``within_s``."""
+        for start, ci in zip(self.starts[1:-1], self.values[1:-1], strict=True):
+            if start - self.now > within_s:
+                break
+            if ci <= below_ci:
+                return start
+        return None
+
+
+def intensity_curve(
+    carbon: CarbonSignal, *, now: float, history: Sequence[float]
+) -> IntensityCurve:
+    if history:
+        tail = sum(history) / len(history)
+    elif carbon.forecast:
+        tail = sum(ci for _, ci in carbon.forecast) / len(carbon.forecast)
+    else:
+        tail = carbon.ci_g_per_kwh
+    return IntensityCurve(now=now, ci_now=carbon.ci_g_per_kwh, points=carbon.forecast, tail_ci=tail)
+
+
+def paced_co2_allowance_g(
+    budget: Budget,
+    *,
+    now: float,
+    round_s: float,
+    curve: IntensityCurve,
+    history: Sequence[float],
+    clean_bias: float,
+) -> float | None:
+    """This round's share of the budget's remaining carbon, weighted towards clean hours."""
+    remaining = budget.co2_remaining_g
+    if remaining is None:
+        return None
+    left_s = max(budget.period_end_s - now, round_s)
+    expo = 1.0 - clean_bias
+    # Weight of the round now, against the expected weight of the whole rest.
+    ci_now = max(curve.at(now), 1e-9)
+    weight_now = ci_now**expo * round_s
+    total = 0.0
+    t = now
+    end = now + left_s
+    forecast_end = curve.starts[-1]
+    while t < end and t < forecast_end:
+        i = bisect.bisect_right(curve.starts, t) - 1
+        step_end = min(curve.starts[i + 1], end)
+        total += max(curve.values[i], 1e-9) ** expo * (step_end - t)
+        t = step_end
+    if t < end:
+        sample = [max(c, 1e-9) for c in history] or [max(curve.tail_ci, 1e-9)]
+        mean_weight = sum(c**expo for c in sample) / len(sample)
+        total += mean_weight * (end - t)
+    if total <= 0.0:
+        return remaining
+    return remaining * min(1.0, weight_now / total)

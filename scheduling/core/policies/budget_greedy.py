@@ -1,0 +1,341 @@
+"""The budget-aware greedy that PowerFlow and GreenFlow share.
+
+Reconstructed from the abstracts (see ``/work/shared/PAPERS.md``); the structure is the
+papers', the details below are ours and every constant is a parameter:
+
+1. *Allowances.* Each active budget is paced into this round's allowance
+   (``scheduling.core.pacing``): energy evenly over the rest of the period, carbon
+   weighted by ``ci ** (1 - clean_bias)`` so that more energy is spent in clean hours.
+   A team budget pays its jobs' busy energy; a cluster-wide budget (``team=None``)
+   also pays every powered idle GPU, so its spend starts at the idle floor and a
+   job's GPUs cost only what they draw above idle: fragmentation is an energy cost.
+2. *Admission at minimum configuration.* Running jobs first (no preemption while the
+   allowance lasts), then waiting ones, shortest predicted remaining time first
+   (``admission="srtf"``; ``"fifo"`` for submit order). A job's minimum configuration
+   is its smallest buddy GPU count >= ``min_gpus``, the lowest clock level and its
+   submitted batch. A job that no longer fits the GPUs or the allowance waits.
+3. *Greedy upgrades.* Each job's next step in each dimension (next buddy GPU count,
+   next clock level, next batch size where the job allows a range) is scored by
+   relative JCT reduction per relative cost increase, ``(dT / T) / (dC / C)``, where T
+   is the predicted remaining time (plus ``restart_s`` when the GPU count differs from
+   the running one) and C the job's remaining energy (PowerFlow) or carbon over the
+   intensity curve (GreenFlow). A step that lowers the cost and the time ranks above
+   all others. A max-heap serves the best step while GPUs and every allowance last;
+   a job's entries are refreshed only when that job changes (lazy versioning), so a
+   round costs O(steps log steps).
+
+Batch size: the work is a number of samples, so a larger global batch needs fewer
+iterations; statistical efficiency is not modelled (see ``scheduling.core.context``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+from scheduling.core.context import Estimate, JobView, RoundContext
+from scheduling.core.pacing import (
+    HOUR_S,
+    IntensityCurve,
+    intensity_curve,
+    paced_co2_allowance_g,
+    paced_energy_allowance_j,
+)
+from scheduling.core.placement import buddy_sizes
+from scheduling.core.policies.base import GpuLedger, expected_free_at
+from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
+
+_SIZE, _CLOCK, _BATCH = 0, 1, 2
+_DOMINANT = 1e12  # score of a step that is faster and no costlier
+
+
+def clock_levels(clocks: tuple[int, ...], levels: int | None) -> tuple[int | None, ...]:
+    """``levels`` clocks spread evenly over the supported steps, lowest and highest kept."""
+    if not clocks:
+        return (None,)
+    if levels is None or levels >= len(clocks):
+        return tuple(clocks)
+    if levels <= 1:
+        return (clocks[-1],)
+    idx = sorted({round(i * (len(clocks) - 1) / (levels - 1)) for i in range(levels)})
+    return tuple(clocks[i] for i in idx)
+
+
+class BudgetGreedy:
+    """Base of ``powerflow`` and ``greenflow``; see the module docstring."""
+
+    name = "budget_greedy"
+    cost = "energy"  # what the greedy ranks by: "energy" or "carbon"
+
+    def __init__(
+        self,
+        *,
+        clock_levels: int | None = 5,
+        tune_batch: bool = True,
+        admission: str = "srtf",
+        restart_s: float = 30.0,
+        jct_includes_elapsed: bool = False,
+        min_gain: float = 1e-4,
+        clean_bias: float = 0.0,
+        history_hours: int = 168,
+        hold_within_s: float = 12 * HOUR_S,
+        clean_margin: float = 0.1,
+        placement: str = "buddy",
+    ) -> None:
+        if admission not in ("srtf", "fifo"):
+            raise ValueError(f"admission must be 'srtf' or 'fifo', not {admission!r}")
+        self.clock_levels = clock_levels
+        self.tune_batch = tune_batch
+        self.admission = admission
+        self.restart_s = restart_s
+        self.jct_includes_elapsed = jct_includes_elapsed
+        self.min_gain = min_gain
+        self.clean_bias = clean_bias
+        self.history_hours = history_hours
+        self.hold_within_s = hold_within_s
+        self.clean_margin = clean_margin
+        self.placement = placement
+
+    # --- state carried between rounds -------------------------------------------
+
+    def _history(self, ctx: RoundContext) -> tuple[list[float], dict[str, Any]]:
+        """Hourly intensities seen lately (the "recent distribution"), updated with now."""
+        state = ctx.policy_state
+        history = [float(c) for c in state.get("ci_history", [])]
+        hour = math.floor((ctx.snapshot.epoch_s + ctx.now_s) / HOUR_S)
+        if state.get("ci_hour") != hour:
+            history.append(ctx.ci_g_per_kwh)
+            history = history[-self.history_hours :]
+        return history, {"ci_history": history, "ci_hour": hour}
+
+    # --- per-job options ----------------------------------------------------------
+
+    def _options(self, ctx: RoundContext, jv: JobView) -> tuple[tuple, tuple, tuple, int]:
+        job = jv.job
+        cap = ctx.capacity[jv.gpu_model]
+        if self.placement == "buddy":
+            sizes = tuple(
+                s
+                for s in buddy_sizes(ctx.node_gpus[jv.gpu_model], cap)
+                if job.min_gpus <= s <= max(job.max_gpus, job.min_gpus)
+            )
+        else:
+            sizes = tuple(range(job.min_gpus, min(max(job.max_gpus, job.min_gpus), cap) + 1))
+        if not sizes:
+            sizes = (job.min_gpus,)
+        clocks = clock_levels(jv.perf.clocks_mhz, self.clock_levels)
+        batches: tuple[int, ...] = (job.global_batch,)
+        if self.tune_batch and job.min_batch is not None and job.max_batch is not None:
+            allowed = {b for b in jv.perf.batch_sizes if job.min_batch <= b <= job.max_batch}
+            batches = tuple(sorted(allowed | {job.global_batch}))
+        return sizes, clocks, batches, batches.index(job.global_batch)
+
+    # --- the round ------------------------------------------------------------------
+
+    def allocate(self, ctx: RoundContext) -> PolicyDecision:
+        history, new_state = self._history(ctx)
+        curve = intensity_curve(ctx.snapshot.carbon, now=ctx.now_s, history=history)
+        ci_now = ctx.ci_g_per_kwh
+        round_s = ctx.round_length_s
+
+        # Allowances and spend, by budget index.
+        budgets = ctx.budgets
+        b_index = {b.budget_id: i for i, b in enumerate(budgets)}
+        allow_e = [paced_energy_allowance_j(b, now=ctx.now_s, round_s=round_s) for b in budgets]
+        allow_c = [
+            paced_co2_allowance_g(
+                b,
+                now=ctx.now_s,
+                round_s=round_s,
+                curve=curve,
+                history=history,
+                clean_bias=self.clean_bias,
+            )
+            for b in budgets
+        ]
+        idle_floor_j = sum(ctx.idle_power_w(m) * n * round_s for m, n in ctx.capacity.items())
+        spent_e = [idle_floor_j if b.team is None else 0.0 for b in budgets]
+        to_g = ci_now / J_PER_KWH
+
+        jobs = list(ctx.jobs)
+        opts = [self._options(ctx, jv) for jv in jobs]
+        pays = [
+            tuple((b_index[bid], budgets[b_index[bid]].team is None) for bid in jv.budget_ids)
+            for jv in jobs
+        ]
+        idle_w = [ctx.idle_power_w(jv.gpu_model) for jv in jobs]
+        running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
+
+        def evaluate(j: int, si: int, ci: int, bi: int) -> tuple[Estimate, float, float]:
+            """(estimate, time used for ranking, cost used for ranking)."""
+            sizes, clocks, batches, _ = opts[j]
+            n = sizes[si]
+            est = ctx.estimate(jobs[j], n, batches[bi], clocks[ci])
+            t = est.remaining_s
+            if running_n[j] and n != running_n[j]:
+                t += self.restart_s
+            if self.jct_includes_elapsed:
+                t += ctx.now_s - jobs[j].job.submit_time_s
+            if self.cost == "carbon":
+                c = curve.co2_g(n * est.power_w, est.remaining_s)
+            else:
+                c = est.remaining_energy_j
+            return est, t, c
+
+        def deltas(
+            j: int, old: Estimate | None, new: Estimate, n_old: int, n_new: int
+        ) -> tuple[float, float]:
+            """Round energy added to a team budget and to a cluster budget."""
+            team = new.round_energy_j - (old.round_energy_j if old else 0.0)
+            cluster_new = new.round_energy_j - n_new * idle_w[j] * new.round_busy_s
+            cluster_old = (
+                (old.round_energy_j - n_old * idle_w[j] * old.round_busy_s) if old else 0.0
+            )
+            return team, cluster_new - cluster_old
+
+        def blocking_budget(j: int, d_team: float, d_cluster: float) -> int | None:
+            for bi, is_cluster in pays[j]:
+                d = d_cluster if is_cluster else d_team
+                if allow_e[bi] is not None and spent_e[bi] + d > allow_e[bi] * (1 + 1e-12):
+                    return bi
+                if allow_c[bi] is not None and (spent_e[bi] + d) * to_g > allow_c[bi] * (1 + 1e-12):
+                    return bi
+            return None
+
+        def spend(j: int, d_team: float, d_cluster: float) -> None:
+            for bi, is_cluster in pays[j]:
+                spent_e[bi] += d_cluster if is_cluster else d_team
+
+        # --- admission at minimum configuration ---
+        ledger = GpuLedger(ctx)
+        mins = [evaluate(j, 0, 0, opts[j][3]) for j in range(len(jobs))]
+
+        def admit_key(j: int):
+            jv = jobs[j]
+            first = 0 if jv.job.is_running else 1
+            if self.admission == "srtf":
+                return (first, mins[j][0].remaining_s, jv.job.submit_time_s, jv.job.job_id)
+            return (first, jv.job.submit_time_s, jv.job.job_id)
+
+        order = sorted(range(len(jobs)), key=admit_key)
+        cfg: dict[int, list[int]] = {}
+        cur: dict[int, tuple[Estimate, float, float]] = {}
+        gpu_blocked: list[int] = []
+        budget_blocked: dict[int, int] = {}
+        for j in order:
+            jv = jobs[j]
+            n0 = opts[j][0][0]
+            if not ledger.fits(jv, n0):
+                gpu_blocked.append(j)
+                continue
+            est = mins[j][0]
+            d_team, d_cluster = deltas(j, None, est, 0, n0)
+            bi = blocking_budget(j, d_team, d_cluster)
+            if bi is not None:
+                budget_blocked[j] = bi
+                continue
+            ledger.take(jv, n0)
+            spend(j, d_team, d_cluster)
+            cfg[j] = [0, 0, opts[j][3]]
+            cur[j] = mins[j]
+
+        # --- greedy upgrades ---
+        version = dict.fromkeys(cfg, 0)
+        heap: list[tuple] = []
+
+        def push(j: int) -> None:
+            est, t, c = cur[j]
+            if est.remaining_s <= 0.0:
+                return
+            sizes, clocks, batches, _ = opts[j]
+            si, ci, bi = cfg[j]
+            for kind, nxt in ((_SIZE, si + 1), (_CLOCK, ci + 1), (_BATCH, bi + 1)):
+                limit = (len(sizes), len(clocks), len(batches))[kind]
+                if nxt >= limit:
+                    continue
+                new_cfg = [si, ci, bi]
+                new_cfg[kind] = nxt
+                new_est, t2, c2 = evaluate(j, *new_cfg)
+                gain = (t - t2) / t
+                if gain <= self.min_gain:
+                    continue
+                rel_cost = (c2 - c) / c if c > 0 else 0.0
+                score = gain / rel_cost if rel_cost > 1e-12 else _DOMINANT * gain
+                heapq.heappush(heap, (-score, j, kind, version[j], new_cfg, (new_est, t2, c2)))
+
+        for j in order:
+            if j in cfg:
+                push(j)
+        while heap:
+            _, j, kind, ver, new_cfg, new_eval = heapq.heappop(heap)
+            if ver != version[j]:
+                continue
+            sizes = opts[j][0]
+            n_old, n_new = sizes[cfg[j][0]], sizes[new_cfg[0]]
+            if n_new > n_old and not ledger.fits(jobs[j], n_new - n_old):
+                continue  # free GPUs only shrink within a round: drop for good
+            d_team, d_cluster = deltas(j, cur[j][0], new_eval[0], n_old, n_new)
+            if blocking_budget(j, d_team, d_cluster) is not None:
+                continue  # allowances only shrink too
+            ledger.take(jobs[j], n_new - n_old)
+            spend(j, d_team, d_cluster)
+            cfg[j] = new_cfg
+            cur[j] = new_eval
+            version[j] += 1
+            push(j)
+
+        # --- the decision ---
+        grants = []
+        granted: list[tuple[JobView, int, float]] = []
+        for j in order:
+            if j not in cfg:
+                continue
+            sizes, clocks, batches, _ = opts[j]
+            si, ci, bi = cfg[j]
+            jv = jobs[j]
+            grants.append(Grant(jv.job.job_id, sizes[si], batches[bi], jv.gpu_model, clocks[ci]))
+            granted.append((jv, sizes[si], cur[j][0].remaining_s))
+        waiting: dict[str, WaitReason] = {}
+        for j in gpu_blocked:
+            jv = jobs[j]
+            n0 = opts[j][0][0]
+            waiting[jv.job.job_id] = WaitReason(
+                WaitCode.BEHIND_IN_QUEUE,
+                f"Waiting: the {ctx.capacity[jv.gpu_model]} {jv.gpu_model} GPUs are all given to "
+                f"jobs ranked ahead of it; it needs {n0}.",
+                until_s=expected_free_at(ctx, granted, jv, n0),
+            )
+        for j, bi in budget_blocked.items():
+            waiting[jobs[j].job.job_id] = self._over_allowance(budgets[bi], curve, ci_now)
+        return PolicyDecision(
+            grants=tuple(grants),
+            waiting=waiting,
+            energy_allowance_by_budget_j={
+                b.budget_id: a for b, a in zip(budgets, allow_e, strict=True) if a is not None
+            },
+            co2_allowance_by_budget_g={
+                b.budget_id: a for b, a in zip(budgets, allow_c, strict=True) if a is not None
+            },
+            policy_state=new_state,
+        )
+
+    def _over_allowance(self, budget, curve: IntensityCurve, ci_now: float) -> WaitReason:
+        whose = f"team {budget.team}'s" if budget.team else "the cluster's"
+        if self.cost == "carbon" and budget.co2_limit_g is not None:
+            cleaner = curve.next_cleaner(
+                ci_now * (1 - self.clean_margin), within_s=self.hold_within_s
+            )
+            if cleaner is not None:
+                return WaitReason(
+                    WaitCode.WAITING_FOR_CLEAN_HOUR,
+                    f"Waiting: the grid is at {ci_now:.0f} gCO2/kWh and {whose} carbon allowance "
+                    f"for this round is spent; a cleaner hour ({curve.at(cleaner):.0f} gCO2/kWh) "
+                    "is forecast.",
+                    until_s=cleaner,
+                )
+        return WaitReason(
+            WaitCode.OVER_ROUND_ALLOWANCE,
+            f"Waiting: {whose} budget is paced over its period and this round's share is "
+            "spent by jobs ranked ahead of it.",
+        )

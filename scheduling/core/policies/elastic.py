@@ -1,0 +1,112 @@
+"""An elastic, throughput-maximising baseline that ignores energy (Pollux / ElasticFlow
+style; reconstructed: neither system's code is used).
+
+Every admitted job first gets its smallest buddy GPU count (>= ``min_gpus``), running
+jobs first, then waiting ones in submit order, always at full clock and its submitted
+batch. The spare GPUs then go, one step at a time, to the job whose next buddy size
+adds the most *normalised speedup per extra GPU*: speedup(n) = T(n_min) / T(n), with T
+the predicted remaining time (plus ``restart_s`` when the count changes for a running
+job), as Pollux normalises throughput to a job's minimal allocation. A max-heap serves
+the best step while GPUs last and the step still gains more than ``min_gain``.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from scheduling.core.context import RoundContext
+from scheduling.core.placement import buddy_sizes
+from scheduling.core.policies.base import GpuLedger, expected_free_at, submit_order
+from scheduling.core.registry import register_policy
+from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
+
+
+@register_policy("elastic")
+class Elastic:
+    name = "elastic"
+
+    def __init__(
+        self, *, restart_s: float = 30.0, min_gain: float = 1e-3, placement: str = "buddy"
+    ) -> None:
+        self.restart_s = restart_s
+        self.min_gain = min_gain
+        self.placement = placement
+
+    def allocate(self, ctx: RoundContext) -> PolicyDecision:
+        queue = submit_order(ctx.jobs)
+        queue = [jv for jv in queue if jv.job.is_running] + [
+            jv for jv in queue if not jv.job.is_running
+        ]
+        ledger = GpuLedger(ctx)
+        sizes_of: dict[str, tuple[int, ...]] = {}
+        level: dict[str, int] = {}
+        base_s: dict[str, float] = {}
+        blocked = []
+
+        def time_s(jv, n: int) -> float:
+            t = ctx.estimate(jv, n).remaining_s
+            if jv.job.allocation is not None and jv.job.allocation.n_gpus != n:
+                t += self.restart_s
+            return t
+
+        for jv in queue:
+            job = jv.job
+            hi = max(job.max_gpus, job.min_gpus)
+            sizes = tuple(
+                s
+                for s in buddy_sizes(ctx.node_gpus[jv.gpu_model], ctx.capacity[jv.gpu_model])
+                if job.min_gpus <= s <= hi
+            ) or (job.min_gpus,)
+            if not ledger.fits(jv, sizes[0]):
+                blocked.append(jv)
+                continue
+            ledger.take(jv, sizes[0])
+            sizes_of[job.job_id] = sizes
+            level[job.job_id] = 0
+            base_s[job.job_id] = time_s(jv, sizes[0])
+
+        views = {jv.job.job_id: jv for jv in queue}
+        heap: list[tuple[float, int, str]] = []
+        rank = {jid: i for i, jid in enumerate(sizes_of)}
+
+        def push(jid: str) -> None:
+            sizes, k = sizes_of[jid], level[jid]
+            if k + 1 >= len(sizes) or base_s[jid] <= 0.0:
+                return
+            jv = views[jid]
+            now_speed = base_s[jid] / time_s(jv, sizes[k])
+            next_speed = base_s[jid] / time_s(jv, sizes[k + 1])
+            per_gpu = (next_speed - now_speed) / (sizes[k + 1] - sizes[k])
+            if per_gpu > self.min_gain:
+                heapq.heappush(heap, (-per_gpu, rank[jid], jid))
+
+        for jid in sizes_of:
+            push(jid)
+        while heap:
+            _, _, jid = heapq.heappop(heap)
+            sizes, k = sizes_of[jid], level[jid]
+            extra = sizes[k + 1] - sizes[k]
+            if not ledger.fits(views[jid], extra):
+                continue  # free GPUs only shrink: this job is done growing
+            ledger.take(views[jid], extra)
+            level[jid] = k + 1
+            push(jid)
+
+        grants = tuple(
+            Grant(jid, sizes_of[jid][level[jid]], views[jid].job.global_batch, views[jid].gpu_model)
+            for jid in sizes_of
+        )
+        granted = [
+            (views[g.job_id], g.n_gpus, ctx.estimate(views[g.job_id], g.n_gpus).remaining_s)
+            for g in grants
+        ]
+        waiting = {
+            jv.job.job_id: WaitReason(
+                WaitCode.BEHIND_IN_QUEUE,
+                f"Waiting: every {jv.gpu_model} GPU already runs an earlier job at its smallest "
+                f"size; it needs {jv.job.min_gpus}.",
+                until_s=expected_free_at(ctx, granted, jv, jv.job.min_gpus),
+            )
+            for jv in blocked
+        }
+        return PolicyDecision(grants=grants, waiting=waiting)
