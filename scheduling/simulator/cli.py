@@ -107,6 +107,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replan-on-events", action="store_true")
     parser.add_argument("--seed", type=int, default=0, help="seed of the philly_week mapping")
     parser.add_argument("--max-gpus", type=_positive(int), default=64, help="elastic cap per job")
+    parser.add_argument(
+        "--max-batch-factor",
+        type=_positive(int),
+        help="let jobs grow their batch up to N x the trace's (optimistic: no statistical "
+        "efficiency model)",
+    )
     parser.add_argument("--max-jobs", type=_positive(int), help="simulate only the first N jobs")
     parser.add_argument("--data-dir", default=str(REPO_DATA), help="the repository's data/")
     parser.add_argument("--out", default="var/simulations", help="folder for CSV/JSON/PNG")
@@ -185,6 +191,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             start=args.start,
             seed=args.seed,
             max_gpus=args.max_gpus,
+            max_batch_factor=args.max_batch_factor,
             config=config,
             max_jobs=args.max_jobs,
         )

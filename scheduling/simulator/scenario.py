@@ -29,7 +29,7 @@ from scheduling.simulator.engine import (
     SimResult,
     Simulator,
 )
-from scheduling.simulator.traces import read_trace
+from scheduling.simulator.traces import read_trace, with_batch_range
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 DEFAULT_START = datetime(2022, 6, 1, tzinfo=UTC)
@@ -61,6 +61,7 @@ def load_scenario(
     max_gpus: int = 64,
     config: SimConfig | None = None,
     max_jobs: int | None = None,
+    max_batch_factor: int | None = None,
 ) -> Scenario:
     """Read everything a run needs. ``max_jobs`` keeps the first N jobs (for quick runs)."""
     if catalog is None:
@@ -78,6 +79,8 @@ def load_scenario(
     )
     if max_jobs is not None:
         jobs = jobs[:max_jobs]
+    if max_batch_factor is not None:
+        jobs = with_batch_range(jobs, max_batch_factor)
     if carbon_zone is None:
         intensity: HourlyIntensity = ConstantIntensity(0.0, start=start)
     else:
@@ -94,6 +97,7 @@ def load_scenario(
         "start": start.isoformat(),
         "seed": seed,
         "max_gpus": max_gpus,
+        "max_batch_factor": max_batch_factor,
         "jobs": len(jobs),
         "round_length_s": config.round_length_s,
         "restart_cost_s": config.restart_cost_s,

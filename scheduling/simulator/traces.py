@@ -21,6 +21,7 @@ traces record what the user asked for, not what an elastic scheduler may give.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import random
 import re
 from collections import Counter
@@ -227,6 +228,24 @@ def read_philly_week(
             )
         )
     return _sorted(jobs)
+
+
+def with_batch_range(jobs: Iterable[Job], max_batch_factor: int) -> tuple[Job, ...]:
+    """Let each job's global batch grow up to ``max_batch_factor`` x the submitted one.
+
+    The traces fix the batch. Allowing a range lets PowerFlow-style policies tune it,
+    but note the core's time model: work is samples and statistical efficiency is not
+    modelled, so a larger batch is predicted to finish sooner with no loss -- an
+    optimistic assumption that benchmarks must state when they use it.
+    """
+    if max_batch_factor < 1:
+        raise TraceError("max_batch_factor must be at least 1")
+    return tuple(
+        dataclasses.replace(
+            j, min_batch=j.global_batch, max_batch=j.global_batch * max_batch_factor
+        )
+        for j in jobs
+    )
 
 
 def read_trace(
