@@ -212,7 +212,7 @@ def _power_params(fit: PowerLimitFit, scale: float, gpu: GpuSpec) -> PowerParams
     return PowerParams(busy_max_w=min(fit.busy_max_w * scale, cap_w), batch_half=fit.batch_half)
 
 
-def _inter_node_ratios(params: dict[str, ThroughputParams]) -> tuple[float, float]:
+def inter_node_ratios(params: dict[str, ThroughputParams]) -> tuple[float, float]:
     """Median inter/intra-node ratios of alpha and beta over workloads that measured both."""
     ra = [p.alpha_n_s / p.alpha_r_s for p in params.values() if p.alpha_r_s > 0]
     rb = [p.beta_n_s / p.beta_r_s for p in params.values() if p.beta_r_s > 0]
@@ -234,7 +234,7 @@ def fit_throughputs(
             missing.append(workload)
         if progress:
             progress(workload)
-    ratios = _inter_node_ratios(fitted)
+    ratios = inter_node_ratios(fitted)
     for workload in missing:
         fitted[workload] = fit_throughput(groups[workload], inter_node_fallback=ratios)
     return dict(sorted(fitted.items()))
