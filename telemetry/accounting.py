@@ -103,7 +103,8 @@ def account_hour(gpu_id: int, hour: datetime) -> None:
         )
 
     zone = settings.TELEMETRY_CARBON_ZONE
-    intensity = intensity_for_hour(zone, hour)
+    # Only price hours that drew energy: an empty hour must not query a (maybe remote) provider.
+    intensity = intensity_for_hour(zone, hour) if result.total_j > 0 else None
     ledger_rows = [
         EnergyLedgerEntry(
             gpu_id=gpu_id,
@@ -117,7 +118,7 @@ def account_hour(gpu_id: int, hour: datetime) -> None:
             zone=zone,
         )
         for job_id, energy_j in sorted(result.by_job_j.items(), key=lambda kv: (kv[0] or 0))
-        if energy_j > 0
+        if energy_j > 0 and intensity is not None
     ]
     with transaction.atomic():
         GpuMinute.objects.filter(gpu_id=gpu_id, minute__gte=hour, minute__lt=end).delete()

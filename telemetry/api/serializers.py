@@ -117,7 +117,9 @@ class JobEventSerializer(serializers.Serializer):
     iterations = serializers.FloatField(min_value=0, required=False, allow_null=True)
     exit_status = serializers.IntegerField(required=False, allow_null=True)
     reason = serializers.ChoiceField(choices=ExitReason.choices, required=False)
-    log_tail = serializers.CharField(required=False, allow_blank=True, max_length=20000)
+    log_tail = serializers.CharField(
+        required=False, allow_blank=True, max_length=20000, trim_whitespace=False
+    )
     gpu_uuids = serializers.ListField(child=serializers.CharField(), required=False)
 
     def validate(self, attrs):

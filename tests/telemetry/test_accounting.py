@@ -1,0 +1,158 @@
+"""Accounting through the real path: ingest -> dirty hours -> rollups and ledger rows."""
+
+from datetime import timedelta
+
+import pytest
+from agent_samples import series
+from conftest import T0
+
+from cluster import services as cluster_services
+from cluster.choices import JobState
+from cluster.models import Budget, Gpu
+from scheduling.core.types import J_PER_KWH
+from telemetry.accounting import (
+    budget_usage,
+    delete_expired_samples,
+    job_totals,
+    process_dirty_hours,
+    team_totals,
+)
+from telemetry.carbon import static_mean_g_per_kwh
+from telemetry.choices import CarbonSource
+from telemetry.ingest import ingest_batch
+from telemetry.models import CarbonIntensity, DirtyHour, EnergyLedgerEntry, GpuHour, GpuMinute
+
+HOUR = T0.replace(minute=0)
+NOW = T0 + timedelta(minutes=5)
+
+
+@pytest.fixture
+def gpu0(agent_node) -> Gpu:
+    return Gpu.objects.get(uuid="GPU-node-01-0")
+
+
+@pytest.fixture
+def clean_hour(db):
+    return CarbonIntensity.objects.create(
+        zone="ES", hour=HOUR, ci_g_per_kwh=200.0, source=CarbonSource.IMPORTED
+    )
+
+
+def _ledger(gpu):
+    return {
+        e.job_id: (pytest.approx(e.energy_j), pytest.approx(e.co2_g), e.ci_estimated)
+        for e in EnergyLedgerEntry.objects.filter(gpu=gpu)
+    }
+
+
+def test_job_switch_in_the_middle_of_a_batch_splits_energy_at_the_switch(
+    agent_node, gpu0, make_job, member, team, clean_hour
+):
+    # given job A on GPU 0 from T0, replaced by job B at T0 + 30 s
+    node, _ = agent_node
+    job_a = make_job(owner=member, team=team, name="a")
+    job_b = make_job(owner=member, team=team, name="b")
+    cluster_services.start_job(job_a, gpus=[gpu0], batch_size=256, at=T0)
+    cluster_services.transition_job(job_a, to=JobState.PAUSED, at=T0 + timedelta(seconds=30))
+    cluster_services.start_job(job_b, gpus=[gpu0], batch_size=256, at=T0 + timedelta(seconds=30))
+    # when one batch covering both jobs (61 samples at 200 W, no counter) is ingested
+    ingest_batch(node, {"samples": series(gpu0.uuid, T0, 61, power_w=200.0)}, now=NOW)
+    # (T0 is on the hour, so the previous hour, whose edge interval it bounds, is marked too)
+    assert process_dirty_hours() == 2
+    # then each job gets exactly its 30 s at 200 W, priced at the hour's 200 g/kWh
+    co2_g = 6000.0 / J_PER_KWH * 200.0
+    assert _ledger(gpu0) == {job_a.pk: (6000.0, co2_g, False), job_b.pk: (6000.0, co2_g, False)}
+    assert job_totals(job_a).energy_j == pytest.approx(6000.0)
+    team_total = team_totals(team, HOUR, HOUR + timedelta(hours=1))
+    assert team_total.energy_j == pytest.approx(12000.0)
+    assert team_total.co2_g == pytest.approx(2 * co2_g)
+    assert not DirtyHour.objects.exists()
+
+
+def test_energy_counter_reset_is_bridged_by_integrated_power(agent_node, gpu0, clean_hour):
+    node, _ = agent_node
+    # counter climbs 100 J/s, then the driver reloads and it restarts near zero
+    counters = [5000.0, 5100.0, 5200.0, 30.0, 130.0, 230.0]
+    samples = series(gpu0.uuid, T0, 6, power_w=100.0)
+    for s, counter in zip(samples, counters, strict=True):
+        s["energy_j"] = counter
+    ingest_batch(node, {"samples": samples}, now=NOW)
+    process_dirty_hours()
+    # 4 counter intervals of 100 J + the reset interval integrated: (100 + 100) / 2 x 1 s
+    assert _ledger(gpu0) == {None: (500.0, 500.0 / J_PER_KWH * 200.0, False)}
+    hour = GpuHour.objects.get(gpu=gpu0, hour=HOUR)
+    assert (hour.samples, hour.energy_j, hour.power_avg_w) == (6, pytest.approx(500.0), 100.0)
+
+
+def test_a_duplicate_batch_is_accounted_once(agent_node, gpu0, clean_hour):
+    node, _ = agent_node
+    batch = {"samples": series(gpu0.uuid, T0, 11, power_w=300.0)}
+    ingest_batch(node, batch, now=NOW)
+    process_dirty_hours()
+    ingest_batch(node, batch, now=NOW)  # the agent replays it (a lost acknowledgement)
+    process_dirty_hours()
+    assert _ledger(gpu0) == {None: (3000.0, 3000.0 / J_PER_KWH * 200.0, False)}
+
+
+def test_a_late_batch_gives_the_same_totals_as_an_on_time_one(agent_node, gpu0, clean_hour):
+    node, _ = agent_node
+    everything = series(gpu0.uuid, T0, 121, power_w=150.0)
+    ingest_batch(node, {"samples": everything[60:]}, now=NOW)
+    process_dirty_hours()
+    assert _ledger(gpu0)[None][0] == pytest.approx(60 * 150.0)
+    ingest_batch(node, {"samples": everything[:61]}, now=NOW)  # replayed from the spool
+    process_dirty_hours()
+    assert _ledger(gpu0)[None][0] == pytest.approx(120 * 150.0)
+    minutes = GpuMinute.objects.filter(gpu=gpu0).order_by("minute")
+    assert [(m.minute, m.samples, m.energy_j) for m in minutes] == [
+        (T0, 60, pytest.approx(9000.0)),
+        (T0 + timedelta(minutes=1), 60, pytest.approx(9000.0)),
+        (T0 + timedelta(minutes=2), 1, pytest.approx(0.0)),
+    ]
+
+
+def test_without_an_intensity_for_the_hour_carbon_uses_the_static_mean_marked_estimated(
+    agent_node, gpu0
+):
+    node, _ = agent_node
+    ingest_batch(node, {"samples": series(gpu0.uuid, T0, 11, power_w=360.0)}, now=NOW)
+    process_dirty_hours()
+    mean = static_mean_g_per_kwh("ES")
+    entry = EnergyLedgerEntry.objects.get(gpu=gpu0)
+    assert (entry.ci_g_per_kwh, entry.ci_estimated) == (mean, True)
+    assert entry.co2_g == pytest.approx(3600.0 / J_PER_KWH * mean)
+
+
+def test_budget_usage_sums_the_teams_ledger_in_its_period(
+    agent_node, gpu0, make_job, member, team, clean_hour
+):
+    node, _ = agent_node
+    job = make_job(owner=member, team=team)
+    cluster_services.start_job(job, gpus=[gpu0], batch_size=256, at=T0 - timedelta(minutes=1))
+    ingest_batch(node, {"samples": series(gpu0.uuid, T0, 37, power_w=100.0)}, now=NOW)
+    process_dirty_hours()
+    budget = Budget.objects.create(
+        team=team, period_start=HOUR, period_end=HOUR + timedelta(days=1), energy_limit_kwh=1.0
+    )
+    used = budget_usage(budget)
+    assert (used.energy_j, used.estimated) == (pytest.approx(3600.0), False)
+    assert used.energy_kwh == pytest.approx(0.001)
+    later = Budget.objects.create(
+        team=team,
+        period_start=HOUR + timedelta(days=1),
+        period_end=HOUR + timedelta(days=2),
+        energy_limit_kwh=1.0,
+    )
+    assert budget_usage(later).energy_j == 0.0
+
+
+def test_retention_deletes_old_samples_but_not_unaccounted_ones(agent_node, gpu0, settings):
+    settings.TELEMETRY_RETENTION_S = 2 * 3600
+    node, _ = agent_node
+    ingest_batch(node, {"samples": series(gpu0.uuid, T0, 5)}, now=NOW)
+    # not yet accounted: kept even past the window
+    assert delete_expired_samples(now=T0 + timedelta(hours=5)) == 0
+    process_dirty_hours()
+    assert delete_expired_samples(now=T0 + timedelta(hours=1)) == 0
+    assert delete_expired_samples(now=T0 + timedelta(hours=5)) == 5
+    assert GpuHour.objects.filter(gpu=gpu0, hour=HOUR).exists()  # rollups stay

@@ -1,0 +1,225 @@
+"""Registration, heartbeat, assignments and job events of the agent API."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from cluster import services as cluster_services
+from cluster.choices import JobState
+from cluster.models import Gpu, Job, Node
+from telemetry.models import JobEvent
+
+
+def _gpu(uuid_, index, **overrides):
+    values = {
+        "uuid": uuid_,
+        "index": index,
+        "model": "A100",
+        "memory_mb": 40960,
+        "default_power_limit_w": 400.0,
+        "min_power_limit_w": 100.0,
+        "max_power_limit_w": 400.0,
+        "max_sm_clock_mhz": 1410,
+    }
+    values.update(overrides)
+    return values
+
+
+def test_registration_creates_gpus_and_is_idempotent(make_node, agent_client):
+    node = make_node("node-09", gpus=0)
+    client = agent_client(node.issue_agent_token())
+    body = {"name": "host-9", "gpus": [_gpu("GPU-x0", 0), _gpu("GPU-x1", 1)]}
+    first = client.post("/api/agent/register/", body, format="json")
+    assert first.status_code == 200, first.json()
+    again = client.post("/api/agent/register/", body, format="json")
+    assert again.json() == first.json()
+    assert first.json()["node_name"] == "node-09"
+    gpus = Gpu.objects.filter(node=node).order_by("index")
+    assert [(g.uuid, g.index, g.default_power_limit_w) for g in gpus] == [
+        ("GPU-x0", 0, 400),
+        ("GPU-x1", 1, 400),
+    ]
+    node.refresh_from_db()
+    assert node.last_heartbeat_at is not None
+
+
+def test_registering_a_gpu_of_another_node_is_refused(agent_node, other_node, agent_client):
+    node, token = agent_node
+    body = {"gpus": [_gpu("GPU-node-02-0", 0)]}
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    assert response.status_code == 403
+    assert Gpu.objects.get(uuid="GPU-node-02-0").node == other_node[0]
+    assert Gpu.objects.filter(node=node).count() == 2
+
+
+def test_registration_with_inconsistent_limits_is_a_400(make_node, agent_client):
+    node = make_node("node-09", gpus=0)
+    body = {"gpus": [_gpu("GPU-x0", 0, min_power_limit_w=450.0)]}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", body, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "gpus": [{"default_power_limit_w": ["Power limits must satisfy min <= default <= max."]}]
+    }
+    assert not Gpu.objects.filter(node=node).exists()
+
+
+def test_heartbeat_updates_only_the_tokens_node(agent_node, other_node, agent_client):
+    node, token = agent_node
+    response = agent_client(token).post("/api/agent/heartbeat/", {}, format="json")
+    assert response.status_code == 200
+    assert Node.objects.get(pk=node.pk).last_heartbeat_at is not None
+    assert Node.objects.get(pk=other_node[0].pk).last_heartbeat_at is None
+
+
+@pytest.fixture
+def running_job(agent_node, make_job, member, team):
+    node, _ = agent_node
+    job = make_job(owner=member, team=team, command="python train.py", max_gpus=2)
+    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    cluster_services.start_job(job, gpus=gpus, batch_size=256, sm_clock_mhz=1200, at=timezone.now())
+    job.refresh_from_db()
+    return job
+
+
+def test_assignments_list_the_open_allocations_on_this_node(
+    running_job, agent_node, other_node, agent_client, settings
+):
+    settings.TELEMETRY_CHECKPOINT_ROOT = "/ckpt"
+    node, token = agent_node
+    answer = agent_client(token).get("/api/agent/assignments/").json()
+    assert answer == {
+        "assignments": [
+            {
+                "allocation_id": running_job.current_allocation_id,
+                "job_id": running_job.pk,
+                "workload": "resnet50",
+                "command": "python train.py",
+                "gpu_uuids": ["GPU-node-01-0", "GPU-node-01-1"],
+                "gpu_count": 2,
+                "batch_size": 256,
+                "sm_clock_mhz": 1200,
+                "power_limit_w": None,
+                "checkpoint_dir": f"/ckpt/job-{running_job.pk}",
+                "total_iterations": 1000,
+                "completed_iterations": 0.0,
+                "env": {"WATTFLOW_WORKLOAD": "resnet50"},
+            }
+        ],
+        "stop": [],
+    }
+    # the other node has nothing to run
+    other = agent_client(other_node[1]).get("/api/agent/assignments/").json()
+    assert other == {"assignments": [], "stop": []}
+
+
+def test_a_paused_job_is_listed_to_stop(running_job, agent_node, agent_client):
+    node, token = agent_node
+    cluster_services.transition_job(running_job, to=JobState.PAUSED)
+    answer = agent_client(token).get("/api/agent/assignments/").json()
+    assert answer == {"assignments": [], "stop": [running_job.pk]}
+
+
+def _event(job, kind, **extra):
+    return {
+        "event_id": str(uuid.uuid4()),
+        "job_id": job.pk,
+        "allocation_id": job.current_allocation_id,
+        "kind": kind,
+        "ts": timezone.now().isoformat(),
+        **extra,
+    }
+
+
+def test_progress_and_a_clean_exit_complete_the_job(running_job, agent_node, agent_client):
+    node, token = agent_node
+    client = agent_client(token)
+    progress = _event(running_job, "progress", iterations=420.0)
+    exited = _event(
+        running_job, "exited", reason="completed", exit_status=0, iterations=1000.0,
+        log_tail="epoch 9 done\n",
+    )  # fmt: skip
+    response = client.post("/api/agent/job-events/", {"events": [progress]}, format="json")
+    assert response.json() == {"received": 1, "new": 1}
+    assert Job.objects.get(pk=running_job.pk).completed_iterations == 420.0
+    client.post("/api/agent/job-events/", {"events": [exited]}, format="json")
+    job = Job.objects.get(pk=running_job.pk)
+    assert (job.state, job.exit_status, job.log_tail, job.completed_iterations) == (
+        JobState.COMPLETED, 0, "epoch 9 done\n", 1000.0,
+    )  # fmt: skip
+    assert job.current_allocation_id is None
+
+
+def test_a_replayed_event_is_applied_once(running_job, agent_node, agent_client):
+    node, token = agent_node
+    client = agent_client(token)
+    failed = _event(running_job, "exited", reason="failed", exit_status=3, log_tail="OOM")
+    assert client.post("/api/agent/job-events/", {"events": [failed]}, format="json").json() == {
+        "received": 1,
+        "new": 1,
+    }
+    again = client.post("/api/agent/job-events/", {"events": [failed]}, format="json")
+    assert again.json() == {"received": 1, "new": 0}
+    assert JobEvent.objects.filter(job=running_job).count() == 1
+    assert Job.objects.get(pk=running_job.pk).state == JobState.FAILED
+
+
+def test_progress_never_goes_backwards(running_job, agent_node, agent_client):
+    node, token = agent_node
+    events = [
+        _event(running_job, "progress", iterations=500.0),
+        _event(running_job, "progress", iterations=300.0),
+    ]
+    agent_client(token).post("/api/agent/job-events/", {"events": events}, format="json")
+    assert Job.objects.get(pk=running_job.pk).completed_iterations == 500.0
+
+
+def test_an_exit_of_a_stale_allocation_leaves_the_job_running(
+    running_job, agent_node, agent_client
+):
+    node, token = agent_node
+    stale = _event(running_job, "exited", reason="completed", exit_status=0)
+    stale["allocation_id"] = running_job.current_allocation_id + 1000
+    agent_client(token).post("/api/agent/job-events/", {"events": [stale]}, format="json")
+    assert Job.objects.get(pk=running_job.pk).state == JobState.RUNNING
+
+
+def test_a_stop_on_the_schedulers_order_changes_no_state(running_job, agent_node, agent_client):
+    node, token = agent_node
+    stopped = _event(running_job, "exited", reason="stopped", exit_status=0, log_tail="ckpt")
+    agent_client(token).post("/api/agent/job-events/", {"events": [stopped]}, format="json")
+    job = Job.objects.get(pk=running_job.pk)
+    assert (job.state, job.log_tail) == (JobState.RUNNING, "ckpt")
+
+
+def test_events_for_a_job_of_another_node_are_refused(running_job, other_node, agent_client):
+    progress = _event(running_job, "progress", iterations=999.0)
+    response = agent_client(other_node[1]).post(
+        "/api/agent/job-events/", {"events": [progress]}, format="json"
+    )
+    assert response.status_code == 403
+    assert not JobEvent.objects.exists()
+    assert Job.objects.get(pk=running_job.pk).completed_iterations == 0.0
+
+
+def test_an_exit_without_reason_is_a_400(running_job, agent_node, agent_client):
+    node, token = agent_node
+    bad = _event(running_job, "exited", exit_status=0)
+    response = agent_client(token).post("/api/agent/job-events/", {"events": [bad]}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"events": [{"reason": ["An exit needs a reason."]}]}
+    assert not JobEvent.objects.exists()
+
+
+def test_old_allocations_are_not_listed_to_stop(agent_node, agent_client, make_job, member, team):
+    node, token = agent_node
+    job = make_job(owner=member, team=team)
+    gpu = Gpu.objects.get(uuid="GPU-node-01-0")
+    now = timezone.now()
+    cluster_services.start_job(job, gpus=[gpu], batch_size=256, at=now - timedelta(hours=3))
+    cluster_services.transition_job(job, to=JobState.PAUSED, at=now - timedelta(hours=2))
+    answer = agent_client(token).get("/api/agent/assignments/").json()
+    assert answer == {"assignments": [], "stop": []}
