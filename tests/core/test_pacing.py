@@ -1,0 +1,85 @@
+"""Pacing budgets into round allowances, and the intensity curve ahead."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.core.pacing import (
+    IntensityCurve,
+    intensity_curve,
+    paced_co2_allowance_g,
+    paced_energy_allowance_j,
+)
+from scheduling.core.types import Budget, CarbonSignal
+
+
+def test_energy_allowance_spreads_what_remains_over_what_remains():
+    b = Budget("b", "t", 0.0, 4000.0, energy_limit_j=5e6, energy_used_j=1.4e6)
+    # 3.6 MJ left over 3600 s, a 300 s round gets a twelfth
+    assert paced_energy_allowance_j(b, now=400.0, round_s=300.0) == pytest.approx(300_000.0)
+
+
+def test_energy_allowance_in_the_last_round_is_all_that_remains():
+    b = Budget("b", "t", 0.0, 1000.0, energy_limit_j=10.0, energy_used_j=4.0)
+    assert paced_energy_allowance_j(b, now=900.0, round_s=300.0) == 6.0
+
+
+def test_budget_without_energy_limit_has_no_energy_allowance():
+    b = Budget("b", "t", 0.0, 1000.0, co2_limit_g=5.0)
+    assert paced_energy_allowance_j(b, now=0.0, round_s=300.0) is None
+
+
+def test_curve_integrates_the_forecast_steps_then_the_tail():
+    curve = IntensityCurve(now=0.0, ci_now=100.0, points=((3600.0, 300.0),), tail_ci=200.0)
+    assert curve.at(10.0) == 100.0
+    assert curve.at(4000.0) == 300.0
+    assert curve.at(8000.0) == 200.0
+    # 1 h at 100, 1 h at 300, then 1000 s at the tail's 200
+    assert curve.integral(8200.0) == pytest.approx(100 * 3600 + 300 * 3600 + 200 * 1000)
+    # 1 kW for one hour at 100 g/kWh is 100 g
+    assert curve.co2_g(1000.0, 3600.0) == pytest.approx(100.0)
+
+
+def test_curve_tail_is_the_mean_of_the_recent_distribution():
+    curve = intensity_curve(CarbonSignal(ci_g_per_kwh=50.0), now=0.0, history=[100.0, 300.0])
+    assert curve.tail_ci == 200.0
+    assert curve.at(0.0) == 50.0
+    assert curve.at(3600.0) == 200.0
+
+
+def test_carbon_allowance_with_no_clean_bias_follows_the_intensity():
+    # given 1440 g left over two hours: 100 g/kWh now, 300 g/kWh in the second hour
+    b = Budget("c", "t", 0.0, 7200.0, co2_limit_g=1440.0)
+    curve = IntensityCurve(now=0.0, ci_now=100.0, points=((3600.0, 300.0),), tail_ci=300.0)
+    # when energy is spread evenly (clean_bias 0), carbon follows the intensity
+    got = paced_co2_allowance_g(b, now=0.0, round_s=300.0, curve=curve, history=[], clean_bias=0.0)
+    # then the round gets 1440 * (100 * 300) / (100 * 3600 + 300 * 3600) = 30 g
+    assert got == pytest.approx(30.0)
+
+
+def test_carbon_allowance_with_clean_bias_one_spends_carbon_evenly():
+    b = Budget("c", "t", 0.0, 7200.0, co2_limit_g=1440.0)
+    curve = IntensityCurve(now=0.0, ci_now=100.0, points=((3600.0, 300.0),), tail_ci=300.0)
+    got = paced_co2_allowance_g(b, now=0.0, round_s=300.0, curve=curve, history=[], clean_bias=1.0)
+    assert got == pytest.approx(1440.0 * 300 / 7200)
+
+
+def test_carbon_allowance_in_a_dirty_hour_is_smaller_with_a_stronger_bias():
+    b = Budget("c", "t", 0.0, 7200.0, co2_limit_g=1440.0)
+    curve = IntensityCurve(now=0.0, ci_now=300.0, points=((3600.0, 100.0),), tail_ci=100.0)
+    kw = dict(now=0.0, round_s=300.0, curve=curve, history=[])
+    even = paced_co2_allowance_g(b, clean_bias=1.0, **kw)
+    biased = paced_co2_allowance_g(b, clean_bias=2.0, **kw)
+    # bias 2: weights ci**-1: 300 s / 300 against 3600 / 300 + 3600 / 100
+    assert biased == pytest.approx(1440.0 * (300 / 300) / (3600 / 300 + 3600 / 100))
+    assert biased < even
+
+
+def test_carbon_allowance_past_the_forecast_uses_the_history():
+    b = Budget("c", "t", 0.0, 3600.0 * 3, co2_limit_g=900.0)
+    curve = intensity_curve(CarbonSignal(ci_g_per_kwh=100.0), now=0.0, history=[100.0, 400.0])
+    got = paced_co2_allowance_g(
+        b, now=0.0, round_s=300.0, curve=curve, history=[100.0, 400.0], clean_bias=0.0
+    )
+    # now holds for an hour, then the history's mean weight 250 for two hours
+    assert got == pytest.approx(900.0 * 100 * 300 / (100 * 3600 + 250 * 7200))
