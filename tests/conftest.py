@@ -20,6 +20,13 @@ from cluster.choices import Role
 from cluster.models import Gpu, Job, Membership, Node, Team
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # PBKDF2's deliberate slowness costs seconds per test on a 2-core machine; what is tested
+    # is who may log in, not the hash's strength.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def team(db) -> Team:
     return Team.objects.create(name="Vision", slug="vision")

@@ -64,7 +64,8 @@ def test_seed_demo_builds_the_described_cluster_and_logins(db, settings, tmp_pat
         "node-04": "switch-2",
     }
     gpu = Gpu.objects.get(node__name="node-03", index=7)
-    assert (gpu.model, gpu.memory_mb) == ("A100-SXM4-40GB", 40960)
+    assert (gpu.uuid, gpu.model, gpu.memory_mb) == ("GPU-sim-node-03-7", "A100", 40960)
+    assert set(Node.objects.values_list("gpu_model", flat=True)) == {"A100"}
     assert (gpu.min_power_limit_w, gpu.default_power_limit_w, gpu.max_power_limit_w) == (
         100,
         400,

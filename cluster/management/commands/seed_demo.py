@@ -5,7 +5,8 @@ Idempotent: running it again updates the same rows, keeps agent tokens that stil
 (from ``var/agent_tokens.json``) and creates nothing twice.
 
 Where the numbers come from:
-- A100-SXM4-40GB power limits (400 W default and max, 100 W min) are NVIDIA's board values.
+- A100-SXM4-40GB (catalog key ``A100``) power limits (400 W default and max, 100 W min) are
+  NVIDIA's board values.
 - SM clocks: the Perseus A100-SXM sweep in data/perf/perseus gives the top clock and the
   15 MHz step; the list extends that step down to 210 MHz, the A100's lowest graphics clock.
 - Budgets are policy, not measurements: the vision team may spend half of what its share
@@ -35,7 +36,9 @@ PERSEUS_A100 = DATA_DIR / "perf" / "perseus" / "stage_profile_bloom+a100_sxm_bf1
 CARBON_CISO = DATA_DIR / "carbon" / "em_US-CAL-CISO_2022_hourly.csv"
 CARBON_COLUMN = "Carbon Intensity gCO₂eq/kWh (LCA)"
 
-GPU_MODEL = "A100-SXM4-40GB"
+# The perf catalog's key for the A100-SXM4-40GB, which is also what the simulated agent
+# registers, so a node's agent and the seeded rows describe the GPUs the same way.
+GPU_MODEL = "A100"
 GPU_MEMORY_MB = 40960
 GPU_DEFAULT_POWER_LIMIT_W = 400
 GPU_MIN_POWER_LIMIT_W = 100
@@ -143,8 +146,9 @@ class Command(BaseCommand):
                     node=node,
                     index=index,
                     defaults={
-                        # Stable, recognisably fake UUIDs so reruns update the same rows.
-                        "uuid": f"GPU-demo{n + 1:04d}-0000-0000-0000-{index:012d}",
+                        # The UUIDs the simulated agent (`--simulate`) reports for this node,
+                        # so its registration updates these rows instead of replacing them.
+                        "uuid": f"GPU-sim-{node.name}-{index}",
                         "model": GPU_MODEL,
                         "memory_mb": GPU_MEMORY_MB,
                         "default_power_limit_w": GPU_DEFAULT_POWER_LIMIT_W,
@@ -213,7 +217,7 @@ class Command(BaseCommand):
         for demo in USERS:
             where = f"{demo.role} of {demo.team_slug}" if demo.team_slug else "admin (superuser)"
             out.write(f"  {demo.username:<16} {demo.password:<22} {where}")
-        out.write(f"Cluster: {NODES} nodes x {GPUS_PER_NODE} {GPU_MODEL}, 2 switches.")
+        out.write(f"Cluster: {NODES} nodes x {GPUS_PER_NODE} {GPU_MODEL}-SXM4-40GB, 2 switches.")
         out.write(f"Agent tokens (also in {tokens_path}):")
         for name, token in tokens.items():
             out.write(f"  {name}  {token}")
