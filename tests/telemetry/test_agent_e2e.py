@@ -1,0 +1,195 @@
+"""The agent against a real daphne server on loopback: spool and replay across an outage,
+simulated readings from the perf models, and a real job process carried out end to end.
+
+The server is a daphne subprocess on the test database (committed data: transactional_db),
+stopped and started again to make a real outage.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from test_nvml_backend import FakeNvml, _device
+
+from cluster import services as cluster_services
+from cluster.choices import JobState
+from cluster.models import Gpu, Job
+from scheduling.core.perf_models import load_catalog
+from scheduling.core.types import GpuConfig
+from telemetry.accounting import process_dirty_hours
+from telemetry.agent.backends import NvmlBackend
+from telemetry.agent.client import AgentClient
+from telemetry.agent.loop import Agent, AgentConfig
+from telemetry.agent.simulated import SimulatedBackend
+from telemetry.agent.spool import Spool
+from telemetry.models import EnergyLedgerEntry, GpuSample, JobEvent
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class DaphneServer:
+    def __init__(self, port: int, checkpoint_root: Path) -> None:
+        self.port = port
+        self.checkpoint_root = checkpoint_root
+        self.url = f"http://127.0.0.1:{port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        db = connection.settings_dict
+        env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        env["TELEMETRY_CHECKPOINT_ROOT"] = str(self.checkpoint_root)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+             "config.asgi:application"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError("daphne did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+@pytest.fixture
+def server(transactional_db, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    daphne = DaphneServer(port, tmp_path / "ckpt")
+    daphne.start()
+    yield daphne
+    daphne.stop()
+
+
+def _agent(backend, server, token, tmp_path, **config) -> Agent:
+    client = AgentClient(server.url, token, Spool(tmp_path / "spool"), timeout_s=5.0)
+    settings = {"post_interval_s": 2.0, "heartbeat_interval_s": 60.0, "assignment_interval_s": 1.0}
+    settings.update(config)
+    return Agent(backend, client, AgentConfig(node_name="node-01", work_dir=tmp_path, **settings))
+
+
+def test_spooled_samples_are_replayed_in_order_after_an_outage_and_counted_once(
+    server, make_node, make_job, member, team, tmp_path
+):
+    # given a simulated 2-GPU agent registered with the server, a job running on GPU 0
+    node = make_node("node-01", gpus=0)
+    backend = SimulatedBackend(node_name="node-01", n_gpus=2, gpu_model="A100")
+    agent = _agent(backend, server, node.issue_agent_token(), tmp_path)
+    agent.register()
+    gpu0 = Gpu.objects.get(uuid="GPU-sim-node-01-0")
+    job = make_job(owner=member, team=team, total_iterations=10**6)
+    start = timezone.now().replace(microsecond=0) - timedelta(minutes=2)
+    cluster_services.start_job(job, gpus=[gpu0], batch_size=256, at=start - timedelta(seconds=1))
+    times = [start + timedelta(seconds=s) for s in range(14)]
+    for now in times[:5]:
+        agent.tick(now)
+    delivered_before = GpuSample.objects.count()
+    assert delivered_before == 2 * 5  # posts at t=0, 2, 4
+    # when the server goes down for five ticks
+    server.stop()
+    for now in times[5:10]:
+        agent.tick(now)
+    spooled = sorted(p.name for p in (tmp_path / "spool").glob("*.json"))
+    # the posts of t=6 and t=8, each followed by that tick's progress event, in order
+    assert spooled == [
+        "000000000000-samples.json",
+        "000000000001-events.json",
+        "000000000002-samples.json",
+        "000000000003-events.json",
+    ]
+    assert GpuSample.objects.count() == delivered_before
+    # and comes back
+    server.start()
+    for now in times[10:]:
+        agent.tick(now)
+    agent.post_samples()
+    # then every sample is stored exactly once and the spool is empty
+    assert len(agent.client.spool) == 0
+    stored = list(GpuSample.objects.filter(gpu=gpu0).order_by("ts").values_list("ts", flat=True))
+    assert stored == times
+    assert GpuSample.objects.count() == 2 * 14
+    # and readings follow the perf model: busy GPU 0 at the model's power, GPU 1 idle
+    model = load_catalog().get("resnet50", "A100")
+    busy_w = model.power_w(GpuConfig(n_gpus=1, global_batch=256))
+    idle_w = load_catalog().gpus["A100"].idle_power_w
+    powers = dict(GpuSample.objects.filter(ts=times[7]).values_list("gpu__uuid", "power_w"))
+    assert powers == {
+        "GPU-sim-node-01-0": pytest.approx(busy_w, abs=1e-3),
+        "GPU-sim-node-01-1": pytest.approx(idle_w, abs=1e-3),
+    }
+    # and accounting charges the job 13 s at the busy power, from the energy counter
+    while process_dirty_hours():
+        pass
+    charged = sum(e.energy_j for e in EnergyLedgerEntry.objects.filter(job=job))
+    assert charged == pytest.approx(13 * busy_w, rel=1e-6)
+    # and the job's progress followed the perf model (13 s / iteration time)
+    job.refresh_from_db()
+    assert job.completed_iterations > 0
+    assert backend.jobs[job.pk].done_iters == pytest.approx(13 / model.iter_time_s(
+        GpuConfig(n_gpus=1, global_batch=256)
+    ))  # fmt: skip
+
+
+JOB_SCRIPT = """
+import os, signal, sys, time
+progress = os.environ["WATTFLOW_PROGRESS_FILE"]
+with open(progress, "w") as f:
+    f.write("7")
+print("gpus", os.environ["CUDA_VISIBLE_DEVICES"], "batch", os.environ["WATTFLOW_BATCH_SIZE"],
+      "count", os.environ["WATTFLOW_GPU_COUNT"], flush=True)
+print("ckpt", os.environ["WATTFLOW_CHECKPOINT_DIR"], flush=True)
+sys.exit(0)
+"""
+
+
+def test_a_real_job_process_runs_on_its_gpus_and_its_exit_completes_the_job(
+    server, make_node, make_job, member, team, tmp_path
+):
+    # given an NVML agent (fake driver) and a job whose command is a real process
+    script = tmp_path / "train.py"
+    script.write_text(JOB_SCRIPT)
+    node = make_node("node-01", gpus=0)
+    fake = FakeNvml([_device(f"GPU-r{i}", energy_mj=0) for i in range(2)])
+    agent = _agent(NvmlBackend(nvml=fake), server, node.issue_agent_token(), tmp_path)
+    agent.register()
+    job = make_job(owner=member, team=team, command=f"{sys.executable} {script}")
+    gpu1 = Gpu.objects.get(uuid="GPU-r1")
+    cluster_services.start_job(
+        job, gpus=[gpu1], batch_size=128, power_limit_w=250, at=timezone.now()
+    )
+    # when the agent fetches its assignment and the process runs to its end
+    agent.tick(timezone.now())
+    assert fake.calls[0] == ("set_power_limit", "GPU-r1", 250_000)
+    deadline = time.monotonic() + 30
+    while job.pk in agent.jobs and time.monotonic() < deadline:
+        time.sleep(0.1)
+        agent.tick(timezone.now())
+    # then the job completed with its log tail, and GPU 1 got its default limit back
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED
+    assert job.exit_status == 0
+    assert job.completed_iterations == 7.0
+    assert job.log_tail == (f"gpus 1 batch 128 count 1\nckpt {tmp_path}/ckpt/job-{job.pk}\n")
+    assert fake.calls[-2:] == [("reset_clocks", "GPU-r1"), ("set_power_limit", "GPU-r1", 400_000)]
+    kinds = list(
+        JobEvent.objects.filter(job=job).order_by("ts", "id").values_list("kind", "reason")
+    )
+    assert kinds == [("started", ""), ("progress", ""), ("exited", "completed")]
+    assert not Job.objects.filter(pk=job.pk, current_allocation__isnull=False).exists()

@@ -1,0 +1,130 @@
+"""Carbon intensity: the import command, the HTTP provider against a real local server, and
+the static fallback when a provider fails."""
+
+import json
+import socket
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from scheduling.simulator.carbon import read_electricity_maps_csv
+from telemetry.carbon import (
+    HttpProvider,
+    carbon_signal,
+    intensity_for_hour,
+    static_mean_g_per_kwh,
+)
+from telemetry.choices import CarbonSource
+from telemetry.models import CarbonIntensity
+
+ES_FILE = "data/carbon/em_ES_2022_hourly.csv"
+
+
+def test_import_carbon_loads_every_hour_of_the_file(db):
+    call_command("import_carbon", ES_FILE, "--zone", "ES")
+    points = read_electricity_maps_csv(ES_FILE)
+    assert CarbonIntensity.objects.filter(zone="ES").count() == 8760
+    first = CarbonIntensity.objects.get(zone="ES", hour=points[0].start)
+    assert (first.ci_g_per_kwh, first.source, first.estimated) == (
+        points[0].ci_g_per_kwh,
+        CarbonSource.IMPORTED,
+        points[0].estimated,
+    )
+    # re-importing replaces, never duplicates
+    call_command("import_carbon", ES_FILE, "--zone", "ES")
+    assert CarbonIntensity.objects.filter(zone="ES").count() == 8760
+
+
+def test_a_bad_file_fails_with_one_line_and_keeps_what_was_stored(db, tmp_path):
+    kept = CarbonIntensity.objects.create(
+        zone="ES", hour=datetime(2022, 1, 1, tzinfo=UTC), ci_g_per_kwh=1.0, source="imported"
+    )
+    bad = tmp_path / "bad.csv"
+    bad.write_text("Datetime (UTC),Carbon Intensity gCO₂eq/kWh (direct)\n2022-01-01 00:00:00,x\n")
+    with pytest.raises(CommandError, match=r"^bad.csv:2: bad value"):
+        call_command("import_carbon", str(bad), "--zone", "ES")
+    assert list(CarbonIntensity.objects.values_list("pk", "ci_g_per_kwh")) == [(kept.pk, 1.0)]
+
+
+def test_the_static_fallback_is_the_yearly_mean_of_the_zones_file():
+    points = read_electricity_maps_csv("data/carbon/em_NO_2022_hourly.csv")
+    assert static_mean_g_per_kwh("NO") == sum(p.ci_g_per_kwh for p in points) / 8760
+
+
+class _Handler(BaseHTTPRequestHandler):
+    answers: list = []
+    seen: list = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        query = parse_qs(urlparse(self.path).query)
+        self.seen.append((query, self.headers.get("auth-token")))
+        body = json.dumps({"zone": query["zone"][0], "carbonIntensity": 123.0, "isEstimated": True})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def intensity_server():
+    server = HTTPServer(("127.0.0.1", 0), _Handler)
+    _Handler.seen = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/v3/carbon-intensity/past", _Handler.seen
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_http_provider_fetches_once_and_stores_the_answer(db, intensity_server):
+    url, seen = intensity_server
+    provider = HttpProvider(url, "secret")
+    hour = datetime(2026, 11, 22, 3, 17, tzinfo=UTC)
+    got = intensity_for_hour("DE", hour, provider=provider)
+    assert (got.ci_g_per_kwh, got.estimated, got.source) == (123.0, True, CarbonSource.HTTP)
+    assert seen == [
+        ({"zone": ["DE"], "datetime": ["2026-11-22T03:00:00+00:00"]}, "secret"),
+    ]
+    intensity_for_hour("DE", hour, provider=provider)
+    assert len(seen) == 1  # the stored row answered the second time
+    assert CarbonIntensity.objects.get(zone="DE").source == CarbonSource.HTTP
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_failing_http_provider_falls_back_to_the_static_mean_marked_estimated(db):
+    provider = HttpProvider(f"http://127.0.0.1:{_closed_port()}/", "", timeout_s=1.0)
+    got = intensity_for_hour("ES", datetime(2026, 11, 22, 3, tzinfo=UTC), provider=provider)
+    assert (got.ci_g_per_kwh, got.estimated, got.source) == (
+        static_mean_g_per_kwh("ES"),
+        True,
+        CarbonSource.STATIC,
+    )
+    assert not CarbonIntensity.objects.exists()
+
+
+def test_carbon_signal_gives_now_and_the_stored_hours_ahead(db):
+    call_command("import_carbon", ES_FILE, "--zone", "ES")
+    now = datetime(2022, 6, 1, 12, 30, tzinfo=UTC)
+    signal = carbon_signal("ES", now, hours_ahead=3)
+    rows = CarbonIntensity.objects.filter(zone="ES", hour__gte=now.replace(minute=0)).order_by(
+        "hour"
+    )[:3]
+    assert signal.ci_g_per_kwh == rows[0].ci_g_per_kwh
+    assert signal.forecast == tuple((r.hour.timestamp(), r.ci_g_per_kwh) for r in rows)
+
+
+def test_carbon_signal_never_raises_for_a_zone_with_nothing(db):
+    signal = carbon_signal("XX", datetime(2026, 1, 1, tzinfo=UTC))
+    assert (signal.ci_g_per_kwh, signal.estimated, signal.forecast) == (0.0, True, ())
