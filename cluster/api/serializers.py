@@ -9,6 +9,7 @@ from cluster import services
 from cluster.choices import JobState
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 from cluster.queries import can_manage_budgets_of, is_team_member
+from cluster.workloads import workload_errors
 
 
 def run_model_clean(model_class, attrs: dict, instance=None) -> None:
@@ -121,6 +122,9 @@ class JobSerializer(serializers.ModelSerializer):
         attrs.setdefault("max_gpus", attrs["min_gpus"])
         attrs.setdefault("min_batch_size", attrs["global_batch_size"])
         attrs.setdefault("max_batch_size", attrs["global_batch_size"])
+        errors = workload_errors(attrs["workload"], attrs.get("gpu_model", ""))
+        if errors:
+            raise serializers.ValidationError({field: [msg] for field, msg in errors.items()})
         run_model_clean(Job, attrs)
         return attrs
 

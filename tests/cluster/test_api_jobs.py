@@ -6,6 +6,9 @@ import pytest
 
 from cluster.choices import JobState
 from cluster.models import Job
+from cluster.workloads import perf_catalog
+
+KNOWN_WORKLOADS = perf_catalog().workloads()
 
 SUBMIT = {
     "name": "bert finetune",
@@ -82,6 +85,18 @@ def test_member_submits_a_job_to_their_team(api_client, member, team):
     assert (job.min_batch_size, job.global_batch_size, job.max_batch_size) == (64, 64, 64)
 
 
+def test_known_workloads_include_the_measured_a100_models():
+    assert {"bert", "gpt2", "resnet50", "vgg16"} <= set(KNOWN_WORKLOADS)
+    assert "A100" in perf_catalog().gpu_models_for("resnet50")
+
+
+def test_submission_with_a_known_gpu_model_is_accepted(api_client, member, team):
+    response = api_client(member).post("/api/jobs/", {**SUBMIT, "gpu_model": "A100"}, format="json")
+
+    assert response.status_code == 201
+    assert Job.objects.get().gpu_model == "A100"
+
+
 def test_admin_submits_to_any_team(api_client, admin_user, other_team):
     response = api_client(admin_user).post(
         "/api/jobs/", {**SUBMIT, "team": "language"}, format="json"
@@ -112,6 +127,22 @@ def test_admin_submits_to_any_team(api_client, admin_user, other_team):
         ),
         ({"base_lr": 0.1, "max_lr": 0.01}, {"max_lr": ["Must be at least base_lr."]}),
         ({"name": ""}, {"name": ["This field may not be blank."]}),
+        (
+            {"workload": "alexnet"},
+            {
+                # the list follows the shipped perf catalog, which its owner may extend
+                "workload": [f"Unknown workload 'alexnet'; known: {', '.join(KNOWN_WORKLOADS)}."]
+            },
+        ),
+        (
+            {"gpu_model": "H100"},
+            {
+                "gpu_model": [
+                    "No performance model for bert on 'H100'; "
+                    f"known: {', '.join(perf_catalog().gpu_models_for('bert'))}."
+                ]
+            },
+        ),
         (
             {"slowdown_tolerance": -0.1},
             {"slowdown_tolerance": ["Ensure this value is greater than or equal to 0.0."]},
