@@ -434,9 +434,12 @@ def load_catalog(path: Path | str | None = None) -> Catalog:
 
 
 def save_catalog(catalog: Catalog, path: Path | str | None = None) -> Path:
+    """Write ``catalog`` as JSON; the old file is replaced only once the new one is whole."""
     target = Path(path or CATALOG_PATH)
     text = json.dumps(catalog_to_dict(catalog), indent=1, sort_keys=False)
-    target.write_text(text + "\n", encoding="utf-8")
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(text + "\n", encoding="utf-8")
+    partial.replace(target)
     return target
 
 

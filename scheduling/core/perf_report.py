@@ -25,6 +25,7 @@ from typing import Any
 
 from scheduling.core import perf_data
 from scheduling.core.perf_build import (
+    CATALOG_VERSION,
     build_catalog,
     fit_throughputs,
     inter_node_ratios,
@@ -185,24 +186,51 @@ CROSS_VALIDATIONS: dict[str, Callable[[Path | str | None], list[HeldOut]]] = {
 
 
 def cross_validate(
-    data_dir: Path | str | None = None, *, progress: Callable[[str], None] | None = None
+    data_dir: Path | str | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    datasets: Iterable[str] | None = None,
 ) -> list[HeldOut]:
-    """All held-out predictions of all data sets (``progress`` after each data set)."""
+    """Held-out predictions of the named data sets (all by default; ``progress`` is called
+    after each)."""
+    names = list(CROSS_VALIDATIONS) if datasets is None else list(datasets)
+    unknown = [n for n in names if n not in CROSS_VALIDATIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown data set(s) {', '.join(unknown)}; known: {', '.join(CROSS_VALIDATIONS)}"
+        )
     out: list[HeldOut] = []
-    for name, run in CROSS_VALIDATIONS.items():
-        out.extend(run(data_dir))
+    for name in names:
+        out.extend(CROSS_VALIDATIONS[name](data_dir))
         if progress:
             progress(name)
     return out
 
 
+def count_fit_steps(data_dir: Path | str | None = None, *, validate: bool = True) -> int:
+    """How many times ``fit_and_validate`` calls its ``progress`` (for a progress bar)."""
+    throughput_workloads = {r.workload for r in perf_data.read_elasticflow(data_dir)}
+    throughput_workloads |= {f"t4:{w}" for w in perf_data.POLLUX_WORKLOADS}
+    steps = 2 + len(throughput_workloads)  # zeus, perseus, one per throughput fit
+    return steps + (len(CROSS_VALIDATIONS) if validate else 0)
+
+
 def fit_and_validate(
-    data_dir: Path | str | None = None, *, progress: Callable[[str], None] | None = None
+    data_dir: Path | str | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    validate: bool = True,
+    version: str | None = None,
 ) -> tuple[Catalog, list[HeldOut]]:
-    """Cross-validate every data set, then fit the catalog on all rows with each model's
-    held-out errors attached (what ``manage.py fit_perf_models`` runs)."""
-    results = cross_validate(data_dir, progress=progress)
-    catalog = build_catalog(data_dir, progress=progress, errors=model_errors(results))
+    """Cross-validate every data set (unless ``validate`` is false), then fit the catalog
+    on all rows with each model's held-out errors attached (``manage.py fit_perf_models``)."""
+    results = cross_validate(data_dir, progress=progress) if validate else []
+    catalog = build_catalog(
+        data_dir,
+        progress=progress,
+        errors=model_errors(results),
+        version=version or CATALOG_VERSION,
+    )
     return catalog, results
 
 
@@ -247,12 +275,13 @@ def model_errors(results: Iterable[HeldOut]) -> dict[tuple[str, str], dict[str, 
 
 def format_table(summaries: Sequence[Summary]) -> str:
     """A plain-text table: one line per (data set, quantity), with the target verdict."""
-    head = f"{'data set':<22} {'quantity':<10} {'n':>6} {'median':>8} {'p90':>8}  target"
+    width = max([22, *(len(s.dataset) for s in summaries)])
+    head = f"{'data set':<{width}} {'quantity':<10} {'n':>6} {'median':>8} {'p90':>8}  target"
     lines = [head, "-" * len(head)]
     for s in summaries:
         verdict = "ok" if s.meets_target else f"MISSES {TARGET_MEDIAN_ERROR:.0%}"
         lines.append(
-            f"{s.dataset:<22} {s.quantity:<10} {s.n:>6} {s.median_abs_error:>8.1%} "
+            f"{s.dataset:<{width}} {s.quantity:<10} {s.n:>6} {s.median_abs_error:>8.1%} "
             f"{s.p90_abs_error:>8.1%}  {verdict}"
         )
     return "\n".join(lines)

@@ -1,0 +1,72 @@
+"""``python manage.py perf_model_report``: held-out accuracy of the performance models.
+
+Thin: the cross-validation is ``scheduling.core.perf_report``. Prints one line per
+(data set, quantity) with the median and 90th-percentile absolute error and whether the
+10 % target is met, and writes the parity plots (PNG) to ``docs/img/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from scheduling.core import perf_data
+from scheduling.core.perf_report import (
+    CROSS_VALIDATIONS,
+    cross_validate,
+    format_table,
+    summarise,
+    write_parity_plots,
+)
+from scheduling.management.commands.fit_perf_models import data_dir_arg
+
+
+class Command(BaseCommand):
+    help = "Print held-out errors of the performance models per data set; write parity PNGs."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument(
+            "--data-dir", default=str(perf_data.DATA_DIR), help="folder holding perf/"
+        )
+        parser.add_argument(
+            "--out-dir",
+            default=str(Path(settings.BASE_DIR) / "docs" / "img"),
+            help="where the parity PNGs go",
+        )
+        parser.add_argument(
+            "--dataset",
+            action="append",
+            choices=list(CROSS_VALIDATIONS),
+            help="validate only this data set (repeatable; default: all)",
+        )
+        parser.add_argument("--by-workload", action="store_true", help="one line per workload too")
+        parser.add_argument("--no-plots", action="store_true", help="print the table only")
+
+    def handle(self, *args, **options) -> None:
+        data_dir = data_dir_arg(options["data_dir"])
+        out_dir = Path(options["out_dir"])
+        if not options["no_plots"] and out_dir.exists() and not out_dir.is_dir():
+            raise CommandError(f"--out-dir {out_dir} is a file, not a folder")
+        datasets = options["dataset"] or list(CROSS_VALIDATIONS)
+        with tqdm(total=len(datasets), desc="validating", unit="data set") as bar:
+
+            def step(label: str) -> None:
+                bar.set_postfix_str(label)
+                bar.update()
+
+            try:
+                results = cross_validate(data_dir, progress=step, datasets=datasets)
+            except (OSError, ValueError, KeyError) as exc:
+                raise CommandError(f"validating from {data_dir} failed: {exc}") from None
+        self.stdout.write(format_table(summarise(results)))
+        if options["by_workload"]:
+            self.stdout.write("")
+            self.stdout.write(
+                format_table(summarise(results, key=lambda h: f"{h.dataset}:{h.workload}"))
+            )
+        if not options["no_plots"]:
+            for path in write_parity_plots(results, out_dir):
+                self.stdout.write(f"wrote {path}")

@@ -1,0 +1,185 @@
+"""PerfProfile rows, the fit_perf_models / perf_model_report commands and the admin, against
+the real PostgreSQL named by DATABASE_URL."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+
+from scheduling.core.perf_models import CATALOG_PATH, catalog_to_dict, load_catalog
+from scheduling.core.types import GpuConfig
+from scheduling.models import PerfProfile
+
+pytestmark = pytest.mark.django_db
+
+FITTED_AT = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
+
+
+def _run(*args) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def test_upsert_stores_every_model_with_its_errors():
+    catalog = load_catalog()
+
+    created, updated = PerfProfile.objects.upsert_catalog(catalog, fitted_at=FITTED_AT)
+
+    assert (created, updated) == (13, 0)
+    row = PerfProfile.objects.get(workload="resnet50", gpu_model="A100", version="1")
+    model = catalog.get("resnet50", "A100")
+    assert row.fitted_at == FITTED_AT
+    assert row.iter_time_median_abs_error == model.errors["iter_time_median_abs_error"]
+    assert row.n_heldout == 21
+    assert row.params["model"]["throughput"]["beta_c_s"] == model.throughput.beta_c_s
+    assert row.params["gpu"]["idle_power_w"] == 50.0
+
+
+def test_upserting_the_same_version_again_updates_in_place():
+    catalog = load_catalog()
+    PerfProfile.objects.upsert_catalog(catalog, fitted_at=FITTED_AT)
+    later = datetime(2026, 11, 23, tzinfo=UTC)
+
+    created, updated = PerfProfile.objects.upsert_catalog(catalog, fitted_at=later)
+
+    assert (created, updated) == (0, 13)
+    assert PerfProfile.objects.count() == 13
+    assert set(PerfProfile.objects.values_list("fitted_at", flat=True)) == {later}
+
+
+def test_stored_version_turns_back_into_the_same_catalog():
+    catalog = load_catalog()
+    PerfProfile.objects.upsert_catalog(catalog, fitted_at=FITTED_AT)
+
+    again = PerfProfile.objects.catalog("1")
+
+    cfg = GpuConfig(16, 256, power_limit_w=300.0)
+    for model in catalog.models():
+        twin = again.get(model.workload, model.gpu_model)
+        assert twin.iter_time_s(cfg) == model.iter_time_s(cfg)
+        assert twin.power_w(cfg) == model.power_w(cfg)
+
+
+def test_asking_for_a_version_never_stored_raises():
+    with pytest.raises(PerfProfile.DoesNotExist, match="version '9'"):
+        PerfProfile.objects.catalog("9")
+
+
+def test_fit_perf_models_writes_the_json_and_the_profiles(tmp_path):
+    target = tmp_path / "catalog.json"
+
+    out = _run(
+        "fit_perf_models", "--skip-validation", "--output", str(target), "--catalog-version", "7"
+    )
+
+    assert f"wrote {target} (version 7, 13 models)" in out
+    assert "perf profiles: 13 created, 0 updated" in out
+    written = json.loads(target.read_text())
+    shipped = catalog_to_dict(load_catalog())
+    assert written["version"] == "7"
+    assert written["gpus"] == shipped["gpus"]
+    assert [m["throughput"] for m in written["models"]] == [
+        m["throughput"] for m in shipped["models"]
+    ]
+    assert set(PerfProfile.objects.values_list("version", flat=True)) == {"7"}
+
+
+def test_a_new_version_keeps_the_rows_of_the_old_one(tmp_path):
+    PerfProfile.objects.upsert_catalog(load_catalog(), fitted_at=FITTED_AT)
+
+    _run(
+        "fit_perf_models",
+        "--skip-validation",
+        "--output",
+        str(tmp_path / "c.json"),
+        "--catalog-version",
+        "2",
+    )
+
+    assert PerfProfile.objects.filter(version="1").count() == 13
+    assert PerfProfile.objects.filter(version="2").count() == 13
+
+
+def test_fit_perf_models_with_no_data_changes_nothing(tmp_path):
+    target = tmp_path / "catalog.json"
+    shipped_before = CATALOG_PATH.read_bytes()
+
+    with pytest.raises(CommandError, match="no perf/ folder there"):
+        _run("fit_perf_models", "--data-dir", str(tmp_path), "--output", str(target))
+
+    assert not target.exists()
+    assert PerfProfile.objects.count() == 0
+    assert CATALOG_PATH.read_bytes() == shipped_before
+
+
+def test_fit_perf_models_with_broken_data_changes_nothing(tmp_path):
+    # A data folder whose Zeus table lacks its columns: the fit fails before any write.
+    (tmp_path / "perf" / "zeus").mkdir(parents=True)
+    (tmp_path / "perf" / "zeus" / "summary_power_a40.csv").write_text("gpu,oops\n1,2\n")
+    target = tmp_path / "catalog.json"
+
+    with pytest.raises(CommandError, match="fitting from .* failed"):
+        _run(
+            "fit_perf_models",
+            "--data-dir",
+            str(tmp_path),
+            "--output",
+            str(target),
+            "--skip-validation",
+        )
+
+    assert not target.exists()
+    assert PerfProfile.objects.count() == 0
+
+
+def test_fit_perf_models_rejects_an_output_folder_that_does_not_exist(tmp_path):
+    with pytest.raises(CommandError, match="does not exist"):
+        _run("fit_perf_models", "--output", str(tmp_path / "nope" / "c.json"))
+
+    assert PerfProfile.objects.count() == 0
+
+
+def test_report_prints_the_table_and_writes_the_parity_png(tmp_path):
+    out = _run("perf_model_report", "--dataset", "elasticflow_a100", "--out-dir", str(tmp_path))
+
+    lines = out.splitlines()
+    assert lines[0].split() == ["data", "set", "quantity", "n", "median", "p90", "target"]
+    assert lines[2].startswith("elasticflow_a100")
+    assert lines[2].split()[1:3] == ["iter_time", "109"]
+    assert lines[2].endswith("ok")
+    png = tmp_path / "perf_parity_elasticflow.png"
+    assert f"wrote {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_rejects_an_unknown_data_set(tmp_path):
+    with pytest.raises(CommandError):
+        _run("perf_model_report", "--dataset", "mlperf", "--out-dir", str(tmp_path))
+
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_admin_lists_profiles_read_only(admin_client):
+    PerfProfile.objects.upsert_catalog(load_catalog(), fitted_at=FITTED_AT)
+    row = PerfProfile.objects.get(workload="gpt2", gpu_model="A100")
+
+    listing = admin_client.get(reverse("admin:scheduling_perfprofile_changelist"))
+    detail = admin_client.get(reverse("admin:scheduling_perfprofile_change", args=[row.pk]))
+    add = admin_client.get(reverse("admin:scheduling_perfprofile_add"))
+    post = admin_client.post(
+        reverse("admin:scheduling_perfprofile_change", args=[row.pk]), {"workload": "hacked"}
+    )
+
+    assert listing.status_code == 200
+    assert b"gpt2" in listing.content
+    assert detail.status_code == 200
+    assert add.status_code == 403
+    assert post.status_code == 403
+    row.refresh_from_db()
+    assert row.workload == "gpt2"
