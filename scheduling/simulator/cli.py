@@ -113,6 +113,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="let jobs grow their batch up to N x the trace's (optimistic: no statistical "
         "efficiency model)",
     )
+    parser.add_argument(
+        "--arrival-scale",
+        type=_positive(float),
+        help="multiply submit times by this factor (0.25: arrivals 4x as dense)",
+    )
     parser.add_argument("--max-jobs", type=_positive(int), help="simulate only the first N jobs")
     parser.add_argument("--data-dir", default=str(REPO_DATA), help="the repository's data/")
     parser.add_argument("--out", default="var/simulations", help="folder for CSV/JSON/PNG")
@@ -192,6 +197,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             seed=args.seed,
             max_gpus=args.max_gpus,
             max_batch_factor=args.max_batch_factor,
+            arrival_scale=args.arrival_scale,
             config=config,
             max_jobs=args.max_jobs,
         )

@@ -112,6 +112,7 @@ class JobRecord:
     n_preemptions: int = 0
     n_retunes: int = 0
     snapshot_job: Job | None = None  # the frozen view, rebuilt only when state changed
+    spec_fields: dict[str, Any] | None = None  # the spec's fields, for fast rebuilds
 
     @property
     def jct_s(self) -> float | None:
@@ -389,14 +390,20 @@ class Simulator:
         jobs = []
         for rec in active.values():
             if rec.snapshot_job is None:
-                rec.snapshot_job = dataclasses.replace(
-                    rec.spec,
-                    done_iters=rec.done_iters,
-                    allocation=rec.allocation,
-                    started_s=rec.started_s,
-                    last_change_s=rec.last_change_s,
-                    attained_gpu_s=rec.attained_gpu_s,
-                )
+                # Job(**fields) is ~3x cheaper than dataclasses.replace, which
+                # dominated the engine's own time on long traces.
+                fields = rec.spec_fields
+                if fields is None:
+                    fields = rec.spec_fields = {
+                        f.name: getattr(rec.spec, f.name) for f in dataclasses.fields(Job)
+                    }
+                fields = dict(fields)
+                fields["done_iters"] = rec.done_iters
+                fields["allocation"] = rec.allocation
+                fields["started_s"] = rec.started_s
+                fields["last_change_s"] = rec.last_change_s
+                fields["attained_gpu_s"] = rec.attained_gpu_s
+                rec.snapshot_job = Job(**fields)
             jobs.append(rec.snapshot_job)
         budgets = ()
         if self.budget is not None:

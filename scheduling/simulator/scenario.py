@@ -29,7 +29,7 @@ from scheduling.simulator.engine import (
     SimResult,
     Simulator,
 )
-from scheduling.simulator.traces import read_trace, with_batch_range
+from scheduling.simulator.traces import read_trace, with_arrival_scale, with_batch_range
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 DEFAULT_START = datetime(2022, 6, 1, tzinfo=UTC)
@@ -62,6 +62,7 @@ def load_scenario(
     config: SimConfig | None = None,
     max_jobs: int | None = None,
     max_batch_factor: int | None = None,
+    arrival_scale: float | None = None,
 ) -> Scenario:
     """Read everything a run needs. ``max_jobs`` keeps the first N jobs (for quick runs)."""
     if catalog is None:
@@ -81,6 +82,8 @@ def load_scenario(
         jobs = jobs[:max_jobs]
     if max_batch_factor is not None:
         jobs = with_batch_range(jobs, max_batch_factor)
+    if arrival_scale is not None:
+        jobs = with_arrival_scale(jobs, arrival_scale)
     if carbon_zone is None:
         intensity: HourlyIntensity = ConstantIntensity(0.0, start=start)
     else:
@@ -98,6 +101,7 @@ def load_scenario(
         "seed": seed,
         "max_gpus": max_gpus,
         "max_batch_factor": max_batch_factor,
+        "arrival_scale": arrival_scale,
         "jobs": len(jobs),
         "round_length_s": config.round_length_s,
         "restart_cost_s": config.restart_cost_s,

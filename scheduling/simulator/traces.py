@@ -248,6 +248,16 @@ def with_batch_range(jobs: Iterable[Job], max_batch_factor: int) -> tuple[Job, .
     )
 
 
+def with_arrival_scale(jobs: Iterable[Job], factor: float) -> tuple[Job, ...]:
+    """Multiply every submit time by ``factor`` (< 1 compresses arrivals: more load).
+
+    The usual way to study a trace at another load; the jobs themselves are unchanged.
+    """
+    if not factor > 0:
+        raise TraceError("the arrival scale must be positive")
+    return tuple(dataclasses.replace(j, submit_time_s=j.submit_time_s * factor) for j in jobs)
+
+
 def read_trace(
     path: str | Path,
     *,

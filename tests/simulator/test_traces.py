@@ -18,6 +18,8 @@ from scheduling.simulator.traces import (
     read_philly_week,
     read_pollux_workload,
     read_trace,
+    with_arrival_scale,
+    with_batch_range,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -169,3 +171,19 @@ def test_unknown_or_broken_traces_are_refused_with_one_line(tmp_path):
     missing.write_text("job_id,submit_time\n0,0\n")
     with pytest.raises(TraceError, match="missing column"):
         read_trace(missing, data_dir=DATA)
+
+
+def test_batch_range_and_arrival_scale_change_only_what_they_say():
+    jobs = read_elasticflow_trace(TRACE / "elasticflow_philly_876.csv")[:3]
+    ranged = with_batch_range(jobs, 4)
+    assert [(j.min_batch, j.max_batch) for j in ranged] == [
+        (j.global_batch, 4 * j.global_batch) for j in jobs
+    ]
+    assert [j.global_batch for j in ranged] == [j.global_batch for j in jobs]
+    dense = with_arrival_scale(jobs, 0.25)
+    assert [j.submit_time_s for j in dense] == [0.25 * j.submit_time_s for j in jobs]
+    assert [j.total_iters for j in dense] == [j.total_iters for j in jobs]
+    with pytest.raises(TraceError, match="at least 1"):
+        with_batch_range(jobs, 0)
+    with pytest.raises(TraceError, match="must be positive"):
+        with_arrival_scale(jobs, 0.0)
