@@ -108,3 +108,22 @@ _HARD_LIMIT_ACTION_COLOURS = {
     HardLimitAction.HOLD_QUEUE: "orange",
     HardLimitAction.NOTIFY_ONLY: "slategray",
 }
+
+
+class AuditAction(models.TextChoices):
+    """What a recorded change did to the audited object (see ``cluster.models.AuditEntry``)."""
+
+    CREATED = "created", "Created"
+    UPDATED = "updated", "Updated"
+    DELETED = "deleted", "Deleted"
+
+    @property
+    def colour(self) -> str:
+        return _AUDIT_ACTION_COLOURS[self]
+
+
+_AUDIT_ACTION_COLOURS = {
+    AuditAction.CREATED: "seagreen",
+    AuditAction.UPDATED: "royalblue",
+    AuditAction.DELETED: "crimson",
+}

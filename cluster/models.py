@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from cluster.choices import HardLimitAction, JobState, NodeStatus, Role
+from cluster.choices import AuditAction, HardLimitAction, JobState, NodeStatus, Role
 
 
 class Team(models.Model):
@@ -388,3 +388,51 @@ class Budget(models.Model):
             errors["warn_fraction"] = "Must be in (0, 1]."
         if errors:
             raise ValidationError(errors)
+
+
+class AuditEntry(models.Model):
+    """One change to an audited setting (budgets, scheduling policy): who, when, before, after.
+
+    Written only through ``cluster.services.record_audit`` in the same transaction as the
+    change, so an entry exists exactly when the change committed. ``object_type`` names what
+    changed (``budget``, ``scheduling_policy``, ...), ``object_id`` which one; ``before`` and
+    ``after`` are JSON snapshots of the fields (``None`` on create and delete respectively).
+    ``actor_username`` keeps the name readable after the user is deleted.
+    """
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="audit_entries",
+    )
+    actor_username = models.CharField(max_length=150, blank=True)
+    action = models.CharField(max_length=16, choices=AuditAction.choices)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64, blank=True)
+    team = models.ForeignKey(
+        Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="audit_entries"
+    )
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(action__in=AuditAction.values), name="auditentry_action_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_username} {self.action} {self.object_type}"
+
+    @property
+    def changed_fields(self) -> list[str]:
+        """Names of the fields whose value differs between before and after, sorted."""
+        before = self.before or {}
+        after = self.after or {}
+        return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))

@@ -13,8 +13,8 @@ from django.db.models import Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from cluster.choices import JOB_TRANSITIONS, TERMINAL_JOB_STATES, JobState
-from cluster.models import Gpu, Job, JobAllocation, Team
+from cluster.choices import JOB_TRANSITIONS, TERMINAL_JOB_STATES, AuditAction, JobState
+from cluster.models import AuditEntry, Gpu, Job, JobAllocation, Team
 
 # How often cancel_job re-reads the state when a concurrent writer keeps moving the job.
 _CANCEL_ATTEMPTS = 3
@@ -218,3 +218,43 @@ def start_job(
         # The transaction rolled back; make the caller's copy match the row again.
         job.refresh_from_db()
         raise
+
+
+def record_audit(
+    *,
+    actor,
+    action: str,
+    object_type: str,
+    object_id: object = "",
+    team: Team | None = None,
+    before: dict | None = None,
+    after: dict | None = None,
+    at: datetime | None = None,
+):
+    """Append one audit entry for a change to a budget, a policy or another audited setting.
+
+    Call it inside the transaction that makes the change, so the entry commits (or rolls back)
+    with it. ``before``/``after`` must be JSON-serialisable (use ``audit_snapshot``).
+    """
+    return AuditEntry.objects.create(
+        at=at or timezone.now(),
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor_username=getattr(actor, "username", "") or "",
+        action=AuditAction(action),
+        object_type=object_type,
+        object_id=str(object_id),
+        team=team,
+        before=before,
+        after=after,
+    )
+
+
+def audit_snapshot(instance, fields: Iterable[str]) -> dict:
+    """The named fields of a model instance as JSON-friendly values (datetimes as ISO text)."""
+    snapshot = {}
+    for name in fields:
+        value = getattr(instance, name)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        snapshot[name] = value
+    return snapshot

@@ -1,0 +1,105 @@
+"""Push live updates to open dashboards over the Channels layer (Redis).
+
+The scheduling round and telemetry accounting call these functions *after* their transaction
+commits (``transaction.on_commit(lambda: broadcast_round(summary))``), so a dashboard never
+shows a round that was rolled back. Each message goes to the admin group and to the group of
+every team it concerns; a consumer joins only the groups its user may see
+(``frontend/consumers.py``), so a team never receives another team's jobs.
+
+The signatures are a contract with ``scheduling/`` and ``telemetry/``: keep them stable.
+
+``broadcast_round(round_summary)``: a JSON-serialisable dict, e.g.::
+
+    {"round_id": 12, "at": "2026-11-22T04:00:00+00:00", "policy": "powerflow",
+     "queue_length": 3, "running": 5, "avg_jct_s": 5123.0,
+     "decisions": [{"job_id": 7, "team_id": 2, "job_name": "bert", "action": "start",
+                    "gpus": 4, "batch_size": 256, "sm_clock_mhz": 1200,
+                    "reason_code": "", "reason": ""}, ...]}
+
+Decisions that carry a ``team_id`` are sent only to that team's group (and to admins).
+
+``broadcast_telemetry(summary)``: e.g.::
+
+    {"at": "...", "cluster_power_w": 5230.0,
+     "nodes": [{"node": "node-01", "power_w": 1300.0}],
+     "gpus": [{"node": "node-01", "index": 0, "util_pct": 97.0, "power_w": 310.0}]}
+
+Telemetry of the hardware is not team-private (every user sees cluster power), so it goes to
+the ``everyone`` group.
+
+Neither function raises when the channel layer is unreachable: a dashboard update is never
+worth failing a scheduling round or an ingestion for. The failure is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+
+ADMIN_GROUP = "dash.admin"
+EVERYONE_GROUP = "dash.everyone"
+# The consumer's handler for each message type is the type with dots turned into underscores.
+ROUND_MESSAGE = "round.update"
+TELEMETRY_MESSAGE = "telemetry.update"
+
+
+def team_group(team_id: int) -> str:
+    """The group name of one team's dashboards (Channels allows [a-zA-Z0-9._-] only)."""
+    return f"dash.team.{int(team_id)}"
+
+
+def round_messages(round_summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Group name -> the round summary that group may see.
+
+    Admins get everything; each team whose jobs appear in the decisions gets the summary with
+    only its own decisions. Teams without a decision in the round still get the cluster-wide
+    numbers (queue length, average JCT) through the ``everyone`` group, without decisions.
+    """
+    decisions = list(round_summary.get("decisions") or [])
+    base = {k: v for k, v in round_summary.items() if k != "decisions"}
+    messages: dict[str, dict[str, Any]] = {ADMIN_GROUP: {**base, "decisions": decisions}}
+    by_team: dict[int, list[dict[str, Any]]] = {}
+    for decision in decisions:
+        team_id = decision.get("team_id")
+        if team_id is not None:
+            by_team.setdefault(int(team_id), []).append(decision)
+    for team_id, team_decisions in sorted(by_team.items()):
+        messages[team_group(team_id)] = {**base, "decisions": team_decisions}
+    messages[EVERYONE_GROUP] = {**base, "decisions": []}
+    return messages
+
+
+def _send(group: str, message_type: str, payload: dict[str, Any]) -> bool:
+    layer = get_channel_layer()
+    if layer is None:
+        log.warning("no channel layer configured; %s to %s dropped", message_type, group)
+        return False
+    try:
+        async_to_sync(layer.group_send)(group, {"type": message_type, "payload": payload})
+    except Exception as exc:  # noqa: BLE001 - Redis down must not fail the caller's work
+        log.warning("broadcast %s to %s failed: %s", message_type, group, exc)
+        return False
+    return True
+
+
+def broadcast_round(round_summary: dict[str, Any]) -> int:
+    """Send a finished round to the dashboards allowed to see it; returns groups reached.
+
+    Call it after commit. Each consumer receives the message once: a user in several groups
+    de-duplicates by ``round_id`` in the browser, and the ``everyone`` copy carries no
+    decisions.
+    """
+    sent = 0
+    for group, payload in round_messages(round_summary).items():
+        sent += _send(group, ROUND_MESSAGE, payload)
+    return sent
+
+
+def broadcast_telemetry(summary: dict[str, Any]) -> int:
+    """Send fresh cluster telemetry (power per node, GPU utilisation) to every dashboard."""
+    return int(_send(EVERYONE_GROUP, TELEMETRY_MESSAGE, summary))
