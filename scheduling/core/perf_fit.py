@@ -274,16 +274,25 @@ def fit_power_limit(rows: Sequence[PowerLimitRow], default_limit_w: float) -> Po
         times = tuple((b, math.exp(float(x[n_shared + i]))) for i, b in enumerate(batches))
         return PowerLimitFit(default_limit_w, times, *(float(v) for v in x[:n_shared]))
 
+    bs = np.array([r.batch_size for r in rows], dtype=float)
+    limits = np.array([r.power_limit_w for r in rows], dtype=float)
+    cols = np.array([col[r.batch_size] for r in rows])
+    log_t, log_p = np.log(t), np.log(p)
+
     def residuals(x: np.ndarray) -> np.ndarray:
-        m = model(x)
-        phi, s, k = m.time_fixed_frac, m.power_static_frac, m.power_exp
+        # Vectorised PowerLimitFit.ratio / time / power (the fit calls this thousands of times).
+        busy_max, half, phi, s, k, kappa, r_min = x[:n_shared]
+        busy = busy_max * bs / (bs + half)
+        peak = np.minimum(kappa * busy, default_limit_w)
+        frac = limits / peak
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.clip((frac - s) / (1.0 - s), 0.0, None) ** (1.0 / k)
+        ratio = np.where(frac <= s, r_min, np.maximum(ratio, r_min))
+        ratio = np.where((limits >= default_limit_w) | (frac >= 1.0), 1.0, ratio)
+        res_t = x[n_shared + cols] + np.log(phi + (1.0 - phi) / ratio) - log_t
+        res_p = np.log(np.maximum(busy * (s + (1.0 - s) * ratio**k), 1e-12)) - log_p
         out = np.empty(2 * len(rows))
-        for i, r in enumerate(rows):
-            ratio = m.ratio(r.batch_size, r.power_limit_w)
-            log_tu = x[n_shared + col[r.batch_size]]
-            out[2 * i] = log_tu + math.log(phi + (1.0 - phi) / ratio) - math.log(t[i])
-            pp = m.busy_w(r.batch_size) * (s + (1.0 - s) * ratio**k)
-            out[2 * i + 1] = math.log(max(pp, 1e-12)) - math.log(p[i])
+        out[0::2], out[1::2] = res_t, res_p
         return out
 
     best: np.ndarray | None = None
