@@ -13,8 +13,8 @@ from django.db.models import Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from cluster.choices import JOB_TRANSITIONS, TERMINAL_JOB_STATES, AuditAction, JobState
-from cluster.models import AuditEntry, Gpu, Job, JobAllocation, Team
+from cluster.choices import JOB_TRANSITIONS, TERMINAL_JOB_STATES, AuditAction, JobState, NodeStatus
+from cluster.models import AuditEntry, Budget, Gpu, Job, JobAllocation, Node, Team
 
 # How often cancel_job re-reads the state when a concurrent writer keeps moving the job.
 _CANCEL_ATTEMPTS = 3
@@ -258,3 +258,72 @@ def audit_snapshot(instance, fields: Iterable[str]) -> dict:
             value = value.isoformat()
         snapshot[name] = value
     return snapshot
+
+
+class NodeStateError(Exception):
+    """A drain or undrain that the node's current status refuses."""
+
+
+def _set_node_status(node: Node, *, old: str, new: str, actor=None) -> Node:
+    # Conditional update: an agent marking the node unhealthy, or a second admin, may change
+    # the status between the page load and the click; only one writer wins.
+    with transaction.atomic():
+        changed = Node.objects.filter(pk=node.pk, status=old).update(status=new)
+        if changed != 1:
+            current = Node.objects.filter(pk=node.pk).values_list("status", flat=True).first()
+            raise NodeStateError(
+                f"node {node.name} is {current or 'deleted'}, not {old}; nothing changed"
+            )
+        record_audit(
+            actor=actor,
+            action=AuditAction.UPDATED,
+            object_type="node",
+            object_id=node.pk,
+            before={"name": node.name, "status": old},
+            after={"name": node.name, "status": new},
+        )
+    node.refresh_from_db()
+    return node
+
+
+def drain_node(node: Node, *, actor=None) -> Node:
+    """Stop placing new work on a healthy node (running jobs finish or are moved by rounds)."""
+    return _set_node_status(node, old=NodeStatus.HEALTHY, new=NodeStatus.DRAINING, actor=actor)
+
+
+def undrain_node(node: Node, *, actor=None) -> Node:
+    """Make a draining node schedulable again."""
+    return _set_node_status(node, old=NodeStatus.DRAINING, new=NodeStatus.HEALTHY, actor=actor)
+
+
+BUDGET_AUDIT_FIELDS = (
+    "period_start",
+    "period_end",
+    "energy_limit_kwh",
+    "carbon_limit_kg",
+    "warn_fraction",
+    "hard_limit_action",
+)
+
+
+def save_budget(budget: Budget, *, actor, at: datetime | None = None) -> Budget:
+    """Validate and save a new or edited budget, recording before/after in the audit log in
+    the same transaction. Raises ``ValidationError`` (nothing stored) on bad values."""
+    budget.full_clean()
+    with transaction.atomic():
+        before = None
+        if budget.pk is not None:
+            stored = Budget.objects.select_for_update().get(pk=budget.pk)
+            before = audit_snapshot(stored, BUDGET_AUDIT_FIELDS)
+        budget.save()
+        record_audit(
+            actor=actor,
+            action=AuditAction.CREATED if before is None else AuditAction.UPDATED,
+            object_type="budget",
+            object_id=budget.pk,
+            team=budget.team,
+            before=before,
+            after=audit_snapshot(budget, BUDGET_AUDIT_FIELDS),
+            at=at,
+        )
+    return budget

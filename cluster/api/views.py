@@ -2,6 +2,7 @@
 cluster.services; the rules live there, not here."""
 
 import django_filters
+from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
@@ -107,6 +108,45 @@ class BudgetViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         return budgets_visible_to(self.request.user).select_related("team")
+
+    # Budget changes over the API land in the same audit log as the pages' (before/after).
+    def perform_create(self, serializer):
+        with transaction.atomic():
+            budget = serializer.save()
+            services.record_audit(
+                actor=self.request.user,
+                action="created",
+                object_type="budget",
+                object_id=budget.pk,
+                team=budget.team,
+                after=services.audit_snapshot(budget, services.BUDGET_AUDIT_FIELDS),
+            )
+
+    def perform_update(self, serializer):
+        with transaction.atomic():
+            before = services.audit_snapshot(serializer.instance, services.BUDGET_AUDIT_FIELDS)
+            budget = serializer.save()
+            services.record_audit(
+                actor=self.request.user,
+                action="updated",
+                object_type="budget",
+                object_id=budget.pk,
+                team=budget.team,
+                before=before,
+                after=services.audit_snapshot(budget, services.BUDGET_AUDIT_FIELDS),
+            )
+
+    def perform_destroy(self, instance):
+        with transaction.atomic():
+            services.record_audit(
+                actor=self.request.user,
+                action="deleted",
+                object_type="budget",
+                object_id=instance.pk,
+                team=instance.team,
+                before=services.audit_snapshot(instance, services.BUDGET_AUDIT_FIELDS),
+            )
+            instance.delete()
 
 
 class NodeViewSet(viewsets.ModelViewSet):

@@ -1,0 +1,90 @@
+"""Read-only queries over telemetry for pages and reports (added by the frontend; additive).
+
+All times are aware UTC datetimes passed in by the caller; nothing here reads the clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Sum
+
+from cluster.models import Gpu, Team
+from telemetry.models import EnergyLedgerEntry, GpuSample
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """The latest sample of one GPU, or ``None`` fields when it has been silent."""
+
+    gpu_id: int
+    node: str
+    index: int
+    ts: datetime | None
+    power_w: float | None
+    util_pct: float | None
+    temp_c: float | None
+    sm_clock_mhz: int | None
+    power_limit_w: float | None
+
+
+def latest_gpu_readings(*, now: datetime, max_age_s: float = 120.0) -> list[GpuReading]:
+    """Every GPU with its latest sample taken in (now - max_age_s, now]; a GPU without one is
+    listed with ``None`` readings (silent agent), so pages still show it."""
+    since = now - timedelta(seconds=max_age_s)
+    latest = {
+        row["gpu_id"]: row
+        for row in GpuSample.objects.filter(ts__gt=since, ts__lte=now)
+        .order_by("gpu_id", "-ts")
+        .distinct("gpu_id")
+        .values("gpu_id", "ts", "power_w", "util_pct", "temp_c", "sm_clock_mhz", "power_limit_w")
+    }
+    readings = []
+    for gpu_id, node, index in Gpu.objects.order_by("node__name", "index").values_list(
+        "pk", "node__name", "index"
+    ):
+        row = latest.get(gpu_id, {})
+        readings.append(
+            GpuReading(
+                gpu_id=gpu_id,
+                node=node,
+                index=index,
+                ts=row.get("ts"),
+                power_w=row.get("power_w"),
+                util_pct=row.get("util_pct"),
+                temp_c=row.get("temp_c"),
+                sm_clock_mhz=row.get("sm_clock_mhz"),
+                power_limit_w=row.get("power_limit_w"),
+            )
+        )
+    return readings
+
+
+def team_hourly_usage(
+    team: Team, start: datetime, end: datetime
+) -> list[tuple[datetime, float, float]]:
+    """(hour, energy_j, co2_g) of a team's ledger for hours starting in [start, end), ascending."""
+    rows = (
+        EnergyLedgerEntry.objects.filter(team=team, hour__gte=start, hour__lt=end)
+        .values("hour")
+        .annotate(e=Sum("energy_j"), c=Sum("co2_g"))
+        .order_by("hour")
+    )
+    return [(row["hour"], row["e"] or 0.0, row["c"] or 0.0) for row in rows]
+
+
+def usage_by(field: str, start: datetime, end: datetime, *, team_ids=None) -> list[dict]:
+    """Ledger totals grouped by ``field`` (``team``, ``job`` or ``job__owner``) for hours in
+    [start, end): dicts with the key, ``energy_j`` and ``co2_g``, largest energy first. Idle
+    energy (no job) is left out. ``team_ids`` restricts to those teams."""
+    if field not in ("team", "job", "job__owner"):
+        raise ValueError(f"cannot group usage by {field!r}")
+    rows = EnergyLedgerEntry.objects.filter(hour__gte=start, hour__lt=end, job__isnull=False)
+    if team_ids is not None:
+        rows = rows.filter(team_id__in=team_ids)
+    return list(
+        rows.values(field)
+        .annotate(energy_j=Sum("energy_j"), co2_g=Sum("co2_g"))
+        .order_by("-energy_j", field)
+    )
