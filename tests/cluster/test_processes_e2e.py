@@ -1,0 +1,117 @@
+"""The real processes start with the project's settings: daphne serves HTTP (pages, static
+files through whitenoise) and a Celery worker answers on the Redis broker."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from config import celery_app
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.e2e
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=5) as response:  # loopback only
+        return response.status, response.read()
+
+
+@pytest.fixture
+def process_env(tmp_path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": settings.DATABASE_URL,
+            "REDIS_URL": settings.REDIS_URL,
+            "WATTFLOW_VAR_DIR": str(tmp_path),
+            "DJANGO_DEBUG": "true",
+        }
+    )
+    return env
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)
+
+
+def test_daphne_serves_the_login_page_and_static_files(process_env):
+    port = _free_port()
+    server = subprocess.Popen(
+        [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        cwd=ROOT,
+        env=process_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, body = _get(f"http://127.0.0.1:{port}/accounts/login/")
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()
+                assert time.monotonic() < deadline, "daphne did not answer within 30 s"
+                time.sleep(0.3)
+
+        assert status == 200
+        assert b'name="username"' in body
+        static_status, css = _get(f"http://127.0.0.1:{port}/static/admin/css/base.css")
+        assert static_status == 200
+        assert b"{" in css
+    finally:
+        _stop(server)
+
+
+def test_celery_worker_answers_a_ping_over_redis(process_env):
+    name = f"e2e-{os.getpid()}@{socket.gethostname()}"
+    worker = subprocess.Popen(
+        [
+            str(VENV_BIN / "celery"),
+            "-A",
+            "config",
+            "worker",
+            "--pool=solo",
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            name,
+            "--loglevel=WARNING",
+        ],
+        cwd=ROOT,
+        env=process_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert celery_app.conf.broker_url == settings.REDIS_URL
+        deadline = time.monotonic() + 45
+        replies: list = []
+        while not replies:
+            assert worker.poll() is None, worker.stderr.read().decode()
+            assert time.monotonic() < deadline, "the worker did not answer within 45 s"
+            replies = celery_app.control.ping(destination=[name], timeout=1.0)
+
+        assert replies == [{name: {"ok": "pong"}}]
+    finally:
+        _stop(worker)
