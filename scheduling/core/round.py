@@ -19,9 +19,10 @@ allowances the policy used. Time comes in as ``now``; nothing here reads a clock
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from scheduling.core.context import JobView, PerfCache, RoundContext
+from scheduling.core.context import Estimate, JobView, PerfCache, RoundContext
 from scheduling.core.placement import PLACERS, PlacementRequest
 from scheduling.core.registry import get_policy
 from scheduling.core.types import (
@@ -30,6 +31,7 @@ from scheduling.core.types import (
     Budget,
     Change,
     ChangeKind,
+    Cluster,
     Job,
     Plan,
     Policy,
@@ -172,6 +174,34 @@ def _no_perf(job: Job, models: str) -> WaitReason:
 # --- stage 2: allocate --------------------------------------------------------------
 
 
+def sharing_limit(policy: Policy) -> int:
+    """Jobs one GPU may hold under ``policy`` (1 unless it declares more)."""
+    return int(getattr(policy, "max_jobs_per_gpu", 1))
+
+
+def _check_explicit(ctx: RoundContext, policy: Policy, decision: PolicyDecision) -> set[str]:
+    """Validate grants that name their GPUs; return the distinct GPUs they use."""
+    model_of = {g.gpu_id: g.model for g in ctx.snapshot.cluster.schedulable_gpus}
+    holders: dict[str, int] = {}
+    limit = sharing_limit(policy)
+    for g in decision.grants:
+        if not g.gpu_ids:
+            continue
+        if len(g.gpu_ids) != g.n_gpus or len(set(g.gpu_ids)) != g.n_gpus:
+            raise PolicyContractError(f"{policy.name}: {g.job_id} names {g.gpu_ids} for {g.n_gpus}")
+        for gid in g.gpu_ids:
+            if model_of.get(gid) != g.gpu_model:
+                raise PolicyContractError(
+                    f"{policy.name}: {g.job_id} names GPU {gid!r}, not a schedulable {g.gpu_model}"
+                )
+            holders[gid] = holders.get(gid, 0) + 1
+            if holders[gid] > limit:
+                raise PolicyContractError(
+                    f"{policy.name}: GPU {gid!r} given to more than {limit} job(s)"
+                )
+    return set(holders)
+
+
 def allocate(ctx: RoundContext, policy: Policy) -> PolicyDecision:
     decision = policy.allocate(ctx)
     admitted = {jv.job.job_id: jv for jv in ctx.jobs}
@@ -186,7 +216,12 @@ def allocate(ctx: RoundContext, policy: Policy) -> PolicyDecision:
         if g.n_gpus < 1 or g.gpu_model != jv.gpu_model:
             raise PolicyContractError(f"{policy.name}: bad grant {g}")
         seen.add(g.job_id)
-        used[g.gpu_model] = used.get(g.gpu_model, 0) + g.n_gpus
+        if not g.gpu_ids:
+            used[g.gpu_model] = used.get(g.gpu_model, 0) + g.n_gpus
+    # Named GPUs count once however many jobs time-slice them.
+    model_of = {g.gpu_id: g.model for g in ctx.snapshot.cluster.gpus}
+    for gid in _check_explicit(ctx, policy, decision):
+        used[model_of[gid]] = used.get(model_of[gid], 0) + 1
     for model, n in used.items():
         if n > ctx.capacity.get(model, 0):
             raise PolicyContractError(
@@ -206,15 +241,28 @@ def place(
 ) -> tuple[dict[str, Allocation], dict[str, WaitReason]]:
     jobs = {jv.job.job_id: jv.job for jv in ctx.jobs}
     requests = []
+    named = {gid for g in decision.grants for gid in g.gpu_ids}
     for g in decision.grants:
+        if g.gpu_ids:
+            continue
         cur = jobs[g.job_id].allocation
         requests.append(
             PlacementRequest(g.job_id, g.n_gpus, g.gpu_model, cur.gpu_ids if cur else ())
         )
-    result = PLACERS[placement](ctx.snapshot.cluster, requests)
+    cluster = ctx.snapshot.cluster
+    if named and requests:
+        # The placer shares the cluster with grants that named their GPUs: it sees
+        # only the rest (block alignment is then relative to what is left).
+        cluster = Cluster(
+            nodes=tuple(
+                replace(n, gpus=tuple(g for g in n.gpus if g.gpu_id not in named))
+                for n in cluster.nodes
+            )
+        )
+    result = PLACERS[placement](cluster, requests)
     allocations: dict[str, Allocation] = {}
     for g in decision.grants:
-        ids = result.gpu_ids.get(g.job_id)
+        ids = g.gpu_ids or result.gpu_ids.get(g.job_id)
         if ids is not None:
             allocations[g.job_id] = Allocation(
                 gpu_ids=ids,
@@ -278,13 +326,20 @@ def _finish(
     total_j = 0.0
     busy_j = 0.0
     busy_gpus: set[str] = set()
+    slowdown = {g.job_id: g.slowdown for g in decision.grants}
     for job_id, a in allocations.items():
         jv = views[job_id]
         est = ctx.estimate(jv, a.n_gpus, a.global_batch, a.sm_clock_mhz, a.power_limit_w)
-        # A job that finishes inside the round leaves its GPUs idle but powered.
-        energy_j = est.round_energy_j + a.n_gpus * ctx.idle_power_w(jv.gpu_model) * (
-            round_s - est.round_busy_s
-        )
+        idle_w = ctx.idle_power_w(jv.gpu_model)
+        s = slowdown.get(job_id, 0.0)
+        guest = bool(busy_gpus.intersection(a.gpu_ids))
+        if s > 0.0 or guest:
+            est = _shared_estimate(est, a.n_gpus, idle_w, s, round_s, guest=guest)
+        # A job that finishes inside the round leaves its GPUs idle but powered; on
+        # shared GPUs its co-runner already pays their idle power.
+        energy_j = est.round_energy_j
+        if not guest:
+            energy_j += a.n_gpus * idle_w * (round_s - est.round_busy_s)
         total_j += energy_j
         busy_j += est.round_energy_j
         busy_gpus.update(a.gpu_ids)
@@ -324,6 +379,34 @@ def _finish(
         predicted_energy_by_budget_j=energy_by_budget,
         predicted_co2_by_budget_g=co2_by_budget,
         policy=pol.name,
+        max_jobs_per_gpu=sharing_limit(pol),
+    )
+
+
+def _shared_estimate(
+    est: Estimate,
+    n: int,
+    idle_w: float,
+    slowdown: float,
+    round_s: float,
+    *,
+    guest: bool,
+) -> Estimate:
+    """A job slowed by ``slowdown`` (time-slicing or network): it stays busy longer and
+    its GPUs' draw above idle falls by the same factor (the GPU does as much work per
+    second as the job gets; ``scheduling/core/colocation.py`` explains the model). On
+    GPUs a co-runner already holds, only the draw above idle is added."""
+    stretch = 1.0 + slowdown
+    remaining_s = est.remaining_s * stretch
+    busy_s = min(round_s, remaining_s)
+    dyn_w = (est.power_w - idle_w) / stretch
+    base_w = 0.0 if guest else idle_w
+    return Estimate(
+        remaining_s=remaining_s,
+        power_w=base_w + dyn_w,
+        round_busy_s=busy_s,
+        round_energy_j=n * (base_w + dyn_w) * busy_s,
+        remaining_energy_j=n * (base_w + dyn_w) * remaining_s,
     )
 
 

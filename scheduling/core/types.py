@@ -146,6 +146,10 @@ class Job:
     max_lr: float | None = None
     # EaCO: the largest slowdown the job accepts when it shares a GPU.
     slowdown_tolerance: float = 0.10
+    # EaCO's early observation: the slowdown measured while the job shares its GPUs
+    # (observed iteration time / isolated iteration time - 1), None until measured.
+    # The simulator fills it from its ground truth, the service from telemetry.
+    observed_slowdown: float | None = None
     # Running state (None while waiting).
     allocation: Allocation | None = None
     started_s: float | None = None
@@ -281,6 +285,8 @@ class Plan:
     predicted_energy_by_budget_j: Mapping[str, float] = field(default_factory=dict)
     predicted_co2_by_budget_g: Mapping[str, float] = field(default_factory=dict)
     policy: str = ""
+    # How many jobs may time-slice one GPU in this plan (1 = exclusive; EaCO: 2).
+    max_jobs_per_gpu: int = 1
 
 
 # --- the policy interface ----------------------------------------------------------
@@ -300,6 +306,13 @@ class Grant:
     gpu_model: str
     sm_clock_mhz: int | None = None
     power_limit_w: float | None = None
+    # Optional placement chosen by the policy itself (ONES' contiguous layout,
+    # netdelay's consolidated-or-spread choice, EaCO's shared GPUs): exactly
+    # ``n_gpus`` ids of ``gpu_model``. Empty: the policy's placer chooses.
+    gpu_ids: tuple[str, ...] = ()
+    # Predicted fractional slowdown of the job in this placement (EaCO: time-slicing
+    # with a co-runner), so that the round's energy prediction accounts for it.
+    slowdown: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -330,7 +343,9 @@ class Policy(Protocol):
       JSON-serialisable, because the service runs each round in a fresh process.
 
     ``placement`` is ``"buddy"`` (aligned power-of-two blocks, network packing) or
-    ``"first_fit"``.
+    ``"first_fit"``. A grant with explicit ``gpu_ids`` bypasses the placer. A policy
+    with ``max_jobs_per_gpu > 1`` (optional attribute, default 1) may give one GPU to
+    that many grants; GPU capacity is then counted in distinct GPUs.
     """
 
     name: str
