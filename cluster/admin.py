@@ -3,6 +3,7 @@
 from django.contrib import admin, messages
 from django.utils import timezone
 
+from cluster import services
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 
 
@@ -115,6 +116,23 @@ class JobAdmin(admin.ModelAdmin):
         "log_tail",
     ]
     inlines = [JobAllocationInline]
+    actions = ["cancel_jobs"]
+
+    @admin.action(description="Cancel selected jobs")
+    def cancel_jobs(self, request, queryset):
+        now = timezone.now()
+        cancelled, refused = 0, []
+        for job in queryset:
+            try:
+                services.cancel_job(job, at=now)
+                cancelled += 1
+            except services.InvalidTransition:
+                refused.append(f"#{job.pk} ({job.state})")
+        self.message_user(request, f"Cancelled {cancelled} job(s).", level=messages.SUCCESS)
+        if refused:
+            self.message_user(
+                request, f"Already finished: {', '.join(refused)}.", level=messages.WARNING
+            )
 
 
 @admin.register(JobAllocation)

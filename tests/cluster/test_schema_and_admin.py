@@ -63,3 +63,25 @@ def test_every_model_has_working_admin_pages(admin_client, model):
 
     assert changelist.status_code == 200
     assert add.status_code == 200
+
+
+def test_admin_cancel_action_cancels_live_jobs_and_skips_finished(
+    admin_client, make_job, member, team
+):
+    from cluster.choices import JobState
+
+    live = make_job(owner=member, team=team, name="live")
+    done = make_job(owner=member, team=team, name="done")
+    Job.objects.filter(pk=done.pk).update(state=JobState.COMPLETED)
+
+    response = admin_client.post(
+        reverse("admin:cluster_job_changelist"),
+        {"action": "cancel_jobs", "_selected_action": [live.pk, done.pk]},
+        follow=True,
+    )
+
+    assert response.status_code == 200
+    assert Job.objects.get(pk=live.pk).state == JobState.CANCELLED
+    assert Job.objects.get(pk=done.pk).state == JobState.COMPLETED
+    texts = [str(m) for m in response.context["messages"]]
+    assert texts == ["Cancelled 1 job(s).", f"Already finished: #{done.pk} (completed)."]
