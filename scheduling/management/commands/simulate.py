@@ -22,6 +22,8 @@ class Command(BaseCommand):
         parser = super().create_parser(prog_name, subcommand, **kwargs)
 
         def one_line(message: str) -> None:
+            if not parser.called_from_command_line:
+                raise CommandError(f"Error: {message}")
             # Django would print the whole usage first; one line says what is wrong.
             # Parsing runs outside Django's CommandError handling, hence the exit here.
             sys.stderr.write(f"{subcommand}: error: {message}\n")

@@ -1,0 +1,39 @@
+"""``manage.py simulate`` is the pure CLI behind Django's command interface."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def test_simulate_command_runs_a_policy_and_writes_its_results(tmp_path):
+    out = StringIO()
+    call_command(
+        "simulate",
+        "--trace", str(DATA / "trace" / "pollux_workload-2.csv"),
+        "--cluster", str(DATA / "clusters" / "n16g4_t4.json"),
+        "--policy", "fifo", "--max-jobs", "12", "--no-progress", "--out", str(tmp_path),
+        stdout=out,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "pollux_workload-2_n16g4_t4_report.json").read_text())
+    assert report["runs"]["fifo"]["n_jobs"] == 12
+    assert report["runs"]["fifo"]["n_finished"] == 12
+    assert out.getvalue().startswith("fifo ")
+
+
+def test_simulate_command_refuses_bad_arguments_and_writes_nothing(tmp_path):
+    common = ["--trace", str(DATA / "trace" / "pollux_workload-2.csv"), "--out", str(tmp_path)]
+    with pytest.raises(CommandError, match="the following arguments are required: --cluster"):
+        call_command("simulate", *common, "--policy", "fifo")
+    with pytest.raises(CommandError, match="unknown policy 'slowest'"):
+        call_command(
+            "simulate", *common, "--cluster", str(DATA / "clusters" / "n16g4_t4.json"),
+            "--policy", "slowest",
+        )  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
