@@ -9,7 +9,7 @@ bootstrap:
 
 ## make run: set up, load the demo data (prints logins), start web + worker + beat (+ agents)
 run: bootstrap
-	mkdir -p var
+	mkdir -p "$${WATTFLOW_VAR_DIR:-var}"
 	.venv/bin/python manage.py seed_demo
 	.venv/bin/honcho -f Procfile.dev start
 
