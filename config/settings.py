@@ -112,6 +112,13 @@ STORAGES = {
     },
 }
 
+# The frontend's finder serves Plotly.js from the installed plotly package (no CDN).
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "frontend.staticfinders.PlotlyFinder",
+]
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- REST API -------------------------------------------------------------------------------

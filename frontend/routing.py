@@ -1,3 +1,9 @@
-"""Websocket routes, included by config/asgi.py. The frontend consumers add theirs here."""
+"""Websocket routes, included by config/asgi.py."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from frontend.consumers import DashboardConsumer
+
+websocket_urlpatterns = [
+    path("ws/dashboard/", DashboardConsumer.as_asgi()),
+]

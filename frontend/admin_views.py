@@ -1,0 +1,196 @@
+"""Admin pages: energy/carbon reports with CSV export and the audit log; nodes with drain.
+
+Non-admins get 403 (anonymous users the login page), and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import csv
+from datetime import UTC, date, datetime, time, timedelta
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from cluster import services
+from cluster.choices import NodeStatus
+from cluster.models import AuditEntry, Job, Node, Team
+from frontend import figures
+from frontend.forms import ReportPeriodForm
+from scheduling.core.types import J_PER_KWH
+from telemetry.queries import latest_gpu_readings, usage_by
+
+REPORT_DAYS = 30
+AUDIT_ROWS = 200
+
+
+def admin_required(view):
+    """Login first (redirect), then staff only (403)."""
+
+    @login_required
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not request.user.is_staff:
+            return HttpResponseForbidden("Admins only.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def report_period(form: ReportPeriodForm, *, today: date) -> tuple[date, date]:
+    if form.is_bound and form.is_valid():
+        return form.cleaned_data["start"], form.cleaned_data["end"]
+    return today - timedelta(days=REPORT_DAYS - 1), today
+
+
+def _bounds(start: date, end: date) -> tuple[datetime, datetime]:
+    """[start 00:00, the day after end 00:00) in UTC: the end date is inclusive."""
+    return (
+        datetime.combine(start, time(), tzinfo=UTC),
+        datetime.combine(end + timedelta(days=1), time(), tzinfo=UTC),
+    )
+
+
+def report_rows(start: date, end: date) -> dict[str, list[dict]]:
+    """Energy (kWh) and carbon (kg) per team, user and job over [start, end] (whole UTC days),
+    from the telemetry ledger."""
+    lo, hi = _bounds(start, end)
+    teams = {t.pk: t for t in Team.objects.all()}
+    users = {u.pk: u for u in get_user_model().objects.all()}
+    per_job = usage_by("job", lo, hi)
+    jobs = Job.objects.in_bulk([r["job"] for r in per_job])
+
+    def row(key, name, r, **extra):
+        return {
+            "key": key,
+            "name": name,
+            "energy_kwh": r["energy_j"] / J_PER_KWH,
+            "co2_kg": r["co2_g"] / 1000.0,
+            **extra,
+        }
+
+    return {
+        "team": [
+            row(teams[r["team"]].slug, teams[r["team"]].name, r) for r in usage_by("team", lo, hi)
+        ],
+        "user": [
+            row(users[r["job__owner"]].pk, users[r["job__owner"]].username, r)
+            for r in usage_by("job__owner", lo, hi)
+        ],
+        "job": [
+            row(
+                r["job"],
+                jobs[r["job"]].name,
+                r,
+                team=jobs[r["job"]].team.name,
+                owner=jobs[r["job"]].owner.username,
+            )
+            for r in per_job
+        ],
+    }
+
+
+@admin_required
+def reports(request):
+    form = ReportPeriodForm(request.GET or None)
+    start, end = report_period(form, today=timezone.now().date())
+    rows = report_rows(start, end)
+    lo, hi = _bounds(start, end)
+    audit = AuditEntry.objects.filter(at__gte=lo, at__lt=hi).select_related("team")[:AUDIT_ROWS]
+    return render(
+        request,
+        "frontend/reports.html",
+        {
+            "form": form,
+            "start": start,
+            "end": end,
+            "rows": rows,
+            "team_figure": figures.energy_carbon_bars(
+                [(r["name"], r["energy_kwh"], r["co2_kg"]) for r in rows["team"]],
+                title="Energy and carbon per team",
+            ),
+            "audit": audit,
+            "page": "reports",
+        },
+        status=400 if form.is_bound and form.errors else 200,
+    )
+
+
+@admin_required
+def reports_csv(request):
+    form = ReportPeriodForm(request.GET or None)
+    if form.is_bound and not form.is_valid():
+        return HttpResponse(
+            "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+            status=400,
+            content_type="text/plain",
+        )
+    start, end = report_period(form, today=timezone.now().date())
+    response = HttpResponse(content_type="text/csv")
+    response["Content-Disposition"] = (
+        f'attachment; filename="wattflow-energy-{start.isoformat()}-{end.isoformat()}.csv"'
+    )
+    writer = csv.writer(response)
+    writer.writerow(
+        ["level", "key", "name", "team", "owner", "energy_kwh", "co2_kg", "start", "end"]
+    )
+    for level, level_rows in report_rows(start, end).items():
+        for r in level_rows:
+            writer.writerow(
+                [
+                    level,
+                    r["key"],
+                    r["name"],
+                    r.get("team", ""),
+                    r.get("owner", ""),
+                    f"{r['energy_kwh']:.6f}",
+                    f"{r['co2_kg']:.6f}",
+                    start.isoformat(),
+                    end.isoformat(),
+                ]
+            )
+    return response
+
+
+@admin_required
+def nodes(request):
+    readings: dict[int, object] = {r.gpu_id: r for r in latest_gpu_readings(now=timezone.now())}
+    rows = []
+    for node in Node.objects.prefetch_related("gpus").order_by("name"):
+        gpus = [
+            {"gpu": gpu, "reading": readings.get(gpu.pk)}
+            for gpu in sorted(node.gpus.all(), key=lambda g: g.index)
+        ]
+        power_w = sum(g["reading"].power_w or 0.0 for g in gpus if g["reading"])
+        rows.append(
+            {"node": node, "status": NodeStatus(node.status), "gpus": gpus, "power_w": power_w}
+        )
+    return render(request, "frontend/nodes.html", {"rows": rows, "page": "nodes"})
+
+
+def _node_action(request, pk: int, action) -> HttpResponse:
+    node = get_object_or_404(Node, pk=pk)
+    try:
+        action(node, actor=request.user)
+    except services.NodeStateError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Node {node.name} is {node.status} now.")
+    return redirect("frontend:nodes")
+
+
+@require_POST
+@admin_required
+def node_drain(request, pk: int):
+    return _node_action(request, pk, services.drain_node)
+
+
+@require_POST
+@admin_required
+def node_undrain(request, pk: int):
+    return _node_action(request, pk, services.undrain_node)

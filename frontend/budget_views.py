@@ -1,0 +1,146 @@
+"""Budget pages: everyone reads their teams' budgets with progress; the team's leads (and
+admins) create and edit them, with a simulator what-if before saving. Members get 403 on any
+write, and nothing is stored."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpResponseForbidden, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from cluster import services
+from cluster.models import Budget, Team
+from cluster.queries import budgets_visible_to, can_manage_budgets_of, teams_led_by
+from frontend import figures
+from frontend.dashboard import budget_progress
+from frontend.forms import BudgetForm, WhatIfForm
+from frontend.predictions import whatif_average_jct_s
+from telemetry.accounting import team_totals
+
+# The what-if sweeps the proposed budget times these factors (one simulation each).
+WHATIF_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+
+
+def managed_teams(user):
+    return Team.objects.all() if user.is_staff else teams_led_by(user)
+
+
+@login_required
+def budget_list(request):
+    now = timezone.now()
+    budgets = budgets_visible_to(request.user).select_related("team")
+    rows = []
+    for budget in budgets.order_by("team__name", "-period_start"):
+        row = budget_progress(budget, now=now)
+        row["can_edit"] = can_manage_budgets_of(request.user, budget.team)
+        row["active"] = budget.period_start <= now < budget.period_end
+        rows.append(row)
+    return render(
+        request,
+        "frontend/budget_list.html",
+        {
+            "rows": rows,
+            "can_create": managed_teams(request.user).exists(),
+            "page": "budgets",
+        },
+    )
+
+
+def _save(request, form: BudgetForm):
+    try:
+        return services.save_budget(form.instance, actor=request.user)
+    except ValidationError as exc:
+        for field, errors in exc.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    return None
+
+
+def _budget_form(request, *, budget: Budget | None):
+    teams = managed_teams(request.user)
+    if budget is not None and not can_manage_budgets_of(request.user, budget.team):
+        return HttpResponseForbidden("Only the team's leads and admins edit its budgets.")
+    if budget is None and not teams.exists():
+        return HttpResponseForbidden("Only team leads and admins create budgets.")
+    form = BudgetForm(request.POST or None, instance=budget, teams=teams)
+    if request.method == "POST" and form.is_valid():
+        saved = _save(request, form)
+        if saved is not None:
+            messages.success(request, f"Budget for {saved.team} saved.")
+            return redirect("frontend:budget-list")
+    return render(
+        request,
+        "frontend/budget_form.html",
+        {
+            "form": form,
+            "budget": budget,
+            "whatif_factors": json.dumps(WHATIF_FACTORS),
+            "page": "budgets",
+        },
+        status=400 if request.method == "POST" else 200,
+    )
+
+
+@login_required
+def budget_new(request):
+    return _budget_form(request, budget=None)
+
+
+@login_required
+def budget_edit(request, pk: int):
+    budget = get_object_or_404(budgets_visible_to(request.user).select_related("team"), pk=pk)
+    return _budget_form(request, budget=budget)
+
+
+@login_required
+@require_POST
+def budget_whatif(request):
+    """One simulator replay of the team's queue under one proposed limit (JSON).
+
+    The page calls it once per point of the sweep, showing progress between calls, and sends
+    the points done so far (``done``: JSON list of [budget, avg_jct_s or null]) so the answer
+    carries the whole figure up to now."""
+    form = WhatIfForm(request.POST, teams=managed_teams(request.user))
+    if not form.is_valid():
+        return JsonResponse({"errors": form.errors}, status=400)
+    try:
+        done = [
+            (float(b), None if j is None else float(j))
+            for b, j in json.loads(request.POST.get("done") or "[]")
+        ]
+    except (TypeError, ValueError):
+        return JsonResponse({"errors": {"done": ["Must be a JSON list of pairs."]}}, status=400)
+    try:
+        proposed = float(request.POST["proposed"]) if request.POST.get("proposed") else None
+    except ValueError:
+        return JsonResponse({"errors": {"proposed": ["Must be a number."]}}, status=400)
+    data = form.cleaned_data
+    now = timezone.now()
+    totals = team_totals(data["team"], data["period_start"], min(now, data["period_end"]))
+    used = totals.energy_kwh if data["kind"] == "energy" else totals.co2_g / 1000.0
+    result = whatif_average_jct_s(
+        team=data["team"],
+        kind=data["kind"],
+        limit=data["limit"],
+        period_end=data["period_end"],
+        now=now,
+        used=used,
+    )
+    points = sorted([*done, (result.budget, result.avg_jct_s)])
+    unit = "kWh" if data["kind"] == "energy" else "kg CO2e"
+    return JsonResponse(
+        {
+            "budget": result.budget,
+            "avg_jct_s": result.avg_jct_s,
+            "n_jobs": result.n_jobs,
+            "n_finished": result.n_finished,
+            "used": used,
+            "points": points,
+            "figure": figures.whatif_figure(points, unit=unit, proposed=proposed),
+        }
+    )

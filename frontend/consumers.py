@@ -1,0 +1,55 @@
+"""The dashboard's websocket: live round results and telemetry for the signed-in user.
+
+Authenticated by the session (``AuthMiddlewareStack`` in ``config/asgi.py``); an anonymous
+socket is closed with code 4401. On connect the consumer joins only the groups its user may
+see: ``everyone`` (cluster telemetry), the group of each of the user's teams, and, for admins,
+the admin group (see ``frontend/broadcast.py`` for what each group receives).
+"""
+
+from __future__ import annotations
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from cluster.queries import teams_of
+from frontend.broadcast import ADMIN_GROUP, EVERYONE_GROUP, team_group
+
+UNAUTHENTICATED = 4401
+
+
+@database_sync_to_async
+def groups_for(user) -> list[str]:
+    """The group names ``user`` may listen to."""
+    groups = [EVERYONE_GROUP]
+    if user.is_staff:
+        groups.append(ADMIN_GROUP)
+    groups.extend(team_group(pk) for pk in teams_of(user).values_list("pk", flat=True))
+    return groups
+
+
+class DashboardConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self):
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=UNAUTHENTICATED)
+            return
+        self.groups_joined = await groups_for(user)
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+        await self.send_json({"type": "hello", "groups": self.groups_joined})
+
+    async def disconnect(self, code):
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive_json(self, content, **kwargs):
+        # The page only listens; a ping keeps proxies from closing an idle socket.
+        if content.get("type") == "ping":
+            await self.send_json({"type": "pong"})
+
+    async def round_update(self, event):
+        await self.send_json({"type": "round", "payload": event["payload"]})
+
+    async def telemetry_update(self, event):
+        await self.send_json({"type": "telemetry", "payload": event["payload"]})

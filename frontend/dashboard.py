@@ -1,0 +1,161 @@
+"""The numbers behind the dashboard, for one user at one instant.
+
+``dashboard_payload`` is used twice: to render the page and as the JSON the page fetches
+when it comes back from a hidden tab (the resync). Everything is filtered through
+``cluster.queries`` visibility: a member sees their teams' budgets and jobs, an admin all.
+Hardware telemetry (power, utilisation) is the same for everybody.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from cluster.choices import JobState
+from cluster.models import Budget
+from cluster.queries import (
+    average_jct_series,
+    budgets_visible_to,
+    jobs_visible_to,
+    queue_length_series,
+)
+from frontend import figures
+from scheduling.core.types import J_PER_KWH
+from telemetry.queries import latest_gpu_readings, team_hourly_usage
+
+HISTORY = timedelta(hours=24)
+STEP = timedelta(hours=1)
+
+
+def telemetry_summary(*, now: datetime) -> dict:
+    """Cluster power per node and per-GPU utilisation from the latest readings; the payload
+    ``broadcast_telemetry`` sends and the dashboard draws."""
+    readings = latest_gpu_readings(now=now)
+    nodes: dict[str, float] = {}
+    gpus = []
+    for r in readings:
+        nodes[r.node] = nodes.get(r.node, 0.0) + (r.power_w or 0.0)
+        gpus.append(
+            {"node": r.node, "index": r.index, "util_pct": r.util_pct, "power_w": r.power_w}
+        )
+    node_rows = [{"node": name, "power_w": power_w} for name, power_w in nodes.items()]
+    return {
+        "at": now.isoformat(),
+        "cluster_power_w": sum(nodes.values()),
+        "nodes": node_rows,
+        "gpus": gpus,
+    }
+
+
+def telemetry_figures(summary: dict) -> dict:
+    return {
+        "power": figures.cluster_power_figure(
+            [(n["node"], n["power_w"]) for n in summary["nodes"]]
+        ),
+        "heatmap": figures.gpu_utilisation_heatmap(
+            [(g["node"], g["index"], g["util_pct"]) for g in summary["gpus"]]
+        ),
+    }
+
+
+def budget_progress(budget: Budget, *, now: datetime) -> dict:
+    """Use so far, limits, soft limits, projection and burn-chart figures of one budget."""
+    hourly = team_hourly_usage(budget.team, budget.period_start, budget.period_end)
+    energy_cum, carbon_cum = [], []
+    energy_kwh = carbon_kg = 0.0
+    for hour, energy_j, co2_g in hourly:
+        energy_kwh += energy_j / J_PER_KWH
+        carbon_kg += co2_g / 1000.0
+        # A ledger hour is complete at its end; plot the running total there, capped at now.
+        at = min(hour + STEP, now)
+        energy_cum.append((at, energy_kwh))
+        carbon_cum.append((at, carbon_kg))
+    common = {
+        "warn_fraction": budget.warn_fraction,
+        "period_start": budget.period_start,
+        "period_end": budget.period_end,
+        "now": now,
+    }
+    limits = []
+    figs = {}
+    for kind, unit, used, limit, cumulative, colour in (
+        ("energy", "kWh", energy_kwh, budget.energy_limit_kwh, energy_cum, figures.ENERGY_COLOUR),
+        ("carbon", "kg CO2e", carbon_kg, budget.carbon_limit_kg, carbon_cum, figures.CARBON_COLOUR),
+    ):
+        if limit is None:
+            continue
+        projected = figures.project_to_period_end(
+            used, period_start=budget.period_start, period_end=budget.period_end, now=now
+        )
+        limits.append(
+            {
+                "kind": kind,
+                "unit": unit,
+                "used": used,
+                "limit": limit,
+                "soft_limit": limit * budget.warn_fraction,
+                "projected": projected,
+                "percent": min(100.0, 100.0 * used / limit),
+                "over_soft": used >= limit * budget.warn_fraction,
+                "over_hard": used >= limit,
+            }
+        )
+        figs[kind] = figures.budget_burn_figure(
+            title=f"{budget.team.name}: {kind} ({unit})",
+            unit=unit,
+            cumulative=cumulative,
+            limit=limit,
+            colour=colour,
+            **common,
+        )
+    return {
+        "budget": budget,
+        "id": budget.pk,
+        "team": budget.team.name,
+        "limits": limits,
+        "figures": figs,
+    }
+
+
+def active_budgets(user, *, now: datetime):
+    return (
+        budgets_visible_to(user)
+        .filter(period_start__lte=now, period_end__gt=now)
+        .select_related("team")
+        .order_by("team__name", "period_start")
+    )
+
+
+def dashboard_payload(user, *, now: datetime) -> dict:
+    """All dashboard figures and numbers ``user`` may see at ``now`` (JSON-ready but for the
+    budget objects, which ``as_json`` drops)."""
+    jobs = jobs_visible_to(user)
+    telemetry = telemetry_summary(now=now)
+    start = now - HISTORY
+    figs = telemetry_figures(telemetry)
+    figs["jct"] = figures.avg_jct_figure(average_jct_series(jobs, start=start, end=now, step=STEP))
+    figs["queue"] = figures.queue_length_figure(
+        queue_length_series(jobs, start=start, end=now, step=STEP)
+    )
+    budgets = [budget_progress(b, now=now) for b in active_budgets(user, now=now)]
+    return {
+        "at": now.isoformat(),
+        "cluster_power_w": telemetry["cluster_power_w"],
+        "queue_now": jobs.filter(state=JobState.QUEUED).count(),
+        "running_now": jobs.filter(state=JobState.RUNNING).count(),
+        "figures": figs,
+        "budgets": budgets,
+        # Flat element id -> figure, for the page's JS (ids match the template's divs).
+        "budget_figures": {
+            f"fig-budget-{b['id']}-{kind}": fig
+            for b in budgets
+            for kind, fig in b["figures"].items()
+        },
+    }
+
+
+def as_json(payload: dict) -> dict:
+    """The payload without model instances, for JsonResponse."""
+    return {
+        **payload,
+        "budgets": [{k: v for k, v in b.items() if k != "budget"} for b in payload["budgets"]],
+    }

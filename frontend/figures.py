@@ -1,0 +1,342 @@
+"""Plotly figures of the pages, built by pure functions from plain values (no ORM, no request).
+
+Each function returns a figure *dict* (``{"data": [...], "layout": {...}}``) that the template
+hands to ``Plotly.newPlot`` as JSON, and that the live JS updates with ``Plotly.react``.
+Views gather the numbers; these functions only shape them, so their tests need no database.
+
+Colours: the Okabe-Ito palette (Okabe & Ito, "Color Universal Design", 2008), readable with
+the common colour-vision deficiencies, always in the same role (energy blue, carbon vermilion,
+limits black, projections dashed); sequential data use cividis. Job states use the colours of
+``cluster.choices.JobState`` and are always labelled in text as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+# Okabe-Ito, by role.
+OKABE_ITO = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermilion": "#D55E00",
+    "purple": "#CC79A7",
+}
+ENERGY_COLOUR = OKABE_ITO["blue"]
+CARBON_COLOUR = OKABE_ITO["vermilion"]
+LIMIT_COLOUR = OKABE_ITO["black"]
+SOFT_LIMIT_COLOUR = OKABE_ITO["orange"]
+JCT_COLOUR = OKABE_ITO["green"]
+QUEUE_COLOUR = OKABE_ITO["purple"]
+POWER_COLOUR = OKABE_ITO["sky_blue"]
+SEQUENTIAL_SCALE = "Cividis"
+
+_BASE_LAYOUT = {
+    "margin": {"l": 56, "r": 16, "t": 40, "b": 44},
+    "height": 260,
+    "font": {"family": "system-ui, sans-serif", "size": 12},
+    "paper_bgcolor": "rgba(0,0,0,0)",
+    "plot_bgcolor": "#ffffff",
+    "legend": {"orientation": "h", "y": -0.25},
+}
+
+
+def _layout(title: str, **extra) -> dict:
+    layout = {**_BASE_LAYOUT, "title": {"text": title, "font": {"size": 14}}}
+    layout.update(extra)
+    return layout
+
+
+def _iso(when: datetime) -> str:
+    return when.isoformat()
+
+
+def project_to_period_end(
+    used: float, *, period_start: datetime, period_end: datetime, now: datetime
+) -> float:
+    """Linear projection of a budget's use to the end of its period: the average rate so far,
+    continued. Before the period starts nothing is projected (0); after it ends, ``used``."""
+    if now <= period_start:
+        return 0.0
+    if now >= period_end:
+        return used
+    elapsed_s = (now - period_start).total_seconds()
+    total_s = (period_end - period_start).total_seconds()
+    return used * total_s / elapsed_s
+
+
+def cluster_power_figure(node_power_w: Sequence[tuple[str, float]]) -> dict:
+    """Power drawn now, one bar per node, with the cluster total in the title (kW)."""
+    names = [name for name, _ in node_power_w]
+    watts = [round(float(power_w), 1) for _, power_w in node_power_w]
+    total_kw = sum(watts) / 1000.0
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "x": names,
+                "y": watts,
+                "marker": {"color": POWER_COLOUR},
+                "name": "power (W)",
+                "hovertemplate": "%{x}: %{y:.0f} W<extra></extra>",
+            }
+        ],
+        "layout": _layout(
+            f"Cluster power now: {total_kw:.2f} kW",
+            yaxis={"title": {"text": "W"}, "rangemode": "tozero"},
+            showlegend=False,
+        ),
+    }
+
+
+def gpu_utilisation_heatmap(cells: Iterable[tuple[str, int, float | None]]) -> dict:
+    """GPU utilisation (%) as a node x GPU-index grid; a GPU with no reading is a gap."""
+    cells = list(cells)
+    nodes = sorted({node for node, _, _ in cells})
+    indices = sorted({index for _, index, _ in cells})
+    grid: list[list[float | None]] = [[None for _ in indices] for _ in nodes]
+    for node, index, util in cells:
+        grid[nodes.index(node)][indices.index(index)] = None if util is None else float(util)
+    return {
+        "data": [
+            {
+                "type": "heatmap",
+                "x": [f"GPU {i}" for i in indices],
+                "y": nodes,
+                "z": grid,
+                "zmin": 0,
+                "zmax": 100,
+                "colorscale": SEQUENTIAL_SCALE,
+                "colorbar": {"title": {"text": "%"}},
+                "hovertemplate": "%{y} %{x}: %{z:.0f}%<extra></extra>",
+            }
+        ],
+        "layout": _layout("GPU utilisation", yaxis={"autorange": "reversed"}),
+    }
+
+
+def budget_burn_figure(
+    *,
+    title: str,
+    unit: str,
+    cumulative: Sequence[tuple[datetime, float]],
+    limit: float | None,
+    warn_fraction: float,
+    period_start: datetime,
+    period_end: datetime,
+    now: datetime,
+    colour: str = ENERGY_COLOUR,
+) -> dict:
+    """Cumulative use against a budget's hard limit (``limit``) and soft limit
+    (``warn_fraction * limit``), with a dashed linear projection from now to the period's end.
+    ``cumulative`` is (time, total so far) in ``unit``, ascending."""
+    used = cumulative[-1][1] if cumulative else 0.0
+    projected = project_to_period_end(
+        used, period_start=period_start, period_end=period_end, now=now
+    )
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": [_iso(period_start)] + [_iso(t) for t, _ in cumulative],
+            "y": [0.0] + [round(v, 6) for _, v in cumulative],
+            "name": f"used ({unit})",
+            "line": {"color": colour, "shape": "hv"},
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": [_iso(min(now, period_end)), _iso(period_end)],
+            "y": [round(used, 6), round(projected, 6)],
+            "name": "projection",
+            "line": {"color": colour, "dash": "dash"},
+        },
+    ]
+    if limit is not None:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": [_iso(period_start), _iso(period_end)],
+                "y": [limit, limit],
+                "name": "hard limit",
+                "line": {"color": LIMIT_COLOUR, "width": 1.5},
+            }
+        )
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": [_iso(period_start), _iso(period_end)],
+                "y": [limit * warn_fraction, limit * warn_fraction],
+                "name": "soft limit",
+                "line": {"color": SOFT_LIMIT_COLOUR, "width": 1.5, "dash": "dot"},
+            }
+        )
+    return {
+        "data": data,
+        "layout": _layout(
+            title,
+            yaxis={"title": {"text": unit}, "rangemode": "tozero"},
+            xaxis={"range": [_iso(period_start), _iso(period_end)]},
+        ),
+    }
+
+
+def time_series_figure(
+    points: Sequence[tuple[datetime, float | None]],
+    *,
+    title: str,
+    unit: str,
+    colour: str,
+    shape: str = "linear",
+) -> dict:
+    """One line over time (average JCT, queue length); ``None`` values are gaps."""
+    return {
+        "data": [
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "x": [_iso(t) for t, _ in points],
+                "y": [None if v is None else round(float(v), 3) for _, v in points],
+                "name": unit,
+                "line": {"color": colour, "shape": shape},
+                "connectgaps": False,
+            }
+        ],
+        "layout": _layout(
+            title, yaxis={"title": {"text": unit}, "rangemode": "tozero"}, showlegend=False
+        ),
+    }
+
+
+def avg_jct_figure(points: Sequence[tuple[datetime, float | None]]) -> dict:
+    """Average JCT (hours) of the jobs that finished in each bucket."""
+    hours = [(t, None if v is None else v / 3600.0) for t, v in points]
+    return time_series_figure(hours, title="Average JCT", unit="hours", colour=JCT_COLOUR)
+
+
+def queue_length_figure(points: Sequence[tuple[datetime, int]]) -> dict:
+    return time_series_figure(
+        points, title="Queue length", unit="jobs", colour=QUEUE_COLOUR, shape="hv"
+    )
+
+
+def allocation_timeline_figure(
+    allocations: Sequence[dict], *, now: datetime, state_colour: str
+) -> dict:
+    """One horizontal bar per allocation of a job (start to end, open ones to ``now``),
+    labelled with GPUs, batch size and clock. ``allocations`` are dicts with ``started_at``,
+    ``ended_at`` (or None), ``gpus`` (count), ``batch_size`` and ``sm_clock_mhz``."""
+    bases, widths_ms, labels, texts = [], [], [], []
+    for number, alloc in enumerate(allocations, start=1):
+        end = alloc["ended_at"] or now
+        bases.append(_iso(alloc["started_at"]))
+        widths_ms.append(round((end - alloc["started_at"]).total_seconds() * 1000.0))
+        labels.append(f"#{number}")
+        clock = f"{alloc['sm_clock_mhz']} MHz" if alloc.get("sm_clock_mhz") else "default clock"
+        texts.append(f"{alloc['gpus']} GPU · batch {alloc['batch_size']} · {clock}")
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "orientation": "h",
+                "base": bases,
+                "x": widths_ms,
+                "y": labels,
+                "text": texts,
+                "textposition": "inside",
+                "marker": {"color": state_colour},
+                "hovertemplate": "%{text}<extra></extra>",
+            }
+        ],
+        "layout": _layout(
+            "Allocation timeline",
+            xaxis={"type": "date"},
+            yaxis={"autorange": "reversed"},
+            showlegend=False,
+            height=max(160, 60 + 36 * len(allocations)),
+        ),
+    }
+
+
+def whatif_figure(
+    points: Sequence[tuple[float, float | None]], *, unit: str, proposed: float | None
+) -> dict:
+    """Predicted average JCT (hours) against budget (``unit``) from simulator replays; the
+    proposed budget is marked with a vertical line. A budget under which not every job
+    finished has ``None`` and shows as a gap."""
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "x": [b for b, _ in points],
+            "y": [None if v is None else round(v / 3600.0, 4) for _, v in points],
+            "name": "predicted average JCT",
+            "line": {"color": JCT_COLOUR},
+        }
+    ]
+    shapes = []
+    if proposed is not None:
+        shapes.append(
+            {
+                "type": "line",
+                "x0": proposed,
+                "x1": proposed,
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": LIMIT_COLOUR, "dash": "dash"},
+            }
+        )
+    return {
+        "data": data,
+        "layout": _layout(
+            "Predicted average JCT against budget",
+            xaxis={"title": {"text": unit}},
+            yaxis={"title": {"text": "hours"}, "rangemode": "tozero"},
+            shapes=shapes,
+            showlegend=False,
+        ),
+    }
+
+
+def energy_carbon_bars(rows: Sequence[tuple[str, float, float]], *, title: str) -> dict:
+    """Energy (kWh, left axis) and carbon (kg, right axis) per label, side by side."""
+    labels = [label for label, _, _ in rows]
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "x": labels,
+                "y": [round(kwh, 6) for _, kwh, _ in rows],
+                "name": "energy (kWh)",
+                "marker": {"color": ENERGY_COLOUR},
+                "offsetgroup": "energy",
+            },
+            {
+                "type": "bar",
+                "x": labels,
+                "y": [round(kg, 6) for _, _, kg in rows],
+                "name": "carbon (kg CO2e)",
+                "marker": {"color": CARBON_COLOUR},
+                "yaxis": "y2",
+                "offsetgroup": "carbon",
+            },
+        ],
+        "layout": _layout(
+            title,
+            barmode="group",
+            yaxis={"title": {"text": "kWh"}, "rangemode": "tozero"},
+            yaxis2={
+                "title": {"text": "kg CO2e"},
+                "overlaying": "y",
+                "side": "right",
+                "rangemode": "tozero",
+            },
+        ),
+    }

@@ -1,0 +1,204 @@
+"""Forms of the pages. Validation messages are per field; the models' ``clean()`` and the
+services stay the source of the rules (forms only shape the input)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import forms
+
+from cluster.choices import HardLimitAction, JobState
+from cluster.models import Budget, Team
+from cluster.workloads import perf_catalog, workload_errors
+
+_INT = {"min_value": 1}
+
+
+def workload_choices() -> list[tuple[str, str]]:
+    return [(w, w) for w in perf_catalog().workloads()]
+
+
+class JobSubmitForm(forms.Form):
+    """A training job: workload class (from the performance catalog), GPUs, batch, work."""
+
+    name = forms.CharField(max_length=200)
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    workload = forms.ChoiceField(choices=())
+    gpus = forms.IntegerField(label="GPUs", **_INT, max_value=1024)
+    max_gpus = forms.IntegerField(
+        label="Max GPUs (elastic)",
+        required=False,
+        min_value=1,
+        max_value=1024,
+        help_text="Leave empty for a fixed GPU count.",
+    )
+    batch_size = forms.IntegerField(label="Global batch size", **_INT)
+    iterations = forms.IntegerField(**_INT)
+    priority = forms.IntegerField(initial=0, min_value=-100, max_value=100)
+
+    def __init__(self, *args, teams, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+        self.fields["workload"].choices = workload_choices()
+
+    def clean(self):
+        cleaned = super().clean()
+        gpus, max_gpus = cleaned.get("gpus"), cleaned.get("max_gpus")
+        if gpus is not None and max_gpus is not None and max_gpus < gpus:
+            self.add_error("max_gpus", "Must be at least the GPU count.")
+        workload = cleaned.get("workload")
+        if workload:
+            for field, message in workload_errors(workload).items():
+                self.add_error(field if field in self.fields else None, message)
+        return cleaned
+
+    def service_kwargs(self) -> dict:
+        """Keyword arguments for ``cluster.services.submit_job``."""
+        data = self.cleaned_data
+        return {
+            "team": data["team"],
+            "name": data["name"],
+            "workload": data["workload"],
+            "min_gpus": data["gpus"],
+            "max_gpus": data["max_gpus"] or data["gpus"],
+            "global_batch_size": data["batch_size"],
+            "total_iterations": data["iterations"],
+            "priority": data["priority"],
+        }
+
+
+class PredictForm(forms.Form):
+    """The query of the live prediction endpoint (same names as the submit form)."""
+
+    workload = forms.ChoiceField(choices=())
+    gpus = forms.IntegerField(**_INT, max_value=1024)
+    batch_size = forms.IntegerField(**_INT)
+    iterations = forms.IntegerField(**_INT)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["workload"].choices = workload_choices()
+
+
+class JobFilterForm(forms.Form):
+    state = forms.ChoiceField(required=False, choices=[("", "any state"), *JobState.choices])
+    team = forms.ModelChoiceField(
+        queryset=Team.objects.none(), required=False, empty_label="any team"
+    )
+    workload = forms.ChoiceField(required=False, choices=())
+    q = forms.CharField(required=False, label="Name contains", max_length=100)
+
+    def __init__(self, *args, teams, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+        self.fields["workload"].choices = [("", "any workload"), *workload_choices()]
+
+    def filter(self, jobs):
+        if not self.is_valid():
+            return jobs.none()
+        data = self.cleaned_data
+        if data.get("state"):
+            jobs = jobs.filter(state=data["state"])
+        if data.get("team"):
+            jobs = jobs.filter(team=data["team"])
+        if data.get("workload"):
+            jobs = jobs.filter(workload=data["workload"])
+        if data.get("q"):
+            jobs = jobs.filter(name__icontains=data["q"])
+        return jobs
+
+
+_DATETIME = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
+
+
+class BudgetForm(forms.ModelForm):
+    """A team budget. The soft limit is ``warn_fraction`` of each hard limit (shown in %)."""
+
+    warn_percent = forms.FloatField(
+        label="Soft limit (% of the hard limit)",
+        min_value=1,
+        max_value=100,
+        initial=80,
+        help_text="The team is warned at this share of each limit.",
+    )
+
+    class Meta:
+        model = Budget
+        fields = [
+            "team",
+            "period_start",
+            "period_end",
+            "energy_limit_kwh",
+            "carbon_limit_kg",
+            "hard_limit_action",
+        ]
+        labels = {
+            "energy_limit_kwh": "Energy hard limit (kWh)",
+            "carbon_limit_kg": "Carbon hard limit (kg CO2e)",
+            "hard_limit_action": "At the hard limit",
+        }
+        widgets = {"period_start": _DATETIME, "period_end": _DATETIME}
+
+    def __init__(self, *args, teams, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+        self.fields["team"].empty_label = None
+        self.fields["hard_limit_action"].choices = HardLimitAction.choices
+        for name in ("period_start", "period_end"):
+            self.fields[name].input_formats = ["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+        if self.instance.pk:
+            self.initial["warn_percent"] = round(self.instance.warn_fraction * 100, 2)
+
+    def clean(self):
+        cleaned = super().clean()
+        percent = cleaned.get("warn_percent")
+        if percent is not None:
+            # 1..100 % maps into Budget's (0, 1], so the model never rejects warn_fraction
+            # (a field this form does not show under that name).
+            self.instance.warn_fraction = percent / 100.0
+        return cleaned
+
+
+class WhatIfForm(forms.Form):
+    """One point of the budget what-if: a proposed limit of one kind for a team's period."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none())
+    kind = forms.ChoiceField(choices=[("energy", "energy (kWh)"), ("carbon", "carbon (kg)")])
+    limit = forms.FloatField(min_value=0.0)
+    period_start = forms.DateTimeField(input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"])
+    period_end = forms.DateTimeField(input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"])
+
+    def __init__(self, *args, teams, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+
+    def clean(self):
+        cleaned = super().clean()
+        start, end = cleaned.get("period_start"), cleaned.get("period_end")
+        if start and end and end <= start:
+            self.add_error("period_end", "Must be after the period start.")
+        return cleaned
+
+
+class ReportPeriodForm(forms.Form):
+    start = forms.DateField(widget=forms.DateInput(attrs={"type": "date"}))
+    end = forms.DateField(
+        widget=forms.DateInput(attrs={"type": "date"}), help_text="Inclusive (whole days, UTC)."
+    )
+
+    def clean(self):
+        cleaned = super().clean()
+        start, end = cleaned.get("start"), cleaned.get("end")
+        if start and end and end < start:
+            self.add_error("end", "Must not be before the start.")
+        if start and end and end - start > timedelta(days=366):
+            self.add_error("end", "A report covers at most 366 days.")
+        return cleaned
+
+
+def first_error_line(form: forms.Form) -> str:
+    """All of a form's errors as one line, for JSON answers."""
+    parts = []
+    for field, errors in form.errors.items():
+        parts.append(f"{field}: {' '.join(errors)}")
+    return "; ".join(parts)

@@ -1,0 +1,220 @@
+"""Predictions shown before a job is submitted, and the budget what-if.
+
+``predict_job`` evaluates the fitted performance models (``scheduling.core.perf_models``) for
+the configuration in the form, and prices the energy at the grid intensity now (telemetry's
+provider). ``whatif_average_jct_s`` replays a team's current queue in the simulator
+(``scheduling.simulator``: the same ``plan_round`` as the live rounds) under a proposed budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+
+from cluster.choices import JobState, NodeStatus
+from cluster.models import Gpu, Job, Node, Team
+from cluster.workloads import perf_catalog
+from scheduling.core import types as core
+from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
+from scheduling.core.types import J_PER_KWH, GpuConfig
+from scheduling.simulator.carbon import ConstantIntensity
+from scheduling.simulator.engine import BudgetSpec, SimConfig, Simulator
+from scheduling.simulator.metrics import summarise
+from scheduling.simulator.scenario import core_planner
+from telemetry.accounting import budget_usage
+from telemetry.carbon import intensity_for_hour
+
+ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.PAUSED)
+# The what-if simulates at most this far past now (a budget too small to finish the queue
+# shows as "not all jobs finish" instead of running for ever).
+WHATIF_HORIZON_S = 30 * 86400.0
+WHATIF_ROUND_S = 300.0
+
+
+@dataclass(frozen=True)
+class Prediction:
+    workload: str
+    gpu_model: str
+    gpus: int
+    batch_size: int
+    iterations: int
+    iter_time_s: float
+    duration_s: float
+    power_w: float  # per busy GPU
+    energy_j: float
+    ci_g_per_kwh: float
+    ci_estimated: bool
+    co2_g: float
+
+    def as_dict(self) -> dict:
+        return {
+            "workload": self.workload,
+            "gpu_model": self.gpu_model,
+            "gpus": self.gpus,
+            "batch_size": self.batch_size,
+            "iterations": self.iterations,
+            "iter_time_s": self.iter_time_s,
+            "duration_s": self.duration_s,
+            "power_w": self.power_w,
+            "energy_j": self.energy_j,
+            "energy_kwh": self.energy_j / J_PER_KWH,
+            "ci_g_per_kwh": self.ci_g_per_kwh,
+            "ci_estimated": self.ci_estimated,
+            "co2_g": self.co2_g,
+        }
+
+
+def cluster_gpu_model_for(workload: str) -> str:
+    """The GPU model a job of ``workload`` would run on: the most common model in the cluster
+    that has a performance model for it, else the catalog's first for the workload."""
+    known = perf_catalog().gpu_models_for(workload)
+    counts: dict[str, int] = {}
+    for model in Gpu.objects.values_list("model", flat=True):
+        if model in known:
+            counts[model] = counts.get(model, 0) + 1
+    if counts:
+        return max(sorted(counts), key=lambda m: counts[m])
+    return known[0]
+
+
+def predict_job(
+    *,
+    workload: str,
+    gpus: int,
+    batch_size: int,
+    iterations: int,
+    now: datetime,
+    gpu_model: str = "",
+) -> Prediction:
+    """Duration, energy and carbon of running ``iterations`` at the maximum clock on ``gpus``
+    consolidated GPUs. Raises ``KeyError`` (``UnknownPerfModelError``) for an unknown pair."""
+    gpu_model = gpu_model or cluster_gpu_model_for(workload)
+    model = perf_catalog().get(workload, gpu_model)
+    cfg = GpuConfig(n_gpus=gpus, global_batch=batch_size)
+    duration_s = time_to_finish_s(model, cfg, iterations)
+    energy_j = energy_to_finish_j(model, cfg, iterations)
+    intensity = intensity_for_hour(settings.TELEMETRY_CARBON_ZONE, now)
+    return Prediction(
+        workload=workload,
+        gpu_model=gpu_model,
+        gpus=gpus,
+        batch_size=batch_size,
+        iterations=iterations,
+        iter_time_s=model.iter_time_s(cfg),
+        duration_s=duration_s,
+        power_w=model.power_w(cfg),
+        energy_j=energy_j,
+        ci_g_per_kwh=intensity.ci_g_per_kwh,
+        ci_estimated=intensity.estimated,
+        co2_g=energy_j / J_PER_KWH * intensity.ci_g_per_kwh,
+    )
+
+
+def _core_cluster() -> core.Cluster:
+    nodes = []
+    for node in Node.objects.prefetch_related("gpus").order_by("name"):
+        gpus = tuple(
+            core.Gpu(gpu_id=g.uuid, node=node.name, index=g.index, model=g.model)
+            for g in sorted(node.gpus.all(), key=lambda g: g.index)
+        )
+        nodes.append(
+            core.Node(
+                name=node.name,
+                switch=node.switch_label,
+                gpus=gpus,
+                schedulable=node.status == NodeStatus.HEALTHY,
+            )
+        )
+    return core.Cluster(nodes=tuple(nodes))
+
+
+def _core_job(job: Job) -> core.Job:
+    return core.Job(
+        job_id=str(job.pk),
+        workload=job.workload,
+        team=str(job.team_id),
+        submit_time_s=0.0,
+        total_iters=float(job.total_iterations),
+        done_iters=float(job.completed_iterations),
+        global_batch=job.global_batch_size,
+        requested_gpus=job.min_gpus,
+        min_gpus=job.min_gpus,
+        max_gpus=job.max_gpus,
+        min_batch=job.min_batch_size,
+        max_batch=job.max_batch_size,
+        priority=job.priority,
+        gpu_model=job.gpu_model or None,
+        per_gpu_batch=job.per_gpu_batch_size,
+        base_lr=job.base_lr,
+        max_lr=job.max_lr,
+        slowdown_tolerance=job.slowdown_tolerance,
+    )
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    budget: float  # in the limit's unit (kWh or kg)
+    avg_jct_s: float | None  # None when not every job finished within the horizon
+    n_jobs: int
+    n_finished: int
+    energy_kwh: float
+    co2_kg: float
+
+
+def whatif_average_jct_s(
+    *, team: Team, kind: str, limit: float, period_end: datetime, now: datetime, used: float
+) -> WhatIf:
+    """Replay ``team``'s active jobs (queued, running, paused) from now in the simulator with
+    ``limit`` (kWh for ``kind="energy"``, kg CO2e for ``"carbon"``) minus what the team already
+    used (``used``, same unit) as the budget until ``period_end``; PowerFlow paces an energy
+    budget, GreenFlow a carbon one.
+
+    Simplifications (stated on the page too): every active job is treated as submitted now
+    and starts from its completed iterations; the team's queue has the schedulable GPUs to
+    itself; the grid intensity stays at today's value. JCT here is time from now to finish.
+    """
+    jobs = [_core_job(j) for j in Job.objects.filter(team=team, state__in=ACTIVE_STATES)]
+    remaining = max(limit - used, 0.0)
+    horizon_s = max((period_end - now).total_seconds(), WHATIF_ROUND_S)
+    if kind == "energy":
+        spec = BudgetSpec(period_end_s=horizon_s, energy_limit_j=remaining * J_PER_KWH)
+        policy = "powerflow"
+    elif kind == "carbon":
+        spec = BudgetSpec(period_end_s=horizon_s, co2_limit_g=remaining * 1000.0)
+        policy = "greenflow"
+    else:
+        raise ValueError(f"unknown budget kind {kind!r}")
+    if not jobs:
+        return WhatIf(limit, None, 0, 0, 0.0, 0.0)
+    ci = intensity_for_hour(settings.TELEMETRY_CARBON_ZONE, now).ci_g_per_kwh
+    result = Simulator(
+        jobs,
+        cluster=_core_cluster(),
+        catalog=perf_catalog(),
+        planner=core_planner(policy),
+        config=SimConfig(
+            round_length_s=WHATIF_ROUND_S,
+            max_time_s=WHATIF_HORIZON_S,
+            power_off_idle_nodes=True,
+        ),
+        intensity=ConstantIntensity(ci),
+        budget=spec,
+    ).run()
+    summary = summarise(result)
+    all_done = summary["n_unfinished"] == 0
+    return WhatIf(
+        budget=limit,
+        avg_jct_s=summary["avg_jct_s"] if all_done else None,
+        n_jobs=summary["n_jobs"],
+        n_finished=summary["n_finished"],
+        energy_kwh=summary["energy_kwh"],
+        co2_kg=summary["co2_kg"],
+    )
+
+
+def budget_used(budget, kind: str) -> float:
+    """What a stored budget's team has used in its period, in the limit's unit."""
+    totals = budget_usage(budget)
+    return totals.energy_kwh if kind == "energy" else totals.co2_g / 1000.0

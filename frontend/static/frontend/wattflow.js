@@ -1,0 +1,235 @@
+/* Wattflow pages: Plotly drawing, the live dashboard, the job prediction and the budget
+ * what-if. Figures are built on the server (frontend/figures.py); this file only draws them,
+ * keeps the websocket, and asks the server again when something changed. */
+(function () {
+  "use strict";
+  const PLOT_CONFIG = { responsive: true, displaylogo: false };
+  const REFRESH_MIN_MS = 3000; // at most one dashboard re-fetch per 3 s, however busy
+
+  function plot(id, figure) {
+    const el = document.getElementById(id);
+    if (!el || !window.Plotly) return;
+    Plotly.react(el, figure.data, figure.layout, PLOT_CONFIG);
+  }
+
+  function csrfToken() {
+    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+
+  function fmt(value, digits) {
+    return value === null || value === undefined ? "—" : Number(value).toFixed(digits);
+  }
+
+  function duration(seconds) {
+    const s = Math.round(seconds);
+    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+    if (h) return h + " h " + String(m).padStart(2, "0") + " min";
+    if (m) return m + " min " + String(r).padStart(2, "0") + " s";
+    return r + " s";
+  }
+
+  function text(id, value) {
+    const el = document.getElementById(id);
+    if (el) el.textContent = value;
+  }
+
+  // --- the dashboard ------------------------------------------------------------------------
+  function dashboard(opts) {
+    const status = document.getElementById("live-status");
+    let socket = null;
+    let lastFetch = 0;
+    let pendingFetch = null;
+    const rounds = {}; // round_id -> decisions, merged from the groups a user is in
+
+    function setStatus(state, label) {
+      status.dataset.state = state;
+      status.textContent = label;
+    }
+
+    function drawAll(figs, budgetFigs) {
+      plot("fig-power", figs.power);
+      plot("fig-heatmap", figs.heatmap);
+      plot("fig-jct", figs.jct);
+      plot("fig-queue", figs.queue);
+      Object.keys(budgetFigs || {}).forEach((id) => plot(id, budgetFigs[id]));
+    }
+
+    function apply(data) {
+      drawAll(data.figures, data.budget_figures);
+      text("kpi-power", fmt(data.cluster_power_w, 0));
+      text("kpi-queue", data.queue_now);
+      text("kpi-running", data.running_now);
+      text("kpi-at", data.at.slice(0, 19));
+    }
+
+    function refresh() {
+      // Throttled: many telemetry pushes in a burst cost one request.
+      const wait = lastFetch + REFRESH_MIN_MS - Date.now();
+      if (wait > 0) {
+        if (!pendingFetch) pendingFetch = setTimeout(() => { pendingFetch = null; refresh(); }, wait);
+        return;
+      }
+      lastFetch = Date.now();
+      fetch(opts.dataUrl, { credentials: "same-origin" })
+        .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+        .then(apply)
+        .catch(() => setStatus("offline", "offline: retrying"));
+    }
+
+    function showRound(payload) {
+      const decisions = (rounds[payload.round_id] = rounds[payload.round_id] || {});
+      (payload.decisions || []).forEach((d) => { decisions[d.job_id + ":" + d.action] = d; });
+      const when = (payload.at || "").slice(0, 19).replace("T", " ");
+      text("round-head", "Round " + payload.round_id + " at " + when + " UTC, policy " +
+        (payload.policy || "?") + ": " + payload.queue_length + " queued, " +
+        (payload.running === undefined ? "?" : payload.running) + " running");
+      const table = document.getElementById("round-table");
+      const body = table.querySelector("tbody");
+      body.replaceChildren();
+      Object.values(decisions).forEach((d) => {
+        const tr = document.createElement("tr");
+        [d.job_name ? d.job_name + " #" + d.job_id : "#" + d.job_id, d.action,
+         d.gpus ?? "", d.batch_size ?? "", d.sm_clock_mhz ? d.sm_clock_mhz + " MHz" : "",
+         d.reason || d.reason_code || ""].forEach((v) => {
+          const td = document.createElement("td");
+          td.textContent = v;
+          tr.appendChild(td);
+        });
+        body.appendChild(tr);
+      });
+      table.hidden = Object.keys(decisions).length === 0;
+      if (payload.queue_length !== undefined) text("kpi-queue", payload.queue_length);
+    }
+
+    function connect() {
+      if (socket) return;
+      const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+      socket = new WebSocket(scheme + location.host + opts.wsPath);
+      setStatus("connecting", "connecting…");
+      socket.onopen = () => setStatus("live", "live");
+      socket.onmessage = (event) => {
+        const msg = JSON.parse(event.data);
+        if (msg.type === "round") { showRound(msg.payload); refresh(); }
+        if (msg.type === "telemetry") {
+          text("kpi-power", fmt(msg.payload.cluster_power_w, 0));
+          refresh();
+        }
+      };
+      socket.onclose = () => {
+        socket = null;
+        if (document.hidden) return;
+        setStatus("offline", "offline: reconnecting");
+        setTimeout(() => { if (!document.hidden) connect(); }, 5000);
+      };
+    }
+
+    // Page Visibility: a hidden tab closes its socket (no pushes, no redraws); coming back
+    // re-fetches everything (what it missed) and reconnects.
+    document.addEventListener("visibilitychange", () => {
+      if (document.hidden) {
+        if (socket) { const s = socket; socket = null; s.onclose = null; s.close(); }
+        setStatus("paused", "paused (tab hidden)");
+      } else {
+        lastFetch = 0;
+        refresh();
+        connect();
+      }
+    });
+
+    drawAll(opts.figures, opts.budgetFigures);
+    if (!document.hidden) connect(); else setStatus("paused", "paused (tab hidden)");
+    window.WattflowDashboard = { refresh, showRound }; // for debugging in the console
+  }
+
+  // --- job submission: live prediction --------------------------------------------------------
+  function jobForm() {
+    const form = document.getElementById("job-form");
+    const box = document.getElementById("prediction");
+    const list = box.querySelector("dl");
+    const note = document.getElementById("prediction-note");
+    let timer = null;
+
+    function update() {
+      const fd = new FormData(form);
+      const params = new URLSearchParams();
+      ["workload", "gpus", "batch_size", "iterations"].forEach((k) => params.set(k, fd.get(k) || ""));
+      if (!fd.get("gpus") || !fd.get("batch_size") || !fd.get("iterations")) return;
+      fetch(box.dataset.url + "?" + params, { credentials: "same-origin" })
+        .then((r) => r.json().then((body) => ({ ok: r.ok, body })))
+        .then(({ ok, body }) => {
+          if (!ok) {
+            list.hidden = true;
+            note.textContent = Object.entries(body.errors || {})
+              .map(([k, v]) => k + ": " + v.join(" ")).join("; ");
+            return;
+          }
+          note.textContent = "For " + body.iterations + " iterations of " + body.workload + ":";
+          text("pred-gpu", body.gpus + " × " + body.gpu_model);
+          text("pred-duration", duration(body.duration_s));
+          text("pred-energy", fmt(body.energy_kwh, 3) + " kWh");
+          text("pred-carbon", fmt(body.co2_g / 1000, 3) + " kg CO2e");
+          text("pred-power", fmt(body.power_w, 0) + " W");
+          text("pred-ci", fmt(body.ci_g_per_kwh, 0) + " g/kWh" + (body.ci_estimated ? " (estimated)" : ""));
+          list.hidden = false;
+        });
+    }
+
+    form.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(update, 250); });
+    update();
+  }
+
+  // --- budget what-if -------------------------------------------------------------------------
+  function whatIf() {
+    const box = document.getElementById("whatif");
+    const form = document.getElementById("budget-form");
+    const factors = JSON.parse(box.dataset.factors);
+    const progress = document.getElementById("whatif-progress");
+    const statusEl = document.getElementById("whatif-status");
+    const button = document.getElementById("whatif-run");
+
+    async function run() {
+      const fd = new FormData(form);
+      const kind = document.getElementById("whatif-kind").value;
+      const proposed = parseFloat(fd.get(kind === "energy" ? "energy_limit_kwh" : "carbon_limit_kg"));
+      if (!(proposed > 0)) {
+        statusEl.textContent = "Enter a positive " + kind + " limit first.";
+        return;
+      }
+      button.disabled = true;
+      progress.hidden = false;
+      progress.max = factors.length;
+      progress.value = 0;
+      let done = [];
+      for (let i = 0; i < factors.length; i++) {
+        statusEl.textContent = "Simulating " + (i + 1) + " of " + factors.length + "…";
+        const body = new URLSearchParams({
+          team: fd.get("team"), kind: kind, limit: String(proposed * factors[i]),
+          period_start: fd.get("period_start"), period_end: fd.get("period_end"),
+          proposed: String(proposed), done: JSON.stringify(done),
+        });
+        const r = await fetch(box.dataset.url, {
+          method: "POST", credentials: "same-origin", body: body,
+          headers: { "X-CSRFToken": csrfToken() },
+        });
+        const answer = await r.json();
+        if (!r.ok) {
+          statusEl.textContent = Object.entries(answer.errors || {})
+            .map(([k, v]) => k + ": " + v.join(" ")).join("; ");
+          button.disabled = false;
+          return;
+        }
+        done = answer.points;
+        progress.value = i + 1;
+        plot("fig-whatif", answer.figure);
+        if (answer.n_jobs === 0) { statusEl.textContent = "The team has no queued or running jobs."; break; }
+      }
+      if (done.length) statusEl.textContent = "Done: " + done.length + " budgets simulated. Gaps: not every job finishes within 30 days.";
+      button.disabled = false;
+    }
+
+    button.addEventListener("click", run);
+  }
+
+  window.Wattflow = { plot, dashboard, jobForm, whatIf };
+})();

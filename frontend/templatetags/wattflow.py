@@ -1,0 +1,44 @@
+"""Template helpers: the user's role for the navigation, and unit formatting."""
+
+from __future__ import annotations
+
+from django import template
+
+from cluster.queries import teams_led_by, teams_of
+
+register = template.Library()
+
+
+@register.simple_tag
+def user_role(user) -> dict:
+    """What the navigation may offer: ``admin``, ``lead`` (of some team), ``member``."""
+    if not (user and user.is_authenticated):
+        return {"name": "anonymous", "admin": False, "lead": False, "teams": []}
+    admin = bool(user.is_staff)
+    lead = teams_led_by(user).exists()
+    teams = list(teams_of(user).values_list("name", flat=True))
+    name = "admin" if admin else ("lead" if lead else "member")
+    return {"name": name, "admin": admin, "lead": lead, "teams": teams}
+
+
+@register.filter
+def duration(seconds) -> str:
+    """Seconds as ``2 h 05 min`` / ``4 min 10 s``; ``—`` for None."""
+    if seconds is None:
+        return "—"
+    total = int(round(float(seconds)))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+@register.filter
+def kwh(energy_j) -> str:
+    """Joules as kWh with 3 decimals."""
+    if energy_j is None:
+        return "—"
+    return f"{float(energy_j) / 3.6e6:.3f}"
