@@ -200,6 +200,26 @@ CELERY_BEAT_SCHEDULE["telemetry-delete-expired-samples"] = {
     "options": {"expires": TELEMETRY_RETENTION_INTERVAL_S},
 }
 
+# --- Live scheduling (scheduling/) -----------------------------------------------------------
+# Beat fires a round this often (the finest step); admins may lengthen the interval at runtime
+# in the admin's scheduler settings, whose defaults these are.
+WATTFLOW_ROUND_INTERVAL_S = env_int("WATTFLOW_ROUND_INTERVAL_S", 10)
+WATTFLOW_DEFAULT_POLICY = env_str("WATTFLOW_DEFAULT_POLICY", "powerflow")
+# A node whose agent has not heart-beaten for this long is marked unhealthy and its jobs are
+# re-queued (the agent heart-beats every 15 s by default).
+WATTFLOW_NODE_TIMEOUT_S = env_int("WATTFLOW_NODE_TIMEOUT_S", 60)
+WATTFLOW_LIVENESS_INTERVAL_S = env_int("WATTFLOW_LIVENESS_INTERVAL_S", 15)
+CELERY_BEAT_SCHEDULE["scheduling-round"] = {
+    "task": "scheduling.tasks.run_scheduling_round_task",
+    "schedule": WATTFLOW_ROUND_INTERVAL_S,
+    "options": {"expires": WATTFLOW_ROUND_INTERVAL_S},
+}
+CELERY_BEAT_SCHEDULE["scheduling-node-liveness"] = {
+    "task": "scheduling.tasks.mark_silent_nodes_task",
+    "schedule": WATTFLOW_LIVENESS_INTERVAL_S,
+    "options": {"expires": WATTFLOW_LIVENESS_INTERVAL_S},
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -2,8 +2,17 @@
 by ``manage.py fit_perf_models`` from the measurements, never by hand."""
 
 from django.contrib import admin
+from django.db import transaction
 
-from scheduling.models import PerfProfile
+from cluster.choices import AuditAction
+from cluster.services import audit_snapshot, record_audit
+from scheduling.models import (
+    JobSchedulingState,
+    PerfProfile,
+    RoundDecision,
+    SchedulerSettings,
+    SchedulingRound,
+)
 
 
 @admin.register(PerfProfile)
@@ -29,4 +38,95 @@ class PerfProfileAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+# --- live scheduling ----------------------------------------------------------------------
+
+_AUDITED_SETTINGS = ["policy", "round_interval_s", "paused"]
+
+
+@admin.register(SchedulerSettings)
+class SchedulerSettingsAdmin(admin.ModelAdmin):
+    """The singleton: admins change the policy, the round interval or pause rounds here; every
+    change lands in the audit log (object type ``scheduling_policy``) with before and after."""
+
+    list_display = ["policy", "round_interval_s", "paused", "updated_at"]
+    fields = ["policy", "round_interval_s", "paused", "updated_at"]
+    readonly_fields = ["updated_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return not SchedulerSettings.objects.exists()
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def save_model(self, request, obj, form, change) -> None:
+        with transaction.atomic():
+            old = SchedulerSettings.objects.filter(pk=SchedulerSettings.SINGLETON_PK).first()
+            before = audit_snapshot(old, _AUDITED_SETTINGS) if old else None
+            if old is not None and old.policy != obj.policy:
+                # The last policy's timers and history mean nothing to the new one.
+                obj.policy_state = {}
+            super().save_model(request, obj, form, change)
+            record_audit(
+                actor=request.user,
+                action=AuditAction.UPDATED if old else AuditAction.CREATED,
+                object_type="scheduling_policy",
+                object_id=obj.pk,
+                before=before,
+                after=audit_snapshot(obj, _AUDITED_SETTINGS),
+            )
+
+
+class RoundDecisionInline(admin.TabularInline):
+    model = RoundDecision
+    extra = 0
+    can_delete = False
+    fields = ["job", "action", "gpu_uuids", "batch_size", "sm_clock_mhz", "power_limit_w",
+              "reason_code", "applied", "error"]  # fmt: skip
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(SchedulingRound)
+class SchedulingRoundAdmin(admin.ModelAdmin):
+    """Rounds are records: read-only."""
+
+    list_display = [
+        "id",
+        "started_at",
+        "policy",
+        "outcome",
+        "running_jobs",
+        "waiting_jobs",
+        "changes",
+        "failed_changes",
+        "predicted_energy_j",
+        "plan_duration_s",
+    ]
+    list_filter = ["policy", "outcome"]
+    date_hierarchy = "started_at"
+    inlines = [RoundDecisionInline]
+    readonly_fields = [f.name for f in SchedulingRound._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(JobSchedulingState)
+class JobSchedulingStateAdmin(admin.ModelAdmin):
+    list_display = ["job", "wait_code", "wait_until", "iter_time_scale", "power_scale"]
+    list_filter = ["wait_code"]
+    readonly_fields = [f.name for f in JobSchedulingState._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
         return False

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
+from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core.perf_models import (
     Catalog,
     catalog_from_dict,
@@ -91,3 +94,180 @@ class PerfProfile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workload} on {self.gpu_model} (v{self.version})"
+
+
+# --- live scheduling: settings, rounds, decisions, per-job state -------------------------
+
+
+def _default_policy() -> str:
+    return settings.WATTFLOW_DEFAULT_POLICY
+
+
+def _default_round_interval_s() -> int:
+    return settings.WATTFLOW_ROUND_INTERVAL_S
+
+
+class SchedulerSettings(models.Model):
+    """The live scheduler's runtime settings: one row (pk 1), edited by admins in the admin.
+
+    ``policy`` names a policy of the core's registry; ``round_interval_s`` is how often a
+    round runs. Celery beat fires every ``WATTFLOW_ROUND_INTERVAL_S`` (the finest step), and
+    a beat tick that comes before ``round_interval_s`` has passed since the last round is
+    skipped, so a longer interval takes effect at once without restarting beat.
+    ``policy_state`` is the opaque state the policy returned in its last plan (it is handed
+    back in the next snapshot); it is reset when the policy changes.
+    """
+
+    SINGLETON_PK = 1
+
+    policy = models.CharField(max_length=64, default=_default_policy)
+    round_interval_s = models.PositiveIntegerField(
+        default=_default_round_interval_s,
+        help_text="Seconds between rounds; a value below the beat interval acts as the beat "
+        "interval (WATTFLOW_ROUND_INTERVAL_S).",
+    )
+    paused = models.BooleanField(
+        default=False, help_text="While ticked no round runs; running jobs keep running."
+    )
+    policy_state = models.JSONField(default=dict, blank=True, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "scheduler settings"
+        verbose_name_plural = "scheduler settings"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(pk=1), name="schedulersettings_singleton"),
+            models.CheckConstraint(
+                condition=models.Q(round_interval_s__gte=1),
+                name="schedulersettings_interval_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.policy} every {self.round_interval_s} s"
+
+    def save(self, *args, **kwargs) -> None:
+        self.pk = self.SINGLETON_PK
+        super().save(*args, **kwargs)
+
+    @classmethod
+    def load(cls) -> SchedulerSettings:
+        """The singleton row, created with the environment's defaults on first use."""
+        obj, _ = cls.objects.get_or_create(pk=cls.SINGLETON_PK)
+        return obj
+
+    def clean(self) -> None:
+        from scheduling.core.registry import policy_names
+
+        errors = {}
+        known = policy_names()
+        if self.policy not in known:
+            errors["policy"] = f"Unknown policy {self.policy!r}; known: {', '.join(known)}."
+        if self.round_interval_s is not None and self.round_interval_s < 1:
+            errors["round_interval_s"] = "Must be at least 1 second."
+        if errors:
+            raise ValidationError(errors)
+
+
+class SchedulingRound(models.Model):
+    """One round that took the lock: what it saw, what it planned, what it cost to plan.
+
+    Predictions are the core's for the coming ``round_length_s`` (busy and powered idle
+    GPUs); allowances are what the policy's pacing let the round spend (null: no budget).
+    """
+
+    started_at = models.DateTimeField(db_index=True)
+    finished_at = models.DateTimeField()
+    policy = models.CharField(max_length=64)
+    outcome = models.CharField(
+        max_length=16, choices=RoundOutcome.choices, default=RoundOutcome.APPLIED
+    )
+    round_length_s = models.FloatField()
+    schedulable_gpus = models.PositiveIntegerField()
+    active_jobs = models.PositiveIntegerField()
+    running_jobs = models.PositiveIntegerField()
+    waiting_jobs = models.PositiveIntegerField()
+    changes = models.PositiveIntegerField()
+    failed_changes = models.PositiveIntegerField(default=0)
+    requeued_jobs = models.PositiveIntegerField(
+        default=0, help_text="Jobs re-queued because their node stopped heart-beating."
+    )
+    predicted_energy_j = models.FloatField()
+    predicted_co2_g = models.FloatField()
+    energy_allowance_j = models.FloatField(null=True, blank=True)
+    co2_allowance_g = models.FloatField(null=True, blank=True)
+    ci_g_per_kwh = models.FloatField()
+    ci_estimated = models.BooleanField(default=False)
+    plan_duration_s = models.FloatField(help_text="Wall time of build + plan + apply.")
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(outcome__in=RoundOutcome.values),
+                name="schedulinground_outcome_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"round {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S} ({self.policy})"
+
+
+class RoundDecision(models.Model):
+    """One change a round made to a job: start, stop, resize or retune, with the new
+    configuration. ``applied`` is false when the change lost a race (the job was cancelled
+    or finished meanwhile, or its GPUs were taken); ``error`` then says why."""
+
+    round = models.ForeignKey(SchedulingRound, on_delete=models.CASCADE, related_name="decisions")
+    job = models.ForeignKey("cluster.Job", on_delete=models.CASCADE, related_name="decisions")
+    action = models.CharField(max_length=16, choices=DecisionAction.choices)
+    gpu_uuids = models.JSONField(default=list, blank=True)
+    batch_size = models.PositiveIntegerField(null=True, blank=True)
+    sm_clock_mhz = models.PositiveIntegerField(null=True, blank=True)
+    power_limit_w = models.PositiveIntegerField(null=True, blank=True)
+    reason_code = models.CharField(max_length=64, blank=True)
+    reason = models.TextField(blank=True)
+    applied = models.BooleanField(default=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["round", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(action__in=DecisionAction.values),
+                name="rounddecision_action_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["job", "round"], name="rounddecision_job_round_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.action} job {self.job_id} in round {self.round_id}"
+
+
+class JobSchedulingState(models.Model):
+    """What the live scheduler keeps per job between rounds.
+
+    The latest wait reason (code, sentence and, when the policy knows it, the time it
+    expects the job to start or a cleaner hour to begin), mirrored into ``Job.pending_reason*``
+    for list pages; and the online-refinement scales (observed / predicted iteration time and
+    power) with the instant up to which telemetry has been folded into them.
+    """
+
+    job = models.OneToOneField(
+        "cluster.Job", on_delete=models.CASCADE, primary_key=True, related_name="scheduling"
+    )
+    wait_code = models.CharField(max_length=64, blank=True)
+    wait_reason = models.TextField(blank=True)
+    wait_until = models.DateTimeField(null=True, blank=True)
+    wait_round = models.ForeignKey(
+        SchedulingRound, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    iter_time_scale = models.FloatField(default=1.0)
+    power_scale = models.FloatField(default=1.0)
+    observed_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "job scheduling state"
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.wait_code or 'not waiting'}"

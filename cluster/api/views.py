@@ -46,7 +46,7 @@ class JobViewSet(
     def get_queryset(self):
         return (
             jobs_visible_to(self.request.user)
-            .select_related("owner", "team", "current_allocation")
+            .select_related("owner", "team", "current_allocation", "scheduling")
             .prefetch_related("current_allocation__gpus")
         )
 

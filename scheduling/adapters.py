@@ -1,0 +1,435 @@
+"""The one translation layer between ORM rows and the scheduling core's value types.
+
+``build_snapshot`` reads the database into a frozen ``Snapshot`` (rows -> core), and
+``allocation_changes`` turns a ``Plan`` back into row-level changes (core -> rows) that
+``scheduling.services`` applies with conditional updates. Nothing else in the service looks
+at core types and rows side by side.
+
+Identifiers: a core job id is the job's primary key as text; a core GPU id is the GPU's NVML
+UUID; a core team is the team's slug; a core budget id is the budget's primary key as text.
+Times are Unix seconds (``Snapshot.epoch_s`` stays 0 in the service).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Avg, Count, Q
+
+from cluster.choices import HardLimitAction, JobState, NodeStatus
+from cluster.models import Budget, Gpu, Job, JobAllocation, Node
+from scheduling.core import types as core
+from scheduling.core.perf_models import Catalog, ScaleUpdate, load_catalog, refine_scales
+from scheduling.models import JobSchedulingState, PerfProfile
+from telemetry.accounting import budget_usage
+from telemetry.carbon import carbon_signal
+from telemetry.choices import JobEventKind
+from telemetry.models import GpuSample, JobEvent
+
+ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.PAUSED)
+J_PER_KWH = core.J_PER_KWH
+G_PER_KG = 1000.0
+
+
+def _s(when: datetime | None) -> float | None:
+    return None if when is None else when.timestamp()
+
+
+# --- the perf catalog ----------------------------------------------------------------------
+
+
+def current_catalog() -> Catalog:
+    """The newest stored perf-profile version (``fit_perf_models``), else the shipped one."""
+    latest = PerfProfile.objects.order_by("-fitted_at", "-version").values_list(
+        "version", flat=True
+    )
+    version = latest.first()
+    if version is None:
+        return load_catalog()
+    return PerfProfile.objects.catalog(version)
+
+
+# --- rows -> snapshot ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotRows:
+    """The snapshot and the rows it was built from, keyed by the core's ids."""
+
+    snapshot: core.Snapshot
+    jobs: Mapping[str, Job]
+    gpus: Mapping[str, Gpu]
+    hard_limit_actions: Mapping[str, str] = field(default_factory=dict)  # budget id -> action
+
+
+def node_is_live(node: Node, *, now: datetime, timeout_s: float) -> bool:
+    """Healthy and heard from within ``timeout_s``: only such a node takes new work."""
+    return (
+        node.status == NodeStatus.HEALTHY
+        and node.last_heartbeat_at is not None
+        and node.last_heartbeat_at >= now - timedelta(seconds=timeout_s)
+    )
+
+
+def cluster_from_rows(nodes: Iterable[Node], *, now: datetime, timeout_s: float) -> core.Cluster:
+    """Nodes (with ``gpus`` prefetched) as the core's cluster. Nodes without GPUs are left out;
+    an unhealthy, draining or silent node is present but not schedulable."""
+    result = []
+    for node in nodes:
+        gpus = tuple(
+            core.Gpu(gpu_id=g.uuid, node=node.name, index=g.index, model=g.model)
+            for g in sorted(node.gpus.all(), key=lambda g: g.index)
+        )
+        if gpus:
+            result.append(
+                core.Node(
+                    name=node.name,
+                    switch=node.switch_label,
+                    gpus=gpus,
+                    schedulable=node_is_live(node, now=now, timeout_s=timeout_s),
+                )
+            )
+    return core.Cluster(nodes=tuple(result))
+
+
+def _allocation_history(job_ids: list[int], now: datetime) -> dict[int, list[tuple]]:
+    """Per job: (started_at, ended_at, gpu ids frozenset) of every allocation, oldest first."""
+    through = JobAllocation.gpus.through
+    gpu_sets: dict[int, set[int]] = defaultdict(set)
+    for alloc_id, gpu_id in through.objects.filter(joballocation__job_id__in=job_ids).values_list(
+        "joballocation_id", "gpu_id"
+    ):
+        gpu_sets[alloc_id].add(gpu_id)
+    history: dict[int, list[tuple]] = defaultdict(list)
+    for alloc_id, job_id, started, ended in (
+        JobAllocation.objects.filter(job_id__in=job_ids)
+        .order_by("job_id", "started_at", "id")
+        .values_list("id", "job_id", "started_at", "ended_at")
+    ):
+        history[job_id].append((started, ended, frozenset(gpu_sets[alloc_id])))
+    return history
+
+
+def _service_times(history: list[tuple], now: datetime) -> tuple[float, float | None, float | None]:
+    """(attained GPU-seconds, started_s, last_change_s) from a job's allocation history.
+
+    ``started_s`` is where the current unbroken stretch of allocations began (a resize or
+    retune closes one allocation and opens the next at the same instant); ``last_change_s``
+    is the last start or change of GPUs in it, or, for a job not running, when it stopped.
+    Retunes (same GPUs) are not changes, as in the simulator.
+    """
+    attained = 0.0
+    started = last_change = None
+    prev_end = prev_gpus = None
+    for alloc_started, ended, gpus in history:
+        end = ended or now
+        attained += len(gpus) * max((end - alloc_started).total_seconds(), 0.0)
+        if prev_end is None or alloc_started != prev_end:
+            started = last_change = alloc_started
+        elif gpus != prev_gpus:
+            last_change = alloc_started
+        prev_end, prev_gpus = ended, gpus
+    if history and history[-1][1] is not None:
+        # Not running now: the last change is when it was stopped.
+        return attained, None, _s(history[-1][1])
+    return attained, _s(started), _s(last_change)
+
+
+def job_from_row(
+    job: Job,
+    *,
+    allocation: core.Allocation | None,
+    attained_gpu_s: float = 0.0,
+    started_s: float | None = None,
+    last_change_s: float | None = None,
+    iter_time_scale: float = 1.0,
+    power_scale: float = 1.0,
+) -> core.Job:
+    return core.Job(
+        job_id=str(job.pk),
+        workload=job.workload,
+        team=job.team.slug,
+        submit_time_s=job.submitted_at.timestamp(),
+        total_iters=float(job.total_iterations),
+        global_batch=job.global_batch_size,
+        # The API asks for a range; the request a fixed-size policy honours is its top.
+        requested_gpus=job.max_gpus,
+        min_gpus=job.min_gpus,
+        max_gpus=job.max_gpus,
+        min_batch=job.min_batch_size,
+        max_batch=job.max_batch_size,
+        done_iters=float(job.completed_iterations),
+        priority=job.priority,
+        gpu_model=job.gpu_model or None,
+        per_gpu_batch=job.per_gpu_batch_size,
+        base_lr=job.base_lr,
+        max_lr=job.max_lr,
+        slowdown_tolerance=job.slowdown_tolerance,
+        allocation=allocation,
+        started_s=started_s,
+        last_change_s=last_change_s,
+        attained_gpu_s=attained_gpu_s,
+        iter_time_scale=iter_time_scale,
+        power_scale=power_scale,
+    )
+
+
+def allocation_from_row(alloc: JobAllocation) -> core.Allocation:
+    """An open allocation (``gpus`` prefetched with their nodes) as the core sees it; GPUs in
+    (node, index) order, the order placement produces."""
+    gpus = sorted(alloc.gpus.all(), key=lambda g: (g.node.name, g.index))
+    return core.Allocation(
+        gpu_ids=tuple(g.uuid for g in gpus),
+        global_batch=alloc.batch_size,
+        sm_clock_mhz=alloc.sm_clock_mhz,
+        power_limit_w=None if alloc.power_limit_w is None else float(alloc.power_limit_w),
+    )
+
+
+def budgets_from_rows(budgets: Iterable[Budget]) -> tuple[core.Budget, ...]:
+    """Budgets with what their ledgers say is spent. ``notify_only`` budgets never hold a
+    job back, so the core does not see them."""
+    result = []
+    for b in budgets:
+        if b.hard_limit_action == HardLimitAction.NOTIFY_ONLY:
+            continue
+        used = budget_usage(b)
+        result.append(
+            core.Budget(
+                budget_id=str(b.pk),
+                team=b.team.slug,
+                period_start_s=b.period_start.timestamp(),
+                period_end_s=b.period_end.timestamp(),
+                energy_limit_j=None
+                if b.energy_limit_kwh is None
+                else b.energy_limit_kwh * J_PER_KWH,
+                energy_used_j=used.energy_j,
+                co2_limit_g=None if b.carbon_limit_kg is None else b.carbon_limit_kg * G_PER_KG,
+                co2_used_g=used.co2_g,
+            )
+        )
+    return tuple(result)
+
+
+def build_snapshot(
+    *,
+    now: datetime,
+    round_length_s: float,
+    policy_state: Mapping[str, Any] | None = None,
+    catalog: Catalog | None = None,
+    node_timeout_s: float | None = None,
+) -> SnapshotRows:
+    """Read everything a round may look at into a frozen snapshot.
+
+    Schedulable GPUs are those of healthy nodes heard from within ``node_timeout_s``; jobs are
+    the queued, running and paused ones with their progress, service so far and the
+    online-refinement scales stored in ``JobSchedulingState``; budgets are those whose period
+    contains ``now`` with their ledger totals; carbon is telemetry's signal for the zone.
+    """
+    timeout_s = settings.WATTFLOW_NODE_TIMEOUT_S if node_timeout_s is None else node_timeout_s
+    nodes = list(Node.objects.prefetch_related("gpus").order_by("switch_label", "name"))
+    cluster = cluster_from_rows(nodes, now=now, timeout_s=timeout_s)
+    gpus = {g.uuid: g for n in nodes for g in n.gpus.all()}
+
+    rows = list(
+        Job.objects.filter(state__in=ACTIVE_STATES)
+        .select_related("team", "current_allocation")
+        .prefetch_related("current_allocation__gpus__node")
+        .order_by("submitted_at", "id")
+    )
+    history = _allocation_history([j.pk for j in rows], now)
+    scales = {
+        s.job_id: s
+        for s in JobSchedulingState.objects.filter(job_id__in=[j.pk for j in rows]).only(
+            "job_id", "iter_time_scale", "power_scale"
+        )
+    }
+    jobs = []
+    for row in rows:
+        alloc = None
+        if row.state == JobState.RUNNING and row.current_allocation is not None:
+            alloc = allocation_from_row(row.current_allocation)
+        attained, started_s, last_change_s = _service_times(history.get(row.pk, []), now)
+        state = scales.get(row.pk)
+        jobs.append(
+            job_from_row(
+                row,
+                allocation=alloc,
+                attained_gpu_s=attained,
+                started_s=started_s if alloc is not None else None,
+                last_change_s=last_change_s,
+                iter_time_scale=state.iter_time_scale if state else 1.0,
+                power_scale=state.power_scale if state else 1.0,
+            )
+        )
+    budget_rows = list(
+        Budget.objects.filter(period_start__lte=now, period_end__gt=now)
+        .select_related("team")
+        .order_by("team__slug", "period_start", "id")
+    )
+    snapshot = core.Snapshot(
+        cluster=cluster,
+        jobs=tuple(jobs),
+        perf=catalog or current_catalog(),
+        round_length_s=round_length_s,
+        budgets=budgets_from_rows(budget_rows),
+        carbon=carbon_signal(settings.TELEMETRY_CARBON_ZONE, now),
+        policy_state=dict(policy_state or {}),
+    )
+    return SnapshotRows(
+        snapshot=snapshot,
+        jobs={str(j.pk): j for j in rows},
+        gpus=gpus,
+        hard_limit_actions={str(b.pk): b.hard_limit_action for b in budget_rows},
+    )
+
+
+# --- telemetry -> online refinement ---------------------------------------------------------
+
+
+def observed_scales(
+    job: Job,
+    state: JobSchedulingState,
+    *,
+    catalog: Catalog,
+    now: datetime,
+) -> tuple[ScaleUpdate, datetime] | None:
+    """Fold the telemetry of the job's current allocation since ``state.observed_until`` into
+    its scales (``refine_scales``); returns the new scales and the instant they cover, or
+    None when there is nothing new (or no perf model for the job on its GPUs).
+
+    Iteration times come from consecutive progress reports of this allocation; power from
+    the mean draw of its GPUs per sample instant. Both start at the agent's ``started``
+    report, so the idle seconds before the job came up do not count as its power.
+    """
+    alloc = job.current_allocation
+    if alloc is None:
+        return None
+    gpus = list(alloc.gpus.all())
+    if not gpus:
+        return None
+    try:
+        model = catalog.get(job.workload, gpus[0].model)
+    except (KeyError, LookupError):
+        return None
+    started = (
+        JobEvent.objects.filter(job=job, allocation_id=alloc.pk, kind=JobEventKind.STARTED)
+        .order_by("ts")
+        .values_list("ts", flat=True)
+        .first()
+    )
+    if started is None:
+        return None
+    since = max(started, state.observed_until) if state.observed_until else started
+    progress = list(
+        JobEvent.objects.filter(
+            job=job, allocation_id=alloc.pk, kind=JobEventKind.PROGRESS, ts__lte=now
+        )
+        .filter(Q(ts__gte=since))
+        .order_by("ts")
+        .values_list("ts", "iterations")
+    )
+    iter_times = []
+    for (t0, i0), (t1, i1) in zip(progress, progress[1:], strict=False):
+        if i0 is not None and i1 is not None and i1 > i0:
+            iter_times.append((t1 - t0).total_seconds() / (i1 - i0))
+    powers = [
+        row["p"]
+        for row in GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=now)
+        .values("ts")
+        .annotate(p=Avg("power_w"), n=Count("gpu"))
+        .order_by("ts")
+        if row["n"] == len(gpus)
+    ]
+    if not iter_times and not powers:
+        return None
+    cfg = core.GpuConfig(
+        n_gpus=len(gpus),
+        global_batch=alloc.batch_size,
+        sm_clock_mhz=alloc.sm_clock_mhz,
+        power_limit_w=None if alloc.power_limit_w is None else float(alloc.power_limit_w),
+    )
+    predicted_t, predicted_p = model.iter_time_s(cfg), model.power_w(cfg)
+    if not (predicted_t > 0 and predicted_p > 0 and math.isfinite(predicted_t)):
+        return None
+    update = refine_scales(
+        predicted_iter_time_s=predicted_t,
+        predicted_power_w=predicted_p,
+        observed_iter_times_s=iter_times,
+        observed_powers_w=powers,
+        iter_time_scale=state.iter_time_scale,
+        power_scale=state.power_scale,
+    )
+    # Progress reports are the later of the two streams to arrive; what is covered ends at
+    # the last one used (or, with none, the last power sample).
+    until = progress[-1][0] if progress else now
+    return update, until
+
+
+# --- plan -> row changes --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One change of a plan in row terms: the job, the kind, and the new configuration."""
+
+    job: Job
+    kind: core.ChangeKind
+    gpus: tuple[Gpu, ...] = ()
+    batch_size: int | None = None
+    sm_clock_mhz: int | None = None
+    power_limit_w: int | None = None
+    reason: core.WaitReason | None = None
+
+
+# Order in which changes are applied: freeing GPUs first lets the later ones take them.
+_APPLY_ORDER = {
+    core.ChangeKind.STOP: 0,
+    core.ChangeKind.RESIZE: 1,
+    core.ChangeKind.RETUNE: 2,
+    core.ChangeKind.START: 3,
+}
+
+
+def allocation_changes(plan: core.Plan, rows: SnapshotRows) -> list[RowChange]:
+    """The plan's changes as row changes, stops first, then resizes, retunes, starts.
+
+    The database keeps power limits in whole watts; a retune whose only difference is the
+    rounding of the limit is no change and is dropped (else every round would retune).
+    """
+    result = []
+    for change in plan.changes:
+        job = rows.jobs[change.job_id]
+        after = change.after
+        if after is None:
+            result.append(
+                RowChange(job=job, kind=change.kind, reason=plan.waiting.get(change.job_id))
+            )
+            continue
+        limit = None if after.power_limit_w is None else round(after.power_limit_w)
+        if change.kind == core.ChangeKind.RETUNE and change.before is not None:
+            before = change.before
+            if (before.global_batch, before.sm_clock_mhz, before.power_limit_w) == (
+                after.global_batch,
+                after.sm_clock_mhz,
+                None if limit is None else float(limit),
+            ):
+                continue
+        result.append(
+            RowChange(
+                job=job,
+                kind=change.kind,
+                gpus=tuple(rows.gpus[g] for g in after.gpu_ids),
+                batch_size=after.global_batch,
+                sm_clock_mhz=after.sm_clock_mhz,
+                power_limit_w=limit,
+            )
+        )
+    result.sort(key=lambda c: (_APPLY_ORDER[c.kind], c.job.pk))
+    return result

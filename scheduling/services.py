@@ -1,0 +1,466 @@
+"""The live scheduling round and node liveness: multi-row writes under a lock.
+
+``run_scheduling_round(now=...)`` is the whole round, in one transaction:
+
+1. take the PostgreSQL advisory lock ``ROUND_LOCK_KEY`` with ``pg_try_advisory_xact_lock``;
+   a round started while another holds it returns at once (``RoundResult.ran`` false);
+2. re-queue the jobs of nodes that stopped heart-beating (``mark_silent_nodes``);
+3. fold new telemetry into each running job's refinement scales;
+4. build the snapshot (``scheduling.adapters``), call the core's ``plan_round`` with the
+   configured policy, and apply the plan through ``cluster.services`` (conditional updates:
+   a job cancelled or finished meanwhile makes its change a recorded, skipped decision);
+5. record the round, its decisions and each waiting job's reason, keep the policy's state,
+   and broadcast the result to dashboards after commit.
+
+The lock is transaction-scoped, so it is released by the commit or rollback that ends the
+round, even if the worker dies mid-round.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Avg, DurationField, ExpressionWrapper, F
+
+from cluster import services as cluster_services
+from cluster.choices import HardLimitAction, JobState, NodeStatus
+from cluster.models import Job, JobAllocation, Node
+from frontend.broadcast import broadcast_round
+from scheduling import adapters
+from scheduling.choices import DecisionAction, RoundOutcome
+from scheduling.core import types as core
+from scheduling.core.round import plan_round
+from scheduling.models import (
+    JobSchedulingState,
+    RoundDecision,
+    SchedulerSettings,
+    SchedulingRound,
+)
+
+log = logging.getLogger(__name__)
+
+# Key of the advisory lock that makes rounds mutually exclusive ("wattflow" in ASCII, as an
+# int8), chosen so that it collides with no other lock of this database.
+ROUND_LOCK_KEY = 0x77617474666C6F77
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What ``run_scheduling_round`` did. ``ran`` is false when it did not plan: the lock was
+    held by another round (``skipped="locked"``), the round was not due yet (``"not_due"``)
+    or the scheduler is paused (``"paused"``)."""
+
+    ran: bool
+    skipped: str = ""
+    round_id: int | None = None
+    plan: core.Plan | None = None
+    applied: int = 0
+    failed: int = 0
+    requeued: int = 0
+
+
+def try_round_lock() -> bool:
+    """Take the round lock for the current transaction; False if another holds it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [ROUND_LOCK_KEY])
+        return bool(cursor.fetchone()[0])
+
+
+# --- node liveness ---------------------------------------------------------------------------
+
+
+def mark_silent_nodes(*, now: datetime, timeout_s: float | None = None) -> list[int]:
+    """Mark healthy nodes silent for ``timeout_s`` unhealthy and re-queue the jobs running on
+    them (their allocations close, so the agents stop them if they come back); mark unhealthy
+    nodes that heart-beat again healthy. Returns the ids of the re-queued jobs.
+
+    A node that never heart-beat since it was added stays as it is (it is not schedulable
+    anyway: see ``adapters.node_is_live``). Draining nodes are the admin's and stay draining.
+    """
+    timeout_s = settings.WATTFLOW_NODE_TIMEOUT_S if timeout_s is None else timeout_s
+    cutoff = now - timedelta(seconds=timeout_s)
+    requeued: list[int] = []
+    with transaction.atomic():
+        silent = list(
+            Node.objects.select_for_update()
+            .filter(status=NodeStatus.HEALTHY, last_heartbeat_at__lt=cutoff)
+            .values_list("pk", flat=True)
+        )
+        if silent:
+            # Conditional: a heartbeat that landed since the read keeps its node healthy.
+            Node.objects.filter(
+                pk__in=silent, status=NodeStatus.HEALTHY, last_heartbeat_at__lt=cutoff
+            ).update(status=NodeStatus.UNHEALTHY)
+            stranded = (
+                Job.objects.filter(
+                    state=JobState.RUNNING,
+                    current_allocation__gpus__node_id__in=silent,
+                )
+                .distinct()
+                .order_by("pk")
+            )
+            for job in stranded:
+                try:
+                    cluster_services.transition_job(
+                        job,
+                        to=JobState.QUEUED,
+                        at=now,
+                        pending_reason_code="node_lost",
+                        pending_reason="Re-queued: a node it ran on stopped reporting.",
+                    )
+                except cluster_services.InvalidTransition as exc:
+                    log.info("job %s not re-queued: %s", job.pk, exc)
+                    continue
+                requeued.append(job.pk)
+            log.warning(
+                "nodes %s silent since %s: unhealthy; re-queued %s", silent, cutoff, requeued
+            )
+        Node.objects.filter(status=NodeStatus.UNHEALTHY, last_heartbeat_at__gte=cutoff).update(
+            status=NodeStatus.HEALTHY
+        )
+    return requeued
+
+
+# --- the round -------------------------------------------------------------------------------
+
+
+def _round_due(config: SchedulerSettings, now: datetime) -> bool:
+    """Beat ticks every WATTFLOW_ROUND_INTERVAL_S; a tick earlier than the configured interval
+    since the last round is skipped. Half a tick of slack absorbs beat's jitter."""
+    last = SchedulingRound.objects.order_by("-started_at").values_list("started_at", flat=True)
+    last_at = last.first()
+    if last_at is None:
+        return True
+    slack_s = settings.WATTFLOW_ROUND_INTERVAL_S / 2
+    return (now - last_at).total_seconds() >= config.round_interval_s - slack_s
+
+
+def refresh_scales(rows: list[Job], *, catalog, now: datetime) -> int:
+    """Fold new telemetry of running jobs into their stored scales; returns how many moved."""
+    moved = 0
+    for job in rows:
+        state, _ = JobSchedulingState.objects.get_or_create(job=job)
+        result = adapters.observed_scales(job, state, catalog=catalog, now=now)
+        if result is None:
+            continue
+        update, until = result
+        JobSchedulingState.objects.filter(pk=job.pk).update(
+            iter_time_scale=update.iter_time_scale,
+            power_scale=update.power_scale,
+            observed_until=until,
+        )
+        moved += 1
+    return moved
+
+
+def run_scheduling_round(
+    *, now: datetime, policy: str | None = None, force: bool = False
+) -> RoundResult:
+    """Run one round at ``now`` (see the module docstring). ``policy`` overrides the configured
+    one for this round only (tests, comparisons); ``force`` ignores the interval and pause."""
+    t0 = time.perf_counter()
+    with transaction.atomic():
+        if not try_round_lock():
+            return RoundResult(ran=False, skipped="locked")
+        config = SchedulerSettings.load()
+        if not force and config.paused:
+            return RoundResult(ran=False, skipped="paused")
+        if not force and not _round_due(config, now):
+            return RoundResult(ran=False, skipped="not_due")
+        requeued = mark_silent_nodes(now=now)
+        catalog = adapters.current_catalog()
+        running = list(
+            Job.objects.filter(state=JobState.RUNNING, current_allocation__isnull=False)
+            .select_related("current_allocation")
+            .prefetch_related("current_allocation__gpus")
+        )
+        refresh_scales(running, catalog=catalog, now=now)
+        policy_name = policy or config.policy
+        rows = adapters.build_snapshot(
+            now=now,
+            round_length_s=float(config.round_interval_s),
+            policy_state=config.policy_state if policy_name == config.policy else {},
+            catalog=catalog,
+        )
+        plan = plan_round(rows.snapshot, policy=policy_name, now=now.timestamp())
+        round_row = _record_round(rows, plan, now=now, requeued=len(requeued))
+        applied, failed, decisions = _apply(plan, rows, round_row, now=now)
+        _record_waiting(plan, rows, round_row, now=now)
+        if policy_name == config.policy:
+            SchedulerSettings.objects.filter(pk=config.pk).update(
+                policy_state=_json_safe(plan.policy_state)
+            )
+        SchedulingRound.objects.filter(pk=round_row.pk).update(
+            outcome=RoundOutcome.PARTIAL if failed else RoundOutcome.APPLIED,
+            failed_changes=failed,
+            finished_at=datetime.now(UTC),
+            plan_duration_s=time.perf_counter() - t0,
+        )
+        summary = round_summary(round_row, plan, rows, decisions)
+        transaction.on_commit(lambda: broadcast_round(summary))
+    log.info(
+        "round %s (%s): %d running, %d waiting, %d changes applied, %d failed",
+        round_row.pk, plan.policy, len(plan.allocations), len(plan.waiting), applied, failed,
+    )  # fmt: skip
+    return RoundResult(
+        ran=True,
+        round_id=round_row.pk,
+        plan=plan,
+        applied=applied,
+        failed=failed,
+        requeued=len(requeued),
+    )
+
+
+def _json_safe(state: Any) -> Any:
+    """The policy's state as stored JSON (tuples become lists, keys text)."""
+    import json
+
+    return json.loads(json.dumps(state, default=str))
+
+
+def _record_round(
+    rows: adapters.SnapshotRows, plan: core.Plan, *, now: datetime, requeued: int
+) -> SchedulingRound:
+    snap = rows.snapshot
+    return SchedulingRound.objects.create(
+        started_at=now,
+        finished_at=now,
+        policy=plan.policy,
+        round_length_s=snap.round_length_s,
+        schedulable_gpus=len(snap.cluster.schedulable_gpus),
+        active_jobs=len(snap.jobs),
+        running_jobs=len(plan.allocations),
+        waiting_jobs=len(plan.waiting),
+        changes=len(plan.changes),
+        requeued_jobs=requeued,
+        predicted_energy_j=plan.predicted_energy_j,
+        predicted_co2_g=plan.predicted_co2_g,
+        energy_allowance_j=plan.energy_allowance_j,
+        co2_allowance_g=plan.co2_allowance_g,
+        ci_g_per_kwh=snap.carbon.ci_g_per_kwh,
+        ci_estimated=snap.carbon.estimated,
+        plan_duration_s=0.0,
+    )
+
+
+def _keeps_running(change: adapters.RowChange, rows: adapters.SnapshotRows) -> bool:
+    """A stop for an exhausted budget is carried out only if one of the team's exhausted
+    budgets says ``pause_jobs``; ``hold_queue`` starts nothing new but lets running jobs
+    finish (the core itself treats every exhausted budget alike)."""
+    if change.reason is None or change.reason.code != core.WaitCode.BUDGET_EXHAUSTED:
+        return False
+    team = change.job.team.slug
+    exhausted = [
+        b
+        for b in rows.snapshot.budgets
+        if b.team in (team, None) and (b.energy_remaining_j == 0.0 or b.co2_remaining_g == 0.0)
+    ]
+    actions = {rows.hard_limit_actions.get(b.budget_id) for b in exhausted}
+    return bool(exhausted) and HardLimitAction.PAUSE_JOBS not in actions
+
+
+def _apply(
+    plan: core.Plan, rows: adapters.SnapshotRows, round_row: SchedulingRound, *, now: datetime
+) -> tuple[int, int, list[RoundDecision]]:
+    """Carry out the plan's changes; returns (applied, failed, decisions). A change that loses
+    a race (job moved, GPUs taken) is recorded with its error and the round goes on. Resizes
+    that trade GPUs with each other are retried once the others have moved."""
+    pending = adapters.allocation_changes(plan, rows)
+    decisions: list[RoundDecision] = []
+    applied = failed = 0
+    errors: dict[int, str] = {}
+    for _attempt in range(3):
+        retry = []
+        for change in pending:
+            try:
+                if change.kind == core.ChangeKind.STOP and _keeps_running(change, rows):
+                    continue
+                _apply_one(change, now=now)
+            except cluster_services.AllocationError as exc:
+                errors[change.job.pk] = str(exc)
+                retry.append(change)
+                continue
+            except cluster_services.InvalidTransition as exc:
+                errors[change.job.pk] = str(exc)
+                decisions.append(_decision(round_row, change, applied=False, error=str(exc)))
+                failed += 1
+                continue
+            errors.pop(change.job.pk, None)
+            decisions.append(_decision(round_row, change, applied=True))
+            applied += 1
+        if not retry or len(retry) == len(pending):
+            pending = retry
+            break
+        pending = retry
+    for change in pending:
+        decisions.append(
+            _decision(round_row, change, applied=False, error=errors.get(change.job.pk, ""))
+        )
+        failed += 1
+    RoundDecision.objects.bulk_create(decisions)
+    return applied, failed, decisions
+
+
+def _apply_one(change: adapters.RowChange, *, now: datetime) -> None:
+    job = Job.objects.get(pk=change.job.pk)  # the state as it is now, not as snapshotted
+    kind = change.kind
+    if kind == core.ChangeKind.STOP:
+        reason = change.reason
+        cluster_services.transition_job(
+            job,
+            to=JobState.PAUSED,
+            at=now,
+            pending_reason_code=str(reason.code) if reason else "preempted",
+            pending_reason=reason.message if reason else "Paused by the scheduler.",
+        )
+        return
+    config = {
+        "gpus": change.gpus,
+        "batch_size": change.batch_size,
+        "sm_clock_mhz": change.sm_clock_mhz,
+        "power_limit_w": change.power_limit_w,
+        "at": now,
+    }
+    if kind == core.ChangeKind.START:
+        cluster_services.start_job(job, **config)
+        Job.objects.filter(pk=job.pk).update(pending_reason_code="", pending_reason="")
+        JobSchedulingState.objects.update_or_create(
+            job_id=job.pk,
+            defaults={"wait_code": "", "wait_reason": "", "wait_until": None, "wait_round": None},
+        )
+    else:
+        if job.state != JobState.RUNNING:
+            raise cluster_services.InvalidTransition(
+                job.pk, job.state, JobState.RUNNING, f"it is {job.state}, not running"
+            )
+        cluster_services.set_allocation(job, **config)
+
+
+def _decision(
+    round_row: SchedulingRound, change: adapters.RowChange, *, applied: bool, error: str = ""
+) -> RoundDecision:
+    reason = change.reason
+    return RoundDecision(
+        round=round_row,
+        job_id=change.job.pk,
+        action=DecisionAction(str(change.kind)),
+        gpu_uuids=[g.uuid for g in change.gpus],
+        batch_size=change.batch_size,
+        sm_clock_mhz=change.sm_clock_mhz,
+        power_limit_w=change.power_limit_w,
+        reason_code=str(reason.code) if reason else "",
+        reason=reason.message if reason else "",
+        applied=applied,
+        error=error,
+    )
+
+
+def _record_waiting(
+    plan: core.Plan, rows: adapters.SnapshotRows, round_row: SchedulingRound, *, now: datetime
+) -> None:
+    """Each waiting job's latest reason, on the job (list pages) and in its scheduling state
+    (with the time it may start). Only jobs still queued or paused are touched."""
+    for job_id, reason in plan.waiting.items():
+        pk = int(job_id)
+        until = None if reason.until_s is None else datetime.fromtimestamp(reason.until_s, tz=UTC)
+        Job.objects.filter(pk=pk, state__in=(JobState.QUEUED, JobState.PAUSED)).update(
+            pending_reason_code=str(reason.code), pending_reason=reason.message
+        )
+        JobSchedulingState.objects.update_or_create(
+            job_id=pk,
+            defaults={
+                "wait_code": str(reason.code),
+                "wait_reason": reason.message,
+                "wait_until": until,
+                "wait_round": round_row,
+            },
+        )
+
+
+def average_jct_s(*, now: datetime, window: timedelta = timedelta(days=1)) -> float | None:
+    """Average completion time (finish - submit) of jobs completed in the last ``window``."""
+    value = (
+        Job.objects.filter(state=JobState.COMPLETED, finished_at__gte=now - window)
+        .annotate(
+            jct=ExpressionWrapper(
+                F("finished_at") - F("submitted_at"), output_field=DurationField()
+            )
+        )
+        .aggregate(avg=Avg("jct"))["avg"]
+    )
+    return None if value is None else value.total_seconds()
+
+
+def round_summary(
+    round_row: SchedulingRound,
+    plan: core.Plan,
+    rows: adapters.SnapshotRows,
+    decisions: list[RoundDecision],
+) -> dict[str, Any]:
+    """The round as ``frontend.broadcast.broadcast_round`` takes it: applied changes and the
+    reason of every waiting job, each tagged with its team so teams see only their own."""
+    items = []
+    for d in decisions:
+        if not d.applied:
+            continue
+        job = rows.jobs[str(d.job_id)]
+        items.append(
+            {
+                "job_id": job.pk,
+                "team_id": job.team_id,
+                "job_name": job.name,
+                "action": d.action,
+                "gpus": len(d.gpu_uuids),
+                "batch_size": d.batch_size,
+                "sm_clock_mhz": d.sm_clock_mhz,
+                "reason_code": d.reason_code,
+                "reason": d.reason,
+            }
+        )
+    for job_id, reason in sorted(plan.waiting.items(), key=lambda kv: int(kv[0])):
+        job = rows.jobs[job_id]
+        items.append(
+            {
+                "job_id": job.pk,
+                "team_id": job.team_id,
+                "job_name": job.name,
+                "action": "wait",
+                "gpus": 0,
+                "batch_size": None,
+                "sm_clock_mhz": None,
+                "reason_code": str(reason.code),
+                "reason": reason.message,
+            }
+        )
+    queued = sum(1 for j in rows.jobs.values() if j.state == JobState.QUEUED)
+    return {
+        "round_id": round_row.pk,
+        "at": round_row.started_at.isoformat(),
+        "policy": plan.policy,
+        "queue_length": queued,
+        "running": len(plan.allocations),
+        "avg_jct_s": average_jct_s(now=round_row.started_at),
+        "predicted_energy_j": plan.predicted_energy_j,
+        "predicted_co2_g": plan.predicted_co2_g,
+        "decisions": items,
+    }
+
+
+def open_allocation_gpu_owners() -> dict[int, int]:
+    """GPU id -> job id of every open allocation (for checks that nothing is double-booked)."""
+    through = JobAllocation.gpus.through
+    owners: dict[int, int] = {}
+    for gpu_id, job_id in through.objects.filter(joballocation__ended_at__isnull=True).values_list(
+        "gpu_id", "joballocation__job_id"
+    ):
+        if gpu_id in owners and owners[gpu_id] != job_id:
+            raise AssertionError(f"GPU {gpu_id} held by jobs {owners[gpu_id]} and {job_id}")
+        owners[gpu_id] = job_id
+    return owners

@@ -1,0 +1,356 @@
+"""The live round against the real PostgreSQL: snapshot from rows, plan, apply, record.
+
+Time is passed in (``T0``); nodes heart-beat relative to it.
+"""
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, connections
+
+from cluster import services as cluster_services
+from cluster.choices import HardLimitAction, JobState, NodeStatus
+from cluster.models import Budget, Gpu, Job, Node
+from scheduling import services
+from scheduling.choices import DecisionAction, RoundOutcome
+from scheduling.models import JobSchedulingState, RoundDecision, SchedulerSettings, SchedulingRound
+
+T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def live_node(make_node):
+    def make(name="node-01", *, gpus=8, switch_label="switch-1", heartbeat=T0):
+        node = make_node(name, gpus=gpus, switch_label=switch_label)
+        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=heartbeat)
+        node.refresh_from_db()
+        return node
+
+    return make
+
+
+@pytest.fixture
+def fifo(db):
+    config = SchedulerSettings.load()
+    config.policy = "fifo"
+    config.round_interval_s = 60
+    config.save()
+    return config
+
+
+def _job(make_job, member, team, **overrides):
+    values = {"min_gpus": 2, "max_gpus": 2, "global_batch_size": 256, "min_batch_size": 256,
+              "max_batch_size": 256, "at": T0 - timedelta(minutes=5)}  # fmt: skip
+    values.update(overrides)
+    return make_job(owner=member, team=team, **values)
+
+
+def test_round_starts_a_queued_job_on_a_live_node_and_records_it(
+    fifo, live_node, make_job, member, team
+):
+    # given a live node with 8 GPUs and a queued 2-GPU job
+    node = live_node()
+    job = _job(make_job, member, team)
+
+    # when a round runs
+    result = services.run_scheduling_round(now=T0)
+
+    # then the job runs on 2 GPUs of that node, and the round and its decision are recorded
+    job.refresh_from_db()
+    assert result.ran and result.applied == 1 and result.failed == 0
+    assert job.state == JobState.RUNNING
+    assert job.started_at == T0
+    alloc = job.current_allocation
+    assert sorted(g.uuid for g in alloc.gpus.all()) == ["GPU-node-01-0", "GPU-node-01-1"]
+    assert {g.node_id for g in alloc.gpus.all()} == {node.pk}
+    assert alloc.batch_size == 256
+    round_row = SchedulingRound.objects.get()
+    assert (round_row.pk, round_row.policy, round_row.outcome) == (
+        result.round_id,
+        "fifo",
+        RoundOutcome.APPLIED,
+    )
+    assert (round_row.schedulable_gpus, round_row.running_jobs, round_row.waiting_jobs) == (8, 1, 0)
+    decision = RoundDecision.objects.get()
+    assert (decision.job_id, decision.action, decision.applied) == (
+        job.pk,
+        DecisionAction.START,
+        True,
+    )
+    assert decision.gpu_uuids == ["GPU-node-01-0", "GPU-node-01-1"]
+
+
+def test_round_leaves_a_running_job_alone_when_nothing_changes(
+    fifo, live_node, make_job, member, team
+):
+    # given a job a first round started
+    live_node()
+    job = _job(make_job, member, team)
+    services.run_scheduling_round(now=T0)
+    job.refresh_from_db()
+    first_alloc = job.current_allocation_id
+
+    # when the next round runs a minute later
+    result = services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+
+    # then nothing changes: same allocation, no decision recorded
+    job.refresh_from_db()
+    assert result.ran and result.applied == 0
+    assert job.current_allocation_id == first_alloc
+    assert RoundDecision.objects.count() == 1
+
+
+def test_round_never_schedules_on_a_silent_node_and_says_why(
+    fifo, live_node, make_job, member, team
+):
+    # given the only node last heard from 10 minutes ago (timeout 60 s)
+    live_node(heartbeat=T0 - timedelta(minutes=10))
+    job = _job(make_job, member, team)
+
+    # when a round runs
+    services.run_scheduling_round(now=T0)
+
+    # then the node is unhealthy, the job still queued with a reason on the job and its state
+    job.refresh_from_db()
+    assert Node.objects.get().status == NodeStatus.UNHEALTHY
+    assert job.state == JobState.QUEUED
+    assert job.current_allocation is None
+    assert job.pending_reason_code == "no_matching_gpu"
+    assert (
+        job.pending_reason
+        == "Waiting: needs 2 GPU(s) of one model; no GPU model has that many schedulable."
+    )
+    state = JobSchedulingState.objects.get(job=job)
+    assert (state.wait_code, state.wait_round_id) == (
+        "no_matching_gpu",
+        SchedulingRound.objects.get().pk,
+    )
+
+
+def test_pending_reason_and_estimated_start_are_in_the_jobs_api(
+    fifo, live_node, make_job, member, team, api_client
+):
+    # given a full node (8 GPUs) running an 8-GPU job and a second job queued behind it
+    live_node()
+    first = _job(make_job, member, team, min_gpus=8, max_gpus=8, total_iterations=100)
+    second = _job(make_job, member, team, at=T0 - timedelta(minutes=4))
+
+    # when a round runs
+    services.run_scheduling_round(now=T0)
+
+    # then the API shows the second job's reason and when it is expected to start
+    state = JobSchedulingState.objects.get(job=second)
+    body = api_client(member).get(f"/api/jobs/{second.pk}/").json()
+    assert Job.objects.get(pk=first.pk).state == JobState.RUNNING
+    assert body["state"] == "queued"
+    assert body["pending_reason_code"] == "behind_in_queue"
+    assert body["pending_reason"] == state.wait_reason
+    assert body["pending_reason"].startswith("Waiting: 1 job(s) ahead of it in the queue")
+    assert state.wait_until is not None and state.wait_until > T0
+    assert body["pending_until"] == state.wait_until.isoformat().replace("+00:00", "Z")
+    assert body["pending_round"] == SchedulingRound.objects.get().pk
+    # and a running job shows no pending fields
+    running = api_client(member).get(f"/api/jobs/{first.pk}/").json()
+    assert (running["pending_reason_code"], running["pending_until"], running["pending_round"]) == (
+        "",
+        None,
+        None,
+    )
+
+
+def test_a_second_round_exits_at_once_while_one_holds_the_lock(
+    fifo, live_node, make_job, member, team
+):
+    # given another session holding the round lock in an open transaction
+    live_node()
+    job = _job(make_job, member, team)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_lock():
+        with connections["default"].cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [services.ROUND_LOCK_KEY])
+            held.set()
+            release.wait(10)
+            cursor.execute("ROLLBACK")
+        connections["default"].close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    assert held.wait(10)
+    try:
+        # when a round starts meanwhile
+        result = services.run_scheduling_round(now=T0)
+    finally:
+        release.set()
+        holder.join(10)
+
+    # then it did nothing: no round row, the job still queued
+    assert (result.ran, result.skipped) == (False, "locked")
+    assert SchedulingRound.objects.count() == 0
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+
+
+def test_round_is_skipped_until_the_configured_interval_has_passed(
+    fifo, live_node, make_job, member, team
+):
+    # given a round at T0 and an interval of 60 s (beat ticks every 10 s)
+    live_node()
+    services.run_scheduling_round(now=T0)
+    _job(make_job, member, team)
+
+    # when beat ticks 20 s later, and again 60 s later
+    early = services.run_scheduling_round(now=T0 + timedelta(seconds=20))
+    due = services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+
+    # then the early tick is skipped and the due one runs
+    assert (early.ran, early.skipped) == (False, "not_due")
+    assert due.ran
+    assert SchedulingRound.objects.count() == 2
+
+
+def test_paused_scheduler_runs_no_round(fifo, live_node, make_job, member, team):
+    live_node()
+    job = _job(make_job, member, team)
+    SchedulerSettings.objects.filter(pk=1).update(paused=True)
+
+    result = services.run_scheduling_round(now=T0)
+
+    assert (result.ran, result.skipped) == (False, "paused")
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+    assert SchedulingRound.objects.count() == 0
+
+
+def test_silent_node_is_marked_unhealthy_and_its_jobs_requeued(
+    fifo, live_node, make_job, member, team
+):
+    # given a job running on node-01 and a healthy node-02
+    node1 = live_node("node-01")
+    live_node("node-02")
+    job = _job(make_job, member, team)
+    services.run_scheduling_round(now=T0)
+    job.refresh_from_db()
+    assert {g.node_id for g in job.current_allocation.gpus.all()} == {node1.pk}
+
+    # when node-01 falls silent for longer than the timeout and liveness runs
+    later = T0 + timedelta(seconds=120)
+    Node.objects.filter(name="node-02").update(last_heartbeat_at=later)
+    requeued = services.mark_silent_nodes(now=later)
+
+    # then node-01 is unhealthy, the job re-queued with its allocation closed
+    job.refresh_from_db()
+    assert requeued == [job.pk]
+    assert Node.objects.get(name="node-01").status == NodeStatus.UNHEALTHY
+    assert Node.objects.get(name="node-02").status == NodeStatus.HEALTHY
+    assert job.state == JobState.QUEUED
+    assert job.current_allocation is None
+    assert job.allocations.get().ended_at == later
+    assert job.pending_reason_code == "node_lost"
+
+    # and when node-01 heart-beats again it is healthy again
+    Node.objects.filter(name="node-01").update(last_heartbeat_at=later + timedelta(seconds=5))
+    assert services.mark_silent_nodes(now=later + timedelta(seconds=6)) == []
+    assert Node.objects.get(name="node-01").status == NodeStatus.HEALTHY
+
+
+def test_exhausted_pause_jobs_budget_pauses_running_jobs(fifo, live_node, make_job, member, team):
+    # given a running job of a team whose pause_jobs budget is then spent
+    live_node()
+    job = _job(make_job, member, team)
+    services.run_scheduling_round(now=T0)
+    budget = Budget.objects.create(
+        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
+        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.PAUSE_JOBS,
+    )  # fmt: skip
+    _spend(budget, job, energy_j=3.6e6)
+
+    # when the next round runs
+    result = services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+
+    # then the job is paused with the budget as its reason
+    job.refresh_from_db()
+    assert result.applied == 1
+    assert job.state == JobState.PAUSED
+    assert job.current_allocation is None
+    assert job.pending_reason_code == "budget_exhausted"
+    decision = RoundDecision.objects.filter(action=DecisionAction.STOP).get()
+    assert (decision.job_id, decision.reason_code) == (job.pk, "budget_exhausted")
+
+
+def test_exhausted_hold_queue_budget_lets_running_jobs_finish_but_starts_none(
+    fifo, live_node, make_job, member, team
+):
+    # given a running job of a team whose hold_queue budget is then spent, and a new job
+    live_node()
+    running = _job(make_job, member, team)
+    services.run_scheduling_round(now=T0)
+    budget = Budget.objects.create(
+        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
+        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.HOLD_QUEUE,
+    )  # fmt: skip
+    _spend(budget, running, energy_j=3.6e6)
+    queued = _job(make_job, member, team, at=T0)
+
+    # when the next round runs
+    services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+
+    # then the running job keeps running, the new one waits for the budget
+    running.refresh_from_db()
+    queued.refresh_from_db()
+    assert running.state == JobState.RUNNING
+    assert queued.state == JobState.QUEUED
+    assert queued.pending_reason_code == "budget_exhausted"
+    assert not RoundDecision.objects.filter(action=DecisionAction.STOP).exists()
+
+
+def test_change_that_loses_a_race_is_recorded_and_skipped(fifo, live_node, make_job, member, team):
+    # given a round's snapshot that saw a queued job, cancelled before the plan is applied
+    from scheduling import adapters
+    from scheduling.core.round import plan_round
+
+    live_node()
+    job = _job(make_job, member, team)
+    rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
+    plan = plan_round(rows.snapshot, policy="fifo", now=T0.timestamp())
+    cluster_services.cancel_job(job, at=T0)
+    round_row = services._record_round(rows, plan, now=T0, requeued=0)
+
+    # when the plan is applied
+    applied, failed, _ = services._apply(plan, rows, round_row, now=T0)
+
+    # then the start is recorded as not applied and the job stays cancelled without GPUs
+    job.refresh_from_db()
+    assert (applied, failed) == (0, 1)
+    assert job.state == JobState.CANCELLED
+    assert job.allocations.count() == 0
+    decision = RoundDecision.objects.get()
+    assert decision.applied is False
+    assert decision.error == (
+        f"job {job.pk}: cannot go from cancelled to running: "
+        "cancelled may only go to nothing (final state)"
+    )
+
+
+def _spend(budget, job, *, energy_j):
+    from telemetry.models import EnergyLedgerEntry
+
+    gpu = Gpu.objects.first()
+    EnergyLedgerEntry.objects.create(
+        gpu=gpu, hour=T0.replace(minute=0), job=job, team=budget.team, energy_j=energy_j,
+        co2_g=0.0, ci_g_per_kwh=0.0, zone="ES",
+    )  # fmt: skip
+
+
+def test_round_uses_the_advisory_lock_of_its_own_transaction(fifo, live_node):
+    # given a round that ran (and committed or rolled back its transaction)
+    live_node()
+    services.run_scheduling_round(now=T0)
+
+    # then the lock is free again for this session and others
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [services.ROUND_LOCK_KEY])
+        assert cursor.fetchone()[0] is True
+        cursor.execute("SELECT pg_advisory_unlock(%s)", [services.ROUND_LOCK_KEY])
