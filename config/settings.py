@@ -83,6 +83,20 @@ DATABASES = {
     )
 }
 
+# Optional per-process psycopg pool (0 = off). Under daphne each request runs its sync view in
+# a fresh thread, so persistent per-thread connections (CONN_MAX_AGE > 0) pile up until
+# PostgreSQL refuses clients; a pool shared by the process's threads bounds them (Django
+# requires CONN_MAX_AGE = 0 with a pool). Needs psycopg-pool (requirements.txt).
+DATABASE_POOL_MAX_SIZE = env_int("DATABASE_POOL_MAX_SIZE", 0)
+if DATABASE_POOL_MAX_SIZE > 0:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": 30,
+    }
+
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -9,26 +9,26 @@ Validation is a plain loop over dicts rather than a DRF serializer per sample: a
 samples per second a serializer's per-field machinery is most of the cost. The serializers in
 ``telemetry/api/serializers.py`` describe the same format for the OpenAPI schema.
 
-Storage is one ``INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO NOTHING`` on the
-(GPU, timestamp) primary key: a replayed or duplicated batch inserts nothing new. The other
-methods (``copy`` through a temporary table, ``bulk_create``) are kept for the benchmark that
-chose this one (docs/benchmarks.md).
+Storage is one statement: ``INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO NOTHING`` on
+the (GPU, timestamp) primary key (a replayed or duplicated batch inserts nothing new) with the
+dirty-hour marks of the new rows upserted in the same statement. ``store_rows`` keeps the other
+methods (``copy`` through a temporary table, ``bulk_create``) for the benchmark that chose this
+one (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from cluster.models import Gpu, Node
-from telemetry.energy import HOUR_S
 from telemetry.models import DirtyHour, GpuSample
 
 # field: (unit for messages, low, high, nullable). Ranges are physical sanity bounds, wide
@@ -159,24 +159,74 @@ def _as_arrays(rows: list[tuple]) -> list[list]:
 
 _TABLE = GpuSample._meta.db_table
 _COLS = ", ".join(COLUMNS)
-_UNNEST_SQL = (
-    f"INSERT INTO {_TABLE} ({_COLS}) "
-    "SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::float8[], %s::float8[], "
-    "%s::float8[], %s::float8[], %s::float8[], %s::int[], %s::float8[]) "
-    "ON CONFLICT DO NOTHING"
+_UNNEST = (
+    "SELECT * FROM unnest(%(gpu_id)b::bigint[], %(ts)b::timestamptz[], %(power_w)b::float8[], "
+    "%(energy_j)b::float8[], %(util_pct)b::float8[], %(mem_used_mib)b::float8[], "
+    "%(temp_c)b::float8[], %(sm_clock_mhz)b::int[], %(power_limit_w)b::float8[])"
 )
+# One statement stores the rows and marks the (GPU, hour)s of the rows that were new, plus the
+# neighbouring hour for rows within TELEMETRY_MAX_GAP_S of a boundary (their interval reaches
+# into it). A single statement is atomic on its own, so no BEGIN/COMMIT round trips.
+_STORE_AND_MARK_SQL = f"""
+WITH new AS (
+    INSERT INTO {_TABLE} ({_COLS}) {_UNNEST}
+    ON CONFLICT DO NOTHING
+    RETURNING gpu_id, ts
+), marks AS (
+    SELECT DISTINCT new.gpu_id, v.hour
+    FROM new, LATERAL (VALUES
+        (date_trunc('hour', new.ts)),
+        (CASE WHEN new.ts - date_trunc('hour', new.ts) < %(gap)s
+              THEN date_trunc('hour', new.ts) - interval '1 hour' END),
+        (CASE WHEN date_trunc('hour', new.ts) + interval '1 hour' - new.ts <= %(gap)s
+              THEN date_trunc('hour', new.ts) + interval '1 hour' END)
+    ) AS v(hour)
+    WHERE v.hour IS NOT NULL
+    ORDER BY 1, 2
+), dirty AS (
+    INSERT INTO {DirtyHour._meta.db_table} (gpu_id, hour, marked_at)
+    SELECT gpu_id, hour, %(now)s FROM marks
+    ON CONFLICT (gpu_id, hour) DO UPDATE SET marked_at = EXCLUDED.marked_at
+)
+SELECT count(*) FROM new
+"""
 
 
-def store_rows(rows: list[tuple], *, method: str = "unnest") -> int:
-    """Insert rows (in COLUMNS order), skipping (GPU, ts) already stored; returns how many
-    were new. Must run inside a transaction (the COPY method's temp table lives in it)."""
-    with connection.cursor() as cursor:
-        if method == "unnest":
-            arrays = _as_arrays(rows)
-            arrays[7] = [None if v is None else int(v) for v in arrays[7]]
-            cursor.execute(_UNNEST_SQL, arrays)
+def _columns(rows: list[tuple]) -> dict[str, list]:
+    arrays = dict(zip(COLUMNS, (list(c) for c in zip(*rows, strict=True)), strict=True))
+    arrays["sm_clock_mhz"] = [None if v is None else int(v) for v in arrays["sm_clock_mhz"]]
+    return arrays
+
+
+def _binding_cursor() -> psycopg.Cursor:
+    """A server-side-binding cursor on Django's connection (same transaction). Django's own
+    cursors bind client-side, which spends milliseconds quoting nine arrays per batch."""
+    connection.ensure_connection()
+    return psycopg.Cursor(connection.connection)
+
+
+def store_and_mark(rows: list[tuple], *, now: datetime) -> int:
+    """Insert rows (COLUMNS order) skipping (GPU, ts) already stored, mark their hours dirty;
+    returns how many rows were new."""
+    params = _columns(rows)
+    params["gap"] = timedelta(seconds=settings.TELEMETRY_MAX_GAP_S)
+    params["now"] = now
+    with _binding_cursor() as cursor:
+        cursor.execute(_STORE_AND_MARK_SQL, params)
+        return cursor.fetchone()[0]
+
+
+def store_rows(rows: list[tuple], *, method: str) -> int:
+    """Storage alone, by the methods the benchmark compares (``unnest``, ``copy`` through a
+    temporary table, ``bulk_create``); returns rows inserted. Run inside a transaction."""
+    if method == "unnest":
+        with _binding_cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {_TABLE} ({_COLS}) {_UNNEST} ON CONFLICT DO NOTHING", _columns(rows)
+            )
             return cursor.rowcount
-        if method == "copy":
+    if method == "copy":
+        with connection.cursor() as cursor:
             cursor.execute(
                 "CREATE TEMP TABLE IF NOT EXISTS ingest_stage "
                 f"(LIKE {_TABLE}) ON COMMIT DELETE ROWS"
@@ -202,46 +252,8 @@ def store_rows(rows: list[tuple], *, method: str = "unnest") -> int:
     raise ValueError(f"unknown storage method {method!r}")
 
 
-def dirty_hours(rows: Iterable[tuple]) -> set[tuple[int, datetime]]:
-    """(GPU, hour) pairs whose accounting a batch changes: the hour of each sample and, for a
-    sample close to an hour boundary, the neighbouring hour whose edge interval it bounds."""
-    gap = settings.TELEMETRY_MAX_GAP_S
-    marks: set[tuple[int, datetime]] = set()
-    for row in rows:
-        gpu_id, ts = row[0], row[1]
-        hour = ts.replace(minute=0, second=0, microsecond=0)
-        marks.add((gpu_id, hour))
-        offset_s = (ts - hour).total_seconds()
-        if offset_s < gap:
-            marks.add((gpu_id, hour - timedelta(hours=1)))
-        if HOUR_S - offset_s <= gap:
-            marks.add((gpu_id, hour + timedelta(hours=1)))
-    return marks
-
-
-def mark_dirty(marks: set[tuple[int, datetime]], *, now: datetime) -> None:
-    if not marks:
-        return
-    gpu_ids, hours = zip(*sorted(marks), strict=True)
-    with connection.cursor() as cursor:
-        # marked_at moves forward on conflict, so an accounting run that read the older mark
-        # does not delete this one (it deletes only the marked_at it saw).
-        cursor.execute(
-            f"INSERT INTO {DirtyHour._meta.db_table} (gpu_id, hour, marked_at) "
-            "SELECT g, h, %s FROM unnest(%s::bigint[], %s::timestamptz[]) AS t(g, h) "
-            "ON CONFLICT (gpu_id, hour) DO UPDATE SET marked_at = EXCLUDED.marked_at",
-            [now, list(gpu_ids), list(hours)],
-        )
-
-
-def ingest_batch(
-    node: Node, payload: Any, *, now: datetime | None = None, method: str = "unnest"
-) -> IngestResult:
+def ingest_batch(node: Node, payload: Any, *, now: datetime | None = None) -> IngestResult:
     """Validate and store one agent batch; BatchRejected leaves the database untouched."""
     now = now or timezone.now()
     rows = validate_batch(node, payload, now=now)
-    with transaction.atomic():
-        inserted = store_rows(rows, method=method)
-        if inserted:
-            mark_dirty(dirty_hours(rows), now=now)
-    return IngestResult(received=len(rows), inserted=inserted)
+    return IngestResult(received=len(rows), inserted=store_and_mark(rows, now=now))

@@ -24,7 +24,13 @@ class GpuSample(models.Model):
     """
 
     pk = models.CompositePrimaryKey("gpu", "ts")
-    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="samples")
+    # No database-level foreign key: ingestion has just checked every GPU against the token's
+    # node, and the per-row referential-integrity lookup is a cost on the hottest insert.
+    # Deleting a GPU still cascades through the ORM. No separate index on gpu either: the
+    # primary key (gpu, ts) already serves lookups by GPU.
+    gpu = models.ForeignKey(
+        Gpu, on_delete=models.CASCADE, related_name="samples", db_constraint=False, db_index=False
+    )
     ts = models.DateTimeField()
     power_w = models.FloatField()
     energy_j = models.FloatField(null=True)
