@@ -49,7 +49,7 @@ from scheduling.core.perf_models import (
     ThroughputParams,
 )
 
-CATALOG_VERSION = "1"
+CATALOG_VERSION = "2"  # 2: busy draw has a floor share (busy_floor_frac)
 
 # Each catalog workload borrows power behaviour from the closest workload Zeus measured.
 ZEUS_PROXY = {
@@ -209,7 +209,11 @@ def _power_params(fit: PowerLimitFit, scale: float, gpu: GpuSpec) -> PowerParams
     the GPU's default (highest) limit: Perseus' A100s drew up to ~500 W, more than the
     400 W A100s of ElasticFlow's servers may."""
     cap_w = gpu.power_limit_max_w / gpu.dvfs.peak_to_avg
-    return PowerParams(busy_max_w=min(fit.busy_max_w * scale, cap_w), batch_half=fit.batch_half)
+    return PowerParams(
+        busy_max_w=min(fit.busy_max_w * scale, cap_w),
+        batch_half=fit.batch_half,
+        busy_floor_frac=fit.busy_floor_frac,
+    )
 
 
 def inter_node_ratios(params: dict[str, ThroughputParams]) -> tuple[float, float]:

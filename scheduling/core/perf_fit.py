@@ -9,10 +9,10 @@ Three fits, each deterministic (no randomness: fixed starting points and grids):
   ``P(f) = P_max * (s + (1 - s) * (f / f_max)^k)`` by linear least squares for every
   ``k`` on a fixed grid.
 * ``fit_power_limit``: one Zeus sweep (a workload on one GPU, batch sizes x power
-  limits): epoch time ``(A / b + B) * tau(r)`` and average power
-  ``busy_max_w * b / (b + batch_half) * pi(r)``, where the clock ratio ``r`` is what the
-  limit leaves (``DvfsParams.ratio_for_limit``), by bounded least squares on log time and
-  log power.
+  limits): epoch time ``T_u(b) * tau(r)`` with a free unthrottled time per batch, and
+  average power ``busy_max_w * (c + (1 - c) * b / (b + batch_half)) * pi(r)``, where the
+  clock ratio ``r`` is what the limit leaves (``DvfsParams.ratio_for_limit``), by bounded
+  least squares on log time and log power.
 """
 
 from __future__ import annotations
@@ -187,6 +187,7 @@ def fit_clock_series(rows: Sequence[ClockRow], max_clock_mhz: int) -> ClockFit:
 _ZEUS_SHARED = (
     "busy_max_w",
     "batch_half",
+    "busy_floor_frac",
     "time_fixed_frac",
     "power_static_frac",
     "power_exp",
@@ -210,6 +211,7 @@ class PowerLimitFit:
     epoch_time_s: tuple[tuple[int, float], ...]  # (batch, unthrottled epoch time in s)
     busy_max_w: float
     batch_half: float
+    busy_floor_frac: float
     time_fixed_frac: float
     power_static_frac: float
     power_exp: float
@@ -217,7 +219,8 @@ class PowerLimitFit:
     min_ratio: float
 
     def busy_w(self, batch: float) -> float:
-        return self.busy_max_w * batch / (batch + self.batch_half)
+        c = self.busy_floor_frac
+        return self.busy_max_w * (c + (1.0 - c) * batch / (batch + self.batch_half))
 
     def ratio(self, batch: float, limit_w: float) -> float:
         if limit_w >= self.default_limit_w:
@@ -265,9 +268,11 @@ def fit_power_limit(rows: Sequence[PowerLimitRow], default_limit_w: float) -> Po
         log_t0.append(math.log(min(r.time_per_epoch_s for r in mine)))
     p0 = float(p.max())
     n_shared = len(_ZEUS_SHARED)
-    lower = np.concatenate([[1.0, 0.0, 0.0, 0.02, 0.5, 0.7, 0.1], np.full(len(batches), -50.0)])
+    lower = np.concatenate(
+        [[1.0, 0.0, 0.0, 0.0, 0.02, 0.5, 0.7, 0.1], np.full(len(batches), -50.0)]
+    )
     upper = np.concatenate(
-        [[5.0 * p0, 1e5, 0.95, 0.95, 6.0, 2.5, 1.0], np.full(len(batches), 50.0)]
+        [[5.0 * p0, 1e5, 1.0, 0.95, 0.95, 6.0, 2.5, 1.0], np.full(len(batches), 50.0)]
     )
 
     def model(x: np.ndarray) -> PowerLimitFit:
@@ -281,8 +286,8 @@ def fit_power_limit(rows: Sequence[PowerLimitRow], default_limit_w: float) -> Po
 
     def residuals(x: np.ndarray) -> np.ndarray:
         # Vectorised PowerLimitFit.ratio / time / power (the fit calls this thousands of times).
-        busy_max, half, phi, s, k, kappa, r_min = x[:n_shared]
-        busy = busy_max * bs / (bs + half)
+        busy_max, half, floor, phi, s, k, kappa, r_min = x[:n_shared]
+        busy = busy_max * (floor + (1.0 - floor) * bs / (bs + half))
         peak = np.minimum(kappa * busy, default_limit_w)
         frac = limits / peak
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -298,7 +303,7 @@ def fit_power_limit(rows: Sequence[PowerLimitRow], default_limit_w: float) -> Po
     best: np.ndarray | None = None
     best_cost = math.inf
     for s0, k0 in ((0.3, 2.0), (0.5, 3.0), (0.2, 1.0)):
-        start = np.concatenate([[p0 * 1.05, 1.0, 0.1, s0, k0, 1.1, 0.3], log_t0])
+        start = np.concatenate([[p0 * 1.05, 1.0, 0.2, 0.1, s0, k0, 1.1, 0.3], log_t0])
         start = np.clip(start, lower + 1e-9, upper - 1e-9)
         sol = least_squares(
             residuals, start, bounds=(lower, upper), method="trf", x_scale="jac", max_nfev=3000

@@ -14,7 +14,8 @@ The equations (units in the names; ``b`` = samples per GPU, ``r = f / f_max``)::
                         = alpha_r_s + beta_r_s * (n - 2)+     if all GPUs on one node
                         = alpha_n_s + beta_n_s * (n - 2)+     if spread over nodes
     iteration T         = (T_c^gamma + T_n^gamma)^(1 / gamma)  (Pollux's overlap)
-    busy draw P_c(b, r) = max(P_idle, busy_max_w * b / (b + batch_half)) * (s + (1 - s) r^k)
+    busy draw P_c(b, r) = max(P_idle, P_b(b)) * (s + (1 - s) r^k), where
+              P_b(b)    = busy_max_w * (c + (1 - c) * b / (b + batch_half))   (c: floor fraction)
     average   P         = P_idle + (P_c - P_idle) * T_c / T   (the GPU idles while it waits
                                                               on the network: reconstructed)
 
@@ -126,7 +127,8 @@ class PowerParams:
     """Busy draw of one GPU at the maximum clock as a function of its per-GPU batch."""
 
     busy_max_w: float  # W, the draw approached at large per-GPU batches
-    batch_half: float  # samples per GPU at which the draw is half of busy_max_w
+    batch_half: float  # samples per GPU at which the batch-dependent part is half way
+    busy_floor_frac: float = 0.0  # share of busy_max_w drawn even at tiny batches
 
 
 class UnknownPerfModelError(KeyError):
@@ -211,7 +213,8 @@ class FittedPerfModel:
 
     def _busy_w(self, local_batch: float) -> float:
         p = self.power
-        busy_w = p.busy_max_w * local_batch / (local_batch + p.batch_half)
+        c = p.busy_floor_frac
+        busy_w = p.busy_max_w * (c + (1.0 - c) * local_batch / (local_batch + p.batch_half))
         return busy_w if busy_w > self.idle_power_w else self.idle_power_w
 
     def _ratio(self, cfg: GpuConfig, busy_w: float) -> float:
@@ -388,7 +391,11 @@ def model_to_dict(model: FittedPerfModel) -> dict[str, Any]:
             "beta_n_s": tp.beta_n_s,
             "gamma": tp.gamma,
         },
-        "power": {"busy_max_w": pw.busy_max_w, "batch_half": pw.batch_half},
+        "power": {
+            "busy_max_w": pw.busy_max_w,
+            "batch_half": pw.batch_half,
+            "busy_floor_frac": pw.busy_floor_frac,
+        },
         "errors": dict(model.errors),
         "sources": dict(model.sources),
     }

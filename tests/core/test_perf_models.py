@@ -22,7 +22,7 @@ ELASTICFLOW = ("bert", "deepspeech2", "gpt2", "inception3", "resnet50", "resnet5
 
 
 def test_catalog_has_a_version_and_both_gpu_models():
-    assert CATALOG.version == "1"
+    assert CATALOG.version == "2"
     assert CATALOG.gpu_models() == ("A100", "T4")
 
 

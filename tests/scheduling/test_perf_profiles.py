@@ -32,7 +32,7 @@ def test_upsert_stores_every_model_with_its_errors():
     created, updated = PerfProfile.objects.upsert_catalog(catalog, fitted_at=FITTED_AT)
 
     assert (created, updated) == (13, 0)
-    row = PerfProfile.objects.get(workload="resnet50", gpu_model="A100", version="1")
+    row = PerfProfile.objects.get(workload="resnet50", gpu_model="A100", version="2")
     model = catalog.get("resnet50", "A100")
     assert row.fitted_at == FITTED_AT
     assert row.iter_time_median_abs_error == model.errors["iter_time_median_abs_error"]
@@ -57,7 +57,7 @@ def test_stored_version_turns_back_into_the_same_catalog():
     catalog = load_catalog()
     PerfProfile.objects.upsert_catalog(catalog, fitted_at=FITTED_AT)
 
-    again = PerfProfile.objects.catalog("1")
+    again = PerfProfile.objects.catalog("2")
 
     cfg = GpuConfig(16, 256, power_limit_w=300.0)
     for model in catalog.models():
@@ -99,11 +99,11 @@ def test_a_new_version_keeps_the_rows_of_the_old_one(tmp_path):
         "--output",
         str(tmp_path / "c.json"),
         "--catalog-version",
-        "2",
+        "3",
     )
 
-    assert PerfProfile.objects.filter(version="1").count() == 13
     assert PerfProfile.objects.filter(version="2").count() == 13
+    assert PerfProfile.objects.filter(version="3").count() == 13
 
 
 def test_fit_perf_models_with_no_data_changes_nothing(tmp_path):
