@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from corekit import make_cluster, random_snapshot
 
@@ -51,10 +53,17 @@ CASES = [(p, s, seed) for p in policy_names() for s in SHAPES for seed in SEEDS]
 @pytest.mark.parametrize(("policy_name", "shape", "seed"), CASES)
 def test_plan_gives_no_gpu_twice_and_only_schedulable_gpus(policy_name, shape, seed):
     snap, plan = _plan(policy_name, shape, seed)
-    used = [g for a in plan.allocations.values() for g in a.gpu_ids]
-    assert len(used) == len(set(used))
-    assert set(used) <= {g.gpu_id for g in snap.cluster.schedulable_gpus}
-    assert len(used) <= len(snap.cluster.schedulable_gpus)
+    assert_gpu_sharing_within_limit(snap, plan)
+
+
+def assert_gpu_sharing_within_limit(snap, plan) -> None:
+    """Only schedulable GPUs, none held by more jobs than the plan's sharing limit
+    (1 = exclusive; co-location policies may allow more), none twice within a job."""
+    holders = Counter(g for a in plan.allocations.values() for g in a.gpu_ids)
+    assert plan.max_jobs_per_gpu == getattr(get_policy(plan.policy), "max_jobs_per_gpu", 1)
+    assert all(count <= plan.max_jobs_per_gpu for count in holders.values()), holders
+    assert all(len(set(a.gpu_ids)) == a.n_gpus for a in plan.allocations.values())
+    assert set(holders) <= {g.gpu_id for g in snap.cluster.schedulable_gpus}
 
 
 @pytest.mark.parametrize(("policy_name", "shape", "seed"), CASES)

@@ -1,0 +1,92 @@
+"""Free GPUs by node, for policies that name their GPUs themselves (EaCO, ONES, netdelay).
+
+Such a policy keeps the GPUs running jobs hold and picks new ones from what is left,
+so it must know which GPUs are free *where*. ``FreeGpus`` is that ledger: GPU ids per
+node in node/index order, with two pickers. Pure and deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from scheduling.core.types import Cluster
+
+
+class FreeGpus:
+    """Schedulable GPU ids of each GPU model that no kept job holds, per node."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.nodes: dict[str, list[str]] = {}  # node -> free ids, index order
+        self.model_of: dict[str, str] = {}
+        self.node_of: dict[str, str] = {}
+        self.node_model: dict[str, str] = {}
+        self.node_size: dict[str, int] = {}
+        self.switch_of: dict[str, str] = {}
+        for node in cluster.nodes:
+            if not node.schedulable:
+                continue
+            ids = [g.gpu_id for g in sorted(node.gpus, key=lambda g: g.index)]
+            self.nodes[node.name] = ids
+            self.node_size[node.name] = len(ids)
+            self.switch_of[node.name] = node.switch
+            for g in node.gpus:
+                self.model_of[g.gpu_id] = g.model
+                self.node_of[g.gpu_id] = node.name
+                self.node_model[node.name] = g.model
+
+    def valid(self, gpu_ids: Sequence[str], model: str) -> bool:
+        """All ids exist, are schedulable, of ``model`` and still free."""
+        return all(
+            self.model_of.get(g) == model and g in self.nodes[self.node_of[g]] for g in gpu_ids
+        )
+
+    def take(self, gpu_ids: Iterable[str]) -> tuple[str, ...]:
+        out = tuple(gpu_ids)
+        for g in out:
+            self.nodes[self.node_of[g]].remove(g)
+        return out
+
+    def count(self, model: str) -> int:
+        return sum(len(ids) for v, ids in self.nodes.items() if self.node_model.get(v) == model)
+
+    def _model_nodes(self, model: str) -> list[str]:
+        return [v for v in self.nodes if self.node_model.get(v) == model]
+
+    def consolidated(self, model: str, n: int) -> tuple[str, ...] | None:
+        """``n`` GPUs on as few nodes as the size allows (one node if ``n`` fits in one,
+        else whole free nodes under one switch), or None. Not taken yet."""
+        nodes = self._model_nodes(model)
+        if not nodes:
+            return None
+        size = max(self.node_size[v] for v in nodes)
+        if n <= size:
+            # Best fit: the fullest node that still has room keeps empty nodes whole.
+            fits = [v for v in nodes if len(self.nodes[v]) >= n]
+            if not fits:
+                return None
+            v = min(fits, key=lambda v: (len(self.nodes[v]), nodes.index(v)))
+            return tuple(self.nodes[v][:n])
+        k = -(-n // size)
+        whole = [v for v in nodes if len(self.nodes[v]) == self.node_size[v] == size]
+        by_switch: dict[str, list[str]] = {}
+        for v in whole:
+            by_switch.setdefault(self.switch_of[v], []).append(v)
+        fitting = [s for s, vs in by_switch.items() if len(vs) >= k]
+        if not fitting:
+            return None
+        s = min(fitting, key=lambda s: (len(by_switch[s]), s))
+        picks = [g for v in by_switch[s][:k] for g in self.nodes[v]]
+        return tuple(picks[:n])
+
+    def spread(self, model: str, n: int) -> tuple[str, ...] | None:
+        """Any ``n`` free GPUs, emptiest nodes first (fewest nodes among the rest)."""
+        nodes = sorted(self._model_nodes(model), key=lambda v: (-len(self.nodes[v]), v))
+        picks: list[str] = []
+        for v in nodes:
+            for g in self.nodes[v]:
+                if len(picks) < n:
+                    picks.append(g)
+        return tuple(picks) if len(picks) == n else None
+
+    def n_nodes(self, gpu_ids: Iterable[str]) -> int:
+        return len({self.node_of[g] for g in gpu_ids})

@@ -1,0 +1,231 @@
+"""EaCO: energy-aware co-location of training jobs by GPU time-slicing.
+
+Haghshenas and Hashemi, arXiv 2412.08294 (only the abstract is at hand; the rules below
+are *reconstructed* from it and ``PAPERS.md``). The queue is FIFO like the exclusive
+``fifo`` baseline (running jobs keep their GPUs, strict order), but a job may share the
+GPUs of a running job of the same size, at most ``max_jobs_per_gpu`` jobs per GPU:
+
+1. **Prediction.** The slowdown of each co-runner comes from the pair's history (mean of
+   what was observed, learned in ``policy_state["history"]``) or else from Gavel's
+   measured pairs (``scheduling/core/colocation.py``, which documents the mapping of
+   workloads to Gavel's job types). A pair neither measured nor observed is never
+   co-located.
+2. **Tolerance.** Both jobs' predicted slowdowns must stay within their
+   ``Job.slowdown_tolerance`` (default 10%).
+3. **Energy.** Dynamic energy per unit of work is the same shared or not (the shared
+   power model), so co-location saves the idle draw of the GPUs it leaves unused:
+   with throughput ratios ``x = 1 / (1 + s)`` it saves ``n * P_idle * D * (x_h + x_g - 1)``
+   joules, ``D`` the time the pair runs together. It co-locates only when that is
+   positive *and* the GPUs it saves are worth saving: the job would otherwise wait
+   (no free GPUs, or blocked in the queue), or idle nodes are powered off. With free
+   GPUs on powered nodes, exclusive placement costs no more energy and is faster.
+4. **Early observation.** A running pair whose observed slowdown (``Job.
+   observed_slowdown``, filled by the simulator or by telemetry) exceeds a co-runner's
+   tolerance is separated: the later-started job moves to free GPUs or waits, and the
+   history learns the observation so the pair is not predicted to fit again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduling.core.colocation import (
+    ColocationModel,
+    learn,
+    load_colocation,
+    recall,
+    slowdown_of,
+)
+from scheduling.core.context import JobView, RoundContext
+from scheduling.core.free_gpus import FreeGpus
+from scheduling.core.policies.base import behind_in_queue, submit_order, too_big
+from scheduling.core.registry import register_policy
+from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
+
+
+def per_gpu_batch(jv: JobView) -> float:
+    job = jv.job
+    return float(job.per_gpu_batch or job.global_batch / max(job.requested_gpus, 1))
+
+
+@register_policy("eaco")
+class Eaco:
+    name = "eaco"
+    placement = "first_fit"  # only a fallback: every grant names its GPUs
+
+    def __init__(
+        self,
+        *,
+        max_jobs_per_gpu: int = 2,
+        colocation: ColocationModel | None = None,
+        backfill: bool = False,
+    ) -> None:
+        if max_jobs_per_gpu < 1:
+            raise ValueError("max_jobs_per_gpu must be at least 1")
+        self.max_jobs_per_gpu = max_jobs_per_gpu
+        self.colocation = colocation or load_colocation()
+        self.backfill = backfill
+
+    # --- prediction ----------------------------------------------------------------
+
+    def type_of(self, jv: JobView) -> str:
+        """Gavel job type of a job, or ``workload@per-GPU batch`` for history only."""
+        b = per_gpu_batch(jv)
+        return self.colocation.job_type(jv.job.workload, b) or f"{jv.job.workload}@{b:g}"
+
+    def predict(
+        self, history: dict[str, list[float]], a: JobView, b: JobView, n: int
+    ) -> tuple[float, float] | None:
+        """Predicted (s_a, s_b) slowdowns if ``a`` and ``b`` share ``n`` GPUs each."""
+        ta, tb = self.type_of(a), self.type_of(b)
+        seen = recall(history, ta, tb)
+        if seen is not None:
+            return seen
+        x = self.colocation.ratio(ta, tb, n)
+        if x is None:
+            return None
+        return slowdown_of(x[0]), slowdown_of(x[1])
+
+    def saving_j(self, ctx: RoundContext, host: JobView, guest: JobView, n: int, s) -> float:
+        """Idle energy co-location saves (see the module docstring, rule 3)."""
+        x_h, x_g = 1.0 / (1.0 + s[0]), 1.0 / (1.0 + s[1])
+        t_h = ctx.estimate(host, n).remaining_s
+        t_g = ctx.estimate(guest, n).remaining_s
+        together_s = min(t_h / x_h, t_g / x_g)
+        return n * ctx.idle_power_w(host.gpu_model) * together_s * (x_h + x_g - 1.0)
+
+    # --- the round ---------------------------------------------------------------------
+
+    def allocate(self, ctx: RoundContext) -> PolicyDecision:
+        """Keep running jobs, separate pairs observed over tolerance, then serve the
+        queue in submit order, exclusively or by co-locating (module docstring)."""
+        history: dict[str, list[float]] = {
+            k: list(v) for k, v in ctx.policy_state.get("history", {}).items()
+        }
+        free = FreeGpus(ctx.snapshot.cluster)
+        views = {jv.job.job_id: jv for jv in ctx.jobs}
+        queue = submit_order(ctx.jobs)
+        running = [jv for jv in queue if jv.job.is_running]
+        waiting_jobs = [jv for jv in queue if not jv.job.is_running]
+
+        ids: dict[str, tuple[str, ...]] = {}  # job -> GPUs, in grant order
+        slow: dict[str, float] = {}
+        partner: dict[str, str] = {}
+        waiting: dict[str, WaitReason] = {}
+        holders: dict[tuple[str, ...], list[str]] = {}
+        for jv in running:
+            holders.setdefault(tuple(sorted(jv.job.allocation.gpu_ids)), []).append(jv.job.job_id)
+        separated: dict[str, str] = {}
+        for group in holders.values():
+            if len(group) < 2:
+                continue
+            members = sorted(
+                (views[j] for j in group),
+                key=lambda jv: (jv.job.started_s or 0.0, jv.job.job_id),
+            )
+            host, guest = members[0], members[1]
+            obs = (host.job.observed_slowdown, guest.job.observed_slowdown)
+            if obs[0] is not None and obs[1] is not None:
+                history = learn(history, self.type_of(host), obs[0], self.type_of(guest), obs[1])
+                if obs[0] > host.job.slowdown_tolerance or obs[1] > guest.job.slowdown_tolerance:
+                    for extra in members[1:]:
+                        separated[extra.job.job_id] = (
+                            f"observed slowdowns {obs[0]:.0%} / {obs[1]:.0%} with "
+                            f"{host.job.job_id} exceed the tolerance"
+                        )
+
+        # Running jobs keep their GPUs (a pair that is not separated stays paired).
+        for jv in running:
+            job = jv.job
+            cur = job.allocation.gpu_ids
+            if job.job_id in separated:
+                continue
+            mates = [
+                j for j in holders[tuple(sorted(cur))] if j != job.job_id and j not in separated
+            ]
+            if mates and mates[0] in ids:
+                ids[job.job_id] = ids[mates[0]]
+                partner[job.job_id] = mates[0]
+                partner[mates[0]] = job.job_id
+                continue
+            if free.valid(cur, jv.gpu_model):
+                ids[job.job_id] = free.take(cur)
+            else:  # its node was drained: it needs GPUs like a waiting job
+                waiting_jobs.insert(0, jv)
+        for jid in separated:
+            waiting_jobs.insert(0, views[jid])
+
+        blocked = False
+        for pos, jv in enumerate(waiting_jobs):
+            job = jv.job
+            n = job.requested_gpus
+            cap = ctx.capacity[jv.gpu_model]
+            if n > cap:
+                waiting[job.job_id] = too_big(n, jv.gpu_model, cap)
+                continue
+            fits = free.count(jv.gpu_model) >= n and (not blocked or self.backfill)
+            worth = not fits or ctx.snapshot.power_off_idle_nodes
+            host = self._best_host(ctx, history, jv, n, ids, partner, views) if worth else None
+            if host is not None:
+                hid, s = host
+                ids[job.job_id] = ids[hid]
+                partner[job.job_id], partner[hid] = hid, job.job_id
+                slow[hid], slow[job.job_id] = s
+                continue
+            if fits:
+                picks = free.consolidated(jv.gpu_model, n) or free.spread(jv.gpu_model, n)
+                ids[job.job_id] = free.take(picks)
+                continue
+            blocked = True
+            if job.job_id in separated:
+                waiting[job.job_id] = WaitReason(
+                    WaitCode.PREEMPTED,
+                    f"Waiting: separated from its co-runner ({separated[job.job_id]}); "
+                    f"no {n} free {jv.gpu_model} GPU(s) to run alone.",
+                )
+            else:
+                waiting[job.job_id] = behind_in_queue(
+                    pos, n, jv.gpu_model, free.count(jv.gpu_model)
+                )
+        grants = tuple(
+            Grant(
+                jid,
+                len(gpus),
+                views[jid].job.global_batch,
+                views[jid].gpu_model,
+                gpu_ids=gpus,
+                slowdown=slow.get(jid, 0.0),
+            )
+            for jid, gpus in ids.items()
+        )
+        # Running pairs keep their predicted slowdowns in the energy forecast.
+        grants = tuple(self._with_pair_slowdown(g, partner, views, history) for g in grants)
+        return PolicyDecision(grants=grants, waiting=waiting, policy_state={"history": history})
+
+    def _best_host(self, ctx, history, jv, n, ids, partner, views):
+        """The running or granted job of the same size and GPU model whose pairing
+        with ``jv`` keeps both within tolerance and saves the most energy."""
+        if self.max_jobs_per_gpu < 2:
+            return None
+        best = None
+        for hid, gpus in ids.items():
+            host = views[hid]
+            if hid in partner or len(gpus) != n or host.gpu_model != jv.gpu_model:
+                continue
+            s = self.predict(history, host, jv, n)
+            if s is None:
+                continue
+            if s[0] > host.job.slowdown_tolerance or s[1] > jv.job.slowdown_tolerance:
+                continue
+            saving = self.saving_j(ctx, host, jv, n, s)
+            if saving > 0.0 and (best is None or saving > best[0]):
+                best = (saving, hid, s)
+        return None if best is None else (best[1], best[2])
+
+    def _with_pair_slowdown(self, g: Grant, partner, views, history) -> Grant:
+        if g.slowdown or g.job_id not in partner:
+            return g
+        s = self.predict(history, views[g.job_id], views[partner[g.job_id]], g.n_gpus)
+        if s is None:
+            return g
+        return replace(g, slowdown=s[0])
