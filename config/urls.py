@@ -15,6 +15,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/agent/", include("telemetry.api.urls")),
+    path("api/telemetry/", include("telemetry.api.report_urls")),
     path("metrics", metrics_view, name="metrics"),
     path("api/", include("cluster.api.urls")),
     path("", include("frontend.urls")),

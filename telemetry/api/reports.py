@@ -1,0 +1,90 @@
+"""Read API for pages and reports (``/api/telemetry/...``): rollups and the energy ledger.
+
+Pages read these (never raw samples). GPU rollups are cluster hardware, visible to every
+signed-in user; ledger rows are visible for the teams a user belongs to (admins: all, including
+the idle rows that belong to no job).
+"""
+
+from django.db.models import Q, Sum
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from cluster.queries import teams_visible_to
+from scheduling.core.types import J_PER_KWH
+from telemetry.filtersets import GpuHourFilterSet, GpuMinuteFilterSet, LedgerFilterSet
+from telemetry.models import EnergyLedgerEntry, GpuHour, GpuMinute
+
+
+class GpuMinuteSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuMinute
+        fields = [
+            "gpu", "minute", "samples", "power_avg_w", "power_max_w", "util_avg_pct", "energy_j",
+        ]  # fmt: skip
+
+
+class GpuHourSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuHour
+        fields = [
+            "gpu", "hour", "samples", "power_avg_w", "power_max_w", "util_avg_pct", "energy_j",
+        ]  # fmt: skip
+
+
+class LedgerEntrySerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = EnergyLedgerEntry
+        fields = [
+            "gpu", "hour", "job", "team", "energy_j", "co2_g", "ci_g_per_kwh", "ci_estimated",
+            "zone",
+        ]  # fmt: skip
+
+
+class LedgerTotalsSerializer(serializers.Serializer):
+    energy_j = serializers.FloatField()
+    energy_kwh = serializers.FloatField()
+    co2_g = serializers.FloatField()
+    estimated = serializers.BooleanField(help_text="Some carbon was priced with a fallback.")
+
+
+class GpuMinuteViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    queryset = GpuMinute.objects.order_by("gpu_id", "minute")
+    serializer_class = GpuMinuteSerializer
+    filterset_class = GpuMinuteFilterSet
+
+
+class GpuHourViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    queryset = GpuHour.objects.order_by("gpu_id", "hour")
+    serializer_class = GpuHourSerializer
+    filterset_class = GpuHourFilterSet
+
+
+class LedgerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    serializer_class = LedgerEntrySerializer
+    filterset_class = LedgerFilterSet
+
+    def get_queryset(self):
+        rows = EnergyLedgerEntry.objects.select_related("team").order_by("hour", "gpu_id", "job_id")
+        visible = Q(team__in=teams_visible_to(self.request.user))
+        if self.request.user.is_staff:
+            visible |= Q(team__isnull=True)
+        return rows.filter(visible)
+
+    @extend_schema(responses=LedgerTotalsSerializer, summary="Sum of the filtered ledger rows.")
+    @action(detail=False, methods=["get"])
+    def totals(self, request):
+        rows = self.filter_queryset(self.get_queryset())
+        agg = rows.aggregate(e=Sum("energy_j"), c=Sum("co2_g"))
+        energy_j = agg["e"] or 0.0
+        return Response(
+            {
+                "energy_j": energy_j,
+                "energy_kwh": energy_j / J_PER_KWH,
+                "co2_g": agg["c"] or 0.0,
+                "estimated": rows.filter(ci_estimated=True).exists(),
+            }
+        )

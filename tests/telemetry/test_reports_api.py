@@ -1,0 +1,81 @@
+"""The telemetry read API: rollups for every signed-in user, ledger rows by team visibility."""
+
+from datetime import timedelta
+
+import pytest
+from conftest import T0
+
+from cluster.models import Gpu
+from telemetry.models import EnergyLedgerEntry, GpuMinute
+
+
+@pytest.fixture
+def ledger(agent_node, team, other_team, make_job, member, outsider):
+    gpu = Gpu.objects.get(uuid="GPU-node-01-0")
+    vision_job = make_job(owner=member, team=team)
+    language_job = make_job(owner=outsider, team=other_team)
+    rows = {}
+    for name, job, energy_j, estimated in (
+        ("vision", vision_job, 3.6e6, False),
+        ("language", language_job, 7.2e6, True),
+        ("idle", None, 1.8e6, False),
+    ):
+        rows[name] = EnergyLedgerEntry.objects.create(
+            gpu=gpu, hour=T0, job=job, team=job and job.team, energy_j=energy_j,
+            co2_g=energy_j / 3.6e6 * 100,
+            ci_g_per_kwh=100.0, ci_estimated=estimated, zone="ES",
+        )  # fmt: skip
+    return rows
+
+
+def _energies(response):
+    assert response.status_code == 200
+    return sorted(r["energy_j"] for r in response.json()["results"])
+
+
+def test_members_see_their_teams_ledger_only(ledger, api_client, personas):
+    assert _energies(api_client(personas["member"]).get("/api/telemetry/ledger/")) == [3.6e6]
+    assert _energies(api_client(personas["lead"]).get("/api/telemetry/ledger/")) == [3.6e6]
+    assert _energies(api_client(personas["outsider"]).get("/api/telemetry/ledger/")) == [7.2e6]
+    assert _energies(api_client(personas["admin"]).get("/api/telemetry/ledger/")) == [
+        1.8e6, 3.6e6, 7.2e6,
+    ]  # fmt: skip
+
+
+def test_anonymous_users_see_nothing(ledger, api_client):
+    assert api_client().get("/api/telemetry/ledger/").status_code == 401
+    assert api_client().get("/api/telemetry/gpu-minutes/").status_code == 401
+
+
+def test_ledger_totals_follow_the_filters(ledger, api_client, personas):
+    admin = api_client(personas["admin"])
+    answer = admin.get("/api/telemetry/ledger/totals/", {"team": "language"}).json()
+    assert answer == {"energy_j": 7.2e6, "energy_kwh": 2.0, "co2_g": 200.0, "estimated": True}
+    member_view = api_client(personas["member"]).get(
+        "/api/telemetry/ledger/totals/", {"team": "language"}
+    )
+    assert member_view.json() == {
+        "energy_j": 0.0,
+        "energy_kwh": 0.0,
+        "co2_g": 0.0,
+        "estimated": False,
+    }
+
+
+def test_gpu_minutes_filter_by_node_and_time(agent_node, other_node, api_client, member):
+    for uuid in ("GPU-node-01-0", "GPU-node-02-0"):
+        gpu = Gpu.objects.get(uuid=uuid)
+        for m in range(3):
+            GpuMinute.objects.create(
+                gpu=gpu, minute=T0 + timedelta(minutes=m), samples=60, power_avg_w=100.0 + m,
+                power_max_w=150.0, util_avg_pct=None, energy_j=6000.0 + m,
+            )  # fmt: skip
+    response = api_client(member).get(
+        "/api/telemetry/gpu-minutes/",
+        {"node": "node-01", "minute_after": (T0 + timedelta(minutes=1)).isoformat()},
+    )
+    assert response.status_code == 200
+    assert [(r["minute"], r["energy_j"]) for r in response.json()["results"]] == [
+        ("2026-11-22T03:01:00Z", 6001.0),
+        ("2026-11-22T03:02:00Z", 6002.0),
+    ]
