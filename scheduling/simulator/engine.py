@@ -23,19 +23,33 @@ Between events nothing changes, so every quantity is integrated exactly:
   then a node none of whose GPUs is allocated at the start of a stretch is off for that
   stretch and draws nothing (a node in use stays powered until the next plan);
 * carbon is power x the hourly intensity, integrated over each piece with the hour
-  boundaries inside it (:meth:`HourlyIntensity.co2_g`).
+  boundaries inside it (:meth:`HourlyIntensity.co2_g`);
+* GPU sharing (EaCO): a plan may give one GPU to up to ``Plan.max_jobs_per_gpu`` jobs
+  (pairs only are modelled). Each job of a pair runs at its measured throughput ratio
+  ``x`` (Gavel's co-located / isolated rate, ``scheduling/core/colocation.py``; an
+  unmeasured pair alternates, ``x = 0.5``), times seeded log-normal noise of
+  ``colocation_noise``; each adds ``x`` of its dynamic draw to one shared idle draw
+  (``shared_power_w``). What it ran at is reported back as ``Job.observed_slowdown``,
+  the early observation EaCO acts on;
+* congestion: a job spread over nodes spends ``T - T_c`` per iteration on inter-node
+  communication (``T`` its placement's iteration time, ``T_c`` the consolidated one);
+  ``congestion`` scales that part, and its GPUs idle while they wait (the draw above
+  idle is spread over the longer iteration). The time beyond ``T_c`` is reported as
+  communication overhead (GPU-seconds).
 
 The simulation ends when every job has finished, or, with jobs left that nothing runs
 for ``stall_limit_s`` and no arrivals to come (e.g. a workload without a perf model),
 or at ``max_time_s``; unfinished jobs are reported as such, never dropped silently.
-Nothing here reads the clock or uses randomness, so a run is a pure function of its
-inputs: the same trace, seed and config give the same result.
+Nothing here reads the clock, and the only randomness (co-location noise) is seeded
+per pair from ``SimConfig.seed``, so a run is a pure function of its inputs: the same
+trace, seed and config give the same result.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +86,9 @@ class SimConfig:
     forecast_hours: int = 24
     stall_limit_s: float = 7 * 86400.0
     max_time_s: float | None = None
+    congestion: float = 1.0  # factor on inter-node communication time (1 = as measured)
+    colocation_noise: float = 0.0  # sigma of log-normal noise on co-located throughput
+    seed: int = 0  # for that noise only
 
     def __post_init__(self) -> None:
         if not self.round_length_s > 0:
@@ -80,6 +97,10 @@ class SimConfig:
             raise ValueError("restart_cost_s must not be negative")
         if self.forecast_hours < 1:
             raise ValueError("forecast_hours must be at least 1")
+        if not self.congestion > 0:
+            raise ValueError("congestion must be positive")
+        if self.colocation_noise < 0:
+            raise ValueError("colocation_noise must not be negative")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +132,9 @@ class JobRecord:
     n_resizes: int = 0
     n_preemptions: int = 0
     n_retunes: int = 0
+    comm_overhead_gpu_s: float = 0.0  # GPU-seconds beyond a consolidated placement's
+    shared_s: float = 0.0  # seconds it ran time-slicing a GPU with another job
+    observed_slowdown: float | None = None  # while shared, as Job.observed_slowdown
     snapshot_job: Job | None = None  # the frozen view, rebuilt only when state changed
     spec_fields: dict[str, Any] | None = None  # the spec's fields, for fast rebuilds
 
@@ -169,7 +193,7 @@ class _PerfCache:
 
     def iter_time_and_power(
         self, workload: str, gpu_model: str, alloc: Allocation, shape: tuple[int, ...]
-    ):
+    ) -> tuple[float, float]:
         key = (
             workload,
             gpu_model,
@@ -217,6 +241,7 @@ class Simulator:
         intensity: HourlyIntensity | None = None,
         budget: BudgetSpec | None = None,
         progress: ProgressHook | None = None,
+        colocation: Any = None,
     ) -> None:
         ids = [j.job_id for j in jobs]
         if len(set(ids)) != len(ids):
@@ -228,6 +253,9 @@ class Simulator:
         self.intensity = intensity or ConstantIntensity(0.0)
         self.budget = budget
         self.progress = progress
+        self._colocation = colocation  # ColocationModel; loaded when a plan first shares
+        self._noise: dict[tuple[str, str], float] = {}
+        self._max_share = 1
         self._perf = _PerfCache(catalog)
         self._gpu_node = {g.gpu_id: g.node for g in cluster.gpus}
         self._gpu_model = {g.gpu_id: g.model for g in cluster.gpus}
@@ -403,6 +431,7 @@ class Simulator:
                 fields["started_s"] = rec.started_s
                 fields["last_change_s"] = rec.last_change_s
                 fields["attained_gpu_s"] = rec.attained_gpu_s
+                fields["observed_slowdown"] = rec.observed_slowdown
                 rec.snapshot_job = Job(**fields)
             jobs.append(rec.snapshot_job)
         budgets = ()
@@ -439,7 +468,9 @@ class Simulator:
     # --- applying a plan ----------------------------------------------------------------
 
     def _apply(self, plan: Plan, active: dict[str, JobRecord], t: float) -> None:
-        used: set[str] = set()
+        used: Counter[str] = Counter()
+        limit = getattr(plan, "max_jobs_per_gpu", 1)
+        self._max_share = limit
         for job_id, alloc in plan.allocations.items():
             if job_id not in active:
                 raise SimulationError(
@@ -450,9 +481,11 @@ class Simulator:
             for gpu_id in alloc.gpu_ids:
                 if gpu_id not in self._gpu_node:
                     raise SimulationError(f"plan uses unknown GPU {gpu_id!r} for job {job_id!r}")
-                if gpu_id in used:
-                    raise SimulationError(f"plan gives GPU {gpu_id!r} to more than one job")
-                used.add(gpu_id)
+                used[gpu_id] += 1
+                cap = min(limit, 2)  # pairs are the most sharing modelled
+                if used[gpu_id] > cap:
+                    who = "one job" if cap == 1 else f"{cap} jobs"
+                    raise SimulationError(f"plan gives GPU {gpu_id!r} to more than {who}")
         restart = self.config.restart_cost_s
         for job_id, rec in active.items():
             new = plan.allocations.get(job_id)
@@ -485,6 +518,62 @@ class Simulator:
             else:
                 rec.n_retunes += 1
 
+    # --- sharing ------------------------------------------------------------------------
+
+    def _mates(self, active: dict[str, JobRecord]) -> dict[str, JobRecord]:
+        """For each job that time-slices its GPUs, the job it shares them with."""
+        if self._max_share < 2:
+            return {}
+        holders: dict[str, list[JobRecord]] = {}
+        for rec in active.values():
+            if rec.allocation is not None:
+                for g in rec.allocation.gpu_ids:
+                    holders.setdefault(g, []).append(rec)
+        mates: dict[str, JobRecord] = {}
+        for recs in holders.values():
+            if len(recs) == 2:
+                a, b = recs
+                for x, y in ((a, b), (b, a)):
+                    known = mates.setdefault(x.spec.job_id, y)
+                    if known is not y:
+                        raise SimulationError(
+                            f"job {x.spec.job_id!r} shares GPUs with more than one job"
+                        )
+        return mates
+
+    def _shared_ratio(self, rec: JobRecord, mate: JobRecord) -> float:
+        """Throughput ratio (shared / alone) of ``rec`` next to ``mate``: measured
+        where Gavel has the pair, 0.5 otherwise, times the pair's seeded noise."""
+        if self._colocation is None:
+            from scheduling.core.colocation import load_colocation
+
+            self._colocation = load_colocation()
+        a, b = rec.allocation, mate.allocation
+        x = None
+        if a is not None and b is not None:
+            pair = self._colocation.pair_ratio(
+                rec.spec.workload,
+                a.global_batch / a.n_gpus,
+                mate.spec.workload,
+                b.global_batch / b.n_gpus,
+                a.n_gpus,
+            )
+            x = None if pair is None else pair[0]
+        if x is None or x <= 0.0:
+            x = 0.5
+        sigma = self.config.colocation_noise
+        if sigma > 0.0:
+            key = (rec.spec.job_id, mate.spec.job_id)
+            noise = self._noise.get(key)
+            if noise is None:
+                rng = random.Random(f"{self.config.seed}:{key[0]}:{key[1]}")
+                noise = self._noise[key] = math.exp(rng.gauss(0.0, sigma))
+            x = min(x * noise, 1.0)
+        return x
+
+    def _observed(self, rec: JobRecord, mate: JobRecord) -> float:
+        return 1.0 / self._shared_ratio(rec, mate) - 1.0
+
     def _shape(self, alloc: Allocation) -> tuple[int, ...]:
         per_node = Counter(self._gpu_node[g] for g in alloc.gpu_ids)
         return tuple(sorted(per_node.values(), reverse=True))
@@ -497,6 +586,7 @@ class Simulator:
         Returns (end, finished records, energy, co2, idle energy, held GPU-seconds)."""
         cfg = self.config
         co2_of = self.intensity.co2_g
+        mate_of = self._mates(active)
         # First pass: rates and finish instants.
         plans = []
         for rec in active.values():
@@ -508,12 +598,30 @@ class Simulator:
             iter_s, power_w = self._perf.iter_time_and_power(
                 spec.workload, gpu_model, alloc, rec.shape
             )
+            idle_w = self._idle_w[gpu_model]
+            comm_frac = 0.0
+            if len(rec.shape) > 1:
+                # Congestion scales the inter-node part; the GPUs idle while they wait.
+                cons_s, _ = self._perf.iter_time_and_power(spec.workload, gpu_model, alloc, ())
+                if iter_s > cons_s:
+                    slow_s = cons_s + cfg.congestion * (iter_s - cons_s)
+                    power_w = idle_w + (power_w - idle_w) * iter_s / slow_s
+                    iter_s = slow_s
+                    comm_frac = 1.0 - cons_s / slow_s
+            share = 1.0
+            mate = mate_of.get(spec.job_id)
+            if mate is not None:
+                x = self._shared_ratio(rec, mate)
+                iter_s /= x
+                # Half the shared idle draw each; x of its own draw above idle.
+                power_w = 0.5 * idle_w + x * max(power_w - idle_w, 0.0)
+                share = 0.5
             # Seconds per submitted-batch iteration: work is samples (see module doc).
             work_s = iter_s * spec.iter_time_scale * spec.global_batch / alloc.global_batch
             power_w *= spec.power_scale
             start = max(t0, rec.restart_until_s)
             finish = start + max(spec.total_iters - rec.done_iters, 0.0) * work_s
-            plans.append((rec, gpu_model, work_s, power_w, start, finish))
+            plans.append((rec, gpu_model, work_s, power_w, start, finish, share, comm_frac, mate))
         t_end = t1
         if cfg.replan_on_events:
             t_end = min([t1] + [p[5] for p in plans if p[5] < t1])
@@ -524,10 +632,10 @@ class Simulator:
         allocated_idle_w = 0.0
         used_nodes: set[str] = set()
         finished = []
-        for rec, gpu_model, work_s, power_w, start, finish in plans:
+        for rec, gpu_model, work_s, power_w, start, finish, share, comm_frac, mate in plans:
             alloc = rec.allocation
             n = alloc.n_gpus
-            idle_w = idle_w_of[gpu_model] * n
+            idle_w = idle_w_of[gpu_model] * n * share
             run_end = min(finish, t_end)
             # Checkpoint-restart: allocated, idle power, no progress.
             restart_end = min(start, t_end)
@@ -537,6 +645,10 @@ class Simulator:
                 e_job += power_w * n * (run_end - start)
                 c_job += co2_of(power_w * n, start, run_end)
                 rec.done_iters += (run_end - start) / work_s
+                rec.comm_overhead_gpu_s += comm_frac * n * (run_end - start)
+                if mate is not None:
+                    rec.shared_s += run_end - start
+            rec.observed_slowdown = None if mate is None else self._observed(rec, mate)
             rec.energy_j += e_job
             rec.co2_g += c_job
             energy += e_job

@@ -73,6 +73,8 @@ def summarise(result: SimResult) -> dict[str, Any]:
         "n_gpus": result.n_gpus,
         "n_resizes": sum(r.n_resizes for r in jobs),
         "n_preemptions": sum(r.n_preemptions for r in jobs),
+        "comm_overhead_gpu_h": sum(r.comm_overhead_gpu_s for r in jobs) / 3600.0,
+        "n_colocated_jobs": sum(1 for r in jobs if r.shared_s > 0.0),
         "n_rounds": len(result.timeline),
         "wait_reasons": dict(sorted(result.wait_codes.items())),
     }

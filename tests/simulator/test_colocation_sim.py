@@ -1,0 +1,168 @@
+"""The engine's GPU sharing (EaCO) and congestion (netdelay), worked out by hand.
+
+Perf model (analytic, written here): one iteration takes 1 s on one GPU, 1 s on two
+GPUs of one node and 1.5 s on two GPUs of two nodes; a busy GPU draws 250 W, an idle
+one 50 W. Co-location table (written here): ResNet-50 at 32 per GPU next to
+Recommendation at 32 per GPU keeps 80% and 50% of their speeds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.core.colocation import ColocationModel
+from scheduling.core.types import Allocation, Cluster, Gpu, GpuConfig, Job, Node, Plan
+from scheduling.simulator.engine import SimConfig, SimulationError, Simulator
+from scheduling.simulator.metrics import summarise
+
+
+class Model:
+    gpu_model = "X"
+    idle_power_w = 50.0
+    clocks_mhz = (1000,)
+    batch_sizes = (32, 64)
+
+    def __init__(self, workload: str) -> None:
+        self.workload = workload
+
+    def iter_time_s(self, cfg: GpuConfig) -> float:
+        return 1.5 if len(cfg.gpus_per_node) > 1 else 1.0
+
+    def power_w(self, cfg: GpuConfig) -> float:
+        return 250.0
+
+    def energy_per_iter_j(self, cfg: GpuConfig) -> float:
+        return cfg.n_gpus * self.power_w(cfg) * self.iter_time_s(cfg)
+
+
+class Catalog:
+    def get(self, workload: str, gpu_model: str) -> Model:
+        return Model(workload)
+
+    def workloads(self) -> tuple[str, ...]:
+        return ("ncf", "resnet50")
+
+
+R50, REC = "ResNet-50 (batch size 32)", "Recommendation (batch size 32)"
+COLOCATION = ColocationModel(
+    gpu="test",
+    ratios={(R50, REC, 1): (0.8, 0.5), (REC, R50, 1): (0.5, 0.8)},
+    batches={"ResNet-50": (32,), "Recommendation": (32,)},
+)
+
+
+def _cluster(nodes: int) -> Cluster:
+    return Cluster(
+        nodes=tuple(
+            Node(name=f"n{i}", switch="s0", gpus=(Gpu(f"n{i}/0", f"n{i}", 0, "X"),))
+            for i in range(nodes)
+        )
+    )
+
+
+def _job(job_id: str, workload: str, iters: float, batch: int = 32) -> Job:
+    return Job(job_id, workload, "t", 0.0, iters, batch)
+
+
+class Scripted:
+    """Gives every active job the same fixed GPUs; remembers the snapshots."""
+
+    def __init__(self, gpus: dict[str, tuple[str, ...]], share: int = 2) -> None:
+        self.gpus = gpus
+        self.share = share
+        self.seen = []
+
+    def __call__(self, snapshot, now):
+        self.seen.append((now, snapshot))
+        allocs = {j.job_id: Allocation(self.gpus[j.job_id], j.global_batch) for j in snapshot.jobs}
+        return Plan(allocations=allocs, waiting={}, max_jobs_per_gpu=self.share)
+
+
+def _run(jobs, planner, nodes=1, **cfg) -> Simulator:
+    return Simulator(
+        jobs,
+        cluster=_cluster(nodes),
+        catalog=Catalog(),
+        planner=planner,
+        config=SimConfig(round_length_s=500.0, **cfg),
+        colocation=COLOCATION,
+    )
+
+
+def test_shared_gpu_runs_each_job_at_its_measured_ratio_and_draws_less_than_the_sum():
+    # Given ResNet-50 (800 iters) and Recommendation (500 iters) sharing the one GPU
+    planner = Scripted({"a": ("n0/0",), "b": ("n0/0",)})
+    result = _run([_job("a", "resnet50", 800.0), _job("b", "ncf", 500.0)], planner).run()
+    # Then A runs at 0.8 it/s and B at 0.5 it/s: both finish at 1000 s
+    finish = {r.spec.job_id: r.finish_s for r in result.jobs}
+    assert finish == {"a": pytest.approx(1000.0), "b": pytest.approx(1000.0)}
+    # and the GPU draws 50 + 0.8 * 200 + 0.5 * 200 = 310 W, not 500 W, for 1000 s
+    assert result.energy_j == pytest.approx(310_000.0)
+    assert {r.spec.job_id: r.energy_j for r in result.jobs} == {
+        "a": pytest.approx(185_000.0),
+        "b": pytest.approx(125_000.0),
+    }
+    assert summarise(result)["n_colocated_jobs"] == 2
+
+
+def test_early_observation_reaches_the_next_snapshot():
+    planner = Scripted({"a": ("n0/0",), "b": ("n0/0",)})
+    _run([_job("a", "resnet50", 800.0), _job("b", "ncf", 500.0)], planner).run()
+    first, second = planner.seen[0][1], planner.seen[1][1]
+    assert [j.observed_slowdown for j in first.jobs] == [None, None]
+    assert planner.seen[1][0] == 500.0
+    assert {j.job_id: j.observed_slowdown for j in second.jobs} == {
+        "a": pytest.approx(0.25),
+        "b": pytest.approx(1.0),
+    }
+
+
+def test_unmeasured_pair_alternates_at_half_speed():
+    # "other" has no Gavel job type: both run at half speed while they share.
+    planner = Scripted({"a": ("n0/0",), "b": ("n0/0",)})
+    result = _run([_job("a", "resnet50", 500.0), _job("b", "other", 250.0)], planner).run()
+    finish = {r.spec.job_id: r.finish_s for r in result.jobs}
+    # B: 250 iters at 0.5 it/s = 500 s; A: 250 iters by then, the rest alone at 1 it/s.
+    assert finish == {"a": pytest.approx(750.0), "b": pytest.approx(500.0)}
+
+
+def test_noise_is_seeded():
+    def run(seed):
+        planner = Scripted({"a": ("n0/0",), "b": ("n0/0",)})
+        sim = _run(
+            [_job("a", "resnet50", 800.0), _job("b", "ncf", 500.0)],
+            planner,
+            colocation_noise=0.3,
+            seed=seed,
+        )
+        return [r.finish_s for r in sim.run().jobs]
+
+    assert run(1) == run(1)
+    assert run(1) != run(2)
+
+
+def test_plan_over_the_sharing_limit_is_refused():
+    planner = Scripted({"a": ("n0/0",), "b": ("n0/0",)}, share=1)
+    sim = _run([_job("a", "resnet50", 800.0), _job("b", "ncf", 500.0)], planner)
+    with pytest.raises(SimulationError, match="more than one job"):
+        sim.run()
+
+
+def test_congestion_scales_inter_node_time_and_is_reported_as_overhead():
+    # Given a 2-GPU job spread over two nodes (1.5 s per iteration; 1.0 consolidated)
+    planner = Scripted({"a": ("n0/0", "n1/0")}, share=1)
+    result = _run([_job("a", "resnet50", 100.0)], planner, nodes=2, congestion=3.0).run()
+    # Then an iteration takes 1 + 3 * 0.5 = 2.5 s: 250 s in all
+    assert result.jobs[0].finish_s == pytest.approx(250.0)
+    # each GPU draws 50 + 200 * 1.5 / 2.5 = 170 W
+    assert result.energy_j == pytest.approx(2 * 170.0 * 250.0)
+    # and 60% of each iteration is communication beyond the consolidated time
+    assert result.jobs[0].comm_overhead_gpu_s == pytest.approx(0.6 * 2 * 250.0)
+    assert summarise(result)["comm_overhead_gpu_h"] == pytest.approx(300.0 / 3600.0)
+
+
+def test_consolidated_job_has_no_communication_overhead():
+    planner = Scripted({"a": ("n0/0",)}, share=1)
+    result = _run([_job("a", "resnet50", 100.0)], planner, nodes=1, congestion=3.0).run()
+    assert result.jobs[0].finish_s == pytest.approx(100.0)
+    assert result.jobs[0].comm_overhead_gpu_s == 0.0
