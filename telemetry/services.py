@@ -44,21 +44,22 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
         # (node, index) unique constraint does not trip over a swap.
         Gpu.objects.filter(node=node).exclude(uuid__in=uuids).delete()
         for g in gpus:
+            values = {
+                "node": node,
+                "index": g["index"],
+                "model": g["model"],
+                "default_power_limit_w": round(g["default_power_limit_w"]),
+                "min_power_limit_w": round(g["min_power_limit_w"]),
+                "max_power_limit_w": round(g["max_power_limit_w"]),
+            }
+            if g.get("memory_mb") is not None:
+                values["memory_mb"] = g["memory_mb"]
             gpu, _ = Gpu.objects.update_or_create(
-                uuid=g["uuid"],
-                defaults={
-                    "node": node,
-                    "index": g["index"],
-                    "model": g["model"],
-                    "memory_mb": g["memory_mb"],
-                    "default_power_limit_w": round(g["default_power_limit_w"]),
-                    "min_power_limit_w": round(g["min_power_limit_w"]),
-                    "max_power_limit_w": round(g["max_power_limit_w"]),
-                },
+                uuid=g["uuid"], defaults=values, create_defaults={"memory_mb": 0, **values}
             )
             result.append(gpu)
-        models = sorted({g["model"] for g in gpus})
-        Node.objects.filter(pk=node.pk).update(gpu_model=", ".join(models), last_heartbeat_at=now)
+        # Node.gpu_model is the admin's description (e.g. A100-SXM4-40GB); left as it is.
+        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
     return result
 
 

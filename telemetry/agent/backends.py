@@ -26,7 +26,7 @@ class GpuInfo:
     uuid: str
     index: int
     model: str
-    memory_total_mib: int
+    memory_total_mib: int | None  # None: unknown (the server keeps what it has)
     default_power_limit_w: float | None
     min_power_limit_w: float | None
     max_power_limit_w: float | None

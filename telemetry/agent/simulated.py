@@ -93,7 +93,7 @@ class SimulatedBackend:
                 uuid=f"GPU-sim-{node_name}-{i}",
                 index=i,
                 model=gpu_model,
-                memory_total_mib=0,  # not modelled: the perf catalog has no memory figures
+                memory_total_mib=None,  # unknown: the perf catalog has no memory figures
                 default_power_limit_w=self._default_w,
                 min_power_limit_w=float(spec.power_limit_min_w),
                 max_power_limit_w=self._default_w,

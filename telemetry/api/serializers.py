@@ -11,7 +11,9 @@ class GpuRegistrationSerializer(serializers.Serializer):
     uuid = serializers.CharField(max_length=64)
     index = serializers.IntegerField(min_value=0, max_value=255)
     model = serializers.CharField(max_length=100)
-    memory_mb = serializers.IntegerField(min_value=0)
+    memory_mb = serializers.IntegerField(
+        min_value=0, allow_null=True, help_text="Null: unknown; a registered value is kept."
+    )
     default_power_limit_w = serializers.FloatField(min_value=1, max_value=2000)
     min_power_limit_w = serializers.FloatField(min_value=1, max_value=2000)
     max_power_limit_w = serializers.FloatField(min_value=1, max_value=2000)

@@ -45,6 +45,16 @@ def test_registration_creates_gpus_and_is_idempotent(make_node, agent_client):
     assert node.last_heartbeat_at is not None
 
 
+def test_registration_without_memory_keeps_the_registered_value(agent_node, agent_client):
+    node, token = agent_node  # GPUs registered with 40960 MB by the fixture
+    body = {"gpus": [_gpu("GPU-node-01-0", 0, memory_mb=None), _gpu("GPU-node-01-1", 1)]}
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    assert response.status_code == 200
+    assert list(Gpu.objects.filter(node=node).values_list("memory_mb", flat=True)) == [
+        40960, 40960,
+    ]  # fmt: skip
+
+
 def test_registering_a_gpu_of_another_node_is_refused(agent_node, other_node, agent_client):
     node, token = agent_node
     body = {"gpus": [_gpu("GPU-node-02-0", 0)]}
