@@ -78,7 +78,9 @@ DATABASE_URL = env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/wattf
 DATABASES = {
     "default": dj_database_url.parse(
         DATABASE_URL,
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE_S", 60),
+        # 0 by default: under ASGI every request runs in its own thread, and Django's docs
+        # advise against persistent connections there (see DATABASE_POOL_MAX_SIZE below).
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE_S", 0),
         conn_health_checks=True,
     )
 }
