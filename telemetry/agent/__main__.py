@@ -17,7 +17,7 @@ from pathlib import Path
 
 from telemetry.agent.client import AgentClient
 from telemetry.agent.loop import Agent, AgentConfig
-from telemetry.agent.spool import Rejected, ServerUnreachable, Spool
+from telemetry.agent.spool import Rejected, Spool
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -70,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: agent.stopping.set())
     try:
         agent.run()
-    except (ServerUnreachable, Rejected) as exc:
-        # Registration is the one call that must succeed before anything else makes sense.
-        sys.stderr.write(f"agent: cannot register with {args.server}: {exc}\n")
+    except Rejected as exc:
+        # The server refused the registration (bad token, GPUs of another node): retrying
+        # cannot help, so stop with one line saying why.
+        sys.stderr.write(f"agent: {args.server} refused the registration: {exc}\n")
         return 1
     return 0
 

@@ -252,8 +252,22 @@ class Agent:
         return [self._event(now, job_id, "progress", iterations=iterations)]
 
     # --- lifetime ---------------------------------------------------------------------------
+    def register_until_accepted(self, retry_s: float = 5.0) -> bool:
+        """Register, retrying while the server is unreachable (it may still be starting);
+        False if asked to stop first. A refusal (bad token) raises Rejected."""
+        while not self.stopping.is_set():
+            try:
+                self.register()
+                return True
+            except ServerUnreachable as exc:
+                log.warning("cannot register yet, retrying in %.0f s: %s", retry_s, exc)
+                self.stopping.wait(retry_s)
+        return False
+
     def run(self) -> None:
-        self.register()
+        if not self.register_until_accepted():
+            self.backend.close()
+            return
         try:
             while not self.stopping.is_set():
                 started = datetime.now(UTC)

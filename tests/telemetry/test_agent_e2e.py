@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, models
 from django.utils import timezone
 from test_nvml_backend import FakeNvml, _device
 
@@ -193,3 +193,49 @@ def test_a_real_job_process_runs_on_its_gpus_and_its_exit_completes_the_job(
     )
     assert kinds == [("started", ""), ("progress", ""), ("exited", "completed")]
     assert not Job.objects.filter(pk=job.pk, current_allocation__isnull=False).exists()
+
+
+def _agent_cli(server, token, tmp_path, *extra):
+    return subprocess.Popen(
+        [sys.executable, "-m", "telemetry.agent", "--server", server.url, "--token", token,
+         "--name", "node-01", "--work-dir", str(tmp_path / "cli"), "--simulate", "--gpus", "2",
+         "--post-interval-s", "1", *extra],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_the_agent_command_reports_until_sigterm_and_exits_cleanly(server, make_node, tmp_path):
+    node = make_node("node-01", gpus=0)
+    agent = _agent_cli(server, node.issue_agent_token(), tmp_path)
+    deadline = time.monotonic() + 60
+    while GpuSample.objects.count() < 6 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    agent.terminate()
+    _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 0, stderr
+    per_gpu = dict(
+        Gpu.objects.filter(node=node).annotate(n=models.Count("samples")).values_list("uuid", "n")
+    )
+    assert set(per_gpu) == {"GPU-sim-node-01-0", "GPU-sim-node-01-1"}
+    assert min(per_gpu.values()) >= 3
+    # the buffered tail was flushed on exit: both GPUs have the same timestamps
+    stamps = [
+        list(GpuSample.objects.filter(gpu__uuid=u).order_by("ts").values_list("ts", flat=True))
+        for u in sorted(per_gpu)
+    ]
+    assert stamps[0] == stamps[1]
+
+
+def test_the_agent_command_stops_with_one_line_for_a_bad_token(server, tmp_path):
+    agent = _agent_cli(server, "not-a-token", tmp_path)
+    _, stderr = agent.communicate(timeout=60)
+    assert agent.returncode == 1
+    assert (
+        stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"agent: {server.url} refused the registration: POST {server.url}/api/agent/register/: "
+            "HTTP 401"
+        )
+    )
+    assert not GpuSample.objects.exists()
