@@ -22,10 +22,12 @@ def node_ids(node: str, positions) -> tuple[str, ...]:
 
 def test_all_policies_are_registered():
     assert policy_names() == (
+        "eaco",
         "elastic",
         "fifo",
         "fifo_lowclock",
         "greenflow",
+        "ones",
         "powerflow",
         "tiresias",
         "zeus",

@@ -2,6 +2,7 @@
 
 from scheduling.core.policies import (  # noqa: F401
     eaco,
+    ones,
     elastic,
     fifo,
     fifo_lowclock,

@@ -1,0 +1,387 @@
+"""ONES: online evolutionary search over GPU counts, with batch sizes that follow them.
+
+Bian, Li, Wang, You, SC'21 (arXiv 2108.03645; artifact kurisusnowdeng/ones_sc21). Only
+the abstract and ``PAPERS.md`` are at hand, so the operators below are *reconstructed*
+from that description; every constant is a parameter.
+
+Elasticity through the batch size: a job's per-GPU batch ``b`` is fixed (``Job.
+per_gpu_batch``, else its submitted global batch over its requested GPUs), so on ``n``
+GPUs its global batch is ``n * b``. Its learning rate scales linearly from ``base_lr``
+at the requested size, and once it would pass ``max_lr`` the global batch stops growing
+(``global_batch_for``). Work is samples (the core's convention), so a larger global
+batch finishes the same work in fewer iterations.
+
+An *individual* is a whole assignment ``job -> GPU count`` of one GPU model; the
+population (``population_size`` = 16) is carried between rounds in ``policy_state``.
+Each round runs ``generations`` generations of:
+
+- **uniform crossover** of two parents (each job's count from either, swap probability
+  ``crossover_p`` = 0.5), respecting each job's size cap;
+- **mutation**: with probability ``mutation_p`` = 0.3 a random job is dropped (0 GPUs);
+- **padding**: every job without GPUs gets one while GPUs last (submit order); if none
+  is left, the largest job that has run longer than ``long_running_s`` is halved to
+  make room; then spare GPUs top up jobs shortest-remaining-first up to their caps;
+- **fitness** (lower is better): total remaining GPU-time, ``sum n * T(n)`` over jobs
+  that run plus ``r * T(r)`` for those that wait (``r`` their request), with ``T`` the
+  perf model's remaining time at the batch that ``n`` implies.
+
+The best 16 of parents and children survive. The winner is laid out in **contiguous
+blocks with the fewest changes** from the running layout (``layout``). A job's size
+cap starts at its request and **doubles once reached**, up to ``cap_factor`` (4) times
+the request. **Reconfiguration waits** until a job has run an epoch since its last
+change (``epochs_per_job`` epochs make a job; the traces carry no data-set sizes, so
+this is our stand-in): until then its count is frozen in every individual. The random
+generator is seeded from ``seed`` and the round's generation counter, so a round is
+deterministic for its context.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+from scheduling.core.context import JobView, RoundContext
+from scheduling.core.free_gpus import FreeGpus
+from scheduling.core.policies.base import submit_order, too_big
+from scheduling.core.registry import register_policy
+from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
+
+Individual = dict[str, int]
+
+
+def per_gpu_batch(job) -> int:
+    return int(job.per_gpu_batch or max(job.global_batch // max(job.requested_gpus, 1), 1))
+
+
+def global_batch_for(job, n: int) -> int:
+    """Global batch on ``n`` GPUs: ``n * b``, capped where the linearly scaled learning
+    rate would exceed ``max_lr`` (and by ``max_batch`` when the job states one)."""
+    b = per_gpu_batch(job)
+    batch = n * b
+    if job.base_lr and job.max_lr:
+        ref = job.requested_gpus * b  # base_lr belongs to the requested global batch
+        batch = min(batch, max(int(ref * job.max_lr / job.base_lr), b))
+    if job.max_batch:
+        batch = min(batch, job.max_batch)
+    return max(batch, 1)
+
+
+def learning_rate_for(job, n: int) -> float | None:
+    """Linearly scaled learning rate at ``n`` GPUs (None if the job gives none)."""
+    if not job.base_lr:
+        return None
+    lr = job.base_lr * global_batch_for(job, n) / (job.requested_gpus * per_gpu_batch(job))
+    return min(lr, job.max_lr) if job.max_lr else lr
+
+
+@register_policy("ones")
+class Ones:
+    name = "ones"
+    placement = "first_fit"  # only a fallback: every grant names its GPUs
+
+    def __init__(
+        self,
+        *,
+        population_size: int = 16,
+        generations: int = 2,
+        crossover_p: float = 0.5,
+        mutation_p: float = 0.3,
+        cap_factor: int = 4,
+        long_running_s: float = 3600.0,
+        epochs_per_job: int = 20,
+        seed: int = 0,
+    ) -> None:
+        if population_size < 2:
+            raise ValueError("population_size must be at least 2")
+        self.population_size = population_size
+        self.generations = generations
+        self.crossover_p = crossover_p
+        self.mutation_p = mutation_p
+        self.cap_factor = cap_factor
+        self.long_running_s = long_running_s
+        self.epochs_per_job = epochs_per_job
+        self.seed = seed
+
+    # --- per-job quantities -------------------------------------------------------------
+
+    def remaining_s(self, ctx: RoundContext, jv: JobView, n: int) -> float:
+        return ctx.estimate(jv, n, global_batch_for(jv.job, n)).remaining_s
+
+    def locked(self, ctx: RoundContext, jv: JobView) -> bool:
+        """A running job that has not yet run an epoch since its last change."""
+        job = jv.job
+        if job.allocation is None or job.last_change_s is None:
+            return False
+        n = job.allocation.n_gpus
+        per_iter_s = ctx.estimate(jv, n, job.allocation.global_batch).remaining_s / max(
+            job.remaining_iters, 1e-9
+        )
+        epoch_s = job.total_iters / self.epochs_per_job * per_iter_s
+        return ctx.now_s - job.last_change_s < epoch_s
+
+    def next_caps(self, jobs: list[JobView], caps: Mapping[str, int]) -> dict[str, int]:
+        out = {}
+        for jv in jobs:
+            job = jv.job
+            limit = self.cap_factor * job.requested_gpus
+            cap = int(caps.get(job.job_id, job.requested_gpus))
+            if job.allocation is not None and job.allocation.n_gpus >= cap:
+                cap = min(2 * cap, limit)  # reached: double, up to cap_factor x request
+            out[job.job_id] = max(min(cap, limit), 1)
+        return out
+
+    # --- the round ---------------------------------------------------------------------
+
+    def allocate(self, ctx: RoundContext) -> PolicyDecision:
+        """Evolve the carried population for each GPU model; run the fittest layout."""
+        state = ctx.policy_state.get("ones", {})
+        generation = int(state.get("generation", 0))
+        rng = random.Random(f"{self.seed}:{generation}")
+        by_model: dict[str, list[JobView]] = {}
+        waiting: dict[str, WaitReason] = {}
+        for jv in submit_order(ctx.jobs):
+            if jv.job.requested_gpus > ctx.capacity[jv.gpu_model]:
+                cap = ctx.capacity[jv.gpu_model]
+                waiting[jv.job.job_id] = too_big(jv.job.requested_gpus, jv.gpu_model, cap)
+                continue
+            by_model.setdefault(jv.gpu_model, []).append(jv)
+        caps_all = self.next_caps(
+            [jv for jvs in by_model.values() for jv in jvs], state.get("caps", {})
+        )
+        free = FreeGpus(ctx.snapshot.cluster)
+        grants: list[Grant] = []
+        populations: dict[str, list[Individual]] = {}
+        for model in sorted(by_model):
+            jobs = by_model[model]
+            search = _Search(self, ctx, jobs, caps_all, ctx.capacity[model], rng)
+            carried = state.get("population", {}).get(model, [])
+            population = search.evolve(carried)
+            best = population[0]
+            populations[model] = population
+            ids = layout(free, model, jobs, best)
+            views = {jv.job.job_id: jv for jv in jobs}
+            for jid, gpus in ids.items():
+                job = views[jid].job
+                grants.append(
+                    Grant(jid, len(gpus), global_batch_for(job, len(gpus)), model, gpu_ids=gpus)
+                )
+            for jv in jobs:
+                if jv.job.job_id not in ids:
+                    waiting[jv.job.job_id] = WaitReason(
+                        WaitCode.BEHIND_IN_QUEUE,
+                        f"Waiting: the evolutionary search gave every {model} GPU to jobs "
+                        "with less remaining work; it gets one when padding reaches it.",
+                    )
+        new_state = {
+            "generation": generation + 1,
+            "caps": caps_all,
+            "population": populations,
+        }
+        return PolicyDecision(
+            grants=tuple(grants), waiting=waiting, policy_state={"ones": new_state}
+        )
+
+
+class _Search:
+    """One round's evolutionary search over one GPU model's jobs."""
+
+    def __init__(self, policy: Ones, ctx: RoundContext, jobs, caps, capacity: int, rng) -> None:
+        self.p = policy
+        self.ctx = ctx
+        self.jobs = jobs
+        self.ids = [jv.job.job_id for jv in jobs]
+        self.views = {jv.job.job_id: jv for jv in jobs}
+        self.caps = {j: caps[j] for j in self.ids}
+        self.capacity = capacity
+        self.rng = rng
+        self.current = {
+            jv.job.job_id: jv.job.allocation.n_gpus for jv in jobs if jv.job.allocation is not None
+        }
+        self.frozen = {j: n for j, n in self.current.items() if policy.locked(ctx, self.views[j])}
+        self._time: dict[tuple[str, int], float] = {}
+
+    def t(self, jid: str, n: int) -> float:
+        key = (jid, n)
+        if key not in self._time:
+            self._time[key] = self.p.remaining_s(self.ctx, self.views[jid], n)
+        return self._time[key]
+
+    def fitness(self, ind: Individual) -> float:
+        total = 0.0
+        for jid in self.ids:
+            n = ind.get(jid, 0)
+            if n > 0:
+                total += n * self.t(jid, n)
+            else:
+                r = min(self.views[jid].job.requested_gpus, self.capacity)
+                total += r * self.t(jid, r)
+        return total
+
+    # --- operators ----------------------------------------------------------------
+
+    def crossover(self, a: Individual, b: Individual) -> Individual:
+        child = {}
+        for jid in self.ids:
+            take_b = self.rng.random() < self.p.crossover_p
+            n = (b if take_b else a).get(jid, 0)
+            child[jid] = min(n, self.caps[jid])
+        return child
+
+    def mutate(self, ind: Individual) -> Individual:
+        out = dict(ind)
+        if self.ids and self.rng.random() < self.p.mutation_p:
+            out[self.rng.choice(self.ids)] = 0
+        return out
+
+    def repair(self, ind: Individual) -> Individual:
+        """Freeze locked jobs, clip to caps, fit the capacity, then pad."""
+        out = {jid: min(max(ind.get(jid, 0), 0), self.caps[jid]) for jid in self.ids}
+        out.update(self.frozen)
+        # Over capacity: drop unfrozen jobs, largest first, until it fits.
+        while sum(out.values()) > self.capacity:
+            movable = [j for j in self.ids if out[j] > 0 and j not in self.frozen]
+            if not movable:
+                break
+            victim = max(movable, key=lambda j: (out[j], j))
+            out[victim] = 0
+        return self.pad(out)
+
+    def pad(self, ind: Individual) -> Individual:
+        out = dict(ind)
+        spare = self.capacity - sum(out.values())
+        for jid in self.ids:  # submit order: new jobs get one GPU each
+            if out[jid] > 0:
+                continue
+            if spare <= 0:
+                spare += self.shrink_largest(out)
+            if spare <= 0:
+                break
+            out[jid] = 1
+            spare -= 1
+        # Top up shortest-remaining-first, up to each cap.
+        for jid in sorted(
+            (j for j in self.ids if out[j] > 0), key=lambda j: (self.t(j, out[j]), j)
+        ):
+            if spare <= 0:
+                break
+            if jid in self.frozen:
+                continue
+            extra = min(self.caps[jid] - out[jid], spare)
+            if extra > 0:
+                out[jid] += extra
+                spare -= extra
+        return out
+
+    def shrink_largest(self, ind: Individual) -> int:
+        """Halve the largest job that has run longer than ``long_running_s``; the
+        number of GPUs freed (0 if none qualifies)."""
+        now = self.ctx.now_s
+        candidates = [
+            j
+            for j in self.ids
+            if ind[j] > 1
+            and j not in self.frozen
+            and self.views[j].job.started_s is not None
+            and now - self.views[j].job.started_s >= self.p.long_running_s
+        ]
+        if not candidates:
+            return 0
+        j = max(candidates, key=lambda j: (ind[j], j))
+        freed = ind[j] - ind[j] // 2
+        ind[j] -= freed
+        return freed
+
+    # --- a round ------------------------------------------------------------------
+
+    def seed_population(self, carried: list[Mapping[str, int]]) -> list[Individual]:
+        pop = [self.repair(dict(self.current))]
+        for ind in carried:
+            pop.append(self.repair({j: int(ind.get(j, 0)) for j in self.ids}))
+        while len(pop) < self.p.population_size:
+            pop.append(self.repair(self.mutate(self.mutate(pop[self.rng.randrange(len(pop))]))))
+        return pop
+
+    def evolve(self, carried: list[Mapping[str, int]]) -> list[Individual]:
+        size = self.p.population_size
+        pop = self.seed_population(carried)
+        for _ in range(self.p.generations):
+            scored = sorted(pop, key=lambda i: (self.fitness(i), sorted(i.items())))
+            children = []
+            for _ in range(size):
+                a = self._tournament(scored)
+                b = self._tournament(scored)
+                children.append(self.repair(self.mutate(self.crossover(a, b))))
+            pop = scored + children
+        unique: dict[tuple, Individual] = {}
+        for ind in pop:
+            unique.setdefault(tuple(sorted(ind.items())), ind)
+        ranked = sorted(unique.values(), key=lambda i: (self.fitness(i), sorted(i.items())))
+        return ranked[:size]
+
+    def _tournament(self, scored: list[Individual]) -> Individual:
+        i, k = self.rng.randrange(len(scored)), self.rng.randrange(len(scored))
+        return scored[min(i, k)]  # scored is sorted: the lower index is fitter
+
+
+def layout(
+    free: FreeGpus, model: str, jobs: list[JobView], sizes: Mapping[str, int]
+) -> dict[str, tuple[str, ...]]:
+    """GPU ids for ``sizes`` in contiguous blocks, moving as few jobs as possible:
+    unchanged jobs stay; shrinking ones keep the start of their block; growing ones
+    extend in place when the neighbours are free; the rest, largest first, take the
+    smallest free contiguous run that fits (else the fewest nodes). Takes from ``free``."""
+    out: dict[str, tuple[str, ...]] = {}
+    order = [g for v in free.nodes if free.node_model.get(v) == model for g in free.nodes[v]]
+    pos = {g: i for i, g in enumerate(order)}
+    moving = []
+    for jv in jobs:
+        jid, n = jv.job.job_id, sizes.get(jv.job.job_id, 0)
+        cur = jv.job.allocation.gpu_ids if jv.job.allocation else ()
+        if n <= 0:
+            continue
+        cur = tuple(sorted((g for g in cur if g in pos), key=pos.__getitem__))
+        if cur and len(cur) >= n and free.valid(cur[:n], model):
+            out[jid] = free.take(cur[:n])
+        else:
+            moving.append((jv, n, cur))
+    for jv, n, cur in sorted(moving, key=lambda t: (-t[1], t[0].job.job_id)):
+        picks = _grow_in_place(free, order, pos, cur, n) if cur else None
+        if picks is None:
+            picks = _best_run(free, order, n) or free.spread(model, n)
+        if picks is not None:
+            out[jv.job.job_id] = free.take(picks)
+    return out
+
+
+def _is_free(free: FreeGpus, g: str) -> bool:
+    return g in free.nodes[free.node_of[g]]
+
+
+def _grow_in_place(free, order, pos, cur, n) -> tuple[str, ...] | None:
+    if not free.valid(cur, free.model_of[cur[0]]):
+        return None
+    lo = pos[cur[0]]
+    for start in range(max(lo - (n - len(cur)), 0), lo + 1):
+        window = order[start : start + n]
+        if len(window) == n and set(cur) <= set(window) and all(_is_free(free, g) for g in window):
+            if len({free.node_of[g] for g in window}) == len({free.node_of[g] for g in cur}):
+                return tuple(window)
+    return None
+
+
+def _best_run(free: FreeGpus, order: list[str], n: int) -> tuple[str, ...] | None:
+    """Smallest run of consecutive free GPUs inside one node that holds ``n``."""
+    best = None
+    run: list[str] = []
+    for g in [*order, None]:
+        if (
+            g is not None
+            and _is_free(free, g)
+            and (not run or free.node_of[run[-1]] == free.node_of[g])
+        ):
+            run.append(g)
+            continue
+        if len(run) >= n and (best is None or len(run) < len(best)):
+            best = run
+        run = [g] if g is not None and _is_free(free, g) else []
+    return tuple(best[:n]) if best else None
