@@ -22,6 +22,7 @@ class FreeGpus:
         self.node_model: dict[str, str] = {}
         self.node_size: dict[str, int] = {}
         self.switch_of: dict[str, str] = {}
+        self._index: dict[str, int] = {}
         for node in cluster.nodes:
             if not node.schedulable:
                 continue
@@ -30,6 +31,7 @@ class FreeGpus:
             self.node_size[node.name] = len(ids)
             self.switch_of[node.name] = node.switch
             for g in node.gpus:
+                self._index[g.gpu_id] = g.index
                 self.model_of[g.gpu_id] = g.model
                 self.node_of[g.gpu_id] = node.name
                 self.node_model[node.name] = g.model
@@ -45,6 +47,14 @@ class FreeGpus:
         for g in out:
             self.nodes[self.node_of[g]].remove(g)
         return out
+
+    def give(self, gpu_ids: Iterable[str]) -> None:
+        """Return GPUs (a preempted job's) to the free lists, in index order."""
+        for g in gpu_ids:
+            node = self.node_of[g]
+            if g not in self.nodes[node]:
+                self.nodes[node].append(g)
+                self.nodes[node].sort(key=self._index.__getitem__)
 
     def count(self, model: str) -> int:
         return sum(len(ids) for v, ids in self.nodes.items() if self.node_model.get(v) == model)

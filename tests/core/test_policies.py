@@ -27,6 +27,7 @@ def test_all_policies_are_registered():
         "fifo",
         "fifo_lowclock",
         "greenflow",
+        "netdelay",
         "ones",
         "powerflow",
         "tiresias",

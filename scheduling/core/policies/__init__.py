@@ -2,11 +2,12 @@
 
 from scheduling.core.policies import (  # noqa: F401
     eaco,
-    ones,
     elastic,
     fifo,
     fifo_lowclock,
     greenflow,
+    netdelay,
+    ones,
     powerflow,
     tiresias,
     zeus,

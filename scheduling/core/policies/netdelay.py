@@ -1,0 +1,246 @@
+"""Network-sensitive delay scheduling (``netdelay``).
+
+Sharma et al., "GPU Cluster Scheduling for Network-Sensitive Deep Learning", arXiv
+2401.16492. Only the abstract is at hand; the rules are *reconstructed* from it and
+``PAPERS.md``, with every constant a parameter.
+
+- **Sensitivity.** ``sigma = T_spread / T_consolidated - 1`` from the perf model: the
+  iteration time of the job's GPUs split over two nodes against all on as few nodes
+  as possible, with the inter-node part scaled by the ``congestion`` the scheduler
+  assumes (as the simulator does). Jobs that fit no single node have ``sigma = 0``:
+  they cross nodes either way.
+- **Delay scheduling.** Jobs are served in submit order, running jobs keep their GPUs.
+  A job whose consolidated placement is free takes it. Otherwise it waits (reason
+  ``DELAYED_FOR_LOCALITY``) until its timer, ``min(max_delay_s,
+  delay_per_sensitivity_s * sigma)`` seconds after it started waiting, has run out,
+  and then accepts a spread placement. Later jobs may go first meanwhile.
+- **Network-sensitive preemption.** Before a job with ``sigma >= preempt_min_
+  sensitivity`` accepts a spread placement or keeps waiting, it may free a node by
+  stopping less sensitive single-node jobs there, when its gain (GPU-seconds saved
+  by running consolidated, ``n * (T_spread - T_cons)`` over its remaining work)
+  exceeds the victims' cost (``sum n_v * (restart_s + min(remaining_v, round))``:
+  a checkpoint-restart and at least a round without service each).
+- **Auto-tuning.** With ``tune_every_s`` set, the policy remembers the recent arrivals
+  in ``policy_state`` and, at most that often, replays them in the simulator for each
+  candidate ``delay_per_sensitivity_s`` (``scheduling/core/netdelay_tuner.py``) and
+  keeps the one with the lowest average JCT. The replay is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from scheduling.core.context import JobView, RoundContext
+from scheduling.core.free_gpus import FreeGpus
+from scheduling.core.policies.base import behind_in_queue, submit_order, too_big
+from scheduling.core.registry import register_policy
+from scheduling.core.types import GpuConfig, Grant, PolicyDecision, WaitCode, WaitReason
+
+
+def spread_shape(n: int) -> tuple[int, ...]:
+    """The spread alternative: ``n`` GPUs split over two nodes."""
+    return (n - n // 2, n // 2) if n > 1 else (1,)
+
+
+@register_policy("netdelay")
+class NetDelay:
+    name = "netdelay"
+    placement = "first_fit"  # only a fallback: every grant names its GPUs
+
+    def __init__(
+        self,
+        *,
+        delay_per_sensitivity_s: float = 6000.0,
+        max_delay_s: float = 4 * 3600.0,
+        congestion: float = 1.0,
+        preempt: bool = True,
+        preempt_min_sensitivity: float = 0.05,
+        restart_s: float = 30.0,
+        tune_every_s: float | None = None,
+        tune_candidates_s: Sequence[float] = (0.0, 1500.0, 3000.0, 6000.0, 12_000.0, 24_000.0),
+        tune_window_jobs: int = 40,
+    ) -> None:
+        if delay_per_sensitivity_s < 0 or max_delay_s < 0:
+            raise ValueError("delays must not be negative")
+        self.delay_per_sensitivity_s = delay_per_sensitivity_s
+        self.max_delay_s = max_delay_s
+        self.congestion = congestion
+        self.preempt = preempt
+        self.preempt_min_sensitivity = preempt_min_sensitivity
+        self.restart_s = restart_s
+        self.tune_every_s = tune_every_s
+        self.tune_candidates_s = tuple(tune_candidates_s)
+        self.tune_window_jobs = tune_window_jobs
+
+    # --- sensitivity and timers -------------------------------------------------------
+
+    def sensitivity(self, ctx: RoundContext, jv: JobView, n: int) -> float:
+        node_size = ctx.node_gpus[jv.gpu_model]
+        if n <= 1 or n > node_size:
+            return 0.0
+        b = jv.job.global_batch
+        cons_s = jv.perf.iter_time_s(GpuConfig(n, b))
+        spread_s = jv.perf.iter_time_s(GpuConfig(n, b, gpus_per_node=spread_shape(n)))
+        if spread_s <= cons_s:
+            return 0.0
+        return self.congestion * (spread_s - cons_s) / cons_s
+
+    def timer_s(self, sigma: float, per_sensitivity_s: float) -> float:
+        return min(self.max_delay_s, per_sensitivity_s * sigma)
+
+    @staticmethod
+    def waiting_since_s(jv: JobView) -> float:
+        job = jv.job
+        return job.last_change_s if job.last_change_s is not None else job.submit_time_s
+
+    # --- the round ---------------------------------------------------------------------
+
+    def allocate(self, ctx: RoundContext) -> PolicyDecision:
+        """Keep running jobs; serve the queue with delay timers and preemption."""
+        state = dict(ctx.policy_state)
+        per_sigma_s = float(state.get("delay_per_sensitivity_s", self.delay_per_sensitivity_s))
+        arrivals = self._remember(ctx, state.get("arrivals", []))
+        tuned_at = state.get("tuned_at_s")
+        if self.tune_every_s is not None and (
+            tuned_at is None or ctx.now_s - float(tuned_at) >= self.tune_every_s
+        ):
+            from scheduling.core.netdelay_tuner import arrivals_to_jobs, tune_delay
+
+            jobs = arrivals_to_jobs(arrivals)
+            if len(jobs) >= 2:
+                per_sigma_s = tune_delay(
+                    jobs,
+                    cluster=ctx.snapshot.cluster,
+                    catalog=ctx.snapshot.perf,
+                    candidates_s=self.tune_candidates_s,
+                    congestion=self.congestion,
+                    round_length_s=ctx.round_length_s,
+                    policy_params=self._params(),
+                ).best_s
+                tuned_at = ctx.now_s
+
+        free = FreeGpus(ctx.snapshot.cluster)
+        queue = submit_order(ctx.jobs)
+        kept: dict[str, tuple[str, ...]] = {}
+        waiting: dict[str, WaitReason] = {}
+        pending = []
+        for jv in queue:
+            cur = jv.job.allocation.gpu_ids if jv.job.allocation else ()
+            if cur and free.valid(cur, jv.gpu_model):
+                kept[jv.job.job_id] = free.take(cur)
+            else:
+                pending.append(jv)
+        views = {jv.job.job_id: jv for jv in queue}
+        preempted: dict[str, str] = {}
+        for pos, jv in enumerate(pending):
+            job = jv.job
+            n = job.requested_gpus
+            cap = ctx.capacity[jv.gpu_model]
+            if n > cap:
+                waiting[job.job_id] = too_big(n, jv.gpu_model, cap)
+                continue
+            picks = free.consolidated(jv.gpu_model, n)
+            if picks is not None:
+                kept[job.job_id] = free.take(picks)
+                continue
+            sigma = self.sensitivity(ctx, jv, n)
+            timer = self.timer_s(sigma, per_sigma_s)
+            due_s = self.waiting_since_s(jv) + timer
+            if self.preempt and sigma >= self.preempt_min_sensitivity:
+                victims = self._victims(ctx, jv, n, sigma, free, kept, views)
+                if victims is not None:
+                    for v in victims:
+                        free.give(kept.pop(v))
+                        preempted[v] = job.job_id
+                    kept[job.job_id] = free.take(free.consolidated(jv.gpu_model, n))
+                    continue
+            spread = free.spread(jv.gpu_model, n)
+            if spread is not None and ctx.now_s >= due_s:
+                kept[job.job_id] = free.take(spread)
+            elif spread is not None:
+                waiting[job.job_id] = WaitReason(
+                    WaitCode.DELAYED_FOR_LOCALITY,
+                    f"Waiting: {n} GPUs are free but not on one node; its network "
+                    f"sensitivity is {sigma:.0%}, so it waits up to {timer:.0f} s for a "
+                    "consolidated placement before it accepts a spread one.",
+                    until_s=due_s,
+                )
+            else:
+                waiting[job.job_id] = behind_in_queue(
+                    pos, n, jv.gpu_model, free.count(jv.gpu_model)
+                )
+        for v, by in preempted.items():
+            waiting[v] = WaitReason(
+                WaitCode.PREEMPTED,
+                f"Waiting: preempted so that the more network-sensitive job {by} can run "
+                "on one node; it resumes when GPUs free up.",
+            )
+        grants = tuple(
+            Grant(jid, len(ids), views[jid].job.global_batch, views[jid].gpu_model, gpu_ids=ids)
+            for jid, ids in kept.items()
+        )
+        new_state = {"delay_per_sensitivity_s": per_sigma_s, "arrivals": arrivals}
+        if tuned_at is not None:
+            new_state["tuned_at_s"] = tuned_at
+        return PolicyDecision(grants=grants, waiting=waiting, policy_state=new_state)
+
+    def _victims(self, ctx, jv, n, sigma, free, kept, views) -> list[str] | None:
+        """Less sensitive single-node jobs whose GPUs, with the free ones, make a node
+        for ``jv``; the cheapest node whose cost the gain outweighs, or None."""
+        b = jv.job.global_batch
+        remaining = jv.job.remaining_iters
+        cons_s = jv.perf.iter_time_s(GpuConfig(n, b)) * remaining
+        spread_s = cons_s * (1.0 + sigma)
+        gain = n * (spread_s - cons_s)
+        by_node: dict[str, list[str]] = {}
+        for jid, ids in kept.items():
+            nodes = {free.node_of[g] for g in ids}
+            # Only jobs already running are preempted, not ones granted this round.
+            running = views[jid].job.is_running
+            if running and len(nodes) == 1 and views[jid].gpu_model == jv.gpu_model:
+                by_node.setdefault(nodes.pop(), []).append(jid)
+        best = None
+        for node, jids in sorted(by_node.items()):
+            room = len(free.nodes[node])
+            if free.node_size[node] < n:
+                continue
+            chosen, cost = [], 0.0
+            for v in sorted(jids, key=lambda v: (len(kept[v]), v)):
+                if room >= n:
+                    break
+                vv = views[v]
+                if self.sensitivity(ctx, vv, len(kept[v])) >= sigma:
+                    continue
+                rem = ctx.estimate(vv, len(kept[v])).remaining_s
+                cost += len(kept[v]) * (self.restart_s + min(rem, ctx.round_length_s))
+                chosen.append(v)
+                room += len(kept[v])
+            if room >= n and chosen and gain > cost and (best is None or cost < best[0]):
+                best = (cost, chosen)
+        return None if best is None else best[1]
+
+    def _remember(self, ctx: RoundContext, arrivals: list) -> list:
+        """The last ``tune_window_jobs`` arrivals as JSON rows, for the auto-tuner."""
+        if self.tune_every_s is None:
+            return list(arrivals)
+        seen = {row[0] for row in arrivals}
+        rows = list(arrivals)
+        for jv in ctx.jobs:
+            j = jv.job
+            if j.job_id not in seen:
+                rows.append(
+                    [j.job_id, j.workload, j.submit_time_s, j.total_iters, j.global_batch,
+                     j.requested_gpus, jv.gpu_model]
+                )  # fmt: skip
+        rows.sort(key=lambda r: (r[2], r[0]))
+        return rows[-self.tune_window_jobs :]
+
+    def _params(self) -> dict:
+        return {
+            "max_delay_s": self.max_delay_s if math.isfinite(self.max_delay_s) else 1e12,
+            "congestion": self.congestion,
+            "preempt": self.preempt,
+            "preempt_min_sensitivity": self.preempt_min_sensitivity,
+            "restart_s": self.restart_s,
+        }
