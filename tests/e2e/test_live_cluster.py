@@ -1,0 +1,200 @@
+"""End to end: jobs submitted over REST are planned by Celery beat's rounds on a real worker,
+run by a simulated agent process, complete, and have their energy and carbon accounted; an
+exhausted budget holds its team's jobs back; a cancelled job is stopped on its agent; two
+rounds started at once never both plan.
+
+Real PostgreSQL (the test database, committed), real Redis, real daphne, Celery worker and
+beat, and ``python -m telemetry.agent --simulate`` as processes. Bounded: every wait has a
+deadline, and the fixture stops every process it started.
+"""
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import requests
+from django.db import connections, transaction
+from django.utils import timezone
+from e2e_helpers import JOB_GPUS, expected_busy_energy_j, iterations_for, wait_until
+from rest_framework.authtoken.models import Token
+
+from cluster.choices import HardLimitAction, JobState
+from cluster.models import Budget, Gpu, Job, JobAllocation, Node
+from scheduling import services
+from scheduling.models import SchedulerSettings, SchedulingRound
+from telemetry.accounting import budget_usage, job_totals
+from telemetry.choices import ExitReason, JobEventKind
+from telemetry.models import EnergyLedgerEntry, JobEvent
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def _node(name: str, gpus: int) -> tuple[Node, str]:
+    node = Node.objects.create(name=name, switch_label="switch-1", gpu_model="A100")
+    for index in range(gpus):
+        Gpu.objects.create(
+            node=node, index=index, uuid=f"GPU-sim-{name}-{index}", model="A100",
+            memory_mb=40960, default_power_limit_w=400, min_power_limit_w=100,
+            max_power_limit_w=400,
+        )  # fmt: skip
+    return node, node.issue_agent_token()
+
+
+def _session(user) -> requests.Session:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Token {Token.objects.get_or_create(user=user)[0].key}"
+    return session
+
+
+def _submit(session, server, **body) -> dict:
+    response = session.post(f"{server}/api/jobs/", json=body, timeout=30)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def test_jobs_submitted_over_rest_run_on_the_agent_and_finish_with_energy_recorded(
+    processes, team, other_team, member, outsider
+):
+    # given a 4-GPU node, fifo every second, a generous budget for vision and an exhausted
+    # one (spent yesterday) for language
+    node, token = _node("node-01", 4)
+    config = SchedulerSettings.load()
+    config.policy, config.round_interval_s = "fifo", 1
+    config.save()
+    now = timezone.now()
+    period = {"period_start": now - timedelta(days=2), "period_end": now + timedelta(days=2)}
+    vision_budget = Budget.objects.create(
+        team=team, energy_limit_kwh=10.0, hard_limit_action=HardLimitAction.PAUSE_JOBS, **period
+    )
+    spent = Budget.objects.create(
+        team=other_team, energy_limit_kwh=0.001, hard_limit_action=HardLimitAction.PAUSE_JOBS,
+        **period,
+    )  # fmt: skip
+    EnergyLedgerEntry.objects.create(
+        gpu=Gpu.objects.first(), hour=(now - timedelta(days=1)).replace(minute=0, second=0,
+        microsecond=0), team=other_team, energy_j=3600.0, co2_g=0.5, ci_g_per_kwh=500.0,
+        zone="ES",
+    )  # fmt: skip
+    server = processes.web()
+    processes.celery()
+    processes.agent(server, token, node="node-01", gpus=4)
+
+    # when members submit jobs over REST: three of vision's (about 4 s of work each, 1+1+2
+    # GPUs) and one of language's
+    vision, language = _session(member), _session(outsider)
+    jobs = [
+        _submit(vision, server, name=f"resnet-{n}", team="vision", workload="resnet50",
+                global_batch_size=64, total_iterations=iterations_for(n, work_s=4.0),
+                min_gpus=n, max_gpus=n)
+        for n in JOB_GPUS
+    ]  # fmt: skip
+    held = _submit(language, server, name="held", team="language", workload="resnet50",
+                   global_batch_size=64, total_iterations=100)  # fmt: skip
+
+    # then every vision job completes on the agent
+    ids = [j["id"] for j in jobs]
+    wait_until(
+        lambda: Job.objects.filter(pk__in=ids, state=JobState.COMPLETED).count() == len(ids),
+        timeout_s=90, what="the three jobs to complete",
+    )  # fmt: skip
+    for job in Job.objects.filter(pk__in=ids):
+        # it ran under the agent: started and exited events from node-01 for its allocation
+        exits = JobEvent.objects.filter(job=job, kind=JobEventKind.EXITED)
+        assert list(exits.values_list("reason", "node_id")) == [(ExitReason.COMPLETED, node.pk)]
+        assert JobEvent.objects.filter(job=job, kind=JobEventKind.STARTED).count() == 1
+        assert job.completed_iterations == job.total_iterations
+        assert job.allocations.count() == 1
+    # and its energy and carbon land in the ledger: at least 90 % of what its GPUs draw
+    # busy for its work, at most all its GPUs at the 400 W limit for its allocation's span
+    for job in Job.objects.filter(pk__in=ids):
+        alloc = job.allocations.get()
+        low = 0.9 * expected_busy_energy_j(job.max_gpus, job.total_iterations)
+        wait_until(lambda job=job, low=low: job_totals(job).energy_j >= low, timeout_s=60,
+                   what=f"job {job.pk}'s energy to be accounted")  # fmt: skip
+        totals = job_totals(job)
+        span_s = (alloc.ended_at - alloc.started_at).total_seconds()
+        assert low <= totals.energy_j <= job.max_gpus * 400.0 * span_s
+        assert totals.co2_g > 0
+    # and the exhausted budget held language's job back: never allocated, reason over REST
+    body = language.get(f"{server}/api/jobs/{held['id']}/", timeout=30).json()
+    assert body["state"] == "queued"
+    assert body["pending_reason_code"] == "budget_exhausted"
+    assert body["pending_until"] == spent.period_end.isoformat().replace("+00:00", "Z")
+    assert JobAllocation.objects.filter(job_id=held["id"]).count() == 0
+    assert budget_usage(spent).energy_j == 3600.0
+    assert 0 < budget_usage(vision_budget).energy_j < 10.0 * 3.6e6
+    # and rounds ran on the worker, none of them double-booking a GPU
+    assert SchedulingRound.objects.filter(policy="fifo").count() >= 3
+    assert services.open_allocation_gpu_owners() == {}
+
+    # when a long job starts and is then cancelled over REST
+    long = _submit(vision, server, name="long", team="vision", workload="resnet50",
+                   global_batch_size=64, total_iterations=100000)  # fmt: skip
+    wait_until(
+        lambda: JobEvent.objects.filter(job_id=long["id"], kind=JobEventKind.STARTED).exists(),
+        timeout_s=60, what="the long job to start on the agent",
+    )  # fmt: skip
+    response = vision.post(f"{server}/api/jobs/{long['id']}/cancel/", timeout=30)
+    assert response.status_code == 200, response.text
+
+    # then the agent stops it and says so
+    stopped = wait_until(
+        lambda: JobEvent.objects.filter(job_id=long["id"], kind=JobEventKind.EXITED).first(),
+        timeout_s=30, what="the agent to stop the cancelled job",
+    )  # fmt: skip
+    assert stopped.reason == ExitReason.STOPPED
+    assert stopped.node_id == node.pk
+    long_job = Job.objects.get(pk=long["id"])
+    assert long_job.state == JobState.CANCELLED
+    assert 0 < long_job.completed_iterations < 100000
+
+
+def test_two_rounds_started_at_once_never_both_plan(transactional_db, team, member, make_job):
+    # given a live node and queued jobs that would fill it
+    node, _ = _node("node-01", 8)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now())
+    config = SchedulerSettings.load()
+    config.policy = "fifo"
+    config.save()
+    jobs = [
+        make_job(owner=member, team=team, min_gpus=n, max_gpus=n, global_batch_size=256,
+                 min_batch_size=256, max_batch_size=256)
+        for n in (4, 2, 2)
+    ]  # fmt: skip
+    now = datetime.now(UTC)
+    results, inside, done = {}, threading.Event(), threading.Event()
+
+    def first():
+        # A round whose transaction stays open a moment after planning (as a slow apply
+        # would): it holds the lock until it commits.
+        try:
+            with transaction.atomic():
+                results["first"] = services.run_scheduling_round(now=now, force=True)
+                inside.set()
+                done.wait(10)
+        finally:
+            inside.set()
+            connections.close_all()
+
+    def second():
+        try:
+            inside.wait(10)
+            results["second"] = services.run_scheduling_round(now=now, force=True)
+        finally:
+            done.set()
+            connections.close_all()
+
+    # when two rounds start at once, in two threads with their own connections
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+    # then one planned and applied, the other exited at once on the lock
+    assert (results["first"].ran, results["first"].applied) == (True, 3)
+    assert (results["second"].ran, results["second"].skipped) == (False, "locked")
+    assert SchedulingRound.objects.count() == 1
+    owners = services.open_allocation_gpu_owners()
+    assert len(owners) == 8
+    assert sorted(owners.values()) == sorted([jobs[0].pk] * 4 + [jobs[1].pk] * 2 + [jobs[2].pk] * 2)
