@@ -99,6 +99,8 @@ def report_rows(start: date, end: date) -> dict[str, list[dict]]:
 def reports(request):
     form = ReportPeriodForm(request.GET or None)
     start, end = report_period(form, today=timezone.now().date())
+    if not form.is_bound:
+        form = ReportPeriodForm(initial={"start": start, "end": end})
     rows = report_rows(start, end)
     lo, hi = _bounds(start, end)
     audit = AuditEntry.objects.filter(at__gte=lo, at__lt=hi).select_related("team")[:AUDIT_ROWS]

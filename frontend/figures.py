@@ -115,7 +115,7 @@ def gpu_utilisation_heatmap(cells: Iterable[tuple[str, int, float | None]]) -> d
                 "hovertemplate": "%{y} %{x}: %{z:.0f}%<extra></extra>",
             }
         ],
-        "layout": _layout("GPU utilisation", yaxis={"autorange": "reversed"}),
+        "layout": _layout("GPU utilisation", yaxis={"autorange": "reversed", "automargin": True}),
     }
 
 
@@ -257,7 +257,7 @@ def allocation_timeline_figure(
         "layout": _layout(
             "Allocation timeline",
             xaxis={"type": "date"},
-            yaxis={"autorange": "reversed"},
+            yaxis={"autorange": "reversed", "type": "category"},
             showlegend=False,
             height=max(160, 60 + 36 * len(allocations)),
         ),
@@ -331,6 +331,7 @@ def energy_carbon_bars(rows: Sequence[tuple[str, float, float]], *, title: str) 
         "layout": _layout(
             title,
             barmode="group",
+            margin={**_BASE_LAYOUT["margin"], "r": 64},
             yaxis={"title": {"text": "kWh"}, "rangemode": "tozero"},
             yaxis2={
                 "title": {"text": "kg CO2e"},

@@ -222,9 +222,13 @@
         done = answer.points;
         progress.value = i + 1;
         plot("fig-whatif", answer.figure);
-        if (answer.n_jobs === 0) { statusEl.textContent = "The team has no queued or running jobs."; break; }
+        if (answer.n_jobs === 0) {
+          statusEl.textContent = "The team has no queued or running jobs: nothing to replay.";
+          button.disabled = false;
+          return;
+        }
       }
-      if (done.length) statusEl.textContent = "Done: " + done.length + " budgets simulated. Gaps: not every job finishes within 30 days.";
+      statusEl.textContent = "Done: " + done.length + " budgets simulated. A gap means not every job finishes within 30 days.";
       button.disabled = false;
     }
 

@@ -1,0 +1,379 @@
+"""Browser tests: headless Chromium (Debian's) driven by Playwright against a real daphne.
+
+Daphne runs in a subprocess on a free port against the *test* database (its name handed over
+in DATABASE_URL) and the same Redis db, so the pages, the websocket and the channel layer are
+the production stack. Tests use ``transaction=True``: what they create is committed, so the
+server process sees it. Every page is also saved as a PNG under docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db.models import Sum
+from frontend_scene import PASSWORDS, build_scene
+
+from cluster.models import AuditEntry, Budget, Job
+from frontend.broadcast import broadcast_round
+from scheduling.core.types import J_PER_KWH
+from telemetry.models import EnergyLedgerEntry
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(settings.BASE_DIR) / "docs" / "screenshots"
+VIEWPORT = {"width": 1366, "height": 768}
+TIMEOUT_MS = 15_000
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing():
+    """Overrides the conftest's MD5 hasher: the server process checks these passwords with
+    its own (default) hashers, so they must be stored with one of those."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, tmp_path_factory):
+    db = settings.DATABASES["default"]
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"),
+        "REDIS_URL": settings.REDIS_URL,
+        # No persistent connections: the tests truncate tables between them.
+        "DATABASE_CONN_MAX_AGE_S": "0",
+        "DJANGO_DEBUG": "1",
+    }
+    log = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "config.asgi:application",
+            ],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError as exc:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"daphne did not start: {log.read_text()[-2000:]}") from exc
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (make test installs it)")
+    # Playwright's sync API keeps an asyncio loop in this thread; Django then refuses ORM calls
+    # from it unless told that this thread's calls are deliberate (they are: the test's own
+    # queries, made between browser steps, never from a coroutine).
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with playwright_sync.sync_playwright() as p:
+            b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield b
+            b.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def scene(db):
+    return build_scene()
+
+
+@pytest.fixture
+def login(browser, server):
+    contexts = []
+
+    def log_in(username: str):
+        context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(f"{server}/accounts/login/")
+        page.fill("#id_username", username)
+        page.fill("#id_password", PASSWORDS[username])
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{server}/")
+        return page
+
+    yield log_in
+    for context in contexts:
+        context.close()
+
+
+def broadcast_from_another_thread(summary: dict) -> int:
+    """``broadcast_round`` as the round's worker calls it: from a thread without an event loop
+    (this one runs Playwright's)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(broadcast_round, summary).result(timeout=10)
+
+
+def shot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def nav_links(page) -> list[str]:
+    return [t.strip() for t in page.locator("header nav a").all_inner_texts()]
+
+
+def test_each_role_logs_in_and_sees_what_its_role_allows(scene, login, server):
+    # given the three roles, when each signs in through the login form
+    member = login("vera_member")
+    lead = login("liam_lead")
+    admin = login("ada_admin")
+    # then the navigation offers admin pages to the admin only, and names each role
+    assert nav_links(member) == ["Dashboard", "Jobs", "Budgets"]
+    assert nav_links(lead) == ["Dashboard", "Jobs", "Budgets"]
+    assert nav_links(admin) == ["Dashboard", "Jobs", "Budgets", "Reports", "Nodes", "Admin"]
+    assert member.get_attribute("[data-role]", "data-role") == "member"
+    assert lead.get_attribute("[data-role]", "data-role") == "lead"
+    assert admin.get_attribute("[data-role]", "data-role") == "admin"
+    # and a member who types an admin URL gets 403
+    response = member.goto(f"{server}/reports/")
+    assert response.status == 403
+
+
+def test_wrong_password_is_refused_and_the_login_page_is_saved(browser, server, scene):
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.goto(f"{server}/accounts/login/")
+    shot(page, "login")
+    page.fill("#id_username", "vera_member")
+    page.fill("#id_password", "not-the-password")
+    page.click("button[type=submit]")
+    assert page.locator("[role=alert]").inner_text().startswith("Please enter a correct")
+    assert page.url == f"{server}/accounts/login/"
+    context.close()
+
+
+def test_member_submits_a_job_through_the_form_and_finds_it_in_the_list(scene, login, server):
+    page = login("vera_member")
+    page.goto(f"{server}/jobs/new/")
+    page.fill("#id_name", "browser-submitted-resnet")
+    page.select_option("#id_workload", "resnet50")
+    page.fill("#id_gpus", "2")
+    page.fill("#id_batch_size", "128")
+    page.fill("#id_iterations", "1000")
+    # the prediction appears before submitting
+    page.wait_for_function("document.getElementById('pred-gpu').textContent === '2 × A100'")
+    assert page.inner_text("#pred-duration") == "2 min 32 s"  # 1000 x 0.1522 s (perf model)
+    shot(page, "job_submit")
+    page.click("#job-form button[type=submit]")
+    page.wait_for_url(f"{server}/jobs/*/")
+    job = Job.objects.get(name="browser-submitted-resnet")
+    assert (job.owner.username, job.team.slug, job.min_gpus, job.state) == (
+        "vera_member",
+        "vision",
+        2,
+        "queued",
+    )
+    page.goto(f"{server}/jobs/?q=browser-submitted")
+    rows = page.locator("#job-table tbody tr")
+    assert rows.count() == 1
+    assert rows.first.get_attribute("data-job-id") == str(job.pk)
+
+
+def test_a_bad_job_form_shows_field_errors_and_stores_nothing(scene, login, server):
+    page = login("vera_member")
+    page.goto(f"{server}/jobs/new/")
+    page.fill("#id_name", "broken")
+    page.fill("#id_gpus", "4")
+    page.fill("#id_max_gpus", "2")
+    page.fill("#id_batch_size", "128")
+    page.fill("#id_iterations", "0")
+    page.click("#job-form button[type=submit]")
+    errors = page.locator("#job-form .errorlist").all_inner_texts()
+    assert errors == [
+        "Must be at least the GPU count.",
+        "Ensure this value is greater than or equal to 1.",
+    ]
+    assert not Job.objects.filter(name="broken").exists()
+
+
+def test_lead_edits_a_budget_after_a_what_if_and_a_member_cannot(scene, login, server):
+    budget = scene.budgets["vision"]
+    lead = login("liam_lead")
+    lead.goto(f"{server}/budgets/")
+    shot(lead, "budgets")
+    lead.click(f"[data-budget-id='{budget.pk}'] a:text('Edit')")
+    lead.fill("#id_energy_limit_kwh", "20")
+    lead.click("#whatif-run")
+    lead.wait_for_function(
+        "document.getElementById('whatif-status').textContent.startsWith('Done')",
+        timeout=120_000,
+    )
+    assert lead.eval_on_selector("#whatif-progress", "p => [p.value, p.max]") == [6, 6]
+    # six budgets, 5..40 kWh; the largest lets the paced policy finish the whole queue
+    xs = lead.evaluate("document.getElementById('fig-whatif').data[0].x")
+    ys = lead.evaluate("document.getElementById('fig-whatif').data[0].y")
+    assert xs == [5.0, 10.0, 15.0, 20.0, 30.0, 40.0]
+    assert ys[-1] is not None and ys[-1] > 0
+    shot(lead, "budget_whatif")
+    lead.click("#budget-form button[type=submit]")
+    lead.wait_for_url(f"{server}/budgets/")
+    budget.refresh_from_db()
+    assert budget.energy_limit_kwh == 20.0
+    entry = AuditEntry.objects.get(object_type="budget", object_id=str(budget.pk))
+    assert (entry.actor_username, entry.before["energy_limit_kwh"]) == ("liam_lead", 12.0)
+    assert entry.after["energy_limit_kwh"] == 20.0
+
+    member = login("vera_member")
+    member.goto(f"{server}/budgets/")
+    assert member.locator(f"[data-budget-id='{budget.pk}'] a:text('Edit')").count() == 0
+    assert member.locator("a:text('New budget')").count() == 0
+    assert member.goto(f"{server}/budgets/{budget.pk}/edit/").status == 403
+    budget.refresh_from_db()
+    assert budget.energy_limit_kwh == 20.0
+    assert AuditEntry.objects.count() == 1
+
+
+def test_dashboard_receives_a_live_round_and_pauses_while_hidden(scene, login, server):
+    page = login("vera_member")
+    page.wait_for_selector("#live-status[data-state=live]")
+    shot(page, "dashboard")
+    vision, language = scene.team.pk, scene.other_team.pk
+    decisions = [
+        {"job_id": 901, "team_id": vision, "job_name": "vision-job", "action": "start", "gpus": 4},
+        {"job_id": 902, "team_id": language, "job_name": "language-job", "action": "start"},
+    ]
+    summary = {"at": scene.now.isoformat(), "policy": "powerflow", "running": 2}
+    sent = broadcast_from_another_thread(
+        {**summary, "round_id": 77, "queue_length": 5, "decisions": decisions}
+    )
+    assert sent == 4  # admin, both teams, everyone
+    page.wait_for_function("document.getElementById('round-head').textContent.includes('77')")
+    rows = page.locator("#round-table tbody tr").all_inner_texts()
+    # the member sees their team's decision only, never the other team's
+    assert [r.split("\t")[:3] for r in rows] == [["vision-job #901", "start", "4"]]
+    assert page.inner_text("#kpi-queue") == "5"
+
+    # a hidden tab closes its socket and ignores rounds; coming back resyncs from the server
+    page.evaluate(
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});"
+        "document.dispatchEvent(new Event('visibilitychange'));"
+    )
+    page.wait_for_selector("#live-status[data-state=paused]")
+    assert broadcast_from_another_thread({**summary, "round_id": 78, "queue_length": 9}) == 2
+    page.wait_for_timeout(1000)
+    assert "Round 77" in page.inner_text("#round-head")
+    page.evaluate(
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});"
+        "document.dispatchEvent(new Event('visibilitychange'));"
+    )
+    page.wait_for_selector("#live-status[data-state=live]")
+    # the resync shows the database's queue (2 queued jobs), not the missed push's 9
+    page.wait_for_function("document.getElementById('kpi-queue').textContent === '2'")
+
+
+def test_admin_exports_a_csv_with_the_ledger_rows(scene, login, server):
+    page = login("ada_admin")
+    page.goto(f"{server}/reports/")
+    shot(page, "reports")
+    with page.expect_download() as download:
+        page.click("#csv-link")
+    text = Path(download.value.path()).read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    by_level = {}
+    for row in rows:
+        by_level.setdefault(row["level"], []).append(row)
+    # expected: the ledger's own sums per team (idle energy, with no job, is not a team's)
+    ledger = (
+        EnergyLedgerEntry.objects.filter(job__isnull=False)
+        .values("team__slug")
+        .annotate(e=Sum("energy_j"), c=Sum("co2_g"))
+        .order_by("-e")
+    )
+    assert [(r["key"], r["energy_kwh"], r["co2_kg"]) for r in by_level["team"]] == [
+        (x["team__slug"], f"{x['e'] / J_PER_KWH:.6f}", f"{x['c'] / 1000:.6f}") for x in ledger
+    ]
+    # per job: the running jobs and the one finished inside the four sampled hours
+    assert sorted(r["name"] for r in by_level["job"]) == [
+        "bert-finetune",
+        "finished-3",
+        "resnet50-sweep",
+    ]
+    assert sorted(r["name"] for r in by_level["user"]) == ["otto_outsider", "vera_member"]
+
+
+def test_admin_drains_a_node_and_every_page_is_saved(scene, login, server):
+    page = login("ada_admin")
+    shot(page, "dashboard_admin")
+    page.goto(f"{server}/nodes/")
+    page.click("[data-node='node-02'] button:text('Drain')")
+    page.wait_for_selector("[data-node='node-02'] button:text('Undrain')")
+    assert scene.nodes[1].__class__.objects.get(name="node-02").status == "draining"
+    shot(page, "nodes")
+    page.goto(f"{server}/jobs/")
+    shot(page, "jobs")
+    page.goto(f"{server}/jobs/{scene.jobs['running'].pk}/")
+    shot(page, "job_detail")
+    page.goto(f"{server}/jobs/{scene.jobs['gpt2-small'].pk}/")
+    assert "Held back: the energy budget is paced." in page.inner_text("#pending-reason")
+    shot(page, "job_detail_pending")
+    page.goto(f"{server}/budgets/new/")
+    shot(page, "budget_new")
+    # the drain is in the audit log, with before and after
+    page.goto(f"{server}/reports/")
+    assert page.locator("#audit-log tbody tr").first.inner_text().split("\t")[1:4] == [
+        "ada_admin",
+        f"Updated node {scene.nodes[1].pk}",
+        "status",
+    ]
+    shot(page, "reports")
+    assert Budget.objects.count() == 2
