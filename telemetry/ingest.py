@@ -74,7 +74,14 @@ def _number(value: Any, unit: str, low: float, high: float) -> tuple[float | Non
     return value, None
 
 
-def validate_batch(node: Node, payload: Any, *, now: datetime) -> list[tuple]:
+def gpus_of(node: Node) -> dict[str, int]:
+    """UUID -> primary key of the node's GPUs."""
+    return dict(Gpu.objects.filter(node=node).values_list("uuid", "pk"))
+
+
+def validate_batch(
+    node: Node, payload: Any, *, now: datetime, own_gpus: dict[str, int] | None = None
+) -> list[tuple]:
     """Rows ready for :func:`store_rows`, or BatchRejected. Checks the envelope, every
     sample's fields, units and ranges, timestamps (not older than the retention window, not
     more than TELEMETRY_MAX_FUTURE_S ahead) and that each GPU is this node's."""
@@ -90,12 +97,19 @@ def validate_batch(node: Node, payload: Any, *, now: datetime) -> list[tuple]:
         )
 
     uuids = {s.get("gpu_uuid") for s in samples if isinstance(s, dict)}
-    known = {
-        uuid: (pk, node_id)
-        for uuid, pk, node_id in Gpu.objects.filter(
-            uuid__in=[u for u in uuids if isinstance(u, str)]
-        ).values_list("uuid", "pk", "node_id")
-    }
+    uuids = {u for u in uuids if isinstance(u, str)}
+    # The authentication query already fetched the node's own GPUs (one round trip fewer per
+    # batch); only names outside that set are looked up, to tell "another node's" from unknown.
+    own = own_gpus if own_gpus is not None else gpus_of(node)
+    known = {u: (own[u], node.pk) for u in uuids if u in own}
+    strangers = [u for u in uuids if u not in own]
+    if strangers:
+        known.update(
+            (uuid, (pk, node_id))
+            for uuid, pk, node_id in Gpu.objects.filter(uuid__in=strangers).values_list(
+                "uuid", "pk", "node_id"
+            )
+        )
     foreign = sorted(u for u, (_, node_id) in known.items() if node_id != node.pk)
     if foreign:
         raise BatchRejected(
@@ -252,8 +266,15 @@ def store_rows(rows: list[tuple], *, method: str) -> int:
     raise ValueError(f"unknown storage method {method!r}")
 
 
-def ingest_batch(node: Node, payload: Any, *, now: datetime | None = None) -> IngestResult:
-    """Validate and store one agent batch; BatchRejected leaves the database untouched."""
+def ingest_batch(
+    node: Node,
+    payload: Any,
+    *,
+    now: datetime | None = None,
+    own_gpus: dict[str, int] | None = None,
+) -> IngestResult:
+    """Validate and store one agent batch; BatchRejected leaves the database untouched.
+    ``own_gpus`` (UUID -> pk of the node's GPUs) saves a query when the caller has it."""
     now = now or timezone.now()
-    rows = validate_batch(node, payload, now=now)
+    rows = validate_batch(node, payload, now=now, own_gpus=own_gpus)
     return IngestResult(received=len(rows), inserted=store_and_mark(rows, now=now))

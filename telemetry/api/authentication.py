@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Q, Value
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
-from cluster.models import Node
+from cluster.models import Node, hash_agent_token
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,24 @@ class AgentUser:
         return None
 
 
+def node_for_token(raw_token: str) -> Node | None:
+    """The token's node with ``own_gpus`` (UUID -> pk of its GPUs) fetched in the same query:
+    every telemetry batch needs both, and round trips are most of a small batch's cost."""
+    if not raw_token:
+        return None
+    node = (
+        Node.objects.filter(agent_token_hash=hash_agent_token(raw_token))
+        .annotate(
+            gpu_uuids=ArrayAgg("gpus__uuid", filter=Q(gpus__isnull=False), default=Value([])),
+            gpu_pks=ArrayAgg("gpus__pk", filter=Q(gpus__isnull=False), default=Value([])),
+        )
+        .first()
+    )
+    if node is not None:
+        node.own_gpus = dict(zip(node.gpu_uuids, node.gpu_pks, strict=True))
+    return node
+
+
 class AgentTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Token"
 
@@ -35,7 +55,7 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Invalid token header.")
-        node = Node.for_agent_token(header[1].decode(errors="replace"))
+        node = node_for_token(header[1].decode(errors="replace"))
         if node is None:
             raise exceptions.AuthenticationFailed("Unknown agent token.")
         return AgentUser(node), node

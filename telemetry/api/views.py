@@ -84,7 +84,7 @@ class SamplesView(AgentView):
     )
     def post(self, request):
         try:
-            result = ingest_batch(self.node, request.data)
+            result = ingest_batch(self.node, request.data, own_gpus=self.node.own_gpus)
         except BatchRejected as exc:
             return Response(exc.errors, status=exc.status)
         return Response(
