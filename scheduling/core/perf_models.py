@@ -95,10 +95,18 @@ class DvfsParams:
         s = self.power_static_frac
         return s + (1.0 - s) * r**self.power_exp
 
-    def ratio_for_limit(self, limit_w: float, busy_w: float) -> float:
-        """Clock ratio the GPU settles at under ``limit_w`` for a busy draw ``busy_w``."""
+    def ratio_for_limit(
+        self, limit_w: float, busy_w: float, default_limit_w: float = math.inf
+    ) -> float:
+        """Clock ratio the GPU settles at under ``limit_w`` for a busy draw ``busy_w``.
+
+        The throughput was measured at ``default_limit_w``: that limit (or any above it)
+        leaves the clock at its maximum, and peaks never exceed it.
+        """
+        if limit_w >= default_limit_w:
+            return 1.0
         r_min = self.min_clock_mhz / self.max_clock_mhz
-        x = limit_w / (self.peak_to_avg * busy_w)
+        x = limit_w / min(self.peak_to_avg * busy_w, default_limit_w)
         if x >= 1.0:
             return 1.0
         s = self.power_static_frac
@@ -227,7 +235,7 @@ class FittedPerfModel:
             limit_w = min(
                 max(cfg.power_limit_w, self.gpu.power_limit_min_w), self.gpu.power_limit_max_w
             )
-            r_limit = dvfs.ratio_for_limit(limit_w, busy_w)
+            r_limit = dvfs.ratio_for_limit(limit_w, busy_w, self.gpu.power_limit_max_w)
             if r_limit < r:
                 r = r_limit
         return r

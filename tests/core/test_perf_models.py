@@ -9,6 +9,7 @@ import pytest
 
 from scheduling.core import perf_data
 from scheduling.core.perf_models import (
+    DvfsParams,
     UnknownPerfModelError,
     energy_to_finish_j,
     load_catalog,
@@ -203,3 +204,30 @@ def test_refinement_converges_to_a_steady_bias():
 def test_refinement_rejects_non_positive_predictions():
     with pytest.raises(ValueError, match="predictions must be positive"):
         refine_scales(predicted_iter_time_s=0.0, predicted_power_w=100.0)
+
+
+# --- the power limit as an effective clock -------------------------------------------------
+
+
+def test_a_power_limit_maps_to_the_clock_whose_peak_draw_fits_under_it():
+    dvfs = DvfsParams(
+        max_clock_mhz=1000,
+        min_clock_mhz=500,
+        time_fixed_frac=0.2,
+        power_static_frac=0.5,
+        power_exp=2.0,
+        peak_to_avg=1.25,
+    )
+
+    # peak 125 W: 100 W leaves 0.8 of it; 0.5 + 0.5 r^2 = 0.8
+    assert dvfs.ratio_for_limit(100.0, 100.0) == pytest.approx(math.sqrt(0.6), rel=1e-12)
+    # peaks never exceed the default limit of 110 W: 100/110 of it is left
+    assert dvfs.ratio_for_limit(100.0, 100.0, 110.0) == pytest.approx(
+        math.sqrt((100 / 110 - 0.5) / 0.5), rel=1e-12
+    )
+    assert dvfs.ratio_for_limit(110.0, 100.0, 110.0) == 1.0  # the measured state
+    assert dvfs.ratio_for_limit(200.0, 100.0) == 1.0  # the limit does not bind
+    assert dvfs.ratio_for_limit(40.0, 100.0) == 0.5  # below the static draw: the clock floor
+    assert dvfs.ratio_for_limit(70.0, 100.0) == 0.5  # r = sqrt(0.12) = 0.35 < floor
+    assert dvfs.time_factor(0.5) == pytest.approx(0.2 + 0.8 / 0.5)
+    assert dvfs.power_factor(0.5) == pytest.approx(0.5 + 0.5 * 0.25)
