@@ -1,0 +1,257 @@
+"""A job's life across rounds and agent reports (through the real agent API), online
+refinement from telemetry rows, the admin's audited settings, the beat schedule, and the
+broadcast a round sends over the real Redis channel layer after commit."""
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from cluster.choices import JobState
+from cluster.models import AuditEntry, Node
+from frontend.broadcast import ADMIN_GROUP
+from scheduling import adapters, services
+from scheduling.choices import DecisionAction
+from scheduling.core.perf_models import load_catalog
+from scheduling.core.types import GpuConfig
+from scheduling.models import JobSchedulingState, RoundDecision, SchedulerSettings
+from telemetry.models import GpuSample, JobEvent
+
+T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def node_with_token(make_node):
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    node.refresh_from_db()
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {node.issue_agent_token()}")
+    return node, client
+
+
+def _policy(name, interval_s=60):
+    config = SchedulerSettings.load()
+    config.policy, config.round_interval_s = name, interval_s
+    config.save()
+
+
+def _event(client, job, kind, ts, **fields):
+    body = {"events": [{"event_id": str(uuid.uuid4()), "job_id": job.pk,
+                        "allocation_id": job.current_allocation_id, "kind": kind,
+                        "ts": ts.isoformat(), **fields}]}  # fmt: skip
+    response = client.post("/api/agent/job-events/", body, format="json")
+    assert response.status_code == 200, response.content
+
+
+def test_failed_job_keeps_exit_status_and_log_tail_and_frees_its_gpus(
+    node_with_token, make_job, member, team, api_client
+):
+    # given fifo, a 4-GPU job that a round started, and a 4-GPU job queued behind it
+    _policy("fifo")
+    _, agent = node_with_token
+    first = make_job(owner=member, team=team, min_gpus=4, max_gpus=4, at=T0 - timedelta(minutes=2))
+    second = make_job(owner=member, team=team, min_gpus=4, max_gpus=4, at=T0 - timedelta(minutes=1))
+    services.run_scheduling_round(now=T0)
+    first.refresh_from_db()
+    assert first.state == JobState.RUNNING
+
+    # when the agent reports that the job's process exited with status 3
+    _event(agent, first, "started", T0 + timedelta(seconds=2))
+    tail = "Traceback ...\nRuntimeError: CUDA error: out of memory\n"
+    _event(agent, first, "exited", T0 + timedelta(seconds=30), reason="failed", exit_status=3,
+           iterations=120.0, log_tail=tail)  # fmt: skip
+
+    # then the job is failed with its status and log tail, shown by the API
+    body = api_client(member).get(f"/api/jobs/{first.pk}/").json()
+    assert (body["state"], body["exit_status"]) == ("failed", 3)
+    assert body["log_tail"] == tail
+    assert body["completed_iterations"] == 120.0
+    assert body["current_allocation"] is None
+
+    # and the next round gives its GPUs to the queued job and never restarts the failed one
+    services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.state == JobState.FAILED
+    assert first.allocations.count() == 1
+    assert second.state == JobState.RUNNING
+    assert sorted(g.uuid for g in second.current_allocation.gpus.all()) == [
+        f"GPU-node-01-{i}" for i in range(4)
+    ]
+
+
+def test_completed_job_leaves_the_snapshot_and_its_allocation_is_closed(
+    node_with_token, make_job, member, team
+):
+    _policy("fifo")
+    _, agent = node_with_token
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, total_iterations=50)
+    services.run_scheduling_round(now=T0)
+    job.refresh_from_db()
+
+    _event(agent, job, "exited", T0 + timedelta(seconds=20), reason="completed", exit_status=0,
+           iterations=50.0)  # fmt: skip
+
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED
+    assert job.finished_at == T0 + timedelta(seconds=20)
+    assert job.allocations.get().ended_at == T0 + timedelta(seconds=20)
+    rows = adapters.build_snapshot(now=T0 + timedelta(seconds=60), round_length_s=60.0)
+    assert rows.snapshot.jobs == ()
+
+
+def test_elastic_round_resizes_a_running_job_to_make_room(node_with_token, make_job, member, team):
+    # given the elastic policy and one elastic job (1..4 GPUs) that a round gave all 4 GPUs
+    _policy("elastic")
+    big = make_job(owner=member, team=team, min_gpus=1, max_gpus=4, total_iterations=100000,
+                   at=T0 - timedelta(minutes=5))  # fmt: skip
+    services.run_scheduling_round(now=T0)
+    big.refresh_from_db()
+    assert big.current_allocation.gpus.count() == 4
+
+    # when a second job arrives and the next round runs
+    small = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, total_iterations=1000,
+                     at=T0 + timedelta(seconds=10))  # fmt: skip
+    result = services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+
+    # then the plan's changes are in the rows: the big job resized, the small one started
+    big.refresh_from_db()
+    small.refresh_from_db()
+    changes = {(c.job_id, str(c.kind)) for c in result.plan.changes}
+    assert (str(small.pk), "start") in changes
+    assert (str(big.pk), "resize") in changes
+    assert result.failed == 0
+    assert big.state == small.state == JobState.RUNNING
+    n_big = len(result.plan.allocations[str(big.pk)].gpu_ids)
+    assert big.current_allocation.gpus.count() == n_big < 4
+    held = {g.pk for g in big.current_allocation.gpus.all()}
+    assert held.isdisjoint(g.pk for g in small.current_allocation.gpus.all())
+    resize = RoundDecision.objects.get(job=big, action=DecisionAction.RESIZE)
+    assert (resize.applied, len(resize.gpu_uuids)) == (True, n_big)
+    assert big.allocations.count() == 2
+
+
+def test_telemetry_refines_a_running_jobs_scales(node_with_token, make_job, member, team):
+    # given a running 2-GPU job whose agent reports half the predicted speed and half the
+    # predicted power
+    _policy("fifo")
+    node, agent = node_with_token
+    job = make_job(owner=member, team=team, min_gpus=2, max_gpus=2, global_batch_size=256,
+                   min_batch_size=256, max_batch_size=256, total_iterations=100000)  # fmt: skip
+    services.run_scheduling_round(now=T0)
+    job.refresh_from_db()
+    model = load_catalog().get("resnet50", "A100")
+    cfg = GpuConfig(n_gpus=2, global_batch=256, sm_clock_mhz=job.current_allocation.sm_clock_mhz)
+    iter_s, power_w = model.iter_time_s(cfg), model.power_w(cfg)
+    start = T0 + timedelta(seconds=1)
+    _event(agent, job, "started", start)
+    _event(agent, job, "progress", start + timedelta(seconds=10), iterations=5.0 / iter_s)
+    _event(agent, job, "progress", start + timedelta(seconds=20), iterations=10.0 / iter_s)
+    for k in (11, 12):
+        for gpu in job.current_allocation.gpus.all():
+            GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=power_w / 2)
+
+    # when the next round runs
+    services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+
+    # then the scales moved by the perf engineer's smoothing: one time ratio of 2 (weight
+    # 0.2) and two power ratios of 0.5 (weight 1 - 0.8^2), and the snapshot carries them
+    state = JobSchedulingState.objects.get(job=job)
+    assert state.iter_time_scale == pytest.approx(2**0.2, rel=1e-9)
+    assert state.power_scale == pytest.approx(0.5 ** (1 - 0.8**2), rel=1e-9)
+    assert state.observed_until == start + timedelta(seconds=20)
+    snap_job = adapters.build_snapshot(now=T0, round_length_s=60.0).snapshot.jobs[0]
+    assert (snap_job.iter_time_scale, snap_job.power_scale) == (
+        state.iter_time_scale,
+        state.power_scale,
+    )
+    assert JobEvent.objects.filter(job=job).count() == 3
+
+
+def test_admin_changes_policy_and_interval_with_an_audit_entry(admin_client, admin_user):
+    # given the settings with a policy state
+    SchedulerSettings.load()
+    SchedulerSettings.objects.filter(pk=1).update(policy="fifo", policy_state={"timers": {"1": 3}})
+
+    # when an admin switches to greenflow every 30 s in the admin
+    response = admin_client.post(
+        "/admin/scheduling/schedulersettings/1/change/",
+        {"policy": "greenflow", "round_interval_s": 30},
+    )
+
+    # then it is stored, the old policy's state dropped, and the change audited
+    assert response.status_code == 302
+    config = SchedulerSettings.load()
+    assert (config.policy, config.round_interval_s, config.policy_state) == ("greenflow", 30, {})
+    entry = AuditEntry.objects.get()
+    assert (entry.object_type, entry.action, entry.actor_id) == (
+        "scheduling_policy",
+        "updated",
+        admin_user.pk,
+    )
+    default_s = settings.WATTFLOW_ROUND_INTERVAL_S
+    assert entry.before == {"policy": "fifo", "round_interval_s": default_s, "paused": False}
+    assert entry.after == {"policy": "greenflow", "round_interval_s": 30, "paused": False}
+
+
+def test_admin_refuses_an_unknown_policy_and_stores_nothing(admin_client):
+    SchedulerSettings.load()
+
+    response = admin_client.post(
+        "/admin/scheduling/schedulersettings/1/change/",
+        {"policy": "fastest", "round_interval_s": 30},
+    )
+
+    assert response.status_code == 200
+    assert "Unknown policy &#x27;fastest&#x27;" in response.content.decode()
+    assert SchedulerSettings.load().policy == settings.WATTFLOW_DEFAULT_POLICY
+    assert AuditEntry.objects.count() == 0
+
+
+def test_beat_runs_rounds_and_liveness_with_expires_equal_to_the_interval():
+    schedule = settings.CELERY_BEAT_SCHEDULE
+    round_entry = schedule["scheduling-round"]
+    liveness = schedule["scheduling-node-liveness"]
+    assert round_entry["task"] == "scheduling.tasks.run_scheduling_round_task"
+    assert round_entry["schedule"] == round_entry["options"]["expires"]
+    assert round_entry["schedule"] == settings.WATTFLOW_ROUND_INTERVAL_S
+    assert liveness["task"] == "scheduling.tasks.mark_silent_nodes_task"
+    assert liveness["schedule"] == liveness["options"]["expires"]
+
+
+def test_round_broadcasts_its_result_to_dashboards_after_commit(
+    node_with_token, make_job, member, team, django_capture_on_commit_callbacks
+):
+    # given a dashboard listening in the admin group of the real Redis channel layer
+    _policy("fifo")
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(ADMIN_GROUP, channel)
+    try:
+        # when a round runs and its transaction commits
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            result = services.run_scheduling_round(now=T0)
+        message = async_to_sync(layer.receive)(channel)
+    finally:
+        async_to_sync(layer.group_discard)(ADMIN_GROUP, channel)
+
+    # then the dashboard got the round with the job's start
+    assert len(callbacks) == 1
+    payload = message["payload"]
+    assert message["type"] == "round.update"
+    assert (payload["round_id"], payload["policy"], payload["running"]) == (
+        result.round_id,
+        "fifo",
+        1,
+    )
+    assert payload["decisions"] == [
+        {"job_id": job.pk, "team_id": team.pk, "job_name": job.name, "action": "start",
+         "gpus": 1, "batch_size": 256, "sm_clock_mhz": None,
+         "reason_code": "", "reason": ""}
+    ]  # fmt: skip
