@@ -28,12 +28,33 @@ from scheduling.core.types import J_PER_KWH, Budget, CarbonSignal
 HOUR_S = 3600.0
 
 
-def paced_energy_allowance_j(budget: Budget, *, now: float, round_s: float) -> float | None:
-    """This round's share of the budget's remaining energy; None without an energy limit."""
+def paced_energy_allowance_j(
+    budget: Budget,
+    *,
+    now: float,
+    round_s: float,
+    spend_ahead: float = 1.0,
+    floor_w: float = 0.0,
+) -> float | None:
+    """This round's share of the budget's remaining energy; None without an energy limit.
+
+    ``spend_ahead`` > 1 front-loads: each round may spend that many even shares of what
+    remains, so if every round spends its allowance the budget left at a fraction x of
+    the period is ``(1 - x) ** spend_ahead`` of the whole (1: a straight line). Work
+    arrives early in a period and the tail is often idle, so an even pace leaves budget
+    unspent at the end; the pace corrects itself either way because each round sees
+    only what remains.
+
+    ``floor_w`` is power the budget pays whatever the plan (a cluster budget's powered
+    idle GPUs): its energy up to the period's end is committed, so only the rest is
+    paced, and every round's allowance includes its own floor.
+    """
     remaining = budget.energy_remaining_j
     if remaining is None:
         return None
-    return remaining * min(1.0, round_s / max(budget.period_end_s - now, round_s))
+    left_s = max(budget.period_end_s - now, round_s)
+    free_j = max(remaining - floor_w * left_s, 0.0)
+    return min(remaining, floor_w * round_s + free_j * min(1.0, spend_ahead * round_s / left_s))
 
 
 class IntensityCurve:
@@ -112,12 +133,19 @@ def paced_co2_allowance_g(
     curve: IntensityCurve,
     history: Sequence[float],
     clean_bias: float,
+    spend_ahead: float = 1.0,
+    floor_w: float = 0.0,
 ) -> float | None:
-    """This round's share of the budget's remaining carbon, weighted towards clean hours."""
+    """This round's share of the budget's remaining carbon, weighted towards clean hours
+    (``spend_ahead`` and ``floor_w`` as in ``paced_energy_allowance_j``; the floor's
+    carbon ahead is priced with the intensity curve)."""
     remaining = budget.co2_remaining_g
     if remaining is None:
         return None
     left_s = max(budget.period_end_s - now, round_s)
+    floor_now_g = floor_w * round_s * curve.at(now) / J_PER_KWH
+    committed_g = curve.co2_g(floor_w, left_s) if floor_w else 0.0
+    free_g = max(remaining - committed_g, 0.0)
     expo = 1.0 - clean_bias
     # Weight of the round now, against the expected weight of the whole rest.
     ci_now = max(curve.at(now), 1e-9)
@@ -137,4 +165,4 @@ def paced_co2_allowance_g(
         total += mean_weight * (end - t)
     if total <= 0.0:
         return remaining
-    return remaining * min(1.0, weight_now / total)
+    return min(remaining, floor_now_g + free_g * min(1.0, spend_ahead * weight_now / total))

@@ -83,3 +83,37 @@ def test_carbon_allowance_past_the_forecast_uses_the_history():
     )
     # now holds for an hour, then the history's mean weight 250 for two hours
     assert got == pytest.approx(900.0 * 100 * 300 / (100 * 3600 + 250 * 7200))
+
+
+def test_idle_floor_is_reserved_to_the_period_end_and_only_the_rest_is_paced():
+    # given 3.6 MJ left over 3600 s and a 500 W idle floor: 1.8 MJ are committed
+    b = Budget("all", None, 0.0, 3600.0, energy_limit_j=3.6e6)
+    got = paced_energy_allowance_j(b, now=0.0, round_s=300.0, floor_w=500.0)
+    # then the round gets its own floor (150 kJ) plus a twelfth of the free 1.8 MJ
+    assert got == pytest.approx(150_000.0 + 1.8e6 / 12)
+
+
+def test_budget_below_the_idle_floor_allows_only_the_floor():
+    b = Budget("all", None, 0.0, 3600.0, energy_limit_j=1e6)
+    got = paced_energy_allowance_j(b, now=0.0, round_s=300.0, floor_w=500.0)
+    assert got == pytest.approx(150_000.0)
+
+
+def test_spend_ahead_front_loads_the_pace():
+    b = Budget("b", "t", 0.0, 3600.0, energy_limit_j=3.6e6)
+    assert paced_energy_allowance_j(b, now=0.0, round_s=300.0, spend_ahead=2.0) == (
+        pytest.approx(600_000.0)
+    )
+    # never more than what remains
+    assert paced_energy_allowance_j(b, now=3000.0, round_s=300.0, spend_ahead=4.0) == 3.6e6
+
+
+def test_carbon_floor_is_priced_with_the_curve():
+    # 1 kW floor; 100 g/kWh now for an hour, then 300 g/kWh: 400 g committed over 2 h
+    b = Budget("all", None, 0.0, 7200.0, co2_limit_g=1000.0)
+    curve = IntensityCurve(now=0.0, ci_now=100.0, points=((3600.0, 300.0),), tail_ci=300.0)
+    got = paced_co2_allowance_g(
+        b, now=0.0, round_s=300.0, curve=curve, history=[], clean_bias=1.0, floor_w=1000.0
+    )
+    # floor now: 1 kW x 300 s at 100 g/kWh = 8.33 g; the free 600 g paced evenly
+    assert got == pytest.approx(1000.0 * 300 / 3.6e6 * 100 + 600.0 * 300 / 7200)

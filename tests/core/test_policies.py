@@ -249,3 +249,12 @@ def test_zeus_tunes_the_power_limit_of_a_fitted_model():
     assert limits[0.0] == hi
     assert lo <= limits[1.0] < hi
     assert (hi - limits[1.0]) % 25.0 == 0.0
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [({"rank": "bogus"}, "rank must be"), ({"admission": "lifo"}, "admission must be")],
+)
+def test_powerflow_rejects_unknown_parameter_values(params, message):
+    with pytest.raises(ValueError, match=message):
+        get_policy("powerflow", **params)

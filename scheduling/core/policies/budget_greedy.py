@@ -9,6 +9,9 @@ papers', the details below are ours and every constant is a parameter:
    A team budget pays its jobs' busy energy; a cluster-wide budget (``team=None``)
    also pays every powered idle GPU, so its spend starts at the idle floor and a
    job's GPUs cost only what they draw above idle: fragmentation is an energy cost.
+   That floor is committed until the period ends, so pacing reserves it and spreads
+   only the rest (otherwise the budget runs dry before the period does and the idle
+   GPUs alone overspend it). ``spend_ahead`` > 1 front-loads the pace.
 2. *Admission at minimum configuration.* Running jobs first (no preemption while the
    allowance lasts), then waiting ones, shortest predicted remaining time first
    (``admission="srtf"``; ``"fifo"`` for submit order). A job's minimum configuration
@@ -19,7 +22,8 @@ papers', the details below are ours and every constant is a parameter:
    relative JCT reduction per relative cost increase, ``(dT / T) / (dC / C)``, where T
    is the predicted remaining time (plus ``restart_s`` when the GPU count differs from
    the running one) and C the job's remaining energy (PowerFlow) or carbon over the
-   intensity curve (GreenFlow). A step that lowers the cost and the time ranks above
+   intensity curve (GreenFlow); ``rank="absolute"`` scores seconds saved per joule
+   (gram) instead, for comparison. A step that lowers the cost and the time ranks above
    all others. A max-heap serves the best step while GPUs and every allowance last;
    a job's entries are refreshed only when that job changes (lazy versioning), so a
    round costs O(steps log steps).
@@ -81,6 +85,8 @@ class BudgetGreedy:
         history_hours: int = 168,
         hold_within_s: float = 12 * HOUR_S,
         clean_margin: float = 0.1,
+        spend_ahead: float = 1.0,
+        rank: str = "relative",
         placement: str = "buddy",
     ) -> None:
         if admission not in ("srtf", "fifo"):
@@ -95,6 +101,10 @@ class BudgetGreedy:
         self.history_hours = history_hours
         self.hold_within_s = hold_within_s
         self.clean_margin = clean_margin
+        self.spend_ahead = spend_ahead
+        if rank not in ("relative", "absolute"):
+            raise ValueError(f"rank must be 'relative' or 'absolute', not {rank!r}")
+        self.rank = rank
         self.placement = placement
 
     # --- state carried between rounds -------------------------------------------
@@ -142,7 +152,18 @@ class BudgetGreedy:
         # Allowances and spend, by budget index.
         budgets = ctx.budgets
         b_index = {b.budget_id: i for i, b in enumerate(budgets)}
-        allow_e = [paced_energy_allowance_j(b, now=ctx.now_s, round_s=round_s) for b in budgets]
+        # Powered idle GPUs are a cluster budget's committed spend to the period's end.
+        idle_w = sum(ctx.idle_power_w(m) * n for m, n in ctx.capacity.items())
+        floor_w = [
+            0.0 if b.team is not None or ctx.snapshot.power_off_idle_nodes else idle_w
+            for b in budgets
+        ]
+        allow_e = [
+            paced_energy_allowance_j(
+                b, now=ctx.now_s, round_s=round_s, spend_ahead=self.spend_ahead, floor_w=f
+            )
+            for b, f in zip(budgets, floor_w, strict=True)
+        ]
         allow_c = [
             paced_co2_allowance_g(
                 b,
@@ -151,10 +172,12 @@ class BudgetGreedy:
                 curve=curve,
                 history=history,
                 clean_bias=self.clean_bias,
+                spend_ahead=self.spend_ahead,
+                floor_w=f,
             )
-            for b in budgets
+            for b, f in zip(budgets, floor_w, strict=True)
         ]
-        idle_floor_j = sum(ctx.idle_power_w(m) * n * round_s for m, n in ctx.capacity.items())
+        idle_floor_j = idle_w * round_s
         spent_e = [idle_floor_j if b.team is None else 0.0 for b in budgets]
         to_g = ci_now / J_PER_KWH
 
@@ -164,7 +187,7 @@ class BudgetGreedy:
             tuple((b_index[bid], budgets[b_index[bid]].team is None) for bid in jv.budget_ids)
             for jv in jobs
         ]
-        idle_w = [ctx.idle_power_w(jv.gpu_model) for jv in jobs]
+        job_idle_w = [ctx.idle_power_w(jv.gpu_model) for jv in jobs]
         running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
 
         def evaluate(j: int, si: int, ci: int, bi: int) -> tuple[Estimate, float, float]:
@@ -188,9 +211,9 @@ class BudgetGreedy:
         ) -> tuple[float, float]:
             """Round energy added to a team budget and to a cluster budget."""
             team = new.round_energy_j - (old.round_energy_j if old else 0.0)
-            cluster_new = new.round_energy_j - n_new * idle_w[j] * new.round_busy_s
+            cluster_new = new.round_energy_j - n_new * job_idle_w[j] * new.round_busy_s
             cluster_old = (
-                (old.round_energy_j - n_old * idle_w[j] * old.round_busy_s) if old else 0.0
+                (old.round_energy_j - n_old * job_idle_w[j] * old.round_busy_s) if old else 0.0
             )
             return team, cluster_new - cluster_old
 
@@ -260,7 +283,11 @@ class BudgetGreedy:
                 gain = (t - t2) / t
                 if gain <= self.min_gain:
                     continue
-                rel_cost = (c2 - c) / c if c > 0 else 0.0
+                if self.rank == "absolute":
+                    # seconds saved per joule (gram) more: no weighting by the job's draw
+                    gain, rel_cost = t - t2, c2 - c
+                else:
+                    rel_cost = (c2 - c) / c if c > 0 else 0.0
                 score = gain / rel_cost if rel_cost > 1e-12 else _DOMINANT * gain
                 heapq.heappush(heap, (-score, j, kind, version[j], new_cfg, (new_est, t2, c2)))
 
