@@ -18,6 +18,7 @@ round, even if the worker dies mid-round.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -199,7 +200,8 @@ def run_scheduling_round(
         SchedulingRound.objects.filter(pk=round_row.pk).update(
             outcome=RoundOutcome.PARTIAL if failed else RoundOutcome.APPLIED,
             failed_changes=failed,
-            finished_at=datetime.now(UTC),
+            # On the round's own clock (``now`` is passed in), so the two stamps agree.
+            finished_at=now + timedelta(seconds=time.perf_counter() - t0),
             plan_duration_s=time.perf_counter() - t0,
         )
         summary = round_summary(round_row, plan, rows, decisions)
@@ -220,8 +222,6 @@ def run_scheduling_round(
 
 def _json_safe(state: Any) -> Any:
     """The policy's state as stored JSON (tuples become lists, keys text)."""
-    import json
-
     return json.loads(json.dumps(state, default=str))
 
 

@@ -72,6 +72,8 @@ def test_round_starts_a_queued_job_on_a_live_node_and_records_it(
         RoundOutcome.APPLIED,
     )
     assert (round_row.schedulable_gpus, round_row.running_jobs, round_row.waiting_jobs) == (8, 1, 0)
+    assert round_row.started_at == T0
+    assert T0 <= round_row.finished_at < T0 + timedelta(seconds=10)
     decision = RoundDecision.objects.get()
     assert (decision.job_id, decision.action, decision.applied) == (
         job.pk,

@@ -98,10 +98,17 @@ def _simulator(rows: dict[str, Job], policy: str) -> tuple[Simulator, dict]:
     for name, workload, ago_min, lo, hi, batch, bmin, bmax, iters in JOBS:
         specs.append(
             CoreJob(
-                job_id=str(rows[name].pk), workload=workload, team="vision",
+                job_id=str(rows[name].pk),
+                workload=workload,
+                team="vision",
                 submit_time_s=(NOW - timedelta(minutes=ago_min)).timestamp(),
-                total_iters=float(iters), global_batch=batch, requested_gpus=hi,
-                min_gpus=lo, max_gpus=hi, min_batch=bmin, max_batch=bmax,
+                total_iters=float(iters),
+                global_batch=batch,
+                requested_gpus=hi,
+                min_gpus=lo,
+                max_gpus=hi,
+                min_batch=bmin,
+                max_batch=bmax,
             )  # fmt: skip
         )
     sim = Simulator(
