@@ -35,7 +35,16 @@ class PerfProfileQuerySet(models.QuerySet):
                     gpu_model=model.gpu_model,
                     version=catalog.version,
                     defaults={
-                        "params": {"model": model_to_dict(model), "gpu": gpu_to_dict(model.gpu)},
+                        "params": {
+                            "model": model_to_dict(model),
+                            "gpu": gpu_to_dict(model.gpu),
+                            # Aliases pointing at this model (e.g. imagenet -> resnet50).
+                            "aliases": [
+                                w
+                                for (w, g), target in sorted(catalog.aliases().items())
+                                if g == model.gpu_model and target == model.workload
+                            ],
+                        },
                         "fitted_at": fitted_at,
                         "errors": dict(errors),
                         "iter_time_median_abs_error": errors.get("iter_time_median_abs_error"),
@@ -57,6 +66,11 @@ class PerfProfileQuerySet(models.QuerySet):
                 "version": version,
                 "gpus": {r.gpu_model: r.params["gpu"] for r in rows},
                 "models": [r.params["model"] for r in rows],
+                "aliases": [
+                    {"workload": alias, "gpu_model": r.gpu_model, "target": r.workload}
+                    for r in rows
+                    for alias in r.params.get("aliases", [])
+                ],
             }
         )
 
@@ -66,7 +80,8 @@ class PerfProfile(models.Model):
 
     ``params`` holds the catalog entry as ``scheduling/core/perf_catalog.json`` has it
     (``model``: throughput and power parameters, batch sizes, sources; ``gpu``: the GPU
-    model's idle draw, clocks, power limits and clock scaling), so a stored version can be
+    model's idle draw, clocks, power limits and clock scaling; ``aliases``: other workload
+    keys served by this model on this GPU), so a stored version can be
     turned back into a catalog (``PerfProfile.objects.catalog(version)``). The error
     columns are the held-out iteration-time errors of the fit, fractions (0.05 = 5 %).
     Written by ``manage.py fit_perf_models``; read-only in the admin.

@@ -59,6 +59,8 @@ def test_stored_version_turns_back_into_the_same_catalog():
 
     again = PerfProfile.objects.catalog("2")
 
+    assert again.get("imagenet", "A100") is again.get("resnet50", "A100")
+    assert again.aliases() == catalog.aliases()
     cfg = GpuConfig(16, 256, power_limit_w=300.0)
     for model in catalog.models():
         twin = again.get(model.workload, model.gpu_model)
