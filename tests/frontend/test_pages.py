@@ -1,0 +1,411 @@
+"""Pages and JSON endpoints through Django's test client, on the real PostgreSQL: who may see
+and change what (owner/lead, member, outsider, admin), per-field errors, nothing stored on
+bad input."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.urls import reverse
+from django.utils import timezone
+
+from cluster import services
+from cluster.choices import JobState, NodeStatus
+from cluster.models import AuditEntry, Budget, Job, Node
+from cluster.workloads import perf_catalog
+from scheduling.core.types import J_PER_KWH, GpuConfig
+from telemetry.carbon import static_mean_g_per_kwh
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client_for(client):
+    def make(user):
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def budget(team):
+    now = timezone.now()
+    return Budget.objects.create(
+        team=team,
+        period_start=now - timedelta(days=1),
+        period_end=now + timedelta(days=1),
+        energy_limit_kwh=10.0,
+        warn_fraction=0.8,
+    )
+
+
+def budget_post(team, **overrides):
+    now = timezone.now()
+    data = {
+        "team": team.pk,
+        "period_start": (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M"),
+        "period_end": (now + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M"),
+        "energy_limit_kwh": "25",
+        "carbon_limit_kg": "",
+        "hard_limit_action": "hold_queue",
+        "warn_percent": "75",
+    }
+    data.update(overrides)
+    return data
+
+
+# --- login and navigation -------------------------------------------------------------------
+
+
+def test_anonymous_visitors_are_sent_to_the_login_page(client):
+    for name in ("frontend:dashboard", "frontend:job-list", "frontend:budget-list"):
+        response = client.get(reverse(name))
+        assert response.status_code == 302
+        assert response["Location"].startswith("/accounts/login/")
+
+
+def test_navigation_offers_admin_pages_only_to_admins(client_for, member, admin_user):
+    page = client_for(member).get(reverse("frontend:dashboard")).content.decode()
+    assert 'href="/reports/"' not in page and 'href="/nodes/"' not in page
+    assert 'data-role="member"' in page
+    page = client_for(admin_user).get(reverse("frontend:dashboard")).content.decode()
+    assert 'href="/reports/"' in page and 'href="/nodes/"' in page
+    assert 'data-role="admin"' in page
+
+
+def test_login_page_is_the_styled_one(client):
+    page = client.get("/accounts/login/").content.decode()
+    assert "frontend/wattflow.css" in page and 'id="id_username"' in page
+
+
+@pytest.mark.parametrize("name", ["frontend:reports", "frontend:reports-csv", "frontend:nodes"])
+def test_admin_pages_refuse_leads_and_members(client_for, lead, member, name):
+    assert client_for(lead).get(reverse(name)).status_code == 403
+    assert client_for(member).get(reverse(name)).status_code == 403
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+
+def test_member_submits_a_job_and_it_is_queued_for_their_team(client_for, member, team):
+    response = client_for(member).post(
+        reverse("frontend:job-new"),
+        {
+            "name": "bert-1",
+            "team": team.pk,
+            "workload": "bert",
+            "gpus": 2,
+            "max_gpus": 4,
+            "batch_size": 64,
+            "iterations": 500,
+            "priority": 3,
+        },
+    )
+    job = Job.objects.get(name="bert-1")
+    assert response.status_code == 302
+    assert response["Location"] == reverse("frontend:job-detail", args=[job.pk])
+    assert (job.owner, job.team, job.workload, job.state) == (member, team, "bert", "queued")
+    assert (job.min_gpus, job.max_gpus, job.global_batch_size, job.total_iterations) == (
+        2,
+        4,
+        64,
+        500,
+    )
+    assert job.priority == 3
+
+
+def test_a_job_for_a_team_the_user_is_not_in_is_refused_per_field(
+    client_for, outsider, team, other_team
+):
+    response = client_for(outsider).post(
+        reverse("frontend:job-new"),
+        {"name": "x", "team": team.pk, "workload": "nope", "gpus": 0, "batch_size": 1},
+    )
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert errors["team"] == [
+        "Select a valid choice. That choice is not one of the available choices."
+    ]
+    assert errors["workload"][0].startswith("Select a valid choice. nope is not one")
+    assert errors["gpus"] == ["Ensure this value is greater than or equal to 1."]
+    assert errors["iterations"] == ["This field is required."]
+    assert not Job.objects.exists()
+
+
+def test_an_out_of_range_priority_is_a_field_error_and_stores_nothing(client_for, member, team):
+    response = client_for(member).post(
+        reverse("frontend:job-new"),
+        {
+            "name": "neg",
+            "team": team.pk,
+            "workload": "resnet50",
+            "gpus": 1,
+            "max_gpus": 1,
+            "batch_size": 64,
+            "iterations": 10,
+            "priority": 101,
+        },
+    )
+    assert response.status_code == 400
+    assert response.context["form"].errors["priority"] == [
+        "Ensure this value is less than or equal to 100."
+    ]
+    assert not Job.objects.exists()
+
+
+def test_prediction_uses_the_perf_model_and_the_grid_intensity_now(client_for, member, make_node):
+    make_node("node-01", gpus=4)
+    response = client_for(member).get(
+        reverse("frontend:job-predict"),
+        {"workload": "resnet50", "gpus": 2, "batch_size": 128, "iterations": 1000},
+    )
+    body = response.json()
+    model = perf_catalog().get("resnet50", "A100")
+    cfg = GpuConfig(n_gpus=2, global_batch=128)
+    energy_j = 1000 * 2 * model.power_w(cfg) * model.iter_time_s(cfg)
+    ci = static_mean_g_per_kwh(settings.TELEMETRY_CARBON_ZONE)  # no stored hour: fallback
+    assert response.status_code == 200
+    assert (body["gpu_model"], body["gpus"], body["iterations"]) == ("A100", 2, 1000)
+    assert body["duration_s"] == pytest.approx(1000 * model.iter_time_s(cfg))
+    assert body["energy_j"] == pytest.approx(energy_j)
+    assert body["energy_kwh"] == pytest.approx(energy_j / J_PER_KWH)
+    assert (body["ci_g_per_kwh"], body["ci_estimated"]) == (pytest.approx(ci), True)
+    assert body["co2_g"] == pytest.approx(energy_j / J_PER_KWH * ci)
+
+
+def test_prediction_with_bad_input_is_a_400_per_field(client_for, member):
+    response = client_for(member).get(
+        reverse("frontend:job-predict"), {"workload": "resnet50", "gpus": "x", "iterations": 0}
+    )
+    assert response.status_code == 400
+    assert response.json()["errors"] == {
+        "gpus": ["Enter a whole number."],
+        "batch_size": ["This field is required."],
+        "iterations": ["Ensure this value is greater than or equal to 1."],
+    }
+
+
+def test_job_list_shows_only_visible_jobs_and_filters(
+    client_for, member, outsider, team, other_team, make_job
+):
+    mine = make_job(owner=member, team=team, name="vision-a")
+    make_job(
+        owner=member,
+        team=team,
+        name="vision-b",
+        workload="bert",
+        global_batch_size=64,
+        min_batch_size=64,
+        max_batch_size=64,
+    )
+    make_job(owner=outsider, team=other_team, name="language-a")
+    client = client_for(member)
+    listed = [j.name for j in client.get(reverse("frontend:job-list")).context["page_obj"]]
+    assert sorted(listed) == ["vision-a", "vision-b"]
+    filtered = client.get(reverse("frontend:job-list"), {"workload": "resnet50", "state": "queued"})
+    assert [j.pk for j in filtered.context["page_obj"]] == [mine.pk]
+
+
+def test_job_detail_is_404_outside_the_users_teams(client_for, member, outsider, team, make_job):
+    job = make_job(owner=member, team=team)
+    assert (
+        client_for(outsider).get(reverse("frontend:job-detail", args=[job.pk])).status_code == 404
+    )
+
+
+def test_job_detail_shows_allocations_and_pending_reason(
+    client_for, member, team, make_job, make_node
+):
+    node = make_node("node-01", gpus=2)
+    job = make_job(owner=member, team=team, name="r")
+    Job.objects.filter(pk=job.pk).update(
+        pending_reason_code="no_capacity", pending_reason="Waiting for 4 GPUs."
+    )
+    page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk]))
+    assert "Waiting for 4 GPUs." in page.content.decode()
+    assert page.context["timeline"] is None
+    services.start_job(job, gpus=list(node.gpus.all()), batch_size=256, at=timezone.now())
+    page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk]))
+    assert [a["gpus"] for a in page.context["allocations"]] == [2]
+    assert page.context["timeline"]["data"][0]["text"] == ["2 GPU · batch 256 · default clock"]
+
+
+def test_an_outsider_cannot_cancel_and_the_owner_can(client_for, member, outsider, team, make_job):
+    job = make_job(owner=member, team=team)
+    url = reverse("frontend:job-cancel", args=[job.pk])
+    assert client_for(outsider).post(url).status_code == 404
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+    client_for(member).post(url)
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+
+
+# --- budgets --------------------------------------------------------------------------------
+
+
+def test_lead_creates_a_budget_and_the_audit_log_records_it(client_for, lead, team):
+    response = client_for(lead).post(reverse("frontend:budget-new"), budget_post(team))
+    assert response.status_code == 302
+    budget = Budget.objects.get(team=team)
+    assert (budget.energy_limit_kwh, budget.carbon_limit_kg, budget.warn_fraction) == (
+        25.0,
+        None,
+        0.75,
+    )
+    entry = AuditEntry.objects.get()
+    assert (entry.actor, entry.action, entry.object_type, entry.object_id) == (
+        lead,
+        "created",
+        "budget",
+        str(budget.pk),
+    )
+    assert entry.before is None
+    assert entry.after["energy_limit_kwh"] == 25.0 and entry.after["warn_fraction"] == 0.75
+
+
+def test_lead_edits_a_budget_with_before_and_after_in_the_audit_log(client_for, lead, budget):
+    response = client_for(lead).post(
+        reverse("frontend:budget-edit", args=[budget.pk]),
+        budget_post(budget.team, energy_limit_kwh="40", carbon_limit_kg="3"),
+    )
+    assert response.status_code == 302
+    entry = AuditEntry.objects.get()
+    assert entry.action == "updated"
+    assert entry.changed_fields == [
+        "carbon_limit_kg",
+        "energy_limit_kwh",
+        "period_end",
+        "period_start",
+        "warn_fraction",
+    ]
+    assert (entry.before["energy_limit_kwh"], entry.after["energy_limit_kwh"]) == (10.0, 40.0)
+    assert (entry.before["carbon_limit_kg"], entry.after["carbon_limit_kg"]) == (None, 3.0)
+
+
+@pytest.mark.parametrize("persona", ["member", "outsider"])
+def test_members_and_outsiders_cannot_edit_a_budget(client_for, personas, budget, persona):
+    client = client_for(personas[persona])
+    url = reverse("frontend:budget-edit", args=[budget.pk])
+    response = client.post(url, budget_post(budget.team, energy_limit_kwh="999"))
+    assert response.status_code == (403 if persona == "member" else 404)
+    budget.refresh_from_db()
+    assert budget.energy_limit_kwh == 10.0
+    assert not AuditEntry.objects.exists()
+
+
+def test_member_cannot_create_a_budget(client_for, member, team):
+    response = client_for(member).post(reverse("frontend:budget-new"), budget_post(team))
+    assert response.status_code == 403
+    assert not Budget.objects.exists()
+
+
+def test_a_bad_budget_shows_field_errors_and_stores_nothing(client_for, lead, team):
+    response = client_for(lead).post(
+        reverse("frontend:budget-new"),
+        budget_post(
+            team,
+            energy_limit_kwh="",
+            period_end=(timezone.now() - timedelta(days=3)).strftime("%Y-%m-%dT%H:%M"),
+            warn_percent="120",
+        ),
+    )
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert errors["warn_percent"] == ["Ensure this value is less than or equal to 100."]
+    assert not Budget.objects.exists()
+    response = client_for(lead).post(
+        reverse("frontend:budget-new"),
+        budget_post(
+            team,
+            energy_limit_kwh="",
+            period_end=(timezone.now() - timedelta(days=3)).strftime("%Y-%m-%dT%H:%M"),
+        ),
+    )
+    errors = response.context["form"].errors
+    assert errors["energy_limit_kwh"] == ["Set an energy limit, a carbon limit, or both."]
+    assert errors["period_end"] == ["Must be after period_start."]
+    assert not Budget.objects.exists() and not AuditEntry.objects.exists()
+
+
+def test_budget_list_shows_progress_and_edit_links_by_role(client_for, lead, member, budget):
+    rows = client_for(member).get(reverse("frontend:budget-list")).context["rows"]
+    assert [(r["id"], r["can_edit"]) for r in rows] == [(budget.pk, False)]
+    (limit,) = rows[0]["limits"]
+    assert (limit["kind"], limit["used"], limit["limit"], limit["soft_limit"]) == (
+        "energy",
+        0.0,
+        10.0,
+        8.0,
+    )
+    rows = client_for(lead).get(reverse("frontend:budget-list")).context["rows"]
+    assert rows[0]["can_edit"] is True
+
+
+def test_whatif_replays_the_team_queue_and_returns_the_figure(
+    client_for, lead, member, team, make_job, make_node
+):
+    make_node("node-01", gpus=8)
+    make_job(owner=member, team=team, total_iterations=2000)
+    now = timezone.now()
+    data = {
+        "team": team.pk,
+        "kind": "energy",
+        "limit": "50",
+        "proposed": "50",
+        "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+        "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
+        "done": json.dumps([[25.0, None]]),
+    }
+    response = client_for(lead).post(reverse("frontend:budget-whatif"), data)
+    body = response.json()
+    assert response.status_code == 200
+    assert (body["n_jobs"], body["n_finished"], body["used"]) == (1, 1, 0.0)
+    assert body["avg_jct_s"] > 0
+    assert body["points"] == [[25.0, None], [50.0, body["avg_jct_s"]]]
+    assert body["figure"]["data"][0]["x"] == [25.0, 50.0]
+    # members may not run it (it is part of editing a budget)
+    refused = client_for(member).post(reverse("frontend:budget-whatif"), data)
+    assert refused.status_code == 400
+    assert refused.json()["errors"]["team"][0].startswith("Select a valid choice")
+
+
+# --- reports and nodes ----------------------------------------------------------------------
+
+
+def test_report_period_errors_are_per_field(client_for, admin_user):
+    response = client_for(admin_user).get(
+        reverse("frontend:reports-csv"), {"start": "2026-05-02", "end": "2026-05-01"}
+    )
+    assert response.status_code == 400
+    assert response.content.decode() == "end: Must not be before the start."
+
+
+def test_admin_drains_and_undrains_a_node_and_both_are_audited(client_for, admin_user, make_node):
+    node = make_node("node-01", gpus=1)
+    client = client_for(admin_user)
+    response = client.post(reverse("frontend:node-drain", args=[node.pk]), follow=True)
+    assert [str(m) for m in response.context["messages"]] == ["Node node-01 is draining now."]
+    node.refresh_from_db()
+    assert node.status == NodeStatus.DRAINING
+    # draining twice: the conditional update changes nothing and says so
+    response = client.post(reverse("frontend:node-drain", args=[node.pk]), follow=True)
+    assert [str(m) for m in response.context["messages"]] == [
+        "node node-01 is draining, not healthy; nothing changed"
+    ]
+    client.post(reverse("frontend:node-undrain", args=[node.pk]))
+    node.refresh_from_db()
+    assert node.status == NodeStatus.HEALTHY
+    assert [(e.before["status"], e.after["status"]) for e in AuditEntry.objects.order_by("id")] == [
+        ("healthy", "draining"),
+        ("draining", "healthy"),
+    ]
+
+
+def test_a_lead_cannot_drain_a_node(client_for, lead, make_node):
+    node = make_node("node-01", gpus=1)
+    assert client_for(lead).post(reverse("frontend:node-drain", args=[node.pk])).status_code == 403
+    assert Node.objects.get(pk=node.pk).status == NodeStatus.HEALTHY
+    assert not AuditEntry.objects.exists()
