@@ -17,9 +17,13 @@ from scheduling.core.perf_fit import (
 )
 from scheduling.core.perf_models import CATALOG_PATH, catalog_to_dict, load_catalog
 from scheduling.core.perf_report import (
+    CROSS_VALIDATIONS,
     TARGET_MEDIAN_ERROR,
     HeldOut,
     Summary,
+    count_fit_steps,
+    cross_validate,
+    fit_and_validate,
     format_table,
     model_errors,
     summarise,
@@ -239,3 +243,22 @@ def test_model_errors_cover_only_throughput_data_sets():
     assert list(errors) == [("bert", "A100")]
     assert errors[("bert", "A100")]["n_heldout"] == 2
     assert errors[("bert", "A100")]["iter_time_median_abs_error"] == pytest.approx(0.06)
+
+
+def test_progress_total_matches_the_steps_reported():
+    labels: list[str] = []
+
+    fit_and_validate(progress=labels.append, validate=False)
+
+    assert len(labels) == count_fit_steps(validate=False) == 15
+    assert labels[:2] == ["zeus", "perseus"]
+    assert count_fit_steps() == 15 + len(CROSS_VALIDATIONS)
+
+
+def test_cross_validating_an_unknown_data_set_is_refused_before_any_work():
+    calls: list[str] = []
+
+    with pytest.raises(ValueError, match="unknown data set\\(s\\) mlperf"):
+        cross_validate(progress=calls.append, datasets=["elasticflow_a100", "mlperf"])
+
+    assert calls == []
