@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 
 from scheduling.core.context import JobView, RoundContext
@@ -29,23 +30,46 @@ class GpuLedger:
         self.free[jv.gpu_model] += n
 
 
+class FreeForecast:
+    """When GPUs free up, from the jobs granted this round and their predicted
+    remaining times: built once, answered by bisection (waiting lists are long)."""
+
+    def __init__(self, ctx: RoundContext, granted: list[tuple[JobView, int, float]]) -> None:
+        self.now_s = ctx.now_s
+        self._free: dict[str, int] = dict(ctx.capacity)
+        ends: dict[str, list[tuple[float, int]]] = {}
+        for jv, n, remaining_s in granted:
+            self._free[jv.gpu_model] = self._free.get(jv.gpu_model, 0) - n
+            ends.setdefault(jv.gpu_model, []).append((remaining_s, n))
+        self._times: dict[str, list[float]] = {}
+        self._freed: dict[str, list[int]] = {}  # GPUs free after each end, cumulative
+        for model, items in ends.items():
+            items.sort()
+            total = self._free.get(model, 0)
+            self._times[model] = [t for t, _ in items]
+            self._freed[model] = []
+            for _, n in items:
+                total += n
+                self._freed[model].append(total)
+
+    def at(self, jv: JobView, n: int) -> float | None:
+        """When ``n`` GPUs of ``jv``'s model are predicted free; None if never."""
+        model = jv.gpu_model
+        if self._free.get(model, 0) >= n:
+            return self.now_s
+        freed = self._freed.get(model, [])
+        i = bisect.bisect_left(freed, n)
+        if i == len(freed):
+            return None
+        return self.now_s + self._times[model][i]
+
+
 def expected_free_at(
     ctx: RoundContext, running: list[tuple[JobView, int, float]], jv: JobView, n: int
 ) -> float | None:
     """When ``n`` GPUs of ``jv``'s model are predicted free, given the free count now
     and the (job, GPUs, remaining seconds) of the jobs granted this round."""
-    free = ctx.capacity.get(jv.gpu_model, 0) - sum(
-        k for r, k, _ in running if r.gpu_model == jv.gpu_model
-    )
-    if free >= n:
-        return ctx.now_s
-    for r, k, remaining_s in sorted(running, key=lambda t: t[2]):
-        if r.gpu_model != jv.gpu_model:
-            continue
-        free += k
-        if free >= n:
-            return ctx.now_s + remaining_s
-    return None
+    return FreeForecast(ctx, running).at(jv, n)
 
 
 def behind_in_queue(

@@ -47,7 +47,7 @@ from scheduling.core.pacing import (
     paced_energy_allowance_j,
 )
 from scheduling.core.placement import buddy_sizes
-from scheduling.core.policies.base import GpuLedger, expected_free_at
+from scheduling.core.policies.base import FreeForecast, GpuLedger
 from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
 
 _SIZE, _CLOCK, _BATCH = 0, 1, 2
@@ -324,6 +324,7 @@ class BudgetGreedy:
             grants.append(Grant(jv.job.job_id, sizes[si], batches[bi], jv.gpu_model, clocks[ci]))
             granted.append((jv, sizes[si], cur[j][0].remaining_s))
         waiting: dict[str, WaitReason] = {}
+        forecast = FreeForecast(ctx, granted)
         for j in gpu_blocked:
             jv = jobs[j]
             n0 = opts[j][0][0]
@@ -331,7 +332,7 @@ class BudgetGreedy:
                 WaitCode.BEHIND_IN_QUEUE,
                 f"Waiting: the {ctx.capacity[jv.gpu_model]} {jv.gpu_model} GPUs are all given to "
                 f"jobs ranked ahead of it; it needs {n0}.",
-                until_s=expected_free_at(ctx, granted, jv, n0),
+                until_s=forecast.at(jv, n0),
             )
         for j, bi in budget_blocked.items():
             waiting[jobs[j].job.job_id] = self._over_allowance(budgets[bi], curve, ci_now)

@@ -16,7 +16,7 @@ import heapq
 
 from scheduling.core.context import RoundContext
 from scheduling.core.placement import buddy_sizes
-from scheduling.core.policies.base import GpuLedger, expected_free_at, submit_order
+from scheduling.core.policies.base import FreeForecast, GpuLedger, submit_order
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -100,12 +100,13 @@ class Elastic:
             (views[g.job_id], g.n_gpus, ctx.estimate(views[g.job_id], g.n_gpus).remaining_s)
             for g in grants
         ]
+        forecast = FreeForecast(ctx, granted)
         waiting = {
             jv.job.job_id: WaitReason(
                 WaitCode.BEHIND_IN_QUEUE,
                 f"Waiting: every {jv.gpu_model} GPU already runs an earlier job at its smallest "
                 f"size; it needs {jv.job.min_gpus}.",
-                until_s=expected_free_at(ctx, granted, jv, jv.job.min_gpus),
+                until_s=forecast.at(jv, jv.job.min_gpus),
             )
             for jv in blocked
         }

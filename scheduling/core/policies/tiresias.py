@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 
 from scheduling.core.context import JobView, RoundContext
-from scheduling.core.policies.base import GpuLedger, expected_free_at, too_big
+from scheduling.core.policies.base import FreeForecast, GpuLedger, too_big
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -68,6 +68,7 @@ class Tiresias:
                 granted.append((jv, n, est.remaining_s))
             else:
                 left.append((pos, jv))
+        forecast = FreeForecast(ctx, granted)
         for pos, jv in left:
             job = jv.job
             q = self.queue_of(jv, ctx.now_s)
@@ -78,6 +79,6 @@ class Tiresias:
                 f"Waiting: {what}in priority queue {q} with "
                 f"{job.attained_gpu_s:.0f} GPU-s of service; {pos} job(s) with less service "
                 f"or earlier arrival hold the GPUs it needs ({job.requested_gpus}).",
-                until_s=expected_free_at(ctx, granted, jv, job.requested_gpus),
+                until_s=forecast.at(jv, job.requested_gpus),
             )
         return PolicyDecision(grants=tuple(grants), waiting=waiting)
