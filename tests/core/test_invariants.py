@@ -109,3 +109,27 @@ def test_same_seed_gives_the_same_plan(policy_name, shape, seed):
     _, first = _plan(policy_name, shape, seed)
     _, second = _plan(policy_name, shape, seed)
     assert first == second
+
+
+@pytest.mark.parametrize(("policy_name", "shape", "seed"), CASES)
+def test_policy_state_is_json_serialisable(policy_name, shape, seed):
+    import json
+
+    _, plan = _plan(policy_name, shape, seed)
+    assert json.loads(json.dumps(plan.policy_state)) == plan.policy_state
+
+
+@pytest.mark.parametrize("policy_name", ["powerflow", "greenflow"])
+def test_the_allowance_invariant_is_exercised_because_budgets_bind(policy_name):
+    # Guard against a vacuous allowance check: in these rounds the team budgets bind.
+    binding = 0
+    for shape in SHAPES:
+        for seed in SEEDS:
+            _, plan = _plan(policy_name, shape, seed)
+            for bid, allowance in plan.energy_allowance_by_budget_j.items():
+                if plan.predicted_energy_by_budget_j[bid] >= 0.9 * allowance:
+                    binding += 1
+            for bid, allowance in plan.co2_allowance_by_budget_g.items():
+                if plan.predicted_co2_by_budget_g[bid] >= 0.9 * allowance:
+                    binding += 1
+    assert binding >= len(SHAPES) * len(SEEDS)
