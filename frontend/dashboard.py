@@ -20,6 +20,7 @@ from cluster.queries import (
 )
 from frontend import figures
 from scheduling.core.types import J_PER_KWH
+from scheduling.queries import latest_round_summary
 from telemetry.queries import latest_gpu_readings, team_hourly_usage
 
 HISTORY = timedelta(hours=24)
@@ -142,6 +143,8 @@ def dashboard_payload(user, *, now: datetime) -> dict:
         "cluster_power_w": telemetry["cluster_power_w"],
         "queue_now": jobs.filter(state=JobState.QUEUED).count(),
         "running_now": jobs.filter(state=JobState.RUNNING).count(),
+        # The same shape as a pushed round, so the page draws both the same way.
+        "latest_round": latest_round_summary(jobs),
         "figures": figs,
         "budgets": budgets,
         # Flat element id -> figure, for the page's JS (ids match the template's divs).

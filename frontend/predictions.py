@@ -8,14 +8,15 @@ provider). ``whatif_average_jct_s`` replays a team's current queue in the simula
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.conf import settings
 
-from cluster.choices import JobState, NodeStatus
+from cluster.choices import JobState
 from cluster.models import Gpu, Job, Node, Team
 from cluster.workloads import perf_catalog
+from scheduling import adapters
 from scheduling.core import types as core
 from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
 from scheduling.core.types import J_PER_KWH, GpuConfig
@@ -89,9 +90,10 @@ def predict_job(
     gpu_model: str = "",
 ) -> Prediction:
     """Duration, energy and carbon of running ``iterations`` at the maximum clock on ``gpus``
-    consolidated GPUs. Raises ``KeyError`` (``UnknownPerfModelError``) for an unknown pair."""
+    consolidated GPUs, with the perf catalog the live rounds use. Raises ``KeyError``
+    (``UnknownPerfModelError``) for an unknown pair."""
     gpu_model = gpu_model or cluster_gpu_model_for(workload)
-    model = perf_catalog().get(workload, gpu_model)
+    model = adapters.current_catalog().get(workload, gpu_model)
     cfg = GpuConfig(n_gpus=gpus, global_batch=batch_size)
     duration_s = time_to_finish_s(model, cfg, iterations)
     energy_j = energy_to_finish_j(model, cfg, iterations)
@@ -112,45 +114,20 @@ def predict_job(
     )
 
 
-def _core_cluster() -> core.Cluster:
-    nodes = []
-    for node in Node.objects.prefetch_related("gpus").order_by("name"):
-        gpus = tuple(
-            core.Gpu(gpu_id=g.uuid, node=node.name, index=g.index, model=g.model)
-            for g in sorted(node.gpus.all(), key=lambda g: g.index)
-        )
-        nodes.append(
-            core.Node(
-                name=node.name,
-                switch=node.switch_label,
-                gpus=gpus,
-                schedulable=node.status == NodeStatus.HEALTHY,
-            )
-        )
-    return core.Cluster(nodes=tuple(nodes))
+def _whatif_jobs(team: Team) -> list[core.Job]:
+    """The team's active jobs as the live round's adapter sees them, moved to time 0 (now)
+    and stopped: the replay starts every one of them from its completed iterations."""
+    rows = Job.objects.filter(team=team, state__in=ACTIVE_STATES).select_related("team")
+    return [
+        replace(adapters.job_from_row(job, allocation=None), submit_time_s=0.0)
+        for job in rows.order_by("submitted_at", "pk")
+    ]
 
 
-def _core_job(job: Job) -> core.Job:
-    return core.Job(
-        job_id=str(job.pk),
-        workload=job.workload,
-        team=str(job.team_id),
-        submit_time_s=0.0,
-        total_iters=float(job.total_iterations),
-        done_iters=float(job.completed_iterations),
-        global_batch=job.global_batch_size,
-        requested_gpus=job.min_gpus,
-        min_gpus=job.min_gpus,
-        max_gpus=job.max_gpus,
-        min_batch=job.min_batch_size,
-        max_batch=job.max_batch_size,
-        priority=job.priority,
-        gpu_model=job.gpu_model or None,
-        per_gpu_batch=job.per_gpu_batch_size,
-        base_lr=job.base_lr,
-        max_lr=job.max_lr,
-        slowdown_tolerance=job.slowdown_tolerance,
-    )
+def _whatif_cluster(now: datetime) -> core.Cluster:
+    """The cluster as the live round sees it now (healthy nodes that heart-beat recently)."""
+    nodes = Node.objects.prefetch_related("gpus").order_by("name")
+    return adapters.cluster_from_rows(nodes, now=now, timeout_s=settings.WATTFLOW_NODE_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -171,11 +148,14 @@ def whatif_average_jct_s(
     used (``used``, same unit) as the budget until ``period_end``; PowerFlow paces an energy
     budget, GreenFlow a carbon one.
 
-    Simplifications (stated on the page too): every active job is treated as submitted now
-    and starts from its completed iterations; the team's queue has the schedulable GPUs to
-    itself; the grid intensity stays at today's value. JCT here is time from now to finish.
+    Jobs, cluster and perf catalog come through ``scheduling.adapters`` (the live round's own
+    translation). Simplifications (stated on the page too): every active job is treated as
+    submitted now and restarts from its completed iterations; the team's queue has the
+    schedulable GPUs to itself; the grid intensity stays at this hour's value; idle nodes are
+    powered off, so the budget pays for the team's work only, as its ledger does. JCT here is
+    time from now to finish.
     """
-    jobs = [_core_job(j) for j in Job.objects.filter(team=team, state__in=ACTIVE_STATES)]
+    jobs = _whatif_jobs(team)
     remaining = max(limit - used, 0.0)
     horizon_s = max((period_end - now).total_seconds(), WHATIF_ROUND_S)
     if kind == "energy":
@@ -191,8 +171,8 @@ def whatif_average_jct_s(
     ci = intensity_for_hour(settings.TELEMETRY_CARBON_ZONE, now).ci_g_per_kwh
     result = Simulator(
         jobs,
-        cluster=_core_cluster(),
-        catalog=perf_catalog(),
+        cluster=_whatif_cluster(now),
+        catalog=adapters.current_catalog(),
         planner=core_planner(policy),
         config=SimConfig(
             round_length_s=WHATIF_ROUND_S,

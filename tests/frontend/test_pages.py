@@ -15,6 +15,7 @@ from cluster.choices import JobState, NodeStatus
 from cluster.models import AuditEntry, Budget, Job, Node
 from cluster.workloads import perf_catalog
 from scheduling.core.types import J_PER_KWH, GpuConfig
+from scheduling.services import run_scheduling_round
 from telemetry.carbon import static_mean_g_per_kwh
 
 pytestmark = pytest.mark.django_db
@@ -347,9 +348,11 @@ def test_budget_list_shows_progress_and_edit_links_by_role(client_for, lead, mem
 def test_whatif_replays_the_team_queue_and_returns_the_figure(
     client_for, lead, member, team, make_job, make_node
 ):
-    make_node("node-01", gpus=8)
-    make_job(owner=member, team=team, total_iterations=2000)
     now = timezone.now()
+    node = make_node("node-01", gpus=8)
+    # the what-if sees the cluster as the round does: only nodes that heart-beat recently
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+    make_job(owner=member, team=team, total_iterations=2000)
     data = {
         "team": team.pk,
         "kind": "energy",
@@ -363,7 +366,10 @@ def test_whatif_replays_the_team_queue_and_returns_the_figure(
     body = response.json()
     assert response.status_code == 200
     assert (body["n_jobs"], body["n_finished"], body["used"]) == (1, 1, 0.0)
-    assert body["avg_jct_s"] > 0
+    # it cannot beat the job's fastest configuration (4 GPUs, smallest batch, full clock)
+    model = perf_catalog().get("resnet50", "A100")
+    fastest_s = 2000 * model.iter_time_s(GpuConfig(n_gpus=4, global_batch=128))
+    assert fastest_s <= body["avg_jct_s"] < 86400.0
     assert body["points"] == [[25.0, None], [50.0, body["avg_jct_s"]]]
     assert body["figure"]["data"][0]["x"] == [25.0, 50.0]
     # members may not run it (it is part of editing a budget)
@@ -409,3 +415,26 @@ def test_a_lead_cannot_drain_a_node(client_for, lead, make_node):
     assert client_for(lead).post(reverse("frontend:node-drain", args=[node.pk])).status_code == 403
     assert Node.objects.get(pk=node.pk).status == NodeStatus.HEALTHY
     assert not AuditEntry.objects.exists()
+
+
+def test_dashboard_shows_the_latest_real_round_with_only_visible_decisions(
+    client_for, member, outsider, team, other_team, make_job, make_node
+):
+    # given a 4-GPU node and one job per team, the larger one unable to fit
+    now = timezone.now()
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+    mine = make_job(owner=member, team=team, name="vision-fits", min_gpus=4, max_gpus=4)
+    theirs = make_job(
+        owner=outsider, team=other_team, name="language-waits", min_gpus=4, max_gpus=4
+    )
+    # when the live scheduler runs a real round (FIFO: the older job starts)
+    result = run_scheduling_round(now=now, policy="fifo", force=True)
+    assert result.ran
+    # then each user's dashboard shows that round with their own team's job only
+    for user, job, action in ((member, mine, "start"), (outsider, theirs, "wait")):
+        latest = client_for(user).get(reverse("frontend:dashboard-data")).json()["latest_round"]
+        assert (latest["round_id"], latest["policy"]) == (result.round_id, "fifo")
+        assert [(d["job_id"], d["action"]) for d in latest["decisions"]] == [(job.pk, action)]
+    waiting = client_for(outsider).get(reverse("frontend:dashboard-data")).json()
+    assert waiting["latest_round"]["decisions"][0]["reason_code"] != ""

@@ -57,6 +57,7 @@
 
     function apply(data) {
       drawAll(data.figures, data.budget_figures);
+      if (data.latest_round) showRound(data.latest_round);
       text("kpi-power", fmt(data.cluster_power_w, 0));
       text("kpi-queue", data.queue_now);
       text("kpi-running", data.running_now);
@@ -77,7 +78,12 @@
         .catch(() => setStatus("offline", "offline: retrying"));
     }
 
+    let shownRound = -1;
+
     function showRound(payload) {
+      // A resync may bring a round older than one already pushed: keep the newest.
+      if (payload.round_id < shownRound) return;
+      shownRound = payload.round_id;
       const decisions = (rounds[payload.round_id] = rounds[payload.round_id] || {});
       (payload.decisions || []).forEach((d) => { decisions[d.job_id + ":" + d.action] = d; });
       const when = (payload.at || "").slice(0, 19).replace("T", " ");
@@ -138,6 +144,7 @@
     });
 
     drawAll(opts.figures, opts.budgetFigures);
+    if (opts.latestRound) showRound(opts.latestRound);
     if (!document.hidden) connect(); else setStatus("paused", "paused (tab hidden)");
     window.WattflowDashboard = { refresh, showRound }; // for debugging in the console
   }
