@@ -1,10 +1,20 @@
 """Django admin for every cluster model. State changes of jobs still go through services."""
 
 from django.contrib import admin, messages
+from django.db import transaction
 from django.utils import timezone
 
 from cluster import services
-from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
+from cluster.models import (
+    AuditEntry,
+    Budget,
+    Gpu,
+    Job,
+    JobAllocation,
+    Membership,
+    Node,
+    Team,
+)
 
 
 class MembershipInline(admin.TabularInline):
@@ -165,3 +175,57 @@ class BudgetAdmin(admin.ModelAdmin):
     ]
     list_filter = ["team", "hard_limit_action"]
     date_hierarchy = "period_start"
+
+    # Budget changes made here land in the audit log too, with before and after.
+    def save_model(self, request, obj, form, change):
+        with transaction.atomic():
+            before = None
+            if change:
+                stored = Budget.objects.get(pk=obj.pk)
+                before = services.audit_snapshot(stored, services.BUDGET_AUDIT_FIELDS)
+            super().save_model(request, obj, form, change)
+            services.record_audit(
+                actor=request.user,
+                action="updated" if change else "created",
+                object_type="budget",
+                object_id=obj.pk,
+                team=obj.team,
+                before=before,
+                after=services.audit_snapshot(obj, services.BUDGET_AUDIT_FIELDS),
+            )
+
+    def delete_model(self, request, obj):
+        with transaction.atomic():
+            services.record_audit(
+                actor=request.user,
+                action="deleted",
+                object_type="budget",
+                object_id=obj.pk,
+                team=obj.team,
+                before=services.audit_snapshot(obj, services.BUDGET_AUDIT_FIELDS),
+            )
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        # The list page's bulk delete: one entry per budget, like deleting them one by one.
+        for budget in queryset.select_related("team"):
+            self.delete_model(request, budget)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """Read-only: the log is written by ``cluster.services.record_audit`` alone."""
+
+    list_display = ["at", "actor_username", "action", "object_type", "object_id", "team"]
+    list_filter = ["action", "object_type", "team"]
+    search_fields = ["actor_username", "object_id"]
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

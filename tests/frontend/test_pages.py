@@ -438,3 +438,37 @@ def test_dashboard_shows_the_latest_real_round_with_only_visible_decisions(
         assert [(d["job_id"], d["action"]) for d in latest["decisions"]] == [(job.pk, action)]
     waiting = client_for(outsider).get(reverse("frontend:dashboard-data")).json()
     assert waiting["latest_round"]["decisions"][0]["reason_code"] != ""
+
+
+def test_budget_changes_in_the_django_admin_are_audited_too(client_for, admin_user, budget):
+    client = client_for(admin_user)
+    url = reverse("admin:cluster_budget_change", args=[budget.pk])
+    response = client.post(
+        url,
+        {
+            "team": budget.team.pk,
+            "period_start_0": budget.period_start.strftime("%Y-%m-%d"),
+            "period_start_1": budget.period_start.strftime("%H:%M:%S"),
+            "period_end_0": budget.period_end.strftime("%Y-%m-%d"),
+            "period_end_1": budget.period_end.strftime("%H:%M:%S"),
+            "energy_limit_kwh": "11",
+            "carbon_limit_kg": "",
+            "warn_fraction": "0.8",
+            "hard_limit_action": "hold_queue",
+            "created_at_0": budget.created_at.strftime("%Y-%m-%d"),
+            "created_at_1": budget.created_at.strftime("%H:%M:%S"),
+        },
+    )
+    assert response.status_code == 302
+    entry = AuditEntry.objects.get()
+    assert (entry.actor, entry.action, entry.changed_fields) == (
+        admin_user,
+        "updated",
+        ["energy_limit_kwh", "period_end", "period_start"],
+    )
+    assert (entry.before["energy_limit_kwh"], entry.after["energy_limit_kwh"]) == (10.0, 11.0)
+    # the log itself cannot be edited from the admin
+    change = reverse("admin:cluster_auditentry_change", args=[entry.pk])
+    assert client.post(change, {"action": "deleted"}).status_code == 403
+    entry.refresh_from_db()
+    assert entry.action == "updated"
