@@ -198,3 +198,76 @@ def test_two_rounds_started_at_once_never_both_plan(transactional_db, team, memb
     owners = services.open_allocation_gpu_owners()
     assert len(owners) == 8
     assert sorted(owners.values()) == sorted([jobs[0].pk] * 4 + [jobs[1].pk] * 2 + [jobs[2].pk] * 2)
+
+
+def test_rounds_resize_and_pause_a_running_job_on_its_agent(processes, team, member):
+    # given the elastic policy every second and an elastic job (1..4 GPUs) on a 4-GPU node
+    node, token = _node("node-01", 4)
+    config = SchedulerSettings.load()
+    config.policy, config.round_interval_s = "elastic", 1
+    config.save()
+    server = processes.web()
+    processes.celery()
+    processes.agent(server, token, node="node-01", gpus=4)
+    vision = _session(member)
+    big = _submit(vision, server, name="big", team="vision", workload="resnet50",
+                  global_batch_size=64, total_iterations=10**6, min_gpus=1, max_gpus=4)  # fmt: skip
+    wait_until(
+        lambda: JobEvent.objects.filter(job_id=big["id"], kind=JobEventKind.STARTED).exists(),
+        timeout_s=60, what="the elastic job to start",
+    )  # fmt: skip
+    assert Job.objects.get(pk=big["id"]).current_allocation.gpus.count() == 4
+
+    # when a second job arrives
+    small = _submit(vision, server, name="small", team="vision", workload="resnet50",
+                    global_batch_size=64, total_iterations=10**6)  # fmt: skip
+
+    # then a round shrinks the big job: the agent stops it to resize and starts it again on
+    # its new allocation, and starts the small one beside it
+    def resized():
+        events = JobEvent.objects.filter(job_id=big["id"]).order_by("ts")
+        kinds = [(e.kind, e.reason) for e in events if e.kind != JobEventKind.PROGRESS]
+        return kinds == [
+            (JobEventKind.STARTED, ""),
+            (JobEventKind.EXITED, ExitReason.RESIZED),
+            (JobEventKind.STARTED, ""),
+        ]
+
+    wait_until(resized, timeout_s=60, what="the agent to restart the resized job")
+    wait_until(
+        lambda: JobEvent.objects.filter(job_id=small["id"], kind=JobEventKind.STARTED).exists(),
+        timeout_s=30, what="the small job to start",
+    )  # fmt: skip
+    big_job = Job.objects.get(pk=big["id"])
+    restarted = JobEvent.objects.filter(job=big_job, kind=JobEventKind.STARTED).order_by("ts")
+    assert restarted.last().allocation_id == big_job.current_allocation_id
+    assert big_job.current_allocation.gpus.count() < 4
+    assert services.open_allocation_gpu_owners()  # no GPU held twice (raises if so)
+
+    # when the team's pause_jobs budget turns out spent (its limit is below what the jobs
+    # have already drawn, once accounted)
+    now = timezone.now()
+    budget = Budget.objects.create(
+        team=team, period_start=now - timedelta(days=1), period_end=now + timedelta(days=1),
+        energy_limit_kwh=1e-6, hard_limit_action=HardLimitAction.PAUSE_JOBS,
+    )  # fmt: skip
+
+    # then a round pauses both jobs and the agent stops them
+    ids = [big["id"], small["id"]]
+    wait_until(
+        lambda: Job.objects.filter(pk__in=ids, state=JobState.PAUSED).count() == 2,
+        timeout_s=60, what="both jobs to be paused for the budget",
+    )  # fmt: skip
+    for job_id in ids:
+        stop = wait_until(
+            lambda job_id=job_id: JobEvent.objects.filter(
+                job_id=job_id, kind=JobEventKind.EXITED, reason=ExitReason.STOPPED
+            ).first(),
+            timeout_s=30, what=f"the agent to stop job {job_id}",
+        )  # fmt: skip
+        assert stop.node_id == node.pk
+        body = vision.get(f"{server}/api/jobs/{job_id}/", timeout=30).json()
+        assert (body["state"], body["pending_reason_code"]) == ("paused", "budget_exhausted")
+        assert body["current_allocation"] is None
+    assert budget_usage(budget).energy_j > 1e-6 * 3.6e6
+    assert services.open_allocation_gpu_owners() == {}
