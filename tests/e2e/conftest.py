@@ -56,6 +56,12 @@ class Processes:
     def log(self, name: str) -> str:
         return (self.work_dir / f"{name}.log").read_text(errors="replace")
 
+    def kill(self, name: str) -> None:
+        """SIGKILL: the process gets no chance to say goodbye (a crashed node)."""
+        process = self.running.pop(name)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=15)
+
     def stop(self, name: str, *, grace_s: float = 15.0) -> int | None:
         process = self.running.pop(name, None)
         if process is None:
@@ -86,11 +92,14 @@ class Processes:
         wait_until(lambda: _connects(port), timeout_s=30, what="daphne to listen")
         return f"http://127.0.0.1:{port}"
 
-    def celery(self, *, round_interval_s: int = 1, accounting_interval_s: int = 2) -> None:
+    def celery(
+        self, *, round_interval_s: int = 1, accounting_interval_s: int = 2, node_timeout_s: int = 60
+    ) -> None:
         intervals = {
             "WATTFLOW_ROUND_INTERVAL_S": str(round_interval_s),
             "TELEMETRY_ACCOUNTING_INTERVAL_S": str(accounting_interval_s),
-            "WATTFLOW_LIVENESS_INTERVAL_S": "5",
+            "WATTFLOW_LIVENESS_INTERVAL_S": "2",
+            "WATTFLOW_NODE_TIMEOUT_S": str(node_timeout_s),
         }
         celery = [sys.executable, "-m", "celery", "-A", "config"]
         # Old messages in this Redis database (another run's rounds) must not reach this worker.

@@ -18,7 +18,7 @@ from django.utils import timezone
 from e2e_helpers import JOB_GPUS, expected_busy_energy_j, iterations_for, wait_until
 from rest_framework.authtoken.models import Token
 
-from cluster.choices import HardLimitAction, JobState
+from cluster.choices import HardLimitAction, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node
 from scheduling import services
 from scheduling.models import SchedulerSettings, SchedulingRound
@@ -271,3 +271,50 @@ def test_rounds_resize_and_pause_a_running_job_on_its_agent(processes, team, mem
         assert body["current_allocation"] is None
     assert budget_usage(budget).energy_j > 1e-6 * 3.6e6
     assert services.open_allocation_gpu_owners() == {}
+
+
+def test_a_node_whose_agent_dies_is_marked_unhealthy_and_its_job_runs_elsewhere(
+    processes, team, member
+):
+    # given two 2-GPU nodes with agents, fifo every second, a 5 s heartbeat timeout, and a
+    # long job running on one of them
+    config = SchedulerSettings.load()
+    config.policy, config.round_interval_s = "fifo", 1
+    config.save()
+    (node1, token1), (node2, token2) = _node("node-01", 2), _node("node-02", 2)
+    server = processes.web()
+    processes.celery(node_timeout_s=5)
+    processes.agent(server, token1, node="node-01", gpus=2)
+    processes.agent(server, token2, node="node-02", gpus=2)
+    vision = _session(member)
+    job = _submit(vision, server, name="long", team="vision", workload="resnet50",
+                  global_batch_size=64, total_iterations=10**6, min_gpus=2, max_gpus=2)  # fmt: skip
+    first = wait_until(
+        lambda: JobEvent.objects.filter(job_id=job["id"], kind=JobEventKind.STARTED).first(),
+        timeout_s=60, what="the job to start",
+    )  # fmt: skip
+    lost, spare = (node1, node2) if first.node_id == node1.pk else (node2, node1)
+
+    # when the agent of the job's node is killed (no goodbye, no more heartbeats)
+    processes.kill(f"agent-{lost.name}")
+
+    # then the node is marked unhealthy, the job re-queued and started on the other node
+    wait_until(
+        lambda: Node.objects.get(pk=lost.pk).status == NodeStatus.UNHEALTHY,
+        timeout_s=40, what="the silent node to be marked unhealthy",
+    )  # fmt: skip
+    second = wait_until(
+        lambda: JobEvent.objects.filter(
+            job_id=job["id"], kind=JobEventKind.STARTED, node_id=spare.pk
+        ).first(),
+        timeout_s=40, what="the job to start on the other node",
+    )  # fmt: skip
+    allocations = list(JobAllocation.objects.filter(job_id=job["id"]).order_by("started_at"))
+    assert len(allocations) == 2
+    assert allocations[0].ended_at is not None
+    assert {g.node_id for g in allocations[0].gpus.all()} == {lost.pk}
+    assert {g.node_id for g in allocations[1].gpus.all()} == {spare.pk}
+    assert second.allocation_id == allocations[1].pk
+    running = Job.objects.get(pk=job["id"])
+    assert running.state == JobState.RUNNING
+    assert Node.objects.get(pk=spare.pk).status == NodeStatus.HEALTHY
