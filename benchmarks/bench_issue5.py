@@ -41,6 +41,7 @@ KEYS = (
     "comm_overhead_gpu_h",
     "n_colocated_jobs",
     "n_preemptions",
+    "avg_queueing_delay_s",
 )
 
 
@@ -51,6 +52,7 @@ def _run(
     params: dict[str, Any],
     *,
     tolerance: float | None = None,
+    lr_ratio: float | None = None,
     **config,
 ) -> dict[str, Any]:
     cfg = SimConfig(
@@ -70,6 +72,11 @@ def _run(
     if tolerance is not None:
         jobs = tuple(replace(j, slowdown_tolerance=tolerance) for j in scenario.jobs)
         scenario = replace(scenario, jobs=jobs)
+    if lr_ratio is not None:
+        # The trace has no learning rates: base 0.1 at the requested size and a cap of
+        # lr_ratio x that, so ONES' global batch stops at lr_ratio x the request.
+        jobs = tuple(replace(j, base_lr=0.1, max_lr=0.1 * lr_ratio) for j in scenario.jobs)
+        scenario = replace(scenario, jobs=jobs)
     bar = tqdm(total=len(scenario.jobs), desc=label, unit="job", leave=False, disable=args.quiet)
 
     def progress(done: int, _t: float) -> None:
@@ -78,8 +85,11 @@ def _run(
     result = run_policy(scenario, policy, policy_params=params, progress=progress)
     bar.close()
     summary = summarise(result)
-    row = {"label": label, "policy": policy, "params": params, "tolerance": tolerance, **config}
+    row = {"label": label, "policy": policy, "params": params, "tolerance": tolerance}
+    row.update(config, lr_ratio=lr_ratio)
     row.update({k: summary[k] for k in KEYS})
+    # Every job finishes in these runs, so mean JCT - mean queueing = mean running time.
+    row["avg_run_s"] = summary["avg_jct_s"] - summary["avg_queueing_delay_s"]
     return row
 
 
@@ -100,6 +110,7 @@ def bench_eaco(args) -> list[dict[str, Any]]:
         r["energy_vs_fifo_pct"] = _pct(r["energy_kwh"], fifo["energy_kwh"])
         r["avg_jct_vs_fifo_pct"] = _pct(r["avg_jct_s"], fifo["avg_jct_s"])
         r["makespan_vs_fifo_pct"] = _pct(r["makespan_s"], fifo["makespan_s"])
+        r["avg_run_vs_fifo_pct"] = _pct(r["avg_run_s"], fifo["avg_run_s"])
     return rows
 
 
@@ -109,6 +120,10 @@ def bench_ones(args) -> list[dict[str, Any]]:
         _run(args, "elastic", "elastic", {}),
         _run(args, "ones", "ones", {"seed": args.seed}),
     ]
+    for ratio in args.lr_ratios:
+        rows.append(
+            _run(args, f"ones lr cap {ratio:g}x", "ones", {"seed": args.seed}, lr_ratio=ratio)
+        )
     base = rows[0]
     for r in rows:
         r["avg_jct_vs_tiresias_pct"] = _pct(r["avg_jct_s"], base["avg_jct_s"])
@@ -165,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--colocation-noise", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tolerances", type=float, nargs="+", default=[0.1])
+    parser.add_argument("--lr-ratios", type=float, nargs="*", default=[2.0])
     parser.add_argument("--congestion", type=float, nargs="+", default=[1.0, 4.0])
     parser.add_argument("--tune", type=float, default=None, help="netdelay: tune every N s")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
@@ -174,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
+    if any(c <= 0 for c in args.congestion):
+        parser.error("--congestion values must be positive")
+    if any(t < 0 for t in args.tolerances) or args.colocation_noise < 0:
+        parser.error("--tolerances and --colocation-noise must not be negative")
+    if any(r < 1 for r in args.lr_ratios):
+        parser.error("--lr-ratios must be at least 1")
     bench = {"eaco": bench_eaco, "ones": bench_ones, "netdelay": bench_netdelay}[args.bench]
     rows = bench(args)
     for r in rows:
