@@ -21,11 +21,13 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.db.models import Sum
+from django.utils import timezone
 from frontend_scene import PASSWORDS, build_scene
 
 from cluster.models import AuditEntry, Budget, Job
 from frontend.broadcast import broadcast_round
 from scheduling.core.types import J_PER_KWH
+from scheduling.services import run_scheduling_round
 from telemetry.models import EnergyLedgerEntry
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -352,7 +354,21 @@ def test_admin_exports_a_csv_with_the_ledger_rows(scene, login, server):
 
 
 def test_admin_drains_a_node_and_every_page_is_saved(scene, login, server):
+    # a real round of the live scheduler first, so the pages show recorded decisions
+    result = run_scheduling_round(now=timezone.now(), policy="fifo", force=True)
+    assert result.ran
     page = login("ada_admin")
+    page.wait_for_function(
+        f"document.getElementById('round-head').textContent.startsWith('Round {result.round_id} ')"
+    )
+    rows = page.locator("#round-table tbody tr").all_inner_texts()
+    decided = sorted(tuple(r.split("\t")[:2]) for r in rows)
+    # FIFO retunes the running resnet to full clock; both 4-GPU jobs wait (3 GPUs are free)
+    assert decided == [
+        (f"gpt2-small #{scene.jobs['gpt2-small'].pk}", "wait"),
+        (f"resnet50-sweep #{scene.jobs['running'].pk}", "retune"),
+        (f"vgg16-baseline #{scene.jobs['vgg16-baseline'].pk}", "wait"),
+    ]
     shot(page, "dashboard_admin")
     page.goto(f"{server}/nodes/")
     page.click("[data-node='node-02'] button:text('Drain')")
@@ -364,7 +380,8 @@ def test_admin_drains_a_node_and_every_page_is_saved(scene, login, server):
     page.goto(f"{server}/jobs/{scene.jobs['running'].pk}/")
     shot(page, "job_detail")
     page.goto(f"{server}/jobs/{scene.jobs['gpt2-small'].pk}/")
-    assert "Held back: the energy budget is paced." in page.inner_text("#pending-reason")
+    reason = Job.objects.get(pk=scene.jobs["gpt2-small"].pk).pending_reason
+    assert reason and reason in page.inner_text("#pending-reason")
     shot(page, "job_detail_pending")
     page.goto(f"{server}/budgets/new/")
     shot(page, "budget_new")

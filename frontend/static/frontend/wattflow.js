@@ -96,7 +96,7 @@
       Object.values(decisions).forEach((d) => {
         const tr = document.createElement("tr");
         [d.job_name ? d.job_name + " #" + d.job_id : "#" + d.job_id, d.action,
-         d.gpus ?? "", d.batch_size ?? "", d.sm_clock_mhz ? d.sm_clock_mhz + " MHz" : "",
+         d.gpus ?? "", d.batch_size ?? "", d.sm_clock_mhz ? d.sm_clock_mhz + " MHz" : (d.action === "wait" ? "" : "default"),
          d.reason || d.reason_code || ""].forEach((v) => {
           const td = document.createElement("td");
           td.textContent = v;
