@@ -1,6 +1,6 @@
 """Running training jobs as processes, and the checkpoint convention they follow.
 
-The agent starts a job's ``command`` through the shell, in its own process group, with:
+The agent starts a job's ``command`` through bash, in its own process group, with:
 
 - ``CUDA_VISIBLE_DEVICES``: the NVML indices of the GPUs the scheduler gave it;
 - ``WATTFLOW_JOB_ID``, ``WATTFLOW_BATCH_SIZE`` (global batch), ``WATTFLOW_GPU_COUNT``;
@@ -13,6 +13,9 @@ group. The job then saves a checkpoint into ``WATTFLOW_CHECKPOINT_DIR`` and exit
 start a job resumes from the checkpoint if one is there, so a resize is stop + start with the
 new GPUs and batch size. A job that exits 0 on its own has completed; any other status is a
 failure. Output goes to ``log.txt`` beside the progress file; its tail is sent with the exit.
+A compound command (``cd x && python train.py``) keeps bash in between, which dies of the
+SIGTERM itself: end it with ``exec python train.py`` so the job gets the signal and its own
+exit status is reported.
 """
 
 from __future__ import annotations
@@ -59,9 +62,12 @@ class ProcessJob:
         with self.log_file.open("ab") as log:
             # A new session makes the job its own process group, so SIGTERM reaches the
             # shell and every worker it forked, and never the agent itself.
+            # bash runs a single simple command by exec'ing it, so the job *is* the process we
+            # signal and wait for (dash would stay in between and die of the SIGTERM itself).
             self.process = subprocess.Popen(
                 self.assignment["command"],
                 shell=True,
+                executable="/bin/bash",
                 cwd=self.dir,
                 env=self.environment(),
                 stdout=log,

@@ -1,0 +1,141 @@
+"""The agent carrying out assignments with real processes, without a server: its messages go
+to the spool (the server address refuses connections), which these tests read back.
+
+NVML is the module-level fake of ``test_nvml_backend``; everything else is real.
+"""
+
+import json
+import socket
+import sys
+import time
+from datetime import UTC, datetime
+
+import pytest
+from test_nvml_backend import FakeNvml, _device
+
+from telemetry.agent.backends import NvmlBackend
+from telemetry.agent.client import AgentClient
+from telemetry.agent.loop import Agent, AgentConfig
+from telemetry.agent.spool import Spool
+
+NOW = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
+
+# Writes its progress, then waits; on SIGTERM writes a checkpoint and exits 0 (the convention).
+JOB = """
+import os, signal, sys, time
+ckpt = os.path.join(os.environ["WATTFLOW_CHECKPOINT_DIR"], "state")
+start = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+def stop(*_):
+    open(ckpt, "w").write(str(start + 5))
+    print("checkpointed on", os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+open(os.environ["WATTFLOW_PROGRESS_FILE"], "w").write(str(start + 5))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def agent(tmp_path):
+    fake = FakeNvml([_device(f"GPU-{i}", energy_mj=0) for i in range(4)])
+    client = AgentClient(f"http://127.0.0.1:{_closed_port()}", "t", Spool(tmp_path / "spool"))
+    config = AgentConfig(node_name="n", work_dir=tmp_path, stop_grace_s=10.0)
+    return Agent(NvmlBackend(nvml=fake), client, config), fake
+
+
+def _assignment(tmp_path, allocation_id, uuids, **extra):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    values = {
+        "allocation_id": allocation_id, "job_id": 7, "workload": "resnet50",
+        "command": f"{sys.executable} {script}", "gpu_uuids": uuids, "gpu_count": len(uuids),
+        "batch_size": 256, "sm_clock_mhz": None, "power_limit_w": None,
+        "checkpoint_dir": str(tmp_path / "ckpt"), "total_iterations": 100,
+        "completed_iterations": 0.0, "env": {},
+    }  # fmt: skip
+    values.update(extra)
+    return values
+
+
+def _wait_for(predicate, timeout_s=20.0):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _spooled_events(tmp_path):
+    events = []
+    for path in sorted((tmp_path / "spool").glob("*-events.json")):
+        events.extend(json.loads(path.read_text())["body"]["events"])
+    return [(e["kind"], e.get("reason"), e.get("iterations"), e.get("exit_status")) for e in events]
+
+
+def test_a_resize_checkpoints_and_restarts_the_job_on_its_new_gpus(agent, tmp_path):
+    agent, fake = agent
+    agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0", "GPU-1"])]}, NOW)
+    first = agent.jobs[7]
+    _wait_for(lambda: first.iterations() == 5.0)
+    # when the scheduler moves the job to GPUs 2 and 3 (a new allocation)
+    agent.reconcile({"assignments": [_assignment(tmp_path, 2, ["GPU-2", "GPU-3"])]}, NOW)
+    second = agent.jobs[7]
+    # then the first process checkpointed and exited 0, the second resumed from it
+    assert first.process.returncode == 0
+    assert second is not first and second.gpu_indices == [2, 3]
+    _wait_for(lambda: second.iterations() == 10.0)
+    assert "checkpointed on 0,1" in first.log_tail()
+    assert _spooled_events(tmp_path) == [
+        ("started", None, None, None),
+        ("exited", "resized", 5.0, 0),
+        ("started", None, None, None),
+    ]
+    agent.shutdown(NOW)
+
+
+def test_a_retune_changes_the_power_limit_in_place(agent, tmp_path):
+    agent, fake = agent
+    agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0"], power_limit_w=300)]}, NOW)
+    process = agent.jobs[7].process
+    agent.reconcile({"assignments": [_assignment(tmp_path, 2, ["GPU-0"], power_limit_w=250)]}, NOW)
+    assert agent.jobs[7].process is process and process.poll() is None
+    assert [c for c in fake.calls if c[0] == "set_power_limit"] == [
+        ("set_power_limit", "GPU-0", 300_000),
+        ("set_power_limit", "GPU-0", 250_000),
+    ]
+    agent.shutdown(NOW)
+
+
+def test_agent_exit_stops_jobs_and_restores_every_gpu(agent, tmp_path):
+    agent, fake = agent
+    agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-1"], sm_clock_mhz=1200)]}, NOW)
+    job = agent.jobs[7]
+    _wait_for(lambda: job.iterations() == 5.0)
+    fake.calls.clear()
+    agent.shutdown(NOW)
+    assert job.process.returncode == 0
+    assert fake.calls == [
+        ("reset_clocks", "GPU-1"),
+        ("set_power_limit", "GPU-1", 400_000),  # when its job ended
+        *[c for i in range(4) for c in (("reset_clocks", f"GPU-{i}"),
+                                         ("set_power_limit", f"GPU-{i}", 400_000))],
+    ]  # fmt: skip
+    assert not fake.initialised
+    assert _spooled_events(tmp_path)[-1] == ("exited", "agent_exit", 5.0, 0)
+
+
+def test_a_job_listed_to_stop_is_stopped_and_its_gpu_restored(agent, tmp_path):
+    agent, fake = agent
+    agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0"], power_limit_w=300)]}, NOW)
+    job = agent.jobs[7]
+    _wait_for(lambda: job.iterations() == 5.0)  # its SIGTERM handler is installed by then
+    agent.reconcile({"assignments": [], "stop": [7]}, NOW)
+    assert 7 not in agent.jobs and job.process.returncode == 0
+    assert fake.devices[0]["limit_mw"] == 400_000
+    assert _spooled_events(tmp_path)[-1][:2] == ("exited", "stopped")
