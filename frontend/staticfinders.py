@@ -29,7 +29,9 @@ class PlotlyFinder(BaseFinder):
 
     def find(self, path, find_all=False, **kwargs):
         if path != STATIC_PATH:
-            return [] if find_all else None
+            # Like Django's own finders: an empty list (not None) when nothing matches, which
+            # django.contrib.staticfiles.finders.find skips.
+            return []
         match = str(PACKAGE_DATA / "plotly.min.js")
         return [match] if find_all else match
 
