@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -76,6 +77,11 @@ class HttpProvider:
     with ``carbonIntensity`` (gCO2e/kWh) and ``isEstimated``. Answers are stored, so the
     database is asked first."""
 
+    # After a failure the API is not asked again for this long (per process), so a dead
+    # provider costs one timeout per few minutes, not one per scheduling round.
+    BACKOFF_S = 300.0
+    _down_until: dict[str, float] = {}
+
     def __init__(self, url: str, token: str, *, timeout_s: float = 5.0) -> None:
         self.url = url
         self.token = token
@@ -88,6 +94,8 @@ class HttpProvider:
             return self.stored.intensity(zone, hour)
         except CarbonUnavailable:
             pass
+        if time.monotonic() < self._down_until.get(self.url, 0.0):
+            raise CarbonUnavailable(f"{self.url} failed recently; not asked again yet")
         try:
             response = requests.get(
                 self.url,
@@ -100,6 +108,7 @@ class HttpProvider:
             ci = float(data["carbonIntensity"])
             estimated = bool(data.get("isEstimated", False))
         except (requests.RequestException, ValueError, KeyError, TypeError) as exc:
+            self._down_until[self.url] = time.monotonic() + self.BACKOFF_S
             raise CarbonUnavailable(f"{self.url}: {exc.__class__.__name__}: {exc}") from exc
         if not ci >= 0:
             raise CarbonUnavailable(f"{self.url}: intensity {ci} is not a non-negative number")

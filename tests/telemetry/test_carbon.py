@@ -4,6 +4,7 @@ the static fallback when a provider fails."""
 import json
 import socket
 import threading
+import time
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -112,6 +113,18 @@ def test_a_failing_http_provider_falls_back_to_the_static_mean_marked_estimated(
         CarbonSource.STATIC,
     )
     assert not CarbonIntensity.objects.exists()
+
+
+def test_a_failed_http_provider_is_not_asked_again_during_its_backoff(db, intensity_server):
+    url, seen = intensity_server
+    HttpProvider._down_until[url] = time.monotonic() + 60  # as if it had just failed
+    try:
+        got = intensity_for_hour("ES", datetime(2026, 11, 22, 3, tzinfo=UTC),
+                                 provider=HttpProvider(url, ""))  # fmt: skip
+    finally:
+        HttpProvider._down_until.pop(url)
+    assert (got.source, got.estimated) == (CarbonSource.STATIC, True)
+    assert seen == []
 
 
 def test_carbon_signal_gives_now_and_the_stored_hours_ahead(db):
