@@ -205,10 +205,16 @@ TELEMETRY_CARBON_HTTP_TOKEN = env_str("TELEMETRY_CARBON_HTTP_TOKEN", "")
 TELEMETRY_CHECKPOINT_ROOT = env_str("TELEMETRY_CHECKPOINT_ROOT", "/var/lib/wattflow/checkpoints")
 TELEMETRY_ACCOUNTING_INTERVAL_S = env_int("TELEMETRY_ACCOUNTING_INTERVAL_S", 60)
 TELEMETRY_RETENTION_INTERVAL_S = env_int("TELEMETRY_RETENTION_INTERVAL_S", 3600)
+TELEMETRY_BROADCAST_INTERVAL_S = env_int("TELEMETRY_BROADCAST_INTERVAL_S", 5)
 CELERY_BEAT_SCHEDULE["telemetry-process-dirty-hours"] = {
     "task": "telemetry.tasks.process_dirty_hours_task",
     "schedule": TELEMETRY_ACCOUNTING_INTERVAL_S,
     "options": {"expires": TELEMETRY_ACCOUNTING_INTERVAL_S},
+}
+CELERY_BEAT_SCHEDULE["telemetry-broadcast"] = {
+    "task": "telemetry.tasks.broadcast_telemetry_task",
+    "schedule": TELEMETRY_BROADCAST_INTERVAL_S,
+    "options": {"expires": TELEMETRY_BROADCAST_INTERVAL_S},
 }
 CELERY_BEAT_SCHEDULE["telemetry-delete-expired-samples"] = {
     "task": "telemetry.tasks.delete_expired_samples_task",

@@ -1,8 +1,11 @@
 """Celery tasks of the telemetry app: thin wrappers, safe to run concurrently with themselves."""
 
 from celery import shared_task
+from django.utils import timezone
 
+from frontend.broadcast import broadcast_telemetry
 from telemetry import accounting
+from telemetry.live import live_summary
 
 
 @shared_task
@@ -15,3 +18,9 @@ def process_dirty_hours_task(limit: int = 500) -> int:
 def delete_expired_samples_task() -> int:
     """Drop raw samples older than TELEMETRY_RETENTION_S (never unaccounted ones)."""
     return accounting.delete_expired_samples()
+
+
+@shared_task
+def broadcast_telemetry_task() -> int:
+    """Push the latest power and utilisation to open dashboards; returns groups reached."""
+    return broadcast_telemetry(live_summary(timezone.now()))
