@@ -1,12 +1,19 @@
 """seed_demo loads the demo once, and running it again changes nothing."""
 
+import csv
+import io
 import json
+from datetime import UTC, datetime
+from pathlib import Path
 
+import time_machine
 from django.contrib.auth import authenticate, get_user_model
 from django.core.management import call_command
 
-from cluster.choices import Role
+from cluster.choices import HardLimitAction, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _counts() -> dict[str, int]:
@@ -88,6 +95,30 @@ def test_seed_demo_builds_the_described_cluster_and_logins(db, settings, tmp_pat
         assert f"{username}" in out and password in out
     assert get_user_model().objects.get(username="admin").is_staff
     assert set(Budget.objects.values_list("team__slug", flat=True)) == {"vision", "language"}
+
+
+@time_machine.travel(datetime(2026, 3, 10, 15, 0, tzinfo=UTC), tick=False)
+def test_seed_demo_budgets_cover_the_current_month(db, settings, tmp_path):
+    settings.WATTFLOW_VAR_DIR = tmp_path
+
+    call_command("seed_demo", stdout=io.StringIO())
+
     vision = Budget.objects.get(team__slug="vision")
-    assert vision.period_start.day == 1 and vision.period_end.day == 1
-    assert vision.energy_limit_kwh > 0
+    language = Budget.objects.get(team__slug="language")
+    march = (datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 4, 1, tzinfo=UTC))
+    assert (vision.period_start, vision.period_end) == march
+    assert (language.period_start, language.period_end) == march
+    # 16 GPUs x 0.4 kW x 744 h in March x 0.5
+    assert (vision.energy_limit_kwh, vision.carbon_limit_kg) == (2380.8, None)
+    assert vision.hard_limit_action == HardLimitAction.PAUSE_JOBS
+    # the same energy at the 2022 mean LCA intensity of US-CAL-CISO (data/carbon)
+    with (ROOT / "data/carbon/em_US-CAL-CISO_2022_hourly.csv").open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    mean_g_per_kwh = sum(float(r["Carbon Intensity gCO₂eq/kWh (LCA)"]) for r in rows) / len(rows)
+    assert len(rows) == 8760
+    assert (language.energy_limit_kwh, language.carbon_limit_kg) == (
+        None,
+        round(2380.8 * mean_g_per_kwh / 1000, 1),
+    )
+    assert language.hard_limit_action == HardLimitAction.HOLD_QUEUE
+    assert (vision.warn_fraction, language.warn_fraction) == (0.8, 0.8)
