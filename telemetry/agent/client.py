@@ -30,6 +30,9 @@ class AgentClient:
         self.base = server.rstrip("/") + "/api/agent/"
         self.spool = spool
         self.timeout_s = timeout_s
+        # A backlog is replayed this many messages per delivery (one delivery per post
+        # interval for samples): catching up never stops the 1 s sampling for long.
+        self.replay_per_call = 50
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Token {token}"
 
@@ -52,7 +55,7 @@ class AgentClient:
         """Send now if nothing is waiting and the server answers; otherwise spool. True when
         this message reached the server."""
         if len(self.spool):
-            self.spool.replay(self.post)
+            self.spool.replay(self.post, limit=self.replay_per_call)
         if len(self.spool):
             self.spool.put(endpoint, body)
             return False

@@ -52,14 +52,18 @@ class Spool:
         os.replace(tmp, path)
         return path
 
-    def replay(self, send: Callable[[str, dict[str, Any]], Any]) -> int:
-        """Send spooled messages oldest first; stop at the first one the server cannot take.
+    def replay(
+        self, send: Callable[[str, dict[str, Any]], Any], *, limit: int | None = None
+    ) -> int:
+        """Send spooled messages oldest first; stop at the first one the server cannot take,
+        or after ``limit`` messages (so a long backlog does not stall sampling: the rest goes
+        on the next call).
 
         Returns how many were delivered. Raises nothing for an unreachable server (the
         messages stay for the next try).
         """
         delivered = 0
-        for path in self._files():
+        for path in self._files()[:limit]:
             message = json.loads(path.read_text())
             try:
                 send(message["endpoint"], message["body"])
