@@ -27,7 +27,17 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Avg, DurationField, ExpressionWrapper, F
+from django.db.models import (
+    Avg,
+    Case,
+    CharField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    TextField,
+    Value,
+    When,
+)
 
 from cluster import services as cluster_services
 from cluster.choices import HardLimitAction, JobState, NodeStatus
@@ -145,8 +155,12 @@ def _round_due(config: SchedulerSettings, now: datetime) -> bool:
 def refresh_scales(rows: list[Job], *, catalog, now: datetime) -> int:
     """Fold new telemetry of running jobs into their stored scales; returns how many moved."""
     moved = 0
+    JobSchedulingState.objects.bulk_create(
+        [JobSchedulingState(job_id=job.pk) for job in rows], ignore_conflicts=True
+    )
+    states = JobSchedulingState.objects.in_bulk([job.pk for job in rows])
     for job in rows:
-        state, _ = JobSchedulingState.objects.get_or_create(job=job)
+        state = states[job.pk]
         result = adapters.observed_scales(job, state, catalog=catalog, now=now)
         if result is None:
             continue
@@ -366,22 +380,50 @@ def _record_waiting(
     plan: core.Plan, rows: adapters.SnapshotRows, round_row: SchedulingRound, *, now: datetime
 ) -> None:
     """Each waiting job's latest reason, on the job (list pages) and in its scheduling state
-    (with the time it may start). Only jobs still queued or paused are touched."""
-    for job_id, reason in plan.waiting.items():
-        pk = int(job_id)
-        until = None if reason.until_s is None else datetime.fromtimestamp(reason.until_s, tz=UTC)
-        Job.objects.filter(pk=pk, state__in=(JobState.QUEUED, JobState.PAUSED)).update(
-            pending_reason_code=str(reason.code), pending_reason=reason.message
+    (with the time it may start). Only jobs still queued or paused are touched.
+
+    Two statements whatever the queue's length: one conditional UPDATE of the jobs whose
+    reason changed (a CASE per column), one upsert of the scheduling states; a round with
+    hundreds of waiting jobs must not cost hundreds of round trips.
+    """
+    if not plan.waiting:
+        return
+    changed = {
+        int(job_id): reason
+        for job_id, reason in plan.waiting.items()
+        if (rows.jobs[job_id].pending_reason_code, rows.jobs[job_id].pending_reason)
+        != (str(reason.code), reason.message)
+    }
+    if changed:
+        Job.objects.filter(
+            pk__in=list(changed), state__in=(JobState.QUEUED, JobState.PAUSED)
+        ).update(
+            pending_reason_code=Case(
+                *(When(pk=pk, then=Value(str(r.code))) for pk, r in changed.items()),
+                output_field=CharField(),
+            ),
+            pending_reason=Case(
+                *(When(pk=pk, then=Value(r.message)) for pk, r in changed.items()),
+                output_field=TextField(),
+            ),
         )
-        JobSchedulingState.objects.update_or_create(
-            job_id=pk,
-            defaults={
-                "wait_code": str(reason.code),
-                "wait_reason": reason.message,
-                "wait_until": until,
-                "wait_round": round_row,
-            },
-        )
+    JobSchedulingState.objects.bulk_create(
+        [
+            JobSchedulingState(
+                job_id=int(job_id),
+                wait_code=str(reason.code),
+                wait_reason=reason.message,
+                wait_until=None
+                if reason.until_s is None
+                else datetime.fromtimestamp(reason.until_s, tz=UTC),
+                wait_round=round_row,
+            )
+            for job_id, reason in plan.waiting.items()
+        ],
+        update_conflicts=True,
+        unique_fields=["job"],
+        update_fields=["wait_code", "wait_reason", "wait_until", "wait_round"],
+    )
 
 
 def average_jct_s(*, now: datetime, window: timedelta = timedelta(days=1)) -> float | None:
