@@ -100,15 +100,15 @@ def main() -> None:
         t0 = time.perf_counter()
         result = services.run_scheduling_round(now=now + timedelta(seconds=60 * r), force=True)
         times.append(time.perf_counter() - t0)
-        print(
+        sys.stdout.write(
             f"round {r + 1}: {times[-1] * 1000:7.1f} ms  running {len(result.plan.allocations):4d}"
             f"  waiting {len(result.plan.waiting):4d}  applied {result.applied:3d}"
-            f"  failed {result.failed}"
+            f"  failed {result.failed}\n"
         )
     steady = times[1:] or times
-    print(
+    sys.stdout.write(
         f"{args.policy}, {args.nodes * 8} GPUs, {args.jobs} jobs: first round "
-        f"{times[0] * 1000:.0f} ms, later rounds median {statistics.median(steady) * 1000:.0f} ms"
+        f"{times[0] * 1000:.0f} ms, later rounds median {statistics.median(steady) * 1000:.0f} ms\n"
     )
 
 
