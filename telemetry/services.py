@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 
 from cluster.choices import JobState
 from cluster.models import Gpu, Job, JobAllocation, Node
@@ -29,6 +30,10 @@ class NotYourNode(Exception):
     """The agent named a GPU or job that belongs to another node."""
 
 
+class GpuIndexTaken(Exception):
+    """A reported GPU index is held by a registered GPU the agent no longer reports."""
+
+
 def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> list[Gpu]:
     """Create or update the node's GPUs by UUID (idempotent: re-registering changes only what
     changed). A UUID already registered to another node is refused, nothing stored."""
@@ -38,11 +43,23 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
     )
     if foreign:
         raise NotYourNode(f"GPU(s) {', '.join(foreign)} are registered to another node")
+    # A GPU that disappeared keeps its record (its allocations and ledger are history); if a
+    # new GPU wants its index, an admin retires the old one first. Never delete silently.
+    retired = dict(
+        Gpu.objects.filter(node=node, index__in=[g["index"] for g in gpus])
+        .exclude(uuid__in=uuids)
+        .values_list("index", "uuid")
+    )
+    if retired:
+        taken = ", ".join(f"{i} ({u})" for i, u in sorted(retired.items()))
+        raise GpuIndexTaken(
+            f"GPU index(es) {taken} belong to GPUs no longer reported; retire them first"
+        )
     result = []
     with transaction.atomic():
-        # Indices may be renumbered after a hardware change; free them first so the
-        # (node, index) unique constraint does not trip over a swap.
-        Gpu.objects.filter(node=node).exclude(uuid__in=uuids).delete()
+        # Park the node's reported GPUs on free indices first, so a renumbering among them
+        # (indices swapped after a reboot) does not trip the (node, index) unique constraint.
+        Gpu.objects.filter(node=node, uuid__in=uuids).update(index=F("index") + 10000)
         for g in gpus:
             values = {
                 "node": node,

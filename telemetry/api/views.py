@@ -35,7 +35,11 @@ _REFUSED = OpenApiResponse(description="The GPUs or jobs named belong to another
 class RegisterView(AgentView):
     @extend_schema(
         request=s.RegistrationSerializer,
-        responses={200: s.RegistrationResultSerializer, 403: _REFUSED},
+        responses={
+            200: s.RegistrationResultSerializer,
+            403: _REFUSED,
+            409: OpenApiResponse(description="An index is held by a GPU no longer reported."),
+        },
         summary="Register the node's GPUs (idempotent by token; GPUs by UUID).",
         tags=["agent"],
     )
@@ -48,6 +52,8 @@ class RegisterView(AgentView):
             )
         except services.NotYourNode as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        except services.GpuIndexTaken as exc:
+            return Response({"gpus": [str(exc)]}, status=status.HTTP_409_CONFLICT)
         return Response(
             {
                 "node_id": self.node.pk,

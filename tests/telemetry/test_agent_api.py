@@ -55,6 +55,33 @@ def test_registration_without_memory_keeps_the_registered_value(agent_node, agen
     ]  # fmt: skip
 
 
+def test_swapped_indices_are_renumbered(agent_node, agent_client):
+    node, token = agent_node
+    body = {"gpus": [_gpu("GPU-node-01-0", 1), _gpu("GPU-node-01-1", 0)]}
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    assert response.status_code == 200
+    assert dict(Gpu.objects.filter(node=node).values_list("uuid", "index")) == {
+        "GPU-node-01-0": 1,
+        "GPU-node-01-1": 0,
+    }
+
+
+def test_a_replaced_gpu_is_not_deleted_behind_the_admins_back(agent_node, agent_client):
+    node, token = agent_node
+    body = {"gpus": [_gpu("GPU-new", 0), _gpu("GPU-node-01-1", 1)]}
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    assert response.status_code == 409
+    assert response.json() == {
+        "gpus": [
+            "GPU index(es) 0 (GPU-node-01-0) belong to GPUs no longer reported; retire them first"
+        ]
+    }
+    assert sorted(Gpu.objects.filter(node=node).values_list("uuid", flat=True)) == [
+        "GPU-node-01-0",
+        "GPU-node-01-1",
+    ]
+
+
 def test_registering_a_gpu_of_another_node_is_refused(agent_node, other_node, agent_client):
     node, token = agent_node
     body = {"gpus": [_gpu("GPU-node-02-0", 0)]}
