@@ -46,6 +46,7 @@ class Agent:
         self.allocation_of: dict[int, int] = {}  # job id -> allocation id it runs under
         self.last_iterations: dict[int, float] = {}
         self._last_progress_at: dict[int, datetime] = {}
+        self.finished_allocations: set[int] = set()
         self._last_post: datetime | None = None
         self._last_heartbeat: datetime | None = None
         self._last_assignments: datetime | None = None
@@ -123,7 +124,13 @@ class Agent:
                 else:
                     events.append(self.stop_job(job_id, now, reason="resized"))
         for job_id, assignment in sorted(wanted.items()):
-            if job_id not in stop and job_id not in self.running_job_ids():
+            if (
+                job_id not in stop
+                and job_id not in self.running_job_ids()
+                # A job that ended here stays assigned until the server has read its exit
+                # (it may still be in the spool); do not run it again meanwhile.
+                and assignment["allocation_id"] not in self.finished_allocations
+            ):
                 events.extend(self.start_job(assignment, now))
         self.send_events(events)
 
@@ -219,6 +226,7 @@ class Agent:
             for job in list(self.backend.jobs.values()):  # type: ignore[attr-defined]
                 events.extend(self._progress(now, job.job_id, job.done_iters))
                 if job.finished:
+                    self.finished_allocations.add(self.allocation_of.get(job.job_id))
                     events.append(self.stop_job(job.job_id, now, reason="completed"))
             return events
         for job_id, job in list(self.jobs.items()):
@@ -226,6 +234,7 @@ class Agent:
             status = job.poll()
             if status is not None:
                 self.jobs.pop(job_id)
+                self.finished_allocations.add(self.allocation_of.get(job_id))
                 events.append(
                     self._event(
                         now,

@@ -139,3 +139,18 @@ def test_a_job_listed_to_stop_is_stopped_and_its_gpu_restored(agent, tmp_path):
     assert 7 not in agent.jobs and job.process.returncode == 0
     assert fake.devices[0]["limit_mw"] == 400_000
     assert _spooled_events(tmp_path)[-1][:2] == ("exited", "stopped")
+
+
+def test_a_job_that_ended_here_is_not_started_again_while_still_assigned(agent, tmp_path):
+    agent, fake = agent
+    done = _assignment(tmp_path, 1, ["GPU-0"], command="exit 3")
+    agent.reconcile({"assignments": [done]}, NOW)
+    _wait_for(lambda: agent.jobs[7].poll() is not None)
+    assert agent.watch_jobs(NOW)[0]["exit_status"] == 3
+    # the server has not read the exit yet (it is spooled) and still lists the job
+    agent.reconcile({"assignments": [done]}, NOW)
+    assert agent.jobs == {}
+    # a new allocation of the same job (the scheduler re-queued it) does start
+    agent.reconcile({"assignments": [_assignment(tmp_path, 2, ["GPU-0"], command="exit 0")]}, NOW)
+    assert list(agent.jobs) == [7]
+    agent.shutdown(NOW)
