@@ -2,8 +2,8 @@
 
 Series (labels are nodes and teams, never GPUs or jobs, so cardinality stays at cluster size):
 
-- ``wattflow_node_power_watts{node}``: sum of the node's GPUs' latest power readings (last 2
-  minutes; older readings mean the node is silent and are left out);
+- ``wattflow_node_power_watts{node}``: sum of the node's GPUs' latest power readings (last
+  30 s, as the live dashboard; older readings mean the node is silent and are left out);
 - ``wattflow_team_energy_joules_total{team}`` / ``wattflow_team_co2_grams_total{team}``: the
   ledger's totals per team (counters: they only grow as hours are accounted);
 - ``wattflow_budget_energy_remaining_kwh{team}`` / ``wattflow_budget_co2_remaining_kg{team}``:
@@ -14,8 +14,6 @@ Scraping is open like most exporters; put it behind the reverse proxy's access r
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.db.models import Sum
 from django.http import HttpResponse
 from django.utils import timezone
@@ -25,7 +23,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from cluster.models import Budget, Node
 from scheduling.core.types import J_PER_KWH
 from telemetry.accounting import budget_usage
-from telemetry.models import EnergyLedgerEntry, GpuSample
+from telemetry.live import live_summary
+from telemetry.models import EnergyLedgerEntry
 
 
 class WattflowCollector:
@@ -34,14 +33,9 @@ class WattflowCollector:
         power = GaugeMetricFamily(
             "wattflow_node_power_watts", "Latest total GPU power of a node.", labels=["node"]
         )
-        for node in Node.objects.order_by("name"):
-            latest = (
-                GpuSample.objects.filter(gpu__node=node, ts__gte=now - timedelta(minutes=2))
-                .order_by("gpu_id", "-ts")
-                .distinct("gpu_id")
-                .values_list("power_w", flat=True)
-            )
-            power.add_metric([node.name], sum(latest))
+        by_node = {n["node"]: n["power_w"] for n in live_summary(now)["nodes"]}
+        for name in Node.objects.order_by("name").values_list("name", flat=True):
+            power.add_metric([name], by_node.get(name, 0.0))
         yield power
 
         energy = CounterMetricFamily(
