@@ -35,6 +35,7 @@ def paced_energy_allowance_j(
     round_s: float,
     spend_ahead: float = 1.0,
     floor_w: float = 0.0,
+    catch_up_s: float | None = None,
 ) -> float | None:
     """This round's share of the budget's remaining energy; None without an energy limit.
 
@@ -48,13 +49,39 @@ def paced_energy_allowance_j(
     ``floor_w`` is power the budget pays whatever the plan (a cluster budget's powered
     idle GPUs): its energy up to the period's end is committed, so only the rest is
     paced, and every round's allowance includes its own floor.
+
+    ``catch_up_s`` (None: off) adds back, over that many seconds, what spending lags
+    behind a straight line from nothing to the limit (see ``_catch_up``).
     """
     remaining = budget.energy_remaining_j
     if remaining is None:
         return None
     left_s = max(budget.period_end_s - now, round_s)
     free_j = max(remaining - floor_w * left_s, 0.0)
-    return min(remaining, floor_w * round_s + free_j * min(1.0, spend_ahead * round_s / left_s))
+    paced = floor_w * round_s + free_j * min(1.0, spend_ahead * round_s / left_s)
+    lag = _lag(budget.energy_limit_j, budget.energy_used_j, budget, now)
+    return min(remaining, paced + _catch_up(lag, round_s, catch_up_s))
+
+
+def _lag(limit: float | None, used: float, budget: Budget, now: float) -> float:
+    """How far spending is behind a straight line from nothing to the limit."""
+    if limit is None:
+        return 0.0
+    span = budget.period_end_s - budget.period_start_s
+    if span <= 0:
+        return 0.0
+    return limit * min(max((now - budget.period_start_s) / span, 0.0), 1.0) - used
+
+
+def _catch_up(lag: float, round_s: float, catch_up_s: float | None) -> float:
+    """Extra allowance that re-spends savings within ``catch_up_s``: an even pace would
+    spread what quiet hours saved over the whole rest of the period, and a budget
+    underused early is then mostly left over at its end. Never negative (an overspent
+    budget is already slowed by the even pace of what remains) and never ahead of the
+    straight line, so no front-loading can starve the end of the period."""
+    if catch_up_s is None or lag <= 0.0:
+        return 0.0
+    return lag * min(1.0, round_s / catch_up_s)
 
 
 class IntensityCurve:
@@ -135,6 +162,7 @@ def paced_co2_allowance_g(
     clean_bias: float,
     spend_ahead: float = 1.0,
     floor_w: float = 0.0,
+    catch_up_s: float | None = None,
 ) -> float | None:
     """This round's share of the budget's remaining carbon, weighted towards clean hours
     (``spend_ahead`` and ``floor_w`` as in ``paced_energy_allowance_j``; the floor's
@@ -165,4 +193,6 @@ def paced_co2_allowance_g(
         total += mean_weight * (end - t)
     if total <= 0.0:
         return remaining
-    return min(remaining, floor_now_g + free_g * min(1.0, spend_ahead * weight_now / total))
+    paced = floor_now_g + free_g * min(1.0, spend_ahead * weight_now / total)
+    lag = _lag(budget.co2_limit_g, budget.co2_used_g, budget, now)
+    return min(remaining, paced + _catch_up(lag, round_s, catch_up_s))

@@ -117,3 +117,19 @@ def test_carbon_floor_is_priced_with_the_curve():
     )
     # floor now: 1 kW x 300 s at 100 g/kWh = 8.33 g; the free 600 g paced evenly
     assert got == pytest.approx(1000.0 * 300 / 3.6e6 * 100 + 600.0 * 300 / 7200)
+
+
+def test_catch_up_re_spends_what_lags_behind_a_straight_line():
+    # halfway through, 0.8 of the 1.8 MJ a straight line would have spent is used
+    b = Budget("b", "t", 0.0, 3600.0, energy_limit_j=3.6e6, energy_used_j=0.8e6)
+    even = paced_energy_allowance_j(b, now=1800.0, round_s=300.0)
+    caught = paced_energy_allowance_j(b, now=1800.0, round_s=300.0, catch_up_s=3000.0)
+    assert even == pytest.approx(2.8e6 * 300 / 1800)
+    # the 1.0 MJ lag comes back over 3000 s: a tenth of it this round
+    assert caught == pytest.approx(even + 100_000.0)
+
+
+def test_catch_up_never_cuts_an_overspent_budget_further():
+    b = Budget("b", "t", 0.0, 3600.0, energy_limit_j=3.6e6, energy_used_j=3.0e6)
+    even = paced_energy_allowance_j(b, now=1800.0, round_s=300.0)
+    assert paced_energy_allowance_j(b, now=1800.0, round_s=300.0, catch_up_s=3000.0) == even

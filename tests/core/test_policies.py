@@ -15,6 +15,10 @@ from scheduling.core.registry import get_policy, policy_names
 from scheduling.core.round import plan_round
 from scheduling.core.types import Budget, CarbonSignal, ChangeKind, WaitCode
 
+# An even pace keeps the hand arithmetic simple; the default front-loads by 1.25.
+PF = get_policy("powerflow", spend_ahead=1.0)
+GF = get_policy("greenflow", spend_ahead=1.0)
+
 
 def node_ids(node: str, positions) -> tuple[str, ...]:
     return tuple(f"{node}/{p}" for p in positions)
@@ -42,7 +46,7 @@ def test_powerflow_without_budget_grows_a_job_to_the_whole_node_at_full_clock():
     # given one elastic job (1..8 GPUs, perfect scaling) and an 8-GPU node, no budget
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)])
     # when powerflow plans
-    plan = plan_round(snap, policy="powerflow", now=0.0)
+    plan = plan_round(snap, policy=PF, now=0.0)
     # then doubling GPUs costs no energy (dominant) and every clock step still gains
     a = plan.allocations["a"]
     assert (a.gpu_ids, a.sm_clock_mhz, a.global_batch) == (node_ids("s0n0", range(8)), 2000, 64)
@@ -53,13 +57,22 @@ def test_powerflow_stops_upgrading_where_the_round_allowance_ends():
     # given a team budget paced to 400 kJ per 300 s round (4 MJ over ten rounds)
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e6)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
-    plan = plan_round(snap, policy="powerflow", now=0.0)
+    plan = plan_round(snap, policy=PF, now=0.0)
     # then 8 GPUs at 1500 MHz (8 x 162.5 W x 300 s = 390 kJ) fit, 2000 MHz (600 kJ) does not
     a = plan.allocations["a"]
     assert (a.n_gpus, a.sm_clock_mhz) == (8, 1500)
     assert plan.energy_allowance_by_budget_j == {"b": pytest.approx(400_000.0)}
     assert plan.predicted_energy_by_budget_j == {"b": pytest.approx(390_000.0)}
     assert plan.energy_allowance_j == pytest.approx(400_000.0)
+
+
+def test_powerflow_default_pace_front_loads_a_quarter():
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e6)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
+    plan = plan_round(snap, policy="powerflow", now=0.0)
+    # 1.25 x 400 kJ = 500 kJ: still short of 8 GPUs at 2000 MHz (600 kJ)
+    assert plan.energy_allowance_by_budget_j == {"b": pytest.approx(500_000.0)}
+    assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 1500)
 
 
 def test_powerflow_ranks_the_upgrade_with_the_best_gain_per_energy_first():
@@ -71,7 +84,7 @@ def test_powerflow_ranks_the_upgrade_with_the_best_gain_per_energy_first():
     # min configs: 2 x 100 W x 300 s = 60 kJ; one step to 1500 MHz adds 18.75 kJ
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=10 * 80_000.0)
     snap = snapshot(make_cluster(1, 1, 2), jobs, catalog=Catalog(lin, flat), budgets=(budget,))
-    plan = plan_round(snap, policy="powerflow", now=0.0)
+    plan = plan_round(snap, policy=PF, now=0.0)
     assert plan.allocations["l"].sm_clock_mhz == 1500
     assert plan.allocations["f"].sm_clock_mhz == 1000
 
@@ -79,7 +92,7 @@ def test_powerflow_ranks_the_upgrade_with_the_best_gain_per_energy_first():
 def test_powerflow_admits_shortest_first_and_says_when_gpus_free_up():
     # given a 2-GPU node and three rigid 1-GPU jobs of 100, 5000 and 1000 iterations
     jobs = [job("mid", iters=1000.0), job("long", iters=5000.0), job("short", iters=100.0)]
-    plan = plan_round(snapshot(make_cluster(1, 1, 2), jobs), policy="powerflow", now=50.0)
+    plan = plan_round(snapshot(make_cluster(1, 1, 2), jobs), policy=PF, now=50.0)
     assert set(plan.allocations) == {"short", "mid"}
     reason = plan.waiting["long"]
     assert reason.code == WaitCode.BEHIND_IN_QUEUE
@@ -91,7 +104,7 @@ def test_powerflow_keeps_a_running_job_at_its_size_rather_than_pay_a_restart():
     # given a running 4-GPU job whose best alternative is a same-energy resize to 8,
     # but the remaining work is so small that 30 s of restart outweighs the gain
     r = running(job("r", n=4, iters=100.0, min_gpus=1, max_gpus=8), node_ids("s0n0", range(4)))
-    plan = plan_round(snapshot(make_cluster(1, 1, 8), [r]), policy="powerflow", now=0.0)
+    plan = plan_round(snapshot(make_cluster(1, 1, 8), [r]), policy=PF, now=0.0)
     assert plan.allocations["r"].gpu_ids == node_ids("s0n0", range(4))
     assert [c.kind for c in plan.changes] == [ChangeKind.RETUNE]
 
@@ -100,7 +113,7 @@ def test_powerflow_waits_over_allowance_when_even_the_minimum_does_not_fit():
     # 1 GPU at 1000 MHz costs 30 kJ a round; the allowance is 20 kJ
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=200_000.0)
     snap = snapshot(make_cluster(1, 1, 8), [job("a")], budgets=(budget,))
-    plan = plan_round(snap, policy="powerflow", now=0.0)
+    plan = plan_round(snap, policy=PF, now=0.0)
     assert plan.allocations == {}
     assert plan.waiting["a"].code == WaitCode.OVER_ROUND_ALLOWANCE
     assert plan.predicted_energy_by_budget_j == {"b": 0.0}
@@ -111,7 +124,7 @@ def test_cluster_budget_pays_idle_gpus_and_only_the_draw_above_idle_for_jobs():
     # 300 s = 120 kJ, so 30 kJ are left; a 1-GPU job at 1000 MHz adds (100 - 50) x 300
     budget = Budget("all", None, 0.0, 3000.0, energy_limit_j=1.5e6)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
-    plan = plan_round(snap, policy="powerflow", now=0.0)
+    plan = plan_round(snap, policy=PF, now=0.0)
     # then it can afford 2 GPUs at 1000 MHz (2 x 50 W x 300 = 30 kJ above idle), not 4
     assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (2, 1000)
     assert plan.predicted_energy_j == pytest.approx(150_000.0)
@@ -135,7 +148,7 @@ def _carbon_case(ci_now: float, now: float, forecast=()):
 def test_greenflow_holds_a_job_for_a_forecast_clean_hour():
     # 1 GPU at 1000 MHz for 300 s is 30 kJ = 1/120 kWh: 3.33 g at 400 g/kWh > 3 g
     snap = _carbon_case(400.0, 0.0, forecast=((3600.0, 100.0),))
-    plan = plan_round(snap, policy="greenflow", now=0.0)
+    plan = plan_round(snap, policy=GF, now=0.0)
     assert plan.allocations == {}
     reason = plan.waiting["a"]
     assert (reason.code, reason.until_s) == (WaitCode.WAITING_FOR_CLEAN_HOUR, 3600.0)
@@ -146,7 +159,7 @@ def test_greenflow_runs_the_job_in_the_clean_hour():
     # at 100 g/kWh the round's 72 g * 300 / 3600 = 6 g easily buy the rigid 1-GPU job
     # at 2000 MHz: 250 W x 300 s = 1/48 kWh = 2.08 g
     snap = _carbon_case(100.0, 3600.0)
-    plan = plan_round(snap, policy="greenflow", now=3600.0)
+    plan = plan_round(snap, policy=GF, now=3600.0)
     a = plan.allocations["a"]
     assert (a.n_gpus, a.sm_clock_mhz) == (1, 2000)
     assert plan.co2_allowance_by_budget_g == {"c": pytest.approx(6.0)}
@@ -155,7 +168,7 @@ def test_greenflow_runs_the_job_in_the_clean_hour():
 
 def test_powerflow_with_a_carbon_budget_and_no_forecast_waits_over_allowance():
     snap = _carbon_case(400.0, 0.0)
-    plan = plan_round(snap, policy="powerflow", now=0.0)
+    plan = plan_round(snap, policy=PF, now=0.0)
     assert plan.waiting["a"].code == WaitCode.OVER_ROUND_ALLOWANCE
 
 
@@ -258,3 +271,26 @@ def test_zeus_tunes_the_power_limit_of_a_fitted_model():
 def test_powerflow_rejects_unknown_parameter_values(params, message):
     with pytest.raises(ValueError, match=message):
         get_policy("powerflow", **params)
+
+
+@pytest.mark.parametrize(("above_idle", "clocks"), [(None, (1000, 1500)), (False, (2000, 1000))])
+def test_powerflow_ranks_by_draw_above_idle_while_idle_gpus_stay_powered(above_idle, clocks):
+    # given a frugal, clock-insensitive job a (phi 0.8, 100 W busy) and a clock-
+    # sensitive one b (phi 0.5, 250 W), each at 1000 MHz, and 70 kJ for the round:
+    # the minimum costs 48.75 kJ, a's step to 1500 MHz 4.69 kJ, b's 18.75 kJ.
+    # Whole draw: a's step gains 11% for +11% energy (score 1.0) against b's 22% for
+    # +26% (0.84): a goes first, then to 2000 MHz, and b no longer fits.
+    # Above idle: a's step costs +100% (0.11), b's +75% (0.30): b goes first.
+    a = AnalyticModel("a", phi=0.8, busy_power_w=100.0)
+    b = AnalyticModel("b", phi=0.5, busy_power_w=250.0)
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=10 * 70_000.0)
+    snap = snapshot(
+        make_cluster(1, 1, 2),
+        [job("a", workload="a"), job("b", workload="b")],
+        catalog=Catalog(a, b),
+        budgets=(budget,),
+    )
+    policy = get_policy("powerflow", spend_ahead=1.0, cost_above_idle=above_idle)
+    plan = plan_round(snap, policy=policy, now=0.0)
+    got = (plan.allocations["a"].sm_clock_mhz, plan.allocations["b"].sm_clock_mhz)
+    assert got == clocks

@@ -11,7 +11,13 @@ papers', the details below are ours and every constant is a parameter:
    job's GPUs cost only what they draw above idle: fragmentation is an energy cost.
    That floor is committed until the period ends, so pacing reserves it and spreads
    only the rest (otherwise the budget runs dry before the period does and the idle
-   GPUs alone overspend it). ``spend_ahead`` > 1 front-loads the pace.
+   GPUs alone overspend it). ``spend_ahead`` (default 1.25) front-loads the pace a
+   little, because a period's end is usually quieter than its start and budget left
+   then is wasted; ``catch_up_s`` re-spends what quiet hours saved within that many
+   seconds instead (off by default). Measured on the 876-job Philly replay at fifo's
+   energy (average-JCT ratio against fifo): spend_ahead 1.0: 1.32x, 1.25: 1.39x,
+   1.5: 1.40x, 2.0: 1.21x, 3.0: 0.57x (the budget runs dry before the long tail ends);
+   catch_up_s of one day: 1.21x.
 2. *Admission at minimum configuration.* Running jobs first (no preemption while the
    allowance lasts), then waiting ones, shortest predicted remaining time first
    (``admission="srtf"``; ``"fifo"`` for submit order). A job's minimum configuration
@@ -23,10 +29,12 @@ papers', the details below are ours and every constant is a parameter:
    is the predicted remaining time (plus ``restart_s`` when the GPU count differs from
    the running one) and C the job's remaining energy (PowerFlow) or carbon over the
    intensity curve (GreenFlow); ``rank="absolute"`` scores seconds saved per joule
-   (gram) instead, for comparison. A step that lowers the cost and the time ranks above
-   all others. A max-heap serves the best step while GPUs and every allowance last;
-   a job's entries are refreshed only when that job changes (lazy versioning), so a
-   round costs O(steps log steps).
+   (gram) instead, for comparison. While idle GPUs stay powered
+   (``Snapshot.power_off_idle_nodes`` false) C counts only the draw above idle, which
+   is what running the job adds (``cost_above_idle`` overrides). A step that lowers
+   the cost and the time ranks above all others. A max-heap serves the best step
+   while GPUs and every allowance last; a job's entries are refreshed only when that
+   job changes (lazy versioning), so a round costs O(steps log steps).
 
 Batch size: the work is a number of samples, so a larger global batch needs fewer
 iterations; statistical efficiency is not modelled (see ``scheduling.core.context``).
@@ -85,8 +93,10 @@ class BudgetGreedy:
         history_hours: int = 168,
         hold_within_s: float = 12 * HOUR_S,
         clean_margin: float = 0.1,
-        spend_ahead: float = 1.0,
+        spend_ahead: float = 1.25,
+        catch_up_s: float | None = None,
         rank: str = "relative",
+        cost_above_idle: bool | None = None,
         placement: str = "buddy",
     ) -> None:
         if admission not in ("srtf", "fifo"):
@@ -102,9 +112,11 @@ class BudgetGreedy:
         self.hold_within_s = hold_within_s
         self.clean_margin = clean_margin
         self.spend_ahead = spend_ahead
+        self.catch_up_s = catch_up_s
         if rank not in ("relative", "absolute"):
             raise ValueError(f"rank must be 'relative' or 'absolute', not {rank!r}")
         self.rank = rank
+        self.cost_above_idle = cost_above_idle
         self.placement = placement
 
     # --- state carried between rounds -------------------------------------------
@@ -160,7 +172,12 @@ class BudgetGreedy:
         ]
         allow_e = [
             paced_energy_allowance_j(
-                b, now=ctx.now_s, round_s=round_s, spend_ahead=self.spend_ahead, floor_w=f
+                b,
+                now=ctx.now_s,
+                round_s=round_s,
+                spend_ahead=self.spend_ahead,
+                floor_w=f,
+                catch_up_s=self.catch_up_s,
             )
             for b, f in zip(budgets, floor_w, strict=True)
         ]
@@ -174,6 +191,7 @@ class BudgetGreedy:
                 clean_bias=self.clean_bias,
                 spend_ahead=self.spend_ahead,
                 floor_w=f,
+                catch_up_s=self.catch_up_s,
             )
             for b, f in zip(budgets, floor_w, strict=True)
         ]
@@ -188,6 +206,9 @@ class BudgetGreedy:
             for jv in jobs
         ]
         job_idle_w = [ctx.idle_power_w(jv.gpu_model) for jv in jobs]
+        above_idle = self.cost_above_idle
+        if above_idle is None:
+            above_idle = not ctx.snapshot.power_off_idle_nodes
         running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
 
         def evaluate(j: int, si: int, ci: int, bi: int) -> tuple[Estimate, float, float]:
@@ -200,10 +221,12 @@ class BudgetGreedy:
                 t += self.restart_s
             if self.jct_includes_elapsed:
                 t += ctx.now_s - jobs[j].job.submit_time_s
+            # With idle GPUs powered anyway, a job costs only its draw above idle.
+            draw_w = est.power_w - (job_idle_w[j] if above_idle else 0.0)
             if self.cost == "carbon":
-                c = curve.co2_g(n * est.power_w, est.remaining_s)
+                c = curve.co2_g(n * draw_w, est.remaining_s)
             else:
-                c = est.remaining_energy_j
+                c = n * draw_w * est.remaining_s
             return est, t, c
 
         def deltas(
