@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from scheduling.core.context import Estimate, JobView, PerfCache, RoundContext
 from scheduling.core.placement import PLACERS, PlacementRequest
@@ -420,15 +419,3 @@ def _headline(budgets: tuple[Budget, ...], allowances: Mapping[str, float]) -> f
     if cluster:
         return min(cluster)
     return sum(allowances.values())
-
-
-def plan_summary(plan: Plan) -> dict[str, Any]:
-    """A JSON-friendly summary of a plan (for logs and the round record)."""
-    return {
-        "policy": plan.policy,
-        "running": len(plan.allocations),
-        "waiting": len(plan.waiting),
-        "changes": {k.value: sum(1 for c in plan.changes if c.kind == k) for k in ChangeKind},
-        "predicted_energy_j": plan.predicted_energy_j,
-        "predicted_co2_g": plan.predicted_co2_g,
-    }
