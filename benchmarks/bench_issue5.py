@@ -149,6 +149,13 @@ def bench_netdelay(args) -> list[dict[str, Any]]:
                 congestion=c,
             ),
             _run(args, f"netdelay c={c:g}", "netdelay", {"congestion": c}, congestion=c),
+            _run(
+                args,
+                f"netdelay no-preempt c={c:g}",
+                "netdelay",
+                {"congestion": c, "preempt": False},
+                congestion=c,
+            ),
         ]
         if args.tune:
             group.append(

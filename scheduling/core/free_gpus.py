@@ -70,11 +70,18 @@ class FreeGpus:
             return None
         size = max(self.node_size[v] for v in nodes)
         if n <= size:
-            # Best fit: the fullest node that still has room keeps empty nodes whole.
+            # Best fit: the fullest node that still has room keeps empty nodes whole;
+            # inside it an aligned power-of-two block (buddy style) when there is one,
+            # so that what is left stays in blocks the next jobs can use.
             fits = [v for v in nodes if len(self.nodes[v]) >= n]
             if not fits:
                 return None
-            v = min(fits, key=lambda v: (len(self.nodes[v]), nodes.index(v)))
+            order = {v: i for i, v in enumerate(nodes)}
+            aligned = [(v, blk) for v in fits if (blk := self._aligned(v, n)) is not None]
+            if aligned:
+                v, blk = min(aligned, key=lambda t: (len(self.nodes[t[0]]), order[t[0]]))
+                return blk
+            v = min(fits, key=lambda v: (len(self.nodes[v]), order[v]))
             return tuple(self.nodes[v][:n])
         k = -(-n // size)
         whole = [v for v in nodes if len(self.nodes[v]) == self.node_size[v] == size]
@@ -87,6 +94,23 @@ class FreeGpus:
         s = min(fitting, key=lambda s: (len(by_switch[s]), s))
         picks = [g for v in by_switch[s][:k] for g in self.nodes[v]]
         return tuple(picks[:n])
+
+    def _aligned(self, node: str, n: int) -> tuple[str, ...] | None:
+        """A free block of ``n`` GPUs at an offset that is a multiple of ``n`` (only
+        for powers of two), preferring the block whose enclosing pair is most used."""
+        if n & (n - 1):
+            return None
+        free = set(self.nodes[node])
+        ids = sorted((g for g in self.node_of if self.node_of[g] == node), key=self._index.get)
+        best = None
+        for off in range(0, len(ids) - n + 1, n):
+            block = ids[off : off + n]
+            if all(g in free for g in block):
+                outer = (off // (2 * n)) * 2 * n
+                outer_free = sum(1 for g in ids[outer : outer + 2 * n] if g in free)
+                if best is None or outer_free < best[0]:
+                    best = (outer_free, tuple(block))
+        return None if best is None else best[1]
 
     def spread(self, model: str, n: int) -> tuple[str, ...] | None:
         """Any ``n`` free GPUs, emptiest nodes first (fewest nodes among the rest)."""

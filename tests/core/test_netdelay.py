@@ -87,21 +87,58 @@ def test_zero_delay_spreads_at_once():
     assert plan.allocations["s"].n_gpus == 4
 
 
-def test_sensitive_job_preempts_a_less_sensitive_one_when_the_gain_outweighs_it():
-    snap = snapshot(CLUSTER, _fragmented(submit=NOW), catalog=CATALOG)
-    plan = plan_round(snap, policy=NetDelay(), now=NOW)
+CONGESTED = NetDelay(congestion=4.0)  # sensitivity ~0.45, above the 0.2 threshold
+
+
+def test_after_its_timer_a_sensitive_job_preempts_a_less_sensitive_one():
+    snap = snapshot(CLUSTER, _fragmented(submit=0.0), catalog=CATALOG)
+    plan = plan_round(snap, policy=CONGESTED, now=NOW)
     assert plan.allocations["s"].gpu_ids == ("s0n0/0", "s0n0/1", "s0n0/2", "s0n0/3")
     assert plan.waiting["f0"].code == WaitCode.PREEMPTED
     assert plan.allocations["f1"].gpu_ids == ("s0n1/0",)
+    assert plan.policy_state["victims"] == ["f0"]
+
+
+def test_below_the_sensitivity_threshold_nothing_is_preempted():
+    snap = snapshot(CLUSTER, _fragmented(submit=0.0), catalog=CATALOG)
+    plan = plan_round(snap, policy=NetDelay(), now=NOW)  # sensitivity ~0.11 < 0.2
+    assert plan.allocations["f0"].gpu_ids == ("s0n0/0",)
+    assert plan.policy_state["victims"] == []
+
+
+def test_a_job_that_was_preempted_never_preempts_in_turn():
+    snap = snapshot(
+        CLUSTER, _fragmented(submit=0.0), catalog=CATALOG, policy_state={"victims": ["s"]}
+    )
+    plan = plan_round(snap, policy=CONGESTED, now=NOW)
+    assert plan.allocations["f0"].gpu_ids == ("s0n0/0",)
+    assert plan.allocations["f1"].gpu_ids == ("s0n1/0",)
+    assert {g.split("/")[0] for g in plan.allocations["s"].gpu_ids} == {"s0n0", "s0n1"}
+
+
+def test_no_preemption_before_the_timer_runs_out():
+    snap = snapshot(CLUSTER, _fragmented(submit=NOW), catalog=CATALOG)
+    plan = plan_round(snap, policy=CONGESTED, now=NOW)
+    assert plan.allocations["f0"].gpu_ids == ("s0n0/0",)
+    assert plan.waiting["s"].code == WaitCode.DELAYED_FOR_LOCALITY
+
+
+def test_recently_moved_jobs_are_not_preempted():
+    jobs = _fragmented(submit=0.0)
+    jobs[0] = replace(jobs[0], last_change_s=NOW - 60.0)
+    jobs[1] = replace(jobs[1], last_change_s=NOW - 60.0)
+    plan = plan_round(snapshot(CLUSTER, jobs, catalog=CATALOG), policy=CONGESTED, now=NOW)
+    assert set(plan.allocations) == {"f0", "f1", "s"}
+    assert {g.split("/")[0] for g in plan.allocations["s"].gpu_ids} == {"s0n0", "s0n1"}
 
 
 def test_no_preemption_when_the_gain_is_below_the_restart_cost():
-    # A nearly finished job gains little from consolidation.
-    snap = snapshot(CLUSTER, _fragmented(submit=NOW, iters=10.0), catalog=CATALOG)
-    plan = plan_round(snap, policy=NetDelay(), now=NOW)
+    # A nearly finished job gains little from consolidation: it spreads instead.
+    snap = snapshot(CLUSTER, _fragmented(submit=0.0, iters=10.0), catalog=CATALOG)
+    plan = plan_round(snap, policy=CONGESTED, now=NOW)
     assert plan.allocations["f0"].gpu_ids == ("s0n0/0",)
     assert plan.allocations["f1"].gpu_ids == ("s0n1/0",)
-    assert plan.waiting["s"].code == WaitCode.DELAYED_FOR_LOCALITY
+    assert plan.allocations["s"].n_gpus == 4
 
 
 def _replay_jobs():

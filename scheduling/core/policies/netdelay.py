@@ -14,12 +14,16 @@ Sharma et al., "GPU Cluster Scheduling for Network-Sensitive Deep Learning", arX
   ``DELAYED_FOR_LOCALITY``) until its timer, ``min(max_delay_s,
   delay_per_sensitivity_s * sigma)`` seconds after it started waiting, has run out,
   and then accepts a spread placement. Later jobs may go first meanwhile.
-- **Network-sensitive preemption.** Before a job with ``sigma >= preempt_min_
-  sensitivity`` accepts a spread placement or keeps waiting, it may free a node by
-  stopping less sensitive single-node jobs there, when its gain (GPU-seconds saved
-  by running consolidated, ``n * (T_spread - T_cons)`` over its remaining work)
-  exceeds the victims' cost (``sum n_v * (restart_s + min(remaining_v, round))``:
-  a checkpoint-restart and at least a round without service each).
+- **Network-sensitive preemption.** Once its timer has run out, instead of accepting
+  a spread placement (or waiting on), a job with ``sigma >= preempt_min_sensitivity``
+  (and that was never preempted itself: no cascades; ``policy_state["victims"]``)
+  may free a node by stopping less sensitive single-node jobs there that have run at
+  least ``min_victim_run_s`` since their last change (so that no job is bounced every
+  round), when its gain (GPU-seconds saved by running consolidated, ``n * (T_spread -
+  T_cons)`` over its remaining work) exceeds ``preempt_gain_factor`` times the
+  victims' cost (``sum n_v * (restart_s + wait_v)``: a checkpoint-restart and the
+  wait until enough GPUs free up for the victim again, at least a round, predicted
+  from the remaining times of the jobs that keep running).
 - **Auto-tuning.** With ``tune_every_s`` set, the policy remembers the recent arrivals
   in ``policy_state`` and, at most that often, replays them in the simulator for each
   candidate ``delay_per_sensitivity_s`` (``scheduling/core/netdelay_tuner.py``) and
@@ -33,7 +37,12 @@ from collections.abc import Sequence
 
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.free_gpus import FreeGpus
-from scheduling.core.policies.base import behind_in_queue, submit_order, too_big
+from scheduling.core.policies.base import (
+    behind_in_queue,
+    expected_free_at,
+    submit_order,
+    too_big,
+)
 from scheduling.core.registry import register_policy
 from scheduling.core.types import GpuConfig, Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -55,8 +64,10 @@ class NetDelay:
         max_delay_s: float = 4 * 3600.0,
         congestion: float = 1.0,
         preempt: bool = True,
-        preempt_min_sensitivity: float = 0.05,
+        preempt_min_sensitivity: float = 0.2,
         restart_s: float = 30.0,
+        min_victim_run_s: float = 3600.0,
+        preempt_gain_factor: float = 2.0,
         tune_every_s: float | None = None,
         tune_candidates_s: Sequence[float] = (0.0, 1500.0, 3000.0, 6000.0, 12_000.0, 24_000.0),
         tune_window_jobs: int = 40,
@@ -69,6 +80,8 @@ class NetDelay:
         self.preempt = preempt
         self.preempt_min_sensitivity = preempt_min_sensitivity
         self.restart_s = restart_s
+        self.min_victim_run_s = min_victim_run_s
+        self.preempt_gain_factor = preempt_gain_factor
         self.tune_every_s = tune_every_s
         self.tune_candidates_s = tuple(tune_candidates_s)
         self.tune_window_jobs = tune_window_jobs
@@ -133,6 +146,8 @@ class NetDelay:
                 pending.append(jv)
         views = {jv.job.job_id: jv for jv in queue}
         preempted: dict[str, str] = {}
+        # Jobs netdelay preempted never preempt others in turn: that cascades.
+        victims_before = {j for j in state.get("victims", []) if j in views}
         for pos, jv in enumerate(pending):
             job = jv.job
             n = job.requested_gpus
@@ -147,7 +162,8 @@ class NetDelay:
             sigma = self.sensitivity(ctx, jv, n)
             timer = self.timer_s(sigma, per_sigma_s)
             due_s = self.waiting_since_s(jv) + timer
-            if self.preempt and sigma >= self.preempt_min_sensitivity:
+            may_preempt = job.job_id not in victims_before and ctx.now_s >= due_s
+            if self.preempt and may_preempt and sigma >= self.preempt_min_sensitivity:
                 victims = self._victims(ctx, jv, n, sigma, free, kept, views)
                 if victims is not None:
                     for v in victims:
@@ -180,7 +196,11 @@ class NetDelay:
             Grant(jid, len(ids), views[jid].job.global_batch, views[jid].gpu_model, gpu_ids=ids)
             for jid, ids in kept.items()
         )
-        new_state = {"delay_per_sensitivity_s": per_sigma_s, "arrivals": arrivals}
+        new_state = {
+            "delay_per_sensitivity_s": per_sigma_s,
+            "arrivals": arrivals,
+            "victims": sorted(victims_before | set(preempted)),
+        }
         if tuned_at is not None:
             new_state["tuned_at_s"] = tuned_at
         return PolicyDecision(grants=grants, waiting=waiting, policy_state=new_state)
@@ -188,6 +208,11 @@ class NetDelay:
     def _victims(self, ctx, jv, n, sigma, free, kept, views) -> list[str] | None:
         """Less sensitive single-node jobs whose GPUs, with the free ones, make a node
         for ``jv``; the cheapest node whose cost the gain outweighs, or None."""
+        # Kept jobs with their remaining time: when the victims could run again.
+        others = [
+            (views[j], len(ids), ctx.estimate(views[j], len(ids)).remaining_s)
+            for j, ids in kept.items()
+        ]
         b = jv.job.global_batch
         remaining = jv.job.remaining_iters
         cons_s = jv.perf.iter_time_s(GpuConfig(n, b)) * remaining
@@ -197,8 +222,12 @@ class NetDelay:
         for jid, ids in kept.items():
             nodes = {free.node_of[g] for g in ids}
             # Only jobs already running are preempted, not ones granted this round.
-            running = views[jid].job.is_running
-            if running and len(nodes) == 1 and views[jid].gpu_model == jv.gpu_model:
+            v = views[jid].job
+            settled = v.last_change_s is None or ctx.now_s - v.last_change_s >= (
+                self.min_victim_run_s
+            )
+            same_model = views[jid].gpu_model == jv.gpu_model
+            if v.is_running and settled and len(nodes) == 1 and same_model:
                 by_node.setdefault(nodes.pop(), []).append(jid)
         best = None
         for node, jids in sorted(by_node.items()):
@@ -212,11 +241,14 @@ class NetDelay:
                 vv = views[v]
                 if self.sensitivity(ctx, vv, len(kept[v])) >= sigma:
                     continue
-                rem = ctx.estimate(vv, len(kept[v])).remaining_s
-                cost += len(kept[v]) * (self.restart_s + min(rem, ctx.round_length_s))
+                # It waits until GPUs free up again (at least a round) and restarts.
+                back = expected_free_at(ctx, others, vv, len(kept[v]))
+                wait_s = max(ctx.round_length_s, (back or math.inf) - ctx.now_s)
+                cost += len(kept[v]) * (self.restart_s + wait_s)
                 chosen.append(v)
                 room += len(kept[v])
-            if room >= n and chosen and gain > cost and (best is None or cost < best[0]):
+            worth = gain > self.preempt_gain_factor * cost
+            if room >= n and chosen and worth and (best is None or cost < best[0]):
                 best = (cost, chosen)
         return None if best is None else best[1]
 
@@ -243,4 +275,6 @@ class NetDelay:
             "preempt": self.preempt,
             "preempt_min_sensitivity": self.preempt_min_sensitivity,
             "restart_s": self.restart_s,
+            "min_victim_run_s": self.min_victim_run_s,
+            "preempt_gain_factor": self.preempt_gain_factor,
         }
