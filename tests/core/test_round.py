@@ -204,3 +204,12 @@ def test_job_naming_no_gpu_model_runs_on_the_model_with_a_perf_model():
     cat = Catalog(AnalyticModel("w", gpu_model="V100"))
     plan = plan_round(snapshot(cluster, [job("a")], catalog=cat), policy="fifo", now=0.0)
     assert plan.allocations["a"].gpu_ids == ("v/0",)
+
+
+@pytest.mark.parametrize(("off", "idle_gpus"), [(False, 15), (True, 7)])
+def test_idle_gpus_cost_energy_unless_their_node_is_powered_down(off, idle_gpus):
+    # given two 8-GPU nodes and one 1-GPU job (250 W busy, idle GPUs 50 W)
+    snap = snapshot(make_cluster(1, 2, 8), [job("a")], power_off_idle_nodes=off)
+    plan = plan_round(snap, policy="fifo", now=0.0)
+    # then the round costs the busy GPU plus every powered idle one
+    assert plan.predicted_energy_j == pytest.approx(250 * 300 + idle_gpus * 50 * 300)
