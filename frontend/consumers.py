@@ -13,6 +13,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from cluster.queries import teams_of
 from frontend.broadcast import ADMIN_GROUP, EVERYONE_GROUP, team_group
+from frontend.dashboard import telemetry_figures
 
 UNAUTHENTICATED = 4401
 
@@ -52,4 +53,9 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "round", "payload": event["payload"]})
 
     async def telemetry_update(self, event):
-        await self.send_json({"type": "telemetry", "payload": event["payload"]})
+        # Figures are built here from the pushed numbers (pure functions, no database), so a
+        # telemetry push redraws power and utilisation without the page asking again.
+        payload = event["payload"]
+        await self.send_json(
+            {"type": "telemetry", "payload": payload, "figures": telemetry_figures(payload)}
+        )

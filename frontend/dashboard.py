@@ -3,7 +3,8 @@
 ``dashboard_payload`` is used twice: to render the page and as the JSON the page fetches
 when it comes back from a hidden tab (the resync). Everything is filtered through
 ``cluster.queries`` visibility: a member sees their teams' budgets and jobs, an admin all.
-Hardware telemetry (power, utilisation) is the same for everybody.
+Hardware telemetry (power, utilisation) is the same for everybody: ``telemetry.live``'s
+summary, the one its beat task pushes.
 """
 
 from __future__ import annotations
@@ -21,33 +22,16 @@ from cluster.queries import (
 from frontend import figures
 from scheduling.core.types import J_PER_KWH
 from scheduling.queries import latest_round_summary
-from telemetry.queries import latest_gpu_readings, team_hourly_usage
+from telemetry.live import live_summary
+from telemetry.queries import team_hourly_usage
 
 HISTORY = timedelta(hours=24)
 STEP = timedelta(hours=1)
 
 
-def telemetry_summary(*, now: datetime) -> dict:
-    """Cluster power per node and per-GPU utilisation from the latest readings; the payload
-    ``broadcast_telemetry`` sends and the dashboard draws."""
-    readings = latest_gpu_readings(now=now)
-    nodes: dict[str, float] = {}
-    gpus = []
-    for r in readings:
-        nodes[r.node] = nodes.get(r.node, 0.0) + (r.power_w or 0.0)
-        gpus.append(
-            {"node": r.node, "index": r.index, "util_pct": r.util_pct, "power_w": r.power_w}
-        )
-    node_rows = [{"node": name, "power_w": power_w} for name, power_w in nodes.items()]
-    return {
-        "at": now.isoformat(),
-        "cluster_power_w": sum(nodes.values()),
-        "nodes": node_rows,
-        "gpus": gpus,
-    }
-
-
 def telemetry_figures(summary: dict) -> dict:
+    """Power per node and the utilisation heatmap from a telemetry summary (the shape
+    ``telemetry.live.live_summary`` builds and ``broadcast_telemetry`` pushes)."""
     return {
         "power": figures.cluster_power_figure(
             [(n["node"], n["power_w"]) for n in summary["nodes"]]
@@ -130,7 +114,8 @@ def dashboard_payload(user, *, now: datetime) -> dict:
     """All dashboard figures and numbers ``user`` may see at ``now`` (JSON-ready but for the
     budget objects, which ``as_json`` drops)."""
     jobs = jobs_visible_to(user)
-    telemetry = telemetry_summary(now=now)
+    # The same summary the telemetry beat task pushes, so page load and pushes agree.
+    telemetry = live_summary(now)
     start = now - HISTORY
     figs = telemetry_figures(telemetry)
     figs["jct"] = figures.avg_jct_figure(average_jct_series(jobs, start=start, end=now, step=STEP))

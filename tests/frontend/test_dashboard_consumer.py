@@ -43,7 +43,15 @@ def communicator(headers) -> WebsocketCommunicator:
     return WebsocketCommunicator(application, "/ws/dashboard/", headers=headers)
 
 
-TELEMETRY = {"at": "2026-11-22T04:00:00+00:00", "cluster_power_w": 1406.0}
+TELEMETRY = {
+    "at": "2026-11-22T04:00:00+00:00",
+    "cluster_power_w": 1406.0,
+    "nodes": [{"node": "node-01", "power_w": 887.0}, {"node": "node-02", "power_w": 519.0}],
+    "gpus": [
+        {"node": "node-01", "index": 0, "util_pct": 97.0, "power_w": 887.0},
+        {"node": "node-02", "index": 0, "util_pct": 0.0, "power_w": 519.0},
+    ],
+}
 
 
 def decisions(team, other_team):
@@ -107,7 +115,10 @@ def test_a_member_gets_their_teams_round_and_telemetry_but_not_another_teams(
     )
     assert by_decisions == [[], [1]]
     assert {m["type"] for m in received} == {"round"}
-    assert pushed == {"type": "telemetry", "payload": TELEMETRY}
+    assert (pushed["type"], pushed["payload"]) == ("telemetry", TELEMETRY)
+    # the consumer built the figures from the pushed numbers
+    assert pushed["figures"]["power"]["data"][0]["y"] == [887.0, 519.0]
+    assert pushed["figures"]["heatmap"]["data"][0]["z"] == [[97.0], [0.0]]
     assert nothing_more
 
 

@@ -118,8 +118,11 @@
         const msg = JSON.parse(event.data);
         if (msg.type === "round") { showRound(msg.payload); refresh(); }
         if (msg.type === "telemetry") {
+          // Redraw from the figures the server built for this push; no request needed.
           text("kpi-power", fmt(msg.payload.cluster_power_w, 0));
-          refresh();
+          text("kpi-at", msg.payload.at.slice(0, 19));
+          plot("fig-power", msg.figures.power);
+          plot("fig-heatmap", msg.figures.heatmap);
         }
       };
       socket.onclose = () => {
