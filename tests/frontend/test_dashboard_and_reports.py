@@ -1,0 +1,108 @@
+"""Dashboard numbers and report rows over the scene's real ledger (ingested samples, real
+accounting): visibility per persona and exact sums."""
+
+import csv
+import io
+from datetime import timedelta
+
+import pytest
+from django.db.models import Sum
+from django.test import Client
+from django.urls import reverse
+from frontend_scene import build_scene
+
+from frontend.dashboard import dashboard_payload
+from scheduling.core.types import J_PER_KWH
+from telemetry.models import EnergyLedgerEntry, GpuSample
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def scene(db):
+    return build_scene()
+
+
+def ledger_kwh(**filters) -> float:
+    return EnergyLedgerEntry.objects.filter(**filters).aggregate(e=Sum("energy_j"))["e"] / J_PER_KWH
+
+
+def test_a_member_sees_their_teams_budgets_and_jobs_only(scene):
+    payload = dashboard_payload(scene.users["member"], now=scene.now)
+    assert [b["team"] for b in payload["budgets"]] == ["Vision"]
+    assert sorted(payload["budget_figures"]) == [
+        f"fig-budget-{scene.budgets['vision'].pk}-carbon",
+        f"fig-budget-{scene.budgets['vision'].pk}-energy",
+    ]
+    # vision: 2 queued (vgg16, gpt2), 1 running (resnet50-sweep); language's bert is not theirs
+    assert (payload["queue_now"], payload["running_now"]) == (2, 1)
+    outsider = dashboard_payload(scene.users["outsider"], now=scene.now)
+    assert [b["team"] for b in outsider["budgets"]] == ["Language"]
+    assert (outsider["queue_now"], outsider["running_now"]) == (0, 1)
+    admin = dashboard_payload(scene.users["admin"], now=scene.now)
+    assert [b["team"] for b in admin["budgets"]] == ["Language", "Vision"]
+
+
+def test_budget_progress_is_the_teams_ledger_in_the_period(scene):
+    payload = dashboard_payload(scene.users["lead"], now=scene.now)
+    (vision,) = payload["budgets"]
+    energy, carbon = vision["limits"]
+    used_kwh = ledger_kwh(team=scene.team)
+    used_kg = (
+        EnergyLedgerEntry.objects.filter(team=scene.team).aggregate(c=Sum("co2_g"))["c"] / 1000
+    )
+    assert energy["used"] == pytest.approx(used_kwh)
+    assert carbon["used"] == pytest.approx(used_kg)
+    assert energy["percent"] == pytest.approx(100 * used_kwh / 12.0)
+    # half of the one-day period has passed: the projection doubles the use
+    assert energy["projected"] == pytest.approx(2 * used_kwh)
+    burn = vision["figures"]["energy"]["data"][0]
+    assert burn["y"][-1] == pytest.approx(used_kwh, abs=1e-6)
+
+
+def test_the_dashboard_power_is_the_latest_sample_of_every_gpu(scene):
+    payload = dashboard_payload(scene.users["member"], now=scene.now)
+    (bar,) = payload["figures"]["power"]["data"]
+    assert bar["x"] == ["node-01", "node-02"]
+    # the last samples, at scene.now: node-01 runs resnet50 on 4 GPUs at 1200 MHz
+    expected = [
+        round(
+            sum(
+                GpuSample.objects.filter(gpu__node=n, ts=scene.now).values_list(
+                    "power_w", flat=True
+                )
+            ),
+            1,
+        )
+        for n in scene.nodes
+    ]
+    assert bar["y"] == expected
+    assert payload["cluster_power_w"] == pytest.approx(sum(expected), abs=0.1)
+
+
+def test_report_and_csv_rows_are_the_ledger_per_team_user_and_job(scene):
+    client = Client()
+    client.force_login(scene.users["admin"])
+    day = scene.now.date().isoformat()
+    start = (scene.now - timedelta(days=2)).date().isoformat()
+    response = client.get(reverse("frontend:reports"), {"start": start, "end": day})
+    rows = response.context["rows"]
+    assert [(r["key"], round(r["energy_kwh"], 9)) for r in rows["team"]] == sorted(
+        [
+            ("vision", round(ledger_kwh(team=scene.team, job__isnull=False), 9)),
+            ("language", round(ledger_kwh(team=scene.other_team, job__isnull=False), 9)),
+        ],
+        key=lambda kv: -kv[1],
+    )
+    by_job = {r["name"]: r["energy_kwh"] for r in rows["job"]}
+    assert sorted(by_job) == ["bert-finetune", "finished-3", "resnet50-sweep"]
+    assert by_job["bert-finetune"] == pytest.approx(ledger_kwh(job=scene.jobs["bert"]))
+    csv_text = client.get(reverse("frontend:reports-csv"), {"start": start, "end": day})
+    parsed = list(csv.DictReader(io.StringIO(csv_text.content.decode())))
+    assert [r["level"] for r in parsed] == ["team"] * 2 + ["user"] * 2 + ["job"] * 3
+    assert {r["start"] for r in parsed} == {start} and {r["end"] for r in parsed} == {day}
+    # a period before the scene holds nothing
+    empty = client.get(
+        reverse("frontend:reports-csv"), {"start": "2020-01-01", "end": "2020-01-31"}
+    )
+    assert empty.content.decode().splitlines()[1:] == []
