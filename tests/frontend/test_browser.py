@@ -327,6 +327,12 @@ def test_admin_exports_a_csv_with_the_ledger_rows(scene, login, server):
     page = login("ada_admin")
     page.goto(f"{server}/reports/")
     shot(page, "reports")
+    # the printable page: no navigation, filters or buttons, the tables and chart stay
+    page.emulate_media(media="print")
+    assert not page.is_visible("header.topbar") and not page.is_visible("#csv-link")
+    assert page.is_visible("#report-team") and page.is_visible("#fig-teams")
+    shot(page, "reports_print")
+    page.emulate_media(media="screen")
     with page.expect_download() as download:
         page.click("#csv-link")
     text = Path(download.value.path()).read_text()
