@@ -418,7 +418,7 @@ class Simulator:
         jobs = []
         for rec in active.values():
             if rec.snapshot_job is None:
-                # Job(**fields) is ~3x cheaper than dataclasses.replace, which
+                # Job(**fields) is ~1.5x cheaper than dataclasses.replace, which
                 # dominated the engine's own time on long traces.
                 fields = rec.spec_fields
                 if fields is None:
