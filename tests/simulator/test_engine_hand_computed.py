@@ -317,3 +317,39 @@ def test_jobs_nothing_will_run_end_the_run_as_unfinished():
     assert result.end_s == 1000.0
     assert result.wait_codes == {"no_perf_model": 10}
     assert summarise(result)["n_unfinished"] == 1
+
+
+def test_a_preempted_job_keeps_its_progress_and_pays_a_restart_on_resume():
+    # One GPU, rounds of 100 s, restart 10 s. A (150 iters = 300 s) runs first; B (25
+    # iters = 50 s) arrives at 50 and, shorter, preempts A at 100; A resumes at 200.
+    one_gpu = ClusterSpec(
+        name="toy1", gpu_model="X", switches=1, nodes_per_switch=1, gpus_per_node=1
+    ).build()
+
+    def shortest_first(snapshot: Snapshot, now: float) -> Plan:
+        job = min(snapshot.jobs, key=lambda j: j.total_iters - j.done_iters)
+        waiting = {
+            j.job_id: WaitReason(WaitCode.PREEMPTED, "a shorter job runs")
+            for j in snapshot.jobs
+            if j is not job
+        }
+        return Plan(allocations={job.job_id: Allocation(("n0/0",), 32)}, waiting=waiting)
+
+    sim = Simulator(
+        (toy_job("A", 0.0, 150.0), toy_job("B", 50.0, 25.0)),
+        cluster=one_gpu,
+        catalog=Catalog(),
+        planner=shortest_first,
+        config=SimConfig(round_length_s=100.0, restart_cost_s=10.0),
+    )
+    result = sim.run()
+    a, b = result.jobs
+    # A: 50 iters in [0, 100), stopped, restart [200, 210), 100 iters in [210, 410)
+    assert (a.finish_s, b.finish_s) == (pytest.approx(410.0), pytest.approx(150.0))
+    assert (a.n_starts, a.n_preemptions, a.n_resizes) == (2, 1, 0)
+    assert (b.n_starts, b.n_preemptions) == (1, 0)
+    # energy: A 100 s + B 50 s + idle 50 s + A's restart 10 s + A 200 s
+    by_hand = 100 * 200 + 50 * 200 + 50 * 50 + 10 * 50 + 200 * 200
+    assert result.energy_j == pytest.approx(by_hand, abs=1e-9)
+    assert a.energy_j == pytest.approx(100 * 200 + 10 * 50 + 200 * 200, abs=1e-9)
+    assert a.attained_gpu_s == pytest.approx(100 + 210, abs=1e-9)
