@@ -51,8 +51,7 @@ import dataclasses
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduling.core.types import (
@@ -60,171 +59,23 @@ from scheduling.core.types import (
     Budget,
     CarbonSignal,
     Cluster,
-    GpuConfig,
     Job,
     PerfCatalog,
     Plan,
     Snapshot,
 )
 from scheduling.simulator.carbon import ConstantIntensity, HourlyIntensity
-
-Planner = Callable[[Snapshot, float], Plan]
-ProgressHook = Callable[[int, float], None]  # (jobs finished so far, simulated time)
-
-
-class SimulationError(RuntimeError):
-    """The planner returned an impossible plan or the inputs cannot be simulated."""
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    round_length_s: float = 300.0
-    restart_cost_s: float = 30.0  # seconds without progress after a resize/move/resume
-    power_off_idle_nodes: bool = False  # also handed to the planner in the snapshot
-    idle_power_w: float | None = None  # None: from the perf catalog for the GPU model
-    replan_on_events: bool = False
-    forecast_hours: int = 24
-    stall_limit_s: float = 7 * 86400.0
-    max_time_s: float | None = None
-    congestion: float = 1.0  # factor on inter-node communication time (1 = as measured)
-    colocation_noise: float = 0.0  # sigma of log-normal noise on co-located throughput
-    seed: int = 0  # for that noise only
-
-    def __post_init__(self) -> None:
-        if not self.round_length_s > 0:
-            raise ValueError("round_length_s must be positive")
-        if self.restart_cost_s < 0:
-            raise ValueError("restart_cost_s must not be negative")
-        if self.forecast_hours < 1:
-            raise ValueError("forecast_hours must be at least 1")
-        if not self.congestion > 0:
-            raise ValueError("congestion must be positive")
-        if self.colocation_noise < 0:
-            raise ValueError("colocation_noise must not be negative")
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetSpec:
-    """A cluster-wide budget for the simulated period [0, period_end_s)."""
-
-    period_end_s: float
-    energy_limit_j: float | None = None
-    co2_limit_g: float | None = None
-
-
-@dataclass(slots=True)
-class JobRecord:
-    """Mutable per-job state during a run and the per-job result after it."""
-
-    spec: Job
-    done_iters: float = 0.0
-    allocation: Allocation | None = None
-    shape: tuple[int, ...] = ()  # GPUs per node of the allocation, descending
-    first_start_s: float | None = None
-    started_s: float | None = None
-    last_change_s: float | None = None
-    restart_until_s: float = 0.0
-    finish_s: float | None = None
-    attained_gpu_s: float = 0.0
-    energy_j: float = 0.0
-    co2_g: float = 0.0
-    n_starts: int = 0
-    n_resizes: int = 0
-    n_preemptions: int = 0
-    n_retunes: int = 0
-    comm_overhead_gpu_s: float = 0.0  # GPU-seconds beyond a consolidated placement's
-    shared_s: float = 0.0  # seconds it ran time-slicing a GPU with another job
-    observed_slowdown: float | None = None  # while shared, as Job.observed_slowdown
-    snapshot_job: Job | None = None  # the frozen view, rebuilt only when state changed
-    spec_fields: dict[str, Any] | None = None  # the spec's fields, for fast rebuilds
-
-    @property
-    def jct_s(self) -> float | None:
-        return None if self.finish_s is None else self.finish_s - self.spec.submit_time_s
-
-    @property
-    def queueing_delay_s(self) -> float | None:
-        return None if self.first_start_s is None else self.first_start_s - self.spec.submit_time_s
-
-
-@dataclass(frozen=True, slots=True)
-class RoundSample:
-    """One stretch between planning instants: what was planned and what it cost."""
-
-    t0_s: float
-    t1_s: float
-    energy_j: float
-    co2_g: float
-    busy_gpus: int  # GPUs allocated at t0 (including those in checkpoint-restart)
-    running_jobs: int
-    waiting_jobs: int
-    predicted_energy_j: float
-    energy_allowance_j: float | None
-    co2_allowance_g: float | None
-
-
-@dataclass
-class SimResult:
-    jobs: list[JobRecord]
-    timeline: list[RoundSample]
-    n_gpus: int
-    energy_j: float
-    co2_g: float
-    idle_energy_j: float
-    busy_gpu_s: float
-    end_s: float
-    stopped_early: bool
-    wait_codes: Counter[str] = field(default_factory=Counter)
-
-
-class _PerfCache:
-    """Memoises (iter_time_s, power_w) per configuration: perf models are pure."""
-
-    def __init__(self, catalog: PerfCatalog) -> None:
-        self.catalog = catalog
-        self._models: dict[tuple[str, str], object] = {}
-        self._values: dict[tuple, tuple[float, float]] = {}
-
-    def model(self, workload: str, gpu_model: str):
-        key = (workload, gpu_model)
-        if key not in self._models:
-            self._models[key] = self.catalog.get(workload, gpu_model)
-        return self._models[key]
-
-    def iter_time_and_power(
-        self, workload: str, gpu_model: str, alloc: Allocation, shape: tuple[int, ...]
-    ) -> tuple[float, float]:
-        key = (
-            workload,
-            gpu_model,
-            alloc.n_gpus,
-            alloc.global_batch,
-            alloc.sm_clock_mhz,
-            alloc.power_limit_w,
-            shape,
-        )
-        value = self._values.get(key)
-        if value is None:
-            model = self.model(workload, gpu_model)
-            cfg = GpuConfig(
-                n_gpus=alloc.n_gpus,
-                global_batch=alloc.global_batch,
-                sm_clock_mhz=alloc.sm_clock_mhz,
-                power_limit_w=alloc.power_limit_w,
-                gpus_per_node=shape,
-            )
-            value = (model.iter_time_s(cfg), model.power_w(cfg))
-            if not (
-                value[0] > 0
-                and math.isfinite(value[0])
-                and value[1] >= 0
-                and math.isfinite(value[1])
-            ):
-                raise SimulationError(
-                    f"perf model for {workload} on {gpu_model} gave {value} for {cfg}"
-                )
-            self._values[key] = value
-        return value
+from scheduling.simulator.state import (  # noqa: F401 - re-exported for callers
+    BudgetSpec,
+    JobRecord,
+    Planner,
+    ProgressHook,
+    RoundSample,
+    SimConfig,
+    SimResult,
+    SimulationError,
+    _PerfCache,
+)
 
 
 class Simulator:
