@@ -356,3 +356,21 @@ def test_round_uses_the_advisory_lock_of_its_own_transaction(fifo, live_node):
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [services.ROUND_LOCK_KEY])
         assert cursor.fetchone()[0] is True
         cursor.execute("SELECT pg_advisory_unlock(%s)", [services.ROUND_LOCK_KEY])
+
+
+def _scheduling_check_ids() -> set[str]:
+    from django.core.checks import run_checks
+
+    return {m.id for m in run_checks() if m.id.startswith("scheduling.")}
+
+
+def test_default_scheduling_settings_pass_the_checks():
+    assert _scheduling_check_ids() == set()
+
+
+def test_bad_scheduling_settings_are_reported_as_checks(settings):
+    settings.WATTFLOW_DEFAULT_POLICY = "fastest"
+    settings.WATTFLOW_ROUND_INTERVAL_S = 0
+    settings.WATTFLOW_NODE_TIMEOUT_S = 20
+
+    assert _scheduling_check_ids() == {"scheduling.E001", "scheduling.E002", "scheduling.W001"}
