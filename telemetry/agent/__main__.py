@@ -48,9 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.simulate:
-        from telemetry.agent.simulated import SimulatedBackend
+        from telemetry.agent.simulated import PerfModelUnavailable, SimulatedBackend
 
-        backend = SimulatedBackend(node_name=args.name, n_gpus=args.gpus, gpu_model=args.gpu_model)
+        try:
+            backend = SimulatedBackend(
+                node_name=args.name, n_gpus=args.gpus, gpu_model=args.gpu_model
+            )
+        except PerfModelUnavailable as exc:
+            sys.stderr.write(f"agent: cannot simulate: {exc}\n")
+            return 2
     else:
         from telemetry.agent.backends import NvmlBackend
 

@@ -17,7 +17,7 @@ from typing import Any
 from telemetry.agent.backends import GpuBackend, Reading
 from telemetry.agent.client import AgentClient
 from telemetry.agent.jobs import ProcessJob
-from telemetry.agent.simulated import SimJob, SimulatedBackend
+from telemetry.agent.simulated import PerfModelUnavailable, SimJob, SimulatedBackend
 from telemetry.agent.spool import Rejected, ServerUnreachable
 
 log = logging.getLogger(__name__)
@@ -172,23 +172,38 @@ class Agent:
         self._apply_settings(assignment)
         self.allocation_of[job_id] = assignment["allocation_id"]
         if self.simulated:
-            self.backend.start_job(  # type: ignore[attr-defined]
-                SimJob(
-                    job_id=job_id,
-                    workload=assignment["workload"],
-                    gpu_indices=tuple(indices),
-                    global_batch=int(assignment["batch_size"]),
-                    sm_clock_mhz=assignment.get("sm_clock_mhz"),
-                    power_limit_w=assignment.get("power_limit_w"),
-                    done_iters=float(assignment.get("completed_iterations") or 0.0),
-                    total_iters=assignment.get("total_iterations"),
-                )
-            )
+            try:
+                self._start_simulated(assignment, indices)
+            except PerfModelUnavailable as exc:
+                # The simulation cannot run what it has no model for: report the job failed
+                # (the same as a real job that cannot start) instead of stopping the agent.
+                log.error("job %s: %s", job_id, exc)
+                event = self._event(
+                    now, job_id, "exited", reason="failed", exit_status=None,
+                    iterations=None, log_tail=f"simulated agent: {exc}",
+                )  # fmt: skip
+                self.finished_allocations.add(assignment["allocation_id"])
+                self.allocation_of.pop(job_id, None)
+                return [event]
         else:
             job = ProcessJob(assignment, indices, self.config.work_dir)
             job.start()
             self.jobs[job_id] = job
         return [self._event(now, job_id, "started", gpu_uuids=assignment["gpu_uuids"])]
+
+    def _start_simulated(self, assignment: dict[str, Any], indices: list[int]) -> None:
+        self.backend.start_job(  # type: ignore[attr-defined]
+            SimJob(
+                job_id=int(assignment["job_id"]),
+                workload=assignment["workload"],
+                gpu_indices=tuple(indices),
+                global_batch=int(assignment["batch_size"]),
+                sm_clock_mhz=assignment.get("sm_clock_mhz"),
+                power_limit_w=assignment.get("power_limit_w"),
+                done_iters=float(assignment.get("completed_iterations") or 0.0),
+                total_iters=assignment.get("total_iterations"),
+            )
+        )
 
     def stop_job(self, job_id: int, now: datetime, *, reason: str) -> dict[str, Any]:
         if self.simulated:

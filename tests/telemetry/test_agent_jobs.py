@@ -16,6 +16,7 @@ from test_nvml_backend import FakeNvml, _device
 from telemetry.agent.backends import NvmlBackend
 from telemetry.agent.client import AgentClient
 from telemetry.agent.loop import Agent, AgentConfig
+from telemetry.agent.simulated import SimulatedBackend
 from telemetry.agent.spool import Spool
 
 NOW = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
@@ -154,3 +155,16 @@ def test_a_job_that_ended_here_is_not_started_again_while_still_assigned(agent, 
     agent.reconcile({"assignments": [_assignment(tmp_path, 2, ["GPU-0"], command="exit 0")]}, NOW)
     assert list(agent.jobs) == [7]
     agent.shutdown(NOW)
+
+
+def test_a_simulated_job_without_a_perf_model_is_reported_failed(tmp_path):
+    backend = SimulatedBackend(node_name="n", n_gpus=2, gpu_model="A100")
+    client = AgentClient(f"http://127.0.0.1:{_closed_port()}", "t", Spool(tmp_path / "spool"))
+    agent = Agent(backend, client, AgentConfig(node_name="n", work_dir=tmp_path))
+    unknown = _assignment(tmp_path, 4, ["GPU-sim-n-0"], workload="no-such-model")
+    agent.reconcile({"assignments": [unknown]}, NOW)
+    assert backend.jobs == {}
+    events = _spooled_events(tmp_path)
+    assert events == [("exited", "failed", None, None)]
+    agent.reconcile({"assignments": [unknown]}, NOW)  # still listed: not tried again
+    assert _spooled_events(tmp_path) == events
