@@ -105,6 +105,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart-cost-s", type=_non_negative, default=30.0)
     parser.add_argument("--power-off-idle-nodes", action="store_true")
     parser.add_argument("--replan-on-events", action="store_true")
+    parser.add_argument(
+        "--congestion",
+        type=_positive(float),
+        default=1.0,
+        help="factor on inter-node communication time of spread jobs (default 1: as measured)",
+    )
+    parser.add_argument(
+        "--colocation-noise",
+        type=_non_negative,
+        default=0.0,
+        help="sigma of seeded log-normal noise on co-located throughput (GPU sharing)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the philly_week mapping")
     parser.add_argument("--max-gpus", type=_positive(int), default=64, help="elastic cap per job")
     parser.add_argument(
@@ -186,6 +198,9 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             restart_cost_s=args.restart_cost_s,
             power_off_idle_nodes=args.power_off_idle_nodes,
             replan_on_events=args.replan_on_events,
+            congestion=args.congestion,
+            colocation_noise=args.colocation_noise,
+            seed=args.seed,
         )
         scenario = load_scenario(
             args.trace,
