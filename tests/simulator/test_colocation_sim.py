@@ -8,6 +8,8 @@ Recommendation at 32 per GPU keeps 80% and 50% of their speeds.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from scheduling.core.colocation import ColocationModel
@@ -166,3 +168,51 @@ def test_consolidated_job_has_no_communication_overhead():
     result = _run([_job("a", "resnet50", 100.0)], planner, nodes=1, congestion=3.0).run()
     assert result.jobs[0].finish_s == pytest.approx(100.0)
     assert result.jobs[0].comm_overhead_gpu_s == 0.0
+
+
+def test_cli_passes_congestion_to_the_engine_and_reports_overhead(tmp_path):
+    from scheduling.simulator.cli import main
+
+    args = [
+        "--trace",
+        "data/trace/elasticflow_philly_876.csv",
+        "--cluster",
+        "benchmarks/clusters/n4g8_a100.json",
+        "--max-jobs",
+        "30",
+        "--arrival-scale",
+        "0.1",
+        "--no-progress",
+    ]
+    spread = ["--policy", "fifo", "--out", str(tmp_path / "a")]
+    assert main([*args, *spread, "--congestion", "1"]) == 0
+    assert main([*args, "--policy", "fifo", "--out", str(tmp_path / "b"), "--congestion", "3"]) == 0
+    (one,) = (tmp_path / "a").glob("*_summary.json")
+    (three,) = (tmp_path / "b").glob("*_summary.json")
+    low = json.loads(one.read_text())["summary"]
+    high = json.loads(three.read_text())["summary"]
+    # First-fit spreads some jobs over nodes; congestion makes their overhead grow.
+    assert high["comm_overhead_gpu_h"] > low["comm_overhead_gpu_h"] > 0.0
+
+
+def test_cli_refuses_non_positive_congestion(tmp_path, capsys):
+    from scheduling.simulator.cli import main
+
+    out = tmp_path / "none"
+    code = main(
+        [
+            "--trace",
+            "data/trace/elasticflow_philly_876.csv",
+            "--cluster",
+            "benchmarks/clusters/n4g8_a100.json",
+            "--policy",
+            "fifo",
+            "--congestion",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 2
+    assert capsys.readouterr().err == "error: argument --congestion: '0' must be positive\n"
+    assert not out.exists()
