@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import channel_layers, get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
@@ -155,3 +155,22 @@ def test_a_disconnected_socket_leaves_its_groups(member, team):
             return await conn.zcard(layer._group_key(team_group(team.pk)))
 
     assert async_to_sync(scenario)() == 0
+
+
+def test_a_broadcast_with_redis_unreachable_reaches_nobody_and_does_not_raise(settings, team):
+    # given a channel layer pointing at a port where no Redis listens
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": ["redis://127.0.0.1:1/0"]},
+        }
+    }
+    channel_layers.backends.clear()
+    try:
+        # when a round and telemetry are broadcast, then nothing is sent and nothing raises:
+        # a scheduling round must never fail for a dashboard
+        summary = {"round_id": 1, "decisions": [{"job_id": 1, "team_id": team.pk}]}
+        assert broadcast_round(summary) == 0
+        assert broadcast_telemetry(TELEMETRY) == 0
+    finally:
+        channel_layers.backends.clear()

@@ -472,3 +472,25 @@ def test_budget_changes_in_the_django_admin_are_audited_too(client_for, admin_us
     assert client.post(change, {"action": "deleted"}).status_code == 403
     entry.refresh_from_db()
     assert entry.action == "updated"
+
+
+def test_whatif_of_a_carbon_budget_runs_greenflow(
+    client_for, lead, member, team, make_job, make_node
+):
+    now = timezone.now()
+    node = make_node("node-01", gpus=8)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+    make_job(owner=member, team=team, total_iterations=2000)
+    data = {
+        "team": team.pk,
+        "kind": "carbon",
+        "limit": "20",
+        "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+        "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
+    }
+    body = client_for(lead).post(reverse("frontend:budget-whatif"), data).json()
+    assert (body["n_jobs"], body["n_finished"], body["points"][0][0]) == (1, 1, 20.0)
+    assert body["figure"]["layout"]["xaxis"]["title"]["text"] == "kg CO2e"
+    bad = client_for(lead).post(reverse("frontend:budget-whatif"), {**data, "kind": "water"})
+    assert bad.status_code == 400
+    assert bad.json()["errors"]["kind"][0].startswith("Select a valid choice.")
