@@ -1,9 +1,12 @@
 """Auto-tuner for netdelay's timers: replay recent arrivals in the simulator.
 
-For each candidate ``delay_per_sensitivity_s`` the recent arrivals (rebased to start
-at zero, with no progress) run through the simulator on the current cluster with the
-``netdelay`` policy at that setting (tuning off, so it does not recurse), under the
-congestion the scheduler assumes. The candidate with the lowest average JCT wins
+The replay (``replay_jobs``) starts from the cluster's present: every active job
+(running or queued) with the work it has left, in submit order at time zero, followed
+by the recent arrivals' pattern as a forecast of what comes next (their submit times
+rebased to start one round later, with their whole work). For each candidate
+``delay_per_sensitivity_s`` that replay runs through the simulator on the current
+cluster with the ``netdelay`` policy at that setting (tuning off, so it does not
+recurse), under the congestion the scheduler assumes. The candidate with the lowest average JCT wins
 (ties: shorter makespan, then the shorter timer). Both the simulator and the policy
 are deterministic, so the choice is a pure function of its inputs.
 
@@ -14,7 +17,7 @@ must import without it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduling.core.types import Cluster, Job, PerfCatalog
@@ -48,6 +51,35 @@ def arrivals_to_jobs(rows: Iterable[Sequence[Any]]) -> list[Job]:
         )
         for r in rows
     ]
+
+
+def replay_jobs(
+    active: Sequence[Job], rows: Iterable[Sequence[Any]], *, round_length_s: float
+) -> list[Job]:
+    """The replay's jobs: ``active`` jobs with their remaining work first (a millisecond
+    apart, in submit order), then the recent ``rows`` as future arrivals (ids prefixed
+    ``next:``) from one round on. Replayed jobs start fresh: no allocation, no progress."""
+    now_jobs = [
+        Job(
+            job_id=j.job_id,
+            workload=j.workload,
+            team="replay",
+            submit_time_s=1e-3 * i,
+            total_iters=max(j.remaining_iters, 1.0),
+            global_batch=j.global_batch,
+            requested_gpus=j.requested_gpus,
+            min_gpus=j.min_gpus,
+            max_gpus=j.max_gpus,
+            gpu_model=j.gpu_model,
+            per_gpu_batch=j.per_gpu_batch,
+        )
+        for i, j in enumerate(sorted(active, key=lambda j: (j.submit_time_s, j.job_id)))
+    ]
+    future = [
+        replace(j, job_id=f"next:{j.job_id}", submit_time_s=j.submit_time_s + round_length_s)
+        for j in arrivals_to_jobs(rows)
+    ]
+    return now_jobs + future
 
 
 def tune_delay(

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from corekit import job, make_cluster, running, snapshot
 
-from scheduling.core.netdelay_tuner import arrivals_to_jobs, tune_delay
+from scheduling.core.netdelay_tuner import arrivals_to_jobs, replay_jobs, tune_delay
 from scheduling.core.perf_models import load_catalog
 from scheduling.core.policies.netdelay import NetDelay, spread_shape
 from scheduling.core.round import admit, plan_round
@@ -177,3 +177,19 @@ def test_policy_tunes_its_timers_from_recent_arrivals():
     later = replace(snapshot(CLUSTER, jobs, catalog=CATALOG), policy_state=state)
     again = plan_round(later, policy=pol, now=NOW + 600.0)
     assert again.policy_state["tuned_at_s"] == NOW
+
+
+def test_replay_starts_from_the_present_then_repeats_recent_arrivals():
+    active = [
+        replace(job("late", workload="bert", submit=50.0, iters=100.0), done_iters=0.0),
+        replace(job("early", workload="bert", submit=10.0, iters=100.0), done_iters=40.0),
+    ]
+    rows = [["x", "bert", 5000.0, 10.0, 64, 1, "A100"], ["y", "vgg16", 5300.0, 20.0, 64, 2, "A100"]]
+    jobs = replay_jobs(active, rows, round_length_s=300.0)
+    assert [(j.job_id, j.submit_time_s, j.total_iters) for j in jobs] == [
+        ("early", 0.0, 60.0),
+        ("late", 0.001, 100.0),
+        ("next:x", 300.0, 10.0),
+        ("next:y", 600.0, 20.0),
+    ]
+    assert all(j.allocation is None and j.done_iters == 0.0 for j in jobs)

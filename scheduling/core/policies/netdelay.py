@@ -25,15 +25,17 @@ Sharma et al., "GPU Cluster Scheduling for Network-Sensitive Deep Learning", arX
   wait until enough GPUs free up for the victim again, at least a round, predicted
   from the remaining times of the jobs that keep running).
 - **Auto-tuning.** With ``tune_every_s`` set, the policy remembers the recent arrivals
-  in ``policy_state`` and, at most that often, replays them in the simulator for each
-  candidate ``delay_per_sensitivity_s`` (``scheduling/core/netdelay_tuner.py``) and
-  keeps the one with the lowest average JCT. The replay is deterministic.
+  in ``policy_state`` and, at most that often, replays the present (active jobs with
+  their remaining work) followed by those arrivals in the simulator for each candidate
+  ``delay_per_sensitivity_s`` (``scheduling/core/netdelay_tuner.py``) and keeps the one
+  with the lowest average JCT. The replay is deterministic.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.free_gpus import FreeGpus
@@ -118,9 +120,10 @@ class NetDelay:
         if self.tune_every_s is not None and (
             tuned_at is None or ctx.now_s - float(tuned_at) >= self.tune_every_s
         ):
-            from scheduling.core.netdelay_tuner import arrivals_to_jobs, tune_delay
+            from scheduling.core.netdelay_tuner import replay_jobs, tune_delay
 
-            jobs = arrivals_to_jobs(arrivals)
+            active = [replace(jv.job, gpu_model=jv.gpu_model) for jv in ctx.jobs]
+            jobs = replay_jobs(active, arrivals, round_length_s=ctx.round_length_s)
             if len(jobs) >= 2:
                 per_sigma_s = tune_delay(
                     jobs,
