@@ -23,6 +23,11 @@ GPUs of a running job of the same size, at most ``max_jobs_per_gpu`` jobs per GP
    observed_slowdown``, filled by the simulator or by telemetry) exceeds a co-runner's
    tolerance is separated: the later-started job moves to free GPUs or waits, and the
    history learns the observation so the pair is not predicted to fit again.
+
+Limits: EaCO forms pairs only. A ``max_jobs_per_gpu`` above 2 is accepted (the core
+checks plans against it) but no third job joins a pair; Gavel measured pairs only and
+the simulator models pairs only. A guest shares a host of the same GPU count, on all
+of the host's GPUs.
 """
 
 from __future__ import annotations
