@@ -138,6 +138,16 @@ def mark_silent_nodes(*, now: datetime, timeout_s: float | None = None) -> list[
     return requeued
 
 
+def check_liveness(*, now: datetime) -> list[int] | None:
+    """Beat's liveness check between rounds: ``mark_silent_nodes`` under the round lock, so it
+    never re-queues a job while a round is applying its plan. Returns None when a round holds
+    the lock (that round checks liveness itself)."""
+    with transaction.atomic():
+        if not try_round_lock():
+            return None
+        return mark_silent_nodes(now=now)
+
+
 # --- the round -------------------------------------------------------------------------------
 
 

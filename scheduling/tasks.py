@@ -24,6 +24,7 @@ def run_scheduling_round_task() -> dict:
 
 
 @shared_task
-def mark_silent_nodes_task() -> list[int]:
-    """Mark nodes that stopped heart-beating unhealthy and re-queue their jobs."""
-    return services.mark_silent_nodes(now=timezone.now())
+def mark_silent_nodes_task() -> list[int] | None:
+    """Mark nodes that stopped heart-beating unhealthy and re-queue their jobs (skipped, None,
+    while a round runs: the round does the same under its lock)."""
+    return services.check_liveness(now=timezone.now())

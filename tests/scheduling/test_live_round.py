@@ -7,7 +7,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 from cluster import services as cluster_services
 from cluster.choices import HardLimitAction, JobState, NodeStatus
@@ -346,16 +346,25 @@ def _spend(budget, job, *, energy_j):
     )  # fmt: skip
 
 
-def test_round_uses_the_advisory_lock_of_its_own_transaction(fifo, live_node):
-    # given a round that ran (and committed or rolled back its transaction)
+def test_round_releases_its_lock_when_its_transaction_commits(transactional_db, fifo, live_node):
+    # given a round that ran and committed (transactional_db: no enclosing test transaction)
     live_node()
     services.run_scheduling_round(now=T0)
 
-    # then the lock is free again for this session and others
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [services.ROUND_LOCK_KEY])
-        assert cursor.fetchone()[0] is True
-        cursor.execute("SELECT pg_advisory_unlock(%s)", [services.ROUND_LOCK_KEY])
+    # then another session can take the lock at once
+    taken = {}
+
+    def other_session():
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [services.ROUND_LOCK_KEY])
+            taken["lock"] = cursor.fetchone()[0]
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [services.ROUND_LOCK_KEY])
+        connections["default"].close()
+
+    thread = threading.Thread(target=other_session)
+    thread.start()
+    thread.join(10)
+    assert taken == {"lock": True}
 
 
 def _scheduling_check_ids() -> set[str]:
@@ -374,3 +383,41 @@ def test_bad_scheduling_settings_are_reported_as_checks(settings):
     settings.WATTFLOW_NODE_TIMEOUT_S = 20
 
     assert _scheduling_check_ids() == {"scheduling.E001", "scheduling.E002", "scheduling.W001"}
+
+
+def test_liveness_check_skips_while_a_round_holds_the_lock(
+    transactional_db, fifo, live_node, make_job, member, team
+):
+    # given a job running on node-01, which then falls silent, while a round holds the lock
+    live_node()
+    job = _job(make_job, member, team)
+    services.run_scheduling_round(now=T0)
+    later = T0 + timedelta(seconds=120)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_lock():
+        with connections["default"].cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [services.ROUND_LOCK_KEY])
+            held.set()
+            release.wait(10)
+            cursor.execute("ROLLBACK")
+        connections["default"].close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    assert held.wait(10)
+    try:
+        # when beat's liveness check runs meanwhile
+        skipped = services.check_liveness(now=later)
+    finally:
+        release.set()
+        holder.join(10)
+
+    # then it left everything to the round; once the lock is free it re-queues the job
+    assert skipped is None
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert services.check_liveness(now=later) == [job.pk]
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
