@@ -138,6 +138,7 @@ def budget_whatif(request):
             "budget": result.budget,
             "avg_jct_s": result.avg_jct_s,
             "n_jobs": result.n_jobs,
+            "schedulable_gpus": result.schedulable_gpus,
             "n_finished": result.n_finished,
             "used": used,
             "points": points,

@@ -24,7 +24,6 @@ from scheduling.simulator.carbon import ConstantIntensity
 from scheduling.simulator.engine import BudgetSpec, SimConfig, Simulator
 from scheduling.simulator.metrics import summarise
 from scheduling.simulator.scenario import core_planner
-from telemetry.accounting import budget_usage
 from telemetry.carbon import intensity_for_hour
 
 ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.PAUSED)
@@ -138,6 +137,7 @@ class WhatIf:
     n_finished: int
     energy_kwh: float
     co2_kg: float
+    schedulable_gpus: int = 0  # GPUs the live round could use now
 
 
 def whatif_average_jct_s(
@@ -166,12 +166,15 @@ def whatif_average_jct_s(
         policy = "greenflow"
     else:
         raise ValueError(f"unknown budget kind {kind!r}")
-    if not jobs:
-        return WhatIf(limit, None, 0, 0, 0.0, 0.0)
+    cluster = _whatif_cluster(now)
+    n_gpus = len(cluster.schedulable_gpus)
+    if not jobs or not n_gpus:
+        # Nothing to replay, or nowhere to run it: no simulation can say more.
+        return WhatIf(limit, None, len(jobs), 0, 0.0, 0.0, n_gpus)
     ci = intensity_for_hour(settings.TELEMETRY_CARBON_ZONE, now).ci_g_per_kwh
     result = Simulator(
         jobs,
-        cluster=_whatif_cluster(now),
+        cluster=cluster,
         catalog=adapters.current_catalog(),
         planner=core_planner(policy),
         config=SimConfig(
@@ -191,10 +194,5 @@ def whatif_average_jct_s(
         n_finished=summary["n_finished"],
         energy_kwh=summary["energy_kwh"],
         co2_kg=summary["co2_kg"],
+        schedulable_gpus=n_gpus,
     )
-
-
-def budget_used(budget, kind: str) -> float:
-    """What a stored budget's team has used in its period, in the limit's unit."""
-    totals = budget_usage(budget)
-    return totals.energy_kwh if kind == "energy" else totals.co2_g / 1000.0

@@ -494,3 +494,28 @@ def test_whatif_of_a_carbon_budget_runs_greenflow(
     bad = client_for(lead).post(reverse("frontend:budget-whatif"), {**data, "kind": "water"})
     assert bad.status_code == 400
     assert bad.json()["errors"]["kind"][0].startswith("Select a valid choice.")
+
+
+def test_whatif_without_a_live_node_says_nothing_can_run(
+    client_for, lead, member, team, make_job, make_node
+):
+    # given a node whose agent never heart-beat: the round would not place work on it
+    make_node("node-01", gpus=8)
+    make_job(owner=member, team=team)
+    now = timezone.now()
+    body = (
+        client_for(lead)
+        .post(
+            reverse("frontend:budget-whatif"),
+            {
+                "team": team.pk,
+                "kind": "energy",
+                "limit": "50",
+                "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+                "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
+            },
+        )
+        .json()
+    )
+    assert (body["n_jobs"], body["schedulable_gpus"], body["n_finished"]) == (1, 0, 0)
+    assert body["avg_jct_s"] is None

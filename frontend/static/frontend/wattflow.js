@@ -232,8 +232,13 @@
         done = answer.points;
         progress.value = i + 1;
         plot("fig-whatif", answer.figure);
-        if (answer.n_jobs === 0) {
-          statusEl.textContent = "The team has no queued or running jobs: nothing to replay.";
+        const nothing = answer.n_jobs === 0
+          ? "The team has no queued or running jobs: nothing to replay."
+          : answer.schedulable_gpus === 0
+            ? "No GPU can take work now (nodes draining, unhealthy or silent): nothing can run."
+            : "";
+        if (nothing) {
+          statusEl.textContent = nothing;
           button.disabled = false;
           return;
         }
