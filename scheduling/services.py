@@ -40,13 +40,14 @@ from django.db.models import (
 )
 
 from cluster import services as cluster_services
-from cluster.choices import HardLimitAction, JobState, NodeStatus
-from cluster.models import Job, JobAllocation, Node
+from cluster.choices import HardLimitAction, JobState
+from cluster.models import Job, JobAllocation
 from frontend.broadcast import broadcast_round
 from scheduling import adapters
 from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core import types as core
 from scheduling.core.round import plan_round
+from scheduling.liveness import mark_silent_nodes
 from scheduling.models import (
     JobSchedulingState,
     RoundDecision,
@@ -84,58 +85,6 @@ def try_round_lock() -> bool:
 
 
 # --- node liveness ---------------------------------------------------------------------------
-
-
-def mark_silent_nodes(*, now: datetime, timeout_s: float | None = None) -> list[int]:
-    """Mark healthy nodes silent for ``timeout_s`` unhealthy and re-queue the jobs running on
-    them (their allocations close, so the agents stop them if they come back); mark unhealthy
-    nodes that heart-beat again healthy. Returns the ids of the re-queued jobs.
-
-    A node that never heart-beat since it was added stays as it is (it is not schedulable
-    anyway: see ``adapters.node_is_live``). Draining nodes are the admin's and stay draining.
-    """
-    timeout_s = settings.WATTFLOW_NODE_TIMEOUT_S if timeout_s is None else timeout_s
-    cutoff = now - timedelta(seconds=timeout_s)
-    requeued: list[int] = []
-    with transaction.atomic():
-        silent = list(
-            Node.objects.select_for_update()
-            .filter(status=NodeStatus.HEALTHY, last_heartbeat_at__lt=cutoff)
-            .values_list("pk", flat=True)
-        )
-        if silent:
-            # Conditional: a heartbeat that landed since the read keeps its node healthy.
-            Node.objects.filter(
-                pk__in=silent, status=NodeStatus.HEALTHY, last_heartbeat_at__lt=cutoff
-            ).update(status=NodeStatus.UNHEALTHY)
-            stranded = (
-                Job.objects.filter(
-                    state=JobState.RUNNING,
-                    current_allocation__gpus__node_id__in=silent,
-                )
-                .distinct()
-                .order_by("pk")
-            )
-            for job in stranded:
-                try:
-                    cluster_services.transition_job(
-                        job,
-                        to=JobState.QUEUED,
-                        at=now,
-                        pending_reason_code="node_lost",
-                        pending_reason="Re-queued: a node it ran on stopped reporting.",
-                    )
-                except cluster_services.InvalidTransition as exc:
-                    log.info("job %s not re-queued: %s", job.pk, exc)
-                    continue
-                requeued.append(job.pk)
-            log.warning(
-                "nodes %s silent since %s: unhealthy; re-queued %s", silent, cutoff, requeued
-            )
-        Node.objects.filter(status=NodeStatus.UNHEALTHY, last_heartbeat_at__gte=cutoff).update(
-            status=NodeStatus.HEALTHY
-        )
-    return requeued
 
 
 def check_liveness(*, now: datetime) -> list[int] | None:

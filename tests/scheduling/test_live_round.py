@@ -12,7 +12,7 @@ from django.db import connections
 from cluster import services as cluster_services
 from cluster.choices import HardLimitAction, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, Node
-from scheduling import services
+from scheduling import liveness, services
 from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.models import JobSchedulingState, RoundDecision, SchedulerSettings, SchedulingRound
 
@@ -240,7 +240,7 @@ def test_silent_node_is_marked_unhealthy_and_its_jobs_requeued(
     # when node-01 falls silent for longer than the timeout and liveness runs
     later = T0 + timedelta(seconds=120)
     Node.objects.filter(name="node-02").update(last_heartbeat_at=later)
-    requeued = services.mark_silent_nodes(now=later)
+    requeued = liveness.mark_silent_nodes(now=later)
 
     # then node-01 is unhealthy, the job re-queued with its allocation closed
     job.refresh_from_db()
@@ -254,7 +254,7 @@ def test_silent_node_is_marked_unhealthy_and_its_jobs_requeued(
 
     # and when node-01 heart-beats again it is healthy again
     Node.objects.filter(name="node-01").update(last_heartbeat_at=later + timedelta(seconds=5))
-    assert services.mark_silent_nodes(now=later + timedelta(seconds=6)) == []
+    assert liveness.mark_silent_nodes(now=later + timedelta(seconds=6)) == []
     assert Node.objects.get(name="node-01").status == NodeStatus.HEALTHY
 
 
