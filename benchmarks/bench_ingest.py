@@ -51,6 +51,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--database", default="wattflow_bench_ingest")
     parser.add_argument("--pg", default="postgres://postgres@127.0.0.1:5432")
     parser.add_argument("--skip-methods", action="store_true")
+    parser.add_argument(
+        "--account", action="store_true", help="then time accounting of every marked GPU-hour"
+    )
     parser.add_argument("--pool-size", type=int, default=4, help="DB pool per server process")
     parser.add_argument("--server-log", default="/tmp/bench_ingest_daphne.log")
     args = parser.parse_args()
@@ -232,6 +235,25 @@ def compare_methods(agents, batches: int = 100) -> dict[str, float]:
     return out
 
 
+def account_all(stored: int) -> None:
+    """Time ``process_dirty_hours`` over everything the run marked (one process, as beat's
+    task runs it)."""
+    from telemetry.accounting import process_dirty_hours
+    from telemetry.models import DirtyHour, EnergyLedgerEntry
+
+    marks = DirtyHour.objects.count()
+    t0 = time.perf_counter()
+    done = 0
+    while step := process_dirty_hours(limit=500):
+        done += step
+    elapsed = time.perf_counter() - t0
+    say(
+        f"accounting: {done} GPU-hours ({marks} marks, {stored:,} samples) in {elapsed:.1f} s "
+        f"= {done / elapsed:,.1f} GPU-hours/s, {stored / elapsed:,.0f} samples/s; "
+        f"{EnergyLedgerEntry.objects.count()} ledger rows"
+    )
+
+
 def main() -> int:
     args = parse_args()
     dsn = f"{args.pg}/{args.database}"
@@ -323,6 +345,9 @@ def main() -> int:
         django.db.connections.close_all()
         for method, rows_s in compare_methods(agents).items():
             say(f"store method {method}: {rows_s:,.0f} rows/s in-process")
+    if args.account:
+        django.db.connections.close_all()
+        account_all(stored)
     if stored != total_inserted:
         sys.stderr.write("MISMATCH: stored rows differ from inserted counts\n")
         return 1

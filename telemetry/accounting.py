@@ -52,8 +52,10 @@ def holders_for(gpu_id: int, start: datetime, end: datetime) -> tuple[list[Holde
     return holders, teams
 
 
-def account_hour(gpu_id: int, hour: datetime) -> None:
-    """Recompute rollups and ledger of one GPU-hour from its raw samples."""
+def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None) -> None:
+    """Recompute rollups and ledger of one GPU-hour from its raw samples. ``intensities``
+    memoises the grid intensity per (zone, hour) across the GPU-hours of one run: every GPU
+    of that hour is priced alike, and a fallback is looked up (and logged) once."""
     end = hour + timedelta(hours=1)
     gap = timedelta(seconds=settings.TELEMETRY_MAX_GAP_S)
     fields = ("ts", "power_w", "energy_j", "util_pct")
@@ -104,7 +106,12 @@ def account_hour(gpu_id: int, hour: datetime) -> None:
 
     zone = settings.TELEMETRY_CARBON_ZONE
     # Only price hours that drew energy: an empty hour must not query a (maybe remote) provider.
-    intensity = intensity_for_hour(zone, hour) if result.total_j > 0 else None
+    intensity = None
+    if result.total_j > 0:
+        memo = intensities if intensities is not None else {}
+        if (zone, hour) not in memo:
+            memo[(zone, hour)] = intensity_for_hour(zone, hour)
+        intensity = memo[(zone, hour)]
     ledger_rows = [
         EnergyLedgerEntry(
             gpu_id=gpu_id,
@@ -151,6 +158,7 @@ def process_dirty_hours(*, limit: int = 500) -> int:
     with itself (marks are claimed with SKIP LOCKED) and with ingestion (a mark re-set while
     we worked has a newer ``marked_at`` and survives)."""
     done = 0
+    intensities: dict = {}
     while done < limit:
         with transaction.atomic():
             mark = (
@@ -160,7 +168,7 @@ def process_dirty_hours(*, limit: int = 500) -> int:
             )
             if mark is None:
                 return done
-            account_hour(mark.gpu_id, mark.hour)
+            account_hour(mark.gpu_id, mark.hour, intensities=intensities)
             DirtyHour.objects.filter(pk=mark.pk, marked_at=mark.marked_at).delete()
         done += 1
     return done
