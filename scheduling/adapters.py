@@ -98,7 +98,7 @@ def cluster_from_rows(nodes: Iterable[Node], *, now: datetime, timeout_s: float)
     return core.Cluster(nodes=tuple(result))
 
 
-def _allocation_history(job_ids: list[int], now: datetime) -> dict[int, list[tuple]]:
+def _allocation_history(job_ids: list[int]) -> dict[int, list[tuple]]:
     """Per job: (started_at, ended_at, gpu ids frozenset) of every allocation, oldest first."""
     through = JobAllocation.gpus.through
     gpu_sets: dict[int, set[int]] = defaultdict(set)
@@ -243,7 +243,7 @@ def build_snapshot(
         .prefetch_related("current_allocation__gpus__node")
         .order_by("submitted_at", "id")
     )
-    history = _allocation_history([j.pk for j in rows], now)
+    history = _allocation_history([j.pk for j in rows])
     scales = {
         s.job_id: s
         for s in JobSchedulingState.objects.filter(job_id__in=[j.pk for j in rows]).only(
