@@ -15,6 +15,7 @@ from cluster.choices import JobState, NodeStatus
 from cluster.models import AuditEntry, Budget, Job, Node
 from cluster.workloads import perf_catalog
 from scheduling.core.types import J_PER_KWH, GpuConfig
+from scheduling.models import JobSchedulingState
 from scheduling.services import run_scheduling_round
 from telemetry.carbon import static_mean_g_per_kwh
 
@@ -519,3 +520,16 @@ def test_whatif_without_a_live_node_says_nothing_can_run(
     )
     assert (body["n_jobs"], body["schedulable_gpus"], body["n_finished"]) == (1, 0, 0)
     assert body["avg_jct_s"] is None
+
+
+def test_job_detail_shows_when_the_scheduler_expects_a_waiting_job_to_start(
+    client_for, member, team, make_job
+):
+    job = make_job(owner=member, team=team)
+    until = timezone.now().replace(second=0, microsecond=0) + timedelta(hours=2)
+    JobSchedulingState.objects.create(job=job, wait_code="no_capacity", wait_until=until)
+    Job.objects.filter(pk=job.pk).update(
+        pending_reason_code="no_capacity", pending_reason="Waiting for GPUs."
+    )
+    page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk])).content.decode()
+    assert f'<span id="wait-until">Expected around {until:%Y-%m-%d %H:%M} UTC.</span>' in page
