@@ -13,18 +13,19 @@ intensity of that hour in ``TELEMETRY_CARBON_ZONE`` (``telemetry/carbon.py``).
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
 from cluster.models import Budget, Job, JobAllocation, Team
 from scheduling.core.types import J_PER_KWH
 from telemetry.carbon import intensity_for_hour
-from telemetry.energy import Holder, Point, attribute
+from telemetry.energy import MINUTE_S, Holder, Point, attribute
 from telemetry.models import DirtyHour, EnergyLedgerEntry, GpuHour, GpuMinute, GpuSample
 
 log = logging.getLogger(__name__)
@@ -52,30 +53,38 @@ def holders_for(gpu_id: int, start: datetime, end: datetime) -> tuple[list[Holde
     return holders, teams
 
 
+# The hour's samples plus the last one before it and the first one after it (within the gap
+# limit), whose intervals reach into the hour; times as epoch floats, which is all the energy
+# arithmetic needs (parsing 3,600 datetimes per GPU-hour was a fifth of the work).
+_SAMPLE_COLUMNS = "extract(epoch FROM ts)::float8, power_w, energy_j, util_pct"
+_POINTS_SQL = f"""
+SELECT * FROM (
+    (SELECT {_SAMPLE_COLUMNS} FROM {GpuSample._meta.db_table}
+     WHERE gpu_id = %s AND ts < %s AND ts >= %s ORDER BY ts DESC LIMIT 1)
+    UNION ALL
+    (SELECT {_SAMPLE_COLUMNS} FROM {GpuSample._meta.db_table}
+     WHERE gpu_id = %s AND ts >= %s AND ts < %s)
+    UNION ALL
+    (SELECT {_SAMPLE_COLUMNS} FROM {GpuSample._meta.db_table}
+     WHERE gpu_id = %s AND ts >= %s AND ts <= %s ORDER BY ts LIMIT 1)
+) AS points ORDER BY 1
+"""
+
+
 def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None) -> None:
     """Recompute rollups and ledger of one GPU-hour from its raw samples. ``intensities``
     memoises the grid intensity per (zone, hour) across the GPU-hours of one run: every GPU
     of that hour is priced alike, and a fallback is looked up (and logged) once."""
     end = hour + timedelta(hours=1)
     gap = timedelta(seconds=settings.TELEMETRY_MAX_GAP_S)
-    fields = ("ts", "power_w", "energy_j", "util_pct")
-    inside = list(
-        GpuSample.objects.filter(gpu_id=gpu_id, ts__gte=hour, ts__lt=end)
-        .order_by("ts")
-        .values_list(*fields)
-    )
-    before = (
-        GpuSample.objects.filter(gpu_id=gpu_id, ts__lt=hour, ts__gte=hour - gap)
-        .order_by("-ts")
-        .values_list(*fields)[:1]
-    )
-    after = (
-        GpuSample.objects.filter(gpu_id=gpu_id, ts__gte=end, ts__lte=end + gap)
-        .order_by("ts")
-        .values_list(*fields)[:1]
-    )
-    rows = list(before) + inside + list(after)
-    points = [Point(_ts(ts), power, energy) for ts, power, energy, _ in rows]
+    hour_s, end_s = _ts(hour), _ts(end)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _POINTS_SQL, [gpu_id, hour, hour - gap, gpu_id, hour, end, gpu_id, end, end + gap]
+        )
+        rows = cursor.fetchall()
+    points = [Point(t, power, energy) for t, power, energy, _ in rows]
+    inside = [(t, power, util) for t, power, _, util in rows if hour_s <= t < end_s]
     holders, teams = holders_for(gpu_id, hour, end)
     result = attribute(
         points,
@@ -88,21 +97,20 @@ def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None
         log.warning("gpu %s %s: %.0f J in data gaps left unattributed", gpu_id, hour, result.gap_j)
 
     # Per-minute statistics of the samples taken in the minute; energy of the intervals in it.
-    minutes: dict[datetime, list] = {}
-    for ts, power, _, util in inside:
-        minutes.setdefault(ts.replace(second=0, microsecond=0), []).append((power, util))
-    minute_rows = []
+    minutes: dict[float, list] = {}
+    for t, power, util in inside:
+        minutes.setdefault(math.floor(t / MINUTE_S) * MINUTE_S, []).append((power, util))
     for minute_s in result.by_minute_j:
-        minutes.setdefault(_dt(minute_s), [])
-    for minute, readings in sorted(minutes.items()):
-        minute_rows.append(
-            GpuMinute(
-                gpu_id=gpu_id,
-                minute=minute,
-                energy_j=result.by_minute_j.get(_ts(minute), 0.0),
-                **_stats(readings),
-            )  # fmt: skip
+        minutes.setdefault(minute_s, [])
+    minute_rows = [
+        GpuMinute(
+            gpu_id=gpu_id,
+            minute=_dt(minute_s),
+            energy_j=result.by_minute_j.get(minute_s, 0.0),
+            **_stats(readings),
         )
+        for minute_s, readings in sorted(minutes.items())
+    ]
 
     zone = settings.TELEMETRY_CARBON_ZONE
     # Only price hours that drew energy: an empty hour must not query a (maybe remote) provider.
@@ -136,7 +144,7 @@ def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None
                 gpu_id=gpu_id,
                 hour=hour,
                 energy_j=result.total_j,
-                **_stats([(power, util) for _, power, _, util in inside]),
+                **_stats([(power, util) for _, power, util in inside]),
             )
         EnergyLedgerEntry.objects.filter(gpu_id=gpu_id, hour=hour).delete()
         EnergyLedgerEntry.objects.bulk_create(ledger_rows)

@@ -92,20 +92,30 @@ def attribute(
             result.gap_j += energy_j * (hi - lo) / dt
             continue
         rate_w = energy_j / dt
-        cuts = [lo, hi]
         first_minute = math.floor(lo / MINUTE_S) + 1
+        if first_minute * MINUTE_S >= hi and not any(lo < e < hi for e in edges):
+            # The common case (1 s samples): the interval lies in one minute and one holding.
+            _add_piece(result, holders, lo, hi, rate_w * (hi - lo))
+            continue
+        cuts = [lo, hi]
         cuts.extend(k * MINUTE_S for k in range(first_minute, math.ceil(hi / MINUTE_S)))
         cuts.extend(e for e in edges if lo < e < hi)
         cuts = sorted(set(cuts))
         for t0, t1 in zip(cuts, cuts[1:], strict=False):
-            piece_j = rate_w * (t1 - t0)
-            mid = (t0 + t1) / 2.0
-            result.by_minute_j[math.floor(mid / MINUTE_S) * MINUTE_S] += piece_j
-            active = [h.job_id for h in holders if h.active_at(mid)]
-            if not active:
-                result.by_job_j[None] += piece_j
-            else:
-                share = piece_j / len(active)
-                for job_id in active:
-                    result.by_job_j[job_id] += share
+            _add_piece(result, holders, t0, t1, rate_w * (t1 - t0))
     return result
+
+
+def _add_piece(
+    result: Attribution, holders: list[Holder], t0: float, t1: float, piece_j: float
+) -> None:
+    """Book energy drawn over [t0, t1) (inside one minute and one holding) at its midpoint."""
+    mid = (t0 + t1) / 2.0
+    result.by_minute_j[math.floor(mid / MINUTE_S) * MINUTE_S] += piece_j
+    active = [h.job_id for h in holders if h.active_at(mid)]
+    if not active:
+        result.by_job_j[None] += piece_j
+    else:
+        share = piece_j / len(active)
+        for job_id in active:
+            result.by_job_j[job_id] += share
