@@ -36,6 +36,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    # Swagger UI served from our own static files: the docs page works without a CDN.
+    "drf_spectacular_sidecar",
     "django_filters",
     # frontend before cluster so its templates (registration/login.html) override the plain one.
     "frontend",
@@ -156,6 +158,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Channels -------------------------------------------------------------------------------

@@ -79,6 +79,10 @@ def test_daphne_serves_the_login_page_and_static_files(process_env):
         static_status, css = _get(f"http://127.0.0.1:{port}/static/admin/css/base.css")
         assert static_status == 200
         assert b"{" in css
+        bundle = "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"
+        bundle_status, js = _get(f"http://127.0.0.1:{port}{bundle}")
+        assert bundle_status == 200
+        assert len(js) > 100_000
     finally:
         _stop(server)
 
