@@ -8,6 +8,8 @@ lower clock; a busy GPU draws 50 + 200 * (f / 2000)**2 W: 100 W at 1000 MHz, 162
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from corekit import AnalyticModel, Catalog, job, make_cluster, running, snapshot
 
@@ -15,9 +17,10 @@ from scheduling.core.registry import get_policy, policy_names
 from scheduling.core.round import plan_round
 from scheduling.core.types import Budget, CarbonSignal, ChangeKind, WaitCode
 
-# An even pace keeps the hand arithmetic simple; the default front-loads by 1.25.
-PF = get_policy("powerflow", spend_ahead=1.0)
-GF = get_policy("greenflow", spend_ahead=1.0)
+# An even pace and no score floor keep the hand arithmetic simple; the defaults
+# (front-load by 1.25, skip steps scoring below 0.5) have tests of their own.
+PF = get_policy("powerflow", spend_ahead=1.0, min_score=0.0)
+GF = get_policy("greenflow", spend_ahead=1.0, min_score=0.0)
 
 
 def node_ids(node: str, positions) -> tuple[str, ...]:
@@ -69,7 +72,7 @@ def test_powerflow_stops_upgrading_where_the_round_allowance_ends():
 def test_powerflow_default_pace_front_loads_a_quarter():
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e6)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
-    plan = plan_round(snap, policy="powerflow", now=0.0)
+    plan = plan_round(snap, policy=get_policy("powerflow", min_score=0.0), now=0.0)
     # 1.25 x 400 kJ = 500 kJ: still short of 8 GPUs at 2000 MHz (600 kJ)
     assert plan.energy_allowance_by_budget_j == {"b": pytest.approx(500_000.0)}
     assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 1500)
@@ -290,7 +293,20 @@ def test_powerflow_ranks_by_draw_above_idle_while_idle_gpus_stay_powered(above_i
         catalog=Catalog(a, b),
         budgets=(budget,),
     )
-    policy = get_policy("powerflow", spend_ahead=1.0, cost_above_idle=above_idle)
+    policy = get_policy("powerflow", spend_ahead=1.0, cost_above_idle=above_idle, min_score=0.0)
     plan = plan_round(snap, policy=policy, now=0.0)
     got = (plan.allocations["a"].sm_clock_mhz, plan.allocations["b"].sm_clock_mhz)
     assert got == clocks
+
+
+def test_powerflow_skips_budgeted_steps_scoring_below_min_score():
+    # the clock step 1000 -> 1500 MHz gains 22% for 75% more draw above idle (0.30):
+    # under a budget with room for it, the default floor of 0.5 still skips it, while
+    # the free GPU doublings (no extra energy) are taken
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e7)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
+    plan = plan_round(snap, policy="powerflow", now=0.0)
+    assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 1000)
+    # without a budget there is nothing to save for: every improving step is taken
+    free = plan_round(replace(snap, budgets=()), policy="powerflow", now=0.0)
+    assert (free.allocations["a"].n_gpus, free.allocations["a"].sm_clock_mhz) == (8, 2000)

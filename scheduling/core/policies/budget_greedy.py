@@ -32,9 +32,15 @@ papers', the details below are ours and every constant is a parameter:
    (gram) instead, for comparison. While idle GPUs stay powered
    (``Snapshot.power_off_idle_nodes`` false) C counts only the draw above idle, which
    is what running the job adds (``cost_above_idle`` overrides). A step that lowers
-   the cost and the time ranks above all others. A max-heap serves the best step
-   while GPUs and every allowance last; a job's entries are refreshed only when that
-   job changes (lazy versioning), so a round costs O(steps log steps).
+   the cost and the time ranks above all others. A job paid by a budget takes no
+   step scoring below ``min_score`` (default 0.5), so that quiet hours do not spend
+   the allowance on poor upgrades that busy hours later miss: with even pacing, a
+   round's unspent allowance rolls forward. On the 876-job replay (ratios of average
+   JCT at the baseline's energy): min_score 0 gave 1.39x vs fifo and 0.50x vs
+   fifo_lowclock; 0.5 gave 1.48x and 0.66x; 1.5 gave 1.09x and 0.79x. A max-heap
+   serves the best step while GPUs and every allowance last; a job's entries are
+   refreshed only when that job changes (lazy versioning), so a round costs
+   O(steps log steps).
 
 Batch size: the work is a number of samples, so a larger global batch needs fewer
 iterations; statistical efficiency is not modelled (see ``scheduling.core.context``).
@@ -97,6 +103,7 @@ class BudgetGreedy:
         catch_up_s: float | None = None,
         rank: str = "relative",
         cost_above_idle: bool | None = None,
+        min_score: float = 0.5,
         placement: str = "buddy",
     ) -> None:
         if admission not in ("srtf", "fifo"):
@@ -117,6 +124,7 @@ class BudgetGreedy:
             raise ValueError(f"rank must be 'relative' or 'absolute', not {rank!r}")
         self.rank = rank
         self.cost_above_idle = cost_above_idle
+        self.min_score = min_score
         self.placement = placement
 
     # --- state carried between rounds -------------------------------------------
@@ -312,6 +320,8 @@ class BudgetGreedy:
                 else:
                     rel_cost = (c2 - c) / c if c > 0 else 0.0
                 score = gain / rel_cost if rel_cost > 1e-12 else _DOMINANT * gain
+                if pays[j] and score < self.min_score:
+                    continue  # not worth the budget it would take from later rounds
                 heapq.heappush(heap, (-score, j, kind, version[j], new_cfg, (new_est, t2, c2)))
 
         for j in order:
