@@ -9,8 +9,9 @@ from corekit import job, make_cluster, running, snapshot
 
 from scheduling.core.colocation import learn, load_colocation, pair_key, shared_power_w
 from scheduling.core.perf_models import load_catalog
+from scheduling.core.policies.eaco import Eaco
 from scheduling.core.registry import get_policy
-from scheduling.core.round import plan_round
+from scheduling.core.round import admit, plan_round
 from scheduling.core.types import GpuConfig, WaitCode
 
 CATALOG = load_catalog()
@@ -165,3 +166,73 @@ def test_running_pair_within_tolerance_stays_together_and_energy_counts_idle_onc
     expected_j = 300.0 * (model.idle_power_w + 2 * (busy_w - model.idle_power_w))
     assert plan.predicted_energy_j == pytest.approx(expected_j)
     assert alone.predicted_energy_j == pytest.approx(300.0 * busy_w)
+
+
+A100_WORKLOADS = ("resnet50", "resnet50_cifar10", "vgg16", "bert", "gpt2", "inception3")
+
+
+def _real_snapshot(seed: int, *, tolerance: float):
+    """A seeded mix of real A100 workloads on 2 x 4 GPUs, the first six running on
+    their own GPUs, with a queue longer than the cluster."""
+    import random
+
+    rng = random.Random(seed)
+    cluster = make_cluster(1, 2, 4)
+    free = [g.gpu_id for g in cluster.gpus]
+    rng.shuffle(free)
+    jobs = []
+    for i in range(14):
+        n = rng.choice((1, 1, 2))
+        b = rng.choice((16, 32, 64, 128))
+        j = job(
+            f"j{i:02d}",
+            workload=rng.choice(A100_WORKLOADS),
+            n=n,
+            global_batch=b * n,
+            per_gpu_batch=b,
+            submit=float(i),
+            slowdown_tolerance=tolerance,
+            iters=rng.choice((1000.0, 50_000.0)),
+        )
+        if i < 6 and len(free) >= n:
+            j = replace(running(j, tuple(free.pop() for _ in range(n))), started_s=float(i))
+        jobs.append(j)
+    return snapshot(cluster, jobs, catalog=CATALOG)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("tolerance", (0.1, 1.0, 3.0))
+def test_sharing_invariants_hold_over_random_real_workloads(seed, tolerance):
+    from test_invariants import assert_gpu_sharing_within_limit
+
+    snap = _real_snapshot(seed, tolerance=tolerance)
+    plan = plan_round(snap, policy=get_policy("eaco"), now=NOW)
+    assert_gpu_sharing_within_limit(snap, plan)
+    assert set(plan.allocations) | set(plan.waiting) == {j.job_id for j in snap.jobs}
+    assert not set(plan.allocations) & set(plan.waiting)
+    # A shared GPU set belongs to exactly two jobs of the same size on all their GPUs.
+    by_gpu: dict[str, set[str]] = {}
+    for jid, a in plan.allocations.items():
+        for g in a.gpu_ids:
+            by_gpu.setdefault(g, set()).add(jid)
+    for holders in by_gpu.values():
+        if len(holders) == 2:
+            a, b = (plan.allocations[j] for j in sorted(holders))
+            assert set(a.gpu_ids) == set(b.gpu_ids)
+            # and Gavel's pair is within both jobs' tolerance
+            ctx, _ = admit(snap, now=NOW)
+            views = {jv.job.job_id: jv for jv in ctx.jobs}
+            va, vb = (views[j] for j in sorted(holders))
+            s = Eaco().predict({}, va, vb, a.n_gpus)
+            assert s is not None and max(s) <= tolerance
+    assert plan == plan_round(snap, policy=get_policy("eaco"), now=NOW)
+
+
+def test_random_real_workloads_do_share_at_a_high_tolerance():
+    shared = 0
+    for seed in range(8):
+        snap = _real_snapshot(seed, tolerance=3.0)
+        plan = plan_round(snap, policy=get_policy("eaco"), now=NOW)
+        used = [g for a in plan.allocations.values() for g in a.gpu_ids]
+        shared += len(used) - len(set(used))
+    assert shared > 0
