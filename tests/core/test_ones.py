@@ -52,8 +52,8 @@ def test_alone_a_job_grows_to_its_cap_and_batch_follows():
 
 def test_new_jobs_get_one_gpu_then_shortest_remaining_first_is_topped_up():
     jobs = [
-        job("long", n=4, iters=100_000.0, global_batch=128),
-        job("short", n=4, iters=100.0, global_batch=128, submit=1.0),
+        job("long", n=4, min_gpus=1, iters=100_000.0, global_batch=128),
+        job("short", n=4, min_gpus=1, iters=100.0, global_batch=128, submit=1.0),
     ]
     plan = plan_round(snapshot(make_cluster(1, 1, 5), jobs, catalog=CAT), policy=Ones(), now=NOW)
     # One GPU each, then the short job is topped up to its cap of 4.
@@ -62,7 +62,8 @@ def test_new_jobs_get_one_gpu_then_shortest_remaining_first_is_topped_up():
 
 def test_the_largest_long_running_job_is_shrunk_for_a_new_job():
     ids = tuple(f"s0n0/{i}" for i in range(4))
-    big = replace(running(job("big", n=4, iters=100_000.0, global_batch=128), ids), started_s=0.0)
+    big = job("big", n=4, min_gpus=1, iters=100_000.0, global_batch=128)
+    big = replace(running(big, ids), started_s=0.0)
     big = replace(big, last_change_s=0.0, total_iters=1e9)
     snap = snapshot(make_cluster(1, 1, 4), [big, job("new", n=1, submit=NOW)], catalog=CAT)
     plan = plan_round(snap, policy=Ones(long_running_s=3600.0, epochs_per_job=10**9), now=NOW)
@@ -144,3 +145,28 @@ def test_blocks_are_contiguous_inside_a_node():
         if len(nodes) == 1:
             idx = sorted(index[g][1] for g in a.gpu_ids)
             assert idx == list(range(idx[0], idx[0] + len(idx))), a
+
+
+def test_padding_never_gives_a_job_fewer_gpus_than_its_minimum():
+    # Given a 2..8-GPU job and three free GPUs taken by one rigid 1-GPU job first
+    jobs = [
+        job("rigid", n=1, submit=0.0, iters=1e6),
+        job("wide", n=8, min_gpus=2, global_batch=256, submit=1.0, min_batch=128),
+    ]
+    plan = plan_round(snapshot(make_cluster(1, 1, 3), jobs, catalog=CAT), policy=Ones(), now=NOW)
+    # Then the wide job gets its minimum of 2, at a batch inside its range
+    assert plan.allocations["wide"].n_gpus == 2
+    assert plan.allocations["wide"].global_batch == 128
+    assert plan.allocations["rigid"].n_gpus == 1
+
+
+def test_a_job_whose_minimum_does_not_fit_waits_and_a_later_one_is_padded():
+    jobs = [
+        job("rigid", n=2, submit=0.0, iters=1e6),
+        job("wide", n=8, min_gpus=4, global_batch=256, submit=1.0),
+        job("small", n=1, submit=2.0),
+    ]
+    plan = plan_round(snapshot(make_cluster(1, 1, 4), jobs, catalog=CAT), policy=Ones(), now=NOW)
+    assert "wide" not in plan.allocations
+    assert plan.waiting["wide"].message.startswith("Waiting: ")
+    assert plan.allocations["small"].n_gpus == 1

@@ -18,9 +18,10 @@ Each round runs ``generations`` generations of:
 - **uniform crossover** of two parents (each job's count from either, swap probability
   ``crossover_p`` = 0.5), respecting each job's size cap;
 - **mutation**: with probability ``mutation_p`` = 0.3 a random job is dropped (0 GPUs);
-- **padding**: every job without GPUs gets one while GPUs last (submit order); if none
-  is left, the largest job that has run longer than ``long_running_s`` is halved to
-  make room; then spare GPUs top up jobs shortest-remaining-first up to their caps;
+- **padding**: every job without GPUs gets one (or its ``min_gpus``, never fewer) while
+  GPUs last (submit order); if none is left, the largest job that has run longer than
+  ``long_running_s`` is halved (not below its minimum) to make room; then spare GPUs
+  top up jobs shortest-remaining-first up to their caps;
 - **fitness** (lower is better): total remaining GPU-time, ``sum n * T(n)`` over jobs
   that run plus ``r * T(r)`` for those that wait (``r`` their request), with ``T`` the
   perf model's remaining time at the batch that ``n`` implies.
@@ -55,7 +56,8 @@ def per_gpu_batch(job) -> int:
 
 def global_batch_for(job, n: int) -> int:
     """Global batch on ``n`` GPUs: ``n * b``, capped where the linearly scaled learning
-    rate would exceed ``max_lr`` (and by ``max_batch`` when the job states one)."""
+    rate would exceed ``max_lr``, and kept inside the job's ``min_batch..max_batch``
+    when it states one."""
     b = per_gpu_batch(job)
     batch = n * b
     if job.base_lr and job.max_lr:
@@ -63,7 +65,14 @@ def global_batch_for(job, n: int) -> int:
         batch = min(batch, max(int(ref * job.max_lr / job.base_lr), b))
     if job.max_batch:
         batch = min(batch, job.max_batch)
+    if job.min_batch:
+        batch = max(batch, job.min_batch)
     return max(batch, 1)
+
+
+def floor_gpus(job) -> int:
+    """The fewest GPUs a job may run on (its ``min_gpus``; padding starts there)."""
+    return max(job.min_gpus, 1)
 
 
 def learning_rate_for(job, n: int) -> float | None:
@@ -127,7 +136,7 @@ class Ones:
             cap = int(caps.get(job.job_id, job.requested_gpus))
             if job.allocation is not None and job.allocation.n_gpus >= cap:
                 cap = min(2 * cap, limit)  # reached: double, up to cap_factor x request
-            out[job.job_id] = max(min(cap, limit), 1)
+            out[job.job_id] = max(min(cap, limit), floor_gpus(job))
         return out
 
     # --- the round ---------------------------------------------------------------------
@@ -140,9 +149,9 @@ class Ones:
         by_model: dict[str, list[JobView]] = {}
         waiting: dict[str, WaitReason] = {}
         for jv in submit_order(ctx.jobs):
-            if jv.job.requested_gpus > ctx.capacity[jv.gpu_model]:
+            if floor_gpus(jv.job) > ctx.capacity[jv.gpu_model]:
                 cap = ctx.capacity[jv.gpu_model]
-                waiting[jv.job.job_id] = too_big(jv.job.requested_gpus, jv.gpu_model, cap)
+                waiting[jv.job.job_id] = too_big(floor_gpus(jv.job), jv.gpu_model, cap)
                 continue
             by_model.setdefault(jv.gpu_model, []).append(jv)
         caps_all = self.next_caps(
@@ -192,6 +201,7 @@ class _Search:
         self.ids = [jv.job.job_id for jv in jobs]
         self.views = {jv.job.job_id: jv for jv in jobs}
         self.caps = {j: caps[j] for j in self.ids}
+        self.floor = {jv.job.job_id: floor_gpus(jv.job) for jv in jobs}
         self.capacity = capacity
         self.rng = rng
         self.current = {
@@ -219,12 +229,15 @@ class _Search:
 
     # --- operators ----------------------------------------------------------------
 
+    def clip(self, jid: str, n: int) -> int:
+        """0 (not running) or a count within the job's floor and cap."""
+        return 0 if n <= 0 else min(max(n, self.floor[jid]), self.caps[jid])
+
     def crossover(self, a: Individual, b: Individual) -> Individual:
         child = {}
         for jid in self.ids:
             take_b = self.rng.random() < self.p.crossover_p
-            n = (b if take_b else a).get(jid, 0)
-            child[jid] = min(n, self.caps[jid])
+            child[jid] = self.clip(jid, (b if take_b else a).get(jid, 0))
         return child
 
     def mutate(self, ind: Individual) -> Individual:
@@ -235,7 +248,7 @@ class _Search:
 
     def repair(self, ind: Individual) -> Individual:
         """Freeze locked jobs, clip to caps, fit the capacity, then pad."""
-        out = {jid: min(max(ind.get(jid, 0), 0), self.caps[jid]) for jid in self.ids}
+        out = {jid: self.clip(jid, ind.get(jid, 0)) for jid in self.ids}
         out.update(self.frozen)
         # Over capacity: drop unfrozen jobs, largest first, until it fits.
         while sum(out.values()) > self.capacity:
@@ -249,15 +262,16 @@ class _Search:
     def pad(self, ind: Individual) -> Individual:
         out = dict(ind)
         spare = self.capacity - sum(out.values())
-        for jid in self.ids:  # submit order: new jobs get one GPU each
+        for jid in self.ids:  # submit order: new jobs get one GPU each (or their minimum)
             if out[jid] > 0:
                 continue
-            if spare <= 0:
-                spare += self.shrink_largest(out)
-            if spare <= 0:
-                break
-            out[jid] = 1
-            spare -= 1
+            need = self.floor[jid]
+            while spare < need and (freed := self.shrink_largest(out)) > 0:
+                spare += freed
+            if spare < need:
+                continue  # a later, smaller job may still fit
+            out[jid] = need
+            spare -= need
         # Top up shortest-remaining-first, up to each cap.
         for jid in sorted(
             (j for j in self.ids if out[j] > 0), key=lambda j: (self.t(j, out[j]), j)
@@ -279,7 +293,7 @@ class _Search:
         candidates = [
             j
             for j in self.ids
-            if ind[j] > 1
+            if ind[j] > self.floor[j]
             and j not in self.frozen
             and self.views[j].job.started_s is not None
             and now - self.views[j].job.started_s >= self.p.long_running_s
@@ -287,7 +301,7 @@ class _Search:
         if not candidates:
             return 0
         j = max(candidates, key=lambda j: (ind[j], j))
-        freed = ind[j] - ind[j] // 2
+        freed = ind[j] - max(ind[j] // 2, self.floor[j])
         ind[j] -= freed
         return freed
 
