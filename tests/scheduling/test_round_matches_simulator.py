@@ -172,27 +172,7 @@ def test_live_round_and_simulator_plan_the_same_for_the_same_state(
     assert result.plan == sim_plan
 
 
-# ONES pads every waiting job with one GPU, below a job's min_gpus (here queued-a, 2..8
-# GPUs, gets 1 GPU at batch 32 < its min batch 128); cluster.services.start_job refuses
-# that allocation, so the live round records the start as not applied ("job N takes 2..8
-# GPUs, not 1"). The plans still agree (asserted above); the policy is the core's to fix.
-_BATCH_OUT_OF_RANGE = {"ones"}
-
-
-@pytest.mark.parametrize(
-    "policy",
-    [
-        pytest.param(
-            p,
-            marks=pytest.mark.xfail(
-                strict=True, reason="ONES grants fewer GPUs than a job's min_gpus"
-            ),
-        )
-        if p in _BATCH_OUT_OF_RANGE
-        else p
-        for p in policy_names()
-    ],
-)
+@pytest.mark.parametrize("policy", policy_names())
 def test_live_round_applies_exactly_the_plan(policy, cluster_rows, make_job, member, team):
     # given the same state, planned by the live round
     rows = _rows(make_job, member, team)
