@@ -120,6 +120,9 @@ def bench_ones(args) -> list[dict[str, Any]]:
         _run(args, "elastic", "elastic", {}),
         _run(args, "ones", "ones", {"seed": args.seed}),
     ]
+    for epochs in args.ones_epochs:
+        params = {"seed": args.seed, "epochs_per_job": epochs}
+        rows.append(_run(args, f"ones epochs/job={epochs}", "ones", params))
     for ratio in args.lr_ratios:
         rows.append(
             _run(args, f"ones lr cap {ratio:g}x", "ones", {"seed": args.seed}, lr_ratio=ratio)
@@ -188,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tolerances", type=float, nargs="+", default=[0.1])
     parser.add_argument("--lr-ratios", type=float, nargs="*", default=[2.0])
+    parser.add_argument(
+        "--ones-epochs", type=int, nargs="*", default=[], help="ONES epochs_per_job variants"
+    )
     parser.add_argument("--congestion", type=float, nargs="+", default=[1.0, 4.0])
     parser.add_argument("--tune", type=float, default=None, help="netdelay: tune every N s")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
@@ -201,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--congestion values must be positive")
     if any(t < 0 for t in args.tolerances) or args.colocation_noise < 0:
         parser.error("--tolerances and --colocation-noise must not be negative")
+    if any(e < 1 for e in args.ones_epochs):
+        parser.error("--ones-epochs must be at least 1")
     if any(r < 1 for r in args.lr_ratios):
         parser.error("--lr-ratios must be at least 1")
     bench = {"eaco": bench_eaco, "ones": bench_ones, "netdelay": bench_netdelay}[args.bench]
