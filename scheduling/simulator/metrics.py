@@ -36,6 +36,8 @@ JOB_COLUMNS = (
     "n_resizes",
     "n_preemptions",
     "n_retunes",
+    "comm_overhead_gpu_s",
+    "shared_s",
 )
 
 
@@ -102,6 +104,8 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
                 "n_resizes": r.n_resizes,
                 "n_preemptions": r.n_preemptions,
                 "n_retunes": r.n_retunes,
+                "comm_overhead_gpu_s": r.comm_overhead_gpu_s,
+                "shared_s": r.shared_s,
             }
         )
     return rows
