@@ -216,3 +216,14 @@ def test_cli_refuses_non_positive_congestion(tmp_path, capsys):
     assert code == 2
     assert capsys.readouterr().err == "error: argument --congestion: '0' must be positive\n"
     assert not out.exists()
+
+
+def test_job_rows_carry_communication_overhead_and_shared_time():
+    from scheduling.simulator.metrics import job_rows
+
+    planner = Scripted({"a": ("n0/0",), "b": ("n0/0",)})
+    rows = job_rows(_run([_job("a", "resnet50", 800.0), _job("b", "ncf", 500.0)], planner).run())
+    assert [(r["job_id"], r["shared_s"], r["comm_overhead_gpu_s"]) for r in rows] == [
+        ("a", pytest.approx(1000.0), 0.0),
+        ("b", pytest.approx(1000.0), 0.0),
+    ]
