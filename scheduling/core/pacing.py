@@ -63,6 +63,19 @@ def paced_energy_allowance_j(
     return min(remaining, paced + _catch_up(lag, round_s, catch_up_s))
 
 
+def lag_share(budget: Budget, now: float) -> float:
+    """How far the budget's spending lags a straight line from nothing to its limit, as
+    a share of the limit (the larger of energy and carbon; negative when ahead)."""
+    shares = []
+    if budget.energy_limit_j:
+        shares.append(
+            _lag(budget.energy_limit_j, budget.energy_used_j, budget, now) / budget.energy_limit_j
+        )
+    if budget.co2_limit_g:
+        shares.append(_lag(budget.co2_limit_g, budget.co2_used_g, budget, now) / budget.co2_limit_g)
+    return min(shares) if shares else 0.0
+
+
 def _lag(limit: float | None, used: float, budget: Budget, now: float) -> float:
     """How far spending is behind a straight line from nothing to the limit."""
     if limit is None:

@@ -133,3 +133,21 @@ def test_catch_up_never_cuts_an_overspent_budget_further():
     b = Budget("b", "t", 0.0, 3600.0, energy_limit_j=3.6e6, energy_used_j=3.0e6)
     even = paced_energy_allowance_j(b, now=1800.0, round_s=300.0)
     assert paced_energy_allowance_j(b, now=1800.0, round_s=300.0, catch_up_s=3000.0) == even
+
+
+def test_lag_share_is_the_tighter_of_energy_and_carbon():
+    from scheduling.core.pacing import lag_share
+
+    b = Budget(
+        "b",
+        "t",
+        0.0,
+        1000.0,
+        energy_limit_j=100.0,
+        energy_used_j=10.0,
+        co2_limit_g=10.0,
+        co2_used_g=4.0,
+    )
+    # at t=500: energy 40% behind its line, carbon 10% behind: the tighter is 10%
+    assert lag_share(b, 500.0) == pytest.approx(0.1)
+    assert lag_share(Budget("x", None, 0.0, 1000.0), 500.0) == 0.0

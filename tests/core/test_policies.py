@@ -310,3 +310,16 @@ def test_powerflow_skips_budgeted_steps_scoring_below_min_score():
     # without a budget there is nothing to save for: every improving step is taken
     free = plan_round(replace(snap, budgets=()), policy="powerflow", now=0.0)
     assert (free.allocations["a"].n_gpus, free.allocations["a"].sm_clock_mhz) == (8, 2000)
+
+
+def test_score_floor_relaxes_when_the_budget_lags_its_straight_line():
+    # halfway through the period nothing is spent: half the limit behind, more than
+    # relax_lag (10%), so the floor is 0 and the clock steps are bought again
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e7)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
+    plan = plan_round(snap, policy="powerflow", now=1500.0)
+    assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 2000)
+    # at 4% behind the floor is 0.5 x (1 - 0.4) = 0.3: the 0.30 step just misses it
+    ahead = replace(budget, energy_used_j=4e7 * (0.5 - 0.04))
+    plan = plan_round(replace(snap, budgets=(ahead,)), policy="powerflow", now=1500.0)
+    assert plan.allocations["a"].sm_clock_mhz == 1000
