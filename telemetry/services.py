@@ -80,6 +80,31 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
     return result
 
 
+# --- iteration units ------------------------------------------------------------------------
+#
+# A job's work is counted in iterations at its *submitted* global batch size
+# (``Job.total_iterations``, ``completed_iterations``; the core's ``total_iters``/``done_iters``).
+# A policy may run it at another batch (``JobAllocation.batch_size``); the agent and the job
+# then count iterations at that batch. The work itself is samples = iterations x batch, so the
+# two counts convert here, in one place: assignments go out at the allocation's batch and
+# progress comes back to submitted-batch iterations. ``JobEvent.iterations`` keeps what the
+# agent reported (allocation batch), which is what ``observed_scales`` compares with the perf
+# model's iteration time for that batch.
+
+# Float noise of a round trip (x * a / b * b / a) is rounded away at this many decimals, so a
+# job that finishes at another batch stores exactly its ``total_iterations``.
+_ITERATION_DECIMALS = 6
+
+
+def iterations_at_batch(iterations: float, *, from_batch: int, to_batch: int) -> float:
+    """``iterations`` counted at ``from_batch`` recounted at ``to_batch`` (same samples)."""
+    if from_batch <= 0 or to_batch <= 0:
+        raise ValueError(f"batch sizes must be positive, not {from_batch} and {to_batch}")
+    if from_batch == to_batch:
+        return float(iterations)
+    return round(iterations * from_batch / to_batch, _ITERATION_DECIMALS)
+
+
 def checkpoint_dir(job: Job) -> str:
     return str(Path(settings.TELEMETRY_CHECKPOINT_ROOT) / f"job-{job.pk}")
 
@@ -101,6 +126,13 @@ def assignments_for(node: Node, *, now: datetime) -> dict[str, Any]:
         job = alloc.job
         all_gpus = list(alloc.gpus.all())
         here = sorted((g for g in all_gpus if g.node_id == node.pk), key=lambda g: g.index)
+        # The agent counts at the allocation's batch (see "iteration units" above).
+        total = iterations_at_batch(
+            job.total_iterations, from_batch=job.global_batch_size, to_batch=alloc.batch_size
+        )
+        done = iterations_at_batch(
+            job.completed_iterations, from_batch=job.global_batch_size, to_batch=alloc.batch_size
+        )
         assignments.append(
             {
                 "allocation_id": alloc.pk,
@@ -113,9 +145,14 @@ def assignments_for(node: Node, *, now: datetime) -> dict[str, Any]:
                 "sm_clock_mhz": alloc.sm_clock_mhz,
                 "power_limit_w": alloc.power_limit_w,
                 "checkpoint_dir": checkpoint_dir(job),
-                "total_iterations": job.total_iterations,
-                "completed_iterations": job.completed_iterations,
-                "env": {"WATTFLOW_WORKLOAD": job.workload},
+                "total_iterations": total,
+                "completed_iterations": done,
+                "env": {
+                    "WATTFLOW_WORKLOAD": job.workload,
+                    # A real job counts from where the job stands, at WATTFLOW_BATCH_SIZE.
+                    "WATTFLOW_TOTAL_ITERATIONS": repr(total),
+                    "WATTFLOW_COMPLETED_ITERATIONS": repr(done),
+                },
             }
         )
     running = {a["job_id"] for a in assignments}
@@ -164,10 +201,35 @@ def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime
     return new
 
 
+def _submitted_iterations(event: JobEvent) -> float:
+    """The event's iteration count (at its allocation's batch) at the job's submitted batch.
+
+    An event without an allocation (an agent that lost track of it) is taken at the batch of
+    the job's current allocation, else at the submitted batch."""
+    row = (
+        Job.objects.filter(pk=event.job_id)
+        .values("global_batch_size", "total_iterations", "current_allocation__batch_size")
+        .get()
+    )
+    batch = row["current_allocation__batch_size"] or row["global_batch_size"]
+    if event.allocation_id is not None:
+        batch = (
+            JobAllocation.objects.filter(pk=event.allocation_id)
+            .values_list("batch_size", flat=True)
+            .first()
+        ) or batch
+    done = iterations_at_batch(
+        event.iterations, from_batch=batch, to_batch=row["global_batch_size"]
+    )
+    # A job never did more than all its work (an agent counting a last partial step).
+    return min(done, float(row["total_iterations"]))
+
+
 def _apply(event: JobEvent) -> None:
     if event.iterations is not None:
-        Job.objects.filter(pk=event.job_id, completed_iterations__lt=event.iterations).update(
-            completed_iterations=event.iterations
+        done = _submitted_iterations(event)
+        Job.objects.filter(pk=event.job_id, completed_iterations__lt=done).update(
+            completed_iterations=done
         )
     if event.kind != JobEventKind.EXITED:
         return

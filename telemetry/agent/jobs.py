@@ -5,7 +5,16 @@ The agent starts a job's ``command`` through bash, in its own process group, wit
 - ``CUDA_VISIBLE_DEVICES``: the NVML indices of the GPUs the scheduler gave it;
 - ``WATTFLOW_JOB_ID``, ``WATTFLOW_BATCH_SIZE`` (global batch), ``WATTFLOW_GPU_COUNT``;
 - ``WATTFLOW_CHECKPOINT_DIR``: where the job keeps its checkpoint (it persists across restarts);
-- ``WATTFLOW_PROGRESS_FILE``: a file the job overwrites with the number of iterations done.
+- ``WATTFLOW_PROGRESS_FILE``: a file the job overwrites with the number of iterations done;
+- ``WATTFLOW_TOTAL_ITERATIONS``, ``WATTFLOW_COMPLETED_ITERATIONS`` (from the server).
+
+**Iteration units.** Every count the job sees or writes is in iterations at
+``WATTFLOW_BATCH_SIZE``, the batch of its current allocation, which a scheduler may set apart
+from the batch the job was submitted with. The job has done its work when the progress file
+reaches ``WATTFLOW_TOTAL_ITERATIONS``; after a resize it counts on from
+``WATTFLOW_COMPLETED_ITERATIONS`` (the same samples as before, recounted at the new batch), not
+from the iteration number in its checkpoint. The server converts back (samples = iterations x
+batch) when it stores progress.
 
 **Checkpoint convention.** To stop or resize a job the agent sends SIGTERM to its process
 group. The job then saves a checkpoint into ``WATTFLOW_CHECKPOINT_DIR`` and exits with status
@@ -59,6 +68,9 @@ class ProcessJob:
         return env
 
     def start(self) -> None:
+        # A progress file left by an earlier allocation counts at that allocation's batch;
+        # reporting it under this one would convert it with the wrong batch.
+        self.progress_file.unlink(missing_ok=True)
         with self.log_file.open("ab") as log:
             # A new session makes the job its own process group, so SIGTERM reaches the
             # shell and every worker it forked, and never the agent itself.

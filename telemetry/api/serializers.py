@@ -100,8 +100,12 @@ class AssignmentSerializer(serializers.Serializer):
     sm_clock_mhz = serializers.IntegerField(allow_null=True)
     power_limit_w = serializers.IntegerField(allow_null=True)
     checkpoint_dir = serializers.CharField()
-    total_iterations = serializers.IntegerField()
-    completed_iterations = serializers.FloatField()
+    total_iterations = serializers.FloatField(
+        help_text="The job's work in iterations at this allocation's batch_size."
+    )
+    completed_iterations = serializers.FloatField(
+        help_text="Work done so far, in iterations at this allocation's batch_size."
+    )
     env = serializers.DictField(child=serializers.CharField())
 
 
@@ -116,7 +120,12 @@ class JobEventSerializer(serializers.Serializer):
     allocation_id = serializers.IntegerField(allow_null=True, required=False)
     kind = serializers.ChoiceField(choices=JobEventKind.choices)
     ts = serializers.DateTimeField()
-    iterations = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    iterations = serializers.FloatField(
+        min_value=0,
+        required=False,
+        allow_null=True,
+        help_text="Iterations done, counted at the batch_size of the event's allocation.",
+    )
     exit_status = serializers.IntegerField(required=False, allow_null=True)
     reason = serializers.ChoiceField(choices=ExitReason.choices, required=False)
     log_tail = serializers.CharField(

@@ -143,7 +143,11 @@ def test_assignments_list_the_open_allocations_on_this_node(
                 "checkpoint_dir": f"/ckpt/job-{running_job.pk}",
                 "total_iterations": 1000,
                 "completed_iterations": 0.0,
-                "env": {"WATTFLOW_WORKLOAD": "resnet50"},
+                "env": {
+                    "WATTFLOW_WORKLOAD": "resnet50",
+                    "WATTFLOW_TOTAL_ITERATIONS": "1000.0",
+                    "WATTFLOW_COMPLETED_ITERATIONS": "0.0",
+                },
             }
         ],
         "stop": [],

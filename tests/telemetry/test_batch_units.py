@@ -1,0 +1,150 @@
+"""Iteration units when an allocation runs another batch than the job was submitted with.
+
+The job's work is counted at its submitted batch; the agent counts at its allocation's batch.
+Samples (iterations x batch) are what must add up.
+"""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from cluster import services as cluster_services
+from cluster.choices import JobState
+from cluster.models import Gpu, Job
+from telemetry.models import JobEvent
+from telemetry.services import iterations_at_batch
+
+
+def test_iterations_convert_by_samples_between_batches():
+    # given 1,000 iterations at batch 256 (256,000 samples)
+    # when recounted at batch 512 and at 768, and back
+    at_512 = iterations_at_batch(1000, from_batch=256, to_batch=512)
+    at_768 = iterations_at_batch(1000, from_batch=256, to_batch=768)
+
+    # then the samples are the same and the round trip is exact
+    assert at_512 == 500.0
+    assert at_768 == 333.333333
+    assert iterations_at_batch(at_512, from_batch=512, to_batch=256) == 1000.0
+    assert iterations_at_batch(1000 / 3, from_batch=768, to_batch=256) == 1000.0
+    assert iterations_at_batch(420.0, from_batch=256, to_batch=256) == 420.0
+
+
+def test_a_nonpositive_batch_is_refused():
+    with pytest.raises(ValueError, match="batch sizes must be positive"):
+        iterations_at_batch(10, from_batch=0, to_batch=256)
+
+
+def _event(job, kind, allocation_id, **extra):
+    return {
+        "event_id": str(uuid.uuid4()),
+        "job_id": job.pk,
+        "allocation_id": allocation_id,
+        "kind": kind,
+        "ts": timezone.now().isoformat(),
+        **extra,
+    }
+
+
+def _assignment(client, job):
+    answer = client.get("/api/agent/assignments/").json()
+    (assignment,) = [a for a in answer["assignments"] if a["job_id"] == job.pk]
+    return assignment
+
+
+def test_a_job_resized_to_another_batch_completes_after_exactly_its_samples(
+    agent_node, agent_client, make_job, member, team
+):
+    # given a job of 1,000 iterations at batch 256 running at batch 256 on this node
+    node, token = agent_node
+    client = agent_client(token)
+    job = make_job(owner=member, team=team, max_gpus=2, total_iterations=1000)
+    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    t0 = timezone.now() - timedelta(minutes=10)
+    first = cluster_services.start_job(job, gpus=gpus, batch_size=256, at=t0)
+    assert _assignment(client, job)["total_iterations"] == 1000.0
+    client.post(
+        "/api/agent/job-events/",
+        {"events": [_event(job, "progress", first.pk, iterations=400.0)]},
+        format="json",
+    )
+    assert Job.objects.get(pk=job.pk).completed_iterations == 400.0
+
+    # when a round resizes it to batch 512 (the agent must now count at 512)
+    job.refresh_from_db()
+    second = cluster_services.set_allocation(
+        job, gpus=gpus, batch_size=512, at=t0 + timedelta(minutes=5)
+    )
+    assignment = _assignment(client, job)
+
+    # then the agent is told the work at batch 512: 500 in all, 200 of them done
+    assert (assignment["allocation_id"], assignment["batch_size"]) == (second.pk, 512)
+    assert (assignment["total_iterations"], assignment["completed_iterations"]) == (500.0, 200.0)
+    assert assignment["env"]["WATTFLOW_TOTAL_ITERATIONS"] == "500.0"
+    assert assignment["env"]["WATTFLOW_COMPLETED_ITERATIONS"] == "200.0"
+
+    # when it reports 499 iterations at batch 512: 998 at 256, one short of done
+    client.post(
+        "/api/agent/job-events/",
+        {"events": [_event(job, "progress", second.pk, iterations=499.0)]},
+        format="json",
+    )
+    job.refresh_from_db()
+    assert (job.state, job.completed_iterations) == (JobState.RUNNING, 998.0)
+
+    # when it exits complete at 500 iterations at batch 512
+    client.post(
+        "/api/agent/job-events/",
+        {
+            "events": [
+                _event(
+                    job, "exited", second.pk, reason="completed", exit_status=0, iterations=500.0
+                )  # fmt: skip
+            ]
+        },
+        format="json",
+    )
+
+    # then exactly the submitted work is stored (256,000 samples), and the event keeps the raw
+    job.refresh_from_db()
+    assert (job.state, job.completed_iterations) == (JobState.COMPLETED, 1000.0)
+    assert job.completed_iterations * job.global_batch_size == 500.0 * 512
+    assert JobEvent.objects.get(job=job, kind="exited").iterations == 500.0
+
+
+def test_a_late_report_of_the_old_allocation_converts_at_its_own_batch(
+    agent_node, agent_client, make_job, member, team
+):
+    # given a job resized from batch 256 to 128 after 300 iterations were stored
+    node, token = agent_node
+    client = agent_client(token)
+    job = make_job(owner=member, team=team, max_gpus=2, total_iterations=1000)
+    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    t0 = timezone.now() - timedelta(minutes=10)
+    first = cluster_services.start_job(job, gpus=gpus, batch_size=256, at=t0)
+    client.post(
+        "/api/agent/job-events/",
+        {"events": [_event(job, "progress", first.pk, iterations=300.0)]},
+        format="json",
+    )
+    job.refresh_from_db()
+    cluster_services.set_allocation(job, gpus=gpus, batch_size=128, at=t0 + timedelta(minutes=1))
+    assert _assignment(client, job)["completed_iterations"] == 600.0
+
+    # when the old allocation's exit arrives late with 350 iterations (at 256)
+    client.post(
+        "/api/agent/job-events/",
+        {
+            "events": [
+                _event(
+                    job, "exited", first.pk, reason="resized", exit_status=0, iterations=350.0
+                )  # fmt: skip
+            ]
+        },
+        format="json",
+    )
+
+    # then it counts at 256 (350 stored, not 175), and the job keeps running
+    job.refresh_from_db()
+    assert (job.state, job.completed_iterations) == (JobState.RUNNING, 350.0)
