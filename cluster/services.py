@@ -144,13 +144,17 @@ def set_allocation(
     sm_clock_mhz: int | None = None,
     power_limit_w: int | None = None,
     at: datetime,
+    max_jobs_per_gpu: int = 1,
 ) -> JobAllocation:
     """Give a running job a new allocation, closing its previous one, in one transaction.
 
     Refuses (``AllocationError``) a GPU count outside min_gpus..max_gpus, a batch size outside
-    the job's range, and GPUs held by another job's open allocation. The job row is locked so
-    two rounds cannot interleave their writes.
+    the job's range, and a GPU that ``max_jobs_per_gpu`` other jobs' open allocations already
+    hold (1: exclusive; a plan that time-slices GPUs, EaCO's, passes its own limit). The job
+    row and the GPU rows are locked so two rounds cannot interleave their writes.
     """
+    if max_jobs_per_gpu < 1:
+        raise AllocationError(f"max_jobs_per_gpu must be at least 1, not {max_jobs_per_gpu}")
     gpu_list = list(gpus)
     gpu_ids = sorted({gpu.pk for gpu in gpu_list})
     with transaction.atomic():
@@ -171,14 +175,20 @@ def set_allocation(
         # Lock the GPU rows: a concurrent set_allocation for another job on the same GPUs
         # waits here and then sees this job's open allocation.
         list(Gpu.objects.select_for_update().filter(pk__in=gpu_ids).values_list("pk", flat=True))
-        taken = (
-            JobAllocation.objects.filter(ended_at__isnull=True, gpus__in=gpu_ids)
-            .exclude(job_id=job.pk)
-            .values_list("job_id", flat=True)
-            .distinct()
-        )
-        if taken:
-            raise AllocationError(f"GPUs are held by job(s) {sorted(taken)}")
+        through = JobAllocation.gpus.through
+        holders: dict[int, set[int]] = {}
+        for gpu_id, holder in (
+            through.objects.filter(gpu_id__in=gpu_ids, joballocation__ended_at__isnull=True)
+            .exclude(joballocation__job_id=job.pk)
+            .values_list("gpu_id", "joballocation__job_id")
+        ):
+            holders.setdefault(gpu_id, set()).add(holder)
+        full = {g: jobs for g, jobs in holders.items() if len(jobs) >= max_jobs_per_gpu}
+        if full:
+            taken = sorted({j for jobs in full.values() for j in jobs})
+            raise AllocationError(
+                f"GPUs are held by job(s) {taken} (at most {max_jobs_per_gpu} job(s) per GPU)"
+            )
         JobAllocation.objects.filter(job_id=job.pk, ended_at__isnull=True).update(ended_at=at)
         allocation = JobAllocation.objects.create(
             job_id=job.pk,
@@ -201,8 +211,10 @@ def start_job(
     sm_clock_mhz: int | None = None,
     power_limit_w: int | None = None,
     at: datetime,
+    max_jobs_per_gpu: int = 1,
 ) -> JobAllocation:
-    """Move a queued or paused job to running on the given GPUs, all or nothing."""
+    """Move a queued or paused job to running on the given GPUs, all or nothing (GPU sharing
+    as in ``set_allocation``)."""
     try:
         with transaction.atomic():
             transition_job(job, to=JobState.RUNNING, at=at)
@@ -213,6 +225,7 @@ def start_job(
                 sm_clock_mhz=sm_clock_mhz,
                 power_limit_w=power_limit_w,
                 at=at,
+                max_jobs_per_gpu=max_jobs_per_gpu,
             )
     except (InvalidTransition, AllocationError):
         # The transaction rolled back; make the caller's copy match the row again.

@@ -20,17 +20,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count, Q
+from django.db.models import Avg, Count
 
 from cluster.choices import HardLimitAction, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node
+from scheduling import observations
 from scheduling.core import types as core
 from scheduling.core.perf_models import Catalog, ScaleUpdate, load_catalog, refine_scales
 from scheduling.models import JobSchedulingState, PerfProfile
 from telemetry.accounting import budget_usage
 from telemetry.carbon import carbon_signal
-from telemetry.choices import JobEventKind
-from telemetry.models import GpuSample, JobEvent
+from telemetry.models import GpuSample
 
 ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.PAUSED)
 J_PER_KWH = core.J_PER_KWH
@@ -150,6 +150,7 @@ def job_from_row(
     last_change_s: float | None = None,
     iter_time_scale: float = 1.0,
     power_scale: float = 1.0,
+    observed_slowdown: float | None = None,
 ) -> core.Job:
     return core.Job(
         job_id=str(job.pk),
@@ -177,6 +178,7 @@ def job_from_row(
         attained_gpu_s=attained_gpu_s,
         iter_time_scale=iter_time_scale,
         power_scale=power_scale,
+        observed_slowdown=observed_slowdown,
     )
 
 
@@ -250,6 +252,9 @@ def build_snapshot(
             "job_id", "iter_time_scale", "power_scale"
         )
     }
+    perf = catalog or current_catalog()
+    # EaCO's early observation: co-located jobs' slowdowns as telemetry measured them.
+    slowdowns = observations.observed_slowdowns(rows, catalog=perf, now=now)
     jobs = []
     for row in rows:
         alloc = None
@@ -266,6 +271,7 @@ def build_snapshot(
                 last_change_s=last_change_s,
                 iter_time_scale=state.iter_time_scale if state else 1.0,
                 power_scale=state.power_scale if state else 1.0,
+                observed_slowdown=slowdowns.get(row.pk),
             )
         )
     budget_rows = list(
@@ -276,7 +282,7 @@ def build_snapshot(
     snapshot = core.Snapshot(
         cluster=cluster,
         jobs=tuple(jobs),
-        perf=catalog or current_catalog(),
+        perf=perf,
         round_length_s=round_length_s,
         budgets=budgets_from_rows(budget_rows),
         carbon=carbon_signal(settings.TELEMETRY_CARBON_ZONE, now),
@@ -318,27 +324,13 @@ def observed_scales(
         model = catalog.get(job.workload, gpus[0].model)
     except (KeyError, LookupError):
         return None
-    started = (
-        JobEvent.objects.filter(job=job, allocation_id=alloc.pk, kind=JobEventKind.STARTED)
-        .order_by("ts")
-        .values_list("ts", flat=True)
-        .first()
-    )
+    started = observations.started_at(job.pk, alloc.pk)
     if started is None:
         return None
     since = max(started, state.observed_until) if state.observed_until else started
-    progress = list(
-        JobEvent.objects.filter(
-            job=job, allocation_id=alloc.pk, kind=JobEventKind.PROGRESS, ts__lte=now
-        )
-        .filter(Q(ts__gte=since))
-        .order_by("ts")
-        .values_list("ts", "iterations")
+    iter_times, last_progress = observations.progress_iter_times(
+        job.pk, alloc.pk, since=since, now=now
     )
-    iter_times = []
-    for (t0, i0), (t1, i1) in zip(progress, progress[1:], strict=False):
-        if i0 is not None and i1 is not None and i1 > i0:
-            iter_times.append((t1 - t0).total_seconds() / (i1 - i0))
     powers = [
         row["p"]
         for row in GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=now)
@@ -368,7 +360,7 @@ def observed_scales(
     )
     # Progress reports are the later of the two streams to arrive; what is covered ends at
     # the last one used (or, with none, the last power sample).
-    until = progress[-1][0] if progress else now
+    until = last_progress or now
     return update, until
 
 

@@ -255,7 +255,7 @@ def _apply(
             try:
                 if change.kind == core.ChangeKind.STOP and _keeps_running(change, rows):
                     continue
-                _apply_one(change, now=now)
+                _apply_one(change, now=now, max_jobs_per_gpu=plan.max_jobs_per_gpu)
             except cluster_services.AllocationError as exc:
                 errors[change.job.pk] = str(exc)
                 retry.append(change)
@@ -281,7 +281,9 @@ def _apply(
     return applied, failed, decisions
 
 
-def _apply_one(change: adapters.RowChange, *, now: datetime) -> None:
+def _apply_one(change: adapters.RowChange, *, now: datetime, max_jobs_per_gpu: int = 1) -> None:
+    """One change, conditionally. ``max_jobs_per_gpu`` is the plan's sharing limit (EaCO: 2),
+    which ``cluster.services`` enforces under the GPU rows' locks."""
     job = Job.objects.get(pk=change.job.pk)  # the state as it is now, not as snapshotted
     kind = change.kind
     if kind == core.ChangeKind.STOP:
@@ -300,6 +302,7 @@ def _apply_one(change: adapters.RowChange, *, now: datetime) -> None:
         "sm_clock_mhz": change.sm_clock_mhz,
         "power_limit_w": change.power_limit_w,
         "at": now,
+        "max_jobs_per_gpu": max_jobs_per_gpu,
     }
     if kind == core.ChangeKind.START:
         cluster_services.start_job(job, **config)

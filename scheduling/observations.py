@@ -1,0 +1,106 @@
+"""What telemetry says about running jobs, read for the round: the iteration times of an
+allocation from its agent's progress reports, and the slowdown of jobs that share GPUs.
+
+Both the online refinement (``adapters.observed_scales``, the ``iter_time_scale``) and
+EaCO's early observation (``Job.observed_slowdown``) read iteration times through
+``progress_iter_times``, so the two agree on what was measured.
+
+Units: the agent reports iterations at its allocation's batch (``docs/telemetry.md``), which
+is the batch the perf model is asked about here, so no conversion is needed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime
+
+from cluster.choices import JobState
+from cluster.models import Job
+from scheduling.core import types as core
+from scheduling.core.perf_models import Catalog
+from telemetry.choices import JobEventKind
+from telemetry.models import JobEvent
+
+
+def started_at(job_id: int, allocation_id: int) -> datetime | None:
+    """When the agent reported the allocation's job up (None: not yet)."""
+    return (
+        JobEvent.objects.filter(
+            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.STARTED
+        )
+        .order_by("ts")
+        .values_list("ts", flat=True)
+        .first()
+    )
+
+
+def progress_iter_times(
+    job_id: int, allocation_id: int, *, since: datetime, now: datetime
+) -> tuple[list[float], datetime | None]:
+    """Seconds per iteration between consecutive progress reports of one allocation in
+    [since, now], and the time of the last report used (None: no report)."""
+    progress = list(
+        JobEvent.objects.filter(
+            job_id=job_id,
+            allocation_id=allocation_id,
+            kind=JobEventKind.PROGRESS,
+            ts__gte=since,
+            ts__lte=now,
+        )
+        .order_by("ts")
+        .values_list("ts", "iterations")
+    )
+    iter_times = []
+    for (t0, i0), (t1, i1) in zip(progress, progress[1:], strict=False):
+        if i0 is not None and i1 is not None and i1 > i0:
+            iter_times.append((t1 - t0).total_seconds() / (i1 - i0))
+    return iter_times, (progress[-1][0] if progress else None)
+
+
+def observed_slowdowns(rows: Iterable[Job], *, catalog: Catalog, now: datetime) -> dict[int, float]:
+    """Job pk -> observed slowdown of each running job that shares a GPU with another.
+
+    The slowdown is the median iteration time measured while all its co-runners ran (from
+    the latest of their agents' ``started`` reports) over the perf model's prediction for the
+    job alone on its allocation, minus one: ``s = t_shared / t_solo - 1``, the quantity the
+    simulator reports as ``1 / x - 1``. Jobs with no such interval yet, or without a perf
+    model, are left out (EaCO treats them as not yet observed). ``rows`` need their current
+    allocation with its GPUs prefetched.
+    """
+    running = [j for j in rows if j.state == JobState.RUNNING and j.current_allocation is not None]
+    gpus_of = {j.pk: list(j.current_allocation.gpus.all()) for j in running}
+    holders: dict[int, set[int]] = defaultdict(set)
+    for job_pk, gpus in gpus_of.items():
+        for gpu in gpus:
+            holders[gpu.pk].add(job_pk)
+    by_pk = {j.pk: j for j in running}
+    result: dict[int, float] = {}
+    for job in running:
+        gpus = gpus_of[job.pk]
+        group = set().union(*(holders[g.pk] for g in gpus)) if gpus else set()
+        if len(group) < 2:
+            continue
+        starts = [started_at(pk, by_pk[pk].current_allocation_id) for pk in sorted(group)]
+        if any(s is None for s in starts):
+            continue
+        alloc = job.current_allocation
+        iter_times, _ = progress_iter_times(job.pk, alloc.pk, since=max(starts), now=now)
+        if not iter_times:
+            continue
+        try:
+            model = catalog.get(job.workload, gpus[0].model)
+        except (KeyError, LookupError):
+            continue
+        solo_s = model.iter_time_s(
+            core.GpuConfig(
+                n_gpus=len(gpus),
+                global_batch=alloc.batch_size,
+                sm_clock_mhz=alloc.sm_clock_mhz,
+                power_limit_w=None if alloc.power_limit_w is None else float(alloc.power_limit_w),
+            )
+        )
+        if solo_s > 0:
+            result[job.pk] = statistics.median(iter_times) / solo_s - 1.0
+    return result

@@ -1,0 +1,281 @@
+"""EaCO's GPU sharing in the live service, against the real PostgreSQL: a pair shares a GPU
+through a round, a third job is refused, telemetry's observed slowdown separates a bad pair,
+and the shared GPU's energy is split between the two.
+
+ResNet-18 on CIFAR-10 (``resnet50_cifar10``) at 64 per GPU is the pair Gavel measured without
+interference, so EaCO co-locates it when no GPU is free. Time is passed in (``T0``).
+"""
+
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from cluster import services as cluster_services
+from cluster.choices import JobState
+from cluster.models import Gpu, Job, JobAllocation, Node
+from scheduling import adapters, services
+from scheduling.core.colocation import load_colocation, pair_key
+from scheduling.core.types import GpuConfig
+from scheduling.models import RoundDecision, SchedulerSettings
+from telemetry.accounting import account_hour, job_totals
+from telemetry.models import GpuSample
+from telemetry.services import record_job_events
+
+T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
+WORKLOAD = "resnet50_cifar10"
+
+
+@pytest.fixture
+def eaco(db):
+    config = SchedulerSettings.load()
+    config.policy = "eaco"
+    config.round_interval_s = 60
+    config.save()
+    return config
+
+
+@pytest.fixture
+def one_gpu_node(make_node):
+    node = make_node("node-01", gpus=1)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0 + timedelta(hours=1))
+    return Gpu.objects.get(node=node)
+
+
+def _cifar(make_job, member, team, name, submitted):
+    return make_job(
+        owner=member, team=team, name=name, workload=WORKLOAD, total_iterations=10**6,
+        global_batch_size=64, min_batch_size=64, max_batch_size=64, per_gpu_batch_size=64,
+        min_gpus=1, max_gpus=1, at=submitted,
+    )  # fmt: skip
+
+
+def _share(make_job, member, team):
+    """host runs alone from T0; guest joins it on the same GPU at T0+60; third waits."""
+    host = _cifar(make_job, member, team, "host", T0 - timedelta(minutes=5))
+    first = services.run_scheduling_round(now=T0)
+    assert (first.applied, first.failed) == (1, 0)
+    guest = _cifar(make_job, member, team, "guest", T0 - timedelta(minutes=4))
+    third = _cifar(make_job, member, team, "third", T0 - timedelta(minutes=3))
+    second = services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+    for job in (host, guest, third):
+        job.refresh_from_db()
+    return host, guest, third, second
+
+
+def test_two_jobs_share_a_gpu_through_an_eaco_round_and_a_third_waits(
+    eaco, one_gpu_node, make_job, member, team
+):
+    # given a 1-GPU node running one job, and two more of a compatible type waiting
+    # when the next EaCO round runs
+    host, guest, third, result = _share(make_job, member, team)
+
+    # then the second job shares the GPU (the service accepted it), the third waits
+    assert (result.applied, result.failed, result.plan.max_jobs_per_gpu) == (1, 0, 2)
+    assert (host.state, guest.state, third.state) == (
+        JobState.RUNNING,
+        JobState.RUNNING,
+        JobState.QUEUED,
+    )
+    for job in (host, guest):
+        assert list(job.current_allocation.gpus.values_list("pk", flat=True)) == [one_gpu_node.pk]
+    assert third.current_allocation is None
+    decision = RoundDecision.objects.get(round_id=result.round_id)
+    assert (decision.job_id, decision.action, decision.applied) == (guest.pk, "start", True)
+
+
+def test_the_service_refuses_a_third_job_on_a_shared_gpu_and_stores_nothing(
+    eaco, one_gpu_node, make_job, member, team
+):
+    # given a GPU that two jobs share
+    host, guest, third, _ = _share(make_job, member, team)
+
+    # when a third is started on it at the limit of two
+    with pytest.raises(cluster_services.AllocationError) as refused:
+        cluster_services.start_job(
+            third, gpus=[one_gpu_node], batch_size=64, max_jobs_per_gpu=2,
+            at=T0 + timedelta(seconds=90),
+        )  # fmt: skip
+
+    # then it is refused naming the holders, and the third job holds nothing
+    assert str(refused.value) == (
+        f"GPUs are held by job(s) {sorted([host.pk, guest.pk])} (at most 2 job(s) per GPU)"
+    )
+    third.refresh_from_db()
+    assert (third.state, third.current_allocation_id) == (JobState.QUEUED, None)
+    assert not JobAllocation.objects.filter(job=third).exists()
+    # and an exclusive start (limit 1) is refused as before
+    with pytest.raises(cluster_services.AllocationError):
+        cluster_services.start_job(
+            third, gpus=[one_gpu_node], batch_size=64, at=T0 + timedelta(seconds=90)
+        )
+    assert JobAllocation.objects.filter(ended_at__isnull=True).count() == 2
+
+
+def _report_speed(job, *, slowdown, start, until):
+    """The agent's reports for ``job``: started at ``start``, then progress every 10 s at
+    the perf model's solo iteration time times ``1 + slowdown``."""
+    alloc = job.current_allocation
+    solo_s = (
+        adapters.current_catalog()
+        .get(WORKLOAD, "A100")
+        .iter_time_s(GpuConfig(n_gpus=1, global_batch=64))
+    )
+    events = [{"event_id": uuid.uuid4(), "job_id": job.pk, "allocation_id": alloc.pk,
+               "kind": "started", "ts": start}]  # fmt: skip
+    t, k = start + timedelta(seconds=10), 0
+    while t <= until:
+        events.append(
+            {"event_id": uuid.uuid4(), "job_id": job.pk, "allocation_id": alloc.pk,
+             "kind": "progress", "ts": t, "iterations": k * 10.0 / (solo_s * (1 + slowdown))}
+        )  # fmt: skip
+        t, k = t + timedelta(seconds=10), k + 1
+    # Through the agent API's service, as the agent's reports arrive.
+    record_job_events(Node.objects.get(), events, now=until)
+
+
+def test_a_pair_whose_observed_slowdown_exceeds_tolerance_is_separated_next_round(
+    eaco, one_gpu_node, make_job, member, team
+):
+    # given a shared GPU where telemetry shows the host 30% and the guest 5% slower than alone
+    host, guest, _, _ = _share(make_job, member, team)
+    _report_speed(
+        host, slowdown=0.30, start=T0 + timedelta(seconds=1), until=T0 + timedelta(seconds=170)
+    )
+    _report_speed(
+        guest, slowdown=0.05, start=T0 + timedelta(seconds=61), until=T0 + timedelta(seconds=170)
+    )
+    now = T0 + timedelta(seconds=180)
+
+    # when the snapshot is built, then each job's observed slowdown is what was measured
+    slowdowns = {
+        j.job_id: j.observed_slowdown
+        for j in adapters.build_snapshot(now=now, round_length_s=60.0).snapshot.jobs
+    }
+    assert slowdowns[str(host.pk)] == pytest.approx(0.30)
+    assert slowdowns[str(guest.pk)] == pytest.approx(0.05)
+
+    # when the next round runs
+    result = services.run_scheduling_round(now=now)
+
+    # then the later-started guest is taken off the GPU (no other GPU: it waits), the host
+    # keeps it, and the history learned the pair
+    host.refresh_from_db()
+    guest.refresh_from_db()
+    assert result.failed == 0
+    assert (host.state, guest.state) == (JobState.RUNNING, JobState.PAUSED)
+    assert guest.current_allocation_id is None
+    assert list(host.current_allocation.gpus.values_list("pk", flat=True)) == [one_gpu_node.pk]
+    model = load_colocation()
+    t = model.job_type(WORKLOAD, 64)
+    history = SchedulerSettings.load().policy_state["history"][pair_key(t, t)]
+    assert history[0] == 1
+    assert history[1:] == pytest.approx([0.30, 0.05])
+
+
+def test_a_pair_within_tolerance_stays_together(eaco, one_gpu_node, make_job, member, team):
+    # given a shared GPU where telemetry shows both jobs 2% slower than alone
+    host, guest, _, _ = _share(make_job, member, team)
+    _report_speed(
+        host, slowdown=0.02, start=T0 + timedelta(seconds=1), until=T0 + timedelta(seconds=170)
+    )
+    _report_speed(
+        guest, slowdown=0.02, start=T0 + timedelta(seconds=61), until=T0 + timedelta(seconds=170)
+    )
+    allocations = (host.current_allocation_id, guest.current_allocation_id)
+
+    # when the next round runs
+    result = services.run_scheduling_round(now=T0 + timedelta(seconds=180))
+
+    # then nothing moves: both keep their allocations on the shared GPU
+    host.refresh_from_db()
+    guest.refresh_from_db()
+    assert (result.applied, result.failed) == (0, 0)
+    assert (host.current_allocation_id, guest.current_allocation_id) == allocations
+    assert (host.state, guest.state) == (JobState.RUNNING, JobState.RUNNING)
+
+
+def test_a_job_alone_on_its_gpu_has_no_observed_slowdown(
+    eaco, one_gpu_node, make_job, member, team
+):
+    host = _cifar(make_job, member, team, "host", T0 - timedelta(minutes=5))
+    services.run_scheduling_round(now=T0)
+    host.refresh_from_db()
+    _report_speed(
+        host, slowdown=0.5, start=T0 + timedelta(seconds=1), until=T0 + timedelta(seconds=170)
+    )
+    (snap_job,) = adapters.build_snapshot(
+        now=T0 + timedelta(seconds=180), round_length_s=60.0
+    ).snapshot.jobs
+    assert snap_job.observed_slowdown is None
+
+
+def test_the_shared_gpus_energy_is_split_equally_between_the_pair(
+    eaco, one_gpu_node, make_job, member, team
+):
+    # given the pair sharing the GPU from T0+60, and 60 s of samples at 200 W from then on
+    host, guest, _, _ = _share(make_job, member, team)
+    GpuSample.objects.bulk_create(
+        GpuSample(gpu=one_gpu_node, ts=T0 + timedelta(seconds=60 + s), power_w=200.0)
+        for s in range(0, 61, 5)
+    )
+
+    # when the hour is accounted
+    account_hour(one_gpu_node.pk, T0)
+
+    # then each job is charged half of the 12,000 J
+    assert job_totals(host).energy_j == pytest.approx(6000.0)
+    assert job_totals(guest).energy_j == pytest.approx(6000.0)
+
+
+def _race(*calls) -> list[object]:
+    barrier = threading.Barrier(len(calls))
+    results: list[object] = [None] * len(calls)
+
+    def run(index, call):
+        try:
+            barrier.wait(timeout=10)
+            results[index] = call()
+        except Exception as exc:  # the outcome under test, inspected below
+            results[index] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return results
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("attempt", range(2))
+def test_two_jobs_racing_for_the_last_slot_on_a_shared_gpu_have_one_winner(
+    make_node, make_job, member, team, attempt
+):
+    # given a GPU one job holds, sharing limit two, and two jobs starting on it at once
+    gpu = Gpu.objects.get(node=make_node("node-01", gpus=1))
+    host, first, second = (
+        _cifar(make_job, member, team, name, T0) for name in ("host", "first", "second")
+    )
+    cluster_services.start_job(host, gpus=[gpu], batch_size=64, at=T0)
+
+    results = _race(
+        *(
+            lambda job=job: cluster_services.start_job(
+                job, gpus=[gpu], batch_size=64, max_jobs_per_gpu=2, at=T0
+            )
+            for job in (first, second)
+        )
+    )
+
+    # then exactly one joined the host; the other is still queued and holds nothing
+    assert sorted(type(r).__name__ for r in results) == ["AllocationError", "JobAllocation"]
+    assert JobAllocation.objects.filter(ended_at__isnull=True, gpus=gpu).count() == 2
+    states = sorted(
+        Job.objects.filter(pk__in=[first.pk, second.pk]).values_list("state", flat=True)
+    )
+    assert states == [JobState.QUEUED, JobState.RUNNING]
