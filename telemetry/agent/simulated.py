@@ -6,9 +6,12 @@ configuration (GPU count, global batch, SM clock or power limit) and the job adv
 ``dt / iter_time_s`` iterations per tick; an idle GPU draws the model's idle power. The
 energy counter is the exact integral of that piecewise-constant power, like NVML's.
 
-Two jobs sharing a GPU (co-location) are time-sliced in this simulation: each advances at half
-its solo rate and the GPU draws the mean of their powers. That is an approximation made here,
-not a measurement: the perf catalog models one job per GPU.
+Two jobs sharing a GPU (co-location, EaCO) are time-sliced as the scheduling simulator does it:
+each advances at its throughput ratio ``x`` from Gavel's measured pairs
+(``scheduling.core.colocation``; 0.5, plain alternation, for a pair Gavel did not measure) and
+the GPU draws ``colocation.shared_power_w`` (idle once plus each job's dynamic part times its
+``x``). The simulator's seeded noise on ``x`` is left out here. Three or more jobs on one GPU
+(no policy plans that) each get ``1/n`` of the rate and the GPU the mean of their powers.
 """
 
 from __future__ import annotations
@@ -23,6 +26,18 @@ from telemetry.agent.backends import GpuInfo, Reading
 
 class PerfModelUnavailable(RuntimeError):
     """No performance model for a (workload, GPU model) pair: the simulation cannot invent one."""
+
+
+# Throughput ratio of a job in a pair Gavel did not measure: plain alternation, as in the
+# scheduling simulator.
+UNMEASURED_PAIR_RATIO = 0.5
+
+
+@functools.cache
+def _colocation() -> Any:
+    from scheduling.core.colocation import load_colocation
+
+    return load_colocation()
 
 
 @functools.cache
@@ -124,26 +139,51 @@ class SimulatedBackend:
                 on_gpu.setdefault(index, []).append(job)
         return on_gpu
 
+    @staticmethod
+    def _ratios(jobs: list[SimJob]) -> list[float]:
+        """Throughput ratio (shared / alone) of each of the jobs on one GPU."""
+        if len(jobs) == 1:
+            return [1.0]
+        if len(jobs) > 2:
+            return [1.0 / len(jobs)] * len(jobs)
+        a, b = jobs
+        n_a, n_b = len(a.gpu_indices), len(b.gpu_indices)
+        pair = _colocation().pair_ratio(
+            a.workload, a.global_batch / n_a, b.workload, b.global_batch / n_b, n_a
+        )
+        if pair is None:
+            return [UNMEASURED_PAIR_RATIO, UNMEASURED_PAIR_RATIO]
+        return [x if x > 0 else UNMEASURED_PAIR_RATIO for x in pair]
+
     def _refresh_power(self) -> None:
+        from scheduling.core.colocation import shared_power_w
+
         on_gpu = self._sharers()
         for index in range(len(self._info)):
             jobs = on_gpu.get(index)
             if not jobs:
                 self._power_w[index] = self._idle_w
+                continue
+            powers = [j.model.power_w(j.config()) for j in jobs]
+            if len(jobs) == 2:
+                x_a, x_b = self._ratios(jobs)
+                self._power_w[index] = shared_power_w(self._idle_w, *powers, x_a, x_b)
             else:
-                powers = [j.model.power_w(j.config()) for j in jobs]
                 self._power_w[index] = sum(powers) / len(powers)
 
     def _advance(self, dt_s: float) -> None:
         """Integrate energy and progress over ``dt_s`` at the power of the last interval."""
         for index, power in enumerate(self._power_w):
             self._energy_j[index] += power * dt_s
-        on_gpu = self._sharers()
+        # A job spread over GPUs with different co-runners goes at its slowest GPU's pace.
+        ratio: dict[int, float] = {}
+        for jobs in self._sharers().values():
+            for job, x in zip(jobs, self._ratios(jobs), strict=True):
+                ratio[job.job_id] = min(ratio.get(job.job_id, 1.0), x)
         for job in self.jobs.values():
             if job.finished:
                 continue
-            share = max(len(on_gpu[i]) for i in job.gpu_indices)
-            job.done_iters += dt_s / (job.model.iter_time_s(job.config()) * share)
+            job.done_iters += dt_s * ratio[job.job_id] / job.model.iter_time_s(job.config())
             if job.total_iters is not None:
                 job.done_iters = min(job.done_iters, job.total_iters)
 
