@@ -312,7 +312,8 @@ def observed_scales(
 
     Iteration times come from consecutive progress reports of this allocation; power from
     the mean draw of its GPUs per sample instant. Both start at the agent's ``started``
-    report, so the idle seconds before the job came up do not count as its power.
+    report, so the idle seconds before the job came up do not count as its power. Stretches
+    in which another job shared the GPUs are left out (they are its observed slowdown).
     """
     alloc = job.current_allocation
     if alloc is None:
@@ -328,8 +329,11 @@ def observed_scales(
     if started is None:
         return None
     since = max(started, state.observed_until) if state.observed_until else started
+    # While another job shares the GPUs, speed and power are the pair's: they feed the
+    # observed slowdown, not the scales (see scheduling/observations.py).
+    shared = observations.shared_periods(job.pk, [g.pk for g in gpus], since=since, now=now)
     iter_times, last_progress = observations.progress_iter_times(
-        job.pk, alloc.pk, since=since, now=now
+        job.pk, alloc.pk, since=since, now=now, exclude=shared
     )
     powers = [
         row["p"]
@@ -337,7 +341,7 @@ def observed_scales(
         .values("ts")
         .annotate(p=Avg("power_w"), n=Count("gpu"))
         .order_by("ts")
-        if row["n"] == len(gpus)
+        if row["n"] == len(gpus) and not observations.overlaps(row["ts"], row["ts"], shared)
     ]
     if not iter_times and not powers:
         return None

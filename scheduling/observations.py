@@ -5,6 +5,11 @@ Both the online refinement (``adapters.observed_scales``, the ``iter_time_scale`
 EaCO's early observation (``Job.observed_slowdown``) read iteration times through
 ``progress_iter_times``, so the two agree on what was measured.
 
+Iteration times and power measured while another job shared the GPUs are left out of the
+scales: the core already stretches a shared job's estimate by its co-location slowdown
+(``round._shared_estimate``), and the simulator keeps ``iter_time_scale`` free of it, so
+folding it into the scale too would count it twice. They go to ``observed_slowdown`` instead.
+
 Units: the agent reports iterations at its allocation's batch (``docs/telemetry.md``), which
 is the batch the perf model is asked about here, so no conversion is needed.
 """
@@ -16,8 +21,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.db.models import Q
+
 from cluster.choices import JobState
-from cluster.models import Job
+from cluster.models import Job, JobAllocation
 from scheduling.core import types as core
 from scheduling.core.perf_models import Catalog
 from telemetry.choices import JobEventKind
@@ -36,11 +43,38 @@ def started_at(job_id: int, allocation_id: int) -> datetime | None:
     )
 
 
+Period = tuple[datetime, datetime]
+
+
+def shared_periods(job_id: int, gpu_ids: Iterable[int], *, since: datetime, now: datetime):
+    """The stretches of [since, now] in which another job's allocation held one of the GPUs
+    (from the allocations' scheduler times, which cover the agents' start-up too)."""
+    rows = (
+        JobAllocation.objects.filter(gpus__in=list(gpu_ids), started_at__lt=now)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=since))
+        .exclude(job_id=job_id)
+        .values_list("started_at", "ended_at")
+        .distinct()
+    )
+    return [(max(start, since), min(end or now, now)) for start, end in rows]
+
+
+def overlaps(t0: datetime, t1: datetime, periods: Iterable[Period]) -> bool:
+    return any(t0 < end and t1 > start for start, end in periods)
+
+
 def progress_iter_times(
-    job_id: int, allocation_id: int, *, since: datetime, now: datetime
+    job_id: int,
+    allocation_id: int,
+    *,
+    since: datetime,
+    now: datetime,
+    exclude: Iterable[Period] = (),
 ) -> tuple[list[float], datetime | None]:
     """Seconds per iteration between consecutive progress reports of one allocation in
-    [since, now], and the time of the last report used (None: no report)."""
+    [since, now], leaving out intervals that touch an ``exclude`` period, and the time of the
+    last report read (None: no report)."""
+    exclude = list(exclude)
     progress = list(
         JobEvent.objects.filter(
             job_id=job_id,
@@ -54,7 +88,7 @@ def progress_iter_times(
     )
     iter_times = []
     for (t0, i0), (t1, i1) in zip(progress, progress[1:], strict=False):
-        if i0 is not None and i1 is not None and i1 > i0:
+        if i0 is not None and i1 is not None and i1 > i0 and not overlaps(t0, t1, exclude):
             iter_times.append((t1 - t0).total_seconds() / (i1 - i0))
     return iter_times, (progress[-1][0] if progress else None)
 

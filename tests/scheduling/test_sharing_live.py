@@ -19,7 +19,7 @@ from cluster.models import Gpu, Job, JobAllocation, Node
 from scheduling import adapters, services
 from scheduling.core.colocation import load_colocation, pair_key
 from scheduling.core.types import GpuConfig
-from scheduling.models import RoundDecision, SchedulerSettings
+from scheduling.models import JobSchedulingState, RoundDecision, SchedulerSettings
 from telemetry.accounting import account_hour, job_totals
 from telemetry.models import GpuSample
 from telemetry.services import record_job_events
@@ -279,3 +279,53 @@ def test_two_jobs_racing_for_the_last_slot_on_a_shared_gpu_have_one_winner(
         Job.objects.filter(pk__in=[first.pk, second.pk]).values_list("state", flat=True)
     )
     assert states == [JobState.QUEUED, JobState.RUNNING]
+
+
+def test_speed_measured_while_sharing_feeds_the_slowdown_not_the_iteration_time_scale(
+    eaco, one_gpu_node, make_job, member, team
+):
+    # given a host that ran exactly at its model's speed alone, then 50% slower once the guest
+    # joined at T0+60, and a guest 50% slower from its start
+    host, guest, _, _ = _share(make_job, member, team)
+    solo_s = (
+        adapters.current_catalog()
+        .get(WORKLOAD, "A100")
+        .iter_time_s(GpuConfig(n_gpus=1, global_batch=64))
+    )
+    events = [
+        {"event_id": uuid.uuid4(), "job_id": job.pk, "allocation_id": job.current_allocation_id,
+         "kind": "started", "ts": T0 + timedelta(seconds=s)}
+        for job, s in ((host, 1), (guest, 61))
+    ]  # fmt: skip
+    done = 0.0
+    for s in range(11, 172, 10):  # host: 11..51 alone, 71..171 shared
+        if s == 61:
+            continue
+        step_s = 10.0 if s != 71 else 20.0
+        done += step_s / (solo_s * (1.0 if s <= 51 else 1.5))
+        events.append(
+            {"event_id": uuid.uuid4(), "job_id": host.pk,
+             "allocation_id": host.current_allocation_id, "kind": "progress",
+             "ts": T0 + timedelta(seconds=s), "iterations": done}
+        )  # fmt: skip
+    for k, s in enumerate(range(71, 172, 10)):
+        events.append(
+            {"event_id": uuid.uuid4(), "job_id": guest.pk,
+             "allocation_id": guest.current_allocation_id, "kind": "progress",
+             "ts": T0 + timedelta(seconds=s), "iterations": k * 10.0 / (solo_s * 1.5)}
+        )  # fmt: skip
+    record_job_events(Node.objects.get(), events, now=T0 + timedelta(seconds=175))
+    now = T0 + timedelta(seconds=180)
+
+    # when the round folds telemetry into the scales and builds its snapshot
+    services.run_scheduling_round(now=now)
+
+    # then the host's scale saw only its solo stretch (1.0), the guest's nothing; the 50% went
+    # to both jobs' observed slowdowns (which EaCO learned when it separated them)
+    states = {s.job_id: s for s in JobSchedulingState.objects.filter(job__in=[host, guest])}
+    assert states[host.pk].iter_time_scale == pytest.approx(1.0)
+    assert states[host.pk].observed_until == T0 + timedelta(seconds=171)
+    assert states[guest.pk].iter_time_scale == 1.0
+    t = load_colocation().job_type(WORKLOAD, 64)
+    history = SchedulerSettings.load().policy_state["history"][pair_key(t, t)]
+    assert history[1:] == pytest.approx([0.5, 0.5])
