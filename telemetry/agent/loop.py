@@ -112,6 +112,7 @@ class Agent:
         wanted = {int(a["job_id"]): a for a in answer.get("assignments", [])}
         stop = {int(j) for j in answer.get("stop", [])}
         events = []
+        resized = False
         for job_id in sorted(self.running_job_ids()):
             assignment = wanted.get(job_id)
             if job_id in stop or assignment is None:
@@ -123,6 +124,10 @@ class Agent:
                     self.allocation_of[job_id] = assignment["allocation_id"]
                 else:
                     events.append(self.stop_job(job_id, now, reason="resized"))
+                    resized = True
+        if resized:
+            wanted, stop = self._refetch_after_resize(events, wanted, stop)
+            events = []
         for job_id, assignment in sorted(wanted.items()):
             if (
                 job_id not in stop
@@ -133,6 +138,24 @@ class Agent:
             ):
                 events.extend(self.start_job(assignment, now))
         self.send_events(events)
+
+    def _refetch_after_resize(
+        self, events: list[dict[str, Any]], wanted: dict[int, Any], stop: set[int]
+    ) -> tuple[dict[int, Any], set[int]]:
+        """Send the resize exits, then ask for the assignments again: the restart counts on
+        from the work the stopped run reached, which the server recounts at the new batch
+        only once it has the exit (the answer in hand predates it). Unreachable: restart from
+        the answer in hand (the work since the last progress report is done again)."""
+        self.send_events(events)
+        try:
+            answer = self.client.request("GET", "assignments")
+        except (ServerUnreachable, Rejected) as exc:
+            log.warning("cannot fetch assignments again after a resize: %s", exc)
+            return wanted, stop
+        return (
+            {int(a["job_id"]): a for a in answer.get("assignments", [])},
+            stop | {int(j) for j in answer.get("stop", [])},
+        )
 
     def _same_shape(self, job_id: int, assignment: dict[str, Any]) -> bool:
         if self.simulated:
