@@ -9,9 +9,11 @@ Django tests run against the real PostgreSQL named by DATABASE_URL (pytest-djang
 drops ``test_<name>``); nothing here fakes the database.
 """
 
+import threading
 from collections.abc import Callable
 
 import pytest
+from django.db import connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -129,3 +131,33 @@ def make_node(db) -> Callable[..., Node]:
         return node
 
     return make
+
+
+def _race(*calls) -> list[object]:
+    """Run each call in its own thread (own DB connection), released together; return what
+    each returned or raised."""
+    barrier = threading.Barrier(len(calls))
+    results: list[object] = [None] * len(calls)
+
+    def run(index, call):
+        try:
+            barrier.wait(timeout=10)
+            results[index] = call()
+        except Exception as exc:  # the outcome under test, inspected by the caller
+            results[index] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return results
+
+
+@pytest.fixture
+def race() -> Callable[..., list[object]]:
+    """Runs each given call in its own thread (own DB connection), released together by a
+    barrier, and returns what each returned or raised: for tests of concurrent writers."""
+    return _race

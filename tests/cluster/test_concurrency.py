@@ -1,11 +1,9 @@
 """Concurrent writers on the real PostgreSQL: exactly one of two racing state changes or
 allocations wins, and the loser leaves nothing behind."""
 
-import threading
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
 
 from cluster.choices import JobState
 from cluster.models import Job, JobAllocation
@@ -19,37 +17,14 @@ from cluster.services import (
 AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-def _race(*calls) -> list[object]:
-    """Run each call in its own thread (own DB connection), released together; return what
-    each returned or raised."""
-    barrier = threading.Barrier(len(calls))
-    results: list[object] = [None] * len(calls)
-
-    def run(index, call):
-        try:
-            barrier.wait(timeout=10)
-            results[index] = call()
-        except Exception as exc:  # the outcome under test, inspected by the caller
-            results[index] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    return results
-
-
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("attempt", range(2))
-def test_two_racing_transitions_of_one_job_have_one_winner(make_job, member, team, attempt):
+def test_two_racing_transitions_of_one_job_have_one_winner(race, make_job, member, team, attempt):
     # given two copies of a queued job, one about to start it and one about to cancel it
     job = make_job(owner=member, team=team)
     starter, canceller = Job.objects.get(pk=job.pk), Job.objects.get(pk=job.pk)
 
-    results = _race(
+    results = race(
         lambda: transition_job(starter, to=JobState.RUNNING, at=AT),
         lambda: transition_job(canceller, to=JobState.CANCELLED, at=AT),
     )
@@ -69,7 +44,7 @@ def test_two_racing_transitions_of_one_job_have_one_winner(make_job, member, tea
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("attempt", range(2))
 def test_two_jobs_racing_for_the_same_gpus_have_one_winner(
-    make_job, make_node, member, team, attempt
+    race, make_job, make_node, member, team, attempt
 ):
     # given two running jobs and one node, both asking for GPUs 0 and 1
     gpus = list(make_node(gpus=2).gpus.order_by("index"))
@@ -77,7 +52,7 @@ def test_two_jobs_racing_for_the_same_gpus_have_one_winner(
     for job in (first, second):
         transition_job(job, to=JobState.RUNNING, at=AT)
 
-    results = _race(
+    results = race(
         lambda: set_allocation(first, gpus=gpus, batch_size=256, at=AT),
         lambda: set_allocation(second, gpus=gpus, batch_size=256, at=AT),
     )

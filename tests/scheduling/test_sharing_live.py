@@ -6,12 +6,10 @@ ResNet-18 on CIFAR-10 (``resnet50_cifar10``) at 64 per GPU is the pair Gavel mea
 interference, so EaCO co-locates it when no GPU is free. Time is passed in (``T0``).
 """
 
-import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
 
 from cluster import services as cluster_services
 from cluster.choices import JobState
@@ -230,31 +228,10 @@ def test_the_shared_gpus_energy_is_split_equally_between_the_pair(
     assert job_totals(guest).energy_j == pytest.approx(6000.0)
 
 
-def _race(*calls) -> list[object]:
-    barrier = threading.Barrier(len(calls))
-    results: list[object] = [None] * len(calls)
-
-    def run(index, call):
-        try:
-            barrier.wait(timeout=10)
-            results[index] = call()
-        except Exception as exc:  # the outcome under test, inspected below
-            results[index] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    return results
-
-
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("attempt", range(2))
 def test_two_jobs_racing_for_the_last_slot_on_a_shared_gpu_have_one_winner(
-    make_node, make_job, member, team, attempt
+    race, make_node, make_job, member, team, attempt
 ):
     # given a GPU one job holds, sharing limit two, and two jobs starting on it at once
     gpu = Gpu.objects.get(node=make_node("node-01", gpus=1))
@@ -263,7 +240,7 @@ def test_two_jobs_racing_for_the_last_slot_on_a_shared_gpu_have_one_winner(
     )
     cluster_services.start_job(host, gpus=[gpu], batch_size=64, at=T0)
 
-    results = _race(
+    results = race(
         *(
             lambda job=job: cluster_services.start_job(
                 job, gpus=[gpu], batch_size=64, max_jobs_per_gpu=2, at=T0
