@@ -1,7 +1,6 @@
 """Django admin for every cluster model. State changes of jobs still go through services."""
 
 from django.contrib import admin, messages
-from django.db import transaction
 from django.utils import timezone
 
 from cluster import services
@@ -176,35 +175,12 @@ class BudgetAdmin(admin.ModelAdmin):
     list_filter = ["team", "hard_limit_action"]
     date_hierarchy = "period_start"
 
-    # Budget changes made here land in the audit log too, with before and after.
+    # Budget changes made here go through the same audited services as the API and pages.
     def save_model(self, request, obj, form, change):
-        with transaction.atomic():
-            before = None
-            if change:
-                stored = Budget.objects.get(pk=obj.pk)
-                before = services.audit_snapshot(stored, services.BUDGET_AUDIT_FIELDS)
-            super().save_model(request, obj, form, change)
-            services.record_audit(
-                actor=request.user,
-                action="updated" if change else "created",
-                object_type="budget",
-                object_id=obj.pk,
-                team=obj.team,
-                before=before,
-                after=services.audit_snapshot(obj, services.BUDGET_AUDIT_FIELDS),
-            )
+        services.save_budget(obj, actor=request.user)
 
     def delete_model(self, request, obj):
-        with transaction.atomic():
-            services.record_audit(
-                actor=request.user,
-                action="deleted",
-                object_type="budget",
-                object_id=obj.pk,
-                team=obj.team,
-                before=services.audit_snapshot(obj, services.BUDGET_AUDIT_FIELDS),
-            )
-            super().delete_model(request, obj)
+        services.delete_budget(obj, actor=request.user)
 
     def delete_queryset(self, request, queryset):
         # The list page's bulk delete: one entry per budget, like deleting them one by one.

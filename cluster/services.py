@@ -340,3 +340,18 @@ def save_budget(budget: Budget, *, actor, at: datetime | None = None) -> Budget:
             at=at,
         )
     return budget
+
+
+def delete_budget(budget: Budget, *, actor, at: datetime | None = None) -> None:
+    """Delete a budget, recording what it was in the audit log in the same transaction."""
+    with transaction.atomic():
+        record_audit(
+            actor=actor,
+            action=AuditAction.DELETED,
+            object_type="budget",
+            object_id=budget.pk,
+            team=budget.team,
+            before=audit_snapshot(budget, BUDGET_AUDIT_FIELDS),
+            at=at,
+        )
+        budget.delete()

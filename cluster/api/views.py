@@ -2,7 +2,6 @@
 cluster.services; the rules live there, not here."""
 
 import django_filters
-from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
@@ -109,44 +108,20 @@ class BudgetViewSet(viewsets.ModelViewSet):
     def get_queryset(self):
         return budgets_visible_to(self.request.user).select_related("team")
 
-    # Budget changes over the API land in the same audit log as the pages' (before/after).
+    # Budget changes over the API go through the same audited services as the pages'.
     def perform_create(self, serializer):
-        with transaction.atomic():
-            budget = serializer.save()
-            services.record_audit(
-                actor=self.request.user,
-                action="created",
-                object_type="budget",
-                object_id=budget.pk,
-                team=budget.team,
-                after=services.audit_snapshot(budget, services.BUDGET_AUDIT_FIELDS),
-            )
+        serializer.instance = services.save_budget(
+            Budget(**serializer.validated_data), actor=self.request.user
+        )
 
     def perform_update(self, serializer):
-        with transaction.atomic():
-            before = services.audit_snapshot(serializer.instance, services.BUDGET_AUDIT_FIELDS)
-            budget = serializer.save()
-            services.record_audit(
-                actor=self.request.user,
-                action="updated",
-                object_type="budget",
-                object_id=budget.pk,
-                team=budget.team,
-                before=before,
-                after=services.audit_snapshot(budget, services.BUDGET_AUDIT_FIELDS),
-            )
+        budget = serializer.instance
+        for field, value in serializer.validated_data.items():
+            setattr(budget, field, value)
+        services.save_budget(budget, actor=self.request.user)
 
     def perform_destroy(self, instance):
-        with transaction.atomic():
-            services.record_audit(
-                actor=self.request.user,
-                action="deleted",
-                object_type="budget",
-                object_id=instance.pk,
-                team=instance.team,
-                before=services.audit_snapshot(instance, services.BUDGET_AUDIT_FIELDS),
-            )
-            instance.delete()
+        services.delete_budget(instance, actor=self.request.user)
 
 
 class NodeViewSet(viewsets.ModelViewSet):
