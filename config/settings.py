@@ -185,6 +185,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # environment and ``options={"expires": interval}`` so a backlog never piles up.
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
 
+
+def _every(task: str, interval_s: int) -> dict:
+    """A beat entry that runs ``task`` every ``interval_s`` and lets a run that waited a whole
+    interval in the queue expire (the next one is already due)."""
+    return {"task": task, "schedule": interval_s, "options": {"expires": interval_s}}
+
+
 # --- Wattflow -------------------------------------------------------------------------------
 # Where seed_demo writes the agent tokens that `make run` hands to the simulated agents.
 WATTFLOW_VAR_DIR = Path(env_str("WATTFLOW_VAR_DIR", str(BASE_DIR / "var")))
@@ -211,21 +218,15 @@ TELEMETRY_CHECKPOINT_ROOT = env_str("TELEMETRY_CHECKPOINT_ROOT", "/var/lib/wattf
 TELEMETRY_ACCOUNTING_INTERVAL_S = env_int("TELEMETRY_ACCOUNTING_INTERVAL_S", 60)
 TELEMETRY_RETENTION_INTERVAL_S = env_int("TELEMETRY_RETENTION_INTERVAL_S", 3600)
 TELEMETRY_BROADCAST_INTERVAL_S = env_int("TELEMETRY_BROADCAST_INTERVAL_S", 5)
-CELERY_BEAT_SCHEDULE["telemetry-process-dirty-hours"] = {
-    "task": "telemetry.tasks.process_dirty_hours_task",
-    "schedule": TELEMETRY_ACCOUNTING_INTERVAL_S,
-    "options": {"expires": TELEMETRY_ACCOUNTING_INTERVAL_S},
-}
-CELERY_BEAT_SCHEDULE["telemetry-broadcast"] = {
-    "task": "telemetry.tasks.broadcast_telemetry_task",
-    "schedule": TELEMETRY_BROADCAST_INTERVAL_S,
-    "options": {"expires": TELEMETRY_BROADCAST_INTERVAL_S},
-}
-CELERY_BEAT_SCHEDULE["telemetry-delete-expired-samples"] = {
-    "task": "telemetry.tasks.delete_expired_samples_task",
-    "schedule": TELEMETRY_RETENTION_INTERVAL_S,
-    "options": {"expires": TELEMETRY_RETENTION_INTERVAL_S},
-}
+CELERY_BEAT_SCHEDULE["telemetry-process-dirty-hours"] = _every(
+    "telemetry.tasks.process_dirty_hours_task", TELEMETRY_ACCOUNTING_INTERVAL_S
+)
+CELERY_BEAT_SCHEDULE["telemetry-broadcast"] = _every(
+    "telemetry.tasks.broadcast_telemetry_task", TELEMETRY_BROADCAST_INTERVAL_S
+)
+CELERY_BEAT_SCHEDULE["telemetry-delete-expired-samples"] = _every(
+    "telemetry.tasks.delete_expired_samples_task", TELEMETRY_RETENTION_INTERVAL_S
+)
 
 # --- Live scheduling (scheduling/) -----------------------------------------------------------
 # Beat fires a round this often (the finest step); admins may lengthen the interval at runtime
@@ -236,16 +237,12 @@ WATTFLOW_DEFAULT_POLICY = env_str("WATTFLOW_DEFAULT_POLICY", "powerflow")
 # re-queued (the agent heart-beats every 15 s by default).
 WATTFLOW_NODE_TIMEOUT_S = env_int("WATTFLOW_NODE_TIMEOUT_S", 60)
 WATTFLOW_LIVENESS_INTERVAL_S = env_int("WATTFLOW_LIVENESS_INTERVAL_S", 15)
-CELERY_BEAT_SCHEDULE["scheduling-round"] = {
-    "task": "scheduling.tasks.run_scheduling_round_task",
-    "schedule": WATTFLOW_ROUND_INTERVAL_S,
-    "options": {"expires": WATTFLOW_ROUND_INTERVAL_S},
-}
-CELERY_BEAT_SCHEDULE["scheduling-node-liveness"] = {
-    "task": "scheduling.tasks.mark_silent_nodes_task",
-    "schedule": WATTFLOW_LIVENESS_INTERVAL_S,
-    "options": {"expires": WATTFLOW_LIVENESS_INTERVAL_S},
-}
+CELERY_BEAT_SCHEDULE["scheduling-round"] = _every(
+    "scheduling.tasks.run_scheduling_round_task", WATTFLOW_ROUND_INTERVAL_S
+)
+CELERY_BEAT_SCHEDULE["scheduling-node-liveness"] = _every(
+    "scheduling.tasks.mark_silent_nodes_task", WATTFLOW_LIVENESS_INTERVAL_S
+)
 
 LOGGING = {
     "version": 1,
