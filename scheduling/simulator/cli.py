@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from scheduling.core.types import J_PER_KWH
+from scheduling.simulator.bounds import scenario_bound
 from scheduling.simulator.carbon import CarbonDataError
 from scheduling.simulator.cluster_spec import ClusterSpecError
 from scheduling.simulator.compare import KINDS, Comparison, budget_from
@@ -223,7 +224,19 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     out = Path(args.out)
     progress = not args.no_progress
     stem = f"{Path(args.trace).stem}_{scenario.spec.name}"
-    report: dict[str, Any] = {"scenario": dict(scenario.meta), "runs": {}, "comparisons": []}
+    bound = scenario_bound(scenario)
+    report: dict[str, Any] = {
+        "scenario": dict(scenario.meta),
+        "bound": {
+            "avg_jct_s": bound.avg_jct_s,
+            "min_makespan_s": bound.min_makespan_s,
+            "min_energy_kwh": bound.min_energy_j / J_PER_KWH,
+            "floor_energy_kwh": bound.floor_energy_j / J_PER_KWH,
+        },
+        "runs": {},
+        "comparisons": [],
+    }
+
     results: dict[str, SimResult] = {}
 
     def record(name: str, result: SimResult, wall_s: float) -> None:
@@ -244,15 +257,17 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             name = f"{args.policy}@{base}-{kind}"
             record(name, result, wall)
             comparison = Comparison(kind, base, args.policy, budget, results[base], result)
-            line = comparison.report()
+            line = comparison.report(bound)
             report["comparisons"].append(line)
             ratio = line["avg_jct_ratio"]
             spent = "energy_kwh" if kind == "energy" else "co2_kg"
+            possible = line["best_possible_ratio"]
             stdout.write(
                 f"  {args.policy} vs {base} at equal {kind}: avg JCT ratio "
                 f"{'n/a' if ratio is None else f'{ratio:.3f}x'}; spent "
                 f"{line['candidate_' + spent]:.1f} of {line['baseline_' + spent]:.1f} "
-                f"{spent.split('_')[-1]}\n"
+                f"{spent.split('_')[-1]}; no policy could exceed "
+                f"{'n/a' if possible is None else f'{possible:.3f}x'}\n"
             )
     else:
         budget = None
@@ -281,6 +296,10 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
 
         plot_jct_cdf(results, out / f"{stem}_jct_cdf.png", title=scenario.name)
         plot_power_energy(results, out / f"{stem}_power_energy.png", title=scenario.name)
+    stdout.write(
+        f"no policy can beat avg JCT {bound.avg_jct_s / 3600:.3f} h, nor finish every job "
+        f"with less than {bound.min_energy_j / J_PER_KWH:.1f} kWh (contention-free bound)\n"
+    )
     stdout.write(f"results in {out}/{stem}_*\n")
     return report
 

@@ -13,9 +13,11 @@ it finished inside it and what it spent in total.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from scheduling.simulator.bounds import JctBound
 from scheduling.simulator.engine import BudgetSpec, ProgressHook, SimResult
 from scheduling.simulator.metrics import summarise
 from scheduling.simulator.scenario import Scenario, run_policy
@@ -40,7 +42,11 @@ class Comparison:
     def candidate_summary(self) -> dict[str, Any]:
         return summarise(self.candidate_result)
 
-    def report(self) -> dict[str, Any]:
+    def report(self, bound: JctBound | None = None) -> dict[str, Any]:
+        """The comparison as a flat dict; with ``bound``, also the lowest average JCT any
+        policy could reach at this budget and so the best ratio possible against this
+        baseline (an energy budget is bounded at its energy; a carbon budget only by
+        the bound without a budget)."""
         base, cand = self.baseline_summary, self.candidate_summary
         ratio = None
         if base["avg_jct_s"] and cand["avg_jct_s"] and not cand["n_unfinished"]:
@@ -65,7 +71,20 @@ class Comparison:
             "candidate_co2_kg": cand["co2_kg"],
             "candidate_finished_in_period": self.candidate_result.end_s <= self.budget.period_end_s,
             "candidate_unfinished_jobs": cand["n_unfinished"],
+            **self._bound_fields(bound, base["avg_jct_s"]),
         }
+
+    def _bound_fields(self, bound: JctBound | None, base_jct_s: float | None) -> dict[str, Any]:
+        if bound is None:
+            return {}
+        if self.budget.energy_limit_j is not None:
+            lowest = bound.avg_jct_at_energy_s(self.budget.energy_limit_j)
+        else:
+            lowest = bound.avg_jct_s
+        possible = None
+        if base_jct_s and lowest > 0 and math.isfinite(lowest):
+            possible = base_jct_s / lowest
+        return {"bound_avg_jct_s": lowest, "best_possible_ratio": possible}
 
 
 def budget_from(result: SimResult, kind: str, *, horizon_factor: float = 1.0) -> BudgetSpec:

@@ -126,22 +126,9 @@ class Simulator:
     # --- set-up -------------------------------------------------------------------
 
     def _idle_power_by_model(self) -> dict[str, float]:
-        models = {g.model for g in self.cluster.gpus}
-        if self.config.idle_power_w is not None:
-            return dict.fromkeys(models, self.config.idle_power_w)
-        idle = {}
-        for gpu_model in models:
-            values = []
-            for workload in self.catalog.workloads():
-                try:
-                    values.append(float(self._perf.model(workload, gpu_model).idle_power_w))
-                except (KeyError, LookupError, ValueError):
-                    continue
-            if not values:
-                raise SimulationError(f"no perf model for GPU {gpu_model!r} gives an idle power")
-            # The core's rule (PerfCache.idle_power_w), so that plans predict what runs.
-            idle[gpu_model] = min(values)
-        return idle
+        return idle_power_by_model(
+            self.catalog, {g.model for g in self.cluster.gpus}, override_w=self.config.idle_power_w
+        )
 
     # --- the run --------------------------------------------------------------------
 
@@ -533,3 +520,25 @@ class Simulator:
         idle_e += e_free
         co2 += co2_of(free_w, t0, t_end)
         return t_end, finished, energy, co2, idle_e, held_gpu_s
+
+
+def idle_power_by_model(
+    catalog: PerfCatalog, gpu_models: set[str], *, override_w: float | None = None
+) -> dict[str, float]:
+    """What an idle GPU of each model draws: ``override_w``, or the lowest idle power any
+    perf model of that GPU reports (the core's rule, ``PerfCache.idle_power_w``, so that
+    plans predict what runs)."""
+    if override_w is not None:
+        return dict.fromkeys(gpu_models, override_w)
+    idle = {}
+    for gpu_model in gpu_models:
+        values = []
+        for workload in catalog.workloads():
+            try:
+                values.append(float(catalog.get(workload, gpu_model).idle_power_w))
+            except (KeyError, LookupError, ValueError):
+                continue
+        if not values:
+            raise SimulationError(f"no perf model for GPU {gpu_model!r} gives an idle power")
+        idle[gpu_model] = min(values)
+    return idle

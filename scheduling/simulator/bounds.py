@@ -1,0 +1,286 @@
+"""Lower bounds on average JCT that no scheduling policy can beat on a scenario.
+
+A matched-budget ratio ("baseline's average JCT / the candidate's") only means something
+next to what is possible at all. This module bounds it from the perf models alone,
+without simulating any policy, by relaxing everything that makes jobs wait on each
+other:
+
+* every job has the whole cluster to itself from the first instant a plan can start it
+  (the next round boundary after its arrival, or its arrival with ``replan_on_events``);
+* it may run any configuration the core can grant: any GPU count from its ``min_gpus`` to
+  ``max_gpus`` (capped by the GPUs of its model), any batch of its allowed range, any
+  clock the GPU supports, no clock at all (the default, highest), or a power limit every
+  ``POWER_LIMIT_STEP_W`` down from the highest (the limits ``zeus`` grants among them),
+  spread over whichever number of nodes communicates fastest (not always the fewest: the
+  fitted A100 model of bert runs 8 GPUs slightly faster on 8 nodes than on one);
+* it never pays a checkpoint-restart.
+
+**Without a budget** a job's JCT is at least its wait for that first plan plus its
+remaining work at its fastest configuration; the average over jobs bounds every policy's
+average JCT (``JctBound.avg_jct_s``).
+
+**Under an energy budget** ``E`` (what a matched comparison gives the candidate: the
+baseline's total energy, idle draw included) a run spends at least the idle draw of the
+powered cluster until its last job can end (``floor_energy_j``) plus, per job, its draw
+above idle while it works. If a job does a share ``x_c`` of its work in configuration
+``c``, its time is ``sum x_c t_c`` and its energy above idle ``sum x_c e_c``, so for any
+price ``lam >= 0``, ``t + lam * e >= min_c (t_c + lam * e_c)``. Summing over jobs
+(Lagrangian relaxation, weak duality):
+
+    avg JCT >= ( sum_j [wait_j + min_c (t_jc + lam * e_jc)] - lam * (E - floor) ) / N
+
+for every ``lam``; :meth:`JctBound.avg_jct_at_energy_s` takes the best ``lam`` of a
+geometric grid. Below ``floor + sum_j min_c e_jc`` (``min_energy_j``) no policy can finish
+the trace at all.
+
+Pure Python and numpy; no Django.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduling.core.types import GpuConfig, Job, PerfCatalog
+from scheduling.simulator.engine import idle_power_by_model
+from scheduling.simulator.scenario import Scenario
+
+# Power limits tried: every 5 W down from the GPU's highest (Zeus' 25 W steps among them).
+POWER_LIMIT_STEP_W = 5.0
+
+
+@dataclass(frozen=True)
+class JobFrontier:
+    """One job's fastest-to-leanest trade-off: (seconds, joules above idle) to finish its
+    remaining work, on the Pareto frontier, fastest first."""
+
+    job_id: str
+    earliest_start_s: float  # when a plan can first start it
+    wait_s: float  # earliest_start_s - submit time
+    time_s: tuple[float, ...]  # ascending
+    energy_above_idle_j: tuple[float, ...]  # descending
+
+
+@dataclass(frozen=True)
+class JctBound:
+    """Bounds for one scenario; see the module docstring for why they hold."""
+
+    jobs: tuple[JobFrontier, ...]
+    idle_power_w: float  # the whole powered cluster's idle draw (0 if idle nodes power off)
+
+    @property
+    def n_jobs(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def avg_jct_s(self) -> float:
+        """No policy, with any energy, has a lower average JCT."""
+        if not self.jobs:
+            return 0.0
+        return sum(f.wait_s + f.time_s[0] for f in self.jobs) / len(self.jobs)
+
+    @property
+    def min_makespan_s(self) -> float:
+        """No run ends before every job could have run at its fastest."""
+        return max((f.earliest_start_s + f.time_s[0] for f in self.jobs), default=0.0)
+
+    @property
+    def floor_energy_j(self) -> float:
+        """Idle draw of the powered cluster until the earliest possible end."""
+        return self.idle_power_w * self.min_makespan_s
+
+    @property
+    def min_energy_j(self) -> float:
+        """No policy finishes every job with less energy than this."""
+        return self.floor_energy_j + sum(f.energy_above_idle_j[-1] for f in self.jobs)
+
+    def avg_jct_at_energy_s(self, energy_j: float, *, grid: int = 400) -> float:
+        """A lower bound on the average JCT of any run that uses at most ``energy_j``
+        (``math.inf`` when that is below :attr:`min_energy_j`)."""
+        if not self.jobs:
+            return 0.0
+        if energy_j < self.min_energy_j * (1 - 1e-12):
+            return math.inf
+        spare_j = energy_j - self.floor_energy_j
+        # One row per job; shorter frontiers repeat their leanest point, which changes
+        # no minimum and adds no slope.
+        width = max(len(f.time_s) for f in self.jobs)
+        t = np.empty((len(self.jobs), width))
+        e = np.empty((len(self.jobs), width))
+        for i, f in enumerate(self.jobs):
+            k = len(f.time_s)
+            t[i, :k], t[i, k:] = f.time_s, f.time_s[-1]
+            e[i, :k], e[i, k:] = f.energy_above_idle_j, f.energy_above_idle_j[-1]
+        waits = sum(f.wait_s for f in self.jobs)
+        # Prices worth trying: the slopes between neighbouring frontier points, in s/J.
+        dt = np.diff(t, axis=1)
+        de = -np.diff(e, axis=1)
+        slopes = dt[de > 0] / de[de > 0]
+        best = self.avg_jct_s  # lam = 0
+        if slopes.size == 0:
+            return best
+        lams = np.geomspace(slopes.min(), slopes.max(), grid)
+        for lam in lams:
+            g = (waits + np.min(t + lam * e, axis=1).sum() - lam * spare_j) / len(self.jobs)
+            best = max(best, float(g))
+        return best
+
+
+def _pareto(points: Iterable[tuple[float, float]]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Points no other point beats in both time and energy, fastest first."""
+    times: list[float] = []
+    energies: list[float] = []
+    for time_s, energy_j in sorted(points):
+        if not energies or energy_j < energies[-1]:
+            times.append(time_s)
+            energies.append(energy_j)
+    return tuple(times), tuple(energies)
+
+
+def _fewest_nodes(node_gpus: Sequence[int], n: int) -> int:
+    """How few of these nodes can hold ``n`` GPUs (largest first)."""
+    held = 0
+    for k, gpus in enumerate(sorted(node_gpus, reverse=True), start=1):
+        held += gpus
+        if held >= n:
+            return k
+    return len(node_gpus)
+
+
+def _configurations(
+    catalog: PerfCatalog, job: Job, gpu_model: str, node_gpus: Sequence[int]
+) -> list[tuple[float, int, float]]:
+    """(seconds per submitted-batch iteration, GPUs, watts per GPU) of every
+    configuration the core could grant this job; [] if no perf model covers it."""
+    try:
+        model = catalog.get(job.workload, gpu_model)
+    except (KeyError, LookupError, ValueError):
+        return []
+    hi = min(max(job.max_gpus, job.min_gpus), sum(node_gpus))
+    batches = {job.global_batch}
+    if job.min_batch is not None and job.max_batch is not None:
+        batches |= {b for b in model.batch_sizes if job.min_batch <= b <= job.max_batch}
+    settings: list[tuple[int | None, float | None]] = [(None, None)]
+    settings += [(c, None) for c in model.clocks_mhz]
+    limits = getattr(model, "power_limits_w", None)  # optional in the PerfModel protocol
+    if limits:
+        # Down from the highest limit, as Zeus steps (its 25 W steps are on this grid).
+        lo_w, hi_w = limits
+        steps = max(int((hi_w - lo_w) / POWER_LIMIT_STEP_W), 0)
+        settings += [(None, hi_w - k * POWER_LIMIT_STEP_W) for k in range(steps + 1)]
+        settings.append((None, lo_w))
+    points = []
+    for n in range(job.min_gpus, hi + 1):
+        # The spread over nodes changes only the communication time, so the node count
+        # that is fastest at one clock and batch is fastest at all of them.
+        shapes = [
+            _spread(n, k) for k in range(_fewest_nodes(node_gpus, n), min(n, len(node_gpus)) + 1)
+        ]
+        shape = min(
+            shapes,
+            key=lambda sh: model.iter_time_s(
+                GpuConfig(n_gpus=n, global_batch=job.global_batch, gpus_per_node=sh)
+            ),
+        )
+        for b in batches:
+            for clock, limit in settings:
+                cfg = GpuConfig(
+                    n_gpus=n,
+                    global_batch=b,
+                    sm_clock_mhz=clock,
+                    power_limit_w=limit,
+                    gpus_per_node=shape,
+                )
+                iter_s, power_w = model.iter_time_s(cfg), model.power_w(cfg)
+                # Work is samples: at batch b the job needs submitted_batch / b iterations.
+                points.append((iter_s * job.global_batch / b, n, power_w))
+    return points
+
+
+def _spread(n: int, k: int) -> tuple[int, ...]:
+    """``n`` GPUs over ``k`` nodes, as even as can be."""
+    return tuple(n // k + (1 if i < n % k else 0) for i in range(k))
+
+
+def jct_bound(
+    jobs: Sequence[Job],
+    *,
+    catalog: PerfCatalog,
+    node_gpus_by_model: dict[str, tuple[int, ...]],
+    idle_power_by_model: dict[str, float],
+    round_length_s: float,
+    replan_on_events: bool = False,
+    power_off_idle_nodes: bool = False,
+) -> JctBound:
+    """Bounds for ``jobs`` on a cluster whose schedulable nodes hold
+    ``node_gpus_by_model[model]`` GPUs each (see the module docstring).
+
+    A job may run on any GPU model the cluster has and its perf catalog knows (or only
+    its ``gpu_model``); a job none can run is left out of the bound (the simulator
+    reports such jobs as unfinished).
+    """
+    cache: dict[tuple, list[tuple[float, int, float]]] = {}
+    frontiers = []
+    for job in jobs:
+        models = [job.gpu_model] if job.gpu_model else sorted(node_gpus_by_model)
+        points: list[tuple[float, float]] = []
+        for gpu_model in models:
+            if gpu_model not in node_gpus_by_model:
+                continue
+            key = (
+                job.workload,
+                gpu_model,
+                job.min_gpus,
+                job.max_gpus,
+                job.global_batch,
+                job.min_batch,
+                job.max_batch,
+            )
+            if key not in cache:
+                cache[key] = _configurations(catalog, job, gpu_model, node_gpus_by_model[gpu_model])
+            # As the engine runs it: time and power scaled by the job's refinements, and
+            # with idle GPUs powered a busy GPU adds only its draw above idle.
+            idle_w = 0.0 if power_off_idle_nodes else idle_power_by_model[gpu_model]
+            work = job.remaining_iters * job.iter_time_scale
+            for iter_s, n, power_w in cache[key]:
+                time_s = iter_s * work
+                points.append((time_s, n * max(power_w * job.power_scale - idle_w, 0.0) * time_s))
+        if not points:
+            continue
+        start = job.submit_time_s
+        if not replan_on_events:
+            start = math.ceil(start / round_length_s) * round_length_s
+        times, energies = _pareto(points)
+        frontiers.append(JobFrontier(job.job_id, start, start - job.submit_time_s, times, energies))
+    cluster_idle_w = 0.0
+    if not power_off_idle_nodes:
+        cluster_idle_w = sum(
+            sum(gpus) * idle_power_by_model[m] for m, gpus in node_gpus_by_model.items()
+        )
+    return JctBound(jobs=tuple(frontiers), idle_power_w=cluster_idle_w)
+
+
+def scenario_bound(scenario: Scenario) -> JctBound:
+    """:func:`jct_bound` for a loaded scenario, with the engine's settings and idle power."""
+    node_gpus: dict[str, list[int]] = {}
+    for node in scenario.cluster.nodes:
+        if not node.schedulable:
+            continue
+        for gpu_model, count in Counter(g.model for g in node.gpus).items():
+            node_gpus.setdefault(gpu_model, []).append(count)
+    config = scenario.config
+    return jct_bound(
+        scenario.jobs,
+        catalog=scenario.catalog,
+        node_gpus_by_model={m: tuple(c) for m, c in node_gpus.items()},
+        idle_power_by_model=idle_power_by_model(
+            scenario.catalog, set(node_gpus), override_w=config.idle_power_w
+        ),
+        round_length_s=config.round_length_s,
+        replan_on_events=config.replan_on_events,
+        power_off_idle_nodes=config.power_off_idle_nodes,
+    )

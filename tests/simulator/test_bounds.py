@@ -1,0 +1,153 @@
+"""The contention-free bounds: hand-computed on a tiny scenario, never beaten by any
+registered policy on a real trace, and carried into the simulator's report."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from scheduling.core.perf_models import load_catalog
+from scheduling.core.registry import policy_names
+from scheduling.core.types import GpuConfig
+from scheduling.simulator.bounds import jct_bound, scenario_bound
+from scheduling.simulator.cli import main
+from scheduling.simulator.compare import matched_budget
+from scheduling.simulator.engine import SimConfig
+from scheduling.simulator.metrics import summarise
+from scheduling.simulator.scenario import load_scenario, run_policy
+from tests.core.corekit import AnalyticModel, Catalog, job
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+TRACE = DATA / "trace" / "pollux_workload-1.csv"
+CLUSTER = DATA / "clusters" / "n16g4_t4.json"
+
+# One job on a 2-GPU cluster, rounds every 300 s, submitted at 100 s (first plan at 300 s).
+# AnalyticModel("w"): T = 1 s/iter / n * (0.5 + 0.5 / r), P = 50 + 200 r^2 W, r = clock/2000.
+# Its 3600 iterations, configurations (n, r) -> (time, energy above idle = n*200 r^2*T):
+#   (2, 1)   : 1800 s, 720,000 J      fastest
+#   (2, .75) : 2100 s, 472,500 J
+#   (2, .5)  : 2700 s, 270,000 J      leanest ((1, .5) is as lean and slower)
+# Idle floor: 2 GPUs x 50 W until the earliest end, 300 + 1800 s: 210,000 J.
+TINY = dict(
+    catalog=Catalog(AnalyticModel("w", clocks_mhz=(1000, 1500, 2000))),
+    node_gpus_by_model={"A100": (2,)},
+    idle_power_by_model={"A100": 50.0},
+    round_length_s=300.0,
+)
+
+
+def tiny_bound(**kw):
+    return jct_bound([job("a", submit=100.0, iters=3600.0, min_gpus=1, max_gpus=2)], **TINY, **kw)
+
+
+def test_tiny_bound_is_the_hand_computed_one():
+    bound = tiny_bound()
+    (frontier,) = bound.jobs
+    assert frontier.earliest_start_s == 300.0
+    assert frontier.time_s == pytest.approx((1800.0, 2100.0, 2700.0))
+    assert frontier.energy_above_idle_j == pytest.approx((720_000.0, 472_500.0, 270_000.0))
+    assert bound.avg_jct_s == pytest.approx(200.0 + 1800.0)
+    assert bound.floor_energy_j == pytest.approx(210_000.0)
+    assert bound.min_energy_j == pytest.approx(210_000.0 + 270_000.0)
+
+
+def test_energy_bound_follows_the_hand_computed_frontier():
+    bound = tiny_bound()
+    # Enough energy for the fastest configuration: nothing constrains the job.
+    assert bound.avg_jct_at_energy_s(1e12) == pytest.approx(2000.0)
+    # Exactly the middle configuration's energy: at best that configuration's time.
+    assert bound.avg_jct_at_energy_s(210_000.0 + 472_500.0) == pytest.approx(200.0 + 2100.0)
+    # Half-way between the two leaner points: at best half of each (the hull's line).
+    halfway = 210_000.0 + (472_500.0 + 270_000.0) / 2
+    assert bound.avg_jct_at_energy_s(halfway) == pytest.approx(200.0 + (2100.0 + 2700.0) / 2)
+    # Less than the leanest run needs: nothing can finish.
+    assert bound.avg_jct_at_energy_s(bound.min_energy_j - 1.0) == math.inf
+
+
+def test_replanning_on_events_starts_the_bound_at_submission_and_powered_off_nodes_have_no_floor():
+    bound = tiny_bound(replan_on_events=True, power_off_idle_nodes=True)
+    assert bound.avg_jct_s == pytest.approx(1800.0)
+    assert bound.floor_energy_j == 0.0
+    # With idle nodes off a busy GPU pays its whole draw: 2 x 100 W x 2700 s at r = 0.5.
+    assert bound.min_energy_j == pytest.approx(540_000.0)
+
+
+def test_a_job_no_gpu_model_can_run_is_left_out_of_the_bound():
+    bound = jct_bound([job("a", iters=3600.0), job("x", workload="unknown", iters=10.0)], **TINY)
+    assert [f.job_id for f in bound.jobs] == ["a"]
+
+
+def test_the_bound_takes_the_fastest_spread_over_nodes_not_the_fewest_nodes():
+    # The fitted A100 model of bert runs 8 GPUs faster on 8 nodes than on one node.
+    catalog = load_catalog()
+    model = catalog.get("bert", "A100")
+    packed = model.iter_time_s(GpuConfig(n_gpus=8, global_batch=64, gpus_per_node=(8,)))
+    spread = model.iter_time_s(GpuConfig(n_gpus=8, global_batch=64, gpus_per_node=(1,) * 8))
+    assert spread < packed
+    bert = job("b", workload="bert", iters=1000.0, min_gpus=8, max_gpus=8)
+    bound = jct_bound(
+        [bert],
+        catalog=catalog,
+        node_gpus_by_model={"A100": (8,) * 16},
+        idle_power_by_model={"A100": 50.0},
+        round_length_s=300.0,
+    )
+    assert bound.jobs[0].time_s[0] == pytest.approx(1000.0 * spread)
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    return load_scenario(TRACE, CLUSTER, carbon_zone="ES", config=SimConfig(stall_limit_s=86400))
+
+
+@pytest.mark.parametrize("policy", policy_names())
+def test_no_registered_policy_beats_the_bound(scenario, policy):
+    bound = scenario_bound(scenario)
+    summary = summarise(run_policy(scenario, policy))
+    assert summary["n_unfinished"] == 0
+    assert summary["avg_jct_s"] >= bound.avg_jct_s
+    assert summary["energy_kwh"] * 3.6e6 >= bound.min_energy_j
+
+
+def test_a_budgeted_run_never_beats_the_bound_at_its_energy(scenario):
+    bound = scenario_bound(scenario)
+    comparison = matched_budget(scenario, baseline="fifo_lowclock", candidate="powerflow")
+    line = comparison.report(bound)
+    spent_j = line["candidate_energy_kwh"] * 3.6e6
+    assert line["candidate_avg_jct_s"] >= bound.avg_jct_at_energy_s(spent_j)
+    assert line["bound_avg_jct_s"] == bound.avg_jct_at_energy_s(comparison.budget.energy_limit_j)
+    assert line["best_possible_ratio"] >= line["avg_jct_ratio"]
+
+
+def test_the_report_carries_the_bound_and_the_best_possible_ratio(tmp_path, capsys):
+    code = main(
+        [
+            "--trace",
+            str(TRACE),
+            "--cluster",
+            str(CLUSTER),
+            "--policy",
+            "powerflow",
+            "--match-baseline",
+            "elastic",
+            "--max-jobs",
+            "40",
+            "--no-progress",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    (path,) = tmp_path.glob("*_report.json")
+    report = json.loads(path.read_text())
+    (line,) = report["comparisons"]
+    assert report["bound"]["avg_jct_s"] <= line["bound_avg_jct_s"] <= line["baseline_avg_jct_s"]
+    assert line["best_possible_ratio"] == pytest.approx(
+        line["baseline_avg_jct_s"] / line["bound_avg_jct_s"]
+    )
+    out = capsys.readouterr().out
+    assert "no policy can beat avg JCT" in out
+    assert f"no policy could exceed {line['best_possible_ratio']:.3f}x" in out
