@@ -19,8 +19,9 @@ from scheduling.core.types import Budget, CarbonSignal, ChangeKind, WaitCode
 
 # An even pace and no score floor keep the hand arithmetic simple; the defaults
 # (front-load by 1.25, skip steps scoring below 0.5) have tests of their own.
-PF = get_policy("powerflow", spend_ahead=1.0, min_score=0.0)
-GF = get_policy("greenflow", spend_ahead=1.0, min_score=0.0)
+# The paced-allowance mechanism (pricing=False); the price is tested on its own below.
+PF = get_policy("powerflow", spend_ahead=1.0, min_score=0.0, pricing=False)
+GF = get_policy("greenflow", spend_ahead=1.0, min_score=0.0, pricing=False)
 
 
 def node_ids(node: str, positions) -> tuple[str, ...]:
@@ -72,7 +73,7 @@ def test_powerflow_stops_upgrading_where_the_round_allowance_ends():
 def test_powerflow_default_pace_front_loads_a_quarter():
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e6)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
-    plan = plan_round(snap, policy=get_policy("powerflow", min_score=0.0), now=0.0)
+    plan = plan_round(snap, policy=get_policy("powerflow", min_score=0.0, pricing=False), now=0.0)
     # 1.25 x 400 kJ = 500 kJ: still short of 8 GPUs at 2000 MHz (600 kJ)
     assert plan.energy_allowance_by_budget_j == {"b": pytest.approx(500_000.0)}
     assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 1500)
@@ -110,6 +111,21 @@ def test_powerflow_keeps_a_running_job_at_its_size_rather_than_pay_a_restart():
     plan = plan_round(snapshot(make_cluster(1, 1, 8), [r]), policy=PF, now=0.0)
     assert plan.allocations["r"].gpu_ids == node_ids("s0n0", range(4))
     assert [c.kind for c in plan.changes] == [ChangeKind.RETUNE]
+
+
+def test_priced_powerflow_admits_what_the_remaining_budget_covers():
+    # the budget of the test below: the round's even share (20 kJ) is below the
+    # minimum's 30 kJ a round, but deferring the job saves nothing, and the budget
+    # covers all its (shorter) work, so the price admits it and reports what it takes
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=200_000.0)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
+    paced = plan_round(snap, policy=PF, now=0.0)
+    assert paced.waiting["a"].code == WaitCode.OVER_ROUND_ALLOWANCE
+    plan = plan_round(snap, policy=get_policy("powerflow"), now=0.0)
+    assert "a" in plan.allocations
+    assert plan.predicted_energy_by_budget_j["b"] <= plan.energy_allowance_by_budget_j["b"]
+    assert plan.energy_allowance_by_budget_j["b"] <= 200_000.0
+    assert plan.policy_state["price"]["b"] >= 0.0
 
 
 def test_powerflow_waits_over_allowance_when_even_the_minimum_does_not_fit():
@@ -293,7 +309,9 @@ def test_powerflow_ranks_by_draw_above_idle_while_idle_gpus_stay_powered(above_i
         catalog=Catalog(a, b),
         budgets=(budget,),
     )
-    policy = get_policy("powerflow", spend_ahead=1.0, cost_above_idle=above_idle, min_score=0.0)
+    policy = get_policy(
+        "powerflow", spend_ahead=1.0, cost_above_idle=above_idle, min_score=0.0, pricing=False
+    )
     plan = plan_round(snap, policy=policy, now=0.0)
     got = (plan.allocations["a"].sm_clock_mhz, plan.allocations["b"].sm_clock_mhz)
     assert got == clocks
@@ -305,7 +323,7 @@ def test_powerflow_skips_budgeted_steps_scoring_below_min_score():
     # the free GPU doublings (no extra energy) are taken
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e7)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
-    plan = plan_round(snap, policy="powerflow", now=0.0)
+    plan = plan_round(snap, policy=get_policy("powerflow", pricing=False), now=0.0)
     assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 1000)
     # without a budget there is nothing to save for: every improving step is taken
     free = plan_round(replace(snap, budgets=()), policy="powerflow", now=0.0)
@@ -317,9 +335,10 @@ def test_score_floor_relaxes_when_the_budget_lags_its_straight_line():
     # relax_lag (10%), so the floor is 0 and the clock steps are bought again
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e7)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
-    plan = plan_round(snap, policy="powerflow", now=1500.0)
+    plan = plan_round(snap, policy=get_policy("powerflow", pricing=False), now=1500.0)
     assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 2000)
     # at 4% behind the floor is 0.5 x (1 - 0.4) = 0.3: the 0.30 step just misses it
     ahead = replace(budget, energy_used_j=4e7 * (0.5 - 0.04))
-    plan = plan_round(replace(snap, budgets=(ahead,)), policy="powerflow", now=1500.0)
+    paced = get_policy("powerflow", pricing=False)
+    plan = plan_round(replace(snap, budgets=(ahead,)), policy=paced, now=1500.0)
     assert plan.allocations["a"].sm_clock_mhz == 1000
