@@ -12,7 +12,7 @@ ElasticFlow, which keeps the batch fixed); this is a simplification, not a measu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,13 +109,7 @@ class RoundContext:
         clock: int | None = None,
         limit: float | None = None,
     ) -> Estimate:
-        job = jv.job
-        b = batch if batch is not None else job.global_batch
-        iter_s, power_w = self.cache.predict(jv.perf, n, b, clock, limit)
-        iter_s *= job.iter_time_scale
-        power_w *= job.power_scale
-        iters = job.remaining_iters * job.global_batch / b
-        remaining_s = iters * iter_s
+        remaining_s, power_w = self.remaining_and_power(jv, n, batch, clock, limit)
         busy_s = min(self.round_length_s, remaining_s)
         return Estimate(
             remaining_s=remaining_s,
@@ -124,6 +118,44 @@ class RoundContext:
             round_energy_j=n * power_w * busy_s,
             remaining_energy_j=n * power_w * remaining_s,
         )
+
+    def remaining_and_power(
+        self,
+        jv: JobView,
+        n: int,
+        batch: int | None = None,
+        clock: int | None = None,
+        limit: float | None = None,
+    ) -> tuple[float, float]:
+        """(seconds to finish the remaining work, watts per busy GPU): what
+        :meth:`estimate` derives the rest from, without building an Estimate (policies
+        that scan every configuration of every job call this ~10^5 times a round)."""
+        job = jv.job
+        b = batch if batch is not None else job.global_batch
+        iter_s, power_w = self.cache.predict(jv.perf, n, b, clock, limit)
+        iters = job.remaining_iters * job.global_batch / b
+        return iters * iter_s * job.iter_time_scale, power_w * job.power_scale
+
+    def remaining_and_power_grid(
+        self,
+        jv: JobView,
+        sizes: Sequence[int],
+        clocks: Sequence[int | None],
+        batches: Sequence[int],
+    ) -> list[tuple[int, int, int, float, float]]:
+        """:meth:`remaining_and_power` over every (size, clock, batch), as
+        (size index, clock index, batch index, remaining_s, power_w), in one loop: the
+        budget price scans every job's whole grid each round."""
+        job = jv.job
+        predict, perf = self.cache.predict, jv.perf
+        done, its, ps = job.remaining_iters * job.global_batch, job.iter_time_scale, job.power_scale
+        out = []
+        for si, n in enumerate(sizes):
+            for ci, clock in enumerate(clocks):
+                for bi, b in enumerate(batches):
+                    iter_s, power_w = predict(perf, n, b, clock, None)
+                    out.append((si, ci, bi, done / b * iter_s * its, power_w * ps))
+        return out
 
     def idle_power_w(self, gpu_model: str) -> float:
         return self.cache.idle_power_w(gpu_model)

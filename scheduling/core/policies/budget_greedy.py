@@ -91,6 +91,7 @@ from scheduling.core.pacing import (
 )
 from scheduling.core.placement import buddy_sizes
 from scheduling.core.policies.base import FreeForecast, GpuLedger
+from scheduling.core.pricing import hull_choice, lower_hull, price_for_share
 from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
 
 _SIZE, _CLOCK, _BATCH = 0, 1, 2
@@ -281,23 +282,37 @@ class BudgetGreedy:
             above_idle = not ctx.snapshot.power_off_idle_nodes
         running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
 
-        def evaluate(j: int, si: int, ci: int, bi: int) -> tuple[Estimate, float, float]:
-            """(estimate, time used for ranking, cost used for ranking)."""
-            sizes, clocks, batches, _ = opts[j]
-            n = sizes[si]
-            est = ctx.estimate(jobs[j], n, batches[bi], clocks[ci])
-            t = est.remaining_s
+        def rank(j: int, n: int, remaining_s: float, power_w: float) -> tuple[float, float]:
+            """(time used for ranking, cost used for ranking) of job j on n GPUs."""
+            t = remaining_s
             if running_n[j] and n != running_n[j]:
                 t += self.restart_s
             if self.jct_includes_elapsed:
                 t += ctx.now_s - jobs[j].job.submit_time_s
             # With idle GPUs powered anyway, a job costs only its draw above idle.
-            draw_w = est.power_w - (job_idle_w[j] if above_idle else 0.0)
+            draw_w = power_w - (job_idle_w[j] if above_idle else 0.0)
             if self.cost == "carbon":
-                c = curve.co2_g(n * draw_w, est.remaining_s)
-            else:
-                c = n * draw_w * est.remaining_s
+                return t, curve.co2_g(n * draw_w, remaining_s)
+            return t, n * draw_w * remaining_s
+
+        def evaluate(j: int, si: int, ci: int, bi: int) -> tuple[Estimate, float, float]:
+            """(estimate, time used for ranking, cost used for ranking)."""
+            sizes, clocks, batches, _ = opts[j]
+            n = sizes[si]
+            est = ctx.estimate(jobs[j], n, batches[bi], clocks[ci])
+            t, c = rank(j, n, est.remaining_s, est.power_w)
             return est, t, c
+
+        def points(j: int) -> list[tuple[float, float, tuple[int, int, int]]]:
+            """(cost, time, configuration) of every configuration of job j."""
+            sizes, clocks, batches, _ = opts[j]
+            out = []
+            for si, ci, bi, remaining_s, power_w in ctx.remaining_and_power_grid(
+                jobs[j], sizes, clocks, batches
+            ):
+                t, c = rank(j, sizes[si], remaining_s, power_w)
+                out.append((c, t, (si, ci, bi)))
+            return out
 
         def deltas(
             j: int, old: Estimate | None, new: Estimate, n_old: int, n_new: int
@@ -346,6 +361,7 @@ class BudgetGreedy:
                     opts,
                     pays,
                     evaluate,
+                    points,
                     deltas,
                     mins,
                     floor_w,
@@ -476,6 +492,7 @@ class BudgetGreedy:
         opts,
         pays,
         evaluate,
+        points,
         deltas,
         mins,
         floor_w,
@@ -503,14 +520,7 @@ class BudgetGreedy:
         for j in range(len(jobs)):
             if not any(priced[bi] for bi, _ in pays[j]):
                 continue
-            sizes, clocks, batches, _ = opts[j]
-            pts = []
-            for si in range(len(sizes)):
-                for ci in range(len(clocks)):
-                    for bi in range(len(batches)):
-                        _, t, c = evaluate(j, si, ci, bi)
-                        pts.append((c, t, (si, ci, bi)))
-            hulls[j] = _lower_hull(pts)
+            hulls[j] = lower_hull(points(j))
         smooth = {k: float(v) for k, v in state.get("price_smooth", {}).items()}
         price = [0.0] * len(budgets)
         covered = [False] * len(budgets)
@@ -539,21 +549,7 @@ class BudgetGreedy:
                 continue
             covered[b_i] = True
             share = free * pmin / (pmin + future) if pmin + future > 0 else free
-            steps = sorted(
-                (
-                    ((h[k][1] - h[k + 1][1]) / (h[k + 1][0] - h[k][0]), h[k + 1][0] - h[k][0])
-                    for h in (hulls[j] for j in members)
-                    for k in range(len(h) - 1)
-                ),
-                key=lambda x: -x[0],
-            )
-            acc = pmin
-            lam = 0.0
-            for theta, dc in steps:
-                if acc + dc > share:
-                    lam = theta
-                    break
-                acc += dc
+            lam = price_for_share([hulls[j] for j in members], share)
             if self.price_smoothing_s:
                 prev = smooth.get(b.budget_id)
                 lam = max(lam, self.price_min)
@@ -563,11 +559,7 @@ class BudgetGreedy:
                 smooth[b.budget_id] = lam
             price[b_i] = lam
         for j, h in hulls.items():
-            lam = max(price[bi] for bi, _ in pays[j] if priced[bi])
-            k = 0
-            while k + 1 < len(h) and (h[k][1] - h[k + 1][1]) > lam * (h[k + 1][0] - h[k][0]):
-                k += 1
-            target[j] = h[k][2]
+            target[j] = hull_choice(h, max(price[bi] for bi, _ in pays[j] if priced[bi]))
         # The allowance of a budget whose remaining funds cover the minimum cost of the
         # work present is what its jobs' targets (or minimum configurations) take now.
         need = [idle_floor_j if b.team is None else 0.0 for b in budgets]
@@ -616,24 +608,3 @@ class BudgetGreedy:
             f"Waiting: {whose} budget is paced over its period and this round's share is "
             "spent by jobs ranked ahead of it.",
         )
-
-
-def _lower_hull(
-    pts: list[tuple[float, float, tuple[int, int, int]]],
-) -> list[tuple[float, float, tuple[int, int, int]]]:
-    """The configurations (cost, time, cfg) that minimise ``time + price * cost`` for
-    some price >= 0, cheapest first: the lower-left convex hull of the points."""
-    pareto: list[tuple[float, float, tuple[int, int, int]]] = []
-    for p in sorted(pts, key=lambda p: (p[0], p[1])):
-        if not pareto or p[1] < pareto[-1][1]:
-            pareto.append(p)
-    hull: list[tuple[float, float, tuple[int, int, int]]] = []
-    for p in pareto:
-        while len(hull) >= 2:
-            (c1, t1, _), (c2, t2, _) = hull[-2], hull[-1]
-            if (t2 - t1) * (p[0] - c1) >= (p[1] - t1) * (c2 - c1):
-                hull.pop()
-            else:
-                break
-        hull.append(p)
-    return hull
