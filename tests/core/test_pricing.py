@@ -1,0 +1,74 @@
+"""The budget price's arithmetic, by hand: hull, choice at a price, price for a share,
+and a priced PowerFlow round whose target lies between two hull points."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.core.pricing import hull_choice, lower_hull, price_for_share
+from scheduling.core.registry import get_policy
+from scheduling.core.round import plan_round
+from scheduling.core.types import Budget
+from tests.core.corekit import job, make_cluster, snapshot
+
+# One job of corekit's analytic model on 1 GPU, 600 iterations, at its three clocks
+# (r = 0.5, 0.75, 1): time 600 x (0.5 + 0.5 / r) s, draw above idle 200 r^2 W, so
+# (cost above idle, time) = (45,000 J, 900 s), (78,750 J, 700 s), (120,000 J, 600 s).
+# Hull slopes: 200 s / 33,750 J, then 100 s / 41,250 J.
+CHEAP, MIDDLE, FAST = (
+    (45_000.0, 900.0, "1000"),
+    (78_750.0, 700.0, "1500"),
+    (120_000.0, 600.0, "2000"),
+)
+
+
+def test_lower_hull_keeps_only_points_some_price_would_choose():
+    dominated = (100_000.0, 650.0, "slower and dearer than FAST's line")
+    above_line = (90_000.0, 690.0, "on no price's minimum")
+    costlier_same_time = (130_000.0, 600.0, "as fast as FAST, dearer")
+    hull = lower_hull([FAST, dominated, CHEAP, above_line, MIDDLE, costlier_same_time])
+    assert hull == [CHEAP, MIDDLE, FAST]
+
+
+def test_hull_choice_walks_from_the_cheapest_to_the_fastest_as_the_price_falls():
+    hull = [CHEAP, MIDDLE, FAST]
+    assert hull_choice(hull, 1.0) == "1000"  # a second is worth less than a joule
+    assert hull_choice(hull, 200 / 33_750 + 1e-9) == "1000"
+    assert hull_choice(hull, 200 / 33_750 - 1e-9) == "1500"
+    assert hull_choice(hull, 100 / 41_250) == "1500"  # indifferent: the cheaper stays
+    assert hull_choice(hull, 0.0) == "2000"
+
+
+def test_price_for_share_is_the_slope_of_the_first_step_the_share_cannot_pay():
+    hull = [CHEAP, MIDDLE, FAST]
+    assert price_for_share([hull], 200_000.0) == 0.0
+    assert price_for_share([hull], 96_000.0) == pytest.approx(100 / 41_250)
+    assert price_for_share([hull], 50_000.0) == pytest.approx(200 / 33_750)
+    # Two jobs: the steepest step of either is bought first.
+    other = [(10_000.0, 500.0, "x"), (20_000.0, 100.0, "y")]  # 400 s per 10,000 J
+    assert price_for_share([hull, other], 45_000.0 + 20_000.0) == pytest.approx(200 / 33_750)
+
+
+@pytest.mark.parametrize(
+    ("limit_j", "clock", "price", "allowance_j"),
+    [
+        # The free budget 100 kJ, less the work expected to arrive (45 kJ a day over the
+        # 3000 s left: 1,562.5 J), leaves a share of 100,000 x 45,000 / 46,562.5 =
+        # 96,644 J: the 1500 MHz point (78,750 J) fits, the fastest (120,000 J) not, so
+        # the price is the second slope and the job runs at 1500 MHz; the round's
+        # allowance is what that takes, 162.5 W x 300 s.
+        (100_000.0, 1500, 100 / 41_250, 48_750.0),
+        # With 200 kJ even the fastest point fits: price 0, 250 W x 300 s.
+        (200_000.0, 2000, 0.0, 75_000.0),
+    ],
+)
+def test_a_priced_round_runs_the_job_at_its_target_and_allows_what_that_takes(
+    limit_j, clock, price, allowance_j
+):
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=limit_j)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
+    plan = plan_round(snap, policy=get_policy("powerflow"), now=0.0)
+    assert plan.allocations["a"].sm_clock_mhz == clock
+    assert plan.policy_state["price"]["b"] == pytest.approx(price)
+    assert plan.energy_allowance_by_budget_j["b"] == pytest.approx(allowance_j)
+    assert plan.predicted_energy_by_budget_j["b"] == pytest.approx(allowance_j)
