@@ -91,7 +91,7 @@ from scheduling.core.pacing import (
 )
 from scheduling.core.placement import buddy_sizes
 from scheduling.core.policies.base import FreeForecast, GpuLedger
-from scheduling.core.pricing import hull_choice, lower_hull, price_for_share
+from scheduling.core.policies.budget_price import price_round
 from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
 
 _SIZE, _CLOCK, _BATCH = 0, 1, 2
@@ -355,7 +355,8 @@ class BudgetGreedy:
         target: dict[int, tuple[int, int, int]] = {}
         if self.pricing:
             new_state.update(
-                self._price(
+                price_round(
+                    self,
                     ctx,
                     jobs,
                     opts,
@@ -484,110 +485,6 @@ class BudgetGreedy:
             },
             policy_state=new_state,
         )
-
-    def _price(
-        self,
-        ctx,
-        jobs,
-        opts,
-        pays,
-        evaluate,
-        points,
-        deltas,
-        mins,
-        floor_w,
-        curve,
-        allow_e,
-        allow_c,
-        idle_floor_j,
-        to_g,
-        target,
-    ) -> dict[str, Any]:
-        """Set each priced budget's price, the jobs' target configurations (in
-        ``target``) and raise the priced budgets' allowances (in place) to what the
-        targets spend this round; returns the state to carry."""
-        budgets = ctx.budgets
-        priced = [
-            (b.energy_limit_j is not None) if self.cost == "energy" else (b.co2_limit_g is not None)
-            for b in budgets
-        ]
-        if not any(priced):
-            return {}
-        state = ctx.policy_state
-        prev_now = state.get("price_prev_now")
-        arrivals = {k: [float(x) for x in v] for k, v in state.get("price_arrivals", {}).items()}
-        hulls: dict[int, list[tuple[float, float, tuple[int, int, int]]]] = {}
-        for j in range(len(jobs)):
-            if not any(priced[bi] for bi, _ in pays[j]):
-                continue
-            hulls[j] = lower_hull(points(j))
-        smooth = {k: float(v) for k, v in state.get("price_smooth", {}).items()}
-        price = [0.0] * len(budgets)
-        covered = [False] * len(budgets)
-        for b_i, b in enumerate(budgets):
-            if not priced[b_i]:
-                continue
-            members = [j for j in hulls if any(bi == b_i for bi, _ in pays[j])]
-            rec = arrivals.setdefault(b.budget_id, [0.0, ctx.now_s])
-            for j in members:
-                if prev_now is None or jobs[j].job.submit_time_s > prev_now:
-                    rec[0] += hulls[j][0][0]
-            left_s = max(b.period_end_s - ctx.now_s, ctx.round_length_s)
-            if self.cost == "energy":
-                free = b.energy_remaining_j - floor_w[b_i] * left_s
-            else:
-                free = b.co2_remaining_g - (
-                    curve.co2_g(floor_w[b_i], left_s) if floor_w[b_i] else 0.0
-                )
-            pmin = sum(hulls[j][0][0] for j in members)
-            rate = rec[0] / max(ctx.now_s - rec[1], self.demand_window_min_s)
-            future = self.future_weight * rate * left_s
-            if not members:
-                continue
-            if free < pmin:
-                price[b_i] = math.inf
-                continue
-            covered[b_i] = True
-            share = free * pmin / (pmin + future) if pmin + future > 0 else free
-            lam = price_for_share([hulls[j] for j in members], share)
-            if self.price_smoothing_s:
-                prev = smooth.get(b.budget_id)
-                lam = max(lam, self.price_min)
-                if prev is not None and prev_now is not None:
-                    a = 1.0 - math.exp(-max(ctx.now_s - prev_now, 0.0) / self.price_smoothing_s)
-                    lam = math.exp(math.log(prev) + a * (math.log(lam) - math.log(prev)))
-                smooth[b.budget_id] = lam
-            price[b_i] = lam
-        for j, h in hulls.items():
-            target[j] = hull_choice(h, max(price[bi] for bi, _ in pays[j] if priced[bi]))
-        # The allowance of a budget whose remaining funds cover the minimum cost of the
-        # work present is what its jobs' targets (or minimum configurations) take now.
-        need = [idle_floor_j if b.team is None else 0.0 for b in budgets]
-        for j, box in target.items():
-            n0 = opts[j][0][0]
-            d_min = deltas(j, None, mins[j][0], 0, n0)
-            est_t, _, _ = evaluate(j, *box)
-            d_tgt = deltas(j, None, est_t, 0, opts[j][0][box[0]])
-            for bi, is_cluster in pays[j]:
-                k = 1 if is_cluster else 0
-                need[bi] += max(d_min[k], d_tgt[k])
-        for b_i, b in enumerate(budgets):
-            if not covered[b_i]:
-                continue
-            if self.cost == "energy" and allow_e[b_i] is not None:
-                allow_e[b_i] = min(b.energy_remaining_j, need[b_i])
-            if self.cost == "carbon" and allow_c[b_i] is not None:
-                allow_c[b_i] = min(b.co2_remaining_g, need[b_i] * to_g)
-        return {
-            "price_prev_now": ctx.now_s,
-            "price_arrivals": arrivals,
-            "price_smooth": smooth,
-            "price": {
-                b.budget_id: p
-                for b, p, is_priced in zip(budgets, price, priced, strict=True)
-                if is_priced and math.isfinite(p)
-            },
-        }
 
     def _over_allowance(self, budget, curve: IntensityCurve, ci_now: float) -> WaitReason:
         whose = f"team {budget.team}'s" if budget.team else "the cluster's"
