@@ -223,7 +223,8 @@ def jct_bound(
     its ``gpu_model``); a job none can run is left out of the bound (the simulator
     reports such jobs as unfinished).
     """
-    cache: dict[tuple, list[tuple[float, int, float]]] = {}
+    configurations: dict[tuple, list[tuple[float, int, float]]] = {}
+    per_work: dict[tuple, tuple[tuple[float, ...], tuple[float, ...]]] = {}
     frontiers = []
     for job in jobs:
         models = [job.gpu_model] if job.gpu_model else sorted(node_gpus_by_model)
@@ -240,15 +241,23 @@ def jct_bound(
                 job.min_batch,
                 job.max_batch,
             )
-            if key not in cache:
-                cache[key] = _configurations(catalog, job, gpu_model, node_gpus_by_model[gpu_model])
+            if key not in configurations:
+                configurations[key] = _configurations(
+                    catalog, job, gpu_model, node_gpus_by_model[gpu_model]
+                )
             # As the engine runs it: time and power scaled by the job's refinements, and
-            # with idle GPUs powered a busy GPU adds only its draw above idle.
+            # with idle GPUs powered a busy GPU adds only its draw above idle. Both scale
+            # with the work, so the frontier per unit of work is computed once.
             idle_w = 0.0 if power_off_idle_nodes else idle_power_by_model[gpu_model]
+            unit_key = (key, job.power_scale, idle_w)
+            if unit_key not in per_work:
+                per_work[unit_key] = _pareto(
+                    (iter_s, n * max(power_w * job.power_scale - idle_w, 0.0) * iter_s)
+                    for iter_s, n, power_w in configurations[key]
+                )
             work = job.remaining_iters * job.iter_time_scale
-            for iter_s, n, power_w in cache[key]:
-                time_s = iter_s * work
-                points.append((time_s, n * max(power_w * job.power_scale - idle_w, 0.0) * time_s))
+            unit_t, unit_e = per_work[unit_key]
+            points += [(t * work, e * work) for t, e in zip(unit_t, unit_e, strict=True)]
         if not points:
             continue
         start = job.submit_time_s
