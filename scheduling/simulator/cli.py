@@ -14,6 +14,7 @@ Bad arguments exit with status 2 and one line saying what is wrong.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
@@ -118,6 +119,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="sigma of seeded log-normal noise on co-located throughput (GPU sharing)",
     )
+    parser.add_argument(
+        "--policy-param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="constructor parameter of --policy (not the baselines), repeatable; "
+        "e.g. pricing=false",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the philly_week mapping")
     parser.add_argument("--max-gpus", type=_positive(int), default=64, help="elastic cap per job")
     parser.add_argument(
@@ -160,11 +168,18 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     return bar, hook
 
 
-def _run(scenario: Scenario, policy: str, *, budget: BudgetSpec | None, progress: bool):
+def _run(
+    scenario: Scenario,
+    policy: str,
+    *,
+    budget: BudgetSpec | None,
+    progress: bool,
+    params: dict[str, Any] | None = None,
+):
     bar, hook = _progress_bar(len(scenario.jobs), policy, progress)
     started = time.perf_counter()
     try:
-        result = run_policy(scenario, policy, budget=budget, progress=hook)
+        result = run_policy(scenario, policy, budget=budget, progress=hook, policy_params=params)
     finally:
         if bar is not None:
             bar.close()
@@ -193,6 +208,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     if args.match_baseline and kind == "carbon" and not args.carbon_zone:
         raise UsageError("a carbon-matched comparison needs --carbon-zone")
     _check_policies([args.policy, *(_baselines(args) or [])])
+    params = _policy_params(args.policy, args.policy_param or [])
     try:
         config = SimConfig(
             round_length_s=args.round_length_s,
@@ -227,6 +243,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     bound = scenario_bound(scenario)
     report: dict[str, Any] = {
         "scenario": dict(scenario.meta),
+        "policy_params": params,
         "bound": {
             "avg_jct_s": bound.avg_jct_s,
             "min_makespan_s": bound.min_makespan_s,
@@ -253,7 +270,9 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 result, wall = _run(scenario, base, budget=None, progress=progress)
                 record(base, result, wall)
             budget = budget_from(results[base], kind, horizon_factor=args.horizon_factor)
-            result, wall = _run(scenario, args.policy, budget=budget, progress=progress)
+            result, wall = _run(
+                scenario, args.policy, budget=budget, progress=progress, params=params
+            )
             name = f"{args.policy}@{base}-{kind}"
             record(name, result, wall)
             comparison = Comparison(kind, base, args.policy, budget, results[base], result)
@@ -285,7 +304,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 else None,
                 co2_limit_g=args.carbon_budget_kg * 1e3 if args.carbon_budget_kg else None,
             )
-        result, wall = _run(scenario, args.policy, budget=budget, progress=progress)
+        result, wall = _run(scenario, args.policy, budget=budget, progress=progress, params=params)
         record(args.policy, result, wall)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}_report.json").write_text(
@@ -311,6 +330,53 @@ def _baselines(args: argparse.Namespace) -> list[str]:
     if not names:
         raise UsageError("--match-baseline needs at least one policy name")
     return names
+
+
+def _policy_params(policy: str, items: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs for the policy's constructor; a value is read as JSON
+    (``true``, ``0.5``, ``null``) and otherwise kept as text."""
+    from scheduling.core.registry import get_policy
+
+    params: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--policy-param takes NAME=VALUE, not {item!r}")
+        try:
+            params[name.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            params[name.strip()] = text
+    try:
+        instance = get_policy(policy, **params)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"bad --policy-param for {policy}: {exc}") from None
+    # The constructors do not check types; a value of another kind than the parameter's
+    # default (pricing=flase) is a typo, not a setting.
+    defaults = _constructor_defaults(type(instance))
+    for name, value in params.items():
+        default = defaults.get(name)
+        if default is None or value is None:
+            continue
+        if isinstance(default, bool) != isinstance(value, bool) or (
+            isinstance(default, int | float) and not isinstance(value, int | float)
+        ):
+            raise UsageError(
+                f"bad --policy-param for {policy}: {name} takes a value like {default!r}, "
+                f"not {value!r}"
+            )
+    return params
+
+
+def _constructor_defaults(cls: type) -> dict[str, Any]:
+    defaults: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        for name, param in inspect.signature(init).parameters.items():
+            if param.default is not inspect.Parameter.empty:
+                defaults[name] = param.default
+    return defaults
 
 
 def _check_policies(names: list[str]) -> None:

@@ -134,6 +134,13 @@ def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
             "not allowed",
         ),
         (["--policy", "fifo", "--carbon-zone", "XX"], "cannot read carbon file"),
+        (["--policy", "powerflow", "--policy-param", "pricing"], "takes NAME=VALUE"),
+        (["--policy", "powerflow", "--policy-param", "bogus=1"], "unexpected keyword"),
+        (
+            ["--policy", "powerflow", "--policy-param", "pricing=flase"],
+            "pricing takes a value like",
+        ),
+        (["--policy", "powerflow", "--policy-param", "admission=lifo"], "admission must be"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, argv, message):
@@ -148,3 +155,27 @@ def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, 
     assert message in err
     assert err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_policy_params_reach_the_candidate_only_and_are_reported(tmp_path):
+    def run(out, *params):
+        argv = [
+            "--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "powerflow",
+            "--match-baseline", "fifo", "--max-jobs", "40", "--out", str(out), "--no-progress",
+        ]  # fmt: skip
+        for p in params:
+            argv += ["--policy-param", p]
+        assert main(argv) == 0
+        return json.loads(next(out.glob("*_report.json")).read_text())
+
+    default = run(tmp_path / "default")
+    # clock_levels=1 keeps every job at the highest clock: a different PowerFlow run,
+    # while the fifo baseline it is matched against stays the same.
+    one_clock = run(tmp_path / "one_clock", "clock_levels=1", "admission=fifo")
+    assert default["policy_params"] == {}
+    assert one_clock["policy_params"] == {"clock_levels": 1, "admission": "fifo"}
+    assert one_clock["runs"]["fifo"] == default["runs"]["fifo"] | {
+        "wall_s": one_clock["runs"]["fifo"]["wall_s"]
+    }
+    candidate = "powerflow@fifo-energy"
+    assert one_clock["runs"][candidate]["energy_kwh"] != default["runs"][candidate]["energy_kwh"]
