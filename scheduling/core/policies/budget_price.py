@@ -19,6 +19,25 @@ if TYPE_CHECKING:
     from scheduling.core.policies.budget_greedy import BudgetGreedy
 
 
+def in_period_fraction(binned: dict[str, list[float]], left_s: float) -> float:
+    """The share of future arrivals' cheapest cost that falls inside the period: a job
+    of cheapest cost C and time T at it, arriving ``s`` before the period ends and run
+    at once, spends ``C * min(1, s / T)`` in it; over arrival times spread evenly over
+    the ``left_s`` left that is ``C * (1 - T / (2 L))`` when ``T <= L`` and
+    ``C * L / (2 T)`` otherwise. ``binned`` holds the arrivals seen so far, by octave
+    of T (``str(int(log2 T))``), as the sums of C, C * T and C / T."""
+    total = sum(cell[0] for cell in binned.values())
+    if total <= 0:
+        return 1.0
+    spent = 0.0
+    for octave, (c_sum, ct_sum, c_over_t) in binned.items():
+        if 2.0 ** (int(octave) + 0.5) <= left_s:
+            spent += c_sum - ct_sum / (2.0 * left_s)
+        else:
+            spent += left_s * c_over_t / 2.0
+    return min(max(spent / total, 0.0), 1.0)
+
+
 def price_round(
     policy: BudgetGreedy,
     ctx: RoundContext,
@@ -58,6 +77,10 @@ def price_round(
             continue
         hulls[j] = lower_hull(points(j))
     smooth = {k: float(v) for k, v in state.get("price_smooth", {}).items()}
+    hist = {
+        k: {t: [float(x) for x in cell] for t, cell in v.items()}
+        for k, v in state.get("price_arrival_times", {}).items()
+    }
     price = [0.0] * len(budgets)
     covered = [False] * len(budgets)
     for b_i, b in enumerate(budgets):
@@ -68,6 +91,16 @@ def price_round(
         for j in members:
             if prev_now is None or jobs[j].job.submit_time_s > prev_now:
                 rec[0] += hulls[j][0][0]
+                if policy.future_in_period:
+                    # Arrivals' cheapest cost by octave of their time at it: the sums
+                    # of C, C * T and C / T.
+                    c0, t0 = hulls[j][0][0], max(hulls[j][0][1], 1.0)
+                    cell = hist.setdefault(b.budget_id, {}).setdefault(
+                        str(int(math.log2(t0))), [0.0, 0.0, 0.0]
+                    )
+                    cell[0] += c0
+                    cell[1] += c0 * t0
+                    cell[2] += c0 / t0
         left_s = max(b.period_end_s - ctx.now_s, ctx.round_length_s)
         if policy.cost == "energy":
             free = b.energy_remaining_j - floor_w[b_i] * left_s
@@ -76,6 +109,9 @@ def price_round(
         pmin = sum(hulls[j][0][0] for j in members)
         rate = rec[0] / max(ctx.now_s - rec[1], policy.demand_window_min_s)
         future = policy.future_weight * rate * left_s
+        binned = hist.get(b.budget_id)
+        if policy.future_in_period and binned:
+            future *= in_period_fraction(binned, left_s)
         if not members:
             continue
         if free < pmin:
@@ -116,6 +152,7 @@ def price_round(
         "price_prev_now": ctx.now_s,
         "price_arrivals": arrivals,
         "price_smooth": smooth,
+        "price_arrival_times": hist,
         "price": {
             b.budget_id: p
             for b, p, is_priced in zip(budgets, price, priced, strict=True)
