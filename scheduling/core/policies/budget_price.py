@@ -119,6 +119,7 @@ def price_round(
             continue
         covered[b_i] = True
         share = free * pmin / (pmin + future) if pmin + future > 0 else free
+        share = max(share, min(free - policy.floor_guard * future, pmin * policy.share_floor))
         lam = price_for_share([hulls[j] for j in members], share)
         if policy.price_smoothing_s:
             prev = smooth.get(b.budget_id)
