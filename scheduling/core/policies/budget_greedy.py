@@ -82,8 +82,9 @@ papers', the details below are ours and every constant is a parameter:
    least ``share_floor`` times their minimum from the expected future's part unless
    that would leave it less than ``floor_guard`` times its forecast. The floor spends
    what the forecast reserved for work that may not come: it assumes the budget has
-   some slack over its work's minimum (7% less energy than fifo_lowclock's runs past
-   the period with or without it: 108% spent before, 113% with). Measured (ratio,
+   some slack over its work's minimum (fifo_lowclock's energy is 6% above the
+   replay's minimum; at 7% less, below that minimum, it runs past the period with or
+   without the floor: 108% spent before, 113% with). Measured (ratio,
    fifo / elastic / fifo_lowclock / zeus): ``future_in_period`` alone 0.84x / 1.51x
    (fifo_lowclock / zeus); with ``share_floor`` 1.15 1.61x / 0.92x / 1.39x / 1.52x;
    floor 1.1 1.27x, 1.3 0.99x (104% spent, past the period) against fifo_lowclock;
