@@ -55,9 +55,10 @@ def test_price_for_share_is_the_slope_of_the_first_step_the_share_cannot_pay():
         # The free budget 100 kJ, less the work expected to arrive (45 kJ a day over the
         # 3000 s left: 1,562.5 J, of which an arrival of 900 s at its cheapest spends
         # 1 - 900 / (2 x 3000) = 85% in the period: 1,328.125 J), leaves a share of
-        # 100,000 x 45,000 / 46,328.125 = 97,133 J: the 1500 MHz point (78,750 J) fits, the fastest (120,000 J) not, so
-        # the price is the second slope and the job runs at 1500 MHz; the round's
-        # allowance is what that takes, 162.5 W x 300 s.
+        # 100,000 x 45,000 / 46,328.125 = 97,133 J (above the floor, 1.15 x 45,000): the
+        # 1500 MHz point (78,750 J) fits, the fastest (120,000 J) not, so the price is
+        # the second slope and the job runs at 1500 MHz; the round's allowance is what
+        # that takes, 162.5 W x 300 s.
         (100_000.0, 1500, 100 / 41_250, 48_750.0),
         # With 200 kJ even the fastest point fits: price 0, 250 W x 300 s.
         (200_000.0, 2000, 0.0, 75_000.0),
