@@ -52,14 +52,12 @@ def price_for_share(hulls: Sequence[Sequence[Point]], share: float) -> float:
     taking steps in order of seconds per unit cost until the share is spent gives the
     price at which the next step is no longer worth it.
     """
-    steps = sorted(
-        (
-            ((h[k][1] - h[k + 1][1]) / (h[k + 1][0] - h[k][0]), h[k + 1][0] - h[k][0])
-            for h in hulls
-            for k in range(len(h) - 1)
-        ),
-        key=lambda step: -step[0],
-    )
+    steps = [
+        ((a[1] - b[1]) / (b[0] - a[0]), b[0] - a[0])
+        for h in hulls
+        for a, b in zip(h, h[1:])  # noqa: B905 (pairs of neighbours)
+    ]
+    steps.sort(reverse=True)
     spent = sum(h[0][0] for h in hulls)
     for seconds_per_cost, dc in steps:
         if spent + dc > share:

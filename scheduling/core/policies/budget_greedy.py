@@ -346,13 +346,24 @@ class BudgetGreedy:
         def points(j: int) -> list[tuple[float, float, tuple[int, int, int]]]:
             """(cost, time, configuration) of every configuration of job j."""
             sizes, clocks, batches, _ = opts[j]
-            out = []
-            for si, ci, bi, remaining_s, power_w in ctx.remaining_and_power_grid(
-                jobs[j], sizes, clocks, batches
-            ):
-                t, c = rank(j, sizes[si], remaining_s, power_w)
-                out.append((c, t, (si, ci, bi)))
-            return out
+            grid = ctx.remaining_and_power_grid(jobs[j], sizes, clocks, batches)
+            if self.cost == "carbon" or self.jct_includes_elapsed:
+                return [
+                    (c, t, (si, ci, bi))
+                    for si, ci, bi, remaining_s, power_w in grid
+                    for t, c in (rank(j, sizes[si], remaining_s, power_w),)
+                ]
+            # rank() for energy, inlined: this runs for every configuration of every job.
+            idle_w = job_idle_w[j] if above_idle else 0.0
+            ran, restart = running_n[j], self.restart_s
+            return [
+                (
+                    sizes[si] * (power_w - idle_w) * remaining_s,
+                    remaining_s + restart if ran and sizes[si] != ran else remaining_s,
+                    (si, ci, bi),
+                )
+                for si, ci, bi, remaining_s, power_w in grid
+            ]
 
         def deltas(
             j: int, old: Estimate | None, new: Estimate, n_old: int, n_new: int
@@ -451,6 +462,9 @@ class BudgetGreedy:
                     continue
                 new_cfg = [si, ci, bi]
                 new_cfg[kind] = nxt
+                box = target.get(j)
+                if box is not None and new_cfg[kind] > box[kind]:
+                    continue  # beyond what the price makes worth its cost
                 new_est, t2, c2 = evaluate(j, *new_cfg)
                 gain = (t - t2) / t
                 if gain <= self.min_gain:
@@ -461,11 +475,7 @@ class BudgetGreedy:
                 else:
                     rel_cost = (c2 - c) / c if c > 0 else 0.0
                 score = gain / rel_cost if rel_cost > 1e-12 else _DOMINANT * gain
-                box = target.get(j)
-                if box is not None:
-                    if any(a > b for a, b in zip(new_cfg, box, strict=True)):
-                        continue  # beyond what the price makes worth its cost
-                elif pays[j] and score < max(floor_of[bi_] for bi_, _ in pays[j]):
+                if box is None and pays[j] and score < max(floor_of[bi_] for bi_, _ in pays[j]):
                     continue  # not worth the budget it would take from later rounds
                 heapq.heappush(heap, (-score, j, kind, version[j], new_cfg, (new_est, t2, c2)))
 
