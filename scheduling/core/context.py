@@ -128,8 +128,8 @@ class RoundContext:
         limit: float | None = None,
     ) -> tuple[float, float]:
         """(seconds to finish the remaining work, watts per busy GPU): what
-        :meth:`estimate` derives the rest from, without building an Estimate (policies
-        that scan every configuration of every job call this ~10^5 times a round)."""
+        :meth:`estimate` derives the rest from. :meth:`remaining_and_power_grid` is the
+        same formula over a whole grid, in one loop; keep the two alike."""
         job = jv.job
         b = batch if batch is not None else job.global_batch
         iter_s, power_w = self.cache.predict(jv.perf, n, b, clock, limit)
@@ -148,13 +148,14 @@ class RoundContext:
         budget price scans every job's whole grid each round."""
         job = jv.job
         predict, perf = self.cache.predict, jv.perf
-        done, its, ps = job.remaining_iters * job.global_batch, job.iter_time_scale, job.power_scale
+        samples = job.remaining_iters * job.global_batch
+        its, ps = job.iter_time_scale, job.power_scale
         out = []
         for si, n in enumerate(sizes):
             for ci, clock in enumerate(clocks):
                 for bi, b in enumerate(batches):
                     iter_s, power_w = predict(perf, n, b, clock, None)
-                    out.append((si, ci, bi, done / b * iter_s * its, power_w * ps))
+                    out.append((si, ci, bi, samples / b * iter_s * its, power_w * ps))
         return out
 
     def idle_power_w(self, gpu_model: str) -> float:
