@@ -67,11 +67,11 @@ papers', the details below are ours and every constant is a parameter:
    at its minimum is never held back while the free remainder covers the present
    work's minimum; when it does not, lambda is infinite and the even-share allowance
    above applies again. The score floor is not used for priced jobs (the price
-   replaces it). ``price_smoothing_s`` (None: off) moves log lambda towards each
-   round's value with that time constant. Measured on the 876-job replay (ratio at
+   replaces it). Measured on the 876-job replay (ratio at
    each baseline's energy, fifo / elastic / fifo_lowclock / zeus): 1.59x / 0.91x /
-   0.79x / 1.47x, against 1.52x / 0.90x / 0.64x / 1.35x with ``pricing=False``; with
-   smoothing over 1 day 0.80x / 1.41x (fifo_lowclock / zeus), 3 days 0.83x / 1.10x;
+   0.79x / 1.47x, against 1.52x / 0.90x / 0.64x / 1.35x with ``pricing=False``; moving
+   log lambda towards each round's value with a time constant (tried, then removed)
+   gave over 1 day 0.80x / 1.41x (fifo_lowclock / zeus), 3 days 0.83x / 1.10x;
    ``future_weight`` 0.6: 0.51x / 1.04x, because the free remainder runs short, the
    even share returns, and the jobs run past the period unbudgeted (109% spent).
    The share has a floor: ``min(free - floor_guard * future, share_floor * Cmin)``
@@ -167,8 +167,6 @@ class BudgetGreedy:
         pricing: bool = True,
         demand_window_min_s: float = 24 * HOUR_S,
         future_weight: float = 1.0,
-        price_smoothing_s: float | None = None,
-        price_min: float = 1e-9,
         future_in_period: bool = True,
         share_floor: float = 1.15,
         floor_guard: float = 0.0,
@@ -182,9 +180,6 @@ class BudgetGreedy:
           first jobs do not make the rate look infinite;
         - ``future_weight``: weight of the work expected to arrive (below 1 spends
           more now and risks running short at the end);
-        - ``price_smoothing_s``: time constant over which log lambda follows each
-          round's value (None: no smoothing);
-        - ``price_min``: the smallest price smoothing works with (lambda 0 has no log);
         - ``future_in_period``: count of the expected arrivals only the cost they can
           spend before the period ends, at their cheapest configuration's speed;
         - ``share_floor``: the present jobs' share is at least this many times their
@@ -216,8 +211,6 @@ class BudgetGreedy:
         self.pricing = pricing
         self.demand_window_min_s = demand_window_min_s
         self.future_weight = future_weight
-        self.price_smoothing_s = price_smoothing_s
-        self.price_min = price_min
         self.future_in_period = future_in_period
         self.share_floor = share_floor
         self.floor_guard = floor_guard

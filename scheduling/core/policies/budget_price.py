@@ -76,7 +76,6 @@ def price_round(
         if not any(priced[bi] for bi, _ in pays[j]):
             continue
         hulls[j] = lower_hull(points(j))
-    smooth = {k: float(v) for k, v in state.get("price_smooth", {}).items()}
     hist = {
         k: {t: [float(x) for x in cell] for t, cell in v.items()}
         for k, v in state.get("price_arrival_times", {}).items()
@@ -120,15 +119,7 @@ def price_round(
         covered[b_i] = True
         share = free * pmin / (pmin + future) if pmin + future > 0 else free
         share = max(share, min(free - policy.floor_guard * future, pmin * policy.share_floor))
-        lam = price_for_share([hulls[j] for j in members], share)
-        if policy.price_smoothing_s:
-            prev = smooth.get(b.budget_id)
-            lam = max(lam, policy.price_min)
-            if prev is not None and prev_now is not None:
-                a = 1.0 - math.exp(-max(ctx.now_s - prev_now, 0.0) / policy.price_smoothing_s)
-                lam = math.exp(math.log(prev) + a * (math.log(lam) - math.log(prev)))
-            smooth[b.budget_id] = lam
-        price[b_i] = lam
+        price[b_i] = price_for_share([hulls[j] for j in members], share)
     for j, h in hulls.items():
         target[j] = hull_choice(h, max(price[bi] for bi, _ in pays[j] if priced[bi]))
     # The allowance of a budget whose remaining funds cover the minimum cost of the
@@ -152,7 +143,6 @@ def price_round(
     return {
         "price_prev_now": ctx.now_s,
         "price_arrivals": arrivals,
-        "price_smooth": smooth,
         "price_arrival_times": hist,
         "price": {
             b.budget_id: p
