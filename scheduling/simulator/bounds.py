@@ -42,6 +42,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -76,24 +77,24 @@ class JctBound:
     def n_jobs(self) -> int:
         return len(self.jobs)
 
-    @property
+    @cached_property
     def avg_jct_s(self) -> float:
         """No policy, with any energy, has a lower average JCT."""
         if not self.jobs:
             return 0.0
         return sum(f.wait_s + f.time_s[0] for f in self.jobs) / len(self.jobs)
 
-    @property
+    @cached_property
     def min_makespan_s(self) -> float:
         """No run ends before every job could have run at its fastest."""
         return max((f.earliest_start_s + f.time_s[0] for f in self.jobs), default=0.0)
 
-    @property
+    @cached_property
     def floor_energy_j(self) -> float:
         """Idle draw of the powered cluster until the earliest possible end."""
         return self.idle_power_w * self.min_makespan_s
 
-    @property
+    @cached_property
     def min_energy_j(self) -> float:
         """No policy finishes every job with less energy than this."""
         return self.floor_energy_j + sum(f.energy_above_idle_j[-1] for f in self.jobs)
@@ -106,8 +107,23 @@ class JctBound:
         if energy_j < self.min_energy_j * (1 - 1e-12):
             return math.inf
         spare_j = energy_j - self.floor_energy_j
-        # One row per job; shorter frontiers repeat their leanest point, which changes
-        # no minimum and adds no slope.
+        t, e, slopes = self._frontier_arrays
+        best = self.avg_jct_s  # lam = 0
+        if slopes.size == 0:
+            return best
+        waits = sum(f.wait_s for f in self.jobs)
+        lams = np.geomspace(slopes.min(), slopes.max(), grid)
+        for lam in lams:
+            g = (waits + np.min(t + lam * e, axis=1).sum() - lam * spare_j) / len(self.jobs)
+            best = max(best, float(g))
+        return best
+
+    @cached_property
+    def _frontier_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(times, energies, slopes): one row per job, built once for every budget a
+        report asks about. Shorter frontiers repeat their leanest point, which changes
+        no minimum and adds no slope; the slopes (s/J) between neighbouring points are
+        the prices worth trying."""
         width = max(len(f.time_s) for f in self.jobs)
         t = np.empty((len(self.jobs), width))
         e = np.empty((len(self.jobs), width))
@@ -115,19 +131,9 @@ class JctBound:
             k = len(f.time_s)
             t[i, :k], t[i, k:] = f.time_s, f.time_s[-1]
             e[i, :k], e[i, k:] = f.energy_above_idle_j, f.energy_above_idle_j[-1]
-        waits = sum(f.wait_s for f in self.jobs)
-        # Prices worth trying: the slopes between neighbouring frontier points, in s/J.
         dt = np.diff(t, axis=1)
         de = -np.diff(e, axis=1)
-        slopes = dt[de > 0] / de[de > 0]
-        best = self.avg_jct_s  # lam = 0
-        if slopes.size == 0:
-            return best
-        lams = np.geomspace(slopes.min(), slopes.max(), grid)
-        for lam in lams:
-            g = (waits + np.min(t + lam * e, axis=1).sum() - lam * spare_j) / len(self.jobs)
-            best = max(best, float(g))
-        return best
+        return t, e, dt[de > 0] / de[de > 0]
 
 
 def _pareto(points: Iterable[tuple[float, float]]) -> tuple[tuple[float, ...], tuple[float, ...]]:

@@ -111,7 +111,9 @@ class Simulator:
         self._gpu_node = {g.gpu_id: g.node for g in cluster.gpus}
         self._gpu_model = {g.gpu_id: g.model for g in cluster.gpus}
         self._records = [JobRecord(spec=j) for j in sorted(jobs, key=lambda j: j.submit_time_s)]
-        self._idle_w = self._idle_power_by_model()
+        self._idle_w = idle_power_by_model(
+            catalog, {g.model for g in cluster.gpus}, override_w=self.config.idle_power_w
+        )
         self._node_idle_w: dict[str, float] = Counter()
         for g in cluster.gpus:
             self._node_idle_w[g.node] += self._idle_w[g.model]
@@ -122,13 +124,6 @@ class Simulator:
         self._energy_used_j = 0.0
         self._policy_state: Mapping[str, Any] = {}
         self._co2_used_g = 0.0
-
-    # --- set-up -------------------------------------------------------------------
-
-    def _idle_power_by_model(self) -> dict[str, float]:
-        return idle_power_by_model(
-            self.catalog, {g.model for g in self.cluster.gpus}, override_w=self.config.idle_power_w
-        )
 
     # --- the run --------------------------------------------------------------------
 
