@@ -103,17 +103,20 @@ def scenario():
     return load_scenario(TRACE, CLUSTER, carbon_zone="ES", config=SimConfig(stall_limit_s=86400))
 
 
+@pytest.fixture(scope="module")
+def bound(scenario):
+    return scenario_bound(scenario)
+
+
 @pytest.mark.parametrize("policy", policy_names())
-def test_no_registered_policy_beats_the_bound(scenario, policy):
-    bound = scenario_bound(scenario)
+def test_no_registered_policy_beats_the_bound(scenario, bound, policy):
     summary = summarise(run_policy(scenario, policy))
     assert summary["n_unfinished"] == 0
     assert summary["avg_jct_s"] >= bound.avg_jct_s
     assert summary["energy_kwh"] * 3.6e6 >= bound.min_energy_j
 
 
-def test_a_budgeted_run_never_beats_the_bound_at_its_energy(scenario):
-    bound = scenario_bound(scenario)
+def test_a_budgeted_run_never_beats_the_bound_at_its_energy(scenario, bound):
     comparison = matched_budget(scenario, baseline="fifo_lowclock", candidate="powerflow")
     line = comparison.report(bound)
     spent_j = line["candidate_energy_kwh"] * 3.6e6
