@@ -204,6 +204,12 @@ TELEMETRY_MAX_FUTURE_S = env_int("TELEMETRY_MAX_FUTURE_S", 300)
 TELEMETRY_MAX_BATCH_SAMPLES = env_int("TELEMETRY_MAX_BATCH_SAMPLES", 20000)
 # Samples further apart than this are a gap (agent down): its energy is not attributed.
 TELEMETRY_MAX_GAP_S = env_float("TELEMETRY_MAX_GAP_S", 60.0)
+# A job event stamped up to this much before its allocation's start (agent clock behind) is
+# clamped to the start; further before is refused with HTTP 400.
+TELEMETRY_MAX_CLOCK_SKEW_S = env_float("TELEMETRY_MAX_CLOCK_SKEW_S", 60.0)
+# An energy-counter step above (max power limit x (1 + this)) x (interval + 1 s) is physically
+# impossible: the interval is charged by integrated power instead and the step is logged.
+TELEMETRY_COUNTER_TOLERANCE = env_float("TELEMETRY_COUNTER_TOLERANCE", 0.5)
 # Grid zone of the cluster and where its hourly intensity comes from: "stored" (rows loaded by
 # `manage.py import_carbon`) or "http" (an Electricity-Maps-style API); either falls back to
 # the zone's static yearly mean, marked estimated.

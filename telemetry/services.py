@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from cluster.choices import JobState
@@ -165,21 +165,121 @@ def assignments_for(node: Node, *, now: datetime) -> dict[str, Any]:
     return {"assignments": assignments, "stop": sorted(set(recently_ended))}
 
 
+class EventsRejected(Exception):
+    """A batch of job events stored not at all: ``errors`` per event index (HTTP 400)."""
+
+    def __init__(self, errors: dict[str, Any]) -> None:
+        self.errors = errors
+        super().__init__(str(errors))
+
+
+def _check_events(
+    node: Node, events: list[dict[str, Any]], *, now: datetime
+) -> list[dict[str, Any]]:
+    """The events to store, with their times clamped; raises NotYourNode (an allocation of
+    another node: the token speaks only for its own) or EventsRejected (nothing stored).
+
+    Each event must name an allocation that exists, is the job's, and holds GPUs of this node.
+    An event may be about an allocation that has ended only if it says so (an exit) or was
+    stamped before the end (a report that waited in the agent's spool). Times: up to
+    ``TELEMETRY_MAX_CLOCK_SKEW_S`` before the allocation's start (an agent clock behind the
+    server's) is clamped to the start, and a time ahead of the server's clock (up to
+    ``TELEMETRY_MAX_FUTURE_S``) to now; anything further out is refused."""
+    skew = timedelta(seconds=settings.TELEMETRY_MAX_CLOCK_SKEW_S)
+    future = timedelta(seconds=settings.TELEMETRY_MAX_FUTURE_S)
+    allocation_ids = {e["allocation_id"] for e in events if e.get("allocation_id") is not None}
+    allocations = {
+        row["pk"]: row
+        for row in JobAllocation.objects.filter(pk__in=allocation_ids).values(
+            "pk", "job_id", "started_at", "ended_at"
+        )
+    }
+    here = set(
+        JobAllocation.objects.filter(pk__in=allocations, gpus__node=node)
+        .values_list("pk", flat=True)
+        .distinct()
+    )
+    foreign = sorted(pk for pk in allocations if pk not in here)
+    if foreign:
+        raise NotYourNode(f"allocation(s) {foreign} hold no GPU of this node")
+    errors: dict[str, dict[str, list[str]]] = {}
+    checked = []
+    for i, e in enumerate(events):
+        field_errors: dict[str, list[str]] = {}
+        alloc = allocations.get(e.get("allocation_id"))
+        ts = e["ts"]
+        if e.get("allocation_id") is None:
+            field_errors["allocation_id"] = ["Name the allocation the event is about."]
+        elif alloc is None:
+            field_errors["allocation_id"] = [f"Unknown allocation {e['allocation_id']}."]
+        elif alloc["job_id"] != e["job_id"]:
+            field_errors["allocation_id"] = [
+                f"Allocation {alloc['pk']} is not job {e['job_id']}'s (it is job "
+                f"{alloc['job_id']}'s)."
+            ]
+        elif ts > now + future:
+            field_errors["ts"] = [
+                f"{ts.isoformat()} is more than {future.total_seconds():g} s ahead of the "
+                f"server's clock ({now.isoformat()})."
+            ]
+        elif ts < alloc["started_at"] - skew:
+            field_errors["ts"] = [
+                f"{ts.isoformat()} is before allocation {alloc['pk']} started "
+                f"({alloc['started_at'].isoformat()}) by more than the allowed clock skew of "
+                f"{skew.total_seconds():g} s."
+            ]
+        elif (
+            alloc["ended_at"] is not None
+            and e["kind"] != JobEventKind.EXITED
+            and ts > alloc["ended_at"] + skew
+        ):
+            field_errors["ts"] = [
+                f"Allocation {alloc['pk']} ended at {alloc['ended_at'].isoformat()}; a "
+                f"{e['kind']} event stamped after its end is refused."
+            ]
+        if field_errors:
+            errors[str(i)] = field_errors
+            continue
+        clamped = min(max(ts, alloc["started_at"]), now)
+        if clamped != ts:
+            log.info(
+                "job %s: %s event stamped %s, clamped to %s (allocation %s, %s to %s)",
+                e["job_id"], e["kind"], ts, clamped, alloc["pk"], alloc["started_at"],
+                alloc["ended_at"],
+            )  # fmt: skip
+        checked.append({**e, "ts": clamped})
+    if errors:
+        raise EventsRejected({"events": errors})
+    return checked
+
+
 def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime) -> int:
     """Store the agent's job events (each once, by ``event_id``) and apply the new ones:
     progress raises ``completed_iterations`` (never lowers it); an exit of the job's current
-    allocation completes or fails the job. Returns how many events were new."""
-    job_ids = {e["job_id"] for e in events}
-    on_node = set(
-        JobAllocation.objects.filter(job_id__in=job_ids, gpus__node=node).values_list(
-            "job_id", flat=True
-        )
-    )
-    if job_ids - on_node:
-        raise NotYourNode(f"job(s) {sorted(job_ids - on_node)} never ran on this node")
-    new = 0
+    allocation completes or fails the job. Returns how many events were new.
+
+    The whole batch is checked first (``_check_events``): a refused batch stores nothing. A
+    replayed event (its ``event_id`` already stored for this node) is not checked again, so
+    a replay of an accepted event is always accepted, and applied nothing more.
+
+    Lock order: every event's transaction takes the node row (``FOR KEY SHARE``, which the
+    foreign key of ``JobEvent.node`` takes at commit anyway) before the job row, the order the
+    liveness check and the scheduling round use (node, then jobs). Taking the job first and
+    the node at commit deadlocked with a liveness check re-queueing the job
+    (tests/telemetry/test_job_event_locks.py).
+    """
+    ids: dict[uuid.UUID, dict[str, Any]] = {}
     for e in events:
+        ids.setdefault(uuid.UUID(str(e["event_id"])), e)  # one event twice in a batch: once
+    stored = dict(JobEvent.objects.filter(event_id__in=ids).values_list("event_id", "node_id"))
+    others = sorted(str(i) for i, node_id in stored.items() if node_id != node.pk)
+    if others:
+        raise NotYourNode(f"event(s) {', '.join(others)} were reported by another node")
+    fresh = _check_events(node, [e for i, e in ids.items() if i not in stored], now=now)
+    new = 0
+    for e in fresh:
         with transaction.atomic():
+            _lock_node_then_job(node.pk, e["job_id"])
             event, created = JobEvent.objects.get_or_create(
                 event_id=uuid.UUID(str(e["event_id"])),
                 defaults={
@@ -199,6 +299,17 @@ def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime
                 new += 1
                 _apply(event)
     return new
+
+
+def _lock_node_then_job(node_id: int, job_id: int) -> None:
+    """Take, in this order, the node row (key share: what the JobEvent's foreign key needs;
+    it does not conflict with heartbeats or status updates) and the job row (for update: the
+    strongest lock an exit's state change takes, so it is never upgraded midway)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {Node._meta.db_table} WHERE id = %s FOR KEY SHARE", [node_id]
+        )
+        cursor.execute(f"SELECT 1 FROM {Job._meta.db_table} WHERE id = %s FOR UPDATE", [job_id])
 
 
 def _submitted_iterations(event: JobEvent) -> float:

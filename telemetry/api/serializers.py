@@ -2,9 +2,30 @@
 serializers; sample batches are validated by ``telemetry.ingest`` (for speed) and these
 classes only document them in the OpenAPI schema."""
 
+import math
+
 from rest_framework import serializers
 
 from telemetry.choices import ExitReason, JobEventKind
+
+# Bounds of the columns agent messages land in: a value outside them is a 400 here, not a
+# database error (500) later.
+_BIGINT_MAX = 2**63 - 1
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+# Far above any job's iteration count, far below where float arithmetic degrades.
+MAX_ITERATIONS = 1e15
+
+
+class FiniteFloatField(serializers.FloatField):
+    """A float that refuses NaN and the infinities (DRF's FloatField takes "NaN")."""
+
+    default_error_messages = {"not_finite": "A finite number is required."}
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if not math.isfinite(value):
+            self.fail("not_finite")
+        return value
 
 
 class GpuRegistrationSerializer(serializers.Serializer):
@@ -12,12 +33,17 @@ class GpuRegistrationSerializer(serializers.Serializer):
     index = serializers.IntegerField(min_value=0, max_value=255)
     model = serializers.CharField(max_length=100)
     memory_mb = serializers.IntegerField(
-        min_value=0, allow_null=True, help_text="Null: unknown; a registered value is kept."
+        min_value=0,
+        max_value=_INT_MAX,
+        allow_null=True,
+        help_text="Null: unknown; a registered value is kept.",
     )
-    default_power_limit_w = serializers.FloatField(min_value=1, max_value=2000)
-    min_power_limit_w = serializers.FloatField(min_value=1, max_value=2000)
-    max_power_limit_w = serializers.FloatField(min_value=1, max_value=2000)
-    max_sm_clock_mhz = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    default_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
+    min_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
+    max_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
+    max_sm_clock_mhz = serializers.IntegerField(
+        min_value=1, max_value=100000, required=False, allow_null=True
+    )
 
     def validate(self, attrs):
         if not (
@@ -116,22 +142,34 @@ class AssignmentsSerializer(serializers.Serializer):
 
 class JobEventSerializer(serializers.Serializer):
     event_id = serializers.UUIDField(help_text="Chosen by the agent; a replay is applied once.")
-    job_id = serializers.IntegerField()
-    allocation_id = serializers.IntegerField(allow_null=True, required=False)
+    job_id = serializers.IntegerField(min_value=1, max_value=_BIGINT_MAX)
+    allocation_id = serializers.IntegerField(
+        min_value=1,
+        max_value=_BIGINT_MAX,
+        help_text="The allocation the event is about: the job's, holding GPUs of this node.",
+    )
     kind = serializers.ChoiceField(choices=JobEventKind.choices)
-    ts = serializers.DateTimeField()
-    iterations = serializers.FloatField(
+    ts = serializers.DateTimeField(
+        help_text="Up to TELEMETRY_MAX_CLOCK_SKEW_S before the allocation's start is clamped "
+        "to it; further before, or more than TELEMETRY_MAX_FUTURE_S ahead, is refused."
+    )
+    iterations = FiniteFloatField(
         min_value=0,
+        max_value=MAX_ITERATIONS,
         required=False,
         allow_null=True,
         help_text="Iterations done, counted at the batch_size of the event's allocation.",
     )
-    exit_status = serializers.IntegerField(required=False, allow_null=True)
+    exit_status = serializers.IntegerField(
+        min_value=_INT_MIN, max_value=_INT_MAX, required=False, allow_null=True
+    )
     reason = serializers.ChoiceField(choices=ExitReason.choices, required=False)
     log_tail = serializers.CharField(
         required=False, allow_blank=True, max_length=20000, trim_whitespace=False
     )
-    gpu_uuids = serializers.ListField(child=serializers.CharField(), required=False)
+    gpu_uuids = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False, max_length=256
+    )
 
     def validate(self, attrs):
         if attrs["kind"] == JobEventKind.EXITED and not attrs.get("reason"):

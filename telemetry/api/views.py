@@ -115,7 +115,14 @@ class AssignmentsView(AgentView):
 class JobEventsView(AgentView):
     @extend_schema(
         request=s.JobEventBatchSerializer,
-        responses={200: s.JobEventResultSerializer, 403: _REFUSED},
+        responses={
+            200: s.JobEventResultSerializer,
+            400: OpenApiResponse(
+                description="Per-event errors (unknown allocation, not the job's, a time "
+                "outside the allocation); nothing stored."
+            ),
+            403: _REFUSED,
+        },
         summary="Report job starts, progress (iterations) and exits (status, log tail).",
         tags=["agent"],
     )
@@ -127,4 +134,6 @@ class JobEventsView(AgentView):
             new = services.record_job_events(self.node, events, now=timezone.now())
         except services.NotYourNode as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        except services.EventsRejected as exc:
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
         return Response({"received": len(events), "new": new})

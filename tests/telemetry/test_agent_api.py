@@ -221,10 +221,18 @@ def test_progress_never_goes_backwards(running_job, agent_node, agent_client):
 def test_an_exit_of_a_stale_allocation_leaves_the_job_running(
     running_job, agent_node, agent_client
 ):
+    # given the job resized on this node: its first allocation ended, a second one runs
     node, token = agent_node
+    first = running_job.current_allocation_id
+    gpu = Gpu.objects.get(uuid="GPU-node-01-0")
+    cluster_services.set_allocation(running_job, gpus=[gpu], batch_size=256, at=timezone.now())
     stale = _event(running_job, "exited", reason="completed", exit_status=0)
-    stale["allocation_id"] = running_job.current_allocation_id + 1000
-    agent_client(token).post("/api/agent/job-events/", {"events": [stale]}, format="json")
+    stale["allocation_id"] = first
+    response = agent_client(token).post(
+        "/api/agent/job-events/", {"events": [stale]}, format="json"
+    )
+    # then the exit is recorded but changes nothing: it is not the current allocation's
+    assert response.json() == {"received": 1, "new": 1}
     assert Job.objects.get(pk=running_job.pk).state == JobState.RUNNING
 
 

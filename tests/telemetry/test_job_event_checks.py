@@ -1,0 +1,233 @@
+"""Job events are checked against the calling node's allocations and the allocation's time
+span before anything is stored: forged, misdirected or skewed reports are a 400 or 403 with a
+reason, never a 500, and a refused batch stores nothing."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from cluster import services as cluster_services
+from cluster.choices import JobState
+from cluster.models import Gpu, Job, JobAllocation
+from telemetry.models import JobEvent
+
+URL = "/api/agent/job-events/"
+
+
+@pytest.fixture
+def started(agent_node, make_job, member, team):
+    """A job running on node-01's two GPUs since two minutes ago."""
+    node, _ = agent_node
+    job = make_job(owner=member, team=team, max_gpus=2)
+    cluster_services.start_job(
+        job,
+        gpus=list(Gpu.objects.filter(node=node)),
+        batch_size=256,
+        at=timezone.now() - timedelta(minutes=2),
+    )
+    job.refresh_from_db()
+    return job
+
+
+def _event(job, kind, *, allocation_id=None, ts=None, **extra):
+    return {
+        "event_id": str(uuid.uuid4()),
+        "job_id": job.pk,
+        "allocation_id": job.current_allocation_id if allocation_id is None else allocation_id,
+        "kind": kind,
+        "ts": (ts or timezone.now()).isoformat(),
+        **extra,
+    }
+
+
+def _completed(job, **kw):
+    return _event(job, "exited", reason="completed", exit_status=0, iterations=1000.0, **kw)
+
+
+def _post(client, *events):
+    return client.post(URL, {"events": list(events)}, format="json")
+
+
+def _nothing_stored(job):
+    row = Job.objects.get(pk=job.pk)
+    return (
+        not JobEvent.objects.exists()
+        and row.state == JobState.RUNNING
+        and row.completed_iterations == 0.0
+    )
+
+
+def test_an_unknown_allocation_is_a_400_and_stores_nothing(started, agent_node, agent_client):
+    response = _post(agent_client(agent_node[1]), _completed(started, allocation_id=999999))
+    assert response.status_code == 400
+    assert response.json() == {"events": {"0": {"allocation_id": ["Unknown allocation 999999."]}}}
+    assert _nothing_stored(started)
+
+
+def test_an_event_without_its_allocation_is_a_400(started, agent_node, agent_client):
+    event = _completed(started)
+    del event["allocation_id"]
+    response = _post(agent_client(agent_node[1]), event)
+    assert response.status_code == 400
+    assert "allocation_id" in response.json()["events"][0]
+    assert _nothing_stored(started)
+
+
+def test_another_jobs_allocation_is_a_400(
+    started, agent_node, agent_client, make_job, member, team
+):
+    other = make_job(owner=member, team=team, name="other")
+    event = _completed(other, allocation_id=started.current_allocation_id)
+    response = _post(agent_client(agent_node[1]), event)
+    assert response.status_code == 400
+    assert response.json()["events"]["0"]["allocation_id"] == [
+        f"Allocation {started.current_allocation_id} is not job {other.pk}'s "
+        f"(it is job {started.pk}'s)."
+    ]
+    assert _nothing_stored(started)
+
+
+def test_a_node_cannot_finish_a_job_that_moved_to_another_node(
+    started, agent_node, other_node, agent_client
+):
+    # given the job moved from node-01 to node-02 (a new allocation there)
+    first = started.current_allocation_id
+    cluster_services.set_allocation(
+        started, gpus=list(Gpu.objects.filter(node=other_node[0])), batch_size=256,
+        at=timezone.now(),
+    )  # fmt: skip
+    started.refresh_from_db()
+    client = agent_client(agent_node[1])
+    # when node-01 names the new allocation (node-02's), it is refused outright
+    forged = _event(started, "exited", reason="completed", exit_status=0, iterations=99999.0)
+    response = _post(client, forged)
+    assert response.status_code == 403
+    assert "hold no GPU of this node" in response.json()["detail"]
+    # and a "completed" for its own old allocation is recorded but completes nothing
+    stale = _completed(started, allocation_id=first)
+    assert _post(client, stale).json() == {"received": 1, "new": 1}
+    job = Job.objects.get(pk=started.pk)
+    current = started.current_allocation_id
+    assert (job.state, job.current_allocation_id) == (JobState.RUNNING, current)
+
+
+def test_an_exit_stamped_slightly_before_the_start_is_clamped_to_it(
+    started, agent_node, agent_client
+):
+    # given an agent clock 30 s behind: the job died at once, its exit predates the start
+    alloc = JobAllocation.objects.get(pk=started.current_allocation_id)
+    event = _event(
+        started, "exited", reason="failed", exit_status=1,
+        ts=alloc.started_at - timedelta(seconds=30),
+    )  # fmt: skip
+    response = _post(agent_client(agent_node[1]), event)
+    # then it is taken at the allocation's start, not a 500
+    assert response.status_code == 200, response.content
+    job = Job.objects.get(pk=started.pk)
+    alloc.refresh_from_db()
+    assert (job.state, job.finished_at) == (JobState.FAILED, alloc.started_at)
+    assert alloc.ended_at == alloc.started_at
+    assert JobEvent.objects.get().ts == alloc.started_at
+
+
+def test_an_exit_stamped_long_before_the_start_is_a_400(started, agent_node, agent_client):
+    alloc = JobAllocation.objects.get(pk=started.current_allocation_id)
+    event = _completed(started, ts=alloc.started_at - timedelta(minutes=10))
+    response = _post(agent_client(agent_node[1]), event)
+    assert response.status_code == 400
+    [message] = response.json()["events"]["0"]["ts"]
+    assert "by more than the allowed clock skew of 60 s" in message
+    assert _nothing_stored(started)
+
+
+def test_an_event_far_in_the_future_is_a_400(started, agent_node, agent_client):
+    event = _completed(started, ts=timezone.now() + timedelta(hours=2))
+    response = _post(agent_client(agent_node[1]), event)
+    assert response.status_code == 400
+    assert "ahead of the server's clock" in response.json()["events"]["0"]["ts"][0]
+    assert _nothing_stored(started)
+
+
+def test_progress_after_the_allocation_ended_is_refused_but_earlier_progress_counts(
+    started, agent_node, agent_client
+):
+    # given the scheduler paused the job a minute ago (its allocation ended then)
+    ended = timezone.now() - timedelta(minutes=1)
+    cluster_services.transition_job(started, to=JobState.PAUSED, at=ended)
+    alloc_id = JobAllocation.objects.get(job=started).pk
+    client = agent_client(agent_node[1])
+    late = _event(started, "progress", allocation_id=alloc_id, iterations=900.0)
+    response = _post(client, late)
+    assert response.status_code == 400
+    assert "stamped after its end is refused" in response.json()["events"]["0"]["ts"][0]
+    # a report from before the end (it waited in the spool) still counts, as does the exit
+    spooled = _event(
+        started, "progress", allocation_id=alloc_id, iterations=400.0,
+        ts=ended - timedelta(seconds=5),
+    )  # fmt: skip
+    stop = _event(
+        started, "exited", allocation_id=alloc_id, reason="stopped", exit_status=0,
+        iterations=450.0,
+    )  # fmt: skip
+    assert _post(client, spooled, stop).json() == {"received": 2, "new": 2}
+    job = Job.objects.get(pk=started.pk)
+    assert (job.state, job.completed_iterations) == (JobState.PAUSED, 450.0)
+
+
+def test_one_bad_event_refuses_the_whole_batch(started, agent_node, agent_client):
+    good = _event(started, "progress", iterations=500.0)
+    bad = _completed(started, allocation_id=999999)
+    response = _post(agent_client(agent_node[1]), good, bad)
+    assert response.status_code == 400
+    assert list(response.json()["events"]) == ["1"]
+    assert _nothing_stored(started)
+
+
+def test_a_replay_of_an_accepted_event_is_accepted_after_the_allocation_closed(
+    started, agent_node, agent_client
+):
+    client = agent_client(agent_node[1])
+    progress = _event(started, "progress", iterations=300.0)
+    exited = _completed(started)
+    assert _post(client, progress, exited).json() == {"received": 2, "new": 2}
+    # the acknowledgement was lost: the agent sends both again, and the same event twice
+    again = _post(client, progress, exited, exited)
+    assert again.status_code == 200
+    assert again.json() == {"received": 3, "new": 0}
+    assert JobEvent.objects.count() == 2
+    assert Job.objects.get(pk=started.pk).state == JobState.COMPLETED
+
+
+def test_another_nodes_event_id_is_refused(started, agent_node, other_node, agent_client):
+    event = _event(started, "progress", iterations=10.0)
+    assert _post(agent_client(agent_node[1]), event).status_code == 200
+    response = _post(agent_client(other_node[1]), event)
+    assert response.status_code == 403
+    assert JobEvent.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("iterations", "NaN"),
+        ("iterations", "Infinity"),
+        ("iterations", 1e300),
+        ("iterations", -1),
+        ("exit_status", 2**40),
+        ("job_id", 10**30),
+        ("allocation_id", 2**63),
+        ("allocation_id", 0),
+        ("log_tail", "a\x00b"),
+        ("log_tail", "x" * 20001),
+        ("gpu_uuids", ["u" * 65]),
+    ],
+)
+def test_out_of_range_values_are_a_400_per_field(started, agent_node, agent_client, field, value):
+    event = _event(started, "progress", iterations=1.0)
+    event[field] = value
+    response = _post(agent_client(agent_node[1]), event)
+    assert response.status_code == 400, response.content
+    assert field in response.json()["events"][0]
+    assert _nothing_stored(started)
