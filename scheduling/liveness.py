@@ -32,8 +32,13 @@ def mark_silent_nodes(*, now: datetime, timeout_s: float | None = None) -> list[
     cutoff = now - timedelta(seconds=timeout_s)
     requeued: list[int] = []
     with transaction.atomic():
+        # FOR NO KEY UPDATE, not FOR UPDATE: it serialises with heartbeats (which update the
+        # row) but not with the key-share locks that job events and other rows' foreign keys
+        # take on the node, which FOR UPDATE blocked while this transaction went on to lock
+        # the node's jobs: a deadlock with a job event holding one of those jobs
+        # (tests/telemetry/test_job_event_locks.py).
         silent = list(
-            Node.objects.select_for_update()
+            Node.objects.select_for_update(no_key=True)
             .filter(status=NodeStatus.HEALTHY, last_heartbeat_at__lt=cutoff)
             .values_list("pk", flat=True)
         )
