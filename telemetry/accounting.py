@@ -19,14 +19,21 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q, Sum
+from django.db.models import Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
-from cluster.models import Budget, Job, JobAllocation, Team
+from cluster.models import Budget, Gpu, Job, JobAllocation, Team
 from scheduling.core.types import J_PER_KWH
 from telemetry.carbon import intensity_for_hour
 from telemetry.energy import MINUTE_S, Holder, Point, attribute
-from telemetry.models import DirtyHour, EnergyLedgerEntry, GpuHour, GpuMinute, GpuSample
+from telemetry.models import (
+    DirtyHour,
+    EnergyLedgerEntry,
+    GpuHour,
+    GpuMinute,
+    GpuSample,
+    RefusedEnergyStep,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +93,15 @@ def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None
     points = [Point(t, power, energy) for t, power, energy, _ in rows]
     inside = [(t, power, util) for t, power, _, util in rows if hour_s <= t < end_s]
     holders, teams = holders_for(gpu_id, hour, end)
+    max_power_w = Gpu.objects.filter(pk=gpu_id).values_list("max_power_limit_w", flat=True).first()
     result = attribute(
         points,
         holders,
         window_start_s=_ts(hour),
         window_end_s=_ts(end),
         max_gap_s=settings.TELEMETRY_MAX_GAP_S,
+        max_power_w=max_power_w,
+        tolerance=settings.TELEMETRY_COUNTER_TOLERANCE,
     )
     if result.gap_j:
         log.warning("gpu %s %s: %.0f J in data gaps left unattributed", gpu_id, hour, result.gap_j)
@@ -148,6 +158,42 @@ def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None
             )
         EnergyLedgerEntry.objects.filter(gpu_id=gpu_id, hour=hour).delete()
         EnergyLedgerEntry.objects.bulk_create(ledger_rows)
+        _record_refused(gpu_id, result.refused)
+
+
+def _record_refused(gpu_id: int, refused: list) -> None:
+    """Keep the audit rows of refused counter steps (once each: an interval reaching into two
+    hours, or an hour accounted again, finds its row already there) and log the new ones."""
+    if not refused:
+        return
+    now = timezone.now()
+    rows = [
+        RefusedEnergyStep(
+            gpu_id=gpu_id,
+            ts=_dt(step.t_s),
+            previous_ts=_dt(step.prev_t_s),
+            previous_energy_j=step.prev_energy_j,
+            energy_j=step.energy_j,
+            allowed_j=step.allowed_j,
+            charged_j=step.charged_j,
+            detected_at=now,
+        )
+        for step in refused
+    ]
+    known = set(
+        RefusedEnergyStep.objects.filter(gpu_id=gpu_id, ts__in=[r.ts for r in rows]).values_list(
+            "ts", flat=True
+        )
+    )
+    new = [r for r in rows if r.ts not in known]
+    RefusedEnergyStep.objects.bulk_create(new, ignore_conflicts=True)
+    for r in new:
+        log.warning(
+            "gpu %s: energy counter step of %.6g J from %s to %s refused (at most %.6g J "
+            "believed); the interval was charged %.6g J of integrated power",
+            gpu_id, r.energy_j - r.previous_energy_j, r.previous_ts.isoformat(),
+            r.ts.isoformat(), r.allowed_j, r.charged_j,
+        )  # fmt: skip
 
 
 def _stats(readings: list[tuple[float, float | None]]) -> dict:
@@ -191,7 +237,9 @@ def delete_expired_samples(*, now: datetime | None = None) -> int:
     first_pending = pending.values_list("hour", flat=True).first()
     if first_pending is not None:
         cutoff = min(cutoff, first_pending - timedelta(hours=1))
-    deleted, _ = GpuSample.objects.filter(ts__lt=cutoff).delete()
+    # A sample whose counter reading was refused is kept as long as its audit row is.
+    flagged = RefusedEnergyStep.objects.filter(gpu_id=OuterRef("gpu_id"), ts=OuterRef("ts"))
+    deleted, _ = GpuSample.objects.filter(ts__lt=cutoff).exclude(Exists(flagged)).delete()
     return deleted
 
 

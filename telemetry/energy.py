@@ -11,6 +11,16 @@ again from ``b`` on. An interval longer than ``max_gap_s`` is a gap in the data 
 down): its energy is reported in ``gap_j`` and attributed to nobody, because when inside the gap
 it was drawn (and by which job) is unknown.
 
+**Implausible counter steps.** A counter step larger than the GPU could have drawn is not
+believed: with ``max_power_w`` (the GPU's largest power limit) given, a step above
+``max(max_power_w, a.power_w, b.power_w) x (1 + tolerance) x (dt + 1 s)`` (the extra second
+covers the read jitter between a counter and its timestamp) is refused, reported in
+``refused``, and the interval falls back to the trapezoid of its power readings, exactly as a
+reset does. A genuine counter never steps that far, so only forged or corrupt readings (a
+1e12 J jump) are caught, and what they claimed is charged to nobody. A single spiked reading
+costs two intervals their counter (the jump up is refused, the fall back is a reset); a
+counter that stays at the new level is believed again from the next interval on.
+
 **Attribution.** Energy is spread uniformly over its interval, then split at minute
 boundaries and at the start and end of every holder (a job's allocation on this GPU). Each
 piece goes to the holders active at its midpoint in equal shares (co-located jobs share a GPU
@@ -47,23 +57,53 @@ class Holder:
         return self.start_s <= t_s and (self.end_s is None or t_s < self.end_s)
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedStep:
+    """A counter step between two samples that exceeds what the GPU could draw."""
+
+    prev_t_s: float
+    t_s: float
+    prev_energy_j: float
+    energy_j: float
+    allowed_j: float
+    charged_j: float  # what the interval was charged instead (integrated power)
+
+    @property
+    def step_j(self) -> float:
+        return self.energy_j - self.prev_energy_j
+
+
 @dataclass
 class Attribution:
     by_minute_j: dict[float, float] = field(default_factory=lambda: defaultdict(float))
     by_job_j: dict[int | None, float] = field(default_factory=lambda: defaultdict(float))
     gap_j: float = 0.0
     resets: int = 0
+    refused: list[RefusedStep] = field(default_factory=list)
 
     @property
     def total_j(self) -> float:
         return sum(self.by_job_j.values())
 
 
+# Read jitter between an energy counter and its sample's timestamp, in seconds of full power.
+COUNTER_SLACK_S = 1.0
+
+
+def plausible_step_j(max_power_w: float, dt_s: float, tolerance: float) -> float:
+    """The largest counter step believed over ``dt_s`` seconds."""
+    return max_power_w * (1.0 + tolerance) * (dt_s + COUNTER_SLACK_S)
+
+
 def interval_energy_j(a: Point, b: Point) -> tuple[float, bool]:
     """Energy between two samples and whether the counter was used (False: integrated)."""
     if a.energy_j is not None and b.energy_j is not None and b.energy_j >= a.energy_j:
         return b.energy_j - a.energy_j, True
-    return (a.power_w + b.power_w) / 2.0 * (b.t_s - a.t_s), False
+    return _integrated_j(a, b), False
+
+
+def _integrated_j(a: Point, b: Point) -> float:
+    return (a.power_w + b.power_w) / 2.0 * (b.t_s - a.t_s)
 
 
 def attribute(
@@ -73,9 +113,12 @@ def attribute(
     window_start_s: float,
     window_end_s: float,
     max_gap_s: float,
+    max_power_w: float | None = None,
+    tolerance: float = 0.5,
 ) -> Attribution:
     """Energy of the intervals between ``points`` (ascending, may extend past the window on
-    both sides) clipped to [window_start_s, window_end_s), by minute and by holder."""
+    both sides) clipped to [window_start_s, window_end_s), by minute and by holder. With
+    ``max_power_w``, counter steps above :func:`plausible_step_j` are refused (see above)."""
     result = Attribution()
     edges = sorted({h.start_s for h in holders} | {h.end_s for h in holders if h.end_s})
     for a, b in zip(points, points[1:], strict=False):
@@ -88,6 +131,14 @@ def attribute(
         lo, hi = max(a.t_s, window_start_s), min(b.t_s, window_end_s)
         if hi <= lo:
             continue
+        if by_counter and max_power_w is not None:
+            allowed_j = plausible_step_j(max(max_power_w, a.power_w, b.power_w), dt, tolerance)
+            if energy_j > allowed_j:
+                charged_j = _integrated_j(a, b)
+                result.refused.append(
+                    RefusedStep(a.t_s, b.t_s, a.energy_j, b.energy_j, allowed_j, charged_j)
+                )
+                energy_j = charged_j
         if dt > max_gap_s:
             result.gap_j += energy_j * (hi - lo) / dt
             continue

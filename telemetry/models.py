@@ -207,3 +207,35 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} {self.kind} at {self.ts.isoformat()}"
+
+
+class RefusedEnergyStep(models.Model):
+    """An energy-counter step larger than its GPU could have drawn, refused by accounting.
+
+    The interval between ``previous_ts`` and ``ts`` was charged its integrated power
+    (``charged_j``) instead of the counter's step; what the counter claimed is charged to
+    nobody. The row is the audit trail: it keeps both readings after retention has deleted
+    the raw samples (and retention keeps the flagged sample itself meanwhile).
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="refused_steps")
+    ts = models.DateTimeField(help_text="Time of the sample whose counter reading was refused.")
+    previous_ts = models.DateTimeField()
+    previous_energy_j = models.FloatField()
+    energy_j = models.FloatField()
+    allowed_j = models.FloatField(help_text="Largest step believed over the interval.")
+    charged_j = models.FloatField(help_text="Integrated power charged for the interval.")
+    detected_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-ts"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "ts"], name="refusedenergystep_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} {self.ts.isoformat()}: +{self.step_j:.3g} J refused"
+
+    @property
+    def step_j(self) -> float:
+        return self.energy_j - self.previous_energy_j
