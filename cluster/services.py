@@ -173,8 +173,16 @@ def set_allocation(
                 f"{locked.max_batch_size}, not {batch_size}"
             )
         # Lock the GPU rows: a concurrent set_allocation for another job on the same GPUs
-        # waits here and then sees this job's open allocation.
-        list(Gpu.objects.select_for_update().filter(pk__in=gpu_ids).values_list("pk", flat=True))
+        # waits here and then sees this job's open allocation. FOR NO KEY UPDATE (which still
+        # excludes a second set_allocation) rather than FOR UPDATE, so telemetry rows whose
+        # foreign keys name these GPUs (dirty-hour marks, ledger rows) do not wait for the
+        # whole round to commit; the rows are locked in id order.
+        list(
+            Gpu.objects.select_for_update(no_key=True)
+            .filter(pk__in=gpu_ids)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
         through = JobAllocation.gpus.through
         holders: dict[int, set[int]] = {}
         for gpu_id, holder in (
