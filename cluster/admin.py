@@ -53,10 +53,18 @@ class NodeAdmin(admin.ModelAdmin):
         "gpu_model",
         "status",
         "last_heartbeat_at",
+        "agent_spooled",
+        "agent_quarantined",
     ]
     list_filter = ["status", "switch_label", "gpu_model"]
     search_fields = ["name", "switch_label", "rack_label"]
-    readonly_fields = ["last_heartbeat_at", "agent_token_issued_at"]
+    readonly_fields = [
+        "last_heartbeat_at",
+        "agent_token_issued_at",
+        "agent_spooled",
+        "agent_quarantined",
+        "agent_quarantine_reason",
+    ]
     inlines = [GpuInline]
     actions = ["issue_agent_tokens"]
 

@@ -72,6 +72,18 @@ class Node(models.Model):
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     agent_token_hash = models.CharField(max_length=64, blank=True, editable=False)
     agent_token_issued_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The agent's spool as its last heartbeat reported it: messages waiting for the server,
+    # and messages the server refused that the agent quarantined (with the newest reason).
+    # A node with quarantined messages is alive but some of its reports went nowhere.
+    agent_spooled = models.PositiveIntegerField(
+        default=0, editable=False, help_text="Messages waiting in the agent's spool."
+    )
+    agent_quarantined = models.PositiveIntegerField(
+        default=0, editable=False, help_text="Messages the server refused, kept by the agent."
+    )
+    agent_quarantine_reason = models.CharField(
+        max_length=500, blank=True, editable=False, help_text="Why the newest was refused."
+    )
 
     class Meta:
         ordering = ["name"]

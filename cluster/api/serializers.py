@@ -223,10 +223,21 @@ class NodeSerializer(serializers.ModelSerializer):
             "gpu_model",
             "status",
             "last_heartbeat_at",
+            "agent_spooled",
+            "agent_quarantined",
+            "agent_quarantine_reason",
             "gpu_count",
             "has_agent_token",
         ]
-        read_only_fields = ["id", "last_heartbeat_at", "gpu_count", "has_agent_token"]
+        read_only_fields = [
+            "id",
+            "last_heartbeat_at",
+            "agent_spooled",
+            "agent_quarantined",
+            "agent_quarantine_reason",
+            "gpu_count",
+            "has_agent_token",
+        ]
 
     def get_gpu_count(self, node: Node) -> int:
         return node.gpus.count()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from telemetry.agent.client import AgentClient
 from telemetry.agent.loop import Agent, AgentConfig
-from telemetry.agent.spool import Rejected, Spool
+from telemetry.agent.spool import DEFAULT_MAX_SERVER_ERRORS, Rejected, Spool
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,6 +34,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heartbeat-interval-s", type=float, default=15.0)
     parser.add_argument("--assignment-interval-s", type=float, default=5.0)
     parser.add_argument("--stop-grace-s", type=float, default=30.0)
+    parser.add_argument(
+        "--max-server-errors",
+        type=int,
+        default=DEFAULT_MAX_SERVER_ERRORS,
+        help="server errors (500 and the like) in a row that quarantine a spooled message",
+    )
+    parser.add_argument(
+        "--requeue-quarantine",
+        action="store_true",
+        help="put the quarantined messages back in the spool, then run",
+    )
     args = parser.parse_args(argv)
     if not args.token:
         parser.error("--token (or WATTFLOW_AGENT_TOKEN) is required")
@@ -41,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--gpus must be at least 1")
     if args.sample_interval_s <= 0 or args.post_interval_s <= 0:
         parser.error("intervals must be positive")
+    if args.max_server_errors < 1:
+        parser.error("--max-server-errors must be at least 1")
     return args
 
 
@@ -70,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         assignment_interval_s=args.assignment_interval_s,
         stop_grace_s=args.stop_grace_s,
     )
-    client = AgentClient(args.server, args.token, Spool(args.work_dir / "spool"))
+    spool = Spool(args.work_dir / "spool", max_server_errors=args.max_server_errors)
+    if args.requeue_quarantine:
+        logging.info("requeued %d quarantined messages", spool.requeue())
+    client = AgentClient(args.server, args.token, spool)
     agent = Agent(backend, client, config)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: agent.stopping.set())

@@ -64,6 +64,17 @@ class Agent:
         self.buffer = []
         self.client.deliver("samples", body)
 
+    def heartbeat_body(self, now: datetime) -> dict[str, Any]:
+        """The heartbeat, with the spool's state: how much waits for the server and how much
+        the server refused (so the node's page shows a node whose messages go nowhere)."""
+        quarantine = self.client.spool.quarantine_status()
+        return {
+            "ts": now.isoformat(),
+            "spooled": len(self.client.spool),
+            "quarantined": quarantine.count,
+            "last_quarantine_reason": quarantine.last_reason,
+        }
+
     def send_events(self, events: list[dict[str, Any]]) -> None:
         if events:
             self.client.deliver("events", {"events": events})
@@ -87,7 +98,7 @@ class Agent:
         if _due(self._last_heartbeat, now, self.config.heartbeat_interval_s):
             self._last_heartbeat = now
             try:
-                self.client.post("heartbeat", {"ts": now.isoformat()})
+                self.client.post("heartbeat", self.heartbeat_body(now))
             except (ServerUnreachable, Rejected) as exc:
                 log.warning("heartbeat failed: %s", exc)
         if _due(self._last_assignments, now, self.config.assignment_interval_s):

@@ -83,6 +83,21 @@ class RegistrationResultSerializer(serializers.Serializer):
 
 class HeartbeatSerializer(serializers.Serializer):
     ts = serializers.DateTimeField(required=False, help_text="Agent clock, for skew checks.")
+    spooled = serializers.IntegerField(
+        min_value=0, max_value=_INT_MAX, required=False, help_text="Messages in the spool."
+    )
+    quarantined = serializers.IntegerField(
+        min_value=0,
+        max_value=_INT_MAX,
+        required=False,
+        help_text="Messages the server refused, kept aside by the agent.",
+    )
+    last_quarantine_reason = serializers.CharField(
+        max_length=500,
+        allow_blank=True,
+        required=False,
+        help_text="The server's answer to the newest quarantined message.",
+    )
 
 
 class HeartbeatResultSerializer(serializers.Serializer):

@@ -63,17 +63,33 @@ class RegisterView(AgentView):
         )
 
 
+_SPOOL_HEALTH = {
+    "spooled": "agent_spooled",
+    "quarantined": "agent_quarantined",
+    "last_quarantine_reason": "agent_quarantine_reason",
+}
+
+
 class HeartbeatView(AgentView):
     @extend_schema(
         request=s.HeartbeatSerializer,
-        responses=s.HeartbeatResultSerializer,
-        summary="Tell the server the agent is alive.",
+        responses={
+            200: s.HeartbeatResultSerializer,
+            400: OpenApiResponse(description="Per-field errors; nothing stored."),
+        },
+        summary="Tell the server the agent is alive, and how its spool stands.",
         tags=["agent"],
     )
     def post(self, request):
-        s.HeartbeatSerializer(data=request.data).is_valid(raise_exception=True)
+        data = s.HeartbeatSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
         now = timezone.now()
-        Node.objects.filter(pk=self.node.pk).update(last_heartbeat_at=now)
+        fields = {"last_heartbeat_at": now}
+        # Spool health from agents that report it (older agents send only ``ts``).
+        for field, column in _SPOOL_HEALTH.items():
+            if field in data.validated_data:
+                fields[column] = data.validated_data[field]
+        Node.objects.filter(pk=self.node.pk).update(**fields)
         return Response({"server_time": now})
 
 

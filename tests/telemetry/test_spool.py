@@ -1,5 +1,7 @@
 """The agent's disk spool on its own (no server needed): order, limits, survival of restarts."""
 
+import json
+
 import pytest
 
 from telemetry.agent.spool import Rejected, ServerUnreachable, Spool
@@ -36,7 +38,9 @@ def test_replay_stops_after_its_limit(tmp_path):
     assert sent == [0, 1, 2] and len(spool) == 1
 
 
-def test_a_rejected_message_is_moved_aside_and_does_not_block_the_queue(tmp_path):
+def test_a_rejected_message_is_quarantined_with_the_reason_and_does_not_block_the_queue(
+    tmp_path,
+):
     spool = Spool(tmp_path)
     spool.put("samples", {"n": 0})
     spool.put("samples", {"n": 1})
@@ -44,12 +48,89 @@ def test_a_rejected_message_is_moved_aside_and_does_not_block_the_queue(tmp_path
 
     def picky(endpoint, body):
         if body["n"] == 0:
-            raise Rejected("HTTP 400")
+            raise Rejected("POST samples: HTTP 400", status=400, reason='{"ts": ["bad"]}')
         sent.append(body["n"])
 
     assert spool.replay(picky) == 1
     assert sent == [1]
-    assert [p.name for p in (tmp_path / "rejected").iterdir()] == ["000000000000-samples.json"]
+    [kept] = (tmp_path / "quarantine").iterdir()
+    assert kept.name == "000000000000-samples.json"
+    record = json.loads(kept.read_text())
+    assert (record["body"], record["status"], record["reason"]) == (
+        {"n": 0}, 400, '{"ts": ["bad"]}',
+    )  # fmt: skip
+    status = spool.quarantine_status()
+    assert (status.count, status.last_reason) == (1, 'HTTP 400: {"ts": ["bad"]}')
+    assert len(spool) == 0
+
+
+def test_server_errors_hold_a_message_until_the_bound_then_quarantine_it(tmp_path):
+    spool = Spool(tmp_path, max_server_errors=3)
+    spool.put("events", {"n": 0})
+    spool.put("events", {"n": 1})
+    sent = []
+
+    def crashing_on_0(endpoint, body):
+        if body["n"] == 0:
+            raise ServerUnreachable("HTTP 500", status=500)
+        sent.append(body["n"])
+
+    # the first two 500s keep the message at the head (it may be the server's passing trouble)
+    assert spool.replay(crashing_on_0) == 0
+    assert spool.replay(crashing_on_0) == 0
+    assert (sent, len(spool), spool.quarantine_status().count) == ([], 2, 0)
+    # the third in a row quarantines it, and the message behind it goes through
+    assert spool.replay(crashing_on_0) == 1
+    assert sent == [1]
+    status = spool.quarantine_status()
+    assert status.count == 1
+    assert status.last_reason.startswith("HTTP 500: 3 server errors in a row")
+
+
+@pytest.mark.parametrize("status", [None, 502, 503, 504])
+def test_a_server_that_is_away_never_quarantines_anything(tmp_path, status):
+    spool = Spool(tmp_path, max_server_errors=1)
+    spool.put("samples", {"n": 0})
+
+    def away(endpoint, body):
+        raise ServerUnreachable("down", status=status)
+
+    for _ in range(20):
+        assert spool.replay(away) == 0
+    assert (len(spool), spool.quarantine_status().count) == (1, 0)
+
+
+def test_quarantined_messages_can_be_requeued_behind_the_queue(tmp_path):
+    spool = Spool(tmp_path)
+    spool.quarantine("events", {"n": 0}, status=400, reason="no")
+    spool.put("events", {"n": 1})
+    assert spool.requeue() == 1
+    sent = []
+    assert spool.replay(lambda e, b: sent.append(b["n"])) == 2
+    assert sent == [1, 0]
+    assert spool.quarantine_status().count == 0
+
+
+def test_an_unreadable_spool_file_is_quarantined_not_a_blockage(tmp_path):
+    spool = Spool(tmp_path)
+    (tmp_path / "000000000000-samples.json").write_text("{not json")
+    spool = Spool(tmp_path)
+    spool.put("samples", {"n": 1})
+    sent = []
+    assert spool.replay(lambda e, b: sent.append(b["n"])) == 1
+    assert sent == [1]
+    assert spool.quarantine_status().count == 1
+
+
+def test_messages_an_older_agent_rejected_are_adopted_into_the_quarantine(tmp_path):
+    (tmp_path / "rejected").mkdir()
+    (tmp_path / "rejected" / "000000000007-samples.json").write_text(
+        json.dumps({"endpoint": "samples", "body": {}})
+    )
+    spool = Spool(tmp_path)
+    assert spool.quarantine_status().count == 1
+    # and numbering continues after it, so a requeued message never collides
+    assert spool.put("samples", {}).name == "000000000008-samples.json"
 
 
 @pytest.mark.parametrize("endpoint", ["samples", "events"])

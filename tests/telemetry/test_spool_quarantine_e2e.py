@@ -1,0 +1,105 @@
+"""A refused message never stalls a node: against a real daphne server, a job event the server
+refuses is quarantined with the server's reason, the messages behind it are delivered, and the
+node's heartbeat puts the quarantine on the Node for admins to see."""
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+from agent_samples import series
+from django.utils import timezone
+from test_agent_e2e import server  # noqa: F401  (the daphne fixture)
+
+from cluster import services as cluster_services
+from cluster.models import Gpu, Job, Node
+from telemetry.agent.client import AgentClient
+from telemetry.agent.loop import Agent, AgentConfig
+from telemetry.agent.simulated import SimulatedBackend
+from telemetry.agent.spool import Spool
+from telemetry.models import GpuSample, JobEvent
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+@pytest.fixture
+def node_with_job(make_node, make_job, member, team):
+    node = make_node("node-01", gpus=2)
+    token = node.issue_agent_token()
+    job = make_job(owner=member, team=team, max_gpus=2)
+    cluster_services.start_job(
+        job, gpus=list(Gpu.objects.filter(node=node)), batch_size=256,
+        at=timezone.now() - timedelta(minutes=1),
+    )  # fmt: skip
+    job.refresh_from_db()
+    return node, token, job
+
+
+def _event(job, kind, *, ts, **extra):
+    return {
+        "event_id": str(uuid.uuid4()),
+        "job_id": job.pk,
+        "allocation_id": job.current_allocation_id,
+        "kind": kind,
+        "ts": ts.isoformat(),
+        **extra,
+    }
+
+
+def test_a_refused_message_is_quarantined_and_the_rest_flows(
+    server,  # noqa: F811
+    node_with_job,
+    tmp_path,
+):
+    node, token, job = node_with_job
+    spool = Spool(tmp_path / "spool")
+    client = AgentClient(server.url, token, spool, timeout_s=10.0)
+    started = job.current_allocation.started_at
+    # given a spool left by an outage: an exit stamped 10 min before the job started (a badly
+    # wrong clock), then samples
+    too_early = _event(
+        job, "exited", ts=started - timedelta(minutes=10), reason="failed", exit_status=1
+    )
+    spool.put("events", {"events": [too_early]})
+    now = timezone.now().replace(microsecond=0)
+    spool.put("samples", {"samples": series("GPU-node-01-0", now - timedelta(seconds=20), 5)})
+
+    # when the agent delivers new samples (the spool is replayed first)
+    fresh = {"samples": series("GPU-node-01-0", now - timedelta(seconds=10), 5)}
+    assert client.deliver("samples", fresh) is True
+
+    # then both sample batches are stored, the spool is empty, the exit is quarantined with
+    # the server's status and reason, and the job was not touched
+    assert GpuSample.objects.count() == 10
+    assert len(spool) == 0
+    [kept] = (tmp_path / "spool" / "quarantine").iterdir()
+    record = json.loads(kept.read_text())
+    assert record["status"] == 400
+    assert "allowed clock skew" in record["reason"]
+    assert record["body"] == {"events": [too_early]}
+    assert not JobEvent.objects.exists()
+    assert Job.objects.get(pk=job.pk).state == "running"
+
+    # a batch with one good and one refused event: the good one is stored, the other kept
+    progress = _event(job, "progress", ts=timezone.now(), iterations=100.0)
+    bad = _event(job, "progress", ts=timezone.now(), iterations=5.0)
+    bad["allocation_id"] = 999999
+    assert client.deliver("events", {"events": [progress, bad]}) is True
+    assert list(JobEvent.objects.values_list("event_id", flat=True)) == [
+        uuid.UUID(progress["event_id"])
+    ]
+    assert Job.objects.get(pk=job.pk).completed_iterations == 100.0
+    assert spool.quarantine_status().count == 2
+    assert "Unknown allocation 999999" in spool.quarantine_status().last_reason
+
+    # and the agent's heartbeat shows the quarantine on the node
+    agent = Agent(
+        SimulatedBackend(node_name="node-01", n_gpus=2, gpu_model="A100"),
+        client,
+        AgentConfig(node_name="node-01", work_dir=tmp_path, heartbeat_interval_s=60.0),
+    )
+    client.post("heartbeat", agent.heartbeat_body(timezone.now()))
+    stored = Node.objects.get(pk=node.pk)
+    assert (stored.agent_spooled, stored.agent_quarantined) == (0, 2)
+    assert stored.agent_quarantine_reason.startswith("HTTP 400: ")
+    assert "Unknown allocation 999999" in stored.agent_quarantine_reason
