@@ -96,8 +96,9 @@ def validate_batch(
             {"samples": [f"At most {limit} samples per batch, got {len(samples)}."]}
         )
 
-    uuids = {s.get("gpu_uuid") for s in samples if isinstance(s, dict)}
-    uuids = {u for u in uuids if isinstance(u, str)}
+    uuids = {
+        s["gpu_uuid"] for s in samples if isinstance(s, dict) and isinstance(s.get("gpu_uuid"), str)
+    }
     # The authentication query already fetched the node's own GPUs (one round trip fewer per
     # batch); only names outside that set are looked up, to tell "another node's" from unknown.
     own = own_gpus if own_gpus is not None else gpus_of(node)
@@ -126,8 +127,11 @@ def validate_batch(
         if not isinstance(sample, dict):
             field_errors["non_field_errors"] = ["A sample must be an object."]
         else:
-            gpu = known.get(sample.get("gpu_uuid"))
-            if gpu is None:
+            gpu_uuid = sample.get("gpu_uuid")
+            gpu = known.get(gpu_uuid) if isinstance(gpu_uuid, str) else None
+            if not isinstance(gpu_uuid, str):
+                field_errors["gpu_uuid"] = ["A GPU UUID (text) is required."]
+            elif gpu is None:
                 field_errors["gpu_uuid"] = ["Unknown GPU: register it first."]
             ts = sample.get("ts")
             try:

@@ -55,6 +55,9 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
         raise GpuIndexTaken(
             f"GPU index(es) {taken} belong to GPUs no longer reported; retire them first"
         )
+    current_limits = dict(
+        Gpu.objects.filter(node=node, uuid__in=uuids).values_list("uuid", "power_limit_w")
+    )
     result = []
     with transaction.atomic():
         # Park the node's reported GPUs on free indices first, so a renumbering among them
@@ -71,6 +74,13 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
             }
             if g.get("memory_mb") is not None:
                 values["memory_mb"] = g["memory_mb"]
+            limit = current_limits.get(g["uuid"])
+            if limit is not None and not (
+                values["min_power_limit_w"] <= limit <= values["max_power_limit_w"]
+            ):
+                # The limit recorded as set lies outside the range the GPU reports now (a
+                # driver or board change): it is unknown until the next assignment sets one.
+                values["power_limit_w"] = None
             gpu, _ = Gpu.objects.update_or_create(
                 uuid=g["uuid"], defaults=values, create_defaults={"memory_mb": 0, **values}
             )

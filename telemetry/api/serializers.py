@@ -59,7 +59,7 @@ class GpuRegistrationSerializer(serializers.Serializer):
 
 class RegistrationSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100, required=False, help_text="Agent's host name.")
-    gpus = GpuRegistrationSerializer(many=True, allow_empty=False)
+    gpus = GpuRegistrationSerializer(many=True, allow_empty=False, max_length=256)
 
     def validate_gpus(self, gpus):
         for key in ("uuid", "index"):

@@ -231,3 +231,39 @@ def test_out_of_range_values_are_a_400_per_field(started, agent_node, agent_clie
     assert response.status_code == 400, response.content
     assert field in response.json()["events"][0]
     assert _nothing_stored(started)
+
+
+# --- other agent inputs that used to end in a 500 ---------------------------------------------
+
+
+@pytest.mark.parametrize("gpu_uuid", [["GPU-node-01-0"], {"a": 1}, 7, None])
+def test_a_sample_whose_gpu_is_not_text_is_a_400(agent_node, agent_client, gpu_uuid):
+    sample = {"gpu_uuid": gpu_uuid, "ts": timezone.now().isoformat(), "power_w": 100.0}
+    response = agent_client(agent_node[1]).post(
+        "/api/agent/samples/", {"samples": [sample]}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json() == {"samples": {"0": {"gpu_uuid": ["A GPU UUID (text) is required."]}}}
+
+
+def test_registering_a_narrower_power_range_forgets_a_limit_outside_it(agent_node, agent_client):
+    # given GPU 0 recorded with a 350 W limit set, re-registered with a 300 W maximum
+    node, token = agent_node
+    Gpu.objects.filter(uuid="GPU-node-01-0").update(power_limit_w=350)
+    gpus = [
+        {
+            "uuid": f"GPU-node-01-{i}",
+            "index": i,
+            "model": "A100",
+            "memory_mb": 40960,
+            "default_power_limit_w": 300.0,
+            "min_power_limit_w": 100.0,
+            "max_power_limit_w": 300.0,
+        }  # fmt: skip
+        for i in range(2)
+    ]
+    response = agent_client(token).post("/api/agent/register/", {"gpus": gpus}, format="json")
+    # then it is a 200 (it was an IntegrityError) and the limit is unknown until set again
+    assert response.status_code == 200, response.content
+    gpu = Gpu.objects.get(uuid="GPU-node-01-0")
+    assert (gpu.max_power_limit_w, gpu.power_limit_w) == (300, None)
