@@ -60,6 +60,9 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
     )
     result = []
     with transaction.atomic():
+        # The node row first, then its GPUs: the order of the scheduling round (liveness locks
+        # nodes, set_allocation GPUs later), so the two cannot wait on each other in a cycle.
+        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
         # Park the node's reported GPUs on free indices first, so a renumbering among them
         # (indices swapped after a reboot) does not trip the (node, index) unique constraint.
         Gpu.objects.filter(node=node, uuid__in=uuids).update(index=F("index") + 10000)
@@ -86,7 +89,6 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
             )
             result.append(gpu)
         # Node.gpu_model is the admin's description (e.g. A100-SXM4-40GB); left as it is.
-        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
     return result
 
 
@@ -289,7 +291,9 @@ def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime
     new = 0
     for e in fresh:
         with transaction.atomic():
-            _lock_node_then_job(node.pk, e["job_id"])
+            if not _lock_node_then_job(node.pk, e["job_id"]):
+                log.info("job %s was deleted meanwhile; its event is dropped", e["job_id"])
+                continue
             event, created = JobEvent.objects.get_or_create(
                 event_id=uuid.UUID(str(e["event_id"])),
                 defaults={
@@ -311,15 +315,18 @@ def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime
     return new
 
 
-def _lock_node_then_job(node_id: int, job_id: int) -> None:
+def _lock_node_then_job(node_id: int, job_id: int) -> bool:
     """Take, in this order, the node row (key share: what the JobEvent's foreign key needs;
     it does not conflict with heartbeats or status updates) and the job row (for update: the
-    strongest lock an exit's state change takes, so it is never upgraded midway)."""
+    strongest lock an exit's state change takes, so it is never upgraded midway). False if
+    either row is gone (deleted since the checks)."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT 1 FROM {Node._meta.db_table} WHERE id = %s FOR KEY SHARE", [node_id]
         )
+        node_found = cursor.fetchone() is not None
         cursor.execute(f"SELECT 1 FROM {Job._meta.db_table} WHERE id = %s FOR UPDATE", [job_id])
+        return node_found and cursor.fetchone() is not None
 
 
 def _submitted_iterations(event: JobEvent) -> float:
