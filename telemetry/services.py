@@ -186,7 +186,7 @@ class EventsRejected(Exception):
 
 
 def _check_events(
-    node: Node, events: list[dict[str, Any]], *, now: datetime
+    node: Node, events: list[dict[str, Any]], *, now: datetime, positions: list[int], size: int
 ) -> list[dict[str, Any]]:
     """The events to store, with their times clamped; raises NotYourNode (an allocation of
     another node: the token speaks only for its own) or EventsRejected (nothing stored).
@@ -214,9 +214,9 @@ def _check_events(
     foreign = sorted(pk for pk in allocations if pk not in here)
     if foreign:
         raise NotYourNode(f"allocation(s) {foreign} hold no GPU of this node")
-    errors: dict[str, dict[str, list[str]]] = {}
+    errors: dict[int, dict[str, list[str]]] = {}
     checked = []
-    for i, e in enumerate(events):
+    for i, e in zip(positions, events, strict=True):
         field_errors: dict[str, list[str]] = {}
         alloc = allocations.get(e.get("allocation_id"))
         ts = e["ts"]
@@ -250,7 +250,7 @@ def _check_events(
                 f"{e['kind']} event stamped after its end is refused."
             ]
         if field_errors:
-            errors[str(i)] = field_errors
+            errors[i] = field_errors
             continue
         clamped = min(max(ts, alloc["started_at"]), now)
         if clamped != ts:
@@ -261,7 +261,9 @@ def _check_events(
             )  # fmt: skip
         checked.append({**e, "ts": clamped})
     if errors:
-        raise EventsRejected({"events": errors})
+        # One entry per event of the request, as the serializer reports field errors: {} for
+        # an event without fault.
+        raise EventsRejected({"events": [errors.get(i, {}) for i in range(size)]})
     return checked
 
 
@@ -280,14 +282,22 @@ def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime
     the node at commit deadlocked with a liveness check re-queueing the job
     (tests/telemetry/test_job_event_locks.py).
     """
-    ids: dict[uuid.UUID, dict[str, Any]] = {}
-    for e in events:
-        ids.setdefault(uuid.UUID(str(e["event_id"])), e)  # one event twice in a batch: once
+    ids: dict[uuid.UUID, tuple[int, dict[str, Any]]] = {}
+    for position, e in enumerate(events):
+        # one event twice in a batch is taken once
+        ids.setdefault(uuid.UUID(str(e["event_id"])), (position, e))
     stored = dict(JobEvent.objects.filter(event_id__in=ids).values_list("event_id", "node_id"))
     others = sorted(str(i) for i, node_id in stored.items() if node_id != node.pk)
     if others:
         raise NotYourNode(f"event(s) {', '.join(others)} were reported by another node")
-    fresh = _check_events(node, [e for i, e in ids.items() if i not in stored], now=now)
+    todo = [pair for event_id, pair in ids.items() if event_id not in stored]
+    fresh = _check_events(
+        node,
+        [e for _, e in todo],
+        now=now,
+        positions=[position for position, _ in todo],
+        size=len(events),
+    )
     new = 0
     for e in fresh:
         with transaction.atomic():

@@ -62,7 +62,7 @@ def _nothing_stored(job):
 def test_an_unknown_allocation_is_a_400_and_stores_nothing(started, agent_node, agent_client):
     response = _post(agent_client(agent_node[1]), _completed(started, allocation_id=999999))
     assert response.status_code == 400
-    assert response.json() == {"events": {"0": {"allocation_id": ["Unknown allocation 999999."]}}}
+    assert response.json() == {"events": [{"allocation_id": ["Unknown allocation 999999."]}]}
     assert _nothing_stored(started)
 
 
@@ -82,7 +82,7 @@ def test_another_jobs_allocation_is_a_400(
     event = _completed(other, allocation_id=started.current_allocation_id)
     response = _post(agent_client(agent_node[1]), event)
     assert response.status_code == 400
-    assert response.json()["events"]["0"]["allocation_id"] == [
+    assert response.json()["events"][0]["allocation_id"] == [
         f"Allocation {started.current_allocation_id} is not job {other.pk}'s "
         f"(it is job {started.pk}'s)."
     ]
@@ -137,7 +137,7 @@ def test_an_exit_stamped_long_before_the_start_is_a_400(started, agent_node, age
     event = _completed(started, ts=alloc.started_at - timedelta(minutes=10))
     response = _post(agent_client(agent_node[1]), event)
     assert response.status_code == 400
-    [message] = response.json()["events"]["0"]["ts"]
+    [message] = response.json()["events"][0]["ts"]
     assert "by more than the allowed clock skew of 60 s" in message
     assert _nothing_stored(started)
 
@@ -146,7 +146,7 @@ def test_an_event_far_in_the_future_is_a_400(started, agent_node, agent_client):
     event = _completed(started, ts=timezone.now() + timedelta(hours=2))
     response = _post(agent_client(agent_node[1]), event)
     assert response.status_code == 400
-    assert "ahead of the server's clock" in response.json()["events"]["0"]["ts"][0]
+    assert "ahead of the server's clock" in response.json()["events"][0]["ts"][0]
     assert _nothing_stored(started)
 
 
@@ -161,7 +161,7 @@ def test_progress_after_the_allocation_ended_is_refused_but_earlier_progress_cou
     late = _event(started, "progress", allocation_id=alloc_id, iterations=900.0)
     response = _post(client, late)
     assert response.status_code == 400
-    assert "stamped after its end is refused" in response.json()["events"]["0"]["ts"][0]
+    assert "stamped after its end is refused" in response.json()["events"][0]["ts"][0]
     # a report from before the end (it waited in the spool) still counts, as does the exit
     spooled = _event(
         started, "progress", allocation_id=alloc_id, iterations=400.0,
@@ -181,8 +181,20 @@ def test_one_bad_event_refuses_the_whole_batch(started, agent_node, agent_client
     bad = _completed(started, allocation_id=999999)
     response = _post(agent_client(agent_node[1]), good, bad)
     assert response.status_code == 400
-    assert list(response.json()["events"]) == ["1"]
+    assert response.json()["events"] == [{}, {"allocation_id": ["Unknown allocation 999999."]}]
     assert _nothing_stored(started)
+
+
+def test_errors_name_the_events_position_in_the_request_when_replays_precede_it(
+    started, agent_node, agent_client
+):
+    client = agent_client(agent_node[1])
+    accepted = _event(started, "progress", iterations=10.0)
+    assert _post(client, accepted).status_code == 200
+    bad = _completed(started, allocation_id=999999)
+    response = _post(client, accepted, accepted, bad)
+    assert response.status_code == 400
+    assert response.json()["events"] == [{}, {}, {"allocation_id": ["Unknown allocation 999999."]}]
 
 
 def test_a_replay_of_an_accepted_event_is_accepted_after_the_allocation_closed(
