@@ -138,3 +138,14 @@ def test_files_are_named_by_sequence_and_endpoint(tmp_path, endpoint):
     path = Spool(tmp_path).put(endpoint, {})
     assert path.name == f"000000000000-{endpoint}.json"
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_agent_command_refuses_a_bound_below_one(capsys):
+    from telemetry.agent.__main__ import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--server", "http://x", "--token", "t", "--max-server-errors", "0"])
+    assert exit_info.value.code == 2
+    assert "--max-server-errors must be at least 1" in capsys.readouterr().err
+    args = parse_args(["--server", "http://x", "--token", "t", "--requeue-quarantine"])
+    assert (args.max_server_errors, args.requeue_quarantine) == (5, True)
