@@ -12,8 +12,8 @@ from telemetry.choices import ExitReason, JobEventKind
 # database error (500) later.
 _BIGINT_MAX = 2**63 - 1
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-# Far above any job's iteration count, far below where float arithmetic degrades.
-MAX_ITERATIONS = 1e15
+# The largest job (Job.total_iterations is a bigint); progress beyond a job's total is capped.
+MAX_ITERATIONS = float(_BIGINT_MAX)
 
 
 class FiniteFloatField(serializers.FloatField):

@@ -226,6 +226,7 @@ def test_another_nodes_event_id_is_refused(started, agent_node, other_node, agen
         ("iterations", "NaN"),
         ("iterations", "Infinity"),
         ("iterations", 1e300),
+        ("iterations", 1e19),
         ("iterations", -1),
         ("exit_status", 2**40),
         ("job_id", 10**30),
