@@ -1,5 +1,7 @@
 """System checks of the telemetry settings (IDs telemetry.E0xx / W0xx)."""
 
+import math
+
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
@@ -34,6 +36,19 @@ def check_telemetry_settings(app_configs, **kwargs):
                 "TELEMETRY_MAX_GAP_S must be positive and TELEMETRY_RETENTION_S above an hour, "
                 "or accounting loses samples.",
                 id="telemetry.W001",
+            )
+        )
+    if not (
+        math.isfinite(settings.TELEMETRY_MAX_CLOCK_SKEW_S)
+        and settings.TELEMETRY_MAX_CLOCK_SKEW_S >= 0
+        and math.isfinite(settings.TELEMETRY_COUNTER_TOLERANCE)
+        and settings.TELEMETRY_COUNTER_TOLERANCE >= 0
+    ):
+        problems.append(
+            Error(
+                "TELEMETRY_MAX_CLOCK_SKEW_S and TELEMETRY_COUNTER_TOLERANCE must be finite and "
+                "not negative.",
+                id="telemetry.E003",
             )
         )
     return problems

@@ -180,3 +180,15 @@ def test_retention_keeps_a_flagged_sample(settings, agent_node, agent_client, bu
     settings.TELEMETRY_RETENTION_S = 3600
     delete_expired_samples(now=T0 + timedelta(days=1))
     assert list(GpuSample.objects.values_list("ts", flat=True)) == [T0 + timedelta(seconds=5)]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("TELEMETRY_MAX_CLOCK_SKEW_S", -1.0), ("TELEMETRY_COUNTER_TOLERANCE", float("nan"))],
+)
+def test_a_negative_or_nan_bound_is_a_system_check_error(settings, setting, value):
+    from telemetry.checks import check_telemetry_settings
+
+    assert "telemetry.E003" not in {p.id for p in check_telemetry_settings(None)}
+    setattr(settings, setting, value)
+    assert "telemetry.E003" in {p.id for p in check_telemetry_settings(None)}
