@@ -17,6 +17,21 @@ from telemetry.agent.spool import MAX_REASON_CHARS, Rejected, ServerUnreachable,
 
 log = logging.getLogger(__name__)
 
+# Rounds of "drop the samples the server named, post the rest" before the rest is kept aside.
+_SAMPLE_SPLITS = 10
+
+
+def _refused_positions(exc: Rejected, samples: Any) -> set[int]:
+    """Positions of the samples a 400 names (``{"samples": {"3": {...}}}``); empty when the
+    refusal is about the batch as a whole."""
+    if exc.status != 400 or not isinstance(exc.data, dict) or not isinstance(samples, list):
+        return set()
+    named = exc.data.get("samples")
+    if not isinstance(named, dict):
+        return set()
+    return {int(k) for k in named if isinstance(k, str) and k.isdigit() and int(k) < len(samples)}
+
+
 ENDPOINTS = {
     "register": "register/",
     "heartbeat": "heartbeat/",
@@ -49,10 +64,15 @@ class AgentClient:
             )
         if response.status_code >= 400:
             reason = response.text[:MAX_REASON_CHARS]
+            try:
+                data = response.json()
+            except ValueError:
+                data = None
             raise Rejected(
                 f"{method} {url}: HTTP {response.status_code} {reason}",
                 status=response.status_code,
                 reason=reason,
+                data=data,
             )
         return response.json() if response.content else None
 
@@ -62,9 +82,13 @@ class AgentClient:
     def send(self, endpoint: str, body: dict[str, Any]) -> None:
         """Post one message. A batch of several job events that the server refuses (400: it
         stores none of a batch with one bad event) is sent again event by event, so the good
-        ones are stored and only the refused ones are quarantined, each with its reason. An
-        outage midway raises ServerUnreachable and the whole batch is sent again later, which
-        is safe: events are idempotent on their ``event_id``."""
+        ones are stored and only the refused ones are quarantined, each with its reason. A
+        refused sample batch loses only the samples the server named (see ``_send_samples``).
+        An outage midway raises ServerUnreachable and the whole batch is sent again later,
+        which is safe: samples are idempotent on (GPU, ts), events on their ``event_id``."""
+        if endpoint == "samples":
+            self._send_samples(body)
+            return
         try:
             self.post(endpoint, body)
             return
@@ -82,9 +106,38 @@ class AgentClient:
                     endpoint, {"events": [event]}, status=exc.status, reason=exc.reason
                 )
 
+    def _send_samples(self, body: dict[str, Any]) -> None:
+        """Post a sample batch; when the server refuses it naming the bad samples by position
+        (``{"samples": {"3": {...}}}``, at most 20 per answer), quarantine those and post the
+        rest again, up to ``_SAMPLE_SPLITS`` times; after that, or when the refusal names no
+        positions (the batch as a whole: too large, another node's GPU), quarantine what is
+        left. Raises only ServerUnreachable (then the whole batch is tried again later)."""
+        samples = body.get("samples")
+        for _ in range(_SAMPLE_SPLITS):
+            try:
+                self.post("samples", {"samples": samples})
+                return
+            except Rejected as exc:
+                bad = _refused_positions(exc, samples)
+                if not bad:
+                    self._quarantine_samples(samples, exc)
+                    return
+                self._quarantine_samples([samples[i] for i in sorted(bad)], exc)
+                samples = [s for i, s in enumerate(samples) if i not in bad]
+                if not samples:
+                    return
+        self._quarantine_samples(
+            samples, Rejected("too many refusals", reason="still refused after splitting")
+        )
+
+    def _quarantine_samples(self, samples: Any, exc: Rejected) -> None:
+        log.error("server refused samples, quarantined: %s", exc)
+        self.spool.quarantine("samples", {"samples": samples}, status=exc.status, reason=exc.reason)
+
     def deliver(self, endpoint: str, body: dict[str, Any]) -> bool:
         """Send now if nothing is waiting and the server answers; otherwise spool. True when
-        this message reached the server."""
+        the server answered (what it refused is quarantined, not retried), False when the
+        message waits in the spool or was quarantined after repeated server errors."""
         if len(self.spool):
             self.spool.replay(self.send, limit=self.replay_per_call)
         if len(self.spool):
@@ -106,5 +159,4 @@ class AgentClient:
             # reason (the heartbeat reports it), do not retry, and let the rest flow.
             log.error("server refused %s, quarantined: %s", endpoint, exc)
             self.spool.quarantine(endpoint, body, status=exc.status, reason=exc.reason)
-            return False
         return True

@@ -60,9 +60,12 @@ class ServerUnreachable(Exception):
 class Rejected(Exception):
     """The server answered 4xx: the message itself is wrong and resending will not help."""
 
-    def __init__(self, message: str, *, status: int | None = None, reason: str = "") -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, reason: str = "", data: Any = None
+    ) -> None:
         self.status = status
         self.reason = reason or message
+        self.data = data  # the server's answer parsed as JSON, when it was JSON
         super().__init__(message)
 
 

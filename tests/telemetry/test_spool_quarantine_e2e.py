@@ -103,3 +103,53 @@ def test_a_refused_message_is_quarantined_and_the_rest_flows(
     assert (stored.agent_spooled, stored.agent_quarantined) == (0, 2)
     assert stored.agent_quarantine_reason.startswith("HTTP 400: ")
     assert "Unknown allocation 999999" in stored.agent_quarantine_reason
+
+
+def test_a_refused_sample_batch_loses_only_the_samples_the_server_named(
+    server,  # noqa: F811
+    node_with_job,
+    tmp_path,
+):
+    node, token, _ = node_with_job
+    spool = Spool(tmp_path / "spool")
+    client = AgentClient(server.url, token, spool, timeout_s=10.0)
+    start = timezone.now().replace(microsecond=0) - timedelta(minutes=2)
+    # 40 samples, 25 of them reading 5 kW (out of range): more than one answer lists (20)
+    batch = series("GPU-node-01-0", start, 40)
+    bad = set(range(0, 40, 8)) | set(range(15, 35))
+    for i in bad:
+        batch[i]["power_w"] = 5000.0
+    assert client.deliver("samples", {"samples": batch}) is True
+    # the 15 good samples are stored; the 25 bad ones are kept aside with the server's reason
+    stored = set(GpuSample.objects.values_list("ts", flat=True))
+    assert stored == {start + timedelta(seconds=i) for i in range(40) if i not in bad}
+    kept = [
+        s
+        for path in sorted((tmp_path / "spool" / "quarantine").iterdir())
+        for s in json.loads(path.read_text())["body"]["samples"]
+    ]
+    assert sorted(s["ts"] for s in kept) == sorted(batch[i]["ts"] for i in bad)
+    assert "Must be between 0 and 2000 W" in spool.quarantine_status().last_reason
+    assert len(spool) == 0
+
+
+def test_a_batch_refused_as_a_whole_is_quarantined_whole(
+    server,  # noqa: F811
+    node_with_job,
+    other_node_token,
+    tmp_path,
+):
+    # node-02's token posting node-01's GPU: 403, about the batch, not a sample
+    spool = Spool(tmp_path / "spool")
+    client = AgentClient(server.url, other_node_token, spool, timeout_s=10.0)
+    batch = series("GPU-node-01-0", timezone.now().replace(microsecond=0), 3)
+    assert client.deliver("samples", {"samples": batch}) is True
+    assert not GpuSample.objects.exists()
+    [kept] = (tmp_path / "spool" / "quarantine").iterdir()
+    record = json.loads(kept.read_text())
+    assert (record["status"], record["body"]) == (403, {"samples": batch})
+
+
+@pytest.fixture
+def other_node_token(make_node):
+    return make_node("node-02", gpus=1).issue_agent_token()
