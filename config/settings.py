@@ -5,6 +5,7 @@ localhost. Parsing errors raise at import time; inconsistent combinations are re
 system checks in ``config/checks.py`` (IDs ``wattflow.E0xx`` / ``wattflow.W0xx``).
 """
 
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 
@@ -288,6 +289,22 @@ CELERY_BEAT_SCHEDULE["telemetry-broadcast"] = _every(
 CELERY_BEAT_SCHEDULE["telemetry-delete-expired-samples"] = _every(
     "telemetry.tasks.delete_expired_samples_task", TELEMETRY_RETENTION_INTERVAL_S
 )
+
+# Who may read /metrics (telemetry/metrics.py): requests from these networks (CIDRs; default
+# loopback, where `make run` serves and a local Prometheus scrapes), or with
+# "Authorization: Bearer <WATTFLOW_METRICS_TOKEN>" when a token is set.
+WATTFLOW_METRICS_TOKEN = env_str("WATTFLOW_METRICS_TOKEN", "")
+# "none" = no network (the token only).
+WATTFLOW_METRICS_ALLOWED_NETWORKS = [
+    cidr
+    for cidr in env_list("WATTFLOW_METRICS_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"])
+    if cidr.lower() != "none"
+]
+for _cidr in WATTFLOW_METRICS_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_cidr, strict=False)
+    except ValueError:
+        refuse_to_start(f"WATTFLOW_METRICS_ALLOWED_NETWORKS: {_cidr!r} is not a network (CIDR).")
 
 # --- Live scheduling (scheduling/) -----------------------------------------------------------
 # Beat fires a round this often (the finest step); admins may lengthen the interval at runtime
