@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
+from django.db import connection
 from django.test import Client
 
 from cluster.choices import Role
@@ -36,7 +37,15 @@ def round_for(*teams, round_id=1):
 
 
 async def in_thread(fn, *args):
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    """Run sync (database) work in a worker thread, as a view would, closing its connection."""
+
+    def call():
+        try:
+            return fn(*args)
+        finally:
+            connection.close()
+
+    return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
 async def open_socket(headers):
