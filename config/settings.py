@@ -168,6 +168,10 @@ AXES_COOLOFF_TIME = timedelta(seconds=_login_cooloff_s)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "config.auth.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "config.auth.client_address"
+# Reverse proxies in front of the web server whose X-Forwarded-For entry is trusted for the
+# login throttle's address (0 = none: the connection's address; compose: 1).
+WATTFLOW_TRUSTED_PROXY_COUNT = env_int("WATTFLOW_TRUSTED_PROXY_COUNT", 0)
 # Seconds an API token (POST /api/auth-token/) is accepted after it was issued; 0 = no limit.
 WATTFLOW_API_TOKEN_TTL_S = env_int("WATTFLOW_API_TOKEN_TTL_S", 0)
 

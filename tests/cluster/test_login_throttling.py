@@ -154,3 +154,31 @@ def test_an_expired_token_is_refused_and_a_fresh_one_is_issued(member, settings,
         assert _with_token(new).get("/api/jobs/").status_code == 200
         assert _with_token(old).get("/api/jobs/").status_code == 401
         assert list(Token.objects.filter(user=member).values_list("key", flat=True)) == [new]
+
+
+# --- the address failures are counted by ------------------------------------------------------
+
+
+def test_without_a_trusted_proxy_a_forged_forwarded_for_does_not_escape_the_lock(member):
+    for i in range(10):
+        login_page(Client(HTTP_X_FORWARDED_FOR=f"198.51.100.{i}"), f"guess-{i}")
+
+    client = Client(HTTP_X_FORWARDED_FOR="198.51.100.200")
+    assert login_page(client, RIGHT).status_code == 429
+    assert not signed_in(client)
+
+
+def test_behind_one_trusted_proxy_the_forwarded_client_is_counted(member, settings):
+    settings.WATTFLOW_TRUSTED_PROXY_COUNT = 1
+    # All requests come from the proxy (REMOTE_ADDR 127.0.0.1); the client invents a left-most
+    # entry, the proxy appends the real one.
+    for i in range(10):
+        attacker = Client(HTTP_X_FORWARDED_FOR=f"10.9.9.{i}, 203.0.113.66")
+        login_page(attacker, f"guess-{i}")
+    locked = Client(HTTP_X_FORWARDED_FOR="1.2.3.4, 203.0.113.66")
+    assert login_page(locked, RIGHT).status_code == 429
+
+    # The same user from another real client behind the same proxy is not locked out.
+    colleague = Client(HTTP_X_FORWARDED_FOR="203.0.113.77")
+    assert login_page(colleague, RIGHT).status_code == 302
+    assert signed_in(colleague)
