@@ -17,6 +17,8 @@ class ObtainTokenView(ObtainAuthToken):
     when the old has expired). Locked-out callers get 429 and no token."""
 
     @extend_schema(
+        # Anyone may ask; the password is the credential.
+        auth=[{}],
         request=AuthTokenSerializer,
         responses={
             200: inline_serializer("AuthToken", {"token": serializers.CharField()}),

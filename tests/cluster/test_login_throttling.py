@@ -182,3 +182,16 @@ def test_behind_one_trusted_proxy_the_forwarded_client_is_counted(member, settin
     colleague = Client(HTTP_X_FORWARDED_FOR="203.0.113.77")
     assert login_page(colleague, RIGHT).status_code == 302
     assert signed_in(colleague)
+
+
+def test_the_schema_documents_the_token_endpoint_as_open_and_throttled(db):
+    from drf_spectacular.generators import SchemaGenerator
+
+    operation = SchemaGenerator().get_schema(request=None, public=True)["paths"][
+        "/api/auth-token/"
+    ]["post"]
+
+    assert operation["security"] == [{}]
+    assert {"200", "400", "429"} <= set(operation["responses"])
+    token_schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert token_schema == {"$ref": "#/components/schemas/AuthToken"}
