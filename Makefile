@@ -7,10 +7,12 @@ PYTEST_ARGS ?=
 bootstrap:
 	bash scripts/bootstrap.sh
 
-## make run: set up, load the demo data (prints logins), start web + worker + beat (+ agents)
+## make run: set up, load the demo data (prints logins), collect static files (so pages work
+## with DJANGO_DEBUG=false too), start web + worker + beat (+ agents)
 run: bootstrap
 	mkdir -p "$${WATTFLOW_VAR_DIR:-var}"
 	.venv/bin/python manage.py seed_demo
+	.venv/bin/python manage.py collectstatic --no-input -v 0
 	.venv/bin/honcho -f Procfile.dev start
 
 ## make test: set up (incl. chromium for browser tests), then run pytest; PYTEST_ARGS passes on

@@ -8,13 +8,16 @@ from urllib.parse import urlparse
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from config.env import insecure_secret_key
+
 
 @register(Tags.security, deploy=False)
 def check_secret_key(app_configs, **kwargs):
-    if not settings.DEBUG and settings.SECRET_KEY == settings.DEV_SECRET_KEY:
+    reason = insecure_secret_key(settings.SECRET_KEY, settings.DEV_SECRET_KEY)
+    if not settings.DEBUG and reason:
         return [
             Error(
-                "DJANGO_SECRET_KEY is the built-in development key while DJANGO_DEBUG is off.",
+                f"DJANGO_SECRET_KEY {reason} while DJANGO_DEBUG is off.",
                 hint="Set DJANGO_SECRET_KEY to a long random string.",
                 id="wattflow.E001",
             )

@@ -6,6 +6,7 @@ be parsed, so a typo fails at start-up instead of silently running with a wrong 
 """
 
 import os
+import sys
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -63,3 +64,26 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None:
         return list(default)
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+# Keys that are public (in this repository) and so protect nothing: the compose/.env.example
+# placeholder. The development key is passed in by the settings.
+PLACEHOLDER_SECRET_KEYS = frozenset({"change-me-to-a-long-random-string"})
+
+
+def insecure_secret_key(key: str, dev_key: str) -> str | None:
+    """Why ``key`` must not sign sessions in a deployment, or None if it may."""
+    if key == dev_key:
+        return "is unset, empty or the built-in development key"
+    if key in PLACEHOLDER_SECRET_KEYS:
+        return "is the placeholder of docker/.env.example"
+    if key.startswith("django-insecure-"):
+        return "is a Django development key (django-insecure-...)"
+    return None
+
+
+def refuse_to_start(message: str) -> None:
+    """Stop the process that is loading the settings (daphne, Celery, manage.py) with one line
+    on stderr and exit status 1, instead of a traceback or, worse, running."""
+    sys.stderr.write(f"wattflow: {message}\n")
+    raise SystemExit(1)

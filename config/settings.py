@@ -5,20 +5,60 @@ localhost. Parsing errors raise at import time; inconsistent combinations are re
 system checks in ``config/checks.py`` (IDs ``wattflow.E0xx`` / ``wattflow.W0xx``).
 """
 
+import ipaddress
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
-from config.env import env_bool, env_float, env_int, env_list, env_str
+from config.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    insecure_secret_key,
+    refuse_to_start,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-# A fixed, clearly marked development key; check wattflow.E001 refuses it when DEBUG is off.
+# A fixed, clearly marked development key. With DEBUG off the settings refuse it (and an empty
+# key, which reads as this default, and the placeholder of docker/.env.example): every process
+# (daphne, Celery, manage.py) stops at start-up with one line; check wattflow.E001 says the same.
 DEV_SECRET_KEY = "wattflow-insecure-development-key-do-not-use-in-production"
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", DEV_SECRET_KEY)
 DEBUG = env_bool("DJANGO_DEBUG", True)
+if not DEBUG and (reason := insecure_secret_key(SECRET_KEY, DEV_SECRET_KEY)):
+    refuse_to_start(
+        f"DJANGO_SECRET_KEY {reason} while DJANGO_DEBUG is off; set it to a long random string."
+    )
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+# --- HTTPS and cookies ----------------------------------------------------------------------
+# Off by default (`make run` serves plain HTTP on 127.0.0.1); the compose deployment, which
+# terminates TLS in its proxy, turns them on so `manage.py check --deploy` is clean there.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+# Path regexes (no leading slash) served over plain HTTP even with the redirect on: compose's
+# node agents talk to web:8000 inside the container network.
+SECURE_REDIRECT_EXEMPT = env_list("DJANGO_SECURE_REDIRECT_EXEMPT", [])
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+# Session and CSRF cookies only over HTTPS.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
+# "HEADER=value" a TLS-terminating proxy sets on HTTPS requests, e.g.
+# HTTP_X_FORWARDED_PROTO=https; empty = no proxy is trusted.
+_proxy_ssl_header = env_str("DJANGO_SECURE_PROXY_SSL_HEADER", "")
+if _proxy_ssl_header:
+    _header, _sep, _value = _proxy_ssl_header.partition("=")
+    if not (_header and _sep and _value):
+        refuse_to_start(
+            "DJANGO_SECURE_PROXY_SSL_HEADER must look like HTTP_X_FORWARDED_PROTO=https, "
+            f"got {_proxy_ssl_header!r}."
+        )
+    SECURE_PROXY_SSL_HEADER = (_header.strip(), _value.strip())
 
 INSTALLED_APPS = [
     # daphne first: it replaces runserver with an ASGI one.
@@ -35,6 +75,8 @@ INSTALLED_APPS = [
     "channels",
     "rest_framework",
     "rest_framework.authtoken",
+    # Login throttling (config/auth.py): failed logins per username+address, with a cool-off.
+    "axes",
     "drf_spectacular",
     # Swagger UI served from our own static files: the docs page works without a CDN.
     "drf_spectacular_sidecar",
@@ -55,6 +97,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as axes asks: turns a locked-out login into config.auth.lockout_response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -109,6 +153,28 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# --- Login throttling and API tokens (config/auth.py) ----------------------------------------
+AUTHENTICATION_BACKENDS = [
+    "config.auth.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# After this many failed logins for one username from one address, logins for that pair are
+# refused (429) until WATTFLOW_LOGIN_COOLOFF_S has passed without another failure.
+AXES_FAILURE_LIMIT = env_int("WATTFLOW_LOGIN_FAILURE_LIMIT", 5)
+_login_cooloff_s = env_int("WATTFLOW_LOGIN_COOLOFF_S", 900)
+if AXES_FAILURE_LIMIT < 1 or _login_cooloff_s < 1:
+    refuse_to_start("WATTFLOW_LOGIN_FAILURE_LIMIT and WATTFLOW_LOGIN_COOLOFF_S must be at least 1.")
+AXES_COOLOFF_TIME = timedelta(seconds=_login_cooloff_s)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "config.auth.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "config.auth.client_address"
+# Reverse proxies in front of the web server whose X-Forwarded-For entry is trusted for the
+# login throttle's address (0 = none: the connection's address; compose: 1).
+WATTFLOW_TRUSTED_PROXY_COUNT = env_int("WATTFLOW_TRUSTED_PROXY_COUNT", 0)
+# Seconds an API token (POST /api/auth-token/) is accepted after it was issued; 0 = no limit.
+WATTFLOW_API_TOKEN_TTL_S = env_int("WATTFLOW_API_TOKEN_TTL_S", 0)
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -143,7 +209,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header turns anonymous API calls into 401, not 403.
-        "rest_framework.authentication.TokenAuthentication",
+        "config.auth.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -233,6 +299,22 @@ CELERY_BEAT_SCHEDULE["telemetry-broadcast"] = _every(
 CELERY_BEAT_SCHEDULE["telemetry-delete-expired-samples"] = _every(
     "telemetry.tasks.delete_expired_samples_task", TELEMETRY_RETENTION_INTERVAL_S
 )
+
+# Who may read /metrics (telemetry/metrics.py): requests from these networks (CIDRs; default
+# loopback, where `make run` serves and a local Prometheus scrapes), or with
+# "Authorization: Bearer <WATTFLOW_METRICS_TOKEN>" when a token is set.
+WATTFLOW_METRICS_TOKEN = env_str("WATTFLOW_METRICS_TOKEN", "")
+# "none" = no network (the token only).
+WATTFLOW_METRICS_ALLOWED_NETWORKS = [
+    cidr
+    for cidr in env_list("WATTFLOW_METRICS_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"])
+    if cidr.lower() != "none"
+]
+for _cidr in WATTFLOW_METRICS_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_cidr, strict=False)
+    except ValueError:
+        refuse_to_start(f"WATTFLOW_METRICS_ALLOWED_NETWORKS: {_cidr!r} is not a network (CIDR).")
 
 # --- Live scheduling (scheduling/) -----------------------------------------------------------
 # Beat fires a round this often (the finest step); admins may lengthen the interval at runtime

@@ -4,14 +4,14 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
 
+from config.auth_views import ObtainTokenView
 from telemetry.metrics import metrics_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("api/auth-token/", obtain_auth_token, name="api-auth-token"),
+    path("api/auth-token/", ObtainTokenView.as_view(), name="api-auth-token"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/agent/", include("telemetry.api.urls")),

@@ -5,7 +5,6 @@ Non-admins get 403 (anonymous users the login page), and nothing is changed.
 
 from __future__ import annotations
 
-import csv
 from datetime import UTC, date, datetime, time, timedelta
 from functools import wraps
 
@@ -21,6 +20,7 @@ from cluster import services
 from cluster.choices import NodeStatus
 from cluster.models import AuditEntry, Job, Node, Team
 from frontend import figures
+from frontend.csvcells import SafeWriter
 from frontend.forms import ReportPeriodForm
 from scheduling.core.types import J_PER_KWH
 from telemetry.queries import latest_gpu_readings, usage_by
@@ -137,7 +137,8 @@ def reports_csv(request):
     response["Content-Disposition"] = (
         f'attachment; filename="wattflow-energy-{start.isoformat()}-{end.isoformat()}.csv"'
     )
-    writer = csv.writer(response)
+    # Job, team and user names are typed by users: no cell may become a formula.
+    writer = SafeWriter(response)
     writer.writerow(
         ["level", "key", "name", "team", "owner", "energy_kwh", "co2_kg", "start", "end"]
     )

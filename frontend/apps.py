@@ -4,3 +4,9 @@ from django.apps import AppConfig
 class FrontendConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "frontend"
+
+    def ready(self) -> None:
+        # Open dashboards re-check their groups when their user's access changes.
+        from frontend import signals
+
+        signals.connect_user_signals()

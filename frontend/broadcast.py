@@ -103,3 +103,19 @@ def broadcast_round(round_summary: dict[str, Any]) -> int:
 def broadcast_telemetry(summary: dict[str, Any]) -> int:
     """Send fresh cluster telemetry (power per node, GPU utilisation) to every dashboard."""
     return int(_send(EVERYONE_GROUP, TELEMETRY_MESSAGE, summary))
+
+
+# A user's own dashboards: told to re-check their groups when the user's access changes.
+ACCESS_MESSAGE = "access.changed"
+
+
+def user_group(user_id: int) -> str:
+    """The group of all open dashboards of one user."""
+    return f"dash.user.{int(user_id)}"
+
+
+def notify_access_changed(user_id: int) -> bool:
+    """Tell ``user_id``'s open dashboards to re-check which groups they may listen to (a
+    membership was added or removed, the user became or stopped being staff, was deactivated or
+    deleted). Call it after commit; never raises."""
+    return _send(user_group(user_id), ACCESS_MESSAGE, {"user_id": int(user_id)})

@@ -4,18 +4,26 @@ Authenticated by the session (``AuthMiddlewareStack`` in ``config/asgi.py``); an
 socket is closed with code 4401. On connect the consumer joins only the groups its user may
 see: ``everyone`` (cluster telemetry), the group of each of the user's teams, and, for admins,
 the admin group (see ``frontend/broadcast.py`` for what each group receives).
+
+It also joins its user's own group. When the user's access changes (a membership added or
+removed, staff flag, deactivation: ``frontend/signals.py``) that group gets ``access.changed``
+and the consumer re-reads the user and leaves the groups it may no longer see (and joins new
+ones) before any later message is handled; a deactivated or deleted user's socket is closed with
+4403.
 """
 
 from __future__ import annotations
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth import get_user_model
 
 from cluster.queries import teams_of
-from frontend.broadcast import ADMIN_GROUP, EVERYONE_GROUP, team_group
+from frontend.broadcast import ADMIN_GROUP, EVERYONE_GROUP, team_group, user_group
 from frontend.dashboard import telemetry_figures
 
 UNAUTHENTICATED = 4401
+ACCESS_REVOKED = 4403
 
 
 @database_sync_to_async
@@ -28,12 +36,21 @@ def groups_for(user) -> list[str]:
     return groups
 
 
+@database_sync_to_async
+def current_user(user_id: int):
+    """The user as the database has it now, or None if deleted or deactivated."""
+    return get_user_model().objects.filter(pk=user_id, is_active=True).first()
+
+
 class DashboardConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=UNAUTHENTICATED)
             return
+        self.user_id = user.pk
+        self.user_group = user_group(user.pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
         self.groups_joined = await groups_for(user)
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -43,6 +60,21 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code):
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
+        if hasattr(self, "user_group"):
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+
+    async def access_changed(self, event):
+        user = await current_user(self.user_id)
+        allowed = [] if user is None else await groups_for(user)
+        for group in [g for g in self.groups_joined if g not in allowed]:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        for group in [g for g in allowed if g not in self.groups_joined]:
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_joined = allowed
+        if user is None:
+            await self.close(code=ACCESS_REVOKED)
+            return
+        await self.send_json({"type": "groups", "groups": allowed})
 
     async def receive_json(self, content, **kwargs):
         # The page only listens; a ping keeps proxies from closing an idle socket.

@@ -9,11 +9,21 @@ Series (labels are nodes and teams, never GPUs or jobs, so cardinality stays at 
 - ``wattflow_budget_energy_remaining_kwh{team}`` / ``wattflow_budget_co2_remaining_kg{team}``:
   what is left of each team's budget whose period contains now (absent without a limit).
 
-Scraping is open like most exporters; put it behind the reverse proxy's access rules.
+Who may scrape: a request from an address in ``WATTFLOW_METRICS_ALLOWED_NETWORKS`` (default:
+loopback only, so a Prometheus beside ``make run`` works and nobody else does), or one that
+sends ``Authorization: Bearer <WATTFLOW_METRICS_TOKEN>`` (when that is set). Others get 401 when a
+token is configured (so a scraper knows to send one), else 403. The address is the connection's
+(``REMOTE_ADDR``): behind a reverse proxy every request comes from the proxy, so never list the
+proxy's network; use the token.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
+from functools import lru_cache
+
+from django.conf import settings
 from django.db.models import Sum
 from django.http import HttpResponse
 from django.utils import timezone
@@ -80,7 +90,55 @@ class WattflowCollector:
         yield co2_left
 
 
+@lru_cache(maxsize=8)
+def _networks(cidrs: tuple[str, ...]) -> tuple:
+    return tuple(ipaddress.ip_network(cidr, strict=False) for cidr in cidrs)
+
+
+def _from_allowed_network(request) -> bool:
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    if address.version == 6 and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    networks = _networks(tuple(settings.WATTFLOW_METRICS_ALLOWED_NETWORKS))
+    return any(address in network for network in networks)
+
+
+def _has_token(request) -> bool:
+    token = settings.WATTFLOW_METRICS_TOKEN
+    scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+    return (
+        bool(token)
+        and scheme.lower() == "bearer"
+        and hmac.compare_digest(sent.strip().encode(), token.encode())
+    )
+
+
+def metrics_refusal(request) -> HttpResponse | None:
+    """Why ``request`` may not scrape (a 401/403 response), or None if it may."""
+    if _has_token(request) or _from_allowed_network(request):
+        return None
+    if settings.WATTFLOW_METRICS_TOKEN:
+        response = HttpResponse(
+            "Send Authorization: Bearer <WATTFLOW_METRICS_TOKEN>.\n",
+            status=401,
+            content_type="text/plain",
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return HttpResponse(
+        "Scraping is allowed from WATTFLOW_METRICS_ALLOWED_NETWORKS only.\n",
+        status=403,
+        content_type="text/plain",
+    )
+
+
 def metrics_view(request) -> HttpResponse:
+    refusal = metrics_refusal(request)
+    if refusal is not None:
+        return refusal
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WattflowCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

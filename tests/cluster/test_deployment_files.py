@@ -39,6 +39,7 @@ def test_compose_file_has_the_documented_services():
         "worker",
         "beat",
         "agent",
+        "proxy",
     }
     assert "--simulate" in " ".join(compose["services"]["agent"]["command"])
 

@@ -117,6 +117,8 @@
       socket.onmessage = (event) => {
         const msg = JSON.parse(event.data);
         if (msg.type === "round") { showRound(msg.payload); refresh(); }
+        // Access changed (team joined or left): what the page shows may have changed too.
+        if (msg.type === "groups") refresh();
         if (msg.type === "telemetry") {
           // Redraw from the figures the server built for this push; no request needed.
           text("kpi-power", fmt(msg.payload.cluster_power_w, 0));

@@ -23,10 +23,10 @@ from pathlib import Path
 import requests
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from rest_framework.authtoken.models import Token
 from tqdm import tqdm
 
 from cluster.models import Membership, Team
+from config.auth import fresh_token
 from scheduling.simulator.traces import TraceError, read_elasticflow_trace
 
 DEFAULT_TRACE = Path(settings.BASE_DIR) / "data" / "trace" / "elasticflow_philly_876.csv"
@@ -135,7 +135,8 @@ class Command(BaseCommand):
             ).first()
             if membership is None:
                 raise CommandError(f"team {slug!r} has no members to submit as")
-            token, _ = Token.objects.get_or_create(user=membership.user)
+            # A fresh one if WATTFLOW_API_TOKEN_TTL_S has expired the old.
+            token = fresh_token(membership.user)
             session = requests.Session()
             session.headers["Authorization"] = f"Token {token.key}"
             sessions.append((slug, session))

