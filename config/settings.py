@@ -147,7 +147,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # django-filter, refusing control characters and comparing datetimes in UTC (400, not 500).
+    "DEFAULT_FILTER_BACKENDS": ["cluster.api.filter_backend.StrictDjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": env_int("API_PAGE_SIZE", 50),
     "DEFAULT_SCHEMA_CLASS": "config.openapi.WattflowAutoSchema",

@@ -8,6 +8,8 @@ from rest_framework.authtoken.views import obtain_auth_token
 
 from telemetry.metrics import metrics_view
 
+handler404 = "config.views.not_found"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
