@@ -101,9 +101,9 @@ class WattflowAutoSchema(AutoSchema):
         if has_body or has_filters:
             codes.append("400")
         if self.view.get_authenticators():
-            codes.append("401")  # even a public view refuses credentials that are not valid
-        if not self._is_public():
-            codes.append("403")
+            # Even a public view refuses credentials that are not valid (401), and a signed-in
+            # browser session without its CSRF token (403).
+            codes += ["401", "403"]
         paginated = self.method == "GET" and self._is_list_view() and self._get_paginator()
         if "{" in self.path or paginated:
             codes.append("404")
