@@ -3,7 +3,17 @@ pytest run (``pytest_terminal_summary``), under ``make test`` as on the command 
 
 from __future__ import annotations
 
+import pytest
+from django.core.cache import caches
 from fuzz_figures import FUZZ_TALLIES, Tally
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches():
+    """Throttle and lockout counters live in the cache: the fuzzer's failed logins must not
+    throttle the next test's logins (all come from 127.0.0.1)."""
+    for cache in caches.all():
+        cache.clear()
 
 
 def pytest_terminal_summary(terminalreporter):
