@@ -8,6 +8,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from config.auth_views import ObtainTokenView
 from telemetry.metrics import metrics_view
 
+handler404 = "config.views.not_found"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),

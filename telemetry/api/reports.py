@@ -74,7 +74,9 @@ class LedgerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             visible |= Q(team__isnull=True)
         return rows.filter(visible)
 
-    @extend_schema(responses=LedgerTotalsSerializer, summary="Sum of the filtered ledger rows.")
+    @extend_schema(
+        responses=LedgerTotalsSerializer, filters=True, summary="Sum of the filtered ledger rows."
+    )
     @action(detail=False, methods=["get"])
     def totals(self, request):
         rows = self.filter_queryset(self.get_queryset())

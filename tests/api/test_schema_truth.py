@@ -1,0 +1,146 @@
+"""The OpenAPI schema says what the API does (config/openapi.py), checked on the generated
+document and against real responses; and the query-string and URL edges the fuzzer found
+answer 4xx, not 500 (cluster/api/filter_backend.py, config/views.py)."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+from drf_spectacular.generators import SchemaGenerator
+
+from cluster import services
+
+METHODS = {"get", "post", "put", "patch", "delete"}
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict:
+    return SchemaGenerator().get_schema(request=None, public=True)
+
+
+def _operations(schema):
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            if method in METHODS:
+                yield path, method, operation
+
+
+def _nullable(schema, component: str, field: str) -> bool:
+    return bool(schema["components"]["schemas"][component]["properties"][field].get("nullable"))
+
+
+def test_request_bodies_are_json_only(schema):
+    bodies = [(p, m, op["requestBody"]) for p, m, op in _operations(schema) if "requestBody" in op]
+    assert bodies
+    for path, method, body in bodies:
+        assert list(body["content"]) == ["application/json"], (method, path)
+
+
+def test_the_token_endpoint_needs_no_authentication(schema):
+    operation = schema["paths"]["/api/auth-token/"]["post"]
+    assert not operation.get("security")
+    assert {"200", "400"} <= set(operation["responses"])
+
+
+def test_every_operation_documents_its_errors_with_the_error_body(schema):
+    error_ref = "#/components/schemas/ApiError"
+    assert schema["components"]["schemas"]["ApiError"]["properties"]["detail"]["type"] == "string"
+    for path, method, operation in _operations(schema):
+        responses = operation["responses"]
+        where = f"{method.upper()} {path}"
+        assert {"401", "403"} <= set(responses), where
+        if path != "/api/auth-token/":
+            assert operation["security"], where
+        if "{" in path:
+            assert "404" in responses, where
+        if "requestBody" in operation:
+            assert {"400", "415"} <= set(responses), where
+        for code, response in responses.items():
+            if code.startswith("4"):
+                content = response["content"]["application/json"]["schema"]
+                assert content["$ref"] in (error_ref, "#/components/schemas/Error"), where
+
+
+def test_paginated_and_filtered_lists_document_404_and_400(schema):
+    jobs = schema["paths"]["/api/jobs/"]["get"]["responses"]
+    assert {"200", "400", "401", "403", "404"} <= set(jobs)
+    totals = schema["paths"]["/api/telemetry/ledger/totals/"]["get"]
+    assert {p["name"] for p in totals["parameters"]} >= {"team", "job", "hour_after"}
+
+
+def test_fields_that_can_be_null_are_nullable(schema):
+    assert _nullable(schema, "Job", "current_allocation")
+    assert _nullable(schema, "LedgerEntry", "team")
+    assert _nullable(schema, "LedgerEntry", "job")
+    assert _nullable(schema, "JobAllocation", "ended_at")
+    assert not _nullable(schema, "Job", "team")
+
+
+def test_a_queued_job_and_an_idle_ledger_row_answer_null(
+    api_client, member, admin_user, team, make_job, make_node
+):
+    """The nullable fields above are null in real responses."""
+    from telemetry.models import EnergyLedgerEntry
+
+    job = make_job(owner=member, team=team)
+    body = api_client(member).get(f"/api/jobs/{job.pk}/").json()
+    assert body["current_allocation"] is None
+    gpu = make_node("node-09", gpus=1).gpus.get()
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    EnergyLedgerEntry.objects.create(
+        gpu=gpu, hour=hour, job=None, team=None, energy_j=1.0, co2_g=0.1, ci_g_per_kwh=360.0,
+        zone="ES",
+    )  # fmt: skip
+    rows = api_client(admin_user).get("/api/telemetry/ledger/").json()["results"]
+    assert [r["team"] for r in rows] == [None]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/jobs/?owner=a%00b",
+        "/api/jobs/?team=%01",
+        "/api/budgets/?team=x%00",
+        "/api/telemetry/ledger/?team=%00",
+        "/api/telemetry/gpu-minutes/?node=%1f",
+    ],
+)
+def test_control_characters_in_query_strings_answer_400(api_client, admin_user, url):
+    response = api_client(admin_user).get(url)
+    assert response.status_code == 400
+    assert any("Control characters" in m for m in sum(response.json().values(), []))
+
+
+def test_utc_offsets_postgres_cannot_store_are_compared_in_utc(api_client, member, team, make_job):
+    job = make_job(owner=member, team=team)
+    client = api_client(member)
+    later = client.get("/api/jobs/", {"submitted_after": "2000-01-01T00:00:00-18:14"})
+    assert later.status_code == 200
+    assert [j["id"] for j in later.json()["results"]] == [job.pk]
+    early = client.get("/api/jobs/", {"submitted_before": "0727-05-30T06:58:36-18:14"})
+    assert early.status_code == 200 and early.json()["count"] == 0
+    nowhere = client.get("/api/jobs/", {"submitted_before": "0001-01-01T00:00:00+05:00"})
+    assert nowhere.status_code == 400
+    assert "submitted" in nowhere.json()
+
+
+@pytest.mark.parametrize("url", ["/api/jobs/1.5/", "/api/teams/%00/", "/api/no-such-thing/"])
+def test_unknown_api_urls_answer_json_404(api_client, admin_user, team, url):
+    response = api_client(admin_user).get(url)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["detail"]
+
+
+def test_unknown_pages_outside_the_api_stay_html(client):
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+
+
+def test_cancel_of_a_finished_job_is_a_documented_409(api_client, member, team, make_job):
+    job = make_job(owner=member, team=team)
+    services.cancel_job(job)
+    response = api_client(member).post(f"/api/jobs/{job.pk}/cancel/")
+    assert response.status_code == 409
+    assert response.json()["detail"]
