@@ -17,8 +17,8 @@ class ObtainTokenView(ObtainAuthToken):
     when the old has expired). Locked-out callers get 429 and no token."""
 
     @extend_schema(
-        # Anyone may ask; the password is the credential.
-        auth=[{}],
+        # Anyone may ask (the password is the credential): config.openapi documents views
+        # without permission classes as needing no authentication.
         request=AuthTokenSerializer,
         responses={
             200: inline_serializer("AuthToken", {"token": serializers.CharField()}),

@@ -191,7 +191,7 @@ def test_the_schema_documents_the_token_endpoint_as_open_and_throttled(db):
         "/api/auth-token/"
     ]["post"]
 
-    assert operation["security"] == [{}]
+    assert not operation.get("security")  # no requirement: anyone may ask
     assert {"200", "400", "429"} <= set(operation["responses"])
     token_schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
     assert token_schema == {"$ref": "#/components/schemas/AuthToken"}
