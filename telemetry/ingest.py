@@ -103,7 +103,9 @@ def validate_batch(
     # batch); only names outside that set are looked up, to tell "another node's" from unknown.
     own = own_gpus if own_gpus is not None else gpus_of(node)
     known = {u: (own[u], node.pk) for u in uuids if u in own}
-    strangers = [u for u in uuids if u not in own]
+    # Only a name that could be a stored UUID is looked up: PostgreSQL refuses NUL in a query
+    # parameter (a 500), and the sample loop below reports every unknown name as such.
+    strangers = [u for u in uuids if u not in own and u.isprintable() and len(u) <= 64]
     if strangers:
         known.update(
             (uuid, (pk, node_id))

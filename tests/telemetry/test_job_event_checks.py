@@ -259,6 +259,19 @@ def test_a_sample_whose_gpu_is_not_text_is_a_400(agent_node, agent_client, gpu_u
     assert response.json() == {"samples": {"0": {"gpu_uuid": ["A GPU UUID (text) is required."]}}}
 
 
+@pytest.mark.parametrize("gpu_uuid", ["GPU-\x00", "\x00", "GPU-" + "x" * 100])
+def test_a_sample_whose_gpu_name_cannot_be_stored_is_an_unknown_gpu(
+    agent_node, agent_client, gpu_uuid
+):
+    # NUL used to reach PostgreSQL as a query parameter and answer 500 (schemathesis found it)
+    sample = {"gpu_uuid": gpu_uuid, "ts": timezone.now().isoformat(), "power_w": 100.0}
+    response = agent_client(agent_node[1]).post(
+        "/api/agent/samples/", {"samples": [sample]}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json() == {"samples": {"0": {"gpu_uuid": ["Unknown GPU: register it first."]}}}
+
+
 def test_registering_a_narrower_power_range_forgets_a_limit_outside_it(agent_node, agent_client):
     # given GPU 0 recorded with a 350 W limit set, re-registered with a 300 W maximum
     node, token = agent_node
