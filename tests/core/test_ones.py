@@ -23,6 +23,15 @@ def test_global_batch_follows_gpus_until_the_learning_rate_cap():
     assert learning_rate_for(j, 16) == pytest.approx(0.4)
 
 
+def test_extreme_learning_rates_leave_the_batch_uncapped_and_the_round_runs():
+    # 1e308 / 1e-300 overflowed int() and rolled back every round (issue 16)
+    j = job("a", n=2, global_batch=64, per_gpu_batch=32, base_lr=1e-300, max_lr=1e308)
+    assert [global_batch_for(j, n) for n in (1, 2, 8)] == [32, 64, 256]
+    snap = snapshot(make_cluster(1, 1, 8), [j], catalog=CAT)
+    plan = plan_round(snap, policy=get_policy("ones"), now=NOW)
+    assert plan.allocations["a"].n_gpus == 2
+
+
 def test_without_a_learning_rate_the_batch_is_n_times_per_gpu():
     j = job("a", n=2, global_batch=64)
     assert [global_batch_for(j, n) for n in (1, 3, 8)] == [32, 96, 256]

@@ -38,6 +38,7 @@ deterministic for its context.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 
@@ -62,7 +63,11 @@ def global_batch_for(job, n: int) -> int:
     batch = n * b
     if job.base_lr and job.max_lr:
         ref = job.requested_gpus * b  # base_lr belongs to the requested global batch
-        batch = min(batch, max(int(ref * job.max_lr / job.base_lr), b))
+        cap = ref * (job.max_lr / job.base_lr)
+        # A ratio of extreme rates (1e308 / 1e-300) is no cap at all, not an OverflowError
+        # that rolls back every round for every team.
+        if math.isfinite(cap) and cap < batch:
+            batch = max(int(cap), b)
     if job.max_batch:
         batch = min(batch, job.max_batch)
     if job.min_batch:
