@@ -11,13 +11,25 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from cluster import validators as v
 from cluster.choices import AuditAction, HardLimitAction, JobState, NodeStatus, Role
+
+
+def finite_check(field: str, *, nullable: bool = False) -> models.CheckConstraint:
+    """A CHECK that ``field`` holds a finite number: in PostgreSQL NaN sorts above Infinity,
+    so ``-Infinity < x < Infinity`` refuses NaN too. The validators refuse these values on
+    every input path; the constraint makes sure no path (a raw update, a future one) can
+    store one, since a single NaN made every job list answer 500."""
+    condition = Q(**{f"{field}__lt": float("inf")}) & Q(**{f"{field}__gt": float("-inf")})
+    if nullable:
+        condition = Q(**{f"{field}__isnull": True}) | condition
+    return models.CheckConstraint(condition=condition, name=f"%(class)s_{field}_finite")
 
 
 class Team(models.Model):
     """A group of users that shares jobs and budgets; the unit of energy/carbon accounting."""
 
-    name = models.CharField(max_length=100, unique=True)
+    name = models.CharField(max_length=100, unique=True, validators=[v.single_line])
     slug = models.SlugField(max_length=50, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -64,10 +76,14 @@ class Node(models.Model):
     Only the SHA-256 of the agent's token is stored; the raw token is shown once when issued.
     """
 
-    name = models.CharField(max_length=100, unique=True)
-    switch_label = models.CharField(max_length=100, help_text="Network switch the node is on.")
-    rack_label = models.CharField(max_length=100, blank=True)
-    gpu_model = models.CharField(max_length=100, help_text="e.g. A100-SXM4-40GB")
+    name = models.CharField(max_length=100, unique=True, validators=[v.single_line])
+    switch_label = models.CharField(
+        max_length=100, help_text="Network switch the node is on.", validators=[v.single_line]
+    )
+    rack_label = models.CharField(max_length=100, blank=True, validators=[v.single_line])
+    gpu_model = models.CharField(
+        max_length=100, help_text="e.g. A100-SXM4-40GB", validators=[v.single_line]
+    )
     status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.HEALTHY)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     agent_token_hash = models.CharField(max_length=64, blank=True, editable=False)
@@ -198,23 +214,45 @@ class Job(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
     )
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
-    name = models.CharField(max_length=200)
-    workload = models.CharField(max_length=100, help_text="Performance catalog key.")
-    gpu_model = models.CharField(max_length=100, blank=True, help_text="Blank: any GPU model.")
-    command = models.TextField(blank=True)
-    min_gpus = models.PositiveIntegerField(default=1)
-    max_gpus = models.PositiveIntegerField(default=1)
-    global_batch_size = models.PositiveIntegerField()
-    min_batch_size = models.PositiveIntegerField()
-    max_batch_size = models.PositiveIntegerField()
-    per_gpu_batch_size = models.PositiveIntegerField(null=True, blank=True)
-    base_lr = models.FloatField(null=True, blank=True)
-    max_lr = models.FloatField(null=True, blank=True)
-    slowdown_tolerance = models.FloatField(
-        default=0.10, validators=[MinValueValidator(0.0), MaxValueValidator(10.0)]
+    name = models.CharField(max_length=200, validators=[v.single_line])
+    workload = models.CharField(
+        max_length=100, help_text="Performance catalog key.", validators=[v.single_line]
     )
-    total_iterations = models.PositiveBigIntegerField()
-    completed_iterations = models.FloatField(default=0.0)
+    gpu_model = models.CharField(
+        max_length=100, blank=True, help_text="Blank: any GPU model.", validators=[v.single_line]
+    )
+    command = models.TextField(blank=True, validators=[v.multi_line, v.command_length])
+    min_gpus = models.PositiveIntegerField(
+        default=1, validators=[MaxValueValidator(v.MAX_GPUS_PER_JOB)]
+    )
+    max_gpus = models.PositiveIntegerField(
+        default=1, validators=[MaxValueValidator(v.MAX_GPUS_PER_JOB)]
+    )
+    global_batch_size = models.PositiveIntegerField(
+        validators=[MaxValueValidator(v.MAX_BATCH_SIZE)]
+    )
+    min_batch_size = models.PositiveIntegerField(validators=[MaxValueValidator(v.MAX_BATCH_SIZE)])
+    max_batch_size = models.PositiveIntegerField(validators=[MaxValueValidator(v.MAX_BATCH_SIZE)])
+    per_gpu_batch_size = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(v.MAX_BATCH_SIZE)]
+    )
+    base_lr = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[v.finite, MinValueValidator(v.MIN_LEARNING_RATE), MaxValueValidator(10.0)],
+    )
+    max_lr = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[v.finite, MinValueValidator(v.MIN_LEARNING_RATE), MaxValueValidator(10.0)],
+    )
+    slowdown_tolerance = models.FloatField(
+        default=0.10, validators=[v.finite, MinValueValidator(0.0), MaxValueValidator(10.0)]
+    )
+    total_iterations = models.PositiveBigIntegerField(
+        validators=[MaxValueValidator(v.MAX_ITERATIONS)]
+    )
+    completed_iterations = models.FloatField(default=0.0, validators=[v.finite])
     priority = models.IntegerField(
         default=0, validators=[MinValueValidator(-100), MaxValueValidator(100)]
     )
@@ -263,6 +301,10 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(slowdown_tolerance__gte=0), name="job_slowdown_tolerance_valid"
             ),
+            finite_check("base_lr", nullable=True),
+            finite_check("max_lr", nullable=True),
+            finite_check("slowdown_tolerance"),
+            finite_check("completed_iterations"),
         ]
 
     def __str__(self) -> str:
@@ -350,9 +392,18 @@ class Budget(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
     period_start = models.DateTimeField()
     period_end = models.DateTimeField()
-    energy_limit_kwh = models.FloatField(null=True, blank=True)
-    carbon_limit_kg = models.FloatField(null=True, blank=True, help_text="kg CO2e")
-    warn_fraction = models.FloatField(default=0.8)
+    energy_limit_kwh = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[v.finite, MaxValueValidator(v.MAX_ENERGY_LIMIT_KWH)],
+    )
+    carbon_limit_kg = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="kg CO2e",
+        validators=[v.finite, MaxValueValidator(v.MAX_CARBON_LIMIT_KG)],
+    )
+    warn_fraction = models.FloatField(default=0.8, validators=[v.finite])
     hard_limit_action = models.CharField(
         max_length=16, choices=HardLimitAction.choices, default=HardLimitAction.HOLD_QUEUE
     )
@@ -381,6 +432,9 @@ class Budget(models.Model):
                 condition=Q(hard_limit_action__in=HardLimitAction.values),
                 name="budget_hard_limit_action_valid",
             ),
+            finite_check("energy_limit_kwh", nullable=True),
+            finite_check("carbon_limit_kg", nullable=True),
+            finite_check("warn_fraction"),
         ]
 
     def __str__(self) -> str:

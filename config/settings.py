@@ -90,6 +90,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads the body: a 100 MB JSON body is refused unread (413).
+    "config.middleware.RequestBodyLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -100,6 +102,10 @@ MIDDLEWARE = [
     # Last, as axes asks: turns a locked-out login into config.auth.lockout_response.
     "axes.middleware.AxesMiddleware",
 ]
+
+# The largest request body accepted (bytes): an agent's biggest sample batch
+# (TELEMETRY_MAX_BATCH_SAMPLES samples of ~220 bytes) fits with room to spare.
+WATTFLOW_MAX_REQUEST_BODY_BYTES = env_int("WATTFLOW_MAX_REQUEST_BODY_BYTES", 8 * 1024 * 1024)
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

@@ -9,6 +9,7 @@ from django import forms
 
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Team
+from cluster.validators import MAX_BATCH_SIZE, MAX_ITERATIONS
 from cluster.workloads import perf_catalog, workload_errors
 
 _INT = {"min_value": 1}
@@ -32,8 +33,8 @@ class JobSubmitForm(forms.Form):
         max_value=1024,
         help_text="Leave empty for a fixed GPU count.",
     )
-    batch_size = forms.IntegerField(label="Global batch size", **_INT)
-    iterations = forms.IntegerField(**_INT)
+    batch_size = forms.IntegerField(label="Global batch size", **_INT, max_value=MAX_BATCH_SIZE)
+    iterations = forms.IntegerField(**_INT, max_value=MAX_ITERATIONS)
     priority = forms.IntegerField(initial=0, min_value=-100, max_value=100)
 
     def __init__(self, *args, teams, **kwargs):

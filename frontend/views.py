@@ -80,7 +80,11 @@ def job_new(request):
         except ValidationError as exc:
             # The model's own rules (e.g. batch ranges): shown beside the form's fields.
             for field, errors in exc.message_dict.items():
-                target = {"min_gpus": "gpus", "global_batch_size": "batch_size"}.get(field, field)
+                target = {
+                    "min_gpus": "gpus",
+                    "global_batch_size": "batch_size",
+                    "total_iterations": "iterations",
+                }.get(field, field)
                 form.add_error(target if target in form.fields else None, errors)
         else:
             messages.success(request, f"Job {job.name} (#{job.pk}) queued.")

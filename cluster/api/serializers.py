@@ -15,8 +15,10 @@ from cluster.workloads import workload_errors
 
 
 def run_model_clean(model_class, attrs: dict, instance=None) -> None:
-    """Run ``model_class.clean()`` on ``instance`` updated with ``attrs`` (nothing is saved) and
-    turn Django's errors into DRF's per-field 400 errors."""
+    """Check ``attrs`` as the model would before saving (nothing is saved) and turn Django's
+    errors into DRF's per-field 400 errors: each given field's own validators (ranges, finite
+    numbers, control characters, lengths: ``cluster.validators``), then ``model.clean()`` on
+    ``instance`` updated with ``attrs`` for the cross-field rules."""
     values = {}
     if instance is not None:
         values = {
@@ -24,16 +26,37 @@ def run_model_clean(model_class, attrs: dict, instance=None) -> None:
             for field in model_class._meta.concrete_fields
         }
     probe = model_class(**values)
+    errors: dict[str, list[str]] = {}
+    fields = {field.name: field for field in model_class._meta.concrete_fields}
     for name, value in attrs.items():
         setattr(probe, name, value)
+        field = fields.get(name)
+        if field is None or field.is_relation:
+            continue
+        try:
+            field.run_validators(value)
+        except DjangoValidationError as exc:
+            errors[name] = exc.messages
     try:
         probe.clean()
     except DjangoValidationError as exc:
-        errors = {
-            ("non_field_errors" if key == "__all__" else key): messages
-            for key, messages in exc.message_dict.items()
-        }
-        raise serializers.ValidationError(errors) from None
+        for key, messages in exc.message_dict.items():
+            errors.setdefault("non_field_errors" if key == "__all__" else key, messages)
+    if errors:
+        raise serializers.ValidationError(errors)
+
+
+class TeamSlugField(serializers.SlugRelatedField):
+    """A team named by its slug. A value that cannot be a slug is refused before the lookup:
+    PostgreSQL refuses a NUL in a query parameter, which answered 500."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="slug", queryset=Team.objects.all(), **kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str) or not data.isprintable() or len(data) > 50:
+            self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:50])
+        return super().to_internal_value(data)
 
 
 class JobAllocationSerializer(serializers.ModelSerializer):
@@ -54,7 +77,7 @@ class JobAllocationSerializer(serializers.ModelSerializer):
 
 
 class JobSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    team = TeamSlugField()
     owner = serializers.CharField(source="owner.username", read_only=True)
     min_gpus = serializers.IntegerField(min_value=1, default=1)
     max_gpus = serializers.IntegerField(min_value=1, required=False)
@@ -181,7 +204,7 @@ class TeamSerializer(serializers.ModelSerializer):
 
 
 class BudgetSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    team = TeamSlugField()
 
     class Meta:
         model = Budget

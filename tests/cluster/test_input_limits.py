@@ -1,0 +1,197 @@
+"""Issue 16, point 1: hostile and absurd values are refused on every input path with a 400
+naming the field, and nothing is stored; the database refuses non-finite numbers itself."""
+
+import math
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from cluster.models import Budget, Job
+from cluster.validators import MAX_COMMAND_CHARS
+
+SUBMIT = {
+    "name": "bert finetune",
+    "team": "vision",
+    "workload": "bert",
+    "min_gpus": 1,
+    "max_gpus": 2,
+    "global_batch_size": 64,
+    "total_iterations": 5000,
+}
+BUDGET = {
+    "team": "vision",
+    "period_start": "2030-04-01T00:00:00Z",
+    "period_end": "2030-05-01T00:00:00Z",
+    "energy_limit_kwh": 500.0,
+}
+
+
+@pytest.mark.parametrize("field", ["slowdown_tolerance", "base_lr", "max_lr"])
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", 1e308])
+def test_a_job_with_a_non_finite_or_absurd_number_is_a_400_and_not_stored(
+    api_client, member, team, field, value
+):
+    body = {**SUBMIT, "base_lr": 0.1, "max_lr": 0.4, field: value}
+
+    response = api_client(member).post("/api/jobs/", body, format="json")
+
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("total_iterations", 10**20),
+        ("total_iterations", 10**13),
+        ("min_gpus", 1_000_000),
+        ("max_gpus", 10**20),
+        ("global_batch_size", 10**20),
+        ("max_batch_size", 10**20),
+        ("per_gpu_batch_size", 2**40),
+    ],
+)
+def test_a_job_with_an_out_of_range_integer_is_a_400_and_not_stored(
+    api_client, member, team, field, value
+):
+    response = api_client(member).post("/api/jobs/", {**SUBMIT, field: value}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("name", "a\x00b"),
+        ("name", "tab\there"),
+        ("workload", "bert\x00"),
+        ("gpu_model", "A100\x1b[31m"),
+        ("command", "python train.py\x00"),
+        ("command", "x" * (MAX_COMMAND_CHARS + 1)),
+        ("team", "vision\x00"),
+        ("name", "x" * 201),
+    ],
+)
+def test_a_job_with_control_characters_or_an_oversized_string_is_a_400(
+    api_client, member, team, field, value
+):
+    response = api_client(member).post("/api/jobs/", {**SUBMIT, field: value}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    assert not Job.objects.exists()
+
+
+def test_a_multi_line_command_within_the_limit_is_accepted(api_client, member, team):
+    command = "set -e\r\n\tpython train.py --epochs 3"
+
+    response = api_client(member).post("/api/jobs/", {**SUBMIT, "command": command}, format="json")
+
+    assert response.status_code == 201, response.content
+    assert Job.objects.get().command == command
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("energy_limit_kwh", "Infinity"),
+        ("energy_limit_kwh", "NaN"),
+        ("energy_limit_kwh", 1e30),
+        ("carbon_limit_kg", "Infinity"),
+        ("carbon_limit_kg", 1e30),
+        ("warn_fraction", "NaN"),
+        ("team", "vision\x00"),
+    ],
+)
+def test_a_budget_with_a_non_finite_or_absurd_value_is_a_400_and_not_stored(
+    api_client, lead, team, field, value
+):
+    response = api_client(lead).post("/api/budgets/", {**BUDGET, field: value}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    assert not Budget.objects.exists()
+
+
+def test_patching_a_budget_to_infinity_is_a_400_and_keeps_the_stored_limit(api_client, lead, team):
+    created = api_client(lead).post("/api/budgets/", BUDGET, format="json")
+    assert created.status_code == 201, created.content
+
+    response = api_client(lead).patch(
+        f"/api/budgets/{created.json()['id']}/", {"energy_limit_kwh": "Infinity"}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert "energy_limit_kwh" in response.json()
+    assert Budget.objects.get().energy_limit_kwh == 500.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("base_lr", math.nan),
+        ("max_lr", math.inf),
+        ("slowdown_tolerance", -math.inf),
+        ("completed_iterations", math.nan),
+    ],
+)
+def test_the_database_refuses_non_finite_job_numbers(make_job, member, team, field, value):
+    job = make_job(owner=member, team=team)
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Job.objects.filter(pk=job.pk).update(**{field: value})
+
+
+@pytest.mark.parametrize("field", ["energy_limit_kwh", "carbon_limit_kg", "warn_fraction"])
+def test_the_database_refuses_non_finite_budget_numbers(lead, team, field):
+    budget = Budget.objects.create(
+        team=team,
+        period_start="2030-04-01T00:00:00Z",
+        period_end="2030-05-01T00:00:00Z",
+        energy_limit_kwh=10.0,
+        carbon_limit_kg=10.0,
+    )
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Budget.objects.filter(pk=budget.pk).update(**{field: math.nan})
+
+
+def test_a_body_over_the_limit_is_a_413_before_it_is_parsed(api_client, member, team, settings):
+    settings.WATTFLOW_MAX_REQUEST_BODY_BYTES = 1000
+    body = '{"name": "' + "x" * 2000 + '"}'
+
+    response = api_client(member).post("/api/jobs/", body, content_type="application/json")
+
+    assert response.status_code == 413
+    assert "at most 1000" in response.json()["detail"]
+    assert not Job.objects.exists()
+
+
+def test_a_body_within_the_limit_is_parsed(api_client, member, team, settings):
+    settings.WATTFLOW_MAX_REQUEST_BODY_BYTES = 4000
+
+    response = api_client(member).post("/api/jobs/", SUBMIT, format="json")
+
+    assert response.status_code == 201, response.content
+
+
+def test_the_job_form_refuses_absurd_iterations_with_a_field_message(client, member, team):
+    client.force_login(member)
+    form = {
+        "name": "huge",
+        "team": team.pk,
+        "workload": "bert",
+        "gpus": 1,
+        "batch_size": 64,
+        "iterations": 10**20,
+        "priority": 0,
+    }
+
+    response = client.post("/jobs/new/", form)
+
+    assert response.status_code == 400
+    assert "iterations" in response.context["form"].errors
+    assert not Job.objects.exists()
