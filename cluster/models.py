@@ -4,11 +4,12 @@ import hashlib
 import secrets
 
 from django.conf import settings
-from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import ArrayField, DateTimeRangeField, RangeOperators
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Func, Q
 from django.utils import timezone
 
 from cluster import validators as v
@@ -382,6 +383,19 @@ class JobAllocation(models.Model):
         return self.ended_at is None
 
 
+OVERLAP_MESSAGE = (
+    "This team already has a budget for part of this period; one budget rules a period, "
+    "so end one before the other starts, or edit the existing one."
+)
+
+
+class TsTzRange(Func):
+    """``tstzrange(start, end)``: the half-open period ``[start, end)`` of a budget."""
+
+    function = "TSTZRANGE"
+    output_field = DateTimeRangeField()
+
+
 class Budget(models.Model):
     """A team's energy and/or carbon allowance for a period.
 
@@ -435,6 +449,16 @@ class Budget(models.Model):
             finite_check("energy_limit_kwh", nullable=True),
             finite_check("carbon_limit_kg", nullable=True),
             finite_check("warn_fraction"),
+            # One budget rules a team's period: two that overlap would leave the scheduler to
+            # guess which. clean() says so per field; this holds against racing writers.
+            ExclusionConstraint(
+                name="budget_periods_do_not_overlap",
+                expressions=[
+                    (TsTzRange("period_start", "period_end"), RangeOperators.OVERLAPS),
+                    ("team", RangeOperators.EQUAL),
+                ],
+                violation_error_message=OVERLAP_MESSAGE,
+            ),
         ]
 
     def __str__(self) -> str:
@@ -452,6 +476,23 @@ class Budget(models.Model):
             errors["period_end"] = "Must be after period_start."
         if self.warn_fraction is not None and not (0 < self.warn_fraction <= 1):
             errors["warn_fraction"] = "Must be in (0, 1]."
+        if "period_end" not in errors and self.team_id and self.period_start and self.period_end:
+            overlapping = (
+                Budget.objects.filter(
+                    team_id=self.team_id,
+                    period_start__lt=self.period_end,
+                    period_end__gt=self.period_start,
+                )
+                .exclude(pk=self.pk)
+                .order_by("period_start")
+                .first()
+            )
+            if overlapping is not None:
+                errors["period_start"] = (
+                    f"{OVERLAP_MESSAGE} It overlaps budget #{overlapping.pk} "
+                    f"({overlapping.period_start:%Y-%m-%d %H:%M} .. "
+                    f"{overlapping.period_end:%Y-%m-%d %H:%M} UTC)."
+                )
         if errors:
             raise ValidationError(errors)
 

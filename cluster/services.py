@@ -8,13 +8,23 @@ count is checked, so two writers racing on one job cannot both win; the loser ge
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
 from django.db.models import Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from cluster.choices import JOB_TRANSITIONS, TERMINAL_JOB_STATES, AuditAction, JobState, NodeStatus
-from cluster.models import AuditEntry, Budget, Gpu, Job, JobAllocation, Node, Team
+from cluster.models import (
+    OVERLAP_MESSAGE,
+    AuditEntry,
+    Budget,
+    Gpu,
+    Job,
+    JobAllocation,
+    Node,
+    Team,
+)
 
 # How often cancel_job re-reads the state when a concurrent writer keeps moving the job.
 _CANCEL_ATTEMPTS = 3
@@ -331,23 +341,33 @@ def save_budget(budget: Budget, *, actor, at: datetime | None = None) -> Budget:
     """Validate and save a new or edited budget, recording before/after in the audit log in
     the same transaction. Raises ``ValidationError`` (nothing stored) on bad values."""
     budget.full_clean()
-    with transaction.atomic():
-        before = None
-        if budget.pk is not None:
-            stored = Budget.objects.select_for_update().get(pk=budget.pk)
-            before = audit_snapshot(stored, BUDGET_AUDIT_FIELDS)
-        budget.save()
-        record_audit(
-            actor=actor,
-            action=AuditAction.CREATED if before is None else AuditAction.UPDATED,
-            object_type="budget",
-            object_id=budget.pk,
-            team=budget.team,
-            before=before,
-            after=audit_snapshot(budget, BUDGET_AUDIT_FIELDS),
-            at=at,
-        )
+    try:
+        with transaction.atomic():
+            _save_budget_audited(budget, actor=actor, at=at)
+    except IntegrityError as exc:
+        # A racing writer stored an overlapping budget after full_clean() looked.
+        if "budget_periods_do_not_overlap" not in str(exc):
+            raise
+        raise ValidationError({"period_start": [OVERLAP_MESSAGE]}) from None
     return budget
+
+
+def _save_budget_audited(budget: Budget, *, actor, at: datetime | None) -> None:
+    before = None
+    if budget.pk is not None:
+        stored = Budget.objects.select_for_update().get(pk=budget.pk)
+        before = audit_snapshot(stored, BUDGET_AUDIT_FIELDS)
+    budget.save()
+    record_audit(
+        actor=actor,
+        action=AuditAction.CREATED if before is None else AuditAction.UPDATED,
+        object_type="budget",
+        object_id=budget.pk,
+        team=budget.team,
+        before=before,
+        after=audit_snapshot(budget, BUDGET_AUDIT_FIELDS),
+        at=at,
+    )
 
 
 def delete_budget(budget: Budget, *, actor, at: datetime | None = None) -> None:

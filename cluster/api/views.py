@@ -2,9 +2,10 @@
 cluster.services; the rules live there, not here."""
 
 import django_filters
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, permissions, status, viewsets
+from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
@@ -110,15 +111,20 @@ class BudgetViewSet(viewsets.ModelViewSet):
 
     # Budget changes over the API go through the same audited services as the pages'.
     def perform_create(self, serializer):
-        serializer.instance = services.save_budget(
-            Budget(**serializer.validated_data), actor=self.request.user
-        )
+        serializer.instance = self._save(Budget(**serializer.validated_data))
 
     def perform_update(self, serializer):
         budget = serializer.instance
         for field, value in serializer.validated_data.items():
             setattr(budget, field, value)
-        services.save_budget(budget, actor=self.request.user)
+        self._save(budget)
+
+    def _save(self, budget: Budget) -> Budget:
+        try:
+            return services.save_budget(budget, actor=self.request.user)
+        except DjangoValidationError as exc:
+            # What only the save can see (an overlapping budget a racing writer stored).
+            raise serializers.ValidationError(exc.message_dict) from None
 
     def perform_destroy(self, instance):
         services.delete_budget(instance, actor=self.request.user)
