@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import math
 import sys
 import time
 from datetime import UTC, datetime
@@ -50,8 +51,8 @@ def _positive(kind):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        if not (value > 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite positive number")
         return value
 
     return parse
@@ -62,8 +63,8 @@ def _non_negative(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number, not negative")
     return value
 
 
@@ -343,9 +344,12 @@ def _policy_params(policy: str, items: list[str]) -> dict[str, Any]:
         if not sep or not name.strip():
             raise UsageError(f"--policy-param takes NAME=VALUE, not {item!r}")
         try:
-            params[name.strip()] = json.loads(text)
+            value = json.loads(text)
         except json.JSONDecodeError:
-            params[name.strip()] = text
+            value = text
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"--policy-param {name.strip()} must be a finite number, not {text}")
+        params[name.strip()] = value
     try:
         instance = get_policy(policy, **params)
     except (TypeError, ValueError) as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import socket
@@ -50,8 +51,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--token (or WATTFLOW_AGENT_TOKEN) is required")
     if args.gpus < 1:
         parser.error("--gpus must be at least 1")
-    if args.sample_interval_s <= 0 or args.post_interval_s <= 0:
-        parser.error("intervals must be positive")
+    for option in (
+        "sample_interval_s",
+        "post_interval_s",
+        "heartbeat_interval_s",
+        "assignment_interval_s",
+    ):
+        value = getattr(args, option)
+        if not (value > 0 and math.isfinite(value)):
+            parser.error(f"--{option.replace('_', '-')} must be a finite positive number")
+    if not (args.stop_grace_s >= 0 and math.isfinite(args.stop_grace_s)):
+        parser.error("--stop-grace-s must be a finite number, not negative")
     if args.max_server_errors < 1:
         parser.error("--max-server-errors must be at least 1")
     return args

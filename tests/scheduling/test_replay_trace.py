@@ -43,3 +43,12 @@ def test_replay_for_an_unknown_team_fails_and_submits_nothing(live_server, membe
 
     assert str(error.value) == "no team 'nobody' (run `manage.py seed_demo` first)"
     assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("option", ["--speedup", "--max-wait-s", "--wait-for-server-s"])
+@pytest.mark.parametrize("value", ["nan", "inf", "0"])
+def test_replay_refuses_a_time_that_is_not_a_finite_positive_number(option, value):
+    with pytest.raises(CommandError) as error:
+        call_command("replay_trace", option, value)
+
+    assert option in str(error.value)

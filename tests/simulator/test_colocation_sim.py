@@ -214,7 +214,9 @@ def test_cli_refuses_non_positive_congestion(tmp_path, capsys):
         ]
     )
     assert code == 2
-    assert capsys.readouterr().err == "error: argument --congestion: '0' must be positive\n"
+    assert capsys.readouterr().err == (
+        "error: argument --congestion: '0' must be a finite positive number\n"
+    )
     assert not out.exists()
 
 

@@ -127,7 +127,12 @@ def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
     [
         (["--policy", "fifo"], "the following arguments are required: --trace, --cluster"),
         (["--policy", "nope"], "unknown policy 'nope'"),
-        (["--policy", "fifo", "--round-length-s", "0"], "'0' must be positive"),
+        (["--policy", "fifo", "--round-length-s", "0"], "'0' must be a finite positive number"),
+        (["--policy", "fifo", "--round-length-s", "nan"], "'nan' must be a finite positive"),
+        (["--policy", "fifo", "--energy-budget-kwh", "inf"], "'inf' must be a finite positive"),
+        (["--policy", "fifo", "--restart-cost-s", "NaN"], "'NaN' must be a finite number"),
+        (["--policy", "powerflow", "--policy-param", "min_gain=NaN"], "must be a finite number"),
+        (["--policy", "powerflow", "--policy-param", "spend_ahead=Infinity"], "finite number"),
         (["--policy", "greenflow", "--match-baseline", "fifo"], "needs --carbon-zone"),
         (
             ["--policy", "fifo", "--energy-budget-kwh", "5", "--match-baseline", "fifo"],

@@ -149,3 +149,25 @@ def test_the_agent_command_refuses_a_bound_below_one(capsys):
     assert "--max-server-errors must be at least 1" in capsys.readouterr().err
     args = parse_args(["--server", "http://x", "--token", "t", "--requeue-quarantine"])
     assert (args.max_server_errors, args.requeue_quarantine) == (5, True)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--sample-interval-s", "nan"),
+        ("--post-interval-s", "0"),
+        ("--heartbeat-interval-s", "inf"),
+        ("--assignment-interval-s", "-1"),
+        ("--stop-grace-s", "nan"),
+    ],
+)
+def test_the_agent_command_refuses_an_interval_that_is_not_a_finite_positive_number(
+    capsys, option, value
+):
+    from telemetry.agent.__main__ import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--server", "http://x", "--token", "t", option, value])
+
+    assert exit_info.value.code == 2
+    assert f"{option} must be a finite" in capsys.readouterr().err

@@ -17,6 +17,7 @@ username; the command issues them an API token if they have none). Each job asks
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -35,7 +36,7 @@ DEFAULT_TRACE = Path(settings.BASE_DIR) / "data" / "trace" / "elasticflow_philly
 def _positive(kind):
     def parse(text: str):
         value = kind(text)
-        if not value > 0:
+        if not (value > 0 and math.isfinite(value)):
             raise ValueError(text)
         return value
 
@@ -61,7 +62,7 @@ class Command(BaseCommand):
         parser.add_argument("--teams", default="vision,language", help="comma-separated slugs")
         parser.add_argument("--max-gpus", type=_positive(int), default=8)
         parser.add_argument("--fixed-gpus", action="store_true")
-        parser.add_argument("--wait-for-server-s", type=float, default=60.0)
+        parser.add_argument("--wait-for-server-s", type=_positive(float), default=60.0)
 
     def handle(self, *args, **opts) -> None:
         try:
