@@ -106,6 +106,9 @@ MIDDLEWARE = [
 # The largest request body accepted (bytes): an agent's biggest sample batch
 # (TELEMETRY_MAX_BATCH_SAMPLES samples of ~220 bytes) fits with room to spare.
 WATTFLOW_MAX_REQUEST_BODY_BYTES = env_int("WATTFLOW_MAX_REQUEST_BODY_BYTES", 8 * 1024 * 1024)
+# A job whose fastest configuration on this cluster would run longer than this is refused at
+# submit (scheduling/feasibility.py).
+WATTFLOW_MAX_JOB_DAYS = env_int("WATTFLOW_MAX_JOB_DAYS", 365)
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

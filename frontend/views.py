@@ -25,6 +25,7 @@ from frontend import figures
 from frontend.dashboard import as_json, dashboard_payload
 from frontend.forms import JobFilterForm, JobSubmitForm, PredictForm
 from frontend.predictions import predict_job
+from scheduling.feasibility import submit_refusals
 from scheduling.models import JobSchedulingState
 from telemetry.accounting import job_totals
 
@@ -76,7 +77,20 @@ def job_new(request):
     form = JobSubmitForm(request.POST or None, teams=teams)
     if request.method == "POST" and form.is_valid():
         try:
-            job = services.submit_job(owner=request.user, **form.service_kwargs())
+            kwargs = form.service_kwargs()
+            refusals = submit_refusals(
+                team=kwargs["team"],
+                workload=kwargs["workload"],
+                gpu_model=kwargs.get("gpu_model", ""),
+                min_gpus=kwargs["min_gpus"],
+                max_gpus=kwargs["max_gpus"],
+                min_batch_size=kwargs.get("min_batch_size") or kwargs["global_batch_size"],
+                total_iterations=kwargs["total_iterations"],
+                now=timezone.now(),
+            )
+            if refusals:
+                raise ValidationError(refusals)
+            job = services.submit_job(owner=request.user, **kwargs)
         except ValidationError as exc:
             # The model's own rules (e.g. batch ranges): shown beside the form's fields.
             for field, errors in exc.message_dict.items():

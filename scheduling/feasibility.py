@@ -42,6 +42,11 @@ from telemetry.models import CarbonIntensity
 SECONDS_PER_DAY = 86_400.0
 
 
+def _amount(value: float) -> str:
+    """1,234.5 or 0.00123: enough digits that a small budget does not read as 0.0."""
+    return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
+
+
 def _gpu_counts() -> dict[str, int]:
     return dict(Gpu.objects.values_list("model").annotate(n=Count("id")))
 
@@ -181,8 +186,8 @@ def submit_refusals(
     energy_budgets = [b.energy_limit_kwh for b in budgets if b.energy_limit_kwh is not None]
     if len(energy_budgets) == len(budgets) and energy_kwh > sum(energy_budgets):
         errors["total_iterations"] = (
-            f"These iterations need at least {energy_kwh:,.1f} kWh, more than all of {whose} "
-            f"allow ({sum(energy_budgets):,.1f} kWh): the job could never finish inside them."
+            f"These iterations need at least {_amount(energy_kwh)} kWh, more than all of {whose} "
+            f"allow ({_amount(sum(energy_budgets))} kWh): the job could never finish inside them."
         )
         return errors
     carbon_budgets = [b for b in budgets if b.carbon_limit_kg is not None]
@@ -192,7 +197,7 @@ def submit_refusals(
         allowed = sum(b.carbon_limit_kg for b in budgets)
         if carbon_kg > allowed:
             errors["total_iterations"] = (
-                f"These iterations emit at least {carbon_kg:,.1f} kg CO2e, more than all of "
-                f"{whose} allow ({allowed:,.1f} kg): the job could never finish inside them."
+                f"These iterations emit at least {_amount(carbon_kg)} kg CO2e, more than all of "
+                f"{whose} allow ({_amount(allowed)} kg): the job could never finish inside them."
             )
     return errors

@@ -3,6 +3,7 @@ place where cross-field rules live, so both the admin and the API apply the same
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
@@ -12,6 +13,7 @@ from cluster.choices import JobState
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 from cluster.queries import can_manage_budgets_of, is_team_member
 from cluster.workloads import workload_errors
+from scheduling.feasibility import submit_refusals
 
 
 def run_model_clean(model_class, attrs: dict, instance=None) -> None:
@@ -179,6 +181,18 @@ class JobSerializer(serializers.ModelSerializer):
         if errors:
             raise serializers.ValidationError({field: [msg] for field, msg in errors.items()})
         run_model_clean(Job, attrs)
+        errors = submit_refusals(
+            team=attrs["team"],
+            workload=attrs["workload"],
+            gpu_model=attrs.get("gpu_model", ""),
+            min_gpus=attrs["min_gpus"],
+            max_gpus=attrs["max_gpus"],
+            min_batch_size=attrs["min_batch_size"],
+            total_iterations=attrs["total_iterations"],
+            now=timezone.now(),
+        )
+        if errors:
+            raise serializers.ValidationError({field: [msg] for field, msg in errors.items()})
         return attrs
 
     def create(self, validated_data: dict) -> Job:

@@ -89,7 +89,7 @@ def test_jobs_submitted_over_rest_run_on_the_agent_and_finish_with_energy_record
         for n in JOB_GPUS
     ]  # fmt: skip
     held = _submit(language, server, name="held", team="language", workload="resnet50",
-                   global_batch_size=64, total_iterations=100)  # fmt: skip
+                   global_batch_size=64, total_iterations=10)  # fmt: skip
 
     # then every vision job completes on the agent
     ids = [j["id"] for j in jobs]
