@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by `make run` and `make test`:
-#   virtualenv + pinned requirements, PostgreSQL and Redis reachable (starting local ones if
-#   installed), the database created, migrations applied; with --test also a chromium for the
+#   virtualenv + pinned requirements, PostgreSQL and Redis reachable (as root on Debian they are
+#   installed when missing, and a PostgreSQL cluster is created on the configured port when none
+#   serves it), the database created, migrations applied; with --test also a chromium for the
 #   browser tests. Safe to run again and again: every step checks before it acts.
 set -euo pipefail
 
@@ -40,25 +41,59 @@ wait_for() {  # host port seconds
 }
 COMPOSE_HINT="or start it with: docker compose -f docker/compose.yml up -d postgres redis"
 
-if ! reachable "$PG_HOST" "$PG_PORT"; then
-    if is_local "$PG_HOST" && command -v pg_ctlcluster >/dev/null && ls /etc/postgresql/*/main >/dev/null 2>&1; then
-        PG_VERSION="$(ls /etc/postgresql | sort -V | tail -n1)"
-        say "starting local PostgreSQL $PG_VERSION"
-        pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" main start || true
-        wait_for "$PG_HOST" "$PG_PORT" 30 || die "PostgreSQL did not come up on $PG_HOST:$PG_PORT; $COMPOSE_HINT"
-    else
-        die "PostgreSQL is not reachable at $PG_HOST:$PG_PORT and is not installed here; install it ($COMPOSE_HINT)"
-    fi
-fi
+APT_UPDATED=0
+apt_install() {  # packages...: install from Debian's archive when we are root with apt-get
+    [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null || return 1
+    if [[ $APT_UPDATED == 0 ]]; then apt-get update -qq; APT_UPDATED=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
 
-if ! reachable "$REDIS_HOST" "$REDIS_PORT"; then
-    if is_local "$REDIS_HOST" && command -v redis-server >/dev/null; then
-        say "starting local Redis"
-        redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no >/dev/null
-        wait_for "$REDIS_HOST" "$REDIS_PORT" 15 || die "Redis did not come up on $REDIS_HOST:$REDIS_PORT; $COMPOSE_HINT"
-    else
-        die "Redis is not reachable at $REDIS_HOST:$REDIS_PORT and is not installed here; install it ($COMPOSE_HINT)"
+# The local PostgreSQL cluster that listens on port $1 ("VERSION NAME"), if there is one.
+cluster_on_port() {
+    pg_lsclusters --no-header 2>/dev/null | awk -v port="$1" '$3 == port {print $1, $2; exit}'
+}
+
+start_local_postgres() {
+    if ! command -v pg_ctlcluster >/dev/null; then
+        say "installing PostgreSQL from Debian's archive"
+        apt_install postgresql postgresql-contrib \
+            || die "PostgreSQL is not reachable at $PG_HOST:$PG_PORT and cannot be installed here (needs root and apt-get; $COMPOSE_HINT)"
     fi
+    local cluster version name
+    cluster="$(cluster_on_port "$PG_PORT")"
+    if [[ -z $cluster ]]; then
+        # No cluster serves the configured port (a fresh install's `main` may listen on
+        # another): create one there, trusting local connections as the README's URLs expect.
+        version="$(ls /usr/lib/postgresql | sort -V | tail -n1)"
+        name="wattflow${PG_PORT}"
+        say "creating PostgreSQL $version cluster $name on port $PG_PORT"
+        pg_createcluster --port "$PG_PORT" "$version" "$name" -- --auth=trust >/dev/null
+        cluster="$version $name"
+    fi
+    read -r version name <<<"$cluster"
+    say "starting local PostgreSQL $version/$name on port $PG_PORT"
+    pg_ctlcluster --skip-systemctl-redirect "$version" "$name" start || true
+    wait_for "$PG_HOST" "$PG_PORT" 30 || die "PostgreSQL did not come up on $PG_HOST:$PG_PORT; $COMPOSE_HINT"
+}
+
+start_local_redis() {
+    if ! command -v redis-server >/dev/null; then
+        say "installing Redis from Debian's archive"
+        apt_install redis-server \
+            || die "Redis is not reachable at $REDIS_HOST:$REDIS_PORT and cannot be installed here (needs root and apt-get; $COMPOSE_HINT)"
+    fi
+    say "starting local Redis on port $REDIS_PORT"
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no >/dev/null
+    wait_for "$REDIS_HOST" "$REDIS_PORT" 15 || die "Redis did not come up on $REDIS_HOST:$REDIS_PORT; $COMPOSE_HINT"
+}
+
+if ! reachable "$PG_HOST" "$PG_PORT"; then
+    is_local "$PG_HOST" || die "PostgreSQL is not reachable at $PG_HOST:$PG_PORT (DATABASE_URL)"
+    start_local_postgres
+fi
+if ! reachable "$REDIS_HOST" "$REDIS_PORT"; then
+    is_local "$REDIS_HOST" || die "Redis is not reachable at $REDIS_HOST:$REDIS_PORT (REDIS_URL)"
+    start_local_redis
 fi
 
 # --- 3. database and schema ------------------------------------------------------------------
@@ -69,9 +104,5 @@ say "database migrated"
 # --- 4. test extras ----------------------------------------------------------------------------
 if [[ $WITH_TEST == 1 && ! -x /usr/bin/chromium ]]; then
     say "installing Debian's chromium for the browser tests"
-    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-    else
-        die "chromium is missing and cannot be installed here (needs root and apt-get)"
-    fi
+    apt_install chromium || die "chromium is missing and cannot be installed here (needs root and apt-get)"
 fi
