@@ -2,8 +2,10 @@
 
 Time is a parameter of :meth:`Agent.tick` (the loop in :meth:`Agent.run` passes the wall
 clock), so tests drive the agent tick by tick. Jobs are carried out by a job runner
-(``runners.py``: processes, simulated jobs, or none: another system runs them, and the agent
-fetches no assignments).
+(``runners.py``: processes, simulated jobs, or none); with the ``none`` runner and a
+:class:`~telemetry.agent.monitor.HandoffWatcher` (monitor mode, Slurm runs the jobs) the agent
+fetches no assignments and reports no starts or exits: it applies and restores the GPU settings
+of the Slurm jobs the Prolog hands over and reports their progress.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from typing import Any
 
 from telemetry.agent.backends import GpuBackend, Reading
 from telemetry.agent.client import AgentClient
-from telemetry.agent.jobs import ProcessJob
+from telemetry.agent.jobs import ProcessJob, read_progress
+from telemetry.agent.monitor import HandoffWatcher
 from telemetry.agent.runners import CannotStart, JobRunner, default_runner_name, make_runner
+from telemetry.agent.slurm_handoff import Handoff
 from telemetry.agent.spool import Rejected, ServerUnreachable
 
 log = logging.getLogger(__name__)
@@ -43,8 +47,10 @@ class Agent:
         client: AgentClient,
         config: AgentConfig,
         runner: JobRunner | None = None,
+        handoffs: HandoffWatcher | None = None,
     ) -> None:
-        """``runner`` None: simulated jobs on the simulated backend, processes otherwise."""
+        """``runner`` None: simulated jobs on the simulated backend, processes otherwise.
+        ``handoffs``: follow the Slurm jobs the Prolog hands over (monitor mode)."""
         self.backend = backend
         self.client = client
         self.config = config
@@ -54,6 +60,9 @@ class Agent:
             work_dir=config.work_dir,
             stop_grace_s=config.stop_grace_s,
         )
+        self.handoffs = handoffs
+        self.slurm_jobs: dict[int, Handoff] = {}  # Slurm job id -> its handoff (monitor mode)
+        self._swept = False
         self.index_by_uuid = {g.uuid: g.index for g in backend.gpus()}
         self.buffer: list[Reading] = []
         self.allocation_of: dict[int, int] = {}  # job id -> allocation id it runs under
@@ -129,7 +138,8 @@ class Agent:
                 log.warning("cannot fetch assignments, keeping what runs: %s", exc)
             else:
                 self.reconcile(answer, now)
-        self.send_events(self.watch_jobs(now))
+        events = self.follow_handoffs(now) if self.handoffs is not None else []
+        self.send_events(events + self.watch_jobs(now))
 
     # --- assignments ------------------------------------------------------------------------
     def running_job_ids(self) -> set[int]:
@@ -249,7 +259,70 @@ class Agent:
                 self.backend.restore_defaults(index)
 
     def _all_running(self) -> list[Any]:
-        return list(self.runner.running().values())
+        held_by_slurm = [h.gpu_indices for h in self.slurm_jobs.values()]
+        return list(self.runner.running().values()) + held_by_slurm
+
+    # --- monitor mode (Slurm runs the jobs) -----------------------------------------------
+    def follow_handoffs(self, now: datetime) -> list[dict[str, Any]]:
+        """Apply the settings of Slurm jobs the Prolog handed over, restore the GPUs of those
+        whose file the Epilog removed, and report their progress (no start or exit events:
+        the server learns those from Slurm's accounting)."""
+        assert self.handoffs is not None
+        change = self.handoffs.scan()
+        for handoff in change.gone:
+            self._end_slurm_job(handoff)
+        for handoff in change.appeared:
+            self._begin_slurm_job(handoff)
+        if not self._swept:
+            # A GPU no handoff holds may keep settings of a job whose Epilog ran while no
+            # agent was there to restore it: start from the defaults.
+            self._swept = True
+            held = {i for indices in self._all_running() for i in indices}
+            for gpu in self.backend.gpus():
+                if gpu.index not in held:
+                    self.backend.restore_defaults(gpu.index)
+        events = []
+        for handoff in self.slurm_jobs.values():
+            iterations = read_progress(self.handoffs.progress_file(handoff))
+            events.extend(self._progress(now, handoff.tag.job_id, iterations))
+        return events
+
+    def _begin_slurm_job(self, handoff: Handoff) -> None:
+        known = {g.index for g in self.backend.gpus()}
+        unknown = [i for i in handoff.gpu_indices if i not in known]
+        if unknown:
+            log.error(
+                "Slurm job %s: GPUs %s are not on this node; skipped",
+                handoff.slurm_job_id, unknown,
+            )  # fmt: skip
+            return
+        tag = handoff.tag
+        log.info(
+            "Slurm job %s (Wattflow job %s, allocation %s) on GPUs %s: power limit %s W, "
+            "SM clock %s MHz",
+            handoff.slurm_job_id, tag.job_id, tag.allocation_id, list(handoff.gpu_indices),
+            tag.power_limit_w, tag.sm_clock_mhz,
+        )  # fmt: skip
+        self.slurm_jobs[handoff.slurm_job_id] = handoff
+        self.allocation_of[tag.job_id] = tag.allocation_id
+        for index in handoff.gpu_indices:
+            try:
+                self.backend.apply_settings(
+                    index, sm_clock_mhz=tag.sm_clock_mhz, power_limit_w=tag.power_limit_w
+                )
+            except Exception as exc:  # noqa: BLE001 - a driver refusal must not stop the loop
+                log.error("Slurm job %s: cannot set GPU %s: %s", handoff.slurm_job_id, index, exc)
+
+    def _end_slurm_job(self, handoff: Handoff) -> None:
+        if self.slurm_jobs.pop(handoff.slurm_job_id, None) is None:
+            return  # it was skipped when it appeared
+        log.info("Slurm job %s ended: restoring GPUs %s", handoff.slurm_job_id,
+                 list(handoff.gpu_indices))  # fmt: skip
+        self._release(handoff.tag.job_id, handoff.gpu_indices)
+        for other in self.slurm_jobs.values():
+            # The job's next Slurm job may already run here (its Prolog came first).
+            if other.tag.job_id == handoff.tag.job_id:
+                self.allocation_of[other.tag.job_id] = other.tag.allocation_id
 
     def watch_jobs(self, now: datetime) -> list[dict[str, Any]]:
         """Progress of running jobs (when it moved) and exits of finished ones."""
