@@ -109,9 +109,15 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"agent: cannot simulate: {exc}\n")
             return 2
     else:
+        import pynvml
+
         from telemetry.agent.backends import NvmlBackend
 
-        backend = NvmlBackend()
+        try:
+            backend = NvmlBackend()
+        except pynvml.NVMLError as exc:
+            sys.stderr.write(f"agent: NVML is not usable here ({exc}); --simulate runs without\n")
+            return 2
     config = AgentConfig(
         node_name=args.name,
         work_dir=args.work_dir,

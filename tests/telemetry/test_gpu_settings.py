@@ -78,3 +78,59 @@ def test_the_simulated_backend_holds_settings_to_the_catalogs_range():
     assert backend.settings == {0: (max(spec.clocks_mhz), 300.0)}
     backend.restore_defaults(0)
     assert backend.settings == {}
+
+
+def test_the_nvml_check_sets_and_restores_one_gpu_and_prints_what_it_read():
+    import io
+
+    from telemetry.agent.nvml_check import run
+
+    fake = FakeNvml([_device("GPU-aaa", energy_mj=5_000), _device("GPU-bbb", energy_mj=None)])
+    out = io.StringIO()
+    assert run(fake, gpu=1, samples=2, out=out, pause_s=0) == 0
+    assert fake.calls == [
+        ("set_power_limit", "GPU-bbb", 250_000),  # the middle of 100..400 W
+        ("lock_clocks", "GPU-bbb", 987, 987),  # 70 % of 1410 MHz
+        ("reset_clocks", "GPU-bbb"),
+        ("set_power_limit", "GPU-bbb", 400_000),
+    ]
+    text = out.getvalue()
+    assert text.startswith("2 GPU(s)\n")
+    assert text.count("GPU-aaa: 251.5 W, energy counter 5.0 J") == 2
+    assert "SM 987 MHz, limit 250.0 W" in text
+    assert text.rstrip().endswith("SM 1410 MHz, limit 400.0 W")
+    assert not fake.initialised
+
+
+def test_the_nvml_check_reports_a_driver_refusal_and_exits_1():
+    import io
+
+    from telemetry.agent.nvml_check import run
+
+    fake = FakeNvml([_device("GPU-aaa", energy_mj=0)])
+
+    def refuse(handle, low, high):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+
+    fake.nvmlDeviceSetGpuLockedClocks = refuse
+    out = io.StringIO()
+    assert run(fake, gpu=0, samples=0, out=out, pause_s=0) == 1
+    assert "refused: NVMLError_NoPermission" in out.getvalue()
+    assert fake.devices[0]["limit_mw"] == 400_000  # restored all the same
+
+
+def test_without_a_driver_the_agent_and_the_check_exit_2_with_one_line(monkeypatch, capsys):
+    from telemetry.agent import nvml_check
+    from telemetry.agent.__main__ import main
+
+    def no_library():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", no_library)
+    assert main(["--server", "http://127.0.0.1:1", "--token", "t"]) == 2
+    assert nvml_check.main([]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "agent: NVML is not usable here (NVML Shared Library Not Found); --simulate runs without",
+        "nvml_check: NVML is not usable here: NVML Shared Library Not Found",
+    ]
