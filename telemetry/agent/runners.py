@@ -159,10 +159,13 @@ class SimulatedRunner:
         return same_gpus and job.global_batch == assignment["batch_size"]
 
     def retune(self, job_id: int, assignment: dict[str, Any]) -> None:
-        # Settings travel with the SimJob: they change its perf-model configuration.
-        job = self.backend.jobs[job_id]
-        job.sm_clock_mhz = assignment.get("sm_clock_mhz")
-        job.power_limit_w = assignment.get("power_limit_w")
+        # Settings travel with the SimJob: they change its perf-model configuration, so its
+        # speed and its GPUs' power.
+        self.backend.retune_job(
+            job_id,
+            sm_clock_mhz=assignment.get("sm_clock_mhz"),
+            power_limit_w=assignment.get("power_limit_w"),
+        )
 
     def stop(self, job_id: int) -> JobExit:
         job = self.backend.stop_job(job_id)

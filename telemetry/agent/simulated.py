@@ -130,6 +130,16 @@ class SimulatedBackend:
         self.jobs[job.job_id] = job
         self._refresh_power()
 
+    def retune_job(
+        self, job_id: int, *, sm_clock_mhz: int | None, power_limit_w: float | None
+    ) -> None:
+        """New clock or power limit of a running job: its progress and its GPUs' power follow
+        from the next interval on."""
+        job = self.jobs[job_id]
+        job.sm_clock_mhz = sm_clock_mhz
+        job.power_limit_w = power_limit_w
+        self._refresh_power()
+
     def stop_job(self, job_id: int) -> SimJob | None:
         job = self.jobs.pop(job_id, None)
         self._refresh_power()
