@@ -1,8 +1,13 @@
-"""``python -m telemetry.agent --server URL --token TOKEN [--simulate --gpus 8 --gpu-model A100]``
+"""``python -m telemetry.agent --server URL --token TOKEN [--simulate --gpus 8 --gpu-model A100]
+[--runner process|simulated|none] [--handoff-dir DIR]``
 
 Runs the Wattflow node agent until SIGTERM or Ctrl-C; on exit it stops its jobs (they
 checkpoint), restores every GPU's default clocks and power limit and flushes its buffer.
 The token may also come from ``WATTFLOW_AGENT_TOKEN`` (keeps it out of ``ps``).
+
+``--runner`` says who runs the jobs: ``process`` (the default with real GPUs), ``simulated``
+(the default with ``--simulate``) or ``none`` (Slurm runs them: monitor mode, with
+``--handoff-dir`` the directory the Slurm Prolog writes into; see ``monitor.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from pathlib import Path
 
 from telemetry.agent.client import AgentClient
 from telemetry.agent.loop import Agent, AgentConfig
+from telemetry.agent.monitor import HandoffWatcher
+from telemetry.agent.runners import RUNNER_NAMES, default_runner_name, make_runner
 from telemetry.agent.spool import DEFAULT_MAX_SERVER_ERRORS, Rejected, Spool
 
 
@@ -30,6 +37,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--simulate", action="store_true", help="no driver: simulated GPUs")
     parser.add_argument("--gpus", type=int, default=8, help="simulated GPU count")
     parser.add_argument("--gpu-model", default="A100", help="simulated GPU model (perf key)")
+    parser.add_argument(
+        "--runner",
+        choices=RUNNER_NAMES,
+        default=None,
+        help="who runs jobs: process (default), simulated (default with --simulate), "
+        "none (Slurm runs them; the agent only monitors)",
+    )
+    parser.add_argument(
+        "--handoff-dir",
+        type=Path,
+        default=None,
+        help="with --runner none: the Slurm Prolog's handoff directory (it reads DIR/<name>/)",
+    )
     parser.add_argument("--sample-interval-s", type=float, default=1.0)
     parser.add_argument("--post-interval-s", type=float, default=5.0)
     parser.add_argument("--heartbeat-interval-s", type=float, default=15.0)
@@ -64,6 +84,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--stop-grace-s must be a finite number, not negative")
     if args.max_server_errors < 1:
         parser.error("--max-server-errors must be at least 1")
+    if args.runner == "simulated" and not args.simulate:
+        parser.error("--runner simulated needs --simulate (simulated jobs run on simulated GPUs)")
+    if args.handoff_dir is not None and args.runner != "none":
+        parser.error("--handoff-dir is for monitor mode: add --runner none")
+    if args.handoff_dir is not None and args.handoff_dir.exists() and not args.handoff_dir.is_dir():
+        parser.error(f"--handoff-dir {args.handoff_dir} is not a directory")
+    if args.handoff_dir is not None and "/" in args.name:
+        parser.error("--name must not contain '/' (it names the handoff subdirectory)")
     return args
 
 
@@ -81,9 +109,15 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"agent: cannot simulate: {exc}\n")
             return 2
     else:
+        import pynvml
+
         from telemetry.agent.backends import NvmlBackend
 
-        backend = NvmlBackend()
+        try:
+            backend = NvmlBackend()
+        except pynvml.NVMLError as exc:
+            sys.stderr.write(f"agent: NVML is not usable here ({exc}); --simulate runs without\n")
+            return 2
     config = AgentConfig(
         node_name=args.name,
         work_dir=args.work_dir,
@@ -97,7 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.requeue_quarantine:
         logging.info("requeued %d quarantined messages", spool.requeue())
     client = AgentClient(args.server, args.token, spool)
-    agent = Agent(backend, client, config)
+    runner = make_runner(
+        args.runner or default_runner_name(backend),
+        backend,
+        work_dir=args.work_dir,
+        stop_grace_s=args.stop_grace_s,
+    )
+    handoffs = None if args.handoff_dir is None else HandoffWatcher(args.handoff_dir, args.name)
+    agent = Agent(backend, client, config, runner=runner, handoffs=handoffs)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: agent.stopping.set())
     try:

@@ -2,8 +2,11 @@
 simulated one.
 
 A backend reports what is on the node (``gpus``), reads every GPU once (``read``) and applies or
-restores per-GPU settings (``apply_settings`` / ``restore_defaults``). The agent loop never knows
-which backend it drives.
+restores per-GPU settings (``apply_settings`` / ``restore_defaults``). Settings are first held to
+what the GPU registered (:func:`capped_settings`): an SM clock above ``max_sm_clock_mhz`` is
+lowered to it, a power limit outside ``[min_power_limit_w, max_power_limit_w]`` is moved to the
+nearest bound. The agent loop drives backends through this interface only; which job runner
+goes with which backend is chosen once, in ``runners.py``.
 
 NVML units are converted here, once: NVML speaks milliwatts and millijoules, the wire format
 speaks watts and joules.
@@ -77,6 +80,36 @@ class Reading:
 
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
+
+
+def capped_settings(
+    gpu: GpuInfo, *, sm_clock_mhz: int | None, power_limit_w: float | None
+) -> tuple[int | None, float | None]:
+    """The clock and power limit to apply to ``gpu``: an SM clock no higher than the GPU's
+    ``max_sm_clock_mhz``, a power limit within its range (None stays None: leave it alone).
+    A driver refuses values outside these bounds; holding them here keeps a bad assignment or
+    a hand-edited Slurm comment from failing the whole setting."""
+    if sm_clock_mhz is not None and gpu.max_sm_clock_mhz is not None:
+        if sm_clock_mhz > gpu.max_sm_clock_mhz:
+            log.warning(
+                "GPU %s: SM clock %s MHz capped at its maximum %s MHz",
+                gpu.uuid, sm_clock_mhz, gpu.max_sm_clock_mhz,
+            )  # fmt: skip
+            sm_clock_mhz = gpu.max_sm_clock_mhz
+    if power_limit_w is not None:
+        low, high = gpu.min_power_limit_w, gpu.max_power_limit_w
+        held = power_limit_w
+        if high is not None:
+            held = min(held, high)
+        if low is not None:
+            held = max(held, low)
+        if held != power_limit_w:
+            log.warning(
+                "GPU %s: power limit %s W held to its range [%s, %s] W: %s W",
+                gpu.uuid, power_limit_w, low, high, held,
+            )  # fmt: skip
+        power_limit_w = held
+    return sm_clock_mhz, power_limit_w
 
 
 class GpuBackend(Protocol):
@@ -167,6 +200,9 @@ class NvmlBackend:
         self, index: int, *, sm_clock_mhz: int | None, power_limit_w: float | None
     ) -> None:
         handle = self._handles[index]
+        sm_clock_mhz, power_limit_w = capped_settings(
+            self._info[index], sm_clock_mhz=sm_clock_mhz, power_limit_w=power_limit_w
+        )
         if power_limit_w is not None:
             self._nvml.nvmlDeviceSetPowerManagementLimit(handle, int(round(power_limit_w * 1000)))
             self._touched.add(index)

@@ -92,14 +92,7 @@ class ProcessJob:
 
     def iterations(self) -> float | None:
         """Iterations done, from the progress file; None until the job has written one."""
-        try:
-            text = self.progress_file.read_text().strip()
-        except FileNotFoundError:
-            return None
-        try:
-            return float(text.splitlines()[-1]) if text else None
-        except ValueError:
-            return None  # a half-written file: read it again next tick
+        return read_progress(self.progress_file)
 
     def stop(self, grace_s: float) -> int | None:
         """SIGTERM the group, wait up to ``grace_s`` for the checkpoint, then SIGKILL."""
@@ -129,3 +122,16 @@ class ProcessJob:
                 return log.read().decode(errors="replace")
         except FileNotFoundError:
             return ""
+
+
+def read_progress(path: Path) -> float | None:
+    """The iterations a job wrote into its progress file (the last line counts); None while
+    there is none, or it is half-written (read it again next tick)."""
+    try:
+        text = path.read_text().strip()
+    except OSError:  # not there (yet), or not a readable file
+        return None
+    try:
+        return float(text.splitlines()[-1]) if text else None
+    except ValueError:
+        return None

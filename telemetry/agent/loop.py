@@ -1,7 +1,11 @@
 """The agent's main loop: sample, post, heartbeat, carry out assignments.
 
 Time is a parameter of :meth:`Agent.tick` (the loop in :meth:`Agent.run` passes the wall
-clock), so tests drive the agent tick by tick.
+clock), so tests drive the agent tick by tick. Jobs are carried out by a job runner
+(``runners.py``: processes, simulated jobs, or none); with the ``none`` runner and a
+:class:`~telemetry.agent.monitor.HandoffWatcher` (monitor mode, Slurm runs the jobs) the agent
+fetches no assignments and reports no starts or exits: it applies and restores the GPU settings
+of the Slurm jobs the Prolog hands over and reports their progress.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from typing import Any
 
 from telemetry.agent.backends import GpuBackend, Reading
 from telemetry.agent.client import AgentClient
-from telemetry.agent.jobs import ProcessJob
-from telemetry.agent.simulated import PerfModelUnavailable, SimJob, SimulatedBackend
+from telemetry.agent.jobs import ProcessJob, read_progress
+from telemetry.agent.monitor import HandoffWatcher
+from telemetry.agent.runners import CannotStart, JobRunner, default_runner_name, make_runner
+from telemetry.agent.slurm_handoff import Handoff
 from telemetry.agent.spool import Rejected, ServerUnreachable
 
 log = logging.getLogger(__name__)
@@ -35,14 +41,30 @@ class AgentConfig:
 
 
 class Agent:
-    def __init__(self, backend: GpuBackend, client: AgentClient, config: AgentConfig) -> None:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        client: AgentClient,
+        config: AgentConfig,
+        runner: JobRunner | None = None,
+        handoffs: HandoffWatcher | None = None,
+    ) -> None:
+        """``runner`` None: simulated jobs on the simulated backend, processes otherwise.
+        ``handoffs``: follow the Slurm jobs the Prolog hands over (monitor mode)."""
         self.backend = backend
         self.client = client
         self.config = config
-        self.simulated = isinstance(backend, SimulatedBackend)
+        self.runner = runner or make_runner(
+            default_runner_name(backend),
+            backend,
+            work_dir=config.work_dir,
+            stop_grace_s=config.stop_grace_s,
+        )
+        self.handoffs = handoffs
+        self.slurm_jobs: dict[int, Handoff] = {}  # Slurm job id -> its handoff (monitor mode)
+        self._swept = False
         self.index_by_uuid = {g.uuid: g.index for g in backend.gpus()}
         self.buffer: list[Reading] = []
-        self.jobs: dict[int, ProcessJob] = {}  # real mode
         self.allocation_of: dict[int, int] = {}  # job id -> allocation id it runs under
         self.last_iterations: dict[int, float] = {}
         self._last_progress_at: dict[int, datetime] = {}
@@ -51,6 +73,11 @@ class Agent:
         self._last_heartbeat: datetime | None = None
         self._last_assignments: datetime | None = None
         self.stopping = threading.Event()
+
+    @property
+    def jobs(self) -> dict[int, ProcessJob]:
+        """The job processes (process runner; empty with any other)."""
+        return getattr(self.runner, "jobs", {})
 
     # --- server conversation --------------------------------------------------------------
     def register(self) -> dict[str, Any]:
@@ -101,7 +128,9 @@ class Agent:
                 self.client.post("heartbeat", self.heartbeat_body(now))
             except (ServerUnreachable, Rejected) as exc:
                 log.warning("heartbeat failed: %s", exc)
-        if _due(self._last_assignments, now, self.config.assignment_interval_s):
+        if self.runner.launches_jobs and _due(
+            self._last_assignments, now, self.config.assignment_interval_s
+        ):
             self._last_assignments = now
             try:
                 answer = self.client.request("GET", "assignments")
@@ -109,13 +138,12 @@ class Agent:
                 log.warning("cannot fetch assignments, keeping what runs: %s", exc)
             else:
                 self.reconcile(answer, now)
-        self.send_events(self.watch_jobs(now))
+        events = self.follow_handoffs(now) if self.handoffs is not None else []
+        self.send_events(events + self.watch_jobs(now))
 
     # --- assignments ------------------------------------------------------------------------
     def running_job_ids(self) -> set[int]:
-        if self.simulated:
-            return set(self.backend.jobs)  # type: ignore[attr-defined]
-        return set(self.jobs)
+        return set(self.runner.running())
 
     def reconcile(self, answer: dict[str, Any], now: datetime) -> None:
         """Start what is assigned and not running, restart what moved, stop what is no longer
@@ -169,21 +197,10 @@ class Agent:
         )
 
     def _same_shape(self, job_id: int, assignment: dict[str, Any]) -> bool:
-        if self.simulated:
-            job = self.backend.jobs[job_id]  # type: ignore[attr-defined]
-            same = (
-                job.gpu_indices == tuple(self._indices(assignment))
-                and job.global_batch == assignment["batch_size"]
-            )
-            if same:
-                job.sm_clock_mhz = assignment.get("sm_clock_mhz")
-                job.power_limit_w = assignment.get("power_limit_w")
-            return same
-        running = self.jobs[job_id]
-        return (
-            running.gpu_indices == self._indices(assignment)
-            and running.assignment["batch_size"] == assignment["batch_size"]
-        )
+        same = self.runner.same_shape(job_id, assignment, self._indices(assignment))
+        if same:
+            self.runner.retune(job_id, assignment)
+        return same
 
     def _indices(self, assignment: dict[str, Any]) -> list[int]:
         return sorted(self.index_by_uuid[u] for u in assignment["gpu_uuids"])
@@ -205,97 +222,128 @@ class Agent:
         indices = self._indices(assignment)
         self._apply_settings(assignment)
         self.allocation_of[job_id] = assignment["allocation_id"]
-        if self.simulated:
-            try:
-                self._start_simulated(assignment, indices)
-            except PerfModelUnavailable as exc:
-                # The simulation cannot run what it has no model for: report the job failed
-                # (the same as a real job that cannot start) instead of stopping the agent.
-                log.error("job %s: %s", job_id, exc)
-                event = self._event(
-                    now, job_id, "exited", reason="failed", exit_status=None,
-                    iterations=None, log_tail=f"simulated agent: {exc}",
-                )  # fmt: skip
-                self.finished_allocations.add(assignment["allocation_id"])
-                self.allocation_of.pop(job_id, None)
-                return [event]
-        else:
-            job = ProcessJob(assignment, indices, self.config.work_dir)
-            job.start()
-            self.jobs[job_id] = job
+        try:
+            self.runner.start(assignment, indices)
+        except CannotStart as exc:
+            # Report the job failed (it cannot start here) instead of stopping the agent.
+            log.error("job %s: %s", job_id, exc)
+            self._restore_unless_busy(indices)
+            event = self._event(
+                now, job_id, "exited", reason="failed", exit_status=None,
+                iterations=None, log_tail=str(exc),
+            )  # fmt: skip
+            self.finished_allocations.add(assignment["allocation_id"])
+            self.allocation_of.pop(job_id, None)
+            return [event]
         return [self._event(now, job_id, "started", gpu_uuids=assignment["gpu_uuids"])]
 
-    def _start_simulated(self, assignment: dict[str, Any], indices: list[int]) -> None:
-        self.backend.start_job(  # type: ignore[attr-defined]
-            SimJob(
-                job_id=int(assignment["job_id"]),
-                workload=assignment["workload"],
-                gpu_indices=tuple(indices),
-                global_batch=int(assignment["batch_size"]),
-                sm_clock_mhz=assignment.get("sm_clock_mhz"),
-                power_limit_w=assignment.get("power_limit_w"),
-                done_iters=float(assignment.get("completed_iterations") or 0.0),
-                total_iters=assignment.get("total_iterations"),
-            )
-        )
-
     def stop_job(self, job_id: int, now: datetime, *, reason: str) -> dict[str, Any]:
-        if self.simulated:
-            sim = self.backend.stop_job(job_id)  # type: ignore[attr-defined]
-            iterations, status, tail, indices = sim.done_iters, 0, "", sim.gpu_indices
-        else:
-            job = self.jobs.pop(job_id)
-            status = job.stop(self.config.stop_grace_s)
-            iterations, tail, indices = job.iterations(), job.log_tail(), job.gpu_indices
+        ended = self.runner.stop(job_id)
         event = self._event(
-            now, job_id, "exited", reason=reason, exit_status=status,
-            iterations=iterations, log_tail=tail,
+            now, job_id, "exited", reason=reason, exit_status=ended.status,
+            iterations=ended.iterations, log_tail=ended.log_tail,
         )  # fmt: skip
-        self._release(job_id, indices)
+        self._release(job_id, ended.gpu_indices)
         return event
 
     def _release(self, job_id: int, indices: Any) -> None:
         self.allocation_of.pop(job_id, None)
         self.last_iterations.pop(job_id, None)
         self._last_progress_at.pop(job_id, None)
+        self._restore_unless_busy(indices)
+
+    def _restore_unless_busy(self, indices: Any) -> None:
         busy = {i for j in self._all_running() for i in j}
         for index in indices:
             if index not in busy:  # a co-located job may still hold its settings
                 self.backend.restore_defaults(index)
 
     def _all_running(self) -> list[Any]:
-        if self.simulated:
-            return [j.gpu_indices for j in self.backend.jobs.values()]  # type: ignore[attr-defined]
-        return [j.gpu_indices for j in self.jobs.values()]
+        held_by_slurm = [h.gpu_indices for h in self.slurm_jobs.values()]
+        return list(self.runner.running().values()) + held_by_slurm
+
+    # --- monitor mode (Slurm runs the jobs) -----------------------------------------------
+    def follow_handoffs(self, now: datetime) -> list[dict[str, Any]]:
+        """Apply the settings of Slurm jobs the Prolog handed over, restore the GPUs of those
+        whose file the Epilog removed, and report their progress (no start or exit events:
+        the server learns those from Slurm's accounting)."""
+        assert self.handoffs is not None
+        change = self.handoffs.scan()
+        for handoff in change.gone:
+            self._end_slurm_job(handoff)
+        for handoff in change.appeared:
+            self._begin_slurm_job(handoff)
+        if not self._swept:
+            # A GPU no handoff holds may keep settings of a job whose Epilog ran while no
+            # agent was there to restore it: start from the defaults.
+            self._swept = True
+            held = {i for indices in self._all_running() for i in indices}
+            for gpu in self.backend.gpus():
+                if gpu.index not in held:
+                    self.backend.restore_defaults(gpu.index)
+        events = []
+        for handoff in self.slurm_jobs.values():
+            iterations = read_progress(self.handoffs.progress_file(handoff))
+            events.extend(self._progress(now, handoff.tag.job_id, iterations))
+        return events
+
+    def _begin_slurm_job(self, handoff: Handoff) -> None:
+        known = {g.index for g in self.backend.gpus()}
+        unknown = [i for i in handoff.gpu_indices if i not in known]
+        if unknown:
+            log.error(
+                "Slurm job %s: GPUs %s are not on this node; skipped",
+                handoff.slurm_job_id, unknown,
+            )  # fmt: skip
+            return
+        tag = handoff.tag
+        log.info(
+            "Slurm job %s (Wattflow job %s, allocation %s) on GPUs %s: power limit %s W, "
+            "SM clock %s MHz",
+            handoff.slurm_job_id, tag.job_id, tag.allocation_id, list(handoff.gpu_indices),
+            tag.power_limit_w, tag.sm_clock_mhz,
+        )  # fmt: skip
+        self.slurm_jobs[handoff.slurm_job_id] = handoff
+        self.allocation_of[tag.job_id] = tag.allocation_id
+        for index in handoff.gpu_indices:
+            try:
+                self.backend.apply_settings(
+                    index, sm_clock_mhz=tag.sm_clock_mhz, power_limit_w=tag.power_limit_w
+                )
+            except Exception as exc:  # noqa: BLE001 - a driver refusal must not stop the loop
+                log.error("Slurm job %s: cannot set GPU %s: %s", handoff.slurm_job_id, index, exc)
+
+    def _end_slurm_job(self, handoff: Handoff) -> None:
+        if self.slurm_jobs.pop(handoff.slurm_job_id, None) is None:
+            return  # it was skipped when it appeared
+        log.info("Slurm job %s ended: restoring GPUs %s", handoff.slurm_job_id,
+                 list(handoff.gpu_indices))  # fmt: skip
+        self._release(handoff.tag.job_id, handoff.gpu_indices)
+        for other in self.slurm_jobs.values():
+            # The job's next Slurm job may already run here (its Prolog came first).
+            if other.tag.job_id == handoff.tag.job_id:
+                self.allocation_of[other.tag.job_id] = other.tag.allocation_id
 
     def watch_jobs(self, now: datetime) -> list[dict[str, Any]]:
         """Progress of running jobs (when it moved) and exits of finished ones."""
         events = []
-        if self.simulated:
-            for job in list(self.backend.jobs.values()):  # type: ignore[attr-defined]
-                events.extend(self._progress(now, job.job_id, job.done_iters))
-                if job.finished:
-                    self.finished_allocations.add(self.allocation_of.get(job.job_id))
-                    events.append(self.stop_job(job.job_id, now, reason="completed"))
-            return events
-        for job_id, job in list(self.jobs.items()):
-            events.extend(self._progress(now, job_id, job.iterations()))
-            status = job.poll()
-            if status is not None:
-                self.jobs.pop(job_id)
+        for job_id in list(self.runner.running()):
+            events.extend(self._progress(now, job_id, self.runner.iterations(job_id)))
+            ended = self.runner.ended(job_id)
+            if ended is not None:
                 self.finished_allocations.add(self.allocation_of.get(job_id))
                 events.append(
                     self._event(
                         now,
                         job_id,
                         "exited",
-                        reason="completed" if status == 0 else "failed",
-                        exit_status=status,
-                        iterations=job.iterations(),
-                        log_tail=job.log_tail(),
+                        reason="completed" if ended.status == 0 else "failed",
+                        exit_status=ended.status,
+                        iterations=ended.iterations,
+                        log_tail=ended.log_tail,
                     )  # fmt: skip
                 )
-                self._release(job_id, job.gpu_indices)
+                self._release(job_id, ended.gpu_indices)
         return events
 
     def _progress(self, now: datetime, job_id: int, iterations: float | None) -> list[dict]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from telemetry.agent.backends import GpuInfo, Reading
+from telemetry.agent.backends import GpuInfo, Reading, capped_settings
 
 
 class PerfModelUnavailable(RuntimeError):
@@ -120,11 +120,24 @@ class SimulatedBackend:
         self._power_w = [self._idle_w] * n_gpus
         self._last: datetime | None = None
         self.jobs: dict[int, SimJob] = {}
+        # Settings applied to each GPU (index -> (SM clock, power limit)), as a driver keeps
+        # them: what a GPU without a simulated job reports (under Slurm, the job is not ours).
+        self.settings: dict[int, tuple[int | None, float | None]] = {}
 
     # --- jobs -------------------------------------------------------------------------
     def start_job(self, job: SimJob) -> None:
         job.model = perf_model_for(job.workload, self.gpu_model)
         self.jobs[job.job_id] = job
+        self._refresh_power()
+
+    def retune_job(
+        self, job_id: int, *, sm_clock_mhz: int | None, power_limit_w: float | None
+    ) -> None:
+        """New clock or power limit of a running job: its progress and its GPUs' power follow
+        from the next interval on."""
+        job = self.jobs[job_id]
+        job.sm_clock_mhz = sm_clock_mhz
+        job.power_limit_w = power_limit_w
         self._refresh_power()
 
     def stop_job(self, job_id: int) -> SimJob | None:
@@ -199,8 +212,9 @@ class SimulatedBackend:
         readings = []
         for info in self._info:
             jobs = on_gpu.get(info.index, [])
-            clock = next((j.sm_clock_mhz for j in jobs if j.sm_clock_mhz), None)
-            limit = next((j.power_limit_w for j in jobs if j.power_limit_w), None)
+            applied_clock, applied_limit = self.settings.get(info.index, (None, None))
+            clock = next((j.sm_clock_mhz for j in jobs if j.sm_clock_mhz), applied_clock)
+            limit = next((j.power_limit_w for j in jobs if j.power_limit_w), applied_limit)
             readings.append(
                 Reading(
                     gpu_uuid=info.uuid,
@@ -219,11 +233,19 @@ class SimulatedBackend:
     def apply_settings(
         self, index: int, *, sm_clock_mhz: int | None, power_limit_w: float | None
     ) -> None:
-        # Settings travel with the SimJob (they change its perf-model config); nothing to do.
-        return None
+        # A simulated job's own settings travel with its SimJob (they change its perf-model
+        # config); the GPU keeps what was applied, held to its range as NVML's would be.
+        clock, limit = capped_settings(
+            self._info[index], sm_clock_mhz=sm_clock_mhz, power_limit_w=power_limit_w
+        )
+        old_clock, old_limit = self.settings.get(index, (None, None))
+        self.settings[index] = (
+            old_clock if clock is None else clock,
+            old_limit if limit is None else limit,
+        )
 
     def restore_defaults(self, index: int) -> None:
-        return None
+        self.settings.pop(index, None)
 
     def close(self) -> None:
         return None

@@ -1,0 +1,91 @@
+"""``python -m telemetry.agent.nvml_check [--gpu 0] [--samples 3]``: the agent's NVML backend on
+the real GPUs of this machine, printed, for the first run on real hardware (the tests only ever
+drive it through a fake of ``pynvml``).
+
+It prints what the agent would register, a few readings of every GPU, then on one GPU sets the
+power limit to the middle of its range and locks the SM clock below its maximum, reads back what
+the driver enforces, restores the defaults and reads again. Setting limits and clocks needs
+root; where the driver refuses, the refusal is printed and the run goes on (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from telemetry.agent.backends import NvmlBackend, Reading
+
+
+def _reading(r: Reading) -> str:
+    energy = "-" if r.energy_j is None else f"{r.energy_j:.1f} J"
+    return (
+        f"  {r.gpu_uuid}: {r.power_w:.1f} W, energy counter {energy}, util {r.util_pct}%, "
+        f"mem {r.mem_used_mib:.0f} MiB, {r.temp_c} C, SM {r.sm_clock_mhz} MHz, "
+        f"limit {r.power_limit_w} W"
+    )
+
+
+def run(nvml: Any | None, *, gpu: int, samples: int, out: TextIO, pause_s: float = 1.0) -> int:
+    backend = NvmlBackend(nvml=nvml)
+    failures = 0
+    try:
+        gpus = backend.gpus()
+        out.write(f"{len(gpus)} GPU(s)\n")
+        for info in gpus:
+            out.write(f"  {info.to_wire()}\n")
+        if not 0 <= gpu < len(gpus):
+            out.write(f"no GPU {gpu} on this machine\n")
+            return 2
+        for n in range(samples):
+            out.write(f"reading {n + 1}\n")
+            for r in backend.read(datetime.now(UTC)):
+                out.write(_reading(r) + "\n")
+            time.sleep(pause_s)
+        info = gpus[gpu]
+        limit = None
+        if info.min_power_limit_w is not None and info.max_power_limit_w is not None:
+            limit = round((info.min_power_limit_w + info.max_power_limit_w) / 2)
+        clock = None if info.max_sm_clock_mhz is None else round(info.max_sm_clock_mhz * 0.7)
+        out.write(f"GPU {gpu}: set power limit {limit} W, lock SM clock {clock} MHz\n")
+        try:
+            backend.apply_settings(gpu, sm_clock_mhz=clock, power_limit_w=limit)
+        except Exception as exc:  # noqa: BLE001 - report the driver's answer, whatever it is
+            failures += 1
+            out.write(f"  refused: {exc!r}\n")
+        time.sleep(pause_s)
+        out.write("  " + _reading(backend.read(datetime.now(UTC))[gpu]).strip() + "\n")
+        out.write(f"GPU {gpu}: restore defaults\n")
+        backend.restore_defaults(gpu)
+        time.sleep(pause_s)
+        after = backend.read(datetime.now(UTC))[gpu]
+        out.write("  " + _reading(after).strip() + "\n")
+        default_w = info.default_power_limit_w
+        if default_w is not None and after.power_limit_w != default_w:
+            failures += 1
+            out.write(f"  limit not back at the default {info.default_power_limit_w} W\n")
+    finally:
+        backend.close()
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m telemetry.agent.nvml_check")
+    parser.add_argument("--gpu", type=int, default=0, help="the GPU to set and restore")
+    parser.add_argument("--samples", type=int, default=3, help="readings of every GPU")
+    args = parser.parse_args(argv)
+    if args.samples < 0:
+        parser.error("--samples must not be negative")
+    import pynvml
+
+    try:
+        return run(None, gpu=args.gpu, samples=args.samples, out=sys.stdout)
+    except pynvml.NVMLError as exc:
+        sys.stderr.write(f"nvml_check: NVML is not usable here: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
