@@ -213,14 +213,19 @@ print_env() {
     echo "WATTFLOW_SLURM_ACCOUNT=wattflow"
 }
 
-stop_pidfile() {  # stop_pidfile FILE: TERM, then KILL after 10 s
-    local f=$1
-    pid_alive "$f" || { rm -f "$f"; return 0; }
-    local pid; pid="$(cat "$f")"
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
-    rm -f "$f"
+stop_pidfiles() {  # stop_pidfiles FILE...: TERM to all at once, KILL what is left after 10 s
+    local pids=() f
+    for f in "$@"; do
+        pid_alive "$f" && pids+=("$(cat "$f")") && kill "${pids[-1]}" 2>/dev/null
+    done
+    for _ in $(seq 100); do
+        local alive=0 p
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        ((alive)) || break
+        sleep 0.1
+    done
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null; done
+    rm -f "$@"
 }
 
 case "$cmd" in
@@ -237,12 +242,9 @@ up)
     print_env
     ;;
 down)
-    stop_pidfile "$STATE/run/slurmrestd.pid"
-    for n in n1 n2; do stop_pidfile "$STATE/run/slurmd-$n.pid"; done
-    stop_pidfile "$STATE/run/slurmctld.pid"
-    stop_pidfile "$STATE/run/slurmdbd.pid"
-    stop_pidfile "$STATE/run/mariadb.pid"
-    stop_pidfile "$STATE/run/munged.pid"  # only when this script started it
+    stop_pidfiles "$STATE"/run/{slurmrestd,slurmd-n1,slurmd-n2,slurmctld}.pid
+    # then what they report to; munged only when this script started it (else no pid file)
+    stop_pidfiles "$STATE"/run/{slurmdbd,mariadb,munged}.pid
     say "down: $STATE"
     ;;
 env)
