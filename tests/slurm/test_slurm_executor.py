@@ -213,3 +213,34 @@ def test_reconciler_cancels_a_wattflow_slurm_job_no_allocation_owns(
     assert report.unknown_cancelled == [orphan]
     assert slurm_job(slurm_cli, foreign).active
     wait_for(lambda: not slurm_job(slurm_cli, orphan).active, what="the orphan cancelled")
+
+
+def test_slurm_check_names_the_version_what_is_missing_and_the_nodes(
+    slurm_settings, slurm_nodes, make_node
+):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    # given a Wattflow node Slurm does not know
+    make_node("n9", gpus=1)
+    out = StringIO()
+
+    # when the check runs
+    call_command("slurm_check", stdout=out)
+
+    # then it names Slurm's version, what Slurm lacks, and each node's standing
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Slurm 22.05 through its CLI")
+    assert any(line.startswith("MISSING in Slurm: GPU power limits") for line in lines)
+    assert "node n1: in Slurm, idle" in lines and "node n2: in Slurm, idle" in lines
+    assert lines[-1].startswith("MISSING in Slurm: 1 Wattflow node(s) (n9)")
+
+
+def test_slurm_check_fails_with_one_line_when_slurm_is_unreachable(settings, db):
+    from django.core.management import CommandError, call_command
+
+    settings.WATTFLOW_SLURM_BIN_DIR = "/nonexistent-slurm/bin"
+
+    with pytest.raises(CommandError, match=r"^Slurm is not reachable: sinfo not found"):
+        call_command("slurm_check")
