@@ -338,6 +338,23 @@ WATTFLOW_DEFAULT_POLICY = env_str("WATTFLOW_DEFAULT_POLICY", "powerflow")
 # re-queued (the agent heart-beats every 15 s by default).
 WATTFLOW_NODE_TIMEOUT_S = env_int("WATTFLOW_NODE_TIMEOUT_S", 60)
 WATTFLOW_LIVENESS_INTERVAL_S = env_int("WATTFLOW_LIVENESS_INTERVAL_S", 15)
+# Who carries out a committed round (scheduling/executors): "agent" (the node agents poll
+# their assignments and launch jobs themselves) or "slurm" (one Slurm job per allocation,
+# submitted through Slurm's CLI; docs/slurm.md). The Slurm executor's account and partition
+# (or reservation) are the ones an admin gave Wattflow, with Operator rights on them.
+WATTFLOW_EXECUTOR = env_str("WATTFLOW_EXECUTOR", "agent")
+WATTFLOW_SLURM_PARTITION = env_str("WATTFLOW_SLURM_PARTITION", "gpu")
+WATTFLOW_SLURM_ACCOUNT = env_str("WATTFLOW_SLURM_ACCOUNT", "")
+WATTFLOW_SLURM_RESERVATION = env_str("WATTFLOW_SLURM_RESERVATION", "")
+# slurm.conf for the CLI (empty: Slurm's default lookup), the directory holding sbatch,
+# squeue... (empty: PATH), and a directory shared with the nodes for the jobs' output files.
+WATTFLOW_SLURM_CONF = env_str("WATTFLOW_SLURM_CONF", "")
+WATTFLOW_SLURM_BIN_DIR = env_str("WATTFLOW_SLURM_BIN_DIR", "")
+WATTFLOW_SLURM_OUTPUT_DIR = env_str(
+    "WATTFLOW_SLURM_OUTPUT_DIR", str(WATTFLOW_VAR_DIR / "slurm-output")
+)
+# A CLI call that takes longer than this fails the step (the next round tries again).
+WATTFLOW_SLURM_COMMAND_TIMEOUT_S = env_int("WATTFLOW_SLURM_COMMAND_TIMEOUT_S", 30)
 CELERY_BEAT_SCHEDULE["scheduling-round"] = _every(
     "scheduling.tasks.run_scheduling_round_task", WATTFLOW_ROUND_INTERVAL_S
 )

@@ -21,6 +21,16 @@ def check_scheduling_settings(app_configs, **kwargs):
                 id="scheduling.E001",
             )
         )
+    from scheduling.executors import EXECUTOR_NAMES
+
+    if settings.WATTFLOW_EXECUTOR not in EXECUTOR_NAMES:
+        problems.append(
+            Error(
+                f"WATTFLOW_EXECUTOR={settings.WATTFLOW_EXECUTOR!r} is not an executor.",
+                hint=f"Use one of: {', '.join(EXECUTOR_NAMES)}.",
+                id="scheduling.E003",
+            )
+        )
     for name in ("WATTFLOW_ROUND_INTERVAL_S", "WATTFLOW_LIVENESS_INTERVAL_S"):
         if getattr(settings, name) < 1:
             problems.append(Error(f"{name} must be at least 1 second.", id="scheduling.E002"))

@@ -286,3 +286,47 @@ class JobSchedulingState(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id}: {self.wait_code or 'not waiting'}"
+
+
+# --- executors ----------------------------------------------------------------------------
+
+
+class SlurmJob(models.Model):
+    """One Slurm job the Slurm executor submitted for an allocation (issue 14).
+
+    ``allocation`` is the allocation the Slurm job serves now: a retune (same nodes and GPU
+    counts, new batch or power limit) re-points it to the job's new allocation instead of
+    restarting the job. At most one Slurm job serves an allocation, and an allocation with a
+    row here is never submitted again, so a crash between ``sbatch`` and the next round never
+    runs a job twice. ``cancel_requested_at`` marks the jobs Wattflow stopped itself, so the
+    reconciler tells them from jobs cancelled outside Wattflow. ``ended_at``/``slurm_state``/
+    ``exit_code`` are Slurm's word on how it ended (``squeue``, else ``sacct``).
+    """
+
+    slurm_job_id = models.PositiveBigIntegerField(unique=True)
+    job = models.ForeignKey("cluster.Job", on_delete=models.CASCADE, related_name="slurm_jobs")
+    allocation = models.OneToOneField(
+        "cluster.JobAllocation", on_delete=models.CASCADE, related_name="slurm_job"
+    )
+    nodes = models.CharField(max_length=1000, help_text="Slurm node list it was placed on.")
+    gpus_per_node = models.PositiveSmallIntegerField()
+    submitted_at = models.DateTimeField()
+    released_at = models.DateTimeField(null=True, blank=True)
+    running_at = models.DateTimeField(null=True, blank=True, help_text="First seen running.")
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True, help_text="Seen finished in Slurm.")
+    slurm_state = models.CharField(max_length=32, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["slurm_job_id"],
+                condition=models.Q(ended_at__isnull=True),
+                name="slurmjob_live_idx",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"Slurm job {self.slurm_job_id} (job {self.job_id})"

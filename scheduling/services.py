@@ -4,13 +4,18 @@
 
 1. take the PostgreSQL advisory lock ``ROUND_LOCK_KEY`` with ``pg_try_advisory_xact_lock``;
    a round started while another holds it returns at once (``RoundResult.ran`` false);
-2. re-queue the jobs of nodes that stopped heart-beating (``mark_silent_nodes``);
+2. re-queue the jobs of nodes that stopped heart-beating (``mark_silent_nodes``), and let the
+   executor (``WATTFLOW_EXECUTOR``: the agents, or Slurm) repair drift between what runs and
+   the allocations (``Executor.reconcile``);
 3. fold new telemetry into each running job's refinement scales;
 4. build the snapshot (``scheduling.adapters``), call the core's ``plan_round`` with the
    configured policy, and apply the plan through ``cluster.services`` (conditional updates:
    a job cancelled or finished meanwhile makes its change a recorded, skipped decision);
 5. record the round, its decisions and each waiting job's reason, keep the policy's state,
    and broadcast the result to dashboards after commit.
+
+After the commit, the executor carries the round out (``Executor.carry_out``: for Slurm,
+submit and cancel jobs; for the agents nothing, as they poll their assignments).
 
 The lock is transaction-scoped, so it is released by the commit or rollback that ends the
 round, even if the worker dies mid-round.
@@ -38,6 +43,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.utils import timezone
 
 from cluster import services as cluster_services
 from cluster.choices import HardLimitAction, JobState
@@ -47,6 +53,7 @@ from scheduling import adapters
 from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core import types as core
 from scheduling.core.round import plan_round
+from scheduling.executors import Executor, get_executor
 from scheduling.liveness import mark_silent_nodes
 from scheduling.models import (
     JobSchedulingState,
@@ -75,6 +82,7 @@ class RoundResult:
     applied: int = 0
     failed: int = 0
     requeued: int = 0
+    reconciled: int = 0
 
 
 def try_round_lock() -> bool:
@@ -148,6 +156,8 @@ def run_scheduling_round(
         if not force and not _round_due(config, now):
             return RoundResult(ran=False, skipped="not_due")
         requeued = mark_silent_nodes(now=now)
+        executor = get_executor()
+        reconciled = executor.reconcile(now=now)
         catalog = adapters.current_catalog()
         running = list(
             Job.objects.filter(state=JobState.RUNNING, current_allocation__isnull=False)
@@ -179,6 +189,10 @@ def run_scheduling_round(
         )
         summary = round_summary(round_row, plan, rows, decisions)
         transaction.on_commit(lambda: broadcast_round(summary))
+        if executor.carries_out:
+            # robust: a failing executor is logged and repaired by the next round; the round's
+            # own work has committed and stands.
+            transaction.on_commit(lambda: carry_out(executor), robust=True)
     log.info(
         "round %s (%s): %d running, %d waiting, %d changes applied, %d failed",
         round_row.pk, plan.policy, len(plan.allocations), len(plan.waiting), applied, failed,
@@ -190,7 +204,18 @@ def run_scheduling_round(
         applied=applied,
         failed=failed,
         requeued=len(requeued),
+        reconciled=reconciled.changes,
     )
+
+
+def carry_out(executor: Executor | None = None):
+    """Let the executor make running work match the open allocations (after a round's commit;
+    also callable alone, e.g. by a test or a command)."""
+    executor = executor or get_executor()
+    report = executor.carry_out(now=timezone.now())
+    for error in report.errors:
+        log.warning("executor %s: %s", executor.name, error)
+    return report
 
 
 def _json_safe(state: Any) -> Any:

@@ -20,6 +20,7 @@ def run_scheduling_round_task() -> dict:
         "applied": result.applied,
         "failed": result.failed,
         "requeued": result.requeued,
+        "reconciled": result.reconciled,
     }
 
 

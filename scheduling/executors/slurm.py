@@ -1,0 +1,498 @@
+"""The Slurm executor: Wattflow plans, an existing Slurm cluster runs the jobs (issue 14).
+
+One Slurm job per allocation. ``carry_out`` (after a round commits) submits each open
+allocation that has no Slurm job yet with ``sbatch --hold`` on exactly the planned nodes
+(``--nodelist``, ``--gres=gpu:N`` per node), Wattflow's tag in ``--comment``
+(``telemetry.agent.slurm_handoff.SlurmJobTag``) and ``WATTFLOW_JOB_ID`` /
+``WATTFLOW_ALLOCATION_ID`` in its environment, output appended to one file per Wattflow job,
+then releases them all with one ``scontrol release``. A Slurm job whose allocation closed is
+stopped with ``scancel`` (SIGTERM: the job checkpoints; SIGKILL after KillWait); a paused job
+resumes, and a resized or moved one restarts, as a new Slurm job. A retune (same nodes and GPU
+counts, new batch size, clock or power limit) keeps the Slurm job and updates its comment.
+
+``reconcile`` (inside every round, under the round lock) reads ``squeue``/``sinfo`` (and
+``sacct`` for jobs slurmctld has forgotten) and repairs the database through
+``cluster.services``: a job that completed or failed in Slurm is completed or failed with its
+exit code and log tail; one cancelled outside Wattflow is cancelled; one lost with its node
+(NODE_FAIL, preemption) is re-queued; a node down or drained in Slurm is drained (and undrained
+when Slurm has it back, if the drain was the reconciler's); a Slurm job with a Wattflow comment
+that no allocation owns (e.g. submitted just before a crash) is cancelled.
+
+Slurm picks the GPU indices on a node (it can only be told exact indices with one GRES type
+per GPU); the node's Prolog hands them to the agent by ``SLURM_JOB_GPUS``. An allocation over
+several nodes with unequal GPU counts asks for the largest count on each of its nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models.functions import Now
+
+from cluster import services as cluster_services
+from cluster.choices import JobState, NodeStatus
+from cluster.models import AuditEntry, Job, JobAllocation, Node
+from scheduling.executors.base import ExecutionReport, Executor, ReconcileReport
+from scheduling.executors.slurm_cli import (
+    SlurmCli,
+    SlurmError,
+    SlurmJobInfo,
+    SlurmNodeInfo,
+    Submission,
+)
+from scheduling.models import SlurmJob
+from telemetry.agent.slurm_handoff import SlurmJobTag
+from telemetry.services import checkpoint_dir, iterations_at_batch
+
+log = logging.getLogger(__name__)
+
+# Serialises carry_out with reconcile ("wflowSLM" in ASCII): the reconciler must never see a
+# Slurm job that carry_out submitted but has not recorded yet, or it would cancel it as unknown.
+EXECUTOR_LOCK_KEY = 0x77666C6F77534C4D
+RECONCILER_NAME = "slurm-reconciler"
+LOG_TAIL_CHARS = 4000
+# Run when a job has no command: the Slurm job holds its GPUs while the node agent reports
+# (simulated) progress; the job ends when Wattflow completes it and cancels the Slurm job.
+PLACEHOLDER_COMMAND = "exec sleep infinity"
+# How an ended Slurm job leaves the Wattflow job whose current allocation it served.
+_FAILED_STATES = frozenset(
+    {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "BOOT_FAIL", "SPECIAL_EXIT"}
+)
+_LOST_STATES = frozenset({"NODE_FAIL", "PREEMPTED"})
+
+
+class _Reconciler:
+    """The actor named in the audit log when the reconciler drains or undrains a node."""
+
+    username = RECONCILER_NAME
+    is_authenticated = False
+
+
+@dataclass(frozen=True)
+class Placement:
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+
+    @classmethod
+    def of(cls, allocation: JobAllocation) -> Placement:
+        counts = Counter(gpu.node.name for gpu in allocation.gpus.all())
+        return cls(tuple(sorted(counts)), max(counts.values(), default=0))
+
+
+def _lock() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [EXECUTOR_LOCK_KEY])
+
+
+def exit_status(info: SlurmJobInfo) -> int | None:
+    """Shell convention: the exit code, or 128 + the signal that killed the job."""
+    if info.signal:
+        return 128 + info.signal
+    return info.exit_code
+
+
+class SlurmExecutor(Executor):
+    name = "slurm"
+
+    def __init__(
+        self,
+        cli: SlurmCli,
+        *,
+        partition: str = "",
+        account: str = "",
+        reservation: str = "",
+        output_dir: str | Path = "",
+    ) -> None:
+        self.cli = cli
+        self.partition = partition
+        self.account = account
+        self.reservation = reservation
+        self.output_dir = Path(output_dir or settings.WATTFLOW_VAR_DIR / "slurm-output")
+
+    @classmethod
+    def from_settings(cls) -> SlurmExecutor:
+        return cls(
+            SlurmCli(
+                conf=settings.WATTFLOW_SLURM_CONF,
+                bin_dir=settings.WATTFLOW_SLURM_BIN_DIR,
+                timeout_s=settings.WATTFLOW_SLURM_COMMAND_TIMEOUT_S,
+            ),
+            partition=settings.WATTFLOW_SLURM_PARTITION,
+            account=settings.WATTFLOW_SLURM_ACCOUNT,
+            reservation=settings.WATTFLOW_SLURM_RESERVATION,
+            output_dir=settings.WATTFLOW_SLURM_OUTPUT_DIR,
+        )
+
+    # --- capabilities -------------------------------------------------------------------------
+
+    def capabilities(self) -> list[str]:
+        """What this Slurm offers Wattflow and what it lacks, one line each (``slurm_check``)."""
+        major, minor = self.cli.version()
+        lines = [f"Slurm {major}.{minor:02d} through its CLI ({self.cli.conf or 'default conf'})"]
+        if (major, minor) < (21, 8):
+            lines.append("MISSING: squeue/sinfo --json (need Slurm 21.08 or later)")
+        if (major, minor) < (23, 2):
+            lines.append(
+                "sacct --json reports exit code 0 for every job before 23.02: read as text"
+            )
+        lines.append(
+            "not used: slurmrestd (JWT): every call goes through the CLI, which needs munge "
+            "and the Slurm client on the Wattflow host"
+        )
+        lines.append(
+            "MISSING in Slurm: GPU power limits and clocks (--gpu-freq needs gpu_nvml); the "
+            "node agent applies them from the Prolog's handoff file"
+        )
+        return lines
+
+    # --- carry out ----------------------------------------------------------------------------
+
+    def output_path(self, job_id: int) -> Path:
+        return self.output_dir / f"wattflow-job-{job_id}.out"
+
+    def submission(self, allocation: JobAllocation) -> Submission:
+        job = allocation.job
+        place = Placement.of(allocation)
+        gpu_count = allocation.gpus.count()
+        tag = SlurmJobTag(
+            job_id=job.pk,
+            allocation_id=allocation.pk,
+            power_limit_w=allocation.power_limit_w,
+            sm_clock_mhz=allocation.sm_clock_mhz,
+        )
+        total = iterations_at_batch(
+            job.total_iterations, from_batch=job.global_batch_size, to_batch=allocation.batch_size
+        )
+        done = iterations_at_batch(
+            job.completed_iterations,
+            from_batch=job.global_batch_size,
+            to_batch=allocation.batch_size,
+        )
+        env = {
+            "WATTFLOW_WORKLOAD": job.workload,
+            "WATTFLOW_BATCH_SIZE": str(allocation.batch_size),
+            "WATTFLOW_GPU_COUNT": str(gpu_count),
+            "WATTFLOW_CHECKPOINT_DIR": checkpoint_dir(job),
+            "WATTFLOW_TOTAL_ITERATIONS": repr(total),
+            "WATTFLOW_COMPLETED_ITERATIONS": repr(done),
+        }
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        script = (
+            "#!/bin/bash\n"
+            f"# Wattflow job {job.pk}, allocation {allocation.pk} (submitted by Wattflow)\n"
+            f"{exports}{job.command.strip() or PLACEHOLDER_COMMAND}\n"
+        )
+        return Submission(
+            script=script,
+            name=f"wattflow-{job.pk}",
+            comment=tag.comment(),
+            nodelist=place.nodes,
+            gpus_per_node=place.gpus_per_node,
+            output=str(self.output_path(job.pk)),
+            export={
+                "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "WATTFLOW_JOB_ID": str(job.pk),
+                "WATTFLOW_ALLOCATION_ID": str(allocation.pk),
+            },
+            partition=self.partition,
+            account=self.account,
+            reservation=self.reservation,
+        )
+
+    def carry_out(self, *, now: datetime) -> ExecutionReport:
+        report = ExecutionReport()
+        with transaction.atomic():
+            _lock()
+            try:
+                active = {j.job_id: j for j in self.cli.jobs() if j.active}
+            except SlurmError as exc:
+                report.errors.append(str(exc))
+                return report
+            open_allocs = list(
+                JobAllocation.objects.filter(ended_at__isnull=True, job__state=JobState.RUNNING)
+                .select_related("job")
+                .prefetch_related("gpus__node")
+                .order_by("pk")
+            )
+            by_job = {a.job_id: a for a in open_allocs}
+            served = set(
+                SlurmJob.objects.filter(allocation__in=open_allocs).values_list(
+                    "allocation_id", flat=True
+                )
+            )
+            self._stop_or_retune(active, by_job, served, now=now, report=report)
+            self._submit([a for a in open_allocs if a.pk not in served], now=now, report=report)
+        return report
+
+    def _stop_or_retune(
+        self,
+        active: dict[int, SlurmJobInfo],
+        by_job: dict[int, JobAllocation],
+        served: set[int],
+        *,
+        now: datetime,
+        report: ExecutionReport,
+    ) -> None:
+        live = SlurmJob.objects.filter(
+            ended_at__isnull=True,
+            cancel_requested_at__isnull=True,
+            allocation__ended_at__isnull=False,
+        ).select_related("allocation")
+        to_stop: list[SlurmJob] = []
+        for row in live:
+            new = by_job.get(row.job_id)
+            if (
+                new is not None
+                and new.pk not in served
+                and row.slurm_job_id in active
+                and Placement.of(new) == Placement(tuple(row.nodes.split(",")), row.gpus_per_node)
+            ):
+                tag = SlurmJobTag(row.job_id, new.pk, new.power_limit_w, new.sm_clock_mhz)
+                try:
+                    self.cli.set_comment(row.slurm_job_id, tag.comment())
+                except SlurmError as exc:
+                    report.errors.append(str(exc))
+                else:
+                    SlurmJob.objects.filter(pk=row.pk).update(allocation=new)
+                    served.add(new.pk)
+                    report.retuned.append(row.slurm_job_id)
+                    continue
+            to_stop.append(row)
+        running = [r.slurm_job_id for r in to_stop if r.slurm_job_id in active]
+        if running:
+            try:
+                self.cli.cancel(running)
+            except SlurmError:
+                # One job ended between squeue and scancel: cancel the others one by one.
+                for slurm_id in running:
+                    try:
+                        self.cli.cancel([slurm_id])
+                    except SlurmError as exc:
+                        report.errors.append(str(exc))
+        # Marked whether or not it was still running: its end is Wattflow's doing either way.
+        SlurmJob.objects.filter(pk__in=[r.pk for r in to_stop]).update(cancel_requested_at=now)
+        report.stopped.extend(running)
+
+    def _submit(
+        self, allocations: list[JobAllocation], *, now: datetime, report: ExecutionReport
+    ) -> None:
+        if not allocations:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        held: list[int] = []
+        for allocation in allocations:
+            sub = self.submission(allocation)
+            try:
+                slurm_id = self.cli.submit_held(sub)
+            except SlurmError as exc:
+                report.errors.append(f"job {allocation.job_id}: {exc}")
+                continue
+            SlurmJob.objects.create(
+                slurm_job_id=slurm_id,
+                job_id=allocation.job_id,
+                allocation=allocation,
+                nodes=",".join(sub.nodelist),
+                gpus_per_node=sub.gpus_per_node,
+                submitted_at=now,
+            )
+            held.append(slurm_id)
+        if not held:
+            return
+        try:
+            self.cli.release(held)
+        except SlurmError as exc:
+            # Still held: the reconciler's next pass sees them pending; release them again.
+            report.errors.append(str(exc))
+            return
+        SlurmJob.objects.filter(slurm_job_id__in=held).update(released_at=now)
+        report.submitted.extend(held)
+
+    # --- reconcile ----------------------------------------------------------------------------
+
+    def reconcile(self, *, now: datetime) -> ReconcileReport:
+        report = ReconcileReport()
+        with transaction.atomic():
+            _lock()
+            try:
+                jobs = self.cli.jobs()
+                nodes = self.cli.nodes()
+            except SlurmError as exc:
+                report.errors.append(str(exc))
+                log.warning("Slurm reconciler skipped this round: %s", exc)
+                return report
+            self._reconcile_nodes(nodes, report)
+            self._reconcile_jobs(jobs, now=now, report=report)
+            self._release_stuck_holds(jobs, report)
+            self._cancel_unknown(jobs, report)
+        if report.changes:
+            log.info("Slurm reconciler: %s", report)
+        return report
+
+    def _reconcile_nodes(self, nodes: list[SlurmNodeInfo], report: ReconcileReport) -> None:
+        by_name = {n.name: n for n in nodes}
+        for node in Node.objects.filter(name__in=by_name):
+            info = by_name[node.name]
+            try:
+                if not info.available and node.status == NodeStatus.HEALTHY:
+                    cluster_services.drain_node(node, actor=_Reconciler())
+                    report.nodes_drained.append(node.name)
+                elif (
+                    info.available
+                    and node.status == NodeStatus.DRAINING
+                    and self._drained_by_reconciler(node)
+                ):
+                    cluster_services.undrain_node(node, actor=_Reconciler())
+                    report.nodes_restored.append(node.name)
+            except cluster_services.NodeStateError as exc:
+                report.errors.append(str(exc))
+
+    @staticmethod
+    def _drained_by_reconciler(node: Node) -> bool:
+        last = (
+            AuditEntry.objects.filter(object_type="node", object_id=str(node.pk))
+            .order_by("-at", "-id")
+            .first()
+        )
+        return (
+            last is not None
+            and last.actor_username == RECONCILER_NAME
+            and (last.after or {}).get("status") == NodeStatus.DRAINING
+        )
+
+    def _reconcile_jobs(
+        self, jobs: list[SlurmJobInfo], *, now: datetime, report: ReconcileReport
+    ) -> None:
+        by_id = {j.job_id: j for j in jobs}
+        live = list(SlurmJob.objects.filter(ended_at__isnull=True).order_by("pk"))
+        forgotten = [r.slurm_job_id for r in live if r.slurm_job_id not in by_id]
+        if forgotten:
+            try:
+                for info in self.cli.accounting(forgotten):
+                    by_id.setdefault(info.job_id, info)
+            except SlurmError as exc:
+                report.errors.append(str(exc))
+        for row in live:
+            info = by_id.get(row.slurm_job_id)
+            if info is None:
+                continue  # neither slurmctld nor accounting has it (yet): look again next round
+            if info.active:
+                updates = {}
+                if info.state != row.slurm_state:
+                    updates["slurm_state"] = info.state
+                if info.state == "RUNNING" and row.running_at is None:
+                    updates["running_at"] = now
+                if updates:
+                    SlurmJob.objects.filter(pk=row.pk).update(**updates)
+                continue
+            self._job_ended(row, info, now=now, report=report)
+
+    def _job_ended(
+        self, row: SlurmJob, info: SlurmJobInfo, *, now: datetime, report: ReconcileReport
+    ) -> None:
+        ended = SlurmJob.objects.filter(pk=row.pk, ended_at__isnull=True).update(
+            ended_at=now, slurm_state=info.state, exit_code=exit_status(info)
+        )
+        if ended != 1:
+            return
+        tail = self._log_tail(row.job_id, info)
+        job = Job.objects.get(pk=row.job_id)
+        if (
+            row.cancel_requested_at is not None
+            or job.state != JobState.RUNNING
+            or job.current_allocation_id != row.allocation_id
+        ):
+            # Stopped by Wattflow, or no longer the job's current run: only keep its log.
+            if tail:
+                Job.objects.filter(pk=job.pk).update(log_tail=tail)
+            return
+        status = exit_status(info)
+        try:
+            if info.state == "COMPLETED" and status == 0:
+                cluster_services.transition_job(
+                    job,
+                    to=JobState.COMPLETED,
+                    at=now,
+                    exit_status=0,
+                    log_tail=tail,
+                    completed_iterations=float(job.total_iterations),
+                )
+                report.jobs_finished.append(job.pk)
+            elif info.state == "CANCELLED":
+                cluster_services.transition_job(
+                    job,
+                    to=JobState.CANCELLED,
+                    at=now,
+                    exit_status=status,
+                    log_tail=tail,
+                    pending_reason_code="slurm_cancelled",
+                    pending_reason=f"Slurm job {info.job_id} was cancelled outside Wattflow.",
+                )
+                report.jobs_cancelled.append(job.pk)
+            elif info.state in _LOST_STATES:
+                cluster_services.transition_job(
+                    job,
+                    to=JobState.QUEUED,
+                    at=now,
+                    log_tail=tail,
+                    pending_reason_code="node_lost",
+                    pending_reason=f"Re-queued: Slurm job {info.job_id} ended {info.state}.",
+                )
+                report.jobs_requeued.append(job.pk)
+            else:
+                cluster_services.transition_job(
+                    job, to=JobState.FAILED, at=now, exit_status=status, log_tail=tail
+                )
+                report.jobs_finished.append(job.pk)
+        except cluster_services.InvalidTransition as exc:
+            report.errors.append(str(exc))
+
+    def _log_tail(self, job_id: int, info: SlurmJobInfo) -> str:
+        path = Path(info.output) if info.output else self.output_path(job_id)
+        try:
+            with path.open("rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                f.seek(max(0, size - LOG_TAIL_CHARS))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _release_stuck_holds(self, jobs: list[SlurmJobInfo], report: ReconcileReport) -> None:
+        """Jobs carry_out submitted but could not release (a failed ``scontrol release``)."""
+        pending = {j.job_id for j in jobs if j.state == "PENDING"}
+        stuck = list(
+            SlurmJob.objects.filter(
+                released_at__isnull=True,
+                ended_at__isnull=True,
+                cancel_requested_at__isnull=True,
+                slurm_job_id__in=pending,
+            ).values_list("slurm_job_id", flat=True)
+        )
+        if stuck:
+            try:
+                self.cli.release(stuck)
+            except SlurmError as exc:
+                report.errors.append(str(exc))
+                return
+            SlurmJob.objects.filter(slurm_job_id__in=stuck).update(released_at=Now())
+
+    def _cancel_unknown(self, jobs: list[SlurmJobInfo], report: ReconcileReport) -> None:
+        ours = [j.job_id for j in jobs if j.active and SlurmJobTag.is_wattflow(j.comment)]
+        known = set(
+            SlurmJob.objects.filter(slurm_job_id__in=ours).values_list("slurm_job_id", flat=True)
+        )
+        unknown = [i for i in ours if i not in known]
+        for slurm_id in unknown:
+            try:
+                self.cli.cancel([slurm_id])
+            except SlurmError as exc:
+                report.errors.append(str(exc))
+                continue
+            report.unknown_cancelled.append(slurm_id)

@@ -1,0 +1,246 @@
+"""The Slurm executor against a real Slurm 22.05 (two nodes of 8 placeholder GPUs): rounds
+submit held jobs on the planned node with the planned GPU count, stops reach the job as
+SIGTERM, and the reconciler notices what happens in Slurm outside Wattflow."""
+
+import pytest
+from django.utils import timezone
+
+from cluster import services as cluster_services
+from cluster.choices import JobState, NodeStatus
+from cluster.models import AuditEntry, Job
+from scheduling import services
+from scheduling.models import SlurmJob
+from telemetry.agent.slurm_handoff import SlurmJobTag
+from tests.slurm.conftest import read_text, slurm_job, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# A job that says who it is, then works until SIGTERM, on which it writes a checkpoint.
+# (The trap is set before the first line, so a test that saw the line may stop the job.)
+CHECKPOINTING = (
+    'mkdir -p "$WATTFLOW_CHECKPOINT_DIR"\n'
+    "trap 'echo step-41 > \"$WATTFLOW_CHECKPOINT_DIR/ckpt\"; exit 0' TERM\n"
+    'echo "job=$WATTFLOW_JOB_ID allocation=$WATTFLOW_ALLOCATION_ID gpus=$SLURM_JOB_GPUS"\n'
+    "sleep 600 & wait\n"
+)
+
+
+def _running_slurm_job(job: Job, cli, output_dir: str = "") -> tuple[SlurmJob, object]:
+    """The job's Slurm job once it runs (and, given ``output_dir``, once its script started:
+    Slurm says RUNNING as it allocates, before slurmd launches the script)."""
+    row = wait_for(
+        lambda: SlurmJob.objects.filter(job=job, ended_at__isnull=True).first(),
+        what=f"Slurm job for job {job.pk}",
+    )
+    info = wait_for(
+        lambda: (i := slurm_job(cli, row.slurm_job_id)) and i.state == "RUNNING" and i,
+        what=f"Slurm job {row.slurm_job_id} running",
+    )
+    if output_dir:
+        out = f"{output_dir}/wattflow-job-{job.pk}.out"
+        wait_for(lambda: read_text(out).strip(), what="the job's first line")
+    return row, info
+
+
+def test_round_submits_a_held_job_that_runs_on_the_planned_node_with_its_gpus(
+    slurm_settings, slurm_cli, slurm_nodes, fifo, make_job, member, team
+):
+    # given a 3-GPU job queued
+    job = make_job(owner=member, team=team, min_gpus=3, max_gpus=3, command=CHECKPOINTING)
+
+    # when a round places it (the executor carries the round out after its commit)
+    result = services.run_scheduling_round(now=timezone.now(), force=True)
+
+    # then Slurm runs it on the planned node with 3 GPUs and Wattflow's tag as its comment
+    job.refresh_from_db()
+    assert result.applied == 1 and job.state == JobState.RUNNING
+    allocation = job.current_allocation
+    planned = {g.node.name for g in allocation.gpus.all()}
+    row, info = _running_slurm_job(job, slurm_cli)
+    assert {info.nodes} == planned
+    assert info.gpus_per_node == 3
+    assert SlurmJobTag.parse(info.comment) == SlurmJobTag(job.pk, allocation.pk, None, None)
+    assert row.allocation_id == allocation.pk and row.released_at is not None
+    # and the job saw its ids and three GPUs in its environment
+    out = slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR + f"/wattflow-job-{job.pk}.out"
+    first_line = wait_for(lambda: read_text(out).strip(), what="the job's output")
+    assert first_line.startswith(f"job={job.pk} allocation={allocation.pk} gpus=")
+    assert len(first_line.split("gpus=")[1].split(",")) == 3
+
+    # and the next round's reconciler records it running, and submits nothing twice
+    services.run_scheduling_round(now=timezone.now(), force=True)
+    row.refresh_from_db()
+    assert row.slurm_state == "RUNNING" and row.running_at is not None
+    assert SlurmJob.objects.filter(job=job).count() == 1
+
+
+def test_stop_sends_sigterm_and_the_job_checkpoints_and_stays_paused(
+    slurm_settings, slurm_cli, slurm_nodes, fifo, make_job, member, team, executor
+):
+    # given a job running in Slurm
+    job = make_job(owner=member, team=team, min_gpus=2, max_gpus=2, command=CHECKPOINTING)
+    services.run_scheduling_round(now=timezone.now(), force=True)
+    row, _ = _running_slurm_job(job, slurm_cli, slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR)
+
+    # when Wattflow pauses it (as a round's stop does) and the executor carries that out
+    job.refresh_from_db()
+    cluster_services.transition_job(job, to=JobState.PAUSED, pending_reason_code="preempted")
+    report = executor.carry_out(now=timezone.now())
+
+    # then the job got SIGTERM, wrote its checkpoint and left Slurm
+    assert report.stopped == [row.slurm_job_id]
+    ckpt = slurm_settings.TELEMETRY_CHECKPOINT_ROOT + f"/job-{job.pk}/ckpt"
+    assert wait_for(lambda: read_text(ckpt), what="a checkpoint") == "step-41\n"
+    wait_for(lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="the job gone")
+    # and the reconciler records the end as Wattflow's own: the job stays paused
+    executor.reconcile(now=timezone.now())
+    row.refresh_from_db()
+    job.refresh_from_db()
+    assert row.ended_at is not None and row.cancel_requested_at is not None
+    assert job.state == JobState.PAUSED
+
+
+def test_reconciler_notices_a_job_cancelled_outside_wattflow(
+    slurm_settings, slurm_cli, slurm_nodes, fifo, make_job, member, team, executor
+):
+    # given a job running in Slurm
+    job = make_job(owner=member, team=team, command=CHECKPOINTING)
+    services.run_scheduling_round(now=timezone.now(), force=True)
+    row, _ = _running_slurm_job(job, slurm_cli)
+
+    # when an admin cancels it with scancel
+    slurm_cli.cancel([row.slurm_job_id])
+    wait_for(lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="the job gone")
+
+    # then the next round cancels the Wattflow job, says why, and frees its GPUs
+    result = services.run_scheduling_round(now=timezone.now(), force=True)
+    job.refresh_from_db()
+    assert result.reconciled == 1
+    assert job.state == JobState.CANCELLED
+    assert job.pending_reason == f"Slurm job {row.slurm_job_id} was cancelled outside Wattflow."
+    assert job.current_allocation is None
+    # and nothing is resubmitted for it
+    assert SlurmJob.objects.filter(job=job).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("script", "state", "exit_status"),
+    [("echo all done\nexit 0", JobState.COMPLETED, 0), ("echo boom\nexit 3", JobState.FAILED, 3)],
+)
+def test_reconciler_finishes_jobs_with_slurms_exit_code_and_log_tail(
+    slurm_settings, slurm_cli, slurm_nodes, fifo, make_job, member, team, executor,
+    script, state, exit_status,
+):  # fmt: skip
+    # given a job whose command ends by itself
+    job = make_job(owner=member, team=team, command=script)
+    services.run_scheduling_round(now=timezone.now(), force=True)
+    row = SlurmJob.objects.get(job=job)
+    wait_for(lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="the job's end")
+
+    # when the reconciler runs
+    report = executor.reconcile(now=timezone.now())
+
+    # then the job has Slurm's outcome, exit status and output
+    job.refresh_from_db()
+    assert report.jobs_finished == [job.pk]
+    assert (job.state, job.exit_status) == (state, exit_status)
+    assert job.log_tail == script.splitlines()[0].removeprefix("echo ") + "\n"
+
+
+def test_reconciler_drains_a_node_drained_in_slurm_and_restores_it(
+    slurm_settings, slurm_cli, slurm_nodes, executor
+):
+    # given n1 healthy in Wattflow, then drained by an admin in Slurm
+    slurm_cli.run("scontrol", "update", "NodeName=n1", "State=DRAIN", "Reason=maintenance")
+
+    # when the reconciler runs
+    report = executor.reconcile(now=timezone.now())
+
+    # then n1 is draining in Wattflow (so no round places work there), audited as its doing
+    n1, n2 = slurm_nodes
+    n1.refresh_from_db()
+    n2.refresh_from_db()
+    assert report.nodes_drained == ["n1"]
+    assert (n1.status, n2.status) == (NodeStatus.DRAINING, NodeStatus.HEALTHY)
+    entry = AuditEntry.objects.filter(object_type="node", object_id=str(n1.pk)).get()
+    assert entry.actor_username == "slurm-reconciler"
+
+    # and when Slurm has it back, so does Wattflow
+    # (Slurm shows the node NOT_RESPONDING for a moment after a resume, until slurmd answers)
+    slurm_cli.run("scontrol", "update", "NodeName=n1", "State=RESUME")
+    restored = wait_for(
+        lambda: executor.reconcile(now=timezone.now()).nodes_restored, what="n1 restored"
+    )
+    n1.refresh_from_db()
+    assert restored == ["n1"] and n1.status == NodeStatus.HEALTHY
+
+
+def test_an_admins_drain_is_not_undone_by_the_reconciler(
+    slurm_settings, slurm_cli, slurm_nodes, executor, admin_user
+):
+    # given n2 drained by an admin in Wattflow while Slurm has it idle
+    cluster_services.drain_node(slurm_nodes[1], actor=admin_user)
+
+    # when the reconciler runs
+    report = executor.reconcile(now=timezone.now())
+
+    # then it stays drained
+    slurm_nodes[1].refresh_from_db()
+    assert report.nodes_restored == [] and slurm_nodes[1].status == NodeStatus.DRAINING
+
+
+def test_reconciler_cancels_a_wattflow_slurm_job_no_allocation_owns(
+    slurm_settings, slurm_cli, slurm_nodes, executor
+):
+    # given a Slurm job with a Wattflow comment that Wattflow has no record of (a crash
+    # between sbatch and the commit), and a job of someone else's
+    from scheduling.executors.slurm_cli import Submission
+
+    def submit(comment):
+        return slurm_cli.submit_held(
+            Submission(script="#!/bin/bash\nsleep 600\n", name="x", comment=comment,
+                       nodelist=["n2"], gpus_per_node=1, output="/dev/null",
+                       export={"PATH": "/usr/bin:/bin"}, partition="gpu")
+        )  # fmt: skip
+
+    orphan = submit(SlurmJobTag(999999, 999999).comment())
+    foreign = submit("someone else's job")
+
+    # when the reconciler runs
+    report = executor.reconcile(now=timezone.now())
+
+    # then only the orphan is cancelled
+    assert report.unknown_cancelled == [orphan]
+    assert slurm_job(slurm_cli, foreign).active
+    wait_for(lambda: not slurm_job(slurm_cli, orphan).active, what="the orphan cancelled")
+
+
+def test_slurm_check_names_the_version_what_is_missing_and_the_nodes(
+    slurm_settings, slurm_nodes, make_node
+):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    # given a Wattflow node Slurm does not know
+    make_node("n9", gpus=1)
+    out = StringIO()
+
+    # when the check runs
+    call_command("slurm_check", stdout=out)
+
+    # then it names Slurm's version, what Slurm lacks, and each node's standing
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Slurm 22.05 through its CLI")
+    assert any(line.startswith("MISSING in Slurm: GPU power limits") for line in lines)
+    assert "node n1: in Slurm, idle" in lines and "node n2: in Slurm, idle" in lines
+    assert lines[-1].startswith("MISSING in Slurm: 1 Wattflow node(s) (n9)")
+
+
+def test_slurm_check_fails_with_one_line_when_slurm_is_unreachable(settings, db):
+    from django.core.management import CommandError, call_command
+
+    settings.WATTFLOW_SLURM_BIN_DIR = "/nonexistent-slurm/bin"
+
+    with pytest.raises(CommandError, match=r"^Slurm is not reachable: sinfo not found"):
+        call_command("slurm_check")
