@@ -7,6 +7,8 @@ class FrontendConfig(AppConfig):
 
     def ready(self) -> None:
         # Open dashboards re-check their groups when their user's access changes.
-        from frontend import signals
+        from frontend import broadcast, signals
 
         signals.connect_user_signals()
+        # The domain publishes rounds, telemetry and budget usage; the pages push them.
+        broadcast.subscribe_to_domain_events()

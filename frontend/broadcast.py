@@ -1,12 +1,11 @@
 """Push live updates to open dashboards over the Channels layer (Redis).
 
-The scheduling round and telemetry accounting call these functions *after* their transaction
-commits (``transaction.on_commit(lambda: broadcast_round(summary))``), so a dashboard never
-shows a round that was rolled back. Each message goes to the admin group and to the group of
-every team it concerns; a consumer joins only the groups its user may see
+The domain never calls these functions: it publishes events (``config/events.py``) after
+its transaction commits, and ``FrontendConfig.ready`` subscribes these functions to them
+(``subscribe_to_domain_events``), so a dashboard never shows a round that was rolled back and
+``scheduling``/``telemetry`` know nothing of pages. Each message goes to the admin group and to
+the group of every team it concerns; a consumer joins only the groups its user may see
 (``frontend/consumers.py``), so a team never receives another team's jobs.
-
-The signatures are a contract with ``scheduling/`` and ``telemetry/``: keep them stable.
 
 ``broadcast_round(round_summary)``: a JSON-serialisable dict, e.g.::
 
@@ -24,6 +23,10 @@ Decisions that carry a ``team_id`` are sent only to that team's group (and to ad
      "nodes": [{"node": "node-01", "power_w": 1300.0}],
      "gpus": [{"node": "node-01", "index": 0, "util_pct": 97.0, "power_w": 310.0}]}
 
+``broadcast_budget_usage(event)``: ``{"at": ..., "budgets": [usage, ...]}`` as
+``telemetry.usage.BudgetUsage.as_dict`` builds each usage (base units: joules and grams, with
+the limits, percentages and soft/hard flags). Each team's group gets its own budgets, admins all.
+
 Telemetry of the hardware is not team-private (every user sees cluster power), so it goes to
 the ``everyone`` group.
 
@@ -39,6 +42,8 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from config import events
+
 log = logging.getLogger(__name__)
 
 ADMIN_GROUP = "dash.admin"
@@ -46,6 +51,7 @@ EVERYONE_GROUP = "dash.everyone"
 # The consumer's handler for each message type is the type with dots turned into underscores.
 ROUND_MESSAGE = "round.update"
 TELEMETRY_MESSAGE = "telemetry.update"
+BUDGET_MESSAGE = "budget.update"
 
 
 def team_group(team_id: int) -> str:
@@ -103,6 +109,36 @@ def broadcast_round(round_summary: dict[str, Any]) -> int:
 def broadcast_telemetry(summary: dict[str, Any]) -> int:
     """Send fresh cluster telemetry (power per node, GPU utilisation) to every dashboard."""
     return int(_send(EVERYONE_GROUP, TELEMETRY_MESSAGE, summary))
+
+
+def budget_messages(event: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Group name -> the budget usages that group may see (admins all, a team its own)."""
+    budgets = list(event.get("budgets") or [])
+    at = event.get("at")
+    messages: dict[str, dict[str, Any]] = {ADMIN_GROUP: {"at": at, "budgets": budgets}}
+    by_team: dict[int, list[dict[str, Any]]] = {}
+    for usage in budgets:
+        by_team.setdefault(int(usage["team_id"]), []).append(usage)
+    for team_id, team_budgets in sorted(by_team.items()):
+        messages[team_group(team_id)] = {"at": at, "budgets": team_budgets}
+    return messages
+
+
+def broadcast_budget_usage(event: dict[str, Any]) -> int:
+    """Send budgets whose usage changed to the dashboards allowed to see them; returns groups
+    reached."""
+    if not event.get("budgets"):
+        return 0
+    return sum(
+        _send(group, BUDGET_MESSAGE, payload) for group, payload in budget_messages(event).items()
+    )
+
+
+def subscribe_to_domain_events() -> None:
+    """Push what the domain publishes to open dashboards (called by ``FrontendConfig.ready``)."""
+    events.subscribe(events.ROUND_FINISHED, broadcast_round)
+    events.subscribe(events.TELEMETRY_UPDATED, broadcast_telemetry)
+    events.subscribe(events.BUDGET_USAGE_CHANGED, broadcast_budget_usage)
 
 
 # A user's own dashboards: told to re-check their groups when the user's access changes.

@@ -21,7 +21,7 @@ from frontend import figures
 from frontend.dashboard import budget_progress
 from frontend.forms import BudgetForm, WhatIfForm
 from frontend.predictions import whatif_average_jct_s
-from telemetry.accounting import team_totals
+from telemetry.usage import budget_usage
 
 # The what-if sweeps the proposed budget times these factors (one simulation each).
 WHATIF_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
@@ -121,8 +121,11 @@ def budget_whatif(request):
         return JsonResponse({"errors": {"proposed": ["Must be a number."]}}, status=400)
     data = form.cleaned_data
     now = timezone.now()
-    totals = team_totals(data["team"], data["period_start"], min(now, data["period_end"]))
-    used = totals.energy_kwh if data["kind"] == "energy" else totals.co2_g / 1000.0
+    # The proposed (unsaved) budget's use so far, computed as for every stored budget.
+    usage = budget_usage(
+        Budget(team=data["team"], period_start=data["period_start"], period_end=data["period_end"])
+    )
+    used = usage.energy_kwh if data["kind"] == "energy" else usage.co2_kg
     result = whatif_average_jct_s(
         team=data["team"],
         kind=data["kind"],

@@ -84,6 +84,10 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
     async def round_update(self, event):
         await self.send_json({"type": "round", "payload": event["payload"]})
 
+    async def budget_update(self, event):
+        # Budgets whose ledgers accounting just changed: the page redraws its budget numbers.
+        await self.send_json({"type": "budget", "payload": event["payload"]})
+
     async def telemetry_update(self, event):
         # Figures are built here from the pushed numbers (pure functions, no database), so a
         # telemetry push redraws power and utilisation without the page asking again.

@@ -23,7 +23,7 @@ from frontend import figures
 from scheduling.core.types import J_PER_KWH
 from scheduling.queries import latest_round_summary
 from telemetry.live import live_summary
-from telemetry.queries import team_hourly_usage
+from telemetry.usage import G_PER_KG, budget_usage
 
 HISTORY = timedelta(hours=24)
 STEP = timedelta(hours=1)
@@ -43,17 +43,19 @@ def telemetry_figures(summary: dict) -> dict:
 
 
 def budget_progress(budget: Budget, *, now: datetime) -> dict:
-    """Use so far, limits, soft limits, projection and burn-chart figures of one budget."""
-    hourly = team_hourly_usage(budget.team, budget.period_start, budget.period_end)
+    """Use so far, limits, soft limits, projection and burn-chart figures of one budget, from
+    ``telemetry.usage.budget_usage`` (the computation the scheduler, API and /metrics use),
+    converted to kWh and kg for display."""
+    usage = budget_usage(budget)
     energy_cum, carbon_cum = [], []
-    energy_kwh = carbon_kg = 0.0
-    for hour, energy_j, co2_g in hourly:
-        energy_kwh += energy_j / J_PER_KWH
-        carbon_kg += co2_g / 1000.0
+    energy_j = co2_g = 0.0
+    for hour, hour_energy_j, hour_co2_g in usage.hourly:
+        energy_j += hour_energy_j
+        co2_g += hour_co2_g
         # A ledger hour is complete at its end; plot the running total there, capped at now.
         at = min(hour + STEP, now)
-        energy_cum.append((at, energy_kwh))
-        carbon_cum.append((at, carbon_kg))
+        energy_cum.append((at, energy_j / J_PER_KWH))
+        carbon_cum.append((at, co2_g / G_PER_KG))
     common = {
         "warn_fraction": budget.warn_fraction,
         "period_start": budget.period_start,
@@ -62,12 +64,14 @@ def budget_progress(budget: Budget, *, now: datetime) -> dict:
     }
     limits = []
     figs = {}
-    for kind, unit, used, limit, cumulative, colour in (
-        ("energy", "kWh", energy_kwh, budget.energy_limit_kwh, energy_cum, figures.ENERGY_COLOUR),
-        ("carbon", "kg CO2e", carbon_kg, budget.carbon_limit_kg, carbon_cum, figures.CARBON_COLOUR),
+    for limit_usage, unit, scale, cumulative, colour in (
+        (usage.energy, "kWh", J_PER_KWH, energy_cum, figures.ENERGY_COLOUR),
+        (usage.carbon, "kg CO2e", G_PER_KG, carbon_cum, figures.CARBON_COLOUR),
     ):
-        if limit is None:
+        if limit_usage is None:
             continue
+        kind = limit_usage.kind
+        used, limit = limit_usage.used / scale, limit_usage.limit / scale
         projected = figures.project_to_period_end(
             used, period_start=budget.period_start, period_end=budget.period_end, now=now
         )
@@ -77,11 +81,11 @@ def budget_progress(budget: Budget, *, now: datetime) -> dict:
                 "unit": unit,
                 "used": used,
                 "limit": limit,
-                "soft_limit": limit * budget.warn_fraction,
+                "soft_limit": limit_usage.soft_limit / scale,
                 "projected": projected,
-                "percent": min(100.0, 100.0 * used / limit),
-                "over_soft": used >= limit * budget.warn_fraction,
-                "over_hard": used >= limit,
+                "percent": min(100.0, limit_usage.percent),
+                "over_soft": limit_usage.over_soft,
+                "over_hard": limit_usage.over_hard,
             }
         )
         figs[kind] = figures.budget_burn_figure(

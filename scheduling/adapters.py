@@ -28,9 +28,9 @@ from scheduling import observations
 from scheduling.core import types as core
 from scheduling.core.perf_models import Catalog, ScaleUpdate, load_catalog, refine_scales
 from scheduling.models import JobSchedulingState, PerfProfile
-from telemetry.accounting import budget_usage
 from telemetry.carbon import carbon_signal
 from telemetry.models import GpuSample
+from telemetry.usage import budget_usage
 
 ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.PAUSED)
 J_PER_KWH = core.J_PER_KWH

@@ -12,7 +12,7 @@
    configured policy, and apply the plan through ``cluster.services`` (conditional updates:
    a job cancelled or finished meanwhile makes its change a recorded, skipped decision);
 5. record the round, its decisions and each waiting job's reason, keep the policy's state,
-   and broadcast the result to dashboards after commit.
+   and publish ``ROUND_FINISHED`` (``config/events.py``) after commit.
 
 After the commit, the executor carries the round out (``Executor.carry_out``: for Slurm,
 submit and cancel jobs; for the agents nothing, as they poll their assignments).
@@ -48,7 +48,7 @@ from django.utils import timezone
 from cluster import services as cluster_services
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Job, JobAllocation
-from frontend.broadcast import broadcast_round
+from config import events
 from scheduling import adapters
 from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core import types as core
@@ -188,7 +188,9 @@ def run_scheduling_round(
             plan_duration_s=time.perf_counter() - t0,
         )
         summary = round_summary(round_row, plan, rows, decisions)
-        transaction.on_commit(lambda: broadcast_round(summary))
+        # Dashboards learn of the round through the event (the frontend subscribes), once
+        # it is committed.
+        events.publish_on_commit(events.ROUND_FINISHED, summary)
         if executor.carries_out:
             # robust: a failing executor is logged and repaired by the next round; the round's
             # own work has committed and stands.
@@ -433,7 +435,7 @@ def round_summary(
     rows: adapters.SnapshotRows,
     decisions: list[RoundDecision],
 ) -> dict[str, Any]:
-    """The round as ``frontend.broadcast.broadcast_round`` takes it: applied changes and the
+    """The round as ``ROUND_FINISHED`` publishes it: applied changes and the
     reason of every waiting job, each tagged with its team so teams see only their own."""
     items = []
     for d in decisions:

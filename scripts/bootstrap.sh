@@ -106,3 +106,13 @@ if [[ $WITH_TEST == 1 && ! -x /usr/bin/chromium ]]; then
     say "installing Debian's chromium for the browser tests"
     apt_install chromium || die "chromium is missing and cannot be installed here (needs root and apt-get)"
 fi
+if [[ $WITH_TEST == 1 ]] && ! command -v prometheus >/dev/null; then
+    # The /metrics test is scraped by a real Prometheus; without one it skips, loudly.
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+        say "installing Debian's prometheus for the /metrics scrape test"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
+            || say "prometheus could not be installed: the scrape test will skip"
+    else
+        say "prometheus is missing (needs root and apt-get): the scrape test will skip"
+    fi
+fi

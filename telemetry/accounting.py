@@ -5,9 +5,10 @@ from the raw samples (see ``telemetry/energy.py`` for the arithmetic), replaces 
 minute and hour rollups and its ledger rows, and removes the mark. Because an hour is always
 recomputed whole, a late, replayed or duplicated batch changes the totals exactly once.
 
-Ledger rows are per (GPU, hour, job); team and budget totals are sums over them
-(:func:`team_totals`, :func:`budget_usage`). Carbon of a row is its energy times the grid
-intensity of that hour in ``TELEMETRY_CARBON_ZONE`` (``telemetry/carbon.py``).
+Ledger rows are per (GPU, hour, job); team totals are sums over them (:func:`team_totals`);
+a budget's usage is ``telemetry.usage.budget_usage``, the one computation every reader uses.
+Carbon of a row is its energy times the grid intensity of that hour in
+``TELEMETRY_CARBON_ZONE`` (``telemetry/carbon.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
-from cluster.models import Budget, Gpu, Job, JobAllocation, Team
+from cluster.models import Gpu, Job, JobAllocation, Team
 from scheduling.core.types import J_PER_KWH
 from telemetry.carbon import intensity_for_hour
 from telemetry.energy import MINUTE_S, Holder, Point, attribute
@@ -34,6 +35,7 @@ from telemetry.models import (
     GpuSample,
     RefusedEnergyStep,
 )
+from telemetry.usage import publish_usage_of_teams
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +80,13 @@ SELECT * FROM (
 """
 
 
-def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None) -> None:
+def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None) -> set[int]:
     """Recompute rollups and ledger of one GPU-hour from its raw samples. ``intensities``
     memoises the grid intensity per (zone, hour) across the GPU-hours of one run: every GPU
-    of that hour is priced alike, and a fallback is looked up (and logged) once."""
+    of that hour is priced alike, and a fallback is looked up (and logged) once.
+
+    Returns the ids of the teams whose energy or carbon in this GPU-hour changed (their
+    budgets' usage moved; a replayed batch that changes nothing returns none)."""
     end = hour + timedelta(hours=1)
     gap = timedelta(seconds=settings.TELEMETRY_MAX_GAP_S)
     hour_s, end_s = _ts(hour), _ts(end)
@@ -146,6 +151,7 @@ def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None
         if energy_j > 0 and intensity is not None
     ]
     with transaction.atomic():
+        before = _team_sums(EnergyLedgerEntry.objects.filter(gpu_id=gpu_id, hour=hour))
         GpuMinute.objects.filter(gpu_id=gpu_id, minute__gte=hour, minute__lt=end).delete()
         GpuMinute.objects.bulk_create(minute_rows)
         GpuHour.objects.filter(gpu_id=gpu_id, hour=hour).delete()
@@ -159,6 +165,31 @@ def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None
         EnergyLedgerEntry.objects.filter(gpu_id=gpu_id, hour=hour).delete()
         EnergyLedgerEntry.objects.bulk_create(ledger_rows)
         _record_refused(gpu_id, result.refused)
+    after: dict[int, tuple[float, float]] = {}
+    for row in ledger_rows:
+        if row.team_id is not None:
+            e, c = after.get(row.team_id, (0.0, 0.0))
+            after[row.team_id] = (e + row.energy_j, c + row.co2_g)
+    return {
+        team_id
+        for team_id in set(before) | set(after)
+        if not all(
+            math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-9)
+            for x, y in zip(
+                before.get(team_id, (0.0, 0.0)), after.get(team_id, (0.0, 0.0)), strict=False
+            )
+        )
+    }
+
+
+def _team_sums(rows) -> dict[int, tuple[float, float]]:
+    """Team id -> (energy_j, co2_g) of ledger rows (rows without a team left out)."""
+    return {
+        row["team_id"]: (row["e"] or 0.0, row["c"] or 0.0)
+        for row in rows.filter(team__isnull=False)
+        .values("team_id")
+        .annotate(e=Sum("energy_j"), c=Sum("co2_g"))
+    }
 
 
 def _record_refused(gpu_id: int, refused: list) -> None:
@@ -210,21 +241,29 @@ def _stats(readings: list[tuple[float, float | None]]) -> dict:
 def process_dirty_hours(*, limit: int = 500) -> int:
     """Account up to ``limit`` marked GPU-hours; returns how many. Safe to run concurrently
     with itself (marks are claimed with SKIP LOCKED) and with ingestion (a mark re-set while
-    we worked has a newer ``marked_at`` and survives)."""
+    we worked has a newer ``marked_at`` and survives).
+
+    When it is done, the running budgets of the teams whose ledgers changed are published
+    (``BUDGET_USAGE_CHANGED``), once per run, so open dashboards redraw their budget bars."""
     done = 0
     intensities: dict = {}
-    while done < limit:
-        with transaction.atomic():
-            mark = (
-                DirtyHour.objects.select_for_update(skip_locked=True)
-                .order_by("hour", "gpu_id")
-                .first()
-            )
-            if mark is None:
-                return done
-            account_hour(mark.gpu_id, mark.hour, intensities=intensities)
-            DirtyHour.objects.filter(pk=mark.pk, marked_at=mark.marked_at).delete()
-        done += 1
+    touched: set[int] = set()
+    try:
+        while done < limit:
+            with transaction.atomic():
+                mark = (
+                    DirtyHour.objects.select_for_update(skip_locked=True)
+                    .order_by("hour", "gpu_id")
+                    .first()
+                )
+                if mark is None:
+                    break
+                touched |= account_hour(mark.gpu_id, mark.hour, intensities=intensities)
+                DirtyHour.objects.filter(pk=mark.pk, marked_at=mark.marked_at).delete()
+            done += 1
+    finally:
+        # Hours committed before a failure changed the ledger too.
+        publish_usage_of_teams(touched, now=timezone.now())
     return done
 
 
@@ -273,7 +312,3 @@ def job_totals(job: Job) -> Totals:
 def team_totals(team: Team, start: datetime, end: datetime) -> Totals:
     """Energy and carbon of a team's jobs in the hours starting in [start, end)."""
     return _totals(EnergyLedgerEntry.objects.filter(team=team, hour__gte=start, hour__lt=end))
-
-
-def budget_usage(budget: Budget) -> Totals:
-    return team_totals(budget.team, budget.period_start, budget.period_end)

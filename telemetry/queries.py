@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Sum
 
-from cluster.models import Gpu, Team
+from cluster.models import Gpu
 from telemetry.models import EnergyLedgerEntry, GpuSample
 
 
@@ -59,19 +59,6 @@ def latest_gpu_readings(*, now: datetime, max_age_s: float = 120.0) -> list[GpuR
             )
         )
     return readings
-
-
-def team_hourly_usage(
-    team: Team, start: datetime, end: datetime
-) -> list[tuple[datetime, float, float]]:
-    """(hour, energy_j, co2_g) of a team's ledger for hours starting in [start, end), ascending."""
-    rows = (
-        EnergyLedgerEntry.objects.filter(team=team, hour__gte=start, hour__lt=end)
-        .values("hour")
-        .annotate(e=Sum("energy_j"), c=Sum("co2_g"))
-        .order_by("hour")
-    )
-    return [(row["hour"], row["e"] or 0.0, row["c"] or 0.0) for row in rows]
 
 
 def usage_by(field: str, start: datetime, end: datetime, *, team_ids=None) -> list[dict]:

@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.utils import timezone
 
-from frontend.broadcast import broadcast_telemetry
+from config import events
 from telemetry import accounting
 from telemetry.live import live_summary
 
@@ -22,5 +22,7 @@ def delete_expired_samples_task() -> int:
 
 @shared_task
 def broadcast_telemetry_task() -> int:
-    """Push the latest power and utilisation to open dashboards; returns groups reached."""
-    return broadcast_telemetry(live_summary(timezone.now()))
+    """Publish the latest power and utilisation (the frontend pushes it to open dashboards);
+    returns what the subscribers reported (the frontend: dashboard groups reached)."""
+    results = events.publish(events.TELEMETRY_UPDATED, live_summary(timezone.now()))
+    return sum(int(r or 0) for r in results)

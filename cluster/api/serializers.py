@@ -14,6 +14,7 @@ from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Te
 from cluster.queries import can_manage_budgets_of, is_team_member
 from cluster.workloads import workload_errors
 from scheduling.feasibility import submit_refusals
+from telemetry.usage import budget_usage
 
 
 def run_model_clean(model_class, attrs: dict, instance=None) -> None:
@@ -217,8 +218,34 @@ class TeamSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "members"]
 
 
+class LimitUsageSerializer(serializers.Serializer):
+    """One limit of a budget against its use, in base units (J for energy, g for carbon)."""
+
+    kind = serializers.ChoiceField(choices=["energy", "carbon"])
+    unit = serializers.ChoiceField(choices=["J", "g"])
+    used = serializers.FloatField()
+    limit = serializers.FloatField()
+    soft_limit = serializers.FloatField()
+    remaining = serializers.FloatField(help_text="Negative once the limit is overspent.")
+    percent = serializers.FloatField(help_text="Use over limit in percent, not capped at 100.")
+    over_soft = serializers.BooleanField()
+    over_hard = serializers.BooleanField()
+
+
+class BudgetUsageSerializer(serializers.Serializer):
+    """What a budget has used (``telemetry.usage.budget_usage``: the scheduler's number)."""
+
+    energy_used_j = serializers.FloatField()
+    co2_used_g = serializers.FloatField()
+    estimated = serializers.BooleanField(
+        help_text="Some carbon was priced with a fallback grid intensity."
+    )
+    limits = LimitUsageSerializer(many=True)
+
+
 class BudgetSerializer(serializers.ModelSerializer):
     team = TeamSlugField()
+    usage = serializers.SerializerMethodField()
 
     class Meta:
         model = Budget
@@ -232,8 +259,14 @@ class BudgetSerializer(serializers.ModelSerializer):
             "warn_fraction",
             "hard_limit_action",
             "created_at",
+            "usage",
         ]
         read_only_fields = ["id", "created_at"]
+
+    @extend_schema_field(BudgetUsageSerializer)
+    def get_usage(self, budget: Budget) -> dict:
+        usage = budget_usage(budget).as_dict()
+        return {k: usage[k] for k in ("energy_used_j", "co2_used_g", "estimated", "limits")}
 
     def validate_team(self, team: Team) -> Team:
         # A permission, not a validation error: the user names a team they may not manage.

@@ -22,9 +22,10 @@ from cluster.choices import HardLimitAction, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node
 from scheduling import services
 from scheduling.models import SchedulerSettings, SchedulingRound
-from telemetry.accounting import budget_usage, job_totals
+from telemetry.accounting import job_totals
 from telemetry.choices import ExitReason, JobEventKind
 from telemetry.models import EnergyLedgerEntry, JobEvent
+from telemetry.usage import budget_usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

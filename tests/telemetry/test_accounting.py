@@ -11,7 +11,6 @@ from cluster.choices import JobState
 from cluster.models import Budget, Gpu
 from scheduling.core.types import J_PER_KWH
 from telemetry.accounting import (
-    budget_usage,
     delete_expired_samples,
     job_totals,
     process_dirty_hours,
@@ -21,6 +20,7 @@ from telemetry.carbon import static_mean_g_per_kwh
 from telemetry.choices import CarbonSource
 from telemetry.ingest import ingest_batch
 from telemetry.models import CarbonIntensity, DirtyHour, EnergyLedgerEntry, GpuHour, GpuMinute
+from telemetry.usage import budget_usage
 
 HOUR = T0.replace(minute=0)
 NOW = T0 + timedelta(minutes=5)

@@ -10,9 +10,10 @@ from conftest import T0
 
 from cluster import services as cluster_services
 from cluster.models import Budget, Gpu
-from telemetry.accounting import budget_usage, delete_expired_samples, process_dirty_hours
+from telemetry.accounting import delete_expired_samples, process_dirty_hours
 from telemetry.energy import Holder, Point, attribute, plausible_step_j
 from telemetry.models import EnergyLedgerEntry, GpuSample, RefusedEnergyStep
+from telemetry.usage import budget_usage
 
 MAX_W = 400.0  # the test GPUs' largest power limit
 

@@ -117,6 +117,8 @@
       socket.onmessage = (event) => {
         const msg = JSON.parse(event.data);
         if (msg.type === "round") { showRound(msg.payload); refresh(); }
+        // Accounting changed a visible budget's usage: redraw the budget figures and numbers.
+        if (msg.type === "budget") refresh();
         // Access changed (team joined or left): what the page shows may have changed too.
         if (msg.type === "groups") refresh();
         if (msg.type === "telemetry") {

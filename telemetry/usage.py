@@ -1,0 +1,190 @@
+"""What a budget has used: the one computation the scheduler, the pages, the API and
+``/metrics`` all read.
+
+``budget_usage(budget)`` sums the team's ledger rows (``EnergyLedgerEntry``) of the hours that
+start in the budget's period ``[period_start, period_end)``, per hour and in total, in one
+query: the page's burn chart and the total it prints are the same numbers. Everything is kept
+in base units (joules, grams of CO2e); ``kWh`` and ``kg`` are display conversions.
+
+A limit's ``fraction`` is not capped: 0.09 kg of a 0.05 kg budget is 1.8 (180 %), and
+``remaining`` is then negative. ``publish_usage_of_teams`` publishes ``BUDGET_USAGE_CHANGED``
+(``config/events.py``) for the running budgets of teams whose ledgers accounting changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.postgres.aggregates import BoolOr
+from django.db.models import Sum
+
+from cluster.models import Budget
+from config import events
+from scheduling.core.types import J_PER_KWH
+from telemetry.models import EnergyLedgerEntry
+
+G_PER_KG = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class LimitUsage:
+    """One limit of a budget (energy in J, or carbon in g) against what was used."""
+
+    kind: str  # "energy" or "carbon"
+    used: float  # J or g
+    limit: float  # J or g
+    warn_fraction: float
+
+    @property
+    def unit(self) -> str:
+        return "J" if self.kind == "energy" else "g"
+
+    @property
+    def soft_limit(self) -> float:
+        return self.limit * self.warn_fraction
+
+    @property
+    def remaining(self) -> float:
+        """Limit minus use; negative once the limit is overspent."""
+        return self.limit - self.used
+
+    @property
+    def fraction(self) -> float:
+        """Use over limit, not capped at 1."""
+        return self.used / self.limit
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.fraction
+
+    @property
+    def over_soft(self) -> bool:
+        return self.used >= self.soft_limit
+
+    @property
+    def over_hard(self) -> bool:
+        return self.used >= self.limit
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "unit": self.unit,
+            "used": self.used,
+            "limit": self.limit,
+            "soft_limit": self.soft_limit,
+            "remaining": self.remaining,
+            "percent": self.percent,
+            "over_soft": self.over_soft,
+            "over_hard": self.over_hard,
+        }
+
+
+@dataclass(frozen=True)
+class BudgetUsage:
+    """A budget's use so far: totals, the hourly rows they are the sum of, and each limit."""
+
+    budget_id: int
+    team_id: int
+    team_slug: str
+    period_start: datetime
+    period_end: datetime
+    energy_j: float
+    co2_g: float
+    estimated: bool  # some carbon was priced with a fallback intensity
+    hourly: tuple[tuple[datetime, float, float], ...]  # (hour, energy_j, co2_g), ascending
+    energy: LimitUsage | None
+    carbon: LimitUsage | None
+
+    @property
+    def energy_kwh(self) -> float:
+        return self.energy_j / J_PER_KWH
+
+    @property
+    def co2_kg(self) -> float:
+        return self.co2_g / G_PER_KG
+
+    @property
+    def limits(self) -> tuple[LimitUsage, ...]:
+        return tuple(x for x in (self.energy, self.carbon) if x is not None)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, base units (what the websocket pushes and the API returns)."""
+        return {
+            "budget_id": self.budget_id,
+            "team_id": self.team_id,
+            "team": self.team_slug,
+            "period_start": self.period_start.isoformat(),
+            "period_end": self.period_end.isoformat(),
+            "energy_used_j": self.energy_j,
+            "co2_used_g": self.co2_g,
+            "estimated": self.estimated,
+            "limits": [x.as_dict() for x in self.limits],
+        }
+
+
+def budget_usage(budget: Budget) -> BudgetUsage:
+    """``budget``'s use: the team's ledger over the hours starting in its period."""
+    rows = (
+        EnergyLedgerEntry.objects.filter(
+            team_id=budget.team_id, hour__gte=budget.period_start, hour__lt=budget.period_end
+        )
+        .values("hour")
+        .annotate(e=Sum("energy_j"), c=Sum("co2_g"), est=BoolOr("ci_estimated"))
+        .order_by("hour")
+    )
+    hourly = []
+    estimated = False
+    for row in rows:
+        hourly.append((row["hour"], row["e"] or 0.0, row["c"] or 0.0))
+        estimated = estimated or bool(row["est"])
+    # Summed in hour order, the order the burn chart accumulates in: the chart's last point
+    # and the total are the same float.
+    energy_j = co2_g = 0.0
+    for _, e, c in hourly:
+        energy_j += e
+        co2_g += c
+    warn = budget.warn_fraction
+    energy = None
+    if budget.energy_limit_kwh is not None:
+        energy = LimitUsage("energy", energy_j, budget.energy_limit_kwh * J_PER_KWH, warn)
+    carbon = None
+    if budget.carbon_limit_kg is not None:
+        carbon = LimitUsage("carbon", co2_g, budget.carbon_limit_kg * G_PER_KG, warn)
+    return BudgetUsage(
+        budget_id=budget.pk,
+        team_id=budget.team_id,
+        team_slug=budget.team.slug,
+        period_start=budget.period_start,
+        period_end=budget.period_end,
+        energy_j=energy_j,
+        co2_g=co2_g,
+        estimated=estimated,
+        hourly=tuple(hourly),
+        energy=energy,
+        carbon=carbon,
+    )
+
+
+def running_budgets(*, now: datetime, team_ids: Iterable[int] | None = None):
+    """Budgets whose period contains ``now`` (one per team at most: they may not overlap)."""
+    budgets = Budget.objects.filter(period_start__lte=now, period_end__gt=now)
+    if team_ids is not None:
+        budgets = budgets.filter(team_id__in=list(team_ids))
+    return budgets.select_related("team").order_by("team__slug", "period_start", "id")
+
+
+def publish_usage_of_teams(team_ids: Iterable[int], *, now: datetime) -> int:
+    """Publish ``BUDGET_USAGE_CHANGED`` (after commit) with the usage of the running budgets
+    of ``team_ids``; returns how many budgets it named (0: nothing published)."""
+    team_ids = sorted(set(team_ids))
+    if not team_ids:
+        return 0
+    usages = [budget_usage(b).as_dict() for b in running_budgets(now=now, team_ids=team_ids)]
+    if usages:
+        events.publish_on_commit(
+            events.BUDGET_USAGE_CHANGED, {"at": now.isoformat(), "budgets": usages}
+        )
+    return len(usages)
