@@ -21,6 +21,7 @@ from frontend import figures
 from frontend.dashboard import budget_progress
 from frontend.forms import BudgetForm, WhatIfForm
 from frontend.predictions import whatif_average_jct_s
+from scheduling.simulator import whatif
 from telemetry.usage import budget_usage
 
 # The what-if sweeps the proposed budget times these factors (one simulation each).
@@ -130,16 +131,21 @@ def budget_whatif(request):
         team=data["team"],
         kind=data["kind"],
         limit=data["limit"],
+        period_start=data["period_start"],
         period_end=data["period_end"],
         now=now,
         used=used,
     )
-    points = sorted([*done, (result.budget, result.avg_jct_s)])
+    # More budget never predicts worse (see scheduling/simulator/whatif.py): the plotted
+    # points are the best replay at or under each budget; this replay's own is "raw".
+    points = whatif.monotone([*done, (result.budget, result.avg_jct_s)])
     unit = "kWh" if data["kind"] == "energy" else "kg CO2e"
     return JsonResponse(
         {
             "budget": result.budget,
-            "avg_jct_s": result.avg_jct_s,
+            "avg_jct_s": dict(points)[result.budget],
+            "raw_avg_jct_s": result.avg_jct_s,
+            "never_run": [{"job": name, "reason": why} for name, why in result.never_run],
             "n_jobs": result.n_jobs,
             "schedulable_gpus": result.schedulable_gpus,
             "n_finished": result.n_finished,

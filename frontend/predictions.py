@@ -20,17 +20,10 @@ from scheduling import adapters
 from scheduling.core import types as core
 from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
 from scheduling.core.types import J_PER_KWH, GpuConfig
-from scheduling.simulator.carbon import ConstantIntensity
-from scheduling.simulator.engine import BudgetSpec, SimConfig, Simulator
-from scheduling.simulator.metrics import summarise
-from scheduling.simulator.scenario import core_planner
+from scheduling.simulator import whatif
 from telemetry.carbon import intensity_for_hour
 
 ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.PAUSED)
-# The what-if simulates at most this far past now (a budget too small to finish the queue
-# shows as "not all jobs finish" instead of running for ever).
-WHATIF_HORIZON_S = 30 * 86400.0
-WHATIF_ROUND_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -132,21 +125,31 @@ def _whatif_cluster(now: datetime) -> core.Cluster:
 @dataclass(frozen=True)
 class WhatIf:
     budget: float  # in the limit's unit (kWh or kg)
-    avg_jct_s: float | None  # None when not every job finished within the horizon
+    avg_jct_s: float | None  # None when not every runnable job finished within the horizon
     n_jobs: int
     n_finished: int
     energy_kwh: float
     co2_kg: float
     schedulable_gpus: int = 0  # GPUs the live round could use now
+    never_run: tuple[tuple[str, str], ...] = ()  # (job name, why it can never run)
 
 
 def whatif_average_jct_s(
-    *, team: Team, kind: str, limit: float, period_end: datetime, now: datetime, used: float
+    *,
+    team: Team,
+    kind: str,
+    limit: float,
+    period_end: datetime,
+    now: datetime,
+    used: float,
+    period_start: datetime | None = None,
 ) -> WhatIf:
     """Replay ``team``'s active jobs (queued, running, paused) from now in the simulator with
-    ``limit`` (kWh for ``kind="energy"``, kg CO2e for ``"carbon"``) minus what the team already
-    used (``used``, same unit) as the budget until ``period_end``; PowerFlow paces an energy
-    budget, GreenFlow a carbon one.
+    ``limit`` (kWh for ``kind="energy"``, kg CO2e for ``"carbon"``), of which the team already
+    used ``used`` (same unit), until ``period_end``; with ``period_start`` the next periods
+    follow with the same limit, so no job runs unbudgeted after this one
+    (``scheduling.simulator.whatif`` has the rules: jobs that can never run are named and left
+    out, and the page plots the curve made monotone).
 
     Jobs, cluster and perf catalog come through ``scheduling.adapters`` (the live round's own
     translation). Simplifications (stated on the page too): every active job is treated as
@@ -155,44 +158,39 @@ def whatif_average_jct_s(
     powered off, so the budget pays for the team's work only, as its ledger does. JCT here is
     time from now to finish.
     """
-    jobs = _whatif_jobs(team)
-    remaining = max(limit - used, 0.0)
-    horizon_s = max((period_end - now).total_seconds(), WHATIF_ROUND_S)
-    if kind == "energy":
-        spec = BudgetSpec(period_end_s=horizon_s, energy_limit_j=remaining * J_PER_KWH)
-        policy = "powerflow"
-    elif kind == "carbon":
-        spec = BudgetSpec(period_end_s=horizon_s, co2_limit_g=remaining * 1000.0)
-        policy = "greenflow"
-    else:
+    if kind not in ("energy", "carbon"):
         raise ValueError(f"unknown budget kind {kind!r}")
+    jobs = _whatif_jobs(team)
     cluster = _whatif_cluster(now)
     n_gpus = len(cluster.schedulable_gpus)
     if not jobs or not n_gpus:
         # Nothing to replay, or nowhere to run it: no simulation can say more.
         return WhatIf(limit, None, len(jobs), 0, 0.0, 0.0, n_gpus)
     ci = intensity_for_hour(settings.TELEMETRY_CARBON_ZONE, now).ci_g_per_kwh
-    result = Simulator(
+    replay = whatif.replay_queue(
         jobs,
         cluster=cluster,
         catalog=adapters.current_catalog(),
-        planner=core_planner(policy),
-        config=SimConfig(
-            round_length_s=WHATIF_ROUND_S,
-            max_time_s=WHATIF_HORIZON_S,
-            power_off_idle_nodes=True,
-        ),
-        intensity=ConstantIntensity(ci),
-        budget=spec,
-    ).run()
-    summary = summarise(result)
-    all_done = summary["n_unfinished"] == 0
+        kind=kind,
+        limit=limit,
+        used=used,
+        period_start_s=None if period_start is None else (period_start - now).total_seconds(),
+        period_end_s=(period_end - now).total_seconds(),
+        ci_g_per_kwh=ci,
+    )
+    names = dict(
+        Job.objects.filter(pk__in=[int(j) for j, _ in replay.never_run]).values_list("pk", "name")
+    )
     return WhatIf(
         budget=limit,
-        avg_jct_s=summary["avg_jct_s"] if all_done else None,
-        n_jobs=summary["n_jobs"],
-        n_finished=summary["n_finished"],
-        energy_kwh=summary["energy_kwh"],
-        co2_kg=summary["co2_kg"],
+        avg_jct_s=replay.avg_jct_s,
+        n_jobs=replay.n_jobs,
+        n_finished=replay.n_finished,
+        energy_kwh=replay.energy_kwh,
+        co2_kg=replay.co2_kg,
         schedulable_gpus=n_gpus,
+        never_run=tuple(
+            (f"#{job_id} {names.get(int(job_id), '')}".strip(), why)
+            for job_id, why in replay.never_run
+        ),
     )

@@ -15,14 +15,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Avg, Count
 
-from cluster.choices import HardLimitAction, JobState, NodeStatus
+from cluster.choices import JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node
 from scheduling import observations
 from scheduling.core import types as core
@@ -65,7 +65,6 @@ class SnapshotRows:
     snapshot: core.Snapshot
     jobs: Mapping[str, Job]
     gpus: Mapping[str, Gpu]
-    hard_limit_actions: Mapping[str, str] = field(default_factory=dict)  # budget id -> action
 
 
 def node_is_live(node: Node, *, now: datetime, timeout_s: float) -> bool:
@@ -195,12 +194,10 @@ def allocation_from_row(alloc: JobAllocation) -> core.Allocation:
 
 
 def budgets_from_rows(budgets: Iterable[Budget]) -> tuple[core.Budget, ...]:
-    """Budgets with what their ledgers say is spent. ``notify_only`` budgets never hold a
-    job back, so the core does not see them."""
+    """Budgets with what their ledgers say is spent and what to do once they are spent
+    (the core's ``round.admit`` honours ``hard_limit_action``; every budget is paced)."""
     result = []
     for b in budgets:
-        if b.hard_limit_action == HardLimitAction.NOTIFY_ONLY:
-            continue
         used = budget_usage(b)
         result.append(
             core.Budget(
@@ -214,6 +211,7 @@ def budgets_from_rows(budgets: Iterable[Budget]) -> tuple[core.Budget, ...]:
                 energy_used_j=used.energy_j,
                 co2_limit_g=None if b.carbon_limit_kg is None else b.carbon_limit_kg * G_PER_KG,
                 co2_used_g=used.co2_g,
+                hard_limit_action=core.HardLimitAction(b.hard_limit_action),
             )
         )
     return tuple(result)
@@ -292,7 +290,6 @@ def build_snapshot(
         snapshot=snapshot,
         jobs={str(j.pk): j for j in rows},
         gpus=gpus,
-        hard_limit_actions={str(b.pk): b.hard_limit_action for b in budget_rows},
     )
 
 

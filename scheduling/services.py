@@ -46,7 +46,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from cluster import services as cluster_services
-from cluster.choices import HardLimitAction, JobState
+from cluster.choices import JobState
 from cluster.models import Job, JobAllocation
 from config import events
 from scheduling import adapters
@@ -250,22 +250,6 @@ def _record_round(
     )
 
 
-def _keeps_running(change: adapters.RowChange, rows: adapters.SnapshotRows) -> bool:
-    """A stop for an exhausted budget is carried out only if one of the team's exhausted
-    budgets says ``pause_jobs``; ``hold_queue`` starts nothing new but lets running jobs
-    finish (the core itself treats every exhausted budget alike)."""
-    if change.reason is None or change.reason.code != core.WaitCode.BUDGET_EXHAUSTED:
-        return False
-    team = change.job.team.slug
-    exhausted = [
-        b
-        for b in rows.snapshot.budgets
-        if b.team in (team, None) and (b.energy_remaining_j == 0.0 or b.co2_remaining_g == 0.0)
-    ]
-    actions = {rows.hard_limit_actions.get(b.budget_id) for b in exhausted}
-    return bool(exhausted) and HardLimitAction.PAUSE_JOBS not in actions
-
-
 def _apply(
     plan: core.Plan, rows: adapters.SnapshotRows, round_row: SchedulingRound, *, now: datetime
 ) -> tuple[int, int, list[RoundDecision]]:
@@ -280,8 +264,6 @@ def _apply(
         retry = []
         for change in pending:
             try:
-                if change.kind == core.ChangeKind.STOP and _keeps_running(change, rows):
-                    continue
                 _apply_one(change, now=now, max_jobs_per_gpu=plan.max_jobs_per_gpu)
             except cluster_services.AllocationError as exc:
                 errors[change.job.pk] = str(exc)

@@ -16,7 +16,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduling.core.types import Budget, GpuConfig, Job, PerfCatalog, PerfModel, Snapshot
+from scheduling.core.types import (
+    Budget,
+    Cluster,
+    GpuConfig,
+    Job,
+    PerfCatalog,
+    PerfModel,
+    Snapshot,
+)
 
 
 class PerfCache:
@@ -92,6 +100,17 @@ class RoundContext:
     budgets: tuple[Budget, ...]  # active at now_s
     cache: PerfCache
     policy_state: Mapping[str, Any] = field(default_factory=dict)
+    # Running jobs a spent ``hold_queue`` budget keeps as they are: the round grants
+    # them their current allocation unchanged, and their GPUs are in neither
+    # ``capacity`` nor ``cluster``, so no policy plans another job onto them.
+    pinned: tuple[JobView, ...] = ()
+    # The cluster the policy may hand out: the snapshot's, less the pinned GPUs.
+    cluster: Cluster | None = None
+
+    @property
+    def free_cluster(self) -> Cluster:
+        """The cluster less the pinned jobs' GPUs (for policies that name GPUs)."""
+        return self.cluster if self.cluster is not None else self.snapshot.cluster
 
     @property
     def round_length_s(self) -> float:

@@ -4,7 +4,12 @@ A short pipeline of named stages, each a plain function:
 
 1. ``admit``: resolve each active job's GPU model and perf model and its active
    budgets; jobs that cannot run at all this round (no perf model, no such GPU,
-   budget exhausted) get their reason here and never reach the policy.
+   budget exhausted) get their reason here and never reach the policy. A spent
+   budget's ``hard_limit_action`` is honoured here and nowhere else: ``pause_jobs``
+   stops its jobs, ``hold_queue`` starts none but *pins* its running jobs (they keep
+   their GPUs and settings, and those GPUs are taken out of what the policy and the
+   placer may hand out), ``notify_only`` holds nothing back (its jobs run as if it
+   were not there; until it is spent it is paced like any other).
 2. ``allocate``: the policy turns admitted jobs into grants (GPU count, batch, clock
    or power limit) in priority order, and reasons for the rest.
 3. ``place``: the policy's placer maps grants to GPU ids; a grant with no room left
@@ -31,6 +36,7 @@ from scheduling.core.types import (
     Change,
     ChangeKind,
     Cluster,
+    HardLimitAction,
     Job,
     Plan,
     Policy,
@@ -64,8 +70,23 @@ def active_budgets(budgets: tuple[Budget, ...], now: float) -> tuple[Budget, ...
     return tuple(b for b in budgets if b.period_start_s <= now < b.period_end_s)
 
 
-def _exhausted(b: Budget) -> bool:
-    return b.energy_remaining_j == 0.0 or b.co2_remaining_g == 0.0
+def _spent_action(pays: list[Budget]) -> tuple[Budget | None, HardLimitAction | None]:
+    """The strictest action among the spent budgets that pay for a job (pause over
+    hold over notify), with the budget that calls for it."""
+    worst: tuple[Budget | None, HardLimitAction | None] = (None, None)
+    for b in pays:
+        if not b.exhausted:
+            continue
+        if _STRICTNESS[b.hard_limit_action] > _STRICTNESS.get(worst[1], -1):
+            worst = (b, b.hard_limit_action)
+    return worst
+
+
+_STRICTNESS = {
+    HardLimitAction.NOTIFY_ONLY: 0,
+    HardLimitAction.HOLD_QUEUE: 1,
+    HardLimitAction.PAUSE_JOBS: 2,
+}
 
 
 def admit(
@@ -89,6 +110,7 @@ def admit(
     cluster_budgets = [b for b in budgets if b.team is None]
 
     views: list[JobView] = []
+    pinned: list[JobView] = []
     waiting: dict[str, WaitReason] = {}
     for job in snapshot.jobs:
         model, perf, reason = _resolve_model(job, models_by_size, capacity, cache)
@@ -97,8 +119,15 @@ def admit(
             continue
         pays = [b for b in budgets if b.team == job.team] + cluster_budgets
         if respects_budgets:
-            spent = next((b for b in pays if _exhausted(b)), None)
-            if spent is not None:
+            spent, action = _spent_action(pays)
+            if action == HardLimitAction.NOTIFY_ONLY:
+                # Spent but only reported: it no longer limits the job's configuration.
+                pays = [b for b in pays if not b.exhausted]
+            elif spent is not None:
+                view = JobView(job, model, perf, tuple(b.budget_id for b in pays))
+                if action == HardLimitAction.HOLD_QUEUE and _keeps_gpus(job, snapshot.cluster):
+                    pinned.append(view)
+                    continue
                 whose = f"team {job.team}'s" if spent.team else "the cluster's"
                 waiting[job.job_id] = WaitReason(
                     WaitCode.BUDGET_EXHAUSTED,
@@ -112,6 +141,12 @@ def admit(
                 job=job, gpu_model=model, perf=perf, budget_ids=tuple(b.budget_id for b in pays)
             )
         )
+    free_cluster = snapshot.cluster
+    if pinned:
+        held = {gid for jv in pinned for gid in jv.job.allocation.gpu_ids}
+        for jv in pinned:
+            capacity[jv.gpu_model] -= jv.job.allocation.n_gpus
+        free_cluster = _without(snapshot.cluster, held)
     ctx = RoundContext(
         snapshot=snapshot,
         now_s=now,
@@ -121,8 +156,28 @@ def admit(
         budgets=budgets,
         cache=cache,
         policy_state=dict(snapshot.policy_state),
+        pinned=tuple(pinned),
+        cluster=free_cluster,
     )
     return ctx, waiting
+
+
+def _keeps_gpus(job: Job, cluster: Cluster) -> bool:
+    """A running job whose GPUs are all schedulable can be pinned where it runs (one on a
+    drained or silent node is stopped as ``pause_jobs`` would)."""
+    if job.allocation is None:
+        return False
+    ok = {g.gpu_id for g in cluster.schedulable_gpus}
+    return all(gid in ok for gid in job.allocation.gpu_ids)
+
+
+def _without(cluster: Cluster, gpu_ids: set[str]) -> Cluster:
+    return Cluster(
+        nodes=tuple(
+            replace(n, gpus=tuple(g for g in n.gpus if g.gpu_id not in gpu_ids))
+            for n in cluster.nodes
+        )
+    )
 
 
 def _resolve_model(
@@ -180,7 +235,7 @@ def sharing_limit(policy: Policy) -> int:
 
 def _check_explicit(ctx: RoundContext, policy: Policy, decision: PolicyDecision) -> set[str]:
     """Validate grants that name their GPUs; return the distinct GPUs they use."""
-    model_of = {g.gpu_id: g.model for g in ctx.snapshot.cluster.schedulable_gpus}
+    model_of = {g.gpu_id: g.model for g in ctx.free_cluster.schedulable_gpus}
     holders: dict[str, int] = {}
     limit = sharing_limit(policy)
     for g in decision.grants:
@@ -248,18 +303,14 @@ def place(
         requests.append(
             PlacementRequest(g.job_id, g.n_gpus, g.gpu_model, cur.gpu_ids if cur else ())
         )
-    cluster = ctx.snapshot.cluster
+    cluster = ctx.free_cluster
     if named and requests:
         # The placer shares the cluster with grants that named their GPUs: it sees
         # only the rest (block alignment is then relative to what is left).
-        cluster = Cluster(
-            nodes=tuple(
-                replace(n, gpus=tuple(g for g in n.gpus if g.gpu_id not in named))
-                for n in cluster.nodes
-            )
-        )
+        cluster = _without(cluster, named)
     result = PLACERS[placement](cluster, requests)
-    allocations: dict[str, Allocation] = {}
+    # Pinned jobs keep exactly what they run (see ``admit``).
+    allocations: dict[str, Allocation] = {jv.job.job_id: jv.job.allocation for jv in ctx.pinned}
     for g in decision.grants:
         ids = g.gpu_ids or result.gpu_ids.get(g.job_id)
         if ids is not None:
@@ -320,7 +371,7 @@ def _finish(
     snapshot = ctx.snapshot
     round_s = snapshot.round_length_s
     ci = snapshot.carbon.ci_g_per_kwh
-    views = {jv.job.job_id: jv for jv in ctx.jobs}
+    views = {jv.job.job_id: jv for jv in (*ctx.jobs, *ctx.pinned)}
     busy_by_budget: dict[str, float] = {}
     total_j = 0.0
     busy_j = 0.0

@@ -171,9 +171,22 @@ class Job:
 # --- budgets and the grid --------------------------------------------------------
 
 
+class HardLimitAction(StrEnum):
+    """What a round does with a budget's jobs once the budget is spent (``round.admit``
+    is the one place that honours it, live and simulated alike)."""
+
+    PAUSE_JOBS = "pause_jobs"  # running jobs stop, nothing starts
+    HOLD_QUEUE = "hold_queue"  # running jobs keep their GPUs and settings, nothing starts
+    NOTIFY_ONLY = "notify_only"  # nothing is held back; the budget is only reported
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """A team's (or, with ``team=None``, the cluster's) budget for one period."""
+    """A team's (or, with ``team=None``, the cluster's) budget for one period.
+
+    Until it is spent a budget is paced the same whatever ``hard_limit_action`` says;
+    the action decides only what happens to its jobs once it is spent.
+    """
 
     budget_id: str
     team: str | None
@@ -183,6 +196,11 @@ class Budget:
     energy_used_j: float = 0.0
     co2_limit_g: float | None = None
     co2_used_g: float = 0.0
+    hard_limit_action: HardLimitAction = HardLimitAction.PAUSE_JOBS
+
+    @property
+    def exhausted(self) -> bool:
+        return self.energy_remaining_j == 0.0 or self.co2_remaining_g == 0.0
 
     @property
     def energy_remaining_j(self) -> float | None:

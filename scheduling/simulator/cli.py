@@ -29,10 +29,18 @@ from scheduling.core.types import J_PER_KWH
 from scheduling.simulator.bounds import scenario_bound
 from scheduling.simulator.carbon import CarbonDataError
 from scheduling.simulator.cluster_spec import ClusterSpecError
-from scheduling.simulator.compare import KINDS, Comparison, budget_from
+from scheduling.simulator.compare import KINDS, Comparison, budgets_from
 from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult
 from scheduling.simulator.metrics import summarise, write_results
-from scheduling.simulator.scenario import REPO_DATA, Scenario, load_scenario, run_policy
+from scheduling.simulator.scenario import (
+    REPO_DATA,
+    TEAM_RULES,
+    Scenario,
+    load_scenario,
+    run_policy,
+    split_by_team,
+    with_teams_by_workload,
+)
 from scheduling.simulator.traces import TraceError
 
 
@@ -92,6 +100,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--budget-period-h",
         type=_positive(float),
         help="budget period for a fixed budget (default: until the last submission + 1 week)",
+    )
+    parser.add_argument(
+        "--team-budgets",
+        action="store_true",
+        help="one budget per team instead of one for the cluster: matched, each team gets what "
+        "its jobs drew under the baseline; fixed, the limit is split in proportion to each "
+        "team's jobs' least possible energy (team budgets pay their jobs' GPUs, not idle ones)",
+    )
+    parser.add_argument(
+        "--team-rule",
+        choices=TEAM_RULES,
+        default="trace",
+        help="a job's team: 'trace' (philly_week: its virtual cluster; other traces have one "
+        "team) or 'workload' (its model class)",
     )
     parser.add_argument(
         "--horizon-factor",
@@ -173,14 +195,14 @@ def _run(
     scenario: Scenario,
     policy: str,
     *,
-    budget: BudgetSpec | None,
+    budgets: tuple[BudgetSpec, ...],
     progress: bool,
     params: dict[str, Any] | None = None,
 ):
     bar, hook = _progress_bar(len(scenario.jobs), policy, progress)
     started = time.perf_counter()
     try:
-        result = run_policy(scenario, policy, budget=budget, progress=hook, policy_params=params)
+        result = run_policy(scenario, policy, budgets=budgets, progress=hook, policy_params=params)
     finally:
         if bar is not None:
             bar.close()
@@ -234,6 +256,8 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             config=config,
             max_jobs=args.max_jobs,
         )
+        if args.team_rule == "workload":
+            scenario = with_teams_by_workload(scenario)
     except (TraceError, ClusterSpecError, CarbonDataError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if not scenario.jobs:
@@ -268,29 +292,38 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     if baselines:
         for base in baselines:
             if base not in results:
-                result, wall = _run(scenario, base, budget=None, progress=progress)
+                result, wall = _run(scenario, base, budgets=(), progress=progress)
                 record(base, result, wall)
-            budget = budget_from(results[base], kind, horizon_factor=args.horizon_factor)
+            budgets = budgets_from(
+                results[base], kind, horizon_factor=args.horizon_factor, per_team=args.team_budgets
+            )
             result, wall = _run(
-                scenario, args.policy, budget=budget, progress=progress, params=params
+                scenario, args.policy, budgets=budgets, progress=progress, params=params
             )
             name = f"{args.policy}@{base}-{kind}"
             record(name, result, wall)
-            comparison = Comparison(kind, base, args.policy, budget, results[base], result)
+            comparison = Comparison(kind, base, args.policy, budgets, results[base], result)
             line = comparison.report(bound)
             report["comparisons"].append(line)
             ratio = line["avg_jct_ratio"]
             spent = "energy_kwh" if kind == "energy" else "co2_kg"
             possible = line["best_possible_ratio"]
+            inside = line[
+                "candidate_energy_in_period_kwh"
+                if kind == "energy"
+                else "candidate_co2_in_period_kg"
+            ]
             stdout.write(
                 f"  {args.policy} vs {base} at equal {kind}: avg JCT ratio "
                 f"{'n/a' if ratio is None else f'{ratio:.3f}x'}; spent "
-                f"{line['candidate_' + spent]:.1f} of {line['baseline_' + spent]:.1f} "
-                f"{spent.split('_')[-1]}; no policy could exceed "
+                f"{inside:.1f} of {line['baseline_' + spent]:.1f} "
+                f"{spent.split('_')[-1]} inside the period, {line['candidate_' + spent]:.1f} in "
+                f"all; worst period {_share(line['candidate_max_period_share'])} of its budget; "
+                f"no policy could exceed "
                 f"{'n/a' if possible is None else f'{possible:.3f}x'}\n"
             )
     else:
-        budget = None
+        budgets: tuple[BudgetSpec, ...] = ()
         if args.energy_budget_kwh or args.carbon_budget_kg:
             period_h = args.budget_period_h
             period_end_s = (
@@ -298,15 +331,24 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 if period_h
                 else max(j.submit_time_s for j in scenario.jobs) + 7 * 86400.0
             )
-            budget = BudgetSpec(
+            whole = BudgetSpec(
                 period_end_s=period_end_s,
                 energy_limit_j=args.energy_budget_kwh * J_PER_KWH
                 if args.energy_budget_kwh
                 else None,
                 co2_limit_g=args.carbon_budget_kg * 1e3 if args.carbon_budget_kg else None,
             )
-        result, wall = _run(scenario, args.policy, budget=budget, progress=progress, params=params)
+            budgets = split_by_team(whole, bound, scenario.jobs) if args.team_budgets else (whole,)
+        result, wall = _run(
+            scenario, args.policy, budgets=budgets, progress=progress, params=params
+        )
         record(args.policy, result, wall)
+        periods = result.budget_periods
+        if periods:
+            worst = max((p.share for p in periods if p.share is not None), default=None)
+            stdout.write(
+                f"  {len(periods)} budget period(s); worst spent {_share(worst)} of its budget\n"
+            )
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}_report.json").write_text(
         json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8"
@@ -322,6 +364,10 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     )
     stdout.write(f"results in {out}/{stem}_*\n")
     return report
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def _baselines(args: argparse.Namespace) -> list[str]:

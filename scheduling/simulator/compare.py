@@ -6,9 +6,15 @@ with the energies (carbons) both actually used, so that a reader can check the
 candidate stayed within the baseline's spend.
 
 The budget period is ``[0, horizon_factor x the baseline's makespan)``: the policy paces
-the budget over the time the baseline needed. If the candidate runs past the period the
-core stops applying the budget (``active_budgets``), so the report carries whether
-it finished inside it and what it spent in total.
+the budget over the time the baseline needed. Budgets renew (``BudgetSpec.renews``): a
+candidate still running when the period ends does so under the next period's budget, of
+the same size, never unbudgeted; the report carries what it spent inside the first period
+(the one matched to the baseline), whether it finished inside it, the largest share of a
+limit any period spent, and what it spent in total.
+
+With ``per_team`` the budget is split into one per team (``Job.team``): each team gets
+what its own jobs drew under the baseline (``JobRecord.energy_j``/``co2_g``), and, as in
+the live service, a team budget pays its jobs' GPUs only, so idle GPUs are unbudgeted.
 """
 
 from __future__ import annotations
@@ -30,9 +36,14 @@ class Comparison:
     kind: str  # "energy" or "carbon"
     baseline: str
     candidate: str
-    budget: BudgetSpec
+    budgets: tuple[BudgetSpec, ...]
     baseline_result: SimResult
     candidate_result: SimResult
+
+    @property
+    def budget(self) -> BudgetSpec:
+        """The budgets as one: their summed limits over the (shared) first period."""
+        return merged(self.budgets)
 
     @property
     def baseline_summary(self) -> dict[str, Any]:
@@ -71,6 +82,8 @@ class Comparison:
             "candidate_co2_kg": cand["co2_kg"],
             "candidate_finished_in_period": self.candidate_result.end_s <= self.budget.period_end_s,
             "candidate_unfinished_jobs": cand["n_unfinished"],
+            "team_budgets": len([b for b in self.budgets if b.team is not None]),
+            **in_period(self.candidate_result),
             **self._bound_fields(bound, base["avg_jct_s"]),
         }
 
@@ -87,6 +100,30 @@ class Comparison:
         return {"bound_avg_jct_s": lowest, "best_possible_ratio": possible}
 
 
+def in_period(result: SimResult) -> dict[str, Any]:
+    """What a run spent inside its budgets' first periods, and the worst period's share."""
+    first = [p for p in result.budget_periods if p.start_s == 0.0]
+    shares = [p.share for p in result.budget_periods if p.share is not None]
+    return {
+        "candidate_energy_in_period_kwh": sum(p.energy_j for p in first) / 3.6e6,
+        "candidate_co2_in_period_kg": sum(p.co2_g for p in first) / 1e3,
+        "candidate_max_period_share": max(shares, default=None),
+        "candidate_periods_over_budget": sum(1 for x in shares if x > 1.0 + 1e-9),
+    }
+
+
+def merged(budgets: tuple[BudgetSpec, ...]) -> BudgetSpec:
+    def total(values):
+        values = [v for v in values if v is not None]
+        return sum(values) if values else None
+
+    return BudgetSpec(
+        period_end_s=max(b.period_end_s for b in budgets),
+        energy_limit_j=total(b.energy_limit_j for b in budgets),
+        co2_limit_g=total(b.co2_limit_g for b in budgets),
+    )
+
+
 def budget_from(result: SimResult, kind: str, *, horizon_factor: float = 1.0) -> BudgetSpec:
     if kind not in KINDS:
         raise ValueError(f"budget kind must be one of {KINDS}, got {kind!r}")
@@ -98,6 +135,32 @@ def budget_from(result: SimResult, kind: str, *, horizon_factor: float = 1.0) ->
     return BudgetSpec(period_end_s=period_end_s, co2_limit_g=result.co2_g)
 
 
+def budgets_from(
+    result: SimResult, kind: str, *, horizon_factor: float = 1.0, per_team: bool = False
+) -> tuple[BudgetSpec, ...]:
+    """The matched budget, or with ``per_team`` one per team: what that team's jobs drew
+    under the baseline (see the module docstring)."""
+    whole = budget_from(result, kind, horizon_factor=horizon_factor)
+    if not per_team:
+        return (whole,)
+    spent: dict[str, float] = {}
+    for rec in result.jobs:
+        spent[rec.spec.team] = spent.get(rec.spec.team, 0.0) + (
+            rec.energy_j if kind == "energy" else rec.co2_g
+        )
+    return tuple(
+        BudgetSpec(
+            period_end_s=whole.period_end_s,
+            energy_limit_j=v if kind == "energy" else None,
+            co2_limit_g=v if kind == "carbon" else None,
+            team=team,
+            budget_id=f"team-{team}",
+        )
+        for team, v in sorted(spent.items())
+        if v > 0.0
+    )
+
+
 def matched_budget(
     scenario: Scenario,
     *,
@@ -107,16 +170,17 @@ def matched_budget(
     horizon_factor: float = 1.0,
     baseline_result: SimResult | None = None,
     progress: ProgressHook | None = None,
+    per_team: bool = False,
 ) -> Comparison:
     """Run ``baseline`` (unless its result is given), then ``candidate`` at its spend."""
     base = baseline_result or run_policy(scenario, baseline, progress=progress)
-    budget = budget_from(base, kind, horizon_factor=horizon_factor)
-    cand = run_policy(scenario, candidate, budget=budget, progress=progress)
+    budgets = budgets_from(base, kind, horizon_factor=horizon_factor, per_team=per_team)
+    cand = run_policy(scenario, candidate, budgets=budgets, progress=progress)
     return Comparison(
         kind=kind,
         baseline=baseline,
         candidate=candidate,
-        budget=budget,
+        budgets=budgets,
         baseline_result=base,
         candidate_result=cand,
     )

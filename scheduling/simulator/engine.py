@@ -37,6 +37,13 @@ Between events nothing changes, so every quantity is integrated exactly:
   idle is spread over the longer iteration). The time beyond ``T_c`` is reported as
   communication overhead (GPU-seconds).
 
+Budgets (``BudgetSpec``, any number: cluster-wide and per team) run in successive
+periods: the one in force at a planning instant is handed to the core with what it has
+spent so far, exactly as the live adapter hands a budget row with its ledger total, and
+a stretch never crosses a period's start or end (a planning instant is added there), so
+every joule is charged to the period it was drawn in. ``SimResult.budget_periods`` says
+what each period was given and spent.
+
 The simulation ends when every job has finished, or, with jobs left that nothing runs
 for ``stall_limit_s`` and no arrivals to come (e.g. a workload without a perf model),
 or at ``max_time_s``; unfinished jobs are reported as such, never dropped silently.
@@ -50,7 +57,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,6 +73,7 @@ from scheduling.core.types import (
 )
 from scheduling.simulator.carbon import ConstantIntensity, HourlyIntensity
 from scheduling.simulator.state import (  # noqa: F401 - re-exported for callers
+    BudgetPeriod,
     BudgetSpec,
     JobRecord,
     Planner,
@@ -93,6 +101,7 @@ class Simulator:
         budget: BudgetSpec | None = None,
         progress: ProgressHook | None = None,
         colocation: Any = None,
+        budgets: Sequence[BudgetSpec] = (),
     ) -> None:
         ids = [j.job_id for j in jobs]
         if len(set(ids)) != len(ids):
@@ -102,7 +111,13 @@ class Simulator:
         self.planner = planner
         self.config = config or SimConfig()
         self.intensity = intensity or ConstantIntensity(0.0)
-        self.budget = budget
+        self.budgets = tuple(budgets) + ((budget,) if budget is not None else ())
+        if len({b.budget_id for b in self.budgets}) != len(self.budgets):
+            raise SimulationError("budget ids are not unique")
+        # Spend per (budget index, period index): [energy_j, co2_g].
+        self._usage: dict[tuple[int, int], list[float]] = {
+            (i, 0): [b.energy_used_j, b.co2_used_g] for i, b in enumerate(self.budgets)
+        }
         self.progress = progress
         self._colocation = colocation  # ColocationModel; loaded when a plan first shares
         self._noise: dict[tuple[str, str], float] = {}
@@ -160,10 +175,12 @@ class Simulator:
                 # arrival, integrating the idle cluster's power over the gap exactly.
                 arrival_s = records[next_arrival].spec.submit_time_s
                 t_next = arrival_s if cfg.replan_on_events else math.ceil(arrival_s / L) * L
+                t_next = min(t_next, self._next_boundary(t))
                 energy = idle_all_w * (t_next - t)
                 co2 = self.intensity.co2_g(idle_all_w, t, t_next)
                 idle_energy_j += energy
                 self._account(energy, co2)
+                self._charge(t, energy, co2, {})
                 if t_next > t:
                     timeline.append(RoundSample(t, t_next, energy, co2, 0, 0, 0, 0.0, None, None))
                 t = t_next
@@ -183,6 +200,7 @@ class Simulator:
                 horizon = min(horizon, max(records[next_arrival].spec.submit_time_s, t))
             if cfg.max_time_s is not None:
                 horizon = min(horizon, cfg.max_time_s)
+            horizon = min(horizon, self._next_boundary(t))
             running = sum(1 for r in active.values() if r.allocation is not None)
             busy_gpus = sum(
                 r.allocation.n_gpus for r in active.values() if r.allocation is not None
@@ -190,7 +208,9 @@ class Simulator:
             # After the last arrival, a stretch in which every active job finishes ends
             # at the last completion: no idle tail is charged past the makespan.
             last = next_arrival >= n_total
-            t_end, finished, energy, co2, idle_e, busy_s = self._advance(active, t, horizon, last)
+            t_end, finished, energy, co2, idle_e, busy_s, by_team = self._advance(
+                active, t, horizon, last
+            )
             idle_energy_j += idle_e
             busy_gpu_s += busy_s
             timeline.append(
@@ -208,6 +228,7 @@ class Simulator:
                 )
             )
             self._account(energy, co2)
+            self._charge(t, energy, co2, by_team)
             for rec in finished:
                 del active[rec.spec.job_id]
             n_finished += len(finished)
@@ -239,11 +260,71 @@ class Simulator:
             end_s=end_s,
             stopped_early=stopped_early,
             wait_codes=wait_codes,
+            budget_periods=self._periods(),
         )
 
     def _account(self, energy_j: float, co2_g: float) -> None:
         self._energy_used_j += energy_j
         self._co2_used_g += co2_g
+
+    # --- budgets, period by period --------------------------------------------------------
+
+    def _next_boundary(self, t: float) -> float:
+        """The first period start or end of any budget after ``t`` (inf if none)."""
+        return min((b.next_boundary(t) for b in self.budgets), default=math.inf)
+
+    def _charge(
+        self, t0: float, energy_j: float, co2_g: float, by_team: Mapping[str, list[float]]
+    ) -> None:
+        """Charge a stretch that starts at ``t0`` (and never crosses a period boundary) to
+        the period of each budget in force: a cluster budget pays all of it, a team budget
+        what its jobs drew."""
+        for i, b in enumerate(self.budgets):
+            k = b.period_at(t0)
+            if k is None:
+                continue
+            if b.team is None:
+                e, c = energy_j, co2_g
+            else:
+                e, c = by_team.get(b.team, (0.0, 0.0))
+            usage = self._usage.setdefault((i, k), [0.0, 0.0])
+            usage[0] += e
+            usage[1] += c
+
+    def _budgets_at(self, t: float) -> tuple[Budget, ...]:
+        result = []
+        for i, b in enumerate(self.budgets):
+            k = b.period_at(t)
+            if k is None:
+                continue
+            start, end = b.bounds(k)
+            used_e, used_c = self._usage.get((i, k), (0.0, 0.0))
+            result.append(
+                Budget(
+                    budget_id=b.period_id(k),
+                    team=b.team,
+                    period_start_s=start,
+                    period_end_s=end,
+                    energy_limit_j=b.energy_limit_j,
+                    energy_used_j=used_e,
+                    co2_limit_g=b.co2_limit_g,
+                    co2_used_g=used_c,
+                    hard_limit_action=b.hard_limit_action,
+                )
+            )
+        return tuple(result)
+
+    def _periods(self) -> list[BudgetPeriod]:
+        periods = []
+        for (i, k), (e, c) in self._usage.items():
+            b = self.budgets[i]
+            start, end = b.bounds(k)
+            periods.append(
+                BudgetPeriod(
+                    b.period_id(k), b.team, start, end, b.energy_limit_j, b.co2_limit_g, e, c
+                )
+            )
+        return sorted(periods, key=lambda p: (p.start_s, p.budget_id))
 
     # --- snapshot ---------------------------------------------------------------------
 
@@ -267,20 +348,7 @@ class Simulator:
                 fields["observed_slowdown"] = rec.observed_slowdown
                 rec.snapshot_job = Job(**fields)
             jobs.append(rec.snapshot_job)
-        budgets = ()
-        if self.budget is not None:
-            budgets = (
-                Budget(
-                    budget_id="simulation",
-                    team=None,
-                    period_start_s=0.0,
-                    period_end_s=self.budget.period_end_s,
-                    energy_limit_j=self.budget.energy_limit_j,
-                    energy_used_j=self._energy_used_j,
-                    co2_limit_g=self.budget.co2_limit_g,
-                    co2_used_g=self._co2_used_g,
-                ),
-            )
+        budgets = self._budgets_at(t)
         carbon = CarbonSignal(
             ci_g_per_kwh=self.intensity.ci_at(t),
             forecast=self.intensity.forecast(t, self.config.forecast_hours),
@@ -416,7 +484,8 @@ class Simulator:
     def _advance(self, active: dict[str, JobRecord], t0: float, t1: float, last: bool):
         """Run every allocated job from t0 to t1 (with ``replan_on_events``, only to the
         first completion; after the last arrival, to the last completion if all finish).
-        Returns (end, finished records, energy, co2, idle energy, held GPU-seconds)."""
+        Returns (end, finished records, energy, co2, idle energy, held GPU-seconds, and
+        per team the [energy, co2] its jobs drew)."""
         cfg = self.config
         co2_of = self.intensity.co2_g
         mate_of = self._mates(active)
@@ -462,6 +531,7 @@ class Simulator:
             t_end = max([t0] + [p[5] for p in plans])
         idle_w_of = self._idle_w
         energy = co2 = idle_e = held_gpu_s = 0.0
+        by_team: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         allocated_idle_w = 0.0
         used_nodes: set[str] = set()
         finished = []
@@ -484,6 +554,9 @@ class Simulator:
             rec.observed_slowdown = None if mate is None else self._observed(rec, mate)
             rec.energy_j += e_job
             rec.co2_g += c_job
+            team_use = by_team[rec.spec.team]
+            team_use[0] += e_job
+            team_use[1] += c_job
             energy += e_job
             co2 += c_job
             held_s = min(finish, t_end) - t0
@@ -514,7 +587,7 @@ class Simulator:
         energy += e_free
         idle_e += e_free
         co2 += co2_of(free_w, t0, t_end)
-        return t_end, finished, energy, co2, idle_e, held_gpu_s
+        return t_end, finished, energy, co2, idle_e, held_gpu_s, by_team
 
 
 def idle_power_by_model(

@@ -7,7 +7,7 @@ once, ``run_policy(scenario, "powerflow", budget=...)`` runs one policy through 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -121,6 +121,49 @@ def load_scenario(
     )
 
 
+TEAM_RULES = ("trace", "workload")
+
+
+def with_teams_by_workload(scenario: Scenario) -> Scenario:
+    """The scenario with each job's team set to its workload (model class): the stated
+    rule for traces that name no teams (the Pollux and ElasticFlow traces)."""
+    from dataclasses import replace
+
+    jobs = tuple(replace(j, team=j.workload) for j in scenario.jobs)
+    return replace(scenario, jobs=jobs, meta={**scenario.meta, "team_rule": "workload"})
+
+
+def split_by_team(whole: BudgetSpec, bound: Any, jobs: Sequence[Job]) -> tuple[BudgetSpec, ...]:
+    """``whole`` split into one budget per team, in proportion to the least energy above
+    idle its jobs could finish with (``bound``: the scenario's ``JctBound``); a carbon
+    limit in the same shares."""
+    from dataclasses import replace
+
+    team_of = {j.job_id: j.team for j in jobs}
+    need: dict[str, float] = {}
+    for f in bound.jobs:
+        team = team_of[f.job_id]
+        need[team] = need.get(team, 0.0) + f.energy_above_idle_j[-1]
+    total = sum(need.values())
+    if total <= 0.0:
+        return (whole,)
+
+    def part(limit: float | None, team: str) -> float | None:
+        return None if limit is None else limit * need[team] / total
+
+    return tuple(
+        replace(
+            whole,
+            energy_limit_j=part(whole.energy_limit_j, team),
+            co2_limit_g=part(whole.co2_limit_g, team),
+            team=team,
+            budget_id=f"team-{team}",
+        )
+        for team in sorted(need)
+        if need[team] > 0.0
+    )
+
+
 def core_planner(policy: str, **params: Any) -> Planner:
     """The core's ``plan_round`` with a fresh ``policy`` object for this run."""
     from scheduling.core.registry import get_policy
@@ -142,6 +185,7 @@ def run_policy(
     progress: ProgressHook | None = None,
     planner: Planner | None = None,
     policy_params: Mapping[str, Any] | None = None,
+    budgets: Sequence[BudgetSpec] = (),
 ) -> SimResult:
     sim = Simulator(
         scenario.jobs,
@@ -151,6 +195,7 @@ def run_policy(
         config=scenario.config,
         intensity=scenario.intensity,
         budget=budget,
+        budgets=budgets,
         progress=progress,
     )
     return sim.run()

@@ -283,6 +283,26 @@ def test_zeus_tunes_the_power_limit_of_a_fitted_model():
     assert (hi - limits[1.0]) % 25.0 == 0.0
 
 
+def test_zeus_on_a_t4_can_lower_the_limit_to_the_range_floor_off_the_25_w_grid():
+    # given the fitted T4 model of bert, whose limits span 60-70 W (narrower than a step)
+    from scheduling.core.perf_models import load_catalog
+
+    catalog = load_catalog()
+    assert catalog.get("bert", "T4").power_limits_w == (60.0, 70.0)
+    a = job("a", workload="bert", global_batch=12)
+    cluster = make_cluster(1, 1, 4, model="T4")
+
+    # when zeus (eta 0.5) and fifo plan the same job
+    z = plan_round(snapshot(cluster, [a], catalog=catalog), policy="zeus", now=0.0)
+    f = plan_round(snapshot(cluster, [a], catalog=catalog), policy="fifo", now=0.0)
+
+    # then zeus caps it at 60 W (at 70 W: 62.6 W, 0.921 s an iteration; at 60 W:
+    # 55.0 W, 0.948 s, so 0.5 E + 0.5 x 70 W x T falls), while fifo leaves the default
+    assert z.allocations["a"].power_limit_w == 60.0
+    assert f.allocations["a"].power_limit_w is None
+    assert z.predicted_energy_j < f.predicted_energy_j
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [({"rank": "bogus"}, "rank must be"), ({"admission": "lifo"}, "admission must be")],

@@ -213,3 +213,40 @@ def test_idle_gpus_cost_energy_unless_their_node_is_powered_down(off, idle_gpus)
     plan = plan_round(snap, policy="fifo", now=0.0)
     # then the round costs the busy GPU plus every powered idle one
     assert plan.predicted_energy_j == pytest.approx(250 * 300 + idle_gpus * 50 * 300)
+
+
+@pytest.mark.parametrize("policy", policy_names())
+@pytest.mark.parametrize(
+    ("action", "held_runs"), [("pause_jobs", False), ("hold_queue", True), ("notify_only", True)]
+)
+def test_a_spent_budget_does_what_its_hard_limit_action_says_under_every_policy(
+    policy, action, held_runs
+):
+    # given team t's job running on s0n0/0-3 and its budget spent, and team u's jobs queued
+    cluster = make_cluster(1, 1, 8)
+    held = running(job("held", n=4, min_gpus=1, max_gpus=8), tuple(f"s0n0/{i}" for i in range(4)))
+    others = [job(f"u{k}", submit=k, n=4, min_gpus=1, max_gpus=8, team="u") for k in range(3)]
+    budget = Budget(
+        "b", "t", 0.0, 1e6, energy_limit_j=1.0, energy_used_j=1.0, hard_limit_action=action
+    )
+    snap = snapshot(cluster, [held, *others], budgets=(budget,))
+
+    # when the policy plans
+    plan = plan_round(snap, policy=policy, now=100.0)
+
+    # then pause_jobs stops the held job; hold_queue keeps it exactly where and how it
+    # runs, and no other job gets its GPUs; notify_only lets it run as if unbudgeted
+    if not held_runs:
+        assert plan.waiting["held"].code == WaitCode.BUDGET_EXHAUSTED
+        assert "held" not in plan.allocations
+    elif action == "hold_queue":
+        assert plan.allocations["held"] == held.allocation
+        assert not any(c.job_id == "held" for c in plan.changes)
+    else:
+        assert "held" in plan.allocations
+    taken = [g for a in plan.allocations.values() for g in a.gpu_ids]
+    assert len(taken) == len(set(taken)) or plan.max_jobs_per_gpu > 1
+    if action == "hold_queue":
+        others_gpus = {g for j, a in plan.allocations.items() if j != "held" for g in a.gpu_ids}
+        assert others_gpus.isdisjoint(held.allocation.gpu_ids)
+        assert any(j != "held" for j in plan.allocations)  # the other team still runs

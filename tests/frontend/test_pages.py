@@ -497,6 +497,43 @@ def test_whatif_of_a_carbon_budget_runs_greenflow(
     assert bad.json()["errors"]["kind"][0].startswith("Select a valid choice.")
 
 
+def test_whatif_names_a_job_that_can_never_run_and_keeps_the_curve_monotone(
+    client_for, lead, member, team, make_job, make_node
+):
+    # given a live 4-GPU node, a silent 8-GPU one, a 2-GPU job and an 8-GPU job (only the
+    # silent node could hold it, so the round can never start it now)
+    now = timezone.now()
+    live = make_node("node-01", gpus=4)
+    make_node("node-02", gpus=8)
+    Node.objects.filter(pk=live.pk).update(last_heartbeat_at=now)
+    make_job(owner=member, team=team, total_iterations=2000, min_gpus=2, max_gpus=2)
+    big = make_job(owner=member, team=team, name="big one", min_gpus=8, max_gpus=8)
+    data = {
+        "team": team.pk, "kind": "energy", "limit": "50", "proposed": "50",
+        "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+        "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
+        # an earlier point at a smaller budget that predicted a shorter JCT
+        "done": json.dumps([[25.0, 60.0]]),
+    }  # fmt: skip
+
+    # when the lead runs the what-if
+    body = client_for(lead).post(reverse("frontend:budget-whatif"), data).json()
+
+    # then the 8-GPU job is named with the core's reason, the other still gets a JCT
+    assert body["never_run"] == [
+        {
+            "job": f"#{big.pk} big one",
+            "reason": "Waiting: needs 8 GPU(s) of one model; no GPU model has that many "
+            "schedulable.",
+        }
+    ]
+    assert (body["n_jobs"], body["n_finished"]) == (1, 1)
+    assert body["raw_avg_jct_s"] > 60.0
+    # and more budget never predicts worse: 50 kWh shows the 25 kWh point's 60 s
+    assert body["points"] == [[25.0, 60.0], [50.0, 60.0]]
+    assert body["avg_jct_s"] == 60.0
+
+
 def test_whatif_without_a_live_node_says_nothing_can_run(
     client_for, lead, member, team, make_job, make_node
 ):

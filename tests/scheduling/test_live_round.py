@@ -308,6 +308,77 @@ def test_exhausted_hold_queue_budget_lets_running_jobs_finish_but_starts_none(
     assert not RoundDecision.objects.filter(action=DecisionAction.STOP).exists()
 
 
+def test_a_job_held_by_a_spent_hold_queue_budget_keeps_its_gpus_from_other_teams_jobs(
+    fifo, live_node, make_job, member, team, outsider, other_team
+):
+    # given team vision's job running on GPUs 0-1 of the node, its hold_queue budget
+    # then spent, and team language's 2-GPU job queued behind it
+    live_node()
+    held = _job(make_job, member, team)
+    services.run_scheduling_round(now=T0)
+    budget = Budget.objects.create(
+        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
+        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.HOLD_QUEUE,
+    )  # fmt: skip
+    _spend(budget, held, energy_j=3.6e6)
+    other = _job(make_job, outsider, other_team, at=T0)
+
+    # when two more rounds run (before, the held job's GPUs looked free: the other job
+    # was placed on GPUs 0-1 and its start failed with AllocationError every round)
+    results = [
+        services.run_scheduling_round(now=T0 + timedelta(seconds=30 * k), force=True)
+        for k in (1, 2)
+    ]
+
+    # then nothing fails: the held job keeps GPUs 0-1 and the other starts on 2-3
+    held.refresh_from_db()
+    other.refresh_from_db()
+    assert [(r.applied, r.failed) for r in results] == [(1, 0), (0, 0)]
+    assert held.state == JobState.RUNNING
+    assert sorted(g.uuid for g in held.current_allocation.gpus.all()) == [
+        "GPU-node-01-0",
+        "GPU-node-01-1",
+    ]
+    assert other.state == JobState.RUNNING
+    assert sorted(g.uuid for g in other.current_allocation.gpus.all()) == [
+        "GPU-node-01-2",
+        "GPU-node-01-3",
+    ]
+    # and the plan still accounts for the held job where it runs
+    assert results[1].plan.allocations[str(held.pk)].gpu_ids == ("GPU-node-01-0", "GPU-node-01-1")
+    assert not RoundDecision.objects.filter(action=DecisionAction.STOP).exists()
+    assert not RoundDecision.objects.filter(applied=False).exists()
+
+
+def test_a_spent_notify_only_budget_holds_nothing_back_but_is_paced_until_then(
+    fifo, live_node, make_job, member, team
+):
+    # given a team with a notify_only budget, spent, and a queued job
+    from scheduling import adapters
+
+    live_node()
+    budget = Budget.objects.create(
+        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
+        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.NOTIFY_ONLY,
+    )  # fmt: skip
+    queued = _job(make_job, member, team)
+
+    # then before it is spent the core sees it (it is paced like any budget)
+    snap = adapters.build_snapshot(now=T0, round_length_s=60.0).snapshot
+    assert [(b.budget_id, b.hard_limit_action) for b in snap.budgets] == [
+        (str(budget.pk), "notify_only")
+    ]
+
+    # when it is spent and a round runs
+    _spend(budget, queued, energy_j=3.6e6)
+    result = services.run_scheduling_round(now=T0)
+
+    # then the job starts all the same
+    queued.refresh_from_db()
+    assert (result.applied, result.failed) == (1, 0)
+    assert queued.state == JobState.RUNNING
+
+
 def test_change_that_loses_a_race_is_recorded_and_skipped(fifo, live_node, make_job, member, team):
     # given a round's snapshot that saw a queued job, cancelled before the plan is applied
     from scheduling import adapters

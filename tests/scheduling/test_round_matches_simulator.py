@@ -2,9 +2,10 @@
 the simulator (its own snapshot of its own records) produce the same snapshot and the same plan.
 
 The state is written as rows (nodes, a running job, a paused job with history, queued
-jobs, stored carbon intensity for the day ahead) and, independently, as the simulator's
-job records. The simulator's clock is anchored at the Unix epoch (``ConstantIntensity``
-starting 1970-01-01), so both sides use Unix seconds and ``epoch_s`` is 0 on both.
+jobs, stored carbon intensity for the day ahead, two teams' budgets with ledger spend) and,
+independently, as the simulator's job records and budget specs. The simulator's clock is
+anchored at the Unix epoch (``ConstantIntensity`` starting 1970-01-01), so both sides use
+Unix seconds and ``epoch_s`` is 0 on both.
 """
 
 from datetime import UTC, datetime, timedelta
@@ -12,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cluster import services as cluster_services
-from cluster.choices import JobState
-from cluster.models import Gpu, Job, Node
+from cluster.choices import HardLimitAction, JobState
+from cluster.models import Budget, Gpu, Job, Node
 from scheduling import adapters, services
 from scheduling.core.perf_models import load_catalog
 from scheduling.core.registry import policy_names
@@ -22,10 +23,10 @@ from scheduling.core.types import Job as CoreJob
 from scheduling.models import SchedulerSettings
 from scheduling.simulator.carbon import ConstantIntensity
 from scheduling.simulator.cluster_spec import ClusterSpec
-from scheduling.simulator.engine import SimConfig, Simulator
+from scheduling.simulator.engine import BudgetSpec, SimConfig, Simulator
 from scheduling.simulator.scenario import core_planner
 from telemetry.choices import CarbonSource
-from telemetry.models import CarbonIntensity
+from telemetry.models import CarbonIntensity, EnergyLedgerEntry
 
 NOW = datetime(2026, 11, 22, 4, 30, 0, tzinfo=UTC)
 CI_G_PER_KWH = 187.0
@@ -93,7 +94,49 @@ def _rows(make_job, member, team) -> dict[str, Job]:
     return {name: Job.objects.get(pk=j.pk) for name, j in jobs.items()}
 
 
-def _simulator(rows: dict[str, Job], policy: str) -> tuple[Simulator, dict]:
+PERIOD_START = NOW - timedelta(days=3)
+PERIOD_END = NOW + timedelta(days=4)
+VISION_KWH, VISION_USED_J, VISION_USED_G = 40.0, 9.0e7, 4500.0
+LANGUAGE_KG = 12.0
+
+
+def _budget_rows(team, other_team) -> dict[str, Budget]:
+    """Vision: 40 kWh this week, 25 kWh of it (and 4.5 kg) spent; language: 12 kg."""
+    vision = Budget.objects.create(
+        team=team, period_start=PERIOD_START, period_end=PERIOD_END,
+        energy_limit_kwh=VISION_KWH, hard_limit_action=HardLimitAction.HOLD_QUEUE,
+    )  # fmt: skip
+    language = Budget.objects.create(
+        team=other_team, period_start=PERIOD_START, period_end=PERIOD_END,
+        carbon_limit_kg=LANGUAGE_KG, hard_limit_action=HardLimitAction.NOTIFY_ONLY,
+    )  # fmt: skip
+    EnergyLedgerEntry.objects.create(
+        gpu=Gpu.objects.get(uuid="n1/0"), hour=NOW.replace(minute=0) - timedelta(hours=5),
+        team=team, energy_j=VISION_USED_J, co2_g=VISION_USED_G, ci_g_per_kwh=180.0, zone="ES",
+    )  # fmt: skip
+    return {"vision": vision, "language": language}
+
+
+def _budget_specs(budgets: dict[str, Budget]) -> tuple[BudgetSpec, ...]:
+    """The same budgets as the simulator takes them."""
+    start, end = PERIOD_START.timestamp(), PERIOD_END.timestamp()
+    return (
+        BudgetSpec(
+            period_end_s=end, period_start_s=start, team="language",
+            budget_id=str(budgets["language"].pk), co2_limit_g=LANGUAGE_KG * 1000.0,
+            hard_limit_action="notify_only",
+        ),
+        BudgetSpec(
+            period_end_s=end, period_start_s=start, team="vision",
+            budget_id=str(budgets["vision"].pk), energy_limit_j=VISION_KWH * 3.6e6,
+            energy_used_j=VISION_USED_J, co2_used_g=VISION_USED_G, hard_limit_action="hold_queue",
+        ),
+    )  # fmt: skip
+
+
+def _simulator(
+    rows: dict[str, Job], policy: str, budgets: tuple[BudgetSpec, ...] = ()
+) -> tuple[Simulator, dict]:
     specs = []
     for name, workload, ago_min, lo, hi, batch, bmin, bmax, iters in JOBS:
         specs.append(
@@ -118,6 +161,7 @@ def _simulator(rows: dict[str, Job], policy: str) -> tuple[Simulator, dict]:
         planner=core_planner(policy),
         config=SimConfig(round_length_s=ROUND_S),
         intensity=ConstantIntensity(CI_G_PER_KWH, start=datetime(1970, 1, 1, tzinfo=UTC)),
+        budgets=budgets,
     )
     records = {rec.spec.job_id: rec for rec in sim._records}
     now_s = NOW.timestamp()
@@ -137,11 +181,11 @@ def _simulator(rows: dict[str, Job], policy: str) -> tuple[Simulator, dict]:
 
 @pytest.mark.parametrize("policy", policy_names())
 def test_live_round_and_simulator_plan_the_same_for_the_same_state(
-    policy, cluster_rows, make_job, member, team
+    policy, cluster_rows, make_job, member, team, other_team
 ):
-    # given the same state as rows and as simulator records
+    # given the same state as rows and as simulator records, with two teams' budgets
     rows = _rows(make_job, member, team)
-    sim, records = _simulator(rows, policy)
+    sim, records = _simulator(rows, policy, _budget_specs(_budget_rows(team, other_team)))
     config = SchedulerSettings.load()
     config.policy, config.round_interval_s = policy, int(ROUND_S)
     config.save()
@@ -160,6 +204,10 @@ def test_live_round_and_simulator_plan_the_same_for_the_same_state(
         simulated.carbon,
         simulated.epoch_s,
     )
+    assert [(b.team, b.energy_used_j, b.hard_limit_action) for b in live.budgets] == [
+        ("language", 0.0, "notify_only"),
+        ("vision", VISION_USED_J, "hold_queue"),
+    ]
     assert (live.round_length_s, live.power_off_idle_nodes) == (
         simulated.round_length_s,
         simulated.power_off_idle_nodes,

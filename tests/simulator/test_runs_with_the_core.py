@@ -47,38 +47,49 @@ def test_the_same_inputs_give_the_same_run(scenario, policy):
 
 
 @pytest.mark.parametrize(("policy", "kind"), [("powerflow", "energy"), ("greenflow", "carbon")])
-def test_budget_is_never_overspent_within_its_period_beyond_one_round(
-    scenario, fifo_result, policy, kind
+@pytest.mark.parametrize("share", [0.5, 1.0])
+def test_no_budget_period_is_overspent_and_the_next_period_takes_over(
+    scenario, fifo_result, policy, kind, share
 ):
-    # Given half of what fifo spent as the budget over fifo's makespan
-    limit = 0.5 * (fifo_result.energy_j if kind == "energy" else fifo_result.co2_g)
+    # Given a share of what fifo spent as the budget per period of a third of fifo's
+    # makespan (so the run spans several successive periods)
+    limit = share * (fifo_result.energy_j if kind == "energy" else fifo_result.co2_g)
+    period_s = fifo_result.end_s / 3
     budget = (
-        BudgetSpec(period_end_s=fifo_result.end_s, energy_limit_j=limit)
+        BudgetSpec(period_end_s=period_s, energy_limit_j=limit)
         if kind == "energy"
-        else BudgetSpec(period_end_s=fifo_result.end_s, co2_limit_g=limit)
+        else BudgetSpec(period_end_s=period_s, co2_limit_g=limit)
     )
     seen = []
     inner = core_planner(policy)
 
     def recording(snapshot, now):
-        seen.append((now, snapshot.budgets[0].energy_used_j, snapshot.budgets[0].co2_used_g))
+        (b,) = snapshot.budgets  # always exactly one period in force: none runs unbudgeted
+        seen.append((now, b))
         return inner(snapshot, now)
 
     # When the budget-aware policy runs with it
     result = run_policy(scenario, policy, budget=budget, planner=recording)
 
-    # then every snapshot carried exactly what had been spent before it
-    for now, used_e, used_c in seen:
-        before = [s for s in result.timeline if s.t1_s <= now]
-        assert used_e == pytest.approx(sum(s.energy_j for s in before), rel=1e-12)
-        assert used_c == pytest.approx(sum(s.co2_g for s in before), rel=1e-12)
-    spent_e = sum(s.energy_j for s in result.timeline)
-    assert spent_e == pytest.approx(result.energy_j, rel=1e-12)
-    # and what was spent inside the period exceeds the limit by at most one round
-    in_period = [s for s in result.timeline if s.t1_s <= budget.period_end_s]
-    one_round = max(s.energy_j if kind == "energy" else s.co2_g for s in result.timeline)
-    spent = sum(s.energy_j if kind == "energy" else s.co2_g for s in in_period)
-    assert spent <= limit + one_round
+    # then every snapshot carried the period in force and exactly what it had spent
+    for now, b in seen:
+        k = int(now // period_s)
+        assert (b.period_start_s, b.period_end_s) == pytest.approx(
+            (k * period_s, (k + 1) * period_s)
+        )
+        assert b.budget_id == ("simulation" if k == 0 else f"simulation@{k}")
+        before = [s for s in result.timeline if b.period_start_s <= s.t0_s and s.t1_s <= now]
+        assert b.energy_used_j == pytest.approx(sum(s.energy_j for s in before), rel=1e-9)
+        assert b.co2_used_g == pytest.approx(sum(s.co2_g for s in before), rel=1e-9)
+    # and no stretch crosses a period boundary, so each period's spend is exact
+    for s in result.timeline:
+        assert int(s.t0_s // period_s) == int(max(s.t1_s - 1e-6, s.t0_s) // period_s)
+    periods = result.budget_periods
+    assert sum(p.energy_j for p in periods) == pytest.approx(result.energy_j, rel=1e-9)
+    assert len(periods) >= 3
+    # and no period spent more than its limit
+    assert max(p.share for p in periods) <= 1.0 + 1e-9
+    assert all(r.finish_s is not None for r in result.jobs)
 
 
 def test_matched_energy_comparison_reports_both_spends(scenario, fifo_result):

@@ -215,6 +215,7 @@
       progress.max = factors.length;
       progress.value = 0;
       let done = [];
+      let never = [];
       for (let i = 0; i < factors.length; i++) {
         statusEl.textContent = "Simulating " + (i + 1) + " of " + factors.length + "…";
         const body = new URLSearchParams({
@@ -234,6 +235,7 @@
           return;
         }
         done = answer.points;
+        never = answer.never_run || [];
         progress.value = i + 1;
         plot("fig-whatif", answer.figure);
         const nothing = answer.n_jobs === 0
@@ -247,7 +249,12 @@
           return;
         }
       }
-      statusEl.textContent = "Done: " + done.length + " budgets simulated. A gap means not every job finishes within 30 days.";
+      const left = never.length
+        ? " Left out, as they can never run here: " +
+          never.map((n) => n.job + " (" + n.reason + ")").join("; ") + "."
+        : "";
+      statusEl.textContent = "Done: " + done.length + " budgets simulated; each point is the best " +
+        "predicted at or under its budget. A gap means not every job finishes within 30 days." + left;
       button.disabled = false;
     }
 

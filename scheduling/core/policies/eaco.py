@@ -107,7 +107,7 @@ class Eaco:
         history: dict[str, list[float]] = {
             k: list(v) for k, v in ctx.policy_state.get("history", {}).items()
         }
-        free = FreeGpus(ctx.snapshot.cluster)
+        free = FreeGpus(ctx.free_cluster)
         views = {jv.job.job_id: jv for jv in ctx.jobs}
         queue = submit_order(ctx.jobs)
         running = [jv for jv in queue if jv.job.is_running]

@@ -136,7 +136,7 @@ class NetDelay:
                 ).best_s
                 tuned_at = ctx.now_s
 
-        free = FreeGpus(ctx.snapshot.cluster)
+        free = FreeGpus(ctx.free_cluster)
         queue = submit_order(ctx.jobs)
         kept: dict[str, tuple[str, ...]] = {}
         waiting: dict[str, WaitReason] = {}

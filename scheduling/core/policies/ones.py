@@ -162,7 +162,7 @@ class Ones:
         caps_all = self.next_caps(
             [jv for jvs in by_model.values() for jv in jvs], state.get("caps", {})
         )
-        free = FreeGpus(ctx.snapshot.cluster)
+        free = FreeGpus(ctx.free_cluster)
         grants: list[Grant] = []
         populations: dict[str, list[Individual]] = {}
         for model in sorted(by_model):

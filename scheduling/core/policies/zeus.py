@@ -8,9 +8,12 @@ bandit over recurring runs; here the perf model predicts it directly, which is t
 converged choice (reconstructed, not Zeus' exploration). Jobs are queued as in
 ``fifo`` with the GPUs they asked for.
 
-The knob is the power limit, in ``power_limit_step_w`` steps (Zeus' 25 W) across the
-range the perf model reports (``power_limits_w``); a model that reports no range is
-tuned by SM clock step instead. The batch is tuned too where the job allows a range.
+The knob is the power limit, in ``power_limit_step_w`` steps (Zeus' 25 W) down from the
+highest limit the perf model reports (``power_limits_w``), and always the lowest one
+too: a GPU whose range is narrower than a step (the T4's is 60-70 W) would otherwise
+have the default limit as its only choice, and ``zeus`` would be ``fifo`` to the digit
+there. A model that reports no range is tuned by SM clock step instead. The batch is
+tuned too where the job allows a range.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class Zeus(Fifo):
         while w >= lo - 1e-9:
             limits.append(w)
             w -= self.power_limit_step_w
+        if lo < limits[-1] - 1e-9:
+            limits.append(lo)  # the range's floor, even off the step grid
         return tuple(sorted(limits))
 
     def _knobs(
