@@ -90,14 +90,22 @@ def admit(
 
     views: list[JobView] = []
     waiting: dict[str, WaitReason] = {}
+    # Per team, once: who pays and the first budget used up (queues are long).
+    payers: dict[str | None, tuple[Budget | None, tuple[str, ...]]] = {}
     for job in snapshot.jobs:
         model, perf, reason = _resolve_model(job, models_by_size, capacity, cache)
         if reason is not None:
             waiting[job.job_id] = reason
             continue
-        pays = [b for b in budgets if b.team == job.team] + cluster_budgets
+        known = payers.get(job.team)
+        if known is None:
+            team_pays = [b for b in budgets if b.team == job.team] + cluster_budgets
+            known = payers[job.team] = (
+                next((b for b in team_pays if _exhausted(b)), None),
+                tuple(b.budget_id for b in team_pays),
+            )
+        spent, pay_ids = known
         if respects_budgets:
-            spent = next((b for b in pays if _exhausted(b)), None)
             if spent is not None:
                 whose = f"team {job.team}'s" if spent.team else "the cluster's"
                 waiting[job.job_id] = WaitReason(
@@ -107,11 +115,7 @@ def admit(
                     until_s=spent.period_end_s,
                 )
                 continue
-        views.append(
-            JobView(
-                job=job, gpu_model=model, perf=perf, budget_ids=tuple(b.budget_id for b in pays)
-            )
-        )
+        views.append(JobView(job=job, gpu_model=model, perf=perf, budget_ids=pay_ids))
     ctx = RoundContext(
         snapshot=snapshot,
         now_s=now,

@@ -132,6 +132,7 @@ from scheduling.core.pacing import (
 from scheduling.core.placement import buddy_sizes
 from scheduling.core.policies.base import FreeForecast, GpuLedger
 from scheduling.core.policies.budget_price import price_round
+from scheduling.core.pricing import hull_choice, lower_hull
 from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
 
 _SIZE, _CLOCK, _BATCH = 0, 1, 2
@@ -241,8 +242,26 @@ class BudgetGreedy:
 
     # --- per-job options ----------------------------------------------------------
 
-    def _options(self, ctx: RoundContext, jv: JobView) -> tuple[tuple, tuple, tuple, int]:
+    def _options(
+        self, ctx: RoundContext, jv: JobView, memo: dict | None = None
+    ) -> tuple[tuple, tuple, tuple, int]:
+        """(GPU counts, clocks, batches, index of the submitted batch) job ``jv`` may
+        take; ``memo`` shares them between jobs of the same shape within a round."""
         job = jv.job
+        if memo is not None:
+            key = (
+                jv.gpu_model,
+                id(jv.perf),
+                job.min_gpus,
+                job.max_gpus,
+                job.global_batch,
+                job.min_batch,
+                job.max_batch,
+            )
+            hit = memo.get(key)
+            if hit is None:
+                hit = memo[key] = self._options(ctx, jv)
+            return hit
         cap = ctx.capacity[jv.gpu_model]
         if self.placement == "buddy":
             sizes = tuple(
@@ -316,7 +335,8 @@ class BudgetGreedy:
         ]
 
         jobs = list(ctx.jobs)
-        opts = [self._options(ctx, jv) for jv in jobs]
+        opts_memo: dict = {}
+        opts = [self._options(ctx, jv, opts_memo) for jv in jobs]
         pays = [
             tuple((b_index[bid], budgets[b_index[bid]].team is None) for bid in jv.budget_ids)
             for jv in jobs
@@ -394,21 +414,84 @@ class BudgetGreedy:
             for bi, is_cluster in pays[j]:
                 spent_e[bi] += d_cluster if is_cluster else d_team
 
+        unit_hulls: dict[tuple, list] = {}
+
+        def hull_of(j: int) -> tuple[list, float, Any]:
+            """Job j's lower hull of (cost, time) points, as (hull, scale, key): a job
+            that is not running, ranked by energy without its elapsed time, has times
+            and costs proportional to its remaining iterations, so jobs of one shape
+            share the hull of one iteration (a long queue needs few hulls)."""
+            jv = jobs[j]
+            job = jv.job
+            if (
+                self.cost == "carbon"
+                or self.jct_includes_elapsed
+                or running_n[j]
+                or job.remaining_iters <= 0.0
+            ):
+                return lower_hull(points(j)), 1.0, ("job", j)
+            sizes, clocks, batches, _ = opts[j]
+            key = (
+                id(opts[j]),
+                id(jv.perf),
+                job.global_batch,
+                job.iter_time_scale,
+                job.power_scale,
+                job_idle_w[j] if above_idle else 0.0,
+            )
+            hull = unit_hulls.get(key)
+            if hull is None:
+                idle_w = key[-1]
+                predict, perf = ctx.cache.predict, jv.perf
+                pts = []
+                for si, n in enumerate(sizes):
+                    for ci, clock in enumerate(clocks):
+                        for bi, b in enumerate(batches):
+                            iter_s, power_w = predict(perf, n, b, clock, None)
+                            t = job.global_batch / b * iter_s * job.iter_time_scale
+                            pts.append(
+                                (n * (power_w * job.power_scale - idle_w) * t, t, (si, ci, bi))
+                            )
+                hull = unit_hulls[key] = lower_hull(pts)
+            return hull, job.remaining_iters, key
+
         # --- admission at minimum configuration ---
         ledger = GpuLedger(ctx)
-        mins = [evaluate(j, 0, 0, opts[j][3]) for j in range(len(jobs))]
+        mins: dict[int, tuple[Estimate, float, float]] = {}
 
-        def admit_key(j: int):
-            jv = jobs[j]
-            first = 0 if jv.job.is_running else 1
-            if self.admission == "srtf":
-                return (first, mins[j][0].remaining_s, jv.job.submit_time_s, jv.job.job_id)
-            return (first, jv.job.submit_time_s, jv.job.job_id)
+        def min_eval(j: int) -> tuple[Estimate, float, float]:
+            hit = mins.get(j)
+            if hit is None:
+                hit = mins[j] = evaluate(j, 0, 0, opts[j][3])
+            return hit
 
-        order = sorted(range(len(jobs)), key=admit_key)
+        if self.admission == "srtf":
+            keys = []
+            for j, jv in enumerate(jobs):
+                sizes, clocks, batches, b0 = opts[j]
+                remaining_s, _ = ctx.remaining_and_power(jv, sizes[0], batches[b0], clocks[0])
+                first = 0 if jv.job.is_running else 1
+                keys.append((first, remaining_s, jv.job.submit_time_s, jv.job.job_id, j))
+        else:
+            keys = [
+                (0 if jv.job.is_running else 1, jv.job.submit_time_s, jv.job.job_id, j)
+                for j, jv in enumerate(jobs)
+            ]
+        keys.sort()
+        order = [k[-1] for k in keys]
+        # The jobs the GPUs could admit at their minimum, budgets aside: only they can
+        # run this round, so only they need target configurations.
+        probe = dict(ledger.free)
+        candidates: set[int] = set()
+        for j in order:
+            model, n0 = jobs[j].gpu_model, opts[j][0][0]
+            if probe.get(model, 0) >= n0:
+                probe[model] -= n0
+                candidates.add(j)
 
         # --- prices (see the module docstring) ---
         target: dict[int, tuple[int, int, int]] = {}
+        prices: list[float] = []
         if self.pricing:
             new_state.update(
                 price_round(
@@ -418,9 +501,10 @@ class BudgetGreedy:
                     opts,
                     pays,
                     evaluate,
-                    points,
+                    hull_of,
                     deltas,
-                    mins,
+                    min_eval,
+                    candidates,
                     floor_w,
                     curve,
                     allow_e,
@@ -428,6 +512,7 @@ class BudgetGreedy:
                     idle_floor_j,
                     to_g,
                     target,
+                    prices,
                 )
             )
         cfg: dict[int, list[int]] = {}
@@ -440,7 +525,7 @@ class BudgetGreedy:
             if not ledger.fits(jv, n0):
                 gpu_blocked.append(j)
                 continue
-            est = mins[j][0]
+            est = min_eval(j)[0]
             d_team, d_cluster = deltas(j, None, est, 0, n0)
             bi = blocking_budget(j, d_team, d_cluster)
             if bi is not None:
@@ -450,6 +535,11 @@ class BudgetGreedy:
             spend(j, d_team, d_cluster)
             cfg[j] = [0, 0, opts[j][3]]
             cur[j] = mins[j]
+            if prices and j not in candidates:
+                # admitted only because a job ahead of it waits on its budget
+                lams = [prices[b] for b, _ in pays[j] if prices[b] > 0.0]
+                if lams:
+                    target[j] = hull_choice(hull_of(j)[0], max(lams))
 
         # --- greedy upgrades ---
         version = dict.fromkeys(cfg, 0)
@@ -477,7 +567,7 @@ class BudgetGreedy:
                 if self.rank == "per_gpu":
                     # Speedup over the job's minimum (as elastic normalises) per share
                     # of the round's spare GPUs and spare allowance the step takes.
-                    base = mins[j][1]
+                    base = min_eval(j)[1]
                     speedup = base / t2 - base / t
                     dn = sizes[new_cfg[0]] - sizes[si]
                     d_team, d_cluster = deltas(j, est, new_est, sizes[si], sizes[new_cfg[0]])
