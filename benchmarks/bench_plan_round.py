@@ -5,7 +5,9 @@ Jobs are drawn (seeded) from the A100 workloads and from the job sizes and durat
 of ``data/trace/elasticflow_philly_876.csv`` (model, global batch, GPU count,
 iterations), about half of them running on valid GPUs, two teams with energy budgets
 that bind and a cluster-wide one. Each repeat plans a fresh snapshot (new seed), so
-no cache survives between rounds, as in the service.
+no cache survives between rounds, as in the service; the policy's state (e.g. the
+budget price's record of arrivals) is carried from one repeat to the next, as the
+service carries it, unless ``--fresh-state``. The first repeat is always a first round.
 
 ``--waiting N`` adds N more jobs that wait (never running): the long-queue case of
 issue 13, 10,000 waiting beside 1,000 running on 1,024 GPUs. ``--profile FILE`` writes
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import csv
+import dataclasses
 import pstats
 import random
 import statistics
@@ -168,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--waiting", type=int, default=0, help="more jobs, all waiting")
     p.add_argument("--profile", default=None, help="write cProfile statistics here")
+    p.add_argument(
+        "--fresh-state",
+        action="store_true",
+        help="plan every repeat as a policy's first round (no state carried over)",
+    )
     p.add_argument("--switches", type=int, default=8)
     p.add_argument("--nodes-per-switch", type=int, default=16)
     p.add_argument("--gpus-per-node", type=int, default=8)
@@ -196,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
             n_waiting=args.waiting,
             all_running=args.running is not None,
         )
+        if last is not None and not args.fresh_state:
+            # as the service does: the policy's state of the previous round, whose
+            # jobs (submitted before it) are no longer new arrivals
+            snap = dataclasses.replace(snap, policy_state=last.policy_state)
         if profiler is not None:
             profiler.enable()
         t0, c0 = time.perf_counter(), time.process_time()

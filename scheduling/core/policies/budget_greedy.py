@@ -183,6 +183,7 @@ class BudgetGreedy:
         future_in_period: bool = True,
         share_floor: float = 1.15,
         floor_guard: float = 0.0,
+        reserve_lag: float = 0.0,
     ) -> None:
         """Every parameter is described in the module docstring. The price's:
 
@@ -227,6 +228,7 @@ class BudgetGreedy:
         self.future_in_period = future_in_period
         self.share_floor = share_floor
         self.floor_guard = floor_guard
+        self.reserve_lag = reserve_lag
 
     # --- state carried between rounds -------------------------------------------
 
@@ -337,10 +339,15 @@ class BudgetGreedy:
         jobs = list(ctx.jobs)
         opts_memo: dict = {}
         opts = [self._options(ctx, jv, opts_memo) for jv in jobs]
-        pays = [
-            tuple((b_index[bid], budgets[b_index[bid]].team is None) for bid in jv.budget_ids)
-            for jv in jobs
-        ]
+        # (budget index, is it cluster-wide) of each job's payers; jobs of one team share
+        # the tuple (long queues).
+        payer_memo: dict[tuple[str, ...], tuple[tuple[int, bool], ...]] = {}
+        for jv in jobs:
+            if jv.budget_ids not in payer_memo:
+                payer_memo[jv.budget_ids] = tuple(
+                    (b_index[bid], budgets[b_index[bid]].team is None) for bid in jv.budget_ids
+                )
+        pays = [payer_memo[jv.budget_ids] for jv in jobs]
         job_idle_w = [ctx.idle_power_w(jv.gpu_model) for jv in jobs]
         above_idle = self.cost_above_idle
         if above_idle is None:
@@ -467,11 +474,18 @@ class BudgetGreedy:
 
         if self.admission == "srtf":
             keys = []
+            predict = ctx.cache.predict
             for j, jv in enumerate(jobs):
                 sizes, clocks, batches, b0 = opts[j]
-                remaining_s, _ = ctx.remaining_and_power(jv, sizes[0], batches[b0], clocks[0])
-                first = 0 if jv.job.is_running else 1
-                keys.append((first, remaining_s, jv.job.submit_time_s, jv.job.job_id, j))
+                job = jv.job
+                # RoundContext.remaining_and_power at the minimum, inlined: every job
+                # of a long queue needs it for the order
+                iter_s, _ = predict(jv.perf, sizes[0], batches[b0], clocks[0], None)
+                remaining_s = (
+                    job.remaining_iters * job.global_batch / batches[b0] * iter_s
+                ) * job.iter_time_scale
+                first = 1 if job.allocation is None else 0
+                keys.append((first, remaining_s, job.submit_time_s, job.job_id, j))
         else:
             keys = [
                 (0 if jv.job.is_running else 1, jv.job.submit_time_s, jv.job.job_id, j)
