@@ -183,7 +183,6 @@ class BudgetGreedy:
         future_in_period: bool = True,
         share_floor: float = 1.15,
         floor_guard: float = 0.0,
-        reserve_lag: float = 0.0,
     ) -> None:
         """Every parameter is described in the module docstring. The price's:
 
@@ -228,7 +227,6 @@ class BudgetGreedy:
         self.future_in_period = future_in_period
         self.share_floor = share_floor
         self.floor_guard = floor_guard
-        self.reserve_lag = reserve_lag
 
     # --- state carried between rounds -------------------------------------------
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scheduling.core.context import Estimate, JobView, RoundContext
-from scheduling.core.pacing import IntensityCurve, lag_share
+from scheduling.core.pacing import IntensityCurve
 from scheduling.core.pricing import hull_choice, price_for_share
 
 if TYPE_CHECKING:
@@ -142,11 +142,6 @@ def price_round(
         binned = hist.get(b.budget_id)
         if policy.future_in_period and binned:
             future *= in_period_fraction(binned, left_s)
-        if policy.reserve_lag > 0:
-            # A budget behind its straight line has saved for work that did not
-            # come: its reserve for the future shrinks to nothing at reserve_lag.
-            behind = lag_share(b, ctx.now_s) / policy.reserve_lag
-            future *= min(max(1.0 - behind, 0.0), 1.0)
         if not has_members[b_i]:
             continue
         if free < pmin:
