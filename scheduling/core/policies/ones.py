@@ -39,6 +39,7 @@ deterministic for its context.
 from __future__ import annotations
 
 import math
+import operator
 import random
 from collections.abc import Mapping
 
@@ -205,6 +206,7 @@ class _Search:
         self.jobs = jobs
         self.ids = [jv.job.job_id for jv in jobs]
         self.sorted_ids = sorted(self.ids)
+        self._tie = operator.itemgetter(*self.sorted_ids) if len(self.ids) > 1 else None
         self._wait: dict[str, float] | None = None  # r * T(r) of each job, once needed
         self.views = {jv.job.job_id: jv for jv in jobs}
         self.caps = {j: caps[j] for j in self.ids}
@@ -226,7 +228,9 @@ class _Search:
     def tie_key(self, ind: Individual) -> tuple[int, ...]:
         """The GPU counts in job-id order: orders individuals as their sorted items
         would (every individual holds every job), without sorting each one."""
-        return tuple(ind[j] for j in self.sorted_ids)
+        if len(self.sorted_ids) < 2:
+            return tuple(ind[j] for j in self.sorted_ids)
+        return self._tie(ind)
 
     def fitness(self, ind: Individual) -> float:
         # The same sum, in the same order, as n * t(n) for jobs that run plus
