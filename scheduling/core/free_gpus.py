@@ -35,6 +35,15 @@ class FreeGpus:
                 self.model_of[g.gpu_id] = g.model
                 self.node_of[g.gpu_id] = node.name
                 self.node_model[node.name] = g.model
+        # Free GPUs per model, kept by take() and give(): a long queue asks for every job
+        # whether enough are free before any picker walks the nodes.
+        # (Counted by node model, as the pickers choose nodes by it.)
+        self._free_of: dict[str, int] = {}
+        for v, ids in self.nodes.items():
+            if v in self.node_model:
+                self._free_of[self.node_model[v]] = self._free_of.get(self.node_model[v], 0) + len(
+                    ids
+                )
 
     def valid(self, gpu_ids: Sequence[str], model: str) -> bool:
         """All ids exist, are schedulable, of ``model`` and still free."""
@@ -46,6 +55,7 @@ class FreeGpus:
         out = tuple(gpu_ids)
         for g in out:
             self.nodes[self.node_of[g]].remove(g)
+            self._free_of[self.node_model[self.node_of[g]]] -= 1
         return out
 
     def give(self, gpu_ids: Iterable[str]) -> None:
@@ -55,9 +65,10 @@ class FreeGpus:
             if g not in self.nodes[node]:
                 self.nodes[node].append(g)
                 self.nodes[node].sort(key=self._index.__getitem__)
+                self._free_of[self.node_model[node]] += 1
 
     def count(self, model: str) -> int:
-        return sum(len(ids) for v, ids in self.nodes.items() if self.node_model.get(v) == model)
+        return self._free_of.get(model, 0)
 
     def _model_nodes(self, model: str) -> list[str]:
         return [v for v in self.nodes if self.node_model.get(v) == model]
@@ -65,6 +76,8 @@ class FreeGpus:
     def consolidated(self, model: str, n: int) -> tuple[str, ...] | None:
         """``n`` GPUs on as few nodes as the size allows (one node if ``n`` fits in one,
         else whole free nodes under one switch), or None. Not taken yet."""
+        if self.count(model) < n:
+            return None
         nodes = self._model_nodes(model)
         if not nodes:
             return None
@@ -114,6 +127,8 @@ class FreeGpus:
 
     def spread(self, model: str, n: int) -> tuple[str, ...] | None:
         """Any ``n`` free GPUs, emptiest nodes first (fewest nodes among the rest)."""
+        if self.count(model) < n:
+            return None
         nodes = sorted(self._model_nodes(model), key=lambda v: (-len(self.nodes[v]), v))
         picks: list[str] = []
         for v in nodes:

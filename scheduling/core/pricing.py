@@ -44,21 +44,30 @@ def hull_choice(hull: Sequence[Point], lam: float) -> Tag:
     return hull[k][2]
 
 
-def price_for_share(hulls: Sequence[Sequence[Point]], share: float) -> float:
+def price_for_share(
+    hulls: Sequence[Sequence[Point]], share: float, weights: Sequence[float] | None = None
+) -> float:
     """The lowest price at which the jobs' choices together cost at most ``share``
     (0 when even their fastest points fit; the cheapest points are assumed to fit).
 
     Every hull step from one point to the next buys ``dt`` seconds for ``dc`` more cost;
     taking steps in order of seconds per unit cost until the share is spent gives the
     price at which the next step is no longer worth it.
+
+    ``weights`` (default all 1) multiply each hull's costs: a hull of one unit of work
+    with weight ``w`` stands for jobs of ``w`` units in all whose hulls are that one
+    scaled (cost and time alike, so its steps' seconds per cost are the same). Jobs
+    that share a hull are priced once, with the same result as one by one.
     """
+    if weights is None:
+        weights = [1.0] * len(hulls)
     steps = [
-        ((a[1] - b[1]) / (b[0] - a[0]), b[0] - a[0])
-        for h in hulls
+        ((a[1] - b[1]) / (b[0] - a[0]), (b[0] - a[0]) * w)
+        for h, w in zip(hulls, weights, strict=True)
         for a, b in zip(h, h[1:])  # noqa: B905 (pairs of neighbours)
     ]
     steps.sort(reverse=True)
-    spent = sum(h[0][0] for h in hulls)
+    spent = sum(h[0][0] * w for h, w in zip(hulls, weights, strict=True))
     for seconds_per_cost, dc in steps:
         if spent + dc > share:
             return seconds_per_cost

@@ -112,35 +112,38 @@ def admit(
     views: list[JobView] = []
     pinned: list[JobView] = []
     waiting: dict[str, WaitReason] = {}
+    # Per team, once (queues are long): the strictest spent budget that pays for its jobs,
+    # its action, and the budgets that still limit a job's configuration.
+    payers: dict[str | None, tuple[Budget | None, HardLimitAction | None, tuple[str, ...]]] = {}
     for job in snapshot.jobs:
         model, perf, reason = _resolve_model(job, models_by_size, capacity, cache)
         if reason is not None:
             waiting[job.job_id] = reason
             continue
-        pays = [b for b in budgets if b.team == job.team] + cluster_budgets
-        if respects_budgets:
-            spent, action = _spent_action(pays)
+        known = payers.get(job.team)
+        if known is None:
+            pays = [b for b in budgets if b.team == job.team] + cluster_budgets
+            spent, action = _spent_action(pays) if respects_budgets else (None, None)
             if action == HardLimitAction.NOTIFY_ONLY:
                 # Spent but only reported: it no longer limits the job's configuration.
                 pays = [b for b in pays if not b.exhausted]
-            elif spent is not None:
-                view = JobView(job, model, perf, tuple(b.budget_id for b in pays))
-                if action == HardLimitAction.HOLD_QUEUE and _keeps_gpus(job, snapshot.cluster):
-                    pinned.append(view)
-                    continue
-                whose = f"team {job.team}'s" if spent.team else "the cluster's"
-                waiting[job.job_id] = WaitReason(
-                    WaitCode.BUDGET_EXHAUSTED,
-                    f"Waiting: {whose} budget for this period is used up; "
-                    "it renews when the period ends.",
-                    until_s=spent.period_end_s,
-                )
+                spent = None
+            known = payers[job.team] = (spent, action, tuple(b.budget_id for b in pays))
+        spent, action, pay_ids = known
+        if spent is not None:
+            view = JobView(job, model, perf, pay_ids)
+            if action == HardLimitAction.HOLD_QUEUE and _keeps_gpus(job, snapshot.cluster):
+                pinned.append(view)
                 continue
-        views.append(
-            JobView(
-                job=job, gpu_model=model, perf=perf, budget_ids=tuple(b.budget_id for b in pays)
+            whose = f"team {job.team}'s" if spent.team else "the cluster's"
+            waiting[job.job_id] = WaitReason(
+                WaitCode.BUDGET_EXHAUSTED,
+                f"Waiting: {whose} budget for this period is used up; "
+                "it renews when the period ends.",
+                until_s=spent.period_end_s,
             )
-        )
+            continue
+        views.append(JobView(job=job, gpu_model=model, perf=perf, budget_ids=pay_ids))
     free_cluster = snapshot.cluster
     if pinned:
         held = {gid for jv in pinned for gid in jv.job.allocation.gpu_ids}

@@ -10,7 +10,7 @@ from corekit import make_cluster, random_snapshot
 from scheduling.core.placement import is_power_of_two
 from scheduling.core.registry import get_policy, policy_names
 from scheduling.core.round import plan_round
-from scheduling.core.types import Budget
+from scheduling.core.types import Budget, GpuConfig
 
 SHAPES = {
     "1x1x8": (1, 1, 8),
@@ -142,3 +142,31 @@ def test_the_allowance_invariant_is_exercised_because_budgets_bind(policy_name):
                 assert spent <= allowance * (1 + 1e-9) + 1e-6
                 binding += spent >= 0.9 * allowance
     assert binding >= len(SHAPES) * len(SEEDS)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_powerflow_without_a_budget_buys_as_much_speedup_as_elastic(shape, seed):
+    # given the same jobs in the same order (fifo admission) and no budget, so no price
+    # on energy, PowerFlow's greedy ranks GPU steps by speedup per spare GPU as elastic
+    # does: the summed speedup over each job's minimum is the same (ties between equal
+    # jobs may fall to different ones), and no GPU a job could use is left idle
+    snap, el = _plan("elastic", shape, seed, budgets=False)
+    _, pf = _plan("powerflow", shape, seed, budgets=False, admission="fifo")
+
+    def speedup(plan) -> float:
+        total = 0.0
+        for job in snap.jobs:
+            a = plan.allocations.get(job.job_id)
+            if a is None:
+                continue
+            model = snap.perf.get(job.workload, "A100")
+            at_min = model.iter_time_s(GpuConfig(job.min_gpus, job.global_batch))
+            now = model.iter_time_s(GpuConfig(a.n_gpus, a.global_batch, a.sm_clock_mhz))
+            total += at_min / now
+        return total
+
+    assert speedup(pf) == pytest.approx(speedup(el), rel=1e-9)
+    assert sum(a.n_gpus for a in pf.allocations.values()) == sum(
+        a.n_gpus for a in el.allocations.values()
+    )

@@ -330,7 +330,12 @@ def test_powerflow_ranks_by_draw_above_idle_while_idle_gpus_stay_powered(above_i
         budgets=(budget,),
     )
     policy = get_policy(
-        "powerflow", spend_ahead=1.0, cost_above_idle=above_idle, min_score=0.0, pricing=False
+        "powerflow",
+        spend_ahead=1.0,
+        cost_above_idle=above_idle,
+        min_score=0.0,
+        pricing=False,
+        rank="relative",
     )
     plan = plan_round(snap, policy=policy, now=0.0)
     got = (plan.allocations["a"].sm_clock_mhz, plan.allocations["b"].sm_clock_mhz)
@@ -343,7 +348,8 @@ def test_powerflow_skips_budgeted_steps_scoring_below_min_score():
     # the free GPU doublings (no extra energy) are taken
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e7)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
-    plan = plan_round(snap, policy=get_policy("powerflow", pricing=False), now=0.0)
+    relative = get_policy("powerflow", pricing=False, rank="relative")
+    plan = plan_round(snap, policy=relative, now=0.0)
     assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 1000)
     # without a budget there is nothing to save for: every improving step is taken
     free = plan_round(replace(snap, budgets=()), policy="powerflow", now=0.0)
@@ -355,10 +361,10 @@ def test_score_floor_relaxes_when_the_budget_lags_its_straight_line():
     # relax_lag (10%), so the floor is 0 and the clock steps are bought again
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e7)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
-    plan = plan_round(snap, policy=get_policy("powerflow", pricing=False), now=1500.0)
+    paced = get_policy("powerflow", pricing=False, rank="relative")
+    plan = plan_round(snap, policy=paced, now=1500.0)
     assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 2000)
     # at 4% behind the floor is 0.5 x (1 - 0.4) = 0.3: the 0.30 step just misses it
     ahead = replace(budget, energy_used_j=4e7 * (0.5 - 0.04))
-    paced = get_policy("powerflow", pricing=False)
     plan = plan_round(replace(snap, budgets=(ahead,)), policy=paced, now=1500.0)
     assert plan.allocations["a"].sm_clock_mhz == 1000

@@ -8,12 +8,12 @@ is in ``scheduling.core.pricing``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scheduling.core.context import Estimate, JobView, RoundContext
 from scheduling.core.pacing import IntensityCurve
-from scheduling.core.pricing import hull_choice, lower_hull, price_for_share
+from scheduling.core.pricing import hull_choice, price_for_share
 
 if TYPE_CHECKING:
     from scheduling.core.policies.budget_greedy import BudgetGreedy
@@ -38,6 +38,9 @@ def in_period_fraction(binned: dict[str, list[float]], left_s: float) -> float:
     return min(max(spent / total, 0.0), 1.0)
 
 
+Hull = list[tuple[float, float, tuple[int, int, int]]]
+
+
 def price_round(
     policy: BudgetGreedy,
     ctx: RoundContext,
@@ -45,9 +48,10 @@ def price_round(
     opts: Sequence[tuple],
     pays: Sequence[tuple[tuple[int, bool], ...]],
     evaluate: Callable[..., tuple[Estimate, float, float]],
-    points: Callable[[int], list[tuple[float, float, tuple[int, int, int]]]],
+    hull_of: Callable[[int], tuple[Hull, float, Hashable]],
     deltas: Callable[..., tuple[float, float]],
-    mins: Sequence[tuple[Estimate, float, float]],
+    min_eval: Callable[[int], tuple[Estimate, float, float]],
+    candidates: Collection[int],
     floor_w: Sequence[float],
     curve: IntensityCurve,
     allow_e: list[float | None],
@@ -55,12 +59,21 @@ def price_round(
     idle_floor_j: float,
     to_g: float,
     target: dict[int, tuple[int, int, int]],
+    price_out: list[float],
 ) -> dict[str, Any]:
     """Set each priced budget's price, the jobs' target configurations (in
     ``target``) and lower or raise the priced budgets' allowances (``allow_e`` /
     ``allow_c``, in place) to what the targets take this round; returns the state to
     carry. The arguments are ``BudgetGreedy.allocate``'s round: its jobs, options,
-    payers, cost functions, minimum configurations and allowances, by job index."""
+    payers, cost functions, minimum configurations and allowances, by job index.
+
+    ``hull_of(j)`` is job j's lower hull of (cost, time) points as ``(hull, scale,
+    key)``: the points times ``scale`` are the job's, and jobs with the same ``key``
+    share the hull, so a long queue of similar jobs is priced by few hulls. Only
+    ``candidates`` (the jobs that the GPUs could admit this round) get targets and count
+    towards the allowance; every job counts towards the price. ``price_out`` receives
+    each budget's price (0 unpriced, infinite when the funds do not cover the work's
+    minimum), by budget index."""
     budgets = ctx.budgets
     priced = [
         (b.energy_limit_j is not None) if policy.cost == "energy" else (b.co2_limit_g is not None)
@@ -71,47 +84,65 @@ def price_round(
     state = ctx.policy_state
     prev_now = state.get("price_prev_now")
     arrivals = {k: [float(x) for x in v] for k, v in state.get("price_arrivals", {}).items()}
-    hulls: dict[int, list[tuple[float, float, tuple[int, int, int]]]] = {}
-    for j in range(len(jobs)):
-        if not any(priced[bi] for bi, _ in pays[j]):
-            continue
-        hulls[j] = lower_hull(points(j))
     hist = {
         k: {t: [float(x) for x in cell] for t, cell in v.items()}
         for k, v in state.get("price_arrival_times", {}).items()
     }
-    price = [0.0] * len(budgets)
-    covered = [False] * len(budgets)
-    for b_i, b in enumerate(budgets):
-        if not priced[b_i]:
+    recs = [
+        arrivals.setdefault(b.budget_id, [0.0, ctx.now_s]) if priced[b_i] else None
+        for b_i, b in enumerate(budgets)
+    ]
+    hulls: dict[int, tuple[Hull, float, Hashable]] = {}
+    # Per budget, its jobs' hulls by key with their summed scales (jobs that share a
+    # hull are priced as one).
+    weight: list[dict[Hashable, float]] = [{} for _ in budgets]
+    shared: dict[Hashable, Hull] = {}
+    has_members = [False] * len(budgets)
+    mine_of: dict[tuple[tuple[int, bool], ...], list[int]] = {}
+    for j in range(len(jobs)):
+        mine = mine_of.get(pays[j])
+        if mine is None:
+            mine = mine_of[pays[j]] = [bi for bi, _ in pays[j] if priced[bi]]
+        if not mine:
             continue
-        members = [j for j in hulls if any(bi == b_i for bi, _ in pays[j])]
-        rec = arrivals.setdefault(b.budget_id, [0.0, ctx.now_s])
-        for j in members:
-            if prev_now is None or jobs[j].job.submit_time_s > prev_now:
-                rec[0] += hulls[j][0][0]
+        hulls[j] = h, scale, key = hull_of(j)
+        shared[key] = h
+        arrived = prev_now is None or jobs[j].job.submit_time_s > prev_now
+        for b_i in mine:
+            has_members[b_i] = True
+            w = weight[b_i]
+            w[key] = w.get(key, 0.0) + scale
+            if arrived:
+                rec = recs[b_i]
+                rec[0] += h[0][0] * scale
                 if policy.future_in_period:
                     # Arrivals' cheapest cost by octave of their time at it: the sums
                     # of C, C * T and C / T.
-                    c0, t0 = hulls[j][0][0], max(hulls[j][0][1], 1.0)
-                    cell = hist.setdefault(b.budget_id, {}).setdefault(
+                    c0, t0 = h[0][0] * scale, max(h[0][1] * scale, 1.0)
+                    cell = hist.setdefault(budgets[b_i].budget_id, {}).setdefault(
                         str(int(math.log2(t0))), [0.0, 0.0, 0.0]
                     )
                     cell[0] += c0
                     cell[1] += c0 * t0
                     cell[2] += c0 / t0
+    price = [0.0] * len(budgets)
+    covered = [False] * len(budgets)
+    for b_i, b in enumerate(budgets):
+        if not priced[b_i]:
+            continue
+        rec = recs[b_i]
         left_s = max(b.period_end_s - ctx.now_s, ctx.round_length_s)
         if policy.cost == "energy":
             free = b.energy_remaining_j - floor_w[b_i] * left_s
         else:
             free = b.co2_remaining_g - (curve.co2_g(floor_w[b_i], left_s) if floor_w[b_i] else 0.0)
-        pmin = sum(hulls[j][0][0] for j in members)
+        pmin = sum(shared[k][0][0] * w for k, w in weight[b_i].items())
         rate = rec[0] / max(ctx.now_s - rec[1], policy.demand_window_min_s)
         future = policy.future_weight * rate * left_s
         binned = hist.get(b.budget_id)
         if policy.future_in_period and binned:
             future *= in_period_fraction(binned, left_s)
-        if not members:
+        if not has_members[b_i]:
             continue
         if free < pmin:
             price[b_i] = math.inf
@@ -119,15 +150,30 @@ def price_round(
         covered[b_i] = True
         share = free * pmin / (pmin + future) if pmin + future > 0 else free
         share = max(share, min(free - policy.floor_guard * future, pmin * policy.share_floor))
-        price[b_i] = price_for_share([hulls[j] for j in members], share)
-    for j, h in hulls.items():
-        target[j] = hull_choice(h, max(price[bi] for bi, _ in pays[j] if priced[bi]))
+        keys = list(weight[b_i])
+        price[b_i] = price_for_share(
+            [shared[k] for k in keys], share, [weight[b_i][k] for k in keys]
+        )
+    price_out[:] = price
+    # A hull's choice at a price does not depend on its scale: once per (hull, price).
+    chosen: dict[tuple[Hashable, float], tuple[int, int, int]] = {}
+    for j in candidates:
+        if j not in hulls:
+            continue
+        h, _, key = hulls[j]
+        lam = max(price[bi] for bi in mine_of[pays[j]])
+        box = chosen.get((key, lam))
+        if box is None:
+            box = chosen[(key, lam)] = hull_choice(h, lam)
+        target[j] = box
     # The allowance of a budget whose remaining funds cover the minimum cost of the
     # work present is what its jobs' targets (or minimum configurations) take now.
+    # Jobs the GPUs cannot admit this round take nothing now: counting them would only
+    # raise an allowance that the admitted jobs' targets already bound.
     need = [idle_floor_j if b.team is None else 0.0 for b in budgets]
     for j, box in target.items():
         n0 = opts[j][0][0]
-        d_min = deltas(j, None, mins[j][0], 0, n0)
+        d_min = deltas(j, None, min_eval(j)[0], 0, n0)
         est_t, _, _ = evaluate(j, *box)
         d_tgt = deltas(j, None, est_t, 0, opts[j][0][box[0]])
         for bi, is_cluster in pays[j]:

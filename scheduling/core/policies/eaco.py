@@ -161,6 +161,7 @@ class Eaco:
             waiting_jobs.insert(0, views[jid])
 
         blocked = False
+        index = _HostIndex(self, ids, partner, views)
         for pos, jv in enumerate(waiting_jobs):
             job = jv.job
             n = job.requested_gpus
@@ -170,16 +171,20 @@ class Eaco:
                 continue
             fits = free.count(jv.gpu_model) >= n and (not blocked or self.backfill)
             worth = not fits or ctx.snapshot.power_off_idle_nodes
-            host = self._best_host(ctx, history, jv, n, ids, partner, views) if worth else None
+            host = (
+                self._best_host(ctx, history, jv, n, ids, partner, views, index) if worth else None
+            )
             if host is not None:
                 hid, s = host
                 ids[job.job_id] = ids[hid]
                 partner[job.job_id], partner[hid] = hid, job.job_id
                 slow[hid], slow[job.job_id] = s
+                index.remove(hid, n)
                 continue
             if fits:
                 picks = free.consolidated(jv.gpu_model, n) or free.spread(jv.gpu_model, n)
                 ids[job.job_id] = free.take(picks)
+                index.add(job.job_id, n)
                 continue
             blocked = True
             if job.job_id in separated:
@@ -207,25 +212,32 @@ class Eaco:
         grants = tuple(self._with_pair_slowdown(g, partner, views, history) for g in grants)
         return PolicyDecision(grants=grants, waiting=waiting, policy_state={"history": history})
 
-    def _best_host(self, ctx, history, jv, n, ids, partner, views):
+    def _best_host(self, ctx, history, jv, n, ids, partner, views, index=None):
         """The running or granted job of the same size and GPU model whose pairing
-        with ``jv`` keeps both within tolerance and saves the most energy."""
+        with ``jv`` keeps both within tolerance and saves the most energy (the first
+        in grant order among equals).
+
+        ``index`` (a :class:`_HostIndex` over ``ids``) finds the candidates without
+        scanning every grant and predicts once per pair of job types: a long queue
+        asks this for every job that does not fit."""
         if self.max_jobs_per_gpu < 2:
             return None
+        if index is None:
+            index = _HostIndex(self, ids, partner, views)
         best = None
-        for hid, gpus in ids.items():
-            host = views[hid]
-            if hid in partner or len(gpus) != n or host.gpu_model != jv.gpu_model:
+        guest_type = self.type_of(jv)
+        for host_type, hosts in index.hosts(jv.gpu_model, n).items():
+            s = index.predict(history, host_type, guest_type, views[next(iter(hosts))], jv, n)
+            if s is None or s[1] > jv.job.slowdown_tolerance:
                 continue
-            s = self.predict(history, host, jv, n)
-            if s is None:
-                continue
-            if s[0] > host.job.slowdown_tolerance or s[1] > jv.job.slowdown_tolerance:
-                continue
-            saving = self.saving_j(ctx, host, jv, n, s)
-            if saving > 0.0 and (best is None or saving > best[0]):
-                best = (saving, hid, s)
-        return None if best is None else (best[1], best[2])
+            for hid, pos in hosts.items():
+                host = views[hid]
+                if s[0] > host.job.slowdown_tolerance:
+                    continue
+                saving = self.saving_j(ctx, host, jv, n, s)
+                if saving > 0.0 and (best is None or (saving, -pos) > (best[0], -best[1])):
+                    best = (saving, pos, hid, s)
+        return None if best is None else (best[2], best[3])
 
     def _with_pair_slowdown(self, g: Grant, partner, views, history) -> Grant:
         if g.slowdown or g.job_id not in partner:
@@ -234,3 +246,42 @@ class Eaco:
         if s is None:
             return g
         return replace(g, slowdown=s[0])
+
+
+class _HostIndex:
+    """The unpaired grants of one round by (GPU model, GPU count) and job type, each with
+    its position in grant order, and the pair predictions made so far (history does
+    not change while the queue is served)."""
+
+    def __init__(self, policy: Eaco, ids, partner, views) -> None:
+        self._policy = policy
+        self._by: dict[tuple[str, int], dict[str, dict[str, int]]] = {}
+        self._pos: dict[str, int] = {}
+        self._pred: dict[tuple[str, str, int], tuple[float, float] | None] = {}
+        self._views = views
+        for hid, gpus in ids.items():
+            if hid not in partner:
+                self.add(hid, len(gpus))
+
+    def add(self, hid: str, n: int) -> None:
+        jv = self._views[hid]
+        pos = self._pos.setdefault(hid, len(self._pos))
+        cell = self._by.setdefault((jv.gpu_model, n), {})
+        cell.setdefault(self._policy.type_of(jv), {})[hid] = pos
+
+    def remove(self, hid: str, n: int) -> None:
+        jv = self._views[hid]
+        cell = self._by.get((jv.gpu_model, n), {})
+        hosts = cell.get(self._policy.type_of(jv), {})
+        hosts.pop(hid, None)
+        if not hosts:
+            cell.pop(self._policy.type_of(jv), None)
+
+    def hosts(self, model: str, n: int) -> dict[str, dict[str, int]]:
+        return self._by.get((model, n), {})
+
+    def predict(self, history, host_type, guest_type, host, guest, n):
+        key = (host_type, guest_type, n)
+        if key not in self._pred:
+            self._pred[key] = self._policy.predict(history, host, guest, n)
+        return self._pred[key]

@@ -39,6 +39,7 @@ deterministic for its context.
 from __future__ import annotations
 
 import math
+import operator
 import random
 from collections.abc import Mapping
 
@@ -204,6 +205,9 @@ class _Search:
         self.ctx = ctx
         self.jobs = jobs
         self.ids = [jv.job.job_id for jv in jobs]
+        self.sorted_ids = sorted(self.ids)
+        self._tie = operator.itemgetter(*self.sorted_ids) if len(self.ids) > 1 else None
+        self._wait: dict[str, float] | None = None  # r * T(r) of each job, once needed
         self.views = {jv.job.job_id: jv for jv in jobs}
         self.caps = {j: caps[j] for j in self.ids}
         self.floor = {jv.job.job_id: floor_gpus(jv.job) for jv in jobs}
@@ -221,15 +225,31 @@ class _Search:
             self._time[key] = self.p.remaining_s(self.ctx, self.views[jid], n)
         return self._time[key]
 
+    def tie_key(self, ind: Individual) -> tuple[int, ...]:
+        """The GPU counts in job-id order: orders individuals as their sorted items
+        would (every individual holds every job), without sorting each one."""
+        if len(self.sorted_ids) < 2:
+            return tuple(ind[j] for j in self.sorted_ids)
+        return self._tie(ind)
+
     def fitness(self, ind: Individual) -> float:
+        # The same sum, in the same order, as n * t(n) for jobs that run plus
+        # r * t(r) for those that wait; lookups inlined (every individual of every
+        # generation walks the whole queue).
+        if self._wait is None:
+            self._wait = {}
+            for jid in self.ids:
+                r = min(self.views[jid].job.requested_gpus, self.capacity)
+                self._wait[jid] = r * self.t(jid, r)
+        wait, times, t = self._wait, self._time, self.t
         total = 0.0
         for jid in self.ids:
             n = ind.get(jid, 0)
             if n > 0:
-                total += n * self.t(jid, n)
+                v = times.get((jid, n))
+                total += n * (t(jid, n) if v is None else v)
             else:
-                r = min(self.views[jid].job.requested_gpus, self.capacity)
-                total += r * self.t(jid, r)
+                total += wait[jid]
         return total
 
     # --- operators ----------------------------------------------------------------
@@ -240,9 +260,11 @@ class _Search:
 
     def crossover(self, a: Individual, b: Individual) -> Individual:
         child = {}
+        random, p = self.rng.random, self.p.crossover_p
+        floor, caps = self.floor, self.caps
         for jid in self.ids:
-            take_b = self.rng.random() < self.p.crossover_p
-            child[jid] = self.clip(jid, (b if take_b else a).get(jid, 0))
+            n = (b if random() < p else a).get(jid, 0)
+            child[jid] = 0 if n <= 0 else min(max(n, floor[jid]), caps[jid])  # clip()
         return child
 
     def mutate(self, ind: Individual) -> Individual:
@@ -253,7 +275,11 @@ class _Search:
 
     def repair(self, ind: Individual) -> Individual:
         """Freeze locked jobs, clip to caps, fit the capacity, then pad."""
-        out = {jid: self.clip(jid, ind.get(jid, 0)) for jid in self.ids}
+        floor, caps = self.floor, self.caps
+        out = {}
+        for jid in self.ids:
+            n = ind.get(jid, 0)
+            out[jid] = 0 if n <= 0 else min(max(n, floor[jid]), caps[jid])  # clip()
         out.update(self.frozen)
         # Over capacity: drop unfrozen jobs, largest first, until it fits.
         while sum(out.values()) > self.capacity:
@@ -267,11 +293,18 @@ class _Search:
     def pad(self, ind: Individual) -> Individual:
         out = dict(ind)
         spare = self.capacity - sum(out.values())
+        # Once no job can be halved, none can later in this pass (jobs only shrink, and
+        # the ones padded in start at their floor): a long queue then costs one scan.
+        can_shrink = True
         for jid in self.ids:  # submit order: new jobs get one GPU each (or their minimum)
             if out[jid] > 0:
                 continue
             need = self.floor[jid]
-            while spare < need and (freed := self.shrink_largest(out)) > 0:
+            while spare < need and can_shrink:
+                freed = self.shrink_largest(out)
+                if freed <= 0:
+                    can_shrink = False
+                    break
                 spare += freed
             if spare < need:
                 continue  # a later, smaller job may still fit
@@ -324,7 +357,7 @@ class _Search:
         size = self.p.population_size
         pop = self.seed_population(carried)
         for _ in range(self.p.generations):
-            scored = sorted(pop, key=lambda i: (self.fitness(i), sorted(i.items())))
+            scored = sorted(pop, key=lambda i: (self.fitness(i), self.tie_key(i)))
             children = []
             for _ in range(size):
                 a = self._tournament(scored)
@@ -333,8 +366,8 @@ class _Search:
             pop = scored + children
         unique: dict[tuple, Individual] = {}
         for ind in pop:
-            unique.setdefault(tuple(sorted(ind.items())), ind)
-        ranked = sorted(unique.values(), key=lambda i: (self.fitness(i), sorted(i.items())))
+            unique.setdefault(self.tie_key(ind), ind)
+        ranked = sorted(unique.values(), key=lambda i: (self.fitness(i), self.tie_key(i)))
         return ranked[:size]
 
     def _tournament(self, scored: list[Individual]) -> Individual:
