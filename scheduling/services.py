@@ -428,14 +428,19 @@ def round_summary(
                 "reason": d.reason,
             }
         )
+    stopped = {d.job_id for d in decisions if d.applied and d.action == DecisionAction.STOP}
+    kept_count = 0
     for job_id, reason in sorted(plan.waiting.items(), key=lambda kv: int(kv[0])):
         job = rows.jobs[job_id]
+        # A running job whose stop was not carried out (hold_queue) keeps running.
+        kept = job.state == JobState.RUNNING and job.pk not in stopped
+        kept_count += kept
         items.append(
             {
                 "job_id": job.pk,
                 "team_id": job.team_id,
                 "job_name": job.name,
-                "action": "wait",
+                "action": "keep" if kept else "wait",
                 "gpus": 0,
                 "batch_size": None,
                 "sm_clock_mhz": None,
@@ -449,7 +454,8 @@ def round_summary(
         "at": round_row.started_at.isoformat(),
         "policy": plan.policy,
         "queue_length": queued,
-        "running": len(plan.allocations),
+        "waiting": len(plan.waiting) - kept_count,
+        "running": len(plan.allocations) + kept_count,
         "avg_jct_s": average_jct_s(now=round_row.started_at),
         "predicted_energy_j": plan.predicted_energy_j,
         "predicted_co2_g": plan.predicted_co2_g,
