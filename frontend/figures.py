@@ -206,15 +206,15 @@ def budget_burn_figure(
             if crossed is None:
                 continue
             at, value = crossed
+            # The time goes in the legend, not beside the marker: both limits are often
+            # crossed in the same ledger hour, and two labels would print over each other.
             data.append(
                 {
                     "type": "scatter",
-                    "mode": "markers+text",
+                    "mode": "markers",
                     "x": [_iso(at)],
                     "y": [round(value, 6)],
-                    "name": name,
-                    "text": [f"{name} {at:%m-%d %H:%M}"],
-                    "textposition": "top left",
+                    "name": f"{name} {at:%m-%d %H:%M}",
                     "marker": {"color": marker_colour, "size": 13, "symbol": symbol},
                 }
             )

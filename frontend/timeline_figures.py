@@ -207,8 +207,9 @@ def jct_figure(completions: Sequence[tuple[datetime, float]], *, scope: str) -> 
             {
                 "type": "scatter",
                 "mode": "lines",
-                "x": [round(h, 4) for h in ordered],
-                "y": [round((i + 1) / n, 4) for i in range(n)],
+                # A leading 0 at the shortest JCT, so the first step rises from the axis.
+                "x": [round(h, 4) for h in ordered[:1] + ordered],
+                "y": [0.0] * min(n, 1) + [round((i + 1) / n, 4) for i in range(n)],
                 "name": "share finished within (CDF)",
                 "line": {"color": JCT_COLOUR, "shape": "hv", "width": 2},
                 "hovertemplate": "%{y:.0%} within %{x:.2f} h<extra></extra>",
@@ -284,7 +285,7 @@ def job_timeline_figure(
             "text": texts,
             "textposition": "inside",
             "insidetextanchor": "start",
-            "marker": {"color": state_colour},
+            "marker": {"color": state_colour, "line": {"color": "#ffffff", "width": 1.5}},
             "name": "allocation",
             "hovertemplate": "%{y}: %{text}<extra></extra>",
         },

@@ -65,7 +65,7 @@ def test_jct_figure_has_a_cdf_and_a_rolling_mean_in_hours():
     done = [(T0 + i * H, jct) for i, jct in enumerate([3600.0, 7200.0, 10800.0, 1800.0])]
     fig = tf.jct_figure(done, scope="all teams")
     cdf, dots, rolling = fig["data"]
-    assert (cdf["x"], cdf["y"]) == ([0.5, 1.0, 2.0, 3.0], [0.25, 0.5, 0.75, 1.0])
+    assert (cdf["x"], cdf["y"]) == ([0.5, 0.5, 1.0, 2.0, 3.0], [0.0, 0.25, 0.5, 0.75, 1.0])
     assert dots["y"] == [1.0, 2.0, 3.0, 0.5]
     assert rolling["y"] == [1.0, 1.5, 2.0, pytest.approx(1.625)]
     assert fig["layout"]["title"]["text"] == (

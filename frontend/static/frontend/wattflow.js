@@ -115,7 +115,7 @@
         const clock = d.sm_clock_mhz ? d.sm_clock_mhz + " MHz" : (d.action === "wait" || d.action === "keep" ? "" : "default");
         let why = (d.reason || "").replace(/^(Waiting|Waits)\s*[:-]\s*/, "");
         why = why.charAt(0).toUpperCase() + why.slice(1);
-        if (d.action === "keep") why = "Budget used up, but its hard-limit action is \"start no new jobs\": running jobs finish.";
+        if (d.action === "keep") why = "its hard-limit action is \"start no new jobs\", so running jobs finish and nothing new starts.";
         const cells = [null, labels.actions[d.action] || d.action, where || "—", d.batch_size ?? "", clock, null];
         cells.forEach((v, i) => {
           const td = document.createElement("td");
