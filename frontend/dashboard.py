@@ -94,7 +94,7 @@ def budget_progress(budget: Budget, *, now: datetime) -> dict:
         )
         figs[kind] = figures.budget_burn_figure(
             title=(
-                f"{budget.team.name}: {kind}, {100.0 * used / limit:.0f} % of "
+                f"{budget.team.name}: {kind}, {100.0 * used / limit:.3g} % of "
                 f"{limit:.4g} {unit} used (the team)"
             ),
             unit=unit,

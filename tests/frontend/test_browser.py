@@ -574,3 +574,26 @@ def test_nodes_show_reported_temperatures(scene, login, server):
     # the scene's agent reported 71 °C for the busy GPUs (its test value)
     assert temps == ["71", "71", "71", "71"]
     assert node.locator(".temp-note").count() == 0
+
+
+def test_demo_screenshots_signs_in_as_the_demo_users_and_saves_every_page(
+    server, settings, tmp_path
+):
+    # given the demo's users and cluster (no browser fixture: the command runs its own)
+    settings.WATTFLOW_VAR_DIR = tmp_path
+    call_command("seed_demo", stdout=io.StringIO())
+    out = tmp_path / "shots"
+    with ThreadPoolExecutor(max_workers=1) as pool:  # its own Playwright loop, its own thread
+        pool.submit(
+            call_command, "demo_screenshots", server=server, out=str(out), stdout=io.StringIO()
+        ).result(timeout=180)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "live_budgets.png",
+        "live_dashboard_admin.png",
+        "live_dashboard_language_lead.png",
+        "live_dashboard_member.png",
+        "live_jobs.png",
+        "live_nodes.png",
+    ]  # no job has run yet: no job pages
+    assert all((out / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
