@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from django.views.defaults import server_error
 from frontend_scene import build_scene
 
 from cluster import services
@@ -193,3 +194,11 @@ def test_the_grid_figure_shows_the_imported_hours_around_now(scene, settings):
     assert grid["layout"]["shapes"]  # clean and dirty hours are shaded
     power = next(t for t in grid["data"] if t["name"] == "cluster GPU power (kW)")
     assert power["x"] and min(power["y"]) > 0  # the scene's four hours of samples
+
+
+def test_the_500_page_is_styled_and_needs_no_request_context(rf):
+    response = server_error(rf.get("/jobs/"))
+    html = response.content.decode()
+    assert response.status_code == 500
+    assert 'id="error-page"' in html and "wattflow.css" in html
+    assert "Something went wrong on our side" in html
