@@ -4,7 +4,7 @@ Admins (``is_staff``) see everything; other users see the jobs and budgets of th
 belong to; nobody else sees anything.
 """
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db.models import Q, QuerySet
 
@@ -74,50 +74,62 @@ def budgets_visible_to(user) -> QuerySet[Budget]:
     return Budget.objects.filter(team__in=teams_of(user).values("pk"))
 
 
-def average_jct_series(
-    jobs: QuerySet[Job], *, start: datetime, end: datetime, step: timedelta
-) -> list[tuple[datetime, float | None]]:
-    """Average JCT (finished_at - submitted_at, seconds) of the completed ``jobs`` that
-    finished in each ``step``-long bucket of [start, end); ``None`` for a bucket where none
-    finished. Buckets are labelled by their start."""
-    rows = jobs.filter(
-        state=JobState.COMPLETED, finished_at__gte=start, finished_at__lt=end
-    ).values_list("submitted_at", "finished_at")
-    n_buckets = max(1, int((end - start) / step))
-    sums = [0.0] * n_buckets
-    counts = [0] * n_buckets
-    for submitted_at, finished_at in rows:
-        bucket = min(int((finished_at - start) / step), n_buckets - 1)
-        sums[bucket] += (finished_at - submitted_at).total_seconds()
-        counts[bucket] += 1
-    return [
-        (start + i * step, sums[i] / counts[i] if counts[i] else None) for i in range(n_buckets)
-    ]
+def completed_jcts(
+    jobs: QuerySet[Job], *, start: datetime, end: datetime
+) -> list[tuple[datetime, float]]:
+    """(finished_at, JCT in seconds = finished_at - submitted_at) of the completed ``jobs``
+    that finished in [start, end), by finish time."""
+    rows = (
+        jobs.filter(state=JobState.COMPLETED, finished_at__gte=start, finished_at__lt=end)
+        .order_by("finished_at", "pk")
+        .values_list("submitted_at", "finished_at")
+    )
+    return [(finished, (finished - submitted).total_seconds()) for submitted, finished in rows]
 
 
-def queue_length_series(
-    jobs: QuerySet[Job], *, start: datetime, end: datetime, step: timedelta
-) -> list[tuple[datetime, int]]:
-    """How many of ``jobs`` were waiting at each instant start, start + step, ..., end:
-    submitted, not yet started, not finished (cancelled while queued). A job paused or
-    re-queued after it first started is not counted: the job rows keep only its first start
-    (the round records hold the exact history)."""
+def queue_and_running_series(
+    jobs: QuerySet[Job], *, start: datetime, end: datetime
+) -> list[tuple[datetime, int, int]]:
+    """(time, waiting, running) of ``jobs`` at ``start`` and at every submit, start and finish
+    in (start, end], plus ``end``: exact steps, not samples. The series begins at the first
+    submit if that is after ``start`` (no zeros for a time before any job existed); empty when
+    no job was submitted by ``end``. Waiting is submitted and not yet started; running is
+    started and not finished. A job paused or re-queued after its first start still counts as
+    running: job rows keep only the first start (the round records hold the exact history)."""
     rows = list(
         jobs.filter(submitted_at__lte=end)
-        .filter(Q(started_at__isnull=True) | Q(started_at__gt=start))
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
         .values_list("submitted_at", "started_at", "finished_at")
     )
-    points = []
-    t = start
-    while t <= end:
-        waiting = sum(
-            1
-            for submitted_at, started_at, finished_at in rows
-            if submitted_at <= t
-            and (started_at is None or started_at > t)
-            and (finished_at is None or finished_at > t)
-        )
-        points.append((t, waiting))
-        t += step
+    if not rows:
+        return []
+    first = max(start, min(submitted for submitted, _, _ in rows))
+    waiting = running = 0
+    deltas: dict[datetime, list[int]] = {}
+
+    def add(at: datetime, dw: int, dr: int) -> None:
+        nonlocal waiting, running
+        if at <= first:
+            waiting += dw
+            running += dr
+        elif at <= end:
+            slot = deltas.setdefault(at, [0, 0])
+            slot[0] += dw
+            slot[1] += dr
+
+    for submitted, started, finished in rows:
+        add(submitted, 1, 0)
+        if started is not None and (finished is None or started < finished):
+            add(started, -1, 1)
+            if finished is not None:
+                add(finished, 0, -1)
+        elif finished is not None:
+            add(finished, -1, 0)  # cancelled or failed before it ever started
+    points = [(first, waiting, running)]
+    for at in sorted(deltas):
+        waiting += deltas[at][0]
+        running += deltas[at][1]
+        points.append((at, waiting, running))
+    if points[-1][0] < end:
+        points.append((end, waiting, running))
     return points

@@ -11,7 +11,9 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse, HttpResponseForbidden
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -36,7 +38,7 @@ def admin_required(view):
     @wraps(view)
     def wrapped(request, *args, **kwargs):
         if not request.user.is_staff:
-            return HttpResponseForbidden("Admins only.")
+            raise PermissionDenied("Admins only.")
         return view(request, *args, **kwargs)
 
     return wrapped
@@ -164,6 +166,15 @@ def reports_csv(request):
 def nodes(request):
     readings: dict[int, object] = {r.gpu_id: r for r in latest_gpu_readings(now=timezone.now())}
     rows = []
+    jobs_on = dict(
+        Node.objects.annotate(
+            n=Count(
+                "gpus__allocations__job",
+                filter=Q(gpus__allocations__ended_at__isnull=True),
+                distinct=True,
+            )
+        ).values_list("pk", "n")
+    )
     for node in Node.objects.prefetch_related("gpus").order_by("name"):
         gpus = [
             {"gpu": gpu, "reading": readings.get(gpu.pk)}
@@ -171,7 +182,18 @@ def nodes(request):
         ]
         power_w = sum(g["reading"].power_w or 0.0 for g in gpus if g["reading"])
         rows.append(
-            {"node": node, "status": NodeStatus(node.status), "gpus": gpus, "power_w": power_w}
+            {
+                "node": node,
+                "status": NodeStatus(node.status),
+                "gpus": gpus,
+                "power_w": power_w,
+                # The simulated agent sends no temperature (no thermal model to draw one
+                # from); the column shows only where some GPU of the node reported one.
+                "reports_temp": any(
+                    g["reading"] is not None and g["reading"].temp_c is not None for g in gpus
+                ),
+                "jobs": jobs_on.get(node.pk, 0),
+            }
         )
     return render(request, "frontend/nodes.html", {"rows": rows, "page": "nodes"})
 

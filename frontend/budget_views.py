@@ -8,8 +8,8 @@ import json
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
-from django.http import HttpResponseForbidden, JsonResponse
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -65,9 +65,9 @@ def _save(request, form: BudgetForm):
 def _budget_form(request, *, budget: Budget | None):
     teams = managed_teams(request.user)
     if budget is not None and not can_manage_budgets_of(request.user, budget.team):
-        return HttpResponseForbidden("Only the team's leads and admins edit its budgets.")
+        raise PermissionDenied("Only the team's leads and admins edit its budgets.")
     if budget is None and not teams.exists():
-        return HttpResponseForbidden("Only team leads and admins create budgets.")
+        raise PermissionDenied("Only team leads and admins create budgets.")
     form = BudgetForm(request.POST or None, instance=budget, teams=teams)
     if request.method == "POST" and form.is_valid():
         saved = _save(request, form)

@@ -11,22 +11,29 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.conf import settings
+
 from cluster.choices import JobState
 from cluster.models import Budget
 from cluster.queries import (
-    average_jct_series,
     budgets_visible_to,
+    completed_jcts,
     jobs_visible_to,
-    queue_length_series,
+    queue_and_running_series,
+    teams_of,
 )
-from frontend import figures
+from frontend import figures, labels, timeline_figures
 from scheduling.core.types import J_PER_KWH
-from scheduling.queries import latest_round_summary
+from scheduling.queries import latest_round_summary, running_jobs_series
+from telemetry.carbon import hour_floor, intensity_for_hour
 from telemetry.live import live_summary
+from telemetry.queries import cluster_power_series, intensity_series
 from telemetry.usage import G_PER_KG, budget_usage
 
 HISTORY = timedelta(hours=24)
+JCT_HISTORY = timedelta(days=7)
 STEP = timedelta(hours=1)
+GRID_AHEAD = timedelta(hours=24)
 
 
 def telemetry_figures(summary: dict) -> dict:
@@ -83,13 +90,18 @@ def budget_progress(budget: Budget, *, now: datetime) -> dict:
                 "limit": limit,
                 "soft_limit": limit_usage.soft_limit / scale,
                 "projected": projected,
-                "percent": min(100.0, limit_usage.percent),
+                # The truth, past 100 % too (0.09 of 0.05 kg is 180 %); the bar caps its width.
+                "percent": limit_usage.percent,
+                "bar_percent": min(100.0, limit_usage.percent),
                 "over_soft": limit_usage.over_soft,
                 "over_hard": limit_usage.over_hard,
             }
         )
         figs[kind] = figures.budget_burn_figure(
-            title=f"{budget.team.name}: {kind} ({unit})",
+            title=(
+                f"{budget.team.name}: {kind}, {100.0 * used / limit:.3g} % of "
+                f"{limit:.4g} {unit} used (the team)"
+            ),
             unit=unit,
             cumulative=cumulative,
             limit=limit,
@@ -114,22 +126,68 @@ def active_budgets(user, *, now: datetime):
     )
 
 
+def scope_of(user) -> str:
+    """Whose jobs and budgets the team-scoped cards count, in words."""
+    if user.is_staff:
+        return "all teams"
+    names = list(teams_of(user).order_by("name").values_list("name", flat=True))
+    if not names:
+        return "no team"
+    return ("your team " if len(names) == 1 else "your teams ") + ", ".join(names)
+
+
+def grid_figure(*, now: datetime) -> tuple[dict, dict]:
+    """The zone's intensity over the last day and the stored day ahead, over the cluster's
+    measured power and running jobs; and the intensity now (value, estimated, source)."""
+    zone = settings.TELEMETRY_CARBON_ZONE
+    start = now - HISTORY
+    intensity = intensity_series(zone, hour_floor(start), hour_floor(now) + GRID_AHEAD)
+    current = intensity_for_hour(zone, now)
+    note = (
+        f"hourly {zone} intensities from data/carbon (Electricity Maps, 2022) replayed onto "
+        f"{now.year}"
+        if intensity
+        else f"no hourly intensities stored for {zone}: every hour is priced at the yearly mean"
+    )
+    fig = timeline_figures.grid_intensity_figure(
+        intensity,
+        now=now,
+        zone=zone,
+        power_kw=cluster_power_series(start, now),
+        running=running_jobs_series(start, now),
+        note=note,
+    )
+    now_info = {
+        "ci_g_per_kwh": current.ci_g_per_kwh,
+        "estimated": current.estimated,
+        "source": current.source,
+        "zone": zone,
+    }
+    return fig, now_info
+
+
 def dashboard_payload(user, *, now: datetime) -> dict:
     """All dashboard figures and numbers ``user`` may see at ``now`` (JSON-ready but for the
-    budget objects, which ``as_json`` drops)."""
+    budget objects, which ``as_json`` drops). Cards say their scope: ``scope`` (the user's
+    teams, or all teams for an admin) or the cluster."""
     jobs = jobs_visible_to(user)
+    scope = scope_of(user)
     # The same summary the telemetry beat task pushes, so page load and pushes agree.
     telemetry = live_summary(now)
-    start = now - HISTORY
     figs = telemetry_figures(telemetry)
-    figs["jct"] = figures.avg_jct_figure(average_jct_series(jobs, start=start, end=now, step=STEP))
-    figs["queue"] = figures.queue_length_figure(
-        queue_length_series(jobs, start=start, end=now, step=STEP)
+    figs["jct"] = timeline_figures.jct_figure(
+        completed_jcts(jobs, start=now - JCT_HISTORY, end=now), scope=scope
     )
+    figs["queue"] = timeline_figures.queue_running_figure(
+        queue_and_running_series(jobs, start=now - HISTORY, end=now), scope=scope
+    )
+    figs["grid"], grid_now = grid_figure(now=now)
     budgets = [budget_progress(b, now=now) for b in active_budgets(user, now=now)]
     return {
         "at": now.isoformat(),
+        "scope": scope,
         "cluster_power_w": telemetry["cluster_power_w"],
+        "grid_now": grid_now,
         "queue_now": jobs.filter(state=JobState.QUEUED).count(),
         "running_now": jobs.filter(state=JobState.RUNNING).count(),
         # The same shape as a pushed round, so the page draws both the same way.
@@ -142,6 +200,14 @@ def dashboard_payload(user, *, now: datetime) -> dict:
             for b in budgets
             for kind, fig in b["figures"].items()
         },
+    }
+
+
+def page_labels() -> dict:
+    """Words for the codes the page's JS shows (pushed rounds carry codes only)."""
+    return {
+        "actions": labels.ACTION_LABELS,
+        "waits": {str(k): v for k, v in labels.WAIT_LABELS.items()},
     }
 
 

@@ -119,6 +119,22 @@ def gpu_utilisation_heatmap(cells: Iterable[tuple[str, int, float | None]]) -> d
     }
 
 
+def first_crossing(
+    cumulative: Sequence[tuple[datetime, float]], level: float
+) -> tuple[datetime, float] | None:
+    """The first point of ``cumulative`` at or above ``level``; None if it never got there."""
+    for at, value in cumulative:
+        if value >= level:
+            return at, value
+    return None
+
+
+# When the hard limit is this many times the larger of use and projection, the chart zooms
+# to the use and names the limits in a note: drawn to scale, the used line would be a flat
+# line on the axis (0.1 kWh against a 2,304 kWh month).
+ZOOM_FACTOR = 20.0
+
+
 def budget_burn_figure(
     *,
     title: str,
@@ -131,9 +147,10 @@ def budget_burn_figure(
     now: datetime,
     colour: str = ENERGY_COLOUR,
 ) -> dict:
-    """Cumulative use against a budget's hard limit (``limit``) and soft limit
-    (``warn_fraction * limit``), with a dashed linear projection from now to the period's end.
-    ``cumulative`` is (time, total so far) in ``unit``, ascending."""
+    """Cumulative use (thick, filled) against a budget's hard limit (``limit``) and soft
+    limit (``warn_fraction * limit``), with a dashed linear projection from now to the period's
+    end and a marker where each limit was first crossed. ``cumulative`` is (time, total so
+    far) in ``unit``, ascending."""
     used = cumulative[-1][1] if cumulative else 0.0
     projected = project_to_period_end(
         used, period_start=period_start, period_end=period_end, now=now
@@ -145,18 +162,22 @@ def budget_burn_figure(
             "x": [_iso(period_start)] + [_iso(t) for t, _ in cumulative],
             "y": [0.0] + [round(v, 6) for _, v in cumulative],
             "name": f"used ({unit})",
-            "line": {"color": colour, "shape": "hv"},
+            "line": {"color": colour, "shape": "hv", "width": 3.5},
+            "fill": "tozeroy",
         },
         {
             "type": "scatter",
             "mode": "lines",
             "x": [_iso(min(now, period_end)), _iso(period_end)],
             "y": [round(used, 6), round(projected, 6)],
-            "name": "projection",
-            "line": {"color": colour, "dash": "dash"},
+            "name": f"projection ({projected:.3g} {unit})",
+            "line": {"color": colour, "dash": "dash", "width": 2},
         },
     ]
+    yaxis: dict = {"title": {"text": unit}, "rangemode": "tozero"}
+    annotations = []
     if limit is not None:
+        soft = limit * warn_fraction
         data.append(
             {
                 "type": "scatter",
@@ -164,7 +185,7 @@ def budget_burn_figure(
                 "x": [_iso(period_start), _iso(period_end)],
                 "y": [limit, limit],
                 "name": "hard limit",
-                "line": {"color": LIMIT_COLOUR, "width": 1.5},
+                "line": {"color": LIMIT_COLOUR, "width": 1},
             }
         )
         data.append(
@@ -172,94 +193,58 @@ def budget_burn_figure(
                 "type": "scatter",
                 "mode": "lines",
                 "x": [_iso(period_start), _iso(period_end)],
-                "y": [limit * warn_fraction, limit * warn_fraction],
+                "y": [soft, soft],
                 "name": "soft limit",
-                "line": {"color": SOFT_LIMIT_COLOUR, "width": 1.5, "dash": "dot"},
+                "line": {"color": SOFT_LIMIT_COLOUR, "width": 1, "dash": "dot"},
             }
         )
+        for level, name, symbol, marker_colour in (
+            (soft, "soft limit crossed", "diamond", SOFT_LIMIT_COLOUR),
+            (limit, "hard limit crossed", "x", LIMIT_COLOUR),
+        ):
+            crossed = first_crossing(cumulative, level)
+            if crossed is None:
+                continue
+            at, value = crossed
+            # The time goes in the legend, not beside the marker: both limits are often
+            # crossed in the same ledger hour, and two labels would print over each other.
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "x": [_iso(at)],
+                    "y": [round(value, 6)],
+                    "name": f"{name} {at:%m-%d %H:%M}",
+                    "marker": {"color": marker_colour, "size": 13, "symbol": symbol},
+                }
+            )
+        top = max(used, projected)
+        if top * ZOOM_FACTOR < limit:
+            yaxis["range"] = [0, max(top * 1.3, 1e-9)]
+            annotations.append(
+                {
+                    "xref": "paper",
+                    "yref": "paper",
+                    "x": 0,
+                    "y": 1,
+                    "xanchor": "left",
+                    "yanchor": "top",
+                    "showarrow": False,
+                    "align": "left",
+                    "font": {"size": 11},
+                    "text": (
+                        f"zoomed to the use: soft limit {soft:.4g}, hard limit {limit:.4g} "
+                        f"{unit} are above this scale"
+                    ),
+                }
+            )
     return {
         "data": data,
         "layout": _layout(
             title,
-            yaxis={"title": {"text": unit}, "rangemode": "tozero"},
+            yaxis=yaxis,
             xaxis={"range": [_iso(period_start), _iso(period_end)]},
-        ),
-    }
-
-
-def time_series_figure(
-    points: Sequence[tuple[datetime, float | None]],
-    *,
-    title: str,
-    unit: str,
-    colour: str,
-    shape: str = "linear",
-) -> dict:
-    """One line over time (average JCT, queue length); ``None`` values are gaps."""
-    return {
-        "data": [
-            {
-                "type": "scatter",
-                "mode": "lines+markers",
-                "x": [_iso(t) for t, _ in points],
-                "y": [None if v is None else round(float(v), 3) for _, v in points],
-                "name": unit,
-                "line": {"color": colour, "shape": shape},
-                "connectgaps": False,
-            }
-        ],
-        "layout": _layout(
-            title, yaxis={"title": {"text": unit}, "rangemode": "tozero"}, showlegend=False
-        ),
-    }
-
-
-def avg_jct_figure(points: Sequence[tuple[datetime, float | None]]) -> dict:
-    """Average JCT (hours) of the jobs that finished in each bucket."""
-    hours = [(t, None if v is None else v / 3600.0) for t, v in points]
-    return time_series_figure(hours, title="Average JCT", unit="hours", colour=JCT_COLOUR)
-
-
-def queue_length_figure(points: Sequence[tuple[datetime, int]]) -> dict:
-    return time_series_figure(
-        points, title="Queue length", unit="jobs", colour=QUEUE_COLOUR, shape="hv"
-    )
-
-
-def allocation_timeline_figure(
-    allocations: Sequence[dict], *, now: datetime, state_colour: str
-) -> dict:
-    """One horizontal bar per allocation of a job (start to end, open ones to ``now``),
-    labelled with GPUs, batch size and clock. ``allocations`` are dicts with ``started_at``,
-    ``ended_at`` (or None), ``gpus`` (count), ``batch_size`` and ``sm_clock_mhz``."""
-    bases, widths_ms, labels, texts = [], [], [], []
-    for number, alloc in enumerate(allocations, start=1):
-        end = alloc["ended_at"] or now
-        bases.append(_iso(alloc["started_at"]))
-        widths_ms.append(round((end - alloc["started_at"]).total_seconds() * 1000.0))
-        labels.append(f"#{number}")
-        clock = f"{alloc['sm_clock_mhz']} MHz" if alloc.get("sm_clock_mhz") else "default clock"
-        texts.append(f"{alloc['gpus']} GPU · batch {alloc['batch_size']} · {clock}")
-    return {
-        "data": [
-            {
-                "type": "bar",
-                "orientation": "h",
-                "base": bases,
-                "x": widths_ms,
-                "y": labels,
-                "text": texts,
-                "textposition": "inside",
-                "marker": {"color": state_colour},
-                "hovertemplate": "%{text}<extra></extra>",
-            }
-        ],
-        "layout": _layout(
-            "Allocation timeline",
-            xaxis={"type": "date"},
-            yaxis={"autorange": "reversed", "type": "category"},
-            showlegend=False,
-            height=max(160, 60 + 36 * len(allocations)),
+            annotations=annotations,
         ),
     }
 

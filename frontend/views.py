@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpResponseForbidden, JsonResponse
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
@@ -21,13 +22,16 @@ from cluster import services
 from cluster.choices import JobState
 from cluster.models import Team
 from cluster.queries import can_cancel_job, jobs_visible_to, teams_of
-from frontend import figures
-from frontend.dashboard import as_json, dashboard_payload
+from frontend import labels, timeline_figures
+from frontend.dashboard import as_json, dashboard_payload, page_labels
 from frontend.forms import JobFilterForm, JobSubmitForm, PredictForm
 from frontend.predictions import predict_job
+from scheduling.choices import DecisionAction
 from scheduling.feasibility import submit_refusals
-from scheduling.models import JobSchedulingState
+from scheduling.models import JobSchedulingState, RoundDecision
+from scheduling.queries import placement_label
 from telemetry.accounting import job_totals
+from telemetry.queries import job_energy_series
 
 JOBS_PER_PAGE = 25
 
@@ -40,7 +44,11 @@ def submittable_teams(user):
 @login_required
 def dashboard(request):
     payload = dashboard_payload(request.user, now=timezone.now())
-    return render(request, "frontend/dashboard.html", {"payload": payload, "page": "dashboard"})
+    return render(
+        request,
+        "frontend/dashboard.html",
+        {"payload": payload, "labels": page_labels(), "page": "dashboard"},
+    )
 
 
 @login_required
@@ -73,7 +81,7 @@ def job_list(request):
 def job_new(request):
     teams = submittable_teams(request.user)
     if not teams.exists():
-        return HttpResponseForbidden("You are in no team, so you cannot submit jobs.")
+        raise PermissionDenied("You are in no team, so you cannot submit jobs.")
     form = JobSubmitForm(request.POST or None, teams=teams)
     if request.method == "POST" and form.is_valid():
         try:
@@ -129,25 +137,78 @@ def job_predict(request):
     return JsonResponse(prediction.as_dict())
 
 
+def allocation_rows(job) -> list[dict]:
+    """The job's allocations, oldest first, each with its node and GPUs, the energy its GPUs
+    measured while it held them, and the round decision that made it (and, for one that
+    ended, the decision that ended it)."""
+    decisions: dict = {}
+    for d in RoundDecision.objects.filter(job=job, applied=True).select_related("round"):
+        decisions.setdefault(d.round.started_at, []).append(d)
+    rows = []
+    previous = None
+    for a in job.allocations.order_by("started_at", "pk").prefetch_related("gpus__node"):
+        gpus = sorted((g.node.name, g.index) for g in a.gpus.all())
+        made = next(
+            (d for d in decisions.get(a.started_at, []) if d.action != DecisionAction.STOP), None
+        )
+        ended = next((d for d in decisions.get(a.ended_at, []) if a.ended_at is not None), None)
+        row = {
+            "started_at": a.started_at,
+            "ended_at": a.ended_at,
+            "gpus": len(gpus),
+            "gpu_ids": [g.pk for g in a.gpus.all()],
+            "placement": placement_label(gpus) or "—",
+            "batch_size": a.batch_size,
+            "sm_clock_mhz": a.sm_clock_mhz,
+            "power_limit_w": a.power_limit_w,
+            "ended_why": (
+                labels.wait_label(ended.reason_code) if ended and ended.reason_code else ""
+            ),
+            "round_id": made.round_id if made else None,
+        }
+        row["why"] = allocation_reason(made, previous=previous, current=row)
+        rows.append(row)
+        previous = row
+    return rows
+
+
+def allocation_reason(decision, *, previous: dict | None, current: dict) -> str:
+    """Why an allocation began, from the round that made it: its action, what changed against
+    the allocation before, the round's policy and the grid intensity it saw."""
+    if decision is None:
+        return "not made by a recorded round"
+    action = labels.action_label(decision.action)
+    gpus = current["gpus"]
+    if previous is None:
+        what = f"{action} on {gpus} GPU{pluralize(gpus)}"
+    else:
+        changes = []
+        if previous["gpus"] != gpus:
+            changes.append(f"{previous['gpus']} → {gpus} GPUs")
+        elif previous["placement"] != current["placement"]:
+            changes.append("moved")
+        for key, unit in (("batch_size", ""), ("sm_clock_mhz", " MHz"), ("power_limit_w", " W")):
+            if previous[key] != current[key]:
+                old = f"{previous[key]}{unit}" if previous[key] else "default"
+                new = f"{current[key]}{unit}" if current[key] else "default"
+                name = {"batch_size": "batch", "sm_clock_mhz": "clock"}.get(key, "power limit")
+                changes.append(f"{name} {old} → {new}")
+        what = f"{action}: {', '.join(changes) or 'same configuration'}"
+    ci = decision.round.ci_g_per_kwh
+    return f"{what} by round {decision.round_id} ({decision.round.policy}, grid {ci:.0f} g/kWh)"
+
+
 @login_required
 def job_detail(request, pk: int):
     job = get_object_or_404(jobs_visible_to(request.user).select_related("team", "owner"), pk=pk)
     now = timezone.now()
-    allocations = [
-        {
-            "started_at": a.started_at,
-            "ended_at": a.ended_at,
-            "gpus": a.gpus.count(),
-            "gpu_names": ", ".join(str(g) for g in a.gpus.select_related("node")),
-            "batch_size": a.batch_size,
-            "sm_clock_mhz": a.sm_clock_mhz,
-            "power_limit_w": a.power_limit_w,
-        }
-        for a in job.allocations.order_by("started_at")
-    ]
+    allocations = allocation_rows(job)
+    energy = job_energy_series(
+        [(a["started_at"], a["ended_at"], a["gpu_ids"]) for a in allocations]
+    )
     timeline = (
-        figures.allocation_timeline_figure(
-            allocations, now=now, state_colour=JobState(job.state).colour
+        timeline_figures.job_timeline_figure(
+            allocations, energy, now=now, state_colour=JobState(job.state).colour
         )
         if allocations
         else None
@@ -155,19 +216,27 @@ def job_detail(request, pk: int):
     totals = job_totals(job)
     # The live scheduler's latest wait (code, sentence, expected start) when it has one.
     wait = JobSchedulingState.objects.filter(job=job).first()
+    state = JobState(job.state)
+    why_code, why_text = job.pending_reason_code, job.pending_reason
+    if state == JobState.RUNNING:
+        # Only a round's wait for a running job (a stop not carried out, hold_queue) counts.
+        why_code, why_text = (wait.wait_code, wait.wait_reason) if wait else ("", "")
     return render(
         request,
         "frontend/job_detail.html",
         {
             "job": job,
-            "state": JobState(job.state),
+            "state": state,
             "allocations": allocations,
             "timeline": timeline,
             "wait_until": wait.wait_until if wait else None,
+            "why_code": "" if state.is_terminal else why_code,
+            "why_text": "" if state.is_terminal else why_text,
             "totals": totals,
             "co2_kg": totals.co2_g / 1000.0,
+            "finished": state.is_terminal,
             "progress_percent": min(100.0, 100.0 * job.completed_iterations / job.total_iterations),
-            "can_cancel": can_cancel_job(request.user, job) and not JobState(job.state).is_terminal,
+            "can_cancel": can_cancel_job(request.user, job) and not state.is_terminal,
             "page": "jobs",
         },
     )
@@ -178,7 +247,7 @@ def job_detail(request, pk: int):
 def job_cancel(request, pk: int):
     job = get_object_or_404(jobs_visible_to(request.user), pk=pk)
     if not can_cancel_job(request.user, job):
-        return HttpResponseForbidden("Only the owner, a team lead or an admin may cancel it.")
+        raise PermissionDenied("Only the owner, a team lead or an admin may cancel it.")
     try:
         services.cancel_job(job)
     except services.InvalidTransition as exc:

@@ -357,7 +357,7 @@ def _record_waiting(
     reason changed (a CASE per column), one upsert of the scheduling states; a round with
     hundreds of waiting jobs must not cost hundreds of round trips.
     """
-    if not plan.waiting:
+    if not plan.waiting and not plan.held:
         return
     changed = {
         int(job_id): reason
@@ -389,7 +389,9 @@ def _record_waiting(
                 else datetime.fromtimestamp(reason.until_s, tz=UTC),
                 wait_round=round_row,
             )
-            for job_id, reason in plan.waiting.items()
+            # A held job's reason is kept too: it shows why the job keeps running but
+            # would wait (its state stays running, so the job's own pending_* stay empty).
+            for job_id, reason in (*plan.waiting.items(), *plan.held.items())
         ],
         update_conflicts=True,
         unique_fields=["job"],
@@ -437,27 +439,31 @@ def round_summary(
                 "reason": d.reason,
             }
         )
-    for job_id, reason in sorted(plan.waiting.items(), key=lambda kv: int(kv[0])):
-        job = rows.jobs[job_id]
-        items.append(
-            {
-                "job_id": job.pk,
-                "team_id": job.team_id,
-                "job_name": job.name,
-                "action": "wait",
-                "gpus": 0,
-                "batch_size": None,
-                "sm_clock_mhz": None,
-                "reason_code": str(reason.code),
-                "reason": reason.message,
-            }
-        )
+    # Waiting jobs, then the running jobs a spent hold_queue budget keeps where they run.
+    for kept, reasons in ((False, plan.waiting), (True, plan.held)):
+        for job_id, reason in sorted(reasons.items(), key=lambda kv: int(kv[0])):
+            job = rows.jobs[job_id]
+            allocation = plan.allocations.get(job_id) if kept else None
+            items.append(
+                {
+                    "job_id": job.pk,
+                    "team_id": job.team_id,
+                    "job_name": job.name,
+                    "action": "keep" if kept else "wait",
+                    "gpus": allocation.n_gpus if allocation else 0,
+                    "batch_size": allocation.global_batch if allocation else None,
+                    "sm_clock_mhz": allocation.sm_clock_mhz if allocation else None,
+                    "reason_code": str(reason.code),
+                    "reason": reason.message,
+                }
+            )
     queued = sum(1 for j in rows.jobs.values() if j.state == JobState.QUEUED)
     return {
         "round_id": round_row.pk,
         "at": round_row.started_at.isoformat(),
         "policy": plan.policy,
         "queue_length": queued,
+        "waiting": len(plan.waiting),
         "running": len(plan.allocations),
         "avg_jct_s": average_jct_s(now=round_row.started_at),
         "predicted_energy_j": plan.predicted_energy_j,

@@ -156,8 +156,16 @@ def intensity_for_hour(
     try:
         return provider.intensity(zone, hour)
     except CarbonUnavailable as exc:
-        log.warning("carbon provider failed, using the static yearly mean: %s", exc)
+        # Once per zone and hour per process: the answer cannot change within the hour, and a
+        # warning every round (10 s) buried everything else in the worker's log.
+        key = (zone, hour_floor(hour))
+        if key not in _warned:
+            _warned.add(key)
+            log.warning("carbon provider failed, using the static yearly mean: %s", exc)
     return StaticProvider().intensity(zone, hour)
+
+
+_warned: set[tuple[str, datetime]] = set()
 
 
 def carbon_signal(

@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 from django.db.models import Sum
 
 from cluster.models import Gpu
-from telemetry.models import EnergyLedgerEntry, GpuSample
+from scheduling.core.types import J_PER_KWH
+from telemetry.models import CarbonIntensity, EnergyLedgerEntry, GpuMinute, GpuSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +76,54 @@ def usage_by(field: str, start: datetime, end: datetime, *, team_ids=None) -> li
         .annotate(energy_j=Sum("energy_j"), co2_g=Sum("co2_g"))
         .order_by("-energy_j", field)
     )
+
+
+def intensity_series(zone: str, start: datetime, end: datetime) -> list[tuple[datetime, float]]:
+    """Stored hourly intensities (g/kWh) of ``zone`` for hours starting in [start, end)."""
+    return list(
+        CarbonIntensity.objects.filter(zone=zone, hour__gte=start, hour__lt=end)
+        .order_by("hour")
+        .values_list("hour", "ci_g_per_kwh")
+    )
+
+
+def cluster_power_series(start: datetime, end: datetime) -> list[tuple[datetime, float]]:
+    """Measured GPU power of the whole cluster (kW) per 5-minute bucket in [start, end): the
+    mean over the bucket of the per-minute sums of every GPU's average power. Only buckets
+    with data: the series starts where telemetry starts."""
+    per_minute = (
+        GpuMinute.objects.filter(minute__gte=start, minute__lt=end)
+        .values("minute")
+        .annotate(w=Sum("power_avg_w"))
+        .order_by("minute")
+        .values_list("minute", "w")
+    )
+    buckets: dict[datetime, list[float]] = {}
+    for minute, watts in per_minute:
+        key = minute.replace(minute=minute.minute - minute.minute % 5, second=0, microsecond=0)
+        buckets.setdefault(key, []).append(watts)
+    return [(at, sum(ws) / len(ws) / 1000.0) for at, ws in sorted(buckets.items())]
+
+
+def job_energy_series(job_allocations) -> list[tuple[datetime, float]]:
+    """Cumulative measured energy (kWh) of a job's allocations, minute by minute: the energy
+    of each allocation's GPUs in the minutes it held them. ``job_allocations`` are
+    (started_at, ended_at or None, [gpu ids]). A GPU shared with another job (EaCO) counts
+    in full here; the ledger splits it."""
+    per_minute: dict[datetime, float] = {}
+    for started_at, ended_at, gpu_ids in job_allocations:
+        rows = GpuMinute.objects.filter(
+            gpu_id__in=gpu_ids, minute__gte=started_at.replace(second=0, microsecond=0)
+        )
+        if ended_at is not None:
+            rows = rows.filter(minute__lt=ended_at)
+        for minute, energy_j in (
+            rows.values("minute").annotate(e=Sum("energy_j")).values_list("minute", "e")
+        ):
+            per_minute[minute] = per_minute.get(minute, 0.0) + (energy_j or 0.0)
+    total = 0.0
+    series = []
+    for minute in sorted(per_minute):
+        total += per_minute[minute] / J_PER_KWH
+        series.append((minute + timedelta(minutes=1), total))
+    return series

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import template
 
 from cluster.queries import teams_led_by, teams_of
+from frontend import labels
 
 register = template.Library()
 
@@ -42,3 +43,28 @@ def kwh(energy_j) -> str:
     if energy_j is None:
         return "—"
     return f"{float(energy_j) / 3.6e6:.3f}"
+
+
+@register.filter
+def wait_label(code) -> str:
+    """A wait code (``budget_exhausted``) in words (``Budget used up``)."""
+    return labels.wait_label(code or "")
+
+
+@register.filter
+def amount(value) -> str:
+    """A quantity readable at any size: ``2,304`` / ``12.50`` / ``0.0912`` (3 significant
+    digits below 1, so a small use never reads as 0.00)."""
+    if value is None:
+        return "—"
+    v = float(value)
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 1 or v == 0:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+@register.filter
+def reason_sentence(text) -> str:
+    return labels.reason_sentence(text or "")

@@ -24,6 +24,7 @@ from scheduling.core.types import (
     PerfCatalog,
     PerfModel,
     Snapshot,
+    WaitReason,
 )
 
 
@@ -104,6 +105,8 @@ class RoundContext:
     # them their current allocation unchanged, and their GPUs are in neither
     # ``capacity`` nor ``cluster``, so no policy plans another job onto them.
     pinned: tuple[JobView, ...] = ()
+    # Per pinned job: why it would wait were it not running (its spent budget).
+    held: Mapping[str, WaitReason] = field(default_factory=dict)
     # The cluster the policy may hand out: the snapshot's, less the pinned GPUs.
     cluster: Cluster | None = None
 

@@ -111,6 +111,7 @@ def admit(
 
     views: list[JobView] = []
     pinned: list[JobView] = []
+    held: dict[str, WaitReason] = {}
     waiting: dict[str, WaitReason] = {}
     # Per team, once (queues are long): the strictest spent budget that pays for its jobs,
     # its action, and the budgets that still limit a job's configuration.
@@ -131,25 +132,26 @@ def admit(
             known = payers[job.team] = (spent, action, tuple(b.budget_id for b in pays))
         spent, action, pay_ids = known
         if spent is not None:
-            view = JobView(job, model, perf, pay_ids)
-            if action == HardLimitAction.HOLD_QUEUE and _keeps_gpus(job, snapshot.cluster):
-                pinned.append(view)
-                continue
             whose = f"team {job.team}'s" if spent.team else "the cluster's"
-            waiting[job.job_id] = WaitReason(
+            reason = WaitReason(
                 WaitCode.BUDGET_EXHAUSTED,
                 f"Waiting: {whose} budget for this period is used up; "
                 "it renews when the period ends.",
                 until_s=spent.period_end_s,
             )
+            if action == HardLimitAction.HOLD_QUEUE and _keeps_gpus(job, snapshot.cluster):
+                pinned.append(JobView(job, model, perf, pay_ids))
+                held[job.job_id] = reason
+                continue
+            waiting[job.job_id] = reason
             continue
         views.append(JobView(job=job, gpu_model=model, perf=perf, budget_ids=pay_ids))
     free_cluster = snapshot.cluster
     if pinned:
-        held = {gid for jv in pinned for gid in jv.job.allocation.gpu_ids}
+        pinned_gpus = {gid for jv in pinned for gid in jv.job.allocation.gpu_ids}
         for jv in pinned:
             capacity[jv.gpu_model] -= jv.job.allocation.n_gpus
-        free_cluster = _without(snapshot.cluster, held)
+        free_cluster = _without(snapshot.cluster, pinned_gpus)
     ctx = RoundContext(
         snapshot=snapshot,
         now_s=now,
@@ -160,6 +162,7 @@ def admit(
         cache=cache,
         policy_state=dict(snapshot.policy_state),
         pinned=tuple(pinned),
+        held=held,
         cluster=free_cluster,
     )
     return ctx, waiting
@@ -421,6 +424,7 @@ def _finish(
     return Plan(
         allocations=allocations,
         waiting=waiting,
+        held=dict(ctx.held),
         changes=changes,
         predicted_energy_j=total_j,
         predicted_co2_g=total_j / J_PER_KWH * ci,

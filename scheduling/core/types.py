@@ -291,6 +291,9 @@ class Plan:
     allocations: Mapping[str, Allocation]
     waiting: Mapping[str, WaitReason]
     changes: tuple[Change, ...] = ()
+    # Running jobs a spent ``hold_queue`` budget keeps as they run (they are in
+    # ``allocations`` too): why each would wait were it not running.
+    held: Mapping[str, WaitReason] = field(default_factory=dict)
     predicted_energy_j: float = 0.0  # over the round, busy and idle GPUs
     predicted_co2_g: float = 0.0
     energy_allowance_j: float | None = None

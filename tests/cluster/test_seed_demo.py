@@ -12,6 +12,9 @@ from django.core.management import call_command
 
 from cluster.choices import HardLimitAction, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
+from telemetry.carbon import intensity_for_hour
+from telemetry.choices import CarbonSource
+from telemetry.models import CarbonIntensity
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,3 +125,26 @@ def test_seed_demo_budgets_cover_the_current_month(db, settings, tmp_path):
     )
     assert language.hard_limit_action == HardLimitAction.HOLD_QUEUE
     assert (vision.warn_fraction, language.warn_fraction) == (0.8, 0.8)
+
+
+def test_seed_demo_imports_this_years_hourly_intensities_of_the_configured_zone(
+    db, settings, tmp_path
+):
+    settings.WATTFLOW_VAR_DIR = tmp_path
+    settings.TELEMETRY_CARBON_ZONE = "NO"
+    with time_machine.travel(datetime(2026, 11, 25, 9, 30, tzinfo=UTC), tick=False):
+        call_command("seed_demo")
+        got = intensity_for_hour("NO", datetime(2026, 11, 25, 9, 30, tzinfo=UTC))
+    assert CarbonIntensity.objects.filter(zone="NO").count() == 8760
+    assert CarbonIntensity.objects.filter(zone="NO", hour__year=2026).count() == 8760
+    # the hour is the shipped file's, not the static yearly mean
+    assert got.source == CarbonSource.IMPORTED
+    values = set(CarbonIntensity.objects.filter(zone="NO").values_list("ci_g_per_kwh", flat=True))
+    assert len(values) > 100  # an hourly series with clean and dirty hours, not one figure
+
+
+def test_seed_demo_in_late_december_also_imports_the_next_years_first_days(db, settings, tmp_path):
+    settings.WATTFLOW_VAR_DIR = tmp_path
+    with time_machine.travel(datetime(2026, 12, 31, 20, tzinfo=UTC), tick=False):
+        call_command("seed_demo")
+    assert CarbonIntensity.objects.filter(zone="ES", hour__year=2027).count() == 8760

@@ -22,12 +22,17 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.db.models import Sum
 from django.utils import timezone
 from frontend_scene import PASSWORDS, build_scene
 
+from cluster import services
+from cluster.choices import HardLimitAction
 from cluster.models import AuditEntry, Budget, Job
 from frontend.broadcast import broadcast_round
+from frontend.dashboard import dashboard_payload
+from frontend.labels import reason_sentence, wait_label
 from scheduling.core.types import J_PER_KWH
 from scheduling.services import run_scheduling_round
 from telemetry.models import EnergyLedgerEntry
@@ -184,15 +189,24 @@ def test_each_role_logs_in_and_sees_what_its_role_allows(scene, login, server):
     lead = login("liam_lead")
     admin = login("ada_admin")
     # then the navigation offers admin pages to the admin only, and names each role
-    assert nav_links(member) == ["Dashboard", "Jobs", "Budgets"]
-    assert nav_links(lead) == ["Dashboard", "Jobs", "Budgets"]
-    assert nav_links(admin) == ["Dashboard", "Jobs", "Budgets", "Reports", "Nodes", "Admin"]
+    common = ["Dashboard", "Jobs", "Budgets", "API docs"]
+    assert nav_links(member) == common
+    assert nav_links(lead) == common
+    assert nav_links(admin) == [*common, "Reports", "Nodes", "Admin"]
     assert member.get_attribute("[data-role]", "data-role") == "member"
     assert lead.get_attribute("[data-role]", "data-role") == "lead"
     assert admin.get_attribute("[data-role]", "data-role") == "admin"
-    # and a member who types an admin URL gets 403
+    # and a member who types an admin URL gets a styled 403 page that says why
     response = member.goto(f"{server}/reports/")
     assert response.status == 403
+    assert member.inner_text("#error-page h1") == "You may not open this page"
+    assert "Admins only." in member.inner_text("#error-page")
+    assert member.locator("header.topbar").is_visible()  # styled: the site's own stylesheet
+    shot(member, "error_403")
+    # the API docs are one click away from the navigation
+    member.goto(f"{server}/")
+    member.click("nav >> text=API docs")
+    member.wait_for_url(f"{server}/api/docs/")
 
 
 def test_wrong_password_is_refused_and_the_login_page_is_saved(browser, server, scene):
@@ -300,16 +314,17 @@ def test_dashboard_receives_a_live_round_and_pauses_while_hidden(scene, login, s
     ]
     summary = {"at": scene.now.isoformat(), "policy": "powerflow", "running": 2}
     sent = broadcast_from_another_thread(
-        {**summary, "round_id": 77, "queue_length": 5, "decisions": decisions}
+        {**summary, "round_id": 77, "queue_length": 5, "waiting": 5, "decisions": decisions}
     )
     assert sent == 4  # admin, both teams, everyone
     page.wait_for_function("document.getElementById('round-head').textContent.includes('77')")
     rows = page.locator("#round-table tbody tr").all_inner_texts()
     # the member sees their team's decision only, never the other team's
-    assert [r.split("\t")[:3] for r in rows] == [["vision-job #901", "start", "4"]]
-    # the pushed round's own queue length heads its table; the push also triggers a refresh,
-    # after which the queue figure shows the database's count (2 queued jobs in the scene)
-    assert "5 queued" in page.inner_text("#round-head")
+    assert [r.split("\t")[:3] for r in rows] == [["vision-job #901", "Started", "4 GPUs"]]
+    # the pushed round's cluster-wide counts head its table, saying they are the cluster's;
+    # the push also triggers a refresh, after which the team's queue card shows the
+    # database's count (2 queued jobs of the member's team in the scene)
+    assert "the cluster has 5 waiting, 2 running" in page.inner_text("#round-head")
     page.wait_for_function("document.getElementById('kpi-queue').textContent === '2'")
 
     # a hidden tab closes its socket and ignores rounds; coming back resyncs from the server
@@ -378,14 +393,30 @@ def test_admin_drains_a_node_and_every_page_is_saved(scene, login, server):
     decided = sorted(tuple(r.split("\t")[:2]) for r in rows)
     # FIFO retunes the running resnet to full clock; both 4-GPU jobs wait (3 GPUs are free)
     assert decided == [
-        (f"gpt2-small #{scene.jobs['gpt2-small'].pk}", "wait"),
-        (f"resnet50-sweep #{scene.jobs['running'].pk}", "retune"),
-        (f"vgg16-baseline #{scene.jobs['vgg16-baseline'].pk}", "wait"),
+        (f"gpt2-small #{scene.jobs['gpt2-small'].pk}", "Waits"),
+        (f"resnet50-sweep #{scene.jobs['running'].pk}", "Retuned"),
+        (f"vgg16-baseline #{scene.jobs['vgg16-baseline'].pk}", "Waits"),
     ]
     shot(page, "dashboard_admin")
     page.goto(f"{server}/nodes/")
+    # draining asks first: dismissing the question changes nothing
+    questions = []
+
+    def answer(accept: bool):
+        def handle(dialog):
+            questions.append(dialog.message)
+            dialog.accept() if accept else dialog.dismiss()
+
+        return handle
+
+    page.once("dialog", answer(False))
+    page.click("[data-node='node-02'] button:text('Drain')")
+    page.wait_for_timeout(500)
+    assert scene.nodes[1].__class__.objects.get(name="node-02").status == "healthy"
+    page.once("dialog", answer(True))
     page.click("[data-node='node-02'] button:text('Drain')")
     page.wait_for_selector("[data-node='node-02'] button:text('Undrain')")
+    assert questions[0].startswith("Drain node-02? The scheduler places no new work on its 4 GPUs")
     assert scene.nodes[1].__class__.objects.get(name="node-02").status == "draining"
     shot(page, "nodes")
     page.goto(f"{server}/jobs/")
@@ -393,8 +424,12 @@ def test_admin_drains_a_node_and_every_page_is_saved(scene, login, server):
     page.goto(f"{server}/jobs/{scene.jobs['running'].pk}/")
     shot(page, "job_detail")
     page.goto(f"{server}/jobs/{scene.jobs['gpt2-small'].pk}/")
-    reason = Job.objects.get(pk=scene.jobs["gpt2-small"].pk).pending_reason
-    assert reason and reason in page.inner_text("#pending-reason")
+    job = Job.objects.get(pk=scene.jobs["gpt2-small"].pk)
+    text = page.inner_text("#pending-reason")
+    # the round's code in words, its sentence once, without a second "Waiting:"
+    assert text.startswith(f"Why it waits: {wait_label(job.pending_reason_code)}.")
+    assert reason_sentence(job.pending_reason) in text
+    assert "Waiting:" not in text
     shot(page, "job_detail_pending")
     page.goto(f"{server}/budgets/new/")
     shot(page, "budget_new")
@@ -407,3 +442,158 @@ def test_admin_drains_a_node_and_every_page_is_saved(scene, login, server):
     ]
     shot(page, "reports")
     assert Budget.objects.count() == 2
+
+
+def page_width(page) -> int:
+    return page.evaluate("document.documentElement.scrollWidth")
+
+
+def figure_traces(page, element_id: str) -> list[str]:
+    """The names of the traces Plotly drew in ``element_id`` (its live data, not the JSON)."""
+    page.wait_for_function(f"document.getElementById('{element_id}')?.data !== undefined")
+    return page.evaluate(f"document.getElementById('{element_id}').data.map(t => t.name)")
+
+
+def test_dashboard_draws_the_grid_beside_the_budgets_and_says_each_cards_scope(
+    scene, login, server
+):
+    call_command("import_carbon", "data/carbon/em_ES_2022_hourly.csv", "--zone", "ES",
+                 "--onto-year", str(scene.now.year))  # fmt: skip
+    # vision's carbon is over its limit: 180 % of it used
+    (row,) = dashboard_payload(scene.users["member"], now=scene.now)["budgets"]
+    used_kg = row["limits"][1]["used"]
+    Budget.objects.filter(pk=scene.budgets["vision"].pk).update(carbon_limit_kg=used_kg / 1.8)
+    page = login("vera_member")
+    # the grid: intensity behind and ahead, clean and dirty hours, the cluster's power and jobs
+    grid = figure_traces(page, "fig-grid")
+    assert grid[:2] == ["grid intensity (g/kWh)", "ahead (g/kWh)"]
+    assert any(n.startswith("clean hour") for n in grid)
+    assert any(n.startswith("dirty hour") for n in grid)
+    assert {"cluster GPU power (kW)", "jobs running"} <= set(grid)
+    assert page.locator("#fig-grid .shapelayer path").count() > 0  # shaded hours drawn
+    assert "replayed onto" in page.text_content("#fig-grid .gtitle")
+    # JCT as a distribution and a rolling mean; queue and running together
+    assert figure_traces(page, "fig-jct") == [
+        "share finished within (CDF)",
+        "one job",
+        "rolling mean of 10",
+    ]
+    assert figure_traces(page, "fig-queue") == ["queued", "running"]
+    # every card says whose numbers it shows
+    scopes = page.locator(".kpi .kpi-scope").all_inner_texts()
+    assert scopes[:2] == ["your team Vision", "your team Vision"]
+    assert scopes[2] == "the cluster"
+    assert scopes[3].startswith("the cluster's grid")
+    # the carbon burn chart: the crossings are marked, the title says the true share
+    carbon_id = f"fig-budget-{scene.budgets['vision'].pk}-carbon"
+    names = figure_traces(page, carbon_id)
+    assert any(n.startswith("soft limit crossed ") for n in names)
+    assert any(n.startswith("hard limit crossed ") for n in names)
+    assert "180 % of" in page.text_content(f"#{carbon_id} .gtitle")
+    shot(page, "dashboard_grid")
+    page.goto(f"{server}/budgets/")
+    carbon = page.locator(f"[data-budget-id='{scene.budgets['vision'].pk}'] .limit").nth(1)
+    assert "(180.0 %)" in carbon.inner_text()
+    assert carbon.locator(".bar").get_attribute("aria-valuetext") == "180.0 % used"
+    shot(page, "budgets_over_limit")
+
+
+def test_a_job_kept_running_by_hold_queue_reads_keeps_running_with_its_gpus(scene, login, server):
+    Budget.objects.filter(pk=scene.budgets["vision"].pk).update(
+        energy_limit_kwh=0.001, hard_limit_action=HardLimitAction.HOLD_QUEUE
+    )
+    result = run_scheduling_round(now=timezone.now(), policy="powerflow", force=True)
+    assert result.ran
+    page = login("vera_member")
+    page.wait_for_selector("#round-table:not([hidden])")
+    running = scene.jobs["running"]
+    row = page.locator(f"#round-table tbody tr:has(a[href='/jobs/{running.pk}/'])")
+    cells = row.locator("td").all_inner_texts()
+    assert cells[1:3] == ["Keeps running", "4 GPUs · node-01: 0,1,2,3"]
+    assert cells[5].startswith("Budget used up: ")
+    assert "budget_exhausted" not in page.inner_text("#round")
+    assert "wait" not in cells[1].lower()
+    shot(page, "dashboard_hold_queue")
+
+
+def test_a_200_character_name_is_cut_with_the_full_name_on_hover(scene, login, server):
+    name = "very-long-experiment-" + "x" * 179
+    assert len(name) == 200
+    job = services.submit_job(
+        owner=scene.users["member"],
+        team=scene.team,
+        name=name,
+        workload="resnet50",
+        total_iterations=1000,
+        global_batch_size=128,
+        min_gpus=1,
+        max_gpus=1,
+    )
+    page = login("vera_member")
+    page.goto(f"{server}/jobs/")
+    link = page.locator(f"#job-table a[href='/jobs/{job.pk}/']")
+    assert link.get_attribute("title") == name
+    assert page_width(page) <= VIEWPORT["width"]
+    box = link.bounding_box()
+    assert box is not None and box["width"] < 400
+    page.goto(f"{server}/jobs/{job.pk}/")
+    assert page_width(page) <= VIEWPORT["width"]
+    assert page.locator("h1 .trunc").get_attribute("title") == name
+    shot(page, "job_long_name")
+
+
+def test_the_job_page_shows_allocations_with_nodes_why_and_energy(scene, login, server):
+    result = run_scheduling_round(now=timezone.now(), policy="fifo", force=True)
+    assert result.applied == 1  # fifo retunes the sweep to the default clock
+    page = login("vera_member")
+    running = scene.jobs["running"]
+    page.goto(f"{server}/jobs/{running.pk}/")
+    rows = page.locator("#allocation-table tbody tr")
+    assert rows.count() == 2
+    last = rows.nth(1).locator("td").all_inner_texts()
+    assert last[3] == "node-01: 0,1,2,3"
+    assert last[7].startswith(f"Retuned: clock 1200 MHz → default by round {result.round_id}")
+    assert figure_traces(page, "fig-timeline") == ["allocation", "energy used (kWh)"]
+    energy = page.evaluate("document.getElementById('fig-timeline').data[1].y")
+    assert energy and energy[-1] > 0  # measured by the scene's four hours of samples
+    assert page.inner_text(".kpis .kpi-label >> nth=0") == "ENERGY SO FAR"
+    shot(page, "job_detail_allocations")
+    finished = scene.jobs["finished-0"]
+    page.goto(f"{server}/jobs/{finished.pk}/")
+    assert page.inner_text(".kpis .kpi-label >> nth=0") == "ENERGY USED"
+
+
+def test_nodes_show_reported_temperatures(scene, login, server):
+    page = login("ada_admin")
+    page.goto(f"{server}/nodes/")
+    node = page.locator("[data-node='node-01']")
+    headers = node.locator("thead th").all_inner_texts()
+    assert "Temperature (°C)" in headers
+    column = headers.index("Temperature (°C)")
+    temps = [r.split("\t")[column] for r in node.locator("tbody tr").all_inner_texts()]
+    # the scene's agent reported 71 °C for the busy GPUs (its test value)
+    assert temps == ["71", "71", "71", "71"]
+    assert node.locator(".temp-note").count() == 0
+
+
+def test_demo_screenshots_signs_in_as_the_demo_users_and_saves_every_page(
+    server, settings, tmp_path
+):
+    # given the demo's users and cluster (no browser fixture: the command runs its own)
+    settings.WATTFLOW_VAR_DIR = tmp_path
+    call_command("seed_demo", stdout=io.StringIO())
+    out = tmp_path / "shots"
+    with ThreadPoolExecutor(max_workers=1) as pool:  # its own Playwright loop, its own thread
+        pool.submit(
+            call_command, "demo_screenshots", server=server, out=str(out), stdout=io.StringIO()
+        ).result(timeout=180)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "live_budgets.png",
+        "live_dashboard_admin.png",
+        "live_dashboard_language_lead.png",
+        "live_dashboard_member.png",
+        "live_jobs.png",
+        "live_nodes.png",
+    ]  # no job has run yet: no job pages
+    assert all((out / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)

@@ -71,6 +71,49 @@ def test_budget_burn_figure_carries_use_projection_and_both_limits():
     assert (hard["name"], hard["y"]) == ("hard limit", [12.0, 12.0])
     assert (soft["name"], soft["y"]) == ("soft limit", [9.0, 9.0])
     assert fig["layout"]["xaxis"]["range"] == [T0.isoformat(), end.isoformat()]
+    # the used line is the thickest line of the chart
+    assert used["line"]["width"] > max(t["line"]["width"] for t in (projection, hard, soft))
+    # neither limit was crossed: no markers; the limits are in scale: no zoom
+    assert "range" not in fig["layout"]["yaxis"]
+    assert fig["layout"]["annotations"] == []
+
+
+def test_budget_burn_figure_marks_where_soft_and_hard_limits_were_first_crossed():
+    end = T0 + timedelta(days=30)
+    at = [T0 + timedelta(days=d) for d in (1, 2, 3, 4)]
+    fig = figures.budget_burn_figure(
+        title="t",
+        unit="kg CO2e",
+        cumulative=[(at[0], 0.02), (at[1], 0.045), (at[2], 0.06), (at[3], 0.09)],
+        limit=0.05,
+        warn_fraction=0.8,
+        period_start=T0,
+        period_end=end,
+        now=at[3],
+    )
+    by_name = {trace["name"]: trace for trace in fig["data"]}
+    soft = by_name["soft limit crossed 11-03 00:00"]
+    hard = by_name["hard limit crossed 11-04 00:00"]
+    assert (soft["x"], soft["y"]) == ([at[1].isoformat()], [0.045])
+    assert (hard["x"], hard["y"]) == ([at[2].isoformat()], [0.06])
+
+
+def test_budget_burn_figure_zooms_to_a_tiny_use_and_names_the_limits_above_the_scale():
+    now = T0 + timedelta(days=15)
+    fig = figures.budget_burn_figure(
+        title="t",
+        unit="kWh",
+        cumulative=[(now, 0.5)],
+        limit=2304.0,
+        warn_fraction=0.8,
+        period_start=T0,
+        period_end=T0 + timedelta(days=30),
+        now=now,
+    )
+    # projection 1.0 kWh: the axis ends at 1.3, so the used line is drawn large
+    assert fig["layout"]["yaxis"]["range"] == [0, pytest.approx(1.3)]
+    (note,) = fig["layout"]["annotations"]
+    assert "soft limit 1843, hard limit 2304 kWh are above this scale" in note["text"]
 
 
 def test_budget_burn_figure_without_a_limit_draws_no_limit_lines():
@@ -85,56 +128,12 @@ def test_budget_burn_figure_without_a_limit_draws_no_limit_lines():
         now=T0 + timedelta(hours=12),
         colour=figures.CARBON_COLOUR,
     )
-    assert [trace["name"] for trace in fig["data"]] == ["used (kg CO2e)", "projection"]
+    assert [trace["name"] for trace in fig["data"]] == [
+        "used (kg CO2e)",
+        "projection (0 kg CO2e)",
+    ]
     assert fig["data"][1]["y"] == [0.0, 0.0]
     assert fig["data"][0]["line"]["color"] == "#D55E00"
-
-
-def test_average_jct_figure_is_in_hours_with_gaps_where_nothing_finished():
-    fig = figures.avg_jct_figure([(T0, 5400.0), (T0 + timedelta(hours=1), None)])
-    (line,) = fig["data"]
-    assert line["y"] == [1.5, None]
-    assert line["x"] == [T0.isoformat(), (T0 + timedelta(hours=1)).isoformat()]
-    assert fig["layout"]["yaxis"]["title"]["text"] == "hours"
-
-
-def test_queue_length_figure_steps_between_samples():
-    fig = figures.queue_length_figure([(T0, 2), (T0 + timedelta(hours=1), 0)])
-    assert fig["data"][0]["y"] == [2.0, 0.0]
-    assert fig["data"][0]["line"]["shape"] == "hv"
-
-
-def test_allocation_timeline_draws_closed_and_open_allocations_up_to_now():
-    now = T0 + timedelta(hours=3)
-    fig = figures.allocation_timeline_figure(
-        [
-            {
-                "started_at": T0,
-                "ended_at": T0 + timedelta(hours=1),
-                "gpus": 2,
-                "batch_size": 128,
-                "sm_clock_mhz": None,
-            },
-            {
-                "started_at": T0 + timedelta(hours=2),
-                "ended_at": None,
-                "gpus": 4,
-                "batch_size": 256,
-                "sm_clock_mhz": 1200,
-            },
-        ],
-        now=now,
-        state_colour="royalblue",
-    )
-    (bars,) = fig["data"]
-    assert bars["base"] == [T0.isoformat(), (T0 + timedelta(hours=2)).isoformat()]
-    assert bars["x"] == [3_600_000, 3_600_000]
-    assert bars["y"] == ["#1", "#2"]
-    assert bars["text"] == [
-        "2 GPU · batch 128 · default clock",
-        "4 GPU · batch 256 · 1200 MHz",
-    ]
-    assert bars["marker"]["color"] == "royalblue"
 
 
 def test_whatif_figure_plots_hours_against_budget_and_marks_the_proposal():

@@ -231,7 +231,11 @@ def test_job_detail_shows_allocations_and_pending_reason(
     services.start_job(job, gpus=list(node.gpus.all()), batch_size=256, at=timezone.now())
     page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk]))
     assert [a["gpus"] for a in page.context["allocations"]] == [2]
-    assert page.context["timeline"]["data"][0]["text"] == ["2 GPU · batch 256 · default clock"]
+    assert [a["placement"] for a in page.context["allocations"]] == ["node-01: 0,1"]
+    # started by hand, not by a round: the table says so rather than inventing a reason
+    assert [a["why"] for a in page.context["allocations"]] == ["not made by a recorded round"]
+    bars = page.context["timeline"]["data"][0]
+    assert (bars["y"], bars["text"]) == (["2 GPU"], ["node-01: 0,1 · batch 256 · default clock"])
 
 
 def test_an_outsider_cannot_cancel_and_the_owner_can(client_for, member, outsider, team, make_job):

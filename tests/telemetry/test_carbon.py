@@ -141,3 +141,42 @@ def test_carbon_signal_gives_now_and_the_stored_hours_ahead(db):
 def test_carbon_signal_never_raises_for_a_zone_with_nothing(db):
     signal = carbon_signal("XX", datetime(2026, 1, 1, tzinfo=UTC))
     assert (signal.ci_g_per_kwh, signal.estimated, signal.forecast) == (0.0, True, ())
+
+
+def test_import_onto_a_year_keeps_date_and_hour_and_marks_the_rows_estimated(db):
+    call_command("import_carbon", ES_FILE, "--zone", "ES", "--onto-year", "2026")
+    points = {p.start: p for p in read_electricity_maps_csv(ES_FILE)}
+    assert CarbonIntensity.objects.filter(zone="ES").count() == 8760
+    row = CarbonIntensity.objects.get(zone="ES", hour=datetime(2026, 11, 25, 13, tzinfo=UTC))
+    source = points[datetime(2022, 11, 25, 13, tzinfo=UTC)]
+    assert (row.ci_g_per_kwh, row.estimated, row.source) == (
+        source.ci_g_per_kwh,
+        True,
+        CarbonSource.IMPORTED,
+    )
+    # the stored hour now answers for that hour: no fallback to the yearly mean
+    got = intensity_for_hour("ES", datetime(2026, 11, 25, 13, 40, tzinfo=UTC))
+    assert (got.ci_g_per_kwh, got.source) == (source.ci_g_per_kwh, CarbonSource.IMPORTED)
+
+
+def test_import_onto_a_leap_year_repeats_the_28th_for_the_29th_of_february(db):
+    call_command("import_carbon", ES_FILE, "--zone", "ES", "--onto-year", "2028")
+    assert CarbonIntensity.objects.filter(zone="ES").count() == 8784
+    feb28 = CarbonIntensity.objects.get(zone="ES", hour=datetime(2028, 2, 28, 5, tzinfo=UTC))
+    feb29 = CarbonIntensity.objects.get(zone="ES", hour=datetime(2028, 2, 29, 5, tzinfo=UTC))
+    assert feb29.ci_g_per_kwh == feb28.ci_g_per_kwh
+
+
+def test_import_onto_an_impossible_year_fails_with_one_line_and_stores_nothing(db):
+    with pytest.raises(CommandError, match="--onto-year must be a year between 1970 and 9998"):
+        call_command("import_carbon", ES_FILE, "--zone", "ES", "--onto-year", "0")
+    assert not CarbonIntensity.objects.exists()
+
+
+def test_a_missing_hour_warns_once_per_zone_and_hour_not_every_round(db, caplog):
+    hour = datetime(2026, 11, 22, 3, tzinfo=UTC)
+    with caplog.at_level("WARNING", logger="telemetry.carbon"):
+        for minute in (0, 10, 20):
+            intensity_for_hour("BR", hour.replace(minute=minute))
+    warnings = [r for r in caplog.records if "carbon provider failed" in r.getMessage()]
+    assert len(warnings) == 1

@@ -12,17 +12,21 @@ Where the numbers come from:
 - Budgets are policy, not measurements: the vision team may spend half of what its share
   (16 GPUs) would draw at the 400 W limit over the month; the language team's carbon budget is
   the same energy times the 2022 mean carbon intensity of US-CAL-CISO (data/carbon).
+- Grid carbon intensity: the shipped hourly 2022 series of ``TELEMETRY_CARBON_ZONE``
+  (data/carbon, Electricity Maps) replayed onto this year by ``import_carbon --onto-year``,
+  so accounting, GreenFlow and the dashboard see real clean and dirty hours, not one mean.
 """
 
 import csv
 import json
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
@@ -30,6 +34,7 @@ from tqdm import tqdm
 
 from cluster.choices import HardLimitAction, NodeStatus, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
+from scheduling.simulator.carbon import carbon_file
 
 DATA_DIR = Path(settings.BASE_DIR) / "data"
 PERSEUS_A100 = DATA_DIR / "perf" / "perseus" / "stage_profile_bloom+a100_sxm_bf16.csv"
@@ -102,7 +107,20 @@ class Command(BaseCommand):
             tokens = self._tokens(nodes, tokens_path, now)
             budgets = self._budgets(teams, now)
         self._write_tokens(tokens_path, tokens)
+        self._carbon(now)
         self._report(tokens, tokens_path, budgets)
+
+    def _carbon(self, now: datetime) -> None:
+        """This year's hours (and next year's when the day-ahead forecast reaches into it)."""
+        zone = settings.TELEMETRY_CARBON_ZONE
+        path = carbon_file(DATA_DIR, zone)
+        if not path.exists():
+            self.stderr.write(
+                f"no shipped carbon file for zone {zone} ({path}); accounting uses the fallback"
+            )
+            return
+        for year in sorted({now.year, (now + timedelta(days=2)).year}):
+            call_command("import_carbon", str(path), zone=zone, onto_year=year, stdout=self.stdout)
 
     def _teams(self, now: datetime) -> dict[str, Team]:
         teams = {}

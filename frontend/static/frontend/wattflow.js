@@ -52,6 +52,7 @@
       plot("fig-heatmap", figs.heatmap);
       plot("fig-jct", figs.jct);
       plot("fig-queue", figs.queue);
+      if (figs.grid) plot("fig-grid", figs.grid);
       Object.keys(budgetFigs || {}).forEach((id) => plot(id, budgetFigs[id]));
     }
 
@@ -61,6 +62,7 @@
       text("kpi-power", fmt(data.cluster_power_w, 0));
       text("kpi-queue", data.queue_now);
       text("kpi-running", data.running_now);
+      if (data.grid_now) text("kpi-grid", fmt(data.grid_now.ci_g_per_kwh, 0));
       text("kpi-at", data.at.slice(0, 19));
     }
 
@@ -80,32 +82,66 @@
 
     let shownRound = -1;
 
+    const labels = opts.labels || { actions: {}, waits: {} };
+    function waitLabel(code) {
+      if (!code) return "";
+      return labels.waits[code] || code.replace(/_/g, " ");
+    }
+
     function showRound(payload) {
       // A resync may bring a round older than one already pushed: keep the newest.
       if (payload.round_id < shownRound) return;
       shownRound = payload.round_id;
+      // One row per job: the page's own summary (with placements) replaces a pushed one.
       const decisions = (rounds[payload.round_id] = rounds[payload.round_id] || {});
-      (payload.decisions || []).forEach((d) => { decisions[d.job_id + ":" + d.action] = d; });
+      (payload.decisions || []).forEach((d) => {
+        const key = d.job_id + ":" + (d.action === "wait" || d.action === "keep" ? "why" : d.action);
+        decisions[key] = d;
+      });
       const when = (payload.at || "").slice(0, 19).replace("T", " ");
+      const waiting = payload.waiting === undefined ? "?" : payload.waiting;
+      const running = payload.running === undefined ? "?" : payload.running;
       text("round-head", "Round " + payload.round_id + " at " + when + " UTC, policy " +
-        (payload.policy || "?") + ": " + payload.queue_length + " queued, " +
-        (payload.running === undefined ? "?" : payload.running) + " running");
+        (payload.policy || "?") + ": the cluster has " + waiting + " waiting, " + running + " running");
       const table = document.getElementById("round-table");
       const body = table.querySelector("tbody");
       body.replaceChildren();
       Object.values(decisions).forEach((d) => {
         const tr = document.createElement("tr");
-        [d.job_name ? d.job_name + " #" + d.job_id : "#" + d.job_id, d.action,
-         d.gpus ?? "", d.batch_size ?? "", d.sm_clock_mhz ? d.sm_clock_mhz + " MHz" : (d.action === "wait" ? "" : "default"),
-         d.reason || d.reason_code || ""].forEach((v) => {
+        tr.dataset.action = d.action;
+        const name = d.job_name || "";
+        const gpus = d.gpus ? d.gpus + " GPU" + (d.gpus > 1 ? "s" : "") : "";
+        const where = d.placement ? gpus + " · " + d.placement : gpus;
+        const clock = d.sm_clock_mhz ? d.sm_clock_mhz + " MHz" : (d.action === "wait" || d.action === "keep" ? "" : "default");
+        let why = (d.reason || "").replace(/^(Waiting|Waits)\s*[:-]\s*/, "");
+        why = why.charAt(0).toUpperCase() + why.slice(1);
+        if (d.action === "keep") why = "its hard-limit action is \"start no new jobs\", so running jobs finish and nothing new starts.";
+        const cells = [null, labels.actions[d.action] || d.action, where || "—", d.batch_size ?? "", clock, null];
+        cells.forEach((v, i) => {
           const td = document.createElement("td");
-          td.textContent = v;
+          if (i === 0) {
+            const a = document.createElement("a");
+            a.href = "/jobs/" + d.job_id + "/";
+            a.className = "trunc";
+            a.title = name;
+            a.textContent = name ? name + " #" + d.job_id : "#" + d.job_id;
+            td.appendChild(a);
+          } else if (i === 5) {
+            const label = waitLabel(d.reason_code);
+            if (label) {
+              const strong = document.createElement("strong");
+              strong.textContent = label + (why ? ": " : "");
+              td.appendChild(strong);
+            }
+            td.appendChild(document.createTextNode(why));
+          } else {
+            td.textContent = v;
+          }
           tr.appendChild(td);
         });
         body.appendChild(tr);
       });
       table.hidden = Object.keys(decisions).length === 0;
-      if (payload.queue_length !== undefined) text("kpi-queue", payload.queue_length);
     }
 
     function connect() {
@@ -261,5 +297,14 @@
     button.addEventListener("click", run);
   }
 
-  window.Wattflow = { plot, dashboard, jobForm, whatIf };
+  // --- confirmations: a form with data-confirm asks before it submits ---------------------------
+  function confirmForms() {
+    document.querySelectorAll("form[data-confirm]").forEach((form) => {
+      form.addEventListener("submit", (event) => {
+        if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+      });
+    });
+  }
+
+  window.Wattflow = { plot, dashboard, jobForm, whatIf, confirmForms };
 })();

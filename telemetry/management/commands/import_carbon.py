@@ -1,18 +1,51 @@
-"""``manage.py import_carbon data/carbon/em_ES_2022_hourly.csv --zone ES``
+"""``manage.py import_carbon data/carbon/em_ES_2022_hourly.csv --zone ES [--onto-year 2026]``
 
 Loads an Electricity Maps hourly CSV export into ``CarbonIntensity`` (re-importing replaces
 the hours it covers). Parsing is the simulator's reader, so both sides read the files alike.
+
+``--onto-year`` replays the file's year onto another one, hour for hour on the same calendar
+date and hour of day (the demo runs today on the shipped 2022 measurements: the seasonal and
+daily shape is real, the year is not). A 29 February the file lacks repeats the 28th; the
+rows are marked *estimated*, because they are not that year's measurements.
 """
+
+from datetime import datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from tqdm import tqdm
 
-from scheduling.simulator.carbon import CarbonDataError, read_electricity_maps_csv
+from scheduling.simulator.carbon import (
+    CarbonDataError,
+    HourlyPoint,
+    read_electricity_maps_csv,
+)
 from telemetry.choices import CarbonSource
 from telemetry.models import CarbonIntensity
 
 _CHUNK = 1000
+
+
+def replay_onto_year(points: tuple[HourlyPoint, ...], year: int) -> list[HourlyPoint]:
+    """``points`` moved onto ``year`` keeping month, day and hour, marked estimated. A date
+    the target year has and the source lacks (29 February) repeats the day before; a date the
+    target lacks (29 February of a leap source) is dropped."""
+    moved: dict[datetime, HourlyPoint] = {}
+    for p in points:
+        try:
+            start = p.start.replace(year=year)
+        except ValueError:  # 29 February onto a common year
+            continue
+        moved[start] = HourlyPoint(start=start, ci_g_per_kwh=p.ci_g_per_kwh, estimated=True)
+    day = timedelta(days=1)
+    for start, p in list(moved.items()):
+        if start.month == 2 and start.day == 28:
+            leap_day = start + day
+            if leap_day.month == 2 and leap_day not in moved:
+                moved[leap_day] = HourlyPoint(
+                    start=leap_day, ci_g_per_kwh=p.ci_g_per_kwh, estimated=True
+                )
+    return [moved[start] for start in sorted(moved)]
 
 
 class Command(BaseCommand):
@@ -22,15 +55,25 @@ class Command(BaseCommand):
         parser.add_argument("path")
         parser.add_argument("--zone", required=True, help="e.g. ES, NO, BR, US-CAL-CISO")
         parser.add_argument("--kind", default="direct", choices=["direct", "lca"])
+        parser.add_argument(
+            "--onto-year",
+            type=int,
+            default=None,
+            help="replay the file's hours onto this year (same date and hour; marked estimated)",
+        )
 
-    def handle(self, *args, path, zone, kind, **options):
+    def handle(self, *args, path, zone, kind, onto_year=None, **options):
         zone = zone.strip()
         if not zone or len(zone) > 32:
             raise CommandError("--zone must be 1 to 32 characters")
+        if onto_year is not None and not 1970 <= onto_year <= 9998:
+            raise CommandError("--onto-year must be a year between 1970 and 9998")
         try:
             points = read_electricity_maps_csv(path, kind=kind)
         except CarbonDataError as exc:
             raise CommandError(str(exc)) from None
+        if onto_year is not None:
+            points = replay_onto_year(points, onto_year)
         rows = [
             CarbonIntensity(
                 zone=zone,
@@ -43,7 +86,9 @@ class Command(BaseCommand):
         ]
         # One transaction: a failure half-way leaves what was stored before untouched.
         with transaction.atomic():
-            for start in tqdm(range(0, len(rows), _CHUNK), desc=f"import {zone}", unit="chunk"):
+            for start in tqdm(
+                range(0, len(rows), _CHUNK), desc=f"import {zone}", unit="chunk", disable=None
+            ):
                 CarbonIntensity.objects.bulk_create(
                     rows[start : start + _CHUNK],
                     update_conflicts=True,

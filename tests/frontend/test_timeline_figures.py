@@ -1,0 +1,116 @@
+"""The over-time figures (grid, queue, JCT, a job's allocations) are pure: no database."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from frontend import timeline_figures as tf
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+H = timedelta(hours=1)
+
+
+def test_tertiles_split_the_values_in_thirds():
+    assert tf.tertiles([300.0, 100.0, 200.0, 400.0, 500.0, 600.0, 700.0]) == (300.0, 500.0)
+
+
+def test_grid_figure_shades_clean_and_dirty_hours_across_both_panels():
+    intensity = [(T0 + i * H, ci) for i, ci in enumerate([100.0, 200.0, 300.0, 150.0, 250.0])]
+    fig = tf.grid_intensity_figure(
+        intensity,
+        now=T0 + 2 * H + timedelta(minutes=30),
+        zone="ES",
+        power_kw=[(T0 + H, 1.5), (T0 + 2 * H, 2.0)],
+        running=[(T0 + H, 3)],
+        note="replayed",
+    )
+    names = [t["name"] for t in fig["data"]]
+    assert names[:2] == ["grid intensity (g/kWh)", "ahead (g/kWh)"]
+    past, ahead = fig["data"][:2]
+    # the past ends at the hour containing now; the stored hours ahead start there, dashed
+    assert past["y"] == [100.0, 200.0, 300.0]
+    assert (ahead["y"], ahead["line"]["dash"]) == ([300.0, 150.0, 250.0], "dash")
+    # tertiles (150, 250): 100 and 150 are clean, 300 and 250 dirty, 200 neither
+    fills = [(s["x0"], s["fillcolor"]) for s in fig["layout"]["shapes"]]
+    assert fills == [
+        (T0.isoformat(), tf.CLEAN_FILL),
+        ((T0 + 2 * H).isoformat(), tf.DIRTY_FILL),
+        ((T0 + 3 * H).isoformat(), tf.CLEAN_FILL),
+        ((T0 + 4 * H).isoformat(), tf.DIRTY_FILL),
+    ]
+    assert all((s["yref"], s["y0"], s["y1"]) == ("paper", 0, 1) for s in fig["layout"]["shapes"])
+    power = next(t for t in fig["data"] if t["name"] == "cluster GPU power (kW)")
+    running = next(t for t in fig["data"] if t["name"] == "jobs running")
+    assert (power["y"], power["yaxis"]) == ([1.5, 2.0], "y2")
+    assert (running["y"], running["yaxis"]) == ([3], "y3")
+    assert "replayed" in fig["layout"]["title"]["text"]
+
+
+def test_grid_figure_without_stored_hours_draws_no_intensity_and_no_shading():
+    fig = tf.grid_intensity_figure([], now=T0, zone="ES", power_kw=[], running=[])
+    assert [t["name"] for t in fig["data"]] == ["cluster GPU power (kW)", "jobs running"]
+    assert fig["layout"]["shapes"] == []
+
+
+def test_queue_running_figure_draws_both_as_steps_and_names_its_scope():
+    fig = tf.queue_running_figure([(T0, 2, 0), (T0 + H, 1, 1)], scope="your team Vision")
+    queued, running = fig["data"]
+    assert (queued["y"], running["y"]) == ([2, 1], [0, 1])
+    assert queued["x"][0] == T0.isoformat()  # starts at the first event, no zeros before
+    assert queued["line"]["shape"] == running["line"]["shape"] == "hv"
+    assert fig["layout"]["title"]["text"] == "Queued and running jobs (your team Vision)"
+
+
+def test_jct_figure_has_a_cdf_and_a_rolling_mean_in_hours():
+    done = [(T0 + i * H, jct) for i, jct in enumerate([3600.0, 7200.0, 10800.0, 1800.0])]
+    fig = tf.jct_figure(done, scope="all teams")
+    cdf, dots, rolling = fig["data"]
+    assert (cdf["x"], cdf["y"]) == ([0.5, 0.5, 1.0, 2.0, 3.0], [0.0, 0.25, 0.5, 0.75, 1.0])
+    assert dots["y"] == [1.0, 2.0, 3.0, 0.5]
+    assert rolling["y"] == [1.0, 1.5, 2.0, pytest.approx(1.625)]
+    assert fig["layout"]["title"]["text"] == (
+        "JCT of completed jobs (all teams): 4 jobs, median 1.00 h, mean 1.62 h"
+    )
+
+
+def test_jct_rolling_mean_spans_the_last_ten_completions():
+    done = [(T0 + i * H, 3600.0 * (i + 1)) for i in range(12)]
+    rolling = tf.jct_figure(done, scope="s")["data"][2]["y"]
+    assert rolling[-1] == pytest.approx(sum(range(3, 13)) / 10)
+
+
+def test_job_timeline_puts_each_allocation_on_its_gpu_count_row_with_energy_below():
+    now = T0 + 3 * H
+    allocations = [
+        {
+            "started_at": T0,
+            "ended_at": T0 + H,
+            "gpus": 4,
+            "placement": "node-01: 0,1,2,3",
+            "batch_size": 256,
+            "sm_clock_mhz": None,
+            "power_limit_w": 250,
+        },
+        {
+            "started_at": T0 + 2 * H,
+            "ended_at": None,
+            "gpus": 2,
+            "placement": "node-02: 4,5",
+            "batch_size": 128,
+            "sm_clock_mhz": 1200,
+            "power_limit_w": None,
+        },
+    ]
+    fig = tf.job_timeline_figure(
+        allocations, [(T0 + H, 0.4), (now, 0.9)], now=now, state_colour="royalblue"
+    )
+    bars, energy = fig["data"]
+    assert bars["base"] == [T0.isoformat(), (T0 + 2 * H).isoformat()]
+    assert bars["x"] == [3_600_000, 3_600_000]  # the open one is drawn up to now
+    assert bars["y"] == ["4 GPU", "2 GPU"]
+    assert bars["text"] == [
+        "node-01: 0,1,2,3 · batch 256 · 250 W limit",
+        "node-02: 4,5 · batch 128 · 1200 MHz",
+    ]
+    assert fig["layout"]["yaxis"]["categoryarray"] == ["2 GPU", "4 GPU"]
+    assert (energy["y"], energy["yaxis"], energy["name"]) == ([0.4, 0.9], "y2", "energy used (kWh)")
