@@ -57,9 +57,7 @@ def test_a_job_twenty_times_slower_than_its_prior_is_learned_from_one_report():
 
 def test_the_shape_follows_the_job_where_it_differs_from_the_prior():
     # Given a BERT job with a ResNet-50 prior, observed at batch and GPU counts it runs at,
-    observed = [
-        observe(TRUTH, n, 1, b) for n in (1, 2, 4, 8) for b in (8, 32) if n * b <= 256
-    ]
+    observed = [observe(TRUTH, n, 1, b) for n in (1, 2, 4, 8) for b in (8, 32) if n * b <= 256]
     model = fit_online(PRIOR, observed)
     # then every observed configuration is predicted within 5 %, and one it never ran in
     # (two nodes) closer than the prior moved to the job's level.
