@@ -12,7 +12,37 @@ from scheduling.models import (
     RoundDecision,
     SchedulerSettings,
     SchedulingRound,
+    WorkloadProfile,
 )
+
+
+@admin.register(WorkloadProfile)
+class WorkloadProfileAdmin(admin.ModelAdmin):
+    """Learned profiles: written by the scheduler as jobs finish, read-only here."""
+
+    list_display = [
+        "workload",
+        "gpu_model",
+        "version",
+        "n_observations",
+        "jobs",
+        "iter_time_error",
+        "power_error",
+        "prior",
+        "created_at",
+    ]
+    list_filter = ["gpu_model"]
+    search_fields = ["workload", "gpu_model"]
+    readonly_fields = [f.name for f in WorkloadProfile._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(PerfProfile)
