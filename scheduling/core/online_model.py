@@ -507,6 +507,19 @@ def fit_online(
     """Fit ``observations`` (already screened by ``refusal_reason``) onto ``prior``."""
     observations = list(observations)
     params = fit_params(prior, observations, settings=settings, start=start)
+    return learned_model(prior, params, observations, settings=settings, workload=workload)
+
+
+def learned_model(
+    prior: FittedPerfModel,
+    params: Sequence[float],
+    observations: Iterable[Observation],
+    *,
+    settings: FitSettings = FitSettings(),  # noqa: B008 - frozen, never mutated
+    workload: str | None = None,
+) -> OnlinePerfModel:
+    """The model of fitted ``params`` with each observed configuration's shrunk residual:
+    what ``fit_online`` returns, rebuilt from stored parameters without refitting."""
     fitted = apply_params(prior, params)
     cells = pool(observations, prior.gpu.gpus_per_node)
     time_corr, power_corr = {}, {}

@@ -1,0 +1,256 @@
+"""Online performance models in the service: each running job's observations, its learned
+model, and the workload profiles that carry what one job learned to the next.
+
+* ``record_observations`` screens a job's new measurements (``online_model.refusal_reason``:
+  a refused one is logged with its reason and never enters a fit), pools them per
+  configuration into ``JobSchedulingState.observations`` and refits the job's model
+  (``online_params``, with the prior it was fitted against).
+* ``job_models`` rebuilds the learned models of the round's jobs for the snapshot.
+* ``fold_into_profile`` moves the (workload, GPU model) profile towards a finished job's
+  model by a bounded weight and stores the result as a new ``WorkloadProfile`` version.
+* ``prior_for`` is where a job starts: the newest profile of its workload on that GPU model,
+  else the catalog's model, else (a workload the catalog does not know on that GPU model)
+  the first catalog workload on it, which the job's own observations then reshape.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from cluster.choices import JobState
+from cluster.models import Job
+from scheduling.core import online_model as om
+from scheduling.core.perf_models import (
+    Catalog,
+    FittedPerfModel,
+    PowerParams,
+    ThroughputParams,
+    gpu_from_dict,
+    gpu_to_dict,
+    model_to_dict,
+)
+from scheduling.models import JobSchedulingState, WorkloadProfile
+
+logger = logging.getLogger(__name__)
+
+# A finished job moves a profile that already holds observations by at most this share of
+# the way to its own model (below the cap its share is n_job / (n_profile + n_job)).
+MAX_JOB_WEIGHT = 0.25
+
+
+def model_to_params(model: FittedPerfModel) -> dict[str, Any]:
+    return {"model": model_to_dict(model), "gpu": gpu_to_dict(model.gpu)}
+
+
+def model_from_params(params: Mapping[str, Any]) -> FittedPerfModel:
+    m = params["model"]
+    return FittedPerfModel(
+        workload=m["workload"],
+        gpu=gpu_from_dict(m["gpu_model"], params["gpu"]),
+        batch_sizes=tuple(int(b) for b in m["batch_sizes"]),
+        throughput=ThroughputParams(**m["throughput"]),
+        power=PowerParams(**m["power"]),
+        errors=m.get("errors"),
+        sources=m.get("sources"),
+    )
+
+
+def latest_profile(workload: str, gpu_model: str) -> WorkloadProfile | None:
+    return (
+        WorkloadProfile.objects.filter(workload=workload, gpu_model=gpu_model)
+        .order_by("-version")
+        .first()
+    )
+
+
+def prior_for(
+    workload: str, gpu_model: str, *, catalog: Catalog
+) -> tuple[FittedPerfModel, str] | None:
+    """(prior model, where it came from) for a job of ``workload`` on ``gpu_model``; None
+    when nothing is known about that GPU model."""
+    profile = latest_profile(workload, gpu_model)
+    if profile is not None:
+        return model_from_params(profile.params), f"profile v{profile.version}"
+    if catalog.has(workload, gpu_model):
+        return catalog.get(workload, gpu_model), f"catalog {workload}@{gpu_model}"
+    same_gpu = [m for m in catalog.models() if m.gpu_model == gpu_model]
+    if same_gpu:
+        return same_gpu[0], f"catalog {same_gpu[0].workload}@{gpu_model} (nearest known)"
+    return None
+
+
+def _stored(state: JobSchedulingState, gpu_model: str) -> list[om.Observation]:
+    return [om.observation_from_dict(d) for d in (state.observations or {}).get(gpu_model, [])]
+
+
+def screen(job_id: int, observations: Iterable[om.Observation], *, gpu=None) -> list:
+    """The observations that may enter a fit; each refused one is logged with its reason."""
+    accepted = []
+    for obs in observations:
+        reason = om.refusal_reason(obs, gpu=gpu)
+        if reason is None:
+            accepted.append(obs)
+        else:
+            logger.warning("job %s: observation refused (%s): %s", job_id, reason, obs)
+    return accepted
+
+
+def record_observations(
+    job: Job,
+    state: JobSchedulingState,
+    *,
+    gpu_model: str,
+    observations: Iterable[om.Observation],
+    until: datetime,
+    catalog: Catalog,
+) -> om.OnlinePerfModel | None:
+    """Fold new measurements of ``job`` on ``gpu_model`` into its stored observations and
+    refit its model; ``observed_until`` moves to ``until`` either way (refused measurements
+    are not read again). Returns the refitted model (None: no prior for the GPU model)."""
+    found = prior_for(job.workload, gpu_model, catalog=catalog)
+    if found is None:
+        JobSchedulingState.objects.filter(pk=state.pk).update(observed_until=until)
+        return None
+    prior, source = found
+    accepted = screen(job.pk, observations, gpu=prior.gpu)
+    pooled = om.pooled_observations(_stored(state, gpu_model) + accepted, prior.gpu.gpus_per_node)
+    stored_obs = dict(state.observations or {})
+    stored_params = dict(state.online_params or {})
+    model = None
+    if pooled:
+        model = om.fit_online(prior, pooled, workload=job.workload)
+        stored_obs[gpu_model] = [om.observation_to_dict(o) for o in pooled]
+        stored_params[gpu_model] = {
+            "params": list(model.params),
+            "prior": source,
+            "prior_params": model_to_params(prior),
+        }
+    JobSchedulingState.objects.filter(pk=state.pk).update(
+        observations=stored_obs, online_params=stored_params, observed_until=until
+    )
+    state.observations, state.online_params, state.observed_until = (
+        stored_obs,
+        stored_params,
+        until,
+    )
+    return model
+
+
+def learned_models(state: JobSchedulingState, workload: str) -> dict[str, om.OnlinePerfModel]:
+    """GPU model -> the job's learned model, rebuilt from what ``state`` stores."""
+    out = {}
+    for gpu_model, entry in (state.online_params or {}).items():
+        prior = model_from_params(entry["prior_params"])
+        out[gpu_model] = om.learned_model(
+            prior, entry["params"], _stored(state, gpu_model), workload=workload
+        )
+    return out
+
+
+def job_models(
+    states: Iterable[JobSchedulingState], workloads: Mapping[int, str]
+) -> dict[tuple[str, str], om.OnlinePerfModel]:
+    """(core job id, GPU model) -> learned model, for the snapshot."""
+    out = {}
+    for state in states:
+        for gpu_model, model in learned_models(state, workloads[state.job_id]).items():
+            out[(str(state.job_id), gpu_model)] = model
+    return out
+
+
+def _median_error(model, observations: list[om.Observation], attr: str) -> float | None:
+    errs = []
+    for obs in observations:
+        value = getattr(obs, attr)
+        if value is not None:
+            cfg = obs.config()
+            pred = model.iter_time_s(cfg) if attr == "iter_time_s" else model.power_w(cfg)
+            errs.append(abs(pred / value - 1.0))
+    return statistics.median(errs) if errs else None
+
+
+def fold_into_profile(job: Job, *, now: datetime) -> list[WorkloadProfile]:
+    """Fold a finished job's observations into its workload's profiles (one new version per
+    GPU model it ran on). Idempotent: a job is folded once (``profile_version``)."""
+    created = []
+    with transaction.atomic():
+        state = JobSchedulingState.objects.select_for_update().filter(pk=job.pk).first()
+        if state is None or state.profile_version is not None or not state.online_params:
+            return []
+        for gpu_model in sorted(state.online_params):
+            obs = _stored(state, gpu_model)
+            if not obs:
+                continue
+            profile = _fold_one(job, state, gpu_model, obs, now=now)
+            if profile is not None:
+                created.append(profile)
+        version = max((p.version for p in created), default=0)
+        JobSchedulingState.objects.filter(pk=job.pk, profile_version__isnull=True).update(
+            profile_version=version
+        )
+    return created
+
+
+def _fold_one(job, state, gpu_model, obs, *, now) -> WorkloadProfile | None:
+    n_job = sum(o.weight for o in obs if o.iter_time_s is not None)
+    latest = (
+        WorkloadProfile.objects.select_for_update()
+        .filter(workload=job.workload, gpu_model=gpu_model)
+        .order_by("-version")
+        .first()
+    )
+    entry = state.online_params[gpu_model]
+    if latest is None:
+        prior = model_from_params(entry["prior_params"])
+        z, base, n_before, label = entry["params"], prior, 0.0, entry["prior"]
+        weight, t_err, p_err, jobs, version = 1.0, None, None, 1, 1
+    else:
+        base = model_from_params(latest.params)
+        # The job's move relative to the profile as it is now (another job may have moved
+        # it since this one started): refit its observations onto it.
+        z = om.fit_params(base, obs)
+        n_before, label = latest.n_observations, latest.prior
+        weight = min(n_job / (n_before + n_job), MAX_JOB_WEIGHT) if n_job > 0 else 0.0
+        t_err = _median_error(base, obs, "iter_time_s")
+        p_err = _median_error(base, obs, "power_w")
+        jobs, version = latest.jobs + 1, latest.version + 1
+    moved = om.apply_params(base, [weight * v for v in z], workload=job.workload)
+    try:
+        with transaction.atomic():
+            return WorkloadProfile.objects.create(
+                workload=job.workload,
+                gpu_model=gpu_model,
+                version=version,
+                prior=label,
+                params=model_to_params(moved),
+                n_observations=n_before + n_job,
+                jobs=jobs,
+                iter_time_error=t_err,
+                power_error=p_err,
+                last_job=job,
+                created_at=now,
+            )
+    except IntegrityError:
+        # A first version written by a concurrent fold (nothing to lock before it existed):
+        # that job's profile stands; this one is not folded twice by retrying blindly.
+        logger.warning(
+            "job %s: profile %s@%s written concurrently", job.pk, job.workload, gpu_model
+        )
+        return None
+
+
+def fold_finished_jobs(*, now: datetime) -> int:
+    """Fold every finished job that has observations and is not yet in a profile."""
+    done = [JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED]
+    pending = list(
+        Job.objects.filter(state__in=done, scheduling__profile_version__isnull=True).exclude(
+            scheduling__online_params={}
+        )
+    )
+    return sum(1 for job in pending if fold_into_profile(job, now=now))
