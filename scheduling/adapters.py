@@ -253,13 +253,23 @@ def build_snapshot(
             "job_id", "iter_time_scale", "power_scale", "observations", "online_params"
         )
     }
+    perf = catalog or current_catalog()
     # Each job's online model, learned from its own telemetry, replaces the catalog's
     # model for it (and its scales: the model already holds what they would say).
     job_perf = workload_profiles.job_models(
         [s for s in scales.values() if s.online_params], {j.pk: j.workload for j in rows}
     )
     learned = {job_id for job_id, _ in job_perf}
-    perf = catalog or current_catalog()
+    # Jobs without a model of their own start from their workload's profile, or from an
+    # estimate where the catalog has no (workload, GPU model) pair (e.g. an A40 node).
+    job_perf.update(
+        workload_profiles.prior_models(
+            rows,
+            workload_profiles.nvml_gpus(gpus.values()),
+            catalog=perf,
+            skip=list(job_perf),
+        )
+    )
     # EaCO's early observation: co-located jobs' slowdowns as telemetry measured them.
     slowdowns = observations.observed_slowdowns(rows, catalog=perf, now=now)
     jobs = []

@@ -373,7 +373,7 @@ def _least_squares(prior, cells, grid, grid_w, ridge, z0, max_steps) -> list[flo
             r_new = residuals(z_new)
             cost_new = sum(v * v for v in r_new)
             if math.isfinite(cost_new) and cost_new < cost:
-                improved = cost - cost_new > 1e-12 * max(cost, 1e-12)
+                improved = cost - cost_new > 1e-6 * max(cost, 1e-12)
                 z, r, cost = z_new, r_new, cost_new
                 lam = max(lam / 10.0, 1e-9)
                 break

@@ -9,11 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cluster.choices import JobState
-from cluster.models import Job
+from cluster.models import Gpu, Job, Node
+from scheduling import adapters, services
 from scheduling import workload_profiles as wp
 from scheduling.core.online_model import Observation, config_of
 from scheduling.core.perf_models import load_catalog
-from scheduling.models import JobSchedulingState, WorkloadProfile
+from scheduling.models import JobSchedulingState, SchedulerSettings, WorkloadProfile
 
 T0 = datetime(2026, 11, 25, 8, 0, 0, tzinfo=UTC)
 CATALOG = load_catalog()
@@ -129,8 +130,26 @@ def test_absurd_observations_are_refused_logged_and_never_fitted(
 def test_a_workload_the_catalog_does_not_know_starts_from_a_known_one_on_its_gpu(db):
     prior, source = wp.prior_for("llama-3b", "A100", catalog=CATALOG)
     assert prior.gpu_model == "A100"
-    assert source == f"catalog {prior.workload}@A100 (nearest known)"
+    assert source == f"estimated from catalog {prior.workload}@A100"
+    # a GPU model the catalog lacks, with nothing NVML said about it, has nothing to start from
     assert wp.prior_for("resnet50", "H100", catalog=CATALOG) is None
+
+
+def test_a_known_workload_on_a_gpu_model_without_catalog_entry_gets_an_estimated_prior(db):
+    # given an A40 as NVML reports it (100-300 W, default 300 W)
+    a40 = wp.NvmlGpu("A40", 100.0, 300.0, 300.0, clocks_mhz=(1740, 1200, 210))
+
+    # then resnet50's prior is the catalog's A100 model (400 W is nearer 300 W than the
+    # T4's 70 W), on the A40's limits and clocks, its draw scaled by 300/400
+    prior, source = wp.prior_for("resnet50", "A40", catalog=CATALOG, nvml=a40)
+    assert source == "estimated from catalog resnet50@A100"
+    assert (prior.gpu_model, prior.power_limits_w, prior.clocks_mhz) == (
+        "A40",
+        (100.0, 300.0),
+        (210, 1200, 1740),
+    )
+    assert prior.power.busy_max_w == pytest.approx(PRIOR.power.busy_max_w * 0.75, rel=1e-12)
+    assert prior.iter_time_s(CFG) == pytest.approx(PRIOR.iter_time_s(CFG), rel=1e-12)
 
 
 def test_admins_see_profiles_with_their_observation_count_and_error_read_only(
@@ -153,3 +172,34 @@ def test_admins_see_profiles_with_their_observation_count_and_error_read_only(
     html = response.content.decode()
     assert "Iter time error" in html and "N observations" in html
     assert admin_client.get("/admin/scheduling/workloadprofile/add/").status_code == 403
+
+
+def test_a_job_on_a_gpu_model_the_catalog_lacks_is_planned_from_an_estimate(make_job, member, team):
+    # given an A40 node (the catalog has A100 and T4 only) and a resnet50 job for it
+    node = Node.objects.create(
+        name="a40-01", switch_label="s1", rack_label="r1", gpu_model="A40", last_heartbeat_at=T0
+    )
+    for index in range(2):
+        Gpu.objects.create(
+            node=node, index=index, uuid=f"GPU-a40-{index}", model="A40", memory_mb=46068,
+            default_power_limit_w=300, min_power_limit_w=100, max_power_limit_w=300,
+            supported_sm_clocks_mhz=[1740, 1500, 1200],
+        )  # fmt: skip
+    job = make_job(owner=member, team=team, gpu_model="A40", min_gpus=1, max_gpus=1)
+    config = SchedulerSettings.load()
+    config.policy = "fifo"
+    config.save()
+
+    # when a round runs
+    result = services.run_scheduling_round(now=T0)
+
+    # then the job starts on the A40 instead of waiting for a perf model, and the snapshot
+    # says its model is an estimate
+    job.refresh_from_db()
+    assert str(job.pk) not in result.plan.waiting
+    assert job.state == JobState.RUNNING
+    assert job.current_allocation.gpus.get().model == "A40"
+    snap = adapters.build_snapshot(now=T0, round_length_s=60.0).snapshot
+    model = snap.job_perf[(str(job.pk), "A40")]
+    assert model.estimated
+    assert model.power_limits_w == (100.0, 300.0)
