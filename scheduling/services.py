@@ -130,6 +130,9 @@ def refresh_online_models(rows: list[Job], *, catalog, now: datetime) -> int:
             observations=found.observations,
             until=found.until,
             catalog=catalog,
+            nvml=workload_profiles.nvml_gpus(job.current_allocation.gpus.all()).get(
+                found.gpu_model
+            ),
         )
         moved += model is not None
     return moved

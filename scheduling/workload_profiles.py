@@ -177,11 +177,13 @@ def record_observations(
     observations: Iterable[om.Observation],
     until: datetime,
     catalog: Catalog,
+    nvml: NvmlGpu | None = None,
 ) -> om.OnlinePerfModel | None:
     """Fold new measurements of ``job`` on ``gpu_model`` into its stored observations and
     refit its model; ``observed_until`` moves to ``until`` either way (refused measurements
-    are not read again). Returns the refitted model (None: no prior for the GPU model)."""
-    found = prior_for(job.workload, gpu_model, catalog=catalog)
+    are not read again). ``nvml``: what NVML reports of the GPU model, for one the catalog
+    lacks. Returns the refitted model (None: no prior for the GPU model)."""
+    found = prior_for(job.workload, gpu_model, catalog=catalog, nvml=nvml)
     if found is None:
         JobSchedulingState.objects.filter(pk=state.pk).update(observed_until=until)
         return None

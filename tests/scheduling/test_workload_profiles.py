@@ -203,3 +203,24 @@ def test_a_job_on_a_gpu_model_the_catalog_lacks_is_planned_from_an_estimate(make
     model = snap.job_perf[(str(job.pk), "A40")]
     assert model.estimated
     assert model.power_limits_w == (100.0, 300.0)
+
+
+def test_a_job_on_a_gpu_model_the_catalog_lacks_learns_from_its_own_reports(make_job, member, team):
+    # given a resnet50 job on an A40 that runs at 0.3 s per iteration at 64 per GPU, 180 W
+    a40 = wp.NvmlGpu("A40", 100.0, 300.0, 300.0)
+    job = make_job(owner=member, team=team, gpu_model="A40")
+    state = JobSchedulingState.objects.create(job=job)
+    seen = Observation(n_gpus=1, n_nodes=1, local_batch=64.0, iter_time_s=0.3, power_w=180.0)
+
+    # when its measurements are recorded with what NVML says of the A40
+    model = wp.record_observations(
+        job, state, gpu_model="A40", observations=[seen, seen], until=T0, catalog=CATALOG,
+        nvml=a40,
+    )  # fmt: skip
+
+    # then its model starts from the estimate and predicts what it measured
+    assert model is not None and not model.estimated
+    assert model.iter_time_s(seen.config()) == pytest.approx(0.3, rel=1e-3)
+    assert model.power_w(seen.config()) == pytest.approx(180.0, rel=1e-3)
+    entry = JobSchedulingState.objects.get(job=job).online_params["A40"]
+    assert entry["prior"] == "estimated from catalog resnet50@A100"
