@@ -31,10 +31,10 @@ from tqdm import tqdm  # noqa: E402
 
 from scheduling.core import perf_data  # noqa: E402
 from scheduling.core.exploration import best_limit, next_step  # noqa: E402
+from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
     Observation,
     config_of,
-    fit_online,
     nearest_prior,
 )
 

@@ -48,9 +48,9 @@ sys.path.insert(0, str(ROOT))
 from tqdm import tqdm  # noqa: E402
 
 from scheduling.core import perf_data  # noqa: E402
+from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
     Observation,
-    fit_online,
     nearest_prior,
 )
 from scheduling.core.perf_build import zeus_fits  # noqa: E402

@@ -27,6 +27,7 @@ from django.db import IntegrityError, transaction
 
 from cluster.choices import JobState
 from cluster.models import Job
+from scheduling.core import online_fit
 from scheduling.core import online_model as om
 from scheduling.core.perf_models import (
     Catalog,
@@ -198,7 +199,7 @@ def record_observations(
         # steps (~0.02 s) instead of a cold fit (~0.3 s).
         last = stored_params.get(gpu_model)
         start = last["params"] if last and last.get("prior") == source else None
-        model = om.fit_online(prior, pooled, workload=job.workload, start=start)
+        model = online_fit.fit_online(prior, pooled, workload=job.workload, start=start)
         stored_obs[gpu_model] = [om.observation_to_dict(o) for o in pooled]
         stored_params[gpu_model] = {
             "params": list(model.params),
@@ -333,7 +334,7 @@ def _fold_one(job, state, gpu_model, obs, *, now) -> WorkloadProfile | None:
         base = model_from_params(latest.params)
         # The job's move relative to the profile as it is now (another job may have moved
         # it since this one started): refit its observations onto it.
-        z = om.fit_params(base, obs)
+        z = online_fit.fit_params(base, obs)
         n_before, label = latest.n_observations, latest.prior
         weight = min(n_job / (n_before + n_job), MAX_JOB_WEIGHT) if n_job > 0 else 0.0
         t_err = _median_error(base, obs, "iter_time_s")

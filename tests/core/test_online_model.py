@@ -6,10 +6,10 @@ import math
 
 import pytest
 
+from scheduling.core.online_fit import fit_online
 from scheduling.core.online_model import (
     Observation,
     config_of,
-    fit_online,
     nearest_prior,
     observation_from_dict,
     observation_to_dict,
