@@ -368,9 +368,11 @@ def _fold_one(job, state, gpu_model, obs, *, now) -> WorkloadProfile | None:
 def fold_finished_jobs(*, now: datetime) -> int:
     """Fold every finished job that has observations and is not yet in a profile."""
     done = [JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED]
+    # Jobs no round ever saw have no state row (a LEFT JOIN's NULL would pass the other
+    # filters): they are left out here, not loaded and skipped every round.
     pending = list(
-        Job.objects.filter(state__in=done, scheduling__profile_version__isnull=True).exclude(
-            scheduling__online_params={}
-        )
+        Job.objects.filter(
+            state__in=done, scheduling__isnull=False, scheduling__profile_version__isnull=True
+        ).exclude(scheduling__online_params={})
     )
     return sum(1 for job in pending if fold_into_profile(job, now=now))

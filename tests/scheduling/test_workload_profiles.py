@@ -46,8 +46,11 @@ def _job_with(make_job, member, team, observations, *, finish: bool = True) -> J
 
 
 def test_the_second_job_of_a_workload_starts_from_what_the_first_learned(make_job, member, team):
-    # given a first resnet50 job that ran three times slower than the catalog says, and finished
+    # given a first resnet50 job that ran three times slower than the catalog says, and finished,
+    # and a finished job that no round ever saw (no state, no observations)
     first = _job_with(make_job, member, team, [_obs(3.0), _obs(3.0)])
+    unseen = make_job(owner=member, team=team)
+    Job.objects.filter(pk=unseen.pk).update(state=JobState.CANCELLED)
 
     # when a round folds finished jobs into profiles
     assert wp.fold_finished_jobs(now=T0) == 1
