@@ -151,9 +151,25 @@ class SchedulingRoundAdmin(admin.ModelAdmin):
 
 @admin.register(JobSchedulingState)
 class JobSchedulingStateAdmin(admin.ModelAdmin):
-    list_display = ["job", "wait_code", "wait_until", "iter_time_scale", "power_scale"]
+    list_display = ["job", "wait_code", "wait_until", "observation_count", "model_prior"]
     list_filter = ["wait_code"]
     readonly_fields = [f.name for f in JobSchedulingState._meta.fields]
+
+    @admin.display(description="observations")
+    def observation_count(self, obj) -> str:
+        """Measurements behind the job's online model, per GPU model."""
+        counts = {
+            gpu: sum(o.get("weight", 1.0) for o in rows)
+            for gpu, rows in sorted((obj.observations or {}).items())
+        }
+        return ", ".join(f"{gpu}: {n:g}" for gpu, n in counts.items()) or "none yet"
+
+    @admin.display(description="model started from")
+    def model_prior(self, obj) -> str:
+        return "; ".join(
+            f"{gpu}: {entry.get('prior', '?')}"
+            for gpu, entry in sorted((obj.online_params or {}).items())
+        )
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -227,3 +227,15 @@ def test_a_job_on_a_gpu_model_the_catalog_lacks_learns_from_its_own_reports(make
     assert model.power_w(seen.config()) == pytest.approx(180.0, rel=1e-3)
     entry = JobSchedulingState.objects.get(job=job).online_params["A40"]
     assert entry["prior"] == "estimated from catalog resnet50@A100"
+
+
+def test_admins_see_each_jobs_observation_count_and_prior(admin_client, make_job, member, team):
+    job = _job_with(make_job, member, team, [_obs(1.0, weight=5.0)], finish=False)
+
+    response = admin_client.get("/admin/scheduling/jobschedulingstate/")
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "A100: 5" in html
+    assert "A100: catalog resnet50@A100" in html
+    assert str(job.pk) in html
