@@ -1,6 +1,8 @@
-"""Which workload classes and GPU models a job may ask for: the keys of the performance
-catalog (``scheduling/core/perf_catalog.json``). A job whose workload has no performance model
-could never be planned, so the API and the submit form refuse it up front."""
+"""Which workload classes and GPU models a job may ask for. Workloads: the keys of the
+performance catalog (``scheduling/core/perf_catalog.json``). GPU models: any; where the
+catalog has no model of the workload on it, the scheduler starts the job from an estimate
+(a catalog model carried onto what NVML reports of that GPU, ``scheduling.workload_profiles``)
+and learns the rest from the job's telemetry."""
 
 from functools import lru_cache
 
@@ -13,16 +15,9 @@ def perf_catalog() -> Catalog:
 
 
 def workload_errors(workload: str, gpu_model: str = "") -> dict[str, str]:
-    """Per-field messages for an unknown workload, or a GPU model it has no model for."""
-    catalog = perf_catalog()
-    known = catalog.workloads()
+    """Per-field messages for an unknown workload. Any GPU model is accepted (see above);
+    ``gpu_model`` stays a parameter for the callers that pass it."""
+    known = perf_catalog().workloads()
     if workload not in known:
         return {"workload": f"Unknown workload {workload!r}; known: {', '.join(known)}."}
-    if gpu_model:
-        gpu_models = catalog.gpu_models_for(workload)
-        if gpu_model not in gpu_models:
-            return {
-                "gpu_model": f"No performance model for {workload} on {gpu_model!r}; "
-                f"known: {', '.join(gpu_models)}."
-            }
     return {}

@@ -16,7 +16,7 @@ from django.conf import settings
 from cluster.choices import JobState
 from cluster.models import Gpu, Job, Node, Team
 from cluster.workloads import perf_catalog
-from scheduling import adapters
+from scheduling import adapters, workload_profiles
 from scheduling.core import types as core
 from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
 from scheduling.core.types import J_PER_KWH, GpuConfig
@@ -40,6 +40,11 @@ class Prediction:
     ci_g_per_kwh: float
     ci_estimated: bool
     co2_g: float
+    # Where the performance model comes from: "catalog" (fitted offline to measurements),
+    # "learned" (a workload profile earlier jobs taught) or "estimated" (a prior carried
+    # over from another workload or GPU model; the job's own telemetry will correct it).
+    model_kind: str = "catalog"
+    model_source: str = ""
 
     def as_dict(self) -> dict:
         return {
@@ -56,19 +61,25 @@ class Prediction:
             "ci_g_per_kwh": self.ci_g_per_kwh,
             "ci_estimated": self.ci_estimated,
             "co2_g": self.co2_g,
+            "model_kind": self.model_kind,
+            "model_source": self.model_source,
         }
 
 
 def cluster_gpu_model_for(workload: str) -> str:
     """The GPU model a job of ``workload`` would run on: the most common model in the cluster
-    that has a performance model for it, else the catalog's first for the workload."""
+    that has a performance model for it, else the most common model in the cluster (its
+    prediction is then an estimate), else the catalog's first for the workload."""
     known = perf_catalog().gpu_models_for(workload)
     counts: dict[str, int] = {}
+    present: dict[str, int] = {}
     for model in Gpu.objects.values_list("model", flat=True):
+        present[model] = present.get(model, 0) + 1
         if model in known:
             counts[model] = counts.get(model, 0) + 1
-    if counts:
-        return max(sorted(counts), key=lambda m: counts[m])
+    pool = counts or present
+    if pool:
+        return max(sorted(pool), key=lambda m: pool[m])
     return known[0]
 
 
@@ -82,10 +93,20 @@ def predict_job(
     gpu_model: str = "",
 ) -> Prediction:
     """Duration, energy and carbon of running ``iterations`` at the maximum clock on ``gpus``
-    consolidated GPUs, with the perf catalog the live rounds use. Raises ``KeyError``
-    (``UnknownPerfModelError``) for an unknown pair."""
+    consolidated GPUs, from the model a new job of the workload would start from in the live
+    rounds (``workload_profiles.prior_for``: a learned profile, the catalog, or an estimate).
+    Raises ``KeyError`` (``UnknownPerfModelError``) when there is nothing to start from."""
     gpu_model = gpu_model or cluster_gpu_model_for(workload)
-    model = adapters.current_catalog().get(workload, gpu_model)
+    catalog = adapters.current_catalog()
+    nvml = workload_profiles.nvml_gpus(Gpu.objects.filter(model=gpu_model)[:1]).get(gpu_model)
+    found = workload_profiles.prior_for(workload, gpu_model, catalog=catalog, nvml=nvml)
+    if found is None:
+        catalog.get(workload, gpu_model)  # raises UnknownPerfModelError, naming what exists
+        raise KeyError((workload, gpu_model))
+    model, source = found
+    kind = "learned" if source.startswith("profile") else "catalog"
+    if source.startswith("estimated"):
+        kind = "estimated"
     cfg = GpuConfig(n_gpus=gpus, global_batch=batch_size)
     duration_s = time_to_finish_s(model, cfg, iterations)
     energy_j = energy_to_finish_j(model, cfg, iterations)
@@ -103,6 +124,8 @@ def predict_job(
         ci_g_per_kwh=intensity.ci_g_per_kwh,
         ci_estimated=intensity.estimated,
         co2_g=energy_j / J_PER_KWH * intensity.ci_g_per_kwh,
+        model_kind=kind,
+        model_source=source,
     )
 
 

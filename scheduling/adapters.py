@@ -12,7 +12,6 @@ Times are Unix seconds (``Snapshot.epoch_s`` stays 0 in the service).
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,9 +23,10 @@ from django.db.models import Avg, Count
 
 from cluster.choices import JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node
-from scheduling import observations
+from scheduling import observations, workload_profiles
+from scheduling.core import online_model
 from scheduling.core import types as core
-from scheduling.core.perf_models import Catalog, ScaleUpdate, load_catalog, refine_scales
+from scheduling.core.perf_models import Catalog, load_catalog
 from scheduling.models import JobSchedulingState, PerfProfile
 from telemetry.carbon import carbon_signal
 from telemetry.models import GpuSample
@@ -228,9 +228,10 @@ def build_snapshot(
     """Read everything a round may look at into a frozen snapshot.
 
     Schedulable GPUs are those of healthy nodes heard from within ``node_timeout_s``; jobs are
-    the queued, running and paused ones with their progress, service so far and the
-    online-refinement scales stored in ``JobSchedulingState``; budgets are those whose period
-    contains ``now`` with their ledger totals; carbon is telemetry's signal for the zone.
+    the queued, running and paused ones with their progress, service so far and their online
+    models learned from telemetry (``job_perf``; ``workload_profiles``); budgets are those
+    whose period contains ``now`` with their ledger totals; carbon is telemetry's signal for
+    the zone.
     """
     timeout_s = settings.WATTFLOW_NODE_TIMEOUT_S if node_timeout_s is None else node_timeout_s
     nodes = list(Node.objects.prefetch_related("gpus").order_by("switch_label", "name"))
@@ -247,10 +248,26 @@ def build_snapshot(
     scales = {
         s.job_id: s
         for s in JobSchedulingState.objects.filter(job_id__in=[j.pk for j in rows]).only(
-            "job_id", "iter_time_scale", "power_scale"
+            "job_id", "iter_time_scale", "power_scale", "observations", "online_params"
         )
     }
     perf = catalog or current_catalog()
+    # Each job's online model, learned from its own telemetry, replaces the catalog's
+    # model for it (and its scales: the model already holds what they would say).
+    job_perf = workload_profiles.job_models(
+        [s for s in scales.values() if s.online_params], {j.pk: j.workload for j in rows}
+    )
+    learned = {job_id for job_id, _ in job_perf}
+    # Jobs without a model of their own start from their workload's profile, or from an
+    # estimate where the catalog has no (workload, GPU model) pair (e.g. an A40 node).
+    job_perf.update(
+        workload_profiles.prior_models(
+            rows,
+            workload_profiles.nvml_gpus(gpus.values()),
+            catalog=perf,
+            skip=list(job_perf),
+        )
+    )
     # EaCO's early observation: co-located jobs' slowdowns as telemetry measured them.
     slowdowns = observations.observed_slowdowns(rows, catalog=perf, now=now)
     jobs = []
@@ -260,6 +277,8 @@ def build_snapshot(
             alloc = allocation_from_row(row.current_allocation)
         attained, started_s, last_change_s = _service_times(history.get(row.pk, []), now)
         state = scales.get(row.pk)
+        if str(row.pk) in learned:
+            state = None
         jobs.append(
             job_from_row(
                 row,
@@ -281,6 +300,7 @@ def build_snapshot(
         cluster=cluster,
         jobs=tuple(jobs),
         perf=perf,
+        job_perf=job_perf,
         round_length_s=round_length_s,
         budgets=budgets_from_rows(budget_rows),
         carbon=carbon_signal(settings.TELEMETRY_CARBON_ZONE, now),
@@ -293,24 +313,32 @@ def build_snapshot(
     )
 
 
-# --- telemetry -> online refinement ---------------------------------------------------------
+# --- telemetry -> online model ----------------------------------------------------------------
 
 
-def observed_scales(
-    job: Job,
-    state: JobSchedulingState,
-    *,
-    catalog: Catalog,
-    now: datetime,
-) -> tuple[ScaleUpdate, datetime] | None:
-    """Fold the telemetry of the job's current allocation since ``state.observed_until`` into
-    its scales (``refine_scales``); returns the new scales and the instant they cover, or
-    None when there is nothing new (or no perf model for the job on its GPUs).
+@dataclass(frozen=True)
+class Measurements:
+    """What telemetry measured of a job's current allocation since it was last read: one
+    observation per iteration interval and one per power-sample instant, in the
+    allocation's configuration; ``until`` is the instant they cover."""
+
+    gpu_model: str
+    observations: list[online_model.Observation]
+    until: datetime
+
+
+def observed_measurements(
+    job: Job, state: JobSchedulingState, *, now: datetime
+) -> Measurements | None:
+    """The telemetry of the job's current allocation since ``state.observed_until`` as
+    observations for its online model; None when there is nothing new.
 
     Iteration times come from consecutive progress reports of this allocation; power from
     the mean draw of its GPUs per sample instant. Both start at the agent's ``started``
     report, so the idle seconds before the job came up do not count as its power. Stretches
     in which another job shared the GPUs are left out (they are its observed slowdown).
+    Values are passed on as measured; ``workload_profiles.record_observations`` refuses the
+    absurd ones.
     """
     alloc = job.current_allocation
     if alloc is None:
@@ -318,16 +346,12 @@ def observed_scales(
     gpus = list(alloc.gpus.all())
     if not gpus:
         return None
-    try:
-        model = catalog.get(job.workload, gpus[0].model)
-    except (KeyError, LookupError):
-        return None
     started = observations.started_at(job.pk, alloc.pk)
     if started is None:
         return None
     since = max(started, state.observed_until) if state.observed_until else started
     # While another job shares the GPUs, speed and power are the pair's: they feed the
-    # observed slowdown, not the scales (see scheduling/observations.py).
+    # observed slowdown, not the job's own model (see scheduling/observations.py).
     shared = observations.shared_periods(job.pk, [g.pk for g in gpus], since=since, now=now)
     iter_times, last_progress = observations.progress_iter_times(
         job.pk, alloc.pk, since=since, now=now, exclude=shared
@@ -342,27 +366,18 @@ def observed_scales(
     ]
     if not iter_times and not powers:
         return None
-    cfg = core.GpuConfig(
-        n_gpus=len(gpus),
-        global_batch=alloc.batch_size,
-        sm_clock_mhz=alloc.sm_clock_mhz,
-        power_limit_w=None if alloc.power_limit_w is None else float(alloc.power_limit_w),
-    )
-    predicted_t, predicted_p = model.iter_time_s(cfg), model.power_w(cfg)
-    if not (predicted_t > 0 and predicted_p > 0 and math.isfinite(predicted_t)):
-        return None
-    update = refine_scales(
-        predicted_iter_time_s=predicted_t,
-        predicted_power_w=predicted_p,
-        observed_iter_times_s=iter_times,
-        observed_powers_w=powers,
-        iter_time_scale=state.iter_time_scale,
-        power_scale=state.power_scale,
-    )
+    config = {
+        "n_gpus": len(gpus),
+        "n_nodes": len({g.node_id for g in gpus}),
+        "local_batch": alloc.batch_size / len(gpus),
+        "sm_clock_mhz": alloc.sm_clock_mhz,
+        "power_limit_w": None if alloc.power_limit_w is None else float(alloc.power_limit_w),
+    }
+    found = [online_model.Observation(iter_time_s=t, **config) for t in iter_times]
+    found += [online_model.Observation(power_w=p, **config) for p in powers]
     # Progress reports are the later of the two streams to arrive; what is covered ends at
     # the last one used (or, with none, the last power sample).
-    until = last_progress or now
-    return update, until
+    return Measurements(gpu_model=gpus[0].model, observations=found, until=last_progress or now)
 
 
 # --- plan -> row changes --------------------------------------------------------------------

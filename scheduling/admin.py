@@ -12,7 +12,37 @@ from scheduling.models import (
     RoundDecision,
     SchedulerSettings,
     SchedulingRound,
+    WorkloadProfile,
 )
+
+
+@admin.register(WorkloadProfile)
+class WorkloadProfileAdmin(admin.ModelAdmin):
+    """Learned profiles: written by the scheduler as jobs finish, read-only here."""
+
+    list_display = [
+        "workload",
+        "gpu_model",
+        "version",
+        "n_observations",
+        "jobs",
+        "iter_time_error",
+        "power_error",
+        "prior",
+        "created_at",
+    ]
+    list_filter = ["gpu_model"]
+    search_fields = ["workload", "gpu_model"]
+    readonly_fields = [f.name for f in WorkloadProfile._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(PerfProfile)
@@ -121,9 +151,25 @@ class SchedulingRoundAdmin(admin.ModelAdmin):
 
 @admin.register(JobSchedulingState)
 class JobSchedulingStateAdmin(admin.ModelAdmin):
-    list_display = ["job", "wait_code", "wait_until", "iter_time_scale", "power_scale"]
+    list_display = ["job", "wait_code", "wait_until", "observation_count", "model_prior"]
     list_filter = ["wait_code"]
     readonly_fields = [f.name for f in JobSchedulingState._meta.fields]
+
+    @admin.display(description="observations")
+    def observation_count(self, obj) -> str:
+        """Measurements behind the job's online model, per GPU model."""
+        counts = {
+            gpu: sum(o.get("weight", 1.0) for o in rows)
+            for gpu, rows in sorted((obj.observations or {}).items())
+        }
+        return ", ".join(f"{gpu}: {n:g}" for gpu, n in counts.items()) or "none yet"
+
+    @admin.display(description="model started from")
+    def model_prior(self, obj) -> str:
+        return "; ".join(
+            f"{gpu}: {entry.get('prior', '?')}"
+            for gpu, entry in sorted((obj.online_params or {}).items())
+        )
 
     def has_add_permission(self, request) -> bool:
         return False

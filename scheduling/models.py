@@ -111,6 +111,49 @@ class PerfProfile(models.Model):
         return f"{self.workload} on {self.gpu_model} (v{self.version})"
 
 
+class WorkloadProfile(models.Model):
+    """What the jobs of one workload taught about it on one GPU model: a versioned, learned
+    performance model that the next job of the workload starts from.
+
+    Each job that finishes with observations adds a version (``version`` counts up from 1;
+    the newest is the profile). ``params`` holds the learned equations as the catalog does
+    (``model``, ``gpu``: ``perf_models.model_to_dict`` / ``gpu_to_dict``); ``prior`` names the
+    catalog model the first job started from. ``n_observations`` is the measurements behind
+    it, ``jobs`` the jobs folded in; the error columns are the median relative error of the
+    previous version's predictions on the newest job's observed configurations (null for the
+    first version, which had nothing to predict with). Written by
+    ``scheduling.workload_profiles``; read-only in the admin.
+    """
+
+    workload = models.CharField(max_length=64)
+    gpu_model = models.CharField(max_length=32)
+    version = models.PositiveIntegerField()
+    prior = models.CharField(max_length=100, help_text="catalog model the first job started from")
+    params = models.JSONField()
+    n_observations = models.FloatField(default=0.0)
+    jobs = models.PositiveIntegerField(default=0)
+    iter_time_error = models.FloatField(null=True, blank=True)
+    power_error = models.FloatField(null=True, blank=True)
+    last_job = models.ForeignKey(
+        "cluster.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["workload", "gpu_model", "-version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workload", "gpu_model", "version"], name="workload_profile_unique_version"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(version__gte=1), name="workload_profile_version_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload} on {self.gpu_model} (learned v{self.version})"
+
+
 # --- live scheduling: settings, rounds, decisions, per-job state -------------------------
 
 
@@ -264,8 +307,9 @@ class JobSchedulingState(models.Model):
 
     The latest wait reason (code, sentence and, when the policy knows it, the time it
     expects the job to start or a cleaner hour to begin), mirrored into ``Job.pending_reason*``
-    for list pages; and the online-refinement scales (observed / predicted iteration time and
-    power) with the instant up to which telemetry has been folded into them.
+    for list pages; the online-refinement scales (observed / predicted iteration time and
+    power) with the instant up to which telemetry has been folded into them; and the job's
+    online model (its pooled observations and fitted parameters, see ``observations``).
     """
 
     job = models.OneToOneField(
@@ -280,6 +324,12 @@ class JobSchedulingState(models.Model):
     iter_time_scale = models.FloatField(default=1.0)
     power_scale = models.FloatField(default=1.0)
     observed_until = models.DateTimeField(null=True, blank=True)
+    # The online model (scheduling.core.online_model): observations pooled per configuration
+    # and GPU model ({gpu_model: [observation dicts]}), the fitted parameter moves per GPU
+    # model, the prior each started from, and the profile version it was folded into.
+    observations = models.JSONField(default=dict, blank=True)
+    online_params = models.JSONField(default=dict, blank=True)
+    profile_version = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         verbose_name = "job scheduling state"

@@ -1,12 +1,12 @@
 """What telemetry says about running jobs, read for the round: the iteration times of an
 allocation from its agent's progress reports, and the slowdown of jobs that share GPUs.
 
-Both the online refinement (``adapters.observed_scales``, the ``iter_time_scale``) and
+Both the online model (``adapters.observed_measurements``, ``workload_profiles``) and
 EaCO's early observation (``Job.observed_slowdown``) read iteration times through
 ``progress_iter_times``, so the two agree on what was measured.
 
 Iteration times and power measured while another job shared the GPUs are left out of the
-scales: the core already stretches a shared job's estimate by its co-location slowdown
+online model: the core already stretches a shared job's estimate by its co-location slowdown
 (``round._shared_estimate``), and the simulator keeps ``iter_time_scale`` free of it, so
 folding it into the scale too would count it twice. They go to ``observed_slowdown`` instead.
 

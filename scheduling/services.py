@@ -49,7 +49,7 @@ from cluster import services as cluster_services
 from cluster.choices import JobState
 from cluster.models import Job, JobAllocation
 from config import events
-from scheduling import adapters
+from scheduling import adapters, workload_profiles
 from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core import types as core
 from scheduling.core.round import plan_round
@@ -119,25 +119,30 @@ def _round_due(config: SchedulerSettings, now: datetime) -> bool:
     return (now - last_at).total_seconds() >= config.round_interval_s - slack_s
 
 
-def refresh_scales(rows: list[Job], *, catalog, now: datetime) -> int:
-    """Fold new telemetry of running jobs into their stored scales; returns how many moved."""
+def refresh_online_models(rows: list[Job], *, catalog, now: datetime) -> int:
+    """Fold new telemetry of running jobs into their online models (observations refused as
+    absurd are logged and dropped); returns how many models were refitted."""
     moved = 0
     JobSchedulingState.objects.bulk_create(
         [JobSchedulingState(job_id=job.pk) for job in rows], ignore_conflicts=True
     )
     states = JobSchedulingState.objects.in_bulk([job.pk for job in rows])
     for job in rows:
-        state = states[job.pk]
-        result = adapters.observed_scales(job, state, catalog=catalog, now=now)
-        if result is None:
+        found = adapters.observed_measurements(job, states[job.pk], now=now)
+        if found is None:
             continue
-        update, until = result
-        JobSchedulingState.objects.filter(pk=job.pk).update(
-            iter_time_scale=update.iter_time_scale,
-            power_scale=update.power_scale,
-            observed_until=until,
+        model = workload_profiles.record_observations(
+            job,
+            states[job.pk],
+            gpu_model=found.gpu_model,
+            observations=found.observations,
+            until=found.until,
+            catalog=catalog,
+            nvml=workload_profiles.nvml_gpus(job.current_allocation.gpus.all()).get(
+                found.gpu_model
+            ),
         )
-        moved += 1
+        moved += model is not None
     return moved
 
 
@@ -164,7 +169,8 @@ def run_scheduling_round(
             .select_related("current_allocation")
             .prefetch_related("current_allocation__gpus")
         )
-        refresh_scales(running, catalog=catalog, now=now)
+        refresh_online_models(running, catalog=catalog, now=now)
+        workload_profiles.fold_finished_jobs(now=now)
         policy_name = policy or config.policy
         rows = adapters.build_snapshot(
             now=now,

@@ -100,8 +100,8 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
 # then count iterations at that batch. The work itself is samples = iterations x batch, so the
 # two counts convert here, in one place: assignments go out at the allocation's batch and
 # progress comes back to submitted-batch iterations. ``JobEvent.iterations`` keeps what the
-# agent reported (allocation batch), which is what ``observed_scales`` compares with the perf
-# model's iteration time for that batch.
+# agent reported (allocation batch), which is what ``observed_measurements`` hands the job's
+# online model as its iteration time at that batch.
 
 # Float noise of a round trip (x * a / b * b / a) is rounded away at this many decimals, so a
 # job that finishes at another batch stores exactly its ``total_iterations``.

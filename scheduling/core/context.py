@@ -31,8 +31,11 @@ from scheduling.core.types import (
 class PerfCache:
     """Per-round memo of perf-model lookups and predictions."""
 
-    def __init__(self, catalog: PerfCatalog) -> None:
+    def __init__(
+        self, catalog: PerfCatalog, job_perf: Mapping[tuple[str, str], PerfModel] | None = None
+    ) -> None:
         self._catalog = catalog
+        self._job_perf = dict(job_perf or {})
         self._models: dict[tuple[str, str], PerfModel | None] = {}
         self._pred: dict[tuple, tuple[float, float]] = {}
         self._idle: dict[str, float] = {}
@@ -46,11 +49,17 @@ class PerfCache:
                 self._models[key] = None
         return self._models[key]
 
+    def model_for(self, job: Job, gpu_model: str) -> PerfModel | None:
+        """The job's own learned model on ``gpu_model`` if it has one, else the catalog's."""
+        learned = self._job_perf.get((job.job_id, gpu_model))
+        return learned if learned is not None else self.model(job.workload, gpu_model)
+
     def predict(
         self, model: PerfModel, n: int, batch: int, clock: int | None, limit: float | None
     ) -> tuple[float, float]:
         """(seconds per iteration, watts per busy GPU) for one configuration."""
-        key = (model.workload, model.gpu_model, n, batch, clock, limit)
+        # Keyed by the model object: two jobs of one workload may have learned different models.
+        key = (id(model), n, batch, clock, limit)
         hit = self._pred.get(key)
         if hit is None:
             cfg = GpuConfig(n_gpus=n, global_batch=batch, sm_clock_mhz=clock, power_limit_w=limit)

@@ -92,7 +92,7 @@ _STRICTNESS = {
 def admit(
     snapshot: Snapshot, *, now: float, respects_budgets: bool = True
 ) -> tuple[RoundContext, dict[str, WaitReason]]:
-    cache = PerfCache(snapshot.perf)
+    cache = PerfCache(snapshot.perf, snapshot.job_perf)
     capacity: dict[str, int] = {}
     node_gpus: dict[str, int] = {}
     for node in snapshot.cluster.nodes:
@@ -201,7 +201,7 @@ def _resolve_model(
                     f"the cluster has {have} schedulable.",
                 ),
             )
-        perf = cache.model(job.workload, job.gpu_model)
+        perf = cache.model_for(job, job.gpu_model)
         if perf is None:
             return None, None, _no_perf(job, job.gpu_model)
         return job.gpu_model, perf, None
@@ -217,7 +217,7 @@ def _resolve_model(
             ),
         )
     for m in fitting:
-        perf = cache.model(job.workload, m)
+        perf = cache.model_for(job, m)
         if perf is not None:
             return m, perf, None
     return None, None, _no_perf(job, "/".join(fitting))

@@ -241,6 +241,10 @@ class Snapshot:
     # False: every schedulable GPU is powered and draws idle power when unused.
     # True: nodes without any busy GPU are powered down, so packing saves energy.
     power_off_idle_nodes: bool = False
+    # Per-job learned perf models (online_model.OnlinePerfModel), keyed by (job id, GPU
+    # model): where present they replace the catalog's model for that job, and the job's
+    # iter_time_scale / power_scale are 1 (the learned model already holds what they said).
+    job_perf: Mapping[tuple[str, str], PerfModel] = field(default_factory=dict)
     # Opaque, JSON-serialisable state a policy returned in its last Plan (timers,
     # learned co-location history, ...); the service stores it between rounds.
     policy_state: Mapping[str, Any] = field(default_factory=dict)

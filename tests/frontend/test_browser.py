@@ -233,6 +233,7 @@ def test_member_submits_a_job_through_the_form_and_finds_it_in_the_list(scene, l
     # the prediction appears before submitting
     page.wait_for_function("document.getElementById('pred-gpu').textContent === '2 × A100'")
     assert page.inner_text("#pred-duration") == "2 min 32 s"  # 1000 x 0.1522 s (perf model)
+    assert page.inner_text("#pred-model") == "measured (catalog) — catalog resnet50@A100"
     shot(page, "job_submit")
     page.click("#job-form button[type=submit]")
     page.wait_for_url(f"{server}/jobs/*/")

@@ -136,9 +136,11 @@ def test_elastic_round_resizes_a_running_job_to_make_room(node_with_token, make_
     assert big.allocations.count() == 2
 
 
-def test_telemetry_refines_a_running_jobs_scales(node_with_token, make_job, member, team):
+def test_telemetry_teaches_a_running_jobs_online_model(
+    node_with_token, make_job, member, team, caplog
+):
     # given a running 2-GPU job whose agent reports half the predicted speed and half the
-    # predicted power
+    # predicted power, and one sample instant of an absurd 5 kW per GPU
     _policy("fifo")
     node, agent = node_with_token
     job = make_job(owner=member, team=team, min_gpus=2, max_gpus=2, global_batch_size=256,
@@ -152,24 +154,32 @@ def test_telemetry_refines_a_running_jobs_scales(node_with_token, make_job, memb
     _event(agent, job, "started", start)
     _event(agent, job, "progress", start + timedelta(seconds=10), iterations=5.0 / iter_s)
     _event(agent, job, "progress", start + timedelta(seconds=20), iterations=10.0 / iter_s)
-    for k in (11, 12):
+    for k, watts in ((11, power_w / 2), (12, power_w / 2), (13, 5000.0)):
         for gpu in job.current_allocation.gpus.all():
-            GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=power_w / 2)
+            GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=watts)
 
     # when the next round runs
     services.run_scheduling_round(now=T0 + timedelta(seconds=60))
 
-    # then the scales moved by the perf engineer's smoothing: one time ratio of 2 (weight
-    # 0.2) and two power ratios of 0.5 (weight 1 - 0.8^2), and the snapshot carries them
+    # then the job's pooled observations hold one iteration time of twice the prediction and
+    # two power samples of half, the 5 kW one refused with its reason in the log
     state = JobSchedulingState.objects.get(job=job)
-    assert state.iter_time_scale == pytest.approx(2**0.2, rel=1e-9)
-    assert state.power_scale == pytest.approx(0.5 ** (1 - 0.8**2), rel=1e-9)
+    stored = state.observations["A100"]
+    times = [o for o in stored if o["iter_time_s"] is not None]
+    powers = [o for o in stored if o["power_w"] is not None]
+    assert [(o["n_gpus"], o["local_batch"], o["weight"]) for o in times] == [(2, 128.0, 1.0)]
+    assert times[0]["iter_time_s"] == pytest.approx(2 * iter_s, rel=1e-9)
+    assert [o["weight"] for o in powers] == [2.0]
+    assert powers[0]["power_w"] == pytest.approx(power_w / 2, rel=1e-9)
+    assert "observation refused (power 5000 W per GPU is above 600 W" in caplog.text
     assert state.observed_until == start + timedelta(seconds=20)
-    snap_job = adapters.build_snapshot(now=T0, round_length_s=60.0).snapshot.jobs[0]
-    assert (snap_job.iter_time_scale, snap_job.power_scale) == (
-        state.iter_time_scale,
-        state.power_scale,
-    )
+    # and the round's snapshot predicts the job from its learned model, scales left at 1
+    snap = adapters.build_snapshot(now=T0, round_length_s=60.0).snapshot
+    learned = snap.job_perf[(str(job.pk), "A100")]
+    assert learned.iter_time_s(cfg) == pytest.approx(2 * iter_s, rel=1e-3)
+    assert learned.power_w(cfg) == pytest.approx(power_w / 2, rel=1e-3)
+    assert not learned.estimated
+    assert (snap.jobs[0].iter_time_scale, snap.jobs[0].power_scale) == (1.0, 1.0)
     assert JobEvent.objects.filter(job=job).count() == 3
 
 

@@ -258,7 +258,7 @@ def test_two_jobs_racing_for_the_last_slot_on_a_shared_gpu_have_one_winner(
     assert states == [JobState.QUEUED, JobState.RUNNING]
 
 
-def test_speed_measured_while_sharing_feeds_the_slowdown_not_the_iteration_time_scale(
+def test_speed_measured_while_sharing_feeds_the_slowdown_not_the_online_model(
     eaco, one_gpu_node, make_job, member, team
 ):
     # given a host that ran exactly at its model's speed alone, then 50% slower once the guest
@@ -294,15 +294,17 @@ def test_speed_measured_while_sharing_feeds_the_slowdown_not_the_iteration_time_
     record_job_events(Node.objects.get(), events, now=T0 + timedelta(seconds=175))
     now = T0 + timedelta(seconds=180)
 
-    # when the round folds telemetry into the scales and builds its snapshot
+    # when the round folds telemetry into the online models and builds its snapshot
     services.run_scheduling_round(now=now)
 
-    # then the host's scale saw only its solo stretch (1.0), the guest's nothing; the 50% went
-    # to both jobs' observed slowdowns (which EaCO learned when it separated them)
+    # then the host's model saw only its solo stretch (the model's speed), the guest's nothing;
+    # the 50% went to both jobs' observed slowdowns (which EaCO learned when it separated them)
     states = {s.job_id: s for s in JobSchedulingState.objects.filter(job__in=[host, guest])}
-    assert states[host.pk].iter_time_scale == pytest.approx(1.0)
+    (host_obs,) = [o for o in states[host.pk].observations["A100"] if o["iter_time_s"]]
+    assert host_obs["iter_time_s"] == pytest.approx(solo_s, rel=1e-9)
+    assert host_obs["weight"] == 4.0  # 11-21, 21-31, 31-41, 41-51: the solo intervals
     assert states[host.pk].observed_until == T0 + timedelta(seconds=171)
-    assert states[guest.pk].iter_time_scale == 1.0
+    assert states[guest.pk].observations == {}
     t = load_colocation().job_type(WORKLOAD, 64)
     history = SchedulerSettings.load().policy_state["history"][pair_key(t, t)]
     assert history[1:] == pytest.approx([0.5, 0.5])

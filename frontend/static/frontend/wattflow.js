@@ -221,6 +221,9 @@
           text("pred-carbon", fmt(body.co2_g / 1000, 3) + " kg CO2e");
           text("pred-power", fmt(body.power_w, 0) + " W");
           text("pred-ci", fmt(body.ci_g_per_kwh, 0) + " g/kWh" + (body.ci_estimated ? " (estimated)" : ""));
+          // "estimated": a prior from another workload or GPU model, not yet learned.
+          const kinds = { catalog: "measured (catalog)", learned: "learned from earlier jobs", estimated: "estimated" };
+          text("pred-model", (kinds[body.model_kind] || body.model_kind) + " — " + body.model_source);
           list.hidden = false;
         });
     }

@@ -1,0 +1,129 @@
+"""Does just-in-time exploration (``scheduling/core/exploration.py``) find the energy-optimal
+power limit of a workload it has never seen, within a bounded cost?
+
+    nice .venv/bin/python benchmarks/bench_exploration.py [--budget 0.03] [--step 0.01]
+
+For every Zeus power-limit sweep (GPU x workload x batch size), a job of that workload and
+batch starts at the default (highest) limit with the prior of ``bench_online_model``
+(leave one workload out: the other Zeus workloads on that GPU; or leave one GPU out: the
+same workload on the nearest GPU). Each exploration step runs ``--step`` of the job's
+iterations at the limit ``exploration.next_step`` picks and observes its measured time and
+power; exploration ends when the model's best limit has been measured or the next step
+would take the cost past ``--budget`` of the predicted completion time. The limit then
+chosen is the model's best. A sweep counts as found when the choice is within one 25 W step
+of the measured energy-optimal limit. The cost is measured: the time the tried limits ran
+slower than the default limit, over the job's time at the chosen limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import bench_online_model as bom  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from scheduling.core import perf_data  # noqa: E402
+from scheduling.core.exploration import best_limit, next_step  # noqa: E402
+from scheduling.core.online_fit import fit_online  # noqa: E402
+from scheduling.core.online_model import (  # noqa: E402
+    Observation,
+    config_of,
+    nearest_prior,
+)
+
+MAX_STEPS = 10
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+
+
+def run(cases: list[bom.Case], budget: float, step_frac: float) -> dict:
+    out: dict = defaultdict(list)
+    for case in tqdm(cases, desc=cases[0].dataset[:8], unit="pair", file=sys.stderr):
+        by_batch: dict[float, list[Observation]] = defaultdict(list)
+        for obs in case.configs:
+            by_batch[obs.local_batch].append(obs)
+        for batch, sweep in sorted(by_batch.items()):
+            measured = {o.power_limit_w: o for o in sweep}
+            limits = sorted(measured)
+            top = max(limits)
+            energy = {w: o.iter_time_s * o.power_w for w, o in measured.items()}
+            optimum = min(limits, key=lambda w: (energy[w], -w))
+            cfg = config_of(1, 1, batch)
+            seen = [measured[top]]
+            tried = {top}
+            spent_s = 0.0
+            n_iters = 1.0 / step_frac  # the job's iterations, in units of one step
+            for _ in range(MAX_STEPS):
+                model = fit_online(nearest_prior(case.candidates, seen), seen)
+                jct_s = n_iters * model.iter_time_s(cfg)
+                step = next_step(model, cfg, limits, tried, step_iters=1.0, spent_s=spent_s,
+                                 predicted_jct_s=jct_s, budget_frac=budget)  # fmt: skip
+                if step.limit_w is None:
+                    break
+                obs = measured[step.limit_w]
+                spent_s += max(obs.iter_time_s - measured[top].iter_time_s, 0.0)
+                tried.add(step.limit_w)
+                seen.append(obs)
+            model = fit_online(nearest_prior(case.candidates, seen), seen)
+            chosen = best_limit(model, cfg, limits)
+            jct_s = n_iters * measured[chosen].iter_time_s
+            out[case.dataset].append(
+                {
+                    "found": abs(chosen - optimum) <= 25.0 + 1e-9,
+                    "tried": len(tried),
+                    "cost_frac": spent_s / jct_s,
+                    "energy_excess": energy[chosen] / energy[optimum] - 1.0,
+                }
+            )
+    return out
+
+
+def report(title: str, results: dict) -> None:
+    say(f"\n{title}")
+    say(f"{'data set':18} {'sweeps':>6} {'found':>7} {'limits tried':>13} "
+        f"{'cost (max)':>16} {'energy excess (max)':>22}")  # fmt: skip
+    everything = []
+    for dataset, rows in sorted(results.items()):
+        everything += rows
+        _line(dataset, rows)
+    _line("all", everything)
+
+
+def _line(name: str, rows: list[dict]) -> None:
+    found = sum(r["found"] for r in rows) / len(rows)
+    tried = statistics.mean(r["tried"] for r in rows)
+    cost = [r["cost_frac"] for r in rows]
+    excess = [r["energy_excess"] for r in rows]
+    say(
+        f"{name:18} {len(rows):>6} {100 * found:6.0f}% {tried:13.1f} "
+        f"{100 * statistics.mean(cost):7.2f}% ({100 * max(cost):5.2f}%) "
+        f"{100 * statistics.mean(excess):12.2f}% ({100 * max(excess):5.1f}%)"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=0.03, help="share of predicted JCT")
+    parser.add_argument("--step", type=float, default=0.01, help="share of the job per step")
+    args = parser.parse_args()
+    if not (0 < args.budget < 1 and 0 < args.step < 1):
+        parser.error("--budget and --step must be between 0 and 1")
+    assert perf_data.ZEUS_GPUS  # the data these cases come from
+    for name, gpu_out in (("leave one workload out", False), ("leave one GPU out", True)):
+        cases = bom._zeus_cases(gpu_out=gpu_out)
+        report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}",
+               run(cases, args.budget, args.step))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,353 @@
+"""Leave one workload out, and leave one GPU model out: how well the online performance model
+(``scheduling/core/online_model.py``) learns a job the catalog has never seen.
+
+    nice .venv/bin/python benchmarks/bench_online_model.py [--steps 1 5 20] [--json out.json]
+
+For each held-out (workload, GPU model) pair the script hides the pair from the priors,
+then replays its measured configurations as observations in the order a running job
+would produce them, and after 1, 5 and 20 observations scores the model's predictions of
+iteration time and of energy per iteration against the measurements: on configurations
+already observed and on configurations never observed (median and max relative error).
+
+* ``elasticflow_a100`` / ``pollux_t4``: the catalog's other workloads on that GPU are the
+  candidate priors (iteration time only: these data sets measured no power). The job starts
+  at the median global batch on the fewest GPUs, is resized through the other GPU counts
+  at that batch, then tries the other batches, nearest first. A Pollux observation is one
+  measured row (the first of its placement); it is scored against the median of the rows.
+* ``zeus_<gpu>`` (leave one workload out): the other Zeus workloads on the same GPU, each
+  fitted with ``perf_fit.fit_power_limit``, are the candidates. The job starts at its
+  median batch at the default (highest) power limit, steps the limit down 25 W at a time
+  (Zeus' just-in-time profiling), then moves to the other batches, nearest first.
+* ``gpu_out_<gpu>`` (leave one GPU model out): the same workload's fit on the Zeus GPU
+  whose highest power limit is closest is the prior, given the hidden GPU's power-limit
+  range (what NVML reports) and its busy draw scaled by the ratio of the highest limits.
+
+Zeus measured time per epoch; at a fixed batch an epoch is a fixed number of iterations,
+so relative errors are those per iteration. A Zeus prior's iteration time is its epoch time
+x batch / 100,000 samples: the level is unknown and is learned from the first observation.
+
+``--baseline`` also scores the previous live path (the nearest prior times the clamped
+``refine_scales`` scales) on the same replays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tqdm import tqdm  # noqa: E402
+
+from scheduling.core import perf_data  # noqa: E402
+from scheduling.core.online_fit import fit_online  # noqa: E402
+from scheduling.core.online_model import (  # noqa: E402
+    Observation,
+    nearest_prior,
+)
+from scheduling.core.perf_build import zeus_fits  # noqa: E402
+from scheduling.core.perf_fit import PowerLimitFit  # noqa: E402
+from scheduling.core.perf_models import (  # noqa: E402
+    DvfsParams,
+    FittedPerfModel,
+    GpuSpec,
+    PowerParams,
+    ThroughputParams,
+    load_catalog,
+    refine_scales,
+)
+
+NOMINAL_EPOCH_SAMPLES = 100_000.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One held-out pair: its configurations in replay order and its candidate priors."""
+
+    dataset: str
+    workload: str
+    configs: list[Observation]  # replay order; the observation the job makes there
+    truth: list[tuple[float, float | None]]  # (iteration time, energy per iteration) per config
+    candidates: list[FittedPerfModel]
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+
+
+# --- throughput data (A100, T4) ---------------------------------------------------------
+
+
+def _throughput_cases(dataset: str, gpu: str, rows: list[perf_data.ThroughputRow]) -> list[Case]:
+    catalog = load_catalog()
+    by_w: dict[str, list] = defaultdict(list)
+    for r in rows:
+        by_w[r.workload].append(r)
+    cases = []
+    for workload, rs in sorted(by_w.items()):
+        groups: dict[tuple, list] = defaultdict(list)
+        for r in rs:
+            groups[r.key].append(r)
+        keys = list(groups)
+        batches = sorted({round(k[0] * k[2]) for k in keys})
+        start_batch = batches[len(batches) // 2]
+
+        def order(k: tuple, start_batch=start_batch) -> tuple:
+            g = round(k[0] * k[2])
+            return (abs(math.log(g / start_batch)), g, k[0], k[1])
+
+        keys.sort(key=order)
+        configs, truth = [], []
+        for k in keys:
+            first = groups[k][0]
+            median_t = statistics.median(r.iter_time_s for r in groups[k])
+            configs.append(
+                Observation(
+                    n_gpus=first.n_gpus,
+                    n_nodes=first.n_nodes,
+                    local_batch=first.local_batch,
+                    iter_time_s=first.iter_time_s,
+                )
+            )
+            truth.append((median_t, None))
+        hidden = {workload}
+        hidden |= {w for (w, g), t in catalog.aliases().items() if g == gpu and t == workload}
+        candidates = [
+            m for m in catalog.models() if m.gpu_model == gpu and m.workload not in hidden
+        ]
+        cases.append(Case(dataset, workload, configs, truth, candidates))
+    return cases
+
+
+# --- Zeus (power limit x batch, one GPU) -------------------------------------------------
+
+
+def _zeus_prior(
+    name: str, fit: PowerLimitFit, limits: tuple[float, float], power_factor: float = 1.0
+) -> FittedPerfModel:
+    """A Zeus sweep's fit in the catalog's equations (one GPU, so no all-reduce terms)."""
+    pts = [(b, t * b / NOMINAL_EPOCH_SAMPLES) for b, t in fit.epoch_time_s]
+    # Least squares of iteration time on batch, both constants kept positive.
+    n = len(pts)
+    mb = sum(b for b, _ in pts) / n
+    mt = sum(t for _, t in pts) / n
+    sbb = sum((b - mb) ** 2 for b, _ in pts)
+    beta = max(sum((b - mb) * (t - mt) for b, t in pts) / sbb, 0.0) if sbb > 0 else 0.0
+    alpha = max(mt - beta * mb, 0.05 * mt)
+    gpu = GpuSpec(
+        name=name,
+        idle_power_w=0.0,
+        gpus_per_node=1,
+        clocks_mhz=(),
+        power_limit_min_w=limits[0],
+        power_limit_max_w=limits[1],
+        dvfs=DvfsParams(
+            max_clock_mhz=1000,
+            min_clock_mhz=max(1, round(1000 * fit.min_ratio)),
+            time_fixed_frac=fit.time_fixed_frac,
+            power_static_frac=fit.power_static_frac,
+            power_exp=fit.power_exp,
+            peak_to_avg=fit.peak_to_avg,
+        ),
+    )
+    return FittedPerfModel(
+        workload=name.split("@")[0],
+        gpu=gpu,
+        batch_sizes=tuple(b for b, _ in fit.epoch_time_s),
+        throughput=ThroughputParams(alpha, beta, 0.0, 0.0, 0.0, 0.0, 1.0),
+        power=PowerParams(
+            busy_max_w=fit.busy_max_w * power_factor,
+            batch_half=fit.batch_half,
+            busy_floor_frac=fit.busy_floor_frac,
+        ),
+    )
+
+
+def _zeus_replay(rs: list[perf_data.PowerLimitRow]) -> tuple[list[Observation], list]:
+    batches = sorted({r.batch_size for r in rs})
+    start = batches[len(batches) // 2]
+    ordered = sorted(
+        rs,
+        key=lambda r: (abs(math.log(r.batch_size / start)), r.batch_size, -r.power_limit_w),
+    )
+    configs, truth = [], []
+    for r in ordered:
+        t = r.time_per_epoch_s * r.batch_size / NOMINAL_EPOCH_SAMPLES
+        configs.append(
+            Observation(
+                n_gpus=1,
+                n_nodes=1,
+                local_batch=float(r.batch_size),
+                iter_time_s=t,
+                power_w=r.average_power_w,
+                power_limit_w=r.power_limit_w,
+            )
+        )
+        truth.append((t, t * r.average_power_w))
+    return configs, truth
+
+
+def _zeus_cases(*, gpu_out: bool) -> list[Case]:
+    rows = perf_data.read_zeus()
+    fits = zeus_fits(rows)
+    limits = {
+        g: (
+            min(r.power_limit_w for r in rows if r.gpu == g),
+            max(r.power_limit_w for r in rows if r.gpu == g),
+        )
+        for g in perf_data.ZEUS_GPUS
+    }
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for r in rows:
+        groups[(r.gpu, r.workload)].append(r)
+    cases = []
+    for (gpu, workload), rs in sorted(groups.items()):
+        configs, truth = _zeus_replay(rs)
+        if gpu_out:
+            others = [g for g in perf_data.ZEUS_GPUS if g != gpu and (g, workload) in fits]
+            near = min(others, key=lambda g: (abs(math.log(limits[g][1] / limits[gpu][1])), g))
+            candidates = [
+                _zeus_prior(
+                    f"{workload}@{near}",
+                    fits[(near, workload)],
+                    limits[gpu],
+                    power_factor=limits[gpu][1] / limits[near][1],
+                )
+            ]
+            cases.append(Case(f"gpu_out_{gpu}", workload, configs, truth, candidates))
+        else:
+            candidates = [
+                _zeus_prior(f"{w}@{g}", fit, limits[g])
+                for (g, w), fit in sorted(fits.items())
+                if g == gpu and w != workload
+            ]
+            cases.append(Case(f"zeus_{gpu}", workload, configs, truth, candidates))
+    return cases
+
+
+# --- scoring ------------------------------------------------------------------------------
+
+
+def _online_predict(case: Case, seen: Sequence[Observation]) -> Callable[[Observation], tuple]:
+    prior = nearest_prior(case.candidates, seen)
+    model = fit_online(prior, seen)
+
+    def predict(obs: Observation) -> tuple[float, float]:
+        cfg = obs.config()
+        return model.iter_time_s(cfg), model.energy_per_iter_j(cfg)
+
+    return predict
+
+
+def _baseline_predict(case: Case, seen: Sequence[Observation]) -> Callable[[Observation], tuple]:
+    prior = nearest_prior(case.candidates, seen)
+    ts, ps = 1.0, 1.0
+    for obs in seen:  # one refinement per observation, as rounds would fold them
+        cfg = obs.config()
+        upd = refine_scales(
+            predicted_iter_time_s=prior.iter_time_s(cfg),
+            predicted_power_w=prior.power_w(cfg),
+            observed_iter_times_s=[obs.iter_time_s] if obs.iter_time_s else [],
+            observed_powers_w=[obs.power_w] if obs.power_w else [],
+            iter_time_scale=ts,
+            power_scale=ps,
+        )
+        ts, ps = upd
+
+    def predict(obs: Observation) -> tuple[float, float]:
+        cfg = obs.config()
+        return prior.iter_time_s(cfg) * ts, prior.energy_per_iter_j(cfg) * ts * ps
+
+    return predict
+
+
+def score(cases: list[Case], steps: Sequence[int], predictor, label: str) -> dict:
+    """errors[dataset][step][observed|unobserved][time|energy] -> list of relative errors."""
+    errors: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+    for case in tqdm(cases, desc=label, unit="pair", file=sys.stderr):
+        for k in steps:
+            if k > len(case.configs):
+                continue
+            seen = case.configs[:k]
+            predict = predictor(case, seen)
+            for i, (obs, (t_true, e_true)) in enumerate(zip(case.configs, case.truth, strict=True)):
+                where = "observed" if i < k else "unobserved"
+                t_pred, e_pred = predict(obs)
+                errors[case.dataset][k][where]["time"].append(abs(t_pred / t_true - 1.0))
+                if e_true is not None:
+                    errors[case.dataset][k][where]["energy"].append(abs(e_pred / e_true - 1.0))
+    return errors
+
+
+def table(errors: dict, steps: Sequence[int]) -> list[dict]:
+    out = []
+    for dataset in sorted(errors):
+        for k in steps:
+            for where in ("observed", "unobserved"):
+                for q in ("time", "energy"):
+                    vals = errors[dataset][k][where][q]
+                    if vals:
+                        out.append(
+                            {
+                                "dataset": dataset,
+                                "obs": k,
+                                "configs": where,
+                                "quantity": q,
+                                "n": len(vals),
+                                "median": statistics.median(vals),
+                                "max": max(vals),
+                            }
+                        )
+    return out
+
+
+def print_table(rows: list[dict], title: str) -> None:
+    say(f"\n{title}")
+    say(f"{'data set':20} {'obs':>4} {'configs':11} {'qty':7} {'n':>5} {'median':>8} {'max':>8}")
+    for r in rows:
+        target = 0.05 if r["configs"] == "observed" else 0.15
+        flag = "" if r["obs"] != 5 else ("  ok" if r["median"] <= target else "  MISS")
+        say(
+            f"{r['dataset']:20} {r['obs']:>4} {r['configs']:11} {r['quantity']:7} {r['n']:>5} "
+            f"{100 * r['median']:7.1f}% {100 * r['max']:7.1f}%{flag}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 20])
+    parser.add_argument("--baseline", action="store_true", help="also score refine_scales")
+    parser.add_argument("--json", type=Path, help="write the tables here")
+    args = parser.parse_args()
+    if any(k < 1 for k in args.steps):
+        parser.error("--steps must be positive")
+    workload_out = (
+        _throughput_cases("elasticflow_a100", "A100", perf_data.read_elasticflow())
+        + _throughput_cases("pollux_t4", "T4", perf_data.read_pollux())
+        + _zeus_cases(gpu_out=False)
+    )
+    gpu_out = _zeus_cases(gpu_out=True)
+    result = {}
+    for name, cases in (("leave one workload out", workload_out), ("leave one GPU out", gpu_out)):
+        rows = table(score(cases, args.steps, _online_predict, name), args.steps)
+        print_table(rows, f"{name}: online model")
+        result[name] = rows
+        if args.baseline:
+            base = table(score(cases, args.steps, _baseline_predict, name), args.steps)
+            print_table(base, f"{name}: previous live path (prior x clamped scales)")
+            result[f"{name} (baseline)"] = base
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,472 @@
+"""Online performance model: what one job's own measurements say about its speed and power.
+
+The catalog (``perf_models``) knows a handful of (workload, GPU model) pairs fitted offline.
+A running job reports iteration times (progress reports) and per-GPU power (NVML samples)
+for each configuration it runs in; this module fits, from those observations, the same
+equations the catalog evaluates (``docs/perf_models.md``), starting from a prior: the
+nearest catalog workload, or a workload profile that earlier jobs taught.
+
+Parameters are moved in log space (logit for the two shares), relative to the prior::
+
+    z[0]  time level     every time constant x e^z0          (no pull towards the prior)
+    z[1]  alpha_c_s x e^z1     z[2] beta_c_s x e^z2          compute: linear in per-GPU batch
+    z[3]  alpha_r_s x e^z3     z[4] beta_r_s x e^z4          all-reduce inside one node
+    z[5]  alpha_n_s x e^z5     z[6] beta_n_s x e^z6          all-reduce across nodes
+    z[7]  time_fixed_frac (phi): logit + z7                  how time reacts to the clock
+    z[8]  peak_to_avg (kappa) x e^z8                         where a power limit starts to bind
+    z[9]  power level: busy_max_w x e^z9                     (no pull towards the prior)
+    z[10] batch_half x e^z10                                 draw versus per-GPU batch
+    z[11] power_static_frac (s): logit + z11                 draw versus clock
+    z[12] power_exp (k) x e^z12
+
+and fitted by regularised least squares (Levenberg-Marquardt). The job's observations enter
+as squared log errors, each configuration weighted by its number of measurements. The prior
+enters as ``prior_weight`` pseudo-observations spread over a grid of configurations around
+the job's (GPU counts 1, 2, a node, two nodes; its per-GPU batches and a few around them;
+the default, observed and lowest power limits): at each, the prior's prediction *with the
+job's level* (``z[0]``, ``z[9]``), so the prior speaks for the shape only. A level is learned
+from one observation (a 3B-parameter model 20x slower than its prior is matched at its first
+report); the shape follows the job as its observations outnumber the k pseudo-observations
+(weight ``n / (n + k)``). A token ridge (``ridge``) keeps a parameter that nothing observes
+where the prior put it. Nothing is clamped: every parameter reaches what the data says.
+
+On top of the fitted equations, a configuration that was measured is corrected by its own
+mean log residual, shrunk by ``config_pseudo_obs`` (``m / (m + config_pseudo_obs)`` of it
+for ``m`` measurements): what was seen is predicted as seen, what was not follows the
+equations.
+
+Observations that are not finite, not positive or absurd (``refusal_reason``) never enter
+a fit; the caller logs the reason. The fit itself is in ``online_fit`` (``fit_online``,
+``fit_params``); this module holds the observations, the parameter moves and the model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from scheduling.core.perf_models import (
+    FittedPerfModel,
+    GpuSpec,
+    PowerParams,
+    ThroughputParams,
+)
+from scheduling.core.types import GpuConfig
+
+N_PARAMS = 13
+TIME_LEVEL, POWER_LEVEL = 0, 9
+# Bounds of what a measurement can be before it is refused as absurd.
+MIN_ITER_TIME_S = 1e-5  # 10 us: no training step is shorter
+MAX_ITER_TIME_S = 86_400.0  # a day per iteration is a stalled job, not a speed
+MAX_POWER_FACTOR = 1.5  # x the GPU's highest power limit (NVML averages stay below it)
+MAX_POWER_W = 2_000.0  # for a GPU model the catalog does not know
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One measurement (or ``weight`` of them) of a job in one configuration.
+
+    ``iter_time_s``: seconds per iteration at ``local_batch`` samples per GPU;
+    ``power_w``: mean draw of each of the job's GPUs while it ran. Either may be None.
+    ``sm_clock_mhz``/``power_limit_w`` None: the GPU's top clock / default limit.
+    """
+
+    n_gpus: int
+    n_nodes: int
+    local_batch: float
+    iter_time_s: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: int | None = None
+    power_limit_w: float | None = None
+    weight: float = 1.0
+
+    def config(self) -> GpuConfig:
+        return config_of(
+            self.n_gpus, self.n_nodes, self.local_batch, self.sm_clock_mhz, self.power_limit_w
+        )
+
+    @property
+    def key(self) -> tuple:
+        return config_key(self.config(), gpus_per_node=max(self.n_gpus, 1))
+
+
+def config_of(
+    n_gpus: int,
+    n_nodes: int,
+    local_batch: float,
+    sm_clock_mhz: int | None = None,
+    power_limit_w: float | None = None,
+) -> GpuConfig:
+    """The ``GpuConfig`` of ``n_gpus`` spread evenly over ``n_nodes``."""
+    n_nodes = max(1, min(n_nodes, n_gpus))
+    shape = tuple(n_gpus // n_nodes + (1 if i < n_gpus % n_nodes else 0) for i in range(n_nodes))
+    return GpuConfig(
+        n_gpus=n_gpus,
+        global_batch=max(1, round(local_batch * n_gpus)),
+        sm_clock_mhz=sm_clock_mhz,
+        power_limit_w=power_limit_w,
+        gpus_per_node=shape,
+    )
+
+
+def config_key(cfg: GpuConfig, *, gpus_per_node: int) -> tuple:
+    """A configuration as a dictionary key: GPUs, nodes, global batch, clock, limit (W)."""
+    if cfg.gpus_per_node:
+        nodes = sum(1 for k in cfg.gpus_per_node if k > 0) or 1
+    else:
+        nodes = -(-max(cfg.n_gpus, 1) // max(gpus_per_node, 1))
+    limit = None if cfg.power_limit_w is None else round(cfg.power_limit_w)
+    return (cfg.n_gpus, nodes, cfg.global_batch, cfg.sm_clock_mhz, limit)
+
+
+def refusal_reason(obs: Observation, *, gpu: GpuSpec | None = None) -> str | None:
+    """Why ``obs`` must not enter a fit (None: it may)."""
+    if not (isinstance(obs.n_gpus, int) and obs.n_gpus >= 1):
+        return f"GPU count {obs.n_gpus!r} is not a positive integer"
+    if not (isinstance(obs.n_nodes, int) and 1 <= obs.n_nodes <= obs.n_gpus):
+        return f"node count {obs.n_nodes!r} is not between 1 and the GPU count"
+    if not (math.isfinite(obs.local_batch) and obs.local_batch > 0):
+        return f"per-GPU batch {obs.local_batch!r} is not a positive finite number"
+    if not (math.isfinite(obs.weight) and obs.weight > 0):
+        return f"weight {obs.weight!r} is not a positive finite number"
+    if obs.iter_time_s is None and obs.power_w is None:
+        return "neither an iteration time nor a power"
+    if obs.iter_time_s is not None:
+        t = obs.iter_time_s
+        if not math.isfinite(t):
+            return f"iteration time {t!r} is not finite"
+        if t <= 0:
+            return f"iteration time {t!r} s is not positive"
+        if not MIN_ITER_TIME_S <= t <= MAX_ITER_TIME_S:
+            return f"iteration time {t:g} s is outside [{MIN_ITER_TIME_S:g}, {MAX_ITER_TIME_S:g}] s"
+    if obs.power_w is not None:
+        p = obs.power_w
+        top = MAX_POWER_W if gpu is None else MAX_POWER_FACTOR * gpu.power_limit_max_w
+        if not math.isfinite(p):
+            return f"power {p!r} is not finite"
+        if p <= 0:
+            return f"power {p!r} W is not positive"
+        if p > top:
+            return f"power {p:g} W per GPU is above {top:g} W, more than this GPU can draw"
+    return None
+
+
+# --- parameters <-> model -----------------------------------------------------------------
+
+
+def _logit(x: float) -> float:
+    x = min(max(x, 1e-4), 1.0 - 1e-4)
+    return math.log(x / (1.0 - x))
+
+
+def _sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def _exp(x: float) -> float:
+    # exp() overflows at ~709; a fit never gets near, but a diverging step must not raise.
+    return math.exp(min(x, 600.0))
+
+
+def apply_params(prior: FittedPerfModel, z: Sequence[float], *, workload: str | None = None):
+    """The prior's equations with its parameters moved by ``z`` (see the module docstring).
+
+    Prior constants that are exactly zero (a workload whose all-reduce the fit found free)
+    start from a small floor (0.1 % of the prior's compute time at 32 samples per GPU;
+    0.01 % per extra GPU), so a multiplicative step can still reach what a job shows.
+    """
+    tp, pw, gpu = prior.throughput, prior.power, prior.gpu
+    ref_s = tp.alpha_c_s + tp.beta_c_s * 32.0
+    level = _exp(z[0])
+
+    def move(value: float, floor_frac: float, zi: float) -> float:
+        return max(value, floor_frac * ref_s) * level * _exp(zi)
+
+    throughput = ThroughputParams(
+        alpha_c_s=move(tp.alpha_c_s, 1e-3, z[1]),
+        beta_c_s=move(tp.beta_c_s, 1e-3 / 32.0, z[2]),
+        alpha_r_s=move(tp.alpha_r_s, 1e-3, z[3]),
+        beta_r_s=move(tp.beta_r_s, 1e-4, z[4]),
+        alpha_n_s=move(tp.alpha_n_s, 1e-3, z[5]),
+        beta_n_s=move(tp.beta_n_s, 1e-4, z[6]),
+        gamma=tp.gamma,
+    )
+    d = gpu.dvfs
+    dvfs = replace(
+        d,
+        time_fixed_frac=_sigmoid(_logit(d.time_fixed_frac) + z[7]),
+        peak_to_avg=d.peak_to_avg * _exp(z[8]),
+        power_static_frac=_sigmoid(_logit(d.power_static_frac) + z[11]),
+        power_exp=d.power_exp * _exp(z[12]),
+    )
+    power = PowerParams(
+        busy_max_w=pw.busy_max_w * _exp(z[9]),
+        batch_half=max(pw.batch_half, 1e-3) * _exp(z[10]),
+        busy_floor_frac=pw.busy_floor_frac,
+    )
+    return FittedPerfModel(
+        workload=workload or prior.workload,
+        gpu=replace(gpu, dvfs=dvfs),
+        batch_sizes=prior.batch_sizes,
+        throughput=throughput,
+        power=power,
+        errors={},
+        sources={"prior": f"{prior.workload}@{prior.gpu_model}"},
+    )
+
+
+# --- the fit ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FitSettings:
+    prior_weight: float = 1.0  # k: the prior counts as this many observations
+    ridge: float = 1e-4  # token pull of every parameter towards the prior
+    config_pseudo_obs: float = 0.5  # shrinkage of a measured configuration's own residual
+    max_steps: int = 40
+
+
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    """Observations of one configuration, pooled: mean log value and total weight."""
+
+    cfg: GpuConfig
+    log_t: float | None
+    w_t: float
+    log_p: float | None
+    w_p: float
+
+
+def pool(observations: Iterable[Observation], gpus_per_node: int) -> dict[tuple, _Cell]:
+    """Pool observations by configuration (weighted mean of the logs)."""
+    acc: dict[tuple, list] = {}
+    for obs in observations:
+        cfg = obs.config()
+        key = config_key(cfg, gpus_per_node=gpus_per_node)
+        a = acc.setdefault(key, [cfg, 0.0, 0.0, 0.0, 0.0])
+        if obs.iter_time_s is not None:
+            a[1] += obs.weight * math.log(obs.iter_time_s)
+            a[2] += obs.weight
+        if obs.power_w is not None:
+            a[3] += obs.weight * math.log(obs.power_w)
+            a[4] += obs.weight
+    return {
+        k: _Cell(
+            cfg=a[0],
+            log_t=a[1] / a[2] if a[2] > 0 else None,
+            w_t=a[2],
+            log_p=a[3] / a[4] if a[4] > 0 else None,
+            w_p=a[4],
+        )
+        for k, a in acc.items()
+    }
+
+
+class OnlinePerfModel:
+    """Implements ``PerfModel`` for one job (or workload profile) on one GPU model: the
+    fitted equations plus the shrunk residual of each measured configuration.
+
+    ``n_time_obs``/``n_power_obs`` count what it learned from; a model with none is the
+    prior alone (``estimated``).
+    """
+
+    __slots__ = (
+        "workload",
+        "gpu_model",
+        "idle_power_w",
+        "clocks_mhz",
+        "batch_sizes",
+        "base",
+        "prior",
+        "params",
+        "n_time_obs",
+        "n_power_obs",
+        "_time_corr",
+        "_power_corr",
+    )
+
+    def __init__(
+        self,
+        *,
+        prior: FittedPerfModel,
+        params: Sequence[float],
+        workload: str | None = None,
+        time_corr: Mapping[tuple, float] | None = None,
+        power_corr: Mapping[tuple, float] | None = None,
+        n_time_obs: float = 0.0,
+        n_power_obs: float = 0.0,
+    ) -> None:
+        self.prior = prior
+        self.params = tuple(float(v) for v in params)
+        self.base = apply_params(prior, self.params, workload=workload)
+        self.workload = self.base.workload
+        self.gpu_model = prior.gpu_model
+        self.idle_power_w = prior.idle_power_w
+        self.clocks_mhz = prior.clocks_mhz
+        self.batch_sizes = prior.batch_sizes
+        self.n_time_obs = n_time_obs
+        self.n_power_obs = n_power_obs
+        self._time_corr = dict(time_corr or {})
+        self._power_corr = dict(power_corr or {})
+
+    def __repr__(self) -> str:
+        return (
+            f"OnlinePerfModel({self.workload!r}, {self.gpu_model!r}, "
+            f"{self.n_time_obs:g} time / {self.n_power_obs:g} power observations)"
+        )
+
+    @property
+    def estimated(self) -> bool:
+        """True while nothing measured backs the iteration time: a prior, not learned."""
+        return self.n_time_obs <= 0
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return self.base.gpu
+
+    @property
+    def power_limits_w(self) -> tuple[float, float]:
+        return self.base.power_limits_w
+
+    def _key(self, cfg: GpuConfig) -> tuple:
+        return config_key(cfg, gpus_per_node=self.base.gpu.gpus_per_node)
+
+    def iter_time_s(self, cfg: GpuConfig) -> float:
+        t = self.base.iter_time_s(cfg)
+        if self._time_corr:
+            t *= math.exp(self._time_corr.get(self._key(cfg), 0.0))
+        return t
+
+    def power_w(self, cfg: GpuConfig) -> float:
+        p = self.base.power_w(cfg)
+        if self._power_corr:
+            p *= math.exp(self._power_corr.get(self._key(cfg), 0.0))
+        return p
+
+    def energy_per_iter_j(self, cfg: GpuConfig) -> float:
+        return max(cfg.n_gpus, 1) * self.power_w(cfg) * self.iter_time_s(cfg)
+
+
+def learned_model(
+    prior: FittedPerfModel,
+    params: Sequence[float],
+    observations: Iterable[Observation],
+    *,
+    settings: FitSettings = FitSettings(),  # noqa: B008 - frozen, never mutated
+    workload: str | None = None,
+) -> OnlinePerfModel:
+    """The model of fitted ``params`` with each observed configuration's shrunk residual:
+    what ``fit_online`` returns, rebuilt from stored parameters without refitting."""
+    fitted = apply_params(prior, params)
+    cells = pool(observations, prior.gpu.gpus_per_node)
+    time_corr, power_corr = {}, {}
+    k = settings.config_pseudo_obs
+    for key, c in cells.items():
+        if c.log_t is not None:
+            res = c.log_t - math.log(fitted.iter_time_s(c.cfg))
+            time_corr[key] = res * c.w_t / (c.w_t + k)
+        if c.log_p is not None:
+            res = c.log_p - math.log(fitted.power_w(c.cfg))
+            power_corr[key] = res * c.w_p / (c.w_p + k)
+    return OnlinePerfModel(
+        prior=prior,
+        params=params,
+        workload=workload,
+        time_corr=time_corr,
+        power_corr=power_corr,
+        n_time_obs=sum(c.w_t for c in cells.values()),
+        n_power_obs=sum(c.w_p for c in cells.values()),
+    )
+
+
+# --- choosing a prior -----------------------------------------------------------------
+
+
+def nearest_prior(
+    candidates: Sequence[FittedPerfModel],
+    observations: Sequence[Observation],
+    *,
+    hint: str | None = None,
+) -> FittedPerfModel:
+    """The candidate whose *shape* best matches the observations: the one with the smallest
+    spread of log(observed / predicted) iteration times once the level is taken out (a level
+    is learned from one observation anyway). With fewer than two timed configurations
+    there is no shape to compare, so the ``hint`` (a workload the user says it resembles)
+    or, without one, the first candidate is taken."""
+    if not candidates:
+        raise ValueError("no candidate prior")
+    by_name = {c.workload: c for c in candidates}
+    timed = [o for o in observations if o.iter_time_s is not None]
+    keys = {o.key for o in timed}
+    if len(keys) < 2:
+        return by_name.get(hint or "", candidates[0])
+
+    def spread(model: FittedPerfModel) -> float:
+        res = [math.log(o.iter_time_s / model.iter_time_s(o.config())) for o in timed]
+        mean = sum(res) / len(res)
+        return sum((r - mean) ** 2 for r in res) / len(res)
+
+    return min(candidates, key=lambda m: (spread(m), m.workload != hint, m.workload))
+
+
+# --- JSON (the database keeps pooled observations and fitted moves as these) ------------------
+
+
+def observation_to_dict(obs: Observation) -> dict[str, Any]:
+    return {
+        "n_gpus": obs.n_gpus,
+        "n_nodes": obs.n_nodes,
+        "local_batch": obs.local_batch,
+        "iter_time_s": obs.iter_time_s,
+        "power_w": obs.power_w,
+        "sm_clock_mhz": obs.sm_clock_mhz,
+        "power_limit_w": obs.power_limit_w,
+        "weight": obs.weight,
+    }
+
+
+def observation_from_dict(data: Mapping[str, Any]) -> Observation:
+    return Observation(
+        n_gpus=int(data["n_gpus"]),
+        n_nodes=int(data["n_nodes"]),
+        local_batch=float(data["local_batch"]),
+        iter_time_s=None if data.get("iter_time_s") is None else float(data["iter_time_s"]),
+        power_w=None if data.get("power_w") is None else float(data["power_w"]),
+        sm_clock_mhz=None if data.get("sm_clock_mhz") is None else int(data["sm_clock_mhz"]),
+        power_limit_w=None if data.get("power_limit_w") is None else float(data["power_limit_w"]),
+        weight=float(data.get("weight", 1.0)),
+    )
+
+
+def pooled_observations(
+    observations: Iterable[Observation], gpus_per_node: int
+) -> list[Observation]:
+    """``observations`` pooled to one per configuration (geometric means, summed weights):
+    what a job keeps between rounds, so its state grows with configurations, not reports.
+    Each pooled value carries the weight of its own quantity; a configuration with both an
+    iteration time and a power of different weights becomes two observations."""
+    out = []
+    for c in pool(observations, gpus_per_node).values():
+        n_nodes = sum(1 for k in c.cfg.gpus_per_node if k > 0) or 1
+        common = dict(
+            n_gpus=c.cfg.n_gpus,
+            n_nodes=n_nodes,
+            local_batch=c.cfg.global_batch / c.cfg.n_gpus,
+            sm_clock_mhz=c.cfg.sm_clock_mhz,
+            power_limit_w=c.cfg.power_limit_w,
+        )
+        t = None if c.log_t is None else math.exp(c.log_t)
+        p = None if c.log_p is None else math.exp(c.log_p)
+        if t is not None and p is not None and c.w_t == c.w_p:
+            out.append(Observation(iter_time_s=t, power_w=p, weight=c.w_t, **common))
+            continue
+        if t is not None:
+            out.append(Observation(iter_time_s=t, weight=c.w_t, **common))
+        if p is not None:
+            out.append(Observation(power_w=p, weight=c.w_p, **common))
+    return out

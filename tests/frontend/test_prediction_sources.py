@@ -1,0 +1,89 @@
+"""The prediction before submit says whether its model was measured, learned or estimated."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+from django.urls import reverse
+
+from cluster.models import Gpu, Node
+from scheduling.core.perf_models import FittedPerfModel, load_catalog
+from scheduling.core.types import GpuConfig
+from scheduling.models import WorkloadProfile
+from scheduling.workload_profiles import model_to_params
+
+pytestmark = pytest.mark.django_db
+
+QUERY = {"workload": "resnet50", "gpus": 2, "batch_size": 128, "iterations": 1000}
+CFG = GpuConfig(n_gpus=2, global_batch=128)
+
+
+@pytest.fixture
+def client_for(client):
+    def make(user):
+        client.force_login(user)
+        return client
+
+    return make
+
+
+def _predict(client_for, member) -> dict:
+    response = client_for(member).get(reverse("frontend:job-predict"), QUERY)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_a_catalog_pair_is_called_measured(client_for, member, make_node):
+    make_node("node-01", gpus=4)
+    body = _predict(client_for, member)
+    assert (body["model_kind"], body["model_source"]) == ("catalog", "catalog resnet50@A100")
+
+
+def test_a_workload_profile_is_called_learned_and_predicts_what_it_learned(
+    client_for, member, make_node
+):
+    # given a resnet50 profile on A100 that learned the job runs twice as slow as the catalog
+    make_node("node-01", gpus=4)
+    base = load_catalog().get("resnet50", "A100")
+    tp = base.throughput
+    slow = replace(
+        tp,
+        alpha_c_s=2 * tp.alpha_c_s, beta_c_s=2 * tp.beta_c_s, alpha_r_s=2 * tp.alpha_r_s,
+        beta_r_s=2 * tp.beta_r_s, alpha_n_s=2 * tp.alpha_n_s, beta_n_s=2 * tp.beta_n_s,
+    )  # fmt: skip
+    learned = FittedPerfModel(
+        workload="resnet50", gpu=base.gpu, batch_sizes=base.batch_sizes, throughput=slow,
+        power=base.power,
+    )  # fmt: skip
+    WorkloadProfile.objects.create(
+        workload="resnet50", gpu_model="A100", version=1, prior="catalog resnet50@A100",
+        params=model_to_params(learned), n_observations=12, jobs=1,
+        created_at=datetime(2026, 11, 25, tzinfo=UTC),
+    )  # fmt: skip
+
+    body = _predict(client_for, member)
+
+    assert (body["model_kind"], body["model_source"]) == ("learned", "profile v1")
+    assert body["duration_s"] == pytest.approx(1000 * learned.iter_time_s(CFG), rel=1e-9)
+    assert body["duration_s"] != pytest.approx(1000 * base.iter_time_s(CFG), rel=0.1)
+
+
+def test_a_gpu_model_without_catalog_entry_is_called_estimated(client_for, member):
+    # given a cluster of A40s only (the catalog has A100 and T4)
+    node = Node.objects.create(name="a40-01", switch_label="s1", rack_label="r1", gpu_model="A40")
+    for index in range(4):
+        Gpu.objects.create(
+            node=node, index=index, uuid=f"GPU-a40-{index}", model="A40", memory_mb=46068,
+            default_power_limit_w=300, min_power_limit_w=100, max_power_limit_w=300,
+            supported_sm_clocks_mhz=[1740, 1200],
+        )  # fmt: skip
+
+    body = _predict(client_for, member)
+
+    assert body["gpu_model"] == "A40"
+    assert (body["model_kind"], body["model_source"]) == (
+        "estimated",
+        "estimated from catalog resnet50@A100",
+    )

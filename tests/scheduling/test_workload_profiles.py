@@ -1,0 +1,241 @@
+"""Workload profiles: what one job of a workload learned is where the next one starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cluster.choices import JobState
+from cluster.models import Gpu, Job, Node
+from scheduling import adapters, services
+from scheduling import workload_profiles as wp
+from scheduling.core.online_model import Observation, config_of
+from scheduling.core.perf_models import load_catalog
+from scheduling.models import JobSchedulingState, SchedulerSettings, WorkloadProfile
+
+T0 = datetime(2026, 11, 25, 8, 0, 0, tzinfo=UTC)
+CATALOG = load_catalog()
+PRIOR = CATALOG.get("resnet50", "A100")
+CFG = config_of(2, 1, 128.0)
+
+
+def _obs(scale: float, *, weight: float = 1.0, power_scale: float = 1.0) -> Observation:
+    return Observation(
+        n_gpus=2,
+        n_nodes=1,
+        local_batch=128.0,
+        iter_time_s=PRIOR.iter_time_s(CFG) * scale,
+        power_w=PRIOR.power_w(CFG) * power_scale,
+        weight=weight,
+    )
+
+
+def _job_with(make_job, member, team, observations, *, finish: bool = True) -> Job:
+    job = make_job(owner=member, team=team)
+    state = JobSchedulingState.objects.create(job=job)
+    wp.record_observations(
+        job, state, gpu_model="A100", observations=observations, until=T0, catalog=CATALOG
+    )
+    if finish:
+        Job.objects.filter(pk=job.pk).update(state=JobState.COMPLETED)
+        job.refresh_from_db()
+    return job
+
+
+def test_the_second_job_of_a_workload_starts_from_what_the_first_learned(make_job, member, team):
+    # given a first resnet50 job that ran three times slower than the catalog says, and finished,
+    # and a finished job that no round ever saw (no state, no observations)
+    first = _job_with(make_job, member, team, [_obs(3.0), _obs(3.0)])
+    unseen = make_job(owner=member, team=team)
+    Job.objects.filter(pk=unseen.pk).update(state=JobState.CANCELLED)
+
+    # when a round folds finished jobs into profiles
+    assert wp.fold_finished_jobs(now=T0) == 1
+
+    # then version 1 holds its two observations, and a second job's prior is that profile,
+    # predicting the measured speed, not the catalog's
+    (profile,) = WorkloadProfile.objects.all()
+    assert (profile.workload, profile.gpu_model, profile.version, profile.jobs) == (
+        "resnet50",
+        "A100",
+        1,
+        1,
+    )
+    assert profile.n_observations == 2.0
+    assert profile.prior == "catalog resnet50@A100"
+    assert profile.last_job == first
+    assert profile.iter_time_error is None
+    prior, source = wp.prior_for("resnet50", "A100", catalog=CATALOG)
+    assert source == "profile v1"
+    assert prior.iter_time_s(CFG) == pytest.approx(3.0 * PRIOR.iter_time_s(CFG), rel=0.01)
+    # and folding again changes nothing: a job moves a profile once
+    assert wp.fold_finished_jobs(now=T0 + timedelta(minutes=1)) == 0
+    assert WorkloadProfile.objects.count() == 1
+    assert JobSchedulingState.objects.get(job=first).profile_version == 1
+
+
+def test_one_job_moves_a_shared_profile_only_by_a_bounded_weight(make_job, member, team):
+    # given a profile learned from 1,000 observations at the catalog's speed
+    _job_with(make_job, member, team, [_obs(1.0, weight=1000.0)])
+    wp.fold_finished_jobs(now=T0)
+    before = wp.model_from_params(wp.latest_profile("resnet50", "A100").params)
+
+    # when a job with as many observations, ten times slower, finishes and is folded
+    _job_with(make_job, member, team, [_obs(10.0, weight=1000.0)])
+    wp.fold_finished_jobs(now=T0 + timedelta(minutes=1))
+
+    # then the profile moved a quarter of the way (in log) towards it, not half or all of it,
+    # and it records how wrong the previous version was for this job (90 %)
+    latest = wp.latest_profile("resnet50", "A100")
+    after = wp.model_from_params(latest.params)
+    assert latest.version == 2
+    assert latest.jobs == 2
+    assert latest.n_observations == 2000.0
+    ratio = after.iter_time_s(CFG) / before.iter_time_s(CFG)
+    assert ratio == pytest.approx(10**wp.MAX_JOB_WEIGHT, rel=0.02)
+    assert latest.iter_time_error == pytest.approx(0.9, rel=0.01)
+    assert latest.power_error == pytest.approx(0.0, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ({"iter_time_s": math.nan}, "iteration time nan is not finite"),
+        ({"iter_time_s": -0.5}, "iteration time -0.5 s is not positive"),
+        ({"iter_time_s": 1e7}, "iteration time 1e+07 s is outside"),
+        ({"power_w": math.inf}, "power inf is not finite"),
+        ({"power_w": 0.0}, "power 0.0 W is not positive"),
+        ({"power_w": 5000.0}, "power 5000 W per GPU is above 600 W"),
+    ],
+)
+def test_absurd_observations_are_refused_logged_and_never_fitted(
+    make_job, member, team, caplog, bad, reason
+):
+    # given a running job with one good observation and one absurd one
+    good = _obs(2.0)
+    absurd = dataclasses.replace(good, **bad)
+
+    # when both are recorded
+    job = _job_with(make_job, member, team, [good, absurd], finish=False)
+
+    # then only the good one is stored and fitted, and the log says why the other was refused
+    stored = JobSchedulingState.objects.get(job=job).observations["A100"]
+    assert [o["weight"] for o in stored] == [1.0]
+    assert stored[0]["iter_time_s"] == pytest.approx(good.iter_time_s, rel=1e-12)
+    assert f"job {job.pk}: observation refused ({reason}" in caplog.text
+    learned = wp.learned_models(JobSchedulingState.objects.get(job=job), "resnet50")["A100"]
+    assert learned.iter_time_s(CFG) == pytest.approx(good.iter_time_s, rel=1e-3)
+
+
+def test_a_workload_the_catalog_does_not_know_starts_from_a_known_one_on_its_gpu(db):
+    prior, source = wp.prior_for("llama-3b", "A100", catalog=CATALOG)
+    assert prior.gpu_model == "A100"
+    assert source == f"estimated from catalog {prior.workload}@A100"
+    # a GPU model the catalog lacks, with nothing NVML said about it, has nothing to start from
+    assert wp.prior_for("resnet50", "H100", catalog=CATALOG) is None
+
+
+def test_a_known_workload_on_a_gpu_model_without_catalog_entry_gets_an_estimated_prior(db):
+    # given an A40 as NVML reports it (100-300 W, default 300 W)
+    a40 = wp.NvmlGpu("A40", 100.0, 300.0, 300.0, clocks_mhz=(1740, 1200, 210))
+
+    # then resnet50's prior is the catalog's A100 model (400 W is nearer 300 W than the
+    # T4's 70 W), on the A40's limits and clocks, its draw scaled by 300/400
+    prior, source = wp.prior_for("resnet50", "A40", catalog=CATALOG, nvml=a40)
+    assert source == "estimated from catalog resnet50@A100"
+    assert (prior.gpu_model, prior.power_limits_w, prior.clocks_mhz) == (
+        "A40",
+        (100.0, 300.0),
+        (210, 1200, 1740),
+    )
+    assert prior.power.busy_max_w == pytest.approx(PRIOR.power.busy_max_w * 0.75, rel=1e-12)
+    assert prior.iter_time_s(CFG) == pytest.approx(PRIOR.iter_time_s(CFG), rel=1e-12)
+
+
+def test_admins_see_profiles_with_their_observation_count_and_error_read_only(
+    admin_client, make_job, member, team
+):
+    # given two versions of the resnet50 profile
+    _job_with(make_job, member, team, [_obs(1.0, weight=7.0)])
+    wp.fold_finished_jobs(now=T0)
+    _job_with(make_job, member, team, [_obs(2.0, weight=3.0)])
+    wp.fold_finished_jobs(now=T0 + timedelta(minutes=1))
+
+    # when an admin opens the list
+    response = admin_client.get("/admin/scheduling/workloadprofile/")
+
+    # then both versions are listed with observations and error, and nothing can be added
+    assert response.status_code == 200
+    rows = [p for p in response.context["cl"].result_list]
+    assert [(p.version, p.n_observations) for p in rows] == [(2, 10.0), (1, 7.0)]
+    assert rows[0].iter_time_error == pytest.approx(0.5, rel=0.02)
+    html = response.content.decode()
+    assert "Iter time error" in html and "N observations" in html
+    assert admin_client.get("/admin/scheduling/workloadprofile/add/").status_code == 403
+
+
+def test_a_job_on_a_gpu_model_the_catalog_lacks_is_planned_from_an_estimate(make_job, member, team):
+    # given an A40 node (the catalog has A100 and T4 only) and a resnet50 job for it
+    node = Node.objects.create(
+        name="a40-01", switch_label="s1", rack_label="r1", gpu_model="A40", last_heartbeat_at=T0
+    )
+    for index in range(2):
+        Gpu.objects.create(
+            node=node, index=index, uuid=f"GPU-a40-{index}", model="A40", memory_mb=46068,
+            default_power_limit_w=300, min_power_limit_w=100, max_power_limit_w=300,
+            supported_sm_clocks_mhz=[1740, 1500, 1200],
+        )  # fmt: skip
+    job = make_job(owner=member, team=team, gpu_model="A40", min_gpus=1, max_gpus=1)
+    config = SchedulerSettings.load()
+    config.policy = "fifo"
+    config.save()
+
+    # when a round runs
+    result = services.run_scheduling_round(now=T0)
+
+    # then the job starts on the A40 instead of waiting for a perf model, and the snapshot
+    # says its model is an estimate
+    job.refresh_from_db()
+    assert str(job.pk) not in result.plan.waiting
+    assert job.state == JobState.RUNNING
+    assert job.current_allocation.gpus.get().model == "A40"
+    snap = adapters.build_snapshot(now=T0, round_length_s=60.0).snapshot
+    model = snap.job_perf[(str(job.pk), "A40")]
+    assert model.estimated
+    assert model.power_limits_w == (100.0, 300.0)
+
+
+def test_a_job_on_a_gpu_model_the_catalog_lacks_learns_from_its_own_reports(make_job, member, team):
+    # given a resnet50 job on an A40 that runs at 0.3 s per iteration at 64 per GPU, 180 W
+    a40 = wp.NvmlGpu("A40", 100.0, 300.0, 300.0)
+    job = make_job(owner=member, team=team, gpu_model="A40")
+    state = JobSchedulingState.objects.create(job=job)
+    seen = Observation(n_gpus=1, n_nodes=1, local_batch=64.0, iter_time_s=0.3, power_w=180.0)
+
+    # when its measurements are recorded with what NVML says of the A40
+    model = wp.record_observations(
+        job, state, gpu_model="A40", observations=[seen, seen], until=T0, catalog=CATALOG,
+        nvml=a40,
+    )  # fmt: skip
+
+    # then its model starts from the estimate and predicts what it measured
+    assert model is not None and not model.estimated
+    assert model.iter_time_s(seen.config()) == pytest.approx(0.3, rel=1e-3)
+    assert model.power_w(seen.config()) == pytest.approx(180.0, rel=1e-3)
+    entry = JobSchedulingState.objects.get(job=job).online_params["A40"]
+    assert entry["prior"] == "estimated from catalog resnet50@A100"
+
+
+def test_admins_see_each_jobs_observation_count_and_prior(admin_client, make_job, member, team):
+    job = _job_with(make_job, member, team, [_obs(1.0, weight=5.0)], finish=False)
+
+    response = admin_client.get("/admin/scheduling/jobschedulingstate/")
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "A100: 5" in html
+    assert "A100: catalog resnet50@A100" in html
+    assert str(job.pk) in html
