@@ -244,3 +244,93 @@ def test_slurm_check_fails_with_one_line_when_slurm_is_unreachable(settings, db)
 
     with pytest.raises(CommandError, match=r"^Slurm is not reachable: sinfo not found"):
         call_command("slurm_check")
+
+
+def test_a_retune_keeps_the_slurm_job_and_updates_its_comment(
+    slurm_settings, slurm_cli, slurm_nodes, fifo, make_job, member, team, executor
+):
+    # given a 2-GPU job running in Slurm
+    job = make_job(owner=member, team=team, min_gpus=2, max_gpus=2, command=CHECKPOINTING)
+    services.run_scheduling_round(now=timezone.now(), force=True)
+    row, _ = _running_slurm_job(job, slurm_cli, slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR)
+    job.refresh_from_db()
+    gpus = list(job.current_allocation.gpus.all())
+
+    # when a round retunes it: same GPUs, a 250 W power limit
+    new = cluster_services.set_allocation(
+        job, gpus=gpus, batch_size=256, power_limit_w=250, at=timezone.now()
+    )
+    report = executor.carry_out(now=timezone.now())
+
+    # then the same Slurm job runs on, serving the new allocation, with the limit in its comment
+    assert (report.retuned, report.stopped, report.submitted) == ([row.slurm_job_id], [], [])
+    info = slurm_job(slurm_cli, row.slurm_job_id)
+    assert info.state == "RUNNING"
+    assert SlurmJobTag.parse(info.comment) == SlurmJobTag(job.pk, new.pk, 250, None)
+    row.refresh_from_db()
+    assert row.allocation_id == new.pk and row.cancel_requested_at is None
+
+
+def test_a_resize_stops_the_slurm_job_and_submits_one_with_the_new_gpu_count(
+    slurm_settings, slurm_cli, slurm_nodes, fifo, make_job, member, team, executor
+):
+    # given a 1..4-GPU job running on 2 GPUs in Slurm
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=4, command=CHECKPOINTING)
+    job.refresh_from_db()
+    node = slurm_nodes[1]
+    cluster_services.start_job(
+        job, gpus=list(node.gpus.order_by("index")[:2]), batch_size=256, at=timezone.now()
+    )
+    executor.carry_out(now=timezone.now())
+    old, _ = _running_slurm_job(job, slurm_cli, slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR)
+
+    # when a round grows it to 4 GPUs on the same node
+    job.refresh_from_db()
+    new = cluster_services.set_allocation(
+        job, gpus=list(node.gpus.order_by("index")[:4]), batch_size=256, at=timezone.now()
+    )
+    report = executor.carry_out(now=timezone.now())
+
+    # then the old Slurm job checkpointed and left, and a 4-GPU one runs for the new allocation
+    assert report.stopped == [old.slurm_job_id] and len(report.submitted) == 1
+    ckpt = slurm_settings.TELEMETRY_CHECKPOINT_ROOT + f"/job-{job.pk}/ckpt"
+    assert wait_for(lambda: read_text(ckpt), what="a checkpoint") == "step-41\n"
+    info = wait_for(
+        lambda: (i := slurm_job(slurm_cli, report.submitted[0])) and i.state == "RUNNING" and i,
+        what="the resized job running",
+    )
+    assert (info.nodes, info.gpus_per_node) == ("n2", 4)
+    assert SlurmJobTag.parse(info.comment).allocation_id == new.pk
+
+
+def test_a_slurmctld_restart_loses_nothing(
+    slurm_settings, slurm_cluster, slurm_cli, slurm_nodes, fifo, make_job, member, team,
+    executor,
+):  # fmt: skip
+    import os
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    from tests.slurm.conftest import SCRIPT
+
+    # given a job running in Slurm
+    job = make_job(owner=member, team=team, command=CHECKPOINTING)
+    services.run_scheduling_round(now=timezone.now(), force=True)
+    row, _ = _running_slurm_job(job, slurm_cli, slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR)
+
+    # when slurmctld stops and starts again
+    pid_file = Path(slurm_cluster["STATE_DIR"]) / "run" / "slurmctld.pid"
+    pid = int(pid_file.read_text())
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), what="slurmctld stopped")
+    up = subprocess.run(["bash", str(SCRIPT), "up", slurm_cluster["STATE_DIR"]],
+                        capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+
+    # then the job still runs in Slurm and the next round changes nothing and submits nothing
+    assert slurm_job(slurm_cli, row.slurm_job_id).state == "RUNNING"
+    result = services.run_scheduling_round(now=timezone.now(), force=True)
+    job.refresh_from_db()
+    assert (result.reconciled, job.state) == (0, JobState.RUNNING)
+    assert SlurmJob.objects.filter(job=job).count() == 1
