@@ -334,3 +334,22 @@ def test_a_slurmctld_restart_loses_nothing(
     job.refresh_from_db()
     assert (result.reconciled, job.state) == (0, JobState.RUNNING)
     assert SlurmJob.objects.filter(job=job).count() == 1
+
+
+def test_slurmrestd_answers_with_a_jwt_and_refuses_without(slurm_cluster, slurm_cli):
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = slurm_cluster["WATTFLOW_SLURM_REST_URL"] + "/slurm/v0.0.38/diag"
+    token = slurm_cli.run("scontrol", "token", "username=root", "lifespan=60").strip()
+    request = urllib.request.Request(url, headers={
+        "X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token.split("=", 1)[1],
+    })  # fmt: skip
+
+    with urllib.request.urlopen(request, timeout=10) as response:
+        body = json.load(response)
+    assert body["meta"]["Slurm"]["release"].startswith("22.05")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    assert refused.value.code == 401
