@@ -14,9 +14,11 @@ counts, new batch size, clock or power limit) keeps the Slurm job and updates it
 ``sacct`` for jobs slurmctld has forgotten) and repairs the database through
 ``cluster.services``: a job that completed or failed in Slurm is completed or failed with its
 exit code and log tail; one cancelled outside Wattflow is cancelled; one lost with its node
-(NODE_FAIL, preemption) is re-queued; a node down or drained in Slurm is drained (and undrained
-when Slurm has it back, if the drain was the reconciler's); a Slurm job with a Wattflow comment
-that no allocation owns (e.g. submitted just before a crash) is cancelled.
+(NODE_FAIL, preemption), or that Slurm kept pending for over
+``WATTFLOW_SLURM_START_TIMEOUT_S`` after its release (GPUs taken by jobs Wattflow does not
+see), is re-queued; a node down or drained in Slurm is drained (and undrained when Slurm has
+it back, if the drain was the reconciler's); a Slurm job with a Wattflow comment that no
+allocation owns (e.g. submitted just before a crash) is cancelled.
 
 Slurm picks the GPU indices on a node (it can only be told exact indices with one GRES type
 per GPU); the node's Prolog hands them to the agent by ``SLURM_JOB_GPUS``. An allocation over
@@ -109,12 +111,14 @@ class SlurmExecutor(Executor):
         account: str = "",
         reservation: str = "",
         output_dir: str | Path = "",
+        start_timeout_s: float = 300.0,
     ) -> None:
         self.cli = cli
         self.partition = partition
         self.account = account
         self.reservation = reservation
         self.output_dir = Path(output_dir or settings.WATTFLOW_VAR_DIR / "slurm-output")
+        self.start_timeout_s = start_timeout_s
 
     @classmethod
     def from_settings(cls) -> SlurmExecutor:
@@ -128,6 +132,7 @@ class SlurmExecutor(Executor):
             account=settings.WATTFLOW_SLURM_ACCOUNT,
             reservation=settings.WATTFLOW_SLURM_RESERVATION,
             output_dir=settings.WATTFLOW_SLURM_OUTPUT_DIR,
+            start_timeout_s=settings.WATTFLOW_SLURM_START_TIMEOUT_S,
         )
 
     # --- capabilities -------------------------------------------------------------------------
@@ -390,8 +395,49 @@ class SlurmExecutor(Executor):
                     updates["running_at"] = now
                 if updates:
                     SlurmJob.objects.filter(pk=row.pk).update(**updates)
+                if self._pending_too_long(row, info, now=now):
+                    self._give_back(row, info, now=now, report=report)
                 continue
             self._job_ended(row, info, now=now, report=report)
+
+    def _pending_too_long(self, row: SlurmJob, info: SlurmJobInfo, *, now: datetime) -> bool:
+        return (
+            info.state == "PENDING"
+            and row.released_at is not None
+            and row.cancel_requested_at is None
+            and (now - row.released_at).total_seconds() > self.start_timeout_s
+        )
+
+    def _give_back(
+        self, row: SlurmJob, info: SlurmJobInfo, *, now: datetime, report: ReconcileReport
+    ) -> None:
+        """A released job Slurm would not start (its GPUs taken by jobs Wattflow does not see,
+        a limit of the account): cancel it and put the Wattflow job back in the queue, so the
+        plan does not count GPUs that Slurm will not give."""
+        job = Job.objects.get(pk=row.job_id)
+        if job.state != JobState.RUNNING or job.current_allocation_id != row.allocation_id:
+            return
+        try:
+            self.cli.cancel([row.slurm_job_id])
+        except SlurmError as exc:
+            report.errors.append(str(exc))
+            return
+        SlurmJob.objects.filter(pk=row.pk).update(cancel_requested_at=now)
+        try:
+            cluster_services.transition_job(
+                job,
+                to=JobState.QUEUED,
+                at=now,
+                pending_reason_code="slurm_pending",
+                pending_reason=(
+                    f"Slurm kept job {info.job_id} pending ({info.reason or 'no reason given'}) "
+                    f"for over {self.start_timeout_s:g} s; back in the queue."
+                ),
+            )
+        except cluster_services.InvalidTransition as exc:
+            report.errors.append(str(exc))
+            return
+        report.jobs_requeued.append(job.pk)
 
     def _job_ended(
         self, row: SlurmJob, info: SlurmJobInfo, *, now: datetime, report: ReconcileReport

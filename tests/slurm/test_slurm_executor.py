@@ -353,3 +353,42 @@ def test_slurmrestd_answers_with_a_jwt_and_refuses_without(slurm_cluster, slurm_
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(url, timeout=10)
     assert refused.value.code == 401
+
+
+def test_a_job_slurm_keeps_pending_goes_back_to_the_queue(
+    slurm_settings, slurm_cli, slurm_nodes, make_job, member, team, executor
+):
+    from scheduling.executors.slurm_cli import Submission
+
+    # given all of n1's GPUs taken by a job outside Wattflow, which Wattflow does not see
+    foreign = slurm_cli.submit_held(
+        Submission(script="#!/bin/bash\nsleep 600\n", name="other", comment="not ours",
+                   nodelist=["n1"], gpus_per_node=8, output="/dev/null",
+                   export={"PATH": "/usr/bin:/bin"}, partition="gpu")
+    )  # fmt: skip
+    slurm_cli.release([foreign])
+    wait_for(lambda: slurm_job(slurm_cli, foreign).state == "RUNNING", what="the other job")
+    # and a Wattflow job placed on n1 all the same
+    job = make_job(owner=member, team=team, command=CHECKPOINTING)
+    job.refresh_from_db()
+    cluster_services.start_job(
+        job, gpus=[slurm_nodes[0].gpus.get(index=0)], batch_size=256, at=timezone.now()
+    )
+    executor.carry_out(now=timezone.now())
+    row = SlurmJob.objects.get(job=job)
+    assert slurm_job(slurm_cli, row.slurm_job_id).state == "PENDING"
+
+    # when the reconciler runs past the start timeout
+    executor.start_timeout_s = 0.5
+    report = wait_for(
+        lambda: (r := executor.reconcile(now=timezone.now())).jobs_requeued and r,
+        what="the job re-queued",
+    )
+
+    # then the Slurm job is cancelled and the Wattflow job is queued again, saying why
+    job.refresh_from_db()
+    assert report.jobs_requeued == [job.pk]
+    assert (job.state, job.pending_reason_code) == (JobState.QUEUED, "slurm_pending")
+    assert job.pending_reason.startswith(f"Slurm kept job {row.slurm_job_id} pending (")
+    wait_for(lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="it cancelled")
+    assert slurm_job(slurm_cli, foreign).state == "RUNNING"
