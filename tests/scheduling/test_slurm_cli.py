@@ -1,4 +1,5 @@
-"""Reading Slurm's output (no Slurm needed): squeue's wait status, sacct's text, sinfo's flags."""
+"""Reading Slurm's output (no Slurm needed): squeue's columns, scontrol's and sacct's exit
+codes, sinfo's flags."""
 
 import json
 
@@ -7,26 +8,39 @@ import pytest
 from scheduling.executors.slurm_cli import (
     SlurmError,
     parse_sacct,
+    parse_scontrol_job,
     parse_sinfo,
     parse_squeue,
 )
 
 
-def _squeue(**job):
-    base = {"job_id": 7, "job_state": "RUNNING", "comment": "", "nodes": "n1", "exit_code": 0,
-            "standard_output": "/out/7.out", "tres_per_node": "gres:gpu:3"}  # fmt: skip
-    return json.dumps({"meta": {}, "errors": [], "jobs": [{**base, **job}]})
+def test_squeue_text_keeps_a_comment_with_bars_whole_and_has_no_exit_code_yet():
+    text = (
+        "41|RUNNING|n1|gres:gpu:3|None|/out/41.out|wattflow job=1 allocation=2 power_limit_w=- "
+        "sm_clock_mhz=-\n"
+        "42|FAILED|n[1-2]|gres:gpu:2|NonZeroExitCode|/out/42.out|a|b\n"
+        "43|PENDING||gres:gpu:1|JobHeldUser|(null)|(null)\n"
+    )
+
+    running, failed, held = parse_squeue(text)
+
+    assert (running.job_id, running.active, running.gpus_per_node, running.nodes) == (
+        41, True, 3, "n1"
+    )  # fmt: skip
+    assert running.comment.endswith("sm_clock_mhz=-")
+    assert (failed.active, failed.comment, failed.exit_code) == (False, "a|b", None)
+    assert (held.state, held.reason, held.output, held.comment) == (
+        "PENDING", "JobHeldUser", "", ""
+    )  # fmt: skip
 
 
-def test_squeue_exit_code_is_a_wait_status_decoded_only_once_the_job_ended():
-    # given a job that exited 3 (768 = 3 << 8), one killed by SIGKILL (9), and one running
-    (failed,) = parse_squeue(_squeue(job_state="FAILED", exit_code=768))
-    (killed,) = parse_squeue(_squeue(job_state="CANCELLED", exit_code=9))
-    (running,) = parse_squeue(_squeue(exit_code=768))
+def test_scontrol_gives_the_exit_code_and_the_signal_of_an_ended_job():
+    (info,) = parse_squeue("42|FAILED|n1|gres:gpu:1|NonZeroExitCode|/o|x\n")
+    line = "JobId=42 JobName=x UserId=root(0) JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0"
 
-    assert (failed.exit_code, failed.signal, failed.active) == (3, None, False)
-    assert (killed.exit_code, killed.signal) == (0, 9)
-    assert (running.exit_code, running.active, running.gpus_per_node) == (None, True, 3)
+    assert parse_scontrol_job(line, info).exit_code == 3
+    killed = parse_scontrol_job(line.replace("ExitCode=3:0", "ExitCode=0:9"), info)
+    assert (killed.exit_code, killed.signal, killed.state) == (0, 9, "FAILED")
 
 
 def test_sacct_text_gives_the_exit_code_its_json_loses():
@@ -56,7 +70,7 @@ def test_sinfo_flags_make_a_node_unavailable():
     ]
 
 
-@pytest.mark.parametrize("payload", ["not json", '{"jobs": [{"job_state": "RUNNING"}]}'])
-def test_unreadable_squeue_output_is_one_slurm_error(payload):
-    with pytest.raises(SlurmError, match="^unreadable squeue --json output"):
-        parse_squeue(payload)
+@pytest.mark.parametrize("text", ["not a job line", "x|RUNNING|n1|g|r|o|c"])
+def test_unreadable_squeue_output_is_one_slurm_error(text):
+    with pytest.raises(SlurmError, match="^unreadable squeue line"):
+        parse_squeue(text)
