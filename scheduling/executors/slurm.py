@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import shlex
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -390,22 +390,24 @@ class SlurmExecutor(Executor):
             report.errors.append(str(exc))
             for info in ended:
                 by_id.pop(info.job_id)  # without its exit code: look again next round
+        # State changes of running and pending jobs, one UPDATE per new state (a first pass
+        # over 1,000 jobs took 4 s as single-row updates).
+        moved: dict[str, list[int]] = defaultdict(list)
         for row in live:
             info = by_id.get(row.slurm_job_id)
             if info is None:
                 continue  # neither slurmctld nor accounting has it (yet): look again next round
             if info.active:
-                updates = {}
                 if info.state != row.slurm_state:
-                    updates["slurm_state"] = info.state
-                if info.state == "RUNNING" and row.running_at is None:
-                    updates["running_at"] = now
-                if updates:
-                    SlurmJob.objects.filter(pk=row.pk).update(**updates)
+                    moved[info.state].append(row.pk)
                 if self._pending_too_long(row, info, now=now):
                     self._give_back(row, info, now=now, report=report)
                 continue
             self._job_ended(row, info, now=now, report=report)
+        for state, pks in moved.items():
+            SlurmJob.objects.filter(pk__in=pks).update(slurm_state=state)
+            if state == "RUNNING":
+                SlurmJob.objects.filter(pk__in=pks, running_at__isnull=True).update(running_at=now)
 
     def _pending_too_long(self, row: SlurmJob, info: SlurmJobInfo, *, now: datetime) -> bool:
         return (
