@@ -298,6 +298,7 @@ class SlurmExecutor(Executor):
                 slurm_id = self.cli.submit_held(sub)
             except SlurmError as exc:
                 report.errors.append(f"job {allocation.job_id}: {exc}")
+                self._refused(allocation, exc, now=now)
                 continue
             SlurmJob.objects.create(
                 slurm_job_id=slurm_id,
@@ -318,6 +319,22 @@ class SlurmExecutor(Executor):
             return
         SlurmJob.objects.filter(slurm_job_id__in=held).update(released_at=now)
         report.submitted.extend(held)
+
+    @staticmethod
+    def _refused(allocation: JobAllocation, exc: SlurmError, *, now: datetime) -> None:
+        """Slurm refused the submission (a node it does not know, an account it refuses, or
+        slurmctld down): the job goes back to the queue with Slurm's words as its reason,
+        rather than counting as running on GPUs where nothing runs."""
+        try:
+            cluster_services.transition_job(
+                Job.objects.get(pk=allocation.job_id),
+                to=JobState.QUEUED,
+                at=now,
+                pending_reason_code="slurm_refused",
+                pending_reason=f"Slurm refused the job: {exc}"[:2000],
+            )
+        except cluster_services.InvalidTransition as refused:
+            log.info("job %s not re-queued after sbatch failed: %s", allocation.job_id, refused)
 
     # --- reconcile ----------------------------------------------------------------------------
 

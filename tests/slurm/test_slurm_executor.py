@@ -392,3 +392,24 @@ def test_a_job_slurm_keeps_pending_goes_back_to_the_queue(
     assert job.pending_reason.startswith(f"Slurm kept job {row.slurm_job_id} pending (")
     wait_for(lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="it cancelled")
     assert slurm_job(slurm_cli, foreign).state == "RUNNING"
+
+
+def test_a_job_slurm_refuses_goes_back_to_the_queue_with_slurms_words(
+    slurm_settings, slurm_cli, slurm_nodes, make_node, make_job, member, team, executor
+):
+    # given a job started on a Wattflow node that Slurm does not know
+    n9 = make_node("n9", gpus=1)
+    job = make_job(owner=member, team=team, command=CHECKPOINTING)
+    job.refresh_from_db()
+    cluster_services.start_job(job, gpus=list(n9.gpus.all()), batch_size=256, at=timezone.now())
+
+    # when the executor carries it out
+    report = executor.carry_out(now=timezone.now())
+
+    # then nothing was submitted, and the job is queued again with sbatch's refusal as reason
+    job.refresh_from_db()
+    assert report.submitted == [] and len(report.errors) == 1
+    assert (job.state, job.pending_reason_code) == (JobState.QUEUED, "slurm_refused")
+    assert job.pending_reason.startswith("Slurm refused the job: sbatch ")
+    assert "n9" in job.pending_reason or "node" in job.pending_reason.lower()
+    assert not SlurmJob.objects.filter(job=job).exists()
