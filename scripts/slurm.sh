@@ -242,6 +242,14 @@ up)
     print_env
     ;;
 down)
+    # Jobs first, so no slurmstepd (and its job) outlives the slurmd that started it.
+    if pid_alive "$STATE/run/slurmctld.pid"; then
+        scancel --full --partition=gpu >/dev/null 2>&1 || true
+        for _ in $(seq 100); do
+            [[ -z $(squeue -h 2>/dev/null) ]] && break
+            sleep 0.1
+        done
+    fi
     stop_pidfiles "$STATE"/run/{slurmrestd,slurmd-n1,slurmd-n2,slurmctld}.pid
     # then what they report to; munged only when this script started it (else no pid file)
     stop_pidfiles "$STATE"/run/{slurmdbd,mariadb,munged}.pid
