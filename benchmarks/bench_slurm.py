@@ -115,7 +115,7 @@ def _run(args, slurm_env: dict[str, str]) -> None:
     first, steady, squeue_s = _reconcile_cost(args, executor, tqdm)
     _say(f"reconcile with {args.reconcile_jobs} Slurm jobs: first pass {first * 1000:.0f} ms")
     _say(_summary(f"reconcile with {args.reconcile_jobs} Slurm jobs, steady", steady))
-    _say(_summary(f"squeue --json --states=all alone ({args.reconcile_jobs} jobs)", squeue_s))
+    _say(_summary(f"squeue --states=all alone ({args.reconcile_jobs} jobs)", squeue_s))
 
 
 def _setup_cluster():

@@ -355,6 +355,9 @@ WATTFLOW_SLURM_OUTPUT_DIR = env_str(
 )
 # A CLI call that takes longer than this fails the step (the next round tries again).
 WATTFLOW_SLURM_COMMAND_TIMEOUT_S = env_int("WATTFLOW_SLURM_COMMAND_TIMEOUT_S", 30)
+# A released Slurm job still pending after this long goes back to Wattflow's queue (Slurm
+# would not start it where it was planned, e.g. its GPUs are taken by jobs outside Wattflow).
+WATTFLOW_SLURM_START_TIMEOUT_S = env_int("WATTFLOW_SLURM_START_TIMEOUT_S", 300)
 CELERY_BEAT_SCHEDULE["scheduling-round"] = _every(
     "scheduling.tasks.run_scheduling_round_task", WATTFLOW_ROUND_INTERVAL_S
 )

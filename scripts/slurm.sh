@@ -32,6 +32,21 @@ die() { say "$*"; exit 1; }
 
 pid_alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+check_ports() {
+    # A port answering while our daemon for it is not running belongs to someone else (another
+    # checkout's Slurm on the same ports): talking to it would run and cancel their jobs.
+    local pair
+    for pair in "slurmctld:$CTLD_PORT" "slurmdbd:$DBD_PORT" "slurmd-n1:$N1_PORT" \
+        "slurmd-n2:$N2_PORT" "slurmrestd:$REST_PORT" "mariadb:$DB_PORT"; do
+        local name=${pair%%:*} port=${pair##*:}
+        if ! pid_alive "$STATE/run/$name.pid" && port_taken "$port"; then
+            die "port $port ($name) is taken by another process; set WATTFLOW_SLURM_PORT_BASE"
+        fi
+    done
+}
+
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
     local limit=$1 what=$2; shift 2
     local deadline=$((SECONDS + limit))
@@ -234,6 +249,7 @@ up)
     t0=$SECONDS
     install_packages
     disable_units
+    check_ports
     write_configs
     start_munge
     start_mariadb
@@ -242,6 +258,14 @@ up)
     print_env
     ;;
 down)
+    # Jobs first, so no slurmstepd (and its job) outlives the slurmd that started it.
+    if pid_alive "$STATE/run/slurmctld.pid"; then
+        scancel --full --partition=gpu >/dev/null 2>&1 || true
+        for _ in $(seq 100); do
+            [[ -z $(squeue -h 2>/dev/null) ]] && break
+            sleep 0.1
+        done
+    fi
     stop_pidfiles "$STATE"/run/{slurmrestd,slurmd-n1,slurmd-n2,slurmctld}.pid
     # then what they report to; munged only when this script started it (else no pid file)
     stop_pidfiles "$STATE"/run/{slurmdbd,mariadb,munged}.pid

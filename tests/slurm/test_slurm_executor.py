@@ -244,3 +244,172 @@ def test_slurm_check_fails_with_one_line_when_slurm_is_unreachable(settings, db)
 
     with pytest.raises(CommandError, match=r"^Slurm is not reachable: sinfo not found"):
         call_command("slurm_check")
+
+
+def test_a_retune_keeps_the_slurm_job_and_updates_its_comment(
+    slurm_settings, slurm_cli, slurm_nodes, fifo, make_job, member, team, executor
+):
+    # given a 2-GPU job running in Slurm
+    job = make_job(owner=member, team=team, min_gpus=2, max_gpus=2, command=CHECKPOINTING)
+    services.run_scheduling_round(now=timezone.now(), force=True)
+    row, _ = _running_slurm_job(job, slurm_cli, slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR)
+    job.refresh_from_db()
+    gpus = list(job.current_allocation.gpus.all())
+
+    # when a round retunes it: same GPUs, a 250 W power limit
+    new = cluster_services.set_allocation(
+        job, gpus=gpus, batch_size=256, power_limit_w=250, at=timezone.now()
+    )
+    report = executor.carry_out(now=timezone.now())
+
+    # then the same Slurm job runs on, serving the new allocation, with the limit in its comment
+    assert (report.retuned, report.stopped, report.submitted) == ([row.slurm_job_id], [], [])
+    info = slurm_job(slurm_cli, row.slurm_job_id)
+    assert info.state == "RUNNING"
+    assert SlurmJobTag.parse(info.comment) == SlurmJobTag(job.pk, new.pk, 250, None)
+    row.refresh_from_db()
+    assert row.allocation_id == new.pk and row.cancel_requested_at is None
+
+
+def test_a_resize_stops_the_slurm_job_and_submits_one_with_the_new_gpu_count(
+    slurm_settings, slurm_cli, slurm_nodes, fifo, make_job, member, team, executor
+):
+    # given a 1..4-GPU job running on 2 GPUs in Slurm
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=4, command=CHECKPOINTING)
+    job.refresh_from_db()
+    node = slurm_nodes[1]
+    cluster_services.start_job(
+        job, gpus=list(node.gpus.order_by("index")[:2]), batch_size=256, at=timezone.now()
+    )
+    executor.carry_out(now=timezone.now())
+    old, _ = _running_slurm_job(job, slurm_cli, slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR)
+
+    # when a round grows it to 4 GPUs on the same node
+    job.refresh_from_db()
+    new = cluster_services.set_allocation(
+        job, gpus=list(node.gpus.order_by("index")[:4]), batch_size=256, at=timezone.now()
+    )
+    report = executor.carry_out(now=timezone.now())
+
+    # then the old Slurm job checkpointed and left, and a 4-GPU one runs for the new allocation
+    assert report.stopped == [old.slurm_job_id] and len(report.submitted) == 1
+    ckpt = slurm_settings.TELEMETRY_CHECKPOINT_ROOT + f"/job-{job.pk}/ckpt"
+    assert wait_for(lambda: read_text(ckpt), what="a checkpoint") == "step-41\n"
+    info = wait_for(
+        lambda: (i := slurm_job(slurm_cli, report.submitted[0])) and i.state == "RUNNING" and i,
+        what="the resized job running",
+    )
+    assert (info.nodes, info.gpus_per_node) == ("n2", 4)
+    assert SlurmJobTag.parse(info.comment).allocation_id == new.pk
+
+
+def test_a_slurmctld_restart_loses_nothing(
+    slurm_settings, slurm_cluster, slurm_cli, slurm_nodes, fifo, make_job, member, team,
+    executor,
+):  # fmt: skip
+    import os
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    from tests.slurm.conftest import SCRIPT
+
+    # given a job running in Slurm
+    job = make_job(owner=member, team=team, command=CHECKPOINTING)
+    services.run_scheduling_round(now=timezone.now(), force=True)
+    row, _ = _running_slurm_job(job, slurm_cli, slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR)
+
+    # when slurmctld stops and starts again
+    pid_file = Path(slurm_cluster["STATE_DIR"]) / "run" / "slurmctld.pid"
+    pid = int(pid_file.read_text())
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), what="slurmctld stopped")
+    up = subprocess.run(["bash", str(SCRIPT), "up", slurm_cluster["STATE_DIR"]],
+                        capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+
+    # then the job still runs in Slurm and the next round changes nothing and submits nothing
+    assert slurm_job(slurm_cli, row.slurm_job_id).state == "RUNNING"
+    result = services.run_scheduling_round(now=timezone.now(), force=True)
+    job.refresh_from_db()
+    assert (result.reconciled, job.state) == (0, JobState.RUNNING)
+    assert SlurmJob.objects.filter(job=job).count() == 1
+
+
+def test_slurmrestd_answers_with_a_jwt_and_refuses_without(slurm_cluster, slurm_cli):
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = slurm_cluster["WATTFLOW_SLURM_REST_URL"] + "/slurm/v0.0.38/diag"
+    token = slurm_cli.run("scontrol", "token", "username=root", "lifespan=60").strip()
+    request = urllib.request.Request(url, headers={
+        "X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token.split("=", 1)[1],
+    })  # fmt: skip
+
+    with urllib.request.urlopen(request, timeout=10) as response:
+        body = json.load(response)
+    assert body["meta"]["Slurm"]["release"].startswith("22.05")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    assert refused.value.code == 401
+
+
+def test_a_job_slurm_keeps_pending_goes_back_to_the_queue(
+    slurm_settings, slurm_cli, slurm_nodes, make_job, member, team, executor
+):
+    from scheduling.executors.slurm_cli import Submission
+
+    # given all of n1's GPUs taken by a job outside Wattflow, which Wattflow does not see
+    foreign = slurm_cli.submit_held(
+        Submission(script="#!/bin/bash\nsleep 600\n", name="other", comment="not ours",
+                   nodelist=["n1"], gpus_per_node=8, output="/dev/null",
+                   export={"PATH": "/usr/bin:/bin"}, partition="gpu")
+    )  # fmt: skip
+    slurm_cli.release([foreign])
+    wait_for(lambda: slurm_job(slurm_cli, foreign).state == "RUNNING", what="the other job")
+    # and a Wattflow job placed on n1 all the same
+    job = make_job(owner=member, team=team, command=CHECKPOINTING)
+    job.refresh_from_db()
+    cluster_services.start_job(
+        job, gpus=[slurm_nodes[0].gpus.get(index=0)], batch_size=256, at=timezone.now()
+    )
+    executor.carry_out(now=timezone.now())
+    row = SlurmJob.objects.get(job=job)
+    assert slurm_job(slurm_cli, row.slurm_job_id).state == "PENDING"
+
+    # when the reconciler runs past the start timeout
+    executor.start_timeout_s = 0.5
+    report = wait_for(
+        lambda: (r := executor.reconcile(now=timezone.now())).jobs_requeued and r,
+        what="the job re-queued",
+    )
+
+    # then the Slurm job is cancelled and the Wattflow job is queued again, saying why
+    job.refresh_from_db()
+    assert report.jobs_requeued == [job.pk]
+    assert (job.state, job.pending_reason_code) == (JobState.QUEUED, "slurm_pending")
+    assert job.pending_reason.startswith(f"Slurm kept job {row.slurm_job_id} pending (")
+    wait_for(lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="it cancelled")
+    assert slurm_job(slurm_cli, foreign).state == "RUNNING"
+
+
+def test_a_job_slurm_refuses_goes_back_to_the_queue_with_slurms_words(
+    slurm_settings, slurm_cli, slurm_nodes, make_node, make_job, member, team, executor
+):
+    # given a job started on a Wattflow node that Slurm does not know
+    n9 = make_node("n9", gpus=1)
+    job = make_job(owner=member, team=team, command=CHECKPOINTING)
+    job.refresh_from_db()
+    cluster_services.start_job(job, gpus=list(n9.gpus.all()), batch_size=256, at=timezone.now())
+
+    # when the executor carries it out
+    report = executor.carry_out(now=timezone.now())
+
+    # then nothing was submitted, and the job is queued again with sbatch's refusal as reason
+    job.refresh_from_db()
+    assert report.submitted == [] and len(report.errors) == 1
+    assert (job.state, job.pending_reason_code) == (JobState.QUEUED, "slurm_refused")
+    assert job.pending_reason.startswith("Slurm refused the job: sbatch ")
+    assert "n9" in job.pending_reason or "node" in job.pending_reason.lower()
+    assert not SlurmJob.objects.filter(job=job).exists()
