@@ -10,12 +10,14 @@ converged choice (reconstructed, not Zeus' exploration). Jobs are queued as in
 
 The knob is the power limit, in ``power_limit_step_w`` steps (Zeus' 25 W) across the
 range the perf model reports (``power_limits_w``); a model that reports no range is
-tuned by SM clock step instead. The batch is tuned too where the job allows a range.
+tuned by SM clock step instead. The batch is tuned too where the job allows a range and
+its statistical efficiency is known (``scheduling.core.goodput``).
 """
 
 from __future__ import annotations
 
 from scheduling.core.context import JobView, RoundContext
+from scheduling.core.goodput import batch_choices
 from scheduling.core.policies.fifo import Fifo
 from scheduling.core.registry import register_policy
 
@@ -59,7 +61,8 @@ class Zeus(Fifo):
         job = jv.job
         batches = [job.global_batch]
         if self.tune_batch and job.min_batch is not None and job.max_batch is not None:
-            batches += [b for b in jv.perf.batch_sizes if job.min_batch <= b <= job.max_batch]
+            allowed = [b for b in jv.perf.batch_sizes if job.min_batch <= b <= job.max_batch]
+            batches = list(batch_choices(job, allowed))  # only the submitted one if E unknown
         limits = self._limits(jv)
         if limits:
             knobs = [(None, w) for w in limits]
