@@ -279,7 +279,9 @@ class Agent:
                     events.append(self.stop_job(job.job_id, now, reason="completed"))
             return events
         for job_id, job in list(self.jobs.items()):
-            events.extend(self._progress(now, job_id, job.iterations()))
+            progress = job.progress()
+            if progress is not None:  # (iterations, grad_sqr, grad_var)
+                events.extend(self._progress(now, job_id, *progress))
             status = job.poll()
             if status is not None:
                 self.jobs.pop(job_id)
@@ -298,7 +300,14 @@ class Agent:
                 self._release(job_id, job.gpu_indices)
         return events
 
-    def _progress(self, now: datetime, job_id: int, iterations: float | None) -> list[dict]:
+    def _progress(
+        self,
+        now: datetime,
+        job_id: int,
+        iterations: float | None,
+        grad_sqr: float | None = None,
+        grad_var: float | None = None,
+    ) -> list[dict]:
         if iterations is None or self.last_iterations.get(job_id) == iterations:
             return []
         # At most one progress event per job and post interval: progress is for pages and
@@ -307,7 +316,10 @@ class Agent:
             return []
         self.last_iterations[job_id] = iterations
         self._last_progress_at[job_id] = now
-        return [self._event(now, job_id, "progress", iterations=iterations)]
+        stats = {}
+        if grad_sqr is not None and grad_var is not None:
+            stats = {"grad_sqr": grad_sqr, "grad_var": grad_var}
+        return [self._event(now, job_id, "progress", iterations=iterations, **stats)]
 
     # --- lifetime ---------------------------------------------------------------------------
     def register_until_accepted(self, retry_s: float = 5.0) -> bool:
