@@ -131,6 +131,12 @@ class JobAdmin(admin.ModelAdmin):
         "pending_reason",
         "exit_status",
         "log_tail",
+        # What the job reported about its gradients, and the noise scale the scheduler uses.
+        "grad_sqr",
+        "grad_var",
+        "grad_batch_size",
+        "grad_stats_at",
+        "noise_scale",
     ]
     inlines = [JobAllocationInline]
     actions = ["cancel_jobs"]

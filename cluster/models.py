@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from cluster import validators as v
 from cluster.choices import AuditAction, HardLimitAction, JobState, NodeStatus, Role
+from scheduling.core.goodput import load_curves
 
 
 def finite_check(field: str, *, nullable: bool = False) -> models.CheckConstraint:
@@ -265,6 +266,14 @@ class Job(models.Model):
     pending_reason = models.TextField(blank=True)
     exit_status = models.IntegerField(null=True, blank=True)
     log_tail = models.TextField(blank=True)
+    # The gradient statistics the job last reported with its progress (job-events), from
+    # which the scheduler derives its statistical efficiency (scheduling/core/goodput.py):
+    # grad_sqr ~ |G|^2 and grad_var = the variance of the mini-batch gradient at
+    # grad_batch_size, the batch of the allocation it ran in; null until reported.
+    grad_sqr = models.FloatField(null=True, blank=True, editable=False)
+    grad_var = models.FloatField(null=True, blank=True, editable=False)
+    grad_batch_size = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    grad_stats_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Cached pointer to the open JobAllocation (the one with ended_at null), kept in step by
     # cluster.services so list pages need no subquery.
     current_allocation = models.OneToOneField(
@@ -306,6 +315,13 @@ class Job(models.Model):
             finite_check("max_lr", nullable=True),
             finite_check("slowdown_tolerance"),
             finite_check("completed_iterations"),
+            finite_check("grad_sqr", nullable=True),
+            finite_check("grad_var", nullable=True),
+            models.CheckConstraint(
+                condition=(Q(grad_sqr__isnull=True) | Q(grad_sqr__gte=0))
+                & (Q(grad_var__isnull=True) | Q(grad_var__gte=0)),
+                name="job_grad_stats_not_negative",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -318,6 +334,17 @@ class Job(models.Model):
     @property
     def remaining_iterations(self) -> float:
         return max(0.0, self.total_iterations - self.completed_iterations)
+
+    @property
+    def noise_scale(self) -> float | None:
+        """Gradient noise scale (samples) the scheduler uses: from the reported statistics
+        (calibrated), else the workload's learned curve, else None (efficiency unknown)."""
+        return load_curves().noise_scale(
+            self.workload,
+            grad_sqr=self.grad_sqr,
+            grad_var=self.grad_var,
+            batch=self.grad_batch_size,
+        )
 
     def clean(self) -> None:
         errors: dict[str, str] = {}

@@ -178,6 +178,8 @@ def job_from_row(
         iter_time_scale=iter_time_scale,
         power_scale=power_scale,
         observed_slowdown=observed_slowdown,
+        # Reported gradient statistics (calibrated), else the workload's learned curve.
+        noise_scale=job.noise_scale,
     )
 
 

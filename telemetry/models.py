@@ -179,7 +179,8 @@ class CarbonIntensity(models.Model):
 
 
 class JobEvent(models.Model):
-    """What an agent reported about a job: started, progress (iterations) or exited.
+    """What an agent reported about a job: started, progress (iterations, optionally the
+    gradient statistics ``grad_sqr`` and ``grad_var``) or exited.
 
     ``event_id`` is chosen by the agent, so a replayed event is recognised and applied once.
     """
@@ -191,6 +192,9 @@ class JobEvent(models.Model):
     kind = models.CharField(max_length=16, choices=JobEventKind.choices)
     ts = models.DateTimeField()
     iterations = models.FloatField(null=True, blank=True)
+    # Optional gradient statistics of a progress report (at the allocation's batch).
+    grad_sqr = models.FloatField(null=True, blank=True)
+    grad_var = models.FloatField(null=True, blank=True)
     exit_status = models.IntegerField(null=True, blank=True)
     reason = models.CharField(max_length=16, choices=ExitReason.choices, blank=True)
     log_tail = models.TextField(blank=True)

@@ -8,6 +8,7 @@ stopped or moved meanwhile) is recorded as an event and changes nothing else.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -15,11 +16,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 
 from cluster.choices import JobState
 from cluster.models import Gpu, Job, JobAllocation, Node
 from cluster.services import InvalidTransition, transition_job
+from scheduling.core.goodput import efficiency
 from telemetry.choices import ExitReason, JobEventKind
 from telemetry.models import JobEvent
 
@@ -97,24 +99,40 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
 # A job's work is counted in iterations at its *submitted* global batch size
 # (``Job.total_iterations``, ``completed_iterations``; the core's ``total_iters``/``done_iters``).
 # A policy may run it at another batch (``JobAllocation.batch_size``); the agent and the job
-# then count iterations at that batch. The work itself is samples = iterations x batch, so the
-# two counts convert here, in one place: assignments go out at the allocation's batch and
-# progress comes back to submitted-batch iterations. ``JobEvent.iterations`` keeps what the
-# agent reported (allocation batch), which is what ``observed_measurements`` hands the job's
-# online model as its iteration time at that batch.
+# then count iterations at that batch. The work itself is useful samples = iterations x batch
+# x the statistical efficiency of that batch (``scheduling.core.goodput``, as the core and
+# the simulator count it, with the job's noise scale at the time), so the two counts convert
+# here, in one place: assignments go out at the allocation's batch and progress comes back to
+# submitted-batch iterations. ``JobEvent.iterations`` keeps what the agent reported
+# (allocation batch), which is what ``observed_measurements`` hands the job's online model as
+# its iteration time at that batch.
 
 # Float noise of a round trip (x * a / b * b / a) is rounded away at this many decimals, so a
 # job that finishes at another batch stores exactly its ``total_iterations``.
 _ITERATION_DECIMALS = 6
 
 
-def iterations_at_batch(iterations: float, *, from_batch: int, to_batch: int) -> float:
-    """``iterations`` counted at ``from_batch`` recounted at ``to_batch`` (same samples)."""
+def iterations_at_batch(
+    iterations: float,
+    *,
+    from_batch: int,
+    to_batch: int,
+    submitted_batch: int | None = None,
+    noise_scale: float | None = math.inf,
+) -> float:
+    """``iterations`` counted at ``from_batch`` recounted at ``to_batch``: the same useful
+    samples. An iteration at batch ``b`` does ``b x E(b)`` samples of the job's work, ``E``
+    its statistical efficiency relative to ``submitted_batch`` for ``noise_scale``
+    (``scheduling.core.goodput``, the core's and the simulator's rule); the default,
+    ``noise_scale=inf``, counts every sample as useful."""
     if from_batch <= 0 or to_batch <= 0:
         raise ValueError(f"batch sizes must be positive, not {from_batch} and {to_batch}")
     if from_batch == to_batch:
         return float(iterations)
-    return round(iterations * from_batch / to_batch, _ITERATION_DECIMALS)
+    ref = submitted_batch or from_batch
+    useful_from = from_batch * efficiency(noise_scale, from_batch, ref)
+    useful_to = to_batch * efficiency(noise_scale, to_batch, ref)
+    return round(iterations * useful_from / useful_to, _ITERATION_DECIMALS)
 
 
 def checkpoint_dir(job: Job) -> str:
@@ -139,12 +157,14 @@ def assignments_for(node: Node, *, now: datetime) -> dict[str, Any]:
         all_gpus = list(alloc.gpus.all())
         here = sorted((g for g in all_gpus if g.node_id == node.pk), key=lambda g: g.index)
         # The agent counts at the allocation's batch (see "iteration units" above).
-        total = iterations_at_batch(
-            job.total_iterations, from_batch=job.global_batch_size, to_batch=alloc.batch_size
-        )
-        done = iterations_at_batch(
-            job.completed_iterations, from_batch=job.global_batch_size, to_batch=alloc.batch_size
-        )
+        units = {
+            "from_batch": job.global_batch_size,
+            "to_batch": alloc.batch_size,
+            "submitted_batch": job.global_batch_size,
+            "noise_scale": job.noise_scale,
+        }
+        total = iterations_at_batch(job.total_iterations, **units)
+        done = iterations_at_batch(job.completed_iterations, **units)
         assignments.append(
             {
                 "allocation_id": alloc.pk,
@@ -313,6 +333,8 @@ def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime
                     "kind": e["kind"],
                     "ts": e["ts"],
                     "iterations": e.get("iterations"),
+                    "grad_sqr": e.get("grad_sqr"),
+                    "grad_var": e.get("grad_var"),
                     "exit_status": e.get("exit_status"),
                     "reason": e.get("reason") or "",
                     "log_tail": e.get("log_tail") or "",
@@ -339,31 +361,59 @@ def _lock_node_then_job(node_id: int, job_id: int) -> bool:
         return node_found and cursor.fetchone() is not None
 
 
-def _submitted_iterations(event: JobEvent) -> float:
-    """The event's iteration count (at its allocation's batch) at the job's submitted batch.
-
-    An event without an allocation (an agent that lost track of it) is taken at the batch of
-    the job's current allocation, else at the submitted batch."""
-    row = (
-        Job.objects.filter(pk=event.job_id)
-        .values("global_batch_size", "total_iterations", "current_allocation__batch_size")
-        .get()
-    )
-    batch = row["current_allocation__batch_size"] or row["global_batch_size"]
+def _event_batch(event: JobEvent, default: int) -> int:
+    """The global batch the event's counts are at: its allocation's, else ``default`` (the
+    job's current allocation's, else its submitted one)."""
     if event.allocation_id is not None:
         batch = (
             JobAllocation.objects.filter(pk=event.allocation_id)
             .values_list("batch_size", flat=True)
             .first()
-        ) or batch
+        )
+        if batch:
+            return batch
+    return default
+
+
+def _current_batch(job: Job) -> int:
+    alloc = job.current_allocation
+    return alloc.batch_size if alloc is not None else job.global_batch_size
+
+
+def _store_gradient_statistics(event: JobEvent) -> None:
+    """Keep the job's latest gradient statistics with the batch they were measured at; a
+    report older than the stored one (replayed from a spool) does not overwrite it."""
+    job = Job.objects.select_related("current_allocation").get(pk=event.job_id)
+    Job.objects.filter(pk=event.job_id).filter(
+        Q(grad_stats_at__isnull=True) | Q(grad_stats_at__lt=event.ts)
+    ).update(
+        grad_sqr=event.grad_sqr,
+        grad_var=event.grad_var,
+        grad_batch_size=_event_batch(event, _current_batch(job)),
+        grad_stats_at=event.ts,
+    )
+
+
+def _submitted_iterations(event: JobEvent) -> float:
+    """The event's iteration count (at its allocation's batch) at the job's submitted batch.
+
+    An event without an allocation (an agent that lost track of it) is taken at the batch of
+    the job's current allocation, else at the submitted batch."""
+    job = Job.objects.select_related("current_allocation").get(pk=event.job_id)
     done = iterations_at_batch(
-        event.iterations, from_batch=batch, to_batch=row["global_batch_size"]
+        event.iterations,
+        from_batch=_event_batch(event, _current_batch(job)),
+        to_batch=job.global_batch_size,
+        submitted_batch=job.global_batch_size,
+        noise_scale=job.noise_scale,
     )
     # A job never did more than all its work (an agent counting a last partial step).
-    return min(done, float(row["total_iterations"]))
+    return min(done, float(job.total_iterations))
 
 
 def _apply(event: JobEvent) -> None:
+    if event.grad_sqr is not None and event.grad_var is not None:
+        _store_gradient_statistics(event)
     if event.iterations is not None:
         done = _submitted_iterations(event)
         Job.objects.filter(pk=event.job_id, completed_iterations__lt=done).update(

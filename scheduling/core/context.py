@@ -5,9 +5,10 @@
 for the round, because greedy policies ask for the same configurations many times.
 
 Time model (shared with the simulator): a job's work is ``remaining_iters`` iterations
-at its *submitted* global batch, i.e. a number of samples; at another batch ``b`` it
-needs ``samples / b`` iterations. Statistical efficiency is not modelled (as in
-ElasticFlow, which keeps the batch fixed); this is a simplification, not a measurement.
+at its *submitted* global batch, i.e. a number of useful samples; at another batch ``b``
+one iteration makes ``b x E(b)`` of them, ``E`` the job's statistical efficiency
+(``scheduling/core/goodput.py``), so a bigger batch is never free and a job whose
+efficiency is unknown is never predicted to gain from another batch.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduling.core.goodput import iters_to_finish, useful_samples_per_iter
 from scheduling.core.types import (
     Budget,
     Cluster,
@@ -164,7 +166,7 @@ class RoundContext:
         job = jv.job
         b = batch if batch is not None else job.global_batch
         iter_s, power_w = self.cache.predict(jv.perf, n, b, clock, limit)
-        iters = job.remaining_iters * job.global_batch / b
+        iters = iters_to_finish(job, b)
         return iters * iter_s * job.iter_time_scale, power_w * job.power_scale
 
     def remaining_and_power_grid(
@@ -181,12 +183,14 @@ class RoundContext:
         predict, perf = self.cache.predict, jv.perf
         samples = job.remaining_iters * job.global_batch
         its, ps = job.iter_time_scale, job.power_scale
+        useful = [useful_samples_per_iter(job, b) for b in batches]
         out = []
         for si, n in enumerate(sizes):
             for ci, clock in enumerate(clocks):
                 for bi, b in enumerate(batches):
                     iter_s, power_w = predict(perf, n, b, clock, None)
-                    out.append((si, ci, bi, samples / b * iter_s * its, power_w * ps))
+                    iters = samples / useful[bi]
+                    out.append((si, ci, bi, iters * iter_s * its, power_w * ps))
         return out
 
     def idle_power_w(self, gpu_model: str) -> float:

@@ -158,6 +158,10 @@ class Job:
     # Online refinement: observed / predicted, 1.0 until telemetry says otherwise.
     iter_time_scale: float = 1.0
     power_scale: float = 1.0
+    # Statistical efficiency (``scheduling/core/goodput.py``): the gradient noise scale
+    # in samples, from the job's reported gradient statistics (calibrated) or its
+    # workload's learned curve; None: unknown, so the job keeps its submitted batch.
+    noise_scale: float | None = None
 
     @property
     def remaining_iters(self) -> float:

@@ -46,6 +46,7 @@ from functools import cached_property
 
 import numpy as np
 
+from scheduling.core.goodput import useful_samples_per_iter
 from scheduling.core.types import GpuConfig, Job, PerfCatalog
 from scheduling.simulator.engine import idle_power_by_model
 from scheduling.simulator.scenario import Scenario
@@ -202,8 +203,11 @@ def _configurations(
                     gpus_per_node=shape,
                 )
                 iter_s, power_w = model.iter_time_s(cfg), model.power_w(cfg)
-                # Work is samples: at batch b the job needs submitted_batch / b iterations.
-                points.append((iter_s * job.global_batch / b, n, power_w))
+                # Work is useful samples: at batch b the job needs submitted_batch /
+                # (b x efficiency) iterations per submitted-batch iteration.
+                points.append(
+                    (iter_s * job.global_batch / useful_samples_per_iter(job, b), n, power_w)
+                )
     return points
 
 
@@ -246,6 +250,7 @@ def jct_bound(
                 job.global_batch,
                 job.min_batch,
                 job.max_batch,
+                job.noise_scale,
             )
             if key not in configurations:
                 configurations[key] = _configurations(

@@ -33,6 +33,7 @@ from scheduling.simulator.compare import KINDS, Comparison, budgets_from
 from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult
 from scheduling.simulator.metrics import summarise, write_results
 from scheduling.simulator.scenario import (
+    BATCH_EFFICIENCY,
     REPO_DATA,
     TEAM_RULES,
     Scenario,
@@ -154,8 +155,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-batch-factor",
         type=_positive(int),
-        help="let jobs grow their batch up to N x the trace's (optimistic: no statistical "
-        "efficiency model)",
+        help="let jobs grow their batch up to N x the trace's (each batch counted in useful "
+        "samples: see --batch-efficiency)",
+    )
+    parser.add_argument(
+        "--batch-efficiency",
+        choices=BATCH_EFFICIENCY,
+        default="learned",
+        help="learned: each workload's statistical-efficiency curve (default); free: every "
+        "batch equally efficient, the optimistic model before goodput",
     )
     parser.add_argument(
         "--arrival-scale",
@@ -253,6 +261,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             max_gpus=args.max_gpus,
             max_batch_factor=args.max_batch_factor,
             arrival_scale=args.arrival_scale,
+            batch_efficiency=args.batch_efficiency,
             config=config,
             max_jobs=args.max_jobs,
         )

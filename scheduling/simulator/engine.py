@@ -10,10 +10,12 @@ ahead), asks the planner for a :class:`~scheduling.core.types.Plan` and applies 
 Between events nothing changes, so every quantity is integrated exactly:
 
 * a job's work is ``total_iters`` iterations at its *submitted* global batch, i.e. a
-  number of samples (the core's convention, ``scheduling/core/context.py``); run at
-  batch ``b`` it progresses at ``(b / submitted batch) / (iter_time_s(cfg) *
-  iter_time_scale)`` submitted-batch iterations per second and finishes at the exact
-  instant its remaining work is done;
+  number of useful samples (the core's convention, ``scheduling/core/context.py``); run
+  at batch ``b`` it progresses at ``(b x E(b) / submitted batch) / (iter_time_s(cfg) *
+  iter_time_scale)`` submitted-batch iterations per second, ``E`` its statistical
+  efficiency from ``Job.noise_scale`` (``scheduling/core/goodput.py``; the same number
+  the policies see: the simulator's truth is the workload's learned curve), and
+  finishes at the exact instant its remaining work is done;
 * each of its GPUs draws ``power_w(cfg) * power_scale`` while it progresses;
 * after a start from a checkpoint, a resize or a move the job makes no progress for
   ``restart_cost_s`` and its GPUs draw idle power meanwhile (loading, not computing);
@@ -61,6 +63,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scheduling.core.goodput import useful_samples_per_iter
 from scheduling.core.types import (
     Allocation,
     Budget,
@@ -518,8 +521,9 @@ class Simulator:
                 # Half the shared idle draw each; x of its own draw above idle.
                 power_w = 0.5 * idle_w + x * max(power_w - idle_w, 0.0)
                 share = 0.5
-            # Seconds per submitted-batch iteration: work is samples (see module doc).
-            work_s = iter_s * spec.iter_time_scale * spec.global_batch / alloc.global_batch
+            # Seconds per submitted-batch iteration: work is useful samples (module doc).
+            useful = useful_samples_per_iter(spec, alloc.global_batch)
+            work_s = iter_s * spec.iter_time_scale * spec.global_batch / useful
             power_w *= spec.power_scale
             start = max(t0, rec.restart_until_s)
             finish = start + max(spec.total_iters - rec.done_iters, 0.0) * work_s

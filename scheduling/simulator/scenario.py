@@ -7,12 +7,14 @@ once, ``run_policy(scenario, "powerflow", budget=...)`` runs one policy through 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from scheduling.core.goodput import with_noise_scales
 from scheduling.core.types import Cluster, Job, PerfCatalog, Plan, Snapshot
 from scheduling.simulator.carbon import (
     ConstantIntensity,
@@ -33,6 +35,7 @@ from scheduling.simulator.traces import read_trace, with_arrival_scale, with_bat
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 DEFAULT_START = datetime(2022, 6, 1, tzinfo=UTC)
+BATCH_EFFICIENCY = ("learned", "free")
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,17 @@ def load_scenario(
     max_jobs: int | None = None,
     max_batch_factor: int | None = None,
     arrival_scale: float | None = None,
+    batch_efficiency: str = "learned",
 ) -> Scenario:
-    """Read everything a run needs. ``max_jobs`` keeps the first N jobs (for quick runs)."""
+    """Read everything a run needs. ``max_jobs`` keeps the first N jobs (for quick runs).
+
+    ``batch_efficiency``: ``"learned"`` gives every job its workload's learned
+    statistical-efficiency curve (``scheduling/core/goodput_curves.json``; a workload
+    without one keeps its submitted batch), ``"free"`` the old model in which every
+    batch is equally efficient (noise scale infinite), for before/after comparisons.
+    """
+    if batch_efficiency not in BATCH_EFFICIENCY:
+        raise ValueError(f"batch_efficiency must be one of {', '.join(BATCH_EFFICIENCY)}")
     if catalog is None:
         from scheduling.core.perf_models import load_catalog
 
@@ -84,6 +96,7 @@ def load_scenario(
         jobs = with_batch_range(jobs, max_batch_factor)
     if arrival_scale is not None:
         jobs = with_arrival_scale(jobs, arrival_scale)
+    jobs = with_noise_scales(jobs, override=math.inf if batch_efficiency == "free" else None)
     if carbon_zone is None:
         intensity: HourlyIntensity = ConstantIntensity(0.0, start=start)
     else:
@@ -102,6 +115,7 @@ def load_scenario(
         "max_gpus": max_gpus,
         "max_batch_factor": max_batch_factor,
         "arrival_scale": arrival_scale,
+        "batch_efficiency": batch_efficiency,
         "jobs": len(jobs),
         "round_length_s": config.round_length_s,
         "restart_cost_s": config.restart_cost_s,

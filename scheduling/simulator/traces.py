@@ -233,10 +233,10 @@ def read_philly_week(
 def with_batch_range(jobs: Iterable[Job], max_batch_factor: int) -> tuple[Job, ...]:
     """Let each job's global batch grow up to ``max_batch_factor`` x the submitted one.
 
-    The traces fix the batch. Allowing a range lets PowerFlow-style policies tune it,
-    but note the core's time model: work is samples and statistical efficiency is not
-    modelled, so a larger batch is predicted to finish sooner with no loss -- an
-    optimistic assumption that benchmarks must state when they use it.
+    The traces fix the batch. Allowing a range lets PowerFlow-style policies tune it;
+    work is useful samples, so what a larger batch gains depends on the job's
+    statistical efficiency (``Job.noise_scale``, ``scheduling/core/goodput.py``), and a
+    job whose efficiency is unknown keeps its submitted batch.
     """
     if max_batch_factor < 1:
         raise TraceError("max_batch_factor must be at least 1")

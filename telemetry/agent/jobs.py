@@ -5,7 +5,11 @@ The agent starts a job's ``command`` through bash, in its own process group, wit
 - ``CUDA_VISIBLE_DEVICES``: the NVML indices of the GPUs the scheduler gave it;
 - ``WATTFLOW_JOB_ID``, ``WATTFLOW_BATCH_SIZE`` (global batch), ``WATTFLOW_GPU_COUNT``;
 - ``WATTFLOW_CHECKPOINT_DIR``: where the job keeps its checkpoint (it persists across restarts);
-- ``WATTFLOW_PROGRESS_FILE``: a file the job overwrites with the number of iterations done;
+- ``WATTFLOW_PROGRESS_FILE``: a file the job overwrites with its progress: the number of
+  iterations done, or one JSON object ``{"iterations": ..., "samples": ..., "grad_sqr": ...,
+  "grad_var": ...}`` (only ``iterations`` required; ``jobclient/wattflow_client.py`` writes it);
+- ``WATTFLOW_STOP_FILE``: created by the agent just before it sends SIGTERM, for jobs that
+  would rather poll a file than handle a signal;
 - ``WATTFLOW_TOTAL_ITERATIONS``, ``WATTFLOW_COMPLETED_ITERATIONS`` (from the server).
 
 **Iteration units.** Every count the job sees or writes is in iterations at
@@ -29,14 +33,58 @@ exit status is reported.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 LOG_TAIL_BYTES = 4000
+
+
+class Progress(NamedTuple):
+    """What a job's progress file says: iterations (at the allocation's batch) and, when the
+    job measured them, its gradient statistics (both or neither)."""
+
+    iterations: float
+    grad_sqr: float | None = None
+    grad_var: float | None = None
+
+
+def parse_progress(text: str) -> Progress | None:
+    """The progress in a progress file's text (a number, or a JSON object); None for a
+    half-written or unreadable file (read it again next tick). Gradient statistics that are
+    not finite non-negative numbers, or come without their partner, are dropped: the
+    server would refuse the whole event."""
+    text = text.strip()
+    if not text:
+        return None
+    if not text.startswith("{"):
+        try:
+            return Progress(float(text.splitlines()[-1]))
+        except ValueError:
+            return None
+    try:
+        data = json.loads(text)
+        iterations = float(data["iterations"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not math.isfinite(iterations) or iterations < 0:
+        return None
+    sqr, var = _statistic(data.get("grad_sqr")), _statistic(data.get("grad_var"))
+    if sqr is None or var is None:
+        return Progress(iterations)
+    return Progress(iterations, sqr, var)
+
+
+def _statistic(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 class ProcessJob:
@@ -47,6 +95,7 @@ class ProcessJob:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.progress_file = self.dir / "progress"
         self.log_file = self.dir / "log.txt"
+        self.stop_file = self.dir / "stop"
         self.checkpoint_dir = Path(assignment.get("checkpoint_dir") or self.dir / "checkpoint")
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self.gpu_indices = gpu_indices
@@ -63,6 +112,7 @@ class ProcessJob:
                 "WATTFLOW_GPU_COUNT": str(len(self.gpu_indices)),
                 "WATTFLOW_CHECKPOINT_DIR": str(self.checkpoint_dir),
                 "WATTFLOW_PROGRESS_FILE": str(self.progress_file),
+                "WATTFLOW_STOP_FILE": str(self.stop_file),
             }
         )
         return env
@@ -71,6 +121,7 @@ class ProcessJob:
         # A progress file left by an earlier allocation counts at that allocation's batch;
         # reporting it under this one would convert it with the wrong batch.
         self.progress_file.unlink(missing_ok=True)
+        self.stop_file.unlink(missing_ok=True)  # an order for the previous allocation
         with self.log_file.open("ab") as log:
             # A new session makes the job its own process group, so SIGTERM reaches the
             # shell and every worker it forked, and never the agent itself.
@@ -90,14 +141,23 @@ class ProcessJob:
     def poll(self) -> int | None:
         return None if self.process is None else self.process.poll()
 
+    def progress(self) -> Progress | None:
+        """The progress file's report; None until the job has written a readable one."""
+        return read_progress(self.progress_file)
+
     def iterations(self) -> float | None:
         """Iterations done, from the progress file; None until the job has written one."""
-        return read_progress(self.progress_file)
+        progress = self.progress()
+        return None if progress is None else progress.iterations
 
     def stop(self, grace_s: float) -> int | None:
         """SIGTERM the group, wait up to ``grace_s`` for the checkpoint, then SIGKILL."""
         if self.process is None or self.process.poll() is not None:
             return self.poll()
+        try:
+            self.stop_file.touch()
+        except OSError:
+            pass  # the signal is the order; the file only helps jobs that poll
         try:
             os.killpg(self.process.pid, signal.SIGTERM)
         except ProcessLookupError:
@@ -124,14 +184,11 @@ class ProcessJob:
             return ""
 
 
-def read_progress(path: Path) -> float | None:
-    """The iterations a job wrote into its progress file (the last line counts); None while
-    there is none, or it is half-written (read it again next tick)."""
+def read_progress(path: Path) -> Progress | None:
+    """What a job wrote into its progress file (see ``parse_progress``); None while there is
+    none, or it is half-written (read it again next tick)."""
     try:
-        text = path.read_text().strip()
+        text = path.read_text()
     except OSError:  # not there (yet), or not a readable file
         return None
-    try:
-        return float(text.splitlines()[-1]) if text else None
-    except ValueError:
-        return None
+    return parse_progress(text)

@@ -283,8 +283,9 @@ class Agent:
                     self.backend.restore_defaults(gpu.index)
         events = []
         for handoff in self.slurm_jobs.values():
-            iterations = read_progress(self.handoffs.progress_file(handoff))
-            events.extend(self._progress(now, handoff.tag.job_id, iterations))
+            progress = read_progress(self.handoffs.progress_file(handoff))
+            if progress is not None:
+                events.extend(self._progress(now, handoff.tag.job_id, *progress))
         return events
 
     def _begin_slurm_job(self, handoff: Handoff) -> None:
@@ -328,7 +329,9 @@ class Agent:
         """Progress of running jobs (when it moved) and exits of finished ones."""
         events = []
         for job_id in list(self.runner.running()):
-            events.extend(self._progress(now, job_id, self.runner.iterations(job_id)))
+            progress = self.runner.progress(job_id)
+            if progress is not None:  # (iterations, grad_sqr, grad_var)
+                events.extend(self._progress(now, job_id, *progress))
             ended = self.runner.ended(job_id)
             if ended is not None:
                 self.finished_allocations.add(self.allocation_of.get(job_id))
@@ -346,7 +349,14 @@ class Agent:
                 self._release(job_id, ended.gpu_indices)
         return events
 
-    def _progress(self, now: datetime, job_id: int, iterations: float | None) -> list[dict]:
+    def _progress(
+        self,
+        now: datetime,
+        job_id: int,
+        iterations: float | None,
+        grad_sqr: float | None = None,
+        grad_var: float | None = None,
+    ) -> list[dict]:
         if iterations is None or self.last_iterations.get(job_id) == iterations:
             return []
         # At most one progress event per job and post interval: progress is for pages and
@@ -355,7 +365,10 @@ class Agent:
             return []
         self.last_iterations[job_id] = iterations
         self._last_progress_at[job_id] = now
-        return [self._event(now, job_id, "progress", iterations=iterations)]
+        stats = {}
+        if grad_sqr is not None and grad_var is not None:
+            stats = {"grad_sqr": grad_sqr, "grad_var": grad_var}
+        return [self._event(now, job_id, "progress", iterations=iterations, **stats)]
 
     # --- lifetime ---------------------------------------------------------------------------
     def register_until_accepted(self, retry_s: float = 5.0) -> bool:

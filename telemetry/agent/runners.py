@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from telemetry.agent.backends import GpuBackend
-from telemetry.agent.jobs import ProcessJob
+from telemetry.agent.jobs import ProcessJob, Progress
 from telemetry.agent.simulated import PerfModelUnavailable, SimJob, SimulatedBackend
 
 RUNNER_NAMES = ("process", "simulated", "none")
@@ -68,8 +68,9 @@ class JobRunner(Protocol):
         """Stop a running job (it checkpoints) and say how it ended."""
         ...
 
-    def iterations(self, job_id: int) -> float | None:
-        """Iterations the job reports done (None: nothing yet)."""
+    def progress(self, job_id: int) -> Progress | None:
+        """What the job reports done: iterations and, when it measured them, its gradient
+        statistics (None: nothing yet)."""
         ...
 
     def ended(self, job_id: int) -> JobExit | None:
@@ -111,8 +112,8 @@ class ProcessRunner:
         status = job.stop(self.stop_grace_s)
         return JobExit(status, job.iterations(), job.log_tail(), tuple(job.gpu_indices))
 
-    def iterations(self, job_id: int) -> float | None:
-        return self.jobs[job_id].iterations()
+    def progress(self, job_id: int) -> Progress | None:
+        return self.jobs[job_id].progress()
 
     def ended(self, job_id: int) -> JobExit | None:
         job = self.jobs[job_id]
@@ -173,8 +174,9 @@ class SimulatedRunner:
             return JobExit(None, None, "", ())
         return JobExit(0, job.done_iters, "", job.gpu_indices)
 
-    def iterations(self, job_id: int) -> float | None:
-        return self.backend.jobs[job_id].done_iters
+    def progress(self, job_id: int) -> Progress | None:
+        # A simulated job measures no gradients.
+        return Progress(self.backend.jobs[job_id].done_iters)
 
     def ended(self, job_id: int) -> JobExit | None:
         if not self.backend.jobs[job_id].finished:
@@ -202,7 +204,7 @@ class NoneRunner:
     def stop(self, job_id: int) -> JobExit:
         raise KeyError(job_id)
 
-    def iterations(self, job_id: int) -> float | None:
+    def progress(self, job_id: int) -> Progress | None:
         raise KeyError(job_id)
 
     def ended(self, job_id: int) -> JobExit | None:

@@ -175,6 +175,18 @@ class JobEventSerializer(serializers.Serializer):
         allow_null=True,
         help_text="Iterations done, counted at the batch_size of the event's allocation.",
     )
+    grad_sqr = FiniteFloatField(
+        min_value=0,
+        required=False,
+        allow_null=True,
+        help_text="Squared norm of the gradient (AdaptDL's grad_sqr), with a progress event.",
+    )
+    grad_var = FiniteFloatField(
+        min_value=0,
+        required=False,
+        allow_null=True,
+        help_text="Variance of the mini-batch gradient at the allocation's batch_size.",
+    )
     exit_status = serializers.IntegerField(
         min_value=_INT_MIN, max_value=_INT_MAX, required=False, allow_null=True
     )
@@ -189,6 +201,13 @@ class JobEventSerializer(serializers.Serializer):
     def validate(self, attrs):
         if attrs["kind"] == JobEventKind.EXITED and not attrs.get("reason"):
             raise serializers.ValidationError({"reason": "An exit needs a reason."})
+        # The two statistics only mean something together (their ratio is the noise scale).
+        sqr, var = attrs.get("grad_sqr"), attrs.get("grad_var")
+        if (sqr is None) != (var is None):
+            missing = "grad_var" if var is None else "grad_sqr"
+            raise serializers.ValidationError(
+                {missing: "grad_sqr and grad_var are reported together."}
+            )
         return attrs
 
 

@@ -6,6 +6,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
+from scheduling.core.goodput import load_curves
 
 
 def test_schema_generates_and_validates_without_warnings(db, tmp_path):
@@ -88,3 +89,18 @@ def test_admin_cancel_action_cancels_live_jobs_and_skips_finished(
     assert Job.objects.get(pk=done.pk).state == JobState.COMPLETED
     texts = [str(m) for m in response.context["messages"]]
     assert texts == ["Cancelled 1 job(s).", f"Already finished: #{done.pk} (completed)."]
+
+
+def test_the_job_admin_shows_reported_gradient_statistics_and_the_noise_scale(
+    admin_client, make_job, member, team
+):
+    job = make_job(owner=member, team=team, workload="gpt2")
+    Job.objects.filter(pk=job.pk).update(grad_sqr=2.0, grad_var=0.5, grad_batch_size=256)
+    job.refresh_from_db()
+    page = admin_client.get(reverse("admin:cluster_job_change", args=[job.pk]))
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "Grad batch size" in body and "256" in body
+    # calibrated 0.5 x 256 / 2.0, as the scheduler uses it
+    assert job.noise_scale == pytest.approx(load_curves().calibration * 64.0)
+    assert f"{job.noise_scale}" in body

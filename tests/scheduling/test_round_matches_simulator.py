@@ -16,6 +16,7 @@ from cluster import services as cluster_services
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Gpu, Job, Node
 from scheduling import adapters, services
+from scheduling.core.goodput import with_noise_scales
 from scheduling.core.perf_models import load_catalog
 from scheduling.core.registry import policy_names
 from scheduling.core.types import Allocation
@@ -155,7 +156,8 @@ def _simulator(
             )  # fmt: skip
         )
     sim = Simulator(
-        specs,
+        # The workloads' learned efficiency curves, as load_scenario and the adapter give them
+        with_noise_scales(specs),
         cluster=SPEC.build(),
         catalog=load_catalog(),
         planner=core_planner(policy),

@@ -22,6 +22,7 @@ JCT: A 2050, B 3450-500 = 2950, C 4150-1500 = 2650. Queueing: A 0, B 500, C 1500
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -232,22 +233,34 @@ def test_idle_nodes_draw_idle_power_unless_powered_off():
     assert energy(True) == pytest.approx(energy_by_hand, abs=1e-9)
 
 
-def test_a_larger_batch_does_proportionally_more_work_per_iteration():
-    # Work is samples at the submitted batch: at twice the batch (same iteration time in
-    # this model) a 1500-iteration job at batch 32 needs 750 iterations at batch 64.
+@pytest.mark.parametrize(
+    ("noise_scale", "finish_s"),
+    [
+        # Perfect scaling (the old model): twice the batch, half the iterations.
+        (float("inf"), 750.0),
+        # Noise scale 32 samples: E(64) = (32 + 32) / (32 + 64) = 2/3, so an iteration
+        # at 64 does 64 x 2/3 useful samples: 1500 x 32 / (128 / 3) = 1125 iterations.
+        (32.0, 1125.0),
+        # Unknown: the worst case, min(64, 32) useful samples: no gain at all.
+        (None, 1500.0),
+    ],
+)
+def test_a_larger_batch_does_only_its_useful_samples_of_work(noise_scale, finish_s):
+    # Work is useful samples at the submitted batch (1 s per iteration on two GPUs here).
     def big_batch(snapshot: Snapshot, now: float) -> Plan:
         return Plan(allocations={"A": Allocation(("n0/0", "n0/1"), 64)}, waiting={})
 
+    job = dataclasses.replace(toy_job("A", 0.0, 1500.0), noise_scale=noise_scale)
     sim = Simulator(
-        (toy_job("A", 0.0, 1500.0),),
+        (job,),
         cluster=CLUSTER,
         catalog=Catalog(),
         planner=big_batch,
         config=SimConfig(round_length_s=1000.0),
     )
     result = sim.run()
-    assert result.jobs[0].finish_s == pytest.approx(750.0, abs=1e-9)
-    assert result.energy_j == pytest.approx(750.0 * 300.0, abs=1e-9)
+    assert result.jobs[0].finish_s == pytest.approx(finish_s, abs=1e-9)
+    assert result.energy_j == pytest.approx(finish_s * 300.0, abs=1e-9)
 
 
 def test_snapshots_carry_progress_and_the_budget_that_remains():

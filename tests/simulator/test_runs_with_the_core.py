@@ -195,3 +195,36 @@ def test_policy_params_reach_the_candidate_only_and_are_reported(tmp_path):
     }
     candidate = "powerflow@fifo-energy"
     assert one_clock["runs"][candidate]["energy_kwh"] != default["runs"][candidate]["energy_kwh"]
+
+
+def test_a_bigger_batch_is_not_free_for_a_batch_tuning_policy(tmp_path, capsys):
+    # given pollux_workload-1's first 40 jobs allowed 4x their batch, under both batch models
+    common = ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "zeus",
+              "--max-jobs", "40", "--max-batch-factor", "4", "--no-progress"]  # fmt: skip
+    reports = {}
+    for model in ("free", "learned"):
+        out = tmp_path / model
+        assert main([*common, "--batch-efficiency", model, "--out", str(out)]) == 0
+        reports[model] = json.loads(next(out.glob("*_report.json")).read_text())
+    # then the report says which model ran, and counting useful samples makes the same
+    # policy slower on the same jobs (learned curves: every larger batch is less efficient)
+    assert [reports[m]["scenario"]["batch_efficiency"] for m in reports] == ["free", "learned"]
+    free, learned = (reports[m]["runs"]["zeus"] for m in ("free", "learned"))
+    assert learned["n_finished"] == free["n_finished"] == 40
+    assert learned["avg_jct_s"] > free["avg_jct_s"]
+    assert reports["learned"]["bound"]["avg_jct_s"] > reports["free"]["bound"]["avg_jct_s"]
+    capsys.readouterr()
+    # and an unknown model is refused with one line
+    assert main([*common, "--batch-efficiency", "magic", "--out", str(tmp_path / "x")]) == 2
+    assert "--batch-efficiency" in capsys.readouterr().err
+
+
+def test_without_a_batch_range_the_batch_model_changes_nothing():
+    # the trace's fixed batches: nothing for efficiency to act on
+    runs = [
+        run_policy(load_scenario(TRACE, CLUSTER, max_jobs=30, batch_efficiency=m), "powerflow")
+        for m in ("free", "learned")
+    ]
+    assert outcome(runs[0]) == outcome(runs[1])
+    with pytest.raises(ValueError, match="batch_efficiency must be one of"):
+        load_scenario(TRACE, CLUSTER, batch_efficiency="magic")

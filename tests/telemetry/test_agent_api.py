@@ -9,6 +9,7 @@ from django.utils import timezone
 from cluster import services as cluster_services
 from cluster.choices import JobState
 from cluster.models import Gpu, Job, Node
+from scheduling.core.goodput import load_curves
 from telemetry.models import JobEvent
 
 
@@ -272,3 +273,48 @@ def test_old_allocations_are_not_listed_to_stop(agent_node, agent_client, make_j
     cluster_services.transition_job(job, to=JobState.PAUSED, at=now - timedelta(hours=2))
     answer = agent_client(token).get("/api/agent/assignments/").json()
     assert answer == {"assignments": [], "stop": []}
+
+
+def test_gradient_statistics_are_stored_on_the_job_and_an_older_report_does_not_win(
+    running_job, agent_node, agent_client
+):
+    # given two progress reports with gradient statistics, the later one arriving first
+    node, token = agent_node
+    batch = running_job.current_allocation.batch_size
+    late = _event(running_job, "progress", iterations=200.0, grad_sqr=4.0, grad_var=2.0)
+    early = _event(running_job, "progress", iterations=100.0, grad_sqr=9.0, grad_var=9.0)
+    early["ts"] = (timezone.now() - timedelta(minutes=1)).isoformat()
+    client = agent_client(token)
+    for event in (late, early):
+        client.post("/api/agent/job-events/", {"events": [event]}, format="json")
+    # then the job keeps the newer statistics, at the batch of the allocation they came from
+    job = Job.objects.get(pk=running_job.pk)
+    assert (job.grad_sqr, job.grad_var, job.grad_batch_size) == (4.0, 2.0, batch)
+    assert JobEvent.objects.get(event_id=early["event_id"]).grad_sqr == 9.0
+    assert job.noise_scale == pytest.approx(load_curves().calibration * 2.0 * batch / 4.0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "bad_field"),
+    [
+        ({"grad_sqr": 1.0}, "grad_var"),  # one without the other means nothing
+        ({"grad_var": 1.0}, "grad_sqr"),
+        ({"grad_sqr": -1.0, "grad_var": 1.0}, "grad_sqr"),
+        ({"grad_sqr": "NaN", "grad_var": 1.0}, "grad_sqr"),
+        ({"grad_sqr": 1.0, "grad_var": "Infinity"}, "grad_var"),
+    ],
+)
+def test_unusable_gradient_statistics_are_refused_per_field(
+    running_job, agent_node, agent_client, fields, bad_field
+):
+    node, token = agent_node
+    event = _event(running_job, "progress", iterations=100.0, **fields)
+    response = agent_client(token).post(
+        "/api/agent/job-events/", {"events": [event]}, format="json"
+    )
+    # then a 400 names the field, and nothing of the event was stored
+    assert response.status_code == 400
+    assert list(response.json()["events"][0]) == [bad_field]
+    job = Job.objects.get(pk=running_job.pk)
+    assert (job.grad_sqr, job.completed_iterations) == (None, 0.0)
+    assert not JobEvent.objects.filter(event_id=event["event_id"]).exists()

@@ -21,6 +21,7 @@ from test_nvml_backend import FakeNvml, _device
 from cluster import services as cluster_services
 from cluster.choices import JobState
 from cluster.models import Gpu, Job
+from scheduling.core.goodput import efficiency, load_curves
 from scheduling.core.perf_models import load_catalog
 from scheduling.core.types import GpuConfig
 from telemetry.accounting import process_dirty_hours
@@ -185,8 +186,12 @@ def test_a_real_job_process_runs_on_its_gpus_and_its_exit_completes_the_job(
     job.refresh_from_db()
     assert job.state == JobState.COMPLETED
     assert job.exit_status == 0
-    # 7 iterations at the allocation's batch 128 are 3.5 at the submitted batch 256
-    assert job.completed_iterations == 3.5
+    # 7 iterations at the allocation's batch 128 are 3.5 at the submitted batch 256, times
+    # the efficiency of the smaller batch (resnet50's learned curve: slightly above 1)
+    assert job.completed_iterations == pytest.approx(
+        7 * 128 * efficiency(job.noise_scale, 128, 256) / 256, abs=1e-6
+    )
+    assert 3.5 < job.completed_iterations < 3.6
     assert job.log_tail == (f"gpus 1 batch 128 count 1\nckpt {tmp_path}/ckpt/job-{job.pk}\n")
     assert fake.calls[-2:] == [("reset_clocks", "GPU-r1"), ("set_power_limit", "GPU-r1", 400_000)]
     kinds = list(
@@ -194,6 +199,50 @@ def test_a_real_job_process_runs_on_its_gpus_and_its_exit_completes_the_job(
     )
     assert kinds == [("started", ""), ("progress", ""), ("exited", "completed")]
     assert not Job.objects.filter(pk=job.pk, current_allocation__isnull=False).exists()
+
+
+EXAMPLE = ROOT / "jobclient" / "train_logreg.py"
+
+
+def test_the_example_training_script_reports_its_gradient_statistics_end_to_end(
+    server, make_node, make_job, member, team, tmp_path
+):
+    # given the process agent (fake NVML driver) and a job running the shipped example
+    node = make_node("node-01", gpus=0)
+    fake = FakeNvml([_device(f"GPU-x{i}", energy_mj=0) for i in range(2)])
+    agent = _agent(
+        NvmlBackend(nvml=fake), server, node.issue_agent_token(), tmp_path, post_interval_s=0.5
+    )
+    agent.register()
+    job = make_job(
+        owner=member, team=team, workload="gpt2", total_iterations=400,
+        command=f"exec {sys.executable} {EXAMPLE} --step-delay-s 0.005",
+    )  # fmt: skip
+    assert job.noise_scale is None  # gpt2 has no learned curve
+    cluster_services.start_job(
+        job, gpus=list(Gpu.objects.filter(node=node)), batch_size=256, at=timezone.now()
+    )
+    # when the agent runs it to its end
+    agent.tick(timezone.now())
+    deadline = time.monotonic() + 60
+    while job.pk in agent.jobs and time.monotonic() < deadline:
+        time.sleep(0.1)
+        agent.tick(timezone.now())
+    # then the job completed all its iterations and its log says so
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED, job.log_tail
+    assert job.completed_iterations == 400.0
+    assert "done at iteration 400 (batch 256)" in job.log_tail
+    # and its gradient statistics went agent -> job-events -> the job, with their batch
+    progress = JobEvent.objects.filter(job=job, kind="progress", grad_sqr__isnull=False)
+    assert progress.exists()
+    assert job.grad_sqr > 0 and job.grad_var > 0
+    assert job.grad_batch_size == 256
+    # so the scheduler now knows its noise scale: calibrated var x batch / sqr
+    assert job.noise_scale == pytest.approx(
+        load_curves().calibration * job.grad_var * 256 / job.grad_sqr
+    )
+    assert job.grad_stats_at == max(e.ts for e in progress)
 
 
 def _agent_cli(server, token, tmp_path, *extra):

@@ -1,7 +1,9 @@
 """Iteration units when an allocation runs another batch than the job was submitted with.
 
 The job's work is counted at its submitted batch; the agent counts at its allocation's batch.
-Samples (iterations x batch) are what must add up.
+Useful samples (iterations x batch x statistical efficiency) are what must add up. The live
+tests make the job report gradient statistics whose noise scale is 256 samples, so that
+E(512) = (256 + 256) / (256 + 512) = 2/3 and E(128) = 4/3 relative to batch 256.
 """
 
 import uuid
@@ -12,7 +14,8 @@ from django.utils import timezone
 
 from cluster import services as cluster_services
 from cluster.choices import JobState
-from cluster.models import Gpu, Job
+from cluster.models import Gpu
+from scheduling.core.goodput import load_curves
 from telemetry.models import JobEvent
 from telemetry.services import iterations_at_batch
 
@@ -31,6 +34,19 @@ def test_iterations_convert_by_samples_between_batches():
     assert iterations_at_batch(420.0, from_batch=256, to_batch=256) == 420.0
 
 
+def test_iterations_convert_by_useful_samples_with_a_noise_scale():
+    # given a noise scale of 256 samples and a job submitted at batch 256
+    units = {"submitted_batch": 256, "noise_scale": 256.0}
+    # then an iteration at 512 does 512 x 2/3 useful samples, one at 128 does 128 x 4/3
+    assert iterations_at_batch(1000, from_batch=256, to_batch=512, **units) == 750.0
+    assert iterations_at_batch(1000, from_batch=256, to_batch=128, **units) == 1500.0
+    assert iterations_at_batch(750.0, from_batch=512, to_batch=256, **units) == 1000.0
+    # and an unknown efficiency counts at most the submitted batch's samples per iteration
+    unknown = {"submitted_batch": 256, "noise_scale": None}
+    assert iterations_at_batch(1000, from_batch=256, to_batch=512, **unknown) == 1000.0
+    assert iterations_at_batch(1000, from_batch=256, to_batch=128, **unknown) == 2000.0
+
+
 def test_a_nonpositive_batch_is_refused():
     with pytest.raises(ValueError, match="batch sizes must be positive"):
         iterations_at_batch(10, from_batch=0, to_batch=256)
@@ -45,6 +61,11 @@ def _event(job, kind, allocation_id, **extra):
         "ts": timezone.now().isoformat(),
         **extra,
     }
+
+
+def _stats():
+    """Gradient statistics at batch 256 whose calibrated noise scale is 256 samples."""
+    return {"grad_sqr": 1.0, "grad_var": 1.0 / load_curves().calibration}
 
 
 def _assignment(client, job):
@@ -66,10 +87,13 @@ def test_a_job_resized_to_another_batch_completes_after_exactly_its_samples(
     assert _assignment(client, job)["total_iterations"] == 1000.0
     client.post(
         "/api/agent/job-events/",
-        {"events": [_event(job, "progress", first.pk, iterations=400.0)]},
+        {"events": [_event(job, "progress", first.pk, iterations=400.0, **_stats())]},
         format="json",
     )
-    assert Job.objects.get(pk=job.pk).completed_iterations == 400.0
+    job.refresh_from_db()
+    assert job.completed_iterations == 400.0
+    assert (job.grad_sqr, job.grad_batch_size) == (1.0, 256)
+    assert job.noise_scale == pytest.approx(256.0)
 
     # when a round resizes it to batch 512 (the agent must now count at 512)
     job.refresh_from_db()
@@ -78,39 +102,41 @@ def test_a_job_resized_to_another_batch_completes_after_exactly_its_samples(
     )
     assignment = _assignment(client, job)
 
-    # then the agent is told the work at batch 512: 500 in all, 200 of them done
+    # then the agent is told the work at batch 512, where an iteration does 2/3 of its
+    # samples' worth: 750 in all, 300 of them done (not 500 and 200: a bigger batch is not free)
     assert (assignment["allocation_id"], assignment["batch_size"]) == (second.pk, 512)
-    assert (assignment["total_iterations"], assignment["completed_iterations"]) == (500.0, 200.0)
-    assert assignment["env"]["WATTFLOW_TOTAL_ITERATIONS"] == "500.0"
-    assert assignment["env"]["WATTFLOW_COMPLETED_ITERATIONS"] == "200.0"
+    assert (assignment["total_iterations"], assignment["completed_iterations"]) == (750.0, 300.0)
+    assert assignment["env"]["WATTFLOW_TOTAL_ITERATIONS"] == "750.0"
+    assert assignment["env"]["WATTFLOW_COMPLETED_ITERATIONS"] == "300.0"
 
-    # when it reports 499 iterations at batch 512: 998 at 256, one short of done
+    # when it reports 749 iterations at batch 512: 998.67 at 256, short of done
     client.post(
         "/api/agent/job-events/",
-        {"events": [_event(job, "progress", second.pk, iterations=499.0)]},
+        {"events": [_event(job, "progress", second.pk, iterations=749.0)]},
         format="json",
     )
     job.refresh_from_db()
-    assert (job.state, job.completed_iterations) == (JobState.RUNNING, 998.0)
+    assert job.state == JobState.RUNNING
+    assert job.completed_iterations == pytest.approx(749 * 512 * 2 / 3 / 256, abs=1e-6)
 
-    # when it exits complete at 500 iterations at batch 512
+    # when it exits complete at 750 iterations at batch 512
     client.post(
         "/api/agent/job-events/",
         {
             "events": [
                 _event(
-                    job, "exited", second.pk, reason="completed", exit_status=0, iterations=500.0
+                    job, "exited", second.pk, reason="completed", exit_status=0, iterations=750.0
                 )  # fmt: skip
             ]
         },
         format="json",
     )
 
-    # then exactly the submitted work is stored (256,000 samples), and the event keeps the raw
+    # then exactly the submitted work is stored (256,000 useful samples), the event keeps the raw
     job.refresh_from_db()
     assert (job.state, job.completed_iterations) == (JobState.COMPLETED, 1000.0)
-    assert job.completed_iterations * job.global_batch_size == 500.0 * 512
-    assert JobEvent.objects.get(job=job, kind="exited").iterations == 500.0
+    assert job.completed_iterations * job.global_batch_size == pytest.approx(750.0 * 512 * 2 / 3)
+    assert JobEvent.objects.get(job=job, kind="exited").iterations == 750.0
 
 
 def test_a_late_report_of_the_old_allocation_converts_at_its_own_batch(
@@ -125,12 +151,13 @@ def test_a_late_report_of_the_old_allocation_converts_at_its_own_batch(
     first = cluster_services.start_job(job, gpus=gpus, batch_size=256, at=t0)
     client.post(
         "/api/agent/job-events/",
-        {"events": [_event(job, "progress", first.pk, iterations=300.0)]},
+        {"events": [_event(job, "progress", first.pk, iterations=300.0, **_stats())]},
         format="json",
     )
     job.refresh_from_db()
     cluster_services.set_allocation(job, gpus=gpus, batch_size=128, at=t0 + timedelta(minutes=1))
-    assert _assignment(client, job)["completed_iterations"] == 600.0
+    # (at 128 an iteration does 128 x 4/3 useful samples: 300 x 256 / (512 / 3) = 450)
+    assert _assignment(client, job)["completed_iterations"] == 450.0
 
     # when the old allocation's exit arrives late with 350 iterations (at 256)
     client.post(

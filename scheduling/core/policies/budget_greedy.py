@@ -110,8 +110,9 @@ papers', the details below are ours and every constant is a parameter:
    defaults reach 2.97x against fifo, 1.15x with ``pricing=False``: arrivals stop after
    a week of the four-week period, and ``future_in_period`` stops reserving for them.
 
-Batch size: the work is a number of samples, so a larger global batch needs fewer
-iterations; statistical efficiency is not modelled (see ``scheduling.core.context``).
+Batch size: the work is a number of useful samples, so a larger global batch needs fewer
+iterations only as far as its statistical efficiency allows (``scheduling.core.goodput``);
+a job whose efficiency is unknown keeps its submitted batch.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ import math
 from typing import Any
 
 from scheduling.core.context import Estimate, JobView, RoundContext
+from scheduling.core.goodput import batch_choices
 from scheduling.core.pacing import (
     HOUR_S,
     IntensityCurve,
@@ -277,7 +279,7 @@ class BudgetGreedy:
         batches: tuple[int, ...] = (job.global_batch,)
         if self.tune_batch and job.min_batch is not None and job.max_batch is not None:
             allowed = {b for b in jv.perf.batch_sizes if job.min_batch <= b <= job.max_batch}
-            batches = tuple(sorted(allowed | {job.global_batch}))
+            batches = batch_choices(job, allowed)  # only the submitted one if E unknown
         return sizes, clocks, batches, batches.index(job.global_batch)
 
     # --- the round ------------------------------------------------------------------

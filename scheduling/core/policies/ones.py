@@ -8,8 +8,10 @@ Elasticity through the batch size: a job's per-GPU batch ``b`` is fixed (``Job.
 per_gpu_batch``, else its submitted global batch over its requested GPUs), so on ``n``
 GPUs its global batch is ``n * b``. Its learning rate scales linearly from ``base_lr``
 at the requested size, and once it would pass ``max_lr`` the global batch stops growing
-(``global_batch_for``). Work is samples (the core's convention), so a larger global
-batch finishes the same work in fewer iterations.
+(``global_batch_for``). Work is useful samples (the core's convention), so a larger
+global batch finishes the same work in fewer iterations only as far as the job's
+statistical efficiency allows (``scheduling.core.goodput``; unknown efficiency counts
+the worst case, ``min(b, b0)`` useful samples per iteration).
 
 An *individual* is a whole assignment ``job -> GPU count`` of one GPU model; the
 population (``population_size`` = 16) is carried between rounds in ``policy_state``.

@@ -13,12 +13,14 @@ highest limit the perf model reports (``power_limits_w``), and always the lowest
 too: a GPU whose range is narrower than a step (the T4's is 60-70 W) would otherwise
 have the default limit as its only choice, and ``zeus`` would be ``fifo`` to the digit
 there. A model that reports no range is tuned by SM clock step instead. The batch is
-tuned too where the job allows a range.
+tuned too where the job allows a range and its statistical efficiency is known
+(``scheduling.core.goodput``).
 """
 
 from __future__ import annotations
 
 from scheduling.core.context import JobView, RoundContext
+from scheduling.core.goodput import batch_choices
 from scheduling.core.policies.fifo import Fifo
 from scheduling.core.registry import register_policy
 
@@ -64,7 +66,8 @@ class Zeus(Fifo):
         job = jv.job
         batches = [job.global_batch]
         if self.tune_batch and job.min_batch is not None and job.max_batch is not None:
-            batches += [b for b in jv.perf.batch_sizes if job.min_batch <= b <= job.max_batch]
+            allowed = [b for b in jv.perf.batch_sizes if job.min_batch <= b <= job.max_batch]
+            batches = list(batch_choices(job, allowed))  # only the submitted one if E unknown
         limits = self._limits(jv)
         if limits:
             knobs = [(None, w) for w in limits]

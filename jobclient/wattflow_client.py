@@ -1,0 +1,255 @@
+"""Wattflow's job-side client: report progress, find the checkpoint, learn when to stop.
+
+Standard library only, one file: copy it next to a training script and ``import
+wattflow_client``. Outside Wattflow (no ``WATTFLOW_*`` variables) it still works: progress
+goes nowhere, the checkpoint directory is ``./checkpoint`` and nothing asks the job to stop.
+
+The protocol is the node agent's (``telemetry/agent/jobs.py``, ``docs/job_client.md``):
+
+- the agent starts the job with ``WATTFLOW_BATCH_SIZE`` (the global batch of its current
+  allocation, which the scheduler may set apart from the submitted one),
+  ``WATTFLOW_GPU_COUNT``, ``WATTFLOW_CHECKPOINT_DIR``, ``WATTFLOW_PROGRESS_FILE``,
+  ``WATTFLOW_STOP_FILE``, ``WATTFLOW_TOTAL_ITERATIONS`` and
+  ``WATTFLOW_COMPLETED_ITERATIONS`` (both counted at ``WATTFLOW_BATCH_SIZE``);
+- the job overwrites the progress file with one JSON object: ``iterations`` done (at
+  ``WATTFLOW_BATCH_SIZE``, counting on from ``WATTFLOW_COMPLETED_ITERATIONS``), ``samples``
+  and, optionally, its gradient statistics ``grad_sqr`` (squared norm of the gradient) and
+  ``grad_var`` (variance of the mini-batch gradient at this batch), from which the
+  scheduler learns how much a larger batch is worth;
+- to stop or resize the job the agent creates the stop file and sends SIGTERM; the job saves
+  a checkpoint into the checkpoint directory and exits with status 0 within the grace period
+  (30 s by default); it resumes from that checkpoint when started again;
+- the job has done its work when ``iterations`` reaches ``WATTFLOW_TOTAL_ITERATIONS``; it
+  then exits 0.
+
+Typical use::
+
+    import wattflow_client as wf
+
+    job = wf.connect()  # reads the environment, handles SIGTERM
+    state = load(job.checkpoint_path("state.npz"))  # or start afresh
+    noise = wf.GradientNoise()
+    it = job.completed_iterations
+    while not job.finished(it) and not job.should_stop():
+        ...  # one step at job.batch_size; feed noise.update(...) if you can
+        it += 1
+        job.report(it, grad_sqr=noise.grad_sqr, grad_var=noise.grad_var)
+    save(job.checkpoint_path("state.npz"))
+    job.report(it, force=True)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["GradientNoise", "Job", "connect"]
+
+
+def _env_float(env, name: str, default: float | None) -> float | None:
+    text = env.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}={text!r} must be a finite non-negative number")
+    return value
+
+
+class Job:
+    """The running job as the agent set it up; ``connect()`` builds it from the environment."""
+
+    def __init__(
+        self,
+        *,
+        job_id: str | None = None,
+        batch_size: int | None = None,
+        gpu_count: int = 1,
+        checkpoint_dir: str | os.PathLike = "checkpoint",
+        progress_file: str | os.PathLike | None = None,
+        stop_file: str | os.PathLike | None = None,
+        total_iterations: float | None = None,
+        completed_iterations: float = 0.0,
+        report_interval_s: float = 1.0,
+    ) -> None:
+        self.job_id = job_id
+        self.batch_size = batch_size
+        self.gpu_count = gpu_count
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.progress_file = None if progress_file is None else Path(progress_file)
+        self.stop_file = None if stop_file is None else Path(stop_file)
+        self.total_iterations = total_iterations
+        self.completed_iterations = completed_iterations
+        self.report_interval_s = report_interval_s
+        self._stop_signalled = False
+        self._last_report = -math.inf
+
+    # --- where things are ------------------------------------------------------------
+    def checkpoint_path(self, name: str) -> Path:
+        """``name`` inside the checkpoint directory (created if missing)."""
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        return self.checkpoint_dir / name
+
+    # --- when to stop ------------------------------------------------------------------
+    def handle_signals(self) -> None:
+        """Turn SIGTERM (the agent's stop order) into ``should_stop()``, instead of dying
+        mid-step; the training loop then checkpoints and exits 0."""
+
+        def on_term(signum, frame):  # noqa: ARG001 - the signal module's signature
+            self._stop_signalled = True
+
+        signal.signal(signal.SIGTERM, on_term)
+
+    def should_stop(self) -> bool:
+        """True once the agent asked the job to stop (SIGTERM or the stop file)."""
+        if self._stop_signalled:
+            return True
+        return self.stop_file is not None and self.stop_file.exists()
+
+    def finished(self, iterations: float) -> bool:
+        """True when ``iterations`` (at ``batch_size``) reach the work the server assigned."""
+        return self.total_iterations is not None and iterations >= self.total_iterations
+
+    # --- progress ----------------------------------------------------------------------
+    def report(
+        self,
+        iterations: float,
+        *,
+        samples: float | None = None,
+        grad_sqr: float | None = None,
+        grad_var: float | None = None,
+        force: bool = False,
+    ) -> bool:
+        """Write progress for the agent: ``iterations`` done at ``batch_size`` (counting on
+        from ``completed_iterations``), optionally the gradient statistics (both or
+        neither; non-finite or negative ones are left out). At most one write per
+        ``report_interval_s`` unless ``force``; True if it wrote. The file is replaced
+        atomically, so the agent never reads half of it."""
+        if not (isinstance(iterations, int | float) and math.isfinite(iterations)):
+            raise ValueError(f"iterations must be a finite number, not {iterations!r}")
+        if iterations < 0:
+            raise ValueError("iterations must not be negative")
+        now = time.monotonic()
+        if not force and now - self._last_report < self.report_interval_s:
+            return False
+        self._last_report = now
+        if self.progress_file is None:
+            return False
+        data: dict[str, float] = {"iterations": float(iterations)}
+        if samples is None and self.batch_size is not None:
+            samples = iterations * self.batch_size
+        if samples is not None:
+            data["samples"] = float(samples)
+        if _usable(grad_sqr) and _usable(grad_var):
+            data["grad_sqr"] = float(grad_sqr)
+            data["grad_var"] = float(grad_var)
+        text = json.dumps(data)
+        folder = self.progress_file.parent
+        fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=folder)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text + "\n")
+            os.replace(tmp, self.progress_file)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return True
+
+
+def _usable(value) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def connect(env=None, *, handle_signals: bool = True, report_interval_s: float = 1.0) -> Job:
+    """The job as the agent started it (``env``: default ``os.environ``). Raises
+    ``ValueError`` with the variable's name if the agent's numbers are unreadable."""
+    env = os.environ if env is None else env
+    batch = _env_float(env, "WATTFLOW_BATCH_SIZE", None)
+    job = Job(
+        job_id=env.get("WATTFLOW_JOB_ID"),
+        batch_size=None if batch is None else int(batch),
+        gpu_count=int(_env_float(env, "WATTFLOW_GPU_COUNT", 1.0) or 1),
+        checkpoint_dir=env.get("WATTFLOW_CHECKPOINT_DIR") or "checkpoint",
+        progress_file=env.get("WATTFLOW_PROGRESS_FILE") or None,
+        stop_file=env.get("WATTFLOW_STOP_FILE") or None,
+        total_iterations=_env_float(env, "WATTFLOW_TOTAL_ITERATIONS", None),
+        completed_iterations=_env_float(env, "WATTFLOW_COMPLETED_ITERATIONS", 0.0) or 0.0,
+        report_interval_s=report_interval_s,
+    )
+    if handle_signals:
+        job.handle_signals()
+    return job
+
+
+class GradientNoise:
+    """Running estimates of ``grad_sqr`` and ``grad_var`` from each step's gradients.
+
+    Per step, give the squared norms of ``k >= 2`` gradients of equal parts of the batch
+    (micro-batches, or per-GPU gradients before the all-reduce) and the squared norm of
+    their mean. With ``m`` samples per part and batch ``B = k m``::
+
+        E |g_i|^2    = |G|^2 + tr(Sigma) / m
+        E |mean|^2   = |G|^2 + tr(Sigma) / B
+
+    so ``grad_sqr = (k |mean|^2 - mean_i |g_i|^2) / (k - 1)`` estimates ``|G|^2`` and
+    ``grad_var = (mean_i |g_i|^2 - |mean|^2) / (k - 1)`` estimates ``tr(Sigma) / B``, the
+    variance of the mini-batch gradient at this batch (what the protocol reports). Both are
+    unbiased but noisy, so they are averaged exponentially (``smoothing`` per step, with
+    the start-up bias divided out); a negative average (noise) reads as None.
+    """
+
+    def __init__(self, smoothing: float = 0.95) -> None:
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError("smoothing must be in [0, 1)")
+        self.smoothing = smoothing
+        self._sqr = self._var = self._weight = 0.0
+
+    def update(self, part_sqr_norms, mean_sqr_norm: float) -> None:
+        parts = [float(x) for x in part_sqr_norms]
+        k = len(parts)
+        if k < 2:
+            raise ValueError("need the gradients of at least two parts of the batch")
+        values = (*parts, float(mean_sqr_norm))
+        if not all(math.isfinite(x) and x >= 0 for x in values):
+            return  # a step with overflowed gradients says nothing
+        local = sum(parts) / k
+        sqr = (k * mean_sqr_norm - local) / (k - 1)
+        var = (local - mean_sqr_norm) / (k - 1)
+        a = self.smoothing
+        self._sqr = a * self._sqr + (1 - a) * sqr
+        self._var = a * self._var + (1 - a) * var
+        self._weight = a * self._weight + (1 - a)
+
+    @property
+    def grad_sqr(self) -> float | None:
+        if self._weight == 0.0:
+            return None
+        value = self._sqr / self._weight
+        return value if value > 0 else None
+
+    @property
+    def grad_var(self) -> float | None:
+        if self._weight == 0.0:
+            return None
+        value = self._var / self._weight
+        return value if value >= 0 else None
+
+    def noise_scale(self, batch_size: int) -> float | None:
+        """``tr(Sigma) / |G|^2`` in samples (what the scheduler derives), or None."""
+        sqr, var = self.grad_sqr, self.grad_var
+        if sqr is None or var is None:
+            return None
+        return var * batch_size / sqr

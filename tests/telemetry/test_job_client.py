@@ -1,0 +1,246 @@
+"""The job-side client (``jobclient/wattflow_client.py``), the agent's reading of what it
+writes, and the example training script under the process agent: stopped by SIGTERM it
+checkpoints and exits 0, started again it resumes, and its gradient statistics reach the
+agent's progress events.
+
+NVML is the module-level fake of ``test_nvml_backend``; the processes are real.
+"""
+
+import json
+import math
+import os
+import signal
+import socket
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from test_nvml_backend import FakeNvml, _device
+
+from telemetry.agent.backends import NvmlBackend
+from telemetry.agent.client import AgentClient
+from telemetry.agent.jobs import Progress, parse_progress
+from telemetry.agent.loop import Agent, AgentConfig
+from telemetry.agent.spool import Spool
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "jobclient"))
+import wattflow_client as wf  # noqa: E402
+
+EXAMPLE = ROOT / "jobclient" / "train_logreg.py"
+
+
+# --- the progress file as the agent reads it -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("42", Progress(42.0)),
+        ("41\n42\n", Progress(42.0)),  # the legacy format: the last line
+        ('{"iterations": 5, "samples": 320}', Progress(5.0)),
+        ('{"iterations": 5, "grad_sqr": 2.5, "grad_var": 0.5}', Progress(5.0, 2.5, 0.5)),
+        ('{"iterations": 5, "grad_sqr": 2.5}', Progress(5.0)),  # no partner: dropped
+        ('{"iterations": 5, "grad_sqr": -1, "grad_var": 0.5}', Progress(5.0)),
+        ('{"iterations": 5, "grad_sqr": "2", "grad_var": 0.5}', Progress(5.0)),
+        ('{"iterations": 5, "grad_sqr": true, "grad_var": 0.5}', Progress(5.0)),
+        ('{"iterations": 5, "grad_sqr": NaN, "grad_var": 0.5}', Progress(5.0)),
+        ('{"iterations": 5, "gr', None),  # half written: read again next tick
+        ('{"samples": 5}', None),
+        ('{"iterations": -1}', None),
+        ("", None),
+        ("abc", None),
+    ],
+)
+def test_the_agent_reads_both_progress_formats(text, expected):
+    assert parse_progress(text) == expected
+
+
+# --- the client --------------------------------------------------------------------------
+
+
+def _env(tmp_path, **extra):
+    env = {
+        "WATTFLOW_JOB_ID": "7",
+        "WATTFLOW_BATCH_SIZE": "128",
+        "WATTFLOW_GPU_COUNT": "2",
+        "WATTFLOW_CHECKPOINT_DIR": str(tmp_path / "ckpt"),
+        "WATTFLOW_PROGRESS_FILE": str(tmp_path / "progress"),
+        "WATTFLOW_STOP_FILE": str(tmp_path / "stop"),
+        "WATTFLOW_TOTAL_ITERATIONS": "500.0",
+        "WATTFLOW_COMPLETED_ITERATIONS": "120.5",
+    }
+    env.update(extra)
+    return env
+
+
+def test_connect_reads_what_the_agent_set(tmp_path):
+    job = wf.connect(_env(tmp_path), handle_signals=False)
+    assert (job.job_id, job.batch_size, job.gpu_count) == ("7", 128, 2)
+    assert (job.total_iterations, job.completed_iterations) == (500.0, 120.5)
+    assert job.checkpoint_path("w.npz") == tmp_path / "ckpt" / "w.npz"
+    assert (tmp_path / "ckpt").is_dir()
+    assert job.finished(500.0) and not job.finished(499.0)
+
+
+def test_connect_outside_wattflow_has_working_defaults():
+    job = wf.connect({}, handle_signals=False)
+    assert (job.batch_size, job.total_iterations, job.completed_iterations) == (None, None, 0.0)
+    assert job.report(3, force=True) is False  # nowhere to write
+    assert not job.should_stop() and not job.finished(10**9)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("WATTFLOW_BATCH_SIZE", "big"), ("WATTFLOW_TOTAL_ITERATIONS", "nan"),
+     ("WATTFLOW_COMPLETED_ITERATIONS", "-3")],
+)  # fmt: skip
+def test_unreadable_agent_numbers_name_their_variable(tmp_path, name, value):
+    with pytest.raises(ValueError, match=name):
+        wf.connect(_env(tmp_path, **{name: value}), handle_signals=False)
+
+
+def test_report_writes_one_json_object_the_agent_understands(tmp_path):
+    job = wf.connect(_env(tmp_path), handle_signals=False, report_interval_s=3600)
+    assert job.report(130, grad_sqr=2.0, grad_var=0.25) is True
+    data = json.loads((tmp_path / "progress").read_text())
+    assert data == {"iterations": 130.0, "samples": 130.0 * 128, "grad_sqr": 2.0, "grad_var": 0.25}
+    assert parse_progress((tmp_path / "progress").read_text()) == Progress(130.0, 2.0, 0.25)
+    # within the interval nothing is written, unless forced; unusable statistics are left out
+    assert job.report(131) is False
+    assert job.report(132, grad_sqr=math.nan, grad_var=1.0, force=True) is True
+    assert json.loads((tmp_path / "progress").read_text()) == {
+        "iterations": 132.0,
+        "samples": 132.0 * 128,
+    }
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".progress")] == []
+    with pytest.raises(ValueError):
+        job.report(math.inf, force=True)
+
+
+def test_should_stop_on_the_stop_file_and_on_sigterm(tmp_path):
+    job = wf.connect(_env(tmp_path), handle_signals=False)
+    assert not job.should_stop()
+    (tmp_path / "stop").touch()
+    assert job.should_stop()
+    (tmp_path / "stop").unlink()
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        job.handle_signals()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert job.should_stop()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_gradient_noise_estimates_by_hand():
+    # two parts with gradients (1, 0) and (3, 0): |g_i|^2 = 1 and 9, mean (2, 0): 4
+    noise = wf.GradientNoise(smoothing=0.5)
+    assert noise.grad_sqr is None and noise.noise_scale(8) is None
+    noise.update([1.0, 9.0], 4.0)
+    # |G|^2 = (2 x 4 - 5) / 1 = 3; variance of the batch mean = (5 - 4) / 1 = 1
+    assert (noise.grad_sqr, noise.grad_var) == (3.0, 1.0)
+    assert noise.noise_scale(8) == pytest.approx(8 / 3)
+    # the running mean has no start-up bias: the same step again leaves it alone
+    noise.update([1.0, 9.0], 4.0)
+    assert (noise.grad_sqr, noise.grad_var) == pytest.approx((3.0, 1.0))
+    noise.update([math.inf, 9.0], 4.0)  # an overflowed step is ignored
+    assert (noise.grad_sqr, noise.grad_var) == pytest.approx((3.0, 1.0))
+    with pytest.raises(ValueError):
+        noise.update([1.0], 1.0)
+
+
+def test_gradient_noise_recovers_a_known_noise_scale():
+    # Given per-example gradients G + noise with tr(Sigma) = 4 x 0.25 and |G|^2 = 1,
+    # the noise scale is 1 sample; 8 parts of 16 examples, batch 128
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    g = np.array([1.0, 0.0, 0.0, 0.0])
+    noise = wf.GradientNoise(smoothing=0.99)
+    for _ in range(3000):
+        examples = g + rng.normal(scale=0.5, size=(128, 4))
+        parts = [p.mean(axis=0) for p in np.split(examples, 8)]
+        mean = examples.mean(axis=0)
+        noise.update([float(p @ p) for p in parts], float(mean @ mean))
+    assert noise.noise_scale(128) == pytest.approx(1.0, rel=0.1)
+
+
+# --- the example under the process agent ------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def agent(tmp_path):
+    fake = FakeNvml([_device(f"GPU-{i}", energy_mj=0) for i in range(2)])
+    client = AgentClient(f"http://127.0.0.1:{_closed_port()}", "t", Spool(tmp_path / "spool"))
+    config = AgentConfig(node_name="n", work_dir=tmp_path, stop_grace_s=20.0, post_interval_s=0.2)
+    return Agent(NvmlBackend(nvml=fake), client, config)
+
+
+def _assignment(tmp_path, allocation_id, *, done=0.0, delay="0.02"):
+    return {
+        "allocation_id": allocation_id, "job_id": 9, "workload": "gpt2",
+        "command": f"exec {sys.executable} {EXAMPLE} --step-delay-s {delay}",
+        "gpu_uuids": ["GPU-0", "GPU-1"], "gpu_count": 2, "batch_size": 64,
+        "sm_clock_mhz": None, "power_limit_w": None,
+        "checkpoint_dir": str(tmp_path / "ckpt"), "total_iterations": 150.0,
+        "completed_iterations": done,
+        "env": {"WATTFLOW_TOTAL_ITERATIONS": "150.0", "WATTFLOW_COMPLETED_ITERATIONS": repr(done)},
+    }  # fmt: skip
+
+
+def _events(tmp_path):
+    events = []
+    for path in sorted((tmp_path / "spool").glob("*-events.json")):
+        events.extend(json.loads(path.read_text())["body"]["events"])
+    return events
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _wait_for(predicate, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_the_example_checkpoints_on_stop_and_resumes_under_the_process_agent(agent, tmp_path):
+    # given the example started by the process agent
+    agent.start_job(_assignment(tmp_path, 1), _now())
+    job = agent.jobs[9]
+    _wait_for(lambda: (job.iterations() or 0) >= 20)
+    # when it reports, the agent's progress event carries its gradient statistics
+    agent.send_events(agent.watch_jobs(_now()))
+    (progress,) = [e for e in _events(tmp_path) if e["kind"] == "progress"]
+    assert progress["iterations"] >= 20
+    assert progress["grad_sqr"] > 0 and progress["grad_var"] > 0
+    # when the agent stops it (stop file + SIGTERM)
+    agent.send_events([agent.stop_job(9, _now(), reason="resized")])
+    exited = _events(tmp_path)[-1]
+    # then it checkpointed and exited 0 of its own accord, short of its work
+    assert (exited["kind"], exited["reason"], exited["exit_status"]) == ("exited", "resized", 0)
+    assert 20 <= exited["iterations"] < 150
+    assert "stopped at iteration" in exited["log_tail"]
+    assert (tmp_path / "ckpt" / "logreg.npz").exists()
+    # when it is started again from where the server says it stands
+    agent.start_job(_assignment(tmp_path, 2, done=exited["iterations"], delay="0"), _now())
+    _wait_for(lambda: agent.jobs[9].poll() is not None)
+    agent.send_events(agent.watch_jobs(_now()))
+    # then it resumed from its checkpoint and completed exactly its work
+    final = _events(tmp_path)[-1]
+    assert (final["kind"], final["reason"], final["exit_status"]) == ("exited", "completed", 0)
+    assert final["iterations"] == 150.0
+    assert "resumed from" in final["log_tail"]
+    assert "done at iteration 150 (batch 64)" in final["log_tail"]
