@@ -26,7 +26,6 @@ from frontend.dashboard import as_json, dashboard_payload
 from frontend.forms import JobFilterForm, JobSubmitForm, PredictForm
 from frontend.predictions import predict_job
 from scheduling.feasibility import submit_refusals
-from scheduling.models import JobSchedulingState
 from telemetry.accounting import job_totals
 
 JOBS_PER_PAGE = 25
@@ -153,8 +152,6 @@ def job_detail(request, pk: int):
         else None
     )
     totals = job_totals(job)
-    # The live scheduler's latest wait (code, sentence, expected start) when it has one.
-    wait = JobSchedulingState.objects.filter(job=job).first()
     return render(
         request,
         "frontend/job_detail.html",
@@ -163,7 +160,7 @@ def job_detail(request, pk: int):
             "state": JobState(job.state),
             "allocations": allocations,
             "timeline": timeline,
-            "wait_until": wait.wait_until if wait else None,
+            "wait_until": job.pending_until,
             "totals": totals,
             "co2_kg": totals.co2_g / 1000.0,
             "progress_percent": min(100.0, 100.0 * job.completed_iterations / job.total_iterations),

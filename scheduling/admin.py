@@ -121,8 +121,7 @@ class SchedulingRoundAdmin(admin.ModelAdmin):
 
 @admin.register(JobSchedulingState)
 class JobSchedulingStateAdmin(admin.ModelAdmin):
-    list_display = ["job", "wait_code", "wait_until", "iter_time_scale", "power_scale"]
-    list_filter = ["wait_code"]
+    list_display = ["job", "iter_time_scale", "power_scale", "observed_until"]
     readonly_fields = [f.name for f in JobSchedulingState._meta.fields]
 
     def has_add_permission(self, request) -> bool:
