@@ -89,7 +89,8 @@
       const when = (payload.at || "").slice(0, 19).replace("T", " ");
       text("round-head", "Round " + payload.round_id + " at " + when + " UTC, policy " +
         (payload.policy || "?") + ": " + payload.queue_length + " queued, " +
-        (payload.running === undefined ? "?" : payload.running) + " running");
+        (payload.running === undefined ? "?" : payload.running) + " running" +
+        (payload.scope === "cluster" ? " in the cluster" : ""));
       const table = document.getElementById("round-table");
       const body = table.querySelector("tbody");
       body.replaceChildren();
@@ -105,7 +106,8 @@
         body.appendChild(tr);
       });
       table.hidden = Object.keys(decisions).length === 0;
-      if (payload.queue_length !== undefined) text("kpi-queue", payload.queue_length);
+      // The round's counts are the cluster's (payload.scope); the KPI cards are the user's
+      // own jobs and follow from the data fetch a round push triggers.
     }
 
     function connect() {
