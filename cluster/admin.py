@@ -129,6 +129,8 @@ class JobAdmin(admin.ModelAdmin):
         "finished_at",
         "pending_reason_code",
         "pending_reason",
+        "pending_until",
+        "pending_round",
         "exit_status",
         "log_tail",
         # What the job reported about its gradients, and the noise scale the scheduler uses.

@@ -127,3 +127,44 @@ _AUDIT_ACTION_COLOURS = {
     AuditAction.UPDATED: "royalblue",
     AuditAction.DELETED: "crimson",
 }
+
+
+class WaitCode(models.TextChoices):
+    """Why a job waits: every code ``Job.pending_reason_code`` may hold.
+
+    The scheduling core's ``WaitCode`` (what policies say) plus what services say of their own
+    (``node_lost``: re-queued by liveness). ``tests/cluster/test_wait_codes.py`` keeps the two
+    lists in step: a code the core gains must be added here, with a label a person can read.
+    """
+
+    BUDGET_EXHAUSTED = "budget_exhausted", "Team budget used up"
+    WAITING_FOR_CLEAN_HOUR = "waiting_for_clean_hour", "Waiting for cleaner electricity"
+    NO_FREE_BLOCK = "no_free_block", "No free block of GPUs"
+    BEHIND_IN_QUEUE = "behind_in_queue", "Behind other jobs in the queue"
+    DELAYED_FOR_LOCALITY = "delayed_for_locality", "Waiting for GPUs close together"
+    PREEMPTED = "preempted", "Preempted by the scheduler"
+    NO_PERF_MODEL = "no_perf_model", "No performance model for this workload"
+    NO_MATCHING_GPU = "no_matching_gpu", "No GPU of the requested model"
+    OVER_ROUND_ALLOWANCE = "over_round_allowance", "Budget paced: not this round"
+    NODE_LOST = "node_lost", "Its node stopped reporting"
+
+    @property
+    def colour(self) -> str:
+        return _WAIT_CODE_COLOURS[self]
+
+
+_WAIT_CODE_COLOURS = {
+    WaitCode.BUDGET_EXHAUSTED: "crimson",
+    WaitCode.WAITING_FOR_CLEAN_HOUR: "seagreen",
+    WaitCode.NO_FREE_BLOCK: "slategray",
+    WaitCode.BEHIND_IN_QUEUE: "slategray",
+    WaitCode.DELAYED_FOR_LOCALITY: "royalblue",
+    WaitCode.PREEMPTED: "orange",
+    WaitCode.NO_PERF_MODEL: "crimson",
+    WaitCode.NO_MATCHING_GPU: "crimson",
+    WaitCode.OVER_ROUND_ALLOWANCE: "orange",
+    WaitCode.NODE_LOST: "orange",
+}
+
+# States in which a job waits (and may carry a wait reason).
+WAITING_JOB_STATES = frozenset({JobState.QUEUED, JobState.PAUSED})

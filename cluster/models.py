@@ -13,7 +13,7 @@ from django.db.models import F, Func, Q
 from django.utils import timezone
 
 from cluster import validators as v
-from cluster.choices import AuditAction, HardLimitAction, JobState, NodeStatus, Role
+from cluster.choices import AuditAction, HardLimitAction, JobState, NodeStatus, Role, WaitCode
 from scheduling.core.goodput import load_curves
 
 
@@ -209,7 +209,8 @@ class Job(models.Model):
     ``max_gpus`` and ``min_batch_size``..``max_batch_size`` bound what elastic policies may
     choose. ``per_gpu_batch_size``, ``base_lr`` and ``max_lr`` feed the ONES policy;
     ``slowdown_tolerance`` is the slowdown EaCO may trade for energy. ``state`` changes only
-    through ``cluster.services.transition_job`` (a conditional update).
+    through ``cluster.services.transition_job`` (a conditional update). ``pending_*`` say why a
+    queued or paused job waits (codes: ``cluster.choices.WaitCode``).
     """
 
     owner = models.ForeignKey(
@@ -262,8 +263,20 @@ class Job(models.Model):
     submitted_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    pending_reason_code = models.CharField(max_length=64, blank=True)
+    # Why the job waits: the one store (the scheduler's round and liveness write it, leaving
+    # queued/paused clears it). ``pending_until`` is when the policy expects it to start (or a
+    # cleaner hour to begin), ``pending_round`` the round that last said so.
+    pending_reason_code = models.CharField(max_length=64, blank=True, choices=WaitCode.choices)
     pending_reason = models.TextField(blank=True)
+    pending_until = models.DateTimeField(null=True, blank=True)
+    pending_round = models.ForeignKey(
+        "scheduling.SchedulingRound",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        editable=False,
+    )
     exit_status = models.IntegerField(null=True, blank=True)
     log_tail = models.TextField(blank=True)
     # The gradient statistics the job last reported with its progress (job-events), from
@@ -294,6 +307,10 @@ class Job(models.Model):
         ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+            models.CheckConstraint(
+                condition=Q(pending_reason_code="") | Q(pending_reason_code__in=WaitCode.values),
+                name="job_pending_reason_code_valid",
+            ),
             models.CheckConstraint(
                 condition=Q(min_gpus__gte=1) & Q(max_gpus__gte=F("min_gpus")),
                 name="job_gpu_range_valid",

@@ -14,7 +14,14 @@ from django.db.models import Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from cluster.choices import JOB_TRANSITIONS, TERMINAL_JOB_STATES, AuditAction, JobState, NodeStatus
+from cluster.choices import (
+    JOB_TRANSITIONS,
+    TERMINAL_JOB_STATES,
+    WAITING_JOB_STATES,
+    AuditAction,
+    JobState,
+    NodeStatus,
+)
 from cluster.models import (
     OVERLAP_MESSAGE,
     AuditEntry,
@@ -92,10 +99,19 @@ def submit_job(
     return job
 
 
+_NOT_WAITING = {
+    "pending_reason_code": "",
+    "pending_reason": "",
+    "pending_until": None,
+    "pending_round": None,
+}
+
+
 def transition_job(job: Job, *, to: str, at: datetime | None = None, **fields) -> Job:
     """Move ``job`` from the state it has in memory to ``to``, or raise ``InvalidTransition``.
 
     ``fields`` are stored in the same UPDATE (e.g. ``exit_status``, ``pending_reason_code``).
+    Leaving the waiting states (queued, paused) clears the job's wait reason.
     Entering running stamps ``started_at`` once; entering a terminal state stamps
     ``finished_at``. Leaving running closes the open allocation: a paused, re-queued or finished
     job holds no GPUs. On success the in-memory ``job`` is refreshed.
@@ -115,6 +131,10 @@ def transition_job(job: Job, *, to: str, at: datetime | None = None, **fields) -
         updates.setdefault("finished_at", at)
     if new != JobState.RUNNING:
         updates["current_allocation"] = None
+    if new not in WAITING_JOB_STATES:
+        # A job that no longer waits has no reason to wait (the one store: Job.pending_*).
+        for name, empty in _NOT_WAITING.items():
+            updates[name] = empty
     with transaction.atomic():
         changed = Job.objects.filter(pk=job.pk, state=old).update(**updates)
         if changed != 1:
@@ -343,6 +363,10 @@ def save_budget(budget: Budget, *, actor, at: datetime | None = None) -> Budget:
     budget.full_clean()
     try:
         with transaction.atomic():
+            # One writer of a team's budgets at a time: two racing inserts would each wait on
+            # the other's row in the exclusion constraint's check (a deadlock PostgreSQL breaks
+            # by aborting one, not a refusal); queued here, the second sees the first's row.
+            list(Team.objects.select_for_update().filter(pk=budget.team_id).values_list("pk"))
             _save_budget_audited(budget, actor=actor, at=at)
     except IntegrityError as exc:
         # A racing writer stored an overlapping budget after full_clean() looked.

@@ -7,13 +7,8 @@ its transaction commits, and ``FrontendConfig.ready`` subscribes these functions
 the group of every team it concerns; a consumer joins only the groups its user may see
 (``frontend/consumers.py``), so a team never receives another team's jobs.
 
-``broadcast_round(round_summary)``: a JSON-serialisable dict, e.g.::
-
-    {"round_id": 12, "at": "2026-11-22T04:00:00+00:00", "policy": "powerflow",
-     "queue_length": 3, "running": 5, "avg_jct_s": 5123.0,
-     "decisions": [{"job_id": 7, "team_id": 2, "job_name": "bert", "action": "start",
-                    "gpus": 4, "batch_size": 256, "sm_clock_mhz": 1200,
-                    "reason_code": "", "reason": ""}, ...]}
+``broadcast_round(round_summary)``: ``scheduling.summaries.round_summary`` (its docstring has
+the shape): cluster-wide counts (``scope: "cluster"``) and the round's decisions and waits.
 
 Decisions that carry a ``team_id`` are sent only to that team's group (and to admins).
 

@@ -28,7 +28,7 @@ from frontend.forms import JobFilterForm, JobSubmitForm, PredictForm
 from frontend.predictions import predict_job
 from scheduling.choices import DecisionAction
 from scheduling.feasibility import submit_refusals
-from scheduling.models import JobSchedulingState, RoundDecision
+from scheduling.models import RoundDecision
 from scheduling.queries import placement_label
 from telemetry.accounting import job_totals
 from telemetry.queries import job_energy_series
@@ -214,13 +214,10 @@ def job_detail(request, pk: int):
         else None
     )
     totals = job_totals(job)
-    # The live scheduler's latest wait (code, sentence, expected start) when it has one.
-    wait = JobSchedulingState.objects.filter(job=job).first()
+    # Why it waits (the one store, Job.pending_*); for a running job, only a round's hold
+    # (a spent hold_queue budget keeps it where it runs) writes one.
     state = JobState(job.state)
     why_code, why_text = job.pending_reason_code, job.pending_reason
-    if state == JobState.RUNNING:
-        # Only a round's wait for a running job (a stop not carried out, hold_queue) counts.
-        why_code, why_text = (wait.wait_code, wait.wait_reason) if wait else ("", "")
     return render(
         request,
         "frontend/job_detail.html",
@@ -229,7 +226,7 @@ def job_detail(request, pk: int):
             "state": state,
             "allocations": allocations,
             "timeline": timeline,
-            "wait_until": wait.wait_until if wait else None,
+            "wait_until": job.pending_until,
             "why_code": "" if state.is_terminal else why_code,
             "why_text": "" if state.is_terminal else why_text,
             "totals": totals,

@@ -151,8 +151,7 @@ class SchedulingRoundAdmin(admin.ModelAdmin):
 
 @admin.register(JobSchedulingState)
 class JobSchedulingStateAdmin(admin.ModelAdmin):
-    list_display = ["job", "wait_code", "wait_until", "observation_count", "model_prior"]
-    list_filter = ["wait_code"]
+    list_display = ["job", "observed_until", "observation_count", "model_prior"]
     readonly_fields = [f.name for f in JobSchedulingState._meta.fields]
 
     @admin.display(description="observations")

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 
 from cluster import services as cluster_services
-from cluster.choices import JobState, NodeStatus
+from cluster.choices import JobState, NodeStatus, WaitCode
 from cluster.models import Job, Node
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def mark_silent_nodes(*, now: datetime, timeout_s: float | None = None) -> list[
                         job,
                         to=JobState.QUEUED,
                         at=now,
-                        pending_reason_code="node_lost",
+                        pending_reason_code=WaitCode.NODE_LOST,
                         pending_reason="Re-queued: a node it ran on stopped reporting.",
                     )
                 except cluster_services.InvalidTransition as exc:

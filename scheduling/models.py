@@ -243,6 +243,8 @@ class SchedulingRound(models.Model):
     round_length_s = models.FloatField()
     schedulable_gpus = models.PositiveIntegerField()
     active_jobs = models.PositiveIntegerField()
+    # Counts after the round's changes were carried out (cluster-wide).
+    queued_jobs = models.PositiveIntegerField(default=0)
     running_jobs = models.PositiveIntegerField()
     waiting_jobs = models.PositiveIntegerField()
     changes = models.PositiveIntegerField()
@@ -303,23 +305,15 @@ class RoundDecision(models.Model):
 
 
 class JobSchedulingState(models.Model):
-    """What the live scheduler keeps per job between rounds.
-
-    The latest wait reason (code, sentence and, when the policy knows it, the time it
-    expects the job to start or a cleaner hour to begin), mirrored into ``Job.pending_reason*``
-    for list pages; the online-refinement scales (observed / predicted iteration time and
-    power) with the instant up to which telemetry has been folded into them; and the job's
-    online model (its pooled observations and fitted parameters, see ``observations``).
+    """What the live scheduler keeps per job between rounds: the online-refinement scales
+    (observed / predicted iteration time and power) with the instant up to which telemetry has
+    been folded into them, and the job's online model (its pooled observations and fitted
+    parameters, see ``observations``). Why a job waits lives on the job (``Job.pending_*``),
+    only there.
     """
 
     job = models.OneToOneField(
         "cluster.Job", on_delete=models.CASCADE, primary_key=True, related_name="scheduling"
-    )
-    wait_code = models.CharField(max_length=64, blank=True)
-    wait_reason = models.TextField(blank=True)
-    wait_until = models.DateTimeField(null=True, blank=True)
-    wait_round = models.ForeignKey(
-        SchedulingRound, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     iter_time_scale = models.FloatField(default=1.0)
     power_scale = models.FloatField(default=1.0)
@@ -335,7 +329,12 @@ class JobSchedulingState(models.Model):
         verbose_name = "job scheduling state"
 
     def __str__(self) -> str:
-        return f"job {self.job_id}: {self.wait_code or 'not waiting'}"
+        return f"job {self.job_id}: {self.observation_count()} observations"
+
+    def observation_count(self) -> float:
+        return sum(
+            o.get("weight", 1.0) for rows in (self.observations or {}).values() for o in rows
+        )
 
 
 # --- executors ----------------------------------------------------------------------------

@@ -32,21 +32,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import (
-    Avg,
-    Case,
-    CharField,
-    DurationField,
-    ExpressionWrapper,
-    F,
-    TextField,
-    Value,
-    When,
-)
+from django.db.models import Case, CharField, Count, DateTimeField, Q, TextField, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from cluster import services as cluster_services
-from cluster.choices import JobState
+from cluster.choices import WAITING_JOB_STATES, JobState, WaitCode
 from cluster.models import Job, JobAllocation
 from config import events
 from scheduling import adapters, workload_profiles
@@ -61,6 +52,7 @@ from scheduling.models import (
     SchedulerSettings,
     SchedulingRound,
 )
+from scheduling.summaries import round_summary
 
 log = logging.getLogger(__name__)
 
@@ -186,14 +178,26 @@ def run_scheduling_round(
             SchedulerSettings.objects.filter(pk=config.pk).update(
                 policy_state=_json_safe(plan.policy_state)
             )
+        # Counts after the plan was carried out: a change that lost a race, or a running job a
+        # hold_queue budget lets finish, is counted as it is, not as planned.
+        counts = Job.objects.aggregate(
+            queued=Count("pk", filter=Q(state=JobState.QUEUED)),
+            running=Count("pk", filter=Q(state=JobState.RUNNING)),
+            waiting=Count("pk", filter=Q(pending_round=round_row, state__in=WAITING_JOB_STATES)),
+        )
         SchedulingRound.objects.filter(pk=round_row.pk).update(
+            queued_jobs=counts["queued"],
+            running_jobs=counts["running"],
+            waiting_jobs=counts["waiting"],
             outcome=RoundOutcome.PARTIAL if failed else RoundOutcome.APPLIED,
             failed_changes=failed,
             # On the round's own clock (``now`` is passed in), so the two stamps agree.
             finished_at=now + timedelta(seconds=time.perf_counter() - t0),
             plan_duration_s=time.perf_counter() - t0,
         )
-        summary = round_summary(round_row, plan, rows, decisions)
+        round_row.refresh_from_db()
+        # Built from what the round stored, by the function pages use too.
+        summary = round_summary(round_row)
         # Dashboards learn of the round through the event (the frontend subscribes), once
         # it is committed.
         events.publish_on_commit(events.ROUND_FINISHED, summary)
@@ -270,7 +274,12 @@ def _apply(
         retry = []
         for change in pending:
             try:
-                _apply_one(change, now=now, max_jobs_per_gpu=plan.max_jobs_per_gpu)
+                _apply_one(
+                    change,
+                    now=now,
+                    max_jobs_per_gpu=plan.max_jobs_per_gpu,
+                    round_id=round_row.pk,
+                )
             except cluster_services.AllocationError as exc:
                 errors[change.job.pk] = str(exc)
                 retry.append(change)
@@ -296,9 +305,22 @@ def _apply(
     return applied, failed, decisions
 
 
-def _apply_one(change: adapters.RowChange, *, now: datetime, max_jobs_per_gpu: int = 1) -> None:
+def _until(reason: core.WaitReason | None) -> datetime | None:
+    if reason is None or reason.until_s is None:
+        return None
+    return datetime.fromtimestamp(reason.until_s, tz=UTC)
+
+
+def _apply_one(
+    change: adapters.RowChange,
+    *,
+    now: datetime,
+    max_jobs_per_gpu: int = 1,
+    round_id: int | None = None,
+) -> None:
     """One change, conditionally. ``max_jobs_per_gpu`` is the plan's sharing limit (EaCO: 2),
-    which ``cluster.services`` enforces under the GPU rows' locks."""
+    which ``cluster.services`` enforces under the GPU rows' locks; a stop records ``round_id``
+    as the round that paused the job."""
     job = Job.objects.get(pk=change.job.pk)  # the state as it is now, not as snapshotted
     kind = change.kind
     if kind == core.ChangeKind.STOP:
@@ -307,8 +329,10 @@ def _apply_one(change: adapters.RowChange, *, now: datetime, max_jobs_per_gpu: i
             job,
             to=JobState.PAUSED,
             at=now,
-            pending_reason_code=str(reason.code) if reason else "preempted",
+            pending_reason_code=WaitCode(str(reason.code)) if reason else WaitCode.PREEMPTED,
             pending_reason=reason.message if reason else "Paused by the scheduler.",
+            pending_until=_until(reason),
+            pending_round_id=round_id,
         )
         return
     config = {
@@ -320,12 +344,8 @@ def _apply_one(change: adapters.RowChange, *, now: datetime, max_jobs_per_gpu: i
         "max_jobs_per_gpu": max_jobs_per_gpu,
     }
     if kind == core.ChangeKind.START:
+        # Entering running clears the job's wait reason (cluster.services.transition_job).
         cluster_services.start_job(job, **config)
-        Job.objects.filter(pk=job.pk).update(pending_reason_code="", pending_reason="")
-        JobSchedulingState.objects.update_or_create(
-            job_id=job.pk,
-            defaults={"wait_code": "", "wait_reason": "", "wait_until": None, "wait_round": None},
-        )
     else:
         if job.state != JobState.RUNNING:
             raise cluster_services.InvalidTransition(
@@ -355,127 +375,48 @@ def _decision(
 
 def _record_waiting(
     plan: core.Plan, rows: adapters.SnapshotRows, round_row: SchedulingRound, *, now: datetime
-) -> None:
-    """Each waiting job's latest reason, on the job (list pages) and in its scheduling state
-    (with the time it may start). Only jobs still queued or paused are touched.
+) -> int:
+    """Each waiting job's reason, expected start and this round, on the job (the one store of
+    why a job waits), for jobs still queued or paused; and on each running job a spent
+    ``hold_queue`` budget keeps where it runs (``plan.held``), why it would otherwise wait.
 
-    Two statements whatever the queue's length: one conditional UPDATE of the jobs whose
-    reason changed (a CASE per column), one upsert of the scheduling states; a round with
-    hundreds of waiting jobs must not cost hundreds of round trips.
+    One statement whatever the queue's length (a CASE per column); a round with hundreds of
+    waiting jobs must not cost hundreds of round trips. Returns how many jobs it marked.
     """
-    if not plan.waiting and not plan.held:
-        return
-    changed = {
-        int(job_id): reason
-        for job_id, reason in plan.waiting.items()
-        if (rows.jobs[job_id].pending_reason_code, rows.jobs[job_id].pending_reason)
-        != (str(reason.code), reason.message)
-    }
-    if changed:
-        Job.objects.filter(
-            pk__in=list(changed), state__in=(JobState.QUEUED, JobState.PAUSED)
-        ).update(
-            pending_reason_code=Case(
-                *(When(pk=pk, then=Value(str(r.code))) for pk, r in changed.items()),
-                output_field=CharField(),
+    held = {int(job_id): reason for job_id, reason in plan.held.items()}
+    # A running job a spent hold_queue budget kept says why it would wait (the pages show it
+    # as kept); once no round holds it, that note goes.
+    Job.objects.filter(state=JobState.RUNNING).exclude(pending_reason_code="").exclude(
+        pk__in=list(held)
+    ).update(pending_reason_code="", pending_reason="", pending_until=None, pending_round=None)
+    if not plan.waiting and not held:
+        return 0
+    waiting = {int(job_id): reason for job_id, reason in plan.waiting.items()}
+
+    def case(values: dict[int, Any], field) -> Case:
+        return Case(
+            *(When(pk=pk, then=Value(value, output_field=field)) for pk, value in values.items()),
+            output_field=field,
+        )
+
+    def mark(reasons: dict[int, core.WaitReason], states) -> int:
+        if not reasons:
+            return 0
+        return Job.objects.filter(pk__in=list(reasons), state__in=states).update(
+            pending_reason_code=case(
+                {pk: WaitCode(str(r.code)).value for pk, r in reasons.items()}, CharField()
             ),
-            pending_reason=Case(
-                *(When(pk=pk, then=Value(r.message)) for pk, r in changed.items()),
-                output_field=TextField(),
+            pending_reason=case({pk: r.message for pk, r in reasons.items()}, TextField()),
+            # Cast: with every branch NULL PostgreSQL would type the CASE as text.
+            pending_until=Cast(
+                case({pk: _until(r) for pk, r in reasons.items()}, DateTimeField()),
+                DateTimeField(),
             ),
+            pending_round=round_row,
         )
-    JobSchedulingState.objects.bulk_create(
-        [
-            JobSchedulingState(
-                job_id=int(job_id),
-                wait_code=str(reason.code),
-                wait_reason=reason.message,
-                wait_until=None
-                if reason.until_s is None
-                else datetime.fromtimestamp(reason.until_s, tz=UTC),
-                wait_round=round_row,
-            )
-            # A held job's reason is kept too: it shows why the job keeps running but
-            # would wait (its state stays running, so the job's own pending_* stay empty).
-            for job_id, reason in (*plan.waiting.items(), *plan.held.items())
-        ],
-        update_conflicts=True,
-        unique_fields=["job"],
-        update_fields=["wait_code", "wait_reason", "wait_until", "wait_round"],
-    )
 
-
-def average_jct_s(*, now: datetime, window: timedelta = timedelta(days=1)) -> float | None:
-    """Average completion time (finish - submit) of jobs completed in the last ``window``."""
-    value = (
-        Job.objects.filter(state=JobState.COMPLETED, finished_at__gte=now - window)
-        .annotate(
-            jct=ExpressionWrapper(
-                F("finished_at") - F("submitted_at"), output_field=DurationField()
-            )
-        )
-        .aggregate(avg=Avg("jct"))["avg"]
-    )
-    return None if value is None else value.total_seconds()
-
-
-def round_summary(
-    round_row: SchedulingRound,
-    plan: core.Plan,
-    rows: adapters.SnapshotRows,
-    decisions: list[RoundDecision],
-) -> dict[str, Any]:
-    """The round as ``ROUND_FINISHED`` publishes it: applied changes and the
-    reason of every waiting job, each tagged with its team so teams see only their own."""
-    items = []
-    for d in decisions:
-        if not d.applied:
-            continue
-        job = rows.jobs[str(d.job_id)]
-        items.append(
-            {
-                "job_id": job.pk,
-                "team_id": job.team_id,
-                "job_name": job.name,
-                "action": d.action,
-                "gpus": len(d.gpu_uuids),
-                "batch_size": d.batch_size,
-                "sm_clock_mhz": d.sm_clock_mhz,
-                "reason_code": d.reason_code,
-                "reason": d.reason,
-            }
-        )
-    # Waiting jobs, then the running jobs a spent hold_queue budget keeps where they run.
-    for kept, reasons in ((False, plan.waiting), (True, plan.held)):
-        for job_id, reason in sorted(reasons.items(), key=lambda kv: int(kv[0])):
-            job = rows.jobs[job_id]
-            allocation = plan.allocations.get(job_id) if kept else None
-            items.append(
-                {
-                    "job_id": job.pk,
-                    "team_id": job.team_id,
-                    "job_name": job.name,
-                    "action": "keep" if kept else "wait",
-                    "gpus": allocation.n_gpus if allocation else 0,
-                    "batch_size": allocation.global_batch if allocation else None,
-                    "sm_clock_mhz": allocation.sm_clock_mhz if allocation else None,
-                    "reason_code": str(reason.code),
-                    "reason": reason.message,
-                }
-            )
-    queued = sum(1 for j in rows.jobs.values() if j.state == JobState.QUEUED)
-    return {
-        "round_id": round_row.pk,
-        "at": round_row.started_at.isoformat(),
-        "policy": plan.policy,
-        "queue_length": queued,
-        "waiting": len(plan.waiting),
-        "running": len(plan.allocations),
-        "avg_jct_s": average_jct_s(now=round_row.started_at),
-        "predicted_energy_j": plan.predicted_energy_j,
-        "predicted_co2_g": plan.predicted_co2_g,
-        "decisions": items,
-    }
+    mark(held, (JobState.RUNNING,))
+    return mark(waiting, WAITING_JOB_STATES)
 
 
 def open_allocation_gpu_owners() -> dict[int, int]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -110,7 +111,8 @@ class HttpProvider:
         except (requests.RequestException, ValueError, KeyError, TypeError) as exc:
             self._down_until[self.url] = time.monotonic() + self.BACKOFF_S
             raise CarbonUnavailable(f"{self.url}: {exc.__class__.__name__}: {exc}") from exc
-        if not ci >= 0:
+        # json.loads takes Infinity and NaN: neither is an intensity (nor is a negative one).
+        if not (math.isfinite(ci) and ci >= 0):
             raise CarbonUnavailable(f"{self.url}: intensity {ci} is not a non-negative number")
         CarbonIntensity.objects.update_or_create(
             zone=zone,

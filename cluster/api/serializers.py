@@ -1,7 +1,6 @@
 """Serializers of the cluster API. Fields are listed explicitly; model ``clean()`` is the one
 place where cross-field rules live, so both the admin and the API apply the same checks."""
 
-from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -9,7 +8,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
 from cluster import services
-from cluster.choices import JobState
+from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 from cluster.queries import can_manage_budgets_of, is_team_member
 from cluster.workloads import workload_errors
@@ -90,10 +89,12 @@ class JobSerializer(serializers.ModelSerializer):
     total_iterations = serializers.IntegerField(min_value=1)
     state_colour = serializers.SerializerMethodField()
     current_allocation = JobAllocationSerializer(read_only=True)
-    # Why is my job pending (scheduling/): the latest round's reason and, when the policy
-    # knows it, when the job is expected to start (or a cleaner hour begins).
-    pending_until = serializers.SerializerMethodField()
-    pending_round = serializers.SerializerMethodField()
+    # Why is my job pending: ``pending_*`` are the job's own fields (the one store), written by
+    # the latest round (reason, expected start or cleaner hour, the round) or by liveness.
+    # Blank while the job does not wait (the schema must say "" is a value too).
+    pending_reason_code = serializers.ChoiceField(
+        choices=WaitCode.choices, allow_blank=True, read_only=True
+    )
 
     class Meta:
         model = Job
@@ -140,32 +141,14 @@ class JobSerializer(serializers.ModelSerializer):
             "finished_at",
             "pending_reason_code",
             "pending_reason",
+            "pending_until",
+            "pending_round",
             "exit_status",
             "log_tail",
         ]
 
     def get_state_colour(self, job: Job) -> str:
         return JobState(job.state).colour
-
-    def _waiting(self, job: Job):
-        if job.state not in (JobState.QUEUED, JobState.PAUSED):
-            return None
-        try:
-            return job.scheduling
-        except ObjectDoesNotExist:
-            return None
-
-    @extend_schema_field(serializers.DateTimeField(allow_null=True))
-    def get_pending_until(self, job: Job):
-        state = self._waiting(job)
-        if state is None or state.wait_until is None:
-            return None
-        return serializers.DateTimeField().to_representation(state.wait_until)
-
-    @extend_schema_field(serializers.IntegerField(allow_null=True))
-    def get_pending_round(self, job: Job) -> int | None:
-        state = self._waiting(job)
-        return None if state is None else state.wait_round_id
 
     def validate_team(self, team: Team) -> Team:
         user = self.context["request"].user

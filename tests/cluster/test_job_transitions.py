@@ -5,7 +5,7 @@ from itertools import product
 
 import pytest
 
-from cluster.choices import JOB_TRANSITIONS, TERMINAL_JOB_STATES, JobState, can_transition
+from cluster.choices import JOB_TRANSITIONS, TERMINAL_JOB_STATES, JobState, WaitCode, can_transition
 from cluster.models import Job, JobAllocation
 from cluster.services import InvalidTransition, set_allocation, transition_job
 
@@ -40,13 +40,15 @@ def test_allowed_transition_updates_the_row(make_job, member, team, old, new):
     assert can_transition(old, new)
 
     # when it moves to new
-    transition_job(job, to=new, at=AT, pending_reason_code="test")
+    transition_job(job, to=new, at=AT, pending_reason_code=WaitCode.PREEMPTED)
 
     # then the row says so, with the right timestamps
     row = Job.objects.get(pk=job.pk)
     assert row.state == new
     assert job.state == new
-    assert row.pending_reason_code == "test"
+    # a reason is kept only where the job waits; any other state clears it
+    waits = new in (JobState.QUEUED, JobState.PAUSED)
+    assert row.pending_reason_code == (WaitCode.PREEMPTED if waits else "")
     assert row.updated_at == AT
     assert row.started_at == (AT if new == JobState.RUNNING else None)
     assert row.finished_at == (AT if new in TERMINAL_JOB_STATES else None)

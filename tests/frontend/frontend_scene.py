@@ -154,8 +154,8 @@ def build_scene(*, with_telemetry: bool = True) -> Scene:
 
     # Queued, with the reasons a round would have written.
     for name, workload, code, reason in (
-        ("vgg16-baseline", "vgg16", "no_capacity", "Waiting for 4 free GPUs on one node."),
-        ("gpt2-small", "gpt2", "budget_paced", "Held back: the energy budget is paced."),
+        ("vgg16-baseline", "vgg16", "no_free_block", "Waiting for 4 free GPUs on one node."),
+        ("gpt2-small", "gpt2", "over_round_allowance", "Held back: the energy budget is paced."),
     ):
         job = _job(users["lead"], team, name, workload, at=now - timedelta(minutes=30), gpus=4)
         Job.objects.filter(pk=job.pk).update(pending_reason_code=code, pending_reason=reason)

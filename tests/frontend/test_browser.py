@@ -18,11 +18,13 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 from frontend_scene import PASSWORDS, build_scene
@@ -36,6 +38,7 @@ from frontend.labels import reason_sentence, wait_label
 from scheduling.core.types import J_PER_KWH
 from scheduling.services import run_scheduling_round
 from telemetry.models import EnergyLedgerEntry
+from telemetry.usage import publish_usage_of_teams
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -598,3 +601,38 @@ def test_demo_screenshots_signs_in_as_the_demo_users_and_saves_every_page(
         "live_nodes.png",
     ]  # no job has run yet: no job pages
     assert all((out / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
+
+
+def test_the_dashboards_budget_figure_follows_accounting_live(scene, login):
+    # given vision's member on the dashboard, its energy budget figure drawn
+    page = login("vera_member")
+    budget = scene.budgets["vision"]
+    fig = f"fig-budget-{budget.pk}-energy"
+    used_now = (
+        f"() => {{ const d = document.getElementById('{fig}').data || [];"
+        " const t = d.find((x) => (x.name || '').startsWith('used'));"
+        " return t ? t.y[t.y.length - 1] : null; }"
+    )
+    page.wait_for_function(f"({used_now})() !== null")
+    page.wait_for_selector("#live-status[data-state=live]")
+    before = page.evaluate(used_now)
+    # when accounting books another 0.5 kWh to vision in the period and publishes the change
+    gpu = scene.nodes[0].gpus.order_by("index").first()
+    hour = (scene.now - timedelta(hours=8)).replace(minute=0, second=0, microsecond=0)
+    EnergyLedgerEntry.objects.create(
+        gpu=gpu, hour=hour, team=budget.team, energy_j=0.5 * J_PER_KWH, co2_g=80.0,
+        ci_g_per_kwh=160.0, zone="ES",
+    )  # fmt: skip
+
+    def publish():  # as accounting does, from a thread without Playwright's event loop
+        try:
+            return publish_usage_of_teams([budget.team_id], now=timezone.now())
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        named = pool.submit(publish).result(timeout=10)
+    assert named == 1
+    # then the figure redraws with the new total, without a reload
+    page.wait_for_function(f"Math.abs(({used_now})() - {before + 0.5}) < 1e-5")
+    assert page.evaluate(used_now) == pytest.approx(before + 0.5, abs=1e-5)

@@ -15,7 +15,6 @@ from cluster.choices import JobState, NodeStatus
 from cluster.models import AuditEntry, Budget, Job, Node
 from cluster.workloads import perf_catalog
 from scheduling.core.types import J_PER_KWH, GpuConfig
-from scheduling.models import JobSchedulingState
 from scheduling.services import run_scheduling_round
 from telemetry.carbon import static_mean_g_per_kwh
 
@@ -223,7 +222,7 @@ def test_job_detail_shows_allocations_and_pending_reason(
     node = make_node("node-01", gpus=2)
     job = make_job(owner=member, team=team, name="r")
     Job.objects.filter(pk=job.pk).update(
-        pending_reason_code="no_capacity", pending_reason="Waiting for 4 GPUs."
+        pending_reason_code="no_free_block", pending_reason="Waiting for 4 GPUs."
     )
     page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk]))
     assert "Waiting for 4 GPUs." in page.content.decode()
@@ -568,9 +567,8 @@ def test_job_detail_shows_when_the_scheduler_expects_a_waiting_job_to_start(
 ):
     job = make_job(owner=member, team=team)
     until = timezone.now().replace(second=0, microsecond=0) + timedelta(hours=2)
-    JobSchedulingState.objects.create(job=job, wait_code="no_capacity", wait_until=until)
     Job.objects.filter(pk=job.pk).update(
-        pending_reason_code="no_capacity", pending_reason="Waiting for GPUs."
+        pending_reason_code="no_free_block", pending_reason="Waiting for GPUs.", pending_until=until
     )
     page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk])).content.decode()
     assert f'<span id="wait-until">Expected around {until:%Y-%m-%d %H:%M} UTC.</span>' in page

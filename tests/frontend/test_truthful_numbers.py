@@ -109,9 +109,8 @@ def test_a_job_kept_running_by_hold_queue_is_not_shown_as_waiting(scene):
     assert row["reason_code"] == "budget_exhausted"
     # the round line counts it as running, as the job rows do, cluster-wide
     states = list(Job.objects.values_list("state", flat=True))
-    waiting = sum(s in (JobState.QUEUED, JobState.PAUSED) for s in states)
-    assert (payload["latest_round"]["waiting"], payload["latest_round"]["running"]) == (
-        waiting,
+    assert (payload["latest_round"]["queue_length"], payload["latest_round"]["running"]) == (
+        states.count(JobState.QUEUED),
         states.count(JobState.RUNNING),
     )
     assert payload["latest_round"]["running"] >= 1

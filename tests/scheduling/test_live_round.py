@@ -14,7 +14,8 @@ from cluster.choices import HardLimitAction, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, Node
 from scheduling import liveness, services
 from scheduling.choices import DecisionAction, RoundOutcome
-from scheduling.models import JobSchedulingState, RoundDecision, SchedulerSettings, SchedulingRound
+from scheduling.models import RoundDecision, SchedulerSettings, SchedulingRound
+from scheduling.summaries import round_summary
 
 T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
 
@@ -123,11 +124,7 @@ def test_round_never_schedules_on_a_silent_node_and_says_why(
         job.pending_reason
         == "Waiting: needs 2 GPU(s) of one model; no GPU model has that many schedulable."
     )
-    state = JobSchedulingState.objects.get(job=job)
-    assert (state.wait_code, state.wait_round_id) == (
-        "no_matching_gpu",
-        SchedulingRound.objects.get().pk,
-    )
+    assert job.pending_round_id == SchedulingRound.objects.get().pk
 
 
 def test_pending_reason_and_estimated_start_are_in_the_jobs_api(
@@ -142,15 +139,15 @@ def test_pending_reason_and_estimated_start_are_in_the_jobs_api(
     services.run_scheduling_round(now=T0)
 
     # then the API shows the second job's reason and when it is expected to start
-    state = JobSchedulingState.objects.get(job=second)
+    second.refresh_from_db()
     body = api_client(member).get(f"/api/jobs/{second.pk}/").json()
     assert Job.objects.get(pk=first.pk).state == JobState.RUNNING
     assert body["state"] == "queued"
     assert body["pending_reason_code"] == "behind_in_queue"
-    assert body["pending_reason"] == state.wait_reason
+    assert body["pending_reason"] == second.pending_reason
     assert body["pending_reason"].startswith("Waiting: 1 job(s) ahead of it in the queue")
-    assert state.wait_until is not None and state.wait_until > T0
-    assert body["pending_until"] == state.wait_until.isoformat().replace("+00:00", "Z")
+    assert second.pending_until is not None and second.pending_until > T0
+    assert body["pending_until"] == second.pending_until.isoformat().replace("+00:00", "Z")
     assert body["pending_round"] == SchedulingRound.objects.get().pk
     # and a running job shows no pending fields
     running = api_client(member).get(f"/api/jobs/{first.pk}/").json()
@@ -297,7 +294,7 @@ def test_exhausted_hold_queue_budget_lets_running_jobs_finish_but_starts_none(
     queued = _job(make_job, member, team, at=T0)
 
     # when the next round runs
-    services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+    result = services.run_scheduling_round(now=T0 + timedelta(seconds=60))
 
     # then the running job keeps running, the new one waits for the budget
     running.refresh_from_db()
@@ -306,6 +303,20 @@ def test_exhausted_hold_queue_budget_lets_running_jobs_finish_but_starts_none(
     assert queued.state == JobState.QUEUED
     assert queued.pending_reason_code == "budget_exhausted"
     assert not RoundDecision.objects.filter(action=DecisionAction.STOP).exists()
+    # and the round says so: the running job is kept where it runs, with why it would wait
+    # (not listed as waiting with 0 GPUs); the counts are the cluster's after the round
+    assert (running.pending_reason_code, running.pending_round_id) == (
+        "budget_exhausted",
+        result.round_id,
+    )
+    summary = round_summary(SchedulingRound.objects.get(pk=result.round_id))
+    assert [
+        (d["job_id"], d["action"], d["reason_code"], d["gpus"]) for d in summary["decisions"]
+    ] == [
+        (queued.pk, "wait", "budget_exhausted", 0),
+        (running.pk, "keep", "budget_exhausted", running.current_allocation.gpus.count()),
+    ]
+    assert (summary["scope"], summary["queue_length"], summary["running"]) == ("cluster", 1, 1)
 
 
 def test_a_job_held_by_a_spent_hold_queue_budget_keeps_its_gpus_from_other_teams_jobs(

@@ -18,7 +18,8 @@ from scheduling import adapters, services
 from scheduling.choices import DecisionAction
 from scheduling.core.perf_models import load_catalog
 from scheduling.core.types import GpuConfig
-from scheduling.models import JobSchedulingState, RoundDecision, SchedulerSettings
+from scheduling.models import JobSchedulingState, RoundDecision, SchedulerSettings, SchedulingRound
+from scheduling.summaries import round_summary
 from telemetry.models import GpuSample, JobEvent
 
 T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
@@ -261,7 +262,10 @@ def test_round_broadcasts_its_result_to_dashboards_after_commit(
         1,
     )
     assert payload["decisions"] == [
-        {"job_id": job.pk, "team_id": team.pk, "job_name": job.name, "action": "start",
-         "gpus": 1, "batch_size": 256, "sm_clock_mhz": None,
-         "reason_code": "", "reason": ""}
+        {"job_id": job.pk, "team_id": team.pk, "job_name": job.name, "job_state": "running",
+         "action": "start", "gpus": 1, "nodes": ["node-01"], "placement": "node-01: 0",
+         "batch_size": 256, "sm_clock_mhz": None,
+         "power_limit_w": None, "reason_code": "", "reason": "", "until": None}
     ]  # fmt: skip
+    # and it is the very summary a page builds for the same round
+    assert payload == round_summary(SchedulingRound.objects.get(pk=result.round_id))

@@ -59,11 +59,14 @@ def test_the_static_fallback_is_the_yearly_mean_of_the_zones_file():
 class _Handler(BaseHTTPRequestHandler):
     answers: list = []
     seen: list = []
+    intensity = 123.0
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         query = parse_qs(urlparse(self.path).query)
         self.seen.append((query, self.headers.get("auth-token")))
-        body = json.dumps({"zone": query["zone"][0], "carbonIntensity": 123.0, "isEstimated": True})
+        body = json.dumps(
+            {"zone": query["zone"][0], "carbonIntensity": self.intensity, "isEstimated": True}
+        )
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -77,6 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
 def intensity_server():
     server = HTTPServer(("127.0.0.1", 0), _Handler)
     _Handler.seen = []
+    _Handler.intensity = 123.0
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}/v3/carbon-intensity/past", _Handler.seen
@@ -96,6 +100,20 @@ def test_the_http_provider_fetches_once_and_stores_the_answer(db, intensity_serv
     intensity_for_hour("DE", hour, provider=provider)
     assert len(seen) == 1  # the stored row answered the second time
     assert CarbonIntensity.objects.get(zone="DE").source == CarbonSource.HTTP
+
+
+@pytest.mark.parametrize("answer", [float("inf"), float("nan"), -5.0])
+def test_a_provider_answering_a_non_finite_or_negative_intensity_is_not_believed(
+    db, intensity_server, answer
+):
+    # given a provider that answers Infinity (json.loads accepts it), NaN or a negative number
+    url, _ = intensity_server
+    _Handler.intensity = answer
+    hour = datetime(2026, 11, 22, 3, 17, tzinfo=UTC)
+    # when the hour is priced, then the static mean is used, marked estimated, nothing stored
+    got = intensity_for_hour("ES", hour, provider=HttpProvider(url, ""))
+    assert (got.ci_g_per_kwh, got.estimated) == (static_mean_g_per_kwh("ES"), True)
+    assert not CarbonIntensity.objects.filter(zone="ES").exists()
 
 
 def _closed_port() -> int:

@@ -99,10 +99,10 @@
         decisions[key] = d;
       });
       const when = (payload.at || "").slice(0, 19).replace("T", " ");
-      const waiting = payload.waiting === undefined ? "?" : payload.waiting;
       const running = payload.running === undefined ? "?" : payload.running;
       text("round-head", "Round " + payload.round_id + " at " + when + " UTC, policy " +
-        (payload.policy || "?") + ": the cluster has " + waiting + " waiting, " + running + " running");
+        (payload.policy || "?") + ": the cluster has " + (payload.queue_length === undefined ? "?" : payload.queue_length) +
+        " queued, " + running + " running");
       const table = document.getElementById("round-table");
       const body = table.querySelector("tbody");
       body.replaceChildren();
@@ -142,6 +142,8 @@
         body.appendChild(tr);
       });
       table.hidden = Object.keys(decisions).length === 0;
+      // The round's counts are the cluster's (payload.scope); the KPI cards are the user's
+      // own jobs and follow from the data fetch a round push triggers.
     }
 
     function connect() {
