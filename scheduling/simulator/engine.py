@@ -66,7 +66,6 @@ from typing import Any
 from scheduling.core.goodput import useful_samples_per_iter
 from scheduling.core.types import (
     Allocation,
-    Budget,
     CarbonSignal,
     Cluster,
     Job,
@@ -74,10 +73,9 @@ from scheduling.core.types import (
     Plan,
     Snapshot,
 )
+from scheduling.simulator.budgets import BudgetLedger, BudgetSpec
 from scheduling.simulator.carbon import ConstantIntensity, HourlyIntensity
 from scheduling.simulator.state import (  # noqa: F401 - re-exported for callers
-    BudgetPeriod,
-    BudgetSpec,
     JobRecord,
     Planner,
     ProgressHook,
@@ -114,13 +112,10 @@ class Simulator:
         self.planner = planner
         self.config = config or SimConfig()
         self.intensity = intensity or ConstantIntensity(0.0)
-        self.budgets = tuple(budgets) + ((budget,) if budget is not None else ())
-        if len({b.budget_id for b in self.budgets}) != len(self.budgets):
+        specs = tuple(budgets) + ((budget,) if budget is not None else ())
+        if len({b.budget_id for b in specs}) != len(specs):
             raise SimulationError("budget ids are not unique")
-        # Spend per (budget index, period index): [energy_j, co2_g].
-        self._usage: dict[tuple[int, int], list[float]] = {
-            (i, 0): [b.energy_used_j, b.co2_used_g] for i, b in enumerate(self.budgets)
-        }
+        self.budgets = BudgetLedger(specs)
         self.progress = progress
         self._colocation = colocation  # ColocationModel; loaded when a plan first shares
         self._noise: dict[tuple[str, str], float] = {}
@@ -178,12 +173,12 @@ class Simulator:
                 # arrival, integrating the idle cluster's power over the gap exactly.
                 arrival_s = records[next_arrival].spec.submit_time_s
                 t_next = arrival_s if cfg.replan_on_events else math.ceil(arrival_s / L) * L
-                t_next = min(t_next, self._next_boundary(t))
+                t_next = min(t_next, self.budgets.next_boundary(t))
                 energy = idle_all_w * (t_next - t)
                 co2 = self.intensity.co2_g(idle_all_w, t, t_next)
                 idle_energy_j += energy
                 self._account(energy, co2)
-                self._charge(t, energy, co2, {})
+                self.budgets.charge(t, energy, co2, {})
                 if t_next > t:
                     timeline.append(RoundSample(t, t_next, energy, co2, 0, 0, 0, 0.0, None, None))
                 t = t_next
@@ -203,7 +198,7 @@ class Simulator:
                 horizon = min(horizon, max(records[next_arrival].spec.submit_time_s, t))
             if cfg.max_time_s is not None:
                 horizon = min(horizon, cfg.max_time_s)
-            horizon = min(horizon, self._next_boundary(t))
+            horizon = min(horizon, self.budgets.next_boundary(t))
             running = sum(1 for r in active.values() if r.allocation is not None)
             busy_gpus = sum(
                 r.allocation.n_gpus for r in active.values() if r.allocation is not None
@@ -231,7 +226,7 @@ class Simulator:
                 )
             )
             self._account(energy, co2)
-            self._charge(t, energy, co2, by_team)
+            self.budgets.charge(t, energy, co2, by_team)
             for rec in finished:
                 del active[rec.spec.job_id]
             n_finished += len(finished)
@@ -263,71 +258,12 @@ class Simulator:
             end_s=end_s,
             stopped_early=stopped_early,
             wait_codes=wait_codes,
-            budget_periods=self._periods(),
+            budget_periods=self.budgets.periods(),
         )
 
     def _account(self, energy_j: float, co2_g: float) -> None:
         self._energy_used_j += energy_j
         self._co2_used_g += co2_g
-
-    # --- budgets, period by period --------------------------------------------------------
-
-    def _next_boundary(self, t: float) -> float:
-        """The first period start or end of any budget after ``t`` (inf if none)."""
-        return min((b.next_boundary(t) for b in self.budgets), default=math.inf)
-
-    def _charge(
-        self, t0: float, energy_j: float, co2_g: float, by_team: Mapping[str, list[float]]
-    ) -> None:
-        """Charge a stretch that starts at ``t0`` (and never crosses a period boundary) to
-        the period of each budget in force: a cluster budget pays all of it, a team budget
-        what its jobs drew."""
-        for i, b in enumerate(self.budgets):
-            k = b.period_at(t0)
-            if k is None:
-                continue
-            if b.team is None:
-                e, c = energy_j, co2_g
-            else:
-                e, c = by_team.get(b.team, (0.0, 0.0))
-            usage = self._usage.setdefault((i, k), [0.0, 0.0])
-            usage[0] += e
-            usage[1] += c
-
-    def _budgets_at(self, t: float) -> tuple[Budget, ...]:
-        result = []
-        for i, b in enumerate(self.budgets):
-            k = b.period_at(t)
-            if k is None:
-                continue
-            start, end = b.bounds(k)
-            used_e, used_c = self._usage.get((i, k), (0.0, 0.0))
-            result.append(
-                Budget(
-                    budget_id=b.period_id(k),
-                    team=b.team,
-                    period_start_s=start,
-                    period_end_s=end,
-                    energy_limit_j=b.energy_limit_j,
-                    energy_used_j=used_e,
-                    co2_limit_g=b.co2_limit_g,
-                    co2_used_g=used_c,
-                    hard_limit_action=b.hard_limit_action,
-                )
-            )
-        return tuple(result)
-
-    def _periods(self) -> list[BudgetPeriod]:
-        periods = []
-        for (i, k), (e, c) in self._usage.items():
-            b = self.budgets[i]
-            start, end = b.bounds(k)
-            periods.append(
-                BudgetPeriod(
-                    b.period_id(k), b.team, start, end, b.energy_limit_j, b.co2_limit_g, e, c
-                )
-            )
-        return sorted(periods, key=lambda p: (p.start_s, p.budget_id))
 
     # --- snapshot ---------------------------------------------------------------------
 
@@ -351,7 +287,7 @@ class Simulator:
                 fields["observed_slowdown"] = rec.observed_slowdown
                 rec.snapshot_job = Job(**fields)
             jobs.append(rec.snapshot_job)
-        budgets = self._budgets_at(t)
+        budgets = self.budgets.at(t)
         carbon = CarbonSignal(
             ci_g_per_kwh=self.intensity.ci_at(t),
             forecast=self.intensity.forecast(t, self.config.forecast_hours),

@@ -12,15 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduling.core.types import (
-    Allocation,
-    GpuConfig,
-    HardLimitAction,
-    Job,
-    PerfCatalog,
-    Plan,
-    Snapshot,
-)
+from scheduling.core.types import Allocation, GpuConfig, Job, PerfCatalog, Plan, Snapshot
 
 Planner = Callable[[Snapshot, float], Plan]
 ProgressHook = Callable[[int, float], None]  # (jobs finished so far, simulated time)
@@ -55,88 +47,6 @@ class SimConfig:
             raise ValueError("congestion must be positive")
         if self.colocation_noise < 0:
             raise ValueError("colocation_noise must not be negative")
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetSpec:
-    """A budget for the simulated periods: the first is ``[period_start_s, period_end_s)``
-    and, with ``renews``, the next ones follow it back to back, each as long as the first
-    and with the same limits (the rule for the next period's size: the same limit per
-    period length), so nothing runs unbudgeted after the first period ends.
-
-    ``team=None`` is a cluster-wide budget that pays every joule the cluster draws, idle
-    GPUs included; a team budget pays what its jobs' GPUs draw while they hold them (as the
-    live ledgers charge a team). ``energy_used_j``/``co2_used_g`` are what the first period
-    had spent before the simulation starts. ``hard_limit_action`` is the core's.
-    """
-
-    period_end_s: float
-    energy_limit_j: float | None = None
-    co2_limit_g: float | None = None
-    team: str | None = None
-    period_start_s: float = 0.0
-    renews: bool = True
-    budget_id: str = "simulation"
-    energy_used_j: float = 0.0
-    co2_used_g: float = 0.0
-    hard_limit_action: HardLimitAction = HardLimitAction.PAUSE_JOBS
-
-    def __post_init__(self) -> None:
-        if not self.period_end_s > self.period_start_s:
-            raise ValueError("a budget period must end after it starts")
-
-    @property
-    def period_s(self) -> float:
-        return self.period_end_s - self.period_start_s
-
-    def period_at(self, t: float) -> int | None:
-        """Index of the period in force at ``t`` (0: the first); None outside them."""
-        if t < self.period_start_s:
-            return None
-        k = math.floor((t - self.period_start_s) / self.period_s)
-        if not self.renews and k > 0:
-            return None
-        return k
-
-    def bounds(self, k: int) -> tuple[float, float]:
-        start = self.period_start_s + k * self.period_s
-        return start, start + self.period_s
-
-    def next_boundary(self, t: float) -> float:
-        """The first period start or end after ``t`` (inf if none)."""
-        if t < self.period_start_s:
-            return self.period_start_s
-        k = self.period_at(t)
-        if k is None:
-            return math.inf
-        return self.bounds(k)[1]
-
-    def period_id(self, k: int) -> str:
-        return self.budget_id if k == 0 else f"{self.budget_id}@{k}"
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetPeriod:
-    """What one budget period was given and spent in a run."""
-
-    budget_id: str
-    team: str | None
-    start_s: float
-    end_s: float
-    energy_limit_j: float | None
-    co2_limit_g: float | None
-    energy_j: float  # spent inside the period (the first period: including what it had)
-    co2_g: float
-
-    @property
-    def share(self) -> float | None:
-        """The largest of spent / limit over energy and carbon (None without limits)."""
-        shares = []
-        if self.energy_limit_j:
-            shares.append(self.energy_j / self.energy_limit_j)
-        if self.co2_limit_g:
-            shares.append(self.co2_g / self.co2_limit_g)
-        return max(shares) if shares else None
 
 
 @dataclass(slots=True)
@@ -202,7 +112,7 @@ class SimResult:
     end_s: float
     stopped_early: bool
     wait_codes: Counter[str] = field(default_factory=Counter)
-    budget_periods: list[BudgetPeriod] = field(default_factory=list)  # in order of start
+    budget_periods: list[Any] = field(default_factory=list)  # budgets.BudgetPeriod, by start
 
 
 class _PerfCache:

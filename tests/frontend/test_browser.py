@@ -288,6 +288,9 @@ def test_lead_edits_a_budget_after_a_what_if_and_a_member_cannot(scene, login, s
     ys = lead.evaluate("document.getElementById('fig-whatif').data[0].y")
     assert xs == [5.0, 10.0, 15.0, 20.0, 30.0, 40.0]
     assert ys[-1] is not None and ys[-1] > 0
+    # and more budget never predicts a worse average JCT
+    shown = [y for y in ys if y is not None]
+    assert shown == sorted(shown, reverse=True)
     shot(lead, "budget_whatif")
     lead.click("#budget-form button[type=submit]")
     lead.wait_for_url(f"{server}/budgets/")

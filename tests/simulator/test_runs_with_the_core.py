@@ -228,3 +228,45 @@ def test_without_a_batch_range_the_batch_model_changes_nothing():
     assert outcome(runs[0]) == outcome(runs[1])
     with pytest.raises(ValueError, match="batch_efficiency must be one of"):
         load_scenario(TRACE, CLUSTER, batch_efficiency="magic")
+
+
+def test_team_budgets_charge_each_team_its_jobs_and_none_is_overspent(scenario, fifo_result):
+    # given the trace's jobs split into teams by workload, and per team half of what its
+    # jobs drew under fifo, per period of half fifo's makespan
+    from scheduling.simulator.compare import budgets_from
+    from scheduling.simulator.scenario import with_teams_by_workload
+
+    teamed = with_teams_by_workload(scenario)
+    base = run_policy(teamed, "fifo")
+    whole = budgets_from(base, "energy", per_team=True)
+    budgets = tuple(
+        BudgetSpec(
+            period_end_s=base.end_s / 2, energy_limit_j=b.energy_limit_j / 2, team=b.team,
+            budget_id=b.budget_id,
+        )
+        for b in whole
+    )  # fmt: skip
+    assert sorted(b.team for b in budgets) == sorted({j.workload for j in scenario.jobs})
+    seen = []
+    inner = core_planner("powerflow")
+
+    def recording(snapshot, now):
+        seen.append(snapshot.budgets)
+        return inner(snapshot, now)
+
+    # when PowerFlow runs under them
+    result = run_policy(teamed, "powerflow", budgets=budgets, planner=recording)
+
+    # then every round saw one budget per team, each period charged its team's jobs'
+    # energy only (idle GPUs are no team's), and none spent more than its limit
+    assert all(sorted(b.team for b in snap) == sorted(b.team for b in budgets) for snap in seen)
+    by_team: dict[str, float] = {}
+    for rec in result.jobs:
+        by_team[rec.spec.team] = by_team.get(rec.spec.team, 0.0) + rec.energy_j
+    charged: dict[str, float] = {}
+    for p in result.budget_periods:
+        charged[p.team] = charged.get(p.team, 0.0) + p.energy_j
+    assert charged == pytest.approx(by_team, rel=1e-9)
+    assert sum(charged.values()) < result.energy_j  # the idle draw is nobody's
+    assert max(p.share for p in result.budget_periods) <= 1.0 + 1e-9
+    assert all(r.finish_s is not None for r in result.jobs)

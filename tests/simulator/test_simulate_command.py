@@ -37,3 +37,26 @@ def test_simulate_command_refuses_bad_arguments_and_writes_nothing(tmp_path):
             "--policy", "slowest",
         )  # fmt: skip
     assert list(tmp_path.iterdir()) == []
+
+
+def test_simulate_command_matches_team_budgets_and_reports_the_spend_per_period(tmp_path):
+    # given pollux jobs with a team per workload, each team matched to what its jobs drew
+    out = StringIO()
+    call_command(
+        "simulate",
+        "--trace", str(DATA / "trace" / "pollux_workload-3.csv"),
+        "--cluster", str(DATA / "clusters" / "n16g4_t4.json"),
+        "--policy", "powerflow", "--match-baseline", "fifo", "--team-budgets",
+        "--team-rule", "workload", "--max-jobs", "30", "--no-progress", "--out", str(tmp_path),
+        stdout=out,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "pollux_workload-3_n16g4_t4_report.json").read_text())
+    (line,) = report["comparisons"]
+    jobs = (tmp_path / "pollux_workload-3_n16g4_t4_fifo_jobs.csv").read_text().splitlines()[1:]
+    workloads = {row.split(",")[1] for row in jobs}
+    # then there is one budget per team, no period went over, and the line says so
+    assert line["team_budgets"] == len(workloads) > 1
+    assert line["candidate_periods_over_budget"] == 0
+    assert line["candidate_max_period_share"] <= 1.0
+    assert "inside the period" in out.getvalue()
+    assert report["scenario"]["team_rule"] == "workload"

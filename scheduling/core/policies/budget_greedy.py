@@ -397,11 +397,21 @@ class BudgetGreedy:
                 for si, ci, bi, remaining_s, power_w in grid
             ]
 
+        def restart_j(j: int, n: int) -> float:
+            ran = running_n[j]
+            if (ran and n != ran) or (not ran and jobs[j].job.done_iters > 0):
+                return n * job_idle_w[j] * min(self.restart_s, round_s)
+            return 0.0
+
         def deltas(
             j: int, old: Estimate | None, new: Estimate, n_old: int, n_new: int
         ) -> tuple[float, float]:
             """Round energy added to a team budget and to a cluster budget."""
             team = new.round_energy_j - (old.round_energy_j if old else 0.0)
+            # A team pays its GPUs' idle draw while a (re)start loads the checkpoint, which
+            # the busy estimate leaves out: unreserved, a job finishing in the round
+            # overspends a nearly spent period (a cluster budget pays idle GPUs anyway).
+            team += restart_j(j, n_new) - (restart_j(j, n_old) if old else 0.0)
             cluster_new = new.round_energy_j - n_new * job_idle_w[j] * new.round_busy_s
             cluster_old = (
                 (old.round_energy_j - n_old * job_idle_w[j] * old.round_busy_s) if old else 0.0
