@@ -49,6 +49,24 @@ def test_price_for_share_is_the_slope_of_the_first_step_the_share_cannot_pay():
     assert price_for_share([hull, other], 45_000.0 + 20_000.0) == pytest.approx(200 / 33_750)
 
 
+@pytest.mark.parametrize("share", [60_000.0, 200_000.0, 300_000.0, 400_000.0])
+def test_a_weighted_hull_prices_as_the_jobs_it_stands_for(share):
+    # given two jobs of CHEAP/MIDDLE/FAST's shape, one with twice the other's work (its
+    # costs and times doubled), when priced as one hull of one unit with weight 3
+    hull = [CHEAP, MIDDLE, FAST]
+    doubled = [(c * 2, t * 2, tag) for c, t, tag in hull]
+    one_by_one = price_for_share([hull, doubled], share)
+    # then the price is the same as job by job
+    assert price_for_share([hull], share, [3.0]) == pytest.approx(one_by_one)
+    # and the choice at it does not depend on the scale
+    assert hull_choice(hull, one_by_one) == hull_choice(doubled, one_by_one)
+
+
+def test_weights_must_match_the_hulls():
+    with pytest.raises(ValueError):
+        price_for_share([[CHEAP, MIDDLE, FAST]], 100_000.0, [1.0, 2.0])
+
+
 @pytest.mark.parametrize(
     ("limit_j", "clock", "price", "allowance_j"),
     [
