@@ -7,8 +7,12 @@
 #
 # What runs, all state under STATE_DIR (default: var/slurm), all ports private (base port
 # WATTFLOW_SLURM_PORT_BASE, default 16900): munged (reused if one already answers on the
-# default socket), a private MariaDB (base+5), slurmdbd (base+1), slurmctld (base), two slurmd
-# nodes n1/n2 (base+2, base+3) with 8 placeholder GPUs each, slurmrestd with JWT (base+4).
+# default socket), a private MariaDB (base+5), slurmdbd (base+1), slurmctld (base), one slurmd
+# per node with 8 placeholder GPUs each, slurmrestd with JWT (base+4). The nodes are n1 and n2
+# (base+2, base+3) unless WATTFLOW_SLURM_NODES names others ("node-01 node-02 node-03 node-04"
+# for the demo: the 1st and 2nd on base+2 and base+3, the k-th after them on base+4+k).
+# Wattflow's Prolog, Epilog and TaskProlog (deploy/slurm/) are configured with the handoff
+# directory STATE_DIR/handoff, which node agents in monitor mode read (--handoff-dir).
 # No systemd unit is started or left enabled. Must run as root (it installs packages,
 # makes device nodes and runs the daemons as root).
 set -euo pipefail
@@ -19,8 +23,15 @@ STATE="${2:-${WATTFLOW_SLURM_DIR:-$ROOT/var/slurm}}"
 mkdir -p "$STATE"
 STATE="$(cd "$STATE" && pwd)"
 BASE="${WATTFLOW_SLURM_PORT_BASE:-16900}"
-CTLD_PORT=$BASE DBD_PORT=$((BASE + 1)) N1_PORT=$((BASE + 2)) N2_PORT=$((BASE + 3))
-REST_PORT=$((BASE + 4)) DB_PORT=$((BASE + 5))
+CTLD_PORT=$BASE DBD_PORT=$((BASE + 1)) REST_PORT=$((BASE + 4)) DB_PORT=$((BASE + 5))
+read -r -a NODES <<<"$(echo "${WATTFLOW_SLURM_NODES:-n1 n2}" | tr ',' ' ')"
+((${#NODES[@]} > 0)) || { echo "slurm.sh: WATTFLOW_SLURM_NODES names no node" >&2; exit 1; }
+node_port() {  # node_port INDEX: n1/n2's ports stay base+2/base+3, later nodes skip base+4/5
+    local k=$1
+    if ((k < 2)); then echo $((BASE + 2 + k)); else echo $((BASE + 4 + k)); fi
+}
+NODE_LIST=$(IFS=,; echo "${NODES[*]}")
+HANDOFF="$STATE/handoff"
 HOST="$(hostname -s)"
 GPUS_PER_NODE=8
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd slurmrestd slurm-wlm-jwt-plugin munge mariadb-server)
@@ -38,8 +49,10 @@ check_ports() {
     # A port answering while our daemon for it is not running belongs to someone else (another
     # checkout's Slurm on the same ports): talking to it would run and cancel their jobs.
     local pair
-    for pair in "slurmctld:$CTLD_PORT" "slurmdbd:$DBD_PORT" "slurmd-n1:$N1_PORT" \
-        "slurmd-n2:$N2_PORT" "slurmrestd:$REST_PORT" "mariadb:$DB_PORT"; do
+    local pairs=("slurmctld:$CTLD_PORT" "slurmdbd:$DBD_PORT" "slurmrestd:$REST_PORT" \
+        "mariadb:$DB_PORT") k
+    for k in "${!NODES[@]}"; do pairs+=("slurmd-${NODES[k]}:$(node_port "$k")"); done
+    for pair in "${pairs[@]}"; do
         local name=${pair%%:*} port=${pair##*:}
         if ! pid_alive "$STATE/run/$name.pid" && port_taken "$port"; then
             die "port $port ($name) is taken by another process; set WATTFLOW_SLURM_PORT_BASE"
@@ -85,11 +98,21 @@ disable_units() {
 }
 
 write_configs() {
-    mkdir -p "$STATE"/{etc,log,run,state,spool/n1,spool/n2,dev,mysql,out}
-    local etc="$STATE/etc"
+    mkdir -p "$STATE"/{etc,log,run,state,dev,mysql,out}
+    local etc="$STATE/etc" n k script
+    for n in "${NODES[@]}"; do mkdir -p "$STATE/spool/$n"; done
+    # The handoff directory: root's, not writable by the jobs (docs/slurm-node.md).
+    mkdir -p "$HANDOFF"
+    chmod 0755 "$HANDOFF"
+    # slurmd gives the Prolog a bare environment: small wrappers carry the handoff directory.
+    for script in prolog epilog task_prolog; do
+        printf '#!/bin/sh\nWATTFLOW_HANDOFF_DIR=%s\nexport WATTFLOW_HANDOFF_DIR\nexec /bin/sh %s\n' \
+            "$HANDOFF" "$ROOT/deploy/slurm/$script.sh" >"$etc/$script.sh"
+        chmod 0755 "$etc/$script.sh"
+    done
     [[ -s $etc/jwt.key ]] || { head -c 32 /dev/urandom >"$etc/jwt.key"; chmod 0600 "$etc/jwt.key"; }
     # Placeholder character devices for the fake GPUs (NVIDIA's major number, 195).
-    for n in n1 n2; do
+    for n in "${NODES[@]}"; do
         mkdir -p "$STATE/dev/$n"
         for i in $(seq 0 $((GPUS_PER_NODE - 1))); do
             [[ -e $STATE/dev/$n/nvidia$i ]] || mknod "$STATE/dev/$n/nvidia$i" c 195 "$i"
@@ -99,7 +122,7 @@ write_configs() {
 ClusterName=wattflow
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
-SlurmdPort=$N1_PORT
+SlurmdPort=$(node_port 0)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -129,13 +152,20 @@ AccountingStoreFlags=job_comment
 AccountingStorageTRES=gres/gpu
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
-NodeName=n1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$N1_PORT CPUs=16 RealMemory=1000 Gres=gpu:$GPUS_PER_NODE State=UNKNOWN
-NodeName=n2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$N2_PORT CPUs=16 RealMemory=1000 Gres=gpu:$GPUS_PER_NODE State=UNKNOWN
-PartitionName=gpu Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+Prolog=$etc/prolog.sh
+Epilog=$etc/epilog.sh
+TaskProlog=$etc/task_prolog.sh
+PrologFlags=Alloc
 EOF
+    for k in "${!NODES[@]}"; do
+        echo "NodeName=${NODES[k]} NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$(node_port "$k")" \
+            "CPUs=16 RealMemory=1000 Gres=gpu:$GPUS_PER_NODE State=UNKNOWN"
+    done >>"$etc/slurm.conf"
+    echo "PartitionName=gpu Nodes=$NODE_LIST Default=YES MaxTime=INFINITE State=UP" \
+        "OverSubscribe=NO" >>"$etc/slurm.conf"
     {
         echo "AutoDetect=off"
-        for n in n1 n2; do
+        for n in "${NODES[@]}"; do
             echo "NodeName=$n Name=gpu File=$STATE/dev/$n/nvidia[0-$((GPUS_PER_NODE - 1))]"
         done
     } >"$etc/gres.conf"
@@ -204,11 +234,11 @@ start_daemons() {
     fi
     pid_alive "$STATE/run/slurmctld.pid" || slurmctld -f "$SLURM_CONF"
     wait_for 30 slurmctld scontrol ping
-    for n in n1 n2; do
+    for n in "${NODES[@]}"; do
         pid_alive "$STATE/run/slurmd-$n.pid" || slurmd -f "$SLURM_CONF" -N "$n"
     done
-    wait_for 30 "nodes n1,n2" sh -c \
-        "sinfo -h -N -o '%N %t' | grep -Ev 'unk|down|drain|\\*' | wc -l | grep -qx 2"
+    wait_for 30 "nodes $NODE_LIST" sh -c \
+        "sinfo -h -N -o '%N %t' | grep -Ev 'unk|down|drain|\\*' | wc -l | grep -qx ${#NODES[@]}"
     if ! pid_alive "$STATE/run/slurmrestd.pid"; then
         SLURM_JWT=daemon SLURMRESTD_SECURITY=disable_user_check \
             slurmrestd -f "$SLURM_CONF" -a rest_auth/jwt "127.0.0.1:$REST_PORT" \
@@ -226,6 +256,7 @@ print_env() {
     echo "WATTFLOW_SLURM_OUTPUT_DIR=$STATE/out"
     echo "WATTFLOW_SLURM_PARTITION=gpu"
     echo "WATTFLOW_SLURM_ACCOUNT=wattflow"
+    echo "WATTFLOW_HANDOFF_DIR=$HANDOFF"
 }
 
 stop_pidfiles() {  # stop_pidfiles FILE...: TERM to all at once, KILL what is left after 10 s
@@ -266,7 +297,8 @@ down)
             sleep 0.1
         done
     fi
-    stop_pidfiles "$STATE"/run/{slurmrestd,slurmd-n1,slurmd-n2,slurmctld}.pid
+    # every node's slurmd this state dir ran, whatever WATTFLOW_SLURM_NODES says now
+    stop_pidfiles "$STATE"/run/slurmrestd.pid "$STATE"/run/slurmd-*.pid "$STATE"/run/slurmctld.pid
     # then what they report to; munged only when this script started it (else no pid file)
     stop_pidfiles "$STATE"/run/{slurmdbd,mariadb,munged}.pid
     say "down: $STATE"

@@ -6,15 +6,18 @@ loud line; everywhere else a failure to bring Slurm up fails them.
 """
 
 import os
+import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
-from cluster.models import Node
+from cluster.models import Gpu, Node
 from scheduling.executors.slurm import SlurmExecutor
 from scheduling.executors.slurm_cli import SlurmCli, SlurmJobInfo
 from scheduling.models import SchedulerSettings
@@ -122,3 +125,72 @@ def fifo(db):
     config.policy = "fifo"
     config.save()
     return config
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def wattflow_server(transactional_db, slurm_settings, tmp_path):
+    """A daphne of this checkout on the test database (the agents talk to it); its URL."""
+    port = free_port()
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "TELEMETRY_CHECKPOINT_ROOT": slurm_settings.TELEMETRY_CHECKPOINT_ROOT,
+    }
+    log = open(tmp_path / "daphne.log", "w")  # noqa: SIM115 - closed below
+    daphne = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "config.asgi:application"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+    def answers() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_for(answers, what="daphne", timeout=60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        daphne.terminate()
+        daphne.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture
+def monitor_agents(slurm_cluster, wattflow_server, tmp_path):
+    """Simulated 8-GPU agents in monitor mode (``--runner none``) for the Slurm nodes n1 and
+    n2, as ``docs/slurm-node.md`` runs them on real nodes: they read the handoff directory the
+    Prolog of ``scripts/slurm.sh`` writes to. Returns the two registered nodes."""
+    agents, logs, nodes = [], [], []
+    try:
+        for name in ("n1", "n2"):
+            node = Node.objects.create(name=name, switch_label="switch-1", gpu_model="A100")
+            log = open(tmp_path / f"agent-{name}.log", "w")  # noqa: SIM115 - closed below
+            logs.append(log)
+            agents.append(subprocess.Popen(
+                [sys.executable, "-m", "telemetry.agent", "--server", wattflow_server,
+                 "--name", name, "--simulate", "--gpus", "8", "--gpu-model", "A100",
+                 "--runner", "none", "--handoff-dir", slurm_cluster["WATTFLOW_HANDOFF_DIR"],
+                 "--work-dir", str(tmp_path / f"agent-{name}"), "--post-interval-s", "1"],
+                cwd=ROOT, env={**os.environ, "WATTFLOW_AGENT_TOKEN": node.issue_agent_token()},
+                stdout=log, stderr=subprocess.STDOUT,
+            ))  # fmt: skip
+            nodes.append(node)
+        for node in nodes:
+            wait_for(lambda n=node: Gpu.objects.filter(node=n).count() == 8,
+                     what=f"{node.name}'s agent registered", timeout=60)  # fmt: skip
+        yield nodes
+    finally:
+        for agent in agents:
+            agent.terminate()
+        for agent in agents:
+            agent.wait(timeout=20)
+        for log in logs:
+            log.close()

@@ -1,7 +1,9 @@
 """End to end through the REST API with the Slurm executor: a job submitted over REST runs as
-a Slurm job on the planned node; an exhausted pause_jobs budget reaches it as SIGTERM and it
-checkpoints; with its node drained in Slurm it resumes on the other node from its checkpoint
-and completes, and the API reports Slurm's outcome."""
+a Slurm job on the planned node; simulated-GPU agents in monitor mode, handed the job by the
+Prolog that scripts/slurm.sh configures, report its GPUs and its energy lands in the ledger;
+the pause_jobs budget that energy exhausts reaches it as SIGTERM and it checkpoints; with its
+node drained in Slurm it resumes on the other node from its checkpoint and completes, and the
+API reports Slurm's outcome."""
 
 from datetime import timedelta
 
@@ -12,7 +14,8 @@ from cluster.choices import HardLimitAction, JobState, NodeStatus
 from cluster.models import Budget, Job, Node
 from scheduling import services
 from scheduling.models import SlurmJob
-from telemetry.models import EnergyLedgerEntry
+from telemetry.accounting import process_dirty_hours
+from telemetry.models import EnergyLedgerEntry, GpuSample
 from tests.slurm.conftest import read_text, slurm_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,8 +51,15 @@ def _round():
     return services.run_scheduling_round(now=timezone.now(), force=True)
 
 
+def _charged_j(job) -> float:
+    """The job's energy in the ledger after accounting everything the agents sent so far."""
+    while process_dirty_hours():
+        pass
+    return sum(e.energy_j for e in EnergyLedgerEntry.objects.filter(job=job))
+
+
 def test_rest_job_runs_pauses_resumes_elsewhere_and_completes_in_slurm(
-    slurm_settings, slurm_cli, slurm_nodes, fifo, api_client, member, team
+    slurm_settings, slurm_cli, monitor_agents, fifo, api_client, member, team, slurm_cluster
 ):
     out_dir = slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR
     client = api_client(member)
@@ -75,16 +85,27 @@ def test_rest_job_runs_pauses_resumes_elsewhere_and_completes_in_slurm(
     wait_for(lambda: "started on" in read_text(output), what="the job started")
     assert client.get(f"/api/jobs/{job_pk}/").json()["state"] == "running"
 
-    # when the team's pause_jobs budget is spent, the next round pauses it: SIGTERM in Slurm
+    # and the Prolog hands it to the planned node's agent, which applies its power limit
+    (old_node,) = planned
+    handoff = f"{slurm_cluster['WATTFLOW_HANDOFF_DIR']}/{old_node}/{info.job_id}.json"
+    assert f"allocation={job.current_allocation.pk}" in wait_for(
+        lambda: read_text(handoff), what="the Prolog's handoff"
+    )
+    # and the agents' samples of its two GPUs are charged to it in the ledger
+    gpus = set(job.current_allocation.gpus.values_list("pk", flat=True))
+    wait_for(lambda: _charged_j(job) > 0, what="the job's energy in the ledger", timeout=30)
+    charged_gpus = set(EnergyLedgerEntry.objects.filter(job=job).values_list("gpu", flat=True))
+    assert charged_gpus == gpus
+    charged = _charged_j(job)
+    sampled = GpuSample.objects.filter(gpu__in=gpus, ts__gte=job.current_allocation.started_at)
+    assert sampled.count() >= 2  # both GPUs reported at least once while the job ran
+
+    # when the team's pause_jobs budget is below what the agents measured, the next round
+    # pauses it: SIGTERM in Slurm
     now = timezone.now()
     budget = Budget.objects.create(
         team=team, period_start=now - timedelta(days=1), period_end=now + timedelta(days=1),
-        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.PAUSE_JOBS,
-    )  # fmt: skip
-    EnergyLedgerEntry.objects.create(
-        gpu=job.current_allocation.gpus.first(), hour=now.replace(minute=0, second=0,
-        microsecond=0), job=job, team=team, energy_j=3.6e6, co2_g=0.0, ci_g_per_kwh=0.0,
-        zone="ES",
+        energy_limit_kwh=charged / 3.6e6 / 2, hard_limit_action=HardLimitAction.PAUSE_JOBS,
     )  # fmt: skip
     _round()
     body = client.get(f"/api/jobs/{job_pk}/").json()
@@ -94,7 +115,6 @@ def test_rest_job_runs_pauses_resumes_elsewhere_and_completes_in_slurm(
     wait_for(lambda: not slurm_job(slurm_cli, first.slurm_job_id).active, what="the job gone")
 
     # when the budget is raised and the planned node is drained in Slurm
-    (old_node,) = planned
     other = ({"n1", "n2"} - planned).pop()
     Budget.objects.filter(pk=budget.pk).update(energy_limit_kwh=100.0)
     slurm_cli.run("scontrol", "update", f"NodeName={old_node}", "State=DRAIN", "Reason=test")
@@ -120,3 +140,6 @@ def test_rest_job_runs_pauses_resumes_elsewhere_and_completes_in_slurm(
     started, stopped, resumed = body["log_tail"].splitlines()
     assert (started, resumed) == (f"started on {old_node}", f"resumed from step-41 on {other}")
     assert f"*** JOB {first.slurm_job_id} ON {old_node} CANCELLED AT" in stopped
+    # and the Epilogs removed both handoffs, the energy of both runs stays booked to the job
+    assert not read_text(handoff)
+    assert _charged_j(job) > charged
