@@ -14,12 +14,14 @@ bootstrap:
 	bash scripts/bootstrap.sh
 
 ## make run: set up, load the demo data (prints logins), collect static files (so pages work
-## with DJANGO_DEBUG=false too), start web + worker + beat (+ agents)
+## with DJANGO_DEBUG=false too), start web + worker + beat (+ agents). WATTFLOW_DEMO_SLURM=1:
+## the same on a local Slurm (scripts/demo_slurm.sh: needs root, stops that Slurm at the end)
 run: bootstrap
 	mkdir -p "$${WATTFLOW_VAR_DIR:-var}"
 	.venv/bin/python manage.py seed_demo
 	.venv/bin/python manage.py collectstatic --no-input -v 0
-	.venv/bin/honcho -f Procfile.dev start
+	if [ "$${WATTFLOW_DEMO_SLURM:-0}" = 1 ]; then exec bash scripts/demo_slurm.sh run; \
+	else exec .venv/bin/honcho -f Procfile.dev start; fi
 
 ## make test: set up (incl. chromium for browser tests), then run pytest; PYTEST_ARGS passes on
 test:

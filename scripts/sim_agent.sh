@@ -2,6 +2,8 @@
 # `make run`'s simulated node agent for one seeded node: waits for the web server, reads the
 # node's token from var/agent_tokens.json (written by seed_demo), and runs the agent with
 # 8 simulated A100s. Usage: scripts/sim_agent.sh node-01
+# With WATTFLOW_HANDOFF_DIR set (the demo on Slurm, scripts/demo_slurm.sh) the agent runs in
+# monitor mode: Slurm runs the jobs, the agent reads the Prolog's handoffs there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODE="$1"
@@ -16,5 +18,9 @@ for _ in $(seq 1 120); do
 done
 WATTFLOW_AGENT_TOKEN="$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$VAR/agent_tokens.json" "$NODE")"
 export WATTFLOW_AGENT_TOKEN
+mode=()
+if [[ -n ${WATTFLOW_HANDOFF_DIR:-} ]]; then
+    mode=(--runner none --handoff-dir "$WATTFLOW_HANDOFF_DIR")
+fi
 exec $PY -m telemetry.agent --server "http://$HOST:$PORT" --name "$NODE" --simulate \
-    --gpus 8 --gpu-model A100 --work-dir "$VAR/agent/$NODE"
+    --gpus 8 --gpu-model A100 --work-dir "$VAR/agent/$NODE" "${mode[@]}"

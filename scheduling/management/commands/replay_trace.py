@@ -12,7 +12,8 @@ and says so in the summary.
 
 Jobs are submitted as members of ``--teams`` in turn (the first member of each team, by
 username; the command issues them an API token if they have none). Each job asks for
-``1..num_gpu`` GPUs (elastic) unless ``--fixed-gpus``; its batch is fixed.
+``1..num_gpu`` GPUs (elastic) unless ``--fixed-gpus``; its batch is fixed. ``--command``
+gives every job that command (the demo on Slurm: ``scripts/demo_slurm_job.py``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ class Command(BaseCommand):
         parser.add_argument("--max-gpus", type=_positive(int), default=8)
         parser.add_argument("--fixed-gpus", action="store_true")
         parser.add_argument("--wait-for-server-s", type=_positive(float), default=60.0)
+        parser.add_argument(
+            "--command",
+            default="",
+            help="each job's command (empty: none; the demo on Slurm gives its stand-in job)",
+        )
 
     def handle(self, *args, **opts) -> None:
         try:
@@ -105,6 +111,8 @@ class Command(BaseCommand):
                 "min_gpus": n if opts["fixed_gpus"] else 1,
                 "max_gpus": n,
             }
+            if opts["command"]:
+                body["command"] = opts["command"]
             response = self._post(session, api, body)
             if response.status_code == 201:
                 submitted += 1
