@@ -133,8 +133,10 @@ class WaitCode(models.TextChoices):
     """Why a job waits: every code ``Job.pending_reason_code`` may hold.
 
     The scheduling core's ``WaitCode`` (what policies say) plus what services say of their own
-    (``node_lost``: re-queued by liveness). ``tests/cluster/test_wait_codes.py`` keeps the two
-    lists in step: a code the core gains must be added here, with a label a person can read.
+    (``node_lost``: re-queued by liveness; ``slurm_refused`` and ``slurm_pending``: put back
+    in the queue by the Slurm executor, ``scheduling/executors/slurm.py``).
+    ``tests/cluster/test_wait_codes.py`` keeps the two lists in step: a code the core gains
+    must be added here, with a label a person can read.
     """
 
     BUDGET_EXHAUSTED = "budget_exhausted", "Team budget used up"
@@ -147,6 +149,8 @@ class WaitCode(models.TextChoices):
     NO_MATCHING_GPU = "no_matching_gpu", "No GPU of the requested model"
     OVER_ROUND_ALLOWANCE = "over_round_allowance", "Budget paced: not this round"
     NODE_LOST = "node_lost", "Its node stopped reporting"
+    SLURM_REFUSED = "slurm_refused", "Slurm refused the job"
+    SLURM_PENDING = "slurm_pending", "Slurm kept the job pending"
 
     @property
     def colour(self) -> str:
@@ -164,6 +168,8 @@ _WAIT_CODE_COLOURS = {
     WaitCode.NO_MATCHING_GPU: "crimson",
     WaitCode.OVER_ROUND_ALLOWANCE: "orange",
     WaitCode.NODE_LOST: "orange",
+    WaitCode.SLURM_REFUSED: "crimson",
+    WaitCode.SLURM_PENDING: "orange",
 }
 
 # States in which a job waits (and may carry a wait reason).

@@ -1,8 +1,9 @@
 """Words for the machine codes the pages show: why a job waits, what a round decided.
 
 Keyed by the stored strings (``scheduling.core.types.WaitCode`` values, ``node_lost`` from the
-liveness check, ``DecisionAction`` values plus ``wait`` and ``keep``), so a code added
-elsewhere shows as itself until it gets words here, never as nothing.
+liveness check, ``slurm_refused``/``slurm_pending`` from the Slurm executor, ``DecisionAction``
+values plus ``wait`` and ``keep``), so a code added elsewhere shows as itself until it gets
+words here, never as nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ WAIT_LABELS = {
     WaitCode.NO_MATCHING_GPU: "No GPU of the requested model",
     WaitCode.OVER_ROUND_ALLOWANCE: "Over this round's share of the budget",
     "node_lost": "Its node went silent",
+    "slurm_refused": "Slurm refused it",
+    "slurm_pending": "Slurm kept it pending",
 }
 
 ACTION_LABELS = {

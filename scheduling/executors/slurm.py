@@ -497,14 +497,15 @@ class SlurmExecutor(Executor):
                 )
                 report.jobs_finished.append(job.pk)
             elif info.state == "CANCELLED":
+                # A cancelled job has no wait reason (transition_job clears it): why it ended
+                # is the last line of its log tail, after Slurm's own "CANCELLED" line.
+                note = f"Slurm job {info.job_id} was cancelled outside Wattflow."
                 cluster_services.transition_job(
                     job,
                     to=JobState.CANCELLED,
                     at=now,
                     exit_status=status,
-                    log_tail=tail,
-                    pending_reason_code="slurm_cancelled",
-                    pending_reason=f"Slurm job {info.job_id} was cancelled outside Wattflow.",
+                    log_tail=(f"{tail.rstrip()}\n{note}" if tail else note)[-LOG_TAIL_CHARS:],
                 )
                 report.jobs_cancelled.append(job.pk)
             elif info.state in _LOST_STATES:

@@ -17,7 +17,11 @@ def test_every_code_the_core_can_give_is_a_choice_with_a_human_label_and_colour(
 
 def test_service_codes_are_choices_too():
     assert WaitCode.NODE_LOST.value == "node_lost"
-    assert set(WaitCode.values) - {c.value for c in CoreWaitCode} == {"node_lost"}
+    assert set(WaitCode.values) - {c.value for c in CoreWaitCode} == {
+        "node_lost",
+        "slurm_refused",
+        "slurm_pending",
+    }
 
 
 def test_the_database_refuses_a_code_outside_the_choices(make_job, member, team):

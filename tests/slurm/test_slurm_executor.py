@@ -117,7 +117,9 @@ def test_reconciler_notices_a_job_cancelled_outside_wattflow(
     job.refresh_from_db()
     assert result.reconciled == 1
     assert job.state == JobState.CANCELLED
-    assert job.pending_reason == f"Slurm job {row.slurm_job_id} was cancelled outside Wattflow."
+    assert job.log_tail.splitlines()[-1] == (
+        f"Slurm job {row.slurm_job_id} was cancelled outside Wattflow."
+    )
     assert job.current_allocation is None
     # and nothing is resubmitted for it
     assert SlurmJob.objects.filter(job=job).count() == 1
