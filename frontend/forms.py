@@ -10,13 +10,13 @@ from django import forms
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Team
 from cluster.validators import MAX_BATCH_SIZE, MAX_ITERATIONS
-from cluster.workloads import perf_catalog, workload_errors
+from cluster.workloads import known_workloads, workload_errors
 
 _INT = {"min_value": 1}
 
 
 def workload_choices() -> list[tuple[str, str]]:
-    return [(w, w) for w in perf_catalog().workloads()]
+    return [(w, w) for w in known_workloads()]
 
 
 class JobSubmitForm(forms.Form):
