@@ -67,7 +67,7 @@ class Prediction:
         }
 
 
-def cluster_gpu_model_for(workload: str, *, catalog=None) -> str:
+def cluster_gpu_model_for(workload: str, *, catalog=None, resembles: str = "") -> str:
     """The GPU model a job of ``workload`` that names none would run on, by the round's rule
     (``scheduling.core.round``: the most plentiful model the lookup gives a performance model
     on, ties by name); with no GPU registered, the catalog's first for the workload, else its
@@ -77,12 +77,16 @@ def cluster_gpu_model_for(workload: str, *, catalog=None) -> str:
     for model in Gpu.objects.values_list("model", flat=True):
         present[model] = present.get(model, 0) + 1
     found = perf_lookup.models_on(
-        workload, present, catalog=catalog, nvml=perf_lookup.nvml_by_model(present)
+        workload,
+        present,
+        catalog=catalog,
+        nvml=perf_lookup.nvml_by_model(present),
+        resembles=resembles,
     )
     pool = {m: n for m, n in present.items() if m in found} or present
     if pool:
         return min(pool, key=lambda m: (-pool[m], m))
-    return (catalog.gpu_models_for(workload) or catalog.gpu_models())[0]
+    return (catalog.gpu_models_for(resembles or workload) or catalog.gpu_models())[0]
 
 
 def predict_job(
@@ -93,15 +97,18 @@ def predict_job(
     iterations: int,
     now: datetime,
     gpu_model: str = "",
+    resembles: str = "",
 ) -> Prediction:
     """Duration, energy and carbon of running ``iterations`` at the maximum clock on ``gpus``
     consolidated GPUs, from the model a new job of the workload would start from in the live
     rounds (``perf_lookup.model_for``: a learned profile, the catalog, or an estimate).
     Raises ``KeyError`` (``UnknownPerfModelError``) when there is nothing to start from."""
     catalog = perf_lookup.current_catalog()
-    gpu_model = gpu_model or cluster_gpu_model_for(workload, catalog=catalog)
+    gpu_model = gpu_model or cluster_gpu_model_for(workload, catalog=catalog, resembles=resembles)
     nvml = perf_lookup.nvml_by_model([gpu_model]).get(gpu_model)
-    found = perf_lookup.model_for(workload, gpu_model, catalog=catalog, nvml=nvml)
+    found = perf_lookup.model_for(
+        workload, gpu_model, catalog=catalog, nvml=nvml, resembles=resembles
+    )
     if found is None:
         catalog.get(workload, gpu_model)  # raises UnknownPerfModelError, naming what exists
         raise KeyError((workload, gpu_model))
@@ -195,7 +202,13 @@ def whatif_average_jct_s(
         jobs,
         cluster=cluster,
         catalog=perf_lookup.LookupCatalog(
-            perf_lookup.current_catalog(), perf_lookup.nvml_by_model()
+            perf_lookup.current_catalog(),
+            perf_lookup.nvml_by_model(),
+            resembles=dict(
+                Job.objects.filter(team=team, state__in=ACTIVE_STATES)
+                .exclude(resembles="")
+                .values_list("workload", "resembles")
+            ),
         ),
         kind=kind,
         limit=limit,

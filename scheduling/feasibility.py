@@ -56,11 +56,17 @@ def _gpu_counts() -> dict[str, int]:
     return dict(Gpu.objects.values_list("model").annotate(n=Count("id")))
 
 
-def _gpu_counts_for(counts: dict[str, int], workload: str, gpu_model: str, catalog):
+def _gpu_counts_for(
+    counts: dict[str, int], workload: str, gpu_model: str, catalog, resembles: str = ""
+):
     if gpu_model:
         return {gpu_model: counts.get(gpu_model, 0)}
     found = perf_lookup.models_on(
-        workload, counts, catalog=catalog, nvml=perf_lookup.nvml_by_model(counts)
+        workload,
+        counts,
+        catalog=catalog,
+        nvml=perf_lookup.nvml_by_model(counts),
+        resembles=resembles,
     )
     return {m: n for m, n in counts.items() if m in found}
 
@@ -91,6 +97,7 @@ def lower_bounds(
     max_gpus: int,
     batch: int,
     iters: int,
+    resembles: str = "",
 ) -> LowerBounds | None:
     """Over the GPU models in ``gpus_by_model`` (model -> GPUs of it in the cluster, None when
     unknown), the GPU counts allowed, every clock step and the smallest batch; None when no
@@ -101,7 +108,7 @@ def lower_bounds(
     energy = duration = math.inf
     for gpu_model, present in gpus_by_model.items():
         found = perf_lookup.model_for(
-            workload, gpu_model, catalog=catalog, nvml=nvml.get(gpu_model)
+            workload, gpu_model, catalog=catalog, nvml=nvml.get(gpu_model), resembles=resembles
         )
         if found is None or found.kind == PerfModelKind.ESTIMATED:
             continue
@@ -137,12 +144,13 @@ def submit_refusals(
     min_batch_size: int,
     total_iterations: int,
     now: datetime,
+    resembles: str = "",
 ) -> dict[str, str]:
     """Field -> why a job with these values could never run; empty when it could."""
     errors: dict[str, str] = {}
     catalog = perf_lookup.current_catalog()
     counts = _gpu_counts()
-    usable = _gpu_counts_for(counts, workload, gpu_model, catalog)
+    usable = _gpu_counts_for(counts, workload, gpu_model, catalog, resembles)
     if counts:
         offered = max(usable.values(), default=0)
         if min_gpus > offered:
@@ -165,6 +173,7 @@ def submit_refusals(
         max_gpus=max_gpus,
         batch=min_batch_size,
         iters=total_iterations,
+        resembles=resembles,
     )
     if bounds is None:
         return errors

@@ -75,12 +75,18 @@ def model_for(
     *,
     catalog: Catalog | None = None,
     nvml: NvmlGpu | None = None,
+    resembles: str = "",
 ) -> Found | None:
     """The model a job of ``workload`` would start from on ``gpu_model`` (see the module
     docstring); None when nothing gives one. ``nvml``: what NVML reports of the GPU model
-    (needed only for one the catalog lacks); ``catalog``: the current one unless given."""
+    (needed only for one the catalog lacks); ``catalog``: the current one unless given;
+    ``resembles``: the job's hint, the catalog workload it is like (``Job.resembles``)."""
     found = workload_profiles.prior_for(
-        workload, gpu_model, catalog=catalog or current_catalog(), nvml=nvml
+        workload,
+        gpu_model,
+        catalog=catalog or current_catalog(),
+        nvml=nvml,
+        resembles=resembles,
     )
     return None if found is None else Found(*found)
 
@@ -91,11 +97,14 @@ def models_on(
     *,
     catalog: Catalog,
     nvml: Mapping[str, NvmlGpu],
+    resembles: str = "",
 ) -> dict[str, Found]:
     """GPU model -> ``model_for`` of each of ``gpu_models`` that has one."""
     out = {}
     for gpu_model in gpu_models:
-        found = model_for(workload, gpu_model, catalog=catalog, nvml=nvml.get(gpu_model))
+        found = model_for(
+            workload, gpu_model, catalog=catalog, nvml=nvml.get(gpu_model), resembles=resembles
+        )
         if found is not None:
             out[gpu_model] = found
     return out
@@ -104,18 +113,29 @@ def models_on(
 class LookupCatalog:
     """``model_for`` as the core's ``PerfCatalog`` (``get``, ``workloads``), for code that
     takes a catalog, such as the simulator's what-if: it then sizes jobs by the same models as
-    the rounds. Memoised per (workload, GPU model): build one per request."""
+    the rounds. ``resembles``: workload -> the hint its jobs give. Memoised per (workload, GPU
+    model): build one per request."""
 
-    def __init__(self, catalog: Catalog, nvml: Mapping[str, NvmlGpu]) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        nvml: Mapping[str, NvmlGpu],
+        resembles: Mapping[str, str] | None = None,
+    ) -> None:
         self.catalog = catalog
         self.nvml = dict(nvml)
+        self.resembles = dict(resembles or {})
         self._found: dict[tuple[str, str], Found | None] = {}
 
     def found(self, workload: str, gpu_model: str) -> Found | None:
         key = (workload, gpu_model)
         if key not in self._found:
             self._found[key] = model_for(
-                workload, gpu_model, catalog=self.catalog, nvml=self.nvml.get(gpu_model)
+                workload,
+                gpu_model,
+                catalog=self.catalog,
+                nvml=self.nvml.get(gpu_model),
+                resembles=self.resembles.get(workload, ""),
             )
         return self._found[key]
 

@@ -169,3 +169,86 @@ def test_more_gpus_than_the_cluster_has_of_any_model_with_a_model_is_still_refus
     assert response.status_code == 400, response.content
     assert "4 GPUs that can run cifar10" in response.json()["min_gpus"][0]
     assert not Job.objects.exists()
+
+
+# --- issue 12 point 1: any workload name, with hints ------------------------------------------
+
+
+def _submit_unknown(api_client, member, **hints):
+    return api_client(member).post(
+        "/api/jobs/",
+        {
+            "name": "my llm", "team": "vision", "workload": "llama-3b", "min_gpus": 2,
+            "max_gpus": 2, "global_batch_size": 128, "total_iterations": 1000, **hints,
+        },
+        format="json",
+    )  # fmt: skip
+
+
+def test_an_unknown_workload_is_accepted_with_its_hints_and_sized_from_the_resembled_one(
+    api_client, member, team
+):
+    # given A100s; the catalog knows no "llama-3b"
+    _node("a100-01", "A100")
+    assert "llama-3b" not in CATALOG.workloads()
+
+    # when a job of it is submitted, resembling gpt2, with its parameter count
+    response = _submit_unknown(api_client, member, resembles="gpt2", param_count=3_000_000_000)
+
+    # then it is stored with its hints, and the round, the prediction and the what-if all size
+    # it by gpt2's A100 model, called an estimate
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["workload"], body["resembles"], body["param_count"]) == (
+        "llama-3b",
+        "gpt2",
+        3_000_000_000,
+    )
+    expected = CATALOG.get("gpt2", "A100").iter_time_s(CFG)
+    snap = adapters.build_snapshot(now=timezone.now(), round_length_s=60.0).snapshot
+    in_round = PerfCache(snap.perf, snap.job_perf).model_for(snap.jobs[0], "A100")
+    assert in_round.iter_time_s(CFG) == pytest.approx(expected, rel=1e-12)
+    prediction = predict_job(
+        workload="llama-3b", gpus=2, batch_size=128, iterations=1000, now=timezone.now(),
+        resembles="gpt2",
+    )  # fmt: skip
+    assert (prediction.model_kind, prediction.model_source) == (
+        "estimated",
+        "estimated from catalog gpt2@A100",
+    )
+    assert prediction.iter_time_s == pytest.approx(expected, rel=1e-12)
+    now = timezone.now()
+    replay = whatif_average_jct_s(
+        team=team, kind="energy", limit=1e6, period_end=now + timedelta(days=7), now=now, used=0.0
+    )
+    assert (replay.n_jobs, replay.n_finished, replay.never_run) == (1, 1, ())
+
+
+def test_an_unknown_workload_without_hints_starts_from_the_first_catalog_workload_on_its_gpu(
+    api_client, member, team
+):
+    _node("a100-01", "A100")
+
+    response = _submit_unknown(api_client, member)
+
+    assert response.status_code == 201, response.content
+    found = perf_lookup.model_for("llama-3b", "A100")
+    assert (found.kind, found.source) == (
+        PerfModelKind.ESTIMATED,
+        "estimated from catalog bert@A100",
+    )
+
+
+def test_a_hint_that_is_not_a_catalog_workload_is_a_field_error_and_stores_nothing(
+    api_client, member, team
+):
+    _node("a100-01", "A100")
+
+    response = _submit_unknown(api_client, member, resembles="llama-7b")
+
+    assert response.status_code == 400
+    known = ", ".join(CATALOG.workloads())
+    assert response.json() == {
+        "resembles": [f"Not a catalog workload: 'llama-7b'; known: {known}."]
+    }
+    assert not Job.objects.exists()
