@@ -8,7 +8,7 @@ from datetime import timedelta
 from django import forms
 
 from cluster.choices import HardLimitAction, JobState
-from cluster.models import Budget, Team
+from cluster.models import Budget, Job, Team
 from cluster.validators import MAX_BATCH_SIZE, MAX_ITERATIONS, MAX_PARAM_COUNT, MIN_PARAM_COUNT
 from cluster.workloads import known_workloads, workload_errors
 
@@ -126,7 +126,10 @@ class JobFilterForm(forms.Form):
     def __init__(self, *args, teams, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = teams
-        self.fields["workload"].choices = [("", "any workload"), *workload_choices()]
+        # The catalog's workloads and any other name the teams' jobs use (any name is allowed).
+        named = Job.objects.filter(team__in=teams).values_list("workload", flat=True).distinct()
+        names = sorted(set(known_workloads()) | set(named))
+        self.fields["workload"].choices = [("", "any workload"), *((w, w) for w in names)]
 
     def filter(self, jobs):
         if not self.is_valid():

@@ -147,3 +147,16 @@ def test_the_job_form_refuses_an_absurd_parameter_count_beside_its_field(client_
         "Ensure this value is greater than or equal to 1000."
     ]
     assert not Job.objects.exists()
+
+
+def test_the_job_list_filters_by_a_workload_the_catalog_does_not_know(
+    client_for, member, team, make_job
+):
+    # given a llama-3b job and a resnet50 job of the member's team
+    mine = make_job(owner=member, team=team, name="my llm", workload="llama-3b")
+    make_job(owner=member, team=team, name="resnet")
+
+    response = client_for(member).get(reverse("frontend:job-list"), {"workload": "llama-3b"})
+
+    assert response.status_code == 200
+    assert [j.pk for j in response.context["page_obj"]] == [mine.pk]
