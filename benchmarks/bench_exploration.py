@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT))
 import bench_online_model as bom  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from scheduling.core import perf_data  # noqa: E402
 from scheduling.core.exploration import best_limit, next_step  # noqa: E402
 from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
@@ -37,6 +36,7 @@ from scheduling.core.online_model import (  # noqa: E402
     config_of,
     nearest_prior,
 )
+from scheduling.fitting import perf_data  # noqa: E402
 
 MAX_STEPS = 10
 

@@ -25,9 +25,9 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduling import goodput_fit  # noqa: E402
 from scheduling.core.goodput import load_curves  # noqa: E402
 from scheduling.core.types import J_PER_KWH  # noqa: E402
+from scheduling.fitting import goodput_fit  # noqa: E402
 from scheduling.simulator.bounds import scenario_bound  # noqa: E402
 from scheduling.simulator.compare import budget_from  # noqa: E402
 from scheduling.simulator.metrics import summarise  # noqa: E402

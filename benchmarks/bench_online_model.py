@@ -47,14 +47,11 @@ sys.path.insert(0, str(ROOT))
 
 from tqdm import tqdm  # noqa: E402
 
-from scheduling.core import perf_data  # noqa: E402
 from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
     Observation,
     nearest_prior,
 )
-from scheduling.core.perf_build import zeus_fits  # noqa: E402
-from scheduling.core.perf_fit import PowerLimitFit  # noqa: E402
 from scheduling.core.perf_models import (  # noqa: E402
     DvfsParams,
     FittedPerfModel,
@@ -64,6 +61,9 @@ from scheduling.core.perf_models import (  # noqa: E402
     load_catalog,
     refine_scales,
 )
+from scheduling.fitting import perf_data  # noqa: E402
+from scheduling.fitting.perf_build import zeus_fits  # noqa: E402
+from scheduling.fitting.perf_fit import PowerLimitFit  # noqa: E402
 
 NOMINAL_EPOCH_SAMPLES = 100_000.0
 

@@ -205,7 +205,11 @@ class Gpu(models.Model):
 class Job(models.Model):
     """A training job: what to run, how elastic it is, how much work it has, and where it is.
 
-    ``workload`` is a key of the performance catalog (e.g. ``resnet50``). ``min_gpus``..
+    ``workload`` names what the job trains, freely: a key of the performance catalog (e.g.
+    ``resnet50``) is predicted from its measured model, any other name from an estimate
+    (``scheduling.perf_lookup``) that the job's own telemetry corrects. ``resembles`` (a catalog
+    workload it is like) and ``param_count`` are the submitter's hints for that estimate;
+    ``per_gpu_batch_size`` is the third. ``min_gpus``..
     ``max_gpus`` and ``min_batch_size``..``max_batch_size`` bound what elastic policies may
     choose. ``per_gpu_batch_size``, ``base_lr`` and ``max_lr`` feed the ONES policy;
     ``slowdown_tolerance`` is the slowdown EaCO may trade for energy. ``state`` changes only
@@ -219,7 +223,21 @@ class Job(models.Model):
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
     name = models.CharField(max_length=200, validators=[v.single_line])
     workload = models.CharField(
-        max_length=100, help_text="Performance catalog key.", validators=[v.single_line]
+        max_length=100,
+        help_text="What the job trains: a performance catalog key, or any other name.",
+        validators=[v.single_line],
+    )
+    resembles = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="Hint: the catalog workload this one is most like (its prior when unknown).",
+        validators=[v.single_line],
+    )
+    param_count = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Hint: the model's number of parameters.",
+        validators=[MinValueValidator(v.MIN_PARAM_COUNT), MaxValueValidator(v.MAX_PARAM_COUNT)],
     )
     gpu_model = models.CharField(
         max_length=100, blank=True, help_text="Blank: any GPU model.", validators=[v.single_line]

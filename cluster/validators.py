@@ -26,6 +26,9 @@ MAX_CARBON_LIMIT_KG = 1e9
 MAX_COMMAND_CHARS = 8_192
 # Learning rates of real training runs lie in about 1e-7..10; ONES scales them by batch ratios.
 MIN_LEARNING_RATE = 1e-12
+# A job's parameter-count hint: from a tiny MLP (1,000) to 100 trillion, 500x GPT-3's 175 billion.
+MIN_PARAM_COUNT = 1_000
+MAX_PARAM_COUNT = 10**14
 
 
 def finite(value) -> None:

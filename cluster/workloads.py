@@ -1,8 +1,11 @@
-"""Which workload classes and GPU models a job may ask for. Workloads: the keys of the
-performance catalog (``scheduling/core/perf_catalog.json``). GPU models: any; where the
-catalog has no model of the workload on it, the scheduler starts the job from an estimate
-(a catalog model carried onto what NVML reports of that GPU, ``scheduling.workload_profiles``)
-and learns the rest from the job's telemetry."""
+"""Which workloads and GPU models a job may ask for: any (issue 12 point 1). A workload the
+current performance catalog (``scheduling.perf_lookup.current_catalog``: the stored version,
+else the shipped ``perf_catalog.json``) knows is predicted from its measured model; any other
+name, and any GPU model the catalog lacks, from an estimate (``perf_lookup.model_for``, the
+lookup the rounds and predictions use: the catalog workload the job says it ``resembles``,
+else the first one on that GPU model), marked ``estimated`` wherever it is shown, which the
+job's telemetry then corrects. The one rule here: a ``resembles`` hint must name a catalog
+workload, since it is what the estimate is taken from."""
 
 from functools import lru_cache
 
@@ -11,13 +14,25 @@ from scheduling.core.perf_models import Catalog, load_catalog
 
 @lru_cache(maxsize=1)
 def perf_catalog() -> Catalog:
+    """The shipped catalog (no database): for defaults and tests. Validation, rounds and
+    predictions use ``scheduling.perf_lookup.current_catalog``."""
     return load_catalog()
 
 
-def workload_errors(workload: str, gpu_model: str = "") -> dict[str, str]:
-    """Per-field messages for an unknown workload. Any GPU model is accepted (see above);
-    ``gpu_model`` stays a parameter for the callers that pass it."""
-    known = perf_catalog().workloads()
-    if workload not in known:
-        return {"workload": f"Unknown workload {workload!r}; known: {', '.join(known)}."}
+def known_workloads() -> tuple[str, ...]:
+    from scheduling.perf_lookup import current_catalog  # the scheduling app's models
+
+    return current_catalog().workloads()
+
+
+def workload_errors(workload: str, gpu_model: str = "", *, resembles: str = "") -> dict[str, str]:
+    """Per-field messages for the workload and its hint. Any workload name and any GPU model
+    are accepted (see above); ``workload`` and ``gpu_model`` stay parameters for the callers
+    that pass them."""
+    if resembles:
+        known = known_workloads()
+        if resembles not in known:
+            return {
+                "resembles": f"Not a catalog workload: {resembles!r}; known: {', '.join(known)}."
+            }
     return {}

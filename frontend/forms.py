@@ -8,23 +8,52 @@ from datetime import timedelta
 from django import forms
 
 from cluster.choices import HardLimitAction, JobState
-from cluster.models import Budget, Team
-from cluster.validators import MAX_BATCH_SIZE, MAX_ITERATIONS
-from cluster.workloads import perf_catalog, workload_errors
+from cluster.models import Budget, Job, Team
+from cluster.validators import MAX_BATCH_SIZE, MAX_ITERATIONS, MAX_PARAM_COUNT, MIN_PARAM_COUNT
+from cluster.workloads import known_workloads, workload_errors
 
 _INT = {"min_value": 1}
 
 
 def workload_choices() -> list[tuple[str, str]]:
-    return [(w, w) for w in perf_catalog().workloads()]
+    return [(w, w) for w in known_workloads()]
+
+
+def workload_field() -> forms.CharField:
+    """Any name (issue 12 point 1); the catalog's workloads are offered as suggestions."""
+    return forms.CharField(
+        max_length=100,
+        widget=forms.TextInput(attrs={"list": "workload-names", "autocomplete": "off"}),
+        help_text="A catalog workload, or any name: an unknown one is predicted from an "
+        "estimate (see Resembles) that the job's own telemetry corrects.",
+    )
+
+
+def resembles_field() -> forms.ChoiceField:
+    return forms.ChoiceField(
+        choices=(),
+        required=False,
+        label="Resembles",
+        help_text="For a workload the catalog does not know: the catalog workload it is most "
+        "like, which its prediction starts from.",
+    )
 
 
 class JobSubmitForm(forms.Form):
-    """A training job: workload class (from the performance catalog), GPUs, batch, work."""
+    """A training job: workload (any name, with hints for one the catalog does not know),
+    GPUs, batch, work."""
 
     name = forms.CharField(max_length=200)
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
-    workload = forms.ChoiceField(choices=())
+    workload = workload_field()
+    resembles = resembles_field()
+    param_count = forms.IntegerField(
+        label="Parameters",
+        required=False,
+        min_value=MIN_PARAM_COUNT,
+        max_value=MAX_PARAM_COUNT,
+        help_text="Hint: the model's number of parameters (optional).",
+    )
     gpus = forms.IntegerField(label="GPUs", **_INT, max_value=1024)
     max_gpus = forms.IntegerField(
         label="Max GPUs (elastic)",
@@ -40,7 +69,8 @@ class JobSubmitForm(forms.Form):
     def __init__(self, *args, teams, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = teams
-        self.fields["workload"].choices = workload_choices()
+        self.known_workloads = known_workloads()
+        self.fields["resembles"].choices = [("", "—"), *workload_choices()]
 
     def clean(self):
         cleaned = super().clean()
@@ -49,7 +79,8 @@ class JobSubmitForm(forms.Form):
             self.add_error("max_gpus", "Must be at least the GPU count.")
         workload = cleaned.get("workload")
         if workload:
-            for field, message in workload_errors(workload).items():
+            errors = workload_errors(workload, resembles=cleaned.get("resembles") or "")
+            for field, message in errors.items():
                 self.add_error(field if field in self.fields else None, message)
         return cleaned
 
@@ -60,6 +91,8 @@ class JobSubmitForm(forms.Form):
             "team": data["team"],
             "name": data["name"],
             "workload": data["workload"],
+            "resembles": data.get("resembles") or "",
+            "param_count": data.get("param_count"),
             "min_gpus": data["gpus"],
             "max_gpus": data["max_gpus"] or data["gpus"],
             "global_batch_size": data["batch_size"],
@@ -71,14 +104,15 @@ class JobSubmitForm(forms.Form):
 class PredictForm(forms.Form):
     """The query of the live prediction endpoint (same names as the submit form)."""
 
-    workload = forms.ChoiceField(choices=())
+    workload = workload_field()
+    resembles = resembles_field()
     gpus = forms.IntegerField(**_INT, max_value=1024)
     batch_size = forms.IntegerField(**_INT)
     iterations = forms.IntegerField(**_INT)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["workload"].choices = workload_choices()
+        self.fields["resembles"].choices = [("", "—"), *workload_choices()]
 
 
 class JobFilterForm(forms.Form):
@@ -92,7 +126,10 @@ class JobFilterForm(forms.Form):
     def __init__(self, *args, teams, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = teams
-        self.fields["workload"].choices = [("", "any workload"), *workload_choices()]
+        # The catalog's workloads and any other name the teams' jobs use (any name is allowed).
+        named = Job.objects.filter(team__in=teams).values_list("workload", flat=True).distinct()
+        names = sorted(set(known_workloads()) | set(named))
+        self.fields["workload"].choices = [("", "any workload"), *((w, w) for w in names)]
 
     def filter(self, jobs):
         if not self.is_valid():

@@ -1,9 +1,11 @@
 """Predictions shown before a job is submitted, and the budget what-if.
 
-``predict_job`` evaluates the fitted performance models (``scheduling.core.perf_models``) for
-the configuration in the form, and prices the energy at the grid intensity now (telemetry's
-provider). ``whatif_average_jct_s`` replays a team's current queue in the simulator
-(``scheduling.simulator``: the same ``plan_round`` as the live rounds) under a proposed budget.
+``predict_job`` evaluates, for the configuration in the form, the model the rounds would
+size the job by (``scheduling.perf_lookup.model_for``: a learned profile, the catalog, or an
+estimate) and prices the energy at the grid intensity now (telemetry's provider).
+``whatif_average_jct_s`` replays a team's current queue in the simulator
+(``scheduling.simulator``: the same ``plan_round`` as the live rounds, sized by the same
+lookup) under a proposed budget.
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ from django.conf import settings
 
 from cluster.choices import JobState
 from cluster.models import Gpu, Job, Node, Team
-from cluster.workloads import perf_catalog
-from scheduling import adapters, workload_profiles
+from scheduling import adapters, perf_lookup
 from scheduling.core import types as core
 from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
 from scheduling.core.types import J_PER_KWH, GpuConfig
@@ -66,21 +67,26 @@ class Prediction:
         }
 
 
-def cluster_gpu_model_for(workload: str) -> str:
-    """The GPU model a job of ``workload`` would run on: the most common model in the cluster
-    that has a performance model for it, else the most common model in the cluster (its
-    prediction is then an estimate), else the catalog's first for the workload."""
-    known = perf_catalog().gpu_models_for(workload)
-    counts: dict[str, int] = {}
+def cluster_gpu_model_for(workload: str, *, catalog=None, resembles: str = "") -> str:
+    """The GPU model a job of ``workload`` that names none would run on, by the round's rule
+    (``scheduling.core.round``: the most plentiful model the lookup gives a performance model
+    on, ties by name); with no GPU registered, the catalog's first for the workload, else its
+    first GPU model."""
+    catalog = catalog or perf_lookup.current_catalog()
     present: dict[str, int] = {}
     for model in Gpu.objects.values_list("model", flat=True):
         present[model] = present.get(model, 0) + 1
-        if model in known:
-            counts[model] = counts.get(model, 0) + 1
-    pool = counts or present
+    found = perf_lookup.models_on(
+        workload,
+        present,
+        catalog=catalog,
+        nvml=perf_lookup.nvml_by_model(present),
+        resembles=resembles,
+    )
+    pool = {m: n for m, n in present.items() if m in found} or present
     if pool:
-        return max(sorted(pool), key=lambda m: pool[m])
-    return known[0]
+        return min(pool, key=lambda m: (-pool[m], m))
+    return (catalog.gpu_models_for(resembles or workload) or catalog.gpu_models())[0]
 
 
 def predict_job(
@@ -91,22 +97,22 @@ def predict_job(
     iterations: int,
     now: datetime,
     gpu_model: str = "",
+    resembles: str = "",
 ) -> Prediction:
     """Duration, energy and carbon of running ``iterations`` at the maximum clock on ``gpus``
     consolidated GPUs, from the model a new job of the workload would start from in the live
-    rounds (``workload_profiles.prior_for``: a learned profile, the catalog, or an estimate).
+    rounds (``perf_lookup.model_for``: a learned profile, the catalog, or an estimate).
     Raises ``KeyError`` (``UnknownPerfModelError``) when there is nothing to start from."""
-    gpu_model = gpu_model or cluster_gpu_model_for(workload)
-    catalog = adapters.current_catalog()
-    nvml = workload_profiles.nvml_gpus(Gpu.objects.filter(model=gpu_model)[:1]).get(gpu_model)
-    found = workload_profiles.prior_for(workload, gpu_model, catalog=catalog, nvml=nvml)
+    catalog = perf_lookup.current_catalog()
+    gpu_model = gpu_model or cluster_gpu_model_for(workload, catalog=catalog, resembles=resembles)
+    nvml = perf_lookup.nvml_by_model([gpu_model]).get(gpu_model)
+    found = perf_lookup.model_for(
+        workload, gpu_model, catalog=catalog, nvml=nvml, resembles=resembles
+    )
     if found is None:
         catalog.get(workload, gpu_model)  # raises UnknownPerfModelError, naming what exists
         raise KeyError((workload, gpu_model))
-    model, source = found
-    kind = "learned" if source.startswith("profile") else "catalog"
-    if source.startswith("estimated"):
-        kind = "estimated"
+    model, source, kind = found.model, found.source, str(found.kind)
     cfg = GpuConfig(n_gpus=gpus, global_batch=batch_size)
     duration_s = time_to_finish_s(model, cfg, iterations)
     energy_j = energy_to_finish_j(model, cfg, iterations)
@@ -174,8 +180,10 @@ def whatif_average_jct_s(
     (``scheduling.simulator.whatif`` has the rules: jobs that can never run are named and left
     out, and the page plots the curve made monotone).
 
-    Jobs, cluster and perf catalog come through ``scheduling.adapters`` (the live round's own
-    translation). Simplifications (stated on the page too): every active job is treated as
+    Jobs and cluster come through ``scheduling.adapters`` (the live round's own translation);
+    each job is sized by ``perf_lookup.model_for``, as a round sizes a job that has not yet
+    reported (a running job's own learned model is not carried into the replay).
+    Simplifications (stated on the page too): every active job is treated as
     submitted now and restarts from its completed iterations; the team's queue has the
     schedulable GPUs to itself; the grid intensity stays at this hour's value; idle nodes are
     powered off, so the budget pays for the team's work only, as its ledger does. JCT here is
@@ -193,7 +201,15 @@ def whatif_average_jct_s(
     replay = whatif.replay_queue(
         jobs,
         cluster=cluster,
-        catalog=adapters.current_catalog(),
+        catalog=perf_lookup.LookupCatalog(
+            perf_lookup.current_catalog(),
+            perf_lookup.nvml_by_model(),
+            resembles=dict(
+                Job.objects.filter(team=team, state__in=ACTIVE_STATES)
+                .exclude(resembles="")
+                .values_list("workload", "resembles")
+            ),
+        ),
         kind=kind,
         limit=limit,
         used=used,

@@ -95,6 +95,7 @@ def job_new(request):
                 min_batch_size=kwargs.get("min_batch_size") or kwargs["global_batch_size"],
                 total_iterations=kwargs["total_iterations"],
                 now=timezone.now(),
+                resembles=kwargs["resembles"],
             )
             if refusals:
                 raise ValidationError(refusals)
@@ -131,6 +132,7 @@ def job_predict(request):
             batch_size=data["batch_size"],
             iterations=data["iterations"],
             now=timezone.now(),
+            resembles=data.get("resembles") or "",
         )
     except KeyError as exc:
         return JsonResponse({"errors": {"workload": [str(exc)]}}, status=400)

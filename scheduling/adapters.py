@@ -26,8 +26,9 @@ from cluster.models import Budget, Gpu, Job, JobAllocation, Node
 from scheduling import observations, workload_profiles
 from scheduling.core import online_model
 from scheduling.core import types as core
-from scheduling.core.perf_models import Catalog, load_catalog
-from scheduling.models import JobSchedulingState, PerfProfile
+from scheduling.core.perf_models import Catalog
+from scheduling.models import JobSchedulingState
+from scheduling.perf_lookup import current_catalog
 from telemetry.carbon import carbon_signal
 from telemetry.models import GpuSample
 from telemetry.usage import budget_usage
@@ -39,20 +40,6 @@ G_PER_KG = 1000.0
 
 def _s(when: datetime | None) -> float | None:
     return None if when is None else when.timestamp()
-
-
-# --- the perf catalog ----------------------------------------------------------------------
-
-
-def current_catalog() -> Catalog:
-    """The newest stored perf-profile version (``fit_perf_models``), else the shipped one."""
-    latest = PerfProfile.objects.order_by("-fitted_at", "-version").values_list(
-        "version", flat=True
-    )
-    version = latest.first()
-    if version is None:
-        return load_catalog()
-    return PerfProfile.objects.catalog(version)
 
 
 # --- rows -> snapshot ----------------------------------------------------------------------

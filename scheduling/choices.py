@@ -36,3 +36,22 @@ class RoundOutcome(models.TextChoices):
 
 
 _OUTCOME_COLOURS = {RoundOutcome.APPLIED: "seagreen", RoundOutcome.PARTIAL: "orange"}
+
+
+class PerfModelKind(models.TextChoices):
+    """Where the performance model a job is sized by comes from (``scheduling.perf_lookup``)."""
+
+    CATALOG = "catalog", "Measured (catalog)"  # fitted offline to published measurements
+    LEARNED = "learned", "Learned (workload profile)"  # what earlier jobs of it taught
+    ESTIMATED = "estimated", "Estimated (prior)"  # carried over from another workload or GPU
+
+    @property
+    def colour(self) -> str:
+        return _PERF_MODEL_COLOURS[self]
+
+
+_PERF_MODEL_COLOURS = {
+    PerfModelKind.CATALOG: "seagreen",
+    PerfModelKind.LEARNED: "royalblue",
+    PerfModelKind.ESTIMATED: "orange",
+}

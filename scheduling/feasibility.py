@@ -4,18 +4,22 @@ Two rules, each a lower bound so that no job that could run is refused:
 
 - **GPUs.** A job is placed on GPUs of one model (``scheduling.core.placement``), so it needs
   ``min_gpus`` GPUs of its model (or, with no model named, of the largest group of a model
-  with a performance model for its workload). While no GPU is registered at all (a cluster
-  whose agents have not started) the rule waits for the hardware rather than guess.
+  with a performance model for its workload: ``scheduling.perf_lookup.model_for``, the lookup
+  the rounds use, so an estimate counts as the round would size the job by it). While no GPU
+  is registered at all (a cluster whose agents have not started) the rule waits for the
+  hardware rather than guess.
 - **Energy and carbon.** The least energy the job's GPUs could draw for its iterations: any
-  catalog GPU model it may run on, the GPU counts it allows (its bounds and the powers of two
-  between), its smallest batch, any clock step; idle power, restarts and communication on
-  other placements only add to it. A job whose least energy exceeds what its team's budgets
-  allow together (the one in force now and every later one: a job may run on into the next
-  period; a gap left between two budgets is unbudgeted time, so then nothing is refused), or
-  whose least carbon (least energy x the lowest stored grid intensity of those periods, else
-  the current hour's) exceeds their carbon limits together, can never finish inside them. A
-  budget that only notifies stops nothing, so it refuses nothing; with no budget in force,
-  more than ``cluster.validators.MAX_ENERGY_LIMIT_KWH`` is refused as absurd.
+  GPU model it may run on whose model is measured or learned (an estimate is a prior the
+  job's telemetry corrects, not a bound, so it refuses nothing), the GPU counts it allows
+  (its bounds and the powers of two between), its smallest batch, any clock step; idle
+  power, restarts and communication on other placements only add to it. A job whose least
+  energy exceeds what its team's budgets allow together (the one in force now and every
+  later one: a job may run on into the next period; a gap left between two budgets is
+  unbudgeted time, so then nothing is refused), or whose least carbon (least energy x the
+  lowest stored grid intensity of those periods, else the current hour's) exceeds their
+  carbon limits together, can never finish inside them. A budget that only notifies stops
+  nothing, so it refuses nothing; with no budget in force, more than
+  ``cluster.validators.MAX_ENERGY_LIMIT_KWH`` is refused as absurd.
 - **Time.** A job whose least time (its fastest configuration on the GPUs the cluster has)
   exceeds ``WATTFLOW_MAX_JOB_DAYS`` is refused as absurd: 10**12 iterations are millennia.
 """
@@ -32,8 +36,9 @@ from django.db.models import Count, Min
 from cluster.choices import HardLimitAction
 from cluster.models import Budget, Gpu, Team
 from cluster.validators import MAX_ENERGY_LIMIT_KWH
-from scheduling import adapters
+from scheduling import perf_lookup
 from scheduling.adapters import G_PER_KG
+from scheduling.choices import PerfModelKind
 from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
 from scheduling.core.types import J_PER_KWH, GpuConfig
 from telemetry.carbon import intensity_for_hour
@@ -51,10 +56,19 @@ def _gpu_counts() -> dict[str, int]:
     return dict(Gpu.objects.values_list("model").annotate(n=Count("id")))
 
 
-def _gpu_counts_for(counts: dict[str, int], workload: str, gpu_model: str, catalog):
+def _gpu_counts_for(
+    counts: dict[str, int], workload: str, gpu_model: str, catalog, resembles: str = ""
+):
     if gpu_model:
         return {gpu_model: counts.get(gpu_model, 0)}
-    return {m: n for m, n in counts.items() if catalog.has(workload, m)}
+    found = perf_lookup.models_on(
+        workload,
+        counts,
+        catalog=catalog,
+        nvml=perf_lookup.nvml_by_model(counts),
+        resembles=resembles,
+    )
+    return {m: n for m, n in counts.items() if m in found}
 
 
 def _gpu_counts_tried(lo: int, hi: int) -> list[int]:
@@ -83,16 +97,22 @@ def lower_bounds(
     max_gpus: int,
     batch: int,
     iters: int,
+    resembles: str = "",
 ) -> LowerBounds | None:
     """Over the GPU models in ``gpus_by_model`` (model -> GPUs of it in the cluster, None when
     unknown), the GPU counts allowed, every clock step and the smallest batch; None when no
-    model here has a performance model for the workload."""
-    catalog = adapters.current_catalog()
+    model here has a measured or learned performance model for the workload
+    (``perf_lookup.model_for``; estimates are left out, see the module docstring)."""
+    catalog = perf_lookup.current_catalog()
+    nvml = perf_lookup.nvml_by_model(gpus_by_model)
     energy = duration = math.inf
     for gpu_model, present in gpus_by_model.items():
-        if not catalog.has(workload, gpu_model):
+        found = perf_lookup.model_for(
+            workload, gpu_model, catalog=catalog, nvml=nvml.get(gpu_model), resembles=resembles
+        )
+        if found is None or found.kind == PerfModelKind.ESTIMATED:
             continue
-        model = catalog.get(workload, gpu_model)
+        model = found.model
         top = max(min_gpus, max_gpus if present is None else min(max_gpus, present))
         for n in _gpu_counts_tried(min_gpus, top):
             if n > batch:
@@ -124,12 +144,13 @@ def submit_refusals(
     min_batch_size: int,
     total_iterations: int,
     now: datetime,
+    resembles: str = "",
 ) -> dict[str, str]:
     """Field -> why a job with these values could never run; empty when it could."""
     errors: dict[str, str] = {}
-    catalog = adapters.current_catalog()
+    catalog = perf_lookup.current_catalog()
     counts = _gpu_counts()
-    usable = _gpu_counts_for(counts, workload, gpu_model, catalog)
+    usable = _gpu_counts_for(counts, workload, gpu_model, catalog, resembles)
     if counts:
         offered = max(usable.values(), default=0)
         if min_gpus > offered:
@@ -152,6 +173,7 @@ def submit_refusals(
         max_gpus=max_gpus,
         batch=min_batch_size,
         iters=total_iterations,
+        resembles=resembles,
     )
     if bounds is None:
         return errors

@@ -25,6 +25,8 @@ from django.db.models import Q
 
 from cluster.choices import JobState
 from cluster.models import Job, JobAllocation
+from scheduling import perf_lookup
+from scheduling.choices import PerfModelKind
 from scheduling.core import types as core
 from scheduling.core.perf_models import Catalog
 from telemetry.choices import JobEventKind
@@ -99,8 +101,10 @@ def observed_slowdowns(rows: Iterable[Job], *, catalog: Catalog, now: datetime) 
     The slowdown is the median iteration time measured while all its co-runners ran (from
     the latest of their agents' ``started`` reports) over the perf model's prediction for the
     job alone on its allocation, minus one: ``s = t_shared / t_solo - 1``, the quantity the
-    simulator reports as ``1 / x - 1``. Jobs with no such interval yet, or without a perf
-    model, are left out (EaCO treats them as not yet observed). ``rows`` need their current
+    simulator reports as ``1 / x - 1``. The solo prediction is ``perf_lookup.model_for``'s (the
+    one lookup: a learned profile, else the catalog); jobs with no such interval yet, or whose
+    model is only an estimate (its level is not known, so neither is a slowdown against it),
+    are left out (EaCO treats them as not yet observed). ``rows`` need their current
     allocation with its GPUs prefetched.
     """
     running = [j for j in rows if j.state == JobState.RUNNING and j.current_allocation is not None]
@@ -123,10 +127,12 @@ def observed_slowdowns(rows: Iterable[Job], *, catalog: Catalog, now: datetime) 
         iter_times, _ = progress_iter_times(job.pk, alloc.pk, since=max(starts), now=now)
         if not iter_times:
             continue
-        try:
-            model = catalog.get(job.workload, gpus[0].model)
-        except (KeyError, LookupError):
+        found = perf_lookup.model_for(
+            job.workload, gpus[0].model, catalog=catalog, resembles=job.resembles
+        )
+        if found is None or found.kind == PerfModelKind.ESTIMATED:
             continue
+        model = found.model
         solo_s = model.iter_time_s(
             core.GpuConfig(
                 n_gpus=len(gpus),

@@ -10,7 +10,8 @@ model, and the workload profiles that carry what one job learned to the next.
   model by a bounded weight and stores the result as a new ``WorkloadProfile`` version.
 * ``prior_for`` is where a job starts: the newest profile of its workload on that GPU model,
   else the catalog's model, else (a workload the catalog does not know on that GPU model)
-  the first catalog workload on it, which the job's own observations then reshape.
+  the catalog workload the job says it resembles, or the first one, on it, which the job's
+  own observations then reshape (``scheduling.perf_lookup`` is its one entry point).
 """
 
 from __future__ import annotations
@@ -127,18 +128,27 @@ def _estimated_for(prior: FittedPerfModel, gpu: NvmlGpu) -> FittedPerfModel:
 
 
 def prior_for(
-    workload: str, gpu_model: str, *, catalog: Catalog, nvml: NvmlGpu | None = None
+    workload: str,
+    gpu_model: str,
+    *,
+    catalog: Catalog,
+    nvml: NvmlGpu | None = None,
+    resembles: str = "",
 ) -> tuple[FittedPerfModel, str] | None:
     """(prior model, where it came from) for a job of ``workload`` on ``gpu_model``: the
-    newest profile; else the catalog's model; else the first catalog workload on that GPU
-    model; else, for a GPU model the catalog does not know, the workload's model (or the
-    first one) on the catalog GPU nearest to what NVML reports (``nvml``). None: nothing to
-    start from."""
+    newest profile; else the catalog's model; else the model on that GPU model of the
+    catalog workload the job says it ``resembles`` (its hint), else of the first catalog
+    workload on it; else, for a GPU model the catalog does not know, the workload's model
+    (or the resembled one's, or the first one) on the catalog GPU nearest to what NVML
+    reports (``nvml``). None: nothing to start from. Every case after the catalog's is an
+    estimate that the job's own observations then correct."""
     profile = latest_profile(workload, gpu_model)
     if profile is not None:
         return model_from_params(profile.params), f"profile v{profile.version}"
     if catalog.has(workload, gpu_model):
         return catalog.get(workload, gpu_model), f"catalog {workload}@{gpu_model}"
+    if resembles and catalog.has(resembles, gpu_model):
+        return catalog.get(resembles, gpu_model), f"estimated from catalog {resembles}@{gpu_model}"
     same_gpu = [m for m in catalog.models() if m.gpu_model == gpu_model]
     if same_gpu:
         return same_gpu[0], f"estimated from catalog {same_gpu[0].workload}@{gpu_model}"
@@ -148,10 +158,13 @@ def prior_for(
     if near is None:
         return None
     if catalog.has(workload, near):
-        base = catalog.get(workload, near)
+        base, name = catalog.get(workload, near), workload
+    elif resembles and catalog.has(resembles, near):
+        base, name = catalog.get(resembles, near), resembles
     else:
         base = next(m for m in catalog.models() if m.gpu_model == near)
-    return _estimated_for(base, nvml), f"estimated from catalog {base.workload}@{near}"
+        name = base.workload
+    return _estimated_for(base, nvml), f"estimated from catalog {name}@{near}"
 
 
 def _stored(state: JobSchedulingState, gpu_model: str) -> list[om.Observation]:
@@ -184,7 +197,7 @@ def record_observations(
     refit its model; ``observed_until`` moves to ``until`` either way (refused measurements
     are not read again). ``nvml``: what NVML reports of the GPU model, for one the catalog
     lacks. Returns the refitted model (None: no prior for the GPU model)."""
-    found = prior_for(job.workload, gpu_model, catalog=catalog, nvml=nvml)
+    found = prior_for(job.workload, gpu_model, catalog=catalog, nvml=nvml, resembles=job.resembles)
     if found is None:
         JobSchedulingState.objects.filter(pk=state.pk).update(observed_until=until)
         return None
@@ -271,9 +284,11 @@ def prior_models(
         for gpu_model, nvml in gpus.items():
             if (str(job.pk), gpu_model) in skip:
                 continue
-            key = (job.workload, gpu_model)
+            key = (job.workload, job.resembles, gpu_model)
             if key not in found:
-                found[key] = prior_for(job.workload, gpu_model, catalog=catalog, nvml=nvml)
+                found[key] = prior_for(
+                    job.workload, gpu_model, catalog=catalog, nvml=nvml, resembles=job.resembles
+                )
             prior = found[key]
             if prior is None or prior[1] == f"catalog {job.workload}@{gpu_model}":
                 continue

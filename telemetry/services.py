@@ -170,6 +170,7 @@ def assignments_for(node: Node, *, now: datetime) -> dict[str, Any]:
                 "allocation_id": alloc.pk,
                 "job_id": job.pk,
                 "workload": job.workload,
+                "resembles": job.resembles,
                 "command": job.command,
                 "gpu_uuids": [g.uuid for g in here],
                 "gpu_count": len(all_gpus),

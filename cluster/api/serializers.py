@@ -105,6 +105,8 @@ class JobSerializer(serializers.ModelSerializer):
             "owner",
             "workload",
             "gpu_model",
+            "resembles",
+            "param_count",
             "command",
             "min_gpus",
             "max_gpus",
@@ -161,7 +163,9 @@ class JobSerializer(serializers.ModelSerializer):
         attrs.setdefault("max_gpus", attrs["min_gpus"])
         attrs.setdefault("min_batch_size", attrs["global_batch_size"])
         attrs.setdefault("max_batch_size", attrs["global_batch_size"])
-        errors = workload_errors(attrs["workload"], attrs.get("gpu_model", ""))
+        errors = workload_errors(
+            attrs["workload"], attrs.get("gpu_model", ""), resembles=attrs.get("resembles", "")
+        )
         if errors:
             raise serializers.ValidationError({field: [msg] for field, msg in errors.items()})
         run_model_clean(Job, attrs)
@@ -174,6 +178,7 @@ class JobSerializer(serializers.ModelSerializer):
             min_batch_size=attrs["min_batch_size"],
             total_iterations=attrs["total_iterations"],
             now=timezone.now(),
+            resembles=attrs.get("resembles", ""),
         )
         if errors:
             raise serializers.ValidationError({field: [msg] for field, msg in errors.items()})

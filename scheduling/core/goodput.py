@@ -23,7 +23,7 @@ What a job's reported statistics are worth: the noise scale measured at a small 
 early in training understates the one that governs large batches later (it grows as
 training proceeds, and Pollux's own validation runs measure a larger one at larger
 batches). ``calibration`` multiplies a reported noise scale; it is fitted, leave one
-workload out, on Pollux's validation curves (``scheduling/goodput_fit.py``, results in
+workload out, on Pollux's validation curves (``scheduling/fitting/goodput_fit.py``, results in
 ``docs/benchmarks.md``) and shipped in ``goodput_curves.json`` with, per workload, the
 noise scale that best reproduces that workload's measured samples-to-target at every
 batch (the *learned efficiency curve* used for a job that reports nothing).

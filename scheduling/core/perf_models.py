@@ -3,7 +3,7 @@
 A model predicts, for one workload class on one GPU model and a ``GpuConfig`` (GPU count
 and placement, global batch, SM clock or power limit), the seconds per iteration and
 the average power each busy GPU draws; energy per iteration is ``n x P x T``. The
-parameters are fitted to the measurements in ``data/perf/`` by ``perf_fit.py`` and
+parameters are fitted to the measurements in ``data/perf/`` by ``scheduling/fitting/`` and
 shipped as versioned JSON (``perf_catalog.json``); this module only evaluates them, with
 plain float math so that the scheduler can call it ~10^6 times per simulated week.
 

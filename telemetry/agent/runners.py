@@ -140,6 +140,7 @@ class SimulatedRunner:
         job = SimJob(
             job_id=int(assignment["job_id"]),
             workload=assignment["workload"],
+            resembles=assignment.get("resembles") or "",
             gpu_indices=tuple(gpu_indices),
             global_batch=int(assignment["batch_size"]),
             sm_clock_mhz=assignment.get("sm_clock_mhz"),

@@ -48,12 +48,15 @@ def _catalog() -> Any:
     return load_catalog()
 
 
-def perf_model_for(workload: str, gpu_model: str) -> Any:
-    """The perf model of ``workload`` on ``gpu_model`` (the one place the agent looks it up)."""
-    try:
-        return _catalog().get(workload, gpu_model)
-    except KeyError as exc:
-        raise PerfModelUnavailable(f"no perf model for {workload!r} on {gpu_model!r}") from exc
+def perf_model_for(workload: str, gpu_model: str, resembles: str = "") -> Any:
+    """The perf model of ``workload`` on ``gpu_model`` (the one place the agent looks it up):
+    the simulation's ground truth. A workload the catalog does not know runs as the one it
+    ``resembles`` (the job's hint), if the catalog has that one on the GPU model."""
+    catalog = _catalog()
+    for name in (workload, resembles):
+        if name and catalog.has(name, gpu_model):
+            return catalog.get(name, gpu_model)
+    raise PerfModelUnavailable(f"no perf model for {workload!r} on {gpu_model!r}")
 
 
 def gpu_spec(gpu_model: str) -> Any:
@@ -78,6 +81,7 @@ class SimJob:
     power_limit_w: float | None
     done_iters: float = 0.0
     total_iters: float | None = None
+    resembles: str = ""  # the job's hint: the catalog workload it runs as if its own is unknown
     model: Any = field(default=None, repr=False)
 
     def config(self) -> Any:
@@ -126,7 +130,7 @@ class SimulatedBackend:
 
     # --- jobs -------------------------------------------------------------------------
     def start_job(self, job: SimJob) -> None:
-        job.model = perf_model_for(job.workload, self.gpu_model)
+        job.model = perf_model_for(job.workload, self.gpu_model, job.resembles)
         self.jobs[job.job_id] = job
         self._refresh_power()
 

@@ -134,6 +134,10 @@ class AssignmentSerializer(serializers.Serializer):
     allocation_id = serializers.IntegerField()
     job_id = serializers.IntegerField()
     workload = serializers.CharField()
+    resembles = serializers.CharField(
+        allow_blank=True,
+        help_text="The catalog workload the job says it is like (blank: none given).",
+    )
     command = serializers.CharField(allow_blank=True)
     gpu_uuids = serializers.ListField(child=serializers.CharField(), help_text="This node's.")
     gpu_count = serializers.IntegerField(help_text="GPUs of the job on all nodes.")

@@ -138,11 +138,25 @@ def test_admin_submits_to_any_team(api_client, admin_user, other_team):
         ({"base_lr": 0.1, "max_lr": 0.01}, {"max_lr": ["Must be at least base_lr."]}),
         ({"name": ""}, {"name": ["This field may not be blank."]}),
         (
-            {"workload": "alexnet"},
+            {"workload": "alexnet", "resembles": "alexnet"},
             {
                 # the list follows the shipped perf catalog, which its owner may extend
-                "workload": [f"Unknown workload 'alexnet'; known: {', '.join(KNOWN_WORKLOADS)}."]
+                "resembles": [
+                    f"Not a catalog workload: 'alexnet'; known: {', '.join(KNOWN_WORKLOADS)}."
+                ]
             },
+        ),
+        (
+            {"workload": "llama-3b", "param_count": 999},
+            {"param_count": ["Ensure this value is greater than or equal to 1000."]},
+        ),
+        (
+            {"workload": "llama-3b", "param_count": 10**15},
+            {"param_count": ["Ensure this value is less than or equal to 100000000000000."]},
+        ),
+        (
+            {"workload": "llama-3b", "param_count": "3e9"},
+            {"param_count": ["A valid integer is required."]},
         ),
         (
             {"slowdown_tolerance": -0.1},

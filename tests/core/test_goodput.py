@@ -8,7 +8,6 @@ import math
 
 import pytest
 
-from scheduling import goodput_fit
 from scheduling.core import goodput
 from scheduling.core.goodput import (
     GoodputCurves,
@@ -22,6 +21,7 @@ from scheduling.core.goodput import (
 )
 from scheduling.core.perf_models import load_catalog
 from scheduling.core.round import plan_round
+from scheduling.fitting import goodput_fit
 from tests.core.corekit import AnalyticModel, Catalog, job, make_cluster, snapshot
 
 

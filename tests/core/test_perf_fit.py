@@ -7,16 +7,17 @@ import json
 
 import pytest
 
-from scheduling.core import perf_data
-from scheduling.core.perf_build import build_catalog, fit_throughputs, limit_binds
-from scheduling.core.perf_fit import (
+from scheduling.core.perf_models import CATALOG_PATH, catalog_to_dict, load_catalog
+from scheduling.core.types import GpuConfig
+from scheduling.fitting import perf_data
+from scheduling.fitting.perf_build import build_catalog, fit_throughputs, limit_binds
+from scheduling.fitting.perf_fit import (
     fit_clock_series,
     fit_power_limit,
     fit_throughput,
     predict_throughput_row,
 )
-from scheduling.core.perf_models import CATALOG_PATH, catalog_to_dict, load_catalog
-from scheduling.core.perf_report import (
+from scheduling.fitting.perf_report import (
     CROSS_VALIDATIONS,
     TARGET_MEDIAN_ERROR,
     HeldOut,
@@ -28,7 +29,6 @@ from scheduling.core.perf_report import (
     model_errors,
     summarise,
 )
-from scheduling.core.types import GpuConfig
 
 TOL = TARGET_MEDIAN_ERROR
 

@@ -7,7 +7,6 @@ import math
 
 import pytest
 
-from scheduling.core import perf_data
 from scheduling.core.perf_models import (
     DvfsParams,
     UnknownPerfModelError,
@@ -17,6 +16,7 @@ from scheduling.core.perf_models import (
     time_to_finish_s,
 )
 from scheduling.core.types import GpuConfig
+from scheduling.fitting import perf_data
 
 CATALOG = load_catalog()
 ELASTICFLOW = ("bert", "deepspeech2", "gpt2", "inception3", "resnet50", "resnet50_cifar10", "vgg16")

@@ -229,7 +229,7 @@ def test_member_submits_a_job_through_the_form_and_finds_it_in_the_list(scene, l
     page = login("vera_member")
     page.goto(f"{server}/jobs/new/")
     page.fill("#id_name", "browser-submitted-resnet")
-    page.select_option("#id_workload", "resnet50")
+    page.fill("#id_workload", "resnet50")
     page.fill("#id_gpus", "2")
     page.fill("#id_batch_size", "128")
     page.fill("#id_iterations", "1000")

@@ -122,14 +122,14 @@ def test_a_job_for_a_team_the_user_is_not_in_is_refused_per_field(
 ):
     response = client_for(outsider).post(
         reverse("frontend:job-new"),
-        {"name": "x", "team": team.pk, "workload": "nope", "gpus": 0, "batch_size": 1},
+        {"name": "x", "team": team.pk, "workload": "", "gpus": 0, "batch_size": 1},
     )
     assert response.status_code == 400
     errors = response.context["form"].errors
     assert errors["team"] == [
         "Select a valid choice. That choice is not one of the available choices."
     ]
-    assert errors["workload"][0].startswith("Select a valid choice. nope is not one")
+    assert errors["workload"] == ["This field is required."]
     assert errors["gpus"] == ["Ensure this value is greater than or equal to 1."]
     assert errors["iterations"] == ["This field is required."]
     assert not Job.objects.exists()

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from django.urls import reverse
 
-from cluster.models import Gpu, Node
+from cluster.models import Gpu, Job, Node
 from scheduling.core.perf_models import FittedPerfModel, load_catalog
 from scheduling.core.types import GpuConfig
 from scheduling.models import WorkloadProfile
@@ -87,3 +87,76 @@ def test_a_gpu_model_without_catalog_entry_is_called_estimated(client_for, membe
         "estimated",
         "estimated from catalog resnet50@A100",
     )
+
+
+def test_an_unknown_workload_is_predicted_from_the_one_it_resembles_and_called_estimated(
+    client_for, member, make_node
+):
+    # given A100s; the catalog knows no "llama-3b"
+    make_node("node-01", gpus=4)
+
+    response = client_for(member).get(
+        reverse("frontend:job-predict"), {**QUERY, "workload": "llama-3b", "resembles": "gpt2"}
+    )
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["model_kind"], body["model_source"]) == (
+        "estimated",
+        "estimated from catalog gpt2@A100",
+    )
+    gpt2 = load_catalog().get("gpt2", "A100")
+    assert body["duration_s"] == pytest.approx(1000 * gpt2.iter_time_s(CFG), rel=1e-9)
+
+
+def test_a_resembles_hint_outside_the_catalog_is_a_400_with_its_field(client_for, member):
+    response = client_for(member).get(
+        reverse("frontend:job-predict"), {**QUERY, "workload": "llama-3b", "resembles": "x"}
+    )
+
+    assert response.status_code == 400
+    assert response.json()["errors"]["resembles"][0].startswith("Select a valid choice. x")
+
+
+def test_the_job_form_submits_an_unknown_workload_with_its_hints(client_for, member, team):
+    response = client_for(member).post(
+        reverse("frontend:job-new"),
+        {
+            "name": "my llm", "team": team.pk, "workload": "llama-3b", "resembles": "gpt2",
+            "param_count": "3000000000", "gpus": 1, "batch_size": 32, "iterations": 100,
+            "priority": 0,
+        },
+    )  # fmt: skip
+
+    assert response.status_code == 302, response.context["form"].errors
+    job = Job.objects.get()
+    assert (job.workload, job.resembles, job.param_count) == ("llama-3b", "gpt2", 3_000_000_000)
+
+
+def test_the_job_form_refuses_an_absurd_parameter_count_beside_its_field(client_for, member, team):
+    response = client_for(member).post(
+        reverse("frontend:job-new"),
+        {
+            "name": "my llm", "team": team.pk, "workload": "llama-3b", "param_count": "12",
+            "gpus": 1, "batch_size": 32, "iterations": 100, "priority": 0,
+        },
+    )  # fmt: skip
+
+    assert response.status_code == 400
+    assert response.context["form"].errors["param_count"] == [
+        "Ensure this value is greater than or equal to 1000."
+    ]
+    assert not Job.objects.exists()
+
+
+def test_the_job_list_filters_by_a_workload_the_catalog_does_not_know(
+    client_for, member, team, make_job
+):
+    # given a llama-3b job and a resnet50 job of the member's team
+    mine = make_job(owner=member, team=team, name="my llm", workload="llama-3b")
+    make_job(owner=member, team=team, name="resnet")
+
+    response = client_for(member).get(reverse("frontend:job-list"), {"workload": "llama-3b"})
+
+    assert response.status_code == 200
+    assert [j.pk for j in response.context["page_obj"]] == [mine.pk]

@@ -7,6 +7,7 @@ interference, so EaCO co-locates it when no GPU is free. Time is passed in (``T0
 """
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,8 +17,15 @@ from cluster.choices import JobState
 from cluster.models import Gpu, Job, JobAllocation, Node
 from scheduling import adapters, services
 from scheduling.core.colocation import load_colocation, pair_key
+from scheduling.core.perf_models import FittedPerfModel
 from scheduling.core.types import GpuConfig
-from scheduling.models import JobSchedulingState, RoundDecision, SchedulerSettings
+from scheduling.models import (
+    JobSchedulingState,
+    RoundDecision,
+    SchedulerSettings,
+    WorkloadProfile,
+)
+from scheduling.workload_profiles import model_to_params
 from telemetry.accounting import account_hour, job_totals
 from telemetry.models import GpuSample
 from telemetry.services import record_job_events
@@ -308,3 +316,43 @@ def test_speed_measured_while_sharing_feeds_the_slowdown_not_the_online_model(
     t = load_colocation().job_type(WORKLOAD, 64)
     history = SchedulerSettings.load().policy_state["history"][pair_key(t, t)]
     assert history[1:] == pytest.approx([0.5, 0.5])
+
+
+def test_the_observed_slowdown_is_measured_against_the_learned_profile_not_the_catalog(
+    eaco, one_gpu_node, make_job, member, team
+):
+    # given a shared GPU where both jobs run 30% slower than the catalog's solo time, and a
+    # workload profile that learned this workload runs 30% slower alone on an A100
+    host, guest, _, _ = _share(make_job, member, team)
+    _report_speed(
+        host, slowdown=0.30, start=T0 + timedelta(seconds=1), until=T0 + timedelta(seconds=170)
+    )
+    _report_speed(
+        guest, slowdown=0.30, start=T0 + timedelta(seconds=61), until=T0 + timedelta(seconds=170)
+    )
+    base = adapters.current_catalog().get(WORKLOAD, "A100")
+    tp = base.throughput
+    slow = replace(
+        tp,
+        alpha_c_s=1.3 * tp.alpha_c_s, beta_c_s=1.3 * tp.beta_c_s, alpha_r_s=1.3 * tp.alpha_r_s,
+        beta_r_s=1.3 * tp.beta_r_s, alpha_n_s=1.3 * tp.alpha_n_s, beta_n_s=1.3 * tp.beta_n_s,
+    )  # fmt: skip
+    learned = FittedPerfModel(
+        workload=WORKLOAD, gpu=base.gpu, batch_sizes=base.batch_sizes, throughput=slow,
+        power=base.power,
+    )  # fmt: skip
+    cfg = GpuConfig(n_gpus=1, global_batch=64)
+    assert learned.iter_time_s(cfg) == pytest.approx(1.3 * base.iter_time_s(cfg), rel=1e-9)
+    WorkloadProfile.objects.create(
+        workload=WORKLOAD, gpu_model="A100", version=1, prior=f"catalog {WORKLOAD}@A100",
+        params=model_to_params(learned), n_observations=20, jobs=2, created_at=T0,
+    )  # fmt: skip
+
+    # when the snapshot is built
+    now = T0 + timedelta(seconds=180)
+    jobs = adapters.build_snapshot(now=now, round_length_s=60.0).snapshot.jobs
+
+    # then neither job is slowed by sharing: they run as fast as the profile says they run alone
+    slowdowns = {j.job_id: j.observed_slowdown for j in jobs}
+    assert slowdowns[str(host.pk)] == pytest.approx(0.0, abs=1e-9)
+    assert slowdowns[str(guest.pk)] == pytest.approx(0.0, abs=1e-9)

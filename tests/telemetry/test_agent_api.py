@@ -135,6 +135,7 @@ def test_assignments_list_the_open_allocations_on_this_node(
                 "allocation_id": running_job.current_allocation_id,
                 "job_id": running_job.pk,
                 "workload": "resnet50",
+                "resembles": "",
                 "command": "python train.py",
                 "gpu_uuids": ["GPU-node-01-0", "GPU-node-01-1"],
                 "gpu_count": 2,

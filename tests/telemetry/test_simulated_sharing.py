@@ -6,7 +6,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from scheduling.core.colocation import load_colocation, shared_power_w
-from telemetry.agent.simulated import SimJob, SimulatedBackend, gpu_spec
+from telemetry.agent.simulated import (
+    PerfModelUnavailable,
+    SimJob,
+    SimulatedBackend,
+    gpu_spec,
+    perf_model_for,
+)
 
 NOW = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
 
@@ -68,3 +74,21 @@ def test_when_one_of_the_pair_stops_the_other_runs_at_full_speed_again():
     assert before == 0.0
     assert resnet.done_iters == pytest.approx(50.0 / resnet.model.iter_time_s(resnet.config()))
     assert readings[0].power_w == pytest.approx(resnet.model.power_w(resnet.config()))
+
+
+def test_a_workload_the_catalog_does_not_know_runs_as_the_one_it_resembles():
+    # given a llama-3b job that resembles gpt2, and one with no hint
+    backend = SimulatedBackend(node_name="n", n_gpus=2, gpu_model="A100")
+    hinted = SimJob(
+        job_id=1, workload="llama-3b", resembles="gpt2", gpu_indices=(0,), global_batch=32,
+        sm_clock_mhz=None, power_limit_w=None,
+    )  # fmt: skip
+
+    # when the simulated agent starts them
+    backend.start_job(hinted)
+
+    # then the hinted one advances by gpt2's model; the other cannot start, naming why
+    assert hinted.model is perf_model_for("gpt2", "A100")
+    with pytest.raises(PerfModelUnavailable, match="no perf model for 'llama-3b' on 'A100'"):
+        backend.start_job(_job(2, "llama-3b", (1,)))
+    assert set(backend.jobs) == {1}

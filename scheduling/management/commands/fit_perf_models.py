@@ -1,6 +1,6 @@
 """``python manage.py fit_perf_models``: refit the performance catalog from ``data/perf/``.
 
-Thin: the fitting and validation are ``scheduling.core.perf_report.fit_and_validate``.
+Thin: the fitting and validation are ``scheduling.fitting.perf_report.fit_and_validate``.
 Writes the catalog JSON (by default the one shipped in the repository) and upserts one
 ``PerfProfile`` row per model. If anything fails, neither the JSON nor the database is
 touched: the file is written only after every fit succeeded, then the rows in one
@@ -15,9 +15,14 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from tqdm import tqdm
 
-from scheduling.core import perf_data
 from scheduling.core.perf_models import CATALOG_PATH, save_catalog
-from scheduling.core.perf_report import count_fit_steps, fit_and_validate, format_table, summarise
+from scheduling.fitting import perf_data
+from scheduling.fitting.perf_report import (
+    count_fit_steps,
+    fit_and_validate,
+    format_table,
+    summarise,
+)
 from scheduling.models import PerfProfile
 
 

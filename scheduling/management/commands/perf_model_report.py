@@ -1,6 +1,6 @@
 """``python manage.py perf_model_report``: held-out accuracy of the performance models.
 
-Thin: the cross-validation is ``scheduling.core.perf_report``. Prints one line per
+Thin: the cross-validation is ``scheduling.fitting.perf_report``. Prints one line per
 (data set, quantity) with the median and 90th-percentile absolute error and whether the
 10 % target is met, and writes the parity plots (PNG) to ``docs/img/``.
 """
@@ -13,8 +13,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from scheduling.core import perf_data
-from scheduling.core.perf_report import (
+from scheduling.fitting import perf_data
+from scheduling.fitting.perf_report import (
     CROSS_VALIDATIONS,
     cross_validate,
     format_table,

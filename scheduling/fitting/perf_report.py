@@ -24,8 +24,9 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from scheduling.core import perf_data
-from scheduling.core.perf_build import (
+from scheduling.core.perf_models import Catalog
+from scheduling.fitting import perf_data
+from scheduling.fitting.perf_build import (
     CATALOG_VERSION,
     build_catalog,
     fit_throughputs,
@@ -33,13 +34,12 @@ from scheduling.core.perf_build import (
     limit_binds,
     zeus_fits,
 )
-from scheduling.core.perf_fit import (
+from scheduling.fitting.perf_fit import (
     fit_clock_series,
     fit_power_limit,
     fit_throughput,
     predict_throughput_row,
 )
-from scheduling.core.perf_models import Catalog
 
 TARGET_MEDIAN_ERROR = 0.10  # the target: median |error| <= 10 % on held-out rows
 QUANTITIES = ("iter_time", "power", "energy")

@@ -26,7 +26,7 @@ Two predictions:
 
 numpy only (a golden-section search in log space), so it can run wherever the core
 runs; it is not part of the pure core because it reads the data files.
-Run ``python -m scheduling.goodput_fit --write`` to rebuild ``goodput_curves.json``.
+Run ``python -m scheduling.fitting.goodput_fit --write`` to rebuild ``goodput_curves.json``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from scheduling.core.goodput import (
     curves_to_dict,
 )
 
-REPO_DATA = Path(__file__).resolve().parent.parent / "data"
+REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 POLLUX_DIR = REPO_DATA / "perf" / "pollux_t4"
 VERSION = "goodput-1"
 # ElasticFlow's A100 "resnet50" is ResNet-50 on ImageNet, Pollux's "imagenet".
@@ -271,7 +271,7 @@ def build_curves(workloads: Sequence[Workload]) -> GoodputCurves:
         aliases=dict(ALIASES),
         meta={
             "source": "data/perf/pollux_t4/*/validation-*.csv (Pollux OSDI'21 artifact)",
-            "built_by": "python -m scheduling.goodput_fit --write",
+            "built_by": "python -m scheduling.fitting.goodput_fit --write",
             "target": "best validation metric that the worst batch reaches",
         },
     )

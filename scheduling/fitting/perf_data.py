@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
-# The repository's data folder: scheduling/core/perf_data.py -> <repo>/data.
+# The repository's data folder: scheduling/fitting/perf_data.py -> <repo>/data.
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 
 ELASTICFLOW_GPUS_PER_NODE = 8  # Azure ND96asr_v4: 8 x A100 per server (data/README.md)

@@ -32,14 +32,6 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from scheduling.core import perf_data
-from scheduling.core.perf_fit import (
-    ClockFit,
-    PowerLimitFit,
-    fit_clock_series,
-    fit_power_limit,
-    fit_throughput,
-)
 from scheduling.core.perf_models import (
     Catalog,
     DvfsParams,
@@ -47,6 +39,14 @@ from scheduling.core.perf_models import (
     GpuSpec,
     PowerParams,
     ThroughputParams,
+)
+from scheduling.fitting import perf_data
+from scheduling.fitting.perf_fit import (
+    ClockFit,
+    PowerLimitFit,
+    fit_clock_series,
+    fit_power_limit,
+    fit_throughput,
 )
 
 CATALOG_VERSION = "2"  # 2: busy draw has a floor share (busy_floor_frac)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from scheduling.core.perf_data import ClockRow, PowerLimitRow, ThroughputRow
 from scheduling.core.perf_models import ThroughputParams
+from scheduling.fitting.perf_data import ClockRow, PowerLimitRow, ThroughputRow
 
 _TP_NAMES = ("alpha_c_s", "beta_c_s", "alpha_r_s", "beta_r_s", "alpha_n_s", "beta_n_s", "gamma")
 _GAMMA_MAX = 10.0
