@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cluster', '0009_copy_wait_from_scheduling_state'),
+        ('cluster', '0010_job_wait_codes_of_the_slurm_executor'),
     ]
 
     operations = [
