@@ -195,7 +195,10 @@ def allocation_reason(decision, *, previous: dict | None, current: dict) -> str:
                 changes.append(f"{name} {old} → {new}")
         what = f"{action}: {', '.join(changes) or 'same configuration'}"
     ci = decision.round.ci_g_per_kwh
-    return f"{what} by round {decision.round_id} ({decision.round.policy}, grid {ci:.0f} g/kWh)"
+    made = f"{what} by round {decision.round_id} ({decision.round.policy}, grid {ci:.0f} g/kWh)"
+    # The round's own account (what it granted against what was asked or held, what the
+    # job's budgets allowed): stored with the decision since every change records one.
+    return f"{made}. {decision.reason}" if decision.reason else made
 
 
 @login_required
