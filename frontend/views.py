@@ -196,9 +196,11 @@ def allocation_reason(decision, *, previous: dict | None, current: dict) -> str:
         what = f"{action}: {', '.join(changes) or 'same configuration'}"
     ci = decision.round.ci_g_per_kwh
     made = f"{what} by round {decision.round_id} ({decision.round.policy}, grid {ci:.0f} g/kWh)"
-    # The round's own account (what it granted against what was asked or held, what the
-    # job's budgets allowed): stored with the decision since every change records one.
-    return f"{made}. {decision.reason}" if decision.reason else made
+    # The round's own account (scheduling.core.explain: clauses joined by "; "): its first
+    # clause says what changed, as ``what`` does here; the rest (GPUs the round's stops
+    # freed, what the job's budgets allowed this round) is added.
+    context = decision.reason.rstrip(".").split("; ")[1:] if decision.reason else []
+    return "; ".join([made, *context])
 
 
 @login_required

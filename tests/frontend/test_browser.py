@@ -321,7 +321,7 @@ def test_dashboard_receives_a_live_round_and_pauses_while_hidden(scene, login, s
     ]
     summary = {"at": scene.now.isoformat(), "policy": "powerflow", "running": 2}
     sent = broadcast_from_another_thread(
-        {**summary, "round_id": 77, "queue_length": 5, "waiting": 5, "decisions": decisions}
+        {**summary, "round_id": 77, "queue_length": 5, "scope": "cluster", "decisions": decisions}
     )
     assert sent == 4  # admin, both teams, everyone
     page.wait_for_function("document.getElementById('round-head').textContent.includes('77')")
@@ -331,7 +331,8 @@ def test_dashboard_receives_a_live_round_and_pauses_while_hidden(scene, login, s
     # the pushed round's cluster-wide counts head its table, saying they are the cluster's;
     # the push also triggers a refresh, after which the team's queue card shows the
     # database's count (2 queued jobs of the member's team in the scene)
-    assert "the cluster has 5 waiting, 2 running" in page.inner_text("#round-head")
+    # (queue_length: the jobs queued after the round, as scheduling.summaries builds it)
+    assert "the cluster has 5 queued, 2 running" in page.inner_text("#round-head")
     page.wait_for_function("document.getElementById('kpi-queue').textContent === '2'")
 
     # a hidden tab closes its socket and ignores rounds; coming back resyncs from the server
