@@ -197,7 +197,12 @@ def allocation_reason(decision, *, previous: dict | None, current: dict) -> str:
                 changes.append(f"{name} {old} → {new}")
         what = f"{action}: {', '.join(changes) or 'same configuration'}"
     ci = decision.round.ci_g_per_kwh
-    return f"{what} by round {decision.round_id} ({decision.round.policy}, grid {ci:.0f} g/kWh)"
+    made = f"{what} by round {decision.round_id} ({decision.round.policy}, grid {ci:.0f} g/kWh)"
+    # The round's own account (scheduling.core.explain: clauses joined by "; "): its first
+    # clause says what changed, as ``what`` does here; the rest (GPUs the round's stops
+    # freed, what the job's budgets allowed this round) is added.
+    context = decision.reason.rstrip(".").split("; ")[1:] if decision.reason else []
+    return "; ".join([made, *context])
 
 
 @login_required

@@ -43,6 +43,7 @@ from config import events
 from scheduling import adapters, workload_profiles
 from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core import types as core
+from scheduling.core.explain import explain_change
 from scheduling.core.round import plan_round
 from scheduling.executors import Executor, get_executor
 from scheduling.liveness import mark_silent_nodes
@@ -267,6 +268,11 @@ def _apply(
     a race (job moved, GPUs taken) is recorded with its error and the round goes on. Resizes
     that trade GPUs with each other are retried once the others have moved."""
     pending = adapters.allocation_changes(plan, rows)
+    # Why each start, resize or retune happened (a stop's reason is its wait reason).
+    why = {
+        rows.jobs[c.job_id].pk: explain_change(c, rows.snapshot, plan, now=now.timestamp())
+        for c in plan.changes
+    }
     decisions: list[RoundDecision] = []
     applied = failed = 0
     errors: dict[int, str] = {}
@@ -286,11 +292,11 @@ def _apply(
                 continue
             except cluster_services.InvalidTransition as exc:
                 errors[change.job.pk] = str(exc)
-                decisions.append(_decision(round_row, change, applied=False, error=str(exc)))
+                decisions.append(_decision(round_row, change, why, applied=False, error=str(exc)))
                 failed += 1
                 continue
             errors.pop(change.job.pk, None)
-            decisions.append(_decision(round_row, change, applied=True))
+            decisions.append(_decision(round_row, change, why, applied=True))
             applied += 1
         if not retry or len(retry) == len(pending):
             pending = retry
@@ -298,7 +304,7 @@ def _apply(
         pending = retry
     for change in pending:
         decisions.append(
-            _decision(round_row, change, applied=False, error=errors.get(change.job.pk, ""))
+            _decision(round_row, change, why, applied=False, error=errors.get(change.job.pk, ""))
         )
         failed += 1
     RoundDecision.objects.bulk_create(decisions)
@@ -355,7 +361,12 @@ def _apply_one(
 
 
 def _decision(
-    round_row: SchedulingRound, change: adapters.RowChange, *, applied: bool, error: str = ""
+    round_row: SchedulingRound,
+    change: adapters.RowChange,
+    why: dict[int, str],
+    *,
+    applied: bool,
+    error: str = "",
 ) -> RoundDecision:
     reason = change.reason
     return RoundDecision(
@@ -367,7 +378,7 @@ def _decision(
         sm_clock_mhz=change.sm_clock_mhz,
         power_limit_w=change.power_limit_w,
         reason_code=str(reason.code) if reason else "",
-        reason=reason.message if reason else "",
+        reason=reason.message if reason else why.get(change.job.pk, ""),
         applied=applied,
         error=error,
     )

@@ -1,6 +1,5 @@
 """seed_demo loads the demo once, and running it again changes nothing."""
 
-import csv
 import io
 import json
 from datetime import UTC, datetime
@@ -12,6 +11,10 @@ from django.core.management import call_command
 
 from cluster.choices import HardLimitAction, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
+from scheduling.adapters import current_catalog
+from scheduling.core.perf_models import energy_to_finish_j
+from scheduling.core.types import GpuConfig
+from scheduling.simulator.traces import read_elasticflow_trace
 from telemetry.carbon import intensity_for_hour
 from telemetry.choices import CarbonSource
 from telemetry.models import CarbonIntensity
@@ -30,6 +33,8 @@ def _counts() -> dict[str, int]:
     }
 
 
+# Within one minute: a rerun a minute later opens the next demo budget window (see below).
+@time_machine.travel(datetime(2026, 3, 10, 15, 0, 5, tzinfo=UTC), tick=False)
 def test_seed_demo_is_idempotent_and_keeps_tokens(db, settings, tmp_path, capsys):
     settings.WATTFLOW_VAR_DIR = tmp_path
 
@@ -100,31 +105,75 @@ def test_seed_demo_builds_the_described_cluster_and_logins(db, settings, tmp_pat
     assert set(Budget.objects.values_list("team__slug", flat=True)) == {"vision", "language"}
 
 
-@time_machine.travel(datetime(2026, 3, 10, 15, 0, tzinfo=UTC), tick=False)
-def test_seed_demo_budgets_cover_the_current_month(db, settings, tmp_path):
+def _replayed_need(ci_g_per_kwh: float) -> dict[str, tuple[float, float]]:
+    """Per team: the predicted energy (J) and carbon (g) of the jobs the demo's replay submits
+    (Procfile.dev's defaults: the first 120 trace jobs, 1000x, teams in turn, up to 8 GPUs),
+    each from its workload's A100 model in the catalog."""
+    catalog = current_catalog()
+    need = {"vision": [0.0, 0.0], "language": [0.0, 0.0]}
+    for i, job in enumerate(
+        read_elasticflow_trace(ROOT / "data/trace/elasticflow_philly_876.csv")[:120]
+    ):
+        cfg = GpuConfig(n_gpus=min(job.requested_gpus, 8), global_batch=job.global_batch)
+        joules = energy_to_finish_j(
+            catalog.get(job.workload, "A100"), cfg, max(1, round(job.total_iters / 1000))
+        )
+        team = need["vision" if i % 2 == 0 else "language"]
+        team[0] += joules
+        team[1] += joules / 3.6e6 * ci_g_per_kwh
+    return {slug: (e, c) for slug, (e, c) in need.items()}
+
+
+@time_machine.travel(datetime(2026, 3, 10, 15, 20, 40, tzinfo=UTC), tick=False)
+def test_seed_demo_budgets_are_a_share_of_the_replayed_jobs_need_over_the_replay(
+    db, settings, tmp_path
+):
+    # given a budget of this month already in place for vision (a lead made it, or an
+    # earlier make run)
     settings.WATTFLOW_VAR_DIR = tmp_path
+    vision_team = Team.objects.create(slug="vision", name="Vision", created_at=datetime.now(UTC))
+    month = Budget.objects.create(
+        team=vision_team,
+        period_start=datetime(2026, 3, 1, tzinfo=UTC),
+        period_end=datetime(2026, 4, 1, tzinfo=UTC),
+        energy_limit_kwh=2380.8,
+        created_at=datetime.now(UTC),
+    )
 
     call_command("seed_demo", stdout=io.StringIO())
 
-    vision = Budget.objects.get(team__slug="vision")
+    # then each team's budget runs from the hour's start (usage counts whole ledger hours)
+    # until the replay has submitted its jobs (549 s of wall time at the defaults: 10 whole
+    # minutes from this minute), over 15 % of its jobs' predicted need
+    vision = Budget.objects.get(
+        team__slug="vision", period_start__gte=datetime(2026, 3, 10, tzinfo=UTC)
+    )
     language = Budget.objects.get(team__slug="language")
-    march = (datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 4, 1, tzinfo=UTC))
-    assert (vision.period_start, vision.period_end) == march
-    assert (language.period_start, language.period_end) == march
-    # 16 GPUs x 0.4 kW x 744 h in March x 0.5
-    assert (vision.energy_limit_kwh, vision.carbon_limit_kg) == (2380.8, None)
-    assert vision.hard_limit_action == HardLimitAction.PAUSE_JOBS
-    # the same energy at the 2022 mean LCA intensity of US-CAL-CISO (data/carbon)
-    with (ROOT / "data/carbon/em_US-CAL-CISO_2022_hourly.csv").open(encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    mean_g_per_kwh = sum(float(r["Carbon Intensity gCO₂eq/kWh (LCA)"]) for r in rows) / len(rows)
-    assert len(rows) == 8760
+    window = (datetime(2026, 3, 10, 15, 0, tzinfo=UTC), datetime(2026, 3, 10, 15, 30, tzinfo=UTC))
+    assert (vision.period_start, vision.period_end) == window
+    assert (language.period_start, language.period_end) == window
+    # the carbon at the hour's intensity of the zone the ledgers use (ES), not another's
+    ci = intensity_for_hour("ES", datetime(2026, 3, 10, 15, tzinfo=UTC)).ci_g_per_kwh
+    need = _replayed_need(ci)
+    assert (vision.energy_limit_kwh, vision.carbon_limit_kg) == (
+        round(0.15 * need["vision"][0] / 3.6e6, 3),
+        None,
+    )
     assert (language.energy_limit_kwh, language.carbon_limit_kg) == (
         None,
-        round(2380.8 * mean_g_per_kwh / 1000, 1),
+        round(0.15 * need["language"][1] / 1000, 4),
     )
+    assert 0.05 < vision.energy_limit_kwh < 5  # kWh a few minutes of the demo spend
+    assert vision.hard_limit_action == HardLimitAction.PAUSE_JOBS
     assert language.hard_limit_action == HardLimitAction.HOLD_QUEUE
     assert (vision.warn_fraction, language.warn_fraction) == (0.8, 0.8)
+    # and the month's budget is kept, ending where the demo's begins (periods never overlap)
+    month.refresh_from_db()
+    assert (month.period_start, month.period_end, month.energy_limit_kwh) == (
+        datetime(2026, 3, 1, tzinfo=UTC),
+        window[0],
+        2380.8,
+    )
 
 
 def test_seed_demo_imports_this_years_hourly_intensities_of_the_configured_zone(

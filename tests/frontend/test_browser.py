@@ -36,6 +36,7 @@ from frontend.broadcast import broadcast_round
 from frontend.dashboard import dashboard_payload
 from frontend.labels import reason_sentence, wait_label
 from scheduling.core.types import J_PER_KWH
+from scheduling.models import RoundDecision
 from scheduling.services import run_scheduling_round
 from telemetry.models import EnergyLedgerEntry
 from telemetry.usage import publish_usage_of_teams
@@ -321,7 +322,7 @@ def test_dashboard_receives_a_live_round_and_pauses_while_hidden(scene, login, s
     ]
     summary = {"at": scene.now.isoformat(), "policy": "powerflow", "running": 2}
     sent = broadcast_from_another_thread(
-        {**summary, "round_id": 77, "queue_length": 5, "decisions": decisions}
+        {**summary, "round_id": 77, "queue_length": 5, "scope": "cluster", "decisions": decisions}
     )
     assert sent == 4  # admin, both teams, everyone
     page.wait_for_function("document.getElementById('round-head').textContent.includes('77')")
@@ -331,6 +332,7 @@ def test_dashboard_receives_a_live_round_and_pauses_while_hidden(scene, login, s
     # the pushed round's cluster-wide counts head its table, saying they are the cluster's;
     # the push also triggers a refresh, after which the team's queue card shows the
     # database's count (2 queued jobs of the member's team in the scene)
+    # (queue_length: the jobs queued after the round, as scheduling.summaries builds it)
     assert "the cluster has 5 queued, 2 running" in page.inner_text("#round-head")
     page.wait_for_function("document.getElementById('kpi-queue').textContent === '2'")
 
@@ -639,3 +641,45 @@ def test_the_dashboards_budget_figure_follows_accounting_live(scene, login):
     # then the figure redraws with the new total, without a reload
     page.wait_for_function(f"Math.abs(({used_now})() - {before + 0.5}) < 1e-5")
     assert page.evaluate(used_now) == pytest.approx(before + 0.5, abs=1e-5)
+
+
+def test_the_round_table_says_why_each_start_and_retune_happened(scene, login, server):
+    # given a one-GPU job of the vision team (node-02 has 3 GPUs free; the queued jobs that
+    # need 4 on one node, ahead of it in fifo's queue, are cancelled) and a real round: fifo
+    # starts it and retunes the running sweep to the default clock
+    for name in ("vgg16-baseline", "gpt2-small"):
+        services.cancel_job(scene.jobs[name])
+    services.submit_job(
+        owner=scene.users["member"],
+        team=scene.team,
+        name="small-probe",
+        workload="resnet50",
+        total_iterations=1000,
+        global_batch_size=128,
+        min_gpus=1,
+        max_gpus=1,
+    )
+    result = run_scheduling_round(now=timezone.now(), policy="fifo", force=True)
+    started = RoundDecision.objects.filter(
+        round_id=result.round_id, action="start", applied=True, job__team=scene.team
+    ).first()
+    assert started is not None
+    # when the member opens the dashboard
+    page = login("vera_member")
+    page.wait_for_selector("#round-table:not([hidden])")
+
+    def cells(job_id: int) -> list[str]:
+        row = page.locator(f"#round-table tbody tr:has(a[href='/jobs/{job_id}/'])")
+        return row.locator("td").all_inner_texts()
+
+    # then the start says which policy granted what it asked for, in words, not blank
+    n = len(started.gpu_uuids)
+    assert cells(started.job_id)[1] == "Started"
+    assert cells(started.job_id)[5] == (
+        f"Started by fifo on the {n} GPU{'s' if n > 1 else ''} it asked for, at default clocks."
+    )
+    # and the retune what changed
+    running = scene.jobs["running"]
+    assert cells(running.pk)[1] == "Retuned"
+    assert cells(running.pk)[5] == "Fifo re-planned it: 1200 MHz → default clocks."
+    shot(page, "dashboard_round_why")

@@ -17,6 +17,7 @@ from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Job
 from cluster.queries import completed_jcts, queue_and_running_series
 from frontend.dashboard import dashboard_payload
+from scheduling.models import RoundDecision
 from scheduling.services import run_scheduling_round
 from telemetry.models import CarbonIntensity
 
@@ -133,6 +134,12 @@ def test_each_allocation_names_its_node_gpus_and_the_round_that_made_it(scene):
     assert second["why"].startswith(
         f"Retuned: clock 1200 MHz → default by round {result.round_id} (fifo, grid "
     )
+    # the round stored why with its decision, and the page adds what the sentence there says
+    # beyond what changed (the job's budget this round, when it has one)
+    decision = RoundDecision.objects.get(round_id=result.round_id, job=job)
+    assert decision.reason == "fifo re-planned it: 1200 MHz → default clocks."
+    # its first clause is what the page already says: not twice (fifo sets no allowances)
+    assert "re-planned" not in second["why"] and second["why"].endswith("g/kWh)")
     html = page.content.decode()
     assert "node-01: 0,1,2,3" in html and "Retuned: clock 1200 MHz" in html
 

@@ -82,6 +82,8 @@ def test_round_starts_a_queued_job_on_a_live_node_and_records_it(
         True,
     )
     assert decision.gpu_uuids == ["GPU-node-01-0", "GPU-node-01-1"]
+    # and the decision says why, for the round table (its GPUs are the ones it asked for)
+    assert decision.reason == "Started by fifo on the 2 GPUs it asked for, at default clocks."
 
 
 def test_round_leaves_a_running_job_alone_when_nothing_changes(

@@ -265,7 +265,8 @@ def test_round_broadcasts_its_result_to_dashboards_after_commit(
         {"job_id": job.pk, "team_id": team.pk, "job_name": job.name, "job_state": "running",
          "action": "start", "gpus": 1, "nodes": ["node-01"], "placement": "node-01: 0",
          "batch_size": 256, "sm_clock_mhz": None,
-         "power_limit_w": None, "reason_code": "", "reason": "", "until": None}
+         "power_limit_w": None, "reason_code": "",
+         "reason": "Started by fifo on the 1 GPU it asked for, at default clocks.", "until": None}
     ]  # fmt: skip
     # and it is the very summary a page builds for the same round
     assert payload == round_summary(SchedulingRound.objects.get(pk=result.round_id))

@@ -9,9 +9,17 @@ Where the numbers come from:
   NVIDIA's board values.
 - SM clocks: the Perseus A100-SXM sweep in data/perf/perseus gives the top clock and the
   15 MHz step; the list extends that step down to 210 MHz, the A100's lowest graphics clock.
-- Budgets are policy, not measurements: the vision team may spend half of what its share
-  (16 GPUs) would draw at the 400 W limit over the month; the language team's carbon budget is
-  the same energy times the 2022 mean carbon intensity of US-CAL-CISO (data/carbon).
+- Budgets are sized from the work the demo replays, so that their limits are crossed while
+  you watch: ``replay_trace`` (Procfile.dev) submits the first ``WATTFLOW_REPLAY_JOBS`` jobs of
+  the trace at ``WATTFLOW_REPLAY_SPEEDUP`` with at most ``WATTFLOW_REPLAY_MAX_WAIT_S`` between
+  them, teams in turn; each job's energy is predicted by its workload's A100 model in the perf
+  catalog on the GPUs it asks for (as the submit page predicts a new job), its carbon at this
+  hour's intensity of ``TELEMETRY_CARBON_ZONE``, the zone the ledgers use. A team's budget is
+  ``DEMO_BUDGET_SHARE`` of its jobs' predicted energy (vision, kWh) or carbon (language, kg
+  CO2e), over a period that lasts until the replay has submitted its jobs (whole minutes; it
+  starts at the hour's start, as usage is counted in whole ledger hours). That is less than
+  the teams spend in the window, so pacing binds from the first minutes and the soft limits
+  (80 %) are crossed within the period.
 - Grid carbon intensity: the shipped hourly 2022 series of ``TELEMETRY_CARBON_ZONE``
   (data/carbon, Electricity Maps) replayed onto this year by ``import_carbon --onto-year``,
   so accounting, GreenFlow and the dashboard see real clean and dirty hours, not one mean.
@@ -19,9 +27,10 @@ Where the numbers come from:
 
 import csv
 import json
+import math
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -34,12 +43,17 @@ from tqdm import tqdm
 
 from cluster.choices import HardLimitAction, NodeStatus, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
+from config.env import env_float, env_int
+from scheduling.adapters import current_catalog
+from scheduling.core.perf_models import energy_to_finish_j
+from scheduling.core.types import J_PER_KWH, GpuConfig
+from scheduling.management.commands.replay_trace import DEFAULT_TRACE, submission_schedule
 from scheduling.simulator.carbon import carbon_file
+from scheduling.simulator.traces import read_elasticflow_trace
+from telemetry.carbon import intensity_for_hour
 
 DATA_DIR = Path(settings.BASE_DIR) / "data"
 PERSEUS_A100 = DATA_DIR / "perf" / "perseus" / "stage_profile_bloom+a100_sxm_bf16.csv"
-CARBON_CISO = DATA_DIR / "carbon" / "em_US-CAL-CISO_2022_hourly.csv"
-CARBON_COLUMN = "Carbon Intensity gCO₂eq/kWh (LCA)"
 
 # The perf catalog's key for the A100-SXM4-40GB, which is also what the simulated agent
 # registers, so a node's agent and the seeded rows describe the GPUs the same way.
@@ -52,8 +66,17 @@ A100_LOWEST_SM_CLOCK_MHZ = 210
 NODES = 4
 GPUS_PER_NODE = 8
 NODES_PER_SWITCH = 2
-TEAM_GPU_SHARE = 16
-BUDGET_UTILISATION = 0.5
+# What the demo's teams may spend of what their replayed jobs are predicted to need: jobs
+# run on after the replay submits them, so within its window a team spends about a third of
+# their need (a demo run: language 12 g CO2e in its first 2.5 min of 162 g predicted); 15 %
+# makes pacing bind from the first minutes.
+DEMO_BUDGET_SHARE = 0.15
+# Procfile.dev's defaults for the replay (the same environment variables).
+REPLAY_JOBS = env_int("WATTFLOW_REPLAY_JOBS", 120)
+REPLAY_SPEEDUP = env_float("WATTFLOW_REPLAY_SPEEDUP", 1000.0)
+REPLAY_MAX_WAIT_S = env_float("WATTFLOW_REPLAY_MAX_WAIT_S", 10.0)
+REPLAY_MAX_GPUS = 8  # replay_trace --max-gpus default
+REPLAY_TEAMS = ("vision", "language")  # replay_trace's --teams default: jobs alternate
 
 
 @dataclass(frozen=True)
@@ -82,15 +105,42 @@ def a100_sm_clocks_mhz() -> list[int]:
     return list(range(measured[-1], A100_LOWEST_SM_CLOCK_MHZ - 1, -step))
 
 
-def mean_carbon_intensity_g_per_kwh() -> float:
-    with CARBON_CISO.open(newline="", encoding="utf-8") as handle:
-        values = [float(row[CARBON_COLUMN]) for row in csv.DictReader(handle)]
-    return sum(values) / len(values)
+@dataclass(frozen=True)
+class ReplayedWork:
+    """What the demo's replay will submit: per team, the jobs' predicted energy (J) and
+    carbon (g), and how long the submissions last (wall seconds)."""
+
+    energy_j: dict[str, float]
+    co2_g: dict[str, float]
+    span_s: float
 
 
-def month_bounds(now: datetime) -> tuple[datetime, datetime]:
-    start = datetime(now.year, now.month, 1, tzinfo=UTC)
-    end = datetime(now.year + now.month // 12, now.month % 12 + 1, 1, tzinfo=UTC)
+def replayed_work(now: datetime) -> ReplayedWork:
+    """Predict the jobs ``replay_trace`` submits with Procfile.dev's settings (see above)."""
+    jobs = read_elasticflow_trace(DEFAULT_TRACE)[:REPLAY_JOBS]
+    dues, _ = submission_schedule(jobs, speedup=REPLAY_SPEEDUP, max_wait_s=REPLAY_MAX_WAIT_S)
+    catalog = current_catalog()
+    ci = intensity_for_hour(settings.TELEMETRY_CARBON_ZONE, now).ci_g_per_kwh
+    energy = dict.fromkeys(REPLAY_TEAMS, 0.0)
+    co2 = dict.fromkeys(REPLAY_TEAMS, 0.0)
+    for i, job in enumerate(tqdm(jobs, desc="predict replay", unit="job", disable=None)):
+        team = REPLAY_TEAMS[i % len(REPLAY_TEAMS)]
+        cfg = GpuConfig(
+            n_gpus=min(job.requested_gpus, REPLAY_MAX_GPUS), global_batch=job.global_batch
+        )
+        iters = max(1, round(job.total_iters / REPLAY_SPEEDUP))
+        joules = energy_to_finish_j(catalog.get(job.workload, GPU_MODEL), cfg, iters)
+        energy[team] += joules
+        co2[team] += joules / J_PER_KWH * ci
+    return ReplayedWork(energy_j=energy, co2_g=co2, span_s=dues[-1])
+
+
+def demo_period(now: datetime, span_s: float) -> tuple[datetime, datetime]:
+    """From the start of this hour (usage is the hourly ledger of the hours starting in the
+    period, so this hour's energy counts) until the replay's span has passed, in whole
+    minutes (at least one); pacing spreads the budget over what is left of it."""
+    start = now.replace(minute=0, second=0, microsecond=0)
+    end = now.replace(second=0, microsecond=0) + timedelta(minutes=max(1, math.ceil(span_s / 60)))
     return start, end
 
 
@@ -105,9 +155,11 @@ class Command(BaseCommand):
             self._users(teams)
             nodes = self._cluster()
             tokens = self._tokens(nodes, tokens_path, now)
-            budgets = self._budgets(teams, now)
         self._write_tokens(tokens_path, tokens)
         self._carbon(now)
+        # After the cluster and the carbon hours: the predictions use both.
+        with transaction.atomic():
+            budgets = self._budgets(teams, now)
         self._report(tokens, tokens_path, budgets)
 
     def _carbon(self, now: datetime) -> None:
@@ -199,12 +251,10 @@ class Command(BaseCommand):
             json.dump(tokens, handle, indent=2, sort_keys=True)
 
     def _budgets(self, teams: dict[str, Team], now: datetime) -> list[Budget]:
-        start, end = month_bounds(now)
-        hours = (end - start).total_seconds() / 3600
-        energy_kwh = round(
-            TEAM_GPU_SHARE * GPU_DEFAULT_POWER_LIMIT_W / 1000 * hours * BUDGET_UTILISATION, 1
-        )
-        carbon_kg = round(energy_kwh * mean_carbon_intensity_g_per_kwh() / 1000, 1)
+        work = replayed_work(now)
+        start, end = demo_period(now, work.span_s)
+        energy_kwh = round(DEMO_BUDGET_SHARE * work.energy_j["vision"] / J_PER_KWH, 3)
+        carbon_kg = round(DEMO_BUDGET_SHARE * work.co2_g["language"] / 1000, 4)
         wanted = {
             "vision": {
                 "energy_limit_kwh": energy_kwh,
@@ -219,15 +269,30 @@ class Command(BaseCommand):
         }
         budgets = []
         for slug, values in wanted.items():
+            team_end = self._make_room(teams[slug], start, end)
             budget, _ = Budget.objects.update_or_create(
                 team=teams[slug],
                 period_start=start,
-                period_end=end,
+                period_end=team_end,
                 defaults={**values, "warn_fraction": 0.8},
                 create_defaults={**values, "warn_fraction": 0.8, "created_at": now},
             )
             budgets.append(budget)
         return budgets
+
+    def _make_room(self, team: Team, start: datetime, end: datetime) -> datetime:
+        """A team's budget periods may not overlap: one that began before ``start`` (this
+        month's, an earlier demo's) now ends there and is kept as history; the demo's period
+        ends where a later one begins. Returns the demo period's end."""
+        overlapping = Budget.objects.filter(team=team, period_start__lt=end, period_end__gt=start)
+        overlapping.filter(period_start__lt=start).update(period_end=start)
+        later = (
+            overlapping.filter(period_start__gt=start)
+            .order_by("period_start")
+            .values_list("period_start", flat=True)
+            .first()
+        )
+        return end if later is None else min(end, later)
 
     def _report(self, tokens: dict[str, str], tokens_path: Path, budgets: list[Budget]) -> None:
         out = self.stdout
@@ -246,4 +311,8 @@ class Command(BaseCommand):
                 if budget.energy_limit_kwh is not None
                 else f"{budget.carbon_limit_kg} kg CO2e"
             )
-            out.write(f"  {budget.team.slug:<10} {limit} ({budget})")
+            out.write(
+                f"  {budget.team.slug:<10} {limit}, {budget.period_start:%Y-%m-%d %H:%M} to "
+                f"{budget.period_end:%H:%M} UTC (the replay's submissions; "
+                f"{DEMO_BUDGET_SHARE:.0%} of its jobs' predicted need)"
+            )

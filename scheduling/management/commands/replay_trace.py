@@ -45,6 +45,24 @@ def _positive(kind):
     return parse
 
 
+def submission_schedule(
+    jobs: list, *, speedup: float, max_wait_s: float | None
+) -> tuple[list[float], float]:
+    """When each job is due, in wall seconds after the first, and how many seconds of quiet
+    trace time ``max_wait_s`` removed (``seed_demo`` sizes the demo budgets from this too)."""
+    t0_trace = jobs[0].submit_time_s
+    shifted_s = last_due = 0.0
+    dues = []
+    for job in jobs:
+        due = (job.submit_time_s - t0_trace) / speedup - shifted_s
+        if max_wait_s is not None and due - last_due > max_wait_s:
+            shifted_s += due - last_due - max_wait_s
+            due = last_due + max_wait_s
+        dues.append(due)
+        last_due = due
+    return dues, shifted_s
+
+
 class Command(BaseCommand):
     help = "Submit jobs of a real trace through the REST API at a chosen speed-up."
 
@@ -85,18 +103,12 @@ class Command(BaseCommand):
 
         speedup = opts["speedup"]
         work_scale = opts["work_scale"] or 1.0 / speedup
-        t0_trace = jobs[0].submit_time_s
+        dues, shifted_s = submission_schedule(jobs, speedup=speedup, max_wait_s=opts["max_wait_s"])
         start = time.monotonic()
-        shifted_s = 0.0  # wall seconds removed by --max-wait-s
         submitted = rejected = 0
-        last_due = 0.0
         bar = tqdm(jobs, desc="replay", unit="job", disable=None)
         for i, job in enumerate(bar):
-            due = (job.submit_time_s - t0_trace) / speedup - shifted_s
-            if opts["max_wait_s"] is not None and due - last_due > opts["max_wait_s"]:
-                shifted_s += due - last_due - opts["max_wait_s"]
-                due = last_due + opts["max_wait_s"]
-            last_due = due
+            due = dues[i]
             pause = due - (time.monotonic() - start)
             if pause > 0:
                 time.sleep(pause)

@@ -1,0 +1,94 @@
+"""Why a round made each change, in a sentence a person can read.
+
+A wait already carries its reason (``Plan.waiting``); a start, resize or retune does not, so
+the round table's "why" column would be empty for them. ``explain_change`` says what the plan
+gave the job against what it asked for or had, and the facts of the round that bear on it:
+what the job's budgets allow this round against what the plan spends (the pacing every
+budget-aware policy does), and for a grown job how many GPUs the round's stops left free. It
+states only what the plan and the snapshot hold; it does not guess the policy's motive.
+"""
+
+from __future__ import annotations
+
+from scheduling.core.types import Allocation, Budget, Change, ChangeKind, Plan, Snapshot
+
+J_PER_KWH = 3.6e6
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _setting(a: Allocation) -> str:
+    if a.sm_clock_mhz is not None:
+        return f"{a.sm_clock_mhz} MHz"
+    if a.power_limit_w is not None:
+        return f"{a.power_limit_w:.0f} W"
+    return "default clocks"
+
+
+def _paying_budgets(snapshot: Snapshot, team: str, now: float) -> list[Budget]:
+    return [
+        b
+        for b in snapshot.budgets
+        if b.period_start_s <= now < b.period_end_s and b.team in (None, team)
+    ]
+
+
+def _budget_part(budget: Budget, plan: Plan) -> str:
+    whose = f"team {budget.team}'s budget" if budget.team else "the cluster's budget"
+    bid = budget.budget_id
+    if bid in plan.energy_allowance_by_budget_j:
+        allowed = plan.energy_allowance_by_budget_j[bid] / J_PER_KWH
+        spent = plan.predicted_energy_by_budget_j.get(bid, 0.0) / J_PER_KWH
+        return f"{whose} allows {allowed:.3g} kWh this round, the plan spends {spent:.3g} kWh"
+    if bid in plan.co2_allowance_by_budget_g:
+        allowed = plan.co2_allowance_by_budget_g[bid]
+        spent = plan.predicted_co2_by_budget_g.get(bid, 0.0)
+        return f"{whose} allows {allowed:.3g} g CO2e this round, the plan spends {spent:.3g} g"
+    return ""
+
+
+def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float) -> str:
+    """One sentence (or two) on why ``change`` happened; "" for a stop (its wait says why)."""
+    after, before = change.after, change.before
+    if after is None or change.kind == ChangeKind.STOP:
+        return ""
+    job = next((j for j in snapshot.jobs if j.job_id == change.job_id), None)
+    policy = plan.policy or "the policy"
+    parts: list[str] = []
+    if change.kind == ChangeKind.START:
+        asked = job.requested_gpus if job else after.n_gpus
+        verb = "Resumed" if job is not None and job.done_iters > 0 else "Started"
+        if after.n_gpus == asked:
+            grant = f"the {_gpus(asked)} it asked for"
+        else:
+            grant = f"{_gpus(after.n_gpus)} of the {asked} it asked for"
+            if job is not None and job.min_gpus != job.max_gpus:
+                grant += f" (it runs on {job.min_gpus} to {job.max_gpus})"
+        parts.append(f"{verb} by {policy} on {grant}, at {_setting(after)}")
+    elif before is not None:
+        what = []
+        if before.n_gpus != after.n_gpus:
+            what.append(f"{_gpus(before.n_gpus)} → {after.n_gpus}")
+        elif set(before.gpu_ids) != set(after.gpu_ids):
+            what.append(f"moved to other {_gpus(after.n_gpus)}")
+        if before.global_batch != after.global_batch:
+            what.append(f"batch {before.global_batch} → {after.global_batch}")
+        if _setting(before) != _setting(after):
+            what.append(f"{_setting(before)} → {_setting(after)}")
+        parts.append(f"{policy} re-planned it: " + ", ".join(what or ["same configuration"]))
+        if after.n_gpus > before.n_gpus:
+            freed = sum(
+                c.before.n_gpus
+                for c in plan.changes
+                if c.kind == ChangeKind.STOP and c.before is not None
+            )
+            if freed:
+                parts.append(f"this round's stops freed {_gpus(freed)}")
+    if job is not None:
+        for budget in _paying_budgets(snapshot, job.team, now):
+            part = _budget_part(budget, plan)
+            if part:
+                parts.append(part)
+    return "; ".join(parts) + "."
