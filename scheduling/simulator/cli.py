@@ -19,6 +19,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -144,6 +145,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sigma of seeded log-normal noise on co-located throughput (GPU sharing)",
     )
     parser.add_argument(
+        "--knowledge",
+        choices=("both", "learned", "oracle"),
+        default="both",
+        help="what policies know: 'learned', each job's online model fitted from simulated "
+        "observations; 'oracle', the catalog that advances jobs; 'both' (default) runs each "
+        "policy both ways and reports learned first, oracle beside it",
+    )
+    parser.add_argument(
+        "--measurement-noise",
+        type=_non_negative,
+        default=0.05,
+        help="learned: sigma of seeded log-normal noise on each observed iteration time and "
+        "power (default 0.05)",
+    )
+    parser.add_argument(
         "--policy-param",
         action="append",
         metavar="NAME=VALUE",
@@ -207,7 +223,8 @@ def _run(
     progress: bool,
     params: dict[str, Any] | None = None,
 ):
-    bar, hook = _progress_bar(len(scenario.jobs), policy, progress)
+    label = f"{policy} ({scenario.config.knowledge})"
+    bar, hook = _progress_bar(len(scenario.jobs), label, progress)
     started = time.perf_counter()
     try:
         result = run_policy(scenario, policy, budgets=budgets, progress=hook, policy_params=params)
@@ -249,6 +266,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             congestion=args.congestion,
             colocation_noise=args.colocation_noise,
             seed=args.seed,
+            measurement_noise=args.measurement_noise,
         )
         scenario = load_scenario(
             args.trace,
@@ -275,8 +293,14 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     progress = not args.no_progress
     stem = f"{Path(args.trace).stem}_{scenario.spec.name}"
     bound = scenario_bound(scenario)
+    modes = ("learned", "oracle") if args.knowledge == "both" else (args.knowledge,)
+    scenarios = {mode: replace(scenario, config=replace(config, knowledge=mode)) for mode in modes}
     report: dict[str, Any] = {
-        "scenario": dict(scenario.meta),
+        "scenario": {
+            **scenario.meta,
+            "knowledge": list(modes),
+            "measurement_noise": args.measurement_noise if "learned" in modes else None,
+        },
         "policy_params": params,
         "bound": {
             "avg_jct_s": bound.avg_jct_s,
@@ -287,50 +311,55 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
         "runs": {},
         "comparisons": [],
     }
+    # Per knowledge mode, the results by run name (plots show the first mode's).
+    results: dict[str, dict[str, SimResult]] = {mode: {} for mode in modes}
 
-    results: dict[str, SimResult] = {}
-
-    def record(name: str, result: SimResult, wall_s: float) -> None:
+    def record(mode: str, name: str, result: SimResult, wall_s: float) -> None:
         summary = summarise(result)
-        write_results(result, out, name=f"{stem}_{name}", meta={**scenario.meta, "run": name})
-        report["runs"][name] = {**summary, "wall_s": wall_s}
-        results[name] = result
-        stdout.write(_line(name, summary, wall_s) + "\n")
+        suffix = "" if mode == modes[0] else f"_{mode}"
+        meta = {**scenario.meta, "run": name, "knowledge": mode}
+        write_results(result, out, name=f"{stem}_{name}{suffix}", meta=meta)
+        entry = {**summary, "wall_s": wall_s, "knowledge": mode}
+        results[mode][name] = result
+        if mode == modes[0]:
+            report["runs"][name] = entry
+        else:
+            # The first mode's figures stay at the top of the run (what existing readers
+            # take), the other's beside them, with the ratios learned / oracle.
+            first = report["runs"][name]
+            first[mode] = entry
+            first["learned_vs_oracle"] = _ratios(first, entry)
+        stdout.write(_line(f"{name} [{mode}]", summary, wall_s) + "\n")
 
     baselines = _baselines(args)
     if baselines:
         for base in baselines:
-            if base not in results:
-                result, wall = _run(scenario, base, budgets=(), progress=progress)
-                record(base, result, wall)
-            budgets = budgets_from(
-                results[base], kind, horizon_factor=args.horizon_factor, per_team=args.team_budgets
-            )
-            result, wall = _run(
-                scenario, args.policy, budgets=budgets, progress=progress, params=params
-            )
             name = f"{args.policy}@{base}-{kind}"
-            record(name, result, wall)
-            comparison = Comparison(kind, base, args.policy, budgets, results[base], result)
-            line = comparison.report(bound)
+            lines = {}
+            for mode in modes:
+                if base not in results[mode]:
+                    result, wall = _run(scenarios[mode], base, budgets=(), progress=progress)
+                    record(mode, base, result, wall)
+                budgets = budgets_from(
+                    results[mode][base],
+                    kind,
+                    horizon_factor=args.horizon_factor,
+                    per_team=args.team_budgets,
+                )
+                result, wall = _run(
+                    scenarios[mode], args.policy, budgets=budgets, progress=progress, params=params
+                )
+                record(mode, name, result, wall)
+                comparison = Comparison(
+                    kind, base, args.policy, budgets, results[mode][base], result
+                )
+                line = {**comparison.report(bound), "knowledge": mode}
+                lines[mode] = line
+                _write_comparison(stdout, args.policy, base, kind, mode, line)
+            line = lines[modes[0]]
+            for mode in modes[1:]:
+                line[mode] = lines[mode]
             report["comparisons"].append(line)
-            ratio = line["avg_jct_ratio"]
-            spent = "energy_kwh" if kind == "energy" else "co2_kg"
-            possible = line["best_possible_ratio"]
-            inside = line[
-                "candidate_energy_in_period_kwh"
-                if kind == "energy"
-                else "candidate_co2_in_period_kg"
-            ]
-            stdout.write(
-                f"  {args.policy} vs {base} at equal {kind}: avg JCT ratio "
-                f"{'n/a' if ratio is None else f'{ratio:.3f}x'}; spent "
-                f"{inside:.1f} of {line['baseline_' + spent]:.1f} "
-                f"{spent.split('_')[-1]} inside the period, {line['candidate_' + spent]:.1f} in "
-                f"all; worst period {_share(line['candidate_max_period_share'])} of its budget; "
-                f"no policy could exceed "
-                f"{'n/a' if possible is None else f'{possible:.3f}x'}\n"
-            )
     else:
         budgets: tuple[BudgetSpec, ...] = ()
         if args.energy_budget_kwh or args.carbon_budget_kg:
@@ -348,16 +377,19 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 co2_limit_g=args.carbon_budget_kg * 1e3 if args.carbon_budget_kg else None,
             )
             budgets = split_by_team(whole, bound, scenario.jobs) if args.team_budgets else (whole,)
-        result, wall = _run(
-            scenario, args.policy, budgets=budgets, progress=progress, params=params
-        )
-        record(args.policy, result, wall)
-        periods = result.budget_periods
-        if periods:
-            worst = max((p.share for p in periods if p.share is not None), default=None)
-            stdout.write(
-                f"  {len(periods)} budget period(s); worst spent {_share(worst)} of its budget\n"
+        for mode in modes:
+            result, wall = _run(
+                scenarios[mode], args.policy, budgets=budgets, progress=progress, params=params
             )
+            record(mode, args.policy, result, wall)
+            periods = result.budget_periods
+            if periods:
+                worst = max((p.share for p in periods if p.share is not None), default=None)
+                stdout.write(
+                    f"  [{mode}] {len(periods)} budget period(s); worst spent {_share(worst)} "
+                    "of its budget\n"
+                )
+    results_first = results[modes[0]]
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}_report.json").write_text(
         json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8"
@@ -365,14 +397,44 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     if args.plots:
         from scheduling.simulator.plots import plot_jct_cdf, plot_power_energy
 
-        plot_jct_cdf(results, out / f"{stem}_jct_cdf.png", title=scenario.name)
-        plot_power_energy(results, out / f"{stem}_power_energy.png", title=scenario.name)
+        plot_jct_cdf(results_first, out / f"{stem}_jct_cdf.png", title=scenario.name)
+        plot_power_energy(results_first, out / f"{stem}_power_energy.png", title=scenario.name)
     stdout.write(
         f"no policy can beat avg JCT {bound.avg_jct_s / 3600:.3f} h, nor finish every job "
         f"with less than {bound.min_energy_j / J_PER_KWH:.1f} kWh (contention-free bound)\n"
     )
     stdout.write(f"results in {out}/{stem}_*\n")
     return report
+
+
+def _ratios(learned: dict[str, Any], oracle: dict[str, Any]) -> dict[str, float | None]:
+    """learned / oracle for average JCT and energy (> 1: imperfect knowledge costs)."""
+
+    def ratio(key: str) -> float | None:
+        a, b = learned.get(key), oracle.get(key)
+        return a / b if a is not None and b else None
+
+    return {"avg_jct": ratio("avg_jct_s"), "energy": ratio("energy_kwh")}
+
+
+def _write_comparison(
+    stdout: TextIO, policy: str, base: str, kind: str, mode: str, line: dict[str, Any]
+) -> None:
+    ratio = line["avg_jct_ratio"]
+    spent = "energy_kwh" if kind == "energy" else "co2_kg"
+    possible = line["best_possible_ratio"]
+    inside = line[
+        "candidate_energy_in_period_kwh" if kind == "energy" else "candidate_co2_in_period_kg"
+    ]
+    stdout.write(
+        f"  [{mode}] {policy} vs {base} at equal {kind}: avg JCT ratio "
+        f"{'n/a' if ratio is None else f'{ratio:.3f}x'}; spent "
+        f"{inside:.1f} of {line['baseline_' + spent]:.1f} "
+        f"{spent.split('_')[-1]} inside the period, {line['candidate_' + spent]:.1f} in "
+        f"all; worst period {_share(line['candidate_max_period_share'])} of its budget; "
+        f"no policy could exceed "
+        f"{'n/a' if possible is None else f'{possible:.3f}x'}\n"
+    )
 
 
 def _share(value: float | None) -> str:

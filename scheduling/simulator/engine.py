@@ -75,6 +75,7 @@ from scheduling.core.types import (
 )
 from scheduling.simulator.budgets import BudgetLedger, BudgetSpec
 from scheduling.simulator.carbon import ConstantIntensity, HourlyIntensity
+from scheduling.simulator.knowledge import LearnedKnowledge
 from scheduling.simulator.state import (  # noqa: F401 - re-exported for callers
     JobRecord,
     Planner,
@@ -137,6 +138,15 @@ class Simulator:
         self._energy_used_j = 0.0
         self._policy_state: Mapping[str, Any] = {}
         self._co2_used_g = 0.0
+        self._gpu_models = tuple(sorted({g.model for g in cluster.gpus}))
+        self.knowledge: LearnedKnowledge | None = None
+        if self.config.knowledge == "learned":
+            self.knowledge = LearnedKnowledge(
+                catalog,
+                measurement_noise=self.config.measurement_noise,
+                seed=self.config.seed,
+                hide_workloads=self.config.hide_workloads,
+            )
 
     # --- the run --------------------------------------------------------------------
 
@@ -278,6 +288,11 @@ class Simulator:
                     fields = rec.spec_fields = {
                         f.name: getattr(rec.spec, f.name) for f in dataclasses.fields(Job)
                     }
+                    if self.knowledge is not None:
+                        # What makes this job differ from its workload is for its
+                        # learned model to find out, not given (knowledge.py).
+                        fields["iter_time_scale"] = 1.0
+                        fields["power_scale"] = 1.0
                 fields = dict(fields)
                 fields["done_iters"] = rec.done_iters
                 fields["allocation"] = rec.allocation
@@ -293,10 +308,14 @@ class Simulator:
             forecast=self.intensity.forecast(t, self.config.forecast_hours),
             estimated=self.intensity.estimated_at(t),
         )
+        job_perf = {}
+        if self.knowledge is not None:
+            job_perf = self.knowledge.job_perf(jobs, self._gpu_models)
         return Snapshot(
             cluster=self.cluster,
             jobs=tuple(jobs),
             perf=self.catalog,
+            job_perf=job_perf,
             round_length_s=self.config.round_length_s,
             budgets=budgets,
             carbon=carbon,
@@ -463,7 +482,9 @@ class Simulator:
             power_w *= spec.power_scale
             start = max(t0, rec.restart_until_s)
             finish = start + max(spec.total_iters - rec.done_iters, 0.0) * work_s
-            plans.append((rec, gpu_model, work_s, power_w, start, finish, share, comm_frac, mate))
+            plans.append(
+                (rec, gpu_model, work_s, power_w, start, finish, share, comm_frac, mate, iter_s)
+            )
         t_end = t1
         if cfg.replan_on_events:
             t_end = min([t1] + [p[5] for p in plans if p[5] < t1])
@@ -475,7 +496,8 @@ class Simulator:
         allocated_idle_w = 0.0
         used_nodes: set[str] = set()
         finished = []
-        for rec, gpu_model, work_s, power_w, start, finish, share, comm_frac, mate in plans:
+        knowledge = self.knowledge
+        for rec, gpu_model, work_s, power_w, start, finish, share, comm_frac, mate, it_s in plans:
             alloc = rec.allocation
             n = alloc.n_gpus
             idle_w = idle_w_of[gpu_model] * n * share
@@ -491,6 +513,16 @@ class Simulator:
                 rec.comm_overhead_gpu_s += comm_frac * n * (run_end - start)
                 if mate is not None:
                     rec.shared_s += run_end - start
+                elif knowledge is not None:
+                    # What the job's progress reports and NVML would show (knowledge.py).
+                    knowledge.observe(
+                        rec.spec,
+                        gpu_model,
+                        alloc,
+                        rec.shape,
+                        it_s * rec.spec.iter_time_scale,
+                        power_w,
+                    )
             rec.observed_slowdown = None if mate is None else self._observed(rec, mate)
             rec.energy_j += e_job
             rec.co2_g += c_job
@@ -508,6 +540,8 @@ class Simulator:
                 rec.finish_s = finish
                 rec.allocation = None
                 finished.append(rec)
+                if knowledge is not None:
+                    knowledge.finish(rec.spec)
                 if t_end > finish:
                     # Its GPUs idle, on a powered node, until the next planning instant.
                     e_idle = idle_w * (t_end - finish)

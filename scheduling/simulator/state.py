@@ -34,7 +34,12 @@ class SimConfig:
     max_time_s: float | None = None
     congestion: float = 1.0  # factor on inter-node communication time (1 = as measured)
     colocation_noise: float = 0.0  # sigma of log-normal noise on co-located throughput
-    seed: int = 0  # for that noise only
+    seed: int = 0  # for that noise and the measurement noise
+    # What policies know (``knowledge.py``): "oracle", the catalog that advances jobs;
+    # "learned", each job's online model fitted from noisy simulated observations.
+    knowledge: str = "oracle"
+    measurement_noise: float = 0.0  # sigma of log-normal noise on each observation
+    hide_workloads: bool = True  # learned: a new workload starts from another's prior
 
     def __post_init__(self) -> None:
         if not self.round_length_s > 0:
@@ -47,6 +52,10 @@ class SimConfig:
             raise ValueError("congestion must be positive")
         if self.colocation_noise < 0:
             raise ValueError("colocation_noise must not be negative")
+        if self.knowledge not in ("oracle", "learned"):
+            raise ValueError("knowledge must be 'oracle' or 'learned'")
+        if not (self.measurement_noise >= 0 and math.isfinite(self.measurement_noise)):
+            raise ValueError("measurement_noise must be a finite number, not negative")
 
 
 @dataclass(slots=True)

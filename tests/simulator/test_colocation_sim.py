@@ -187,8 +187,9 @@ def test_cli_passes_congestion_to_the_engine_and_reports_overhead(tmp_path):
     spread = ["--policy", "fifo", "--out", str(tmp_path / "a")]
     assert main([*args, *spread, "--congestion", "1"]) == 0
     assert main([*args, "--policy", "fifo", "--out", str(tmp_path / "b"), "--congestion", "3"]) == 0
-    (one,) = (tmp_path / "a").glob("*_summary.json")
-    (three,) = (tmp_path / "b").glob("*_summary.json")
+    # The learned run's summary (the oracle's is *_fifo_oracle_summary.json).
+    (one,) = (tmp_path / "a").glob("*_fifo_summary.json")
+    (three,) = (tmp_path / "b").glob("*_fifo_summary.json")
     low = json.loads(one.read_text())["summary"]
     high = json.loads(three.read_text())["summary"]
     # First-fit spreads some jobs over nodes; congestion makes their overhead grow.

@@ -119,7 +119,8 @@ def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
     stem = "pollux_workload-1_n16g4_t4"
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == sorted(
-        [f"{stem}_{run}_{part}" for run in ("fifo", "powerflow@fifo-energy")
+        [f"{stem}_{run}{mode}_{part}" for run in ("fifo", "powerflow@fifo-energy")
+         for mode in ("", "_oracle")  # learned, then the oracle's beside it
          for part in ("jobs.csv", "summary.json", "timeline.csv")]
         + [f"{stem}_report.json", f"{stem}_jct_cdf.png", f"{stem}_power_energy.png"]
     )  # fmt: skip
@@ -190,9 +191,13 @@ def test_policy_params_reach_the_candidate_only_and_are_reported(tmp_path):
     one_clock = run(tmp_path / "one_clock", "clock_levels=1", "admission=fifo")
     assert default["policy_params"] == {}
     assert one_clock["policy_params"] == {"clock_levels": 1, "admission": "fifo"}
-    assert one_clock["runs"]["fifo"] == default["runs"]["fifo"] | {
-        "wall_s": one_clock["runs"]["fifo"]["wall_s"]
-    }
+
+    def figures(run):  # all but the wall times, learned and oracle
+        return {k: v for k, v in run.items() if k != "wall_s"} | {
+            "oracle": {k: v for k, v in run["oracle"].items() if k != "wall_s"}
+        }
+
+    assert figures(one_clock["runs"]["fifo"]) == figures(default["runs"]["fifo"])
     candidate = "powerflow@fifo-energy"
     assert one_clock["runs"][candidate]["energy_kwh"] != default["runs"][candidate]["energy_kwh"]
 

@@ -48,6 +48,9 @@ def test_simulate_command_matches_team_budgets_and_reports_the_spend_per_period(
         "--cluster", str(DATA / "clusters" / "n16g4_t4.json"),
         "--policy", "powerflow", "--match-baseline", "fifo", "--team-budgets",
         "--team-rule", "workload", "--max-jobs", "30", "--no-progress", "--out", str(tmp_path),
+        # The budget mechanics under test, with the catalog's predictions (learned models
+        # are tested in test_knowledge.py; under them this run takes thousands of rounds).
+        "--knowledge", "oracle",
         stdout=out,
     )  # fmt: skip
     report = json.loads((tmp_path / "pollux_workload-3_n16g4_t4_report.json").read_text())

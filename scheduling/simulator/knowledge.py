@@ -1,0 +1,272 @@
+"""What policies know in simulation: the catalog itself, or what jobs have learned.
+
+``oracle``: the snapshot hands policies the very catalog that advances jobs, so every
+prediction is exact (up to the per-job ``iter_time_scale``/``power_scale`` the trace sets,
+which policies also see). That is perfect knowledge, no live cluster has it.
+
+``learned`` (:class:`LearnedKnowledge`): the catalog stays the ground truth that advances
+jobs, but policies see, per job, only the online model (``scheduling/core/online_model``)
+fitted from what the job was *observed* doing, as the live service does from progress
+reports and NVML samples (``scheduling/workload_profiles.py``):
+
+* after each stretch a job ran alone on its GPUs (not while restarting or time-slicing a
+  GPU), one observation: its iteration time and per-GPU draw in that configuration (GPUs,
+  nodes, per-GPU batch, clock, power limit), each the truth times seeded log-normal noise
+  ``exp(N(0, measurement_noise))``;
+* a job starts from a prior: its workload's profile if an earlier job of the workload has
+  finished in this run, else (``hide_workloads``, the default) the nearest *other* catalog
+  workload on the GPU model: before any observation the one whose batch sizes are nearest
+  the job's submitted per-GPU batch (all that is known at submission), from the first
+  observation the one whose prediction there is nearest the observed iteration time (a
+  model of similar size). With ``hide_workloads=False`` a catalog workload starts from its
+  own catalog model (what the live service does for a catalog key);
+* the snapshot's ``job_perf`` carries each job's model, and its ``iter_time_scale`` and
+  ``power_scale`` are 1: whatever makes this job slower or hungrier than its workload is
+  for the model to learn, not given;
+* a finished job moves its workload's profile towards its own fit by a bounded weight
+  (the first job sets it), as ``workload_profiles.fold_into_profile`` does live.
+
+Refits stay cheap: a job is refitted only when the configurations it was observed in or
+its observations have grown ``REFIT_GROWTH``-fold since its last fit (O(log n) fits a job),
+warm-started from its last parameters and capped at ``SIM_FIT.max_steps`` steps; in
+between its model is rebuilt from the stored parameters with the new observations'
+per-configuration corrections (``online_model.learned_model``), which costs no fit, so a
+configuration it ran in is predicted as measured from its first observation on.
+Nothing here reads the clock, and the noise is seeded per job from the run's seed, so a
+run is a pure function of its inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from scheduling.core import online_fit
+from scheduling.core import online_model as om
+from scheduling.core.perf_models import FittedPerfModel
+from scheduling.core.types import Allocation, Job, PerfCatalog, PerfModel
+
+KNOWLEDGE = ("oracle", "learned")
+# The live fit's settings with fewer steps: warm-started refits converge in a few.
+SIM_FIT = om.FitSettings(max_steps=10)
+# Refit when a job's configurations or observations have grown by this factor since its
+# last fit (between fits its measured configurations are corrected without a fit).
+REFIT_GROWTH = 4
+# A finished job moves a profile that already holds observations by at most this share
+# (the live rule, ``workload_profiles.MAX_JOB_WEIGHT``).
+MAX_JOB_WEIGHT = 0.25
+
+
+@dataclass
+class _Learning:
+    """One job's learning on one GPU model."""
+
+    prior: FittedPerfModel
+    observations: list[om.Observation] = field(default_factory=list)  # pooled by config
+    params: list[float] | None = None  # None: not fitted yet
+    fitted_keys: frozenset = frozenset()
+    fitted_weight: float = 0.0
+    model: om.OnlinePerfModel | None = None
+    dirty: bool = False
+
+
+@dataclass
+class _Profile:
+    model: FittedPerfModel
+    n_observations: float
+    jobs: int
+
+
+class LearnedKnowledge:
+    """Per-job online models fed by simulated observations (see the module docstring)."""
+
+    def __init__(
+        self,
+        catalog: PerfCatalog,
+        *,
+        measurement_noise: float = 0.0,
+        seed: int = 0,
+        hide_workloads: bool = True,
+        settings: om.FitSettings = SIM_FIT,
+    ) -> None:
+        if not (measurement_noise >= 0 and math.isfinite(measurement_noise)):
+            raise ValueError("measurement_noise must be a finite number, not negative")
+        self.catalog = catalog
+        self.noise = measurement_noise
+        self.seed = seed
+        self.hide_workloads = hide_workloads
+        self.settings = settings
+        self._learning: dict[tuple[str, str], _Learning] = {}
+        self._rng: dict[str, random.Random] = {}
+        self._profiles: dict[tuple[str, str], _Profile] = {}
+        self._priors: dict[tuple, om.OnlinePerfModel] = {}  # shared by jobs without data
+        self._candidates: dict[str, list[FittedPerfModel]] = {}
+        self.n_fits = 0
+        self.n_observations = 0
+
+    # --- priors --------------------------------------------------------------------------
+
+    def _others(self, workload: str, gpu_model: str) -> list[FittedPerfModel]:
+        if gpu_model not in self._candidates:
+            self._candidates[gpu_model] = [
+                m for m in self.catalog.models() if m.gpu_model == gpu_model
+            ]
+        models = self._candidates[gpu_model]
+        if not self.hide_workloads:
+            return models
+        return [m for m in models if m.workload != workload] or models
+
+    def prior(self, job: Job, gpu_model: str, first: om.Observation | None = None):
+        """(prior model, its label) for ``job`` on ``gpu_model`` (module docstring)."""
+        profile = self._profiles.get((job.workload, gpu_model))
+        if profile is not None:
+            return profile.model, f"profile {job.workload}@{gpu_model} ({profile.jobs} jobs)"
+        if not self.hide_workloads and self.catalog.has(job.workload, gpu_model):
+            return self.catalog.get(job.workload, gpu_model), f"catalog {job.workload}"
+        others = self._others(job.workload, gpu_model)
+        if not others:
+            return None, None
+        if first is not None and first.iter_time_s is not None:
+            cfg = first.config()
+            near = min(
+                others,
+                key=lambda m: (abs(math.log(m.iter_time_s(cfg) / first.iter_time_s)), m.workload),
+            )
+        else:
+            local = job.global_batch / max(job.requested_gpus, 1)
+
+            def batch_distance(m: FittedPerfModel) -> float:
+                sizes = m.batch_sizes or (32,)
+                return min(abs(math.log(local / s)) for s in sizes if s > 0)
+
+            near = min(others, key=lambda m: (batch_distance(m), m.workload))
+        return near, f"catalog {near.workload} (nearest other)"
+
+    # --- observations ------------------------------------------------------------------
+
+    def observe(
+        self,
+        job: Job,
+        gpu_model: str,
+        alloc: Allocation,
+        shape: Sequence[int],
+        iter_time_s: float,
+        power_w: float,
+    ) -> None:
+        """One stretch of ``job`` alone on ``alloc``: its true iteration time and per-GPU
+        draw, measured with the configured noise."""
+        rng = self._rng.get(job.job_id)
+        if rng is None:
+            rng = self._rng[job.job_id] = random.Random(f"{self.seed}:observe:{job.job_id}")
+        if self.noise > 0.0:
+            iter_time_s *= math.exp(rng.gauss(0.0, self.noise))
+            power_w *= math.exp(rng.gauss(0.0, self.noise))
+        obs = om.Observation(
+            n_gpus=alloc.n_gpus,
+            n_nodes=max(len(shape), 1),
+            local_batch=alloc.global_batch / alloc.n_gpus,
+            iter_time_s=iter_time_s,
+            power_w=power_w,
+            sm_clock_mhz=alloc.sm_clock_mhz,
+            power_limit_w=alloc.power_limit_w,
+        )
+        key = (job.job_id, gpu_model)
+        learning = self._learning.get(key)
+        if learning is None:
+            prior, _ = self.prior(job, gpu_model, first=obs)
+            if prior is None:
+                return
+            learning = self._learning[key] = _Learning(prior=prior)
+        if om.refusal_reason(obs, gpu=learning.prior.gpu) is not None:
+            return  # what the live service refuses never enters a fit here either
+        per_node = learning.prior.gpu.gpus_per_node
+        learning.observations = om.pooled_observations([*learning.observations, obs], per_node)
+        learning.dirty = True
+        self.n_observations += 1
+
+    def _refresh(self, learning: _Learning, workload: str) -> om.OnlinePerfModel:
+        obs = learning.observations
+        keys = frozenset(o.key for o in obs)
+        weight = sum(o.weight for o in obs if o.iter_time_s is not None)
+        if (
+            learning.params is None
+            or len(keys) >= REFIT_GROWTH * len(learning.fitted_keys)
+            or weight >= REFIT_GROWTH * learning.fitted_weight
+        ):
+            learning.params = online_fit.fit_params(
+                learning.prior, obs, settings=self.settings, start=learning.params
+            )
+            learning.fitted_keys = keys
+            learning.fitted_weight = weight
+            self.n_fits += 1
+        learning.model = om.learned_model(
+            learning.prior, learning.params, obs, settings=self.settings, workload=workload
+        )
+        learning.dirty = False
+        return learning.model
+
+    # --- what the snapshot carries ---------------------------------------------------------
+
+    def job_perf(
+        self, jobs: Iterable[Job], gpu_models: Iterable[str]
+    ) -> dict[tuple[str, str], PerfModel]:
+        """(job id, GPU model) -> the model a policy sees for that job."""
+        gpu_models = tuple(gpu_models)
+        out: dict[tuple[str, str], PerfModel] = {}
+        for job in jobs:
+            for gpu_model in gpu_models:
+                learning = self._learning.get((job.job_id, gpu_model))
+                if learning is not None:
+                    model = learning.model
+                    if learning.dirty or model is None:
+                        model = self._refresh(learning, job.workload)
+                    out[(job.job_id, gpu_model)] = model
+                    continue
+                prior, label = self.prior(job, gpu_model)
+                if prior is None:
+                    continue
+                # Jobs that start from the same prior share one model object, so the
+                # round's prediction cache serves them all.
+                key = (job.workload, gpu_model, id(prior), label)
+                shared = self._priors.get(key)
+                if shared is None:
+                    shared = self._priors[key] = om.OnlinePerfModel(
+                        prior=prior, params=[0.0] * om.N_PARAMS, workload=job.workload
+                    )
+                out[(job.job_id, gpu_model)] = shared
+        return out
+
+    # --- profiles --------------------------------------------------------------------------
+
+    def finish(self, job: Job) -> None:
+        """Fold a finished job's learning into its workload's profiles (bounded weight)."""
+        for gpu_model in sorted({g for (j, g) in self._learning if j == job.job_id}):
+            learning = self._learning.pop((job.job_id, gpu_model))
+            obs = learning.observations
+            n_job = sum(o.weight for o in obs if o.iter_time_s is not None)
+            if not obs or n_job <= 0:
+                continue
+            key = (job.workload, gpu_model)
+            profile = self._profiles.get(key)
+            if learning.params is None:
+                learning.params = online_fit.fit_params(learning.prior, obs, settings=self.settings)
+                self.n_fits += 1
+            if profile is None:
+                base, z, weight, n_before, jobs = learning.prior, learning.params, 1.0, 0.0, 0
+            else:
+                base, n_before, jobs = profile.model, profile.n_observations, profile.jobs
+                if learning.prior is base:
+                    z = learning.params
+                else:
+                    # Its move relative to the profile as it is now (another job may have
+                    # moved it since this one started), warm-started from its own fit.
+                    z = online_fit.fit_params(
+                        base, obs, settings=self.settings, start=learning.params
+                    )
+                    self.n_fits += 1
+                weight = min(n_job / (n_before + n_job), MAX_JOB_WEIGHT)
+            moved = om.apply_params(base, [weight * v for v in z], workload=job.workload)
+            self._profiles[key] = _Profile(moved, n_before + n_job, jobs + 1)
+        self._rng.pop(job.job_id, None)

@@ -1,0 +1,168 @@
+"""The simulator's knowledge modes: ``oracle`` (the catalog) and ``learned`` (each job's
+online model from simulated observations), and reports that carry both."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from scheduling.core.types import Allocation
+from scheduling.simulator.cli import UsageError, build_parser, execute
+from scheduling.simulator.engine import SimConfig
+from scheduling.simulator.knowledge import LearnedKnowledge
+from scheduling.simulator.metrics import summarise
+from scheduling.simulator.scenario import load_scenario, run_policy
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+TRACE = DATA / "trace" / "pollux_workload-2.csv"
+CLUSTER = DATA / "clusters" / "n16g4_t4.json"
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    return load_scenario(TRACE, CLUSTER, max_jobs=16)
+
+
+def _run(scenario, policy, **config):
+    scenario = replace(scenario, config=replace(scenario.config, **config))
+    return run_policy(scenario, policy)
+
+
+def _outcome(result):
+    return [(r.spec.job_id, r.finish_s, r.energy_j, r.n_resizes) for r in result.jobs]
+
+
+def test_learned_runs_are_deterministic_for_a_seed(scenario):
+    # given noisy observations, seeded
+    a = _run(scenario, "zeus", knowledge="learned", measurement_noise=0.2, seed=3)
+    b = _run(scenario, "zeus", knowledge="learned", measurement_noise=0.2, seed=3)
+    # then the same seed gives the very same run, job by job
+    assert _outcome(a) == _outcome(b)
+    assert summarise(a) == summarise(b)
+    assert a.jobs[0].finish_s is not None
+
+
+def test_learned_without_noise_from_the_own_workload_decides_as_the_oracle(scenario):
+    # given exact observations and each job starting from its own workload's catalog model
+    oracle = _run(scenario, "zeus", knowledge="oracle")
+    learned = _run(
+        scenario, "zeus", knowledge="learned", measurement_noise=0.0, hide_workloads=False
+    )
+    # then the learned models predict what runs, so every decision and outcome is the oracle's
+    assert [(j, n) for j, _, _, n in _outcome(learned)] == [
+        (j, n) for j, _, _, n in _outcome(oracle)
+    ]
+    for (_, f_l, e_l, _), (_, f_o, e_o, _) in zip(_outcome(learned), _outcome(oracle), strict=True):
+        assert f_l == pytest.approx(f_o, rel=1e-6)
+        assert e_l == pytest.approx(e_o, rel=1e-6)
+
+
+def test_noisy_hidden_workloads_change_what_policies_decide(scenario):
+    # given the same trace, policies that see only learned models of hidden workloads
+    oracle = _run(scenario, "zeus", knowledge="oracle")
+    learned = _run(scenario, "zeus", knowledge="learned", measurement_noise=0.05)
+    # then the outcome differs from perfect knowledge (and every job still finishes)
+    assert _outcome(learned) != _outcome(oracle)
+    assert summarise(learned)["n_unfinished"] == 0
+
+
+def test_a_hidden_workload_starts_from_another_workload_then_from_its_profile(scenario):
+    knowledge = LearnedKnowledge(scenario.catalog, measurement_noise=0.0, seed=0)
+    first, second = _two_of_a_workload(scenario)
+    gpu = "T4"
+    # when no job of its workload has run, the prior is another catalog workload's model
+    prior, label = knowledge.prior(first, gpu)
+    assert prior.workload != first.workload
+    assert label.endswith("(nearest other)")
+    model = knowledge.job_perf([first], [gpu])[(first.job_id, gpu)]
+    assert model.estimated
+    # when the first job has run (observed at its own truth) and finished
+    truth = scenario.catalog.get(first.workload, gpu)
+    alloc = Allocation(gpu_ids=("g0",), global_batch=first.global_batch)
+    cfg_time = truth.iter_time_s(_cfg(alloc))
+    for _ in range(3):
+        knowledge.observe(first, gpu, alloc, (1,), cfg_time, truth.power_w(_cfg(alloc)))
+    learned = knowledge.job_perf([first], [gpu])[(first.job_id, gpu)]
+    assert not learned.estimated
+    assert learned.iter_time_s(_cfg(alloc)) == pytest.approx(cfg_time, rel=0.05)
+    knowledge.finish(first)
+    # then the next job of the workload starts from what the first learned
+    prior2, label2 = knowledge.prior(second, gpu)
+    assert label2.startswith(f"profile {first.workload}@T4 (1 jobs)")
+    assert prior2.workload == first.workload
+    assert prior2.iter_time_s(_cfg(alloc)) == pytest.approx(cfg_time, rel=0.05)
+    assert prior.iter_time_s(_cfg(alloc)) != pytest.approx(cfg_time, rel=0.05)
+
+
+def _two_of_a_workload(scenario):
+    by: dict[str, list] = {}
+    for j in scenario.jobs:
+        by.setdefault(j.workload, []).append(j)
+    return next(js[:2] for js in by.values() if len(js) >= 2)
+
+
+def _cfg(alloc):
+    from scheduling.core.types import GpuConfig
+
+    return GpuConfig(n_gpus=alloc.n_gpus, global_batch=alloc.global_batch, gpus_per_node=(1,))
+
+
+def _simulate(tmp_path, *extra):
+    args = build_parser().parse_args(
+        [
+            "--trace", str(TRACE), "--cluster", str(CLUSTER), "--max-jobs", "10",
+            "--no-progress", "--out", str(tmp_path), *extra,
+        ]
+    )  # fmt: skip
+    execute(args, stdout=open(tmp_path / "stdout.txt", "w"))  # noqa: SIM115
+    report = json.loads((tmp_path / "pollux_workload-2_n16g4_t4_report.json").read_text())
+    return report, (tmp_path / "stdout.txt").read_text()
+
+
+def test_simulate_reports_learned_and_oracle_for_every_run(tmp_path):
+    report, text = _simulate(tmp_path, "--policy", "powerflow", "--match-baseline", "fifo")
+    # then each run is learned at the top (what existing readers take) with oracle beside it
+    for name in ("fifo", "powerflow@fifo-energy"):
+        run = report["runs"][name]
+        assert run["knowledge"] == "learned"
+        assert run["oracle"]["knowledge"] == "oracle"
+        assert run["learned_vs_oracle"]["avg_jct"] == pytest.approx(
+            run["avg_jct_s"] / run["oracle"]["avg_jct_s"]
+        )
+        assert run["learned_vs_oracle"]["energy"] == pytest.approx(
+            run["energy_kwh"] / run["oracle"]["energy_kwh"]
+        )
+        assert f"{name} [learned]" in text and f"{name} [oracle]" in text
+    (line,) = report["comparisons"]
+    assert line["knowledge"] == "learned" and line["oracle"]["knowledge"] == "oracle"
+    assert line["oracle"]["baseline_energy_kwh"] == pytest.approx(
+        report["runs"]["fifo"]["oracle"]["energy_kwh"]
+    )
+    assert report["scenario"]["knowledge"] == ["learned", "oracle"]
+    assert report["scenario"]["measurement_noise"] == 0.05
+    # each mode's per-job results are written, the oracle's under its own name
+    assert (tmp_path / "pollux_workload-2_n16g4_t4_fifo_jobs.csv").exists()
+    assert (tmp_path / "pollux_workload-2_n16g4_t4_fifo_oracle_jobs.csv").exists()
+
+
+def test_simulate_with_one_knowledge_mode_reports_that_mode_alone(tmp_path):
+    report, text = _simulate(tmp_path, "--policy", "fifo", "--knowledge", "oracle")
+    run = report["runs"]["fifo"]
+    assert run["knowledge"] == "oracle"
+    assert "oracle" not in run and "learned_vs_oracle" not in run
+    assert "[learned]" not in text
+
+
+def test_simulate_refuses_a_negative_measurement_noise(tmp_path):
+    with pytest.raises(UsageError, match="--measurement-noise"):
+        build_parser().parse_args(
+            ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "fifo",
+             "--measurement-noise", "-0.1"]
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="measurement_noise"):
+        SimConfig(measurement_noise=float("nan"))
+    with pytest.raises(ValueError, match="knowledge"):
+        SimConfig(knowledge="psychic")
