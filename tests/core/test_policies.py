@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from corekit import AnalyticModel, Catalog, job, make_cluster, running, snapshot
+from corekit import WORKLOADS, AnalyticModel, Catalog, job, make_cluster, running, snapshot
 
 from scheduling.core.registry import get_policy, policy_names
 from scheduling.core.round import plan_round
@@ -368,3 +368,25 @@ def test_score_floor_relaxes_when_the_budget_lags_its_straight_line():
     ahead = replace(budget, energy_used_j=4e7 * (0.5 - 0.04))
     plan = plan_round(replace(snap, budgets=(ahead,)), policy=paced, now=1500.0)
     assert plan.allocations["a"].sm_clock_mhz == 1000
+
+
+def test_powerflow_keep_running_returns_a_running_job_to_its_size_before_growing_others():
+    # r runs on 4 GPUs and scales poorly; w1 and w2 (scale perfectly) arrive. Ranked
+    # per GPU, their steps beat r's, so without hysteresis r is shrunk (a resize, a
+    # restart); with keep_running r keeps its 4 GPUs once both have their minimum, and
+    # they share the other 4.
+    catalog = Catalog(*WORKLOADS)
+    r = running(
+        job("r", n=4, iters=100_000.0, min_gpus=1, max_gpus=8, workload="flat"),
+        node_ids("s0n0", range(4)),
+    )
+    new = [
+        job(f"w{i}", iters=100_000.0, min_gpus=1, max_gpus=8, workload="lin", submit=10.0)
+        for i in (1, 2)
+    ]
+    snap = snapshot(make_cluster(1, 1, 8), [r, *new], catalog=catalog)
+    plain = plan_round(snap, policy=get_policy("powerflow"), now=20.0)
+    kept = plan_round(snap, policy=get_policy("powerflow", keep_running=True), now=20.0)
+    assert len(plain.allocations["r"].gpu_ids) < 4
+    assert len(kept.allocations["r"].gpu_ids) == 4
+    assert sum(len(kept.allocations[w.job_id].gpu_ids) for w in new) == 4

@@ -87,8 +87,30 @@ def test_a_priced_round_runs_the_job_at_its_target_and_allows_what_that_takes(
 ):
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=limit_j)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
-    plan = plan_round(snap, policy=get_policy("powerflow"), now=0.0)
+    # the forecast's arithmetic alone: the period's reserve (tested below) is off
+    plan = plan_round(snap, policy=get_policy("powerflow", period_reserve=0.0), now=0.0)
     assert plan.allocations["a"].sm_clock_mhz == clock
     assert plan.policy_state["price"]["b"] == pytest.approx(price)
     assert plan.energy_allowance_by_budget_j["b"] == pytest.approx(allowance_j)
     assert plan.predicted_energy_by_budget_j["b"] == pytest.approx(allowance_j)
+
+
+@pytest.mark.parametrize(
+    ("now", "clock", "price"),
+    [
+        # At the period's start the reserve, the free 200 kJ x all the period left,
+        # outweighs the forecast (1,562.5 J at most): the share is 200,000 x 45,000 /
+        # 245,000 = 36,735 J, raised to the floor 1.15 x 45,000 = 51,750 J, which pays
+        # the cheapest point only; without the reserve even the fastest fit (above).
+        (0.0, 1000, 200 / 33_750),
+        # With a tenth of the period left the reserve is 200 kJ x 0.1 = 20 kJ:
+        # 200,000 x 45,000 / 65,000 = 138,462 J pays the fastest point, price 0.
+        (2700.0, 2000, 0.0),
+    ],
+)
+def test_the_period_reserve_keeps_free_budget_for_the_rest_of_the_period(now, clock, price):
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=200_000.0)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
+    plan = plan_round(snap, policy=get_policy("powerflow"), now=now)
+    assert plan.allocations["a"].sm_clock_mhz == clock
+    assert plan.policy_state["price"]["b"] == pytest.approx(price)

@@ -142,6 +142,12 @@ def price_round(
         binned = hist.get(b.budget_id)
         if policy.future_in_period and binned:
             future *= in_period_fraction(binned, left_s)
+        if policy.period_reserve > 0 and b.period_end_s > b.period_start_s:
+            # A reserve for the rest of the period whatever the forecast says: work
+            # arrives in bursts the rate so far does not foresee, and what the present
+            # jobs spend above their cheapest cannot be spent on it later.
+            span = b.period_end_s - b.period_start_s
+            future = max(future, policy.period_reserve * max(free, 0.0) * min(left_s / span, 1.0))
         if not has_members[b_i]:
             continue
         if free < pmin:
@@ -182,10 +188,15 @@ def price_round(
     for b_i, b in enumerate(budgets):
         if not covered[b_i]:
             continue
+        # What the idle floor will draw after this round stays reserved: spending it on
+        # work now would leave the powered idle GPUs to overspend the period at its end.
+        after_s = max(b.period_end_s - ctx.now_s - ctx.round_length_s, 0.0)
         if policy.cost == "energy" and allow_e[b_i] is not None:
-            allow_e[b_i] = min(b.energy_remaining_j, need[b_i])
+            keep = floor_w[b_i] * after_s
+            allow_e[b_i] = max(min(b.energy_remaining_j - keep, need[b_i]), 0.0)
         if policy.cost == "carbon" and allow_c[b_i] is not None:
-            allow_c[b_i] = min(b.co2_remaining_g, need[b_i] * to_g)
+            keep = curve.co2_g(floor_w[b_i], after_s) if floor_w[b_i] and after_s else 0.0
+            allow_c[b_i] = max(min(b.co2_remaining_g - keep, need[b_i] * to_g), 0.0)
     return {
         "price_prev_now": ctx.now_s,
         "price_arrivals": arrivals,
