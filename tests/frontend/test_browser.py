@@ -258,6 +258,7 @@ def test_a_bad_job_form_shows_field_errors_and_stores_nothing(scene, login, serv
     page = login("vera_member")
     page.goto(f"{server}/jobs/new/")
     page.fill("#id_name", "broken")
+    page.fill("#id_workload", "resnet50")  # free text now: only the two bad fields are wrong
     page.fill("#id_gpus", "4")
     page.fill("#id_max_gpus", "2")
     page.fill("#id_batch_size", "128")
