@@ -157,10 +157,7 @@ class JobSchedulingStateAdmin(admin.ModelAdmin):
     @admin.display(description="observations")
     def observation_count(self, obj) -> str:
         """Measurements behind the job's online model, per GPU model."""
-        counts = {
-            gpu: sum(o.get("weight", 1.0) for o in rows)
-            for gpu, rows in sorted((obj.observations or {}).items())
-        }
+        counts = obj.observation_counts()
         return ", ".join(f"{gpu}: {n:g}" for gpu, n in counts.items()) or "none yet"
 
     @admin.display(description="model started from")

@@ -332,9 +332,14 @@ class JobSchedulingState(models.Model):
         return f"job {self.job_id}: {self.observation_count()} observations"
 
     def observation_count(self) -> float:
-        return sum(
-            o.get("weight", 1.0) for rows in (self.observations or {}).values() for o in rows
-        )
+        return sum(self.observation_counts().values())
+
+    def observation_counts(self) -> dict[str, float]:
+        """Measurements behind the job's online model, per GPU model (weights summed)."""
+        return {
+            gpu: sum(o.get("weight", 1.0) for o in rows)
+            for gpu, rows in sorted((self.observations or {}).items())
+        }
 
 
 # --- executors ----------------------------------------------------------------------------
