@@ -133,8 +133,8 @@ class WaitCode(models.TextChoices):
     """Why a job waits: every code ``Job.pending_reason_code`` may hold.
 
     The scheduling core's ``WaitCode`` (what policies say) plus what services say of their own
-    (``node_lost``: re-queued by liveness; ``slurm_refused`` and ``slurm_pending``: put back
-    in the queue by the Slurm executor, ``scheduling/executors/slurm.py``).
+    (``node_lost``: re-queued by liveness; ``slurm_refused``, ``slurm_pending`` and
+    ``slurm_lost``: put back in the queue by the Slurm executor, ``scheduling/executors/slurm.py``).
     ``tests/cluster/test_wait_codes.py`` keeps the two lists in step: a code the core gains
     must be added here, with a label a person can read.
     """
@@ -151,6 +151,7 @@ class WaitCode(models.TextChoices):
     NODE_LOST = "node_lost", "Its node stopped reporting"
     SLURM_REFUSED = "slurm_refused", "Slurm refused the job"
     SLURM_PENDING = "slurm_pending", "Slurm kept the job pending"
+    SLURM_LOST = "slurm_lost", "Slurm has no record of the job"
 
     @property
     def colour(self) -> str:
@@ -170,6 +171,7 @@ _WAIT_CODE_COLOURS = {
     WaitCode.NODE_LOST: "orange",
     WaitCode.SLURM_REFUSED: "crimson",
     WaitCode.SLURM_PENDING: "orange",
+    WaitCode.SLURM_LOST: "orange",
 }
 
 # States in which a job waits (and may carry a wait reason).

@@ -1,9 +1,9 @@
 """Words for the machine codes the pages show: why a job waits, what a round decided.
 
 Keyed by the stored strings (``scheduling.core.types.WaitCode`` values, ``node_lost`` from the
-liveness check, ``slurm_refused``/``slurm_pending`` from the Slurm executor, ``DecisionAction``
-values plus ``wait`` and ``keep``), so a code added elsewhere shows as itself until it gets
-words here, never as nothing.
+liveness check, ``slurm_refused``/``slurm_pending``/``slurm_lost`` from the Slurm executor,
+``DecisionAction`` values plus ``wait`` and ``keep``), so a code added elsewhere shows as
+itself until it gets words here, never as nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ WAIT_LABELS = {
     "node_lost": "Its node went silent",
     "slurm_refused": "Slurm refused it",
     "slurm_pending": "Slurm kept it pending",
+    "slurm_lost": "Slurm lost track of it",
 }
 
 ACTION_LABELS = {

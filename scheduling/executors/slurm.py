@@ -68,6 +68,8 @@ _FAILED_STATES = frozenset(
     {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "BOOT_FAIL", "SPECIAL_EXIT"}
 )
 _LOST_STATES = frozenset({"NODE_FAIL", "PREEMPTED"})
+# What ``SlurmJob.slurm_state`` says of a job that neither slurmctld nor accounting knows.
+LOST_STATE = "UNKNOWN_TO_SLURM"
 
 
 class _Reconciler:
@@ -399,10 +401,12 @@ class SlurmExecutor(Executor):
             for r in live
             if r.slurm_job_id in by_id and not by_id[r.slurm_job_id].active
         ]
+        asked_accounting = False
         try:
             # Exit codes only for the few that ended since the last round.
             for info in self.cli.ended(ended) + self.cli.accounting(forgotten):
                 by_id[info.job_id] = info
+            asked_accounting = True
         except SlurmError as exc:
             report.errors.append(str(exc))
             for info in ended:
@@ -413,7 +417,12 @@ class SlurmExecutor(Executor):
         for row in live:
             info = by_id.get(row.slurm_job_id)
             if info is None:
-                continue  # neither slurmctld nor accounting has it (yet): look again next round
+                # Neither slurmctld nor accounting has it: accounting may lag for a moment, but
+                # a job gone from both for longer than the start timeout is lost (slurmctld
+                # forgot it after MinJobAge and accounting never recorded it).
+                if asked_accounting and self._missing_too_long(row, now=now):
+                    self._lost(row, now=now, report=report)
+                continue
             if info.active:
                 if info.state != row.slurm_state:
                     moved[info.state].append(row.pk)
@@ -433,6 +442,37 @@ class SlurmExecutor(Executor):
             and row.cancel_requested_at is None
             and (now - row.released_at).total_seconds() > self.start_timeout_s
         )
+
+    def _missing_too_long(self, row: SlurmJob, *, now: datetime) -> bool:
+        return (now - row.submitted_at).total_seconds() > self.start_timeout_s
+
+    def _lost(self, row: SlurmJob, *, now: datetime, report: ReconcileReport) -> None:
+        """A Slurm job neither ``squeue`` nor ``sacct`` knows: its Wattflow job would otherwise
+        stay running for ever on GPUs nothing uses. Close the row and re-queue the job (it
+        resumes from its last checkpoint), saying why."""
+        closed = SlurmJob.objects.filter(pk=row.pk, ended_at__isnull=True).update(
+            ended_at=now, slurm_state=LOST_STATE
+        )
+        if closed != 1:
+            return
+        job = Job.objects.get(pk=row.job_id)
+        if job.state != JobState.RUNNING or job.current_allocation_id != row.allocation_id:
+            return
+        try:
+            cluster_services.transition_job(
+                job,
+                to=JobState.QUEUED,
+                at=now,
+                pending_reason_code="slurm_lost",
+                pending_reason=(
+                    f"Re-queued: Slurm has no record of job {row.slurm_job_id} (not in squeue, "
+                    "not in its accounting)."
+                ),
+            )
+        except cluster_services.InvalidTransition as exc:
+            report.errors.append(str(exc))
+            return
+        report.jobs_requeued.append(job.pk)
 
     def _give_back(
         self, row: SlurmJob, info: SlurmJobInfo, *, now: datetime, report: ReconcileReport

@@ -21,6 +21,7 @@ def test_service_codes_are_choices_too():
         "node_lost",
         "slurm_refused",
         "slurm_pending",
+        "slurm_lost",
     }
 
 

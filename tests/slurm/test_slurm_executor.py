@@ -2,6 +2,8 @@
 submit held jobs on the planned node with the planned GPU count, stops reach the job as
 SIGTERM, and the reconciler notices what happens in Slurm outside Wattflow."""
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
@@ -415,3 +417,38 @@ def test_a_job_slurm_refuses_goes_back_to_the_queue_with_slurms_words(
     assert job.pending_reason.startswith("Slurm refused the job: sbatch ")
     assert "n9" in job.pending_reason or "node" in job.pending_reason.lower()
     assert not SlurmJob.objects.filter(job=job).exists()
+
+
+def test_a_job_slurm_has_no_record_of_goes_back_to_the_queue_after_the_start_timeout(
+    slurm_settings, slurm_cli, slurm_nodes, make_job, member, team, executor
+):
+    # given a running Wattflow job whose Slurm job neither squeue nor sacct knows (slurmctld
+    # forgot it after MinJobAge and accounting never recorded it)
+    job = make_job(owner=member, team=team, command=CHECKPOINTING)
+    job.refresh_from_db()
+    now = timezone.now()
+    cluster_services.start_job(job, gpus=[slurm_nodes[0].gpus.get(index=0)], batch_size=256, at=now)
+    job.refresh_from_db()
+    row = SlurmJob.objects.create(
+        slurm_job_id=9_999_990, job=job, allocation=job.current_allocation, nodes="n1",
+        gpus_per_node=1, submitted_at=now, released_at=now,
+    )  # fmt: skip
+
+    # when the reconciler runs within the start timeout, accounting may still be catching up
+    report = executor.reconcile(now=now + timedelta(seconds=executor.start_timeout_s / 2))
+    job.refresh_from_db()
+    assert (report.jobs_requeued, job.state) == ([], JobState.RUNNING)
+
+    # then past it the job is re-queued, saying why, and the Slurm job is closed as lost
+    report = executor.reconcile(now=now + timedelta(seconds=executor.start_timeout_s + 1))
+    job.refresh_from_db()
+    row.refresh_from_db()
+    assert report.jobs_requeued == [job.pk]
+    assert (job.state, job.pending_reason_code) == (JobState.QUEUED, "slurm_lost")
+    assert job.pending_reason == (
+        "Re-queued: Slurm has no record of job 9999990 (not in squeue, not in its accounting)."
+    )
+    assert (row.ended_at is not None, row.slurm_state) == (True, "UNKNOWN_TO_SLURM")
+    assert job.current_allocation is None
+    # and the next round does not re-queue it twice
+    assert executor.reconcile(now=now + timedelta(hours=1)).jobs_requeued == []
