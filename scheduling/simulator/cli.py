@@ -26,9 +26,9 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from scheduling.core.carbon_data import CarbonDataError
 from scheduling.core.types import J_PER_KWH
 from scheduling.simulator.bounds import scenario_bound
-from scheduling.simulator.carbon import CarbonDataError
 from scheduling.simulator.cluster_spec import ClusterSpecError
 from scheduling.simulator.compare import KINDS, Comparison, budgets_from
 from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult

@@ -45,10 +45,10 @@ from cluster.choices import HardLimitAction, NodeStatus, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
 from config.env import env_float, env_int
 from scheduling.adapters import current_catalog
+from scheduling.core.carbon_data import carbon_file
 from scheduling.core.perf_models import energy_to_finish_j
 from scheduling.core.types import J_PER_KWH, GpuConfig
 from scheduling.management.commands.replay_trace import DEFAULT_TRACE, submission_schedule
-from scheduling.simulator.carbon import carbon_file
 from scheduling.simulator.traces import read_elasticflow_trace
 from telemetry.carbon import intensity_for_hour
 
