@@ -64,8 +64,9 @@ UNMEASURED_PAIR_RATIO = 0.5
 """Throughput ratio of each job of a pair Gavel did not measure (or measured stalled):
 plain alternation. Source: our modelling assumption, not a measurement. Without MPS,
 CUDA time-slices the contexts of two processes on one GPU, each running while the other
-waits, so each job gets half of the GPU's time. Used by the simulator, the simulated
-agent and (through the policies' slowdowns) the round alike."""
+waits, so each job gets half of the GPU's time. Used by the simulator and the simulated
+agent; the round takes the slowdowns the policy predicts instead (EaCO starts a pair
+only when it has measured or observed it)."""
 
 PAIR_IDLE_SHARE = 0.5
 """Share of a shared GPU's idle draw charged to each job of a pair (an accounting
