@@ -176,3 +176,7 @@ _WAIT_CODE_COLOURS = {
 
 # States in which a job waits (and may carry a wait reason).
 WAITING_JOB_STATES = frozenset({JobState.QUEUED, JobState.PAUSED})
+
+# States of a job the scheduler still plans for (waiting or running): the jobs a round and a
+# prediction take in.
+ACTIVE_JOB_STATES = WAITING_JOB_STATES | {JobState.RUNNING}

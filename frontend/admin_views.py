@@ -24,7 +24,7 @@ from cluster.models import AuditEntry, Job, Node, Team
 from frontend import figures
 from frontend.csvcells import SafeWriter
 from frontend.forms import ReportPeriodForm
-from scheduling.core.types import J_PER_KWH
+from scheduling.core.types import G_PER_KG, J_PER_KWH
 from telemetry.queries import latest_gpu_readings, usage_by
 
 REPORT_DAYS = 30
@@ -72,7 +72,7 @@ def report_rows(start: date, end: date) -> dict[str, list[dict]]:
             "key": key,
             "name": name,
             "energy_kwh": r["energy_j"] / J_PER_KWH,
-            "co2_kg": r["co2_g"] / 1000.0,
+            "co2_kg": r["co2_g"] / G_PER_KG,
             **extra,
         }
 

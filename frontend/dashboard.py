@@ -23,12 +23,12 @@ from cluster.queries import (
     teams_of,
 )
 from frontend import figures, labels, timeline_figures
-from scheduling.core.types import J_PER_KWH
+from scheduling.core.types import G_PER_KG, J_PER_KWH
 from scheduling.queries import latest_round_summary, running_jobs_series
 from telemetry.carbon import hour_floor, intensity_for_hour
 from telemetry.live import live_summary
 from telemetry.queries import cluster_power_series, intensity_series
-from telemetry.usage import G_PER_KG, budget_usage
+from telemetry.usage import budget_usage
 
 HISTORY = timedelta(hours=24)
 JCT_HISTORY = timedelta(days=7)

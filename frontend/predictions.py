@@ -15,7 +15,7 @@ from datetime import datetime
 
 from django.conf import settings
 
-from cluster.choices import JobState
+from cluster.choices import ACTIVE_JOB_STATES
 from cluster.models import Gpu, Job, Node, Team
 from scheduling import adapters, perf_lookup
 from scheduling.core import types as core
@@ -23,8 +23,6 @@ from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
 from scheduling.core.types import J_PER_KWH, GpuConfig
 from scheduling.simulator import whatif
 from telemetry.carbon import intensity_for_hour
-
-ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.PAUSED)
 
 
 @dataclass(frozen=True)
@@ -138,7 +136,7 @@ def predict_job(
 def _whatif_jobs(team: Team) -> list[core.Job]:
     """The team's active jobs as the live round's adapter sees them, moved to time 0 (now)
     and stopped: the replay starts every one of them from its completed iterations."""
-    rows = Job.objects.filter(team=team, state__in=ACTIVE_STATES).select_related("team")
+    rows = Job.objects.filter(team=team, state__in=ACTIVE_JOB_STATES).select_related("team")
     return [
         replace(adapters.job_from_row(job, allocation=None), submit_time_s=0.0)
         for job in rows.order_by("submitted_at", "pk")
@@ -205,7 +203,7 @@ def whatif_average_jct_s(
             perf_lookup.current_catalog(),
             perf_lookup.nvml_by_model(),
             resembles=dict(
-                Job.objects.filter(team=team, state__in=ACTIVE_STATES)
+                Job.objects.filter(team=team, state__in=ACTIVE_JOB_STATES)
                 .exclude(resembles="")
                 .values_list("workload", "resembles")
             ),

@@ -27,6 +27,7 @@ from frontend.dashboard import as_json, dashboard_payload, page_labels
 from frontend.forms import JobFilterForm, JobSubmitForm, PredictForm
 from frontend.predictions import predict_job
 from scheduling.choices import DecisionAction
+from scheduling.core.types import G_PER_KG
 from scheduling.feasibility import submit_refusals
 from scheduling.models import RoundDecision
 from scheduling.queries import placement_label
@@ -237,7 +238,7 @@ def job_detail(request, pk: int):
             "why_code": "" if state.is_terminal else why_code,
             "why_text": "" if state.is_terminal else why_text,
             "totals": totals,
-            "co2_kg": totals.co2_g / 1000.0,
+            "co2_kg": totals.co2_g / G_PER_KG,
             "finished": state.is_terminal,
             "progress_percent": min(100.0, 100.0 * job.completed_iterations / job.total_iterations),
             "can_cancel": can_cancel_job(request.user, job) and not state.is_terminal,

@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Avg, Count
 
-from cluster.choices import JobState, NodeStatus
+from cluster.choices import ACTIVE_JOB_STATES, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node
 from scheduling import observations, workload_profiles
 from scheduling.core import online_model
@@ -32,10 +32,6 @@ from scheduling.perf_lookup import current_catalog
 from telemetry.carbon import carbon_signal
 from telemetry.models import GpuSample
 from telemetry.usage import budget_usage
-
-ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.PAUSED)
-J_PER_KWH = core.J_PER_KWH
-G_PER_KG = 1000.0
 
 
 def _s(when: datetime | None) -> float | None:
@@ -196,9 +192,11 @@ def budgets_from_rows(budgets: Iterable[Budget]) -> tuple[core.Budget, ...]:
                 period_end_s=b.period_end.timestamp(),
                 energy_limit_j=None
                 if b.energy_limit_kwh is None
-                else b.energy_limit_kwh * J_PER_KWH,
+                else b.energy_limit_kwh * core.J_PER_KWH,
                 energy_used_j=used.energy_j,
-                co2_limit_g=None if b.carbon_limit_kg is None else b.carbon_limit_kg * G_PER_KG,
+                co2_limit_g=None
+                if b.carbon_limit_kg is None
+                else b.carbon_limit_kg * core.G_PER_KG,
                 co2_used_g=used.co2_g,
                 hard_limit_action=core.HardLimitAction(b.hard_limit_action),
             )
@@ -228,7 +226,7 @@ def build_snapshot(
     gpus = {g.uuid: g for n in nodes for g in n.gpus.all()}
 
     rows = list(
-        Job.objects.filter(state__in=ACTIVE_STATES)
+        Job.objects.filter(state__in=ACTIVE_JOB_STATES)
         .select_related("team", "current_allocation")
         .prefetch_related("current_allocation__gpus__node")
         .order_by("submitted_at", "id")

@@ -7,3 +7,7 @@ class SchedulingConfig(AppConfig):
 
     def ready(self) -> None:
         from scheduling import checks  # noqa: F401  (registers the system checks)
+
+        # netdelay's auto-tuner replays in the simulator; the core cannot import it, so
+        # the live service installs the simulator's replay here.
+        from scheduling.simulator import netdelay_replay  # noqa: F401

@@ -37,10 +37,9 @@ from cluster.choices import HardLimitAction
 from cluster.models import Budget, Gpu, Team
 from cluster.validators import MAX_ENERGY_LIMIT_KWH
 from scheduling import perf_lookup
-from scheduling.adapters import G_PER_KG
 from scheduling.choices import PerfModelKind
 from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
-from scheduling.core.types import J_PER_KWH, GpuConfig
+from scheduling.core.types import G_PER_KG, J_PER_KWH, GpuConfig
 from telemetry.carbon import intensity_for_hour
 from telemetry.models import CarbonIntensity
 

@@ -31,8 +31,8 @@ from typing import Protocol
 import requests
 from django.conf import settings
 
+from scheduling.core.carbon_data import CarbonDataError, carbon_file, read_electricity_maps_csv
 from scheduling.core.types import CarbonSignal
-from scheduling.simulator.carbon import CarbonDataError, carbon_file, read_electricity_maps_csv
 from telemetry.choices import CarbonSource
 from telemetry.models import CarbonIntensity
 

@@ -23,10 +23,8 @@ from django.db.models import Sum
 
 from cluster.models import Budget
 from config import events
-from scheduling.core.types import J_PER_KWH
+from scheduling.core.types import G_PER_KG, J_PER_KWH
 from telemetry.models import EnergyLedgerEntry
-
-G_PER_KG = 1000.0
 
 
 @dataclass(frozen=True, slots=True)

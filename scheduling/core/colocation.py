@@ -28,14 +28,18 @@ idle draw plus a dynamic part proportional to the work it does. A job that alone
 which is below ``P_a + P_b`` (the idle draw is paid once and ``x_a + x_b`` is below 2
 for all but a few pairs). Energy per unit of work then falls exactly when the pair's
 combined throughput ``x_a + x_b`` exceeds 1, which is EaCO's argument for co-location.
-Everything here is pure (no Django); the tables are read once by ``load_colocation``.
+This module is the one place for that physics: the simulator engine, the simulated
+agent (``telemetry/agent/simulated.py``) and the round's prediction
+(``scheduling/core/round.py``) all take the ratios, the unmeasured-pair fallback and the
+shared draw from here. Everything here is pure (no Django); the tables are read once by
+``load_colocation``.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -55,6 +59,18 @@ GAVEL_FAMILY: Mapping[str, str] = {
 }
 DEFAULT_GAVEL_GPU = "v100"
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+
+UNMEASURED_PAIR_RATIO = 0.5
+"""Throughput ratio of each job of a pair Gavel did not measure (or measured stalled):
+plain alternation. Source: our modelling assumption, not a measurement. Without MPS,
+CUDA time-slices the contexts of two processes on one GPU, each running while the other
+waits, so each job gets half of the GPU's time. Used by the simulator and the simulated
+agent; the round takes the slowdowns the policy predicts instead (EaCO starts a pair
+only when it has measured or observed it)."""
+
+PAIR_IDLE_SHARE = 0.5
+"""Share of a shared GPU's idle draw charged to each job of a pair (an accounting
+convention: the idle draw is paid once, split evenly)."""
 
 
 def _family_and_batch(job_type: str) -> tuple[str, int | None]:
@@ -97,10 +113,30 @@ class ColocationModel:
             return None
         return self.ratio(ta, tb, n_gpus)
 
+    def shared_ratios(
+        self, workload_a: str, batch_a: float, workload_b: str, batch_b: float, n_gpus: int
+    ) -> tuple[float, float]:
+        """(x_a, x_b) as the pair runs: :meth:`pair_ratio` where Gavel measured it, and
+        ``UNMEASURED_PAIR_RATIO`` for an unmeasured pair or a ratio that is not positive."""
+        pair = self.pair_ratio(workload_a, batch_a, workload_b, batch_b, n_gpus)
+        if pair is None:
+            return UNMEASURED_PAIR_RATIO, UNMEASURED_PAIR_RATIO
+        x_a, x_b = pair
+        return (
+            x_a if x_a > 0.0 else UNMEASURED_PAIR_RATIO,
+            x_b if x_b > 0.0 else UNMEASURED_PAIR_RATIO,
+        )
+
 
 def slowdown_of(x: float) -> float:
     """Fractional slowdown for a throughput ratio (a stalled job: infinite)."""
     return math.inf if x <= 0.0 else 1.0 / x - 1.0
+
+
+def dynamic_w(power_w: float, idle_w: float, x: float) -> float:
+    """What a job adds above its GPU's idle draw when it does ``x`` of its isolated
+    work per second (never below zero)."""
+    return x * max(power_w - idle_w, 0.0)
 
 
 def shared_power_w(
@@ -112,8 +148,50 @@ def shared_power_w(
     cap_w: float | None = None,
 ) -> float:
     """Draw of one GPU that two jobs time-slice (see the module docstring)."""
-    p = idle_w + x_a * max(power_a_w - idle_w, 0.0) + x_b * max(power_b_w - idle_w, 0.0)
+    p = idle_w + dynamic_w(power_a_w, idle_w, x_a) + dynamic_w(power_b_w, idle_w, x_b)
     return p if cap_w is None else min(p, cap_w)
+
+
+def pair_member_power_w(idle_w: float, power_w: float, x: float) -> float:
+    """The part of a shared GPU's draw charged to one job of the pair: its half
+    (``PAIR_IDLE_SHARE``) of the idle draw plus its own dynamic part. The two members'
+    parts add up to :func:`shared_power_w` (uncapped)."""
+    return PAIR_IDLE_SHARE * idle_w + dynamic_w(power_w, idle_w, x)
+
+
+def slowed_power_w(power_w: float, idle_w: float, slowdown: float, *, pays_idle: bool) -> float:
+    """Per-GPU draw of a job slowed by ``slowdown`` (time-slicing, or waiting on the
+    network): its GPUs do ``1 / (1 + s)`` of the work per second, so its draw above idle
+    falls by that factor. A job on GPUs whose idle draw another job already pays (the
+    second job of a pair) adds only that part. This is the round's prediction from a
+    policy's slowdown; unlike :func:`dynamic_w` it passes an estimate below idle through
+    unclamped."""
+    base_w = idle_w if pays_idle else 0.0
+    return base_w + (power_w - idle_w) / (1.0 + slowdown)
+
+
+def gpu_ratios(model: ColocationModel, sharers: Sequence[tuple[str, float, int]]) -> list[float]:
+    """Throughput ratio (shared / alone) of each job on one GPU, given each as
+    ``(workload, per-GPU batch, GPU count)``: 1 alone; a pair at its
+    :meth:`ColocationModel.shared_ratios` (on the first job's GPU count); three or more,
+    which no policy plans and Gavel did not measure, ``1 / n`` each (round robin)."""
+    if len(sharers) == 1:
+        return [1.0]
+    if len(sharers) > 2:
+        return [1.0 / len(sharers)] * len(sharers)
+    (w_a, b_a, n_a), (w_b, b_b, _) = sharers
+    return list(model.shared_ratios(w_a, b_a, w_b, b_b, n_a))
+
+
+def gpu_power_w(idle_w: float, powers_w: Sequence[float], ratios: Sequence[float]) -> float:
+    """Draw of one GPU from what each job on it would draw alone and its ratio: idle when
+    empty, the job's own draw alone, :func:`shared_power_w` for a pair, and for three or
+    more (unmodelled) the mean of their draws."""
+    if not powers_w:
+        return idle_w
+    if len(powers_w) == 2:
+        return shared_power_w(idle_w, *powers_w, *ratios)
+    return sum(powers_w) / len(powers_w)
 
 
 def read_gavel(data_dir: Path | str = DATA_DIR, *, gpu: str = DEFAULT_GAVEL_GPU) -> ColocationModel:

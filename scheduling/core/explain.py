@@ -10,9 +10,15 @@ states only what the plan and the snapshot hold; it does not guess the policy's 
 
 from __future__ import annotations
 
-from scheduling.core.types import Allocation, Budget, Change, ChangeKind, Plan, Snapshot
-
-J_PER_KWH = 3.6e6
+from scheduling.core.types import (
+    J_PER_KWH,
+    Allocation,
+    Budget,
+    Change,
+    ChangeKind,
+    Plan,
+    Snapshot,
+)
 
 
 def _gpus(n: int) -> str:

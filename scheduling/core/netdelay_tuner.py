@@ -1,26 +1,59 @@
-"""Auto-tuner for netdelay's timers: replay recent arrivals in the simulator.
+"""Auto-tuner for netdelay's timers: replay recent arrivals, keep the best timer.
 
 The replay (``replay_jobs``) starts from the cluster's present: every active job
 (running or queued) with the work it has left, in submit order at time zero, followed
 by the recent arrivals' pattern as a forecast of what comes next (their submit times
 rebased to start one round later, with their whole work). For each candidate
-``delay_per_sensitivity_s`` that replay runs through the simulator on the current
-cluster with the ``netdelay`` policy at that setting (tuning off, so it does not
-recurse), under the congestion the scheduler assumes. The candidate with the lowest average JCT wins
+``delay_per_sensitivity_s`` that replay runs on the current cluster with the
+``netdelay`` policy at that setting (tuning off, so it does not recurse), under the
+congestion the scheduler assumes. The candidate with the lowest average JCT wins
 (ties: shorter makespan, then the shorter timer). Both the simulator and the policy
 are deterministic, so the choice is a pure function of its inputs.
 
-The simulator is imported inside the function: it builds on the core, and the core
-must import without it.
+What runs a replay is a :class:`Replay` callable passed in (``tune_delay(replay=...)``).
+The core does not import the simulator, which builds on it: the simulator's replay
+(``scheduling/simulator/netdelay_replay.py``) installs itself as the default with
+:func:`install_replay` when the simulator is imported (the simulator package does so,
+and so does the Django app for the live service).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from scheduling.core.types import Cluster, Job, PerfCatalog
+
+
+class Replay(Protocol):
+    """Runs ``jobs`` on ``cluster`` with the ``netdelay`` policy built from
+    ``policy_params`` and returns (average JCT in seconds or None if no job finished,
+    makespan in seconds)."""
+
+    def __call__(
+        self,
+        jobs: Sequence[Job],
+        *,
+        cluster: Cluster,
+        catalog: PerfCatalog,
+        policy_params: Mapping[str, Any],
+        congestion: float,
+        round_length_s: float,
+        restart_cost_s: float,
+    ) -> tuple[float | None, float]: ...
+
+
+_installed: list[Replay] = []
+
+
+def install_replay(replay: Replay) -> None:
+    """Make ``replay`` the one ``tune_delay`` uses when none is passed."""
+    _installed[:] = [replay]
+
+
+def installed_replay() -> Replay | None:
+    return _installed[0] if _installed else None
 
 
 @dataclass(frozen=True)
@@ -92,30 +125,31 @@ def tune_delay(
     round_length_s: float = 300.0,
     restart_cost_s: float = 30.0,
     policy_params: Mapping[str, Any] | None = None,
+    replay: Replay | None = None,
 ) -> TuneResult:
-    """Pick ``delay_per_sensitivity_s`` among ``candidates_s`` by replaying ``jobs``."""
-    from scheduling.simulator.engine import SimConfig, Simulator
-    from scheduling.simulator.metrics import summarise
-    from scheduling.simulator.scenario import core_planner
-
+    """Pick ``delay_per_sensitivity_s`` among ``candidates_s`` by replaying ``jobs`` with
+    ``replay`` (by default the installed one, see the module docstring)."""
     if not candidates_s:
         raise ValueError("no candidate timers to tune over")
-    config = SimConfig(
-        round_length_s=round_length_s, restart_cost_s=restart_cost_s, congestion=congestion
-    )
+    run = replay or installed_replay()
+    if run is None:
+        raise RuntimeError(
+            "netdelay's auto-tuner has no replay: pass replay= or import "
+            "scheduling.simulator, which installs the simulator's"
+        )
     scores: dict[float, tuple[float, float]] = {}
     for k in sorted(set(float(c) for c in candidates_s)):
         params = dict(policy_params or {})
         params.update(delay_per_sensitivity_s=k, tune_every_s=None, congestion=congestion)
-        sim = Simulator(
+        avg, makespan = run(
             jobs,
             cluster=cluster,
             catalog=catalog,
-            planner=core_planner("netdelay", **params),
-            config=config,
+            policy_params=params,
+            congestion=congestion,
+            round_length_s=round_length_s,
+            restart_cost_s=restart_cost_s,
         )
-        summary = summarise(sim.run())
-        avg = summary["avg_jct_s"]
-        scores[k] = (float("inf") if avg is None else avg, summary["makespan_s"])
+        scores[k] = (float("inf") if avg is None else avg, makespan)
     best = min(scores, key=lambda k: (scores[k][0], scores[k][1], k))
     return TuneResult(best_s=best, scores=scores)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from scheduling.core.colocation import slowed_power_w
 from scheduling.core.context import Estimate, JobView, PerfCache, RoundContext
 from scheduling.core.placement import PLACERS, PlacementRequest
 from scheduling.core.registry import get_policy
@@ -450,20 +451,18 @@ def _shared_estimate(
     guest: bool,
 ) -> Estimate:
     """A job slowed by ``slowdown`` (time-slicing or network): it stays busy longer and
-    its GPUs' draw above idle falls by the same factor (the GPU does as much work per
-    second as the job gets; ``scheduling/core/colocation.py`` explains the model). On
-    GPUs a co-runner already holds, only the draw above idle is added."""
-    stretch = 1.0 + slowdown
-    remaining_s = est.remaining_s * stretch
+    draws :func:`~scheduling.core.colocation.slowed_power_w` (the co-location physics,
+    in one place). On GPUs a co-runner already holds, only the draw above idle is
+    added."""
+    remaining_s = est.remaining_s * (1.0 + slowdown)
     busy_s = min(round_s, remaining_s)
-    dyn_w = (est.power_w - idle_w) / stretch
-    base_w = 0.0 if guest else idle_w
+    power_w = slowed_power_w(est.power_w, idle_w, slowdown, pays_idle=not guest)
     return Estimate(
         remaining_s=remaining_s,
-        power_w=base_w + dyn_w,
+        power_w=power_w,
         round_busy_s=busy_s,
-        round_energy_j=n * (base_w + dyn_w) * busy_s,
-        remaining_energy_j=n * (base_w + dyn_w) * remaining_s,
+        round_energy_j=n * power_w * busy_s,
+        remaining_energy_j=n * power_w * remaining_s,
     )
 
 

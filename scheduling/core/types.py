@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 J_PER_KWH = 3.6e6
+G_PER_KG = 1000.0  # grams per kilogram (CO2e); the one copy, pure so the core may import it
 
 
 # --- performance models -------------------------------------------------------

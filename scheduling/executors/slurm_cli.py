@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 # Slurm job states in which the job still exists (holds or waits for resources).
-ACTIVE_STATES = frozenset(
+SLURM_ACTIVE_STATES = frozenset(
     {
         "PENDING",
         "CONFIGURING",
@@ -66,7 +66,7 @@ class SlurmJobInfo:
 
     @property
     def active(self) -> bool:
-        return self.state in ACTIVE_STATES
+        return self.state in SLURM_ACTIVE_STATES
 
 
 @dataclass(frozen=True)

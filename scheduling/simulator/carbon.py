@@ -1,96 +1,30 @@
-"""Hourly grid carbon intensity: the Electricity Maps CSV reader and exact integration.
+"""Hourly grid carbon intensity in simulated time: exact integration.
 
-The reader is a plain function so that the telemetry service can import the same
-files (``read_electricity_maps_csv``). The simulator wraps the series in
-:class:`HourlyIntensity`, which maps simulated seconds to the hour of the year and
-integrates a constant power over any interval exactly, splitting at hour boundaries
-through a cumulative integral of the intensity.
-
-Column choice: by default the *direct* intensity (operational emissions of the
-generation mix, what a location-based scope-2 inventory counts for consumed
-electricity). ``kind="lca"`` selects the life-cycle figure, which also counts the
-construction and fuel chain of the plants.
+The files are read by ``scheduling/core/carbon_data.py`` (the one reader, shared with the
+live service; its names are re-exported here for the simulator's callers). The simulator
+wraps the series in :class:`HourlyIntensity`, which maps simulated seconds to the hour of
+the year and integrates a constant power over any interval exactly, splitting at hour
+boundaries through a cumulative integral of the intensity.
 """
 
 from __future__ import annotations
 
-import csv
-import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
+from scheduling.core.carbon_data import (  # noqa: F401 - re-exported for the simulator's callers
+    CI_COLUMNS,
+    DATETIME_COLUMN,
+    ESTIMATED_COLUMN,
+    CarbonDataError,
+    HourlyPoint,
+    carbon_file,
+    read_electricity_maps_csv,
+)
 from scheduling.core.types import J_PER_KWH
 
 HOUR_S = 3600.0
-DATETIME_COLUMN = "Datetime (UTC)"
-CI_COLUMNS = {
-    "direct": "Carbon Intensity gCO₂eq/kWh (direct)",
-    "lca": "Carbon Intensity gCO₂eq/kWh (LCA)",
-}
-ESTIMATED_COLUMN = "Data Estimated"
-
-
-class CarbonDataError(ValueError):
-    """The carbon file is missing, malformed or does not cover the simulated time."""
-
-
-@dataclass(frozen=True, slots=True)
-class HourlyPoint:
-    start: datetime  # aware, UTC, start of the hour
-    ci_g_per_kwh: float
-    estimated: bool
-
-
-def read_electricity_maps_csv(path: str | Path, *, kind: str = "direct") -> tuple[HourlyPoint, ...]:
-    """Read an Electricity Maps hourly export: one point per row, ascending in time.
-
-    ``kind`` is ``"direct"`` or ``"lca"``. Raises :class:`CarbonDataError` with one line
-    naming the problem for a missing column, an empty or unparsable value, or rows that
-    are not one hour apart.
-    """
-    if kind not in CI_COLUMNS:
-        raise CarbonDataError(
-            f"unknown intensity kind {kind!r}; expected one of {sorted(CI_COLUMNS)}"
-        )
-    column = CI_COLUMNS[kind]
-    path = Path(path)
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise CarbonDataError(f"cannot read carbon file {path}: {exc.strerror}") from exc
-    points: list[HourlyPoint] = []
-    with handle:
-        reader = csv.DictReader(handle)
-        missing = {DATETIME_COLUMN, column} - set(reader.fieldnames or ())
-        if missing:
-            raise CarbonDataError(f"{path.name}: missing column(s) {sorted(missing)}")
-        for line_no, row in enumerate(reader, start=2):
-            try:
-                start = datetime.strptime(row[DATETIME_COLUMN], "%Y-%m-%d %H:%M:%S").replace(
-                    tzinfo=UTC
-                )
-                ci = float(row[column])
-            except (TypeError, ValueError) as exc:
-                raise CarbonDataError(f"{path.name}:{line_no}: bad value ({exc})") from exc
-            if not math.isfinite(ci) or ci < 0:
-                raise CarbonDataError(
-                    f"{path.name}:{line_no}: intensity {ci} is not a non-negative number"
-                )
-            estimated = (row.get(ESTIMATED_COLUMN) or "").strip().lower() == "true"
-            if points and start - points[-1].start != timedelta(hours=1):
-                raise CarbonDataError(f"{path.name}:{line_no}: rows are not consecutive hours")
-            points.append(HourlyPoint(start=start, ci_g_per_kwh=ci, estimated=estimated))
-    if not points:
-        raise CarbonDataError(f"{path.name}: no rows")
-    return tuple(points)
-
-
-def carbon_file(data_dir: str | Path, zone: str, year: int = 2022) -> Path:
-    """Where the vendored file of a zone lives, e.g. ``data/carbon/em_ES_2022_hourly.csv``."""
-    return Path(data_dir) / "carbon" / f"em_{zone}_{year}_hourly.csv"
 
 
 class HourlyIntensity:

@@ -26,9 +26,9 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from scheduling.core.types import J_PER_KWH
+from scheduling.core.carbon_data import CarbonDataError
+from scheduling.core.types import G_PER_KG, J_PER_KWH
 from scheduling.simulator.bounds import scenario_bound
-from scheduling.simulator.carbon import CarbonDataError
 from scheduling.simulator.cluster_spec import ClusterSpecError
 from scheduling.simulator.compare import KINDS, Comparison, budgets_from
 from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult
@@ -374,7 +374,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 energy_limit_j=args.energy_budget_kwh * J_PER_KWH
                 if args.energy_budget_kwh
                 else None,
-                co2_limit_g=args.carbon_budget_kg * 1e3 if args.carbon_budget_kg else None,
+                co2_limit_g=args.carbon_budget_kg * G_PER_KG if args.carbon_budget_kg else None,
             )
             budgets = split_by_team(whole, bound, scenario.jobs) if args.team_budgets else (whole,)
         for mode in modes:

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from scheduling.core.types import G_PER_KG
 from scheduling.simulator.bounds import JctBound
 from scheduling.simulator.engine import BudgetSpec, ProgressHook, SimResult
 from scheduling.simulator.metrics import summarise
@@ -71,7 +72,7 @@ class Comparison:
             else self.budget.energy_limit_j / 3.6e6,
             "budget_co2_kg": None
             if self.budget.co2_limit_g is None
-            else self.budget.co2_limit_g / 1e3,
+            else self.budget.co2_limit_g / G_PER_KG,
             "budget_period_end_s": self.budget.period_end_s,
             "avg_jct_ratio": ratio,  # baseline / candidate: > 1 means the candidate is faster
             "baseline_avg_jct_s": base["avg_jct_s"],
@@ -106,7 +107,7 @@ def in_period(result: SimResult) -> dict[str, Any]:
     shares = [p.share for p in result.budget_periods if p.share is not None]
     return {
         "candidate_energy_in_period_kwh": sum(p.energy_j for p in first) / 3.6e6,
-        "candidate_co2_in_period_kg": sum(p.co2_g for p in first) / 1e3,
+        "candidate_co2_in_period_kg": sum(p.co2_g for p in first) / G_PER_KG,
         "candidate_max_period_share": max(shares, default=None),
         "candidate_periods_over_budget": sum(1 for x in shares if x > 1.0 + 1e-9),
     }

@@ -29,10 +29,10 @@ Between events nothing changes, so every quantity is integrated exactly:
 * GPU sharing (EaCO): a plan may give one GPU to up to ``Plan.max_jobs_per_gpu`` jobs
   (pairs only are modelled). Each job of a pair runs at its measured throughput ratio
   ``x`` (Gavel's co-located / isolated rate, ``scheduling/core/colocation.py``; an
-  unmeasured pair alternates, ``x = 0.5``), times seeded log-normal noise of
-  ``colocation_noise``; each adds ``x`` of its dynamic draw to one shared idle draw
-  (``shared_power_w``). What it ran at is reported back as ``Job.observed_slowdown``,
-  the early observation EaCO acts on;
+  unmeasured pair alternates, ``UNMEASURED_PAIR_RATIO``), times seeded log-normal noise
+  of ``colocation_noise``; each adds ``x`` of its dynamic draw to one shared idle draw,
+  half of which each is charged (``pair_member_power_w``). What it ran at is reported
+  back as ``Job.observed_slowdown``, the early observation EaCO acts on;
 * congestion: a job spread over nodes spends ``T - T_c`` per iteration on inter-node
   communication (``T`` its placement's iteration time, ``T_c`` the consolidated one);
   ``congestion`` scales that part, and its GPUs idle while they wait (the draw above
@@ -63,6 +63,13 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scheduling.core.colocation import (
+    PAIR_IDLE_SHARE,
+    UNMEASURED_PAIR_RATIO,
+    load_colocation,
+    pair_member_power_w,
+    slowdown_of,
+)
 from scheduling.core.goodput import useful_samples_per_iter
 from scheduling.core.types import (
     Allocation,
@@ -402,24 +409,20 @@ class Simulator:
 
     def _shared_ratio(self, rec: JobRecord, mate: JobRecord) -> float:
         """Throughput ratio (shared / alone) of ``rec`` next to ``mate``: measured
-        where Gavel has the pair, 0.5 otherwise, times the pair's seeded noise."""
+        where Gavel has the pair, ``UNMEASURED_PAIR_RATIO`` otherwise, times the pair's
+        seeded noise."""
         if self._colocation is None:
-            from scheduling.core.colocation import load_colocation
-
             self._colocation = load_colocation()
         a, b = rec.allocation, mate.allocation
-        x = None
+        x = UNMEASURED_PAIR_RATIO
         if a is not None and b is not None:
-            pair = self._colocation.pair_ratio(
+            x, _ = self._colocation.shared_ratios(
                 rec.spec.workload,
                 a.global_batch / a.n_gpus,
                 mate.spec.workload,
                 b.global_batch / b.n_gpus,
                 a.n_gpus,
             )
-            x = None if pair is None else pair[0]
-        if x is None or x <= 0.0:
-            x = 0.5
         sigma = self.config.colocation_noise
         if sigma > 0.0:
             key = (rec.spec.job_id, mate.spec.job_id)
@@ -431,7 +434,7 @@ class Simulator:
         return x
 
     def _observed(self, rec: JobRecord, mate: JobRecord) -> float:
-        return 1.0 / self._shared_ratio(rec, mate) - 1.0
+        return slowdown_of(self._shared_ratio(rec, mate))
 
     def _shape(self, alloc: Allocation) -> tuple[int, ...]:
         per_node = Counter(self._gpu_node[g] for g in alloc.gpu_ids)
@@ -473,9 +476,8 @@ class Simulator:
             if mate is not None:
                 x = self._shared_ratio(rec, mate)
                 iter_s /= x
-                # Half the shared idle draw each; x of its own draw above idle.
-                power_w = 0.5 * idle_w + x * max(power_w - idle_w, 0.0)
-                share = 0.5
+                power_w = pair_member_power_w(idle_w, power_w, x)
+                share = PAIR_IDLE_SHARE
             # Seconds per submitted-batch iteration: work is useful samples (module doc).
             useful = useful_samples_per_iter(spec, alloc.global_batch)
             work_s = iter_s * spec.iter_time_scale * spec.global_batch / useful

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduling.core.types import J_PER_KWH
+from scheduling.core.types import G_PER_KG, J_PER_KWH
 from scheduling.simulator.engine import SimResult
 
 JOB_COLUMNS = (
@@ -68,7 +68,7 @@ def summarise(result: SimResult) -> dict[str, Any]:
         **_stats([r.queueing_delay_s for r in started], "queueing_delay_s"),
         "energy_kwh": result.energy_j / J_PER_KWH,
         "idle_energy_kwh": result.idle_energy_j / J_PER_KWH,
-        "co2_kg": result.co2_g / 1000.0,
+        "co2_kg": result.co2_g / G_PER_KG,
         "gpu_utilisation": result.busy_gpu_s / (result.n_gpus * makespan_s)
         if makespan_s > 0
         else 0.0,

@@ -14,14 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from scheduling.core.carbon_data import carbon_file, read_electricity_maps_csv
 from scheduling.core.goodput import with_noise_scales
 from scheduling.core.types import Cluster, Job, PerfCatalog, Plan, Snapshot
-from scheduling.simulator.carbon import (
-    ConstantIntensity,
-    HourlyIntensity,
-    carbon_file,
-    read_electricity_maps_csv,
-)
+from scheduling.simulator.carbon import ConstantIntensity, HourlyIntensity
 from scheduling.simulator.cluster_spec import ClusterSpec, read_cluster_spec
 from scheduling.simulator.engine import (
     BudgetSpec,

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduling.core.round import admit
-from scheduling.core.types import J_PER_KWH, Cluster, Job, PerfCatalog, Snapshot, WaitCode
+from scheduling.core.types import G_PER_KG, J_PER_KWH, Cluster, Job, PerfCatalog, Snapshot, WaitCode
 from scheduling.simulator.carbon import ConstantIntensity
 from scheduling.simulator.engine import BudgetSpec, SimConfig, Simulator
 from scheduling.simulator.metrics import summarise
@@ -85,7 +85,7 @@ def replay_queue(
     if not runnable or not cluster.schedulable_gpus:
         return Replay(limit, None, len(runnable), 0, 0.0, 0.0, named)
     energy = kind == "energy"
-    scale = J_PER_KWH if energy else 1000.0
+    scale = J_PER_KWH if energy else G_PER_KG
     end_s = max(period_end_s, ROUND_S)
     start_s = min(period_start_s, 0.0) if period_start_s is not None else 0.0
     spec = BudgetSpec(

@@ -8,10 +8,11 @@ energy counter is the exact integral of that piecewise-constant power, like NVML
 
 Two jobs sharing a GPU (co-location, EaCO) are time-sliced as the scheduling simulator does it:
 each advances at its throughput ratio ``x`` from Gavel's measured pairs
-(``scheduling.core.colocation``; 0.5, plain alternation, for a pair Gavel did not measure) and
-the GPU draws ``colocation.shared_power_w`` (idle once plus each job's dynamic part times its
-``x``). The simulator's seeded noise on ``x`` is left out here. Three or more jobs on one GPU
-(no policy plans that) each get ``1/n`` of the rate and the GPU the mean of their powers.
+(``scheduling.core.colocation``; ``UNMEASURED_PAIR_RATIO``, plain alternation, for a pair
+Gavel did not measure) and the GPU draws ``colocation.shared_power_w`` (idle once plus each
+job's dynamic part times its ``x``). The simulator's seeded noise on ``x`` is left out here.
+Three or more jobs on one GPU (no policy plans that) each get ``1/n`` of the rate and the GPU
+the mean of their powers (``colocation.gpu_ratios`` and ``gpu_power_w``).
 """
 
 from __future__ import annotations
@@ -21,23 +22,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from scheduling.core.colocation import gpu_power_w, gpu_ratios, load_colocation
 from telemetry.agent.backends import GpuInfo, Reading, capped_settings
 
 
 class PerfModelUnavailable(RuntimeError):
     """No performance model for a (workload, GPU model) pair: the simulation cannot invent one."""
-
-
-# Throughput ratio of a job in a pair Gavel did not measure: plain alternation, as in the
-# scheduling simulator.
-UNMEASURED_PAIR_RATIO = 0.5
-
-
-@functools.cache
-def _colocation() -> Any:
-    from scheduling.core.colocation import load_colocation
-
-    return load_colocation()
 
 
 @functools.cache
@@ -159,34 +149,18 @@ class SimulatedBackend:
     @staticmethod
     def _ratios(jobs: list[SimJob]) -> list[float]:
         """Throughput ratio (shared / alone) of each of the jobs on one GPU."""
-        if len(jobs) == 1:
-            return [1.0]
-        if len(jobs) > 2:
-            return [1.0 / len(jobs)] * len(jobs)
-        a, b = jobs
-        n_a, n_b = len(a.gpu_indices), len(b.gpu_indices)
-        pair = _colocation().pair_ratio(
-            a.workload, a.global_batch / n_a, b.workload, b.global_batch / n_b, n_a
+        return gpu_ratios(
+            load_colocation(),
+            [(j.workload, j.global_batch / len(j.gpu_indices), len(j.gpu_indices)) for j in jobs],
         )
-        if pair is None:
-            return [UNMEASURED_PAIR_RATIO, UNMEASURED_PAIR_RATIO]
-        return [x if x > 0 else UNMEASURED_PAIR_RATIO for x in pair]
 
     def _refresh_power(self) -> None:
-        from scheduling.core.colocation import shared_power_w
-
         on_gpu = self._sharers()
         for index in range(len(self._info)):
-            jobs = on_gpu.get(index)
-            if not jobs:
-                self._power_w[index] = self._idle_w
-                continue
+            jobs = on_gpu.get(index, [])
             powers = [j.model.power_w(j.config()) for j in jobs]
-            if len(jobs) == 2:
-                x_a, x_b = self._ratios(jobs)
-                self._power_w[index] = shared_power_w(self._idle_w, *powers, x_a, x_b)
-            else:
-                self._power_w[index] = sum(powers) / len(powers)
+            ratios = self._ratios(jobs) if len(jobs) == 2 else []
+            self._power_w[index] = gpu_power_w(self._idle_w, powers, ratios)
 
     def _advance(self, dt_s: float) -> None:
         """Integrate energy and progress over ``dt_s`` at the power of the last interval."""

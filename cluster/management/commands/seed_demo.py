@@ -45,10 +45,10 @@ from cluster.choices import HardLimitAction, NodeStatus, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
 from config.env import env_float, env_int
 from scheduling.adapters import current_catalog
+from scheduling.core.carbon_data import carbon_file
 from scheduling.core.perf_models import energy_to_finish_j
-from scheduling.core.types import J_PER_KWH, GpuConfig
+from scheduling.core.types import G_PER_KG, J_PER_KWH, GpuConfig
 from scheduling.management.commands.replay_trace import DEFAULT_TRACE, submission_schedule
-from scheduling.simulator.carbon import carbon_file
 from scheduling.simulator.traces import read_elasticflow_trace
 from telemetry.carbon import intensity_for_hour
 
@@ -254,7 +254,7 @@ class Command(BaseCommand):
         work = replayed_work(now)
         start, end = demo_period(now, work.span_s)
         energy_kwh = round(DEMO_BUDGET_SHARE * work.energy_j["vision"] / J_PER_KWH, 3)
-        carbon_kg = round(DEMO_BUDGET_SHARE * work.co2_g["language"] / 1000, 4)
+        carbon_kg = round(DEMO_BUDGET_SHARE * work.co2_g["language"] / G_PER_KG, 4)
         wanted = {
             "vision": {
                 "energy_limit_kwh": energy_kwh,

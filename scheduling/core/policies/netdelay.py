@@ -39,6 +39,7 @@ from dataclasses import replace
 
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.free_gpus import FreeGpus
+from scheduling.core.netdelay_tuner import replay_jobs, tune_delay
 from scheduling.core.policies.base import (
     behind_in_queue,
     expected_free_at,
@@ -120,8 +121,6 @@ class NetDelay:
         if self.tune_every_s is not None and (
             tuned_at is None or ctx.now_s - float(tuned_at) >= self.tune_every_s
         ):
-            from scheduling.core.netdelay_tuner import replay_jobs, tune_delay
-
             active = [replace(jv.job, gpu_model=jv.gpu_model) for jv in ctx.jobs]
             jobs = replay_jobs(active, arrivals, round_length_s=ctx.round_length_s)
             if len(jobs) >= 2:

@@ -1,7 +1,8 @@
 """``manage.py import_carbon data/carbon/em_ES_2022_hourly.csv --zone ES [--onto-year 2026]``
 
 Loads an Electricity Maps hourly CSV export into ``CarbonIntensity`` (re-importing replaces
-the hours it covers). Parsing is the simulator's reader, so both sides read the files alike.
+the hours it covers). Parsing is the one shared reader (``scheduling.core.carbon_data``), so the
+live service and the simulator read the files alike.
 
 ``--onto-year`` replays the file's year onto another one, hour for hour on the same calendar
 date and hour of day (the demo runs today on the shipped 2022 measurements: the seasonal and
@@ -15,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from tqdm import tqdm
 
-from scheduling.simulator.carbon import (
+from scheduling.core.carbon_data import (
     CarbonDataError,
     HourlyPoint,
     read_electricity_maps_csv,
