@@ -41,7 +41,10 @@ class MembershipAdmin(admin.ModelAdmin):
 class GpuInline(admin.TabularInline):
     model = Gpu
     extra = 0
-    fields = ["index", "uuid", "model", "memory_mb", "power_limit_w", "sm_clock_mhz"]
+    fields = [
+        "index", "uuid", "model", "memory_mb", "power_limit_w", "sm_clock_mhz", "reported_at",
+    ]  # fmt: skip
+    readonly_fields = ["reported_at"]
 
 
 @admin.register(Node)
@@ -87,10 +90,14 @@ class GpuAdmin(admin.ModelAdmin):
         "max_power_limit_w",
         "power_limit_w",
         "sm_clock_mhz",
+        "max_sm_clock_mhz",
+        "reported_at",
     ]
     list_filter = ["model", "node__switch_label"]
     search_fields = ["uuid", "node__name"]
     list_select_related = ["node"]
+    # Written by the agent: its registration (maximum clock) and its newest sample.
+    readonly_fields = ["max_sm_clock_mhz", "reported_at"]
 
 
 class JobAllocationInline(admin.TabularInline):

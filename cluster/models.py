@@ -151,12 +151,31 @@ class Gpu(models.Model):
     default_power_limit_w = models.PositiveIntegerField()
     min_power_limit_w = models.PositiveIntegerField()
     max_power_limit_w = models.PositiveIntegerField()
-    supported_sm_clocks_mhz = ArrayField(models.PositiveIntegerField(), default=list, blank=True)
+    supported_sm_clocks_mhz = ArrayField(
+        models.PositiveIntegerField(),
+        default=list,
+        blank=True,
+        help_text="SM clocks the GPU can be locked at, as its agent reports them at registration.",
+    )
+    max_sm_clock_mhz = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Highest SM clock, as the agent reports it at registration; null when unknown.",
+    )
     power_limit_w = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Power limit set now; null when unknown."
+        null=True,
+        blank=True,
+        help_text="Power limit in force, from the agent's newest sample; null when unknown.",
     )
     sm_clock_mhz = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Locked SM clock; null when the driver chooses."
+        null=True,
+        blank=True,
+        help_text="SM clock now, from the agent's newest sample; null when unknown.",
+    )
+    reported_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Time of the sample that set power_limit_w and sm_clock_mhz.",
     )
 
     class Meta:
