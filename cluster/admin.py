@@ -7,6 +7,7 @@ from cluster import services
 from cluster.models import (
     AuditEntry,
     Budget,
+    BudgetAlert,
     Gpu,
     Job,
     JobAllocation,
@@ -227,4 +228,20 @@ class AuditEntryAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(admin.ModelAdmin):
+    """Read-only: written by the scheduling round (``scheduling.budget_alerts``)."""
+
+    list_display = ["at", "team", "budget", "action", "emailed_at"]
+    list_filter = ["action", "team"]
+    date_hierarchy = "at"
+    list_select_related = ["team", "budget__team"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False
