@@ -175,7 +175,8 @@ class Gpu(models.Model):
     reported_at = models.DateTimeField(
         null=True,
         blank=True,
-        help_text="Time of the sample that set power_limit_w and sm_clock_mhz.",
+        help_text="Time of the newest sample that reported power_limit_w and sm_clock_mhz "
+        "(unchanged values refresh it once a minute).",
     )
 
     class Meta:

@@ -242,22 +242,30 @@ _CLOCK, _LIMIT = COLUMNS.index("sm_clock_mhz"), COLUMNS.index("power_limit_w")
 # The GPU rows take their newest reported clock and power limit. Rows are locked in id order
 # and a row a scheduling round holds (``set_allocation`` locks GPUs until the round commits) is
 # skipped, not waited for: ingestion never queues behind a round, and the next batch writes it.
-# A sample older than the one already recorded (a spooled batch replayed late) changes nothing.
-# A limit outside the GPU's registered range (the table's check) is recorded as unknown.
+# A sample older than the one already recorded (a spooled batch replayed late) changes nothing;
+# one that reports the same values rewrites the row only once its time is REPORT_REFRESH old
+# (the settings change rarely; the row is not rewritten by every batch). A limit outside the
+# GPU's registered range (the table's check) is recorded as unknown.
+REPORT_REFRESH = timedelta(seconds=60)
 _REPORTED_SQL = f"""
 WITH v AS (
-    SELECT * FROM unnest(%(gpu_id)b::bigint[], %(ts)b::timestamptz[], %(clock)b::int[],
-                         %(limit)b::float8[]) AS v(gpu_id, ts, clock, lim)
+    SELECT u.gpu_id, u.ts, u.clock,
+           CASE WHEN round(u.lim) BETWEEN g.min_power_limit_w AND g.max_power_limit_w
+                THEN round(u.lim)::int END AS lim
+    FROM unnest(%(gpu_id)b::bigint[], %(ts)b::timestamptz[], %(clock)b::int[],
+                %(limit)b::float8[]) AS u(gpu_id, ts, clock, lim)
+    JOIN {_GPU_TABLE} g ON g.id = u.gpu_id
 ), free AS (
     SELECT g.id FROM {_GPU_TABLE} g JOIN v ON v.gpu_id = g.id
-    WHERE g.reported_at IS NULL OR g.reported_at < v.ts
+    WHERE g.reported_at IS NULL OR (
+        g.reported_at < v.ts AND (
+            g.sm_clock_mhz IS DISTINCT FROM v.clock OR g.power_limit_w IS DISTINCT FROM v.lim
+            OR g.reported_at <= v.ts - %(refresh)s
+        )
+    )
     ORDER BY g.id FOR NO KEY UPDATE OF g SKIP LOCKED
 )
-UPDATE {_GPU_TABLE} g SET
-    reported_at = v.ts,
-    sm_clock_mhz = v.clock,
-    power_limit_w = CASE WHEN round(v.lim) BETWEEN g.min_power_limit_w AND g.max_power_limit_w
-                         THEN round(v.lim)::int END
+UPDATE {_GPU_TABLE} g SET reported_at = v.ts, sm_clock_mhz = v.clock, power_limit_w = v.lim
 FROM v, free
 WHERE g.id = v.gpu_id AND g.id = free.id AND (g.reported_at IS NULL OR g.reported_at < v.ts)
 """
@@ -279,6 +287,7 @@ def record_reported_settings(rows: list[tuple]) -> int:
         "ts": [r[1] for r in latest],
         "clock": [None if r[_CLOCK] is None else int(r[_CLOCK]) for r in latest],
         "limit": [r[_LIMIT] for r in latest],
+        "refresh": REPORT_REFRESH,
     }
     with _binding_cursor() as cursor:
         cursor.execute(_REPORTED_SQL, params)

@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='gpu',
             name='reported_at',
-            field=models.DateTimeField(blank=True, help_text='Time of the sample that set power_limit_w and sm_clock_mhz.', null=True),
+            field=models.DateTimeField(blank=True, help_text='Time of the newest sample that reported power_limit_w and sm_clock_mhz (unchanged values refresh it once a minute).', null=True),
         ),
         migrations.AlterField(
             model_name='gpu',

@@ -101,6 +101,28 @@ def test_the_newest_sample_sets_the_clock_and_power_limit(
     assert (gpu.sm_clock_mhz, gpu.power_limit_w, gpu.reported_at) == (1410, None, now)
 
 
+def test_unchanged_settings_rewrite_the_row_once_a_minute(agent_node, agent_client):
+    node, token = agent_node
+    client = agent_client(token)
+    t0 = timezone.now().replace(microsecond=0) - timedelta(minutes=5)
+
+    def post(at, **values):
+        batch = [sample("GPU-node-01-0", at, **values)]
+        assert client.post(SAMPLES, {"samples": batch}, format="json").status_code == 200
+        gpu = Gpu.objects.get(uuid="GPU-node-01-0")
+        return gpu.sm_clock_mhz, gpu.power_limit_w, gpu.reported_at
+
+    assert post(t0, sm_clock_mhz=1200) == (1200, 400, t0)
+    # the same values seconds later leave the row as it is
+    assert post(t0 + timedelta(seconds=30), sm_clock_mhz=1200) == (1200, 400, t0)
+    # a change is written at once
+    t1 = t0 + timedelta(seconds=40)
+    assert post(t1, sm_clock_mhz=1005) == (1005, 400, t1)
+    # and the same values a minute on refresh the time
+    t2 = t1 + timedelta(seconds=60)
+    assert post(t2, sm_clock_mhz=1005) == (1005, 400, t2)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_ingestion_does_not_wait_for_a_round_that_holds_the_gpu(agent_node, agent_client):
     # given a scheduling round's transaction holding GPU 0's row (as set_allocation locks it)
