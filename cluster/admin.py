@@ -7,6 +7,7 @@ from cluster import services
 from cluster.models import (
     AuditEntry,
     Budget,
+    BudgetAlert,
     Gpu,
     Job,
     JobAllocation,
@@ -41,7 +42,10 @@ class MembershipAdmin(admin.ModelAdmin):
 class GpuInline(admin.TabularInline):
     model = Gpu
     extra = 0
-    fields = ["index", "uuid", "model", "memory_mb", "power_limit_w", "sm_clock_mhz"]
+    fields = [
+        "index", "uuid", "model", "memory_mb", "power_limit_w", "sm_clock_mhz", "reported_at",
+    ]  # fmt: skip
+    readonly_fields = ["reported_at"]
 
 
 @admin.register(Node)
@@ -87,10 +91,14 @@ class GpuAdmin(admin.ModelAdmin):
         "max_power_limit_w",
         "power_limit_w",
         "sm_clock_mhz",
+        "max_sm_clock_mhz",
+        "reported_at",
     ]
     list_filter = ["model", "node__switch_label"]
     search_fields = ["uuid", "node__name"]
     list_select_related = ["node"]
+    # Written by the agent: its registration (maximum clock) and its newest sample.
+    readonly_fields = ["max_sm_clock_mhz", "reported_at"]
 
 
 class JobAllocationInline(admin.TabularInline):
@@ -220,4 +228,20 @@ class AuditEntryAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(admin.ModelAdmin):
+    """Read-only: written by the scheduling round (``scheduling.budget_alerts``)."""
+
+    list_display = ["at", "team", "budget", "action", "emailed_at"]
+    list_filter = ["action", "team"]
+    date_hierarchy = "at"
+    list_select_related = ["team", "budget__team"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False

@@ -151,12 +151,32 @@ class Gpu(models.Model):
     default_power_limit_w = models.PositiveIntegerField()
     min_power_limit_w = models.PositiveIntegerField()
     max_power_limit_w = models.PositiveIntegerField()
-    supported_sm_clocks_mhz = ArrayField(models.PositiveIntegerField(), default=list, blank=True)
+    supported_sm_clocks_mhz = ArrayField(
+        models.PositiveIntegerField(),
+        default=list,
+        blank=True,
+        help_text="SM clocks the GPU can be locked at, as its agent reports them at registration.",
+    )
+    max_sm_clock_mhz = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Highest SM clock, as the agent reports it at registration; null when unknown.",
+    )
     power_limit_w = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Power limit set now; null when unknown."
+        null=True,
+        blank=True,
+        help_text="Power limit in force, from the agent's newest sample; null when unknown.",
     )
     sm_clock_mhz = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Locked SM clock; null when the driver chooses."
+        null=True,
+        blank=True,
+        help_text="SM clock now, from the agent's newest sample; null when unknown.",
+    )
+    reported_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Time of the newest sample that reported power_limit_w and sm_clock_mhz "
+        "(unchanged values refresh it once a minute).",
     )
 
     class Meta:
@@ -557,6 +577,55 @@ class Budget(models.Model):
                 )
         if errors:
             raise ValidationError(errors)
+
+
+class BudgetAlert(models.Model):
+    """A budget's hard limit was reached: one alert per budget, so one per team and period.
+
+    Written by the scheduling round that first finds the budget spent
+    (``scheduling.budget_alerts``); the team's leads see it on the dashboard and get it by
+    e-mail (``emailed_to``, ``emailed_at`` once sent). Admins see every team's. What was spent
+    and the limits are kept as they stood then, in the budget's own units."""
+
+    budget = models.OneToOneField(Budget, on_delete=models.CASCADE, related_name="alert")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budget_alerts")
+    at = models.DateTimeField(db_index=True, help_text="The round that found the limit reached.")
+    action = models.CharField(
+        max_length=16,
+        choices=HardLimitAction.choices,
+        help_text="The budget's hard-limit action then: what the scheduler does now.",
+    )
+    energy_used_kwh = models.FloatField()
+    energy_limit_kwh = models.FloatField(null=True, blank=True)
+    carbon_used_kg = models.FloatField()
+    carbon_limit_kg = models.FloatField(null=True, blank=True)
+    emailed_to = ArrayField(models.EmailField(), default=list, blank=True)
+    emailed_at = models.DateTimeField(
+        null=True, blank=True, help_text="Null: no e-mail sent yet (none sent, or it failed)."
+    )
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(action__in=HardLimitAction.values), name="budget_alert_action_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} budget #{self.budget_id} spent at {self.at:%Y-%m-%d %H:%M}"
+
+    @property
+    def consequence(self) -> str:
+        """What the scheduler does about it, in words."""
+        return ALERT_CONSEQUENCES[HardLimitAction(self.action)]
+
+
+ALERT_CONSEQUENCES = {
+    HardLimitAction.NOTIFY_ONLY: "Jobs keep running and starting: this budget only notifies.",
+    HardLimitAction.HOLD_QUEUE: "No new job starts until the period ends; running jobs finish.",
+    HardLimitAction.PAUSE_JOBS: "Running jobs are paused and none starts until the period ends.",
+}
 
 
 class AuditEntry(models.Model):

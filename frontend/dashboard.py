@@ -9,7 +9,7 @@ summary, the one its beat task pushes.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 
@@ -23,6 +23,7 @@ from cluster.queries import (
     teams_of,
 )
 from frontend import figures, labels, timeline_figures
+from scheduling import budget_alerts
 from scheduling.core.types import G_PER_KG, J_PER_KWH
 from scheduling.queries import latest_round_summary, running_jobs_series
 from telemetry.carbon import hour_floor, intensity_for_hour
@@ -184,6 +185,19 @@ def dashboard_payload(user, *, now: datetime) -> dict:
     figs["grid"], grid_now = grid_figure(now=now)
     budgets = [budget_progress(b, now=now) for b in active_budgets(user, now=now)]
     return {
+        # Spent budgets of running periods: a lead sees their teams', an admin every team's.
+        "alerts": [
+            {
+                "id": a.pk,
+                "team": a.team.name,
+                "at": a.at.isoformat(),
+                "at_utc": a.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M"),
+                "action": a.action,
+                "spent": budget_alerts.describe(a),
+                "consequence": a.consequence,
+            }
+            for a in budget_alerts.visible_alerts(user, now=now)
+        ],
         "at": now.isoformat(),
         "scope": scope,
         "cluster_power_w": telemetry["cluster_power_w"],

@@ -12,7 +12,9 @@
    configured policy, and apply the plan through ``cluster.services`` (conditional updates:
    a job cancelled or finished meanwhile makes its change a recorded, skipped decision);
 5. record the round, its decisions and each waiting job's reason, keep the policy's state,
-   and publish ``ROUND_FINISHED`` (``config/events.py``) after commit.
+   and publish ``ROUND_FINISHED`` (``config/events.py``) after commit; a budget found spent
+   for the first time in its period becomes an alert to its team's leads
+   (``scheduling.budget_alerts``: dashboard, and e-mail after commit).
 
 After the commit, the executor carries the round out (``Executor.carry_out``: for Slurm,
 submit and cancel jobs; for the agents nothing, as they poll their assignments).
@@ -40,7 +42,7 @@ from cluster import services as cluster_services
 from cluster.choices import WAITING_JOB_STATES, JobState, WaitCode
 from cluster.models import Job, JobAllocation
 from config import events
-from scheduling import adapters, workload_profiles
+from scheduling import adapters, budget_alerts, workload_profiles
 from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core import types as core
 from scheduling.core.explain import explain_change
@@ -172,6 +174,11 @@ def run_scheduling_round(
             catalog=catalog,
         )
         plan = plan_round(rows.snapshot, policy=policy_name, now=now.timestamp())
+        # A budget spent now is announced to its team's leads once; e-mail after the commit
+        # (and again after a later round if it failed).
+        budget_alerts.record_spent(rows.snapshot.budgets, now=now)
+        if budget_alerts.unsent(now=now).exists():
+            transaction.on_commit(lambda: budget_alerts.send_pending(now=now), robust=True)
         round_row = _record_round(rows, plan, now=now, requeued=len(requeued))
         applied, failed, decisions = _apply(plan, rows, round_row, now=now)
         _record_waiting(plan, rows, round_row, now=now)

@@ -11,9 +11,10 @@ samples per second a serializer's per-field machinery is most of the cost. The s
 
 Storage is one statement: ``INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO NOTHING`` on
 the (GPU, timestamp) primary key (a replayed or duplicated batch inserts nothing new) with the
-dirty-hour marks of the new rows upserted in the same statement. ``store_rows`` keeps the other
-methods (``copy`` through a temporary table, ``bulk_create``) for the benchmark that chose this
-one (docs/benchmarks.md).
+dirty-hour marks of the new rows upserted in the same statement. A second statement records
+each GPU's newest SM clock and power limit on its ``Gpu`` row (``record_reported_settings``).
+``store_rows`` keeps the other methods (``copy`` through a temporary table, ``bulk_create``)
+for the benchmark that chose this one (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -236,6 +237,63 @@ def store_and_mark(rows: list[tuple], *, now: datetime) -> int:
         return cursor.fetchone()[0]
 
 
+_GPU_TABLE = Gpu._meta.db_table
+_CLOCK, _LIMIT = COLUMNS.index("sm_clock_mhz"), COLUMNS.index("power_limit_w")
+# The GPU rows take their newest reported clock and power limit. Rows are locked in id order
+# and a row a scheduling round holds (``set_allocation`` locks GPUs until the round commits) is
+# skipped, not waited for: ingestion never queues behind a round, and the next batch writes it.
+# A sample older than the one already recorded (a spooled batch replayed late) changes nothing;
+# one that reports the same values rewrites the row only once its time is REPORT_REFRESH old
+# (the settings change rarely; the row is not rewritten by every batch). A limit outside the
+# GPU's registered range (the table's check) is recorded as unknown.
+REPORT_REFRESH = timedelta(seconds=60)
+_REPORTED_SQL = f"""
+WITH v AS (
+    SELECT u.gpu_id, u.ts, u.clock,
+           CASE WHEN round(u.lim) BETWEEN g.min_power_limit_w AND g.max_power_limit_w
+                THEN round(u.lim)::int END AS lim
+    FROM unnest(%(gpu_id)b::bigint[], %(ts)b::timestamptz[], %(clock)b::int[],
+                %(limit)b::float8[]) AS u(gpu_id, ts, clock, lim)
+    JOIN {_GPU_TABLE} g ON g.id = u.gpu_id
+), free AS (
+    SELECT g.id FROM {_GPU_TABLE} g JOIN v ON v.gpu_id = g.id
+    WHERE g.reported_at IS NULL OR (
+        g.reported_at < v.ts AND (
+            g.sm_clock_mhz IS DISTINCT FROM v.clock OR g.power_limit_w IS DISTINCT FROM v.lim
+            OR g.reported_at <= v.ts - %(refresh)s
+        )
+    )
+    ORDER BY g.id FOR NO KEY UPDATE OF g SKIP LOCKED
+)
+UPDATE {_GPU_TABLE} g SET reported_at = v.ts, sm_clock_mhz = v.clock, power_limit_w = v.lim
+FROM v, free
+WHERE g.id = v.gpu_id AND g.id = free.id AND (g.reported_at IS NULL OR g.reported_at < v.ts)
+"""
+
+
+def record_reported_settings(rows: list[tuple]) -> int:
+    """Write each GPU's SM clock and power limit from its newest sample among ``rows``
+    (COLUMNS order); returns how many GPU rows changed."""
+    newest: dict[int, tuple] = {}
+    for row in rows:
+        held = newest.get(row[0])
+        if held is None or row[1] > held[1]:
+            newest[row[0]] = row
+    if not newest:
+        return 0
+    latest = list(newest.values())
+    params = {
+        "gpu_id": [r[0] for r in latest],
+        "ts": [r[1] for r in latest],
+        "clock": [None if r[_CLOCK] is None else int(r[_CLOCK]) for r in latest],
+        "limit": [r[_LIMIT] for r in latest],
+        "refresh": REPORT_REFRESH,
+    }
+    with _binding_cursor() as cursor:
+        cursor.execute(_REPORTED_SQL, params)
+        return cursor.rowcount
+
+
 def store_rows(rows: list[tuple], *, method: str) -> int:
     """Storage alone, by the methods the benchmark compares (``unnest``, ``copy`` through a
     temporary table, ``bulk_create``); returns rows inserted. Run inside a transaction."""
@@ -283,4 +341,6 @@ def ingest_batch(
     ``own_gpus`` (UUID -> pk of the node's GPUs) saves a query when the caller has it."""
     now = now or timezone.now()
     rows = validate_batch(node, payload, now=now, own_gpus=own_gpus)
-    return IngestResult(received=len(rows), inserted=store_and_mark(rows, now=now))
+    inserted = store_and_mark(rows, now=now)
+    record_reported_settings(rows)
+    return IngestResult(received=len(rows), inserted=inserted)

@@ -77,8 +77,13 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
                 "min_power_limit_w": round(g["min_power_limit_w"]),
                 "max_power_limit_w": round(g["max_power_limit_w"]),
             }
+            # What the agent could not read (None, or no clocks) keeps what is registered.
             if g.get("memory_mb") is not None:
                 values["memory_mb"] = g["memory_mb"]
+            if g.get("max_sm_clock_mhz") is not None:
+                values["max_sm_clock_mhz"] = g["max_sm_clock_mhz"]
+            if g.get("supported_sm_clocks_mhz"):
+                values["supported_sm_clocks_mhz"] = g["supported_sm_clocks_mhz"]
             limit = current_limits.get(g["uuid"])
             if limit is not None and not (
                 values["min_power_limit_w"] <= limit <= values["max_power_limit_w"]

@@ -322,10 +322,13 @@ class GpuSerializer(serializers.ModelSerializer):
             "min_power_limit_w",
             "max_power_limit_w",
             "supported_sm_clocks_mhz",
+            "max_sm_clock_mhz",
             "power_limit_w",
             "sm_clock_mhz",
+            "reported_at",
         ]
-        read_only_fields = ["id"]
+        # What only the agent knows: its registration and newest sample write these.
+        read_only_fields = ["id", "max_sm_clock_mhz", "reported_at"]
 
     def validate(self, attrs: dict) -> dict:
         run_model_clean(Gpu, attrs, instance=self.instance)

@@ -55,7 +55,7 @@ class PolicyContractError(RuntimeError):
 def plan_round(snapshot: Snapshot, *, policy: str | Policy, now: float) -> Plan:
     """Plan one round at time ``now`` (seconds, same clock as the snapshot)."""
     pol = get_policy(policy) if isinstance(policy, str) else policy
-    ctx, waiting = admit(snapshot, now=now, respects_budgets=getattr(pol, "respects_budgets", True))
+    ctx, waiting = admit(snapshot, now=now)
     decision = allocate(ctx, pol)
     waiting.update(decision.waiting)
     allocations, unplaced = place(ctx, decision, placement=pol.placement)
@@ -90,9 +90,7 @@ _STRICTNESS = {
 }
 
 
-def admit(
-    snapshot: Snapshot, *, now: float, respects_budgets: bool = True
-) -> tuple[RoundContext, dict[str, WaitReason]]:
+def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, WaitReason]]:
     cache = PerfCache(snapshot.perf, snapshot.job_perf)
     capacity: dict[str, int] = {}
     node_gpus: dict[str, int] = {}
@@ -125,7 +123,7 @@ def admit(
         known = payers.get(job.team)
         if known is None:
             pays = [b for b in budgets if b.team == job.team] + cluster_budgets
-            spent, action = _spent_action(pays) if respects_budgets else (None, None)
+            spent, action = _spent_action(pays)
             if action == HardLimitAction.NOTIFY_ONLY:
                 # Spent but only reported: it no longer limits the job's configuration.
                 pays = [b for b in pays if not b.exhausted]

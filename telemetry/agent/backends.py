@@ -34,6 +34,8 @@ class GpuInfo:
     min_power_limit_w: float | None
     max_power_limit_w: float | None
     max_sm_clock_mhz: int | None
+    # Highest first; empty: unknown (the server keeps what it has).
+    supported_sm_clocks_mhz: tuple[int, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class GpuInfo:
             "min_power_limit_w": self.min_power_limit_w,
             "max_power_limit_w": self.max_power_limit_w,
             "max_sm_clock_mhz": self.max_sm_clock_mhz,
+            "supported_sm_clocks_mhz": list(self.supported_sm_clocks_mhz),
         }
 
 
@@ -171,7 +174,18 @@ class NvmlBackend:
             min_power_limit_w=None if limits_mw is None else limits_mw[0] / 1000.0,
             max_power_limit_w=None if limits_mw is None else limits_mw[1] / 1000.0,
             max_sm_clock_mhz=max_clock,
+            supported_sm_clocks_mhz=self._sm_clocks(handle),
         )
+
+    def _sm_clocks(self, handle: Any) -> tuple[int, ...]:
+        """The SM clocks the GPU can be locked at, over all its memory clocks, highest first;
+        empty where the GPU cannot list them."""
+        memory = self._optional("nvmlDeviceGetSupportedMemoryClocks", handle) or []
+        clocks: set[int] = set()
+        for mem_mhz in memory:
+            sm = self._optional("nvmlDeviceGetSupportedGraphicsClocks", handle, mem_mhz)
+            clocks.update(int(c) for c in sm or ())
+        return tuple(sorted(clocks, reverse=True))
 
     def gpus(self) -> list[GpuInfo]:
         return list(self._info)

@@ -107,6 +107,7 @@ class SimulatedBackend:
                 min_power_limit_w=float(spec.power_limit_min_w),
                 max_power_limit_w=self._default_w,
                 max_sm_clock_mhz=max(spec.clocks_mhz) if spec.clocks_mhz else None,
+                supported_sm_clocks_mhz=tuple(sorted(spec.clocks_mhz, reverse=True)),
             )
             for i in range(n_gpus)
         ]

@@ -42,7 +42,19 @@ class GpuRegistrationSerializer(serializers.Serializer):
     min_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
     max_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
     max_sm_clock_mhz = serializers.IntegerField(
-        min_value=1, max_value=100000, required=False, allow_null=True
+        min_value=1,
+        max_value=100000,
+        required=False,
+        allow_null=True,
+        help_text="Highest SM clock. Null or absent: unknown; a registered value is kept.",
+    )
+    supported_sm_clocks_mhz = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=100000),
+        max_length=1024,
+        required=False,
+        allow_null=True,
+        help_text="SM clocks the GPU can be locked at. Null, empty or absent: unknown; "
+        "a registered list is kept.",
     )
 
     def validate(self, attrs):
@@ -54,6 +66,15 @@ class GpuRegistrationSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {"default_power_limit_w": "Power limits must satisfy min <= default <= max."}
             )
+        clocks = attrs.get("supported_sm_clocks_mhz")
+        if clocks:
+            top = attrs.get("max_sm_clock_mhz")
+            if top is not None and max(clocks) > top:
+                raise serializers.ValidationError(
+                    {"supported_sm_clocks_mhz": f"A clock is above max_sm_clock_mhz ({top})."}
+                )
+            # Stored highest first, once each (NVML lists them so, per memory clock).
+            attrs["supported_sm_clocks_mhz"] = sorted(set(clocks), reverse=True)
         return attrs
 
 

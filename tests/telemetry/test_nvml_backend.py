@@ -58,6 +58,14 @@ class FakeNvml:
         assert clock == pynvml.NVML_CLOCK_SM
         return h["max_clock"]
 
+    def nvmlDeviceGetSupportedMemoryClocks(self, h):
+        if h.get("sm_clocks") is None:
+            self._unsupported()
+        return list(h["sm_clocks"])
+
+    def nvmlDeviceGetSupportedGraphicsClocks(self, h, memory_clock_mhz):
+        return list(h["sm_clocks"][memory_clock_mhz])
+
     def nvmlDeviceGetPowerUsage(self, h):
         return h["power_mw"]
 
@@ -92,8 +100,9 @@ class FakeNvml:
         h["clock"] = h["max_clock"]
 
 
-def _device(uuid, *, energy_mj):
+def _device(uuid, *, energy_mj, sm_clocks=None):
     return {
+        "sm_clocks": sm_clocks,  # memory clock -> SM clocks; None: NVML cannot list them
         "uuid": uuid,
         "name": b"NVIDIA A100-SXM4-40GB",
         "mem_total_b": 40 * 1024**3,
@@ -112,7 +121,14 @@ def _device(uuid, *, energy_mj):
 
 @pytest.fixture
 def fake():
-    return FakeNvml([_device("GPU-aaa", energy_mj=123_456_789), _device("GPU-bbb", energy_mj=None)])
+    # Two memory clocks whose SM clock lists overlap (as NVML reports them: highest first).
+    clocks = {1215: [1410, 1395, 1380, 210], 405: [420, 405, 210]}
+    return FakeNvml(
+        [
+            _device("GPU-aaa", energy_mj=123_456_789, sm_clocks=clocks),
+            _device("GPU-bbb", energy_mj=None),
+        ]
+    )
 
 
 def test_registration_info_is_converted_to_watts_and_mib(fake):
@@ -128,7 +144,14 @@ def test_registration_info_is_converted_to_watts_and_mib(fake):
         "min_power_limit_w": 100.0,
         "max_power_limit_w": 400.0,
         "max_sm_clock_mhz": 1410,
+        "supported_sm_clocks_mhz": [1410, 1395, 1380, 420, 405, 210],
     }
+
+
+def test_a_gpu_that_cannot_list_its_clocks_registers_none(fake):
+    second = NvmlBackend(nvml=fake).gpus()[1]
+    assert second.supported_sm_clocks_mhz == ()
+    assert second.to_wire()["supported_sm_clocks_mhz"] == []
 
 
 def test_readings_convert_units_and_leave_out_a_missing_energy_counter(fake):

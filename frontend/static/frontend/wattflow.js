@@ -56,8 +56,30 @@
       Object.keys(budgetFigs || {}).forEach((id) => plot(id, budgetFigs[id]));
     }
 
+    // Spent budgets (a lead's teams, an admin's all): redrawn with every data fetch, so an
+    // alert a round raises appears with that round's push.
+    function showAlerts(alerts) {
+      const box = document.getElementById("budget-alerts");
+      const list = document.getElementById("budget-alert-list");
+      if (!box || !list || !alerts) return;
+      list.replaceChildren();
+      alerts.forEach((a) => {
+        const li = document.createElement("li");
+        li.dataset.alert = a.id;
+        li.dataset.action = a.action;
+        const strong = document.createElement("strong");
+        strong.textContent = a.team;
+        li.appendChild(strong);
+        li.appendChild(document.createTextNode(
+          ": budget used up at " + a.at_utc + " UTC (" + a.spent + "). " + a.consequence));
+        list.appendChild(li);
+      });
+      box.hidden = alerts.length === 0;
+    }
+
     function apply(data) {
       drawAll(data.figures, data.budget_figures);
+      showAlerts(data.alerts);
       if (data.latest_round) showRound(data.latest_round);
       text("kpi-power", fmt(data.cluster_power_w, 0));
       text("kpi-queue", data.queue_now);

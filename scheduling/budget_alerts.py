@@ -1,0 +1,138 @@
+"""A team's leads hear when its budget is spent: on the dashboard and by e-mail.
+
+The scheduling round is where a spent budget takes effect (``round.admit`` honours its
+``hard_limit_action``), so the round is also where it is announced: ``record_spent`` turns
+each budget of the round's snapshot whose limit is reached into a ``BudgetAlert``, once per
+budget, hence once per team and period (the row is unique per budget; later rounds find it and
+add nothing). This holds for every action: a ``notify_only`` budget does nothing else, a
+``hold_queue`` or ``pause_jobs`` one also stops work, and its leads learn why.
+
+E-mail goes through Django's mail backend (``EMAIL_BACKEND``) after the round commits, to the
+team's leads with an address. An alert whose e-mail failed keeps ``emailed_at`` empty and is
+sent again after a later round, while its period runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from cluster.choices import Role
+from cluster.models import Budget, BudgetAlert, Membership
+from cluster.queries import teams_led_by
+from scheduling.core import types as core
+from scheduling.core.round import active_budgets
+
+log = logging.getLogger(__name__)
+
+_J_PER_KWH = core.J_PER_KWH
+_G_PER_KG = 1000.0
+
+
+def record_spent(budgets: Iterable[core.Budget], *, now: datetime) -> int:
+    """Create the alert of each budget in force at ``now`` whose limit is reached and that has
+    none yet; returns how many were created. Call it inside the round's transaction."""
+    spent = {
+        int(b.budget_id): b
+        for b in active_budgets(tuple(budgets), now.timestamp())
+        if b.exhausted and b.team is not None
+    }
+    if not spent:
+        return 0
+    known = set(BudgetAlert.objects.filter(budget_id__in=spent).values_list("budget_id", flat=True))
+    alerts = [
+        BudgetAlert(
+            budget=row,
+            team_id=row.team_id,
+            at=now,
+            action=row.hard_limit_action,
+            energy_used_kwh=spent[row.pk].energy_used_j / _J_PER_KWH,
+            energy_limit_kwh=row.energy_limit_kwh,
+            carbon_used_kg=spent[row.pk].co2_used_g / _G_PER_KG,
+            carbon_limit_kg=row.carbon_limit_kg,
+        )
+        for row in Budget.objects.filter(pk__in=set(spent) - known).order_by("pk")
+    ]
+    # The round lock keeps rounds apart; the unique budget column holds regardless.
+    BudgetAlert.objects.bulk_create(alerts, ignore_conflicts=True)
+    return len(alerts)
+
+
+def lead_addresses(team_id: int) -> list[str]:
+    """E-mail addresses of the team's active leads, sorted."""
+    return sorted(
+        {
+            address
+            for address in Membership.objects.filter(
+                team_id=team_id, role=Role.LEAD, user__is_active=True
+            ).values_list("user__email", flat=True)
+            if address
+        }
+    )
+
+
+def unsent(*, now: datetime) -> QuerySet[BudgetAlert]:
+    """Alerts not e-mailed yet whose budget period still runs."""
+    return BudgetAlert.objects.filter(emailed_at__isnull=True, budget__period_end__gt=now)
+
+
+def send_pending(*, now: datetime | None = None) -> int:
+    """E-mail every alert of ``unsent``; returns how many were sent. A team with no lead
+    address is recorded as sent to nobody (and logged)."""
+    now = now or timezone.now()
+    sent = 0
+    for alert in unsent(now=now).select_related("team", "budget").order_by("pk"):
+        to = lead_addresses(alert.team_id)
+        if not to:
+            log.warning("budget alert %s: team %s has no lead with an e-mail", alert.pk, alert.team)
+        else:
+            try:
+                send_mail(_subject(alert), _body(alert), settings.DEFAULT_FROM_EMAIL, to)
+            except Exception:  # a mail server down must not stop the others; retried later
+                log.exception("budget alert %s: e-mail to %s failed", alert.pk, ", ".join(to))
+                continue
+            sent += 1
+        BudgetAlert.objects.filter(pk=alert.pk).update(emailed_to=to, emailed_at=timezone.now())
+    return sent
+
+
+def visible_alerts(user, *, now: datetime) -> QuerySet[BudgetAlert]:
+    """Alerts of budgets whose period still runs, that ``user`` may see: an admin every team's,
+    a lead those of the teams they lead, anyone else none."""
+    alerts = BudgetAlert.objects.filter(budget__period_end__gt=now).select_related("team", "budget")
+    if not (user and user.is_authenticated):
+        return alerts.none()
+    if user.is_staff:
+        return alerts
+    return alerts.filter(team__in=teams_led_by(user))
+
+
+def describe(alert: BudgetAlert) -> str:
+    """What was spent against which limit, in words."""
+    parts = []
+    if alert.energy_limit_kwh is not None:
+        parts.append(f"energy {alert.energy_used_kwh:.1f} of {alert.energy_limit_kwh:g} kWh")
+    if alert.carbon_limit_kg is not None:
+        parts.append(f"carbon {alert.carbon_used_kg:.1f} of {alert.carbon_limit_kg:g} kg CO2e")
+    return ", ".join(parts)
+
+
+def _subject(alert: BudgetAlert) -> str:
+    return f"[Wattflow] {alert.team.name}: budget used up ({describe(alert)})"
+
+
+def _body(alert: BudgetAlert) -> str:
+    budget = alert.budget
+    return (
+        f"The budget of team {alert.team.name} for {budget.period_start:%Y-%m-%d %H:%M} .. "
+        f"{budget.period_end:%Y-%m-%d %H:%M} UTC reached its limit at "
+        f"{alert.at:%Y-%m-%d %H:%M} UTC: {describe(alert)}.\n\n"
+        f"{alert.consequence}\n\n"
+        "You receive this as a lead of the team. Wattflow sends it once per budget period.\n"
+    )

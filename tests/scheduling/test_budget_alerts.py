@@ -1,0 +1,209 @@
+"""A spent budget is announced to its team's leads, once per budget period: on the dashboard
+(leads of the team and admins only) and by e-mail through Django's mail backend (locmem in
+tests: ``mail.outbox``). Live rounds against the real PostgreSQL; time is passed in."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core import mail
+
+from cluster.choices import HardLimitAction, JobState, Role
+from cluster.models import Budget, BudgetAlert, Gpu, Node
+from scheduling import budget_alerts, services
+from scheduling.models import SchedulerSettings
+from telemetry.models import EnergyLedgerEntry
+
+T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+
+
+@pytest.fixture
+def cluster(db, make_node):
+    config = SchedulerSettings.load()
+    config.policy = "fifo"
+    config.round_interval_s = 60
+    config.save()
+    node = make_node("node-01", gpus=8)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0 + timedelta(days=3))
+    return node
+
+
+@pytest.fixture
+def people(make_user, team, other_team, member, admin_user):
+    """Two leads of the team (one without an address), a member, and another team's lead."""
+    return {
+        "lead": make_user("liam_lead", team=team, role=Role.LEAD, email="liam@example.org"),
+        "quiet_lead": make_user("quinn_lead", team=team, role=Role.LEAD),
+        "member": member,
+        "other_lead": make_user(
+            "olga_lead", team=other_team, role=Role.LEAD, email="olga@example.org"
+        ),
+        "admin": admin_user,
+    }
+
+
+def _budget(team, action, *, start=T0 - timedelta(days=1), days=2, **limits):
+    limits = limits or {"energy_limit_kwh": 1.0}
+    return Budget.objects.create(
+        team=team, period_start=start, period_end=start + timedelta(days=days),
+        hard_limit_action=action, **limits,
+    )  # fmt: skip
+
+
+def _spend(team, job, *, hour, kwh=0.0, kg=0.0):
+    EnergyLedgerEntry.objects.create(
+        gpu=Gpu.objects.first(), hour=hour, job=job, team=team, energy_j=kwh * 3.6e6,
+        co2_g=kg * 1000.0, ci_g_per_kwh=0.0, zone="ES",
+    )  # fmt: skip
+
+
+def _job(make_job, member, team):
+    return make_job(
+        owner=member, team=team, min_gpus=2, max_gpus=2, global_batch_size=256,
+        min_batch_size=256, max_batch_size=256, at=T0 - timedelta(minutes=5),
+    )  # fmt: skip
+
+
+def _round(at, capture):
+    with capture(execute=True):
+        result = services.run_scheduling_round(now=at)
+    assert result.ran
+    return result
+
+
+def test_a_spent_notify_only_budget_mails_the_leads_once_per_period(
+    cluster, people, team, make_job, django_capture_on_commit_callbacks
+):
+    # given a notify_only budget of 1 kWh, spent (1.2 kWh), and a queued job of the team
+    budget = _budget(team, HardLimitAction.NOTIFY_ONLY)
+    job = _job(make_job, people["member"], team)
+    _spend(team, job, hour=T0 - timedelta(hours=2), kwh=1.2)
+
+    # when rounds run
+    _round(T0, django_capture_on_commit_callbacks)
+
+    # then the job runs all the same, and the team's leads with an address get one e-mail
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    alert = BudgetAlert.objects.get()
+    assert (alert.budget_id, alert.team_id, alert.at, alert.action) == (
+        budget.pk, team.pk, T0, HardLimitAction.NOTIFY_ONLY,
+    )  # fmt: skip
+    assert (alert.energy_used_kwh, alert.energy_limit_kwh) == (pytest.approx(1.2), 1.0)
+    (message,) = mail.outbox
+    assert message.to == ["liam@example.org"]
+    assert message.subject == "[Wattflow] Vision: budget used up (energy 1.2 of 1 kWh)"
+    assert "this budget only notifies" in message.body
+    assert "2026-11-21 04:00 .. 2026-11-23 04:00 UTC" in message.body
+    assert alert.emailed_to == ["liam@example.org"] and alert.emailed_at is not None
+
+    # and later rounds of the same period, still spent and spending more, add nothing
+    _spend(team, job, hour=T0, kwh=0.5)
+    _round(T0 + MINUTE, django_capture_on_commit_callbacks)
+    _round(T0 + 2 * MINUTE, django_capture_on_commit_callbacks)
+    assert BudgetAlert.objects.count() == 1
+    assert len(mail.outbox) == 1
+
+    # when the next period's budget is spent too, that period gets its own alert and e-mail
+    later = T0 + timedelta(days=1)
+    _budget(team, HardLimitAction.NOTIFY_ONLY, start=later, days=2)
+    _spend(team, job, hour=later, kwh=1.5)
+    _round(later + MINUTE, django_capture_on_commit_callbacks)
+    assert BudgetAlert.objects.count() == 2
+    assert len(mail.outbox) == 2
+
+
+def test_a_budget_not_yet_spent_alerts_nobody(
+    cluster, people, team, make_job, django_capture_on_commit_callbacks
+):
+    _budget(team, HardLimitAction.NOTIFY_ONLY)
+    job = _job(make_job, people["member"], team)
+    _spend(team, job, hour=T0 - timedelta(hours=2), kwh=0.99)
+    _round(T0, django_capture_on_commit_callbacks)
+    assert not BudgetAlert.objects.exists()
+    assert mail.outbox == []
+
+
+@pytest.mark.parametrize(
+    ("action", "consequence"),
+    [
+        (HardLimitAction.HOLD_QUEUE, "No new job starts until the period ends"),
+        (HardLimitAction.PAUSE_JOBS, "Running jobs are paused"),
+    ],
+)
+def test_hold_queue_and_pause_jobs_budgets_alert_the_leads_too(
+    cluster, people, team, make_job, django_capture_on_commit_callbacks, action, consequence
+):
+    # given a carbon budget that stops work when spent, and spent
+    _budget(team, action, energy_limit_kwh=None, carbon_limit_kg=2.0)
+    job = _job(make_job, people["member"], team)
+    _spend(team, job, hour=T0 - timedelta(hours=2), kg=2.5)
+    _round(T0, django_capture_on_commit_callbacks)
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED  # the budget holds it back, as before
+    (message,) = mail.outbox
+    assert message.to == ["liam@example.org"]
+    assert "carbon 2.5 of 2 kg CO2e" in message.subject
+    assert consequence in message.body
+    assert BudgetAlert.objects.get().action == action
+
+
+def test_a_failed_e_mail_is_sent_after_a_later_round(
+    cluster, people, team, make_job, django_capture_on_commit_callbacks, settings
+):
+    # given a mail server that refuses connections (nothing listens on port 1)
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", 1, 2
+    _budget(team, HardLimitAction.NOTIFY_ONLY)
+    job = _job(make_job, people["member"], team)
+    _spend(team, job, hour=T0 - timedelta(hours=2), kwh=2.0)
+
+    # when the round that finds the budget spent cannot send
+    _round(T0, django_capture_on_commit_callbacks)
+
+    # then the alert stands, unsent; and once mail works a later round sends it, once
+    alert = BudgetAlert.objects.get()
+    assert alert.emailed_at is None
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    _round(T0 + MINUTE, django_capture_on_commit_callbacks)
+    _round(T0 + 2 * MINUTE, django_capture_on_commit_callbacks)
+    assert [m.to for m in mail.outbox] == [["liam@example.org"]]
+    alert.refresh_from_db()
+    assert alert.emailed_at is not None
+
+
+def test_the_dashboard_shows_the_alert_to_the_teams_leads_and_admins_only(
+    cluster, people, team, make_job, client, django_capture_on_commit_callbacks
+):
+    # given a spent notify_only budget announced by a round
+    _budget(team, HardLimitAction.NOTIFY_ONLY)
+    job = _job(make_job, people["member"], team)
+    _spend(team, job, hour=T0 - timedelta(hours=2), kwh=1.2)
+    _round(T0, django_capture_on_commit_callbacks)
+    alert = BudgetAlert.objects.get()
+
+    # then while its period runs the team's leads and admins see it, nobody else
+    now = T0 + timedelta(hours=1)
+    seen = {
+        name: list(budget_alerts.visible_alerts(user, now=now).values_list("pk", flat=True))
+        for name, user in people.items()
+    }
+    assert seen == {
+        "lead": [alert.pk], "quiet_lead": [alert.pk], "member": [], "other_lead": [],
+        "admin": [alert.pk],
+    }  # fmt: skip
+    # and after the period it is gone from the dashboard
+    assert not budget_alerts.visible_alerts(people["admin"], now=T0 + timedelta(days=2)).exists()
+
+    # through the page itself (its period runs on the real clock here: move it)
+    Budget.objects.filter(pk=alert.budget_id).update(period_end=datetime(2100, 1, 1, tzinfo=UTC))
+    marker = f'data-alert="{alert.pk}"'
+    for name, expected in [("lead", True), ("member", False), ("other_lead", False)]:
+        client.force_login(people[name])
+        page = client.get("/").content.decode()
+        assert (marker in page) is expected, name
+        if expected:
+            assert "budget used up" in page and "energy 1.2 of 1 kWh" in page
+    client.force_login(people["lead"])
+    data = client.get("/dashboard/data/").json()
+    assert [a["id"] for a in data["alerts"]] == [alert.pk]
