@@ -1,4 +1,5 @@
-"""Pieces every policy shares: queue order, a GPU ledger, and waiting sentences."""
+"""Pieces every policy shares: queue order, a GPU ledger (the count side of
+``placement.FreeGpus``), and waiting sentences."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import bisect
 from collections.abc import Iterable
 
 from scheduling.core.context import JobView, RoundContext
+from scheduling.core.placement import FreeGpus
 from scheduling.core.types import WaitCode, WaitReason
 
 
@@ -15,19 +17,22 @@ def submit_order(jobs: Iterable[JobView]) -> list[JobView]:
 
 
 class GpuLedger:
-    """Free GPUs per GPU model while a policy hands them out."""
+    """Free GPUs per GPU model while a policy hands them out by count (the placer names
+    them afterwards): the count side of the round's ``placement.FreeGpus``, starting
+    from ``ctx.capacity``. ``free`` is that count, by model."""
 
     def __init__(self, ctx: RoundContext) -> None:
-        self.free: dict[str, int] = dict(ctx.capacity)
+        self.gpus = FreeGpus(ctx.free_cluster, counts=ctx.capacity)
+        self.free: dict[str, int] = self.gpus.free
 
     def fits(self, jv: JobView, n: int) -> bool:
-        return self.free.get(jv.gpu_model, 0) >= n
+        return self.gpus.fits(jv.gpu_model, n)
 
     def take(self, jv: JobView, n: int) -> None:
-        self.free[jv.gpu_model] -= n
+        self.gpus.reserve(jv.gpu_model, n)
 
     def give(self, jv: JobView, n: int) -> None:
-        self.free[jv.gpu_model] += n
+        self.gpus.release(jv.gpu_model, n)
 
 
 class FreeForecast:

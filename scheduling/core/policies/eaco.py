@@ -42,7 +42,7 @@ from scheduling.core.colocation import (
     slowdown_of,
 )
 from scheduling.core.context import JobView, RoundContext
-from scheduling.core.free_gpus import FreeGpus
+from scheduling.core.placement import FreeGpus, pick_packed, pick_spread
 from scheduling.core.policies.base import behind_in_queue, submit_order, too_big
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
@@ -56,7 +56,7 @@ def per_gpu_batch(jv: JobView) -> float:
 @register_policy("eaco")
 class Eaco:
     name = "eaco"
-    placement = "first_fit"  # only a fallback: every grant names its GPUs
+    placement = None  # every grant names its GPUs (packed, else spread)
 
     def __init__(
         self,
@@ -182,7 +182,7 @@ class Eaco:
                 index.remove(hid, n)
                 continue
             if fits:
-                picks = free.consolidated(jv.gpu_model, n) or free.spread(jv.gpu_model, n)
+                picks = pick_packed(free, jv.gpu_model, n) or pick_spread(free, jv.gpu_model, n)
                 ids[job.job_id] = free.take(picks)
                 index.add(job.job_id, n)
                 continue

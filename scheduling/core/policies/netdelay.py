@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from scheduling.core.context import JobView, RoundContext
-from scheduling.core.free_gpus import FreeGpus
+from scheduling.core.placement import FreeGpus, pick_packed, pick_spread
 from scheduling.core.policies.base import (
     behind_in_queue,
     expected_free_at,
@@ -57,7 +57,7 @@ def spread_shape(n: int) -> tuple[int, ...]:
 @register_policy("netdelay")
 class NetDelay:
     name = "netdelay"
-    placement = "first_fit"  # only a fallback: every grant names its GPUs
+    placement = None  # every grant names its GPUs (packed, else spread)
 
     def __init__(
         self,
@@ -158,7 +158,7 @@ class NetDelay:
             if n > cap:
                 waiting[job.job_id] = too_big(n, jv.gpu_model, cap)
                 continue
-            picks = free.consolidated(jv.gpu_model, n)
+            picks = pick_packed(free, jv.gpu_model, n)
             if picks is not None:
                 kept[job.job_id] = free.take(picks)
                 continue
@@ -172,9 +172,9 @@ class NetDelay:
                     for v in victims:
                         free.give(kept.pop(v))
                         preempted[v] = job.job_id
-                    kept[job.job_id] = free.take(free.consolidated(jv.gpu_model, n))
+                    kept[job.job_id] = free.take(pick_packed(free, jv.gpu_model, n))
                     continue
-            spread = free.spread(jv.gpu_model, n)
+            spread = pick_spread(free, jv.gpu_model, n)
             if spread is not None and ctx.now_s >= due_s:
                 kept[job.job_id] = free.take(spread)
             elif spread is not None:
@@ -223,7 +223,7 @@ class NetDelay:
         gain = n * (spread_s - cons_s)
         by_node: dict[str, list[str]] = {}
         for jid, ids in kept.items():
-            nodes = {free.node_of[g] for g in ids}
+            nodes = {free.node_of(g) for g in ids}
             # Only jobs already running are preempted, not ones granted this round.
             v = views[jid].job
             settled = v.last_change_s is None or ctx.now_s - v.last_change_s >= (
@@ -233,9 +233,10 @@ class NetDelay:
             if v.is_running and settled and len(nodes) == 1 and same_model:
                 by_node.setdefault(nodes.pop(), []).append(jid)
         best = None
-        for node, jids in sorted(by_node.items()):
-            room = len(free.nodes[node])
-            if free.node_size[node] < n:
+        # Nodes by name (a node is a virtual node of ``FreeGpus``: one GPU model).
+        for node, jids in sorted(by_node.items(), key=lambda t: (free.name[t[0]], t[0])):
+            room = free.free_count[node]
+            if len(free.gpu_ids[node]) < n:
                 continue
             chosen, cost = [], 0.0
             for v in sorted(jids, key=lambda v: (len(kept[v]), v)):

@@ -46,7 +46,7 @@ import random
 from collections.abc import Mapping
 
 from scheduling.core.context import JobView, RoundContext
-from scheduling.core.free_gpus import FreeGpus
+from scheduling.core.placement import FreeGpus, pick_contiguous, pick_spread
 from scheduling.core.policies.base import submit_order, too_big
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
@@ -94,7 +94,7 @@ def learning_rate_for(job, n: int) -> float | None:
 @register_policy("ones")
 class Ones:
     name = "ones"
-    placement = "first_fit"  # only a fallback: every grant names its GPUs
+    placement = None  # every grant names its GPUs (``layout``: contiguous blocks)
 
     def __init__(
         self,
@@ -383,59 +383,23 @@ def layout(
     """GPU ids for ``sizes`` in contiguous blocks, moving as few jobs as possible:
     unchanged jobs stay; shrinking ones keep the start of their block; growing ones
     extend in place when the neighbours are free; the rest, largest first, take the
-    smallest free contiguous run that fits (else the fewest nodes). Takes from ``free``."""
+    smallest free contiguous run that fits (the ``contiguous`` picker), else the fewest
+    nodes (``spread``). Takes from ``free``."""
     out: dict[str, tuple[str, ...]] = {}
-    order = [g for v in free.nodes if free.node_model.get(v) == model for g in free.nodes[v]]
-    pos = {g: i for i, g in enumerate(order)}
     moving = []
     for jv in jobs:
         jid, n = jv.job.job_id, sizes.get(jv.job.job_id, 0)
         cur = jv.job.allocation.gpu_ids if jv.job.allocation else ()
         if n <= 0:
             continue
-        cur = tuple(sorted((g for g in cur if g in pos), key=pos.__getitem__))
+        # Its GPUs of this model that still exist, in node/index order.
+        cur = tuple(sorted((g for g in cur if free.has(g, model)), key=free.where.__getitem__))
         if cur and len(cur) >= n and free.valid(cur[:n], model):
             out[jid] = free.take(cur[:n])
         else:
             moving.append((jv, n, cur))
     for jv, n, cur in sorted(moving, key=lambda t: (-t[1], t[0].job.job_id)):
-        picks = _grow_in_place(free, order, pos, cur, n) if cur else None
-        if picks is None:
-            picks = _best_run(free, order, n) or free.spread(model, n)
+        picks = pick_contiguous(free, model, n, cur) or pick_spread(free, model, n)
         if picks is not None:
             out[jv.job.job_id] = free.take(picks)
     return out
-
-
-def _is_free(free: FreeGpus, g: str) -> bool:
-    return g in free.nodes[free.node_of[g]]
-
-
-def _grow_in_place(free, order, pos, cur, n) -> tuple[str, ...] | None:
-    if not free.valid(cur, free.model_of[cur[0]]):
-        return None
-    lo = pos[cur[0]]
-    for start in range(max(lo - (n - len(cur)), 0), lo + 1):
-        window = order[start : start + n]
-        if len(window) == n and set(cur) <= set(window) and all(_is_free(free, g) for g in window):
-            if len({free.node_of[g] for g in window}) == len({free.node_of[g] for g in cur}):
-                return tuple(window)
-    return None
-
-
-def _best_run(free: FreeGpus, order: list[str], n: int) -> tuple[str, ...] | None:
-    """Smallest run of consecutive free GPUs inside one node that holds ``n``."""
-    best = None
-    run: list[str] = []
-    for g in [*order, None]:
-        if (
-            g is not None
-            and _is_free(free, g)
-            and (not run or free.node_of[run[-1]] == free.node_of[g])
-        ):
-            run.append(g)
-            continue
-        if len(run) >= n and (best is None or len(run) < len(best)):
-            best = run
-        run = [g] if g is not None and _is_free(free, g) else []
-    return tuple(best[:n]) if best else None
