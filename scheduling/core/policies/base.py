@@ -1,19 +1,60 @@
-"""Pieces every policy shares: queue order, a GPU ledger (the count side of
-``placement.FreeGpus``), and waiting sentences."""
+"""Pieces every policy shares: the queue order and the queue loop, a GPU ledger (the
+count side of ``placement.FreeGpus``), per-job helpers, and waiting sentences."""
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.placement import FreeGpus
-from scheduling.core.types import WaitCode, WaitReason
+from scheduling.core.types import Job, WaitCode, WaitReason
 
 
 def submit_order(jobs: Iterable[JobView]) -> list[JobView]:
     """First come, first served; ties by job id so the order is total."""
     return sorted(jobs, key=lambda jv: (jv.job.submit_time_s, jv.job.job_id))
+
+
+def running_first(queue: Sequence[JobView]) -> list[JobView]:
+    """Running jobs ahead of waiting ones, each part in ``queue``'s order."""
+    return [jv for jv in queue if jv.job.is_running] + [jv for jv in queue if not jv.job.is_running]
+
+
+def serve_queue(
+    ctx: RoundContext,
+    queue: Sequence[JobView],
+    start: Callable[[int, JobView, int], WaitReason | None],
+) -> dict[str, WaitReason]:
+    """The queue loop: walk ``queue`` in order; a job that asks for more GPUs than its
+    model's capacity waits as too big, every other one is offered to ``start(position,
+    job, requested GPUs)``, which starts it (returns None) or says why it waits. The
+    reasons, by job.
+
+    Policies extend the loop through ``start`` (FIFO's strict order or backfilling,
+    EaCO's co-location, netdelay's delay timers and preemption, Tiresias' ranks)."""
+    waiting: dict[str, WaitReason] = {}
+    for pos, jv in enumerate(queue):
+        n = jv.job.requested_gpus
+        cap = ctx.capacity[jv.gpu_model]
+        if n > cap:
+            waiting[jv.job.job_id] = too_big(n, jv.gpu_model, cap)
+            continue
+        reason = start(pos, jv, n)
+        if reason is not None:
+            waiting[jv.job.job_id] = reason
+    return waiting
+
+
+def waiting_since_s(job: Job) -> float:
+    """When a job last changed (stopped, started, resized), else when it was submitted."""
+    return job.last_change_s if job.last_change_s is not None else job.submit_time_s
+
+
+def per_gpu_batch(job: Job) -> float:
+    """A job's per-GPU batch: ``Job.per_gpu_batch``, else its submitted global batch
+    over its requested GPUs."""
+    return float(job.per_gpu_batch or job.global_batch / max(job.requested_gpus, 1))
 
 
 class GpuLedger:

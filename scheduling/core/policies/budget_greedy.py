@@ -141,7 +141,7 @@ from scheduling.core.pacing import (
     paced_co2_allowance_g,
     paced_energy_allowance_j,
 )
-from scheduling.core.placement import buddy_sizes
+from scheduling.core.placement import job_buddy_sizes
 from scheduling.core.policies.base import FreeForecast, GpuLedger
 from scheduling.core.policies.budget_price import price_round
 from scheduling.core.pricing import hull_choice, lower_hull
@@ -288,11 +288,7 @@ class BudgetGreedy:
             return hit
         cap = ctx.capacity[jv.gpu_model]
         if self.placement == "buddy":
-            sizes = tuple(
-                s
-                for s in buddy_sizes(ctx.node_gpus[jv.gpu_model], cap)
-                if job.min_gpus <= s <= max(job.max_gpus, job.min_gpus)
-            )
+            sizes = job_buddy_sizes(job, ctx.node_gpus[jv.gpu_model], cap)
         else:
             sizes = tuple(range(job.min_gpus, min(max(job.max_gpus, job.min_gpus), cap) + 1))
         if not sizes:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import heapq
 
 from scheduling.core.context import RoundContext
-from scheduling.core.placement import buddy_sizes
-from scheduling.core.policies.base import FreeForecast, GpuLedger, submit_order
+from scheduling.core.placement import job_buddy_sizes
+from scheduling.core.policies.base import FreeForecast, GpuLedger, running_first, submit_order
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -33,10 +33,7 @@ class Elastic:
         self.placement = placement
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
-        queue = submit_order(ctx.jobs)
-        queue = [jv for jv in queue if jv.job.is_running] + [
-            jv for jv in queue if not jv.job.is_running
-        ]
+        queue = running_first(submit_order(ctx.jobs))
         ledger = GpuLedger(ctx)
         sizes_of: dict[str, tuple[int, ...]] = {}
         level: dict[str, int] = {}
@@ -51,12 +48,7 @@ class Elastic:
 
         for jv in queue:
             job = jv.job
-            hi = max(job.max_gpus, job.min_gpus)
-            sizes = tuple(
-                s
-                for s in buddy_sizes(ctx.node_gpus[jv.gpu_model], ctx.capacity[jv.gpu_model])
-                if job.min_gpus <= s <= hi
-            ) or (job.min_gpus,)
+            sizes = job_buddy_sizes(job, ctx.node_gpus[jv.gpu_model], ctx.capacity[jv.gpu_model])
             if not ledger.fits(jv, sizes[0]):
                 blocked.append(jv)
                 continue

@@ -13,8 +13,9 @@ from scheduling.core.policies.base import (
     GpuLedger,
     behind_in_queue,
     expected_free_at,
+    running_first,
+    serve_queue,
     submit_order,
-    too_big,
 )
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitReason
@@ -56,30 +57,24 @@ class Fifo:
         """Grant jobs in submit order (running ones first unless ``preemptive``)."""
         queue = submit_order(ctx.jobs)
         if not self.preemptive:
-            queue = [jv for jv in queue if jv.job.is_running] + [
-                jv for jv in queue if not jv.job.is_running
-            ]
+            queue = running_first(queue)
         ledger = GpuLedger(ctx)
         grants: list[Grant] = []
         running: list[tuple] = []
-        waiting: dict[str, WaitReason] = {}
         blocked = False
-        for pos, jv in enumerate(queue):
-            job = jv.job
-            n = job.requested_gpus
-            if n > ctx.capacity[jv.gpu_model]:
-                waiting[job.job_id] = too_big(n, jv.gpu_model, ctx.capacity[jv.gpu_model])
-                continue
+
+        def start(pos: int, jv: JobView, n: int) -> WaitReason | None:
+            nonlocal blocked
             if (blocked and not self.backfill) or not ledger.fits(jv, n):
                 until = None if blocked else expected_free_at(ctx, running, jv, n)
-                waiting[job.job_id] = behind_in_queue(
-                    pos, n, jv.gpu_model, ledger.free[jv.gpu_model], until
-                )
                 blocked = True
-                continue
+                return behind_in_queue(pos, n, jv.gpu_model, ledger.free[jv.gpu_model], until)
             ledger.take(jv, n)
             batch, clock, limit = self._knobs(ctx, jv, n)
-            grants.append(Grant(job.job_id, n, batch, jv.gpu_model, clock, limit))
+            grants.append(Grant(jv.job.job_id, n, batch, jv.gpu_model, clock, limit))
             est = ctx.estimate(jv, n, batch, clock, limit)
             running.append((jv, n, est.remaining_s))
+            return None
+
+        waiting = serve_queue(ctx, queue, start)
         return PolicyDecision(grants=tuple(grants), waiting=waiting)

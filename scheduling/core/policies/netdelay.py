@@ -42,8 +42,9 @@ from scheduling.core.placement import FreeGpus, pick_packed, pick_spread
 from scheduling.core.policies.base import (
     behind_in_queue,
     expected_free_at,
+    serve_queue,
     submit_order,
-    too_big,
+    waiting_since_s,
 )
 from scheduling.core.registry import register_policy
 from scheduling.core.types import GpuConfig, Grant, PolicyDecision, WaitCode, WaitReason
@@ -104,11 +105,6 @@ class NetDelay:
     def timer_s(self, sigma: float, per_sensitivity_s: float) -> float:
         return min(self.max_delay_s, per_sensitivity_s * sigma)
 
-    @staticmethod
-    def waiting_since_s(jv: JobView) -> float:
-        job = jv.job
-        return job.last_change_s if job.last_change_s is not None else job.submit_time_s
-
     # --- the round ---------------------------------------------------------------------
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
@@ -139,7 +135,6 @@ class NetDelay:
         free = FreeGpus(ctx.free_cluster)
         queue = submit_order(ctx.jobs)
         kept: dict[str, tuple[str, ...]] = {}
-        waiting: dict[str, WaitReason] = {}
         pending = []
         for jv in queue:
             cur = jv.job.allocation.gpu_ids if jv.job.allocation else ()
@@ -151,20 +146,16 @@ class NetDelay:
         preempted: dict[str, str] = {}
         # Jobs netdelay preempted never preempt others in turn: that cascades.
         victims_before = {j for j in state.get("victims", []) if j in views}
-        for pos, jv in enumerate(pending):
+
+        def start(pos: int, jv: JobView, n: int) -> WaitReason | None:
             job = jv.job
-            n = job.requested_gpus
-            cap = ctx.capacity[jv.gpu_model]
-            if n > cap:
-                waiting[job.job_id] = too_big(n, jv.gpu_model, cap)
-                continue
             picks = pick_packed(free, jv.gpu_model, n)
             if picks is not None:
                 kept[job.job_id] = free.take(picks)
-                continue
+                return None
             sigma = self.sensitivity(ctx, jv, n)
             timer = self.timer_s(sigma, per_sigma_s)
-            due_s = self.waiting_since_s(jv) + timer
+            due_s = waiting_since_s(job) + timer
             may_preempt = job.job_id not in victims_before and ctx.now_s >= due_s
             if self.preempt and may_preempt and sigma >= self.preempt_min_sensitivity:
                 victims = self._victims(ctx, jv, n, sigma, free, kept, views)
@@ -173,22 +164,22 @@ class NetDelay:
                         free.give(kept.pop(v))
                         preempted[v] = job.job_id
                     kept[job.job_id] = free.take(pick_packed(free, jv.gpu_model, n))
-                    continue
+                    return None
             spread = pick_spread(free, jv.gpu_model, n)
             if spread is not None and ctx.now_s >= due_s:
                 kept[job.job_id] = free.take(spread)
-            elif spread is not None:
-                waiting[job.job_id] = WaitReason(
+                return None
+            if spread is not None:
+                return WaitReason(
                     WaitCode.DELAYED_FOR_LOCALITY,
                     f"Waiting: {n} GPUs are free but not on one node; its network "
                     f"sensitivity is {sigma:.0%}, so it waits up to {timer:.0f} s for a "
                     "consolidated placement before it accepts a spread one.",
                     until_s=due_s,
                 )
-            else:
-                waiting[job.job_id] = behind_in_queue(
-                    pos, n, jv.gpu_model, free.count(jv.gpu_model)
-                )
+            return behind_in_queue(pos, n, jv.gpu_model, free.count(jv.gpu_model))
+
+        waiting = serve_queue(ctx, pending, start)
         for v, by in preempted.items():
             waiting[v] = WaitReason(
                 WaitCode.PREEMPTED,

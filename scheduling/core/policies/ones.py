@@ -47,22 +47,23 @@ from collections.abc import Mapping
 
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.placement import FreeGpus, pick_contiguous, pick_spread
-from scheduling.core.policies.base import submit_order, too_big
+from scheduling.core.policies.base import per_gpu_batch, submit_order, too_big
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
 Individual = dict[str, int]
 
 
-def per_gpu_batch(job) -> int:
-    return int(job.per_gpu_batch or max(job.global_batch // max(job.requested_gpus, 1), 1))
+def whole_per_gpu_batch(job) -> int:
+    """The job's per-GPU batch (``base.per_gpu_batch``) in whole samples, at least one."""
+    return max(int(per_gpu_batch(job)), 1)
 
 
 def global_batch_for(job, n: int) -> int:
     """Global batch on ``n`` GPUs: ``n * b``, capped where the linearly scaled learning
     rate would exceed ``max_lr``, and kept inside the job's ``min_batch..max_batch``
     when it states one."""
-    b = per_gpu_batch(job)
+    b = whole_per_gpu_batch(job)
     batch = n * b
     if job.base_lr and job.max_lr:
         ref = job.requested_gpus * b  # base_lr belongs to the requested global batch
@@ -87,7 +88,7 @@ def learning_rate_for(job, n: int) -> float | None:
     """Linearly scaled learning rate at ``n`` GPUs (None if the job gives none)."""
     if not job.base_lr:
         return None
-    lr = job.base_lr * global_batch_for(job, n) / (job.requested_gpus * per_gpu_batch(job))
+    lr = job.base_lr * global_batch_for(job, n) / (job.requested_gpus * whole_per_gpu_batch(job))
     return min(lr, job.max_lr) if job.max_lr else lr
 
 
