@@ -1,14 +1,29 @@
-"""Pieces every policy shares: the queue order and the queue loop, a GPU ledger (the
-count side of ``placement.FreeGpus``), per-job helpers, and waiting sentences."""
+"""Pieces every policy shares: the queue order (with ``Job.priority``) and the queue
+loop, a GPU ledger (the count side of ``placement.FreeGpus``), per-job helpers, and
+waiting sentences.
+
+**Priority.** ``Job.priority`` (an int, default 0) orders the jobs a policy considers
+for starting: a higher priority goes first, and jobs of equal priority keep the order
+the policy gives them (submit order, Tiresias' service queues, shortest remaining
+first, ...). Policies that keep running jobs ahead of waiting ones (non-preemptive
+FIFO, EaCO, ElasticFlow, the budget greedy) order only the waiting jobs by priority, so
+a high-priority job never stops a running one there; preemptive ones (Tiresias,
+``fifo(preemptive=True)``) order every job, so it may. ``by_priority`` is the one
+place this is defined; with all priorities equal it changes nothing. See
+docs/scheduling.md.
+"""
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.placement import FreeGpus
 from scheduling.core.types import Job, WaitCode, WaitReason
+
+T = TypeVar("T")
 
 
 def submit_order(jobs: Iterable[JobView]) -> list[JobView]:
@@ -19,6 +34,36 @@ def submit_order(jobs: Iterable[JobView]) -> list[JobView]:
 def running_first(queue: Sequence[JobView]) -> list[JobView]:
     """Running jobs ahead of waiting ones, each part in ``queue``'s order."""
     return [jv for jv in queue if jv.job.is_running] + [jv for jv in queue if not jv.job.is_running]
+
+
+def by_priority(
+    items: Iterable[T],
+    job_of: Callable[[T], Job] = lambda jv: jv.job,  # type: ignore[attr-defined]
+    *,
+    keep_running_ahead: bool = False,
+) -> list[T]:
+    """``items`` (job views, or anything ``job_of`` maps to a ``Job``) with a higher
+    ``Job.priority`` first; a stable sort, so equal priorities keep the given order.
+
+    With ``keep_running_ahead`` the running jobs keep their places ahead of the rest
+    (``items`` must already list them first) and only the others are reordered."""
+
+    def key(item: T) -> tuple[int, int]:
+        job = job_of(item)
+        if keep_running_ahead and job.is_running:
+            return (0, 0)
+        return (1, -job.priority)
+
+    return sorted(items, key=key)
+
+
+def queue_order(jobs: Iterable[JobView], *, keep_running: bool) -> list[JobView]:
+    """Submit order, by priority (see the module docstring); with ``keep_running`` the
+    running jobs first."""
+    queue = submit_order(jobs)
+    if keep_running:
+        return by_priority(running_first(queue), keep_running_ahead=True)
+    return by_priority(queue)
 
 
 def serve_queue(

@@ -43,7 +43,13 @@ from scheduling.core.colocation import (
 )
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.placement import FreeGpus, pick_packed, pick_spread
-from scheduling.core.policies.base import behind_in_queue, per_gpu_batch, serve_queue, submit_order
+from scheduling.core.policies.base import (
+    behind_in_queue,
+    by_priority,
+    per_gpu_batch,
+    serve_queue,
+    submit_order,
+)
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -98,7 +104,8 @@ class Eaco:
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
         """Keep running jobs, separate pairs observed over tolerance, then serve the
-        queue in submit order, exclusively or by co-locating (module docstring)."""
+        queue in submit order (a higher ``Job.priority`` first), exclusively or by
+        co-locating (module docstring)."""
         history: dict[str, list[float]] = {
             k: list(v) for k, v in ctx.policy_state.get("history", {}).items()
         }
@@ -106,7 +113,7 @@ class Eaco:
         views = {jv.job.job_id: jv for jv in ctx.jobs}
         queue = submit_order(ctx.jobs)
         running = [jv for jv in queue if jv.job.is_running]
-        waiting_jobs = [jv for jv in queue if not jv.job.is_running]
+        waiting_jobs = by_priority(jv for jv in queue if not jv.job.is_running)
 
         ids: dict[str, tuple[str, ...]] = {}  # job -> GPUs, in grant order
         slow: dict[str, float] = {}

@@ -2,12 +2,13 @@
 style; reconstructed: neither system's code is used).
 
 Every admitted job first gets its smallest buddy GPU count (>= ``min_gpus``), running
-jobs first, then waiting ones in submit order, always at full clock and its submitted
-batch. The spare GPUs then go, one step at a time, to the job whose next buddy size
-adds the most *normalised speedup per extra GPU*: speedup(n) = T(n_min) / T(n), with T
-the predicted remaining time (plus ``restart_s`` when the count changes for a running
-job), as Pollux normalises throughput to a job's minimal allocation. A max-heap serves
-the best step while GPUs last and the step still gains more than ``min_gain``.
+jobs first, then waiting ones in submit order (a higher ``Job.priority`` first), always
+at full clock and its submitted batch. The spare GPUs then go, one step at a time, to
+the job whose next buddy size adds the most *normalised speedup per extra GPU*:
+speedup(n) = T(n_min) / T(n), with T the predicted remaining time (plus ``restart_s``
+when the count changes for a running job), as Pollux normalises throughput to a job's
+minimal allocation. A max-heap serves the best step while GPUs last and the step still
+gains more than ``min_gain``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import heapq
 
 from scheduling.core.context import RoundContext
 from scheduling.core.placement import job_buddy_sizes
-from scheduling.core.policies.base import FreeForecast, GpuLedger, running_first, submit_order
+from scheduling.core.policies.base import FreeForecast, GpuLedger, queue_order
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -33,7 +34,7 @@ class Elastic:
         self.placement = placement
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
-        queue = running_first(submit_order(ctx.jobs))
+        queue = queue_order(ctx.jobs, keep_running=True)
         ledger = GpuLedger(ctx)
         sizes_of: dict[str, tuple[int, ...]] = {}
         level: dict[str, int] = {}

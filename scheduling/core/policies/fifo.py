@@ -4,6 +4,7 @@ Jobs run in submit order with exactly the GPUs they asked for, at the maximum cl
 (or a fixed one, see ``fifo_lowclock``), at their submitted batch. By default it is
 non-preemptive (a running job keeps running) and strict (the first job that does not
 fit blocks everyone behind it); ``backfill=True`` lets later jobs that fit go ahead.
+Among the jobs it may start, a higher ``Job.priority`` goes first (``base.queue_order``).
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from scheduling.core.policies.base import (
     GpuLedger,
     behind_in_queue,
     expected_free_at,
-    running_first,
+    queue_order,
     serve_queue,
-    submit_order,
 )
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitReason
@@ -54,10 +54,9 @@ class Fifo:
         return jv.job.global_batch, self._clock(jv.perf.clocks_mhz), self.power_limit_w
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
-        """Grant jobs in submit order (running ones first unless ``preemptive``)."""
-        queue = submit_order(ctx.jobs)
-        if not self.preemptive:
-            queue = running_first(queue)
+        """Grant jobs in submit order (running ones first unless ``preemptive``), a
+        higher ``Job.priority`` first among the jobs it may start (``queue_order``)."""
+        queue = queue_order(ctx.jobs, keep_running=not self.preemptive)
         ledger = GpuLedger(ctx)
         grants: list[Grant] = []
         running: list[tuple] = []

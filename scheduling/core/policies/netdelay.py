@@ -9,7 +9,8 @@ Sharma et al., "GPU Cluster Scheduling for Network-Sensitive Deep Learning", arX
   as possible, with the inter-node part scaled by the ``congestion`` the scheduler
   assumes (as the simulator does). Jobs that fit no single node have ``sigma = 0``:
   they cross nodes either way.
-- **Delay scheduling.** Jobs are served in submit order, running jobs keep their GPUs.
+- **Delay scheduling.** Jobs are served in submit order (a higher ``Job.priority``
+  first), running jobs keep their GPUs.
   A job whose consolidated placement is free takes it. Otherwise it waits (reason
   ``DELAYED_FOR_LOCALITY``) until its timer, ``min(max_delay_s,
   delay_per_sensitivity_s * sigma)`` seconds after it started waiting, has run out,
@@ -41,6 +42,7 @@ from scheduling.core.context import JobView, RoundContext
 from scheduling.core.placement import FreeGpus, pick_packed, pick_spread
 from scheduling.core.policies.base import (
     behind_in_queue,
+    by_priority,
     expected_free_at,
     serve_queue,
     submit_order,
@@ -179,7 +181,7 @@ class NetDelay:
                 )
             return behind_in_queue(pos, n, jv.gpu_model, free.count(jv.gpu_model))
 
-        waiting = serve_queue(ctx, pending, start)
+        waiting = serve_queue(ctx, by_priority(pending), start)
         for v, by in preempted.items():
             waiting[v] = WaitReason(
                 WaitCode.PREEMPTED,

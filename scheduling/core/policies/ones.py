@@ -21,9 +21,10 @@ Each round runs ``generations`` generations of:
   ``crossover_p`` = 0.5), respecting each job's size cap;
 - **mutation**: with probability ``mutation_p`` = 0.3 a random job is dropped (0 GPUs);
 - **padding**: every job without GPUs gets one (or its ``min_gpus``, never fewer) while
-  GPUs last (submit order); if none is left, the largest job that has run longer than
-  ``long_running_s`` is halved (not below its minimum) to make room; then spare GPUs
-  top up jobs shortest-remaining-first up to their caps;
+  GPUs last (submit order, a higher ``Job.priority`` first); if none is left, the
+  largest job that has run longer than ``long_running_s`` is halved (not below its
+  minimum) to make room; then spare GPUs top up jobs shortest-remaining-first up to
+  their caps;
 - **fitness** (lower is better): total remaining GPU-time, ``sum n * T(n)`` over jobs
   that run plus ``r * T(r)`` for those that wait (``r`` their request), with ``T`` the
   perf model's remaining time at the batch that ``n`` implies.
@@ -47,7 +48,7 @@ from collections.abc import Mapping
 
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.placement import FreeGpus, pick_contiguous, pick_spread
-from scheduling.core.policies.base import per_gpu_batch, submit_order, too_big
+from scheduling.core.policies.base import by_priority, per_gpu_batch, submit_order, too_big
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -157,7 +158,7 @@ class Ones:
         rng = random.Random(f"{self.seed}:{generation}")
         by_model: dict[str, list[JobView]] = {}
         waiting: dict[str, WaitReason] = {}
-        for jv in submit_order(ctx.jobs):
+        for jv in by_priority(submit_order(ctx.jobs)):  # padding order
             if floor_gpus(jv.job) > ctx.capacity[jv.gpu_model]:
                 cap = ctx.capacity[jv.gpu_model]
                 waiting[jv.job.job_id] = too_big(floor_gpus(jv.job), jv.gpu_model, cap)

@@ -8,6 +8,7 @@ queue. It is preemptive (a job that drops to a lower-priority queue can be stopp
 one that has had less service) and work-conserving (a later job that fits runs when an
 earlier one does not). A job that has waited ``starvation_s`` since it last ran is
 promoted to the first queue. Jobs run with the GPUs they asked for, at full clock.
+A higher ``Job.priority`` goes ahead of every queue (``base.by_priority``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from __future__ import annotations
 import bisect
 
 from scheduling.core.context import JobView, RoundContext
-from scheduling.core.policies.base import FreeForecast, GpuLedger, serve_queue, waiting_since_s
+from scheduling.core.policies.base import (
+    FreeForecast,
+    GpuLedger,
+    by_priority,
+    serve_queue,
+    waiting_since_s,
+)
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -46,9 +53,12 @@ class Tiresias:
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
         """Grant jobs by (queue, submit time) while GPUs last; others wait or are preempted."""
-        ranked = sorted(
-            ctx.jobs,
-            key=lambda jv: (self.queue_of(jv, ctx.now_s), jv.job.submit_time_s, jv.job.job_id),
+        # Preemptive: every job is reconsidered, a higher Job.priority first.
+        ranked = by_priority(
+            sorted(
+                ctx.jobs,
+                key=lambda jv: (self.queue_of(jv, ctx.now_s), jv.job.submit_time_s, jv.job.job_id),
+            )
         )
         ledger = GpuLedger(ctx)
         grants: list[Grant] = []
