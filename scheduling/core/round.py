@@ -28,7 +28,7 @@ from dataclasses import replace
 
 from scheduling.core.colocation import slowed_power_w
 from scheduling.core.context import Estimate, JobView, PerfCache, RoundContext
-from scheduling.core.placement import PLACERS, PlacementRequest
+from scheduling.core.placement import PLACERS, PlacementRequest, PlacementResult
 from scheduling.core.registry import get_policy
 from scheduling.core.types import (
     J_PER_KWH,
@@ -296,7 +296,7 @@ def allocate(ctx: RoundContext, policy: Policy) -> PolicyDecision:
 
 
 def place(
-    ctx: RoundContext, decision: PolicyDecision, *, placement: str
+    ctx: RoundContext, decision: PolicyDecision, *, placement: str | None
 ) -> tuple[dict[str, Allocation], dict[str, WaitReason]]:
     jobs = {jv.job.job_id: jv.job for jv in ctx.jobs}
     requests = []
@@ -313,7 +313,15 @@ def place(
         # The placer shares the cluster with grants that named their GPUs: it sees
         # only the rest (block alignment is then relative to what is left).
         cluster = _without(cluster, named)
-    result = PLACERS[placement](cluster, requests)
+    if placement is None:
+        if requests:
+            raise PolicyContractError(
+                f"grants without GPU ids ({requests[0].job_id}, ...) from a policy that "
+                "names its GPUs itself (placement None)"
+            )
+        result = PlacementResult({}, ())
+    else:
+        result = PLACERS[placement](cluster, requests)
     # Pinned jobs keep exactly what they run (see ``admit``).
     allocations: dict[str, Allocation] = {jv.job.job_id: jv.job.allocation for jv in ctx.pinned}
     for g in decision.grants:

@@ -372,13 +372,16 @@ class Policy(Protocol):
     - any state it needs next round goes in ``PolicyDecision.policy_state`` and must be
       JSON-serialisable, because the service runs each round in a fresh process.
 
-    ``placement`` is ``"buddy"`` (aligned power-of-two blocks, network packing) or
-    ``"first_fit"``. A grant with explicit ``gpu_ids`` bypasses the placer. A policy
+    ``placement`` names the round's placer (``scheduling.core.placement.PLACERS``):
+    ``"buddy"`` (aligned power-of-two blocks, network packing) or ``"first_fit"``. A
+    grant with explicit ``gpu_ids`` bypasses the placer; a policy that names the GPUs
+    of every grant itself declares ``placement = None`` (no placer runs for it, and a
+    grant without ``gpu_ids`` is a contract error). A policy
     with ``max_jobs_per_gpu > 1`` (optional attribute, default 1) may give one GPU to
     that many grants; GPU capacity is then counted in distinct GPUs.
     """
 
     name: str
-    placement: str
+    placement: str | None
 
     def allocate(self, ctx: Any) -> PolicyDecision: ...

@@ -1,12 +1,29 @@
-"""Pieces every policy shares: queue order, a GPU ledger, and waiting sentences."""
+"""Pieces every policy shares: the queue order (with ``Job.priority``) and the queue
+loop, a GPU ledger (the count side of ``placement.FreeGpus``), per-job helpers, and
+waiting sentences.
+
+**Priority.** ``Job.priority`` (an int, default 0) orders the jobs a policy considers
+for starting: a higher priority goes first, and jobs of equal priority keep the order
+the policy gives them (submit order, Tiresias' service queues, shortest remaining
+first, ...). Policies that keep running jobs ahead of waiting ones (non-preemptive
+FIFO, EaCO, ElasticFlow, the budget greedy) order only the waiting jobs by priority, so
+a high-priority job never stops a running one there; preemptive ones (Tiresias,
+``fifo(preemptive=True)``) order every job, so it may. ``by_priority`` is the one
+place this is defined; with all priorities equal it changes nothing. See
+docs/scheduling.md.
+"""
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from scheduling.core.context import JobView, RoundContext
-from scheduling.core.types import WaitCode, WaitReason
+from scheduling.core.placement import FreeGpus
+from scheduling.core.types import Job, WaitCode, WaitReason
+
+T = TypeVar("T")
 
 
 def submit_order(jobs: Iterable[JobView]) -> list[JobView]:
@@ -14,20 +31,94 @@ def submit_order(jobs: Iterable[JobView]) -> list[JobView]:
     return sorted(jobs, key=lambda jv: (jv.job.submit_time_s, jv.job.job_id))
 
 
+def running_first(queue: Sequence[JobView]) -> list[JobView]:
+    """Running jobs ahead of waiting ones, each part in ``queue``'s order."""
+    return [jv for jv in queue if jv.job.is_running] + [jv for jv in queue if not jv.job.is_running]
+
+
+def by_priority(
+    items: Iterable[T],
+    job_of: Callable[[T], Job] = lambda jv: jv.job,  # type: ignore[attr-defined]
+    *,
+    keep_running_ahead: bool = False,
+) -> list[T]:
+    """``items`` (job views, or anything ``job_of`` maps to a ``Job``) with a higher
+    ``Job.priority`` first; a stable sort, so equal priorities keep the given order.
+
+    With ``keep_running_ahead`` the running jobs keep their places ahead of the rest
+    (``items`` must already list them first) and only the others are reordered."""
+
+    def key(item: T) -> tuple[int, int]:
+        job = job_of(item)
+        if keep_running_ahead and job.is_running:
+            return (0, 0)
+        return (1, -job.priority)
+
+    return sorted(items, key=key)
+
+
+def queue_order(jobs: Iterable[JobView], *, keep_running: bool) -> list[JobView]:
+    """Submit order, by priority (see the module docstring); with ``keep_running`` the
+    running jobs first."""
+    queue = submit_order(jobs)
+    if keep_running:
+        return by_priority(running_first(queue), keep_running_ahead=True)
+    return by_priority(queue)
+
+
+def serve_queue(
+    ctx: RoundContext,
+    queue: Sequence[JobView],
+    start: Callable[[int, JobView, int], WaitReason | None],
+) -> dict[str, WaitReason]:
+    """The queue loop: walk ``queue`` in order; a job that asks for more GPUs than its
+    model's capacity waits as too big, every other one is offered to ``start(position,
+    job, requested GPUs)``, which starts it (returns None) or says why it waits. The
+    reasons, by job.
+
+    Policies extend the loop through ``start`` (FIFO's strict order or backfilling,
+    EaCO's co-location, netdelay's delay timers and preemption, Tiresias' ranks)."""
+    waiting: dict[str, WaitReason] = {}
+    for pos, jv in enumerate(queue):
+        n = jv.job.requested_gpus
+        cap = ctx.capacity[jv.gpu_model]
+        if n > cap:
+            waiting[jv.job.job_id] = too_big(n, jv.gpu_model, cap)
+            continue
+        reason = start(pos, jv, n)
+        if reason is not None:
+            waiting[jv.job.job_id] = reason
+    return waiting
+
+
+def waiting_since_s(job: Job) -> float:
+    """When a job last changed (stopped, started, resized), else when it was submitted."""
+    return job.last_change_s if job.last_change_s is not None else job.submit_time_s
+
+
+def per_gpu_batch(job: Job) -> float:
+    """A job's per-GPU batch: ``Job.per_gpu_batch``, else its submitted global batch
+    over its requested GPUs."""
+    return float(job.per_gpu_batch or job.global_batch / max(job.requested_gpus, 1))
+
+
 class GpuLedger:
-    """Free GPUs per GPU model while a policy hands them out."""
+    """Free GPUs per GPU model while a policy hands them out by count (the placer names
+    them afterwards): the count side of the round's ``placement.FreeGpus``, starting
+    from ``ctx.capacity``. ``free`` is that count, by model."""
 
     def __init__(self, ctx: RoundContext) -> None:
-        self.free: dict[str, int] = dict(ctx.capacity)
+        self.gpus = FreeGpus(ctx.free_cluster, counts=ctx.capacity)
+        self.free: dict[str, int] = self.gpus.free
 
     def fits(self, jv: JobView, n: int) -> bool:
-        return self.free.get(jv.gpu_model, 0) >= n
+        return self.gpus.fits(jv.gpu_model, n)
 
     def take(self, jv: JobView, n: int) -> None:
-        self.free[jv.gpu_model] -= n
+        self.gpus.reserve(jv.gpu_model, n)
 
     def give(self, jv: JobView, n: int) -> None:
-        self.free[jv.gpu_model] += n
+        self.gpus.release(jv.gpu_model, n)
 
 
 class FreeForecast:

@@ -141,8 +141,8 @@ from scheduling.core.pacing import (
     paced_co2_allowance_g,
     paced_energy_allowance_j,
 )
-from scheduling.core.placement import buddy_sizes
-from scheduling.core.policies.base import FreeForecast, GpuLedger
+from scheduling.core.placement import job_buddy_sizes
+from scheduling.core.policies.base import FreeForecast, GpuLedger, by_priority
 from scheduling.core.policies.budget_price import price_round
 from scheduling.core.pricing import hull_choice, lower_hull
 from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
@@ -288,11 +288,7 @@ class BudgetGreedy:
             return hit
         cap = ctx.capacity[jv.gpu_model]
         if self.placement == "buddy":
-            sizes = tuple(
-                s
-                for s in buddy_sizes(ctx.node_gpus[jv.gpu_model], cap)
-                if job.min_gpus <= s <= max(job.max_gpus, job.min_gpus)
-            )
+            sizes = job_buddy_sizes(job, ctx.node_gpus[jv.gpu_model], cap)
         else:
             sizes = tuple(range(job.min_gpus, min(max(job.max_gpus, job.min_gpus), cap) + 1))
         if not sizes:
@@ -524,7 +520,7 @@ class BudgetGreedy:
                 for j, jv in enumerate(jobs)
             ]
         keys.sort()
-        order = [k[-1] for k in keys]
+        order = by_priority([k[-1] for k in keys], lambda j: jobs[j].job, keep_running_ahead=True)
         # The jobs the GPUs could admit at their minimum, budgets aside: only they can
         # run this round, so only they need target configurations.
         probe = dict(ledger.free)

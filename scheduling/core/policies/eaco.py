@@ -42,21 +42,22 @@ from scheduling.core.colocation import (
     slowdown_of,
 )
 from scheduling.core.context import JobView, RoundContext
-from scheduling.core.free_gpus import FreeGpus
-from scheduling.core.policies.base import behind_in_queue, submit_order, too_big
+from scheduling.core.placement import FreeGpus, pick_packed, pick_spread
+from scheduling.core.policies.base import (
+    behind_in_queue,
+    by_priority,
+    per_gpu_batch,
+    serve_queue,
+    submit_order,
+)
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
-
-
-def per_gpu_batch(jv: JobView) -> float:
-    job = jv.job
-    return float(job.per_gpu_batch or job.global_batch / max(job.requested_gpus, 1))
 
 
 @register_policy("eaco")
 class Eaco:
     name = "eaco"
-    placement = "first_fit"  # only a fallback: every grant names its GPUs
+    placement = None  # every grant names its GPUs (packed, else spread)
 
     def __init__(
         self,
@@ -75,7 +76,7 @@ class Eaco:
 
     def type_of(self, jv: JobView) -> str:
         """Gavel job type of a job, or ``workload@per-GPU batch`` for history only."""
-        b = per_gpu_batch(jv)
+        b = per_gpu_batch(jv.job)
         return self.colocation.job_type(jv.job.workload, b) or f"{jv.job.workload}@{b:g}"
 
     def predict(
@@ -103,7 +104,8 @@ class Eaco:
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
         """Keep running jobs, separate pairs observed over tolerance, then serve the
-        queue in submit order, exclusively or by co-locating (module docstring)."""
+        queue in submit order (a higher ``Job.priority`` first), exclusively or by
+        co-locating (module docstring)."""
         history: dict[str, list[float]] = {
             k: list(v) for k, v in ctx.policy_state.get("history", {}).items()
         }
@@ -111,12 +113,11 @@ class Eaco:
         views = {jv.job.job_id: jv for jv in ctx.jobs}
         queue = submit_order(ctx.jobs)
         running = [jv for jv in queue if jv.job.is_running]
-        waiting_jobs = [jv for jv in queue if not jv.job.is_running]
+        waiting_jobs = by_priority(jv for jv in queue if not jv.job.is_running)
 
         ids: dict[str, tuple[str, ...]] = {}  # job -> GPUs, in grant order
         slow: dict[str, float] = {}
         partner: dict[str, str] = {}
-        waiting: dict[str, WaitReason] = {}
         holders: dict[tuple[str, ...], list[str]] = {}
         for jv in running:
             holders.setdefault(tuple(sorted(jv.job.allocation.gpu_ids)), []).append(jv.job.job_id)
@@ -162,13 +163,10 @@ class Eaco:
 
         blocked = False
         index = _HostIndex(self, ids, partner, views)
-        for pos, jv in enumerate(waiting_jobs):
+
+        def start(pos: int, jv: JobView, n: int) -> WaitReason | None:
+            nonlocal blocked
             job = jv.job
-            n = job.requested_gpus
-            cap = ctx.capacity[jv.gpu_model]
-            if n > cap:
-                waiting[job.job_id] = too_big(n, jv.gpu_model, cap)
-                continue
             fits = free.count(jv.gpu_model) >= n and (not blocked or self.backfill)
             worth = not fits or ctx.snapshot.power_off_idle_nodes
             host = (
@@ -180,23 +178,22 @@ class Eaco:
                 partner[job.job_id], partner[hid] = hid, job.job_id
                 slow[hid], slow[job.job_id] = s
                 index.remove(hid, n)
-                continue
+                return None
             if fits:
-                picks = free.consolidated(jv.gpu_model, n) or free.spread(jv.gpu_model, n)
+                picks = pick_packed(free, jv.gpu_model, n) or pick_spread(free, jv.gpu_model, n)
                 ids[job.job_id] = free.take(picks)
                 index.add(job.job_id, n)
-                continue
+                return None
             blocked = True
             if job.job_id in separated:
-                waiting[job.job_id] = WaitReason(
+                return WaitReason(
                     WaitCode.PREEMPTED,
                     f"Waiting: separated from its co-runner ({separated[job.job_id]}); "
                     f"no {n} free {jv.gpu_model} GPU(s) to run alone.",
                 )
-            else:
-                waiting[job.job_id] = behind_in_queue(
-                    pos, n, jv.gpu_model, free.count(jv.gpu_model)
-                )
+            return behind_in_queue(pos, n, jv.gpu_model, free.count(jv.gpu_model))
+
+        waiting = serve_queue(ctx, waiting_jobs, start)
         grants = tuple(
             Grant(
                 jid,

@@ -2,12 +2,13 @@
 style; reconstructed: neither system's code is used).
 
 Every admitted job first gets its smallest buddy GPU count (>= ``min_gpus``), running
-jobs first, then waiting ones in submit order, always at full clock and its submitted
-batch. The spare GPUs then go, one step at a time, to the job whose next buddy size
-adds the most *normalised speedup per extra GPU*: speedup(n) = T(n_min) / T(n), with T
-the predicted remaining time (plus ``restart_s`` when the count changes for a running
-job), as Pollux normalises throughput to a job's minimal allocation. A max-heap serves
-the best step while GPUs last and the step still gains more than ``min_gain``.
+jobs first, then waiting ones in submit order (a higher ``Job.priority`` first), always
+at full clock and its submitted batch. The spare GPUs then go, one step at a time, to
+the job whose next buddy size adds the most *normalised speedup per extra GPU*:
+speedup(n) = T(n_min) / T(n), with T the predicted remaining time (plus ``restart_s``
+when the count changes for a running job), as Pollux normalises throughput to a job's
+minimal allocation. A max-heap serves the best step while GPUs last and the step still
+gains more than ``min_gain``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 import heapq
 
 from scheduling.core.context import RoundContext
-from scheduling.core.placement import buddy_sizes
-from scheduling.core.policies.base import FreeForecast, GpuLedger, submit_order
+from scheduling.core.placement import job_buddy_sizes
+from scheduling.core.policies.base import FreeForecast, GpuLedger, queue_order
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -33,10 +34,7 @@ class Elastic:
         self.placement = placement
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
-        queue = submit_order(ctx.jobs)
-        queue = [jv for jv in queue if jv.job.is_running] + [
-            jv for jv in queue if not jv.job.is_running
-        ]
+        queue = queue_order(ctx.jobs, keep_running=True)
         ledger = GpuLedger(ctx)
         sizes_of: dict[str, tuple[int, ...]] = {}
         level: dict[str, int] = {}
@@ -51,12 +49,7 @@ class Elastic:
 
         for jv in queue:
             job = jv.job
-            hi = max(job.max_gpus, job.min_gpus)
-            sizes = tuple(
-                s
-                for s in buddy_sizes(ctx.node_gpus[jv.gpu_model], ctx.capacity[jv.gpu_model])
-                if job.min_gpus <= s <= hi
-            ) or (job.min_gpus,)
+            sizes = job_buddy_sizes(job, ctx.node_gpus[jv.gpu_model], ctx.capacity[jv.gpu_model])
             if not ledger.fits(jv, sizes[0]):
                 blocked.append(jv)
                 continue

@@ -4,6 +4,7 @@ Jobs run in submit order with exactly the GPUs they asked for, at the maximum cl
 (or a fixed one, see ``fifo_lowclock``), at their submitted batch. By default it is
 non-preemptive (a running job keeps running) and strict (the first job that does not
 fit blocks everyone behind it); ``backfill=True`` lets later jobs that fit go ahead.
+Among the jobs it may start, a higher ``Job.priority`` goes first (``base.queue_order``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from scheduling.core.policies.base import (
     GpuLedger,
     behind_in_queue,
     expected_free_at,
-    submit_order,
-    too_big,
+    queue_order,
+    serve_queue,
 )
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitReason
@@ -53,33 +54,26 @@ class Fifo:
         return jv.job.global_batch, self._clock(jv.perf.clocks_mhz), self.power_limit_w
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
-        """Grant jobs in submit order (running ones first unless ``preemptive``)."""
-        queue = submit_order(ctx.jobs)
-        if not self.preemptive:
-            queue = [jv for jv in queue if jv.job.is_running] + [
-                jv for jv in queue if not jv.job.is_running
-            ]
+        """Grant jobs in submit order (running ones first unless ``preemptive``), a
+        higher ``Job.priority`` first among the jobs it may start (``queue_order``)."""
+        queue = queue_order(ctx.jobs, keep_running=not self.preemptive)
         ledger = GpuLedger(ctx)
         grants: list[Grant] = []
         running: list[tuple] = []
-        waiting: dict[str, WaitReason] = {}
         blocked = False
-        for pos, jv in enumerate(queue):
-            job = jv.job
-            n = job.requested_gpus
-            if n > ctx.capacity[jv.gpu_model]:
-                waiting[job.job_id] = too_big(n, jv.gpu_model, ctx.capacity[jv.gpu_model])
-                continue
+
+        def start(pos: int, jv: JobView, n: int) -> WaitReason | None:
+            nonlocal blocked
             if (blocked and not self.backfill) or not ledger.fits(jv, n):
                 until = None if blocked else expected_free_at(ctx, running, jv, n)
-                waiting[job.job_id] = behind_in_queue(
-                    pos, n, jv.gpu_model, ledger.free[jv.gpu_model], until
-                )
                 blocked = True
-                continue
+                return behind_in_queue(pos, n, jv.gpu_model, ledger.free[jv.gpu_model], until)
             ledger.take(jv, n)
             batch, clock, limit = self._knobs(ctx, jv, n)
-            grants.append(Grant(job.job_id, n, batch, jv.gpu_model, clock, limit))
+            grants.append(Grant(jv.job.job_id, n, batch, jv.gpu_model, clock, limit))
             est = ctx.estimate(jv, n, batch, clock, limit)
             running.append((jv, n, est.remaining_s))
+            return None
+
+        waiting = serve_queue(ctx, queue, start)
         return PolicyDecision(grants=tuple(grants), waiting=waiting)

@@ -9,7 +9,8 @@ Sharma et al., "GPU Cluster Scheduling for Network-Sensitive Deep Learning", arX
   as possible, with the inter-node part scaled by the ``congestion`` the scheduler
   assumes (as the simulator does). Jobs that fit no single node have ``sigma = 0``:
   they cross nodes either way.
-- **Delay scheduling.** Jobs are served in submit order, running jobs keep their GPUs.
+- **Delay scheduling.** Jobs are served in submit order (a higher ``Job.priority``
+  first), running jobs keep their GPUs.
   A job whose consolidated placement is free takes it. Otherwise it waits (reason
   ``DELAYED_FOR_LOCALITY``) until its timer, ``min(max_delay_s,
   delay_per_sensitivity_s * sigma)`` seconds after it started waiting, has run out,
@@ -38,13 +39,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from scheduling.core.context import JobView, RoundContext
-from scheduling.core.free_gpus import FreeGpus
 from scheduling.core.netdelay_tuner import replay_jobs, tune_delay
+from scheduling.core.placement import FreeGpus, pick_packed, pick_spread
 from scheduling.core.policies.base import (
     behind_in_queue,
+    by_priority,
     expected_free_at,
+    serve_queue,
     submit_order,
-    too_big,
+    waiting_since_s,
 )
 from scheduling.core.registry import register_policy
 from scheduling.core.types import GpuConfig, Grant, PolicyDecision, WaitCode, WaitReason
@@ -58,7 +61,7 @@ def spread_shape(n: int) -> tuple[int, ...]:
 @register_policy("netdelay")
 class NetDelay:
     name = "netdelay"
-    placement = "first_fit"  # only a fallback: every grant names its GPUs
+    placement = None  # every grant names its GPUs (packed, else spread)
 
     def __init__(
         self,
@@ -105,11 +108,6 @@ class NetDelay:
     def timer_s(self, sigma: float, per_sensitivity_s: float) -> float:
         return min(self.max_delay_s, per_sensitivity_s * sigma)
 
-    @staticmethod
-    def waiting_since_s(jv: JobView) -> float:
-        job = jv.job
-        return job.last_change_s if job.last_change_s is not None else job.submit_time_s
-
     # --- the round ---------------------------------------------------------------------
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
@@ -138,7 +136,6 @@ class NetDelay:
         free = FreeGpus(ctx.free_cluster)
         queue = submit_order(ctx.jobs)
         kept: dict[str, tuple[str, ...]] = {}
-        waiting: dict[str, WaitReason] = {}
         pending = []
         for jv in queue:
             cur = jv.job.allocation.gpu_ids if jv.job.allocation else ()
@@ -150,20 +147,16 @@ class NetDelay:
         preempted: dict[str, str] = {}
         # Jobs netdelay preempted never preempt others in turn: that cascades.
         victims_before = {j for j in state.get("victims", []) if j in views}
-        for pos, jv in enumerate(pending):
+
+        def start(pos: int, jv: JobView, n: int) -> WaitReason | None:
             job = jv.job
-            n = job.requested_gpus
-            cap = ctx.capacity[jv.gpu_model]
-            if n > cap:
-                waiting[job.job_id] = too_big(n, jv.gpu_model, cap)
-                continue
-            picks = free.consolidated(jv.gpu_model, n)
+            picks = pick_packed(free, jv.gpu_model, n)
             if picks is not None:
                 kept[job.job_id] = free.take(picks)
-                continue
+                return None
             sigma = self.sensitivity(ctx, jv, n)
             timer = self.timer_s(sigma, per_sigma_s)
-            due_s = self.waiting_since_s(jv) + timer
+            due_s = waiting_since_s(job) + timer
             may_preempt = job.job_id not in victims_before and ctx.now_s >= due_s
             if self.preempt and may_preempt and sigma >= self.preempt_min_sensitivity:
                 victims = self._victims(ctx, jv, n, sigma, free, kept, views)
@@ -171,23 +164,23 @@ class NetDelay:
                     for v in victims:
                         free.give(kept.pop(v))
                         preempted[v] = job.job_id
-                    kept[job.job_id] = free.take(free.consolidated(jv.gpu_model, n))
-                    continue
-            spread = free.spread(jv.gpu_model, n)
+                    kept[job.job_id] = free.take(pick_packed(free, jv.gpu_model, n))
+                    return None
+            spread = pick_spread(free, jv.gpu_model, n)
             if spread is not None and ctx.now_s >= due_s:
                 kept[job.job_id] = free.take(spread)
-            elif spread is not None:
-                waiting[job.job_id] = WaitReason(
+                return None
+            if spread is not None:
+                return WaitReason(
                     WaitCode.DELAYED_FOR_LOCALITY,
                     f"Waiting: {n} GPUs are free but not on one node; its network "
                     f"sensitivity is {sigma:.0%}, so it waits up to {timer:.0f} s for a "
                     "consolidated placement before it accepts a spread one.",
                     until_s=due_s,
                 )
-            else:
-                waiting[job.job_id] = behind_in_queue(
-                    pos, n, jv.gpu_model, free.count(jv.gpu_model)
-                )
+            return behind_in_queue(pos, n, jv.gpu_model, free.count(jv.gpu_model))
+
+        waiting = serve_queue(ctx, by_priority(pending), start)
         for v, by in preempted.items():
             waiting[v] = WaitReason(
                 WaitCode.PREEMPTED,
@@ -222,7 +215,7 @@ class NetDelay:
         gain = n * (spread_s - cons_s)
         by_node: dict[str, list[str]] = {}
         for jid, ids in kept.items():
-            nodes = {free.node_of[g] for g in ids}
+            nodes = {free.node_of(g) for g in ids}
             # Only jobs already running are preempted, not ones granted this round.
             v = views[jid].job
             settled = v.last_change_s is None or ctx.now_s - v.last_change_s >= (
@@ -232,9 +225,10 @@ class NetDelay:
             if v.is_running and settled and len(nodes) == 1 and same_model:
                 by_node.setdefault(nodes.pop(), []).append(jid)
         best = None
-        for node, jids in sorted(by_node.items()):
-            room = len(free.nodes[node])
-            if free.node_size[node] < n:
+        # Nodes by name (a node is a virtual node of ``FreeGpus``: one GPU model).
+        for node, jids in sorted(by_node.items(), key=lambda t: (free.name[t[0]], t[0])):
+            room = free.free_count[node]
+            if len(free.gpu_ids[node]) < n:
                 continue
             chosen, cost = [], 0.0
             for v in sorted(jids, key=lambda v: (len(kept[v]), v)):

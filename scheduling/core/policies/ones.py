@@ -21,9 +21,10 @@ Each round runs ``generations`` generations of:
   ``crossover_p`` = 0.5), respecting each job's size cap;
 - **mutation**: with probability ``mutation_p`` = 0.3 a random job is dropped (0 GPUs);
 - **padding**: every job without GPUs gets one (or its ``min_gpus``, never fewer) while
-  GPUs last (submit order); if none is left, the largest job that has run longer than
-  ``long_running_s`` is halved (not below its minimum) to make room; then spare GPUs
-  top up jobs shortest-remaining-first up to their caps;
+  GPUs last (submit order, a higher ``Job.priority`` first); if none is left, the
+  largest job that has run longer than ``long_running_s`` is halved (not below its
+  minimum) to make room; then spare GPUs top up jobs shortest-remaining-first up to
+  their caps;
 - **fitness** (lower is better): total remaining GPU-time, ``sum n * T(n)`` over jobs
   that run plus ``r * T(r)`` for those that wait (``r`` their request), with ``T`` the
   perf model's remaining time at the batch that ``n`` implies.
@@ -46,23 +47,24 @@ import random
 from collections.abc import Mapping
 
 from scheduling.core.context import JobView, RoundContext
-from scheduling.core.free_gpus import FreeGpus
-from scheduling.core.policies.base import submit_order, too_big
+from scheduling.core.placement import FreeGpus, pick_contiguous, pick_spread
+from scheduling.core.policies.base import by_priority, per_gpu_batch, submit_order, too_big
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
 Individual = dict[str, int]
 
 
-def per_gpu_batch(job) -> int:
-    return int(job.per_gpu_batch or max(job.global_batch // max(job.requested_gpus, 1), 1))
+def whole_per_gpu_batch(job) -> int:
+    """The job's per-GPU batch (``base.per_gpu_batch``) in whole samples, at least one."""
+    return max(int(per_gpu_batch(job)), 1)
 
 
 def global_batch_for(job, n: int) -> int:
     """Global batch on ``n`` GPUs: ``n * b``, capped where the linearly scaled learning
     rate would exceed ``max_lr``, and kept inside the job's ``min_batch..max_batch``
     when it states one."""
-    b = per_gpu_batch(job)
+    b = whole_per_gpu_batch(job)
     batch = n * b
     if job.base_lr and job.max_lr:
         ref = job.requested_gpus * b  # base_lr belongs to the requested global batch
@@ -87,14 +89,14 @@ def learning_rate_for(job, n: int) -> float | None:
     """Linearly scaled learning rate at ``n`` GPUs (None if the job gives none)."""
     if not job.base_lr:
         return None
-    lr = job.base_lr * global_batch_for(job, n) / (job.requested_gpus * per_gpu_batch(job))
+    lr = job.base_lr * global_batch_for(job, n) / (job.requested_gpus * whole_per_gpu_batch(job))
     return min(lr, job.max_lr) if job.max_lr else lr
 
 
 @register_policy("ones")
 class Ones:
     name = "ones"
-    placement = "first_fit"  # only a fallback: every grant names its GPUs
+    placement = None  # every grant names its GPUs (``layout``: contiguous blocks)
 
     def __init__(
         self,
@@ -156,7 +158,7 @@ class Ones:
         rng = random.Random(f"{self.seed}:{generation}")
         by_model: dict[str, list[JobView]] = {}
         waiting: dict[str, WaitReason] = {}
-        for jv in submit_order(ctx.jobs):
+        for jv in by_priority(submit_order(ctx.jobs)):  # padding order
             if floor_gpus(jv.job) > ctx.capacity[jv.gpu_model]:
                 cap = ctx.capacity[jv.gpu_model]
                 waiting[jv.job.job_id] = too_big(floor_gpus(jv.job), jv.gpu_model, cap)
@@ -383,59 +385,23 @@ def layout(
     """GPU ids for ``sizes`` in contiguous blocks, moving as few jobs as possible:
     unchanged jobs stay; shrinking ones keep the start of their block; growing ones
     extend in place when the neighbours are free; the rest, largest first, take the
-    smallest free contiguous run that fits (else the fewest nodes). Takes from ``free``."""
+    smallest free contiguous run that fits (the ``contiguous`` picker), else the fewest
+    nodes (``spread``). Takes from ``free``."""
     out: dict[str, tuple[str, ...]] = {}
-    order = [g for v in free.nodes if free.node_model.get(v) == model for g in free.nodes[v]]
-    pos = {g: i for i, g in enumerate(order)}
     moving = []
     for jv in jobs:
         jid, n = jv.job.job_id, sizes.get(jv.job.job_id, 0)
         cur = jv.job.allocation.gpu_ids if jv.job.allocation else ()
         if n <= 0:
             continue
-        cur = tuple(sorted((g for g in cur if g in pos), key=pos.__getitem__))
+        # Its GPUs of this model that still exist, in node/index order.
+        cur = tuple(sorted((g for g in cur if free.has(g, model)), key=free.where.__getitem__))
         if cur and len(cur) >= n and free.valid(cur[:n], model):
             out[jid] = free.take(cur[:n])
         else:
             moving.append((jv, n, cur))
     for jv, n, cur in sorted(moving, key=lambda t: (-t[1], t[0].job.job_id)):
-        picks = _grow_in_place(free, order, pos, cur, n) if cur else None
-        if picks is None:
-            picks = _best_run(free, order, n) or free.spread(model, n)
+        picks = pick_contiguous(free, model, n, cur) or pick_spread(free, model, n)
         if picks is not None:
             out[jv.job.job_id] = free.take(picks)
     return out
-
-
-def _is_free(free: FreeGpus, g: str) -> bool:
-    return g in free.nodes[free.node_of[g]]
-
-
-def _grow_in_place(free, order, pos, cur, n) -> tuple[str, ...] | None:
-    if not free.valid(cur, free.model_of[cur[0]]):
-        return None
-    lo = pos[cur[0]]
-    for start in range(max(lo - (n - len(cur)), 0), lo + 1):
-        window = order[start : start + n]
-        if len(window) == n and set(cur) <= set(window) and all(_is_free(free, g) for g in window):
-            if len({free.node_of[g] for g in window}) == len({free.node_of[g] for g in cur}):
-                return tuple(window)
-    return None
-
-
-def _best_run(free: FreeGpus, order: list[str], n: int) -> tuple[str, ...] | None:
-    """Smallest run of consecutive free GPUs inside one node that holds ``n``."""
-    best = None
-    run: list[str] = []
-    for g in [*order, None]:
-        if (
-            g is not None
-            and _is_free(free, g)
-            and (not run or free.node_of[run[-1]] == free.node_of[g])
-        ):
-            run.append(g)
-            continue
-        if len(run) >= n and (best is None or len(run) < len(best)):
-            best = run
-        run = [g] if g is not None and _is_free(free, g) else []
-    return tuple(best[:n]) if best else None

@@ -8,6 +8,7 @@ queue. It is preemptive (a job that drops to a lower-priority queue can be stopp
 one that has had less service) and work-conserving (a later job that fits runs when an
 earlier one does not). A job that has waited ``starvation_s`` since it last ran is
 promoted to the first queue. Jobs run with the GPUs they asked for, at full clock.
+A higher ``Job.priority`` goes ahead of every queue (``base.by_priority``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from __future__ import annotations
 import bisect
 
 from scheduling.core.context import JobView, RoundContext
-from scheduling.core.policies.base import FreeForecast, GpuLedger, too_big
+from scheduling.core.policies.base import (
+    FreeForecast,
+    GpuLedger,
+    by_priority,
+    serve_queue,
+    waiting_since_s,
+)
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -40,34 +47,34 @@ class Tiresias:
     def queue_of(self, jv: JobView, now: float) -> int:
         job = jv.job
         if self.starvation_s is not None and not job.is_running:
-            since = job.last_change_s if job.last_change_s is not None else job.submit_time_s
-            if now - since >= self.starvation_s:
+            if now - waiting_since_s(job) >= self.starvation_s:
                 return 0
         return bisect.bisect_right(self.thresholds, job.attained_gpu_s)
 
     def allocate(self, ctx: RoundContext) -> PolicyDecision:
         """Grant jobs by (queue, submit time) while GPUs last; others wait or are preempted."""
-        ranked = sorted(
-            ctx.jobs,
-            key=lambda jv: (self.queue_of(jv, ctx.now_s), jv.job.submit_time_s, jv.job.job_id),
+        # Preemptive: every job is reconsidered, a higher Job.priority first.
+        ranked = by_priority(
+            sorted(
+                ctx.jobs,
+                key=lambda jv: (self.queue_of(jv, ctx.now_s), jv.job.submit_time_s, jv.job.job_id),
+            )
         )
         ledger = GpuLedger(ctx)
         grants: list[Grant] = []
         granted: list[tuple] = []
         left: list[tuple[int, JobView]] = []
-        waiting: dict[str, WaitReason] = {}
-        for pos, jv in enumerate(ranked):
-            job = jv.job
-            n = job.requested_gpus
-            if n > ctx.capacity[jv.gpu_model]:
-                waiting[job.job_id] = too_big(n, jv.gpu_model, ctx.capacity[jv.gpu_model])
-            elif ledger.fits(jv, n):
+
+        def start(pos: int, jv: JobView, n: int) -> WaitReason | None:
+            if ledger.fits(jv, n):
                 ledger.take(jv, n)
-                grants.append(Grant(job.job_id, n, job.global_batch, jv.gpu_model))
-                est = ctx.estimate(jv, n)
-                granted.append((jv, n, est.remaining_s))
+                grants.append(Grant(jv.job.job_id, n, jv.job.global_batch, jv.gpu_model))
+                granted.append((jv, n, ctx.estimate(jv, n).remaining_s))
             else:
-                left.append((pos, jv))
+                left.append((pos, jv))  # its reason needs the forecast of all grants
+            return None
+
+        waiting = serve_queue(ctx, ranked, start)
         forecast = FreeForecast(ctx, granted)
         for pos, jv in left:
             job = jv.job
