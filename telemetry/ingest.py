@@ -11,9 +11,9 @@ samples per second a serializer's per-field machinery is most of the cost. The s
 
 Storage is one statement: ``INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO NOTHING`` on
 the (GPU, timestamp) primary key (a replayed or duplicated batch inserts nothing new) with the
-dirty-hour marks of the new rows upserted in the same statement. ``store_rows`` keeps the other
-methods (``copy`` through a temporary table, ``bulk_create``) for the benchmark that chose this
-one (docs/benchmarks.md).
+dirty-hour marks of the new rows upserted in the same statement. The other methods it was
+chosen against (``copy`` through a temporary table, ``bulk_create``) live in the benchmark that
+compared them (``benchmarks/bench_ingest.py``; numbers in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -173,10 +173,6 @@ def validate_batch(
     return rows
 
 
-def _as_arrays(rows: list[tuple]) -> list[list]:
-    return [list(column) for column in zip(*rows, strict=True)]
-
-
 _TABLE = GpuSample._meta.db_table
 _COLS = ", ".join(COLUMNS)
 _UNNEST = (
@@ -234,42 +230,6 @@ def store_and_mark(rows: list[tuple], *, now: datetime) -> int:
     with _binding_cursor() as cursor:
         cursor.execute(_STORE_AND_MARK_SQL, params)
         return cursor.fetchone()[0]
-
-
-def store_rows(rows: list[tuple], *, method: str) -> int:
-    """Storage alone, by the methods the benchmark compares (``unnest``, ``copy`` through a
-    temporary table, ``bulk_create``); returns rows inserted. Run inside a transaction."""
-    if method == "unnest":
-        with _binding_cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {_TABLE} ({_COLS}) {_UNNEST} ON CONFLICT DO NOTHING", _columns(rows)
-            )
-            return cursor.rowcount
-    if method == "copy":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS ingest_stage "
-                f"(LIKE {_TABLE}) ON COMMIT DELETE ROWS"
-            )
-            with cursor.copy(f"COPY ingest_stage ({_COLS}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-            cursor.execute(
-                f"INSERT INTO {_TABLE} ({_COLS}) SELECT {_COLS} FROM ingest_stage "
-                "ON CONFLICT DO NOTHING"
-            )
-            return cursor.rowcount
-    if method == "bulk_create":
-        before = GpuSample.objects.count()
-        GpuSample.objects.bulk_create(
-            [GpuSample(**dict(zip(COLUMNS, row, strict=True))) for row in rows],
-            ignore_conflicts=True,
-            batch_size=5000,
-        )
-        # bulk_create with ignore_conflicts cannot report inserted rows; counting is only
-        # acceptable because this method exists for the benchmark, not for production.
-        return GpuSample.objects.count() - before
-    raise ValueError(f"unknown storage method {method!r}")
 
 
 def ingest_batch(
