@@ -82,7 +82,7 @@ def gpus_of(node: Node) -> dict[str, int]:
 def validate_batch(
     node: Node, payload: Any, *, now: datetime, own_gpus: dict[str, int] | None = None
 ) -> list[tuple]:
-    """Rows ready for :func:`store_rows`, or BatchRejected. Checks the envelope, every
+    """Rows ready for :func:`store_and_mark`, or BatchRejected. Checks the envelope, every
     sample's fields, units and ranges, timestamps (not older than the retention window, not
     more than TELEMETRY_MAX_FUTURE_S ahead) and that each GPU is this node's."""
     if not isinstance(payload, dict) or not isinstance(payload.get("samples"), list):
