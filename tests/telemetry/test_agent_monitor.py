@@ -10,6 +10,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support.handoffs import write_handoff
 from support.net import free_port
 from test_agent_jobs import _spooled_events
 from test_nvml_backend import FakeNvml, _device
@@ -21,7 +22,7 @@ from telemetry.agent.loop import Agent, AgentConfig
 from telemetry.agent.monitor import HandoffWatcher, progress_path
 from telemetry.agent.runners import NoneRunner
 from telemetry.agent.simulated import SimulatedBackend
-from telemetry.agent.slurm_handoff import SlurmJobTag, write_handoff
+from telemetry.agent.slurm_handoff import SlurmJobTag
 from telemetry.agent.spool import Spool
 
 T0 = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
