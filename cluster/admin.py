@@ -2,6 +2,7 @@
 
 from django.contrib import admin, messages
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from cluster import services
 from cluster.models import (
@@ -15,6 +16,8 @@ from cluster.models import (
     Node,
     Team,
 )
+
+LATEST_SAMPLES = 10
 
 
 class MembershipInline(admin.TabularInline):
@@ -97,8 +100,40 @@ class GpuAdmin(admin.ModelAdmin):
     list_filter = ["model", "node__switch_label"]
     search_fields = ["uuid", "node__name"]
     list_select_related = ["node"]
-    # Written by the agent: its registration (maximum clock) and its newest sample.
-    readonly_fields = ["max_sm_clock_mhz", "reported_at"]
+    # Written by the agent (its registration: maximum clock; its newest sample), and the
+    # samples themselves.
+    readonly_fields = ["max_sm_clock_mhz", "reported_at", "latest_samples"]
+
+    @admin.display(description=f"latest {LATEST_SAMPLES} samples")
+    def latest_samples(self, gpu: Gpu) -> str:
+        """The GPU's newest telemetry samples (they have no admin page of their own: Django's
+        admin refuses their composite primary key, see ``telemetry/admin.py``)."""
+        if gpu.pk is None:
+            return "-"
+        samples = gpu.samples.order_by("-ts")[:LATEST_SAMPLES]
+        if not samples:
+            return "none yet"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td><td>{}</td></tr>",
+            (
+                (s.ts.isoformat(timespec="seconds"), s.power_w, _or_dash(s.energy_j),
+                 _or_dash(s.util_pct), _or_dash(s.mem_used_mib), _or_dash(s.temp_c),
+                 _or_dash(s.sm_clock_mhz), _or_dash(s.power_limit_w))
+                for s in samples
+            ),
+        )  # fmt: skip
+        return format_html(
+            "<table><thead><tr><th>time (UTC)</th><th>power (W)</th><th>energy counter (J)</th>"
+            "<th>util (%)</th><th>memory (MiB)</th><th>temp (°C)</th><th>SM clock (MHz)</th>"
+            "<th>power limit (W)</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+
+def _or_dash(value) -> object:
+    return "-" if value is None else value
 
 
 class JobAllocationInline(admin.TabularInline):

@@ -1,10 +1,14 @@
-"""Filters for the job list: ``?state=queued&state=running&team=vision&workload=resnet50
-&owner=alice&submitted_after=...&submitted_before=...``."""
+"""Filters of the cluster API's lists.
+
+- jobs: ``?state=queued&state=running&team=vision&workload=resnet50&owner=alice
+  &submitted_after=...&submitted_before=...``;
+- budgets: ``?team=vision``.
+"""
 
 import django_filters
 
 from cluster.choices import JobState
-from cluster.models import Job
+from cluster.models import Budget, Job
 
 
 class JobFilterSet(django_filters.FilterSet):
@@ -20,3 +24,11 @@ class JobFilterSet(django_filters.FilterSet):
     class Meta:
         model = Job
         fields = ["state", "team", "workload", "owner", "submitted"]
+
+
+class BudgetFilterSet(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="team__slug", help_text="Team slug.")
+
+    class Meta:
+        model = Budget
+        fields = ["team"]

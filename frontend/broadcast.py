@@ -1,16 +1,16 @@
 """Push live updates to open dashboards over the Channels layer (Redis).
 
-The domain never calls these functions: it publishes events (``config/events.py``) after
-its transaction commits, and ``FrontendConfig.ready`` subscribes these functions to them
-(``subscribe_to_domain_events``), so a dashboard never shows a round that was rolled back and
-``scheduling``/``telemetry`` know nothing of pages. Each message goes to the admin group and to
-the group of every team it concerns; a consumer joins only the groups its user may see
-(``frontend/consumers.py``), so a team never receives another team's jobs.
+No domain module calls these functions or imports ``frontend``: the domain publishes events
+(``config/events.py``) and ``FrontendConfig.ready`` subscribes the three ``broadcast_*``
+functions to them (``subscribe_to_domain_events``). Rounds and budget usage are published once
+their transaction commits (``publish_on_commit``), so a dashboard never shows a round that was
+rolled back; telemetry is published by the beat task ``telemetry.tasks.broadcast_telemetry_task``,
+which only reads. A consumer joins only the groups its user may see (``frontend/consumers.py``),
+so a team never receives another team's jobs or budgets.
 
 ``broadcast_round(round_summary)``: ``scheduling.summaries.round_summary`` (its docstring has
-the shape): cluster-wide counts (``scope: "cluster"``) and the round's decisions and waits.
-
-Decisions that carry a ``team_id`` are sent only to that team's group (and to admins).
+the shape). The admin group gets every decision; each team with decisions in the round gets
+only its own; the ``everyone`` group gets the cluster-wide counts with no decisions.
 
 ``broadcast_telemetry(summary)``: e.g.::
 
@@ -18,15 +18,19 @@ Decisions that carry a ``team_id`` are sent only to that team's group (and to ad
      "nodes": [{"node": "node-01", "power_w": 1300.0}],
      "gpus": [{"node": "node-01", "index": 0, "util_pct": 97.0, "power_w": 310.0}]}
 
+Telemetry of the hardware is not team-private (every user sees cluster power), so it goes to
+the ``everyone`` group only.
+
 ``broadcast_budget_usage(event)``: ``{"at": ..., "budgets": [usage, ...]}`` as
 ``telemetry.usage.BudgetUsage.as_dict`` builds each usage (base units: joules and grams, with
 the limits, percentages and soft/hard flags). Each team's group gets its own budgets, admins all.
 
-Telemetry of the hardware is not team-private (every user sees cluster power), so it goes to
-the ``everyone`` group.
+``notify_access_changed(user_id)`` is not an event handler: ``frontend/signals.py`` calls it
+after commit when a user's memberships or flags change, and the user's open dashboards re-check
+their groups.
 
-Neither function raises when the channel layer is unreachable: a dashboard update is never
-worth failing a scheduling round or an ingestion for. The failure is logged.
+None of these raises when the channel layer is missing or unreachable: a dashboard update is
+never worth failing a scheduling round or an ingestion for. The failure is logged.
 """
 
 from __future__ import annotations

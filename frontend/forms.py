@@ -232,11 +232,3 @@ class ReportPeriodForm(forms.Form):
         if start and end and end - start > timedelta(days=366):
             self.add_error("end", "A report covers at most 366 days.")
         return cleaned
-
-
-def first_error_line(form: forms.Form) -> str:
-    """All of a form's errors as one line, for JSON answers."""
-    parts = []
-    for field, errors in form.errors.items():
-        parts.append(f"{field}: {' '.join(errors)}")
-    return "; ".join(parts)

@@ -2,8 +2,11 @@
 
 ``build_snapshot`` reads the database into a frozen ``Snapshot`` (rows -> core), and
 ``allocation_changes`` turns a ``Plan`` back into row-level changes (core -> rows) that
-``scheduling.services`` applies with conditional updates. Nothing else in the service looks
-at core types and rows side by side.
+``scheduling.services`` applies with conditional updates. Whole jobs, clusters and budgets are
+translated only here: the what-if (``frontend/predictions.py``) reuses ``job_from_row`` and
+``cluster_from_rows``. Modules that evaluate a perf model for one configuration
+(``observations``, ``feasibility``, ``frontend/predictions.py``, ``seed_demo``) build the
+core's ``GpuConfig`` themselves.
 
 Identifiers: a core job id is the job's primary key as text; a core GPU id is the GPU's NVML
 UUID; a core team is the team's slug; a core budget id is the budget's primary key as text.

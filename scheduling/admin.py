@@ -12,6 +12,7 @@ from scheduling.models import (
     RoundDecision,
     SchedulerSettings,
     SchedulingRound,
+    SlurmJob,
     WorkloadProfile,
 )
 
@@ -171,4 +172,55 @@ class JobSchedulingStateAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(RoundDecision)
+class RoundDecisionAdmin(admin.ModelAdmin):
+    """Every change a round made, across rounds (a round's own page lists its decisions).
+    Records: read-only."""
+
+    list_display = [
+        "round", "job", "action", "gpu_count", "batch_size", "sm_clock_mhz", "power_limit_w",
+        "reason_code", "applied",
+    ]  # fmt: skip
+    list_filter = ["action", "applied"]
+    list_select_related = ["round", "job"]
+    search_fields = ["job__name", "=job__id", "reason_code"]
+    readonly_fields = [f.name for f in RoundDecision._meta.fields]
+    show_full_result_count = False
+
+    @admin.display(description="GPUs")
+    def gpu_count(self, obj: RoundDecision) -> int:
+        return len(obj.gpu_uuids or [])
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(SlurmJob)
+class SlurmJobAdmin(admin.ModelAdmin):
+    """The Slurm jobs the Slurm executor submitted, and Slurm's word on how they ended.
+    Read-only: the executor and its reconciler own these rows (an edit could make a job run
+    twice or never be reconciled)."""
+
+    list_display = [
+        "slurm_job_id", "job", "nodes", "gpus_per_node", "submitted_at", "running_at",
+        "cancel_requested_at", "ended_at", "slurm_state", "exit_code",
+    ]  # fmt: skip
+    list_filter = ["slurm_state", ("submitted_at", admin.DateFieldListFilter)]
+    list_select_related = ["job"]
+    search_fields = ["=slurm_job_id", "job__name", "nodes"]
+    readonly_fields = [f.name for f in SlurmJob._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
         return False

@@ -40,7 +40,7 @@ from django.utils import timezone
 
 from cluster import services as cluster_services
 from cluster.choices import WAITING_JOB_STATES, JobState, WaitCode
-from cluster.models import Job, JobAllocation
+from cluster.models import Job
 from config import events
 from scheduling import adapters, budget_alerts, workload_profiles
 from scheduling.choices import DecisionAction, RoundOutcome
@@ -435,16 +435,3 @@ def _record_waiting(
 
     mark(held, (JobState.RUNNING,))
     return mark(waiting, WAITING_JOB_STATES)
-
-
-def open_allocation_gpu_owners() -> dict[int, int]:
-    """GPU id -> job id of every open allocation (for checks that nothing is double-booked)."""
-    through = JobAllocation.gpus.through
-    owners: dict[int, int] = {}
-    for gpu_id, job_id in through.objects.filter(joballocation__ended_at__isnull=True).values_list(
-        "gpu_id", "joballocation__job_id"
-    ):
-        if gpu_id in owners and owners[gpu_id] != job_id:
-            raise AssertionError(f"GPU {gpu_id} held by jobs {owners[gpu_id]} and {job_id}")
-        owners[gpu_id] = job_id
-    return owners

@@ -1,12 +1,54 @@
-"""Admin of the telemetry app: the audit trail of refused energy-counter steps (read only)."""
+"""Admin of the telemetry app: every model, read only.
+
+Everything here is measured or derived from measurements (agents' reports, rollups, the
+energy ledger, imported grid intensity), and accounting recomputes it from the raw samples; an
+edit by hand would be silently undone or, worse, make the ledger disagree with the samples. So
+nothing can be added, changed or deleted here.
+
+Raw samples (``GpuSample``) have no page of their own: their primary key is (GPU, timestamp)
+and Django's admin refuses models with a composite primary key. The GPU's admin page shows the
+latest samples of that GPU instead (``cluster/admin.py``).
+
+The tables behind these pages grow by the hour, so no page asks for a full count or for the
+distinct dates of a table: date filters are the fixed ranges of ``DateFieldListFilter``.
+"""
 
 from django.contrib import admin
 
-from telemetry.models import RefusedEnergyStep
+from scheduling.core.types import J_PER_KWH
+from telemetry.models import (
+    CarbonIntensity,
+    DirtyHour,
+    EnergyLedgerEntry,
+    GpuHour,
+    GpuMinute,
+    JobEvent,
+    RefusedEnergyStep,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """List and view only: no add, change or delete."""
+
+    show_full_result_count = False
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(RefusedEnergyStep)
 class RefusedEnergyStepAdmin(admin.ModelAdmin):
+    """The audit trail of refused energy-counter steps; deletable once reviewed."""
+
     list_display = ["gpu", "ts", "previous_ts", "step_j", "allowed_j", "charged_j", "detected_at"]
     list_filter = ["gpu__node"]
     list_select_related = ["gpu__node"]
@@ -17,3 +59,75 @@ class RefusedEnergyStepAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(EnergyLedgerEntry)
+class EnergyLedgerEntryAdmin(ReadOnlyAdmin):
+    """Energy and carbon of one GPU-hour per job (no job: idle or unattributed draw)."""
+
+    list_display = [
+        "hour", "gpu", "job", "team", "energy_kwh", "co2_g", "ci_g_per_kwh", "ci_estimated", "zone",
+    ]  # fmt: skip
+    list_filter = [("hour", admin.DateFieldListFilter), "team", "ci_estimated"]
+    list_select_related = ["gpu__node", "job", "team"]
+    search_fields = ["job__name", "gpu__uuid", "gpu__node__name"]
+    ordering = ["-hour", "gpu", "job"]
+
+    @admin.display(description="energy (kWh)", ordering="energy_j")
+    def energy_kwh(self, obj: EnergyLedgerEntry) -> str:
+        return f"{obj.energy_j / J_PER_KWH:.3f}"
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(ReadOnlyAdmin):
+    """What agents reported about jobs: started, progress, exited."""
+
+    list_display = [
+        "ts", "job", "kind", "node", "allocation_id", "iterations", "exit_status", "reason",
+        "received_at",
+    ]  # fmt: skip
+    list_filter = ["kind", "reason", ("ts", admin.DateFieldListFilter), "node"]
+    list_select_related = ["job", "node"]
+    search_fields = ["job__name", "=job__id", "=event_id"]
+    ordering = ["-ts", "-id"]
+
+
+@admin.register(GpuHour)
+class GpuHourAdmin(ReadOnlyAdmin):
+    list_display = [
+        "hour", "gpu", "samples", "power_avg_w", "power_max_w", "util_avg_pct", "energy_j",
+    ]  # fmt: skip
+    list_filter = [("hour", admin.DateFieldListFilter), "gpu__node"]
+    list_select_related = ["gpu__node"]
+    search_fields = ["gpu__uuid", "gpu__node__name"]
+    ordering = ["-hour", "gpu"]
+
+
+@admin.register(GpuMinute)
+class GpuMinuteAdmin(ReadOnlyAdmin):
+    list_display = [
+        "minute", "gpu", "samples", "power_avg_w", "power_max_w", "util_avg_pct", "energy_j",
+    ]  # fmt: skip
+    list_filter = [("minute", admin.DateFieldListFilter), "gpu__node"]
+    list_select_related = ["gpu__node"]
+    search_fields = ["gpu__uuid", "gpu__node__name"]
+    ordering = ["-minute", "gpu"]
+
+
+@admin.register(DirtyHour)
+class DirtyHourAdmin(ReadOnlyAdmin):
+    """GPU-hours waiting to be accounted again (a long list means accounting is behind)."""
+
+    list_display = ["hour", "gpu", "marked_at"]
+    list_filter = ["gpu__node"]
+    list_select_related = ["gpu__node"]
+    ordering = ["hour", "gpu"]
+
+
+@admin.register(CarbonIntensity)
+class CarbonIntensityAdmin(ReadOnlyAdmin):
+    """Grid carbon intensity per zone and hour, as imported or fetched."""
+
+    list_display = ["hour", "zone", "ci_g_per_kwh", "source", "estimated"]
+    list_filter = ["zone", "source", "estimated", ("hour", admin.DateFieldListFilter)]
+    ordering = ["-hour", "zone"]

@@ -13,8 +13,9 @@ Storage is one statement: ``INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO
 the (GPU, timestamp) primary key (a replayed or duplicated batch inserts nothing new) with the
 dirty-hour marks of the new rows upserted in the same statement. A second statement records
 each GPU's newest SM clock and power limit on its ``Gpu`` row (``record_reported_settings``).
-``store_rows`` keeps the other methods (``copy`` through a temporary table, ``bulk_create``)
-for the benchmark that chose this one (docs/benchmarks.md).
+The other methods it was chosen against (``copy`` through a temporary table, ``bulk_create``)
+live in the benchmark that compared them (``benchmarks/bench_ingest.py``; numbers in
+docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def gpus_of(node: Node) -> dict[str, int]:
 def validate_batch(
     node: Node, payload: Any, *, now: datetime, own_gpus: dict[str, int] | None = None
 ) -> list[tuple]:
-    """Rows ready for :func:`store_rows`, or BatchRejected. Checks the envelope, every
+    """Rows ready for :func:`store_and_mark`, or BatchRejected. Checks the envelope, every
     sample's fields, units and ranges, timestamps (not older than the retention window, not
     more than TELEMETRY_MAX_FUTURE_S ahead) and that each GPU is this node's."""
     if not isinstance(payload, dict) or not isinstance(payload.get("samples"), list):
@@ -172,10 +173,6 @@ def validate_batch(
             ]
         raise BatchRejected(body)
     return rows
-
-
-def _as_arrays(rows: list[tuple]) -> list[list]:
-    return [list(column) for column in zip(*rows, strict=True)]
 
 
 _TABLE = GpuSample._meta.db_table
@@ -292,42 +289,6 @@ def record_reported_settings(rows: list[tuple]) -> int:
     with _binding_cursor() as cursor:
         cursor.execute(_REPORTED_SQL, params)
         return cursor.rowcount
-
-
-def store_rows(rows: list[tuple], *, method: str) -> int:
-    """Storage alone, by the methods the benchmark compares (``unnest``, ``copy`` through a
-    temporary table, ``bulk_create``); returns rows inserted. Run inside a transaction."""
-    if method == "unnest":
-        with _binding_cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {_TABLE} ({_COLS}) {_UNNEST} ON CONFLICT DO NOTHING", _columns(rows)
-            )
-            return cursor.rowcount
-    if method == "copy":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS ingest_stage "
-                f"(LIKE {_TABLE}) ON COMMIT DELETE ROWS"
-            )
-            with cursor.copy(f"COPY ingest_stage ({_COLS}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-            cursor.execute(
-                f"INSERT INTO {_TABLE} ({_COLS}) SELECT {_COLS} FROM ingest_stage "
-                "ON CONFLICT DO NOTHING"
-            )
-            return cursor.rowcount
-    if method == "bulk_create":
-        before = GpuSample.objects.count()
-        GpuSample.objects.bulk_create(
-            [GpuSample(**dict(zip(COLUMNS, row, strict=True))) for row in rows],
-            ignore_conflicts=True,
-            batch_size=5000,
-        )
-        # bulk_create with ignore_conflicts cannot report inserted rows; counting is only
-        # acceptable because this method exists for the benchmark, not for production.
-        return GpuSample.objects.count() - before
-    raise ValueError(f"unknown storage method {method!r}")
 
 
 def ingest_batch(

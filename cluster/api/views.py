@@ -1,7 +1,6 @@
 """Viewsets of the cluster API. They pick querysets through cluster.queries and write through
 cluster.services; the rules live there, not here."""
 
-import django_filters
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -22,7 +21,7 @@ from cluster.api.serializers import (
     NodeSerializer,
     TeamSerializer,
 )
-from cluster.filtersets import JobFilterSet
+from cluster.filtersets import BudgetFilterSet, JobFilterSet
 from cluster.models import Budget, Gpu, Node
 from cluster.queries import (
     budgets_visible_to,
@@ -89,14 +88,6 @@ class TeamViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         return teams_visible_to(self.request.user).prefetch_related("memberships__user")
-
-
-class BudgetFilterSet(django_filters.FilterSet):
-    team = django_filters.CharFilter(field_name="team__slug", help_text="Team slug.")
-
-    class Meta:
-        model = Budget
-        fields = ["team"]
 
 
 class BudgetViewSet(viewsets.ModelViewSet):

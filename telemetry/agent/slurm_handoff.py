@@ -103,16 +103,3 @@ class Handoff:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise HandoffError(f"unreadable handoff file {path}: {exc}") from exc
         return cls(slurm_job_id, SlurmJobTag.parse(raw.get("comment")), indices)
-
-
-def write_handoff(node_dir: Path, *, slurm_job_id: int, slurm_job_gpus: str, comment: str) -> Path:
-    """Write ``<node_dir>/<slurm_job_id>.json`` as the Prolog does: the same fields (strings, as
-    a shell sees them), through a temporary file and a rename. For tests and tools; on a node
-    the Prolog (``deploy/slurm/prolog.sh``) writes it."""
-    node_dir.mkdir(parents=True, exist_ok=True)
-    path = node_dir / f"{slurm_job_id}.json"
-    tmp = node_dir / f".{slurm_job_id}.json.tmp"
-    body = {"slurm_job_id": str(slurm_job_id), "slurm_job_gpus": slurm_job_gpus, "comment": comment}
-    tmp.write_text(json.dumps(body) + "\n")
-    tmp.replace(path)
-    return path

@@ -7,13 +7,13 @@ Debian's ``pg_createcluster``; it removes what it made."""
 
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import psycopg
 import pytest
 import redis
+from support.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,12 +23,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _clusters() -> str:
     return subprocess.run(
         ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True
@@ -36,7 +30,7 @@ def _clusters() -> str:
 
 
 def test_bootstrap_creates_and_starts_postgresql_and_redis_on_unused_ports():
-    pg_port, redis_port = _free_port(), _free_port()
+    pg_port, redis_port = free_port(), free_port()
     name = f"wattflow{pg_port}"
     env = {
         **os.environ,

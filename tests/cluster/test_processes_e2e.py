@@ -5,12 +5,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from support.daphne import Daphne
+from support.polling import wait_for
 
 from config import celery_app
 
@@ -18,12 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -54,37 +49,23 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait(timeout=5)
 
 
-def test_daphne_serves_the_login_page_and_static_files(process_env):
-    port = _free_port()
-    server = subprocess.Popen(
-        [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-        cwd=ROOT,
-        env=process_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+def test_daphne_serves_the_login_page_and_static_files(process_env, tmp_path):
+    # daphne's own entry point (the console script), as the Procfile and the image run it
+    server = Daphne(tmp_path / "daphne.log", env=process_env, daphne=[str(VENV_BIN / "daphne")])
+    server.start()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                status, body = _get(f"http://127.0.0.1:{port}/accounts/login/")
-                break
-            except OSError:
-                assert server.poll() is None, server.stderr.read().decode()
-                assert time.monotonic() < deadline, "daphne did not answer within 30 s"
-                time.sleep(0.3)
-
+        status, body = _get(f"{server.url}/accounts/login/")
         assert status == 200
         assert b'name="username"' in body
-        static_status, css = _get(f"http://127.0.0.1:{port}/static/admin/css/base.css")
+        static_status, css = _get(f"{server.url}/static/admin/css/base.css")
         assert static_status == 200
         assert b"{" in css
         bundle = "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"
-        bundle_status, js = _get(f"http://127.0.0.1:{port}{bundle}")
+        bundle_status, js = _get(f"{server.url}{bundle}")
         assert bundle_status == 200
         assert len(js) > 100_000
     finally:
-        _stop(server)
+        server.stop()
 
 
 def test_celery_worker_answers_a_ping_over_redis(process_env):
@@ -109,12 +90,12 @@ def test_celery_worker_answers_a_ping_over_redis(process_env):
     )
     try:
         assert celery_app.conf.broker_url == settings.REDIS_URL
-        deadline = time.monotonic() + 45
-        replies: list = []
-        while not replies:
+
+        def pong() -> list:
             assert worker.poll() is None, worker.stderr.read().decode()
-            assert time.monotonic() < deadline, "the worker did not answer within 45 s"
-            replies = celery_app.control.ping(destination=[name], timeout=1.0)
+            return celery_app.control.ping(destination=[name], timeout=1.0)
+
+        replies = wait_for(pong, timeout_s=45, what="the worker to answer a ping", every_s=0)
 
         assert replies == [{name: {"ok": "pong"}}]
     finally:

@@ -7,23 +7,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
-from e2e_helpers import wait_until
+from support.daphne import daphne_command, database_url, wait_until_listening
+from support.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Processes:
@@ -32,11 +25,10 @@ class Processes:
     def __init__(self, work_dir: Path) -> None:
         self.work_dir = work_dir
         self.running: dict[str, subprocess.Popen] = {}
-        db = connection.settings_dict
         self.env = dict(os.environ)
         self.env.update(
             {
-                "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+                "DATABASE_URL": database_url(),
                 "REDIS_URL": settings.REDIS_URL,
                 "TELEMETRY_CHECKPOINT_ROOT": str(work_dir / "checkpoints"),
                 "WATTFLOW_VAR_DIR": str(work_dir / "var"),
@@ -84,12 +76,8 @@ class Processes:
     # --- the pieces ---------------------------------------------------------------------------
     def web(self) -> str:
         port = free_port()
-        self.start(
-            "web",
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "config.asgi:application"],
-        )  # fmt: skip
-        wait_until(lambda: _connects(port), timeout_s=30, what="daphne to listen")
+        web = self.start("web", daphne_command(port))
+        wait_until_listening(port, process=web, timeout_s=30, log=self.work_dir / "web.log")
         return f"http://127.0.0.1:{port}"
 
     def celery(
@@ -123,11 +111,6 @@ class Processes:
              "--assignment-interval-s", "1", "--heartbeat-interval-s", "2"],
             WATTFLOW_AGENT_TOKEN=token,
         )  # fmt: skip
-
-
-def _connects(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture

@@ -1,11 +1,5 @@
 """Numbers the end-to-end tests derive from the shipped perf catalog (what the simulated
-agent runs by), so that expected times and energies are computed, not typed in; and a
-bounded wait."""
-
-import time
-from collections.abc import Callable
-
-import pytest
+agent runs by), so that expected times and energies are computed, not typed in."""
 
 from scheduling.core.perf_models import load_catalog
 from scheduling.core.types import GpuConfig
@@ -28,15 +22,3 @@ def expected_busy_energy_j(n_gpus: int, iterations: float) -> float:
     cfg = GpuConfig(n_gpus, BATCH)
     model = _model()
     return n_gpus * model.power_w(cfg) * iterations * model.iter_time_s(cfg)
-
-
-def wait_until(check: Callable[[], object], *, timeout_s: float, what: str, every_s: float = 0.5):
-    """Poll ``check`` until it returns something truthy; fail the test after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(every_s)

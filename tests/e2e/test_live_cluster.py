@@ -15,8 +15,10 @@ import pytest
 import requests
 from django.db import connections, transaction
 from django.utils import timezone
-from e2e_helpers import JOB_GPUS, expected_busy_energy_j, iterations_for, wait_until
+from e2e_helpers import JOB_GPUS, expected_busy_energy_j, iterations_for
 from rest_framework.authtoken.models import Token
+from support.allocations import open_allocation_gpu_owners
+from support.polling import wait_for
 
 from cluster.choices import HardLimitAction, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node
@@ -94,9 +96,9 @@ def test_jobs_submitted_over_rest_run_on_the_agent_and_finish_with_energy_record
 
     # then every vision job completes on the agent
     ids = [j["id"] for j in jobs]
-    wait_until(
+    wait_for(
         lambda: Job.objects.filter(pk__in=ids, state=JobState.COMPLETED).count() == len(ids),
-        timeout_s=90, what="the three jobs to complete",
+        timeout_s=90, what="the three jobs to complete", every_s=0.5,
     )  # fmt: skip
     for job in Job.objects.filter(pk__in=ids):
         # it ran under the agent: started and exited events from node-01 for its allocation
@@ -110,8 +112,8 @@ def test_jobs_submitted_over_rest_run_on_the_agent_and_finish_with_energy_record
     for job in Job.objects.filter(pk__in=ids):
         alloc = job.allocations.get()
         low = 0.9 * expected_busy_energy_j(job.max_gpus, job.total_iterations)
-        wait_until(lambda job=job, low=low: job_totals(job).energy_j >= low, timeout_s=60,
-                   what=f"job {job.pk}'s energy to be accounted")  # fmt: skip
+        wait_for(lambda job=job, low=low: job_totals(job).energy_j >= low, timeout_s=60,
+                   what=f"job {job.pk}'s energy to be accounted", every_s=0.5)  # fmt: skip
         totals = job_totals(job)
         span_s = (alloc.ended_at - alloc.started_at).total_seconds()
         assert low <= totals.energy_j <= job.max_gpus * 400.0 * span_s
@@ -126,22 +128,22 @@ def test_jobs_submitted_over_rest_run_on_the_agent_and_finish_with_energy_record
     assert 0 < budget_usage(vision_budget).energy_j < 10.0 * 3.6e6
     # and rounds ran on the worker, none of them double-booking a GPU
     assert SchedulingRound.objects.filter(policy="fifo").count() >= 3
-    assert services.open_allocation_gpu_owners() == {}
+    assert open_allocation_gpu_owners() == {}
 
     # when a long job starts and is then cancelled over REST
     long = _submit(vision, server, name="long", team="vision", workload="resnet50",
                    global_batch_size=64, total_iterations=100000)  # fmt: skip
-    wait_until(
+    wait_for(
         lambda: JobEvent.objects.filter(job_id=long["id"], kind=JobEventKind.STARTED).exists(),
-        timeout_s=60, what="the long job to start on the agent",
+        timeout_s=60, what="the long job to start on the agent", every_s=0.5,
     )  # fmt: skip
     response = vision.post(f"{server}/api/jobs/{long['id']}/cancel/", timeout=30)
     assert response.status_code == 200, response.text
 
     # then the agent stops it and says so
-    stopped = wait_until(
+    stopped = wait_for(
         lambda: JobEvent.objects.filter(job_id=long["id"], kind=JobEventKind.EXITED).first(),
-        timeout_s=30, what="the agent to stop the cancelled job",
+        timeout_s=30, what="the agent to stop the cancelled job", every_s=0.5,
     )  # fmt: skip
     assert stopped.reason == ExitReason.STOPPED
     assert stopped.node_id == node.pk
@@ -196,7 +198,7 @@ def test_two_rounds_started_at_once_never_both_plan(transactional_db, team, memb
     assert (results["first"].ran, results["first"].applied) == (True, 3)
     assert (results["second"].ran, results["second"].skipped) == (False, "locked")
     assert SchedulingRound.objects.count() == 1
-    owners = services.open_allocation_gpu_owners()
+    owners = open_allocation_gpu_owners()
     assert len(owners) == 8
     assert sorted(owners.values()) == sorted([jobs[0].pk] * 4 + [jobs[1].pk] * 2 + [jobs[2].pk] * 2)
 
@@ -213,9 +215,9 @@ def test_rounds_resize_and_pause_a_running_job_on_its_agent(processes, team, mem
     vision = _session(member)
     big = _submit(vision, server, name="big", team="vision", workload="resnet50",
                   global_batch_size=64, total_iterations=10**6, min_gpus=1, max_gpus=4)  # fmt: skip
-    wait_until(
+    wait_for(
         lambda: JobEvent.objects.filter(job_id=big["id"], kind=JobEventKind.STARTED).exists(),
-        timeout_s=60, what="the elastic job to start",
+        timeout_s=60, what="the elastic job to start", every_s=0.5,
     )  # fmt: skip
     assert Job.objects.get(pk=big["id"]).current_allocation.gpus.count() == 4
 
@@ -234,16 +236,16 @@ def test_rounds_resize_and_pause_a_running_job_on_its_agent(processes, team, mem
             (JobEventKind.STARTED, ""),
         ]
 
-    wait_until(resized, timeout_s=60, what="the agent to restart the resized job")
-    wait_until(
+    wait_for(resized, timeout_s=60, what="the agent to restart the resized job", every_s=0.5)
+    wait_for(
         lambda: JobEvent.objects.filter(job_id=small["id"], kind=JobEventKind.STARTED).exists(),
-        timeout_s=30, what="the small job to start",
+        timeout_s=30, what="the small job to start", every_s=0.5,
     )  # fmt: skip
     big_job = Job.objects.get(pk=big["id"])
     restarted = JobEvent.objects.filter(job=big_job, kind=JobEventKind.STARTED).order_by("ts")
     assert restarted.last().allocation_id == big_job.current_allocation_id
     assert big_job.current_allocation.gpus.count() < 4
-    assert services.open_allocation_gpu_owners()  # no GPU held twice (raises if so)
+    assert open_allocation_gpu_owners()  # no GPU held twice (raises if so)
 
     # when the team's pause_jobs budget turns out spent (its limit is below what the jobs
     # have already drawn, once accounted)
@@ -255,23 +257,23 @@ def test_rounds_resize_and_pause_a_running_job_on_its_agent(processes, team, mem
 
     # then a round pauses both jobs and the agent stops them
     ids = [big["id"], small["id"]]
-    wait_until(
+    wait_for(
         lambda: Job.objects.filter(pk__in=ids, state=JobState.PAUSED).count() == 2,
-        timeout_s=60, what="both jobs to be paused for the budget",
+        timeout_s=60, what="both jobs to be paused for the budget", every_s=0.5,
     )  # fmt: skip
     for job_id in ids:
-        stop = wait_until(
+        stop = wait_for(
             lambda job_id=job_id: JobEvent.objects.filter(
                 job_id=job_id, kind=JobEventKind.EXITED, reason=ExitReason.STOPPED
             ).first(),
-            timeout_s=30, what=f"the agent to stop job {job_id}",
+            timeout_s=30, what=f"the agent to stop job {job_id}", every_s=0.5,
         )  # fmt: skip
         assert stop.node_id == node.pk
         body = vision.get(f"{server}/api/jobs/{job_id}/", timeout=30).json()
         assert (body["state"], body["pending_reason_code"]) == ("paused", "budget_exhausted")
         assert body["current_allocation"] is None
     assert budget_usage(budget).energy_j > 1e-6 * 3.6e6
-    assert services.open_allocation_gpu_owners() == {}
+    assert open_allocation_gpu_owners() == {}
 
 
 def test_a_node_whose_agent_dies_is_marked_unhealthy_and_its_job_runs_elsewhere(
@@ -290,9 +292,9 @@ def test_a_node_whose_agent_dies_is_marked_unhealthy_and_its_job_runs_elsewhere(
     vision = _session(member)
     job = _submit(vision, server, name="long", team="vision", workload="resnet50",
                   global_batch_size=64, total_iterations=10**6, min_gpus=2, max_gpus=2)  # fmt: skip
-    first = wait_until(
+    first = wait_for(
         lambda: JobEvent.objects.filter(job_id=job["id"], kind=JobEventKind.STARTED).first(),
-        timeout_s=60, what="the job to start",
+        timeout_s=60, what="the job to start", every_s=0.5,
     )  # fmt: skip
     lost, spare = (node1, node2) if first.node_id == node1.pk else (node2, node1)
 
@@ -300,15 +302,15 @@ def test_a_node_whose_agent_dies_is_marked_unhealthy_and_its_job_runs_elsewhere(
     processes.kill(f"agent-{lost.name}")
 
     # then the node is marked unhealthy, the job re-queued and started on the other node
-    wait_until(
+    wait_for(
         lambda: Node.objects.get(pk=lost.pk).status == NodeStatus.UNHEALTHY,
-        timeout_s=40, what="the silent node to be marked unhealthy",
+        timeout_s=40, what="the silent node to be marked unhealthy", every_s=0.5,
     )  # fmt: skip
-    second = wait_until(
+    second = wait_for(
         lambda: JobEvent.objects.filter(
             job_id=job["id"], kind=JobEventKind.STARTED, node_id=spare.pk
         ).first(),
-        timeout_s=40, what="the job to start on the other node",
+        timeout_s=40, what="the job to start on the other node", every_s=0.5,
     )  # fmt: skip
     allocations = list(JobAllocation.objects.filter(job_id=job["id"]).order_by("started_at"))
     assert len(allocations) == 2

@@ -9,7 +9,6 @@ output, and the join query is the one an operator would write."""
 from __future__ import annotations
 
 import shutil
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -19,7 +18,8 @@ import pytest
 import requests
 from django.db import connection
 from django.utils import timezone
-from e2e_helpers import wait_until
+from support.net import free_port
+from support.polling import wait_for
 
 from cluster.models import Budget, Gpu, Node, Team
 from telemetry.ingest import ingest_batch
@@ -66,12 +66,6 @@ def dcgm_shaped_target():
     finally:
         server.shutdown()
         server.server_close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _reading(gpu_uuid: str, ts, power_w: float) -> dict:
@@ -155,7 +149,7 @@ def test_prometheus_scrapes_trustworthy_series_from_a_live_server(
     _scene(make_node)
     live_node_01()
     server = processes.web()
-    prometheus_port = _free_port()
+    prometheus_port = free_port()
     api = f"http://127.0.0.1:{prometheus_port}"
     config = tmp_path / "prometheus.yml"
     config.write_text(
@@ -185,7 +179,9 @@ scrape_configs:
         active = targets["activeTargets"]
         return len(active) == 3 and all(t["health"] == "up" for t in active) and active
 
-    active = wait_until(all_targets_up, timeout_s=60, what="Prometheus to scrape all targets")
+    active = wait_for(
+        all_targets_up, timeout_s=60, what="Prometheus to scrape all targets", every_s=0.5
+    )
     assert [t["lastError"] for t in active] == ["", "", ""]
     time.sleep(3)  # a few more scrapes, so duplicates (if any) would have been counted
 

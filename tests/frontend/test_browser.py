@@ -13,10 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import socket
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -28,6 +24,7 @@ from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 from frontend_scene import PASSWORDS, build_scene
+from support.daphne import Daphne
 
 from cluster import services
 from cluster.choices import HardLimitAction
@@ -68,60 +65,22 @@ def _fast_password_hashing():
     its own (default) hashers, so they must be stored with one of those."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(django_db_setup, tmp_path_factory):
-    db = settings.DATABASES["default"]
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"),
-        "REDIS_URL": settings.REDIS_URL,
-        # No persistent connections: the tests truncate tables between them.
-        "DATABASE_CONN_MAX_AGE_S": "0",
-        "DJANGO_DEBUG": "1",
-    }
-    log = tmp_path_factory.mktemp("daphne") / "daphne.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "config.asgi:application",
-            ],
-            cwd=settings.BASE_DIR,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    daphne = Daphne(
+        tmp_path_factory.mktemp("daphne") / "daphne.log",
+        env={
+            "REDIS_URL": settings.REDIS_URL,
+            # No persistent connections: the tests truncate tables between them.
+            "DATABASE_CONN_MAX_AGE_S": "0",
+            "DJANGO_DEBUG": "1",
+        },
+    )
+    daphne.start()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError as exc:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"daphne did not start: {log.read_text()[-2000:]}") from exc
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
+        yield daphne.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        daphne.stop()
 
 
 @pytest.fixture(scope="module")

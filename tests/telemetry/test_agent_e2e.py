@@ -5,17 +5,15 @@ The server is a daphne subprocess on the test database (committed data: transact
 stopped and started again to make a real outage.
 """
 
-import os
-import socket
 import subprocess
 import sys
-import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from django.db import connection, models
+from django.db import models
 from django.utils import timezone
+from support.daphne import ROOT, Daphne
+from support.polling import wait_for
 from test_nvml_backend import FakeNvml, _device
 
 from cluster import services as cluster_services
@@ -33,50 +31,23 @@ from telemetry.agent.spool import Spool
 from telemetry.models import EnergyLedgerEntry, GpuSample, JobEvent
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class DaphneServer:
-    def __init__(self, port: int, checkpoint_root: Path) -> None:
-        self.port = port
-        self.checkpoint_root = checkpoint_root
-        self.url = f"http://127.0.0.1:{port}"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        env = dict(os.environ)
-        db = connection.settings_dict
-        env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-        env["TELEMETRY_CHECKPOINT_ROOT"] = str(self.checkpoint_root)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-             "config.asgi:application"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError("daphne did not start")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
-            self.process = None
 
 
 @pytest.fixture
 def server(transactional_db, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    daphne = DaphneServer(port, tmp_path / "ckpt")
+    """A daphne on the test database; tests stop and start it again for an outage."""
+    daphne = Daphne(
+        tmp_path / "daphne.log", env={"TELEMETRY_CHECKPOINT_ROOT": str(tmp_path / "ckpt")}
+    )
     daphne.start()
     yield daphne
     daphne.stop()
+
+
+def _ticked(agent: Agent) -> bool:
+    """One tick of ``agent`` now; True, so that a wait can tick before it checks."""
+    agent.tick(timezone.now())
+    return True
 
 
 def _agent(backend, server, token, tmp_path, **config) -> Agent:
@@ -178,10 +149,10 @@ def test_a_real_job_process_runs_on_its_gpus_and_its_exit_completes_the_job(
     # when the agent fetches its assignment and the process runs to its end
     agent.tick(timezone.now())
     assert fake.calls[0] == ("set_power_limit", "GPU-r1", 250_000)
-    deadline = time.monotonic() + 30
-    while job.pk in agent.jobs and time.monotonic() < deadline:
-        time.sleep(0.1)
-        agent.tick(timezone.now())
+    wait_for(
+        lambda: _ticked(agent) and job.pk not in agent.jobs,
+        timeout_s=30, what="the job to end on the agent", every_s=0.1,
+    )  # fmt: skip
     # then the job completed with its log tail, and GPU 1 got its default limit back
     job.refresh_from_db()
     assert job.state == JobState.COMPLETED
@@ -224,10 +195,10 @@ def test_the_example_training_script_reports_its_gradient_statistics_end_to_end(
     )
     # when the agent runs it to its end
     agent.tick(timezone.now())
-    deadline = time.monotonic() + 60
-    while job.pk in agent.jobs and time.monotonic() < deadline:
-        time.sleep(0.1)
-        agent.tick(timezone.now())
+    wait_for(
+        lambda: _ticked(agent) and job.pk not in agent.jobs,
+        timeout_s=60, what="the example to end on the agent", every_s=0.1,
+    )  # fmt: skip
     # then the job completed all its iterations and its log says so
     job.refresh_from_db()
     assert job.state == JobState.COMPLETED, job.log_tail
@@ -257,9 +228,7 @@ def _agent_cli(server, token, tmp_path, *extra):
 def test_the_agent_command_reports_until_sigterm_and_exits_cleanly(server, make_node, tmp_path):
     node = make_node("node-01", gpus=0)
     agent = _agent_cli(server, node.issue_agent_token(), tmp_path)
-    deadline = time.monotonic() + 60
-    while GpuSample.objects.count() < 6 and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_for(lambda: GpuSample.objects.count() >= 6, timeout_s=60, what="6 samples", every_s=0.5)
     agent.terminate()
     _, stderr = agent.communicate(timeout=30)
     assert agent.returncode == 0, stderr

@@ -5,12 +5,12 @@ NVML is the module-level fake of ``test_nvml_backend``; everything else is real.
 """
 
 import json
-import socket
 import sys
-import time
 from datetime import UTC, datetime
 
 import pytest
+from support.net import free_port
+from support.polling import wait_for
 from test_nvml_backend import FakeNvml, _device
 
 from telemetry.agent.backends import NvmlBackend
@@ -37,16 +37,10 @@ time.sleep(60)
 """
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def agent(tmp_path):
     fake = FakeNvml([_device(f"GPU-{i}", energy_mj=0) for i in range(4)])
-    client = AgentClient(f"http://127.0.0.1:{_closed_port()}", "t", Spool(tmp_path / "spool"))
+    client = AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
     config = AgentConfig(node_name="n", work_dir=tmp_path, stop_grace_s=10.0)
     return Agent(NvmlBackend(nvml=fake), client, config), fake
 
@@ -65,13 +59,6 @@ def _assignment(tmp_path, allocation_id, uuids, **extra):
     return values
 
 
-def _wait_for(predicate, timeout_s=20.0):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def _spooled_events(tmp_path):
     events = []
     for path in sorted((tmp_path / "spool").glob("*-events.json")):
@@ -83,14 +70,16 @@ def test_a_resize_checkpoints_and_restarts_the_job_on_its_new_gpus(agent, tmp_pa
     agent, fake = agent
     agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0", "GPU-1"])]}, NOW)
     first = agent.jobs[7]
-    _wait_for(lambda: first.iterations() == 5.0)
+    wait_for(lambda: first.iterations() == 5.0, timeout_s=20.0, what="the first job at iteration 5")
     # when the scheduler moves the job to GPUs 2 and 3 (a new allocation)
     agent.reconcile({"assignments": [_assignment(tmp_path, 2, ["GPU-2", "GPU-3"])]}, NOW)
     second = agent.jobs[7]
     # then the first process checkpointed and exited 0, the second resumed from it
     assert first.process.returncode == 0
     assert second is not first and second.gpu_indices == [2, 3]
-    _wait_for(lambda: second.iterations() == 10.0)
+    wait_for(
+        lambda: second.iterations() == 10.0, timeout_s=20.0, what="the second job at iteration 10"
+    )
     assert "checkpointed on 0,1" in first.log_tail()
     assert _spooled_events(tmp_path) == [
         ("started", None, None, None),
@@ -117,7 +106,7 @@ def test_agent_exit_stops_jobs_and_restores_every_gpu(agent, tmp_path):
     agent, fake = agent
     agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-1"], sm_clock_mhz=1200)]}, NOW)
     job = agent.jobs[7]
-    _wait_for(lambda: job.iterations() == 5.0)
+    wait_for(lambda: job.iterations() == 5.0, timeout_s=20.0, what="the job at iteration 5")
     fake.calls.clear()
     agent.shutdown(NOW)
     assert job.process.returncode == 0
@@ -135,7 +124,9 @@ def test_a_job_listed_to_stop_is_stopped_and_its_gpu_restored(agent, tmp_path):
     agent, fake = agent
     agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0"], power_limit_w=300)]}, NOW)
     job = agent.jobs[7]
-    _wait_for(lambda: job.iterations() == 5.0)  # its SIGTERM handler is installed by then
+    wait_for(
+        lambda: job.iterations() == 5.0, timeout_s=20.0, what="the job at iteration 5"
+    )  # its SIGTERM handler is installed by then
     agent.reconcile({"assignments": [], "stop": [7]}, NOW)
     assert 7 not in agent.jobs and job.process.returncode == 0
     assert fake.devices[0]["limit_mw"] == 400_000
@@ -146,7 +137,9 @@ def test_a_job_that_ended_here_is_not_started_again_while_still_assigned(agent, 
     agent, fake = agent
     done = _assignment(tmp_path, 1, ["GPU-0"], command="exit 3")
     agent.reconcile({"assignments": [done]}, NOW)
-    _wait_for(lambda: agent.jobs[7].poll() is not None)
+    wait_for(
+        lambda: agent.jobs[7].poll() is not None, timeout_s=20.0, what="the job process to exit"
+    )
     assert agent.watch_jobs(NOW)[0]["exit_status"] == 3
     # the server has not read the exit yet (it is spooled) and still lists the job
     agent.reconcile({"assignments": [done]}, NOW)
@@ -159,7 +152,7 @@ def test_a_job_that_ended_here_is_not_started_again_while_still_assigned(agent, 
 
 def test_a_simulated_job_without_a_perf_model_is_reported_failed(tmp_path):
     backend = SimulatedBackend(node_name="n", n_gpus=2, gpu_model="A100")
-    client = AgentClient(f"http://127.0.0.1:{_closed_port()}", "t", Spool(tmp_path / "spool"))
+    client = AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
     agent = Agent(backend, client, AgentConfig(node_name="n", work_dir=tmp_path))
     unknown = _assignment(tmp_path, 4, ["GPU-sim-n-0"], workload="no-such-model")
     agent.reconcile({"assignments": [unknown]}, NOW)

@@ -10,7 +10,9 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_agent_jobs import _closed_port, _spooled_events
+from support.handoffs import write_handoff
+from support.net import free_port
+from test_agent_jobs import _spooled_events
 from test_nvml_backend import FakeNvml, _device
 
 from telemetry.agent.__main__ import parse_args
@@ -20,7 +22,7 @@ from telemetry.agent.loop import Agent, AgentConfig
 from telemetry.agent.monitor import HandoffWatcher, progress_path
 from telemetry.agent.runners import NoneRunner
 from telemetry.agent.simulated import SimulatedBackend
-from telemetry.agent.slurm_handoff import SlurmJobTag, write_handoff
+from telemetry.agent.slurm_handoff import SlurmJobTag
 from telemetry.agent.spool import Spool
 
 T0 = datetime(2026, 11, 22, 5, 0, tzinfo=UTC)
@@ -28,7 +30,7 @@ NODE = "n1"
 
 
 def _monitor(tmp_path, backend):
-    client = AgentClient(f"http://127.0.0.1:{_closed_port()}", "t", Spool(tmp_path / "spool"))
+    client = AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
     config = AgentConfig(node_name=NODE, work_dir=tmp_path, post_interval_s=1.0)
     watcher = HandoffWatcher(tmp_path / "handoff", NODE)
     return Agent(backend, client, config, runner=NoneRunner(), handoffs=watcher)

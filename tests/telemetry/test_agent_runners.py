@@ -8,7 +8,8 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_agent_jobs import _assignment, _closed_port
+from support.net import free_port
+from test_agent_jobs import _assignment
 from test_nvml_backend import FakeNvml, _device
 
 from telemetry.agent.__main__ import parse_args
@@ -29,7 +30,7 @@ T0 = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)
 
 
 def _client(tmp_path):
-    return AgentClient(f"http://127.0.0.1:{_closed_port()}", "t", Spool(tmp_path / "spool"))
+    return AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
 
 
 def test_the_backend_picks_the_default_runner(tmp_path):

@@ -2,7 +2,6 @@
 the static fallback when a provider fails."""
 
 import json
-import socket
 import threading
 import time
 from datetime import UTC, datetime
@@ -11,6 +10,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from django.core.management import CommandError, call_command
+from support.net import free_port
 
 from scheduling.simulator.carbon import read_electricity_maps_csv
 from telemetry.carbon import (
@@ -116,14 +116,8 @@ def test_a_provider_answering_a_non_finite_or_negative_intensity_is_not_believed
     assert not CarbonIntensity.objects.filter(zone="ES").exists()
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_failing_http_provider_falls_back_to_the_static_mean_marked_estimated(db):
-    provider = HttpProvider(f"http://127.0.0.1:{_closed_port()}/", "", timeout_s=1.0)
+    provider = HttpProvider(f"http://127.0.0.1:{free_port()}/", "", timeout_s=1.0)
     got = intensity_for_hour("ES", datetime(2026, 11, 22, 3, tzinfo=UTC), provider=provider)
     assert (got.ci_g_per_kwh, got.estimated, got.source) == (
         static_mean_g_per_kwh("ES"),

@@ -10,13 +10,14 @@ import json
 import math
 import os
 import signal
-import socket
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from support.net import free_port
+from support.polling import wait_for
 from test_nvml_backend import FakeNvml, _device
 
 from telemetry.agent.backends import NvmlBackend
@@ -172,16 +173,10 @@ def test_gradient_noise_recovers_a_known_noise_scale():
 # --- the example under the process agent ------------------------------------------------
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def agent(tmp_path):
     fake = FakeNvml([_device(f"GPU-{i}", energy_mj=0) for i in range(2)])
-    client = AgentClient(f"http://127.0.0.1:{_closed_port()}", "t", Spool(tmp_path / "spool"))
+    client = AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
     config = AgentConfig(node_name="n", work_dir=tmp_path, stop_grace_s=20.0, post_interval_s=0.2)
     return Agent(NvmlBackend(nvml=fake), client, config)
 
@@ -209,18 +204,13 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _wait_for(predicate, timeout_s=30.0):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_the_example_checkpoints_on_stop_and_resumes_under_the_process_agent(agent, tmp_path):
     # given the example started by the process agent
     agent.start_job(_assignment(tmp_path, 1), _now())
     job = agent.jobs[9]
-    _wait_for(lambda: (job.iterations() or 0) >= 20)
+    wait_for(
+        lambda: (job.iterations() or 0) >= 20, timeout_s=30.0, what="the example at iteration 20"
+    )
     # when it reports, the agent's progress event carries its gradient statistics
     agent.send_events(agent.watch_jobs(_now()))
     (progress,) = [e for e in _events(tmp_path) if e["kind"] == "progress"]
@@ -236,7 +226,9 @@ def test_the_example_checkpoints_on_stop_and_resumes_under_the_process_agent(age
     assert (tmp_path / "ckpt" / "logreg.npz").exists()
     # when it is started again from where the server says it stands
     agent.start_job(_assignment(tmp_path, 2, done=exited["iterations"], delay="0"), _now())
-    _wait_for(lambda: agent.jobs[9].poll() is not None)
+    wait_for(
+        lambda: agent.jobs[9].poll() is not None, timeout_s=30.0, what="the example process to exit"
+    )
     agent.send_events(agent.watch_jobs(_now()))
     # then it resumed from its checkpoint and completed exactly its work
     final = _events(tmp_path)[-1]

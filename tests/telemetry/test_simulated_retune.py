@@ -4,7 +4,8 @@ power from the next interval on, as its progress already does."""
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_agent_jobs import _assignment, _closed_port
+from support.net import free_port
+from test_agent_jobs import _assignment
 
 from telemetry.agent.client import AgentClient
 from telemetry.agent.loop import Agent, AgentConfig
@@ -16,7 +17,7 @@ T0 = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
 
 def test_a_power_limit_retune_changes_the_simulated_power_and_energy(tmp_path):
     backend = SimulatedBackend(node_name="n", n_gpus=1, gpu_model="A100")
-    client = AgentClient(f"http://127.0.0.1:{_closed_port()}", "t", Spool(tmp_path / "spool"))
+    client = AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
     agent = Agent(backend, client, AgentConfig(node_name="n", work_dir=tmp_path))
     gpu = ["GPU-sim-n-0"]
     agent.reconcile({"assignments": [_assignment(tmp_path, 1, gpu, power_limit_w=300)]}, T0)

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from test_agent_jobs import _closed_port, _spooled_events
+from support.net import free_port
+from test_agent_jobs import _spooled_events
 from test_nvml_backend import FakeNvml, _device
 
 from telemetry.agent.backends import NvmlBackend
@@ -120,7 +121,7 @@ def test_task_prolog_points_a_wattflow_job_at_its_progress_file(tmp_path):
 
 
 def _agent(tmp_path, backend):
-    client = AgentClient(f"http://127.0.0.1:{_closed_port()}", "t", Spool(tmp_path / "spool"))
+    client = AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
     config = AgentConfig(node_name=NODE, work_dir=tmp_path, post_interval_s=1.0)
     return Agent(
         backend, client, config, runner=NoneRunner(),

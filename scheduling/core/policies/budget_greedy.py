@@ -1,6 +1,6 @@
 """The budget-aware greedy that PowerFlow and GreenFlow share.
 
-Reconstructed from the abstracts (see ``/work/shared/PAPERS.md``); the structure is the
+Reconstructed from the abstracts (see ``docs/papers.md``); the structure is the
 papers', the details below are ours and every constant is a parameter:
 
 1. *Allowances.* Each active budget is paced into this round's allowance

@@ -1,7 +1,7 @@
 """EaCO: energy-aware co-location of training jobs by GPU time-slicing.
 
 Haghshenas and Hashemi, arXiv 2412.08294 (only the abstract is at hand; the rules below
-are *reconstructed* from it and ``PAPERS.md``). The queue is FIFO like the exclusive
+are *reconstructed* from it; ``docs/papers.md``). The queue is FIFO like the exclusive
 ``fifo`` baseline (running jobs keep their GPUs, strict order), but a job may share the
 GPUs of a running job of the same size, at most ``max_jobs_per_gpu`` jobs per GPU:
 

@@ -2,7 +2,7 @@
 
 Sharma et al., "GPU Cluster Scheduling for Network-Sensitive Deep Learning", arXiv
 2401.16492. Only the abstract is at hand; the rules are *reconstructed* from it and
-``PAPERS.md``, with every constant a parameter.
+``docs/papers.md``, with every constant a parameter.
 
 - **Sensitivity.** ``sigma = T_spread / T_consolidated - 1`` from the perf model: the
   iteration time of the job's GPUs split over two nodes against all on as few nodes

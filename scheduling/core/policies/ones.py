@@ -1,7 +1,7 @@
 """ONES: online evolutionary search over GPU counts, with batch sizes that follow them.
 
 Bian, Li, Wang, You, SC'21 (arXiv 2108.03645; artifact kurisusnowdeng/ones_sc21). Only
-the abstract and ``PAPERS.md`` are at hand, so the operators below are *reconstructed*
+the abstract is at hand (``docs/papers.md``), so the operators below are *reconstructed*
 from that description; every constant is a parameter.
 
 Elasticity through the batch size: a job's per-GPU batch ``b`` is fixed (``Job.
