@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from cluster.choices import AuditAction
-from cluster.models import Budget, Gpu, JobAllocation, Node
+from cluster.models import Budget, BudgetAlert, Gpu, JobAllocation, Node
 from cluster.services import record_audit
 from scheduling import services as scheduling_services
 from scheduling.core.perf_models import load_catalog
@@ -90,9 +90,13 @@ def every_model_has_a_row(make_node, make_job, member, lead, team, admin_user):
         params=model_to_params(load_catalog().get("resnet50", "A100")), n_observations=3,
         jobs=1, created_at=now,
     )  # fmt: skip
-    Budget.objects.create(
+    budget = Budget.objects.create(
         team=team, period_start=now - timedelta(days=1), period_end=now + timedelta(days=1),
         energy_limit_kwh=100.0,
+    )  # fmt: skip
+    BudgetAlert.objects.create(
+        budget=budget, team=team, at=now, action=budget.hard_limit_action,
+        energy_used_kwh=100.0, energy_limit_kwh=100.0, carbon_used_kg=12.0,
     )  # fmt: skip
     record_audit(actor=admin_user, action=AuditAction.UPDATED, object_type="scheduling_policy")
     Group.objects.create(name="operators")
