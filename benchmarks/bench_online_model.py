@@ -22,9 +22,8 @@ already observed and on configurations never observed (median and max relative e
   (Zeus' just-in-time profiling), then moves to the other batches, nearest first.
 * ``gpu_out_<gpu>`` (leave one GPU model out): the same workload's fits on every other Zeus
   GPU, given the hidden GPU's power-limit range (what NVML reports) and their busy draw
-  scaled by the ratio of the highest limits, are the candidates, chosen on time and draw
-  shape; the one whose highest limit is closest comes first (the prior until two
-  configurations are observed).
+  scaled by the ratio of the highest limits, are the candidates; the job's model is the
+  geometric mean of one fit per candidate (``BlendedPerfModel``).
 
 Zeus measured time per epoch; at a fixed batch an epoch is a fixed number of iterations,
 so relative errors are those per iteration. A Zeus prior's iteration time is its epoch time
@@ -53,6 +52,7 @@ from tqdm import tqdm  # noqa: E402
 
 from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
+    BlendedPerfModel,
     Observation,
     batch_matched_prior,
     nearest_prior,
@@ -89,6 +89,10 @@ class Case:
     # Candidates measured on the job's own GPU model: their draw's level says how the
     # workload loads the GPU (``nearest_prior(draw_level=True)``).
     draw_level: bool = False
+    # Blend the models fitted against every candidate (``BlendedPerfModel``) instead of
+    # choosing one: for a hidden GPU, whose candidates are the workload's own fits on the
+    # other GPUs, which a few same-batch observations cannot tell apart.
+    blend: bool = False
 
 
 def say(line: str) -> None:
@@ -238,7 +242,7 @@ def _zeus_cases(*, gpu_out: bool) -> list[Case]:
                 )
                 for g in others
             ]
-            cases.append(Case(f"gpu_out_{gpu}", workload, configs, truth, candidates))
+            cases.append(Case(f"gpu_out_{gpu}", workload, configs, truth, candidates, blend=True))
         else:
             candidates = [
                 _zeus_prior(f"{w}@{g}", fit, limits[g])
@@ -268,9 +272,17 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
     return [batch_matched_prior(c, seen[0].local_batch) for c in case.candidates]
 
 
+def fit_case(case: Case, seen: Sequence[Observation]):
+    """The job's online model after ``seen``: one fit against the nearest candidate, or the
+    blend of one fit per candidate (``case.blend``)."""
+    candidates = _candidates(case, seen)
+    if case.blend:
+        return BlendedPerfModel([fit_online(c, seen) for c in candidates])
+    return fit_online(nearest_prior(candidates, seen, draw_level=case.draw_level), seen)
+
+
 def _online_predict(case: Case, seen: Sequence[Observation]) -> Callable[[Observation], tuple]:
-    prior = nearest_prior(_candidates(case, seen), seen, draw_level=case.draw_level)
-    model = fit_online(prior, seen)
+    model = fit_case(case, seen)
 
     def predict(obs: Observation) -> tuple[float, float]:
         cfg = obs.config()

@@ -352,6 +352,56 @@ class OnlinePerfModel:
         return max(cfg.n_gpus, 1) * self.power_w(cfg) * self.iter_time_s(cfg)
 
 
+class BlendedPerfModel:
+    """Implements ``PerfModel``: the geometric mean of several online models of one job,
+    each fitted from the same observations against a different prior (for a GPU model no
+    catalog entry covers: the workload's models on every other GPU, each carried onto
+    this one). Where a handful of observations cannot tell the priors apart (a job seen at
+    one batch, whose power-limit response every candidate reproduces), picking one is a
+    coin toss; their consensus is the estimate whose error does not depend on the toss.
+    Everything but the three predictions (GPU, limits, observation counts) is the first
+    model's."""
+
+    __slots__ = ("models", "workload", "gpu_model", "idle_power_w", "clocks_mhz", "batch_sizes")
+
+    def __init__(self, models: Sequence[OnlinePerfModel]) -> None:
+        if not models:
+            raise ValueError("nothing to blend")
+        self.models = tuple(models)
+        first = self.models[0]
+        self.workload = first.workload
+        self.gpu_model = first.gpu_model
+        self.idle_power_w = first.idle_power_w
+        self.clocks_mhz = first.clocks_mhz
+        self.batch_sizes = first.batch_sizes
+
+    def __repr__(self) -> str:
+        return f"BlendedPerfModel({self.workload!r}, {self.gpu_model!r}, {len(self.models)})"
+
+    @property
+    def estimated(self) -> bool:
+        return self.models[0].estimated
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return self.models[0].gpu
+
+    @property
+    def power_limits_w(self) -> tuple[float, float]:
+        return self.models[0].power_limits_w
+
+    def iter_time_s(self, cfg: GpuConfig) -> float:
+        logs = [math.log(m.iter_time_s(cfg)) for m in self.models]
+        return math.exp(sum(logs) / len(logs))
+
+    def power_w(self, cfg: GpuConfig) -> float:
+        logs = [math.log(m.power_w(cfg)) for m in self.models]
+        return math.exp(sum(logs) / len(logs))
+
+    def energy_per_iter_j(self, cfg: GpuConfig) -> float:
+        return max(cfg.n_gpus, 1) * self.power_w(cfg) * self.iter_time_s(cfg)
+
+
 def learned_model(
     prior: FittedPerfModel,
     params: Sequence[float],

@@ -9,6 +9,7 @@ import pytest
 
 from scheduling.core.online_fit import fit_online
 from scheduling.core.online_model import (
+    BlendedPerfModel,
     Observation,
     batch_matched_prior,
     config_of,
@@ -165,3 +166,24 @@ def test_nearest_prior_prefers_the_candidate_that_loads_the_gpu_like_the_job():
     assert nearest_prior([PRIOR, hungry], observed_hungry, draw_level=True).workload == "hungry"
     # Without the level (candidates carried from other GPU models) the tie stays a tie.
     assert nearest_prior([hungry, PRIOR], observed).workload == "hungry"
+
+
+def test_a_blend_predicts_the_geometric_mean_of_its_models():
+    observed = [observe(TRUTH, 1, 1, 32, scale=2.0), observe(TRUTH, 2, 1, 32, scale=2.0)]
+    a = fit_online(PRIOR, observed)
+    b = fit_online(CATALOG.get("gpt2", "A100"), observed)
+    blend = BlendedPerfModel([a, b])
+    cfg = config_of(8, 1, 64)
+    assert blend.iter_time_s(cfg) == pytest.approx(
+        math.sqrt(a.iter_time_s(cfg) * b.iter_time_s(cfg)), rel=1e-12
+    )
+    assert blend.power_w(cfg) == pytest.approx(math.sqrt(a.power_w(cfg) * b.power_w(cfg)))
+    assert blend.energy_per_iter_j(cfg) == pytest.approx(
+        8 * blend.power_w(cfg) * blend.iter_time_s(cfg)
+    )
+    # Where both models learned the same measurement, so does the blend.
+    seen = observed[0].config()
+    assert blend.iter_time_s(seen) == pytest.approx(observed[0].iter_time_s, rel=0.02)
+    assert not blend.estimated and blend.gpu_model == "A100"
+    with pytest.raises(ValueError):
+        BlendedPerfModel([])
