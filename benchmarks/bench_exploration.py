@@ -30,11 +30,9 @@ import bench_online_model as bom  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from scheduling.core.exploration import best_limit, next_step  # noqa: E402
-from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
     Observation,
     config_of,
-    nearest_prior,
 )
 from scheduling.fitting import perf_data  # noqa: E402
 
@@ -63,7 +61,7 @@ def run(cases: list[bom.Case], budget: float, step_frac: float) -> dict:
             spent_s = 0.0
             n_iters = 1.0 / step_frac  # the job's iterations, in units of one step
             for _ in range(MAX_STEPS):
-                model = fit_online(nearest_prior(case.candidates, seen), seen)
+                model = bom.fit_case(case, seen)
                 jct_s = n_iters * model.iter_time_s(cfg)
                 step = next_step(model, cfg, limits, tried, step_iters=1.0, spent_s=spent_s,
                                  predicted_jct_s=jct_s, budget_frac=budget)  # fmt: skip
@@ -73,7 +71,7 @@ def run(cases: list[bom.Case], budget: float, step_frac: float) -> dict:
                 spent_s += max(obs.iter_time_s - measured[top].iter_time_s, 0.0)
                 tried.add(step.limit_w)
                 seen.append(obs)
-            model = fit_online(nearest_prior(case.candidates, seen), seen)
+            model = bom.fit_case(case, seen)
             chosen = best_limit(model, cfg, limits)
             jct_s = n_iters * measured[chosen].iter_time_s
             out[case.dataset].append(

@@ -15,12 +15,15 @@ already observed and on configurations never observed (median and max relative e
   at that batch, then tries the other batches, nearest first. A Pollux observation is one
   measured row (the first of its placement); it is scored against the median of the rows.
 * ``zeus_<gpu>`` (leave one workload out): the other Zeus workloads on the same GPU, each
-  fitted with ``perf_fit.fit_power_limit``, are the candidates. The job starts at its
+  fitted with ``perf_fit.fit_power_limit`` and mapped on a normalized batch axis
+  (``batch_matched_prior``: the job's first batch at the candidate's median one), are the
+  candidates, chosen on time and draw, the draw's level included. The job starts at its
   median batch at the default (highest) power limit, steps the limit down 25 W at a time
   (Zeus' just-in-time profiling), then moves to the other batches, nearest first.
-* ``gpu_out_<gpu>`` (leave one GPU model out): the same workload's fit on the Zeus GPU
-  whose highest power limit is closest is the prior, given the hidden GPU's power-limit
-  range (what NVML reports) and its busy draw scaled by the ratio of the highest limits.
+* ``gpu_out_<gpu>`` (leave one GPU model out): the same workload's fits on every other Zeus
+  GPU, given the hidden GPU's power-limit range (what NVML reports) and their busy draw
+  scaled by the ratio of the highest limits, are the candidates; the job's model is the
+  geometric mean of one fit per candidate (``BlendedPerfModel``).
 
 Zeus measured time per epoch; at a fixed batch an epoch is a fixed number of iterations,
 so relative errors are those per iteration. A Zeus prior's iteration time is its epoch time
@@ -49,7 +52,9 @@ from tqdm import tqdm  # noqa: E402
 
 from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
+    BlendedPerfModel,
     Observation,
+    batch_matched_prior,
     nearest_prior,
 )
 from scheduling.core.perf_models import (  # noqa: E402
@@ -77,6 +82,17 @@ class Case:
     configs: list[Observation]  # replay order; the observation the job makes there
     truth: list[tuple[float, float | None]]  # (iteration time, energy per iteration) per config
     candidates: list[FittedPerfModel]
+    # Map each candidate's batch axis onto the job's (``batch_matched_prior``): the job's
+    # first per-GPU batch is put at the candidate's median one. Only where a candidate's
+    # batch sizes are per-GPU batches (the one-GPU Zeus sweeps).
+    batch_matched: bool = False
+    # Candidates measured on the job's own GPU model: their draw's level says how the
+    # workload loads the GPU (``nearest_prior(draw_level=True)``).
+    draw_level: bool = False
+    # Blend the models fitted against every candidate (``BlendedPerfModel``) instead of
+    # choosing one: for a hidden GPU, whose candidates are the workload's own fits on the
+    # other GPUs, which a few same-batch observations cannot tell apart.
+    blend: bool = False
 
 
 def say(line: str) -> None:
@@ -213,32 +229,60 @@ def _zeus_cases(*, gpu_out: bool) -> list[Case]:
         configs, truth = _zeus_replay(rs)
         if gpu_out:
             others = [g for g in perf_data.ZEUS_GPUS if g != gpu and (g, workload) in fits]
-            near = min(others, key=lambda g: (abs(math.log(limits[g][1] / limits[gpu][1])), g))
+            # Every other GPU's fit of the workload, carried onto the hidden GPU's limit
+            # range (its draw scaled by the ratio of the highest limits); the nearest by
+            # highest limit first, the prior until two configurations are observed.
+            others.sort(key=lambda g: (abs(math.log(limits[g][1] / limits[gpu][1])), g))
             candidates = [
                 _zeus_prior(
-                    f"{workload}@{near}",
-                    fits[(near, workload)],
+                    f"{workload}@{g}",
+                    fits[(g, workload)],
                     limits[gpu],
-                    power_factor=limits[gpu][1] / limits[near][1],
+                    power_factor=limits[gpu][1] / limits[g][1],
                 )
+                for g in others
             ]
-            cases.append(Case(f"gpu_out_{gpu}", workload, configs, truth, candidates))
+            cases.append(Case(f"gpu_out_{gpu}", workload, configs, truth, candidates, blend=True))
         else:
             candidates = [
                 _zeus_prior(f"{w}@{g}", fit, limits[g])
                 for (g, w), fit in sorted(fits.items())
                 if g == gpu and w != workload
             ]
-            cases.append(Case(f"zeus_{gpu}", workload, configs, truth, candidates))
+            cases.append(
+                Case(
+                    f"zeus_{gpu}",
+                    workload,
+                    configs,
+                    truth,
+                    candidates,
+                    batch_matched=True,
+                    draw_level=True,
+                )
+            )
     return cases
 
 
 # --- scoring ------------------------------------------------------------------------------
 
 
+def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel]:
+    if not case.batch_matched:
+        return case.candidates
+    return [batch_matched_prior(c, seen[0].local_batch) for c in case.candidates]
+
+
+def fit_case(case: Case, seen: Sequence[Observation]):
+    """The job's online model after ``seen``: one fit against the nearest candidate, or the
+    blend of one fit per candidate (``case.blend``)."""
+    candidates = _candidates(case, seen)
+    if case.blend:
+        return BlendedPerfModel([fit_online(c, seen) for c in candidates])
+    return fit_online(nearest_prior(candidates, seen, draw_level=case.draw_level), seen)
+
+
 def _online_predict(case: Case, seen: Sequence[Observation]) -> Callable[[Observation], tuple]:
-    prior = nearest_prior(case.candidates, seen)
-    model = fit_online(prior, seen)
+    model = fit_case(case, seen)
 
     def predict(obs: Observation) -> tuple[float, float]:
         cfg = obs.config()

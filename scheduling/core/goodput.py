@@ -28,6 +28,13 @@ workload out, on Pollux's validation curves (``scheduling/fitting/goodput_fit.py
 noise scale that best reproduces that workload's measured samples-to-target at every
 batch (the *learned efficiency curve* used for a job that reports nothing).
 
+A reported noise scale below ``MIN_NOISE_SCALE`` (one sample) is not used: it would say
+that one sample's gradient is less noisy than the mean gradient is large, so that no
+batch above one sample is worth anything; what it measures is the estimator (AdaptDL's
+is a difference of two noisy estimates, and its first report after a random
+initialisation averages the transient), not the job. The job then falls back to its
+workload's learned curve, as if it had reported nothing.
+
 A job with no noise scale at all (``Job.noise_scale is None``): its efficiency is
 unknown, so the core assumes the worst any noise scale allows, useful samples per
 iteration ``min(b, b0)``. No batch other than the submitted one can then look better,
@@ -47,6 +54,8 @@ from typing import Any
 from scheduling.core.types import Job
 
 CURVES_PATH = Path(__file__).resolve().with_name("goodput_curves.json")
+# Below one sample a reported noise scale is an artefact of the estimator (module docstring).
+MIN_NOISE_SCALE = 1.0
 
 
 def noise_scale_from_stats(grad_sqr: float, grad_var: float, batch: float) -> float | None:
@@ -138,11 +147,11 @@ class GoodputCurves:
         batch: float | None = None,
     ) -> float | None:
         """The noise scale the core should use for a job: from its own statistics
-        (calibrated) when it reported usable ones, else its workload's learned curve,
-        else None (unknown)."""
+        (calibrated) when it reported usable ones (at least ``MIN_NOISE_SCALE``), else its
+        workload's learned curve, else None (unknown)."""
         if grad_sqr is not None and grad_var is not None and batch is not None:
             reported = noise_scale_from_stats(grad_sqr, grad_var, batch)
-            if reported is not None:
+            if reported is not None and reported >= MIN_NOISE_SCALE:
                 return reported * self.calibration
         curve = self.curve(workload)
         return None if curve is None else curve.noise_scale

@@ -352,6 +352,56 @@ class OnlinePerfModel:
         return max(cfg.n_gpus, 1) * self.power_w(cfg) * self.iter_time_s(cfg)
 
 
+class BlendedPerfModel:
+    """Implements ``PerfModel``: the geometric mean of several online models of one job,
+    each fitted from the same observations against a different prior (for a GPU model no
+    catalog entry covers: the workload's models on every other GPU, each carried onto
+    this one). Where a handful of observations cannot tell the priors apart (a job seen at
+    one batch, whose power-limit response every candidate reproduces), picking one is a
+    coin toss; their consensus is the estimate whose error does not depend on the toss.
+    Everything but the three predictions (GPU, limits, observation counts) is the first
+    model's."""
+
+    __slots__ = ("models", "workload", "gpu_model", "idle_power_w", "clocks_mhz", "batch_sizes")
+
+    def __init__(self, models: Sequence[OnlinePerfModel]) -> None:
+        if not models:
+            raise ValueError("nothing to blend")
+        self.models = tuple(models)
+        first = self.models[0]
+        self.workload = first.workload
+        self.gpu_model = first.gpu_model
+        self.idle_power_w = first.idle_power_w
+        self.clocks_mhz = first.clocks_mhz
+        self.batch_sizes = first.batch_sizes
+
+    def __repr__(self) -> str:
+        return f"BlendedPerfModel({self.workload!r}, {self.gpu_model!r}, {len(self.models)})"
+
+    @property
+    def estimated(self) -> bool:
+        return self.models[0].estimated
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return self.models[0].gpu
+
+    @property
+    def power_limits_w(self) -> tuple[float, float]:
+        return self.models[0].power_limits_w
+
+    def iter_time_s(self, cfg: GpuConfig) -> float:
+        logs = [math.log(m.iter_time_s(cfg)) for m in self.models]
+        return math.exp(sum(logs) / len(logs))
+
+    def power_w(self, cfg: GpuConfig) -> float:
+        logs = [math.log(m.power_w(cfg)) for m in self.models]
+        return math.exp(sum(logs) / len(logs))
+
+    def energy_per_iter_j(self, cfg: GpuConfig) -> float:
+        return max(cfg.n_gpus, 1) * self.power_w(cfg) * self.iter_time_s(cfg)
+
+
 def learned_model(
     prior: FittedPerfModel,
     params: Sequence[float],
@@ -387,31 +437,85 @@ def learned_model(
 # --- choosing a prior -----------------------------------------------------------------
 
 
+def rescale_batch(prior: FittedPerfModel, factor: float) -> FittedPerfModel:
+    """``prior`` with its per-GPU batch axis stretched by ``factor``: at per-GPU batch ``b``
+    the returned model computes and draws as ``prior`` does at ``factor x b`` (the compute
+    time's per-sample constant x factor, the draw's ``batch_half`` / factor). Everything
+    else (all-reduce, power-limit and clock response, levels) is the prior's."""
+    if not (math.isfinite(factor) and factor > 0):
+        raise ValueError(f"batch factor {factor!r} is not a positive finite number")
+    tp, pw = prior.throughput, prior.power
+    return FittedPerfModel(
+        workload=prior.workload,
+        gpu=prior.gpu,
+        batch_sizes=tuple(max(1, round(b / factor)) for b in prior.batch_sizes),
+        throughput=replace(tp, beta_c_s=tp.beta_c_s * factor),
+        power=replace(pw, batch_half=max(pw.batch_half, 1e-3) / factor),
+        errors=prior.errors,
+        sources={**prior.sources, "batch_factor": f"{factor:.6g}"},
+    )
+
+
+def batch_matched_prior(
+    prior: FittedPerfModel, local_batch: float, *, typical_local_batch: float | None = None
+) -> FittedPerfModel:
+    """``prior`` mapped on a normalized batch axis: the job's per-GPU batch ``local_batch``
+    (the one it was submitted with) is put where the prior's own typical per-GPU batch sits
+    (``typical_local_batch``; by default the median of ``prior.batch_sizes``, which are
+    per-GPU batches for one-GPU sweeps such as Zeus'). A user submits a batch that suits
+    the model (memory, convergence), so how far a batch is from the submitted one says
+    more about how the iteration time and the draw bend than the batch's absolute size:
+    ShuffleNet at 1,024 samples and BERT at 24 are both "their usual batch"."""
+    if typical_local_batch is None:
+        sizes = sorted(prior.batch_sizes)
+        if not sizes:
+            return prior
+        typical_local_batch = float(sizes[len(sizes) // 2])
+    if not (local_batch > 0 and typical_local_batch > 0):
+        return prior
+    return rescale_batch(prior, typical_local_batch / local_batch)
+
+
 def nearest_prior(
     candidates: Sequence[FittedPerfModel],
     observations: Sequence[Observation],
     *,
     hint: str | None = None,
+    draw_spread: bool = True,
+    draw_level: bool = False,
 ) -> FittedPerfModel:
     """The candidate whose *shape* best matches the observations: the one with the smallest
     spread of log(observed / predicted) iteration times once the level is taken out (a level
-    is learned from one observation anyway). With fewer than two timed configurations
-    there is no shape to compare, so the ``hint`` (a workload the user says it resembles)
-    or, without one, the first candidate is taken."""
+    is learned from one observation anyway), plus, where the observations carry a draw and
+    ``draw_spread``, the same spread of the draws. ``draw_level`` adds the squared mean log
+    ratio of the draws: for candidates measured on the job's own GPU model the draw's level
+    is physical (a job that draws what its GPU draws at idle is not compute-bound, one near
+    the limit is, and the candidate that loads the GPU alike bends alike with batch and
+    power limit); for candidates carried over from other GPU models it is only as good as
+    that carrying, so leave it off there. With fewer than two observed configurations there
+    is no shape to compare, so the ``hint`` (a workload the user says it resembles) or,
+    without one, the first candidate is taken."""
     if not candidates:
         raise ValueError("no candidate prior")
     by_name = {c.workload: c for c in candidates}
     timed = [o for o in observations if o.iter_time_s is not None]
+    drawn = [o for o in observations if o.power_w is not None]
     keys = {o.key for o in timed}
     if len(keys) < 2:
         return by_name.get(hint or "", candidates[0])
 
-    def spread(model: FittedPerfModel) -> float:
-        res = [math.log(o.iter_time_s / model.iter_time_s(o.config())) for o in timed]
+    def spread(res: list[float]) -> tuple[float, float]:
         mean = sum(res) / len(res)
-        return sum((r - mean) ** 2 for r in res) / len(res)
+        return sum((r - mean) ** 2 for r in res) / len(res), mean
 
-    return min(candidates, key=lambda m: (spread(m), m.workload != hint, m.workload))
+    def score(model: FittedPerfModel) -> float:
+        v, _ = spread([math.log(o.iter_time_s / model.iter_time_s(o.config())) for o in timed])
+        if drawn and (draw_spread or draw_level):
+            vp, mp = spread([math.log(o.power_w / model.power_w(o.config())) for o in drawn])
+            v += (vp if draw_spread else 0.0) + (mp * mp if draw_level else 0.0)
+        return v
+
+    return min(candidates, key=lambda m: (score(m), m.workload != hint, m.workload))
 
 
 # --- JSON (the database keeps pooled observations and fitted moves as these) ------------------

@@ -22,7 +22,10 @@ Two predictions:
 * **from the job's own statistics** (what a running job gives the core): the reference
   run's reported noise scale, times a ``calibration`` fitted on the *other* workloads,
   integrated over training up to the target: ``samples(b) / samples(b_ref) = mean over
-  progress of (k B_t + b) / (k B_t + b_ref)``. This is the leave-one-workload-out check.
+  progress of (k B_t + b) / (k B_t + b_ref)``, each report's ``B_t`` standing for the
+  progress since the previous one (a report below ``MIN_NOISE_SCALE`` is refused, as the
+  core refuses it, and the next report covers its stretch). This is the
+  leave-one-workload-out check.
 
 numpy only (a golden-section search in log space), so it can run wherever the core
 runs; it is not part of the pure core because it reads the data files.
@@ -41,14 +44,16 @@ from pathlib import Path
 
 from scheduling.core.goodput import (
     CURVES_PATH,
+    MIN_NOISE_SCALE,
     GoodputCurves,
     WorkloadCurve,
     curves_to_dict,
+    noise_scale_from_stats,
 )
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 POLLUX_DIR = REPO_DATA / "perf" / "pollux_t4"
-VERSION = "goodput-1"
+VERSION = "goodput-2"  # 2: reported scales below one sample refused
 # ElasticFlow's A100 "resnet50" is ResNet-50 on ImageNet, Pollux's "imagenet".
 ALIASES = {"resnet50": "imagenet"}
 COLUMNS = ("progress", "iteration", "metric", "grad_sqr", "grad_var")
@@ -143,8 +148,10 @@ def reported_noise_scales(workload: Workload) -> list[tuple[float, float]]:
     ref = workload.ref_batch
     out = []
     for row in workload.runs[ref]:
-        if row.grad_sqr > 0 and row.grad_var >= 0:
-            out.append((row.progress, row.grad_var * ref / row.grad_sqr))
+        scale = noise_scale_from_stats(row.grad_sqr, row.grad_var, ref)
+        # The core's rule: a scale below one sample is the estimator's, not the job's.
+        if scale is not None and scale >= MIN_NOISE_SCALE:
+            out.append((row.progress, scale))
     return out
 
 

@@ -52,6 +52,12 @@ class BudgetSpec:
         if t < self.period_start_s:
             return None
         k = math.floor((t - self.period_start_s) / self.period_s)
+        # The division rounds: at a period's end as ``bounds`` computes it (where the
+        # engine stops a stretch), it can give the period that just ended, whose end is
+        # then not after ``t``, and the run would stand still at that instant, replanning
+        # forever. ``t`` belongs to the period it starts.
+        if t >= self.bounds(k)[1]:
+            k += 1
         if not self.renews and k > 0:
             return None
         return k

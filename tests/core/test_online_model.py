@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from scheduling.core.online_fit import fit_online
 from scheduling.core.online_model import (
+    BlendedPerfModel,
     Observation,
+    batch_matched_prior,
     config_of,
     nearest_prior,
     observation_from_dict,
     observation_to_dict,
     pooled_observations,
     refusal_reason,
+    rescale_batch,
 )
-from scheduling.core.perf_models import load_catalog
+from scheduling.core.perf_models import FittedPerfModel, load_catalog
 
 CATALOG = load_catalog()
 PRIOR = CATALOG.get("resnet50", "A100")
@@ -124,3 +128,62 @@ def test_pooling_keeps_geometric_means_and_weights_and_survives_json():
     assert pooled.weight == 2.0
     assert pooled.iter_time_s == pytest.approx(a.iter_time_s * 2.0, rel=1e-12)
     assert observation_from_dict(observation_to_dict(pooled)) == pooled
+
+
+def test_a_batch_matched_prior_bends_at_the_jobs_batch_as_the_prior_at_its_own():
+    # A Zeus-like one-GPU prior whose typical per-GPU batch is 32, for a job submitted at 512.
+    sizes = sorted(PRIOR.batch_sizes)
+    typical = float(sizes[len(sizes) // 2])
+    matched = batch_matched_prior(PRIOR, 512.0)
+    factor = typical / 512.0
+    for b in (128.0, 512.0, 2048.0):
+        mine, theirs = config_of(1, 1, b), config_of(1, 1, b * factor)
+        assert matched.iter_time_s(mine) == pytest.approx(PRIOR.iter_time_s(theirs), rel=0.02)
+        assert matched.power_w(mine) == pytest.approx(PRIOR.power_w(theirs), rel=0.02)
+    # The ratio between two batches follows the prior's ratio between the mapped ones.
+    r_job = matched.iter_time_s(config_of(1, 1, 2048)) / matched.iter_time_s(config_of(1, 1, 512))
+    r_pri = PRIOR.iter_time_s(config_of(1, 1, 2048 * factor)) / PRIOR.iter_time_s(
+        config_of(1, 1, 512 * factor)
+    )
+    assert r_job == pytest.approx(r_pri, rel=0.02)
+    with pytest.raises(ValueError):
+        rescale_batch(PRIOR, 0.0)
+
+
+def test_nearest_prior_prefers_the_candidate_that_loads_the_gpu_like_the_job():
+    # Two candidates with the same time shape; one draws twice as much. The job's draw
+    # decides, although the fit would learn either level.
+    hungry = FittedPerfModel(
+        workload="hungry",
+        gpu=PRIOR.gpu,
+        batch_sizes=PRIOR.batch_sizes,
+        throughput=PRIOR.throughput,
+        power=replace(PRIOR.power, busy_max_w=2.0 * PRIOR.power.busy_max_w),
+    )
+    observed = [observe(PRIOR, 1, 1, b) for b in (16, 64)]
+    assert nearest_prior([hungry, PRIOR], observed, draw_level=True).workload == PRIOR.workload
+    observed_hungry = [observe(hungry, 1, 1, b) for b in (16, 64)]
+    assert nearest_prior([PRIOR, hungry], observed_hungry, draw_level=True).workload == "hungry"
+    # Without the level (candidates carried from other GPU models) the tie stays a tie.
+    assert nearest_prior([hungry, PRIOR], observed).workload == "hungry"
+
+
+def test_a_blend_predicts_the_geometric_mean_of_its_models():
+    observed = [observe(TRUTH, 1, 1, 32, scale=2.0), observe(TRUTH, 2, 1, 32, scale=2.0)]
+    a = fit_online(PRIOR, observed)
+    b = fit_online(CATALOG.get("gpt2", "A100"), observed)
+    blend = BlendedPerfModel([a, b])
+    cfg = config_of(8, 1, 64)
+    assert blend.iter_time_s(cfg) == pytest.approx(
+        math.sqrt(a.iter_time_s(cfg) * b.iter_time_s(cfg)), rel=1e-12
+    )
+    assert blend.power_w(cfg) == pytest.approx(math.sqrt(a.power_w(cfg) * b.power_w(cfg)))
+    assert blend.energy_per_iter_j(cfg) == pytest.approx(
+        8 * blend.power_w(cfg) * blend.iter_time_s(cfg)
+    )
+    # Where both models learned the same measurement, so does the blend.
+    seen = observed[0].config()
+    assert blend.iter_time_s(seen) == pytest.approx(observed[0].iter_time_s, rel=0.02)
+    assert not blend.estimated and blend.gpu_model == "A100"
+    with pytest.raises(ValueError):
+        BlendedPerfModel([])

@@ -48,18 +48,23 @@ def test_simulate_command_matches_team_budgets_and_reports_the_spend_per_period(
         "--cluster", str(DATA / "clusters" / "n16g4_t4.json"),
         "--policy", "powerflow", "--match-baseline", "fifo", "--team-budgets",
         "--team-rule", "workload", "--max-jobs", "30", "--no-progress", "--out", str(tmp_path),
-        # The budget mechanics under test, with the catalog's predictions (learned models
-        # are tested in test_knowledge.py; under them this run takes thousands of rounds).
-        "--knowledge", "oracle",
         stdout=out,
     )  # fmt: skip
     report = json.loads((tmp_path / "pollux_workload-3_n16g4_t4_report.json").read_text())
     (line,) = report["comparisons"]
     jobs = (tmp_path / "pollux_workload-3_n16g4_t4_fifo_jobs.csv").read_text().splitlines()[1:]
     workloads = {row.split(",")[1] for row in jobs}
-    # then there is one budget per team, no period went over, and the line says so
-    assert line["team_budgets"] == len(workloads) > 1
-    assert line["candidate_periods_over_budget"] == 0
-    assert line["candidate_max_period_share"] <= 1.0
+    # then there is one budget per team under both knowledge modes, and with the catalog's
+    # predictions no period went over, and the line says so
+    assert line["knowledge"] == "learned" and line["oracle"]["knowledge"] == "oracle"
+    for run in (line, line["oracle"]):
+        assert run["team_budgets"] == len(workloads) > 1
+        assert run["candidate_unfinished_jobs"] == 0
+    assert line["oracle"]["candidate_periods_over_budget"] == 0
+    assert line["oracle"]["candidate_max_period_share"] <= 1.0
+    # With learned models the run now ends (it used to stand still at a period end that
+    # floating-point division put back into the period it ends: test_budget_periods.py);
+    # that it overspends one team period is a measured miss, not asserted here
+    # (docs/benchmarks.md, issue 12).
     assert "inside the period" in out.getvalue()
     assert report["scenario"]["team_rule"] == "workload"

@@ -1,0 +1,40 @@
+"""Budget periods in the simulator: every instant belongs to exactly one period, and the
+next boundary is always ahead, also where floating-point division rounds."""
+
+from __future__ import annotations
+
+from scheduling.simulator.budgets import BudgetLedger, BudgetSpec
+
+
+def test_a_period_end_belongs_to_the_next_period_and_the_next_boundary_is_ahead():
+    # A period as long as a measured makespan (not a round number): before the fix, 61 of
+    # the first 1,000 period ends fell back into the period they end, so the engine stood
+    # still there, replanning forever (the learned team-budget run of test_simulate_command).
+    for start in (0.0, 1234.5):
+        spec = BudgetSpec(period_start_s=start, period_end_s=start + 24300.8185261097)
+        for k in range(1, 1000):
+            end = spec.bounds(k - 1)[1]
+            assert spec.period_at(end) == k
+            assert spec.next_boundary(end) > end
+            inside = (spec.bounds(k)[0] + spec.bounds(k)[1]) / 2
+            assert spec.period_at(inside) == k
+
+
+def test_the_ledger_moves_past_every_boundary():
+    specs = [
+        BudgetSpec(period_end_s=24300.8185261097, energy_limit_j=1e9, team=team)
+        for team in ("a", "b")
+    ]
+    ledger = BudgetLedger(specs)
+    t, seen = 0.0, 0
+    while t < 300 * 24300.8185261097:
+        nxt = ledger.next_boundary(t)
+        assert nxt > t
+        t, seen = nxt, seen + 1
+    assert seen == 300
+
+
+def test_a_one_off_budget_ends_after_its_period():
+    spec = BudgetSpec(period_end_s=24300.8185261097, renews=False)
+    assert spec.period_at(0.0) == 0
+    assert spec.period_at(spec.bounds(0)[1]) is None
