@@ -32,6 +32,19 @@ node_port() {  # node_port INDEX: n1/n2's ports stay base+2/base+3, later nodes 
 }
 NODE_LIST=$(IFS=,; echo "${NODES[*]}")
 HANDOFF="$STATE/handoff"
+# Unix sockets: slurmstepd listens in slurmd's spool on <spool>/<node>_<job id>.<step id> (a
+# batch step id has 10 digits; allow 10 for the job id too), MariaDB on <run>/mysql.sock, and
+# a socket path holds at most 107 bytes. Under a long state directory (a test's tmp_path) both
+# move to a short directory of their own in /tmp, named after the state directory, which
+# $STATE/spool and $STATE/sockets link to.
+SOCKETS="$STATE"
+longest_node=0
+for n in "${NODES[@]}"; do ((${#n} > longest_node)) && longest_node=${#n}; done
+if ((${#STATE} + 7 + longest_node + 1 + longest_node + 1 + 10 + 1 + 10 > 107 || ${#STATE} + 15 > 107)); then
+    SOCKETS="/tmp/wattflow-slurm-$(printf '%s' "$STATE" | sha1sum | cut -c1-12)"
+fi
+SPOOL="$SOCKETS/spool"
+MYSQL_SOCKET="$SOCKETS/run/mysql.sock"
 HOST="$(hostname -s)"
 GPUS_PER_NODE=8
 PACKAGES=(slurmctld slurmd slurm-client slurmdbd slurmrestd slurm-wlm-jwt-plugin munge mariadb-server)
@@ -100,7 +113,9 @@ disable_units() {
 write_configs() {
     mkdir -p "$STATE"/{etc,log,run,state,dev,mysql,out}
     local etc="$STATE/etc" n k script
-    for n in "${NODES[@]}"; do mkdir -p "$STATE/spool/$n"; done
+    for n in "${NODES[@]}"; do mkdir -p "$SPOOL/$n"; done
+    mkdir -p "$SOCKETS/run"
+    [[ $SOCKETS == "$STATE" ]] || { ln -sfn "$SPOOL" "$STATE/spool"; ln -sfn "$SOCKETS" "$STATE/sockets"; }
     # The handoff directory: root's, not writable by the jobs (docs/slurm-node.md).
     mkdir -p "$HANDOFF"
     chmod 0755 "$HANDOFF"
@@ -129,7 +144,7 @@ AuthType=auth/munge
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=$etc/jwt.key
 StateSaveLocation=$STATE/state
-SlurmdSpoolDir=$STATE/spool/%n
+SlurmdSpoolDir=$SPOOL/%n
 SlurmctldPidFile=$STATE/run/slurmctld.pid
 SlurmdPidFile=$STATE/run/slurmd-%n.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
@@ -208,7 +223,7 @@ start_mariadb() {
             --auth-root-authentication-method=normal >"$STATE/log/mariadb-install.log" 2>&1
     fi
     mariadbd --no-defaults --user=root --datadir="$STATE/mysql" --port="$DB_PORT" \
-        --bind-address=127.0.0.1 --socket="$STATE/run/mysql.sock" \
+        --bind-address=127.0.0.1 --socket="$MYSQL_SOCKET" \
         --pid-file="$STATE/run/mariadb.pid" --skip-name-resolve \
         --innodb-buffer-pool-size=64M --log-error="$STATE/log/mariadb.log" \
         >>"$STATE/log/mariadb.out" 2>&1 &
@@ -301,6 +316,8 @@ down)
     stop_pidfiles "$STATE"/run/slurmrestd.pid "$STATE"/run/slurmd-*.pid "$STATE"/run/slurmctld.pid
     # then what they report to; munged only when this script started it (else no pid file)
     stop_pidfiles "$STATE"/run/{slurmdbd,mariadb,munged}.pid
+    # a short spool of its own (see SPOOL above) goes with it
+    [[ $SOCKETS == "$STATE" ]] || rm -rf -- "$SOCKETS" "$STATE/spool" "$STATE/sockets"
     say "down: $STATE"
     ;;
 env)

@@ -6,16 +6,14 @@ loud line; everywhere else a failure to bring Slurm up fails them.
 """
 
 import os
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from django.db import connection
 from django.utils import timezone
+from support.daphne import Daphne
+from support.polling import wait_for
 
 from cluster.models import Gpu, Node
 from scheduling.executors.slurm import SlurmExecutor
@@ -84,19 +82,7 @@ def _clear(cli: SlurmCli) -> None:
     for node in cli.nodes():
         if {"DRAIN", "DRAINED", "DRAINING"} & set(node.flags):
             cli.run("scontrol", "update", f"NodeName={node.name}", "State=RESUME")
-    wait_for(lambda: not [j for j in cli.jobs() if j.active], what="an empty queue", timeout=30)
-
-
-def wait_for(predicate: Callable[[], object], *, what: str, timeout: float = 20.0):
-    """Poll ``predicate`` every 0.1 s until it returns something true; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout} s")
-        time.sleep(0.1)
+    wait_for(lambda: not [j for j in cli.jobs() if j.active], what="an empty queue", timeout_s=30)
 
 
 def read_text(path: str | Path) -> str:
@@ -127,40 +113,17 @@ def fifo(db):
     return config
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def wattflow_server(transactional_db, slurm_settings, tmp_path):
     """A daphne of this checkout on the test database (the agents talk to it); its URL."""
-    port = free_port()
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "TELEMETRY_CHECKPOINT_ROOT": slurm_settings.TELEMETRY_CHECKPOINT_ROOT,
-    }
-    log = open(tmp_path / "daphne.log", "w")  # noqa: SIM115 - closed below
-    daphne = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "config.asgi:application"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-
-    def answers() -> bool:
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
+    server = Daphne(
+        tmp_path / "daphne.log",
+        env={"TELEMETRY_CHECKPOINT_ROOT": slurm_settings.TELEMETRY_CHECKPOINT_ROOT},
+    ).start(timeout_s=60)
     try:
-        wait_for(answers, what="daphne", timeout=60)
-        yield f"http://127.0.0.1:{port}"
+        yield server.url
     finally:
-        daphne.terminate()
-        daphne.wait(timeout=20)
-        log.close()
+        server.stop(grace_s=20)
 
 
 @pytest.fixture
@@ -185,7 +148,7 @@ def monitor_agents(slurm_cluster, wattflow_server, tmp_path):
             nodes.append(node)
         for node in nodes:
             wait_for(lambda n=node: Gpu.objects.filter(node=n).count() == 8,
-                     what=f"{node.name}'s agent registered", timeout=60)  # fmt: skip
+                     what=f"{node.name}'s agent registered", timeout_s=60)  # fmt: skip
         yield nodes
     finally:
         for agent in agents:

@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from support import polling
+from support.net import free_port
 
 from cluster.choices import JobState
 from cluster.models import Budget, Job
 from scheduling.executors.slurm_cli import SlurmCli
 from scheduling.models import SlurmJob
 from telemetry.models import EnergyLedgerEntry, JobEvent
-from tests.slurm.conftest import ROOT, free_port
-from tests.slurm.conftest import wait_for as wait_for_in_conftest
+from tests.slurm.conftest import ROOT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 DEMO_NODES = ["node-01", "node-02", "node-03", "node-04"]
@@ -74,28 +75,28 @@ def demo(slurm_cluster, settings, tmp_path):
 def test_the_demo_runs_replayed_jobs_as_slurm_jobs_and_books_their_energy(demo, tmp_path):
     process, var = demo
 
-    def wait_for(predicate, *, what, timeout):
-        """conftest's wait_for, with the tail of the demo's log in the failure: a demo that
+    def wait_for(predicate, *, what, timeout_s):
+        """support's wait_for, with the tail of the demo's log in the failure: a demo that
         stalls says why only there."""
         try:
-            return wait_for_in_conftest(predicate, what=what, timeout=timeout)
-        except AssertionError as exc:
+            return polling.wait_for(predicate, what=what, timeout_s=timeout_s)
+        except pytest.fail.Exception as exc:
             tail = (tmp_path / "demo.log").read_text()[-6000:]
-            raise AssertionError(f"{exc}\n--- tail of the demo's log ---\n{tail}") from None
+            pytest.fail(f"{exc}\n--- tail of the demo's log ---\n{tail}")
 
     state = var / "slurm-demo"
     # given the demo's Slurm up with the demo's node names and the executor switched to it
     conf = wait_for(
         lambda: (state / "etc" / "slurm.conf").exists() and (var / "slurm-demo.env").exists(),
         what="the demo's Slurm",
-        timeout=90,
+        timeout_s=90,
     )
     assert conf
     cli = SlurmCli(conf=str(state / "etc" / "slurm.conf"), timeout_s=30)
     assert sorted(n.name for n in cli.nodes()) == DEMO_NODES
     # when the replay submits trace jobs, they run as Slurm jobs handed to the agents
     slurm_job = wait_for(
-        lambda: SlurmJob.objects.order_by("pk").first(), what="a Slurm job", timeout=90
+        lambda: SlurmJob.objects.order_by("pk").first(), what="a Slurm job", timeout_s=90
     )
     assert slurm_job.nodes in DEMO_NODES or "," in slurm_job.nodes
     # and a job completes from Slurm's accounting, with its GPUs' energy in the ledger
@@ -104,12 +105,12 @@ def test_the_demo_runs_replayed_jobs_as_slurm_jobs_and_books_their_energy(demo, 
             state=JobState.COMPLETED, exit_status=0, slurm_jobs__isnull=False
         ).first(),
         what="a replayed job completed through Slurm",
-        timeout=180,
+        timeout_s=180,
     )
     charged = wait_for(
         lambda: sum(e.energy_j for e in EnergyLedgerEntry.objects.filter(job=done)),
         what=f"job {done.pk}'s energy in the ledger",
-        timeout=60,
+        timeout_s=60,
     )
     assert charged > 0
     # the stand-in job ran to its end in Slurm, and its progress (written to the file the

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from support.polling import wait_for
 
 from cluster.choices import HardLimitAction, JobState, NodeStatus
 from cluster.models import Budget, Job, Node
@@ -16,7 +17,7 @@ from scheduling import services
 from scheduling.models import SlurmJob
 from telemetry.accounting import process_dirty_hours
 from telemetry.models import EnergyLedgerEntry, GpuSample
-from tests.slurm.conftest import read_text, slurm_job, wait_for
+from tests.slurm.conftest import read_text, slurm_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,11 +37,12 @@ def _live_slurm_job(job_pk: int, cli):
     row = wait_for(
         lambda: SlurmJob.objects.filter(job_id=job_pk, ended_at__isnull=True,
                                         cancel_requested_at__isnull=True).first(),
-        what="a live Slurm job",
+        what="a live Slurm job", timeout_s=20,
     )  # fmt: skip
     info = wait_for(
         lambda: (i := slurm_job(cli, row.slurm_job_id)) and i.state != "PENDING" and i,
         what=f"Slurm job {row.slurm_job_id} started",
+        timeout_s=20,
     )
     return row, info
 
@@ -82,18 +84,18 @@ def test_rest_job_runs_pauses_resumes_elsewhere_and_completes_in_slurm(
     first, info = _live_slurm_job(job_pk, slurm_cli)
     assert {info.nodes} == planned and info.gpus_per_node == 2
     output = f"{out_dir}/wattflow-job-{job_pk}.out"
-    wait_for(lambda: "started on" in read_text(output), what="the job started")
+    wait_for(lambda: "started on" in read_text(output), what="the job started", timeout_s=20)
     assert client.get(f"/api/jobs/{job_pk}/").json()["state"] == "running"
 
     # and the Prolog hands it to the planned node's agent, which applies its power limit
     (old_node,) = planned
     handoff = f"{slurm_cluster['WATTFLOW_HANDOFF_DIR']}/{old_node}/{info.job_id}.json"
     assert f"allocation={job.current_allocation.pk}" in wait_for(
-        lambda: read_text(handoff), what="the Prolog's handoff"
+        lambda: read_text(handoff), what="the Prolog's handoff", timeout_s=20
     )
     # and the agents' samples of its two GPUs are charged to it in the ledger
     gpus = set(job.current_allocation.gpus.values_list("pk", flat=True))
-    wait_for(lambda: _charged_j(job) > 0, what="the job's energy in the ledger", timeout=30)
+    wait_for(lambda: _charged_j(job) > 0, what="the job's energy in the ledger", timeout_s=30)
     charged_gpus = set(EnergyLedgerEntry.objects.filter(job=job).values_list("gpu", flat=True))
     assert charged_gpus == gpus
     charged = _charged_j(job)
@@ -111,8 +113,12 @@ def test_rest_job_runs_pauses_resumes_elsewhere_and_completes_in_slurm(
     body = client.get(f"/api/jobs/{job_pk}/").json()
     assert (body["state"], body["pending_reason_code"]) == ("paused", "budget_exhausted")
     ckpt = f"{slurm_settings.TELEMETRY_CHECKPOINT_ROOT}/job-{job_pk}/ckpt"
-    assert wait_for(lambda: read_text(ckpt), what="the checkpoint") == "step-41\n"
-    wait_for(lambda: not slurm_job(slurm_cli, first.slurm_job_id).active, what="the job gone")
+    assert wait_for(lambda: read_text(ckpt), what="the checkpoint", timeout_s=20) == "step-41\n"
+    wait_for(
+        lambda: not slurm_job(slurm_cli, first.slurm_job_id).active,
+        what="the job gone",
+        timeout_s=20,
+    )
 
     # when the budget is raised and the planned node is drained in Slurm
     other = ({"n1", "n2"} - planned).pop()
@@ -128,11 +134,14 @@ def test_rest_job_runs_pauses_resumes_elsewhere_and_completes_in_slurm(
     second = wait_for(
         lambda: SlurmJob.objects.filter(job_id=job_pk).exclude(pk=first.pk).first(),
         what="the resubmitted Slurm job",
+        timeout_s=20,
     )
     assert second.nodes == other
 
     # and it finishes from its checkpoint; a later round completes the job with its log tail
-    wait_for(lambda: not slurm_job(slurm_cli, second.slurm_job_id).active, what="its end")
+    wait_for(
+        lambda: not slurm_job(slurm_cli, second.slurm_job_id).active, what="its end", timeout_s=20
+    )
     _round()
     body = client.get(f"/api/jobs/{job_pk}/").json()
     assert (body["state"], body["exit_status"]) == ("completed", 0)

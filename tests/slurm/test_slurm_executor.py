@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from support.polling import wait_for
 
 from cluster import services as cluster_services
 from cluster.choices import JobState, NodeStatus
@@ -13,7 +14,7 @@ from cluster.models import AuditEntry, Job
 from scheduling import services
 from scheduling.models import SlurmJob
 from telemetry.agent.slurm_handoff import SlurmJobTag
-from tests.slurm.conftest import read_text, slurm_job, wait_for
+from tests.slurm.conftest import read_text, slurm_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,14 +34,16 @@ def _running_slurm_job(job: Job, cli, output_dir: str = "") -> tuple[SlurmJob, o
     row = wait_for(
         lambda: SlurmJob.objects.filter(job=job, ended_at__isnull=True).first(),
         what=f"Slurm job for job {job.pk}",
+        timeout_s=20,
     )
     info = wait_for(
         lambda: (i := slurm_job(cli, row.slurm_job_id)) and i.state == "RUNNING" and i,
         what=f"Slurm job {row.slurm_job_id} running",
+        timeout_s=20,
     )
     if output_dir:
         out = f"{output_dir}/wattflow-job-{job.pk}.out"
-        wait_for(lambda: read_text(out).strip(), what="the job's first line")
+        wait_for(lambda: read_text(out).strip(), what="the job's first line", timeout_s=20)
     return row, info
 
 
@@ -65,7 +68,7 @@ def test_round_submits_a_held_job_that_runs_on_the_planned_node_with_its_gpus(
     assert row.allocation_id == allocation.pk and row.released_at is not None
     # and the job saw its ids and three GPUs in its environment
     out = slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR + f"/wattflow-job-{job.pk}.out"
-    first_line = wait_for(lambda: read_text(out).strip(), what="the job's output")
+    first_line = wait_for(lambda: read_text(out).strip(), what="the job's output", timeout_s=20)
     assert first_line.startswith(f"job={job.pk} allocation={allocation.pk} gpus=")
     assert len(first_line.split("gpus=")[1].split(",")) == 3
 
@@ -92,8 +95,10 @@ def test_stop_sends_sigterm_and_the_job_checkpoints_and_stays_paused(
     # then the job got SIGTERM, wrote its checkpoint and left Slurm
     assert report.stopped == [row.slurm_job_id]
     ckpt = slurm_settings.TELEMETRY_CHECKPOINT_ROOT + f"/job-{job.pk}/ckpt"
-    assert wait_for(lambda: read_text(ckpt), what="a checkpoint") == "step-41\n"
-    wait_for(lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="the job gone")
+    assert wait_for(lambda: read_text(ckpt), what="a checkpoint", timeout_s=20) == "step-41\n"
+    wait_for(
+        lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="the job gone", timeout_s=20
+    )
     # and the reconciler records the end as Wattflow's own: the job stays paused
     executor.reconcile(now=timezone.now())
     row.refresh_from_db()
@@ -112,7 +117,9 @@ def test_reconciler_notices_a_job_cancelled_outside_wattflow(
 
     # when an admin cancels it with scancel
     slurm_cli.cancel([row.slurm_job_id])
-    wait_for(lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="the job gone")
+    wait_for(
+        lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="the job gone", timeout_s=20
+    )
 
     # then the next round cancels the Wattflow job, says why, and frees its GPUs
     result = services.run_scheduling_round(now=timezone.now(), force=True)
@@ -139,7 +146,11 @@ def test_reconciler_finishes_jobs_with_slurms_exit_code_and_log_tail(
     job = make_job(owner=member, team=team, command=script)
     services.run_scheduling_round(now=timezone.now(), force=True)
     row = SlurmJob.objects.get(job=job)
-    wait_for(lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="the job's end")
+    wait_for(
+        lambda: not slurm_job(slurm_cli, row.slurm_job_id).active,
+        what="the job's end",
+        timeout_s=20,
+    )
 
     # when the reconciler runs
     report = executor.reconcile(now=timezone.now())
@@ -173,7 +184,9 @@ def test_reconciler_drains_a_node_drained_in_slurm_and_restores_it(
     # (Slurm shows the node NOT_RESPONDING for a moment after a resume, until slurmd answers)
     slurm_cli.run("scontrol", "update", "NodeName=n1", "State=RESUME")
     restored = wait_for(
-        lambda: executor.reconcile(now=timezone.now()).nodes_restored, what="n1 restored"
+        lambda: executor.reconcile(now=timezone.now()).nodes_restored,
+        what="n1 restored",
+        timeout_s=20,
     )
     n1.refresh_from_db()
     assert restored == ["n1"] and n1.status == NodeStatus.HEALTHY
@@ -216,7 +229,9 @@ def test_reconciler_cancels_a_wattflow_slurm_job_no_allocation_owns(
     # then only the orphan is cancelled
     assert report.unknown_cancelled == [orphan]
     assert slurm_job(slurm_cli, foreign).active
-    wait_for(lambda: not slurm_job(slurm_cli, orphan).active, what="the orphan cancelled")
+    wait_for(
+        lambda: not slurm_job(slurm_cli, orphan).active, what="the orphan cancelled", timeout_s=20
+    )
 
 
 def test_slurm_check_names_the_version_what_is_missing_and_the_nodes(
@@ -298,10 +313,11 @@ def test_a_resize_stops_the_slurm_job_and_submits_one_with_the_new_gpu_count(
     # then the old Slurm job checkpointed and left, and a 4-GPU one runs for the new allocation
     assert report.stopped == [old.slurm_job_id] and len(report.submitted) == 1
     ckpt = slurm_settings.TELEMETRY_CHECKPOINT_ROOT + f"/job-{job.pk}/ckpt"
-    assert wait_for(lambda: read_text(ckpt), what="a checkpoint") == "step-41\n"
+    assert wait_for(lambda: read_text(ckpt), what="a checkpoint", timeout_s=20) == "step-41\n"
     info = wait_for(
         lambda: (i := slurm_job(slurm_cli, report.submitted[0])) and i.state == "RUNNING" and i,
         what="the resized job running",
+        timeout_s=20,
     )
     assert (info.nodes, info.gpus_per_node) == ("n2", 4)
     assert SlurmJobTag.parse(info.comment).allocation_id == new.pk
@@ -327,7 +343,7 @@ def test_a_slurmctld_restart_loses_nothing(
     pid_file = Path(slurm_cluster["STATE_DIR"]) / "run" / "slurmctld.pid"
     pid = int(pid_file.read_text())
     os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not Path(f"/proc/{pid}").exists(), what="slurmctld stopped")
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), what="slurmctld stopped", timeout_s=20)
     up = subprocess.run(["bash", str(SCRIPT), "up", slurm_cluster["STATE_DIR"]],
                         capture_output=True, text=True, timeout=120)  # fmt: skip
     assert up.returncode == 0, up.stderr
@@ -371,7 +387,9 @@ def test_a_job_slurm_keeps_pending_goes_back_to_the_queue(
                    export={"PATH": "/usr/bin:/bin"}, partition="gpu")
     )  # fmt: skip
     slurm_cli.release([foreign])
-    wait_for(lambda: slurm_job(slurm_cli, foreign).state == "RUNNING", what="the other job")
+    wait_for(
+        lambda: slurm_job(slurm_cli, foreign).state == "RUNNING", what="the other job", timeout_s=20
+    )
     # and a Wattflow job placed on n1 all the same
     job = make_job(owner=member, team=team, command=CHECKPOINTING)
     job.refresh_from_db()
@@ -387,6 +405,7 @@ def test_a_job_slurm_keeps_pending_goes_back_to_the_queue(
     report = wait_for(
         lambda: (r := executor.reconcile(now=timezone.now())).jobs_requeued and r,
         what="the job re-queued",
+        timeout_s=20,
     )
 
     # then the Slurm job is cancelled and the Wattflow job is queued again, saying why
@@ -394,7 +413,9 @@ def test_a_job_slurm_keeps_pending_goes_back_to_the_queue(
     assert report.jobs_requeued == [job.pk]
     assert (job.state, job.pending_reason_code) == (JobState.QUEUED, "slurm_pending")
     assert job.pending_reason.startswith(f"Slurm kept job {row.slurm_job_id} pending (")
-    wait_for(lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="it cancelled")
+    wait_for(
+        lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="it cancelled", timeout_s=20
+    )
     assert slurm_job(slurm_cli, foreign).state == "RUNNING"
 
 
