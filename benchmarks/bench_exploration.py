@@ -29,7 +29,11 @@ sys.path.insert(0, str(ROOT))
 import bench_online_model as bom  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from scheduling.core.exploration import best_limit, next_step  # noqa: E402
+from scheduling.core.exploration import (  # noqa: E402
+    chosen_limit,
+    next_step,
+    predicted_energy_j,
+)
 from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
     Observation,
@@ -45,7 +49,7 @@ def say(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
-def run(cases: list[bom.Case], budget: float, step_frac: float) -> dict:
+def run(cases: list[bom.Case], budget: float, step_frac: float, known: str) -> dict:
     out: dict = defaultdict(list)
     for case in tqdm(cases, desc=cases[0].dataset[:8], unit="pair", file=sys.stderr):
         by_batch: dict[float, list[Observation]] = defaultdict(list)
@@ -59,29 +63,38 @@ def run(cases: list[bom.Case], budget: float, step_frac: float) -> dict:
             optimum = min(limits, key=lambda w: (energy[w], -w))
             cfg = config_of(1, 1, batch)
             seen = [measured[top]]
-            tried = {top}
+            model = fit_online(nearest_prior(case.candidates, seen), seen)
+            # What the job knows of each tried limit: the observation itself, or (as the
+            # round's hook keeps it) the model's prediction there once it was observed.
+            first = energy[top] if known == "observed" else predicted_energy_j(model, cfg, top)
+            known_j = {top: first}
             spent_s = 0.0
-            n_iters = 1.0 / step_frac  # the job's iterations, in units of one step
             for _ in range(MAX_STEPS):
-                model = fit_online(nearest_prior(case.candidates, seen), seen)
-                jct_s = n_iters * model.iter_time_s(cfg)
-                step = next_step(model, cfg, limits, tried, step_iters=1.0, spent_s=spent_s,
-                                 predicted_jct_s=jct_s, budget_frac=budget)  # fmt: skip
+                jct_s = model.iter_time_s(cfg) / step_frac  # a step is step_frac of the job
+                step = next_step(model, cfg, limits, set(known_j), step_s=step_frac * jct_s,
+                                 spent_s=spent_s, predicted_jct_s=jct_s, budget_frac=budget,
+                                 measured=known_j)  # fmt: skip
                 if step.limit_w is None:
                     break
                 obs = measured[step.limit_w]
-                spent_s += max(obs.iter_time_s - measured[top].iter_time_s, 0.0)
-                tried.add(step.limit_w)
+                fastest = min(measured[w].iter_time_s for w in known_j)
+                spent_s += step_frac * jct_s * max(1.0 - fastest / obs.iter_time_s, 0.0)
                 seen.append(obs)
-            model = fit_online(nearest_prior(case.candidates, seen), seen)
-            chosen = best_limit(model, cfg, limits)
-            jct_s = n_iters * measured[chosen].iter_time_s
+                model = fit_online(nearest_prior(case.candidates, seen), seen)
+                known_j[step.limit_w] = (
+                    energy[step.limit_w]
+                    if known == "observed"
+                    else predicted_energy_j(model, cfg, step.limit_w)
+                )
+            chosen = chosen_limit(model, cfg, limits, set(known_j), known_j)
+            jct_s = measured[chosen].iter_time_s / step_frac
             out[case.dataset].append(
                 {
                     "found": abs(chosen - optimum) <= 25.0 + 1e-9,
-                    "tried": len(tried),
+                    "tried": len(known_j),
                     "cost_frac": spent_s / jct_s,
                     "energy_excess": energy[chosen] / energy[optimum] - 1.0,
+                    "miss": (case.workload, batch, chosen, optimum),
                 }
             )
     return out
@@ -114,14 +127,28 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=0.03, help="share of predicted JCT")
     parser.add_argument("--step", type=float, default=0.01, help="share of the job per step")
+    parser.add_argument("--known", choices=("model", "observed"), default="model",
+                        help="a tried limit's energy: the model's view (as rounds keep it) "
+                        "or the raw observation")  # fmt: skip
+    parser.add_argument("--misses", action="store_true", help="list the sweeps missed")
     args = parser.parse_args()
     if not (0 < args.budget < 1 and 0 < args.step < 1):
         parser.error("--budget and --step must be between 0 and 1")
     assert perf_data.ZEUS_GPUS  # the data these cases come from
     for name, gpu_out in (("leave one workload out", False), ("leave one GPU out", True)):
         cases = bom._zeus_cases(gpu_out=gpu_out)
-        report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}",
-               run(cases, args.budget, args.step))  # fmt: skip
+        results = run(cases, args.budget, args.step, args.known)
+        report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}, "
+               f"known energy: {args.known}", results)  # fmt: skip
+        if args.misses:
+            for dataset, rows in sorted(results.items()):
+                for r in rows:
+                    if not r["found"]:
+                        w, b, chosen, best = r["miss"]
+                        say(
+                            f"  miss {dataset} {w} batch {b:g}: chose {chosen:g} W, "
+                            f"optimum {best:g} W, +{100 * r['energy_excess']:.1f}% energy"
+                        )
     return 0
 
 
