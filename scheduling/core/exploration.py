@@ -215,7 +215,8 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     probe, rec["probe"] = rec["probe"], None
     a = job.allocation
     if probe is not None and a is not None and a.n_gpus == probe["n_gpus"]:
-        if a.power_limit_w == probe["limit_w"] and now > probe["since_s"]:
+        ran_at = a.power_limit_w
+        if ran_at is not None and abs(ran_at - probe["limit_w"]) < 0.5 and now > probe["since_s"]:
             seconds = now - probe["since_s"]
             t_probe = _remaining_s(ctx, jv, probe["n_gpus"], batch, probe["limit_w"])
             t_ref = min(
