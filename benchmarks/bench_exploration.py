@@ -2,17 +2,23 @@
 power limit of a workload it has never seen, within a bounded cost?
 
     nice .venv/bin/python benchmarks/bench_exploration.py [--budget 0.03] [--step 0.01]
+        [--fill-budget] [--known model|observed] [--only workload|gpu] [--misses]
 
 For every Zeus power-limit sweep (GPU x workload x batch size), a job of that workload and
 batch starts at the default (highest) limit with the prior of ``bench_online_model``
 (leave one workload out: the other Zeus workloads on that GPU; or leave one GPU out: the
 same workload on the nearest GPU). Each exploration step runs ``--step`` of the job's
-iterations at the limit ``exploration.next_step`` picks and observes its measured time and
-power; exploration ends when the model's best limit has been measured or the next step
-would take the cost past ``--budget`` of the predicted completion time. The limit then
-chosen is the model's best. A sweep counts as found when the choice is within one 25 W step
-of the measured energy-optimal limit. The cost is measured: the time the tried limits ran
-slower than the default limit, over the job's time at the chosen limit.
+predicted completion time at the limit ``exploration.next_step`` picks and observes the
+sweep's measured time and power there; the job's online model is refitted after each.
+Exploration ends at a measured minimum (or, with ``--fill-budget``, as rounds run it, when
+every limit is measured or no other fits) or when the next step would take the cost past
+``--budget`` of the predicted completion time. The limit then chosen is the one of least
+known energy (``exploration.chosen_limit``): with ``--known model`` (the default, what
+rounds keep) a tried limit's energy is the model's prediction there once observed; with
+``--known observed`` it is the observation itself. A sweep counts as found when the choice
+is within one 25 W step of the measured energy-optimal limit. The cost is measured: the
+time the tried limits ran slower than the fastest limit tried before them, over the job's
+time at the chosen limit.
 """
 
 from __future__ import annotations
@@ -42,14 +48,14 @@ from scheduling.core.online_model import (  # noqa: E402
 )
 from scheduling.fitting import perf_data  # noqa: E402
 
-MAX_STEPS = 10
+MAX_STEPS = 20
 
 
 def say(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
-def run(cases: list[bom.Case], budget: float, step_frac: float, known: str) -> dict:
+def run(cases: list[bom.Case], budget: float, step_frac: float, known: str, fill: bool) -> dict:
     out: dict = defaultdict(list)
     for case in tqdm(cases, desc=cases[0].dataset[:8], unit="pair", file=sys.stderr):
         by_batch: dict[float, list[Observation]] = defaultdict(list)
@@ -73,7 +79,7 @@ def run(cases: list[bom.Case], budget: float, step_frac: float, known: str) -> d
                 jct_s = model.iter_time_s(cfg) / step_frac  # a step is step_frac of the job
                 step = next_step(model, cfg, limits, set(known_j), step_s=step_frac * jct_s,
                                  spent_s=spent_s, predicted_jct_s=jct_s, budget_frac=budget,
-                                 measured=known_j)  # fmt: skip
+                                 measured=known_j, fill_budget=fill)  # fmt: skip
                 if step.limit_w is None:
                     break
                 obs = measured[step.limit_w]
@@ -131,15 +137,24 @@ def main() -> int:
                         help="a tried limit's energy: the model's view (as rounds keep it) "
                         "or the raw observation")  # fmt: skip
     parser.add_argument("--misses", action="store_true", help="list the sweeps missed")
+    parser.add_argument(
+        "--fill-budget",
+        action="store_true",
+        help="after a measured minimum, keep measuring while the bound allows",
+    )
+    parser.add_argument("--only", choices=("workload", "gpu"), help="run one of the two priors")
     args = parser.parse_args()
     if not (0 < args.budget < 1 and 0 < args.step < 1):
         parser.error("--budget and --step must be between 0 and 1")
     assert perf_data.ZEUS_GPUS  # the data these cases come from
     for name, gpu_out in (("leave one workload out", False), ("leave one GPU out", True)):
+        if args.only is not None and gpu_out != (args.only == "gpu"):
+            continue
         cases = bom._zeus_cases(gpu_out=gpu_out)
-        results = run(cases, args.budget, args.step, args.known)
+        results = run(cases, args.budget, args.step, args.known, args.fill_budget)
         report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}, "
-               f"known energy: {args.known}", results)  # fmt: skip
+               f"known energy: {args.known}, fill budget: {args.fill_budget}",
+               results)  # fmt: skip
         if args.misses:
             for dataset, rows in sorted(results.items()):
                 for r in rows:

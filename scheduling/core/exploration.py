@@ -11,11 +11,15 @@ and the job next tries, in this order:
    is corrected by what the job shows;
 3. the untried neighbours of the model's best.
 
-It stops when the limit of least known energy and the model's best are measured with both
-neighbours (a measured minimum), or when the next step would take the time spent exploring
-past ``budget_frac`` of the job's predicted completion time. The cost of a step is the time
-the job loses by running slower than the fastest limit measured so far. The limit then
-chosen (``chosen_limit``) is the one of least known energy.
+A measured minimum is reached when the limit of least known energy and the model's best are
+measured with both neighbours. Measured energy curves are flat and noisy near their optimum
+(Zeus' sweeps move by a few per cent from one 25 W step to the next, not always in one
+direction), so with ``fill_budget`` (what rounds use) the job then goes on measuring, while the
+bound allows, the untried limit the model ranks best among those whose cost still fits. It
+stops when every limit is measured, or when no step fits in the bound: the time spent
+exploring may not pass ``budget_frac`` of the job's predicted completion time. The cost of a
+step is the time the job loses by running slower than the fastest limit measured so far.
+The limit then chosen (``chosen_limit``) is the one of least known energy.
 
 ``next_step`` and ``chosen_limit`` are pure functions of a model and what was tried.
 ``explore_round`` is the round's hook (``round.plan_round`` calls it between the policy's
@@ -110,6 +114,7 @@ def next_step(
     predicted_jct_s: float,
     budget_frac: float = DEFAULT_BUDGET_FRAC,
     measured: Mapping[float, float] | None = None,
+    fill_budget: bool = False,
 ) -> Step:
     """What to try next (see the module docstring). A step runs ``step_s`` seconds at the
     limit it tries; ``spent_s`` is the cost of the steps so far; ``measured`` the energy
@@ -118,6 +123,16 @@ def next_step(
     grid = sorted(limits)
     best = best_limit(model, cfg, grid)
     energy = _known(model, cfg, measured)
+    known = [w for w in grid if w in tried] or [grid[-1]]
+    fastest_known_s = min(
+        model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None)) for w in known
+    )
+    room_s = budget_frac * predicted_jct_s - spent_s
+
+    def cost(w: float) -> float:
+        at_s = model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None))
+        return step_s * max(1.0 - fastest_known_s / at_s, 0.0) if at_s > 0 else 0.0
+
     if best not in tried:
         target, why = best, "the model predicts it saves energy"
     else:
@@ -127,16 +142,24 @@ def next_step(
         if not around:
             around = [w for w in _neighbours(grid, best) if w not in tried]
             why = "a neighbour of the predicted best"
+        if not around and fill_budget:
+            # A measured minimum; measured energy curves are flat and noisy near their
+            # optimum, so while the bound allows, measure the untried limit the model
+            # ranks best among those that still fit.
+            untried = [w for w in grid if w not in tried]
+            if not untried:
+                return Step(None, best, 0.0, "every limit is measured")
+            fits = [w for w in untried if cost(w) <= room_s]
+            if not fits:
+                cheapest = min(cost(w) for w in untried)
+                return Step(None, best, cheapest, "no other limit fits in the exploration budget")
+            w = min(fits, key=lambda w: (predicted_energy_j(model, cfg, w), -w))
+            return Step(w, best, cost(w), "the budget allows another limit")
         if not around:
             return Step(None, best, 0.0, "a measured minimum: its neighbours are measured")
         target = min(around, key=lambda w: (predicted_energy_j(model, cfg, w), -w))
-    at_target_s = model.iter_time_s(replace(cfg, power_limit_w=target, sm_clock_mhz=None))
-    known = [w for w in grid if w in tried] or [grid[-1]]
-    fastest_known_s = min(
-        model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None)) for w in known
-    )
-    cost_s = step_s * max(1.0 - fastest_known_s / at_target_s, 0.0) if at_target_s > 0 else 0.0
-    if spent_s + cost_s > budget_frac * predicted_jct_s:
+    cost_s = cost(target)
+    if cost_s > room_s:
         return Step(None, best, cost_s, "trying it would exceed the exploration budget")
     return Step(target, best, cost_s, why)
 
@@ -247,6 +270,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             predicted_jct_s=jct,
             budget_frac=rec["budget_frac"],
             measured=measured,
+            fill_budget=True,
         )
         if step.limit_w is not None:
             return _probe(rec, g, n, step.limit_w, now), _retune(g, n, step.limit_w)

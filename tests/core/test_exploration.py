@@ -90,6 +90,26 @@ def test_exploration_stops_where_its_cost_would_pass_the_budget():
     assert room.limit_w == best
 
 
+def test_with_budget_left_it_goes_on_measuring_what_fits_then_stops():
+    # given a measured minimum at the model's best (its neighbours measured)
+    best = best_limit(MODEL, CFG, LIMITS)
+    tried = {400.0, best, best - 25.0, best + 25.0}
+    kwargs = {"step_s": 1000.0, "spent_s": 0.0}
+    # without fill_budget that is the end; with it and room left, the untried limit the
+    # model ranks best among those that fit comes next
+    assert next_step(MODEL, CFG, LIMITS, tried, predicted_jct_s=1e9, **kwargs).limit_w is None
+    more = next_step(MODEL, CFG, LIMITS, tried, predicted_jct_s=1e9, fill_budget=True, **kwargs)
+    untried = [w for w in LIMITS if w not in tried]
+    assert more.limit_w == min(untried, key=lambda w: (predicted_energy_j(MODEL, CFG, w), -w))
+    assert more.reason == "the budget allows another limit"
+    # with no room for any of them it stops and says so; with all measured, likewise
+    none = next_step(MODEL, CFG, LIMITS, tried, predicted_jct_s=1.0, fill_budget=True, **kwargs)
+    assert (none.limit_w, none.reason) == (None, "no other limit fits in the exploration budget")
+    done = next_step(MODEL, CFG, LIMITS, set(LIMITS), predicted_jct_s=1e9, fill_budget=True,
+                     **kwargs)  # fmt: skip
+    assert (done.limit_w, done.reason) == (None, "every limit is measured")
+
+
 # --- the round's hook -----------------------------------------------------------------
 
 ROUND_S = 300.0
@@ -125,7 +145,7 @@ def _rounds(j, *, n_rounds: int, policy: str = "zeus", frac: float | None = 0.03
 
 def test_a_new_job_explores_limits_then_settles_within_its_budget():
     j = job("j1", workload="resnet50", iters=200_000.0, gpu_model="A100")
-    plans = _rounds(j, n_rounds=12)
+    plans = _rounds(j, n_rounds=18)
     limits = [p.allocations["j1"].power_limit_w for p in plans]
     records = [p.exploration["j1"] for p in plans]
     assert limits[0] == 400.0  # it starts at the default limit
@@ -135,6 +155,9 @@ def test_a_new_job_explores_limits_then_settles_within_its_budget():
     tried = [t["limit_w"] for t in rec["tried"]]
     assert tried[0] == 400.0 and len(tried) >= 3
     assert tried == limits[: len(tried)]  # each round ran the probe the round chose
+    # the model's best first (200 W, as the truth's), then its neighbours, then what the
+    # bound still allows
+    assert tried[1:4] == [200.0, 175.0, 225.0]
     assert 0.0 < rec["spent_s"] <= rec["budget_s"]
     # The bound is 3 % of a predicted completion time of about 8-9 hours.
     assert rec["budget_frac"] == 0.03
@@ -154,13 +177,14 @@ def test_a_tight_budget_stops_exploration_early_and_says_why():
     rec = plans[-1].exploration["j1"]
     assert rec["status"] == DONE
     assert rec["spent_s"] <= rec["budget_s"]
-    assert "exceed the exploration budget" in rec["reason"]
+    assert [t["limit_w"] for t in rec["tried"]] == [400.0]
+    assert rec["reason"] == "trying it would exceed the exploration budget"
 
 
 def test_an_elastic_job_tries_one_other_gpu_count_once():
     j = job("e1", workload="resnet50", n=4, iters=2_000_000.0, gpu_model="A100",
             min_gpus=1, max_gpus=8, global_batch=256)  # fmt: skip
-    plans = _rounds(j, n_rounds=14)
+    plans = _rounds(j, n_rounds=18)
     counts = [p.allocations["e1"].n_gpus for p in plans]
     assert counts[0] == 4
     assert sorted(set(counts)) == [2, 4]  # half its count, once, then back

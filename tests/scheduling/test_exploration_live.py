@@ -60,7 +60,8 @@ def zeus(db):
 def test_a_new_job_explores_power_limits_then_settles_within_its_bound(
     zeus, make_node, make_job, member, team, client
 ):
-    # given one A100 node and a new resnet50 job (a long one: about 8 hours at 400 W)
+    # given one A100 node and a new resnet50 job (a long one: about 8 hours at 400 W, so
+    # its bound, about 10 minutes, lets it measure every limit in one-minute rounds)
     node = make_node(gpus=1)
     job = make_job(owner=member, team=team, gpu_model="A100", min_gpus=1, max_gpus=1,
                    global_batch_size=64, min_batch_size=64, max_batch_size=64,
@@ -68,7 +69,7 @@ def test_a_new_job_explores_power_limits_then_settles_within_its_bound(
     limits = []
     records = []
     # when rounds run a minute apart, the job reporting what it does between them
-    for k in range(10):
+    for k in range(18):
         now = T0 + k * ROUND
         Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
         result = services.run_scheduling_round(now=now, force=True)
@@ -85,7 +86,9 @@ def test_a_new_job_explores_power_limits_then_settles_within_its_bound(
     settled = next(k for k, r in enumerate(records) if r["status"] == DONE)
     rec = records[settled]
     tried = [t["limit_w"] for t in rec["tried"]]
-    assert len(tried) >= 3 and tried[0] == 400.0
+    assert tried[:4] == [400.0, 200.0, 225.0, 175.0]  # the model's best, its neighbours
+    assert sorted(tried) == [100.0 + 25.0 * i for i in range(13)]  # then all the bound allows
+    assert rec["reason"] == "every limit is measured"
     assert [float(w) for w in limits[: len(tried)]] == tried
     # and it settled near the truth's energy-optimal limit, within the 25 W grid step
     assert abs(rec["result_w"] - 200.0) <= 25.0
