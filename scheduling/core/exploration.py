@@ -249,7 +249,9 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             energy = predicted_energy_j(model, _cfg(probe["n_gpus"], batch), probe["limit_w"])
             tried.append({**probe, "seconds": seconds, "cost_s": cost, "energy_j": energy})
             rec["spent_s"] += cost
-    if g.n_gpus != n and rec["other_gpus"] is None and tried:
+    if not tried:
+        rec["n_gpus"] = n = g.n_gpus  # nothing measured yet: explore where the policy puts it
+    if g.n_gpus != n and rec["other_gpus"] is None:
         # The policy resized the job: explore no further (its limits were at ``n``).
         return _finish(rec, model, limits, batch, "the policy resized the job"), g
     # The bound: budget_frac x (time explored so far + what remains at the default limit).

@@ -205,3 +205,34 @@ def test_off_without_the_snapshot_setting_or_for_policies_that_do_not_explore():
     fifo = _rounds(j, n_rounds=3, policy="fifo")
     assert all(p.exploration == {} for p in fifo)
     assert all(p.allocations["j1"].power_limit_w is None for p in fifo)
+
+
+def test_a_policy_that_resizes_an_exploring_job_keeps_its_grant_and_ends_exploration():
+    from scheduling.core.exploration import explore_round, new_record
+    from scheduling.core.round import admit
+    from scheduling.core.types import Allocation, Grant, PolicyDecision
+
+    # given a job that explored 400 W on one GPU and is probing 200 W
+    cluster = make_cluster(nodes_per_switch=1)
+    rec = new_record(gpu_model="A100", n_gpus=1, now_s=0.0, budget_frac=0.03)
+    rec["tried"] = [{"limit_w": 400.0, "n_gpus": 1, "since_s": 0.0, "seconds": 300.0,
+                     "cost_s": 0.0, "energy_j": 50.0}]  # fmt: skip
+    rec["probe"] = {"limit_w": 200.0, "n_gpus": 1, "since_s": 300.0}
+    j = replace(
+        job("j1", workload="resnet50", iters=200_000.0, gpu_model="A100", max_gpus=4),
+        allocation=Allocation((cluster.gpus[0].gpu_id,), 64, power_limit_w=200.0),
+        started_s=0.0,
+        done_iters=3000.0,
+    )
+    snap = snapshot(cluster, [j], catalog=CATALOG, exploration={"j1": rec},
+                    exploration_budget_frac=0.03)  # fmt: skip
+    ctx, _ = admit(snap, now=600.0)
+    # when the policy grants it two GPUs
+    grant = Grant("j1", 2, 64, "A100", power_limit_w=300.0)
+    decision, records = explore_round(ctx, PolicyDecision((grant,), {}), explores=True)
+    # then the grant stands, the probe it ran is counted, and exploration ends there
+    assert decision.grants == (grant,)
+    out = records["j1"]
+    assert out["status"] == DONE and out["reason"] == "the policy resized the job"
+    assert [t["limit_w"] for t in out["tried"]] == [400.0, 200.0]
+    assert out["result_w"] in (200.0, 400.0)
