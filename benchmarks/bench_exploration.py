@@ -37,6 +37,7 @@ from tqdm import tqdm  # noqa: E402
 
 from scheduling.core.exploration import (  # noqa: E402
     chosen_limit,
+    fitted_energy_j,
     next_step,
     predicted_energy_j,
 )
@@ -92,6 +93,8 @@ def run(cases: list[bom.Case], budget: float, step_frac: float, known: str, fill
                     if known == "observed"
                     else predicted_energy_j(model, cfg, step.limit_w)
                 )
+                if known == "fitted":  # every tried limit on the curve refitted to all
+                    known_j = {w: fitted_energy_j(model, cfg, w) for w in known_j}
             chosen = chosen_limit(model, cfg, limits, set(known_j), known_j)
             jct_s = measured[chosen].iter_time_s / step_frac
             out[case.dataset].append(
@@ -133,7 +136,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=0.03, help="share of predicted JCT")
     parser.add_argument("--step", type=float, default=0.01, help="share of the job per step")
-    parser.add_argument("--known", choices=("model", "observed"), default="model",
+    parser.add_argument("--known", choices=("model", "observed", "fitted"), default="model",
                         help="a tried limit's energy: the model's view (as rounds keep it) "
                         "or the raw observation")  # fmt: skip
     parser.add_argument("--misses", action="store_true", help="list the sweeps missed")

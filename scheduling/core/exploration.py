@@ -41,6 +41,17 @@ from scheduling.core.types import GpuConfig, Grant, PerfModel, PolicyDecision
 
 LIMIT_STEP_W = 25.0  # Zeus' sweeps step the limit by 25 W
 DEFAULT_BUDGET_FRAC = 0.03  # of the job's predicted completion time
+# What a round takes for the energy of a tried limit: "model", the job's model there when
+# the probe ended (its fitted curve plus most of what the probe measured); "fitted", the
+# model's fitted curve now, pooled over every probe (noise in one probe is averaged out).
+KNOWN_ENERGY = "model"
+
+
+def fitted_energy_j(model: PerfModel, cfg: GpuConfig, limit_w: float) -> float:
+    """Energy per iteration on the model's fitted curve alone (an online model's equations
+    without its per-configuration corrections; any other model as it predicts)."""
+    base = getattr(model, "base", model)
+    return base.energy_per_iter_j(replace(cfg, power_limit_w=limit_w, sm_clock_mhz=None))
 
 
 def limit_grid(low_w: float, high_w: float, step_w: float = LIMIT_STEP_W) -> tuple[float, ...]:
@@ -261,7 +272,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     if not at_n and not any(t["n_gpus"] != n for t in tried):
         return _probe(rec, g, n, limits[-1], now), _retune(g, n, limits[-1])
     if rec["other_gpus"] is None:
-        measured = {t["limit_w"]: t["energy_j"] for t in at_n}
+        measured = _measured(model, rec, batch)
         step = next_step(
             model,
             _cfg(n, batch),
@@ -291,14 +302,24 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     return _finish(rec, model, limits, batch, rec["reason"] or "explored"), g
 
 
-def _finish(rec: dict, model: PerfModel, limits, batch: int, reason: str) -> dict:
+def _measured(model: PerfModel, rec: dict, batch: int) -> dict[float, float]:
+    """Tried limit -> its known energy per iteration (``KNOWN_ENERGY``)."""
     n = rec["n_gpus"]
-    measured = {t["limit_w"]: t["energy_j"] for t in rec["tried"] if t["n_gpus"] == n}
+    at_n = [t for t in rec["tried"] if t["n_gpus"] == n]
+    if KNOWN_ENERGY == "fitted":
+        return {t["limit_w"]: fitted_energy_j(model, _cfg(n, batch), t["limit_w"]) for t in at_n}
+    return {t["limit_w"]: t["energy_j"] for t in at_n}
+
+
+def _finish(rec: dict, model: PerfModel, limits, batch: int, reason: str) -> dict:
+    measured = _measured(model, rec, batch)
     rec.update(
         status=DONE,
         probe=None,
         reason=reason,
-        result_w=chosen_limit(model, _cfg(n, batch), limits, set(measured), measured or None),
+        result_w=chosen_limit(
+            model, _cfg(rec["n_gpus"], batch), limits, set(measured), measured or None
+        ),
     )
     return rec
 
