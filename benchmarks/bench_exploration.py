@@ -50,6 +50,7 @@ from scheduling.core.online_model import (  # noqa: E402
 from scheduling.fitting import perf_data  # noqa: E402
 
 MAX_STEPS = 20
+FILL_MARGIN = float("inf")
 
 
 def say(line: str) -> None:
@@ -80,7 +81,8 @@ def run(cases: list[bom.Case], budget: float, step_frac: float, known: str, fill
                 jct_s = model.iter_time_s(cfg) / step_frac  # a step is step_frac of the job
                 step = next_step(model, cfg, limits, set(known_j), step_s=step_frac * jct_s,
                                  spent_s=spent_s, predicted_jct_s=jct_s, budget_frac=budget,
-                                 measured=known_j, fill_budget=fill)  # fmt: skip
+                                 measured=known_j, fill_budget=fill,
+                                 fill_margin=FILL_MARGIN)  # fmt: skip
                 if step.limit_w is None:
                     break
                 obs = measured[step.limit_w]
@@ -146,10 +148,15 @@ def main() -> int:
         help="after a measured minimum, keep measuring while the bound allows",
     )
     parser.add_argument("--only", choices=("workload", "gpu"), help="run one of the two priors")
+    parser.add_argument("--fill-margin", type=float, default=float("inf"),
+                        help="fill only with limits predicted within this share of the least "
+                        "energy known")  # fmt: skip
     args = parser.parse_args()
     if not (0 < args.budget < 1 and 0 < args.step < 1):
         parser.error("--budget and --step must be between 0 and 1")
     assert perf_data.ZEUS_GPUS  # the data these cases come from
+    global FILL_MARGIN
+    FILL_MARGIN = args.fill_margin
     for name, gpu_out in (("leave one workload out", False), ("leave one GPU out", True)):
         if args.only is not None and gpu_out != (args.only == "gpu"):
             continue

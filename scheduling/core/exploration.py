@@ -45,6 +45,9 @@ DEFAULT_BUDGET_FRAC = 0.03  # of the job's predicted completion time
 # the probe ended (its fitted curve plus most of what the probe measured); "fitted", the
 # model's fitted curve now, pooled over every probe (noise in one probe is averaged out).
 KNOWN_ENERGY = "model"
+# With ``fill_budget``, limits predicted to draw more than this share above the least energy
+# known are not worth a probe.
+FILL_MARGIN = float("inf")
 
 
 def fitted_energy_j(model: PerfModel, cfg: GpuConfig, limit_w: float) -> float:
@@ -126,6 +129,7 @@ def next_step(
     budget_frac: float = DEFAULT_BUDGET_FRAC,
     measured: Mapping[float, float] | None = None,
     fill_budget: bool = False,
+    fill_margin: float = FILL_MARGIN,
 ) -> Step:
     """What to try next (see the module docstring). A step runs ``step_s`` seconds at the
     limit it tries; ``spent_s`` is the cost of the steps so far; ``measured`` the energy
@@ -160,6 +164,16 @@ def next_step(
             untried = [w for w in grid if w not in tried]
             if not untried:
                 return Step(None, best, 0.0, "every limit is measured")
+            # Only limits that could plausibly be the optimum: predicted within
+            # ``fill_margin`` of the least energy known (the others cost energy to try).
+            floor_j = min(energy(w) for w in grid if w in tried)
+            untried = [
+                w
+                for w in untried
+                if predicted_energy_j(model, cfg, w) <= (1 + fill_margin) * floor_j
+            ]
+            if not untried:
+                return Step(None, best, 0.0, "no other limit is predicted near the least energy")
             fits = [w for w in untried if cost(w) <= room_s]
             if not fits:
                 cheapest = min(cost(w) for w in untried)
@@ -284,6 +298,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             budget_frac=rec["budget_frac"],
             measured=measured,
             fill_budget=True,
+            fill_margin=FILL_MARGIN,
         )
         if step.limit_w is not None:
             return _probe(rec, g, n, step.limit_w, now), _retune(g, n, step.limit_w)
