@@ -2,17 +2,23 @@
 power limit of a workload it has never seen, within a bounded cost?
 
     nice .venv/bin/python benchmarks/bench_exploration.py [--budget 0.03] [--step 0.01]
+        [--fill-budget] [--known model|observed] [--only workload|gpu] [--misses]
 
 For every Zeus power-limit sweep (GPU x workload x batch size), a job of that workload and
 batch starts at the default (highest) limit with the prior of ``bench_online_model``
 (leave one workload out: the other Zeus workloads on that GPU; or leave one GPU out: the
 same workload on the nearest GPU). Each exploration step runs ``--step`` of the job's
-iterations at the limit ``exploration.next_step`` picks and observes its measured time and
-power; exploration ends when the model's best limit has been measured or the next step
-would take the cost past ``--budget`` of the predicted completion time. The limit then
-chosen is the model's best. A sweep counts as found when the choice is within one 25 W step
-of the measured energy-optimal limit. The cost is measured: the time the tried limits ran
-slower than the default limit, over the job's time at the chosen limit.
+predicted completion time at the limit ``exploration.next_step`` picks and observes the
+sweep's measured time and power there; the job's online model is refitted after each.
+Exploration ends at a measured minimum (or, with ``--fill-budget``, as rounds run it, when
+every limit is measured or no other fits) or when the next step would take the cost past
+``--budget`` of the predicted completion time. The limit then chosen is the one of least
+known energy (``exploration.chosen_limit``): with ``--known model`` (the default, what
+rounds keep) a tried limit's energy is the model's prediction there once observed; with
+``--known observed`` it is the observation itself. A sweep counts as found when the choice
+is within one 25 W step of the measured energy-optimal limit. The cost is measured: the
+time the tried limits ran slower than the fastest limit tried before them, over the job's
+time at the chosen limit.
 """
 
 from __future__ import annotations
@@ -29,21 +35,27 @@ sys.path.insert(0, str(ROOT))
 import bench_online_model as bom  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from scheduling.core.exploration import best_limit, next_step  # noqa: E402
+from scheduling.core.exploration import (  # noqa: E402
+    chosen_limit,
+    fitted_energy_j,
+    next_step,
+    predicted_energy_j,
+)
 from scheduling.core.online_model import (  # noqa: E402
     Observation,
     config_of,
 )
 from scheduling.fitting import perf_data  # noqa: E402
 
-MAX_STEPS = 10
+MAX_STEPS = 20
+FILL_MARGIN = float("inf")
 
 
 def say(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
-def run(cases: list[bom.Case], budget: float, step_frac: float) -> dict:
+def run(cases: list[bom.Case], budget: float, step_frac: float, known: str, fill: bool) -> dict:
     out: dict = defaultdict(list)
     for case in tqdm(cases, desc=cases[0].dataset[:8], unit="pair", file=sys.stderr):
         by_batch: dict[float, list[Observation]] = defaultdict(list)
@@ -57,29 +69,41 @@ def run(cases: list[bom.Case], budget: float, step_frac: float) -> dict:
             optimum = min(limits, key=lambda w: (energy[w], -w))
             cfg = config_of(1, 1, batch)
             seen = [measured[top]]
-            tried = {top}
+            model = bom.fit_case(case, seen)
+            # What the job knows of each tried limit: the observation itself, or (as the
+            # round's hook keeps it) the model's prediction there once it was observed.
+            first = energy[top] if known == "observed" else predicted_energy_j(model, cfg, top)
+            known_j = {top: first}
             spent_s = 0.0
-            n_iters = 1.0 / step_frac  # the job's iterations, in units of one step
             for _ in range(MAX_STEPS):
-                model = bom.fit_case(case, seen)
-                jct_s = n_iters * model.iter_time_s(cfg)
-                step = next_step(model, cfg, limits, tried, step_iters=1.0, spent_s=spent_s,
-                                 predicted_jct_s=jct_s, budget_frac=budget)  # fmt: skip
+                jct_s = model.iter_time_s(cfg) / step_frac  # a step is step_frac of the job
+                step = next_step(model, cfg, limits, set(known_j), step_s=step_frac * jct_s,
+                                 spent_s=spent_s, predicted_jct_s=jct_s, budget_frac=budget,
+                                 measured=known_j, fill_budget=fill,
+                                 fill_margin=FILL_MARGIN)  # fmt: skip
                 if step.limit_w is None:
                     break
                 obs = measured[step.limit_w]
-                spent_s += max(obs.iter_time_s - measured[top].iter_time_s, 0.0)
-                tried.add(step.limit_w)
+                fastest = min(measured[w].iter_time_s for w in known_j)
+                spent_s += step_frac * jct_s * max(1.0 - fastest / obs.iter_time_s, 0.0)
                 seen.append(obs)
-            model = bom.fit_case(case, seen)
-            chosen = best_limit(model, cfg, limits)
-            jct_s = n_iters * measured[chosen].iter_time_s
+                model = bom.fit_case(case, seen)
+                known_j[step.limit_w] = (
+                    energy[step.limit_w]
+                    if known == "observed"
+                    else predicted_energy_j(model, cfg, step.limit_w)
+                )
+                if known == "fitted":  # every tried limit on the curve refitted to all
+                    known_j = {w: fitted_energy_j(model, cfg, w) for w in known_j}
+            chosen = chosen_limit(model, cfg, limits, set(known_j), known_j)
+            jct_s = measured[chosen].iter_time_s / step_frac
             out[case.dataset].append(
                 {
                     "found": abs(chosen - optimum) <= 25.0 + 1e-9,
-                    "tried": len(tried),
+                    "tried": len(known_j),
                     "cost_frac": spent_s / jct_s,
                     "energy_excess": energy[chosen] / energy[optimum] - 1.0,
+                    "miss": (case.workload, batch, chosen, optimum),
                 }
             )
     return out
@@ -112,14 +136,42 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=0.03, help="share of predicted JCT")
     parser.add_argument("--step", type=float, default=0.01, help="share of the job per step")
+    parser.add_argument("--known", choices=("model", "observed", "fitted"), default="model",
+                        help="a tried limit's energy: the model's view (as rounds keep it) "
+                        "or the raw observation")  # fmt: skip
+    parser.add_argument("--misses", action="store_true", help="list the sweeps missed")
+    parser.add_argument(
+        "--fill-budget",
+        action="store_true",
+        help="after a measured minimum, keep measuring while the bound allows",
+    )
+    parser.add_argument("--only", choices=("workload", "gpu"), help="run one of the two priors")
+    parser.add_argument("--fill-margin", type=float, default=float("inf"),
+                        help="fill only with limits predicted within this share of the least "
+                        "energy known")  # fmt: skip
     args = parser.parse_args()
     if not (0 < args.budget < 1 and 0 < args.step < 1):
         parser.error("--budget and --step must be between 0 and 1")
     assert perf_data.ZEUS_GPUS  # the data these cases come from
+    global FILL_MARGIN
+    FILL_MARGIN = args.fill_margin
     for name, gpu_out in (("leave one workload out", False), ("leave one GPU out", True)):
+        if args.only is not None and gpu_out != (args.only == "gpu"):
+            continue
         cases = bom._zeus_cases(gpu_out=gpu_out)
-        report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}",
-               run(cases, args.budget, args.step))  # fmt: skip
+        results = run(cases, args.budget, args.step, args.known, args.fill_budget)
+        report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}, "
+               f"known energy: {args.known}, fill budget: {args.fill_budget}",
+               results)  # fmt: skip
+        if args.misses:
+            for dataset, rows in sorted(results.items()):
+                for r in rows:
+                    if not r["found"]:
+                        w, b, chosen, best = r["miss"]
+                        say(
+                            f"  miss {dataset} {w} batch {b:g}: chose {chosen:g} W, "
+                            f"optimum {best:g} W, +{100 * r['energy_excess']:.1f}% energy"
+                        )
     return 0
 
 

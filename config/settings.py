@@ -346,6 +346,11 @@ for _cidr in WATTFLOW_METRICS_ALLOWED_NETWORKS:
 # in the admin's scheduler settings, whose defaults these are.
 WATTFLOW_ROUND_INTERVAL_S = env_int("WATTFLOW_ROUND_INTERVAL_S", 10)
 WATTFLOW_DEFAULT_POLICY = env_str("WATTFLOW_DEFAULT_POLICY", "powerflow")
+# Share of a new job's predicted completion time that just-in-time exploration of power
+# limits may cost (policies that explore: zeus; scheduling/core/exploration.py); 0: off.
+WATTFLOW_EXPLORATION_BUDGET = env_float("WATTFLOW_EXPLORATION_BUDGET", 0.03)
+if not 0.0 <= WATTFLOW_EXPLORATION_BUDGET < 1.0:
+    refuse_to_start("WATTFLOW_EXPLORATION_BUDGET must be in [0, 1).")
 # A node whose agent has not heart-beaten for this long is marked unhealthy and its jobs are
 # re-queued (the agent heart-beats every 15 s by default).
 WATTFLOW_NODE_TIMEOUT_S = env_int("WATTFLOW_NODE_TIMEOUT_S", 60)

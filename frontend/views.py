@@ -29,7 +29,7 @@ from frontend.predictions import predict_job
 from scheduling.choices import DecisionAction
 from scheduling.core.types import G_PER_KG
 from scheduling.feasibility import submit_refusals
-from scheduling.models import RoundDecision
+from scheduling.models import JobSchedulingState, RoundDecision
 from scheduling.queries import placement_label
 from telemetry.accounting import job_totals
 from telemetry.queries import job_energy_series
@@ -242,9 +242,16 @@ def job_detail(request, pk: int):
             "finished": state.is_terminal,
             "progress_percent": min(100.0, 100.0 * job.completed_iterations / job.total_iterations),
             "can_cancel": can_cancel_job(request.user, job) and not state.is_terminal,
+            "exploration": _exploration(job),
             "page": "jobs",
         },
     )
+
+
+def _exploration(job) -> dict | None:
+    """The job's power-limit exploration record (scheduling/core/exploration.py), if any."""
+    state = JobSchedulingState.objects.filter(job=job).only("exploration").first()
+    return (state.exploration or None) if state is not None else None
 
 
 @login_required

@@ -238,7 +238,12 @@ def build_snapshot(
     scales = {
         s.job_id: s
         for s in JobSchedulingState.objects.filter(job_id__in=[j.pk for j in rows]).only(
-            "job_id", "iter_time_scale", "power_scale", "observations", "online_params"
+            "job_id",
+            "iter_time_scale",
+            "power_scale",
+            "observations",
+            "online_params",
+            "exploration",
         )
     }
     perf = catalog or current_catalog()
@@ -295,6 +300,8 @@ def build_snapshot(
         budgets=budgets_from_rows(budget_rows),
         carbon=carbon_signal(settings.TELEMETRY_CARBON_ZONE, now),
         policy_state=dict(policy_state or {}),
+        exploration_budget_frac=settings.WATTFLOW_EXPLORATION_BUDGET or None,
+        exploration={str(pk): s.exploration for pk, s in scales.items() if s.exploration},
     )
     return SnapshotRows(
         snapshot=snapshot,

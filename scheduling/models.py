@@ -324,6 +324,9 @@ class JobSchedulingState(models.Model):
     observations = models.JSONField(default=dict, blank=True)
     online_params = models.JSONField(default=dict, blank=True)
     profile_version = models.PositiveIntegerField(null=True, blank=True)
+    # Just-in-time exploration of power limits (scheduling.core.exploration.new_record): the
+    # limits tried, the seconds it cost against its bound, the limit chosen. Empty: none.
+    exploration = models.JSONField(default=dict, blank=True)
 
     class Meta:
         verbose_name = "job scheduling state"

@@ -182,6 +182,7 @@ def run_scheduling_round(
         round_row = _record_round(rows, plan, now=now, requeued=len(requeued))
         applied, failed, decisions = _apply(plan, rows, round_row, now=now)
         _record_waiting(plan, rows, round_row, now=now)
+        _record_exploration(plan, rows)
         if policy_name == config.policy:
             SchedulerSettings.objects.filter(pk=config.pk).update(
                 policy_state=_json_safe(plan.policy_state)
@@ -316,6 +317,26 @@ def _apply(
         failed += 1
     RoundDecision.objects.bulk_create(decisions)
     return applied, failed, decisions
+
+
+def _record_exploration(plan: core.Plan, rows: adapters.SnapshotRows) -> int:
+    """Keep each job's exploration record where it changed (``JobSchedulingState``)."""
+    before = rows.snapshot.exploration
+    changed = {
+        rows.jobs[job_id].pk: record
+        for job_id, record in plan.exploration.items()
+        if job_id in rows.jobs and before.get(job_id) != record
+    }
+    if not changed:
+        return 0
+    JobSchedulingState.objects.bulk_create(
+        [JobSchedulingState(job_id=pk) for pk in changed], ignore_conflicts=True
+    )
+    states = JobSchedulingState.objects.in_bulk(list(changed))
+    for pk, record in changed.items():
+        states[pk].exploration = _json_safe(record)
+    JobSchedulingState.objects.bulk_update(list(states.values()), ["exploration"])
+    return len(changed)
 
 
 def _until(reason: core.WaitReason | None) -> datetime | None:

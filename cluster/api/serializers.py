@@ -78,6 +78,31 @@ class JobAllocationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class ExplorationProbeSerializer(serializers.Serializer):
+    limit_w = serializers.FloatField(help_text="Power limit tried (W).")
+    n_gpus = serializers.IntegerField(help_text="GPUs it ran on while tried.")
+    seconds = serializers.FloatField(help_text="How long it ran there.")
+    cost_s = serializers.FloatField(help_text="Seconds lost against the fastest limit tried.")
+    energy_j = serializers.FloatField(help_text="Energy per iteration there, as learned (J).")
+
+
+class ExplorationSerializer(serializers.Serializer):
+    """A job's just-in-time exploration of power limits (scheduling/core/exploration.py)."""
+
+    status = serializers.ChoiceField(choices=["exploring", "done"])
+    spent_s = serializers.FloatField(help_text="Seconds of completion time exploring cost.")
+    budget_s = serializers.FloatField(help_text="Its bound: budget_frac x predicted JCT.")
+    budget_frac = serializers.FloatField()
+    tried = ExplorationProbeSerializer(many=True)
+    other_gpus = serializers.IntegerField(
+        allow_null=True, help_text="The other GPU count tried (elastic jobs), if any."
+    )
+    result_w = serializers.FloatField(
+        allow_null=True, help_text="The energy-optimal limit exploration found."
+    )
+    reason = serializers.CharField(allow_blank=True, help_text="Why exploration stopped.")
+
+
 class JobSerializer(serializers.ModelSerializer):
     team = TeamSlugField()
     owner = serializers.CharField(source="owner.username", read_only=True)
@@ -89,6 +114,7 @@ class JobSerializer(serializers.ModelSerializer):
     total_iterations = serializers.IntegerField(min_value=1)
     state_colour = serializers.SerializerMethodField()
     current_allocation = JobAllocationSerializer(read_only=True)
+    exploration = serializers.SerializerMethodField()
     # Why is my job pending: ``pending_*`` are the job's own fields (the one store), written by
     # the latest round (reason, expected start or cleaner hour, the round) or by liveness.
     # Blank while the job does not wait (the schema must say "" is a value too).
@@ -132,6 +158,7 @@ class JobSerializer(serializers.ModelSerializer):
             "exit_status",
             "log_tail",
             "current_allocation",
+            "exploration",
         ]
         read_only_fields = [
             "id",
@@ -151,6 +178,15 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_state_colour(self, job: Job) -> str:
         return JobState(job.state).colour
+
+    @extend_schema_field(ExplorationSerializer(allow_null=True))
+    def get_exploration(self, job: Job) -> dict | None:
+        """The job's exploration of power limits; null if it explored none."""
+        state = getattr(job, "scheduling", None) if job.pk else None
+        record = state.exploration if state is not None else None
+        if not record:
+            return None
+        return ExplorationSerializer(record).data
 
     def validate_team(self, team: Team) -> Team:
         user = self.context["request"].user

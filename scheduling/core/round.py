@@ -28,6 +28,7 @@ from dataclasses import replace
 
 from scheduling.core.colocation import slowed_power_w
 from scheduling.core.context import Estimate, JobView, PerfCache, RoundContext
+from scheduling.core.exploration import explore_round
 from scheduling.core.placement import PLACERS, PlacementRequest, PlacementResult
 from scheduling.core.registry import get_policy
 from scheduling.core.types import (
@@ -57,11 +58,15 @@ def plan_round(snapshot: Snapshot, *, policy: str | Policy, now: float) -> Plan:
     pol = get_policy(policy) if isinstance(policy, str) else policy
     ctx, waiting = admit(snapshot, now=now)
     decision = allocate(ctx, pol)
+    # A new job's first rounds may try other power limits (off unless the snapshot and
+    # the policy turn it on; exploration.py).
+    decision, explored = explore_round(ctx, decision, explores=getattr(pol, "explores", False))
     waiting.update(decision.waiting)
     allocations, unplaced = place(ctx, decision, placement=pol.placement)
     waiting.update(unplaced)
     changes = diff(snapshot.jobs, allocations)
-    return _finish(ctx, pol, decision, allocations, waiting, changes)
+    plan = _finish(ctx, pol, decision, allocations, waiting, changes)
+    return replace(plan, exploration=explored) if explored else plan
 
 
 # --- stage 1: admit -----------------------------------------------------------------

@@ -253,6 +253,12 @@ class Snapshot:
     # Opaque, JSON-serialisable state a policy returned in its last Plan (timers,
     # learned co-location history, ...); the service stores it between rounds.
     policy_state: Mapping[str, Any] = field(default_factory=dict)
+    # Just-in-time exploration (``scheduling/core/exploration.py``): None turns it off
+    # (oracle knowledge, or the service's setting); else the share of a job's predicted
+    # completion time its exploration may cost. ``exploration``: each job's record, as
+    # the last Plan returned it.
+    exploration_budget_frac: float | None = None
+    exploration: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 class WaitCode(StrEnum):
@@ -317,6 +323,9 @@ class Plan:
     policy: str = ""
     # How many jobs may time-slice one GPU in this plan (1 = exclusive; EaCO: 2).
     max_jobs_per_gpu: int = 1
+    # Each active job's exploration record (``exploration.new_record``), for the next
+    # Snapshot and for the job's page.
+    exploration: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 # --- the policy interface ----------------------------------------------------------

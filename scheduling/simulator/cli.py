@@ -160,6 +160,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "power (default 0.05)",
     )
     parser.add_argument(
+        "--exploration-budget",
+        type=_non_negative,
+        default=0.03,
+        help="learned: share of a job's predicted JCT that exploring power limits may cost, "
+        "for policies that explore (zeus); 0 turns it off (default 0.03)",
+    )
+    parser.add_argument(
         "--policy-param",
         action="append",
         metavar="NAME=VALUE",
@@ -267,6 +274,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             colocation_noise=args.colocation_noise,
             seed=args.seed,
             measurement_noise=args.measurement_noise,
+            exploration_budget=args.exploration_budget or None,
         )
         scenario = load_scenario(
             args.trace,

@@ -144,6 +144,7 @@ class Simulator:
         )
         self._energy_used_j = 0.0
         self._policy_state: Mapping[str, Any] = {}
+        self._exploration: Mapping[str, Any] = {}
         self._co2_used_g = 0.0
         self._gpu_models = tuple(sorted({g.model for g in cluster.gpus}))
         self.knowledge: LearnedKnowledge | None = None
@@ -204,6 +205,10 @@ class Simulator:
             plan = self.planner(self._snapshot(active, t), t)
             # Timers and learned state a policy keeps between rounds ride in the plan.
             self._policy_state = plan.policy_state
+            if plan.exploration:
+                self._exploration = plan.exploration
+                for job_id, record in plan.exploration.items():
+                    active[job_id].exploration = record
             for code in (w.code for w in plan.waiting.values()):
                 wait_codes[str(code)] += 1
             self._apply(plan, active, t)
@@ -329,6 +334,11 @@ class Simulator:
             epoch_s=self.intensity.epoch_s,
             power_off_idle_nodes=self.config.power_off_idle_nodes,
             policy_state=self._policy_state,
+            # Exploration only where policies see learned models (oracle needs none).
+            exploration_budget_frac=(
+                self.config.exploration_budget if self.knowledge is not None else None
+            ),
+            exploration=self._exploration,
         )
 
     # --- applying a plan ----------------------------------------------------------------

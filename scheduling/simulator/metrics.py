@@ -39,6 +39,9 @@ JOB_COLUMNS = (
     "comm_overhead_gpu_s",
     "shared_s",
 )
+# Written only when some job explored (learned knowledge, a policy that explores), so the
+# files of every other run stay as they were.
+EXPLORATION_COLUMNS = ("exploration_s", "exploration_limits_w", "exploration_result_w")
 
 
 def _stats(values: list[float], prefix: str) -> dict[str, float | None]:
@@ -106,9 +109,30 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
                 "n_retunes": r.n_retunes,
                 "comm_overhead_gpu_s": r.comm_overhead_gpu_s,
                 "shared_s": r.shared_s,
+                **_exploration_cells(r.exploration),
             }
         )
+    if not any(r.exploration for r in result.jobs):
+        for row in rows:
+            for col in EXPLORATION_COLUMNS:
+                del row[col]
     return rows
+
+
+def _exploration_cells(record) -> dict[str, Any]:
+    """Seconds the job lost exploring, the power limits it tried (``/``-separated, in order;
+    ``xN`` marks a probe at another GPU count) and the limit exploration chose."""
+    if not record:
+        return dict.fromkeys(EXPLORATION_COLUMNS)
+    tried = "/".join(
+        f"{t['limit_w']:g}" + ("" if t["n_gpus"] == record["n_gpus"] else f"x{t['n_gpus']}")
+        for t in record["tried"]
+    )
+    return {
+        "exploration_s": record["spent_s"],
+        "exploration_limits_w": tried,
+        "exploration_result_w": record["result_w"],
+    }
 
 
 def write_results(
@@ -123,9 +147,11 @@ def write_results(
         "summary": out / f"{name}_summary.json",
     }
     with paths["jobs"].open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=JOB_COLUMNS)
+        rows = job_rows(result)
+        extra = [c for c in EXPLORATION_COLUMNS if rows and c in rows[0]]
+        writer = csv.DictWriter(handle, fieldnames=[*JOB_COLUMNS, *extra])
         writer.writeheader()
-        writer.writerows(job_rows(result))
+        writer.writerows(rows)
     with paths["timeline"].open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,9 @@ class SimConfig:
     knowledge: str = "oracle"
     measurement_noise: float = 0.0  # sigma of log-normal noise on each observation
     hide_workloads: bool = True  # learned: a new workload starts from another's prior
+    # learned: share of a job's predicted JCT that just-in-time exploration of power
+    # limits may cost, for policies that explore (``core/exploration.py``); None: off.
+    exploration_budget: float | None = 0.03
 
     def __post_init__(self) -> None:
         if not self.round_length_s > 0:
@@ -56,6 +59,8 @@ class SimConfig:
             raise ValueError("knowledge must be 'oracle' or 'learned'")
         if not (self.measurement_noise >= 0 and math.isfinite(self.measurement_noise)):
             raise ValueError("measurement_noise must be a finite number, not negative")
+        if self.exploration_budget is not None and not 0.0 <= self.exploration_budget < 1.0:
+            raise ValueError("exploration_budget must be in [0, 1) or None")
 
 
 @dataclass(slots=True)
@@ -81,6 +86,7 @@ class JobRecord:
     comm_overhead_gpu_s: float = 0.0  # GPU-seconds beyond a consolidated placement's
     shared_s: float = 0.0  # seconds it ran time-slicing a GPU with another job
     observed_slowdown: float | None = None  # while shared, as Job.observed_slowdown
+    exploration: Mapping[str, Any] | None = None  # its record (core/exploration.py), if any
     snapshot_job: Job | None = None  # the frozen view, rebuilt only when state changed
     spec_fields: dict[str, Any] | None = None  # the spec's fields, for fast rebuilds
 

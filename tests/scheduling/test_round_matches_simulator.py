@@ -36,8 +36,13 @@ SPEC = ClusterSpec(name="two", gpu_model="A100", switches=1, nodes_per_switch=2,
 
 
 @pytest.fixture
-def cluster_rows(db):
-    """The simulator's cluster as rows: nodes n0, n1 on switch sw0, GPU UUIDs "n0/0"..."""
+def cluster_rows(db, settings):
+    """The simulator's cluster as rows: nodes n0, n1 on switch sw0, GPU UUIDs "n0/0"...
+
+    The simulator here knows the catalog (oracle), where no job explores; the live round's
+    exploration is turned off to match (tests/scheduling/test_exploration_live.py covers it).
+    """
+    settings.WATTFLOW_EXPLORATION_BUDGET = 0.0
     for node_spec in SPEC.build().nodes:
         node = Node.objects.create(
             name=node_spec.name, switch_label=node_spec.switch, gpu_model="A100",

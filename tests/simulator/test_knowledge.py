@@ -47,9 +47,15 @@ def test_learned_runs_are_deterministic_for_a_seed(scenario):
 
 def test_learned_without_noise_from_the_own_workload_decides_as_the_oracle(scenario):
     # given exact observations and each job starting from its own workload's catalog model
+    # (and no exploration, which deliberately runs other limits than the oracle's)
     oracle = _run(scenario, "zeus", knowledge="oracle")
     learned = _run(
-        scenario, "zeus", knowledge="learned", measurement_noise=0.0, hide_workloads=False
+        scenario,
+        "zeus",
+        knowledge="learned",
+        measurement_noise=0.0,
+        hide_workloads=False,
+        exploration_budget=None,
     )
     # then the learned models predict what runs, so every decision and outcome is the oracle's
     assert [(j, n) for j, _, _, n in _outcome(learned)] == [
@@ -166,3 +172,42 @@ def test_simulate_refuses_a_negative_measurement_noise(tmp_path):
         SimConfig(measurement_noise=float("nan"))
     with pytest.raises(ValueError, match="knowledge"):
         SimConfig(knowledge="psychic")
+
+
+def test_learned_zeus_explores_power_limits_within_its_bound_and_records_it(scenario, tmp_path):
+    from scheduling.simulator.metrics import EXPLORATION_COLUMNS, job_rows, write_results
+
+    # given zeus on learned knowledge, where a new job's first rounds try power limits
+    result = _run(scenario, "zeus", knowledge="learned", measurement_noise=0.02)
+    records = [r.exploration for r in result.jobs if r.exploration]
+    assert len(records) == len([r for r in result.jobs if r.first_start_s is not None])
+    # then every job explored, each within its bound (3 % of its predicted JCT), and one
+    # that ran long enough tried several limits and settled on one
+    for rec in records:
+        assert rec["spent_s"] <= rec["budget_s"] + 1e-9
+        assert rec["budget_frac"] == 0.03
+    done = [rec for rec in records if rec["status"] == "done"]
+    assert done and all(rec["result_w"] is not None for rec in done)
+    assert max(len(rec["tried"]) for rec in records) >= 3
+    # and the per-job CSV says what each job tried and what it cost
+    rows = job_rows(result)
+    assert all(col in rows[0] for col in EXPLORATION_COLUMNS)
+    explored = [row for row in rows if row["exploration_limits_w"]]
+    assert explored and all(row["exploration_s"] >= 0 for row in explored)
+    paths = write_results(result, tmp_path, name="zeus", meta={})
+    assert "exploration_limits_w" in paths["jobs"].read_text().splitlines()[0]
+
+
+@pytest.mark.parametrize(("policy", "knowledge"), [("zeus", "oracle"), ("fifo", "learned")])
+def test_exploration_leaves_oracle_runs_and_policies_that_do_not_explore_alone(
+    scenario, policy, knowledge
+):
+    from scheduling.simulator.metrics import EXPLORATION_COLUMNS, job_rows
+
+    on = _run(scenario, policy, knowledge=knowledge, measurement_noise=0.02)
+    off = _run(scenario, policy, knowledge=knowledge, measurement_noise=0.02,
+               exploration_budget=None)  # fmt: skip
+    assert _outcome(on) == _outcome(off)
+    assert summarise(on) == summarise(off)
+    assert not any(r.exploration for r in on.jobs)
+    assert not any(col in job_rows(on)[0] for col in EXPLORATION_COLUMNS)

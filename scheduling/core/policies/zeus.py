@@ -5,7 +5,8 @@ Zeus picks, per job, the GPU power limit (and batch size) that minimises
 ``max_power`` is the highest power limit of the GPU (``eta = 0.5`` weighs energy and
 time equally; 1 is energy only, 0 time only). Zeus learns the optimum online with a
 bandit over recurring runs; here the perf model predicts it directly, which is the
-converged choice (reconstructed, not Zeus' exploration). Jobs are queued as in
+converged choice. Where policies see learned models, a new job's first rounds explore power
+limits within a bounded cost first (``scheduling/core/exploration.py``). Jobs are queued as in
 ``fifo`` with the GPUs they asked for.
 
 The knob is the power limit, in ``power_limit_step_w`` steps (Zeus' 25 W) down from the
@@ -28,6 +29,9 @@ from scheduling.core.registry import register_policy
 @register_policy("zeus")
 class Zeus(Fifo):
     name = "zeus"
+    # Where knowledge is learned, a new job's first rounds try power limits within a
+    # bounded cost (just-in-time profiling, scheduling/core/exploration.py).
+    explores = True
 
     def __init__(
         self,

@@ -1,0 +1,130 @@
+"""Exploration in live rounds (issue 12 point 4): a new job tries power limits in its first
+rounds, learning from the telemetry each probe produces, then settles, and what it cost stays
+within its bound; the record is on the job, in the API and on the job page."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cluster.choices import JobState
+from cluster.models import Job, Node
+from scheduling import services
+from scheduling.core.exploration import DONE, EXPLORING
+from scheduling.core.perf_models import load_catalog
+from scheduling.core.types import GpuConfig
+from scheduling.models import JobSchedulingState, SchedulerSettings
+from telemetry.choices import JobEventKind
+from telemetry.models import GpuSample, JobEvent
+
+T0 = datetime(2026, 11, 25, 8, 0, 0, tzinfo=UTC)
+ROUND = timedelta(seconds=60)
+# What the job really does: BERT's speed and power, 1.5x slower, where it says resnet50.
+TRUTH = load_catalog().get("bert", "A100")
+SLOWER = 1.5
+
+
+def _telemetry(job: Job, node: Node, t0: datetime, t1: datetime) -> None:
+    """What the agent and NVML report while ``job`` runs its current allocation in [t0, t1]:
+    a start report for a new allocation, progress every 5 s, one power sample per GPU."""
+    alloc = job.current_allocation
+    gpus = list(alloc.gpus.all())
+    cfg = GpuConfig(len(gpus), alloc.batch_size, power_limit_w=alloc.power_limit_w)
+    iter_s = TRUTH.iter_time_s(cfg) * SLOWER
+    power_w = TRUTH.power_w(cfg)
+    now = t0
+    event = {"node": node, "job": job, "allocation_id": alloc.pk, "received_at": t1}
+    if not JobEvent.objects.filter(allocation_id=alloc.pk, kind=JobEventKind.STARTED).exists():
+        JobEvent.objects.create(event_id=uuid.uuid4(), kind=JobEventKind.STARTED, ts=now, **event)
+    done = 0.0
+    while now + timedelta(seconds=5) < t1:
+        now += timedelta(seconds=5)
+        done += 5.0 / iter_s
+        JobEvent.objects.create(event_id=uuid.uuid4(), kind=JobEventKind.PROGRESS, ts=now,
+                                iterations=done, **event)  # fmt: skip
+        GpuSample.objects.bulk_create(
+            GpuSample(gpu=g, ts=now, power_w=power_w, power_limit_w=alloc.power_limit_w)
+            for g in gpus
+        )
+
+
+@pytest.fixture
+def zeus(db):
+    config = SchedulerSettings.load()
+    config.policy = "zeus"
+    config.save()
+
+
+def test_a_new_job_explores_power_limits_then_settles_within_its_bound(
+    zeus, make_node, make_job, member, team, client
+):
+    # given one A100 node and a new resnet50 job (a long one: about 8 hours at 400 W, so
+    # its bound, about 10 minutes, lets it measure every limit in one-minute rounds)
+    node = make_node(gpus=1)
+    job = make_job(owner=member, team=team, gpu_model="A100", min_gpus=1, max_gpus=1,
+                   global_batch_size=64, min_batch_size=64, max_batch_size=64,
+                   total_iterations=80_000)  # fmt: skip
+    limits = []
+    records = []
+    # when rounds run a minute apart, the job reporting what it does between them
+    for k in range(18):
+        now = T0 + k * ROUND
+        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+        result = services.run_scheduling_round(now=now, force=True)
+        assert result.ran
+        job.refresh_from_db()
+        assert job.state == JobState.RUNNING
+        limits.append(job.current_allocation.power_limit_w)
+        records.append(JobSchedulingState.objects.get(job=job).exploration)
+        _telemetry(job, node, now, now + ROUND)
+
+    # then it started at the default limit and tried others in its first rounds
+    assert records[0]["status"] == EXPLORING
+    assert limits[0] == 400
+    settled = next(k for k, r in enumerate(records) if r["status"] == DONE)
+    rec = records[settled]
+    tried = [t["limit_w"] for t in rec["tried"]]
+    assert tried[:4] == [400.0, 200.0, 225.0, 175.0]  # the model's best, its neighbours
+    assert sorted(tried) == [100.0 + 25.0 * i for i in range(13)]  # then all the bound allows
+    assert rec["reason"] == "every limit is measured"
+    assert [float(w) for w in limits[: len(tried)]] == tried
+    # and it settled near the truth's energy-optimal limit, within the 25 W grid step
+    assert abs(rec["result_w"] - 200.0) <= 25.0
+    # what exploring cost stays within its bound: 3 % of the predicted completion time
+    assert 0.0 < rec["spent_s"] <= rec["budget_s"]
+    assert rec["budget_frac"] == pytest.approx(0.03)
+    # and after it the policy's own choice from the learned model stands
+    assert len(set(limits[settled:])) == 1
+    assert records[-1] == rec
+
+    # the API's job detail and the job page show it
+    client.force_login(member)
+    data = client.get(f"/api/jobs/{job.pk}/").json()["exploration"]
+    assert data["status"] == "done"
+    assert [t["limit_w"] for t in data["tried"]] == tried
+    assert data["spent_s"] == pytest.approx(rec["spent_s"])
+    assert data["result_w"] == rec["result_w"]
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="exploration-table"' in page
+    assert f"{rec['result_w']:.0f} W" in page
+
+
+def test_fifo_never_explores_and_the_api_says_null(make_node, make_job, member, team, client):
+    node = make_node(gpus=1)
+    job = make_job(owner=member, team=team, gpu_model="A100", min_gpus=1, max_gpus=1,
+                   global_batch_size=64, min_batch_size=64, max_batch_size=64)  # fmt: skip
+    config = SchedulerSettings.load()
+    config.policy = "fifo"
+    config.save()
+    for k in range(3):
+        now = T0 + k * ROUND
+        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+        services.run_scheduling_round(now=now, force=True)
+        job.refresh_from_db()
+        _telemetry(job, node, now, now + ROUND)
+    assert not JobSchedulingState.objects.get(job=job).exploration
+    client.force_login(member)
+    assert client.get(f"/api/jobs/{job.pk}/").json()["exploration"] is None
+    assert 'id="exploration-table"' not in client.get(f"/jobs/{job.pk}/").content.decode()
