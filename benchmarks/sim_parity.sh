@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Simulator parity snapshot: every registered policy on two benchmark scenarios, one output
 # directory each (summary JSON, per-job and timeline CSVs) under OUT_DIR. Run it before and after
-# a refactor that must not change behaviour, then `diff -r BEFORE AFTER`: the outputs hold no
-# wall-clock fields, so any difference is a change in behaviour.
+# a refactor that must not change behaviour, then `diff -r -I '"wall_s"' BEFORE AFTER`: the
+# reports' wall-clock fields are their only lines that differ between identical runs, so any
+# other difference is a change in behaviour.
 # Usage: bash benchmarks/sim_parity.sh OUT_DIR [MAX_JOBS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
