@@ -50,23 +50,28 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    gating every round by an even share, each budget carries a price lambda (seconds per
    joule, or per gram): every job it pays aims at the configuration minimising ``T +
    lambda * C`` over all its (size, clock, batch) options (the lower convex hull of its
-   (C, T) points), and the greedy's steps stay within that target. Lambda is the
-   lowest price at which the jobs present, at their targets, take no more than their
-   share of the budget's free remainder (what remains less the idle floor committed to
-   the period's end): ``free * Cmin / (Cmin + future)``, where ``Cmin`` is the present
-   jobs' cheapest remaining cost and ``future`` the cheapest cost of the work expected
-   to arrive, at the rate seen so far (arrivals' Cmin per second since the budget was
-   first seen, over at least a day, x the time left, x the share of an arrival's
-   cheapest cost that falls inside the period), and at least ``period_reserve`` x the
-   free remainder x the share of the period left, a reserve for bursts that the
-   period's passing releases. The share is at least ``share_floor`` times ``Cmin``
-   while the free remainder allows (the forecast is noisy and the cheapest
-   configurations save the most time per joule). The round's allowance is then what
-   the targets (or minimum configurations, whichever is more) take this round, so a
-   job at its minimum is never held back while the free remainder covers the present
-   work's minimum; when it does not, lambda is infinite and the even-share allowance
-   above applies again. What the idle floor draws after this round stays reserved.
-   The score floor is not used for priced jobs (the price replaces it).
+   (C, T) points), and the greedy's steps stay within that target. Lambda is the lowest
+   price at which the jobs present, at their targets, take no more than their share of
+   the budget's free remainder (what remains less the idle floor committed to the
+   period's end): ``free * Cmin / (Cmin + future)``, where ``Cmin`` is the present jobs'
+   cheapest remaining cost and ``future`` the cheapest cost of the work expected to
+   arrive, at the rate seen so far (arrivals' Cmin per second since the budget was first
+   seen, over at least a day, x the time left, x the share of an arrival's cheapest cost
+   that falls inside the period), and at least ``period_reserve`` x the free remainder x
+   the share of the period left, a reserve for bursts that the period's passing
+   releases. A budget whose spending lags its straight line by more than
+   ``lag_deadband`` (3% of its limit) has had more than its work needed, so what it
+   holds for the future is released in proportion to the lag beyond that (all of it at
+   ``lag_release``, 10%, more): a generous budget is spent while jobs are present, where
+   the reserve alone left a quarter of it over; a tight one, whose spending stays on its
+   line, keeps its reserve. The share is at least ``share_floor`` times ``Cmin`` while
+   the free remainder allows (the forecast is noisy and the cheapest configurations save
+   the most time per joule). The round's allowance is then what the targets (or minimum
+   configurations, whichever is more) take this round, so a job at its minimum is never
+   held back while the free remainder covers the present work's minimum; when it does
+   not, lambda is infinite and the even-share allowance above applies again. What the
+   idle floor draws after this round stays reserved. The score floor is not used for
+   priced jobs (the price replaces it).
 
 Batch size: the work is a number of useful samples, so a larger global batch needs fewer
 iterations only as far as its statistical efficiency allows (``scheduling.core.goodput``);
@@ -139,6 +144,8 @@ class BudgetGreedy:
         pricing: bool = True,
         share_floor: float = 1.15,
         period_reserve: float = 1.0,
+        lag_release: float = 0.1,
+        lag_deadband: float = 0.03,
         keep_running: bool = False,
     ) -> None:
         """Every parameter is described in the module docstring; also:
@@ -154,6 +161,9 @@ class BudgetGreedy:
           cheapest remaining cost (1: no floor);
         - ``period_reserve``: the expected future is at least this many times the free
           remainder times the share of the period left (0: the forecast alone);
+        - ``lag_release``, ``lag_deadband``: what is held for the future is released
+          linearly as spending lags its straight line from ``lag_deadband`` to
+          ``lag_deadband + lag_release`` of the limit (``lag_release`` 0: never);
         - ``keep_running``: resize hysteresis, off by default (point 2).
         """
         if admission not in ("srtf", "fifo"):
@@ -173,6 +183,8 @@ class BudgetGreedy:
         self.pricing = pricing
         self.share_floor = share_floor
         self.period_reserve = period_reserve
+        self.lag_release = lag_release
+        self.lag_deadband = lag_deadband
         self.keep_running = keep_running
 
     # --- state carried between rounds -------------------------------------------

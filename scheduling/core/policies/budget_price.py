@@ -11,6 +11,7 @@ import math
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from scheduling.core.pacing import lag_share
 from scheduling.core.pricing import hull_choice, price_for_share
 
 if TYPE_CHECKING:
@@ -132,6 +133,14 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             # jobs spend above their cheapest cannot be spent on it later.
             span = b.period_end_s - b.period_start_s
             future = max(future, policy.period_reserve * max(free, 0.0) * min(left_s / span, 1.0))
+        if policy.lag_release > 0:
+            # A budget whose spending lags its straight line by more than
+            # ``lag_deadband`` of its limit has had more than its work needed: what it
+            # holds for the future (forecast and reserve) is released in proportion to
+            # the lag beyond that, all of it at ``lag_release`` more, so a generous
+            # budget is spent while jobs are present instead of being left over.
+            behind = lag_share(b, ctx.now_s) - policy.lag_deadband
+            future *= 1.0 - min(max(behind / policy.lag_release, 0.0), 1.0)
         if not has_members[b_i]:
             continue
         if free < pmin:
