@@ -114,3 +114,37 @@ def test_the_period_reserve_keeps_free_budget_for_the_rest_of_the_period(now, cl
     plan = plan_round(snap, policy=get_policy("powerflow"), now=now)
     assert plan.allocations["a"].sm_clock_mhz == clock
     assert plan.policy_state["price"]["b"] == pytest.approx(price)
+
+
+@pytest.mark.parametrize(
+    ("used_j", "clock", "price"),
+    [
+        # Halfway through the period, spending on its straight line (100 of 200 kJ): the
+        # reserve, the free 100 kJ x the half left, outweighs the forecast (under 1 kJ),
+        # so the share is 100,000 x 45,000 / 95,000 = 47,368 J, raised to the floor
+        # 51,750 J: the cheapest point only.
+        (100_000.0, 1000, 200 / 33_750),
+        # Nothing spent by then: the budget lags its line by half its limit, more than
+        # lag_release (10%), so nothing is held for the future and the free 200 kJ pay
+        # the fastest point, price 0.
+        (0.0, 2000, 0.0),
+    ],
+)
+def test_a_budget_behind_its_straight_line_releases_its_reserve(used_j, clock, price):
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=200_000.0, energy_used_j=used_j)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
+    plan = plan_round(snap, policy=get_policy("powerflow"), now=1500.0)
+    assert plan.allocations["a"].sm_clock_mhz == clock
+    assert plan.policy_state["price"]["b"] == pytest.approx(price)
+
+
+@pytest.mark.parametrize("params", [{"lag_release": 0.0}, {"lag_deadband": 0.6}])
+def test_no_release_when_it_is_off_or_the_lag_is_inside_the_dead_band(params):
+    # nothing spent halfway (a lag of 50%), but the release is off, or its dead band is
+    # wider than the lag: the reserve holds 200 kJ x 0.5 and the share, 200,000 x 45,000
+    # / 145,000 = 62,069 J, pays the cheapest point only (the next costs 78,750 J)
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=200_000.0)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
+    plan = plan_round(snap, policy=get_policy("powerflow", **params), now=1500.0)
+    assert plan.allocations["a"].sm_clock_mhz == 1000
+    assert plan.policy_state["price"]["b"] == pytest.approx(200 / 33_750)

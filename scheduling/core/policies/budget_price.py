@@ -8,15 +8,16 @@ is in ``scheduling.core.pricing``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from scheduling.core.context import Estimate, JobView, RoundContext
-from scheduling.core.pacing import IntensityCurve
+from scheduling.core.pacing import lag_share
 from scheduling.core.pricing import hull_choice, price_for_share
 
 if TYPE_CHECKING:
-    from scheduling.core.policies.budget_greedy import BudgetGreedy
+    from scheduling.core.policies.budget_greedy import BudgetGreedy, _Round
+
+DEMAND_WINDOW_MIN_S = 24 * 3600.0  # the arrival rate's shortest window (first jobs)
 
 
 def in_period_fraction(binned: dict[str, list[float]], left_s: float) -> float:
@@ -41,39 +42,24 @@ def in_period_fraction(binned: dict[str, list[float]], left_s: float) -> float:
 Hull = list[tuple[float, float, tuple[int, int, int]]]
 
 
-def price_round(
-    policy: BudgetGreedy,
-    ctx: RoundContext,
-    jobs: Sequence[JobView],
-    opts: Sequence[tuple],
-    pays: Sequence[tuple[tuple[int, bool], ...]],
-    evaluate: Callable[..., tuple[Estimate, float, float]],
-    hull_of: Callable[[int], tuple[Hull, float, Hashable]],
-    deltas: Callable[..., tuple[float, float]],
-    min_eval: Callable[[int], tuple[Estimate, float, float]],
-    candidates: Collection[int],
-    floor_w: Sequence[float],
-    curve: IntensityCurve,
-    allow_e: list[float | None],
-    allow_c: list[float | None],
-    idle_floor_j: float,
-    to_g: float,
-    target: dict[int, tuple[int, int, int]],
-    price_out: list[float],
-) -> dict[str, Any]:
-    """Set each priced budget's price, the jobs' target configurations (in
-    ``target``) and lower or raise the priced budgets' allowances (``allow_e`` /
-    ``allow_c``, in place) to what the targets take this round; returns the state to
-    carry. The arguments are ``BudgetGreedy.allocate``'s round: its jobs, options,
-    payers, cost functions, minimum configurations and allowances, by job index.
+def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
+    """Set each priced budget's price (``rnd.prices``, by budget index: 0 unpriced,
+    infinite when the funds do not cover the work's minimum), the jobs' target
+    configurations (``rnd.target``) and lower or raise the priced budgets' allowances
+    (``rnd.allow_e`` / ``rnd.allow_c``, in place) to what the targets take this round;
+    returns the state to carry. ``rnd`` is ``BudgetGreedy.allocate``'s round: its jobs,
+    options, payers, cost model, minimum configurations and allowances, by job index.
 
-    ``hull_of(j)`` is job j's lower hull of (cost, time) points as ``(hull, scale,
+    ``rnd.hull_of(j)`` is job j's lower hull of (cost, time) points as ``(hull, scale,
     key)``: the points times ``scale`` are the job's, and jobs with the same ``key``
     share the hull, so a long queue of similar jobs is priced by few hulls. Only
-    ``candidates`` (the jobs that the GPUs could admit this round) get targets and count
-    towards the allowance; every job counts towards the price. ``price_out`` receives
-    each budget's price (0 unpriced, infinite when the funds do not cover the work's
-    minimum), by budget index."""
+    ``rnd.candidates`` (the jobs that the GPUs could admit this round) get targets and
+    count towards the allowance; every job counts towards the price."""
+    ctx, jobs, opts, pays = rnd.ctx, rnd.jobs, rnd.opts, rnd.pays
+    evaluate, hull_of, deltas, min_eval = rnd.evaluate, rnd.hull_of, rnd.deltas, rnd.min_eval
+    candidates, floor_w, curve = rnd.candidates, rnd.floor_w, rnd.curve
+    allow_e, allow_c, idle_floor_j, to_g = rnd.allow_e, rnd.allow_c, rnd.idle_floor_j, rnd.to_g
+    target, price_out = rnd.target, rnd.prices
     budgets = ctx.budgets
     priced = [
         (b.energy_limit_j is not None) if policy.cost == "energy" else (b.co2_limit_g is not None)
@@ -115,16 +101,15 @@ def price_round(
             if arrived:
                 rec = recs[b_i]
                 rec[0] += h[0][0] * scale
-                if policy.future_in_period:
-                    # Arrivals' cheapest cost by octave of their time at it: the sums
-                    # of C, C * T and C / T.
-                    c0, t0 = h[0][0] * scale, max(h[0][1] * scale, 1.0)
-                    cell = hist.setdefault(budgets[b_i].budget_id, {}).setdefault(
-                        str(int(math.log2(t0))), [0.0, 0.0, 0.0]
-                    )
-                    cell[0] += c0
-                    cell[1] += c0 * t0
-                    cell[2] += c0 / t0
+                # Arrivals' cheapest cost by octave of their time at it: the sums of
+                # C, C * T and C / T.
+                c0, t0 = h[0][0] * scale, max(h[0][1] * scale, 1.0)
+                cell = hist.setdefault(budgets[b_i].budget_id, {}).setdefault(
+                    str(int(math.log2(t0))), [0.0, 0.0, 0.0]
+                )
+                cell[0] += c0
+                cell[1] += c0 * t0
+                cell[2] += c0 / t0
     price = [0.0] * len(budgets)
     covered = [False] * len(budgets)
     for b_i, b in enumerate(budgets):
@@ -137,10 +122,10 @@ def price_round(
         else:
             free = b.co2_remaining_g - (curve.co2_g(floor_w[b_i], left_s) if floor_w[b_i] else 0.0)
         pmin = sum(shared[k][0][0] * w for k, w in weight[b_i].items())
-        rate = rec[0] / max(ctx.now_s - rec[1], policy.demand_window_min_s)
-        future = policy.future_weight * rate * left_s
+        rate = rec[0] / max(ctx.now_s - rec[1], DEMAND_WINDOW_MIN_S)
+        future = rate * left_s
         binned = hist.get(b.budget_id)
-        if policy.future_in_period and binned:
+        if binned:
             future *= in_period_fraction(binned, left_s)
         if policy.period_reserve > 0 and b.period_end_s > b.period_start_s:
             # A reserve for the rest of the period whatever the forecast says: work
@@ -148,6 +133,14 @@ def price_round(
             # jobs spend above their cheapest cannot be spent on it later.
             span = b.period_end_s - b.period_start_s
             future = max(future, policy.period_reserve * max(free, 0.0) * min(left_s / span, 1.0))
+        if policy.lag_release > 0:
+            # A budget whose spending lags its straight line by more than
+            # ``lag_deadband`` of its limit has had more than its work needed: what it
+            # holds for the future (forecast and reserve) is released in proportion to
+            # the lag beyond that, all of it at ``lag_release`` more, so a generous
+            # budget is spent while jobs are present instead of being left over.
+            behind = lag_share(b, ctx.now_s) - policy.lag_deadband
+            future *= 1.0 - min(max(behind / policy.lag_release, 0.0), 1.0)
         if not has_members[b_i]:
             continue
         if free < pmin:
@@ -155,7 +148,7 @@ def price_round(
             continue
         covered[b_i] = True
         share = free * pmin / (pmin + future) if pmin + future > 0 else free
-        share = max(share, min(free - policy.floor_guard * future, pmin * policy.share_floor))
+        share = max(share, min(free, pmin * policy.share_floor))
         keys = list(weight[b_i])
         price[b_i] = price_for_share(
             [shared[k] for k in keys], share, [weight[b_i][k] for k in keys]

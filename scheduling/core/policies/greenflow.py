@@ -6,7 +6,7 @@ the recent distribution after), and the carbon budget is paced towards clean hou
 (``clean_bias``, default 1: carbon spent evenly, so energy in inverse proportion to
 the intensity). A job that cannot start because this round's carbon allowance is
 spent waits with ``WAITING_FOR_CLEAN_HOUR`` and the start of the next forecast hour
-at least ``clean_margin`` cleaner (within ``hold_within_s``), when there is one.
+at least ``CLEAN_MARGIN`` cleaner (within ``HOLD_WITHIN_S``, ``budget_greedy``), when there is one.
 Unlike PowerFlow it paces by the even share of point 1 of ``budget_greedy``, not by the
 budget price (``pricing=True`` turns the price on; see ``__init__`` for why it is off).
 Reconstructed from the abstract; see ``budget_greedy``.
