@@ -57,12 +57,17 @@ def _residuals(
     prior: FittedPerfModel,
     z: Sequence[float],
     cells: Sequence[tuple[_Cell, tuple]],
-    grid: Sequence[tuple[_Cell, tuple]],
+    grid: tuple[Sequence[tuple[_Cell, int, int, int]], Sequence[tuple]],
     grid_w: float,
     ridge: float,
 ) -> list[float]:
-    """``cells`` and ``grid`` pair each cell with its configuration's ``config_parts``."""
-    evaluate = apply_params(prior, z).evaluate_parts
+    """``cells`` pair each cell with its configuration's ``config_parts``; ``grid`` is
+    (its cells with GPU count, node count and an index into ``grid_compute``, the distinct
+    (per-GPU batch, clock, limit) of the grid, whose compute part is evaluated once)."""
+    model = apply_params(prior, z)
+    evaluate = model.evaluate_parts
+    combine = model.combine_parts
+    compute = model.compute_parts
     log = math.log
     out = []
     append = out.append
@@ -75,8 +80,10 @@ def _residuals(
     # The prior's pseudo-observations, moved to the job's levels: they hold the shape only.
     wt = math.sqrt(grid_w)
     zt, zp = z[TIME_LEVEL], z[POWER_LEVEL]
-    for c, parts in grid:
-        t, p = evaluate(*parts)
+    grid_cells, grid_compute = grid
+    shared = [compute(*k) for k in grid_compute]
+    for c, n_gpus, n_nodes, i in grid_cells:
+        t, p = combine(n_gpus, n_nodes, *shared[i])
         append(wt * (log(t) - c.log_t - zt))
         append(wt * (log(p) - c.log_p - zp))
     r = math.sqrt(ridge)
@@ -112,7 +119,13 @@ def _least_squares(prior, cells, grid, grid_w, ridge, z0, max_steps) -> list[flo
     z = list(z0)
     per_node = prior.gpu.gpus_per_node
     cells = [(c, config_parts(c.cfg, per_node)) for c in cells]
-    grid = [(c, config_parts(c.cfg, per_node)) for c in grid]
+    index: dict[tuple, int] = {}
+    grid_cells = []
+    for c in grid:
+        n_gpus, n_nodes, local_batch, clock, limit = config_parts(c.cfg, per_node)
+        i = index.setdefault((local_batch, clock, limit), len(index))
+        grid_cells.append((c, n_gpus, n_nodes, i))
+    grid = (grid_cells, list(index))
 
     def residuals(zz: Sequence[float]) -> list[float]:
         return _residuals(prior, zz, cells, grid, grid_w, ridge)

@@ -263,9 +263,18 @@ class FittedPerfModel:
         """(iteration time s, per-GPU draw W) for a configuration given by its
         ``config_parts``, without the cache: for a model evaluated once per configuration
         (the online fit's trial models), the cache's hashing costs more than it saves."""
-        # The arithmetic of ``_busy_w``, ``compute_time_s``, ``time_factor``,
-        # ``network_time_s`` and ``power_factor``, inlined (this is the hot loop of the
-        # online fit); the same operations in the same order, so the same floats.
+        compute_s, compute_w = self.compute_parts(local_batch, sm_clock_mhz, power_limit_w)
+        return self.combine_parts(n_gpus, n_nodes, compute_s, compute_w)
+
+    def compute_parts(
+        self, local_batch: float, sm_clock_mhz: int | None, power_limit_w: float | None
+    ) -> tuple[float, float]:
+        """(compute time s, busy draw W, at least idle) at a per-GPU batch, clock and limit:
+        what does not depend on the GPU count, so configurations that differ only in it
+        can share it (``combine_parts``)."""
+        # The arithmetic of ``_busy_w``, ``compute_time_s``, ``time_factor`` and
+        # ``power_factor``, inlined (this is the hot loop of the online fit); the same
+        # operations in the same order, so the same floats.
         pw = self.power
         idle_w = self.idle_power_w
         c = pw.busy_floor_frac
@@ -277,6 +286,18 @@ class FittedPerfModel:
         tp = self.throughput
         phi = dvfs.time_fixed_frac
         compute_s = (tp.alpha_c_s + tp.beta_c_s * local_batch) * (phi + (1.0 - phi) / r)
+        s = dvfs.power_static_frac
+        compute_w = busy_w * (s + (1.0 - s) * r**dvfs.power_exp)
+        if compute_w < idle_w:
+            compute_w = idle_w
+        return compute_s, compute_w
+
+    def combine_parts(
+        self, n_gpus: int, n_nodes: int, compute_s: float, compute_w: float
+    ) -> tuple[float, float]:
+        """(iteration time s, per-GPU draw W) from ``compute_parts`` on ``n_gpus`` GPUs
+        over ``n_nodes`` nodes (``network_time_s`` inlined)."""
+        tp = self.throughput
         if n_gpus <= 1:
             network_s = 0.0
         else:
@@ -290,10 +311,7 @@ class FittedPerfModel:
             time_s = (compute_s**g + network_s**g) ** (1.0 / g)
         else:
             time_s = compute_s
-        s = dvfs.power_static_frac
-        compute_w = busy_w * (s + (1.0 - s) * r**dvfs.power_exp)
-        if compute_w < idle_w:
-            compute_w = idle_w
+        idle_w = self.idle_power_w
         power_w = idle_w + (compute_w - idle_w) * (compute_s / time_s)
         return (time_s, power_w)
 
