@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from operator import mul
 
 from scheduling.core.online_model import (
     N_PARAMS,
@@ -20,7 +21,7 @@ from scheduling.core.online_model import (
     learned_model,
     pool,
 )
-from scheduling.core.perf_models import FittedPerfModel
+from scheduling.core.perf_models import FittedPerfModel, config_parts
 
 
 def _prior_grid(prior: FittedPerfModel, cells: Sequence[_Cell]) -> list[_Cell]:
@@ -55,23 +56,36 @@ def _prior_grid(prior: FittedPerfModel, cells: Sequence[_Cell]) -> list[_Cell]:
 def _residuals(
     prior: FittedPerfModel,
     z: Sequence[float],
-    cells: Sequence[_Cell],
-    grid: Sequence[_Cell],
+    cells: Sequence[tuple[_Cell, tuple]],
+    grid: tuple[Sequence[tuple[_Cell, int, int, int]], Sequence[tuple]],
     grid_w: float,
     ridge: float,
 ) -> list[float]:
+    """``cells`` pair each cell with its configuration's ``config_parts``; ``grid`` is
+    (its cells with GPU count, node count and an index into ``grid_compute``, the distinct
+    (per-GPU batch, clock, limit) of the grid, whose compute part is evaluated once)."""
     model = apply_params(prior, z)
+    evaluate = model.evaluate_parts
+    combine = model.combine_parts
+    compute = model.compute_parts
+    log = math.log
     out = []
-    for c in cells:
+    append = out.append
+    for c, parts in cells:
+        t, p = evaluate(*parts)
         if c.log_t is not None:
-            out.append(math.sqrt(c.w_t) * (math.log(model.iter_time_s(c.cfg)) - c.log_t))
+            append(math.sqrt(c.w_t) * (log(t) - c.log_t))
         if c.log_p is not None:
-            out.append(math.sqrt(c.w_p) * (math.log(model.power_w(c.cfg)) - c.log_p))
+            append(math.sqrt(c.w_p) * (log(p) - c.log_p))
     # The prior's pseudo-observations, moved to the job's levels: they hold the shape only.
     wt = math.sqrt(grid_w)
-    for c in grid:
-        out.append(wt * (math.log(model.iter_time_s(c.cfg)) - c.log_t - z[TIME_LEVEL]))
-        out.append(wt * (math.log(model.power_w(c.cfg)) - c.log_p - z[POWER_LEVEL]))
+    zt, zp = z[TIME_LEVEL], z[POWER_LEVEL]
+    grid_cells, grid_compute = grid
+    shared = [compute(*k) for k in grid_compute]
+    for c, n_gpus, n_nodes, i in grid_cells:
+        t, p = combine(n_gpus, n_nodes, *shared[i])
+        append(wt * (log(t) - c.log_t - zt))
+        append(wt * (log(p) - c.log_p - zp))
     r = math.sqrt(ridge)
     out.extend(r * zi for zi in z)
     return out
@@ -103,6 +117,15 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
 def _least_squares(prior, cells, grid, grid_w, ridge, z0, max_steps) -> list[float]:
     """Levenberg-Marquardt with a forward-difference Jacobian."""
     z = list(z0)
+    per_node = prior.gpu.gpus_per_node
+    cells = [(c, config_parts(c.cfg, per_node)) for c in cells]
+    index: dict[tuple, int] = {}
+    grid_cells = []
+    for c in grid:
+        n_gpus, n_nodes, local_batch, clock, limit = config_parts(c.cfg, per_node)
+        i = index.setdefault((local_batch, clock, limit), len(index))
+        grid_cells.append((c, n_gpus, n_nodes, i))
+    grid = (grid_cells, list(index))
 
     def residuals(zz: Sequence[float]) -> list[float]:
         return _residuals(prior, zz, cells, grid, grid_w, ridge)
@@ -118,8 +141,12 @@ def _least_squares(prior, cells, grid, grid_w, ridge, z0, max_steps) -> list[flo
             zi[i] += h
             ri = residuals(zi)
             jac.append([(a - b) / h for a, b in zip(ri, r, strict=True)])
-        jtj = [[sum(x * y for x, y in zip(ci, cj, strict=True)) for cj in jac] for ci in jac]
-        jtr = [sum(x * y for x, y in zip(ci, r, strict=True)) for ci in jac]
+        # J'J is symmetric (x * y == y * x exactly): each entry once, mirrored.
+        jtj = [[0.0] * N_PARAMS for _ in range(N_PARAMS)]
+        for i, ci in enumerate(jac):
+            for j in range(i, N_PARAMS):
+                jtj[i][j] = jtj[j][i] = sum(map(mul, ci, jac[j]))
+        jtr = [sum(map(mul, ci, r)) for ci in jac]
         improved = False
         while lam < 1e10:
             a = [row[:] for row in jtj]

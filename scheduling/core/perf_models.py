@@ -226,16 +226,18 @@ class FittedPerfModel:
         return busy_w if busy_w > self.idle_power_w else self.idle_power_w
 
     def _ratio(self, cfg: GpuConfig, busy_w: float) -> float:
+        return self._ratio_at(cfg.sm_clock_mhz, cfg.power_limit_w, busy_w)
+
+    def _ratio_at(self, sm_clock_mhz: int | None, power_limit_w: float | None, busy_w: float):
         dvfs = self.gpu.dvfs
         r = 1.0
-        if cfg.sm_clock_mhz is not None:
-            r = min(max(cfg.sm_clock_mhz, dvfs.min_clock_mhz), dvfs.max_clock_mhz)
+        if sm_clock_mhz is not None:
+            r = min(max(sm_clock_mhz, dvfs.min_clock_mhz), dvfs.max_clock_mhz)
             r = r / dvfs.max_clock_mhz
-        if cfg.power_limit_w is not None:
-            limit_w = min(
-                max(cfg.power_limit_w, self.gpu.power_limit_min_w), self.gpu.power_limit_max_w
-            )
-            r_limit = dvfs.ratio_for_limit(limit_w, busy_w, self.gpu.power_limit_max_w)
+        if power_limit_w is not None:
+            gpu = self.gpu
+            limit_w = min(max(power_limit_w, gpu.power_limit_min_w), gpu.power_limit_max_w)
+            r_limit = dvfs.ratio_for_limit(limit_w, busy_w, gpu.power_limit_max_w)
             if r_limit < r:
                 r = r_limit
         return r
@@ -244,33 +246,88 @@ class FittedPerfModel:
         hit = self._cache.get(cfg)
         if hit is not None:
             return hit
-        n_gpus = cfg.n_gpus if cfg.n_gpus > 0 else 1
-        if cfg.gpus_per_node:
-            n_nodes = sum(1 for k in cfg.gpus_per_node if k > 0) or 1
-        else:
-            n_nodes = -(-n_gpus // self.gpu.gpus_per_node)
-        local_batch = max(cfg.global_batch, 1) / n_gpus
-        busy_w = self._busy_w(local_batch)
-        r = self._ratio(cfg, busy_w)
+        result = self.evaluate_parts(*config_parts(cfg, self.gpu.gpus_per_node))
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[cfg] = result
+        return result
+
+    def evaluate_parts(
+        self,
+        n_gpus: int,
+        n_nodes: int,
+        local_batch: float,
+        sm_clock_mhz: int | None,
+        power_limit_w: float | None,
+    ) -> tuple[float, float]:
+        """(iteration time s, per-GPU draw W) for a configuration given by its
+        ``config_parts``, without the cache: for a model evaluated once per configuration
+        (the online fit's trial models), the cache's hashing costs more than it saves."""
+        compute_s, compute_w = self.compute_parts(local_batch, sm_clock_mhz, power_limit_w)
+        return self.combine_parts(n_gpus, n_nodes, compute_s, compute_w)
+
+    def compute_parts(
+        self, local_batch: float, sm_clock_mhz: int | None, power_limit_w: float | None
+    ) -> tuple[float, float]:
+        """(compute time s, busy draw W, at least idle) at a per-GPU batch, clock and limit:
+        what does not depend on the GPU count, so configurations that differ only in it
+        can share it (``combine_parts``)."""
+        # The arithmetic of ``_busy_w``, ``compute_time_s``, ``time_factor`` and
+        # ``power_factor``, inlined (this is the hot loop of the online fit); the same
+        # operations in the same order, so the same floats.
+        pw = self.power
+        idle_w = self.idle_power_w
+        c = pw.busy_floor_frac
+        busy_w = pw.busy_max_w * (c + (1.0 - c) * local_batch / (local_batch + pw.batch_half))
+        if not busy_w > idle_w:
+            busy_w = idle_w
+        r = self._ratio_at(sm_clock_mhz, power_limit_w, busy_w)
         dvfs = self.gpu.dvfs
         tp = self.throughput
-        compute_s = tp.compute_time_s(local_batch) * dvfs.time_factor(r)
-        network_s = tp.network_time_s(n_gpus, n_nodes)
+        phi = dvfs.time_fixed_frac
+        compute_s = (tp.alpha_c_s + tp.beta_c_s * local_batch) * (phi + (1.0 - phi) / r)
+        s = dvfs.power_static_frac
+        compute_w = busy_w * (s + (1.0 - s) * r**dvfs.power_exp)
+        if compute_w < idle_w:
+            compute_w = idle_w
+        return compute_s, compute_w
+
+    def combine_parts(
+        self, n_gpus: int, n_nodes: int, compute_s: float, compute_w: float
+    ) -> tuple[float, float]:
+        """(iteration time s, per-GPU draw W) from ``compute_parts`` on ``n_gpus`` GPUs
+        over ``n_nodes`` nodes (``network_time_s`` inlined)."""
+        tp = self.throughput
+        if n_gpus <= 1:
+            network_s = 0.0
+        else:
+            extra = n_gpus - 2 if n_gpus > 2 else 0
+            if n_nodes > 1:
+                network_s = tp.alpha_n_s + tp.beta_n_s * extra
+            else:
+                network_s = tp.alpha_r_s + tp.beta_r_s * extra
         if network_s > 0.0:
             g = tp.gamma
             time_s = (compute_s**g + network_s**g) ** (1.0 / g)
         else:
             time_s = compute_s
         idle_w = self.idle_power_w
-        compute_w = busy_w * dvfs.power_factor(r)
-        if compute_w < idle_w:
-            compute_w = idle_w
         power_w = idle_w + (compute_w - idle_w) * (compute_s / time_s)
-        result = (time_s, power_w)
-        if len(self._cache) >= _CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[cfg] = result
-        return result
+        return (time_s, power_w)
+
+
+def config_parts(
+    cfg: GpuConfig, gpus_per_node: int
+) -> tuple[int, int, float, int | None, float | None]:
+    """What a model's evaluation reads from ``cfg`` on a GPU model of ``gpus_per_node``:
+    (GPUs, nodes, per-GPU batch, SM clock, power limit)."""
+    n_gpus = cfg.n_gpus if cfg.n_gpus > 0 else 1
+    if cfg.gpus_per_node:
+        n_nodes = sum(1 for k in cfg.gpus_per_node if k > 0) or 1
+    else:
+        n_nodes = -(-n_gpus // gpus_per_node)
+    local_batch = max(cfg.global_batch, 1) / n_gpus
+    return (n_gpus, n_nodes, local_batch, cfg.sm_clock_mhz, cfg.power_limit_w)
 
 
 def time_to_finish_s(
