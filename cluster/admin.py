@@ -5,6 +5,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from cluster import services
+from cluster.admin_readonly import ReadOnlyAdmin, RecordAdmin
 from cluster.models import (
     AuditEntry,
     Budget,
@@ -248,7 +249,7 @@ class BudgetAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):
     """Read-only: the log is written by ``cluster.services.record_audit`` alone."""
 
     list_display = ["at", "actor_username", "action", "object_type", "object_id", "team"]
@@ -256,27 +257,12 @@ class AuditEntryAdmin(admin.ModelAdmin):
     search_fields = ["actor_username", "object_id"]
     date_hierarchy = "at"
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(BudgetAlert)
-class BudgetAlertAdmin(admin.ModelAdmin):
+class BudgetAlertAdmin(RecordAdmin):
     """Read-only: written by the scheduling round (``scheduling.budget_alerts``)."""
 
     list_display = ["at", "team", "budget", "action", "emailed_at"]
     list_filter = ["action", "team"]
     date_hierarchy = "at"
     list_select_related = ["team", "budget__team"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False

@@ -4,6 +4,7 @@ by ``manage.py fit_perf_models`` from the measurements, never by hand."""
 from django.contrib import admin
 from django.db import transaction
 
+from cluster.admin_readonly import ReadOnlyAdmin, RecordAdmin
 from cluster.choices import AuditAction
 from cluster.services import audit_snapshot, record_audit
 from scheduling.models import (
@@ -18,7 +19,7 @@ from scheduling.models import (
 
 
 @admin.register(WorkloadProfile)
-class WorkloadProfileAdmin(admin.ModelAdmin):
+class WorkloadProfileAdmin(ReadOnlyAdmin):
     """Learned profiles: written by the scheduler as jobs finish, read-only here."""
 
     list_display = [
@@ -34,20 +35,10 @@ class WorkloadProfileAdmin(admin.ModelAdmin):
     ]
     list_filter = ["gpu_model"]
     search_fields = ["workload", "gpu_model"]
-    readonly_fields = [f.name for f in WorkloadProfile._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(PerfProfile)
-class PerfProfileAdmin(admin.ModelAdmin):
+class PerfProfileAdmin(ReadOnlyAdmin):
     list_display = [
         "workload",
         "gpu_model",
@@ -59,17 +50,6 @@ class PerfProfileAdmin(admin.ModelAdmin):
     ]
     list_filter = ["gpu_model", "version"]
     search_fields = ["workload", "gpu_model"]
-    readonly_fields = [f.name for f in PerfProfile._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # The change page still renders (read-only) for users who may view.
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 # --- live scheduling ----------------------------------------------------------------------
@@ -123,7 +103,7 @@ class RoundDecisionInline(admin.TabularInline):
 
 
 @admin.register(SchedulingRound)
-class SchedulingRoundAdmin(admin.ModelAdmin):
+class SchedulingRoundAdmin(RecordAdmin):
     """Rounds are records: read-only."""
 
     list_display = [
@@ -141,19 +121,11 @@ class SchedulingRoundAdmin(admin.ModelAdmin):
     list_filter = ["policy", "outcome"]
     date_hierarchy = "started_at"
     inlines = [RoundDecisionInline]
-    readonly_fields = [f.name for f in SchedulingRound._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(JobSchedulingState)
-class JobSchedulingStateAdmin(admin.ModelAdmin):
+class JobSchedulingStateAdmin(RecordAdmin):
     list_display = ["job", "observed_until", "observation_count", "model_prior"]
-    readonly_fields = [f.name for f in JobSchedulingState._meta.fields]
 
     @admin.display(description="observations")
     def observation_count(self, obj) -> str:
@@ -168,15 +140,9 @@ class JobSchedulingStateAdmin(admin.ModelAdmin):
             for gpu, entry in sorted((obj.online_params or {}).items())
         )
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(RoundDecision)
-class RoundDecisionAdmin(admin.ModelAdmin):
+class RoundDecisionAdmin(RecordAdmin):
     """Every change a round made, across rounds (a round's own page lists its decisions).
     Records: read-only."""
 
@@ -187,22 +153,15 @@ class RoundDecisionAdmin(admin.ModelAdmin):
     list_filter = ["action", "applied"]
     list_select_related = ["round", "job"]
     search_fields = ["job__name", "=job__id", "reason_code"]
-    readonly_fields = [f.name for f in RoundDecision._meta.fields]
     show_full_result_count = False
 
     @admin.display(description="GPUs")
     def gpu_count(self, obj: RoundDecision) -> int:
         return len(obj.gpu_uuids or [])
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(SlurmJob)
-class SlurmJobAdmin(admin.ModelAdmin):
+class SlurmJobAdmin(ReadOnlyAdmin):
     """The Slurm jobs the Slurm executor submitted, and Slurm's word on how they ended.
     Read-only: the executor and its reconciler own these rows (an edit could make a job run
     twice or never be reconciled)."""
@@ -214,13 +173,3 @@ class SlurmJobAdmin(admin.ModelAdmin):
     list_filter = ["slurm_state", ("submitted_at", admin.DateFieldListFilter)]
     list_select_related = ["job"]
     search_fields = ["=slurm_job_id", "job__name", "nodes"]
-    readonly_fields = [f.name for f in SlurmJob._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

@@ -15,6 +15,7 @@ distinct dates of a table: date filters are the fixed ranges of ``DateFieldListF
 
 from django.contrib import admin
 
+from cluster.admin_readonly import ReadOnlyAdmin
 from scheduling.core.types import J_PER_KWH
 from telemetry.models import (
     CarbonIntensity,
@@ -25,24 +26,6 @@ from telemetry.models import (
     JobEvent,
     RefusedEnergyStep,
 )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """List and view only: no add, change or delete."""
-
-    show_full_result_count = False
-
-    def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(RefusedEnergyStep)
