@@ -1,0 +1,78 @@
+"""Markdown table rows from a simulator report written with ``--match-baseline``.
+
+Usage: ``.venv/bin/python benchmarks/match_baseline_table.py OUT/<stem>_report.json``
+
+One row per matched baseline, in the columns of docs/benchmarks.md's section "Issue 13,
+point 1 (B)": the baseline's average JCT / p99 / energy, PowerFlow's ratio at that
+energy (baseline / candidate, above 1: the candidate is faster), its p99, its energy
+inside the budget's period with the worst period's share, periods over budget, resizes
+(candidate / baseline) and the share of the contention-free bound's gain reached:
+(baseline's average JCT - candidate's) / (baseline's - the bound's at that energy).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+H = 3600.0
+
+
+def _h(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds / H:.2f}"
+
+
+def rows(report: dict) -> list[str]:
+    runs = report["runs"]
+    lines = [
+        "| baseline | its avg JCT [h] / p99 [h] / energy [kWh] | PowerFlow avg JCT [h] "
+        "| ratio | PowerFlow p99 [h] | kWh in the period / budget (worst period) "
+        "| periods over budget | resizes PowerFlow / baseline "
+        "| share of the bound's gain (best possible) |",
+        "|---|---|---:|---:|---:|---|---:|---|---|",
+    ]
+    for c in report["comparisons"]:
+        base_name = c["baseline"]
+        base = runs[base_name]
+        cand = runs[f"{c['candidate']}@{base_name}-{c['kind']}"]
+        ratio = c["avg_jct_ratio"]
+        ratio_s = "n/a" if ratio is None else f"**{ratio:.3f}x**"
+        worst = c["candidate_max_period_share"]
+        inside = (
+            f"{c['candidate_energy_in_period_kwh']:,.1f} / {c['budget_energy_kwh']:,.1f} "
+            f"({'n/a' if worst is None else f'{100 * worst:.1f}%'})"
+        )
+        if not c["candidate_finished_in_period"]:
+            inside += f", past the period: {c['candidate_energy_kwh']:,.1f} in all"
+        if c["candidate_unfinished_jobs"]:
+            inside += f"; {c['candidate_unfinished_jobs']} unfinished"
+        b_jct, k_jct, bound = (
+            c["baseline_avg_jct_s"],
+            c["candidate_avg_jct_s"],
+            c.get("bound_avg_jct_s"),
+        )
+        share = "n/a"
+        if b_jct and k_jct and bound is not None and b_jct > bound:
+            possible = c.get("best_possible_ratio")
+            share = f"{100 * (b_jct - k_jct) / (b_jct - bound):.0f}% of {possible:.3f}x"
+        lines.append(
+            f"| {base_name} | {_h(base['avg_jct_s'])} / {_h(base['p99_jct_s'])} / "
+            f"{base['energy_kwh']:,.1f} | {_h(k_jct)} | {ratio_s} | {_h(cand['p99_jct_s'])} | "
+            f"{inside} | {c['candidate_periods_over_budget']} | "
+            f"{cand['n_resizes']} / {base['n_resizes']} | {share} |"
+        )
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        sys.stderr.write(__doc__.strip().splitlines()[2] + "\n")
+        return 2
+    report = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    sys.stdout.write("\n".join(rows(report)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
