@@ -31,9 +31,6 @@ from scheduling.core.round import active_budgets
 
 log = logging.getLogger(__name__)
 
-_J_PER_KWH = core.J_PER_KWH
-_G_PER_KG = 1000.0
-
 
 def record_spent(budgets: Iterable[core.Budget], *, now: datetime) -> int:
     """Create the alert of each budget in force at ``now`` whose limit is reached and that has
@@ -52,9 +49,9 @@ def record_spent(budgets: Iterable[core.Budget], *, now: datetime) -> int:
             team_id=row.team_id,
             at=now,
             action=row.hard_limit_action,
-            energy_used_kwh=spent[row.pk].energy_used_j / _J_PER_KWH,
+            energy_used_kwh=spent[row.pk].energy_used_j / core.J_PER_KWH,
             energy_limit_kwh=row.energy_limit_kwh,
-            carbon_used_kg=spent[row.pk].co2_used_g / _G_PER_KG,
+            carbon_used_kg=spent[row.pk].co2_used_g / core.G_PER_KG,
             carbon_limit_kg=row.carbon_limit_kg,
         )
         for row in Budget.objects.filter(pk__in=set(spent) - known).order_by("pk")
