@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 TRACE = ROOT / "data" / "trace" / "elasticflow_philly_876.csv"
 
 
-def _scratch_url(database: str) -> str:
+def scratch_database_url(database: str) -> str:
+    """A fresh, empty database named ``database`` beside ``DATABASE_URL``'s; its URL."""
     base = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
     import psycopg
 
@@ -51,7 +52,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
-    os.environ["DATABASE_URL"] = _scratch_url(args.database)
+    os.environ["DATABASE_URL"] = scratch_database_url(args.database)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("DJANGO_LOG_LEVEL", "WARNING")
     import django

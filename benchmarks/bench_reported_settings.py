@@ -21,21 +21,11 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def _scratch_url(database: str) -> str:
-    base = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
-    import psycopg
-
-    admin = urlunparse(base._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{database}"')
-    return urlunparse(base._replace(path=f"/{database}"))
+from bench_live_round import scratch_database_url  # noqa: E402
 
 
 def _stats(values: list[float]) -> str:
@@ -53,7 +43,7 @@ def main() -> None:
     parser.add_argument("--change-every", type=int, default=30)
     args = parser.parse_args()
 
-    os.environ["DATABASE_URL"] = _scratch_url(args.database)
+    os.environ["DATABASE_URL"] = scratch_database_url(args.database)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("DJANGO_LOG_LEVEL", "WARNING")
     import django
