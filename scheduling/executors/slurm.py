@@ -455,19 +455,32 @@ class SlurmExecutor(Executor):
         )
         if closed != 1:
             return
-        job = Job.objects.get(pk=row.job_id)
-        if job.state != JobState.RUNNING or job.current_allocation_id != row.allocation_id:
-            return
-        try:
-            cluster_services.transition_job(
-                job,
-                to=JobState.QUEUED,
-                at=now,
-                pending_reason_code="slurm_lost",
-                pending_reason=(
+        job = self._current_job(row)
+        if job is not None:
+            self._requeue(
+                job, now=now, report=report, code="slurm_lost",
+                reason=(
                     f"Re-queued: Slurm has no record of job {row.slurm_job_id} (not in squeue, "
                     "not in its accounting)."
                 ),
+            )  # fmt: skip
+
+    @staticmethod
+    def _current_job(row: SlurmJob) -> Job | None:
+        """The Wattflow job ``row`` serves, if that is still its running allocation."""
+        job = Job.objects.get(pk=row.job_id)
+        if job.state != JobState.RUNNING or job.current_allocation_id != row.allocation_id:
+            return None
+        return job
+
+    @staticmethod
+    def _requeue(
+        job: Job, *, now: datetime, report: ReconcileReport, code: str, reason: str
+    ) -> None:
+        """Put a running job back in the queue, saying why (it resumes from its checkpoint)."""
+        try:
+            cluster_services.transition_job(
+                job, to=JobState.QUEUED, at=now, pending_reason_code=code, pending_reason=reason
             )
         except cluster_services.InvalidTransition as exc:
             report.errors.append(str(exc))
@@ -480,8 +493,8 @@ class SlurmExecutor(Executor):
         """A released job Slurm would not start (its GPUs taken by jobs Wattflow does not see,
         a limit of the account): cancel it and put the Wattflow job back in the queue, so the
         plan does not count GPUs that Slurm will not give."""
-        job = Job.objects.get(pk=row.job_id)
-        if job.state != JobState.RUNNING or job.current_allocation_id != row.allocation_id:
+        job = self._current_job(row)
+        if job is None:
             return
         try:
             self.cli.cancel([row.slurm_job_id])
@@ -489,21 +502,13 @@ class SlurmExecutor(Executor):
             report.errors.append(str(exc))
             return
         SlurmJob.objects.filter(pk=row.pk).update(cancel_requested_at=now)
-        try:
-            cluster_services.transition_job(
-                job,
-                to=JobState.QUEUED,
-                at=now,
-                pending_reason_code="slurm_pending",
-                pending_reason=(
-                    f"Slurm kept job {info.job_id} pending ({info.reason or 'no reason given'}) "
-                    f"for over {self.start_timeout_s:g} s; back in the queue."
-                ),
-            )
-        except cluster_services.InvalidTransition as exc:
-            report.errors.append(str(exc))
-            return
-        report.jobs_requeued.append(job.pk)
+        self._requeue(
+            job, now=now, report=report, code="slurm_pending",
+            reason=(
+                f"Slurm kept job {info.job_id} pending ({info.reason or 'no reason given'}) "
+                f"for over {self.start_timeout_s:g} s; back in the queue."
+            ),
+        )  # fmt: skip
 
     def _job_ended(
         self, row: SlurmJob, info: SlurmJobInfo, *, now: datetime, report: ReconcileReport
