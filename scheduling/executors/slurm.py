@@ -12,13 +12,14 @@ counts, new batch size, clock or power limit) keeps the Slurm job and updates it
 
 ``reconcile`` (inside every round, under the round lock) reads ``squeue``/``sinfo`` (and
 ``scontrol show job`` or ``sacct`` for the exit codes of jobs that ended) and repairs the
-database through ``cluster.services``: a job that completed or failed in Slurm is completed
-or failed with its exit code and log tail; one cancelled outside Wattflow is cancelled; one
-lost with its node (NODE_FAIL, preemption), or that Slurm kept pending for over
+database through ``cluster.services``: a job that completed or failed in Slurm is completed or
+failed with its exit code and log tail; one cancelled outside Wattflow is cancelled; one lost
+with its node (NODE_FAIL, preemption), or that Slurm kept pending for over
 ``WATTFLOW_SLURM_START_TIMEOUT_S`` after its release (GPUs taken by jobs Wattflow does not
-see), is re-queued; a node down or drained in Slurm is drained (and undrained when Slurm has
-it back, if the drain was the reconciler's); a Slurm job with a Wattflow comment that no
-allocation owns (e.g. submitted just before a crash) is cancelled.
+see), or that Slurm or an admin held again after its release (a failed launch), is re-queued; a
+node down or drained in Slurm is drained (and undrained when Slurm has it back, if the drain
+was the reconciler's); a Slurm job with a Wattflow comment that no allocation owns (e.g.
+submitted just before a crash) is cancelled.
 
 Slurm picks the GPU indices on a node (it can only be told exact indices with one GRES type
 per GPU); the node's Prolog hands them to the agent by ``SLURM_JOB_GPUS``. An allocation over
@@ -426,7 +427,9 @@ class SlurmExecutor(Executor):
             if info.active:
                 if info.state != row.slurm_state:
                     moved[info.state].append(row.pk)
-                if self._pending_too_long(row, info, now=now):
+                if self._held_after_release(row, info) or self._pending_too_long(
+                    row, info, now=now
+                ):
                     self._give_back(row, info, now=now, report=report)
                 continue
             self._job_ended(row, info, now=now, report=report)
@@ -441,6 +444,19 @@ class SlurmExecutor(Executor):
             and row.released_at is not None
             and row.cancel_requested_at is None
             and (now - row.released_at).total_seconds() > self.start_timeout_s
+        )
+
+    @staticmethod
+    def _held_after_release(row: SlurmJob, info: SlurmJobInfo) -> bool:
+        """A job Wattflow released that is pending and held again: Slurm holds a job whose
+        launch failed ("launch failed requeued held") and an admin may hold one
+        (``JobHeldAdmin``). Nothing will release it, so waiting out the start timeout would
+        only keep its GPUs counted as busy."""
+        return (
+            info.state == "PENDING"
+            and row.released_at is not None
+            and row.cancel_requested_at is None
+            and "held" in info.reason.lower()
         )
 
     def _missing_too_long(self, row: SlurmJob, *, now: datetime) -> bool:
@@ -502,13 +518,14 @@ class SlurmExecutor(Executor):
             report.errors.append(str(exc))
             return
         SlurmJob.objects.filter(pk=row.pk).update(cancel_requested_at=now)
-        self._requeue(
-            job, now=now, report=report, code="slurm_pending",
-            reason=(
+        if self._held_after_release(row, info):
+            reason = f"Slurm held job {info.job_id} ({info.reason}); back in the queue."
+        else:
+            reason = (
                 f"Slurm kept job {info.job_id} pending ({info.reason or 'no reason given'}) "
                 f"for over {self.start_timeout_s:g} s; back in the queue."
-            ),
-        )  # fmt: skip
+            )
+        self._requeue(job, now=now, report=report, code="slurm_pending", reason=reason)
 
     def _job_ended(
         self, row: SlurmJob, info: SlurmJobInfo, *, now: datetime, report: ReconcileReport

@@ -473,3 +473,42 @@ def test_a_job_slurm_has_no_record_of_goes_back_to_the_queue_after_the_start_tim
     assert job.current_allocation is None
     # and the next round does not re-queue it twice
     assert executor.reconcile(now=now + timedelta(hours=1)).jobs_requeued == []
+
+
+def test_a_released_job_slurm_holds_again_goes_back_to_the_queue_at_once(
+    slurm_settings, slurm_cli, slurm_nodes, make_job, member, team, executor
+):
+    # given a Wattflow job running in Slurm
+    job = make_job(owner=member, team=team, command=CHECKPOINTING)
+    job.refresh_from_db()
+    cluster_services.start_job(
+        job, gpus=[slurm_nodes[0].gpus.get(index=0)], batch_size=256, at=timezone.now()
+    )
+    executor.carry_out(now=timezone.now())
+    row = SlurmJob.objects.get(job=job)
+    wait_for(
+        lambda: slurm_job(slurm_cli, row.slurm_job_id).state == "RUNNING", what="it running",
+        timeout_s=20,
+    )  # fmt: skip
+
+    # when Slurm puts it back pending and held (as it does when a launch fails)
+    slurm_cli.run("scontrol", "requeuehold", str(row.slurm_job_id))
+    held = wait_for(
+        lambda: (i := slurm_job(slurm_cli, row.slurm_job_id)).state == "PENDING"
+        and "held" in i.reason.lower()
+        and i,
+        what="it pending and held",
+        timeout_s=30,
+    )
+
+    # then the reconciler gives it back well within the start timeout, naming the hold
+    report = executor.reconcile(now=timezone.now())
+    job.refresh_from_db()
+    assert report.jobs_requeued == [job.pk]
+    assert (job.state, job.pending_reason_code) == (JobState.QUEUED, "slurm_pending")
+    assert job.pending_reason == (
+        f"Slurm held job {row.slurm_job_id} ({held.reason}); back in the queue."
+    )
+    wait_for(
+        lambda: not slurm_job(slurm_cli, row.slurm_job_id).active, what="it cancelled", timeout_s=20
+    )
