@@ -2,7 +2,8 @@
 power limit of a workload it has never seen, within a bounded cost?
 
     nice .venv/bin/python benchmarks/bench_exploration.py [--budget 0.03] [--step 0.01]
-        [--fill-budget] [--known model|observed] [--only workload|gpu] [--misses]
+        [--fill-budget] [--known noise-aware|model|observed|fitted] [--only workload|gpu]
+        [--noise SIGMA] [--seed N] [--misses]
 
 For every Zeus power-limit sweep (GPU x workload x batch size), a job of that workload and
 batch starts at the default (highest) limit with the prior of ``bench_online_model``
@@ -13,9 +14,15 @@ sweep's measured time and power there; the job's online model is refitted after 
 Exploration ends at a measured minimum (or, with ``--fill-budget``, as rounds run it, when
 every limit is measured or no other fits) or when the next step would take the cost past
 ``--budget`` of the predicted completion time. The limit then chosen is the one of least
-known energy (``exploration.chosen_limit``): with ``--known model`` (the default, what
-rounds keep) a tried limit's energy is the model's prediction there once observed; with
-``--known observed`` it is the observation itself. A sweep counts as found when the choice
+known energy (``exploration.chosen_limit``): with ``--known noise-aware`` (the default,
+what rounds keep) a tried limit's energy is ``exploration.estimate`` (the fitted curve plus
+the limit's measured deviation, shrunk by the measurement noise against the curve's
+misfit; the search repeats its fastest limit to learn the noise and, where it would stop,
+measures again the candidates it cannot yet rank); with ``--known model`` it is the model's
+prediction there once observed; with ``--known observed`` the last observation itself.
+``--noise SIGMA``: each probe observes the sweep's time and draw times seeded log-normal
+noise ``exp(N(0, SIGMA))`` (as the simulator's ``--measurement-noise``); found still
+compares with the noise-free sweep's optimum. A sweep counts as found when the choice
 is within one 25 W step of the measured energy-optimal limit. The cost is measured: the
 time the tried limits ran slower than the fastest limit tried before them, over the job's
 time at the chosen limit.
@@ -24,9 +31,12 @@ time at the chosen limit.
 from __future__ import annotations
 
 import argparse
+import math
+import random
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +47,7 @@ from tqdm import tqdm  # noqa: E402
 
 from scheduling.core.exploration import (  # noqa: E402
     chosen_limit,
+    estimate,
     fitted_energy_j,
     next_step,
     predicted_energy_j,
@@ -47,7 +58,7 @@ from scheduling.core.online_model import (  # noqa: E402
 )
 from scheduling.fitting import perf_data  # noqa: E402
 
-MAX_STEPS = 20
+MAX_STEPS = 40
 FILL_MARGIN = float("inf")
 
 
@@ -55,7 +66,15 @@ def say(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
-def run(cases: list[bom.Case], budget: float, step_frac: float, known: str, fill: bool) -> dict:
+def run(
+    cases: list[bom.Case],
+    budget: float,
+    step_frac: float,
+    known: str,
+    fill: bool,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> dict:
     out: dict = defaultdict(list)
     for case in tqdm(cases, desc=cases[0].dataset[:8], unit="pair", file=sys.stderr):
         by_batch: dict[float, list[Observation]] = defaultdict(list)
@@ -68,39 +87,67 @@ def run(cases: list[bom.Case], budget: float, step_frac: float, known: str, fill
             energy = {w: o.iter_time_s * o.power_w for w, o in measured.items()}
             optimum = min(limits, key=lambda w: (energy[w], -w))
             cfg = config_of(1, 1, batch)
-            seen = [measured[top]]
+            rng = random.Random(f"{seed}:{case.dataset}:{case.workload}:{batch}")
+
+            def observe(w: float, rng=rng, measured=measured) -> Observation:
+                o = measured[w]
+                if noise <= 0:
+                    return o
+                return replace(
+                    o,
+                    iter_time_s=o.iter_time_s * math.exp(rng.gauss(0.0, noise)),
+                    power_w=o.power_w * math.exp(rng.gauss(0.0, noise)),
+                )
+
+            seen = [observe(top)]
+            probes = {top: 1}
             model = bom.fit_case(case, seen)
-            # What the job knows of each tried limit: the observation itself, or (as the
-            # round's hook keeps it) the model's prediction there once it was observed.
-            first = energy[top] if known == "observed" else predicted_energy_j(model, cfg, top)
-            known_j = {top: first}
+
+            def known_of(model, w: float, obs: Observation, cfg=cfg) -> float:
+                # What the job knows of a tried limit: the observation itself, or the
+                # model's prediction there once it was observed.
+                if known == "observed":
+                    return obs.iter_time_s * obs.power_w
+                if known == "fitted":
+                    return fitted_energy_j(model, cfg, w)
+                return predicted_energy_j(model, cfg, w)
+
+            known_j = {top: known_of(model, top, seen[0])}
+            est = estimate(model, cfg, set(known_j)) if known == "noise-aware" else None
             spent_s = 0.0
             for _ in range(MAX_STEPS):
+                if est is not None:
+                    known_j = dict(est.known_j)
                 jct_s = model.iter_time_s(cfg) / step_frac  # a step is step_frac of the job
                 step = next_step(model, cfg, limits, set(known_j), step_s=step_frac * jct_s,
                                  spent_s=spent_s, predicted_jct_s=jct_s, budget_frac=budget,
                                  measured=known_j, fill_budget=fill,
-                                 fill_margin=FILL_MARGIN)  # fmt: skip
+                                 fill_margin=FILL_MARGIN, estimate=est,
+                                 probes=probes)  # fmt: skip
                 if step.limit_w is None:
                     break
-                obs = measured[step.limit_w]
+                obs = observe(step.limit_w)
                 fastest = min(measured[w].iter_time_s for w in known_j)
-                spent_s += step_frac * jct_s * max(1.0 - fastest / obs.iter_time_s, 0.0)
+                spent_s += (
+                    step_frac * jct_s * max(1.0 - fastest / measured[step.limit_w].iter_time_s, 0.0)
+                )
+                probes[step.limit_w] = probes.get(step.limit_w, 0) + 1
                 seen.append(obs)
                 model = bom.fit_case(case, seen)
-                known_j[step.limit_w] = (
-                    energy[step.limit_w]
-                    if known == "observed"
-                    else predicted_energy_j(model, cfg, step.limit_w)
-                )
+                known_j[step.limit_w] = known_of(model, step.limit_w, obs)
                 if known == "fitted":  # every tried limit on the curve refitted to all
                     known_j = {w: fitted_energy_j(model, cfg, w) for w in known_j}
+                if known == "noise-aware":
+                    est = estimate(model, cfg, set(known_j))
+            if est is not None:
+                known_j = dict(est.known_j)
             chosen = chosen_limit(model, cfg, limits, set(known_j), known_j)
             jct_s = measured[chosen].iter_time_s / step_frac
             out[case.dataset].append(
                 {
                     "found": abs(chosen - optimum) <= 25.0 + 1e-9,
                     "tried": len(known_j),
+                    "probes": sum(probes.values()),
                     "cost_frac": spent_s / jct_s,
                     "energy_excess": energy[chosen] / energy[optimum] - 1.0,
                     "miss": (case.workload, batch, chosen, optimum),
@@ -111,7 +158,7 @@ def run(cases: list[bom.Case], budget: float, step_frac: float, known: str, fill
 
 def report(title: str, results: dict) -> None:
     say(f"\n{title}")
-    say(f"{'data set':18} {'sweeps':>6} {'found':>7} {'limits tried':>13} "
+    say(f"{'data set':18} {'sweeps':>6} {'found':>7} {'limits tried':>13} {'probes':>7} "
         f"{'cost (max)':>16} {'energy excess (max)':>22}")  # fmt: skip
     everything = []
     for dataset, rows in sorted(results.items()):
@@ -123,10 +170,11 @@ def report(title: str, results: dict) -> None:
 def _line(name: str, rows: list[dict]) -> None:
     found = sum(r["found"] for r in rows) / len(rows)
     tried = statistics.mean(r["tried"] for r in rows)
+    probes = statistics.mean(r["probes"] for r in rows)
     cost = [r["cost_frac"] for r in rows]
     excess = [r["energy_excess"] for r in rows]
     say(
-        f"{name:18} {len(rows):>6} {100 * found:6.0f}% {tried:13.1f} "
+        f"{name:18} {len(rows):>6} {100 * found:6.0f}% {tried:13.1f} {probes:7.1f} "
         f"{100 * statistics.mean(cost):7.2f}% ({100 * max(cost):5.2f}%) "
         f"{100 * statistics.mean(excess):12.2f}% ({100 * max(excess):5.1f}%)"
     )
@@ -136,9 +184,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=0.03, help="share of predicted JCT")
     parser.add_argument("--step", type=float, default=0.01, help="share of the job per step")
-    parser.add_argument("--known", choices=("model", "observed", "fitted"), default="model",
-                        help="a tried limit's energy: the model's view (as rounds keep it) "
-                        "or the raw observation")  # fmt: skip
+    parser.add_argument("--known", choices=("noise-aware", "model", "observed", "fitted"),
+                        default="noise-aware",
+                        help="a tried limit's energy: noise-aware (as rounds keep it), the "
+                        "model's view, the raw observation, or the fitted curve")  # fmt: skip
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=0.0,
+        help="sigma of log-normal noise on each observed time and draw",
+    )
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--misses", action="store_true", help="list the sweeps missed")
     parser.add_argument(
         "--fill-budget",
@@ -159,9 +215,11 @@ def main() -> int:
         if args.only is not None and gpu_out != (args.only == "gpu"):
             continue
         cases = bom._zeus_cases(gpu_out=gpu_out)
-        results = run(cases, args.budget, args.step, args.known, args.fill_budget)
+        results = run(cases, args.budget, args.step, args.known, args.fill_budget,
+                      args.noise, args.seed)  # fmt: skip
         report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}, "
-               f"known energy: {args.known}, fill budget: {args.fill_budget}",
+               f"known energy: {args.known}, fill budget: {args.fill_budget}, "
+               f"noise {args.noise:g}",
                results)  # fmt: skip
         if args.misses:
             for dataset, rows in sorted(results.items()):

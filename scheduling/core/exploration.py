@@ -21,6 +21,27 @@ exploring may not pass ``budget_frac`` of the job's predicted completion time. T
 step is the time the job loses by running slower than the fastest limit measured so far.
 The limit then chosen (``chosen_limit``) is the one of least known energy.
 
+Measurements are noisy (iteration times and NVML draws move by a few per cent from one
+report to the next, as much as neighbouring 25 W steps differ near the optimum), so what a
+round takes as a tried limit's energy is noise-aware (``estimate``, ``KNOWN_ENERGY``):
+
+* where there is another limit to try, the job first measures its fastest limit (the
+  default) three times in all: that costs nothing against the bound, and the spread of
+  repeated measurements of a limit (pooled over all limits measured more than once;
+  ``online_model`` keeps each configuration's sum of squared log deviations) is the
+  measurement noise;
+* a tried limit's energy is the model's fitted curve (one fit over every measurement, each
+  configuration weighted by its count) plus the limit's own mean deviation from the curve,
+  shrunk by ``misfit / (misfit + noise of that mean)``: exact measurements (Zeus' sweeps)
+  are taken as measured, noisy ones where the curve fits (the simulator's truth has the
+  curve's form) lean on the curve;
+* where the search would stop, it goes on while the bound allows until the optimum is
+  decided: no limit more than one 25 W step from the limit of least estimated energy may
+  still draw less at ``CONFIDENCE_Z`` standard errors (a tried limit by its estimate's
+  variance, an untried one by the curve's misfit); an undecided candidate is measured, or
+  measured again, the least sure first (``_decide``; at most ``MAX_PROBES_PER_LIMIT``
+  probes of one limit).
+
 ``next_step`` and ``chosen_limit`` are pure functions of a model and what was tried.
 ``explore_round`` is the round's hook (``round.plan_round`` calls it between the policy's
 allocation and placement, only where the snapshot turns exploration on, i.e. the jobs'
@@ -34,17 +55,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduling.core.types import GpuConfig, Grant, PerfModel, PolicyDecision
 
 LIMIT_STEP_W = 25.0  # Zeus' sweeps step the limit by 25 W
 DEFAULT_BUDGET_FRAC = 0.03  # of the job's predicted completion time
-# What a round takes for the energy of a tried limit: "model", the job's model there when
+# What a round takes for the energy of a tried limit: "noise-aware" (``estimate``), the
+# fitted curve plus the limit's own measured deviation from it, shrunk by how noisy the
+# measurements are against how far the curve misses; "model", the job's model there when
 # the probe ended (its fitted curve plus most of what the probe measured); "fitted", the
 # model's fitted curve now, pooled over every probe (noise in one probe is averaged out).
-KNOWN_ENERGY = "model"
+KNOWN_ENERGY = "noise-aware"
+# A difference between two limits' energies counts once it passes this many standard
+# errors (one-sided 95 %); below it, both stay candidates for the optimum.
+CONFIDENCE_Z = 1.645
+# The measurement noise is estimated from repeated measurements of one limit; a job
+# repeats its fastest limit (no cost against the bound) until this many degrees of freedom.
+NOISE_DOF = 2
+# No limit is probed more often than this (a limit that costs nothing, the fastest, could
+# otherwise be repeated without end).
+MAX_PROBES_PER_LIMIT = 6
 # With ``fill_budget``, limits predicted to draw more than this share above the least energy
 # known are not worth a probe.
 FILL_MARGIN = float("inf")
@@ -53,8 +85,83 @@ FILL_MARGIN = float("inf")
 def fitted_energy_j(model: PerfModel, cfg: GpuConfig, limit_w: float) -> float:
     """Energy per iteration on the model's fitted curve alone (an online model's equations
     without its per-configuration corrections; any other model as it predicts)."""
-    base = getattr(model, "base", model)
-    return base.energy_per_iter_j(replace(cfg, power_limit_w=limit_w, sm_clock_mhz=None))
+    at = replace(cfg, power_limit_w=limit_w, sm_clock_mhz=None)
+    fitted = getattr(model, "fitted_energy_per_iter_j", None)
+    return fitted(at) if fitted is not None else model.energy_per_iter_j(at)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """What the measurements say about the energy per iteration of each tried limit.
+
+    ``known_j``: the estimate at each tried limit; ``log_var``: its variance (in log
+    space; missing where the noise is not known yet); ``counts``: measurements behind each;
+    ``noise_var``: variance of the log energy of one measurement (time and draw), pooled
+    over the limits measured more than once (None: not enough repeats yet, see
+    ``NOISE_DOF``); ``misfit_var``: how far, beyond the noise, the measured limits sit
+    from the model's fitted curve (the variance of the curve's error at a limit)."""
+
+    known_j: dict[float, float]
+    log_var: dict[float, float] = field(default_factory=dict)
+    counts: dict[float, float] = field(default_factory=dict)
+    noise_var: float | None = None
+    misfit_var: float = 0.0
+
+
+def estimate(model: PerfModel, cfg: GpuConfig, tried: Collection[float]) -> Estimate | None:
+    """Noise-aware energies of the ``tried`` limits (None: the model keeps no measurements,
+    e.g. a catalog model).
+
+    The noise of one measurement is the pooled within-limit variance of the logs of the
+    repeated measurements (time and draw apart; a limit measured once adds nothing). The
+    fitted curve's own error at a limit (the misfit) is what the limits' mean deviations
+    from the curve show beyond that noise: ``mean(r^2 - v)``, with ``r`` a limit's mean
+    log deviation and ``v`` the noise of its mean. A limit's estimate is then the curve
+    plus its deviation shrunk by ``misfit / (misfit + v)``: where measurements are exact
+    (``v = 0``) the measurement itself, where they are noisy and the curve fits, the curve,
+    which pools every limit's measurements. Until the noise is known, a limit's estimate is
+    the model's prediction there (its curve plus most of what was measured)."""
+    measured_at = getattr(model, "measured", None)
+    if measured_at is None:
+        return None
+    stats = {}
+    for w in tried:
+        m = measured_at(replace(cfg, power_limit_w=w, sm_clock_mhz=None))
+        if m is not None:
+            stats[w] = m
+    if not stats:
+        return None
+    n = max(cfg.n_gpus, 1)
+    dof_t = sum(max(m.w_t - 1.0, 0.0) for m in stats.values())
+    dof_p = sum(max(m.w_p - 1.0, 0.0) for m in stats.values())
+    var_t = sum(m.ss_t for m in stats.values()) / dof_t if dof_t > 0 else None
+    var_p = sum(m.ss_p for m in stats.values()) / dof_p if dof_p > 0 else None
+    counts = {w: min(m.w_t, m.w_p) for w, m in stats.items()}
+    if max(dof_t, dof_p) < NOISE_DOF:
+        known = {w: predicted_energy_j(model, cfg, w) for w in stats}
+        return Estimate(known_j=known, counts=counts)
+    var_t = var_p if var_t is None else var_t
+    var_p = var_t if var_p is None else var_p
+    assert var_t is not None and var_p is not None
+    res, v = {}, {}
+    for w, m in stats.items():
+        measured = math.log(n) + m.log_t + m.log_p
+        res[w] = measured - math.log(fitted_energy_j(model, cfg, w))
+        v[w] = var_t / m.w_t + var_p / m.w_p
+    misfit = max(sum(res[w] ** 2 - v[w] for w in stats) / len(stats), 0.0)
+    known, log_var = {}, {}
+    for w in stats:
+        total = misfit + v[w]
+        shrink = misfit / total if total > 0 else 1.0
+        known[w] = fitted_energy_j(model, cfg, w) * math.exp(shrink * res[w])
+        log_var[w] = misfit * v[w] / total if total > 0 else 0.0
+    return Estimate(
+        known_j=known,
+        log_var=log_var,
+        counts=counts,
+        noise_var=var_t + var_p,
+        misfit_var=misfit,
+    )
 
 
 def limit_grid(low_w: float, high_w: float, step_w: float = LIMIT_STEP_W) -> tuple[float, ...]:
@@ -130,24 +237,62 @@ def next_step(
     measured: Mapping[float, float] | None = None,
     fill_budget: bool = False,
     fill_margin: float = FILL_MARGIN,
+    estimate: Estimate | None = None,
+    probes: Mapping[float, int] | None = None,
+    confidence_z: float = CONFIDENCE_Z,
 ) -> Step:
     """What to try next (see the module docstring). A step runs ``step_s`` seconds at the
     limit it tries; ``spent_s`` is the cost of the steps so far; ``measured`` the energy
     per iteration observed at tried limits (None: the model's predictions there, which
-    an online model keeps close to what it observed)."""
+    an online model keeps close to what it observed).
+
+    With an ``estimate`` (noise-aware energies of the tried limits, ``estimate``) the
+    search first repeats its fastest limit, at no cost against the bound, until the
+    measurement noise is known, takes ``estimate.known_j`` as what was measured, and where
+    the search would stop, goes on while the bound allows until the optimum is decided
+    within one 25 W step (``_decide``). ``probes``: how many probes each tried limit had
+    (a limit is probed at most ``MAX_PROBES_PER_LIMIT`` times)."""
     grid = sorted(limits)
     best = best_limit(model, cfg, grid)
-    energy = _known(model, cfg, measured)
+    if measured is None and estimate is not None:
+        measured = estimate.known_j
     known = [w for w in grid if w in tried] or [grid[-1]]
     fastest_known_s = min(
         model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None)) for w in known
     )
     room_s = budget_frac * predicted_jct_s - spent_s
+    probes = probes or {}
 
     def cost(w: float) -> float:
         at_s = model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None))
         return step_s * max(1.0 - fastest_known_s / at_s, 0.0) if at_s > 0 else 0.0
 
+    step = _search(model, cfg, grid, tried, best, measured, cost, room_s, fill_budget, fill_margin)
+    if (
+        step.limit_w is not None
+        and estimate is not None
+        and estimate.noise_var is None
+        and estimate.counts
+    ):
+        # There is more to measure and the noise is not known yet: measure the fastest
+        # limit again first (no time lost against the bound).
+        fastest = min(
+            estimate.counts,
+            key=lambda w: (model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None)), -w),
+        )
+        if probes.get(fastest, 1) <= NOISE_DOF and cost(fastest) <= room_s:
+            return Step(fastest, best, cost(fastest), "a repeat to estimate the measurement noise")
+    if step.limit_w is not None or estimate is None or estimate.noise_var is None:
+        return step
+    return _decide(model, cfg, grid, best, estimate, cost, room_s, probes, confidence_z, step)
+
+
+def _search(
+    model, cfg, grid, tried, best, measured, cost, room_s, fill_budget, fill_margin
+) -> Step:
+    """The search of the module docstring: the model's best, then a local search, then
+    (``fill_budget``) the untried limit the model ranks best among those that fit."""
+    energy = _known(model, cfg, measured)
     if best not in tried:
         target, why = best, "the model predicts it saves energy"
     else:
@@ -187,6 +332,64 @@ def next_step(
     if cost_s > room_s:
         return Step(None, best, cost_s, "trying it would exceed the exploration budget")
     return Step(target, best, cost_s, why)
+
+
+def contenders(
+    model: PerfModel,
+    cfg: GpuConfig,
+    limits: Sequence[float],
+    est: Estimate,
+    *,
+    confidence_z: float = CONFIDENCE_Z,
+) -> tuple[float, dict[float, float]]:
+    """(the limit of least estimated energy, every other limit that may still draw less
+    at confidence ``confidence_z`` -> the variance of its estimate). A tried limit is
+    compared by its estimate and variance; an untried one by the model's fitted curve,
+    whose error at a limit is ``est.misfit_var``."""
+    best = min(est.known_j, key=lambda w: (est.known_j[w], -w))
+    best_log = math.log(est.known_j[best])
+    best_var = est.log_var.get(best, 0.0)
+    out = {}
+    for w in limits:
+        if w == best:
+            continue
+        if w in est.known_j:
+            gap, var = math.log(est.known_j[w]) - best_log, est.log_var.get(w, 0.0)
+        else:
+            gap, var = math.log(fitted_energy_j(model, cfg, w)) - best_log, est.misfit_var
+        if gap < confidence_z * math.sqrt(var + best_var):
+            out[w] = var
+    return best, out
+
+
+def _decide(model, cfg, grid, best_predicted, est, cost, room_s, probes, z, stop) -> Step:
+    """Where the search stops: go on until no limit more than one 25 W step from the
+    limit of least estimated energy may still draw less (at confidence ``z``), measuring
+    (or measuring again) the uncertain candidate whose estimate is the least sure, while
+    the bound allows. ``stop``: the search's own verdict, kept when the optimum is
+    decided or nothing more can be measured."""
+    best, rivals = contenders(model, cfg, grid, est, confidence_z=z)
+    far = {w: v for w, v in rivals.items() if abs(w - best) > LIMIT_STEP_W + 1e-9}
+    if not far:
+        return replace(stop, reason=f"{stop.reason}; the optimum is decided within 25 W")
+    # Measuring the best again sharpens every comparison with it. A tried limit whose
+    # estimate is exact gains nothing from another probe.
+    candidates = {**far, best: est.log_var.get(best, 0.0)}
+    fits = [
+        w
+        for w in candidates
+        if (w not in est.known_j or candidates[w] > 0.0)
+        and probes.get(w, 1 if w in est.known_j else 0) < MAX_PROBES_PER_LIMIT
+        and cost(w) <= room_s
+    ]
+    if not fits:
+        return replace(
+            stop, reason=f"{stop.reason}; undecided ({len(far)} limits more than 25 W away "
+            "may still draw less), and no further probe fits"
+        )  # fmt: skip
+    w = max(fits, key=lambda w: (candidates[w], -cost(w), w))
+    what = "measure again" if w in est.known_j else "measure"
+    return Step(w, best_predicted, cost(w), f"{what}: the optimum is not decided within 25 W")
 
 
 # --- the round's hook -------------------------------------------------------------------
@@ -286,7 +489,10 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     if not at_n and not any(t["n_gpus"] != n for t in tried):
         return _probe(rec, g, n, limits[-1], now), _retune(g, n, limits[-1])
     if rec["other_gpus"] is None:
-        measured = _measured(model, rec, batch)
+        measured, est = _measured(model, rec, batch)
+        probes: dict[float, int] = {}
+        for t in at_n:
+            probes[t["limit_w"]] = probes.get(t["limit_w"], 0) + 1
         step = next_step(
             model,
             _cfg(n, batch),
@@ -299,6 +505,8 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             measured=measured,
             fill_budget=True,
             fill_margin=FILL_MARGIN,
+            estimate=est,
+            probes=probes,
         )
         if step.limit_w is not None:
             return _probe(rec, g, n, step.limit_w, now), _retune(g, n, step.limit_w)
@@ -317,17 +525,27 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     return _finish(rec, model, limits, batch, rec["reason"] or "explored"), g
 
 
-def _measured(model: PerfModel, rec: dict, batch: int) -> dict[float, float]:
-    """Tried limit -> its known energy per iteration (``KNOWN_ENERGY``)."""
+def _measured(
+    model: PerfModel, rec: dict, batch: int
+) -> tuple[dict[float, float], Estimate | None]:
+    """(tried limit -> its known energy per iteration (``KNOWN_ENERGY``), the noise-aware
+    estimate behind it, None where the energies are not noise-aware)."""
     n = rec["n_gpus"]
     at_n = [t for t in rec["tried"] if t["n_gpus"] == n]
     if KNOWN_ENERGY == "fitted":
-        return {t["limit_w"]: fitted_energy_j(model, _cfg(n, batch), t["limit_w"]) for t in at_n}
-    return {t["limit_w"]: t["energy_j"] for t in at_n}
+        return {
+            t["limit_w"]: fitted_energy_j(model, _cfg(n, batch), t["limit_w"]) for t in at_n
+        }, None
+    last = {t["limit_w"]: t["energy_j"] for t in at_n}
+    if KNOWN_ENERGY == "noise-aware":
+        est = estimate(model, _cfg(n, batch), set(last))
+        if est is not None:  # a probe the job was not measured in keeps its prediction
+            return {**last, **est.known_j}, est
+    return last, None
 
 
 def _finish(rec: dict, model: PerfModel, limits, batch: int, reason: str) -> dict:
-    measured = _measured(model, rec, batch)
+    measured, _ = _measured(model, rec, batch)
     rec.update(
         status=DONE,
         probe=None,

@@ -71,6 +71,9 @@ class Observation:
     ``iter_time_s``: seconds per iteration at ``local_batch`` samples per GPU;
     ``power_w``: mean draw of each of the job's GPUs while it ran. Either may be None.
     ``sm_clock_mhz``/``power_limit_w`` None: the GPU's top clock / default limit.
+    ``log_t_ss``/``log_p_ss``: for a pooled observation, the weighted sum of squared
+    deviations of the pooled measurements' logs about their mean (0 for one measurement):
+    what repeated measurements say about the noise (``OnlinePerfModel.measured``).
     """
 
     n_gpus: int
@@ -81,6 +84,8 @@ class Observation:
     sm_clock_mhz: int | None = None
     power_limit_w: float | None = None
     weight: float = 1.0
+    log_t_ss: float = 0.0
+    log_p_ss: float = 0.0
 
     def config(self) -> GpuConfig:
         return config_of(
@@ -131,6 +136,9 @@ def refusal_reason(obs: Observation, *, gpu: GpuSpec | None = None) -> str | Non
         return f"per-GPU batch {obs.local_batch!r} is not a positive finite number"
     if not (math.isfinite(obs.weight) and obs.weight > 0):
         return f"weight {obs.weight!r} is not a positive finite number"
+    for name, ss in (("log_t_ss", obs.log_t_ss), ("log_p_ss", obs.log_p_ss)):
+        if not (math.isfinite(ss) and ss >= 0):
+            return f"{name} {ss!r} is not a finite number, not negative"
     if obs.iter_time_s is None and obs.power_w is None:
         return "neither an iteration time nor a power"
     if obs.iter_time_s is not None:
@@ -233,38 +241,59 @@ class FitSettings:
 
 @dataclass(frozen=True, slots=True)
 class _Cell:
-    """Observations of one configuration, pooled: mean log value and total weight."""
+    """Observations of one configuration, pooled: mean log value, total weight and the
+    weighted sum of squared deviations of the logs about the mean (``ss_t``/``ss_p``)."""
 
     cfg: GpuConfig
     log_t: float | None
     w_t: float
     log_p: float | None
     w_p: float
+    ss_t: float = 0.0
+    ss_p: float = 0.0
 
 
 def pool(observations: Iterable[Observation], gpus_per_node: int) -> dict[tuple, _Cell]:
-    """Pool observations by configuration (weighted mean of the logs)."""
+    """Pool observations by configuration (weighted mean of the logs, and the weighted sum
+    of squared deviations about it: each observation's own ``log_*_ss`` plus its mean's
+    spread, so pooling pooled observations loses nothing)."""
     acc: dict[tuple, list] = {}
     for obs in observations:
         cfg = obs.config()
         key = config_key(cfg, gpus_per_node=gpus_per_node)
-        a = acc.setdefault(key, [cfg, 0.0, 0.0, 0.0, 0.0])
+        a = acc.setdefault(key, [cfg, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
         if obs.iter_time_s is not None:
-            a[1] += obs.weight * math.log(obs.iter_time_s)
+            lt = math.log(obs.iter_time_s)
+            a[1] += obs.weight * lt
             a[2] += obs.weight
+            a[5] += obs.log_t_ss + obs.weight * lt * lt
         if obs.power_w is not None:
-            a[3] += obs.weight * math.log(obs.power_w)
+            lp = math.log(obs.power_w)
+            a[3] += obs.weight * lp
             a[4] += obs.weight
-    return {
-        k: _Cell(
+            a[6] += obs.log_p_ss + obs.weight * lp * lp
+    out = {}
+    for k, a in acc.items():
+        log_t = a[1] / a[2] if a[2] > 0 else None
+        log_p = a[3] / a[4] if a[4] > 0 else None
+        out[k] = _Cell(
             cfg=a[0],
-            log_t=a[1] / a[2] if a[2] > 0 else None,
+            log_t=log_t,
             w_t=a[2],
-            log_p=a[3] / a[4] if a[4] > 0 else None,
+            log_p=log_p,
             w_p=a[4],
+            ss_t=_spread(a[5], a[2], log_t),
+            ss_p=_spread(a[6], a[4], log_p),
         )
-        for k, a in acc.items()
-    }
+    return out
+
+
+def _spread(sum_sq: float, weight: float, mean: float | None) -> float:
+    """Sum of squared deviations from the sum of squares; a deviation below rounding is 0."""
+    if mean is None or weight <= 0:
+        return 0.0
+    ss = sum_sq - weight * mean * mean
+    return ss if ss > 1e-12 * max(sum_sq, 1.0) else 0.0
 
 
 class OnlinePerfModel:
@@ -288,6 +317,7 @@ class OnlinePerfModel:
         "n_power_obs",
         "_time_corr",
         "_power_corr",
+        "_cells",
     )
 
     def __init__(
@@ -300,6 +330,7 @@ class OnlinePerfModel:
         power_corr: Mapping[tuple, float] | None = None,
         n_time_obs: float = 0.0,
         n_power_obs: float = 0.0,
+        cells: Mapping[tuple, _Cell] | None = None,
     ) -> None:
         self.prior = prior
         self.params = tuple(float(v) for v in params)
@@ -313,6 +344,7 @@ class OnlinePerfModel:
         self.n_power_obs = n_power_obs
         self._time_corr = dict(time_corr or {})
         self._power_corr = dict(power_corr or {})
+        self._cells = dict(cells or {})
 
     def __repr__(self) -> str:
         return (
@@ -350,6 +382,32 @@ class OnlinePerfModel:
 
     def energy_per_iter_j(self, cfg: GpuConfig) -> float:
         return max(cfg.n_gpus, 1) * self.power_w(cfg) * self.iter_time_s(cfg)
+
+    def fitted_energy_per_iter_j(self, cfg: GpuConfig) -> float:
+        """Energy per iteration on the fitted equations alone (no per-configuration
+        correction): what the fit pooled over every configuration says."""
+        return self.base.energy_per_iter_j(cfg)
+
+    def measured(self, cfg: GpuConfig) -> Measured | None:
+        """What was measured in ``cfg`` itself (None: nothing, or no time or no power)."""
+        c = self._cells.get(self._key(cfg))
+        if c is None or c.log_t is None or c.log_p is None:
+            return None
+        return Measured(c.log_t, c.w_t, c.ss_t, c.log_p, c.w_p, c.ss_p)
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """Pooled measurements of one configuration: mean log iteration time and mean log
+    per-GPU draw, the weight (number of measurements) of each, and the weighted sum of
+    squared deviations of each's logs about its mean (0 where nothing was repeated)."""
+
+    log_t: float
+    w_t: float
+    ss_t: float
+    log_p: float
+    w_p: float
+    ss_p: float
 
 
 class BlendedPerfModel:
@@ -401,6 +459,15 @@ class BlendedPerfModel:
     def energy_per_iter_j(self, cfg: GpuConfig) -> float:
         return max(cfg.n_gpus, 1) * self.power_w(cfg) * self.iter_time_s(cfg)
 
+    def fitted_energy_per_iter_j(self, cfg: GpuConfig) -> float:
+        """The geometric mean of the models' fitted-equation energies (no corrections)."""
+        logs = [math.log(m.fitted_energy_per_iter_j(cfg)) for m in self.models]
+        return math.exp(sum(logs) / len(logs))
+
+    def measured(self, cfg: GpuConfig) -> Measured | None:
+        """The measurements (the same observations fed every model)."""
+        return self.models[0].measured(cfg)
+
 
 def learned_model(
     prior: FittedPerfModel,
@@ -431,6 +498,7 @@ def learned_model(
         power_corr=power_corr,
         n_time_obs=sum(c.w_t for c in cells.values()),
         n_power_obs=sum(c.w_p for c in cells.values()),
+        cells=cells,
     )
 
 
@@ -531,6 +599,8 @@ def observation_to_dict(obs: Observation) -> dict[str, Any]:
         "sm_clock_mhz": obs.sm_clock_mhz,
         "power_limit_w": obs.power_limit_w,
         "weight": obs.weight,
+        "log_t_ss": obs.log_t_ss,
+        "log_p_ss": obs.log_p_ss,
     }
 
 
@@ -544,6 +614,8 @@ def observation_from_dict(data: Mapping[str, Any]) -> Observation:
         sm_clock_mhz=None if data.get("sm_clock_mhz") is None else int(data["sm_clock_mhz"]),
         power_limit_w=None if data.get("power_limit_w") is None else float(data["power_limit_w"]),
         weight=float(data.get("weight", 1.0)),
+        log_t_ss=float(data.get("log_t_ss", 0.0)),
+        log_p_ss=float(data.get("log_p_ss", 0.0)),
     )
 
 
@@ -567,10 +639,19 @@ def pooled_observations(
         t = None if c.log_t is None else math.exp(c.log_t)
         p = None if c.log_p is None else math.exp(c.log_p)
         if t is not None and p is not None and c.w_t == c.w_p:
-            out.append(Observation(iter_time_s=t, power_w=p, weight=c.w_t, **common))
+            out.append(
+                Observation(
+                    iter_time_s=t,
+                    power_w=p,
+                    weight=c.w_t,
+                    log_t_ss=c.ss_t,
+                    log_p_ss=c.ss_p,
+                    **common,
+                )
+            )
             continue
         if t is not None:
-            out.append(Observation(iter_time_s=t, weight=c.w_t, **common))
+            out.append(Observation(iter_time_s=t, weight=c.w_t, log_t_ss=c.ss_t, **common))
         if p is not None:
-            out.append(Observation(power_w=p, weight=c.w_p, **common))
+            out.append(Observation(power_w=p, weight=c.w_p, log_p_ss=c.ss_p, **common))
     return out

@@ -103,6 +103,8 @@ def test_power_per_power_limit_is_learned_from_nvml_samples():
         ({"n_gpus": 0}, "GPU count 0 is not a positive integer"),
         ({"n_nodes": 3}, "node count 3 is not between 1 and the GPU count"),
         ({"iter_time_s": None, "power_w": None}, "neither an iteration time nor a power"),
+        ({"log_t_ss": -0.1}, "log_t_ss -0.1 is not a finite number, not negative"),
+        ({"log_p_ss": math.nan}, "log_p_ss nan is not a finite number, not negative"),
     ],
 )
 def test_absurd_observations_are_refused_with_a_reason(changes, reason):
@@ -128,6 +130,39 @@ def test_pooling_keeps_geometric_means_and_weights_and_survives_json():
     assert pooled.weight == 2.0
     assert pooled.iter_time_s == pytest.approx(a.iter_time_s * 2.0, rel=1e-12)
     assert observation_from_dict(observation_to_dict(pooled)) == pooled
+
+
+def test_pooling_keeps_the_spread_of_repeated_measurements_however_often_it_pools():
+    # given four measurements of one configuration, times and draws scattered
+    scales = (1.0, 1.1, 0.95, 1.2)
+    obs = [replace(observe(PRIOR, 1, 1, 32, scale=k, limit=300.0), power_w=200.0 * k * k)
+           for k in scales]  # fmt: skip
+    logs = [math.log(k) for k in scales]
+    mean = sum(logs) / 4
+    ss = sum((v - mean) ** 2 for v in logs)
+    # when pooled at once, or two by two and then again (as a job's state is, round after
+    # round), and through JSON
+    per_node = PRIOR.gpu.gpus_per_node
+    (once,) = pooled_observations(obs, per_node)
+    (twice,) = pooled_observations(
+        [*pooled_observations(obs[:2], per_node), *pooled_observations(obs[2:], per_node)],
+        per_node,
+    )
+    again = observation_from_dict(observation_to_dict(twice))
+    # then the sum of squared deviations of the logs is kept (the draw's logs are 2x)
+    for p in (once, twice, again):
+        assert p.weight == 4.0
+        assert p.log_t_ss == pytest.approx(ss, rel=1e-9)
+        assert p.log_p_ss == pytest.approx(4 * ss, rel=1e-9)
+    # and a model fitted on them reports it for that configuration, nothing elsewhere
+    model = fit_online(PRIOR, [again])
+    m = model.measured(config_of(1, 1, 32, None, 300.0))
+    assert m is not None and (m.w_t, m.w_p) == (4.0, 4.0)
+    assert m.ss_t == pytest.approx(ss, rel=1e-9)
+    assert model.measured(config_of(1, 1, 32, None, 250.0)) is None
+    # one measurement has no spread
+    (single,) = pooled_observations(obs[:1], per_node)
+    assert (single.log_t_ss, single.log_p_ss) == (0.0, 0.0)
 
 
 def test_a_batch_matched_prior_bends_at_the_jobs_batch_as_the_prior_at_its_own():
