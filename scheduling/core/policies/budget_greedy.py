@@ -73,6 +73,22 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    idle floor draws after this round stays reserved. The score floor is not used for
    priced jobs (the price replaces it).
 
+Probes (``probe_s``, learned knowledge only): a job whose model is still its prior alone
+(``estimated``: no iteration time of its own measured yet) and that waits only because that
+prior's cost does not fit a budget's allowance may start once at its minimum configuration
+for at most ``probe_s`` seconds (``PolicyDecision.replan_at_s`` asks for the next plan
+there), if the probe's predicted busy energy fits ``probe_share`` of what each budget that
+pays for it has left in its period (after this round's spending and a cluster budget's idle
+floor to the period's end). A prior that overestimates the job would otherwise hold it back
+for good: a job that never runs is never observed, so the prior is never corrected (seen as
+ncf never starting under a learned team-budget run). After the probe the job's own
+observations decide, like any other job's. For the same reason a job paid by a budget
+takes no upgrade beyond its minimum configuration while its model is its prior alone: an
+upgrade's cost would be the prior's guess (a prior taught by one observed GPU count says
+little about thirty-two). Each probe is kept in the policy state
+(``prior_probes``: when, for how long, on how many GPUs, at what predicted energy) as long
+as the job is active, and a job is probed at most once.
+
 Batch size: the work is a number of useful samples, so a larger global batch needs fewer
 iterations only as far as its statistical efficiency allows (``scheduling.core.goodput``);
 a job whose efficiency is unknown keeps its submitted batch.
@@ -122,6 +138,12 @@ def clock_levels(clocks: tuple[int, ...], levels: int | None) -> tuple[int | Non
     return tuple(clocks[i] for i in idx)
 
 
+def _prior_only(jv: JobView) -> bool:
+    """True while job ``jv``'s model is its prior alone (an online model that has not
+    measured the job's iteration time yet); a catalog model (oracle knowledge) is not."""
+    return bool(getattr(jv.perf, "estimated", False))
+
+
 class BudgetGreedy:
     """Base of ``powerflow`` and ``greenflow``; see the module docstring."""
 
@@ -147,6 +169,8 @@ class BudgetGreedy:
         lag_release: float = 0.1,
         lag_deadband: float = 0.03,
         keep_running: bool = False,
+        probe_s: float | None = 60.0,
+        probe_share: float = 0.25,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -164,7 +188,9 @@ class BudgetGreedy:
         - ``lag_release``, ``lag_deadband``: what is held for the future is released
           linearly as spending lags its straight line from ``lag_deadband`` to
           ``lag_deadband + lag_release`` of the limit (``lag_release`` 0: never);
-        - ``keep_running``: resize hysteresis, off by default (point 2).
+        - ``keep_running``: resize hysteresis, off by default (point 2);
+        - ``probe_s``, ``probe_share``: the bounded probe of a job known only by its prior
+          (module docstring; ``probe_s`` None: never).
         """
         if admission not in ("srtf", "fifo"):
             raise ValueError(f"admission must be 'srtf' or 'fifo', not {admission!r}")
@@ -186,6 +212,12 @@ class BudgetGreedy:
         self.lag_release = lag_release
         self.lag_deadband = lag_deadband
         self.keep_running = keep_running
+        if probe_s is not None and not probe_s > 0:
+            raise ValueError("probe_s must be positive or None")
+        if not 0.0 < probe_share <= 1.0:
+            raise ValueError("probe_share must be in (0, 1]")
+        self.probe_s = probe_s
+        self.probe_share = probe_share
 
     # --- state carried between rounds -------------------------------------------
 
@@ -293,6 +325,14 @@ class _Round:
         self.budget_blocked: dict[int, int] = {}
         self.mins: dict[int, Evaluation] = {}
         self.unit_hulls: dict[tuple, list] = {}
+        # Probes of jobs known only by their prior: earlier ones (still active) and new.
+        active = {job.job_id for job in ctx.snapshot.jobs}
+        self.probes: dict[str, dict[str, Any]] = {
+            job_id: dict(rec)
+            for job_id, rec in ctx.policy_state.get("prior_probes", {}).items()
+            if job_id in active
+        }
+        self.new_probes: list[str] = []
 
     # --- inputs -------------------------------------------------------------------
 
@@ -553,17 +593,70 @@ class _Round:
             d_team, d_cluster = self.deltas(j, None, est, 0, n0)
             bi = self.blocking_budget(j, d_team, d_cluster)
             if bi is not None:
-                self.budget_blocked[j] = bi
+                if not self.probe(j, est):
+                    self.budget_blocked[j] = bi
                 continue
             ledger.take(jv, n0)
             self.spend(j, d_team, d_cluster)
             self.cfg[j] = [0, 0, opts[j][3]]
             self.cur[j] = self.mins[j]
-            if self.prices and j not in self.candidates:
+            if self.pays[j] and self.policy.probe_s is not None and _prior_only(jv):
+                # Its prior alone says what an upgrade would cost: it runs at its minimum
+                # until it is observed (module docstring, "Probes").
+                self.target[j] = (0, 0, opts[j][3])
+            elif self.prices and j not in self.candidates:
                 # admitted only because a job ahead of it waits on its budget
                 lams = [self.prices[b] for b, _ in self.pays[j] if self.prices[b] > 0.0]
                 if lams:
                     self.target[j] = hull_choice(self.hull_of(j)[0], max(lams))
+
+    def probe(self, j: int, est: Estimate) -> bool:
+        """Start job j at its minimum configuration for a bounded probe if only its prior
+        holds it back (module docstring, "Probes"); True if it was admitted so."""
+        policy, jv = self.policy, self.jobs[j]
+        job = jv.job
+        if (
+            policy.probe_s is None
+            or job.allocation is not None
+            or job.job_id in self.probes
+            or not _prior_only(jv)
+        ):
+            return False
+        length = min(policy.probe_s, self.round_s, est.remaining_s)
+        if not length > 0.0:
+            return False
+        n0 = self.opts[j][0][0]
+        d_team = n0 * est.power_w * length + self.restart_j(j, n0)
+        d_cluster = n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length
+        now = self.ctx.now_s
+        for bi, is_cluster in self.pays[j]:
+            b = self.budgets[bi]
+            d = d_cluster if is_cluster else d_team
+            # What the period still has after this round's spending and, for a cluster
+            # budget, the idle floor committed to the period's end.
+            committed = self.spent_e[bi] + self.floor_w[bi] * max(
+                b.period_end_s - now - self.round_s, 0.0
+            )
+            if b.energy_limit_j is not None:
+                if d > policy.probe_share * (b.energy_remaining_j - committed):
+                    return False
+            if b.co2_limit_g is not None:
+                free_g = b.co2_remaining_g - committed * self.to_g
+                if d * self.to_g > policy.probe_share * free_g:
+                    return False
+        self.ledger.take(jv, n0)
+        self.spend(j, d_team, d_cluster)
+        self.cfg[j] = [0, 0, self.opts[j][3]]
+        self.cur[j] = self.mins[j]
+        self.target[j] = (0, 0, self.opts[j][3])  # a probe takes no upgrade
+        self.probes[job.job_id] = {
+            "at_s": now,
+            "until_s": now + length,
+            "n_gpus": n0,
+            "predicted_energy_j": d_team,
+        }
+        self.new_probes.append(job.job_id)
+        return True
 
     # --- stage 4 (keep_running only): running jobs return to their size first -----
 
@@ -700,14 +793,19 @@ class _Round:
             waiting[jobs[j].job.job_id] = self.policy._over_allowance(
                 budgets[bi], self.curve, self.ci_now
             )
+        state = dict(self.new_state)
+        if self.probes:
+            state["prior_probes"] = self.probes
+        replan = [self.probes[job_id]["until_s"] for job_id in self.new_probes]
         return PolicyDecision(
             grants=tuple(grants),
             waiting=waiting,
+            replan_at_s=min(replan) if replan else None,
             energy_allowance_by_budget_j={
                 b.budget_id: a for b, a in zip(budgets, self.allow_e, strict=True) if a is not None
             },
             co2_allowance_by_budget_g={
                 b.budget_id: a for b, a in zip(budgets, self.allow_c, strict=True) if a is not None
             },
-            policy_state=self.new_state,
+            policy_state=state,
         )
