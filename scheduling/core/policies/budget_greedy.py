@@ -147,6 +147,7 @@ class BudgetGreedy:
         lag_release: float = 0.1,
         lag_deadband: float = 0.03,
         keep_running: bool = False,
+        reserve_at_fast: bool = False,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -164,7 +165,13 @@ class BudgetGreedy:
         - ``lag_release``, ``lag_deadband``: what is held for the future is released
           linearly as spending lags its straight line from ``lag_deadband`` to
           ``lag_deadband + lag_release`` of the limit (``lag_release`` 0: never);
-        - ``keep_running``: resize hysteresis, off by default (point 2).
+        - ``keep_running``: resize hysteresis, off by default (point 2);
+        - ``reserve_at_fast`` (off by default): a budget behind its straight line (up
+          to ``lag_deadband`` of its limit, fully beyond) counts its period reserve as
+          future work at its fastest configurations, at the present jobs' ratio of
+          fastest to cheapest cost, instead of at its cheapest; measured in
+          docs/benchmarks.md ("Issue 13, point 1 (C)"): it gains on pollux and loses
+          on Philly at 0.25 and at tight budgets, so it stays opt-in.
         """
         if admission not in ("srtf", "fifo"):
             raise ValueError(f"admission must be 'srtf' or 'fifo', not {admission!r}")
@@ -186,6 +193,7 @@ class BudgetGreedy:
         self.lag_release = lag_release
         self.lag_deadband = lag_deadband
         self.keep_running = keep_running
+        self.reserve_at_fast = reserve_at_fast
 
     # --- state carried between rounds -------------------------------------------
 
