@@ -148,3 +148,32 @@ def test_no_release_when_it_is_off_or_the_lag_is_inside_the_dead_band(params):
     plan = plan_round(snap, policy=get_policy("powerflow", **params), now=1500.0)
     assert plan.allocations["a"].sm_clock_mhz == 1000
     assert plan.policy_state["price"]["b"] == pytest.approx(200 / 33_750)
+
+
+@pytest.mark.parametrize(
+    ("used_j", "params", "clock", "price"),
+    [
+        # Halfway through a 400 kJ period, 188 kJ spent: 3% of the limit behind the
+        # straight line, inside the release's dead band, so the reserve is the free
+        # 212 kJ x the half left = 106 kJ. Counted at the job's cheapest cost it stands
+        # for 106 kJ of future work: the share 212,000 x 45,000 / 151,000 = 63,179 J
+        # pays the cheapest point only.
+        (188_000.0, {}, 1000, 200 / 33_750),
+        # Counted at the fastest (``reserve_at_fast``; 3% behind is all of the dead
+        # band), the 106 kJ pay the future work at 120,000 / 45,000 of its cheapest
+        # cost: 39,750 J of it. The share 212,000 x 45,000 / 84,750 = 112,566 J pays the
+        # 1500 MHz point (78,750 J), not the fastest (120,000 J).
+        (188_000.0, {"reserve_at_fast": True}, 1500, 100 / 41_250),
+        # On its straight line (200 kJ spent) the budget keeps the cheapest count: the
+        # share 200,000 x 45,000 / 145,000 = 62,069 J pays the cheapest point only.
+        (200_000.0, {"reserve_at_fast": True}, 1000, 200 / 33_750),
+    ],
+)
+def test_a_budget_behind_its_line_counts_its_reserve_at_the_fastest_cost(
+    used_j, params, clock, price
+):
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=400_000.0, energy_used_j=used_j)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
+    plan = plan_round(snap, policy=get_policy("powerflow", **params), now=1500.0)
+    assert plan.allocations["a"].sm_clock_mhz == clock
+    assert plan.policy_state["price"]["b"] == pytest.approx(price)

@@ -171,6 +171,7 @@ class BudgetGreedy:
         keep_running: bool = False,
         probe_s: float | None = 60.0,
         probe_share: float = 0.25,
+        reserve_at_fast: bool = False,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -190,7 +191,13 @@ class BudgetGreedy:
           ``lag_deadband + lag_release`` of the limit (``lag_release`` 0: never);
         - ``keep_running``: resize hysteresis, off by default (point 2);
         - ``probe_s``, ``probe_share``: the bounded probe of a job known only by its prior
-          (module docstring; ``probe_s`` None: never).
+          (module docstring; ``probe_s`` None: never);
+        - ``reserve_at_fast`` (off by default): a budget behind its straight line (up
+          to ``lag_deadband`` of its limit, fully beyond) counts its period reserve as
+          future work at its fastest configurations, at the present jobs' ratio of
+          fastest to cheapest cost, instead of at its cheapest; measured in
+          docs/benchmarks.md ("Issue 13, point 1 (C)"): it gains on pollux and loses
+          on Philly at 0.25 and at tight budgets, so it stays opt-in.
         """
         if admission not in ("srtf", "fifo"):
             raise ValueError(f"admission must be 'srtf' or 'fifo', not {admission!r}")
@@ -218,6 +225,7 @@ class BudgetGreedy:
             raise ValueError("probe_share must be in (0, 1]")
         self.probe_s = probe_s
         self.probe_share = probe_share
+        self.reserve_at_fast = reserve_at_fast
 
     # --- state carried between rounds -------------------------------------------
 
