@@ -179,23 +179,26 @@ class IntensityCurve:
         return None
 
 
-def dirtiest_day_ci(carbon: CarbonSignal, *, now: float, history: Sequence[float]) -> float:
-    """The highest mean of 24 consecutive hourly intensities in ``history`` (the hours
-    seen lately, oldest first) followed by the forecast's hours after now (their mean
-    when there are fewer than 24): what a committed draw past the forecast is reserved
-    at, so that a period whose coming days are as dirty as its dirtiest recent day
-    still pays it."""
+def dirtiest_day_ci(
+    carbon: CarbonSignal, *, now: float, history: Sequence[float], hours: int = 24
+) -> float:
+    """The highest mean of ``hours`` consecutive hourly intensities (default a day) in
+    ``history`` (the hours seen lately, oldest first) followed by the forecast's hours
+    after now (their mean when there are fewer): what a committed draw past the forecast
+    is reserved at, so that a period whose coming days are as dirty as its dirtiest
+    recent day still pays it."""
     seq = [float(c) for c in history] + [ci for start, ci in carbon.forecast if start > now]
+    hours = max(int(hours), 1)
     if not seq:
         return carbon.ci_g_per_kwh
-    if len(seq) <= 24:
+    if len(seq) <= hours:
         return sum(seq) / len(seq)
-    window = sum(seq[:24])
+    window = sum(seq[:hours])
     best = window
-    for i in range(24, len(seq)):
-        window += seq[i] - seq[i - 24]
+    for i in range(hours, len(seq)):
+        window += seq[i] - seq[i - hours]
         best = max(best, window)
-    return best / 24
+    return best / hours
 
 
 def intensity_curve(

@@ -195,3 +195,9 @@ def test_the_tail_with_the_forecast_counts_the_forecast_hours_after_now():
     assert intensity_curve(signal, now=0.0, history=[100.0]).tail_ci == 100.0
     curve = intensity_curve(signal, now=0.0, history=[100.0], with_forecast=True)
     assert curve.tail_ci == pytest.approx(250.0)
+
+
+def test_the_dirtiest_window_can_be_an_hour():
+    history = [100.0] * 30 + [300.0] * 12 + [100.0] * 20
+    signal = CarbonSignal(ci_g_per_kwh=100.0, forecast=((3600.0, 400.0),))
+    assert dirtiest_day_ci(signal, now=0.0, history=history, hours=1) == 400.0

@@ -157,6 +157,7 @@ class BudgetGreedy:
         lag_deadband: float = 0.03,
         keep_running: bool = False,
         hour_price: bool = False,
+        keep_window_h: int = 24,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -175,7 +176,9 @@ class BudgetGreedy:
           linearly as spending lags its straight line from ``lag_deadband`` to
           ``lag_deadband + lag_release`` of the limit (``lag_release`` 0: never);
         - ``keep_running``: resize hysteresis, off by default (point 2);
-        - ``hour_price``: a carbon price chooses targets with this hour's intensity.
+        - ``hour_price``: a carbon price chooses targets with this hour's intensity;
+        - ``keep_window_h``: a carbon price keeps the idle floor past the forecast at the
+          dirtiest mean of this many consecutive hours seen lately (24: a day).
         """
         if admission not in ("srtf", "fifo"):
             raise ValueError(f"admission must be 'srtf' or 'fifo', not {admission!r}")
@@ -198,6 +201,7 @@ class BudgetGreedy:
         self.lag_deadband = lag_deadband
         self.keep_running = keep_running
         self.hour_price = hour_price
+        self.keep_window_h = keep_window_h
 
     # --- state carried between rounds -------------------------------------------
 
@@ -637,7 +641,12 @@ class _Round:
                 continue
             if hi is None:
                 history = self.new_state.get("ci_history", [])
-                hi = dirtiest_day_ci(ctx.snapshot.carbon, now=ctx.now_s, history=history)
+                hi = dirtiest_day_ci(
+                    ctx.snapshot.carbon,
+                    now=ctx.now_s,
+                    history=history,
+                    hours=self.policy.keep_window_h,
+                )
             after_s = max(b.period_end_s - ctx.now_s - self.round_s, 0.0)
             keep = self.curve.co2_g_upper(fw, after_s, max(hi, self.curve.tail_ci))
             round_floor_g = self.idle_floor_j * self.to_g
