@@ -71,7 +71,14 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    held back while the free remainder covers the present work's minimum; when it does
    not, lambda is infinite and the even-share allowance above applies again. What the
    idle floor draws after this round stays reserved. The score floor is not used for
-   priced jobs (the price replaces it).
+   priced jobs (the price replaces it). A carbon price (GreenFlow with ``pricing``)
+   also: prices the hours past the forecast at the mean of the hours seen and the
+   forecast's; measures a cluster budget's lag against its idle floor's carbon as the
+   grid made it (``_Round._lags``), not a straight line of the limit; and keeps in
+   every allowance the floor's carbon to the period's end with the hours past the
+   forecast as dirty as the dirtiest recent day (``_keep_committed_carbon``).
+   ``hour_price`` (off) chooses each job's target with its energy priced at this
+   hour's intensity (``_Round.hour_hull``).
 
 Probes (``probe_s``, learned knowledge only): a job whose model is still its prior alone
 (``estimated``: no iteration time of its own measured yet) and that waits only because that
@@ -105,6 +112,8 @@ from scheduling.core.goodput import batch_choices
 from scheduling.core.pacing import (
     HOUR_S,
     IntensityCurve,
+    committed_lag_share,
+    dirtiest_day_ci,
     intensity_curve,
     lag_share,
     paced_co2_allowance_g,
@@ -172,6 +181,8 @@ class BudgetGreedy:
         probe_s: float | None = 60.0,
         probe_share: float = 0.25,
         reserve_at_fast: bool = False,
+        hour_price: bool = False,
+        keep_window_h: int = 24,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -198,6 +209,9 @@ class BudgetGreedy:
           fastest to cheapest cost, instead of at its cheapest; measured in
           docs/benchmarks.md ("Issue 13, point 1 (C)"): it gains on pollux and loses
           on Philly at 0.25 and at tight budgets, so it stays opt-in.
+        - ``hour_price``: a carbon price chooses targets with this hour's intensity;
+        - ``keep_window_h``: a carbon price keeps the idle floor past the forecast at the
+          dirtiest mean of this many consecutive hours seen lately (24: a day).
         """
         if admission not in ("srtf", "fifo"):
             raise ValueError(f"admission must be 'srtf' or 'fifo', not {admission!r}")
@@ -226,6 +240,8 @@ class BudgetGreedy:
         self.probe_s = probe_s
         self.probe_share = probe_share
         self.reserve_at_fast = reserve_at_fast
+        self.hour_price = hour_price
+        self.keep_window_h = keep_window_h
 
     # --- state carried between rounds -------------------------------------------
 
@@ -316,7 +332,12 @@ class _Round:
         self.policy = policy
         self.ctx = ctx
         history, self.new_state = policy._history(ctx)
-        self.curve = intensity_curve(ctx.snapshot.carbon, now=ctx.now_s, history=history)
+        self.curve = intensity_curve(
+            ctx.snapshot.carbon,
+            now=ctx.now_s,
+            history=history,
+            with_forecast=policy.cost == "carbon" and policy.pricing,
+        )
         self.ci_now = ctx.ci_g_per_kwh
         self.round_s = ctx.round_length_s
         self._allowances(history)
@@ -379,10 +400,44 @@ class _Round:
         self.to_g = self.ci_now / J_PER_KWH
         # The score floor saves budget for later; a budget already behind its straight
         # line by RELAX_LAG of its limit has nothing to save for, so its floor is 0.
+        self.lags = self._lags()
         self.floor_of = [
-            policy.min_score * min(max(1.0 - lag_share(b, ctx.now_s) / RELAX_LAG, 0.0), 1.0)
-            for b in budgets
+            policy.min_score * min(max(1.0 - lag / RELAX_LAG, 0.0), 1.0) for lag in self.lags
         ]
+
+    def _lags(self) -> list[float]:
+        """Each budget's lag behind its line (``pacing.lag_share``). A carbon-priced
+        policy's cluster budget measures it against its idle floor's carbon as the
+        intensity made it (``pacing.committed_lag_share``); that carbon so far is summed
+        round by round in the policy's state (``floor_co2``: per budget, its period's
+        start, the grams so far, and the previous round's time and intensity)."""
+        ctx, now = self.ctx, self.ctx.now_s
+        if self.policy.cost != "carbon" or not self.policy.pricing:
+            return [lag_share(b, now) for b in self.budgets]
+        seen = ctx.policy_state.get("floor_co2", {})
+        kept: dict[str, list[float]] = {}
+        lags = []
+        for b, fw in zip(self.budgets, self.floor_w, strict=True):
+            if not fw or b.co2_limit_g is None:
+                lags.append(lag_share(b, now))
+                continue
+            rec = seen.get(b.budget_id)
+            so_far = 0.0
+            if rec is not None and float(rec[0]) == b.period_start_s:
+                start, so_far, last_now, last_ci = (float(v) for v in rec)
+                dt = now - max(last_now, start)
+                so_far += fw * max(dt, 0.0) * last_ci / J_PER_KWH
+            elif now > b.period_start_s:
+                # first seen after its period began: as if the intensity so far were now's
+                so_far = fw * (now - b.period_start_s) * self.ci_now / J_PER_KWH
+            kept[b.budget_id] = [b.period_start_s, so_far, now, self.ci_now]
+            rest = self.curve.co2_g(fw, max(b.period_end_s - now, 0.0))
+            lags.append(
+                committed_lag_share(b, now, committed_so_far_g=so_far, committed_rest_g=rest)
+            )
+        if kept:
+            self.new_state["floor_co2"] = kept
+        return lags
 
     def _jobs(self) -> None:
         """Each job's options, payers, idle draw and running GPU count."""
@@ -456,6 +511,35 @@ class _Round:
             )
             for si, ci, bi, remaining_s, power_w in grid
         ]
+
+    def hour_hull(self, j: int) -> list:
+        """Job j's lower hull of (remaining energy above idle priced at the intensity of
+        this hour, time): where a carbon budget's price chooses a job's configuration
+        (``hour_price``). Each second of the job's remaining run is decided afresh each
+        round, so the marginal gram of a configuration is its energy now times the
+        intensity now: in a dirty hour the same price buys a cheaper configuration, in a
+        clean one a faster one."""
+        sizes, clocks, batches, _ = self.opts[j]
+        grid = self.ctx.remaining_and_power_grid(self.jobs[j], sizes, clocks, batches)
+        idle_w = self.job_idle_w[j] if self.above_idle else 0.0
+        ran, restart, to_g = self.running_n[j], self.policy.restart_s, self.to_g
+        return lower_hull(
+            [
+                (
+                    sizes[si] * (power_w - idle_w) * remaining_s * to_g,
+                    remaining_s + restart if ran and sizes[si] != ran else remaining_s,
+                    (si, ci, bi),
+                )
+                for si, ci, bi, remaining_s, power_w in grid
+            ]
+        )
+
+    def choice_hull(self, j: int) -> list:
+        """The hull a price chooses job j's target on: ``hour_hull`` for a carbon
+        budget with ``hour_price``, else the one it is priced by (``hull_of``)."""
+        if self.policy.cost == "carbon" and self.policy.hour_price:
+            return self.hour_hull(j)
+        return self.hull_of(j)[0]
 
     def hull_of(self, j: int) -> tuple[list, float, Any]:
         """Job j's lower hull of (cost, time) points, as (hull, scale, key): a job that
@@ -586,6 +670,35 @@ class _Round:
         priced budgets' allowances (``budget_price.price_round``)."""
         if self.policy.pricing:
             self.new_state.update(price_round(self.policy, self))
+        if self.policy.pricing and self.policy.cost == "carbon":
+            self._keep_committed_carbon()
+
+    def _keep_committed_carbon(self) -> None:
+        """Lower each carbon allowance so that what remains after this round pays the
+        idle floor to the period's end with the hours past the forecast as dirty as the
+        dirtiest recent day (``pacing.dirtiest_day_ci``). The price and the even share
+        reserve the floor at the recent mean, which a grid that grows dirtier over the
+        period outruns; the floor is drawn whatever the plan, so a budget that spent
+        down to the mean's reserve goes over its period at its end. Only binds when
+        the remaining carbon is close to that reserve."""
+        ctx = self.ctx
+        hi = None
+        for b_i, b in enumerate(self.budgets):
+            fw, allow = self.floor_w[b_i], self.allow_c[b_i]
+            if not fw or allow is None or b.co2_remaining_g is None:
+                continue
+            if hi is None:
+                history = self.new_state.get("ci_history", [])
+                hi = dirtiest_day_ci(
+                    ctx.snapshot.carbon,
+                    now=ctx.now_s,
+                    history=history,
+                    hours=self.policy.keep_window_h,
+                )
+            after_s = max(b.period_end_s - ctx.now_s - self.round_s, 0.0)
+            keep = self.curve.co2_g_upper(fw, after_s, max(hi, self.curve.tail_ci))
+            round_floor_g = self.idle_floor_j * self.to_g
+            self.allow_c[b_i] = min(allow, max(b.co2_remaining_g - keep, round_floor_g))
 
     # --- stage 3: admission at minimum configuration (point 2) --------------------
 
@@ -616,7 +729,7 @@ class _Round:
                 # admitted only because a job ahead of it waits on its budget
                 lams = [self.prices[b] for b, _ in self.pays[j] if self.prices[b] > 0.0]
                 if lams:
-                    self.target[j] = hull_choice(self.hull_of(j)[0], max(lams))
+                    self.target[j] = hull_choice(self.choice_hull(j), max(lams))
 
     def probe(self, j: int, est: Estimate) -> bool:
         """Start job j at its minimum configuration for a bounded probe if only its prior

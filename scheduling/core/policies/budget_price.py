@@ -11,7 +11,6 @@ import math
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from scheduling.core.pacing import lag_share
 from scheduling.core.pricing import hull_choice, price_for_share
 
 if TYPE_CHECKING:
@@ -151,7 +150,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                 # the work that would spend it at its fastest, at the present jobs'
                 # ratio of fastest to cheapest cost. A budget on or ahead of its line
                 # keeps the cheapest count, so a tight budget still keeps its reserve.
-                reserve *= 1.0 - _behind_weight(lag_share(b, ctx.now_s), policy.lag_deadband) * (
+                reserve *= 1.0 - _behind_weight(rnd.lags[b_i], policy.lag_deadband) * (
                     1.0 - pmin / fast[b_i]
                 )
             future = max(future, reserve)
@@ -161,7 +160,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             # holds for the future (forecast and reserve) is released in proportion to
             # the lag beyond that, all of it at ``lag_release`` more, so a generous
             # budget is spent while jobs are present instead of being left over.
-            behind = lag_share(b, ctx.now_s) - policy.lag_deadband
+            behind = rnd.lags[b_i] - policy.lag_deadband
             future *= 1.0 - min(max(behind / policy.lag_release, 0.0), 1.0)
         if not has_members[b_i]:
             continue
@@ -178,11 +177,15 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     price_out[:] = price
     # A hull's choice at a price does not depend on its scale: once per (hull, price).
     chosen: dict[tuple[Hashable, float], tuple[int, int, int]] = {}
+    at_hour = policy.cost == "carbon" and policy.hour_price
     for j in candidates:
         if j not in hulls:
             continue
         h, _, key = hulls[j]
         lam = max(price[bi] for bi in mine_of[pays[j]])
+        if at_hour and 0.0 < lam < math.inf:
+            target[j] = hull_choice(rnd.hour_hull(j), lam)
+            continue
         box = chosen.get((key, lam))
         if box is None:
             box = chosen[(key, lam)] = hull_choice(h, lam)
