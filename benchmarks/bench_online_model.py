@@ -56,6 +56,7 @@ from scheduling.core.online_model import (  # noqa: E402
     Observation,
     batch_matched_prior,
     nearest_prior,
+    param_scaled_prior,
 )
 from scheduling.core.perf_models import (  # noqa: E402
     DvfsParams,
@@ -71,6 +72,21 @@ from scheduling.fitting.perf_build import zeus_fits  # noqa: E402
 from scheduling.fitting.perf_fit import PowerLimitFit  # noqa: E402
 
 NOMINAL_EPOCH_SAMPLES = 100_000.0
+PARAM_COUNTS = ROOT / "data" / "perf" / "param_counts.csv"
+# --params: how a known parameter count enters the prior (leave one workload out only):
+# "off"; "beta" compute time per sample x the job's / candidate's count; "comm" also the
+# all-reduce terms; "nearest" picks, before two configurations are seen, the candidate
+# nearest in parameter count (instead of the first); "nearest+beta" both.
+PARAM_MODES = ("off", "beta", "comm", "nearest", "nearest+beta")
+PARAMS = "off"
+BY_WORKLOAD = False  # --by-workload: one row per (data set, workload)
+
+
+def param_counts() -> dict[str, float]:
+    import csv
+
+    with PARAM_COUNTS.open() as f:
+        return {r["workload"]: float(r["params"]) for r in csv.DictReader(f)}
 
 
 @dataclass(frozen=True)
@@ -267,9 +283,32 @@ def _zeus_cases(*, gpu_out: bool) -> list[Case]:
 
 
 def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel]:
-    if not case.batch_matched:
-        return case.candidates
-    return [batch_matched_prior(c, seen[0].local_batch) for c in case.candidates]
+    out = case.candidates
+    if case.batch_matched:
+        out = [batch_matched_prior(c, seen[0].local_batch) for c in out]
+    if PARAMS in ("beta", "comm", "nearest+beta") and not case.blend:
+        counts = param_counts()
+        own = counts.get(case.workload)
+        if own is not None:
+            out = [
+                param_scaled_prior(c, own / counts[c.workload], comm=PARAMS == "comm")
+                if c.workload in counts
+                else c
+                for c in out
+            ]
+    return out
+
+
+def _hint(case: Case, candidates: Sequence[FittedPerfModel]) -> str | None:
+    """The candidate nearest in parameter count (``--params nearest``), where known."""
+    if not PARAMS.startswith("nearest") or case.blend:
+        return None
+    counts = param_counts()
+    own = counts.get(case.workload)
+    known = [c.workload for c in candidates if c.workload in counts]
+    if own is None or not known:
+        return None
+    return min(known, key=lambda w: (abs(math.log(counts[w] / own)), w))
 
 
 def fit_case(case: Case, seen: Sequence[Observation]):
@@ -278,7 +317,10 @@ def fit_case(case: Case, seen: Sequence[Observation]):
     candidates = _candidates(case, seen)
     if case.blend:
         return BlendedPerfModel([fit_online(c, seen) for c in candidates])
-    return fit_online(nearest_prior(candidates, seen, draw_level=case.draw_level), seen)
+    prior = nearest_prior(
+        candidates, seen, draw_level=case.draw_level, hint=_hint(case, candidates)
+    )
+    return fit_online(prior, seen)
 
 
 def _online_predict(case: Case, seen: Sequence[Observation]) -> Callable[[Observation], tuple]:
@@ -322,12 +364,13 @@ def score(cases: list[Case], steps: Sequence[int], predictor, label: str) -> dic
                 continue
             seen = case.configs[:k]
             predict = predictor(case, seen)
+            key = f"{case.dataset}/{case.workload}" if BY_WORKLOAD else case.dataset
             for i, (obs, (t_true, e_true)) in enumerate(zip(case.configs, case.truth, strict=True)):
                 where = "observed" if i < k else "unobserved"
                 t_pred, e_pred = predict(obs)
-                errors[case.dataset][k][where]["time"].append(abs(t_pred / t_true - 1.0))
+                errors[key][k][where]["time"].append(abs(t_pred / t_true - 1.0))
                 if e_true is not None:
-                    errors[case.dataset][k][where]["energy"].append(abs(e_pred / e_true - 1.0))
+                    errors[key][k][where]["energy"].append(abs(e_pred / e_true - 1.0))
     return errors
 
 
@@ -355,12 +398,12 @@ def table(errors: dict, steps: Sequence[int]) -> list[dict]:
 
 def print_table(rows: list[dict], title: str) -> None:
     say(f"\n{title}")
-    say(f"{'data set':20} {'obs':>4} {'configs':11} {'qty':7} {'n':>5} {'median':>8} {'max':>8}")
+    say(f"{'data set':36} {'obs':>4} {'configs':11} {'qty':7} {'n':>5} {'median':>8} {'max':>8}")
     for r in rows:
         target = 0.05 if r["configs"] == "observed" else 0.15
         flag = "" if r["obs"] != 5 else ("  ok" if r["median"] <= target else "  MISS")
         say(
-            f"{r['dataset']:20} {r['obs']:>4} {r['configs']:11} {r['quantity']:7} {r['n']:>5} "
+            f"{r['dataset']:36} {r['obs']:>4} {r['configs']:11} {r['quantity']:7} {r['n']:>5} "
             f"{100 * r['median']:7.1f}% {100 * r['max']:7.1f}%{flag}"
         )
 
@@ -370,7 +413,14 @@ def main() -> int:
     parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--baseline", action="store_true", help="also score refine_scales")
     parser.add_argument("--json", type=Path, help="write the tables here")
+    parser.add_argument(
+        "--params", choices=PARAM_MODES, default="off", help="parameter-count prior (above)"
+    )
+    parser.add_argument("--no-gpu-out", action="store_true", help="skip leave one GPU out")
+    parser.add_argument("--by-workload", action="store_true", help="a row per workload")
     args = parser.parse_args()
+    global PARAMS, BY_WORKLOAD
+    PARAMS, BY_WORKLOAD = args.params, args.by_workload
     if any(k < 1 for k in args.steps):
         parser.error("--steps must be positive")
     workload_out = (
@@ -380,7 +430,8 @@ def main() -> int:
     )
     gpu_out = _zeus_cases(gpu_out=True)
     result = {}
-    for name, cases in (("leave one workload out", workload_out), ("leave one GPU out", gpu_out)):
+    sets = [("leave one workload out", workload_out), ("leave one GPU out", gpu_out)]
+    for name, cases in sets[:1] if args.no_gpu_out else sets:
         rows = table(score(cases, args.steps, _online_predict, name), args.steps)
         print_table(rows, f"{name}: online model")
         result[name] = rows

@@ -10,8 +10,10 @@ model, and the workload profiles that carry what one job learned to the next.
   model by a bounded weight and stores the result as a new ``WorkloadProfile`` version.
 * ``prior_for`` is where a job starts: the newest profile of its workload on that GPU model,
   else the catalog's model, else (a workload the catalog does not know on that GPU model)
-  the catalog workload the job says it resembles, or the first one, on it, which the job's
-  own observations then reshape (``scheduling.perf_lookup`` is its one entry point).
+  the catalog workload the job says it resembles, else the one nearest in parameter count
+  where the job names one (``Job.param_count``, against the published sizes in
+  ``data/perf/param_counts.csv``), else the first one, on it, which the job's own
+  observations then reshape (``scheduling.perf_lookup`` is its one entry point).
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from scheduling.core.perf_models import (
     ThroughputParams,
     gpu_from_dict,
     gpu_to_dict,
+    load_param_counts,
     model_to_dict,
+    nearest_by_params,
 )
 from scheduling.models import JobSchedulingState, WorkloadProfile
 
@@ -46,6 +50,8 @@ logger = logging.getLogger(__name__)
 # A finished job moves a profile that already holds observations by at most this share of
 # the way to its own model (below the cap its share is n_job / (n_profile + n_job)).
 MAX_JOB_WEIGHT = 0.25
+# Workload -> published parameter count (data/perf/param_counts.csv), read once.
+PARAM_COUNTS = load_param_counts()
 
 
 def model_to_params(model: FittedPerfModel) -> dict[str, Any]:
@@ -134,11 +140,13 @@ def prior_for(
     catalog: Catalog,
     nvml: NvmlGpu | None = None,
     resembles: str = "",
+    param_count: int | None = None,
 ) -> tuple[FittedPerfModel, str] | None:
     """(prior model, where it came from) for a job of ``workload`` on ``gpu_model``: the
     newest profile; else the catalog's model; else the model on that GPU model of the
-    catalog workload the job says it ``resembles`` (its hint), else of the first catalog
-    workload on it; else, for a GPU model the catalog does not know, the workload's model
+    catalog workload the job says it ``resembles`` (its hint), else of the one nearest in
+    ``param_count`` (the job's hint) among those with a published size, else of the first
+    catalog workload on it; else, for a GPU model the catalog does not know, the workload's model
     (or the resembled one's, or the first one) on the catalog GPU nearest to what NVML
     reports (``nvml``). None: nothing to start from. Every case after the catalog's is an
     estimate that the job's own observations then correct."""
@@ -151,7 +159,9 @@ def prior_for(
         return catalog.get(resembles, gpu_model), f"estimated from catalog {resembles}@{gpu_model}"
     same_gpu = [m for m in catalog.models() if m.gpu_model == gpu_model]
     if same_gpu:
-        return same_gpu[0], f"estimated from catalog {same_gpu[0].workload}@{gpu_model}"
+        near = nearest_by_params([m.workload for m in same_gpu], param_count, PARAM_COUNTS)
+        base = next((m for m in same_gpu if m.workload == near), same_gpu[0])
+        return base, f"estimated from catalog {base.workload}@{gpu_model}"
     if nvml is None or gpu_model in catalog.gpus:
         return None
     near = nearest_catalog_gpu(catalog, nvml)
@@ -162,7 +172,9 @@ def prior_for(
     elif resembles and catalog.has(resembles, near):
         base, name = catalog.get(resembles, near), resembles
     else:
-        base = next(m for m in catalog.models() if m.gpu_model == near)
+        on_near = [m for m in catalog.models() if m.gpu_model == near]
+        by_size = nearest_by_params([m.workload for m in on_near], param_count, PARAM_COUNTS)
+        base = next((m for m in on_near if m.workload == by_size), on_near[0])
         name = base.workload
     return _estimated_for(base, nvml), f"estimated from catalog {name}@{near}"
 
@@ -197,7 +209,14 @@ def record_observations(
     refit its model; ``observed_until`` moves to ``until`` either way (refused measurements
     are not read again). ``nvml``: what NVML reports of the GPU model, for one the catalog
     lacks. Returns the refitted model (None: no prior for the GPU model)."""
-    found = prior_for(job.workload, gpu_model, catalog=catalog, nvml=nvml, resembles=job.resembles)
+    found = prior_for(
+        job.workload,
+        gpu_model,
+        catalog=catalog,
+        nvml=nvml,
+        resembles=job.resembles,
+        param_count=job.param_count,
+    )
     if found is None:
         JobSchedulingState.objects.filter(pk=state.pk).update(observed_until=until)
         return None
@@ -284,10 +303,15 @@ def prior_models(
         for gpu_model, nvml in gpus.items():
             if (str(job.pk), gpu_model) in skip:
                 continue
-            key = (job.workload, job.resembles, gpu_model)
+            key = (job.workload, job.resembles, job.param_count, gpu_model)
             if key not in found:
                 found[key] = prior_for(
-                    job.workload, gpu_model, catalog=catalog, nvml=nvml, resembles=job.resembles
+                    job.workload,
+                    gpu_model,
+                    catalog=catalog,
+                    nvml=nvml,
+                    resembles=job.resembles,
+                    param_count=job.param_count,
                 )
             prior = found[key]
             if prior is None or prior[1] == f"catalog {job.workload}@{gpu_model}":

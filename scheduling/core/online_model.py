@@ -524,6 +524,34 @@ def rescale_batch(prior: FittedPerfModel, factor: float) -> FittedPerfModel:
     )
 
 
+def param_scaled_prior(prior: FittedPerfModel, ratio: float, *, comm: bool = False):
+    """``prior`` for a model ``ratio`` times its parameter count: the compute time per
+    sample x ``ratio`` (and, with ``comm``, the all-reduce times too: gradients grow with
+    the parameters). A level is learned from the job's first report anyway; what the
+    ratio says before it, and after it the balance of per-sample against fixed time."""
+    if not (math.isfinite(ratio) and ratio > 0):
+        raise ValueError(f"parameter ratio {ratio!r} is not a positive finite number")
+    tp = prior.throughput
+    tp = replace(tp, beta_c_s=tp.beta_c_s * ratio)
+    if comm:
+        tp = replace(
+            tp,
+            alpha_r_s=tp.alpha_r_s * ratio,
+            beta_r_s=tp.beta_r_s * ratio,
+            alpha_n_s=tp.alpha_n_s * ratio,
+            beta_n_s=tp.beta_n_s * ratio,
+        )
+    return FittedPerfModel(
+        workload=prior.workload,
+        gpu=prior.gpu,
+        batch_sizes=prior.batch_sizes,
+        throughput=tp,
+        power=prior.power,
+        errors=prior.errors,
+        sources={**prior.sources, "param_ratio": f"{ratio:.6g}"},
+    )
+
+
 def batch_matched_prior(
     prior: FittedPerfModel, local_batch: float, *, typical_local_batch: float | None = None
 ) -> FittedPerfModel:

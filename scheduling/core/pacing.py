@@ -76,6 +76,26 @@ def lag_share(budget: Budget, now: float) -> float:
     return min(shares) if shares else 0.0
 
 
+def committed_lag_share(
+    budget: Budget, now: float, *, committed_so_far_g: float, committed_rest_g: float
+) -> float:
+    """``lag_share`` of a carbon budget that pays a committed draw (a cluster budget's
+    powered idle GPUs) whose carbon follows the grid's intensity, not the clock: its
+    line is the committed carbon so far plus a straight line of the rest of the limit
+    (the limit less the committed carbon so far and ahead, ``committed_rest_g``, as the
+    intensity curve predicts it). Against a straight line of the whole limit, a period
+    whose intensity rises would look behind (the idle draw was cheap early), and
+    releasing its reserve then spends what the dirtier end will need."""
+    limit = budget.co2_limit_g
+    span = budget.period_end_s - budget.period_start_s
+    if not limit or span <= 0:
+        return lag_share(budget, now)
+    x = min(max((now - budget.period_start_s) / span, 0.0), 1.0)
+    work_limit = limit - committed_so_far_g - committed_rest_g
+    line = committed_so_far_g + work_limit * x
+    return (line - budget.co2_used_g) / limit
+
+
 def _lag(limit: float | None, used: float, budget: Budget, now: float) -> float:
     """How far spending is behind a straight line from nothing to the limit."""
     if limit is None:
@@ -143,6 +163,12 @@ class IntensityCurve:
         """Carbon of drawing ``power_w`` from now for ``duration_s``."""
         return power_w * self.integral(duration_s) / J_PER_KWH
 
+    def co2_g_upper(self, power_w: float, duration_s: float, tail_ci: float) -> float:
+        """``co2_g`` with the hours past the forecast at ``tail_ci`` instead of the mean."""
+        known_s = min(duration_s, self.starts[-1] - self.now)
+        beyond_s = max(duration_s - known_s, 0.0)
+        return power_w * (self.integral(known_s) + tail_ci * beyond_s) / J_PER_KWH
+
     def next_cleaner(self, below_ci: float, *, within_s: float) -> float | None:
         """Start of the first forecast step at or below ``below_ci`` within ``within_s``."""
         for start, ci in zip(self.starts[1:-1], self.values[1:-1], strict=True):
@@ -153,10 +179,39 @@ class IntensityCurve:
         return None
 
 
+def dirtiest_day_ci(
+    carbon: CarbonSignal, *, now: float, history: Sequence[float], hours: int = 24
+) -> float:
+    """The highest mean of ``hours`` consecutive hourly intensities (default a day) in
+    ``history`` (the hours seen lately, oldest first) followed by the forecast's hours
+    after now (their mean when there are fewer): what a committed draw past the forecast
+    is reserved at, so that a period whose coming days are as dirty as its dirtiest
+    recent day still pays it."""
+    seq = [float(c) for c in history] + [ci for start, ci in carbon.forecast if start > now]
+    hours = max(int(hours), 1)
+    if not seq:
+        return carbon.ci_g_per_kwh
+    if len(seq) <= hours:
+        return sum(seq) / len(seq)
+    window = sum(seq[:hours])
+    best = window
+    for i in range(hours, len(seq)):
+        window += seq[i] - seq[i - hours]
+        best = max(best, window)
+    return best / hours
+
+
 def intensity_curve(
-    carbon: CarbonSignal, *, now: float, history: Sequence[float]
+    carbon: CarbonSignal, *, now: float, history: Sequence[float], with_forecast: bool = False
 ) -> IntensityCurve:
-    if history:
+    """The curve from the signal's forecast; past its end the mean of ``history`` (the
+    hours seen lately), with ``with_forecast`` also of the forecast's hours after now: a
+    history of a few hours (a service just started, a simulation's first day) holds
+    only one part of the daily cycle, and its mean would price every later day by it."""
+    if history and with_forecast:
+        ahead = [ci for start, ci in carbon.forecast if start > now]
+        tail = (sum(history) + sum(ahead)) / (len(history) + len(ahead))
+    elif history:
         tail = sum(history) / len(history)
     elif carbon.forecast:
         tail = sum(ci for _, ci in carbon.forecast) / len(carbon.forecast)

@@ -38,6 +38,7 @@ strictly positive).
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -497,6 +498,32 @@ def catalog_to_dict(catalog: Catalog) -> dict[str, Any]:
             for (w, g), t in sorted(catalog.aliases().items())
         ],
     }
+
+
+PARAM_COUNTS_PATH = Path(__file__).resolve().parents[2] / "data" / "perf" / "param_counts.csv"
+
+
+def load_param_counts(path: Path | str | None = None) -> dict[str, float]:
+    """Workload -> its model's published parameter count (``data/perf/param_counts.csv``,
+    each with its source); empty where the file is absent."""
+    p = Path(path) if path is not None else PARAM_COUNTS_PATH
+    if not p.exists():
+        return {}
+    with p.open() as f:
+        return {r["workload"]: float(r["params"]) for r in csv.DictReader(f)}
+
+
+def nearest_by_params(
+    workloads: Iterable[str], param_count: float | None, counts: Mapping[str, float]
+) -> str | None:
+    """Of ``workloads``, the one whose parameter count is nearest (in ratio) to
+    ``param_count``; None where the count or every candidate's is unknown."""
+    if not param_count or param_count <= 0:
+        return None
+    known = [w for w in workloads if counts.get(w, 0.0) > 0]
+    if not known:
+        return None
+    return min(known, key=lambda w: (abs(math.log(counts[w] / param_count)), w))
 
 
 def load_catalog(path: Path | str | None = None) -> Catalog:

@@ -434,6 +434,7 @@ def _finish(
     e_allow = dict(decision.energy_allowance_by_budget_j)
     c_allow = dict(decision.co2_allowance_by_budget_g)
     return Plan(
+        replan_at_s=decision.replan_at_s,
         allocations=allocations,
         waiting=waiting,
         held=dict(ctx.held),

@@ -326,6 +326,10 @@ class Plan:
     # Each active job's exploration record (``exploration.new_record``), for the next
     # Snapshot and for the job's page.
     exploration: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # When the plan should be revisited before the next regular round (a probe of a job
+    # known only by its prior ends there, ``budget_greedy``); None: the regular round.
+    # The simulator plans again at that instant; the service keeps its round interval.
+    replan_at_s: float | None = None
 
 
 # --- the policy interface ----------------------------------------------------------
@@ -363,6 +367,7 @@ class PolicyDecision:
     energy_allowance_by_budget_j: Mapping[str, float] = field(default_factory=dict)
     co2_allowance_by_budget_g: Mapping[str, float] = field(default_factory=dict)
     policy_state: Mapping[str, Any] = field(default_factory=dict)
+    replan_at_s: float | None = None  # see ``Plan.replan_at_s``
 
 
 class Policy(Protocol):

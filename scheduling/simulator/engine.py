@@ -17,6 +17,8 @@ Between events nothing changes, so every quantity is integrated exactly:
   the policies see: the simulator's truth is the workload's learned curve), and
   finishes at the exact instant its remaining work is done;
 * each of its GPUs draws ``power_w(cfg) * power_scale`` while it progresses;
+* a plan may ask to be revisited before the next round (``Plan.replan_at_s``: a probe of
+  a job known only by its prior ends there); the stretch ends at that instant;
 * after a start from a checkpoint, a resize or a move the job makes no progress for
   ``restart_cost_s`` and its GPUs draw idle power meanwhile (loading, not computing);
   a fresh first start costs nothing, a preemption (stop) keeps the progress made;
@@ -221,6 +223,8 @@ class Simulator:
             if cfg.max_time_s is not None:
                 horizon = min(horizon, cfg.max_time_s)
             horizon = min(horizon, self.budgets.next_boundary(t))
+            if plan.replan_at_s is not None and plan.replan_at_s > t:
+                horizon = min(horizon, plan.replan_at_s)  # a probe ends there
             running = sum(1 for r in active.values() if r.allocation is not None)
             busy_gpus = sum(
                 r.allocation.n_gpus for r in active.values() if r.allocation is not None

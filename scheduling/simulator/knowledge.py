@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduling.core import online_fit
 from scheduling.core import online_model as om
-from scheduling.core.perf_models import FittedPerfModel
+from scheduling.core.perf_models import FittedPerfModel, load_param_counts, nearest_by_params
 from scheduling.core.types import Allocation, Job, PerfCatalog, PerfModel
 
 KNOWLEDGE = ("oracle", "learned")
@@ -57,6 +57,9 @@ REFIT_GROWTH = 4
 # A finished job moves a profile that already holds observations by at most this share
 # (the live rule, ``workload_profiles.MAX_JOB_WEIGHT``).
 MAX_JOB_WEIGHT = 0.25
+# A job names its workload's published parameter count (data/perf/param_counts.csv) and
+# starts from the other workload nearest in it, where both are known (``prior``).
+PARAM_PRIOR = False
 
 
 @dataclass
@@ -90,6 +93,7 @@ class LearnedKnowledge:
         seed: int = 0,
         hide_workloads: bool = True,
         settings: om.FitSettings = SIM_FIT,
+        param_counts: Mapping[str, float] | None = None,
     ) -> None:
         if not (measurement_noise >= 0 and math.isfinite(measurement_noise)):
             raise ValueError("measurement_noise must be a finite number, not negative")
@@ -98,6 +102,9 @@ class LearnedKnowledge:
         self.seed = seed
         self.hide_workloads = hide_workloads
         self.settings = settings
+        if param_counts is None:
+            param_counts = load_param_counts() if PARAM_PRIOR else {}
+        self.param_counts = dict(param_counts)
         self._learning: dict[tuple[str, str], _Learning] = {}
         self._rng: dict[str, random.Random] = {}
         self._profiles: dict[tuple[str, str], _Profile] = {}
@@ -128,6 +135,12 @@ class LearnedKnowledge:
         others = self._others(job.workload, gpu_model)
         if not others:
             return None, None
+        by_size = nearest_by_params(
+            [m.workload for m in others], self.param_counts.get(job.workload), self.param_counts
+        )
+        if by_size is not None:
+            near = next(m for m in others if m.workload == by_size)
+            return near, f"catalog {near.workload} (nearest in parameters)"
         if first is not None and first.iter_time_s is not None:
             cfg = first.config()
             near = min(

@@ -6,7 +6,10 @@ import pytest
 
 from scheduling.core.pacing import (
     IntensityCurve,
+    committed_lag_share,
+    dirtiest_day_ci,
     intensity_curve,
+    lag_share,
     paced_co2_allowance_g,
     paced_energy_allowance_j,
 )
@@ -151,3 +154,50 @@ def test_lag_share_is_the_tighter_of_energy_and_carbon():
     # at t=500: energy 40% behind its line, carbon 10% behind: the tighter is 10%
     assert lag_share(b, 500.0) == pytest.approx(0.1)
     assert lag_share(Budget("x", None, 0.0, 1000.0), 500.0) == 0.0
+
+
+def test_committed_lag_share_draws_the_line_through_the_committed_carbon():
+    # Halfway through, 40 g spent of 100 g: on a straight line of the whole limit it
+    # lags by 10 g. But 20 g of it paid the idle floor so far and the floor will take
+    # 40 g more (a grid growing dirtier): the rest of the limit is 40 g for work, half
+    # of it by now, so the line is 20 + 20 = 40 g and the budget is on it.
+    b = Budget("b", None, 0.0, 1000.0, co2_limit_g=100.0, co2_used_g=40.0)
+    assert lag_share(b, 500.0) == pytest.approx(0.1)
+    lag = committed_lag_share(b, 500.0, committed_so_far_g=20.0, committed_rest_g=40.0)
+    assert lag == pytest.approx(0.0)
+    # With the floor as cheap ahead as so far (20 g), it lags by 10 g again.
+    lag = committed_lag_share(b, 500.0, committed_so_far_g=20.0, committed_rest_g=20.0)
+    assert lag == pytest.approx(0.1)
+
+
+def test_dirtiest_day_is_the_highest_mean_of_24_consecutive_hours():
+    history = [100.0] * 30 + [300.0] * 12 + [100.0] * 20
+    forecast = ((0.0, 999.0), (3600.0, 300.0), (7200.0, 300.0))  # the hour now is left out
+    signal = CarbonSignal(ci_g_per_kwh=100.0, forecast=forecast)
+    # the window over the 12 hours at 300 in the history: (12 x 300 + 12 x 100) / 24
+    assert dirtiest_day_ci(signal, now=0.0, history=history) == pytest.approx(200.0)
+    # the last 20 hours of history and the 2 forecast hours: one mean of 22
+    assert dirtiest_day_ci(signal, now=0.0, history=history[-20:]) == pytest.approx(
+        (20 * 100 + 2 * 300) / 22
+    )
+
+
+def test_upper_co2_prices_the_hours_past_the_forecast_at_the_tail_given():
+    curve = IntensityCurve(now=0.0, ci_now=100.0, points=((3600.0, 300.0),), tail_ci=200.0)
+    # 1 kW: 1 h at 100, 1 h at 300, then 1 h at 400 instead of the mean's 200
+    assert curve.co2_g_upper(1000.0, 3 * 3600.0, 400.0) == pytest.approx(100 + 300 + 400)
+    assert curve.co2_g(1000.0, 3 * 3600.0) == pytest.approx(100 + 300 + 200)
+    assert curve.co2_g_upper(1000.0, 1800.0, 400.0) == pytest.approx(50.0)
+
+
+def test_the_tail_with_the_forecast_counts_the_forecast_hours_after_now():
+    signal = CarbonSignal(ci_g_per_kwh=100.0, forecast=((0.0, 100.0), (3600.0, 400.0)))
+    assert intensity_curve(signal, now=0.0, history=[100.0]).tail_ci == 100.0
+    curve = intensity_curve(signal, now=0.0, history=[100.0], with_forecast=True)
+    assert curve.tail_ci == pytest.approx(250.0)
+
+
+def test_the_dirtiest_window_can_be_an_hour():
+    history = [100.0] * 30 + [300.0] * 12 + [100.0] * 20
+    signal = CarbonSignal(ci_g_per_kwh=100.0, forecast=((3600.0, 400.0),))
+    assert dirtiest_day_ci(signal, now=0.0, history=history, hours=1) == 400.0

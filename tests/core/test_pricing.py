@@ -8,7 +8,7 @@ import pytest
 from scheduling.core.pricing import hull_choice, lower_hull, price_for_share
 from scheduling.core.registry import get_policy
 from scheduling.core.round import plan_round
-from scheduling.core.types import Budget
+from scheduling.core.types import Budget, CarbonSignal
 from tests.core.corekit import job, make_cluster, snapshot
 
 # One job of corekit's analytic model on 1 GPU, 600 iterations, at its three clocks
@@ -148,3 +148,60 @@ def test_no_release_when_it_is_off_or_the_lag_is_inside_the_dead_band(params):
     plan = plan_round(snap, policy=get_policy("powerflow", **params), now=1500.0)
     assert plan.allocations["a"].sm_clock_mhz == 1000
     assert plan.policy_state["price"]["b"] == pytest.approx(200 / 33_750)
+
+
+@pytest.mark.parametrize(
+    ("used_j", "params", "clock", "price"),
+    [
+        # Halfway through a 400 kJ period, 188 kJ spent: 3% of the limit behind the
+        # straight line, inside the release's dead band, so the reserve is the free
+        # 212 kJ x the half left = 106 kJ. Counted at the job's cheapest cost it stands
+        # for 106 kJ of future work: the share 212,000 x 45,000 / 151,000 = 63,179 J
+        # pays the cheapest point only.
+        (188_000.0, {}, 1000, 200 / 33_750),
+        # Counted at the fastest (``reserve_at_fast``; 3% behind is all of the dead
+        # band), the 106 kJ pay the future work at 120,000 / 45,000 of its cheapest
+        # cost: 39,750 J of it. The share 212,000 x 45,000 / 84,750 = 112,566 J pays the
+        # 1500 MHz point (78,750 J), not the fastest (120,000 J).
+        (188_000.0, {"reserve_at_fast": True}, 1500, 100 / 41_250),
+        # On its straight line (200 kJ spent) the budget keeps the cheapest count: the
+        # share 200,000 x 45,000 / 145,000 = 62,069 J pays the cheapest point only.
+        (200_000.0, {"reserve_at_fast": True}, 1000, 200 / 33_750),
+    ],
+)
+def test_a_budget_behind_its_line_counts_its_reserve_at_the_fastest_cost(
+    used_j, params, clock, price
+):
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=400_000.0, energy_used_j=used_j)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
+    plan = plan_round(snap, policy=get_policy("powerflow", **params), now=1500.0)
+    assert plan.allocations["a"].sm_clock_mhz == clock
+    assert plan.policy_state["price"]["b"] == pytest.approx(price)
+
+
+# A cluster budget pays the idle floor of corekit's 8 GPUs (50 W each: 400 W). The hours
+# seen: a day at 300 g/kWh, then 23 at 100 (the hour now is the last seen, at 100), so
+# the mean past the 1 h forecast is (24 x 300 + 23 x 100) / 47 = 202 g/kWh and the
+# dirtiest day 300. Over the 35,700 s after this round the floor takes 400 W x (3600 s x
+# 100 + 32,100 s x 202) = 761 g at the mean, 1,110 g at the dirtiest day.
+_SEEN = [300.0] * 24 + [100.0] * 23
+
+
+@pytest.mark.parametrize(("limit_g", "runs"), [(1_000.0, False), (1_200.0, True)])
+def test_a_carbon_price_keeps_the_idle_floor_at_the_dirtiest_recent_day(limit_g, runs):
+    budget = Budget("c", None, 0.0, 36_000.0, co2_limit_g=limit_g)
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        [job("a", iters=600.0)],
+        budgets=(budget,),
+        carbon=CarbonSignal(ci_g_per_kwh=100.0),
+        policy_state={"ci_history": list(_SEEN), "ci_hour": 0},
+    )
+    policy = get_policy("greenflow", pricing=True, rank="per_gpu")
+    plan = plan_round(snap, policy=policy, now=0.0)
+    # 1,000 g: what remains after the dirtiest day's floor is below this round's own
+    # floor (400 W x 300 s at 100 g/kWh = 3.33 g), so only the floor is allowed and the
+    # job waits; 1,200 g leaves 90 g, and it runs.
+    assert ("a" in plan.allocations) is runs
+    if not runs:
+        assert plan.co2_allowance_by_budget_g["c"] == pytest.approx(400 * 300 * 100 / 3.6e6)

@@ -239,3 +239,25 @@ def test_admins_see_each_jobs_observation_count_and_prior(admin_client, make_job
     assert "A100: 5" in html
     assert "A100: catalog resnet50@A100" in html
     assert str(job.pk) in html
+
+
+def test_a_named_parameter_count_picks_the_catalog_workload_nearest_in_size(db):
+    # given the A100 workloads with a published size (data/perf/param_counts.csv): resnet50
+    # 25.6M, vgg16 138M, inception3 27.2M, resnet50_cifar10 23.5M, bert 110M
+    counts = wp.PARAM_COUNTS
+    on_a100 = {m.workload for m in CATALOG.models() if m.gpu_model == "A100"}
+    assert {"vgg16", "bert", "resnet50"} <= on_a100 & set(counts)
+    # when a job names 150M parameters, or 100M, and no workload it resembles
+    big, source = wp.prior_for("my-vgg", "A100", catalog=CATALOG, param_count=150_000_000)
+    mid, _ = wp.prior_for("my-bert", "A100", catalog=CATALOG, param_count=100_000_000)
+    # then it starts from the one nearest in ratio: vgg16 (1.08x) and bert (1.1x)
+    assert (big.workload, source) == ("vgg16", "estimated from catalog vgg16@A100")
+    assert mid.workload == "bert"
+    # and a resembles hint still wins over the size
+    hinted, _ = wp.prior_for(
+        "my-vgg", "A100", catalog=CATALOG, param_count=150_000_000, resembles="resnet50"
+    )
+    assert hinted.workload == "resnet50"
+    # without a count the first catalog workload on the GPU, as before
+    first, _ = wp.prior_for("my-vgg", "A100", catalog=CATALOG)
+    assert first.workload == next(m for m in CATALOG.models() if m.gpu_model == "A100").workload

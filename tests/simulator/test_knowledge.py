@@ -211,3 +211,21 @@ def test_exploration_leaves_oracle_runs_and_policies_that_do_not_explore_alone(
     assert summarise(on) == summarise(off)
     assert not any(r.exploration for r in on.jobs)
     assert not any(col in job_rows(on)[0] for col in EXPLORATION_COLUMNS)
+
+
+def test_a_job_naming_its_parameter_count_starts_from_the_workload_nearest_in_size(scenario):
+    # given published sizes (data/perf/param_counts.csv): bert 110M, yolov3 61.9M,
+    # imagenet 25.6M, cifar10 11.2M
+    counts = {"bert": 110e6, "yolov3": 61.9e6, "imagenet": 25.6e6, "cifar10": 11.2e6}
+    knowledge = LearnedKnowledge(scenario.catalog, param_counts=counts)
+    job = next(j for j in scenario.jobs if j.workload == "imagenet")
+    # then imagenet (hidden) starts from cifar10 (2.3x), not yolov3 (2.4x) or bert (4.3x),
+    # before any observation and at its first
+    prior, label = knowledge.prior(job, "T4")
+    assert (prior.workload, label) == ("cifar10", "catalog cifar10 (nearest in parameters)")
+    assert knowledge.prior(job, "T4", first=None)[0].workload == "cifar10"
+    # a workload without a published size keeps the rule without it
+    ncf = next(j for j in scenario.jobs if j.workload not in counts)
+    assert knowledge.prior(ncf, "T4")[1].endswith("(nearest other)")
+    # and by default (PARAM_PRIOR off, measured as no better: docs/benchmarks.md) no size
+    assert LearnedKnowledge(scenario.catalog).prior(job, "T4")[1].endswith("(nearest other)")

@@ -71,7 +71,30 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    held back while the free remainder covers the present work's minimum; when it does
    not, lambda is infinite and the even-share allowance above applies again. What the
    idle floor draws after this round stays reserved. The score floor is not used for
-   priced jobs (the price replaces it).
+   priced jobs (the price replaces it). A carbon price (GreenFlow with ``pricing``)
+   also: prices the hours past the forecast at the mean of the hours seen and the
+   forecast's; measures a cluster budget's lag against its idle floor's carbon as the
+   grid made it (``_Round._lags``), not a straight line of the limit; and keeps in
+   every allowance the floor's carbon to the period's end with the hours past the
+   forecast as dirty as the dirtiest recent day (``_keep_committed_carbon``).
+   ``hour_price`` (off) chooses each job's target with its energy priced at this
+   hour's intensity (``_Round.hour_hull``).
+
+Probes (``probe_s``, learned knowledge only): a job whose model is still its prior alone
+(``estimated``: no iteration time of its own measured yet) and that waits only because that
+prior's cost does not fit a budget's allowance may start once at its minimum configuration
+for at most ``probe_s`` seconds (``PolicyDecision.replan_at_s`` asks for the next plan
+there), if the probe's predicted busy energy fits ``probe_share`` of what each budget that
+pays for it has left in its period (after this round's spending and a cluster budget's idle
+floor to the period's end). A prior that overestimates the job would otherwise hold it back
+for good: a job that never runs is never observed, so the prior is never corrected (seen as
+ncf never starting under a learned team-budget run). After the probe the job's own
+observations decide, like any other job's. For the same reason a job paid by a budget
+takes no upgrade beyond its minimum configuration while its model is its prior alone: an
+upgrade's cost would be the prior's guess (a prior taught by one observed GPU count says
+little about thirty-two). Each probe is kept in the policy state
+(``prior_probes``: when, for how long, on how many GPUs, at what predicted energy) as long
+as the job is active, and a job is probed at most once.
 
 Batch size: the work is a number of useful samples, so a larger global batch needs fewer
 iterations only as far as its statistical efficiency allows (``scheduling.core.goodput``);
@@ -89,6 +112,8 @@ from scheduling.core.goodput import batch_choices
 from scheduling.core.pacing import (
     HOUR_S,
     IntensityCurve,
+    committed_lag_share,
+    dirtiest_day_ci,
     intensity_curve,
     lag_share,
     paced_co2_allowance_g,
@@ -122,6 +147,12 @@ def clock_levels(clocks: tuple[int, ...], levels: int | None) -> tuple[int | Non
     return tuple(clocks[i] for i in idx)
 
 
+def _prior_only(jv: JobView) -> bool:
+    """True while job ``jv``'s model is its prior alone (an online model that has not
+    measured the job's iteration time yet); a catalog model (oracle knowledge) is not."""
+    return bool(getattr(jv.perf, "estimated", False))
+
+
 class BudgetGreedy:
     """Base of ``powerflow`` and ``greenflow``; see the module docstring."""
 
@@ -147,6 +178,11 @@ class BudgetGreedy:
         lag_release: float = 0.1,
         lag_deadband: float = 0.03,
         keep_running: bool = False,
+        probe_s: float | None = 60.0,
+        probe_share: float = 0.25,
+        reserve_at_fast: bool = False,
+        hour_price: bool = False,
+        keep_window_h: int = 24,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -164,7 +200,18 @@ class BudgetGreedy:
         - ``lag_release``, ``lag_deadband``: what is held for the future is released
           linearly as spending lags its straight line from ``lag_deadband`` to
           ``lag_deadband + lag_release`` of the limit (``lag_release`` 0: never);
-        - ``keep_running``: resize hysteresis, off by default (point 2).
+        - ``keep_running``: resize hysteresis, off by default (point 2);
+        - ``probe_s``, ``probe_share``: the bounded probe of a job known only by its prior
+          (module docstring; ``probe_s`` None: never);
+        - ``reserve_at_fast`` (off by default): a budget behind its straight line (up
+          to ``lag_deadband`` of its limit, fully beyond) counts its period reserve as
+          future work at its fastest configurations, at the present jobs' ratio of
+          fastest to cheapest cost, instead of at its cheapest; measured in
+          docs/benchmarks.md ("Issue 13, point 1 (C)"): it gains on pollux and loses
+          on Philly at 0.25 and at tight budgets, so it stays opt-in.
+        - ``hour_price``: a carbon price chooses targets with this hour's intensity;
+        - ``keep_window_h``: a carbon price keeps the idle floor past the forecast at the
+          dirtiest mean of this many consecutive hours seen lately (24: a day).
         """
         if admission not in ("srtf", "fifo"):
             raise ValueError(f"admission must be 'srtf' or 'fifo', not {admission!r}")
@@ -186,6 +233,15 @@ class BudgetGreedy:
         self.lag_release = lag_release
         self.lag_deadband = lag_deadband
         self.keep_running = keep_running
+        if probe_s is not None and not probe_s > 0:
+            raise ValueError("probe_s must be positive or None")
+        if not 0.0 < probe_share <= 1.0:
+            raise ValueError("probe_share must be in (0, 1]")
+        self.probe_s = probe_s
+        self.probe_share = probe_share
+        self.reserve_at_fast = reserve_at_fast
+        self.hour_price = hour_price
+        self.keep_window_h = keep_window_h
 
     # --- state carried between rounds -------------------------------------------
 
@@ -276,7 +332,12 @@ class _Round:
         self.policy = policy
         self.ctx = ctx
         history, self.new_state = policy._history(ctx)
-        self.curve = intensity_curve(ctx.snapshot.carbon, now=ctx.now_s, history=history)
+        self.curve = intensity_curve(
+            ctx.snapshot.carbon,
+            now=ctx.now_s,
+            history=history,
+            with_forecast=policy.cost == "carbon" and policy.pricing,
+        )
         self.ci_now = ctx.ci_g_per_kwh
         self.round_s = ctx.round_length_s
         self._allowances(history)
@@ -293,6 +354,14 @@ class _Round:
         self.budget_blocked: dict[int, int] = {}
         self.mins: dict[int, Evaluation] = {}
         self.unit_hulls: dict[tuple, list] = {}
+        # Probes of jobs known only by their prior: earlier ones (still active) and new.
+        active = {job.job_id for job in ctx.snapshot.jobs}
+        self.probes: dict[str, dict[str, Any]] = {
+            job_id: dict(rec)
+            for job_id, rec in ctx.policy_state.get("prior_probes", {}).items()
+            if job_id in active
+        }
+        self.new_probes: list[str] = []
 
     # --- inputs -------------------------------------------------------------------
 
@@ -331,10 +400,44 @@ class _Round:
         self.to_g = self.ci_now / J_PER_KWH
         # The score floor saves budget for later; a budget already behind its straight
         # line by RELAX_LAG of its limit has nothing to save for, so its floor is 0.
+        self.lags = self._lags()
         self.floor_of = [
-            policy.min_score * min(max(1.0 - lag_share(b, ctx.now_s) / RELAX_LAG, 0.0), 1.0)
-            for b in budgets
+            policy.min_score * min(max(1.0 - lag / RELAX_LAG, 0.0), 1.0) for lag in self.lags
         ]
+
+    def _lags(self) -> list[float]:
+        """Each budget's lag behind its line (``pacing.lag_share``). A carbon-priced
+        policy's cluster budget measures it against its idle floor's carbon as the
+        intensity made it (``pacing.committed_lag_share``); that carbon so far is summed
+        round by round in the policy's state (``floor_co2``: per budget, its period's
+        start, the grams so far, and the previous round's time and intensity)."""
+        ctx, now = self.ctx, self.ctx.now_s
+        if self.policy.cost != "carbon" or not self.policy.pricing:
+            return [lag_share(b, now) for b in self.budgets]
+        seen = ctx.policy_state.get("floor_co2", {})
+        kept: dict[str, list[float]] = {}
+        lags = []
+        for b, fw in zip(self.budgets, self.floor_w, strict=True):
+            if not fw or b.co2_limit_g is None:
+                lags.append(lag_share(b, now))
+                continue
+            rec = seen.get(b.budget_id)
+            so_far = 0.0
+            if rec is not None and float(rec[0]) == b.period_start_s:
+                start, so_far, last_now, last_ci = (float(v) for v in rec)
+                dt = now - max(last_now, start)
+                so_far += fw * max(dt, 0.0) * last_ci / J_PER_KWH
+            elif now > b.period_start_s:
+                # first seen after its period began: as if the intensity so far were now's
+                so_far = fw * (now - b.period_start_s) * self.ci_now / J_PER_KWH
+            kept[b.budget_id] = [b.period_start_s, so_far, now, self.ci_now]
+            rest = self.curve.co2_g(fw, max(b.period_end_s - now, 0.0))
+            lags.append(
+                committed_lag_share(b, now, committed_so_far_g=so_far, committed_rest_g=rest)
+            )
+        if kept:
+            self.new_state["floor_co2"] = kept
+        return lags
 
     def _jobs(self) -> None:
         """Each job's options, payers, idle draw and running GPU count."""
@@ -408,6 +511,35 @@ class _Round:
             )
             for si, ci, bi, remaining_s, power_w in grid
         ]
+
+    def hour_hull(self, j: int) -> list:
+        """Job j's lower hull of (remaining energy above idle priced at the intensity of
+        this hour, time): where a carbon budget's price chooses a job's configuration
+        (``hour_price``). Each second of the job's remaining run is decided afresh each
+        round, so the marginal gram of a configuration is its energy now times the
+        intensity now: in a dirty hour the same price buys a cheaper configuration, in a
+        clean one a faster one."""
+        sizes, clocks, batches, _ = self.opts[j]
+        grid = self.ctx.remaining_and_power_grid(self.jobs[j], sizes, clocks, batches)
+        idle_w = self.job_idle_w[j] if self.above_idle else 0.0
+        ran, restart, to_g = self.running_n[j], self.policy.restart_s, self.to_g
+        return lower_hull(
+            [
+                (
+                    sizes[si] * (power_w - idle_w) * remaining_s * to_g,
+                    remaining_s + restart if ran and sizes[si] != ran else remaining_s,
+                    (si, ci, bi),
+                )
+                for si, ci, bi, remaining_s, power_w in grid
+            ]
+        )
+
+    def choice_hull(self, j: int) -> list:
+        """The hull a price chooses job j's target on: ``hour_hull`` for a carbon
+        budget with ``hour_price``, else the one it is priced by (``hull_of``)."""
+        if self.policy.cost == "carbon" and self.policy.hour_price:
+            return self.hour_hull(j)
+        return self.hull_of(j)[0]
 
     def hull_of(self, j: int) -> tuple[list, float, Any]:
         """Job j's lower hull of (cost, time) points, as (hull, scale, key): a job that
@@ -538,6 +670,35 @@ class _Round:
         priced budgets' allowances (``budget_price.price_round``)."""
         if self.policy.pricing:
             self.new_state.update(price_round(self.policy, self))
+        if self.policy.pricing and self.policy.cost == "carbon":
+            self._keep_committed_carbon()
+
+    def _keep_committed_carbon(self) -> None:
+        """Lower each carbon allowance so that what remains after this round pays the
+        idle floor to the period's end with the hours past the forecast as dirty as the
+        dirtiest recent day (``pacing.dirtiest_day_ci``). The price and the even share
+        reserve the floor at the recent mean, which a grid that grows dirtier over the
+        period outruns; the floor is drawn whatever the plan, so a budget that spent
+        down to the mean's reserve goes over its period at its end. Only binds when
+        the remaining carbon is close to that reserve."""
+        ctx = self.ctx
+        hi = None
+        for b_i, b in enumerate(self.budgets):
+            fw, allow = self.floor_w[b_i], self.allow_c[b_i]
+            if not fw or allow is None or b.co2_remaining_g is None:
+                continue
+            if hi is None:
+                history = self.new_state.get("ci_history", [])
+                hi = dirtiest_day_ci(
+                    ctx.snapshot.carbon,
+                    now=ctx.now_s,
+                    history=history,
+                    hours=self.policy.keep_window_h,
+                )
+            after_s = max(b.period_end_s - ctx.now_s - self.round_s, 0.0)
+            keep = self.curve.co2_g_upper(fw, after_s, max(hi, self.curve.tail_ci))
+            round_floor_g = self.idle_floor_j * self.to_g
+            self.allow_c[b_i] = min(allow, max(b.co2_remaining_g - keep, round_floor_g))
 
     # --- stage 3: admission at minimum configuration (point 2) --------------------
 
@@ -553,17 +714,70 @@ class _Round:
             d_team, d_cluster = self.deltas(j, None, est, 0, n0)
             bi = self.blocking_budget(j, d_team, d_cluster)
             if bi is not None:
-                self.budget_blocked[j] = bi
+                if not self.probe(j, est):
+                    self.budget_blocked[j] = bi
                 continue
             ledger.take(jv, n0)
             self.spend(j, d_team, d_cluster)
             self.cfg[j] = [0, 0, opts[j][3]]
             self.cur[j] = self.mins[j]
-            if self.prices and j not in self.candidates:
+            if self.pays[j] and self.policy.probe_s is not None and _prior_only(jv):
+                # Its prior alone says what an upgrade would cost: it runs at its minimum
+                # until it is observed (module docstring, "Probes").
+                self.target[j] = (0, 0, opts[j][3])
+            elif self.prices and j not in self.candidates:
                 # admitted only because a job ahead of it waits on its budget
                 lams = [self.prices[b] for b, _ in self.pays[j] if self.prices[b] > 0.0]
                 if lams:
-                    self.target[j] = hull_choice(self.hull_of(j)[0], max(lams))
+                    self.target[j] = hull_choice(self.choice_hull(j), max(lams))
+
+    def probe(self, j: int, est: Estimate) -> bool:
+        """Start job j at its minimum configuration for a bounded probe if only its prior
+        holds it back (module docstring, "Probes"); True if it was admitted so."""
+        policy, jv = self.policy, self.jobs[j]
+        job = jv.job
+        if (
+            policy.probe_s is None
+            or job.allocation is not None
+            or job.job_id in self.probes
+            or not _prior_only(jv)
+        ):
+            return False
+        length = min(policy.probe_s, self.round_s, est.remaining_s)
+        if not length > 0.0:
+            return False
+        n0 = self.opts[j][0][0]
+        d_team = n0 * est.power_w * length + self.restart_j(j, n0)
+        d_cluster = n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length
+        now = self.ctx.now_s
+        for bi, is_cluster in self.pays[j]:
+            b = self.budgets[bi]
+            d = d_cluster if is_cluster else d_team
+            # What the period still has after this round's spending and, for a cluster
+            # budget, the idle floor committed to the period's end.
+            committed = self.spent_e[bi] + self.floor_w[bi] * max(
+                b.period_end_s - now - self.round_s, 0.0
+            )
+            if b.energy_limit_j is not None:
+                if d > policy.probe_share * (b.energy_remaining_j - committed):
+                    return False
+            if b.co2_limit_g is not None:
+                free_g = b.co2_remaining_g - committed * self.to_g
+                if d * self.to_g > policy.probe_share * free_g:
+                    return False
+        self.ledger.take(jv, n0)
+        self.spend(j, d_team, d_cluster)
+        self.cfg[j] = [0, 0, self.opts[j][3]]
+        self.cur[j] = self.mins[j]
+        self.target[j] = (0, 0, self.opts[j][3])  # a probe takes no upgrade
+        self.probes[job.job_id] = {
+            "at_s": now,
+            "until_s": now + length,
+            "n_gpus": n0,
+            "predicted_energy_j": d_team,
+        }
+        self.new_probes.append(job.job_id)
+        return True
 
     # --- stage 4 (keep_running only): running jobs return to their size first -----
 
@@ -700,14 +914,19 @@ class _Round:
             waiting[jobs[j].job.job_id] = self.policy._over_allowance(
                 budgets[bi], self.curve, self.ci_now
             )
+        state = dict(self.new_state)
+        if self.probes:
+            state["prior_probes"] = self.probes
+        replan = [self.probes[job_id]["until_s"] for job_id in self.new_probes]
         return PolicyDecision(
             grants=tuple(grants),
             waiting=waiting,
+            replan_at_s=min(replan) if replan else None,
             energy_allowance_by_budget_j={
                 b.budget_id: a for b, a in zip(budgets, self.allow_e, strict=True) if a is not None
             },
             co2_allowance_by_budget_g={
                 b.budget_id: a for b, a in zip(budgets, self.allow_c, strict=True) if a is not None
             },
-            policy_state=self.new_state,
+            policy_state=state,
         )

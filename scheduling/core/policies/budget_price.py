@@ -11,7 +11,6 @@ import math
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from scheduling.core.pacing import lag_share
 from scheduling.core.pricing import hull_choice, price_for_share
 
 if TYPE_CHECKING:
@@ -40,6 +39,14 @@ def in_period_fraction(binned: dict[str, list[float]], left_s: float) -> float:
 
 
 Hull = list[tuple[float, float, tuple[int, int, int]]]
+
+
+def _behind_weight(lag: float, deadband: float) -> float:
+    """0 on or ahead of the straight line, rising linearly to 1 at ``deadband`` behind
+    it (a step at 0 when ``deadband`` is 0)."""
+    if deadband <= 0:
+        return 1.0 if lag > 0 else 0.0
+    return min(max(lag / deadband, 0.0), 1.0)
 
 
 def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
@@ -84,6 +91,8 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     weight: list[dict[Hashable, float]] = [{} for _ in budgets]
     shared: dict[Hashable, Hull] = {}
     has_members = [False] * len(budgets)
+    # Per budget, the present jobs' remaining cost at their fastest configurations.
+    fast = [0.0] * len(budgets)
     mine_of: dict[tuple[tuple[int, bool], ...], list[int]] = {}
     for j in range(len(jobs)):
         mine = mine_of.get(pays[j])
@@ -96,6 +105,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         arrived = prev_now is None or jobs[j].job.submit_time_s > prev_now
         for b_i in mine:
             has_members[b_i] = True
+            fast[b_i] += h[-1][0] * scale
             w = weight[b_i]
             w[key] = w.get(key, 0.0) + scale
             if arrived:
@@ -132,14 +142,25 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             # arrives in bursts the rate so far does not foresee, and what the present
             # jobs spend above their cheapest cannot be spent on it later.
             span = b.period_end_s - b.period_start_s
-            future = max(future, policy.period_reserve * max(free, 0.0) * min(left_s / span, 1.0))
+            reserve = policy.period_reserve * max(free, 0.0) * min(left_s / span, 1.0)
+            if policy.reserve_at_fast and fast[b_i] > pmin > 0:
+                # The reserve is counted in cheapest cost, as if the future would spend
+                # it all at its cheapest configurations; a budget behind its straight
+                # line (by up to ``lag_deadband`` of its limit, all of it beyond) counts
+                # the work that would spend it at its fastest, at the present jobs'
+                # ratio of fastest to cheapest cost. A budget on or ahead of its line
+                # keeps the cheapest count, so a tight budget still keeps its reserve.
+                reserve *= 1.0 - _behind_weight(rnd.lags[b_i], policy.lag_deadband) * (
+                    1.0 - pmin / fast[b_i]
+                )
+            future = max(future, reserve)
         if policy.lag_release > 0:
             # A budget whose spending lags its straight line by more than
             # ``lag_deadband`` of its limit has had more than its work needed: what it
             # holds for the future (forecast and reserve) is released in proportion to
             # the lag beyond that, all of it at ``lag_release`` more, so a generous
             # budget is spent while jobs are present instead of being left over.
-            behind = lag_share(b, ctx.now_s) - policy.lag_deadband
+            behind = rnd.lags[b_i] - policy.lag_deadband
             future *= 1.0 - min(max(behind / policy.lag_release, 0.0), 1.0)
         if not has_members[b_i]:
             continue
@@ -156,11 +177,15 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     price_out[:] = price
     # A hull's choice at a price does not depend on its scale: once per (hull, price).
     chosen: dict[tuple[Hashable, float], tuple[int, int, int]] = {}
+    at_hour = policy.cost == "carbon" and policy.hour_price
     for j in candidates:
         if j not in hulls:
             continue
         h, _, key = hulls[j]
         lam = max(price[bi] for bi in mine_of[pays[j]])
+        if at_hour and 0.0 < lam < math.inf:
+            target[j] = hull_choice(rnd.hour_hull(j), lam)
+            continue
         box = chosen.get((key, lam))
         if box is None:
             box = chosen[(key, lam)] = hull_choice(h, lam)

@@ -7,8 +7,9 @@ the recent distribution after), and the carbon budget is paced towards clean hou
 the intensity). A job that cannot start because this round's carbon allowance is
 spent waits with ``WAITING_FOR_CLEAN_HOUR`` and the start of the next forecast hour
 at least ``CLEAN_MARGIN`` cleaner (within ``HOLD_WITHIN_S``, ``budget_greedy``), when there is one.
-Unlike PowerFlow it paces by the even share of point 1 of ``budget_greedy``, not by the
-budget price (``pricing=True`` turns the price on; see ``__init__`` for why it is off).
+Unlike PowerFlow it paces by the even share of point 1 of ``budget_greedy`` by default;
+``pricing=True, rank="per_gpu"`` gives it PowerFlow's budget price and ranking, with what
+a carbon price needs beyond an energy one (see ``__init__`` for both).
 Reconstructed from the abstract; see ``budget_greedy``.
 """
 
@@ -32,16 +33,26 @@ class GreenFlow(BudgetGreedy):
         rank: str = "relative",
         **params,
     ) -> None:
-        # GreenFlow keeps the relative ranking (PowerFlow's is "per_gpu"): with the even
-        # share and a carbon budget, per-GPU ranking measured worse on the first 300
-        # Philly jobs at ES's carbon (vs fifo / elastic / zeus: 1.640x / 0.953x / 1.381x
-        # against 1.731x / 0.926x / 1.618x); docs/benchmarks.md, issue 13.
-        # The budget price stays off for carbon: at fifo_lowclock's carbon with the
-        # US-CAL-CISO 2022 intensities it spent 112.9% and ran past the period (0.48x),
-        # where the even share stays inside (99.9%, 0.71x); with ES it would gain
-        # (0.86x against 0.58x). docs/benchmarks.md, section (b), has both. When it is
-        # on, no share floor: at fifo_lowclock's carbon (ES) the floor 1.15 spent
-        # 102.8% and ran past the period (1.0: 99.3%, in the period).
+        # GreenFlow keeps the even share and the relative ranking by default.
+        # ``pricing=True, rank="per_gpu"`` is PowerFlow's allocator with carbon as the
+        # cost (the budget price, per-GPU ranking, the lag release). The price used to
+        # overspend a carbon budget; an instrumented run (docs/benchmarks.md, "GreenFlow
+        # with the carbon price") showed why: the idle floor's carbon past the 24 h
+        # forecast was priced at the mean of the hours seen (one hour at the start), 42%
+        # of the limit where the grid made it 68%, and the grid grew dirtier through the
+        # period, so spending lagged a straight line of the limit although the work had
+        # had its share. So a carbon price: takes the tail's mean over the forecast's
+        # hours too, measures the lag against the floor's carbon as the grid made it
+        # (``pacing.committed_lag_share``), and keeps in every allowance the floor's
+        # carbon to the period's end with the hours past the forecast as dirty as the
+        # dirtiest recent day (``_keep_committed_carbon``). It is not the default: on
+        # the full Philly trace at 1.0 with US-CAL-CISO at fifo_lowclock's carbon its
+        # period still went 0.4 kg (0.01%) over, the last 2.6 days being dirtier than
+        # any day of the week before them; elsewhere it gains a lot (same section).
+        # No share floor with the price: at fifo_lowclock's carbon (ES) the floor 1.15
+        # spent 102.8% and ran past the period (1.0: 99.3%, in the period).
+        # ``hour_price`` (each job's target chosen with its energy at this hour's
+        # intensity) stays off: mixed on pollux_workload-1/3 and the first 300 Philly jobs.
         super().__init__(
             clean_bias=clean_bias, pricing=pricing, share_floor=share_floor, rank=rank, **params
         )

@@ -1,0 +1,112 @@
+"""A job known only by a prior that overestimates its cost is probed once, within a
+bound, instead of waiting for good (``budget_greedy``, "Probes"). Before the probe a
+learned team-budget run left every ncf job unstarted: its prior (another workload) said it
+would cost more than ncf's whole budget, and a job that never runs is never observed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+from scheduling.core.registry import get_policy
+from scheduling.core.round import plan_round
+from scheduling.core.types import Budget
+from tests.core.corekit import AnalyticModel, Catalog, job, make_cluster, snapshot
+
+
+@dataclass(frozen=True)
+class PriorOnly(AnalyticModel):
+    """A job's model before any observation of its own (``OnlinePerfModel.estimated``)."""
+
+    estimated: bool = True
+
+
+# The prior says 1,000 s per iteration at 40 W: 10 iterations cost 400 kJ, far beyond the
+# team's 12 kJ for the period, and a 300 s round at the lowest clock 20 W x 300 s = 6 kJ,
+# over the round's paced allowance (12 kJ x 300 / 24,000 x 1.25 = 187.5 J).
+PRIOR = PriorOnly("w", t1_s=1000.0, idle_power_w=10.0, busy_power_w=40.0)
+MEASURED = replace(PRIOR, estimated=False)
+# The GPU's idle draw comes from the catalog (the lowest of its models').
+CATALOG = Catalog(AnalyticModel("w", idle_power_w=10.0, busy_power_w=40.0))
+
+
+def _round(model, *, limit_j=12_000.0, state=None, jobs=None, now=0.0):
+    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=limit_j)
+    jobs = jobs or [job("a", iters=10.0)]
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        jobs,
+        CATALOG,
+        budgets=(budget,),
+        job_perf={(j.job_id, "A100"): model for j in jobs},
+        policy_state=state or {},
+    )
+    return plan_round(snap, policy=get_policy("powerflow"), now=now)
+
+
+def test_a_job_held_only_by_its_prior_starts_for_a_bounded_probe():
+    plan = _round(PRIOR)
+    alloc = plan.allocations["a"]
+    assert alloc.n_gpus == 1 and alloc.sm_clock_mhz == 1000  # its minimum configuration
+    assert plan.replan_at_s == pytest.approx(60.0)  # the probe ends after probe_s
+    probe = plan.policy_state["prior_probes"]["a"]
+    # lowest clock: 10 + 30 x 0.25 = 17.5 W for 60 s
+    assert probe["predicted_energy_j"] == pytest.approx(17.5 * 60.0)
+    assert probe["until_s"] == pytest.approx(60.0)
+
+
+def test_a_measured_model_that_does_not_fit_still_waits():
+    plan = _round(MEASURED)
+    assert "a" not in plan.allocations
+    assert plan.waiting["a"].code == "over_round_allowance"
+    assert plan.replan_at_s is None
+
+
+def test_a_job_is_probed_once():
+    first = _round(PRIOR)
+    # the probe ended without an observation (the model is still the prior) and the job
+    # was stopped: no second probe
+    later = _round(PRIOR, state=first.policy_state, now=300.0)
+    assert "a" not in later.allocations
+    assert "a" in later.policy_state["prior_probes"]
+
+
+def test_a_probe_must_fit_a_share_of_what_the_period_has_left():
+    # 1,050 J is more than a quarter of 4,000 J
+    plan = _round(PRIOR, limit_j=4_000.0)
+    assert "a" not in plan.allocations
+    # and spent budget counts: 12 kJ limit, 8 kJ used leaves the same 4 kJ
+    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=12_000.0, energy_used_j=8_000.0)
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        [job("a", iters=10.0)],
+        CATALOG,
+        budgets=(budget,),
+        job_perf={("a", "A100"): PRIOR},
+    )
+    assert "a" not in plan_round(snap, policy=get_policy("powerflow"), now=0.0).allocations
+
+
+def test_probes_can_be_turned_off():
+    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=12_000.0)
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        [job("a", iters=10.0)],
+        CATALOG,
+        budgets=(budget,),
+        job_perf={("a", "A100"): PRIOR},
+    )
+    plan = plan_round(snap, policy=get_policy("powerflow", probe_s=None), now=0.0)
+    assert "a" not in plan.allocations
+
+
+def test_a_budgeted_job_known_only_by_its_prior_is_not_upgraded():
+    # A generous budget: the job fits at once. Elastic up to 8 GPUs; with a measured model
+    # the greedy buys GPUs, with its prior alone it stays at its minimum until observed.
+    elastic = [job("a", iters=10.0, min_gpus=1, max_gpus=8)]
+    fast = replace(PRIOR, t1_s=1.0)
+    learned = _round(replace(fast, estimated=False), limit_j=1e9, jobs=elastic)
+    assert learned.allocations["a"].n_gpus > 1
+    prior = _round(fast, limit_j=1e9, jobs=elastic)
+    assert prior.allocations["a"].n_gpus == 1
