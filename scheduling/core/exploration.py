@@ -54,6 +54,7 @@ half its GPU count if the bound still allows. What a record holds is in ``new_re
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -404,7 +405,8 @@ def new_record(*, gpu_model: str, n_gpus: int, now_s: float, budget_frac: float)
     ``tried`` the finished probes ({limit_w, n_gpus, seconds, cost_s, energy_j}); ``probe``
     the one running now; ``spent_s`` seconds lost so far; ``budget_s`` the bound as last
     computed (``budget_frac`` x predicted completion time); ``result_w`` the limit chosen;
-    ``other_gpus`` the other GPU count tried (elastic jobs); ``reason`` why it stopped."""
+    ``other_gpus`` the other GPU count tried (elastic jobs); ``reason`` why it stopped;
+    ``layout`` (once the job runs) its GPUs per node, largest first."""
     return {
         "status": EXPLORING,
         "gpu_model": gpu_model,
@@ -465,6 +467,13 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     # Close the probe that ran since the last round, if the job ran it.
     probe, rec["probe"] = rec["probe"], None
     a = job.allocation
+    if a is not None and a.gpu_ids:
+        # Where the job runs, GPUs per node: a job spread over nodes is observed (and its
+        # measurements kept) under its node count, which the GPU count alone does not give.
+        node_of = {gpu.gpu_id: gpu.node for gpu in ctx.snapshot.cluster.gpus}
+        per_node = Counter(node_of.get(gid) for gid in a.gpu_ids)
+        rec["layout"] = sorted(per_node.values(), reverse=True)
+    shape = rec.get("layout")
     if probe is not None and a is not None and a.n_gpus == probe["n_gpus"]:
         ran_at = a.power_limit_w
         if ran_at is not None and abs(ran_at - probe["limit_w"]) < 0.5 and now > probe["since_s"]:
@@ -474,7 +483,9 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
                 _remaining_s(ctx, jv, t["n_gpus"], batch, t["limit_w"]) for t in tried or [probe]
             )
             cost = seconds * max(1.0 - t_ref / t_probe, 0.0) if t_probe > 0 else 0.0
-            energy = predicted_energy_j(model, _cfg(probe["n_gpus"], batch), probe["limit_w"])
+            energy = predicted_energy_j(
+                model, _cfg(probe["n_gpus"], batch, shape), probe["limit_w"]
+            )
             tried.append({**probe, "seconds": seconds, "cost_s": cost, "energy_j": energy})
             rec["spent_s"] += cost
     if not tried:
@@ -495,7 +506,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             probes[t["limit_w"]] = probes.get(t["limit_w"], 0) + 1
         step = next_step(
             model,
-            _cfg(n, batch),
+            _cfg(n, batch, shape),
             limits,
             set(measured),
             step_s=ctx.round_length_s,
@@ -512,7 +523,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             return _probe(rec, g, n, step.limit_w, now), _retune(g, n, step.limit_w)
         rec["reason"] = step.reason
         other = _other_count(job, n)
-        chosen = chosen_limit(model, _cfg(n, batch), limits, set(measured), measured)
+        chosen = chosen_limit(model, _cfg(n, batch, shape), limits, set(measured), measured)
         if other is not None and g.n_gpus == n and not g.gpu_ids:
             t_ref = _remaining_s(ctx, jv, n, batch, chosen)
             t_other = _remaining_s(ctx, jv, other, batch, chosen)
@@ -534,11 +545,12 @@ def _measured(
     at_n = [t for t in rec["tried"] if t["n_gpus"] == n]
     if KNOWN_ENERGY == "fitted":
         return {
-            t["limit_w"]: fitted_energy_j(model, _cfg(n, batch), t["limit_w"]) for t in at_n
+            t["limit_w"]: fitted_energy_j(model, _cfg(n, batch, rec.get("layout")), t["limit_w"])
+            for t in at_n
         }, None
     last = {t["limit_w"]: t["energy_j"] for t in at_n}
     if KNOWN_ENERGY == "noise-aware":
-        est = estimate(model, _cfg(n, batch), set(last))
+        est = estimate(model, _cfg(n, batch, rec.get("layout")), set(last))
         if est is not None:  # a probe the job was not measured in keeps its prediction
             return {**last, **est.known_j}, est
     return last, None
@@ -551,7 +563,11 @@ def _finish(rec: dict, model: PerfModel, limits, batch: int, reason: str) -> dic
         probe=None,
         reason=reason,
         result_w=chosen_limit(
-            model, _cfg(rec["n_gpus"], batch), limits, set(measured), measured or None
+            model,
+            _cfg(rec["n_gpus"], batch, rec.get("layout")),
+            limits,
+            set(measured),
+            measured or None,
         ),
     )
     return rec
@@ -576,7 +592,11 @@ def _retune(g: Grant, n: int, limit_w: float) -> Grant:
     return replace(g, n_gpus=n, power_limit_w=limit_w, sm_clock_mhz=None, gpu_ids=ids)
 
 
-def _cfg(n: int, batch: int) -> GpuConfig:
+def _cfg(n: int, batch: int, layout: list[int] | None = None) -> GpuConfig:
+    """``n`` GPUs at ``batch``, laid out as the job last ran (``layout``, GPUs per node)
+    when that was ``n`` GPUs; otherwise packed, as the model assumes."""
+    if layout and sum(layout) == n:
+        return GpuConfig(n_gpus=n, global_batch=batch, gpus_per_node=tuple(layout))
     return GpuConfig(n_gpus=n, global_batch=batch)
 
 

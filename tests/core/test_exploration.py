@@ -21,7 +21,7 @@ from scheduling.core.exploration import (
     predicted_energy_j,
 )
 from scheduling.core.online_fit import fit_online
-from scheduling.core.online_model import Observation
+from scheduling.core.online_model import Observation, config_of
 from scheduling.core.perf_models import load_catalog
 from scheduling.core.round import plan_round
 from scheduling.core.types import GpuConfig
@@ -128,13 +128,15 @@ def _rounds(
     frac: float | None = 0.03,
     noise: float = 0.0,
     seed: int = 0,
+    cluster=None,
 ):
     """Plan ``n_rounds`` rounds of one job on an A100 node; after each, the job is observed
     in the configuration it ran (the truth: resnet50's catalog model, its time and draw
     each times seeded log-normal ``noise``) and its online model refitted from a bert
     prior. Returns the plans."""
     rng = random.Random(seed)
-    cluster = make_cluster(nodes_per_switch=1)
+    cluster = cluster or make_cluster(nodes_per_switch=1)
+    node_of = {gpu.gpu_id: gpu.node for gpu in cluster.gpus}
     seen: list[Observation] = []
     records: dict = {}
     plans = []
@@ -148,11 +150,12 @@ def _rounds(
         plans.append(plan)
         records = dict(plan.exploration)
         a = plan.allocations[j.job_id]
-        cfg = GpuConfig(a.n_gpus, a.global_batch, power_limit_w=a.power_limit_w)
+        n_nodes = len({node_of[g] for g in a.gpu_ids})
+        cfg = config_of(a.n_gpus, n_nodes, a.global_batch / a.n_gpus, None, a.power_limit_w)
         t = MODEL.iter_time_s(cfg)
         t_seen = t * math.exp(rng.gauss(0.0, noise)) if noise else t
         p_seen = MODEL.power_w(cfg) * (math.exp(rng.gauss(0.0, noise)) if noise else 1.0)
-        seen.append(Observation(a.n_gpus, 1, a.global_batch / a.n_gpus, t_seen, p_seen,
+        seen.append(Observation(a.n_gpus, n_nodes, a.global_batch / a.n_gpus, t_seen, p_seen,
                                 power_limit_w=a.power_limit_w))  # fmt: skip
         j = replace(j, allocation=a, started_s=j.started_s if j.started_s is not None else now,
                     done_iters=j.done_iters + ROUND_S / t)  # fmt: skip
@@ -319,3 +322,23 @@ def test_with_noisy_repeats_the_estimate_leans_on_the_fitted_curve():
         fitted = fitted_energy_j(model, CFG, w)
         assert abs(math.log(est.known_j[w] / fitted)) <= abs(math.log(raw / fitted)) + 1e-12
         assert est.log_var[w] < est.noise_var
+
+
+def test_a_job_spread_over_nodes_finds_its_measurements_under_its_node_count():
+    # given a 4-GPU job on nodes of 2 GPUs (so it runs on two nodes and is observed so),
+    # and the same job on one 8-GPU node
+    j = job("j1", n=4, workload="resnet50", iters=800_000.0, gpu_model="A100")
+    spread = _rounds(j, n_rounds=18, cluster=make_cluster(nodes_per_switch=4, gpus_per_node=2))
+    packed = _rounds(j, n_rounds=18)
+    # then both find their measurements: the default limit is measured thrice (its repeats
+    # give the noise; a job whose measurements were looked up on one node found none and
+    # never repeated), the optimum is decided from them within the bound, and it is the
+    # truth's (200 W for both layouts)
+    for plans in (spread, packed):
+        rec = plans[-1].exploration["j1"]
+        assert rec["status"] == DONE and 0.0 < rec["spent_s"] <= rec["budget_s"]
+        assert [t["limit_w"] for t in rec["tried"]][:3] == [400.0, 400.0, 400.0]
+        assert rec["reason"].endswith("the optimum is decided within 25 W")
+        assert rec["result_w"] == 200.0
+    assert spread[-1].exploration["j1"]["layout"] == [2, 2]
+    assert packed[-1].exploration["j1"]["layout"] == [4]
