@@ -39,6 +39,16 @@ def resembles_field() -> forms.ChoiceField:
     )
 
 
+def param_count_field() -> forms.IntegerField:
+    return forms.IntegerField(
+        label="Parameters",
+        required=False,
+        min_value=MIN_PARAM_COUNT,
+        max_value=MAX_PARAM_COUNT,
+        help_text="Hint: the model's number of parameters (optional).",
+    )
+
+
 class JobSubmitForm(forms.Form):
     """A training job: workload (any name, with hints for one the catalog does not know),
     GPUs, batch, work."""
@@ -47,13 +57,7 @@ class JobSubmitForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
     workload = workload_field()
     resembles = resembles_field()
-    param_count = forms.IntegerField(
-        label="Parameters",
-        required=False,
-        min_value=MIN_PARAM_COUNT,
-        max_value=MAX_PARAM_COUNT,
-        help_text="Hint: the model's number of parameters (optional).",
-    )
+    param_count = param_count_field()
     gpus = forms.IntegerField(label="GPUs", **_INT, max_value=1024)
     max_gpus = forms.IntegerField(
         label="Max GPUs (elastic)",
@@ -106,6 +110,7 @@ class PredictForm(forms.Form):
 
     workload = workload_field()
     resembles = resembles_field()
+    param_count = param_count_field()
     gpus = forms.IntegerField(**_INT, max_value=1024)
     batch_size = forms.IntegerField(**_INT)
     iterations = forms.IntegerField(**_INT)

@@ -65,7 +65,9 @@ class Prediction:
         }
 
 
-def cluster_gpu_model_for(workload: str, *, catalog=None, resembles: str = "") -> str:
+def cluster_gpu_model_for(
+    workload: str, *, catalog=None, resembles: str = "", param_count: int | None = None
+) -> str:
     """The GPU model a job of ``workload`` that names none would run on, by the round's rule
     (``scheduling.core.round``: the most plentiful model the lookup gives a performance model
     on, ties by name); with no GPU registered, the catalog's first for the workload, else its
@@ -80,6 +82,7 @@ def cluster_gpu_model_for(workload: str, *, catalog=None, resembles: str = "") -
         catalog=catalog,
         nvml=perf_lookup.nvml_by_model(present),
         resembles=resembles,
+        param_count=param_count,
     )
     pool = {m: n for m, n in present.items() if m in found} or present
     if pool:
@@ -96,16 +99,24 @@ def predict_job(
     now: datetime,
     gpu_model: str = "",
     resembles: str = "",
+    param_count: int | None = None,
 ) -> Prediction:
     """Duration, energy and carbon of running ``iterations`` at the maximum clock on ``gpus``
     consolidated GPUs, from the model a new job of the workload would start from in the live
     rounds (``perf_lookup.model_for``: a learned profile, the catalog, or an estimate).
     Raises ``KeyError`` (``UnknownPerfModelError``) when there is nothing to start from."""
     catalog = perf_lookup.current_catalog()
-    gpu_model = gpu_model or cluster_gpu_model_for(workload, catalog=catalog, resembles=resembles)
+    gpu_model = gpu_model or cluster_gpu_model_for(
+        workload, catalog=catalog, resembles=resembles, param_count=param_count
+    )
     nvml = perf_lookup.nvml_by_model([gpu_model]).get(gpu_model)
     found = perf_lookup.model_for(
-        workload, gpu_model, catalog=catalog, nvml=nvml, resembles=resembles
+        workload,
+        gpu_model,
+        catalog=catalog,
+        nvml=nvml,
+        resembles=resembles,
+        param_count=param_count,
     )
     if found is None:
         catalog.get(workload, gpu_model)  # raises UnknownPerfModelError, naming what exists

@@ -134,6 +134,7 @@ def job_predict(request):
             iterations=data["iterations"],
             now=timezone.now(),
             resembles=data.get("resembles") or "",
+            param_count=data.get("param_count"),
         )
     except KeyError as exc:
         return JsonResponse({"errors": {"workload": [str(exc)]}}, status=400)

@@ -128,7 +128,11 @@ def observed_slowdowns(rows: Iterable[Job], *, catalog: Catalog, now: datetime) 
         if not iter_times:
             continue
         found = perf_lookup.model_for(
-            job.workload, gpus[0].model, catalog=catalog, resembles=job.resembles
+            job.workload,
+            gpus[0].model,
+            catalog=catalog,
+            resembles=job.resembles,
+            param_count=job.param_count,
         )
         if found is None or found.kind == PerfModelKind.ESTIMATED:
             continue

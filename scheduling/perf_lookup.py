@@ -76,17 +76,20 @@ def model_for(
     catalog: Catalog | None = None,
     nvml: NvmlGpu | None = None,
     resembles: str = "",
+    param_count: int | None = None,
 ) -> Found | None:
     """The model a job of ``workload`` would start from on ``gpu_model`` (see the module
     docstring); None when nothing gives one. ``nvml``: what NVML reports of the GPU model
     (needed only for one the catalog lacks); ``catalog``: the current one unless given;
-    ``resembles``: the job's hint, the catalog workload it is like (``Job.resembles``)."""
+    ``resembles``, ``param_count``: the job's hints, the catalog workload it is like and its
+    number of parameters (``Job.resembles``, ``Job.param_count``)."""
     found = workload_profiles.prior_for(
         workload,
         gpu_model,
         catalog=catalog or current_catalog(),
         nvml=nvml,
         resembles=resembles,
+        param_count=param_count,
     )
     return None if found is None else Found(*found)
 
@@ -98,12 +101,18 @@ def models_on(
     catalog: Catalog,
     nvml: Mapping[str, NvmlGpu],
     resembles: str = "",
+    param_count: int | None = None,
 ) -> dict[str, Found]:
     """GPU model -> ``model_for`` of each of ``gpu_models`` that has one."""
     out = {}
     for gpu_model in gpu_models:
         found = model_for(
-            workload, gpu_model, catalog=catalog, nvml=nvml.get(gpu_model), resembles=resembles
+            workload,
+            gpu_model,
+            catalog=catalog,
+            nvml=nvml.get(gpu_model),
+            resembles=resembles,
+            param_count=param_count,
         )
         if found is not None:
             out[gpu_model] = found

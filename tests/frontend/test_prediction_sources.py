@@ -160,3 +160,36 @@ def test_the_job_list_filters_by_a_workload_the_catalog_does_not_know(
 
     assert response.status_code == 200
     assert [j.pk for j in response.context["page_obj"]] == [mine.pk]
+
+
+def test_the_prediction_of_an_unknown_workload_starts_from_the_one_nearest_its_size(
+    client_for, member, make_node
+):
+    # given A100s; the catalog knows no "my-vgg"; vgg16 (138M parameters) is the A100
+    # workload nearest 150M in size (data/perf/param_counts.csv)
+    make_node("node-01", gpus=4)
+
+    # when the prediction names its parameter count, as the rounds' prior reads it
+    response = client_for(member).get(
+        reverse("frontend:job-predict"),
+        {**QUERY, "workload": "my-vgg", "param_count": 150_000_000},
+    )
+
+    # then it is predicted from vgg16, and called estimated
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["model_kind"], body["model_source"]) == (
+        "estimated",
+        "estimated from catalog vgg16@A100",
+    )
+    vgg16 = load_catalog().get("vgg16", "A100")
+    assert body["duration_s"] == pytest.approx(1000 * vgg16.iter_time_s(CFG), rel=1e-9)
+
+
+def test_a_parameter_count_below_the_minimum_is_a_400_with_its_field(client_for, member):
+    response = client_for(member).get(
+        reverse("frontend:job-predict"), {**QUERY, "workload": "my-vgg", "param_count": 0}
+    )
+
+    assert response.status_code == 400
+    assert "param_count" in response.json()["errors"]
