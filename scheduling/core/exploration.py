@@ -437,6 +437,7 @@ def explore_round(
     if frac is None or not explores or not decision.grants:
         return decision, records
     views = {jv.job.job_id: jv for jv in ctx.jobs}
+    node_of: dict[str, str] = {}  # GPU id -> node, built once a running explorer needs it
     grants = []
     for g in decision.grants:
         jv = views[g.job_id]
@@ -447,6 +448,14 @@ def explore_round(
         if rec is None or rec["status"] != EXPLORING:
             grants.append(g)
             continue
+        a = jv.job.allocation
+        if a is not None and a.gpu_ids:
+            # Where the job runs, GPUs per node: a job spread over nodes is observed (and
+            # its measurements kept) under its node count, which its GPU count does not give.
+            if not node_of:
+                node_of = {gpu.gpu_id: gpu.node for gpu in snapshot.cluster.gpus}
+            per_node = Counter(node_of.get(gid) for gid in a.gpu_ids)
+            rec = {**rec, "layout": sorted(per_node.values(), reverse=True)}
         rec, g2 = _advance(ctx, jv, g, dict(rec))
         records[g.job_id] = rec
         grants.append(g2)
@@ -467,12 +476,6 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     # Close the probe that ran since the last round, if the job ran it.
     probe, rec["probe"] = rec["probe"], None
     a = job.allocation
-    if a is not None and a.gpu_ids:
-        # Where the job runs, GPUs per node: a job spread over nodes is observed (and its
-        # measurements kept) under its node count, which the GPU count alone does not give.
-        node_of = {gpu.gpu_id: gpu.node for gpu in ctx.snapshot.cluster.gpus}
-        per_node = Counter(node_of.get(gid) for gid in a.gpu_ids)
-        rec["layout"] = sorted(per_node.values(), reverse=True)
     shape = rec.get("layout")
     if probe is not None and a is not None and a.n_gpus == probe["n_gpus"]:
         ran_at = a.power_limit_w

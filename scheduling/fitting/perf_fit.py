@@ -329,7 +329,7 @@ def fit_power_limit(rows: Sequence[PowerLimitRow], default_limit_w: float) -> Po
         # bound (``busy_max_w x busy_floor_frac``), and BLAS builds choose between them.
         # The second is written as the first, so the draw is ``busy_max_w`` on every
         # machine (the two differ by under 0.1% over the sweep's batches).
-        draw_w = best[0] * (best[2] + (1.0 - best[2]) * batches[-1] / (batches[-1] + best[1]))
+        draw_w = model(best).busy_w(batches[-1])
         best = best.copy()
         best[0], best[1], best[2] = draw_w, 0.0, 1.0
     return model(best)
