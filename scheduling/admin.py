@@ -117,6 +117,7 @@ class SchedulingRoundAdmin(RecordAdmin):
         "failed_changes",
         "predicted_energy_j",
         "plan_duration_s",
+        "replan_at",
     ]
     list_filter = ["policy", "outcome"]
     date_hierarchy = "started_at"

@@ -259,6 +259,13 @@ class SchedulingRound(models.Model):
     ci_g_per_kwh = models.FloatField()
     ci_estimated = models.BooleanField(default=False)
     plan_duration_s = models.FloatField(help_text="Wall time of build + plan + apply.")
+    replan_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The plan asked for the next round by then (a probe of a job known only "
+        "by its prior ends): the first beat tick after it runs a round, even before the "
+        "round interval has passed.",
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]

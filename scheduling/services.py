@@ -105,10 +105,18 @@ def check_liveness(*, now: datetime) -> list[int] | None:
 
 def _round_due(config: SchedulerSettings, now: datetime) -> bool:
     """Beat ticks every WATTFLOW_ROUND_INTERVAL_S; a tick earlier than the configured interval
-    since the last round is skipped. Half a tick of slack absorbs beat's jitter."""
-    last = SchedulingRound.objects.order_by("-started_at").values_list("started_at", flat=True)
-    last_at = last.first()
-    if last_at is None:
+    since the last round is skipped, unless the last round's plan asked to be revisited by
+    now (``SchedulingRound.replan_at``: a probe ended). Half a tick of slack absorbs beat's
+    jitter."""
+    last = (
+        SchedulingRound.objects.order_by("-started_at", "-id")
+        .values_list("started_at", "replan_at")
+        .first()
+    )
+    if last is None:
+        return True
+    last_at, replan_at = last
+    if replan_at is not None and now >= replan_at:
         return True
     slack_s = settings.WATTFLOW_ROUND_INTERVAL_S / 2
     return (now - last_at).total_seconds() >= config.round_interval_s - slack_s
@@ -266,6 +274,9 @@ def _record_round(
         ci_g_per_kwh=snap.carbon.ci_g_per_kwh,
         ci_estimated=snap.carbon.estimated,
         plan_duration_s=0.0,
+        replan_at=None
+        if plan.replan_at_s is None
+        else datetime.fromtimestamp(plan.replan_at_s, tz=UTC),
     )
 
 

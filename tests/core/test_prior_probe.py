@@ -12,7 +12,7 @@ import pytest
 from scheduling.core.registry import get_policy
 from scheduling.core.round import plan_round
 from scheduling.core.types import Budget
-from tests.core.corekit import AnalyticModel, Catalog, job, make_cluster, snapshot
+from tests.core.corekit import AnalyticModel, Catalog, job, make_cluster, running, snapshot
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ MEASURED = replace(PRIOR, estimated=False)
 CATALOG = Catalog(AnalyticModel("w", idle_power_w=10.0, busy_power_w=40.0))
 
 
-def _round(model, *, limit_j=12_000.0, state=None, jobs=None, now=0.0):
+def _round(model, *, limit_j=12_000.0, state=None, jobs=None, now=0.0, round_s=300.0, **policy):
     budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=limit_j)
     jobs = jobs or [job("a", iters=10.0)]
     snap = snapshot(
@@ -41,8 +41,15 @@ def _round(model, *, limit_j=12_000.0, state=None, jobs=None, now=0.0):
         budgets=(budget,),
         job_perf={(j.job_id, "A100"): model for j in jobs},
         policy_state=state or {},
+        round_length_s=round_s,
     )
-    return plan_round(snap, policy=get_policy("powerflow"), now=now)
+    return plan_round(snap, policy=get_policy("powerflow", **policy), now=now)
+
+
+def _probed(plan, job_id="a"):
+    """The job as the next round sees it: running where the plan put it."""
+    alloc = plan.allocations[job_id]
+    return running(job(job_id, iters=10.0), alloc.gpu_ids, clock=alloc.sm_clock_mhz)
 
 
 def test_a_job_held_only_by_its_prior_starts_for_a_bounded_probe():
@@ -110,3 +117,57 @@ def test_a_budgeted_job_known_only_by_its_prior_is_not_upgraded():
     assert learned.allocations["a"].n_gpus > 1
     prior = _round(fast, limit_j=1e9, jobs=elastic)
     assert prior.allocations["a"].n_gpus == 1
+
+
+def test_a_probe_outlasts_a_short_round_and_a_round_before_its_end_keeps_it():
+    # Live rounds may come every 10 s: the probe still lasts probe_s, and a round inside
+    # it keeps the job at its minimum and asks again for the probe's end.
+    first = _round(PRIOR, round_s=10.0)
+    assert first.replan_at_s == pytest.approx(60.0)
+    mid = _round(PRIOR, round_s=10.0, state=first.policy_state, jobs=[_probed(first)], now=20.0)
+    assert mid.allocations["a"].n_gpus == 1 and mid.allocations["a"].sm_clock_mhz == 1000
+    assert mid.replan_at_s == pytest.approx(60.0)
+    assert mid.policy_state["prior_probes"]["a"].get("extensions", 0) == 0
+
+
+def test_a_probe_that_ends_unobserved_goes_on_a_bounded_number_of_times():
+    # A slow start: at the probe's end the job runs but has not reported yet.
+    plan = _round(PRIOR)
+    for k in (1, 2):
+        now = plan.replan_at_s
+        plan = _round(PRIOR, state=plan.policy_state, jobs=[_probed(plan)], now=now)
+        probe = plan.policy_state["prior_probes"]["a"]
+        assert probe["extensions"] == k
+        assert plan.replan_at_s == pytest.approx(now + 60.0)
+        assert probe["predicted_energy_j"] == pytest.approx(17.5 * 60.0 * (k + 1))
+    # out of extensions (probe_extensions=2): it waits like any other job
+    last = _round(PRIOR, state=plan.policy_state, jobs=[_probed(plan)], now=plan.replan_at_s)
+    assert "a" not in last.allocations
+    assert last.waiting["a"].code == "over_round_allowance"
+    assert last.replan_at_s is None
+
+
+def test_an_extension_must_fit_the_probe_bound_too():
+    # 4,400 J: a first probe's 1,050 J fits a quarter (1,100 J); once the period has spent
+    # 1,050 J more, another 1,050 J is over a quarter of what is left.
+    plan = _round(PRIOR, limit_j=4_400.0)
+    assert "a" in plan.allocations
+    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=4_400.0, energy_used_j=1_050.0)
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        [_probed(plan)],
+        CATALOG,
+        budgets=(budget,),
+        job_perf={("a", "A100"): PRIOR},
+        policy_state=plan.policy_state,
+    )
+    later = plan_round(snap, policy=get_policy("powerflow"), now=60.0)
+    assert "a" not in later.allocations
+
+
+def test_extensions_can_be_turned_off():
+    plan = _round(PRIOR)
+    later = _round(
+        PRIOR, state=plan.policy_state, jobs=[_probed(plan)], now=60.0, probe_extensions=0
+    )
+    assert "a" not in later.allocations

@@ -505,3 +505,46 @@ def test_liveness_check_skips_while_a_round_holds_the_lock(
     assert services.check_liveness(now=later) == [job.pk]
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
+
+
+@pytest.fixture
+def powerflow_5min(db):
+    config = SchedulerSettings.load()
+    config.policy = "powerflow"
+    config.round_interval_s = 300
+    config.save()
+    return config
+
+
+def test_a_probe_is_revisited_at_its_end_not_at_the_next_round_interval(
+    powerflow_5min, live_node, make_job, member, team
+):
+    # given a job nobody profiled (known only by a prior) whose prior cost is far beyond its
+    # team's paced allowance, but whose 60 s probe fits a quarter of the period's budget
+    live_node()
+    Budget.objects.create(
+        team=team, period_start=T0 - timedelta(hours=1), period_end=T0 + timedelta(days=1),
+        energy_limit_kwh=0.2,
+    )  # fmt: skip
+    job = _job(make_job, member, team, workload="my-unprofiled-model", min_gpus=1, max_gpus=1,
+               total_iterations=10_000_000)  # fmt: skip
+
+    # when rounds run at T0, and beat ticks 30 s and 60 s later (rounds every 300 s)
+    probe = services.run_scheduling_round(now=T0)
+    job.refresh_from_db()
+    started = job.state
+    tick = services.run_scheduling_round(now=T0 + timedelta(seconds=30))
+    end = services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+
+    # then the probe starts, its end is recorded, the tick inside it is skipped and the
+    # tick at its end runs a round, which (no progress report yet) lets it go on once
+    assert started == JobState.RUNNING
+    first = SchedulingRound.objects.get(pk=probe.round_id)
+    assert first.replan_at == T0 + timedelta(seconds=60)
+    assert (tick.ran, tick.skipped) == (False, "not_due")
+    assert end.ran
+    state = SchedulerSettings.load().policy_state["prior_probes"][str(job.pk)]
+    assert state["extensions"] == 1
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert SchedulingRound.objects.get(pk=end.round_id).replan_at == T0 + timedelta(seconds=120)

@@ -84,17 +84,23 @@ Probes (``probe_s``, learned knowledge only): a job whose model is still its pri
 (``estimated``: no iteration time of its own measured yet) and that waits only because that
 prior's cost does not fit a budget's allowance may start once at its minimum configuration
 for at most ``probe_s`` seconds (``PolicyDecision.replan_at_s`` asks for the next plan
-there), if the probe's predicted busy energy fits ``probe_share`` of what each budget that
-pays for it has left in its period (after this round's spending and a cluster budget's idle
-floor to the period's end). A prior that overestimates the job would otherwise hold it back
-for good: a job that never runs is never observed, so the prior is never corrected (seen as
-ncf never starting under a learned team-budget run). After the probe the job's own
+there, and a round that comes earlier keeps the probe running to its end; the probe's
+length does not depend on the round's), if the probe's predicted busy energy fits
+``probe_share`` of what each budget that pays for it has left in its period (after this
+round's spending and a cluster budget's idle floor to the period's end). A probe that ends
+before the job was observed (a slow start: a real training script may take a minute to
+load its data before its first progress report) goes on for another ``probe_s``, bounded
+the same way, at most ``probe_extensions`` times; then the job waits like any other. A
+prior that overestimates the job would otherwise hold it back for good: a job that never
+runs is never observed, so the prior is never corrected (seen as ncf never starting under
+a learned team-budget run). After the probe the job's own
 observations decide, like any other job's. For the same reason a job paid by a budget
 takes no upgrade beyond its minimum configuration while its model is its prior alone: an
 upgrade's cost would be the prior's guess (a prior taught by one observed GPU count says
 little about thirty-two). Each probe is kept in the policy state
 (``prior_probes``: when, for how long, on how many GPUs, at what predicted energy) as long
-as the job is active, and a job is probed at most once.
+as the job is active (``extensions``: how often it went on), and a job is probed at most
+once: a probed job that was stopped is not probed again.
 
 Batch size: the work is a number of useful samples, so a larger global batch needs fewer
 iterations only as far as its statistical efficiency allows (``scheduling.core.goodput``);
@@ -180,6 +186,7 @@ class BudgetGreedy:
         keep_running: bool = False,
         probe_s: float | None = 60.0,
         probe_share: float = 0.25,
+        probe_extensions: int = 2,
         reserve_at_fast: bool = False,
         hour_price: bool = False,
         keep_window_h: int = 24,
@@ -201,8 +208,8 @@ class BudgetGreedy:
           linearly as spending lags its straight line from ``lag_deadband`` to
           ``lag_deadband + lag_release`` of the limit (``lag_release`` 0: never);
         - ``keep_running``: resize hysteresis, off by default (point 2);
-        - ``probe_s``, ``probe_share``: the bounded probe of a job known only by its prior
-          (module docstring; ``probe_s`` None: never);
+        - ``probe_s``, ``probe_share``, ``probe_extensions``: the bounded probe of a job
+          known only by its prior (module docstring; ``probe_s`` None: never);
         - ``reserve_at_fast`` (off by default): a budget behind its straight line (up
           to ``lag_deadband`` of its limit, fully beyond) counts its period reserve as
           future work at its fastest configurations, at the present jobs' ratio of
@@ -239,6 +246,9 @@ class BudgetGreedy:
             raise ValueError("probe_share must be in (0, 1]")
         self.probe_s = probe_s
         self.probe_share = probe_share
+        if probe_extensions < 0:
+            raise ValueError("probe_extensions must be 0 or more")
+        self.probe_extensions = probe_extensions
         self.reserve_at_fast = reserve_at_fast
         self.hour_price = hour_price
         self.keep_window_h = keep_window_h
@@ -361,7 +371,6 @@ class _Round:
             for job_id, rec in ctx.policy_state.get("prior_probes", {}).items()
             if job_id in active
         }
-        self.new_probes: list[str] = []
 
     # --- inputs -------------------------------------------------------------------
 
@@ -733,23 +742,34 @@ class _Round:
 
     def probe(self, j: int, est: Estimate) -> bool:
         """Start job j at its minimum configuration for a bounded probe if only its prior
-        holds it back (module docstring, "Probes"); True if it was admitted so."""
+        holds it back, keep a probe that has not ended running, or extend one that ended
+        before the job was observed (module docstring, "Probes"); True if it was admitted
+        so."""
         policy, jv = self.policy, self.jobs[j]
         job = jv.job
-        if (
-            policy.probe_s is None
-            or job.allocation is not None
-            or job.job_id in self.probes
-            or not _prior_only(jv)
-        ):
+        if policy.probe_s is None or not _prior_only(jv):
             return False
-        length = min(policy.probe_s, self.round_s, est.remaining_s)
+        now = self.ctx.now_s
+        rec = self.probes.get(job.job_id)
+        n0 = self.opts[j][0][0]
+        if rec is not None and job.allocation is not None and now < rec["until_s"] - 1e-6:
+            # A probe still under way was paid for when it started: it runs to its end
+            # (a round may come before it, e.g. at a live beat tick).
+            length = min(rec["until_s"] - now, self.round_s)
+            d_team = n0 * est.power_w * length
+            d_cluster = n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length
+            self._admit_probe(j, d_team, d_cluster)
+            return True
+        if rec is None:
+            if job.allocation is not None:
+                return False
+        elif job.allocation is None or rec.get("extensions", 0) >= policy.probe_extensions:
+            return False  # probed already: stopped, or out of extensions
+        length = min(policy.probe_s, est.remaining_s)
         if not length > 0.0:
             return False
-        n0 = self.opts[j][0][0]
         d_team = n0 * est.power_w * length + self.restart_j(j, n0)
         d_cluster = n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length
-        now = self.ctx.now_s
         for bi, is_cluster in self.pays[j]:
             b = self.budgets[bi]
             d = d_cluster if is_cluster else d_team
@@ -765,19 +785,28 @@ class _Round:
                 free_g = b.co2_remaining_g - committed * self.to_g
                 if d * self.to_g > policy.probe_share * free_g:
                     return False
-        self.ledger.take(jv, n0)
+        self._admit_probe(j, d_team, d_cluster)
+        if rec is None:
+            self.probes[job.job_id] = {
+                "at_s": now,
+                "until_s": now + length,
+                "n_gpus": n0,
+                "predicted_energy_j": d_team,
+            }
+        else:
+            # It ended before the job was observed (a slow start, reports not yet in):
+            # it goes on for another probe_s, bounded like the first.
+            rec["extensions"] = rec.get("extensions", 0) + 1
+            rec["until_s"] = now + length
+            rec["predicted_energy_j"] += d_team
+        return True
+
+    def _admit_probe(self, j: int, d_team: float, d_cluster: float) -> None:
+        self.ledger.take(self.jobs[j], self.opts[j][0][0])
         self.spend(j, d_team, d_cluster)
         self.cfg[j] = [0, 0, self.opts[j][3]]
         self.cur[j] = self.mins[j]
         self.target[j] = (0, 0, self.opts[j][3])  # a probe takes no upgrade
-        self.probes[job.job_id] = {
-            "at_s": now,
-            "until_s": now + length,
-            "n_gpus": n0,
-            "predicted_energy_j": d_team,
-        }
-        self.new_probes.append(job.job_id)
-        return True
 
     # --- stage 4 (keep_running only): running jobs return to their size first -----
 
@@ -917,7 +946,14 @@ class _Round:
         state = dict(self.new_state)
         if self.probes:
             state["prior_probes"] = self.probes
-        replan = [self.probes[job_id]["until_s"] for job_id in self.new_probes]
+        # The next plan is due when the first probe that runs on ends.
+        now = ctx.now_s
+        running = {g.job_id for g in grants}
+        replan = [
+            rec["until_s"]
+            for job_id, rec in self.probes.items()
+            if job_id in running and rec["until_s"] > now + 1e-6
+        ]
         return PolicyDecision(
             grants=tuple(grants),
             waiting=waiting,
