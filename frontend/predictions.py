@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.conf import settings
+from django.db.models import Q
 
 from cluster.choices import ACTIVE_JOB_STATES
 from cluster.models import Gpu, Job, Node, Team
@@ -22,6 +23,7 @@ from scheduling.core import types as core
 from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
 from scheduling.core.types import J_PER_KWH, GpuConfig
 from scheduling.simulator import whatif
+from scheduling.workload_profiles import NO_HINTS, JobHints
 from telemetry.carbon import intensity_for_hour
 
 
@@ -65,9 +67,7 @@ class Prediction:
         }
 
 
-def cluster_gpu_model_for(
-    workload: str, *, catalog=None, resembles: str = "", param_count: int | None = None
-) -> str:
+def cluster_gpu_model_for(workload: str, *, catalog=None, hints: JobHints = NO_HINTS) -> str:
     """The GPU model a job of ``workload`` that names none would run on, by the round's rule
     (``scheduling.core.round``: the most plentiful model the lookup gives a performance model
     on, ties by name); with no GPU registered, the catalog's first for the workload, else its
@@ -81,13 +81,12 @@ def cluster_gpu_model_for(
         present,
         catalog=catalog,
         nvml=perf_lookup.nvml_by_model(present),
-        resembles=resembles,
-        param_count=param_count,
+        hints=hints,
     )
     pool = {m: n for m, n in present.items() if m in found} or present
     if pool:
         return min(pool, key=lambda m: (-pool[m], m))
-    return (catalog.gpu_models_for(resembles or workload) or catalog.gpu_models())[0]
+    return (catalog.gpu_models_for(hints.resembles or workload) or catalog.gpu_models())[0]
 
 
 def predict_job(
@@ -98,25 +97,21 @@ def predict_job(
     iterations: int,
     now: datetime,
     gpu_model: str = "",
-    resembles: str = "",
-    param_count: int | None = None,
+    hints: JobHints = NO_HINTS,
 ) -> Prediction:
     """Duration, energy and carbon of running ``iterations`` at the maximum clock on ``gpus``
     consolidated GPUs, from the model a new job of the workload would start from in the live
     rounds (``perf_lookup.model_for``: a learned profile, the catalog, or an estimate).
     Raises ``KeyError`` (``UnknownPerfModelError``) when there is nothing to start from."""
     catalog = perf_lookup.current_catalog()
-    gpu_model = gpu_model or cluster_gpu_model_for(
-        workload, catalog=catalog, resembles=resembles, param_count=param_count
-    )
+    gpu_model = gpu_model or cluster_gpu_model_for(workload, catalog=catalog, hints=hints)
     nvml = perf_lookup.nvml_by_model([gpu_model]).get(gpu_model)
     found = perf_lookup.model_for(
         workload,
         gpu_model,
         catalog=catalog,
         nvml=nvml,
-        resembles=resembles,
-        param_count=param_count,
+        hints=hints,
     )
     if found is None:
         catalog.get(workload, gpu_model)  # raises UnknownPerfModelError, naming what exists
@@ -213,11 +208,13 @@ def whatif_average_jct_s(
         catalog=perf_lookup.LookupCatalog(
             perf_lookup.current_catalog(),
             perf_lookup.nvml_by_model(),
-            resembles=dict(
-                Job.objects.filter(team=team, state__in=ACTIVE_JOB_STATES)
-                .exclude(resembles="")
-                .values_list("workload", "resembles")
-            ),
+            hints={
+                job.workload: JobHints.of(job)
+                for job in Job.objects.filter(team=team, state__in=ACTIVE_JOB_STATES)
+                .filter(Q(resembles__gt="") | Q(param_count__isnull=False))
+                .order_by("pk")
+                .only("workload", "resembles", "param_count")
+            },
         ),
         kind=kind,
         limit=limit,

@@ -31,6 +31,7 @@ from scheduling.core.types import G_PER_KG
 from scheduling.feasibility import submit_refusals
 from scheduling.models import JobSchedulingState, RoundDecision
 from scheduling.queries import placement_label
+from scheduling.workload_profiles import JobHints
 from telemetry.accounting import job_totals
 from telemetry.queries import job_energy_series
 
@@ -96,7 +97,7 @@ def job_new(request):
                 min_batch_size=kwargs.get("min_batch_size") or kwargs["global_batch_size"],
                 total_iterations=kwargs["total_iterations"],
                 now=timezone.now(),
-                resembles=kwargs["resembles"],
+                hints=JobHints(kwargs["resembles"], kwargs.get("param_count")),
             )
             if refusals:
                 raise ValidationError(refusals)
@@ -133,8 +134,7 @@ def job_predict(request):
             batch_size=data["batch_size"],
             iterations=data["iterations"],
             now=timezone.now(),
-            resembles=data.get("resembles") or "",
-            param_count=data.get("param_count"),
+            hints=JobHints(data.get("resembles") or "", data.get("param_count")),
         )
     except KeyError as exc:
         return JsonResponse({"errors": {"workload": [str(exc)]}}, status=400)

@@ -40,6 +40,7 @@ from scheduling import perf_lookup
 from scheduling.choices import PerfModelKind
 from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
 from scheduling.core.types import G_PER_KG, J_PER_KWH, GpuConfig
+from scheduling.workload_profiles import NO_HINTS, JobHints
 from telemetry.carbon import intensity_for_hour
 from telemetry.models import CarbonIntensity
 
@@ -56,7 +57,7 @@ def _gpu_counts() -> dict[str, int]:
 
 
 def _gpu_counts_for(
-    counts: dict[str, int], workload: str, gpu_model: str, catalog, resembles: str = ""
+    counts: dict[str, int], workload: str, gpu_model: str, catalog, hints: JobHints = NO_HINTS
 ):
     if gpu_model:
         return {gpu_model: counts.get(gpu_model, 0)}
@@ -65,7 +66,7 @@ def _gpu_counts_for(
         counts,
         catalog=catalog,
         nvml=perf_lookup.nvml_by_model(counts),
-        resembles=resembles,
+        hints=hints,
     )
     return {m: n for m, n in counts.items() if m in found}
 
@@ -96,7 +97,7 @@ def lower_bounds(
     max_gpus: int,
     batch: int,
     iters: int,
-    resembles: str = "",
+    hints: JobHints = NO_HINTS,
 ) -> LowerBounds | None:
     """Over the GPU models in ``gpus_by_model`` (model -> GPUs of it in the cluster, None when
     unknown), the GPU counts allowed, every clock step and the smallest batch; None when no
@@ -107,7 +108,7 @@ def lower_bounds(
     energy = duration = math.inf
     for gpu_model, present in gpus_by_model.items():
         found = perf_lookup.model_for(
-            workload, gpu_model, catalog=catalog, nvml=nvml.get(gpu_model), resembles=resembles
+            workload, gpu_model, catalog=catalog, nvml=nvml.get(gpu_model), hints=hints
         )
         if found is None or found.kind == PerfModelKind.ESTIMATED:
             continue
@@ -143,13 +144,14 @@ def submit_refusals(
     min_batch_size: int,
     total_iterations: int,
     now: datetime,
-    resembles: str = "",
+    hints: JobHints = NO_HINTS,
 ) -> dict[str, str]:
-    """Field -> why a job with these values could never run; empty when it could."""
+    """Field -> why a job with these values could never run; empty when it could.
+    ``hints``: what the submitter said of the workload (``JobHints``)."""
     errors: dict[str, str] = {}
     catalog = perf_lookup.current_catalog()
     counts = _gpu_counts()
-    usable = _gpu_counts_for(counts, workload, gpu_model, catalog, resembles)
+    usable = _gpu_counts_for(counts, workload, gpu_model, catalog, hints)
     if counts:
         offered = max(usable.values(), default=0)
         if min_gpus > offered:
@@ -172,7 +174,7 @@ def submit_refusals(
         max_gpus=max_gpus,
         batch=min_batch_size,
         iters=total_iterations,
-        resembles=resembles,
+        hints=hints,
     )
     if bounds is None:
         return errors

@@ -29,6 +29,7 @@ from scheduling import perf_lookup
 from scheduling.choices import PerfModelKind
 from scheduling.core import types as core
 from scheduling.core.perf_models import Catalog
+from scheduling.workload_profiles import JobHints
 from telemetry.choices import JobEventKind
 from telemetry.models import JobEvent
 
@@ -131,8 +132,7 @@ def observed_slowdowns(rows: Iterable[Job], *, catalog: Catalog, now: datetime) 
             job.workload,
             gpus[0].model,
             catalog=catalog,
-            resembles=job.resembles,
-            param_count=job.param_count,
+            hints=JobHints.of(job),
         )
         if found is None or found.kind == PerfModelKind.ESTIMATED:
             continue

@@ -25,7 +25,7 @@ from scheduling import workload_profiles
 from scheduling.choices import PerfModelKind
 from scheduling.core.perf_models import Catalog, FittedPerfModel, load_catalog
 from scheduling.models import PerfProfile
-from scheduling.workload_profiles import NvmlGpu
+from scheduling.workload_profiles import NO_HINTS, JobHints, NvmlGpu
 
 
 def current_catalog() -> Catalog:
@@ -75,21 +75,14 @@ def model_for(
     *,
     catalog: Catalog | None = None,
     nvml: NvmlGpu | None = None,
-    resembles: str = "",
-    param_count: int | None = None,
+    hints: JobHints = NO_HINTS,
 ) -> Found | None:
     """The model a job of ``workload`` would start from on ``gpu_model`` (see the module
     docstring); None when nothing gives one. ``nvml``: what NVML reports of the GPU model
     (needed only for one the catalog lacks); ``catalog``: the current one unless given;
-    ``resembles``, ``param_count``: the job's hints, the catalog workload it is like and its
-    number of parameters (``Job.resembles``, ``Job.param_count``)."""
+    ``hints``: what the job's submitter said of its workload (``JobHints``)."""
     found = workload_profiles.prior_for(
-        workload,
-        gpu_model,
-        catalog=catalog or current_catalog(),
-        nvml=nvml,
-        resembles=resembles,
-        param_count=param_count,
+        workload, gpu_model, catalog=catalog or current_catalog(), nvml=nvml, hints=hints
     )
     return None if found is None else Found(*found)
 
@@ -100,19 +93,13 @@ def models_on(
     *,
     catalog: Catalog,
     nvml: Mapping[str, NvmlGpu],
-    resembles: str = "",
-    param_count: int | None = None,
+    hints: JobHints = NO_HINTS,
 ) -> dict[str, Found]:
     """GPU model -> ``model_for`` of each of ``gpu_models`` that has one."""
     out = {}
     for gpu_model in gpu_models:
         found = model_for(
-            workload,
-            gpu_model,
-            catalog=catalog,
-            nvml=nvml.get(gpu_model),
-            resembles=resembles,
-            param_count=param_count,
+            workload, gpu_model, catalog=catalog, nvml=nvml.get(gpu_model), hints=hints
         )
         if found is not None:
             out[gpu_model] = found
@@ -122,18 +109,18 @@ def models_on(
 class LookupCatalog:
     """``model_for`` as the core's ``PerfCatalog`` (``get``, ``workloads``), for code that
     takes a catalog, such as the simulator's what-if: it then sizes jobs by the same models as
-    the rounds. ``resembles``: workload -> the hint its jobs give. Memoised per (workload, GPU
-    model): build one per request."""
+    the rounds. ``hints``: workload -> the hints its jobs give (``JobHints``). Memoised per
+    (workload, GPU model): build one per request."""
 
     def __init__(
         self,
         catalog: Catalog,
         nvml: Mapping[str, NvmlGpu],
-        resembles: Mapping[str, str] | None = None,
+        hints: Mapping[str, JobHints] | None = None,
     ) -> None:
         self.catalog = catalog
         self.nvml = dict(nvml)
-        self.resembles = dict(resembles or {})
+        self.hints = dict(hints or {})
         self._found: dict[tuple[str, str], Found | None] = {}
 
     def found(self, workload: str, gpu_model: str) -> Found | None:
@@ -144,7 +131,7 @@ class LookupCatalog:
                 gpu_model,
                 catalog=self.catalog,
                 nvml=self.nvml.get(gpu_model),
-                resembles=self.resembles.get(workload, ""),
+                hints=self.hints.get(workload, NO_HINTS),
             )
         return self._found[key]
 

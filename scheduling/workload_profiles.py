@@ -80,6 +80,23 @@ def latest_profile(workload: str, gpu_model: str) -> WorkloadProfile | None:
 
 
 @dataclass(frozen=True)
+class JobHints:
+    """What a job's submitter said of an unprofiled workload, for its prior (``prior_for``):
+    the catalog workload it ``resembles`` and its number of parameters (``Job.resembles``,
+    ``Job.param_count``). One value, so that every lookup gets both."""
+
+    resembles: str = ""
+    param_count: int | None = None
+
+    @classmethod
+    def of(cls, job: Job) -> JobHints:
+        return cls(job.resembles or "", job.param_count)
+
+
+NO_HINTS = JobHints()
+
+
+@dataclass(frozen=True)
 class NvmlGpu:
     """What NVML reports about a GPU model the catalog may not know (``Gpu`` rows)."""
 
@@ -139,13 +156,12 @@ def prior_for(
     *,
     catalog: Catalog,
     nvml: NvmlGpu | None = None,
-    resembles: str = "",
-    param_count: int | None = None,
+    hints: JobHints = NO_HINTS,
 ) -> tuple[FittedPerfModel, str] | None:
     """(prior model, where it came from) for a job of ``workload`` on ``gpu_model``: the
     newest profile; else the catalog's model; else the model on that GPU model of the
-    catalog workload the job says it ``resembles`` (its hint), else of the one nearest in
-    ``param_count`` (the job's hint) among those with a published size, else of the first
+    catalog workload the job says it resembles (``hints``), else of the one nearest in
+    the job's parameter count (``hints``) among those with a published size, else of the first
     catalog workload on it; else, for a GPU model the catalog does not know, the workload's model
     (or the resembled one's, or the first one) on the catalog GPU nearest to what NVML
     reports (``nvml``). None: nothing to start from. Every case after the catalog's is an
@@ -155,6 +171,7 @@ def prior_for(
         return model_from_params(profile.params), f"profile v{profile.version}"
     if catalog.has(workload, gpu_model):
         return catalog.get(workload, gpu_model), f"catalog {workload}@{gpu_model}"
+    resembles, param_count = hints.resembles, hints.param_count
     if resembles and catalog.has(resembles, gpu_model):
         return catalog.get(resembles, gpu_model), f"estimated from catalog {resembles}@{gpu_model}"
     same_gpu = [m for m in catalog.models() if m.gpu_model == gpu_model]
@@ -214,8 +231,7 @@ def record_observations(
         gpu_model,
         catalog=catalog,
         nvml=nvml,
-        resembles=job.resembles,
-        param_count=job.param_count,
+        hints=JobHints.of(job),
     )
     if found is None:
         JobSchedulingState.objects.filter(pk=state.pk).update(observed_until=until)
@@ -303,15 +319,11 @@ def prior_models(
         for gpu_model, nvml in gpus.items():
             if (str(job.pk), gpu_model) in skip:
                 continue
-            key = (job.workload, job.resembles, job.param_count, gpu_model)
+            hints = JobHints.of(job)
+            key = (job.workload, hints, gpu_model)
             if key not in found:
                 found[key] = prior_for(
-                    job.workload,
-                    gpu_model,
-                    catalog=catalog,
-                    nvml=nvml,
-                    resembles=job.resembles,
-                    param_count=job.param_count,
+                    job.workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints
                 )
             prior = found[key]
             if prior is None or prior[1] == f"catalog {job.workload}@{gpu_model}":

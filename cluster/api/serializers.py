@@ -13,6 +13,7 @@ from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Te
 from cluster.queries import can_manage_budgets_of, is_team_member
 from cluster.workloads import workload_errors
 from scheduling.feasibility import submit_refusals
+from scheduling.workload_profiles import JobHints
 from telemetry.usage import budget_usage
 
 
@@ -214,7 +215,7 @@ class JobSerializer(serializers.ModelSerializer):
             min_batch_size=attrs["min_batch_size"],
             total_iterations=attrs["total_iterations"],
             now=timezone.now(),
-            resembles=attrs.get("resembles", ""),
+            hints=JobHints(attrs.get("resembles", ""), attrs.get("param_count")),
         )
         if errors:
             raise serializers.ValidationError({field: [msg] for field, msg in errors.items()})

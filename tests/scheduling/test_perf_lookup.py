@@ -19,7 +19,7 @@ from scheduling.core.context import PerfCache
 from scheduling.core.perf_models import FittedPerfModel, load_catalog
 from scheduling.core.types import GpuConfig
 from scheduling.models import WorkloadProfile
-from scheduling.workload_profiles import model_to_params
+from scheduling.workload_profiles import JobHints, model_to_params
 
 pytestmark = pytest.mark.django_db
 
@@ -210,7 +210,7 @@ def test_an_unknown_workload_is_accepted_with_its_hints_and_sized_from_the_resem
     assert in_round.iter_time_s(CFG) == pytest.approx(expected, rel=1e-12)
     prediction = predict_job(
         workload="llama-3b", gpus=2, batch_size=128, iterations=1000, now=timezone.now(),
-        resembles="gpt2",
+        hints=JobHints(resembles="gpt2"),
     )  # fmt: skip
     assert (prediction.model_kind, prediction.model_source) == (
         "estimated",
@@ -252,3 +252,38 @@ def test_a_hint_that_is_not_a_catalog_workload_is_a_field_error_and_stores_nothi
         "resembles": [f"Not a catalog workload: 'llama-7b'; known: {known}."]
     }
     assert not Job.objects.exists()
+
+
+def test_a_job_that_names_only_its_size_is_sized_alike_by_the_round_and_the_what_if(
+    api_client, member, team
+):
+    # given A100s and a job of an unknown workload that gives only its parameter count,
+    # nearest in published size to vgg16 (138M)
+    _node("a100-01", "A100")
+    response = _submit_unknown(api_client, member, param_count=150_000_000)
+    assert response.status_code == 201, response.content
+    job = Job.objects.get()
+    now = timezone.now()
+
+    def whatif_jct_s() -> float:
+        return whatif_average_jct_s(
+            team=team, kind="energy", limit=1e6, period_end=now + timedelta(days=7), now=now,
+            used=0.0,
+        ).avg_jct_s  # fmt: skip
+
+    def in_round_s() -> float:
+        snap = adapters.build_snapshot(now=now, round_length_s=60.0).snapshot
+        return PerfCache(snap.perf, snap.job_perf).model_for(snap.jobs[0], "A100").iter_time_s(CFG)
+
+    # when the round and the what-if size it, and again had it named vgg16 instead, or nothing
+    by_size = in_round_s(), whatif_jct_s()
+    Job.objects.filter(pk=job.pk).update(param_count=None, resembles="vgg16")
+    by_name = in_round_s(), whatif_jct_s()
+    Job.objects.filter(pk=job.pk).update(resembles="")
+    unhinted = in_round_s(), whatif_jct_s()
+
+    # then both size it as had it named vgg16 (the nearest in size), not as a job with no hint
+    # (bert's model, the first on the A100)
+    assert by_size == pytest.approx(by_name, rel=1e-12)
+    assert unhinted[0] != pytest.approx(by_size[0], rel=1e-3)
+    assert unhinted[1] != pytest.approx(by_size[1], rel=1e-3)

@@ -248,14 +248,21 @@ def test_a_named_parameter_count_picks_the_catalog_workload_nearest_in_size(db):
     on_a100 = {m.workload for m in CATALOG.models() if m.gpu_model == "A100"}
     assert {"vgg16", "bert", "resnet50"} <= on_a100 & set(counts)
     # when a job names 150M parameters, or 100M, and no workload it resembles
-    big, source = wp.prior_for("my-vgg", "A100", catalog=CATALOG, param_count=150_000_000)
-    mid, _ = wp.prior_for("my-bert", "A100", catalog=CATALOG, param_count=100_000_000)
+    big, source = wp.prior_for(
+        "my-vgg", "A100", catalog=CATALOG, hints=wp.JobHints(param_count=150_000_000)
+    )
+    mid, _ = wp.prior_for(
+        "my-bert", "A100", catalog=CATALOG, hints=wp.JobHints(param_count=100_000_000)
+    )
     # then it starts from the one nearest in ratio: vgg16 (1.08x) and bert (1.1x)
     assert (big.workload, source) == ("vgg16", "estimated from catalog vgg16@A100")
     assert mid.workload == "bert"
     # and a resembles hint still wins over the size
     hinted, _ = wp.prior_for(
-        "my-vgg", "A100", catalog=CATALOG, param_count=150_000_000, resembles="resnet50"
+        "my-vgg",
+        "A100",
+        catalog=CATALOG,
+        hints=wp.JobHints(resembles="resnet50", param_count=150_000_000),
     )
     assert hinted.workload == "resnet50"
     # without a count the first catalog workload on the GPU, as before
