@@ -17,9 +17,13 @@ already observed and on configurations never observed (median and max relative e
 * ``zeus_<gpu>`` (leave one workload out): the other Zeus workloads on the same GPU, each
   fitted with ``perf_fit.fit_power_limit`` and mapped on a normalized batch axis
   (``batch_matched_prior``: the job's first batch at the candidate's median one), are the
-  candidates, chosen on time and draw, the draw's level included. The job starts at its
-  median batch at the default (highest) power limit, steps the limit down 25 W at a time
-  (Zeus' just-in-time profiling), then moves to the other batches, nearest first.
+  candidates, chosen on time and draw, the draw's level included. Each candidate's compute
+  time is split into fixed and per-sample parts, and its draw's batch shape set, from the
+  job's own draw at the default limit (``draw_shaped_prior``: the busy fraction between the
+  least and the most loading candidate's draw; ``--draw-split``, ``--no-draw-shape``).
+  The job starts at its median batch at the default (highest) power limit, steps the limit
+  down 25 W at a time (Zeus' just-in-time profiling), then moves to the other batches,
+  nearest first.
 * ``gpu_out_<gpu>`` (leave one GPU model out): the same workload's fits on every other Zeus
   GPU, given the hidden GPU's power-limit range (what NVML reports) and their busy draw
   scaled by the ratio of the highest limits, are the candidates; the job's model is the
