@@ -611,11 +611,10 @@ def draw_busy_fraction(
     if not weights:
         return None
     batch = max(weights, key=lambda b: weights[b])  # dicts keep first-seen order on ties
+    parts = prior.compute_parts(batch, None, None)
     share = 0.0
     for obs, _ in logs[batch]:
-        cfg = obs.config()
-        parts = prior.compute_parts(batch, None, None)
-        t_s, _p = prior.combine_parts(cfg.n_gpus, obs.n_nodes, *parts)
+        t_s, _ = prior.combine_parts(obs.n_gpus, obs.n_nodes, *parts)
         share += obs.weight * (parts[0] / t_s if t_s > 0 else 1.0)
     share /= weights[batch]
     draw_w = math.exp(sum(lp for _, lp in logs[batch]) / weights[batch])
