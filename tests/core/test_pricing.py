@@ -9,7 +9,7 @@ from scheduling.core.pricing import hull_choice, lower_hull, price_for_share
 from scheduling.core.registry import get_policy
 from scheduling.core.round import plan_round
 from scheduling.core.types import Budget, CarbonSignal
-from tests.core.corekit import job, make_cluster, snapshot
+from tests.core.corekit import AnalyticModel, Catalog, job, make_cluster, snapshot
 
 # One job of corekit's analytic model on 1 GPU, 600 iterations, at its three clocks
 # (r = 0.5, 0.75, 1): time 600 x (0.5 + 0.5 / r) s, draw above idle 200 r^2 W, so
@@ -205,3 +205,29 @@ def test_a_carbon_price_keeps_the_idle_floor_at_the_dirtiest_recent_day(limit_g,
     assert ("a" in plan.allocations) is runs
     if not runs:
         assert plan.co2_allowance_by_budget_g["c"] == pytest.approx(400 * 300 * 100 / 3.6e6)
+
+
+def test_greenflow_spends_a_team_carbon_budget_that_covers_the_work_without_holding_jobs():
+    # A team's carbon budget over a day covers its four jobs several times over, but a
+    # round's straight-line share of it (300 s of a day) does not pay for all four at once.
+    # The price (GreenFlow's default) starts them all; the even share (pricing=False)
+    # holds some back although the budget would be left over (docs/benchmarks.md,
+    # "GreenFlow's default: the carbon price": 0.25-0.93x fifo's average JCT on pollux).
+    jobs = [job(f"j{i}", iters=600.0) for i in range(4)]
+    need_g = 4 * 600.0 * 1.0 * 300.0 / 3.6e6 * 200.0  # 4 jobs, 1 s x 300 W per iteration
+    budget = Budget("b", "t", 0.0, 86_400.0, co2_limit_g=3.0 * need_g)
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        jobs,
+        Catalog(AnalyticModel("w", t1_s=1.0, busy_power_w=300.0)),
+        budgets=(budget,),
+        carbon=CarbonSignal(ci_g_per_kwh=200.0),
+    )
+    priced = plan_round(snap, policy=get_policy("greenflow"), now=0.0)
+    even = plan_round(snap, policy=get_policy("greenflow", pricing=False, rank="relative"), now=0.0)
+    assert len(priced.allocations) == 4
+    assert len(even.allocations) < 4
+    assert {w.code for w in even.waiting.values()} <= {
+        "over_round_allowance",
+        "waiting_for_clean_hour",
+    }

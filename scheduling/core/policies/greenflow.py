@@ -7,9 +7,9 @@ the recent distribution after), and the carbon budget is paced towards clean hou
 the intensity). A job that cannot start because this round's carbon allowance is
 spent waits with ``WAITING_FOR_CLEAN_HOUR`` and the start of the next forecast hour
 at least ``CLEAN_MARGIN`` cleaner (within ``HOLD_WITHIN_S``, ``budget_greedy``), when there is one.
-Unlike PowerFlow it paces by the even share of point 1 of ``budget_greedy`` by default;
-``pricing=True, rank="per_gpu"`` gives it PowerFlow's budget price and ranking, with what
-a carbon price needs beyond an energy one (see ``__init__`` for both).
+It paces with PowerFlow's budget price and ranking, with what a carbon price needs beyond
+an energy one (see ``__init__``); ``pricing=False, rank="relative"`` gives the even share
+of point 1 of ``budget_greedy`` instead.
 Reconstructed from the abstract; see ``budget_greedy``.
 """
 
@@ -28,27 +28,27 @@ class GreenFlow(BudgetGreedy):
         self,
         *,
         clean_bias: float = 1.0,
-        pricing: bool = False,
+        pricing: bool = True,
         share_floor: float = 1.0,
-        rank: str = "relative",
+        rank: str = "per_gpu",
         **params,
     ) -> None:
-        # GreenFlow keeps the even share and the relative ranking by default.
-        # ``pricing=True, rank="per_gpu"`` is PowerFlow's allocator with carbon as the
-        # cost (the budget price, per-GPU ranking, the lag release). The price used to
-        # overspend a carbon budget; an instrumented run (docs/benchmarks.md, "GreenFlow
-        # with the carbon price") showed why: the idle floor's carbon past the 24 h
-        # forecast was priced at the mean of the hours seen (one hour at the start), 42%
-        # of the limit where the grid made it 68%, and the grid grew dirtier through the
-        # period, so spending lagged a straight line of the limit although the work had
-        # had its share. So a carbon price: takes the tail's mean over the forecast's
-        # hours too, measures the lag against the floor's carbon as the grid made it
-        # (``pacing.committed_lag_share``), and keeps in every allowance the floor's
-        # carbon to the period's end with the hours past the forecast as dirty as the
-        # dirtiest recent day (``_keep_committed_carbon``). It is not the default: on
-        # the full Philly trace at 1.0 with US-CAL-CISO at fifo_lowclock's carbon its
-        # period still went 0.4 kg (0.01%) over, the last 2.6 days being dirtier than
-        # any day of the week before them; elsewhere it gains a lot (same section).
+        # PowerFlow's allocator with carbon as the cost (the budget price, per-GPU ranking,
+        # the lag release), with what a carbon price needs beyond an energy one: the tail
+        # past the 24 h forecast priced at the mean of the hours seen and the forecast's,
+        # the lag measured against the idle floor's carbon as the grid made it
+        # (``pacing.committed_lag_share``), and every allowance keeping the floor's carbon
+        # to the period's end with the hours past the forecast as dirty as the dirtiest
+        # recent day (``_keep_committed_carbon``); docs/benchmarks.md, "GreenFlow with the
+        # carbon price". ``pricing=False, rank="relative"`` is the even share of point 1,
+        # the default until the measurements of "GreenFlow's default: the carbon price"
+        # (same file): with team budgets (pollux_workload-1..8, ES, at fifo's carbon) the
+        # even share ran 0.30-0.93x fifo's average JCT, the price 1.61-9.0x, no period
+        # over. Known limit, either way: a cluster budget pays the idle GPUs' floor,
+        # which no plan avoids; on the full Philly trace at 1.0 with US-CAL-CISO at
+        # fifo_lowclock's carbon the price stopped all work 63 h before the period's end
+        # and the floor alone, on days dirtier than any seen before, went 0.010% over
+        # (the even share ended at 99.9%).
         # No share floor with the price: at fifo_lowclock's carbon (ES) the floor 1.15
         # spent 102.8% and ran past the period (1.0: 99.3%, in the period).
         # ``hour_price`` (each job's target chosen with its energy at this hour's
