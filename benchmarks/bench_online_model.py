@@ -17,9 +17,13 @@ already observed and on configurations never observed (median and max relative e
 * ``zeus_<gpu>`` (leave one workload out): the other Zeus workloads on the same GPU, each
   fitted with ``perf_fit.fit_power_limit`` and mapped on a normalized batch axis
   (``batch_matched_prior``: the job's first batch at the candidate's median one), are the
-  candidates, chosen on time and draw, the draw's level included. The job starts at its
-  median batch at the default (highest) power limit, steps the limit down 25 W at a time
-  (Zeus' just-in-time profiling), then moves to the other batches, nearest first.
+  candidates, chosen on time and draw, the draw's level included. Each candidate's compute
+  time is split into fixed and per-sample parts, and its draw's batch shape set, from the
+  job's own draw at the default limit (``draw_shaped_prior``: the busy fraction between the
+  least and the most loading candidate's draw; ``--draw-split``, ``--no-draw-shape``).
+  The job starts at its median batch at the default (highest) power limit, steps the limit
+  down 25 W at a time (Zeus' just-in-time profiling), then moves to the other batches,
+  nearest first.
 * ``gpu_out_<gpu>`` (leave one GPU model out): the same workload's fits on every other Zeus
   GPU, given the hidden GPU's power-limit range (what NVML reports) and their busy draw
   scaled by the ratio of the highest limits, are the candidates; the job's model is the
@@ -55,6 +59,8 @@ from scheduling.core.online_model import (  # noqa: E402
     BlendedPerfModel,
     Observation,
     batch_matched_prior,
+    draw_range_w,
+    draw_shaped_prior,
     nearest_prior,
     param_scaled_prior,
 )
@@ -80,6 +86,12 @@ PARAM_COUNTS = ROOT / "data" / "perf" / "param_counts.csv"
 PARAM_MODES = ("off", "beta", "comm", "nearest", "nearest+beta")
 PARAMS = "off"
 BY_WORKLOAD = False  # --by-workload: one row per (data set, workload)
+# --draw-split: where candidates share the job's GPU model (``Case.draw_level``), how the
+# compute time's fixed / per-sample split at the job's batch is set (``draw_shaped_prior``):
+# "off" the candidate's own; "draw" from the job's draw alone; "blend" the logit mean of both.
+DRAW_SPLIT_MODES = {"off": None, "draw": 0.0, "blend": 0.5}
+DRAW_SPLIT = "draw"
+DRAW_SHAPE = True  # --no-draw-shape: keep the candidate's draw-versus-batch shape
 
 
 def param_counts() -> dict[str, float]:
@@ -286,6 +298,23 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
     out = case.candidates
     if case.batch_matched:
         out = [batch_matched_prior(c, seen[0].local_batch) for c in out]
+    prior_share = DRAW_SPLIT_MODES[DRAW_SPLIT]
+    if case.draw_level and prior_share is not None:
+        # The GPU's idle and busy-maximum draw: the spec's idle where known, else the least
+        # loading candidate's draw; the most loading candidate's (Zeus specs know no idle).
+        low_w, high_w = draw_range_w(case.candidates)
+        idle_w = case.candidates[0].gpu.idle_power_w or low_w
+        out = [
+            draw_shaped_prior(
+                c,
+                seen,
+                idle_w=idle_w,
+                busy_max_w=high_w,
+                prior_share=prior_share,
+                draw_shape=DRAW_SHAPE,
+            )
+            for c in out
+        ]
     if PARAMS in ("beta", "comm", "nearest+beta") and not case.blend:
         counts = param_counts()
         own = counts.get(case.workload)
@@ -409,6 +438,7 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def main() -> int:
+    global PARAMS, BY_WORKLOAD, DRAW_SPLIT, DRAW_SHAPE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--baseline", action="store_true", help="also score refine_scales")
@@ -418,9 +448,13 @@ def main() -> int:
     )
     parser.add_argument("--no-gpu-out", action="store_true", help="skip leave one GPU out")
     parser.add_argument("--by-workload", action="store_true", help="a row per workload")
+    parser.add_argument(
+        "--draw-split", choices=list(DRAW_SPLIT_MODES), default=DRAW_SPLIT, help="(above)"
+    )
+    parser.add_argument("--no-draw-shape", action="store_true", help="(above)")
     args = parser.parse_args()
-    global PARAMS, BY_WORKLOAD
-    PARAMS, BY_WORKLOAD = args.params, args.by_workload
+    DRAW_SHAPE = not args.no_draw_shape
+    PARAMS, BY_WORKLOAD, DRAW_SPLIT = args.params, args.by_workload, args.draw_split
     if any(k < 1 for k in args.steps):
         parser.error("--steps must be positive")
     workload_out = (

@@ -572,6 +572,120 @@ def batch_matched_prior(
     return rescale_batch(prior, typical_local_batch / local_batch)
 
 
+def _at_default_power(obs: Observation, gpu: GpuSpec) -> bool:
+    """True for an observation the GPU ran at its top clock and default (highest) limit."""
+    clock_ok = obs.sm_clock_mhz is None or obs.sm_clock_mhz >= gpu.dvfs.max_clock_mhz
+    limit_ok = obs.power_limit_w is None or obs.power_limit_w >= gpu.power_limit_max_w
+    return clock_ok and limit_ok
+
+
+def draw_busy_fraction(
+    prior: FittedPerfModel,
+    observations: Iterable[Observation],
+    *,
+    idle_w: float,
+    busy_max_w: float,
+) -> tuple[float, float] | None:
+    """(per-GPU batch, busy fraction) from the job's own draw, or None where no observation
+    at the top clock and default limit carries both a time and a draw.
+
+    A GPU draws about ``idle_w`` while it waits (on the CPU, the data loader, the host) and
+    about ``busy_max_w`` while its SMs are saturated, so the fraction of an iteration's
+    compute time it is busy is ``u = (P - idle_w) / (busy_max_w - idle_w)``, clipped to
+    [0, 1]. Taken at the batch the job was measured at most (the first such on a tie);
+    on several GPUs the draw is divided by the prior's compute share of the iteration (the
+    GPU idles while it waits on the all-reduce: ``combine_parts``)."""
+    span_w = busy_max_w - idle_w
+    if not (math.isfinite(span_w) and span_w > 0):
+        return None
+    weights: dict[float, float] = {}
+    logs: dict[float, list] = {}
+    for obs in observations:
+        if obs.power_w is None or obs.iter_time_s is None:
+            continue
+        if not _at_default_power(obs, prior.gpu):
+            continue
+        b = obs.local_batch
+        weights[b] = weights.get(b, 0.0) + obs.weight
+        logs.setdefault(b, []).append((obs, obs.weight * math.log(obs.power_w)))
+    if not weights:
+        return None
+    batch = max(weights, key=lambda b: weights[b])  # dicts keep first-seen order on ties
+    parts = prior.compute_parts(batch, None, None)
+    share = 0.0
+    for obs, _ in logs[batch]:
+        t_s, _ = prior.combine_parts(obs.n_gpus, obs.n_nodes, *parts)
+        share += obs.weight * (parts[0] / t_s if t_s > 0 else 1.0)
+    share /= weights[batch]
+    draw_w = math.exp(sum(lp for _, lp in logs[batch]) / weights[batch])
+    u = (draw_w - idle_w) / (span_w * max(share, 1e-6))
+    return batch, min(max(u, 0.0), 1.0)
+
+
+def draw_shaped_prior(
+    prior: FittedPerfModel,
+    observations: Iterable[Observation],
+    *,
+    idle_w: float,
+    busy_max_w: float,
+    prior_share: float = 0.0,
+    draw_shape: bool = False,
+) -> FittedPerfModel:
+    """``prior`` with its compute time's split into fixed and per-sample parts taken from the
+    job's own draw (``draw_busy_fraction``) instead of from the prior's workload.
+
+    At the per-GPU batch ``b0`` where the job drew ``P``, the GPU is busy a fraction ``u``
+    of the compute time. Reading the busy time as the per-sample part and the waiting as
+    the fixed part, ``beta_c x b0 = u x T_c(b0)`` and ``alpha_c = (1 - u) x T_c(b0)``: a
+    job that draws idle power (waiting on its input pipeline) has an iteration time flat in
+    batch, one that draws its GPU's busy maximum a time proportional to batch. The compute
+    time at ``b0`` is the prior's, so nothing that was predicted at the observed batch
+    changes; only how the time bends away from it. ``prior_share`` in [0, 1] averages the
+    draw's split with the prior's in logit space (0: the draw's alone). Without a draw at
+    the default limit, ``prior`` is returned unchanged."""
+    found = draw_busy_fraction(prior, observations, idle_w=idle_w, busy_max_w=busy_max_w)
+    if found is None:
+        return prior
+    b0, u = found
+    tp = prior.throughput
+    compute_s = tp.alpha_c_s + tp.beta_c_s * b0
+    if not compute_s > 0:
+        return prior
+    prior_split = tp.beta_c_s * b0 / compute_s
+    split = _sigmoid((1.0 - prior_share) * _logit(u) + prior_share * _logit(prior_split))
+    throughput = replace(tp, alpha_c_s=(1.0 - split) * compute_s, beta_c_s=split * compute_s / b0)
+    power = prior.power
+    if draw_shape:
+        # The same reading for the draw: busy a share b / (b + alpha_c / beta_c) of the time,
+        # so P(b) = idle + (busy_max - idle) x b / (b + batch_half), batch_half = alpha / beta.
+        power = PowerParams(
+            busy_max_w=busy_max_w,
+            batch_half=throughput.alpha_c_s / throughput.beta_c_s,
+            busy_floor_frac=min(max(idle_w / busy_max_w, 0.0), 1.0),
+        )
+    return FittedPerfModel(
+        workload=prior.workload,
+        gpu=prior.gpu,
+        batch_sizes=prior.batch_sizes,
+        throughput=throughput,
+        power=power,
+        errors=prior.errors,
+        sources={**prior.sources, "draw_busy_fraction": f"{u:.4g}"},
+    )
+
+
+def draw_range_w(candidates: Sequence[FittedPerfModel]) -> tuple[float, float] | None:
+    """(lowest, highest) draw the candidates predict on one GPU at their own batch sizes,
+    top clock, default limit: the least and the most a known workload loads this GPU.
+    The lowest stands for the idle draw where the GPU model's is unknown (0 in its spec)."""
+    draws = [
+        m.power_w(config_of(1, 1, float(b))) for m in candidates for b in (m.batch_sizes or (32,))
+    ]
+    if not draws:
+        return None
+    return min(draws), max(draws)
+
+
 def nearest_prior(
     candidates: Sequence[FittedPerfModel],
     observations: Sequence[Observation],

@@ -13,6 +13,9 @@ from scheduling.core.online_model import (
     Observation,
     batch_matched_prior,
     config_of,
+    draw_busy_fraction,
+    draw_range_w,
+    draw_shaped_prior,
     nearest_prior,
     observation_from_dict,
     observation_to_dict,
@@ -222,3 +225,88 @@ def test_a_blend_predicts_the_geometric_mean_of_its_models():
     assert not blend.estimated and blend.gpu_model == "A100"
     with pytest.raises(ValueError):
         BlendedPerfModel([])
+
+
+IDLE_W, BUSY_MAX_W = 50.0, 350.0
+
+
+def drawing(power_w, local_batch=64.0, *, limit=None, n=1, nodes=1, iter_time_s=0.1):
+    return Observation(
+        n_gpus=n,
+        n_nodes=nodes,
+        local_batch=local_batch,
+        iter_time_s=iter_time_s,
+        power_w=power_w,
+        power_limit_w=limit,
+    )
+
+
+def test_the_busy_fraction_is_where_the_draw_sits_between_idle_and_busy_maximum():
+    def u(obs):
+        return draw_busy_fraction(PRIOR, obs, idle_w=IDLE_W, busy_max_w=BUSY_MAX_W)
+
+    assert u([drawing(200.0)]) == (64.0, pytest.approx(0.5))
+    assert u([drawing(40.0)]) == (64.0, 0.0)  # below idle: clipped
+    assert u([drawing(400.0)]) == (64.0, 1.0)
+    # Only the default limit and top clock count: a capped GPU draws less however busy.
+    capped = drawing(110.0, limit=PRIOR.gpu.power_limit_min_w)
+    assert u([capped, drawing(350.0)]) == (64.0, pytest.approx(1.0))
+    assert u([capped]) is None
+    assert u([Observation(n_gpus=1, n_nodes=1, local_batch=64.0, iter_time_s=0.1)]) is None
+    # The batch measured most often decides.
+    assert u([drawing(50.0, 8.0), drawing(350.0), drawing(350.0)])[0] == 64.0
+    # On 8 GPUs the GPU also waits on the all-reduce: the draw is read against that share.
+    cfg = config_of(8, 1, 64.0)
+    parts = PRIOR.compute_parts(64.0, None, None)
+    share = parts[0] / PRIOR.combine_parts(8, 1, *parts)[0]
+    assert share < 1.0
+    on8 = drawing(IDLE_W + 0.5 * (BUSY_MAX_W - IDLE_W) * share, n=8)
+    assert on8.config() == cfg
+    assert u([on8])[1] == pytest.approx(0.5)
+
+
+def test_a_job_drawing_idle_power_gets_an_iteration_time_flat_in_batch():
+    # Whatever the prior's workload says, a job whose GPU waits (draws idle) at its batch
+    # has a time dominated by what does not grow with the batch, and a flat draw.
+    seen = [drawing(IDLE_W, iter_time_s=PRIOR.iter_time_s(config_of(1, 1, 64.0)))]
+    shaped = draw_shaped_prior(PRIOR, seen, idle_w=IDLE_W, busy_max_w=BUSY_MAX_W, draw_shape=True)
+    at = {b: config_of(1, 1, b) for b in (64.0, 512.0)}
+    assert shaped.iter_time_s(at[64.0]) == pytest.approx(PRIOR.iter_time_s(at[64.0]), rel=1e-9)
+    assert shaped.iter_time_s(at[512.0]) == pytest.approx(shaped.iter_time_s(at[64.0]), rel=0.01)
+    assert PRIOR.iter_time_s(at[512.0]) > 2.0 * PRIOR.iter_time_s(at[64.0])  # the prior bends
+    assert shaped.power_w(at[512.0]) == pytest.approx(shaped.power_w(at[64.0]), rel=0.01)
+
+
+def test_a_job_drawing_its_gpus_busy_maximum_gets_a_time_proportional_to_batch():
+    seen = [drawing(BUSY_MAX_W)]
+    shaped = draw_shaped_prior(PRIOR, seen, idle_w=IDLE_W, busy_max_w=BUSY_MAX_W, draw_shape=True)
+    t64, t512 = (shaped.iter_time_s(config_of(1, 1, b)) for b in (64.0, 512.0))
+    assert t512 / t64 == pytest.approx(8.0, rel=0.01)
+    # With the prior's share at 1 the split is the prior's own; without a draw, the prior.
+    same = draw_shaped_prior(PRIOR, seen, idle_w=IDLE_W, busy_max_w=BUSY_MAX_W, prior_share=1.0)
+    cfg = config_of(1, 1, 512.0)
+    assert same.iter_time_s(cfg) == pytest.approx(PRIOR.iter_time_s(cfg), rel=1e-3)
+    timed = [Observation(n_gpus=1, n_nodes=1, local_batch=64.0, iter_time_s=0.1)]
+    assert draw_shaped_prior(PRIOR, timed, idle_w=IDLE_W, busy_max_w=BUSY_MAX_W) is PRIOR
+
+
+def test_the_fit_keeps_the_draws_batch_shape_after_five_reports_at_one_batch():
+    # A job that waits on its input (draws idle): five reports at one batch, five limits.
+    b0 = 64.0
+    t0 = PRIOR.iter_time_s(config_of(1, 1, b0)) * 3.0
+    limits = [None] + [PRIOR.gpu.power_limit_max_w - 25.0 * k for k in range(1, 5)]
+    seen = [drawing(IDLE_W + 5.0, b0, limit=lim, iter_time_s=t0) for lim in limits]
+    shaped = draw_shaped_prior(PRIOR, seen, idle_w=IDLE_W, busy_max_w=BUSY_MAX_W, draw_shape=True)
+    far = config_of(1, 1, 8 * b0)
+    with_draw = fit_online(shaped, seen).iter_time_s(far)
+    without = fit_online(PRIOR, seen).iter_time_s(far)
+    u = 5.0 / (BUSY_MAX_W - IDLE_W)  # busy 1.7% of the time: 8x the batch adds 7 x 1.7%
+    assert with_draw == pytest.approx(t0 * (1.0 + 7.0 * u), rel=0.05)
+    assert without > 2.0 * t0
+
+
+def test_the_draw_range_is_the_least_and_most_loading_candidates_draw():
+    low, high = draw_range_w([PRIOR, TRUTH])
+    draws = [m.power_w(config_of(1, 1, float(b))) for m in (PRIOR, TRUTH) for b in m.batch_sizes]
+    assert (low, high) == (min(draws), max(draws))
+    assert draw_range_w([]) is None
