@@ -12,7 +12,9 @@ size it by another model. The chain (``workload_profiles.prior_for`` implements 
    reports of G. The job's own online model then corrects it.
 
 A job's own learned model (``workload_profiles.job_models``) comes before all three once it
-has reported; the rounds add it, the other callers size jobs that have not started.
+has reported; the rounds add it, the other callers size jobs that have not started. Its fit
+starts from this lookup's model, except that an estimate from another workload then takes
+its batch shape from the job's own draw (``workload_profiles.fit_prior``).
 """
 
 from __future__ import annotations

@@ -70,15 +70,23 @@ class PerfCache:
         return hit
 
     def idle_power_w(self, gpu_model: str) -> float:
-        """Idle power of a GPU model: the lowest any of its perf models reports."""
+        """Idle power of a GPU model (``catalog_idle_power_w``), memoised for the round."""
         if gpu_model not in self._idle:
-            values = [
-                m.idle_power_w
-                for w in self._catalog.workloads()
-                if (m := self.model(w, gpu_model)) is not None
-            ]
-            self._idle[gpu_model] = min(values) if values else 0.0
+            self._idle[gpu_model] = catalog_idle_power_w(self._catalog, gpu_model)
         return self._idle[gpu_model]
+
+
+def catalog_idle_power_w(catalog: PerfCatalog, gpu_model: str) -> float:
+    """Idle power of a GPU model: the lowest any of the catalog's perf models on it reports
+    (0 where the catalog has none on it). The rounds charge idle GPUs with it, and the live
+    online model reads a job's draw against it (``workload_profiles.gpu_draw_range_w``)."""
+    values = []
+    for workload in catalog.workloads():
+        try:
+            values.append(catalog.get(workload, gpu_model).idle_power_w)
+        except (KeyError, LookupError, ValueError):
+            continue
+    return min(values) if values else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -587,7 +587,9 @@ def draw_busy_fraction(
     busy_max_w: float,
 ) -> tuple[float, float] | None:
     """(per-GPU batch, busy fraction) from the job's own draw, or None where no observation
-    at the top clock and default limit carries both a time and a draw.
+    at the top clock and default limit carries a draw. A draw need not come with a time: the
+    live service pools its NVML samples apart from its progress reports (they differ in
+    number, ``pooled_observations``), and only the prior's times are read here.
 
     A GPU draws about ``idle_w`` while it waits (on the CPU, the data loader, the host) and
     about ``busy_max_w`` while its SMs are saturated, so the fraction of an iteration's
@@ -601,9 +603,7 @@ def draw_busy_fraction(
     weights: dict[float, float] = {}
     logs: dict[float, list] = {}
     for obs in observations:
-        if obs.power_w is None or obs.iter_time_s is None:
-            continue
-        if not _at_default_power(obs, prior.gpu):
+        if obs.power_w is None or not _at_default_power(obs, prior.gpu):
             continue
         b = obs.local_batch
         weights[b] = weights.get(b, 0.0) + obs.weight

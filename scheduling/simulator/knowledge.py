@@ -19,7 +19,14 @@ reports and NVML samples (``scheduling/workload_profiles.py``):
   the job's submitted per-GPU batch (all that is known at submission), from the first
   observation the one whose prediction there is nearest the observed iteration time (a
   model of similar size). With ``hide_workloads=False`` a catalog workload starts from its
-  own catalog model (what the live service does for a catalog key);
+  own catalog model (what the live service does for a catalog key). Unlike the live
+  service (``workload_profiles.fit_prior``), an estimate from another workload keeps that
+  workload's fixed / per-sample split: it is not reshaped from the job's draw
+  (``online_model.draw_shaped_prior``), deliberately. The catalog's draws are borrowed
+  from Zeus and its times from ElasticFlow and Pollux, so a simulated job's draw says
+  nothing about how its simulated time bends with batch (A100 resnet50_cifar10: its draw
+  reads 58% busy, its time is 26% per-sample), and a run here could not judge it;
+  ``benchmarks/bench_online_model.py`` does, on Zeus' own draws and times;
 * the snapshot's ``job_perf`` carries each job's model, and its ``iter_time_scale`` and
   ``power_scale`` are 1: whatever makes this job slower or hungrier than its workload is
   for the model to learn, not given;

@@ -253,6 +253,10 @@ def test_the_busy_fraction_is_where_the_draw_sits_between_idle_and_busy_maximum(
     assert u([capped, drawing(350.0)]) == (64.0, pytest.approx(1.0))
     assert u([capped]) is None
     assert u([Observation(n_gpus=1, n_nodes=1, local_batch=64.0, iter_time_s=0.1)]) is None
+    # A draw without a time counts (the live service pools NVML samples apart from progress
+    # reports), weighted by its own count.
+    draw_only = Observation(n_gpus=1, n_nodes=1, local_batch=32.0, power_w=200.0, weight=3.0)
+    assert u([drawing(350.0), draw_only]) == (32.0, pytest.approx(0.5))
     # The batch measured most often decides.
     assert u([drawing(50.0, 8.0), drawing(350.0), drawing(350.0)])[0] == 64.0
     # On 8 GPUs the GPU also waits on the all-reduce: the draw is read against that share.

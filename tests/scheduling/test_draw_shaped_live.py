@@ -1,0 +1,208 @@
+"""The live online model of a job whose prior is another workload's: its batch shape comes
+from its own draw (``workload_profiles.fit_prior``, ``online_model.draw_shaped_prior``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cluster.choices import JobState
+from cluster.models import Gpu, Job, Node
+from scheduling import adapters
+from scheduling import workload_profiles as wp
+from scheduling.core import online_fit
+from scheduling.core import online_model as om
+from scheduling.core.online_model import Observation, config_of
+from scheduling.core.perf_models import load_catalog
+from scheduling.models import JobSchedulingState, WorkloadProfile
+
+T0 = datetime(2026, 11, 26, 8, 0, 0, tzinfo=UTC)
+CATALOG = load_catalog()
+A40 = wp.NvmlGpu("A40", 100.0, 300.0, 300.0, clocks_mhz=(1740, 1500, 1200))
+# The A100's idle draw (the catalog's) and its most loading catalog model's draw.
+IDLE_W, BUSY_MAX_W = wp.gpu_draw_range_w(CATALOG, "A100")
+B0 = 64.0  # per-GPU batch the job reports at, on one GPU
+
+
+def at(local_batch: float, n: int = 1) -> om.GpuConfig:
+    return config_of(n, 1, local_batch)
+
+
+def reports(prior, power_w: float, *, slower: float = 1.5) -> list[Observation]:
+    """What the service reads of one running job at ``B0`` on one GPU, default limit and top
+    clock: three progress reports and ten NVML samples, apart (``observed_measurements``)."""
+    common = dict(n_gpus=1, n_nodes=1, local_batch=B0)
+    t_s = prior.iter_time_s(at(B0)) * slower
+    return [Observation(iter_time_s=t_s, **common)] * 3 + [
+        Observation(power_w=power_w, **common)
+    ] * 10
+
+
+def record(job: Job, observations, *, gpu_model: str = "A100", nvml=None) -> om.OnlinePerfModel:
+    state, _ = JobSchedulingState.objects.get_or_create(job=job)
+    model = wp.record_observations(
+        job, state, gpu_model=gpu_model, observations=observations, until=T0, catalog=CATALOG,
+        nvml=nvml,
+    )  # fmt: skip
+    assert model is not None
+    return model
+
+
+def bend(model, n: int = 1) -> float:
+    """How much longer an iteration takes at 4x the reported per-GPU batch."""
+    return model.iter_time_s(at(4 * B0, n)) / model.iter_time_s(at(B0, n))
+
+
+def test_the_gpu_draw_range_is_the_catalogs_idle_and_its_most_loading_models_draw(db):
+    # an A100: the catalog's 50 W idle, and the most loading A100 model's draw
+    on_a100 = [m for m in CATALOG.models() if m.gpu_model == "A100"]
+    assert (IDLE_W, BUSY_MAX_W) == (50.0, om.draw_range_w(on_a100)[1])
+    # an A40 the catalog lacks: the A100's (nearest in highest limit), carried over by 300/400
+    idle_w, busy_max_w = wp.gpu_draw_range_w(CATALOG, "A40", A40)
+    assert idle_w == pytest.approx(50.0 * 0.75, rel=1e-12)
+    assert busy_max_w == pytest.approx(BUSY_MAX_W * 0.75, rel=1e-12)
+    assert wp.gpu_draw_range_w(CATALOG, "A40") is None
+
+
+def test_an_unknown_workload_drawing_idle_power_gets_an_iteration_time_flat_in_batch(
+    make_job, member, team
+):
+    # given a job of a workload the catalog lacks, said to resemble resnet50 (whose time at 64
+    # per GPU is 95% per-sample: 3.85x at 4x the batch), whose A100 draws its idle 50 W
+    job = make_job(owner=member, team=team, workload="loader-bound", resembles="resnet50")
+    prior = CATALOG.get("resnet50", "A100")
+    assert bend(prior) == pytest.approx(3.85, abs=0.01)
+
+    # when its reports are recorded
+    model = record(job, reports(prior, IDLE_W))
+
+    # then it is predicted as measured at its batch, and nearly flat at 4x the batch: the
+    # GPU waits on the input, which does not grow with the batch
+    assert model.iter_time_s(at(B0)) == pytest.approx(1.5 * prior.iter_time_s(at(B0)), rel=1e-3)
+    assert bend(model) == pytest.approx(1.0, abs=0.01)
+    entry = JobSchedulingState.objects.get(job=job).online_params["A100"]
+    assert entry["prior"] == "estimated from catalog resnet50@A100"
+    assert entry["prior_params"]["model"]["sources"]["draw_busy_fraction"] == "0"
+
+
+def test_an_unknown_workload_drawing_its_gpus_busy_maximum_gets_a_time_proportional_to_batch(
+    make_job, member, team
+):
+    # given a job like resnet50_cifar10 (at 64 per GPU its time is 15% per-sample: 1.45x at
+    # 4x the batch) whose A100 draws the busy maximum
+    job = make_job(owner=member, team=team, workload="gpu-bound", resembles="resnet50_cifar10")
+    prior = CATALOG.get("resnet50_cifar10", "A100")
+    assert bend(prior) == pytest.approx(1.45, abs=0.01)
+
+    model = record(job, reports(prior, BUSY_MAX_W))
+
+    # then its time grows in proportion to the batch
+    assert bend(model) == pytest.approx(4.0, rel=0.01)
+    assert model.iter_time_s(at(B0)) == pytest.approx(1.5 * prior.iter_time_s(at(B0)), rel=1e-3)
+
+
+def test_a_catalog_workloads_job_is_fitted_against_its_own_model_whatever_it_draws(
+    make_job, member, team
+):
+    # given a resnet50 job (the catalog's own model on the A100), and one on an A40 (resnet50's
+    # A100 model carried over: its own shape), both drawing idle power, and a job of an
+    # unknown workload like resnet50 with the same reports
+    make_node_a40()
+    own = CATALOG.get("resnet50", "A100")
+    catalog_job = make_job(owner=member, team=team)
+    a40_job = make_job(owner=member, team=team, gpu_model="A40", min_gpus=1, max_gpus=1)
+    unknown = make_job(owner=member, team=team, workload="loader-bound", resembles="resnet50")
+    seen = reports(own, IDLE_W)
+    on_a40, source = wp.prior_for("resnet50", "A40", catalog=CATALOG, nvml=A40)
+    assert source == "estimated from catalog resnet50@A100"
+
+    # when their reports are recorded
+    from_catalog = record(catalog_job, seen)
+    from_a40 = record(a40_job, seen, gpu_model="A40", nvml=A40)
+    estimated = record(unknown, seen)
+
+    # then the resnet50 jobs are fitted against the prior as it is (stored unchanged): at 4x
+    # the batch the time is the plain fit's, bent as resnet50's; only the estimate is flat
+    pooled = om.pooled_observations(seen, 8)
+    for job, model, prior, gpu in (
+        (catalog_job, from_catalog, own, "A100"),
+        (a40_job, from_a40, on_a40, "A40"),
+    ):
+        entry = JobSchedulingState.objects.get(job=job).online_params[gpu]
+        assert entry["prior_params"] == wp.model_to_params(prior)
+        plain = online_fit.fit_online(prior, pooled, workload="resnet50")
+        assert model.iter_time_s(at(4 * B0)) == plain.iter_time_s(at(4 * B0))
+        assert bend(model) > 3.0
+    assert bend(estimated) < 1.05
+
+
+def test_the_rounds_snapshot_the_refit_and_the_first_profile_predict_alike_far_from_the_reports(
+    make_job, member, team
+):
+    # given a job of an unknown workload on an A40 (the catalog lacks both), drawing a third of
+    # the way from idle to busy maximum
+    make_node_a40()
+    job = make_job(
+        owner=member, team=team, workload="mixed", resembles="resnet50", gpu_model="A40",
+        min_gpus=1, max_gpus=1,
+    )  # fmt: skip
+    prior, source = wp.prior_for("mixed", "A40", catalog=CATALOG, nvml=A40, resembles="resnet50")
+    assert source == "estimated from catalog resnet50@A100"
+    idle_w, busy_max_w = wp.gpu_draw_range_w(CATALOG, "A40", A40)
+
+    # when its reports are recorded (the refit) and a round reads its model
+    refit = record(
+        job, reports(prior, idle_w + (busy_max_w - idle_w) / 3), gpu_model="A40", nvml=A40
+    )
+    snap = adapters.build_snapshot(now=T0, round_length_s=60.0).snapshot
+    in_round = snap.job_perf[(str(job.pk), "A40")]
+
+    # then at 4x the reported batch, on one GPU and on two, the round predicts what the fit
+    # did (time and draw), and that is the draw's shape, not the prior's
+    for n in (1, 2):
+        far = at(4 * B0, n)
+        assert in_round.iter_time_s(far) == refit.iter_time_s(far)
+        assert in_round.power_w(far) == refit.power_w(far)
+    assert bend(refit) == pytest.approx(1.0 + 3.0 / 3, rel=0.05)
+    assert bend(prior) > 3.8
+    # and when it finishes, the first profile of its workload is that same model
+    Job.objects.filter(pk=job.pk).update(state=JobState.COMPLETED)
+    assert wp.fold_finished_jobs(now=T0 + timedelta(minutes=1)) == 1
+    profile = wp.model_from_params(WorkloadProfile.objects.get(workload="mixed").params)
+    assert profile.iter_time_s(at(4 * B0)) == pytest.approx(refit.iter_time_s(at(4 * B0)), rel=1e-9)
+
+
+def test_the_next_job_starts_from_the_profile_and_is_not_reshaped_by_its_own_draw(
+    make_job, member, team
+):
+    # given a finished first job of an unknown workload that drew idle power (a flat time)
+    prior = CATALOG.get("resnet50", "A100")
+    first = make_job(owner=member, team=team, workload="loader-bound", resembles="resnet50")
+    record(first, reports(prior, IDLE_W))
+    Job.objects.filter(pk=first.pk).update(state=JobState.COMPLETED)
+    wp.fold_finished_jobs(now=T0)
+
+    # when a second job of the workload reports at the busy maximum
+    second = make_job(owner=member, team=team, workload="loader-bound", resembles="resnet50")
+    model = record(second, reports(prior, BUSY_MAX_W))
+
+    # then its prior is the profile, stored as it is: what the first job learned stands
+    entry = JobSchedulingState.objects.get(job=second).online_params["A100"]
+    assert entry["prior"] == "profile v1"
+    profile = WorkloadProfile.objects.get(workload="loader-bound", version=1)
+    assert entry["prior_params"] == profile.params
+    assert bend(model) == pytest.approx(1.0, abs=0.01)
+
+
+def make_node_a40() -> Node:
+    node = Node.objects.create(
+        name="a40-01", switch_label="s1", rack_label="r1", gpu_model="A40", last_heartbeat_at=T0
+    )
+    for index in range(2):
+        Gpu.objects.create(
+            node=node, index=index, uuid=f"GPU-a40-{index}", model="A40", memory_mb=46068,
+            default_power_limit_w=300, min_power_limit_w=100, max_power_limit_w=300,
+            supported_sm_clocks_mhz=[1740, 1500, 1200],
+        )  # fmt: skip
+    return node
