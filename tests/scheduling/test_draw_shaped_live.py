@@ -147,7 +147,9 @@ def test_the_rounds_snapshot_the_refit_and_the_first_profile_predict_alike_far_f
         owner=member, team=team, workload="mixed", resembles="resnet50", gpu_model="A40",
         min_gpus=1, max_gpus=1,
     )  # fmt: skip
-    prior, source = wp.prior_for("mixed", "A40", catalog=CATALOG, nvml=A40, resembles="resnet50")
+    prior, source = wp.prior_for(
+        "mixed", "A40", catalog=CATALOG, nvml=A40, hints=wp.JobHints(resembles="resnet50")
+    )
     assert source == "estimated from catalog resnet50@A100"
     idle_w, busy_max_w = wp.gpu_draw_range_w(CATALOG, "A40", A40)
 
