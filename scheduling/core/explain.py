@@ -92,6 +92,14 @@ def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float
             )
             if freed:
                 parts.append(f"this round's stops freed {_gpus(freed)}")
+    probe = plan.policy_state.get("prior_probes", {}).get(change.job_id)
+    if probe is not None and probe.get("until_s", now) > now:
+        # budget_greedy's probe of a job its prior alone holds back ("Probes")
+        parts.append(
+            f"a probe of {probe['until_s'] - now:.0f} s (its performance is still an "
+            "estimate from another workload, whose cost does not fit its budget, so it runs "
+            "at its minimum until it is measured)"
+        )
     if job is not None:
         for budget in _paying_budgets(snapshot, job.team, now):
             part = _budget_part(budget, plan)

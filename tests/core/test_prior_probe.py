@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from scheduling.core.explain import explain_change
 from scheduling.core.registry import get_policy
 from scheduling.core.round import plan_round
 from scheduling.core.types import Budget
@@ -171,3 +172,15 @@ def test_extensions_can_be_turned_off():
         PRIOR, state=plan.policy_state, jobs=[_probed(plan)], now=60.0, probe_extensions=0
     )
     assert "a" not in later.allocations
+
+
+def test_a_probe_start_says_it_is_a_probe_and_why():
+    plan = _round(PRIOR)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=10.0)], CATALOG)
+    (start,) = plan.changes
+    text = explain_change(start, snap, plan, now=0.0)
+    assert "a probe of 60 s" in text
+    assert "estimate from another workload" in text
+    # a measured job's start says nothing of a probe
+    measured = _round(MEASURED, limit_j=1e9)
+    assert "probe" not in explain_change(measured.changes[0], snap, measured, now=0.0)
