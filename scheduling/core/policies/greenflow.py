@@ -42,9 +42,10 @@ class GreenFlow(BudgetGreedy):
         # recent day (``_keep_committed_carbon``); docs/benchmarks.md, "GreenFlow with the
         # carbon price". ``pricing=False, rank="relative"`` is the even share of point 1,
         # the default until the measurements of "GreenFlow's default: the carbon price"
-        # (same file): with team budgets (pollux_workload-1..8, ES, at fifo's carbon) the
-        # even share ran 0.30-0.93x fifo's average JCT, the price 1.61-9.0x, no period
-        # over. Known limit, either way: a cluster budget pays the idle GPUs' floor,
+        # (same file): with team budgets (pollux_workload-1..8, ES and US-CAL-CISO,
+        # learned and oracle, at fifo's carbon) the even share lost to fifo in 25 of 32
+        # runs (0.25-2.47x fifo's average JCT), the price won in all 32 (1.34-9.0x), no
+        # period over. Known limit, either way: a cluster budget pays the idle GPUs' floor,
         # which no plan avoids; on the full Philly trace at 1.0 with US-CAL-CISO at
         # fifo_lowclock's carbon the price stopped all work 63 h before the period's end
         # and the floor alone, on days dirtier than any seen before, went 0.010% over
