@@ -161,3 +161,17 @@ def race() -> Callable[..., list[object]]:
     """Runs each given call in its own thread (own DB connection), released together by a
     barrier, and returns what each returned or raised: for tests of concurrent writers."""
     return _race
+
+
+@pytest.fixture
+def scheduler_settings(db) -> Callable[..., object]:
+    """Set the live rounds' policy and interval (``SchedulerSettings``); returns the row."""
+    from scheduling.models import SchedulerSettings
+
+    def configure(policy: str, *, round_interval_s: int = 60):
+        config = SchedulerSettings.load()
+        config.policy, config.round_interval_s = policy, round_interval_s
+        config.save()
+        return config
+
+    return configure

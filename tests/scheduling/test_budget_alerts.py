@@ -10,7 +10,6 @@ from django.core import mail
 from cluster.choices import HardLimitAction, JobState, Role
 from cluster.models import Budget, BudgetAlert, Gpu, Node
 from scheduling import budget_alerts, services
-from scheduling.models import SchedulerSettings
 from telemetry.models import EnergyLedgerEntry
 
 T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
@@ -18,11 +17,8 @@ MINUTE = timedelta(minutes=1)
 
 
 @pytest.fixture
-def cluster(db, make_node):
-    config = SchedulerSettings.load()
-    config.policy = "fifo"
-    config.round_interval_s = 60
-    config.save()
+def cluster(scheduler_settings, make_node):
+    scheduler_settings("fifo")
     node = make_node("node-01", gpus=8)
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0 + timedelta(days=3))
     return node

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cluster.choices import JobState
-from cluster.models import Gpu, Job, Node
+from cluster.models import Job
 from scheduling import adapters
 from scheduling import workload_profiles as wp
 from scheduling.core import online_fit
@@ -16,6 +16,7 @@ from scheduling.core import online_model as om
 from scheduling.core.online_model import Observation, config_of
 from scheduling.core.perf_models import load_catalog
 from scheduling.models import JobSchedulingState, WorkloadProfile
+from tests.support.nodes import make_a40_node
 
 T0 = datetime(2026, 11, 26, 8, 0, 0, tzinfo=UTC)
 CATALOG = load_catalog()
@@ -108,7 +109,7 @@ def test_a_catalog_workloads_job_is_fitted_against_its_own_model_whatever_it_dra
     # given a resnet50 job (the catalog's own model on the A100), and one on an A40 (resnet50's
     # A100 model carried over: its own shape), both drawing idle power, and a job of an
     # unknown workload like resnet50 with the same reports
-    make_node_a40()
+    make_a40_node(heartbeat=T0)
     own = CATALOG.get("resnet50", "A100")
     catalog_job = make_job(owner=member, team=team)
     a40_job = make_job(owner=member, team=team, gpu_model="A40", min_gpus=1, max_gpus=1)
@@ -142,7 +143,7 @@ def test_the_rounds_snapshot_the_refit_and_the_first_profile_predict_alike_far_f
 ):
     # given a job of an unknown workload on an A40 (the catalog lacks both), drawing a third of
     # the way from idle to busy maximum
-    make_node_a40()
+    make_a40_node(heartbeat=T0)
     job = make_job(
         owner=member, team=team, workload="mixed", resembles="resnet50", gpu_model="A40",
         min_gpus=1, max_gpus=1,
@@ -195,16 +196,3 @@ def test_the_next_job_starts_from_the_profile_and_is_not_reshaped_by_its_own_dra
     profile = WorkloadProfile.objects.get(workload="loader-bound", version=1)
     assert entry["prior_params"] == profile.params
     assert bend(model) == pytest.approx(1.0, abs=0.01)
-
-
-def make_node_a40() -> Node:
-    node = Node.objects.create(
-        name="a40-01", switch_label="s1", rack_label="r1", gpu_model="A40", last_heartbeat_at=T0
-    )
-    for index in range(2):
-        Gpu.objects.create(
-            node=node, index=index, uuid=f"GPU-a40-{index}", model="A40", memory_mb=46068,
-            default_power_limit_w=300, min_power_limit_w=100, max_power_limit_w=300,
-            supported_sm_clocks_mhz=[1740, 1500, 1200],
-        )  # fmt: skip
-    return node

@@ -32,12 +32,8 @@ def live_node(make_node):
 
 
 @pytest.fixture
-def fifo(db):
-    config = SchedulerSettings.load()
-    config.policy = "fifo"
-    config.round_interval_s = 60
-    config.save()
-    return config
+def fifo(scheduler_settings):
+    return scheduler_settings("fifo")
 
 
 def _job(make_job, member, team, **overrides):
@@ -508,12 +504,8 @@ def test_liveness_check_skips_while_a_round_holds_the_lock(
 
 
 @pytest.fixture
-def powerflow_5min(db):
-    config = SchedulerSettings.load()
-    config.policy = "powerflow"
-    config.round_interval_s = 300
-    config.save()
-    return config
+def powerflow_5min(scheduler_settings):
+    return scheduler_settings("powerflow", round_interval_s=300)
 
 
 def test_a_probe_is_revisited_at_its_end_not_at_the_next_round_interval(

@@ -35,12 +35,8 @@ WORKLOAD = "resnet50_cifar10"
 
 
 @pytest.fixture
-def eaco(db):
-    config = SchedulerSettings.load()
-    config.policy = "eaco"
-    config.round_interval_s = 60
-    config.save()
-    return config
+def eaco(scheduler_settings):
+    return scheduler_settings("eaco")
 
 
 @pytest.fixture

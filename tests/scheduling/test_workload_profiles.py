@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cluster.choices import JobState
-from cluster.models import Gpu, Job, Node
+from cluster.models import Job
 from scheduling import adapters, services
 from scheduling import workload_profiles as wp
 from scheduling.core.online_model import Observation, config_of
 from scheduling.core.perf_models import load_catalog
 from scheduling.models import JobSchedulingState, SchedulerSettings, WorkloadProfile
+from tests.support.nodes import make_a40_node
 
 T0 = datetime(2026, 11, 25, 8, 0, 0, tzinfo=UTC)
 CATALOG = load_catalog()
@@ -179,15 +180,7 @@ def test_admins_see_profiles_with_their_observation_count_and_error_read_only(
 
 def test_a_job_on_a_gpu_model_the_catalog_lacks_is_planned_from_an_estimate(make_job, member, team):
     # given an A40 node (the catalog has A100 and T4 only) and a resnet50 job for it
-    node = Node.objects.create(
-        name="a40-01", switch_label="s1", rack_label="r1", gpu_model="A40", last_heartbeat_at=T0
-    )
-    for index in range(2):
-        Gpu.objects.create(
-            node=node, index=index, uuid=f"GPU-a40-{index}", model="A40", memory_mb=46068,
-            default_power_limit_w=300, min_power_limit_w=100, max_power_limit_w=300,
-            supported_sm_clocks_mhz=[1740, 1500, 1200],
-        )  # fmt: skip
+    make_a40_node(heartbeat=T0)
     job = make_job(owner=member, team=team, gpu_model="A40", min_gpus=1, max_gpus=1)
     config = SchedulerSettings.load()
     config.policy = "fifo"
