@@ -434,10 +434,13 @@ def _write_comparison(
     inside = line[
         "candidate_energy_in_period_kwh" if kind == "energy" else "candidate_co2_in_period_kg"
     ]
+    # The budgets' first periods against their limits (with team budgets those pay the jobs'
+    # GPUs only, less than the baseline's cluster-wide spend), and the cluster's total.
+    limit = line["budget_energy_kwh" if kind == "energy" else "budget_co2_kg"]
     stdout.write(
         f"  [{mode}] {policy} vs {base} at equal {kind}: avg JCT ratio "
         f"{'n/a' if ratio is None else f'{ratio:.3f}x'}; spent "
-        f"{inside:.1f} of {line['baseline_' + spent]:.1f} "
+        f"{inside:.1f} of {limit:.1f} "
         f"{spent.split('_')[-1]} inside the period, {line['candidate_' + spent]:.1f} in "
         f"all; worst period {_share(line['candidate_max_period_share'])} of its budget; "
         f"no policy could exceed "

@@ -312,8 +312,12 @@ def test_powerflow_rejects_unknown_parameter_values(params, message):
         get_policy("powerflow", **params)
 
 
-@pytest.mark.parametrize(("above_idle", "clocks"), [(None, (1000, 1500)), (False, (2000, 1000))])
-def test_powerflow_ranks_by_draw_above_idle_while_idle_gpus_stay_powered(above_idle, clocks):
+@pytest.mark.parametrize(
+    ("above_idle", "clocks"),
+    # a team pays its GPUs' whole draw, so by default (None) its jobs rank as with False
+    [(True, (1000, 1500)), (None, (2000, 1000)), (False, (2000, 1000))],
+)
+def test_powerflow_ranks_by_draw_above_idle_when_asked(above_idle, clocks):
     # given a frugal, clock-insensitive job a (phi 0.8, 100 W busy) and a clock-
     # sensitive one b (phi 0.5, 250 W), each at 1000 MHz, and 70 kJ for the round:
     # the minimum costs 48.75 kJ, a's step to 1500 MHz 4.69 kJ, b's 18.75 kJ.
@@ -345,10 +349,11 @@ def test_powerflow_ranks_by_draw_above_idle_while_idle_gpus_stay_powered(above_i
 def test_powerflow_skips_budgeted_steps_scoring_below_min_score():
     # the clock step 1000 -> 1500 MHz gains 22% for 75% more draw above idle (0.30):
     # under a budget with room for it, the default floor of 0.5 still skips it, while
-    # the free GPU doublings (no extra energy) are taken
+    # the free GPU doublings (no extra energy) are taken (costs above idle, as a cluster
+    # budget's job counts them)
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e7)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
-    relative = get_policy("powerflow", pricing=False, rank="relative")
+    relative = get_policy("powerflow", pricing=False, rank="relative", cost_above_idle=True)
     plan = plan_round(snap, policy=relative, now=0.0)
     assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 1000)
     # without a budget there is nothing to save for: every improving step is taken
@@ -361,7 +366,7 @@ def test_score_floor_relaxes_when_the_budget_lags_its_straight_line():
     # relax_lag (10%), so the floor is 0 and the clock steps are bought again
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=4e7)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,))
-    paced = get_policy("powerflow", pricing=False, rank="relative")
+    paced = get_policy("powerflow", pricing=False, rank="relative", cost_above_idle=True)
     plan = plan_round(snap, policy=paced, now=1500.0)
     assert (plan.allocations["a"].n_gpus, plan.allocations["a"].sm_clock_mhz) == (8, 2000)
     # at 4% behind the floor is 0.5 x (1 - 0.4) = 0.3: the 0.30 step just misses it

@@ -67,6 +67,12 @@ def test_weights_must_match_the_hulls():
         price_for_share([[CHEAP, MIDDLE, FAST]], 100_000.0, [1.0, 2.0])
 
 
+# The price's arithmetic below is on costs above idle (what a configuration adds to a
+# cluster budget); a team's job counts its whole draw by default (``test_team_cost``), so
+# these tests ask for the draw above idle.
+ABOVE_IDLE = {"cost_above_idle": True}
+
+
 @pytest.mark.parametrize(
     ("limit_j", "clock", "price", "allowance_j"),
     [
@@ -88,7 +94,8 @@ def test_a_priced_round_runs_the_job_at_its_target_and_allows_what_that_takes(
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=limit_j)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
     # the forecast's arithmetic alone: the period's reserve (tested below) is off
-    plan = plan_round(snap, policy=get_policy("powerflow", period_reserve=0.0), now=0.0)
+    policy = get_policy("powerflow", period_reserve=0.0, **ABOVE_IDLE)
+    plan = plan_round(snap, policy=policy, now=0.0)
     assert plan.allocations["a"].sm_clock_mhz == clock
     assert plan.policy_state["price"]["b"] == pytest.approx(price)
     assert plan.energy_allowance_by_budget_j["b"] == pytest.approx(allowance_j)
@@ -111,7 +118,7 @@ def test_a_priced_round_runs_the_job_at_its_target_and_allows_what_that_takes(
 def test_the_period_reserve_keeps_free_budget_for_the_rest_of_the_period(now, clock, price):
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=200_000.0)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
-    plan = plan_round(snap, policy=get_policy("powerflow"), now=now)
+    plan = plan_round(snap, policy=get_policy("powerflow", **ABOVE_IDLE), now=now)
     assert plan.allocations["a"].sm_clock_mhz == clock
     assert plan.policy_state["price"]["b"] == pytest.approx(price)
 
@@ -133,7 +140,7 @@ def test_the_period_reserve_keeps_free_budget_for_the_rest_of_the_period(now, cl
 def test_a_budget_behind_its_straight_line_releases_its_reserve(used_j, clock, price):
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=200_000.0, energy_used_j=used_j)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
-    plan = plan_round(snap, policy=get_policy("powerflow"), now=1500.0)
+    plan = plan_round(snap, policy=get_policy("powerflow", **ABOVE_IDLE), now=1500.0)
     assert plan.allocations["a"].sm_clock_mhz == clock
     assert plan.policy_state["price"]["b"] == pytest.approx(price)
 
@@ -145,7 +152,7 @@ def test_no_release_when_it_is_off_or_the_lag_is_inside_the_dead_band(params):
     # / 145,000 = 62,069 J, pays the cheapest point only (the next costs 78,750 J)
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=200_000.0)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
-    plan = plan_round(snap, policy=get_policy("powerflow", **params), now=1500.0)
+    plan = plan_round(snap, policy=get_policy("powerflow", **params, **ABOVE_IDLE), now=1500.0)
     assert plan.allocations["a"].sm_clock_mhz == 1000
     assert plan.policy_state["price"]["b"] == pytest.approx(200 / 33_750)
 
@@ -174,7 +181,7 @@ def test_a_budget_behind_its_line_counts_its_reserve_at_the_fastest_cost(
 ):
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=400_000.0, energy_used_j=used_j)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
-    plan = plan_round(snap, policy=get_policy("powerflow", **params), now=1500.0)
+    plan = plan_round(snap, policy=get_policy("powerflow", **params, **ABOVE_IDLE), now=1500.0)
     assert plan.allocations["a"].sm_clock_mhz == clock
     assert plan.policy_state["price"]["b"] == pytest.approx(price)
 
