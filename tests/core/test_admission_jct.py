@@ -49,7 +49,7 @@ def test_hesrpt_gives_the_spare_gpu_to_the_shorter_job_and_lowers_the_mean_jct()
     snap = _two_jobs()
     # when the per-GPU speedup ranks the steps (elastic's measure), the long job's
     # doubling (speedup +1.0) beats the short one's (+2**0.9 - 1 = +0.866)
-    per_gpu = plan_round(snap, policy=get_policy("powerflow"), now=0.0)
+    per_gpu = plan_round(snap, policy=get_policy("powerflow", rank="per_gpu"), now=0.0)
     # and when heSRPT weighs each speedup by the share of jobs not shorter than it
     # (short: 2/2 = 1; long: 1/2) to the power of the step's scaling exponent
     hesrpt = plan_round(snap, policy=get_policy("powerflow", rank="hesrpt"), now=0.0)
@@ -69,7 +69,7 @@ def test_hesrpt_ranks_as_per_gpu_among_jobs_of_equal_length():
         job("b", workload="short_w", iters=800.0, min_gpus=1, max_gpus=2),
     ]
     snap = snapshot(make_cluster(1, 1, 3), jobs, catalog=Catalog(LONG, SHORT))
-    per_gpu = plan_round(snap, policy=get_policy("powerflow"), now=0.0)
+    per_gpu = plan_round(snap, policy=get_policy("powerflow", rank="per_gpu"), now=0.0)
     hesrpt = plan_round(snap, policy=get_policy("powerflow", rank="hesrpt"), now=0.0)
     # then heSRPT changes nothing: the better-scaling job takes the spare GPU
     assert {k: a.n_gpus for k, a in hesrpt.allocations.items()} == {"a": 2, "b": 1}
@@ -114,7 +114,7 @@ def test_starvation_bound_leaves_a_job_below_it_in_shortest_first_order():
     [
         ({"starvation_s": 0.0}, "starvation_s must be positive"),
         ({"rank": "rate"}, "rank must be"),
-        ({"admission": "marginal"}, "admission='marginal' needs rank='hesrpt'"),
+        ({"admission": "marginal", "rank": "per_gpu"}, "admission='marginal' needs"),
     ],
 )
 def test_powerflow_rejects_bad_admission_parameters(params, message):

@@ -36,7 +36,7 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    GPU count, next clock level, next batch size where the job allows a range) is
    scored and a max-heap serves the best step while GPUs and every allowance last; a
    job's entries are refreshed only when that job changes (lazy versioning), so a
-   round costs O(steps log steps). ``rank="per_gpu"`` (PowerFlow's default) scores a
+   round costs O(steps log steps). ``rank="per_gpu"`` scores a
    step by the two scarce things it takes: the speedup it adds over the job's minimum
    configuration (``T_min / T_new - T_min / T_old``, as ``elastic`` normalises),
    divided by the share of the round's spare GPUs plus the share of the spare round
@@ -52,7 +52,10 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    (running and waiting) whose remaining time at their minimum is at least this
    one's (1 for the shortest, 1/m for the longest of m) and ``p`` ``hesrpt_exp``
    (None: the step's own exponent, ``log(T_old / T_new) / log(n_new / n_old)``).
-   Among jobs of one length it ranks as ``per_gpu``. ``rank="relative"`` (GreenFlow's)
+   Among jobs of one length it ranks as ``per_gpu``. It is PowerFlow's default, with
+   ``hesrpt_exp`` 0.5 (the exponent of a square-root speedup; the steps' own exponents
+   did worse on Philly), as measured in docs/benchmarks.md ("Issue 13: admission by
+   marginal JCT"). ``rank="relative"`` (GreenFlow's)
    scores relative JCT reduction per relative cost increase, ``(dT / T) / (dC / C)``,
    where T is the predicted remaining time (plus ``restart_s`` when the GPU count
    differs from the running one) and C the job's remaining energy (PowerFlow) or
@@ -190,7 +193,7 @@ class BudgetGreedy:
         min_gain: float = 1e-4,
         clean_bias: float = 0.0,
         spend_ahead: float = 1.25,
-        rank: str = "per_gpu",
+        rank: str = "hesrpt",
         cost_above_idle: bool | None = None,
         min_score: float = 0.5,
         placement: str = "buddy",
@@ -206,7 +209,7 @@ class BudgetGreedy:
         hour_price: bool = False,
         keep_window_h: int = 24,
         starvation_s: float | None = None,
-        hesrpt_exp: float | None = None,
+        hesrpt_exp: float | None = 0.5,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 

@@ -8,8 +8,9 @@ the intensity). A job that cannot start because this round's carbon allowance is
 spent waits with ``WAITING_FOR_CLEAN_HOUR`` and the start of the next forecast hour
 at least ``CLEAN_MARGIN`` cleaner (within ``HOLD_WITHIN_S``, ``budget_greedy``), when there is one.
 Unlike PowerFlow it paces by the even share of point 1 of ``budget_greedy`` by default;
-``pricing=True, rank="per_gpu"`` gives it PowerFlow's budget price and ranking, with what
-a carbon price needs beyond an energy one (see ``__init__`` for both).
+``pricing=True, rank="per_gpu"`` gives it PowerFlow's budget price and its former
+ranking (``rank="hesrpt"`` its present one), with what a carbon price needs beyond an
+energy one (see ``__init__`` for both).
 Reconstructed from the abstract; see ``budget_greedy``.
 """
 
@@ -34,7 +35,7 @@ class GreenFlow(BudgetGreedy):
         **params,
     ) -> None:
         # GreenFlow keeps the even share and the relative ranking by default.
-        # ``pricing=True, rank="per_gpu"`` is PowerFlow's allocator with carbon as the
+        # ``pricing=True, rank="per_gpu"`` is PowerFlow's former allocator with carbon as the
         # cost (the budget price, per-GPU ranking, the lag release). The price used to
         # overspend a carbon budget; an instrumented run (docs/benchmarks.md, "GreenFlow
         # with the carbon price") showed why: the idle floor's carbon past the 24 h
