@@ -16,26 +16,50 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    little, because a period's end is usually quieter than its start.
 2. *Admission at minimum configuration* (``order``, ``admit``). Running jobs first (no
    preemption while the allowance lasts), then waiting ones, shortest predicted
-   remaining time first (``admission="srtf"``; ``"fifo"`` for submit order). A job's
-   minimum configuration is its smallest buddy GPU count >= ``min_gpus``, the lowest
-   clock level and its submitted batch. A job that no longer fits the GPUs or the
-   allowance waits. With ``keep_running`` (resize hysteresis, off by default) each
-   running job then returns to its running GPU count where the GPUs and its budgets
-   allow (``keep_running_sizes``), so it is shrunk only to admit waiting jobs.
+   remaining time at the minimum first (``admission="srtf"``; ``"fifo"`` for submit
+   order). A job's minimum configuration is its smallest buddy GPU count >=
+   ``min_gpus``, the lowest clock level and its submitted batch. A job that no longer
+   fits the GPUs or the allowance waits. Shortest-first alone can pass a long job over
+   for as long as shorter ones keep arriving; with ``starvation_s`` (off by default) a
+   waiting job that has waited that long since it last changed is admitted right
+   after the running jobs, oldest first. ``admission="marginal"`` (with
+   ``rank="hesrpt"``, off by default) admits only the running and the starving jobs
+   here and lets each other waiting job's admission compete in the greedy of point 3
+   as a step from no GPUs to its minimum (speedup 1, heSRPT-weighted), so an upgrade
+   that finishes a short job sooner can outrank a long job's start; measured in
+   docs/benchmarks.md ("Issue 13: admission by marginal JCT"), it loses on Philly.
+   With ``keep_running`` (resize hysteresis, off by default) each running job then
+   returns to its running GPU count where the GPUs and its budgets allow
+   (``keep_running_sizes``), so it is shrunk only to admit waiting jobs (with
+   ``admission="marginal"`` before the waiting jobs are admitted, which then starve).
 3. *Greedy upgrades* (``upgrade``). Each job's next step in each dimension (next buddy
    GPU count, next clock level, next batch size where the job allows a range) is
    scored and a max-heap serves the best step while GPUs and every allowance last; a
    job's entries are refreshed only when that job changes (lazy versioning), so a
-   round costs O(steps log steps). ``rank="per_gpu"`` (PowerFlow's default) scores a
+   round costs O(steps log steps). ``rank="per_gpu"`` scores a
    step by the two scarce things it takes: the speedup it adds over the job's minimum
    configuration (``T_min / T_new - T_min / T_old``, as ``elastic`` normalises),
    divided by the share of the round's spare GPUs plus the share of the spare round
    allowance of each budget that pays for the job; a step that takes neither ranks
    above all others. With no budget this buys GPUs exactly as ``elastic`` does (a test
-   holds it). ``rank="relative"`` (GreenFlow's) scores relative JCT reduction per
-   relative cost increase, ``(dT / T) / (dC / C)``, where T is the predicted remaining
-   time (plus ``restart_s`` when the GPU count differs from the running one) and C the
-   job's remaining energy (PowerFlow) or carbon over the intensity curve (GreenFlow).
+   holds it). ``rank="hesrpt"`` weighs that speedup by its marginal effect on average
+   JCT: average JCT is the integral of the number of jobs present, and speeding a job
+   up shortens the time that every job not shorter than it is present. heSRPT (Berg,
+   Vesilo, Harchol-Balter, arXiv 1903.09346: the optimal allocation for jobs present
+   at once with speedup n**p) gives the job with i of m jobs not shorter than it a
+   share whose marginal speedup is, approximately, in proportion to (i/m)**p; so here a
+   step's speedup counts ``w ** p`` times, ``w`` being the share of the jobs present
+   (running and waiting) whose remaining time at their minimum is at least this
+   one's (1 for the shortest, 1/m for the longest of m) and ``p`` ``hesrpt_exp``
+   (None: the step's own exponent, ``log(T_old / T_new) / log(n_new / n_old)``).
+   Among jobs of one length it ranks as ``per_gpu``. It is PowerFlow's default, with
+   ``hesrpt_exp`` 0.5 (the exponent of a square-root speedup; the steps' own exponents
+   did worse on Philly), as measured in docs/benchmarks.md ("Issue 13: admission by
+   marginal JCT"). ``rank="relative"`` (GreenFlow's)
+   scores relative JCT reduction per relative cost increase, ``(dT / T) / (dC / C)``,
+   where T is the predicted remaining time (plus ``restart_s`` when the GPU count
+   differs from the running one) and C the job's remaining energy (PowerFlow) or
+   carbon over the intensity curve (GreenFlow).
    While idle GPUs stay powered (``Snapshot.power_off_idle_nodes`` false) C counts only
    the draw above idle, which is what running the job adds to a cluster budget
    (``cost_above_idle`` overrides); a job that a team budget pays counts its GPUs' whole
@@ -110,6 +134,7 @@ a job whose efficiency is unknown keeps its submitted batch.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from typing import Any
@@ -127,12 +152,12 @@ from scheduling.core.pacing import (
     paced_energy_allowance_j,
 )
 from scheduling.core.placement import job_buddy_sizes
-from scheduling.core.policies.base import FreeForecast, GpuLedger, by_priority
+from scheduling.core.policies.base import FreeForecast, GpuLedger, by_priority, waiting_since_s
 from scheduling.core.policies.budget_price import price_round
 from scheduling.core.pricing import hull_choice, lower_hull
 from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
 
-_SIZE, _CLOCK, _BATCH = 0, 1, 2
+_SIZE, _CLOCK, _BATCH, _ADMIT = 0, 1, 2, 3  # kinds of greedy step
 _DOMINANT = 1e12  # score of a step that is faster and no costlier
 HISTORY_HOURS = 168  # hourly intensities kept as the "recent distribution"
 HOLD_WITHIN_S = 12 * HOUR_S  # a cleaner hour further ahead is not worth naming
@@ -175,7 +200,7 @@ class BudgetGreedy:
         min_gain: float = 1e-4,
         clean_bias: float = 0.0,
         spend_ahead: float = 1.25,
-        rank: str = "per_gpu",
+        rank: str = "hesrpt",
         cost_above_idle: bool | None = None,
         min_score: float = 0.5,
         placement: str = "buddy",
@@ -191,6 +216,8 @@ class BudgetGreedy:
         reserve_at_fast: bool = False,
         hour_price: bool = False,
         keep_window_h: int = 24,
+        starvation_s: float | None = None,
+        hesrpt_exp: float | None = 0.5,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -220,11 +247,20 @@ class BudgetGreedy:
         - ``hour_price``: a carbon price chooses targets with this hour's intensity;
         - ``keep_window_h``: a carbon price keeps the idle floor past the forecast at the
           dirtiest mean of this many consecutive hours seen lately (24: a day).
+        - ``starvation_s`` (None: no bound): a waiting job that has waited this long
+          since it last changed is admitted right after the running jobs, oldest first,
+          whatever its predicted length (module docstring, point 2).
+        - ``hesrpt_exp``: the exponent of ``rank="hesrpt"``'s weight (None: each size
+          step's own scaling exponent, a clock or batch step the job's last one).
         """
-        if admission not in ("srtf", "fifo"):
-            raise ValueError(f"admission must be 'srtf' or 'fifo', not {admission!r}")
-        if rank not in ("per_gpu", "relative"):
-            raise ValueError(f"rank must be 'per_gpu' or 'relative', not {rank!r}")
+        if admission not in ("srtf", "fifo", "marginal"):
+            raise ValueError(f"admission must be 'srtf', 'fifo' or 'marginal', not {admission!r}")
+        if rank not in ("per_gpu", "relative", "hesrpt"):
+            raise ValueError(f"rank must be 'per_gpu', 'relative' or 'hesrpt', not {rank!r}")
+        if admission == "marginal" and rank != "hesrpt":
+            raise ValueError("admission='marginal' needs rank='hesrpt' (their scores share a unit)")
+        if starvation_s is not None and not starvation_s > 0:
+            raise ValueError("starvation_s must be positive or None")
         self.clock_levels = clock_levels
         self.admission = admission
         self.restart_s = restart_s
@@ -253,6 +289,8 @@ class BudgetGreedy:
         self.reserve_at_fast = reserve_at_fast
         self.hour_price = hour_price
         self.keep_window_h = keep_window_h
+        self.starvation_s = starvation_s
+        self.hesrpt_exp = hesrpt_exp
 
     # --- state carried between rounds -------------------------------------------
 
@@ -362,6 +400,12 @@ class _Round:
         self.cfg: dict[int, list[int]] = {}
         self.cur: dict[int, Evaluation] = {}
         self.gpu_blocked: list[int] = []
+        self.starving: set[int] = set()  # waiting past starvation_s
+        self.min_s = [0.0] * len(self.jobs)  # remaining time at the minimum (by_length)
+        self.deferred: list[int] = []  # admitted by the greedy (admission="marginal")
+        self.weights: dict[int, float] = {}  # hesrpt: share of jobs not shorter
+        self.scaling: dict[int, float] = {}  # hesrpt: the last size step's exponent
+        self.sorted_min_s: list[float] | None = None
         self.budget_blocked: dict[int, int] = {}
         self.mins: dict[int, Evaluation] = {}
         self.unit_hulls: dict[tuple, list] = {}
@@ -648,29 +692,35 @@ class _Round:
     # --- stage 1: the order of admission (point 2) --------------------------------
 
     def order(self) -> None:
-        """Admission order (running jobs first), and the jobs the GPUs could admit at
-        their minimum, budgets aside: only they can run this round, so only they need
-        target configurations."""
-        jobs, opts = self.jobs, self.opts
-        if self.policy.admission == "srtf":
-            keys = []
-            predict = self.ctx.cache.predict
-            for j, jv in enumerate(jobs):
+        """Admission order (running jobs first, then waiting jobs past ``starvation_s``,
+        oldest first), and the jobs the GPUs could admit at their minimum, budgets aside:
+        only they can run this round, so only they need target configurations."""
+        jobs, opts, policy = self.jobs, self.opts, self.policy
+        starve_s, now = policy.starvation_s, self.ctx.now_s
+        by_length = policy.admission != "fifo" or policy.rank == "hesrpt"
+        predict = self.ctx.cache.predict
+        keys = []
+        for j, jv in enumerate(jobs):
+            job = jv.job
+            if job.allocation is not None:
+                group = 0
+            elif starve_s is not None and now - waiting_since_s(job) >= starve_s:
+                group = 1  # oldest first, whatever its length
+                self.starving.add(j)
+            else:
+                group = 2
+            if by_length:
                 sizes, clocks, batches, b0 = opts[j]
-                job = jv.job
                 # RoundContext.remaining_and_power at the minimum, inlined: every job
                 # of a long queue needs it for the order
                 iter_s, _ = predict(jv.perf, sizes[0], batches[b0], clocks[0], None)
-                remaining_s = (
+                self.min_s[j] = (
                     job.remaining_iters * job.global_batch / batches[b0] * iter_s
                 ) * job.iter_time_scale
-                first = 1 if job.allocation is None else 0
-                keys.append((first, remaining_s, job.submit_time_s, job.job_id, j))
-        else:
-            keys = [
-                (0 if jv.job.is_running else 1, jv.job.submit_time_s, jv.job.job_id, j)
-                for j, jv in enumerate(jobs)
-            ]
+            if policy.admission == "fifo" or group == 1:
+                keys.append((min(group, 1), 0.0, job.submit_time_s, job.job_id, j))
+            else:
+                keys.append((group, self.min_s[j], job.submit_time_s, job.job_id, j))
         keys.sort()
         self.order_ = by_priority(
             [k[-1] for k in keys], lambda j: jobs[j].job, keep_running_ahead=True
@@ -724,33 +774,54 @@ class _Round:
     # --- stage 3: admission at minimum configuration (point 2) --------------------
 
     def admit(self) -> None:
-        jobs, opts, ledger = self.jobs, self.opts, self.ledger
+        """Admit jobs at their minimum configuration in ``order_``. With
+        ``admission="marginal"`` only the running jobs, the starving ones and those of a
+        higher ``Job.priority`` than the lowest waiting are admitted here; the other
+        waiting jobs compete with the upgrades in the greedy (``upgrade``)."""
+        if self.policy.admission == "marginal":
+            waiting = [j for j in self.order_ if self.jobs[j].job.allocation is None]
+            low = min((self.jobs[j].job.priority for j in waiting), default=0)
+            for j in self.order_:
+                job = self.jobs[j].job
+                if job.allocation is None and j not in self.starving and job.priority == low:
+                    self.deferred.append(j)
+                else:
+                    self.admit_one(j)
+            return
         for j in self.order_:
-            jv = jobs[j]
-            n0 = opts[j][0][0]
-            if not ledger.fits(jv, n0):
-                self.gpu_blocked.append(j)
-                continue
-            est = self.min_eval(j)[0]
-            d_team, d_cluster = self.deltas(j, None, est, 0, n0)
-            bi = self.blocking_budget(j, d_team, d_cluster)
-            if bi is not None:
-                if not self.probe(j, est):
-                    self.budget_blocked[j] = bi
-                continue
-            ledger.take(jv, n0)
-            self.spend(j, d_team, d_cluster)
-            self.cfg[j] = [0, 0, opts[j][3]]
-            self.cur[j] = self.mins[j]
-            if self.pays[j] and self.policy.probe_s is not None and _prior_only(jv):
-                # Its prior alone says what an upgrade would cost: it runs at its minimum
-                # until it is observed (module docstring, "Probes").
-                self.target[j] = (0, 0, opts[j][3])
-            elif self.prices and j not in self.candidates:
-                # admitted only because a job ahead of it waits on its budget
-                lams = [self.prices[b] for b, _ in self.pays[j] if self.prices[b] > 0.0]
-                if lams:
-                    self.target[j] = hull_choice(self.choice_hull(j), max(lams))
+            self.admit_one(j)
+
+    def admit_one(self, j: int) -> bool:
+        """Admit job j at its minimum configuration if the GPUs and its budgets allow
+        (else note why it waits); True if it was admitted (a probe included)."""
+        jobs, opts, ledger = self.jobs, self.opts, self.ledger
+        jv = jobs[j]
+        n0 = opts[j][0][0]
+        if not ledger.fits(jv, n0):
+            self.gpu_blocked.append(j)
+            return False
+        est = self.min_eval(j)[0]
+        d_team, d_cluster = self.deltas(j, None, est, 0, n0)
+        bi = self.blocking_budget(j, d_team, d_cluster)
+        if bi is not None:
+            if self.probe(j, est):
+                return True
+            self.budget_blocked[j] = bi
+            return False
+        ledger.take(jv, n0)
+        self.spend(j, d_team, d_cluster)
+        self.cfg[j] = [0, 0, opts[j][3]]
+        self.cur[j] = self.mins[j]
+        if self.pays[j] and self.policy.probe_s is not None and _prior_only(jv):
+            # Its prior alone says what an upgrade would cost: it runs at its minimum
+            # until it is observed (module docstring, "Probes").
+            self.target[j] = (0, 0, opts[j][3])
+        elif self.prices and j not in self.candidates:
+            # admitted only because a job ahead of it waits on its budget
+            lams = [self.prices[b] for b, _ in self.pays[j] if self.prices[b] > 0.0]
+            if lams:
+                self.target[j] = hull_choice(self.choice_hull(j), max(lams))
+        return True
 
     def probe(self, j: int, est: Estimate) -> bool:
         """Start job j at its minimum configuration for a bounded probe if only its prior
@@ -865,9 +936,17 @@ class _Round:
         for j in self.order_:
             if j in self.cfg:
                 self._push(j)
+        for j in self.deferred:
+            self._push_admission(j)
         heap, version = self.heap, self.version
         while heap:
             _, j, kind, ver, new_cfg, new_eval = heapq.heappop(heap)
+            if kind == _ADMIT:
+                # admitted here at its minimum, or noted as waiting for the GPUs or a budget
+                if self.admit_one(j):
+                    version[j] = 0
+                    self._push(j)
+                continue
             if ver != version[j]:
                 continue
             # free GPUs and allowances only shrink within a round: a step that does
@@ -897,7 +976,7 @@ class _Round:
             gain = (t - t2) / t
             if gain <= policy.min_gain:
                 continue
-            if policy.rank == "per_gpu":
+            if policy.rank != "relative":
                 score = self._per_gpu_score(j, est, new_est, t, t2, si, new_cfg[0])
             else:
                 rel_cost = (c2 - c) / c if c > 0 else 0.0
@@ -912,19 +991,64 @@ class _Round:
     def _per_gpu_score(
         self, j: int, est: Estimate, new_est: Estimate, t: float, t2: float, si: int, si2: int
     ) -> float:
-        """Speedup over the job's minimum (as elastic normalises) per share of the
-        round's spare GPUs and spare allowance the step takes."""
+        """The speedup the step adds over the job's minimum (as elastic normalises),
+        weighted under ``rank="hesrpt"`` (``hesrpt_weight``), per share of the round's
+        spare GPUs and spare allowance the step takes."""
         base = self.min_eval(j)[1]
-        speedup = base / t2 - base / t
+        gain = base / t2 - base / t
         sizes = self.opts[j][0]
-        dn = sizes[si2] - sizes[si]
+        if self.policy.rank == "hesrpt":
+            q = self.policy.hesrpt_exp
+            if q is None:
+                if si2 != si:
+                    # the step's own scaling exponent: T ~ n ** -q
+                    q = math.log(t / t2) / math.log(sizes[si2] / sizes[si])
+                    q = self.scaling[j] = min(max(q, 0.0), 1.0)
+                else:
+                    q = self.scaling.get(j, 1.0)  # a clock or batch step
+            gain *= self.hesrpt_weight(j) ** q
         d_team, d_cluster = self.deltas(j, est, new_est, sizes[si], sizes[si2])
+        share = self._share(j, sizes[si2] - sizes[si], d_team, d_cluster)
+        return gain / share if share > 1e-12 else _DOMINANT * gain
+
+    def hesrpt_weight(self, j: int) -> float:
+        """The share of the jobs present (admitted or waiting) whose remaining time at
+        their minimum is at least job j's: 1 for the shortest, 1/m for the longest of m.
+        heSRPT's optimal allocation weighs a job's speedup by this share to the power
+        of its scaling exponent (module docstring, point 3)."""
+        w = self.weights.get(j)
+        if w is None:
+            if self.sorted_min_s is None:
+                self.sorted_min_s = sorted(self.min_s)
+            m = len(self.sorted_min_s)
+            w = self.weights[j] = (m - bisect.bisect_left(self.sorted_min_s, self.min_s[j])) / m
+        return w
+
+    def _share(self, j: int, dn: int, d_team: float, d_cluster: float) -> float:
+        """The share of the round's spare GPUs and of each paying budget's spare
+        allowance that ``dn`` more GPUs and these energy deltas take."""
         share = dn / self.spare_gpus[self.jobs[j].gpu_model] if dn > 0 else 0.0
         for bi_, is_cluster in self.pays[j]:
             d = d_cluster if is_cluster else d_team
             if d > 0 and self.spare_e[bi_] < math.inf:
                 share += d / self.spare_e[bi_]
-        return speedup / share if share > 1e-12 else _DOMINANT * speedup
+        return share
+
+    def _push_admission(self, j: int) -> None:
+        """Queue waiting job j's admission at its minimum configuration
+        (``admission="marginal"``), scored as a step from no GPUs to its minimum: a
+        speedup of 1, weighted as ``_per_gpu_score`` weighs (exponent 1 where it takes
+        the step's: from nothing, a job's progress grows in proportion), per share of
+        the spare GPUs and allowance its minimum takes. An upgrade that finishes a
+        short job sooner can so outrank a long job's admission."""
+        est = self.min_eval(j)[0]
+        n0 = self.opts[j][0][0]
+        d_team, d_cluster = self.deltas(j, None, est, 0, n0)
+        q = self.policy.hesrpt_exp
+        gain = self.hesrpt_weight(j) ** (1.0 if q is None else q)
+        share = self._share(j, n0, d_team, d_cluster)
+        score = gain / share if share > 1e-12 else _DOMINANT * gain
+        heapq.heappush(self.heap, (-score, j, _ADMIT, -1, None, None))
 
     # --- stage 6: the decision ----------------------------------------------------
 

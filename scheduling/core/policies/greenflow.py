@@ -7,9 +7,10 @@ the recent distribution after), and the carbon budget is paced towards clean hou
 the intensity). A job that cannot start because this round's carbon allowance is
 spent waits with ``WAITING_FOR_CLEAN_HOUR`` and the start of the next forecast hour
 at least ``CLEAN_MARGIN`` cleaner (within ``HOLD_WITHIN_S``, ``budget_greedy``), when there is one.
-It paces with PowerFlow's budget price and ranking, with what a carbon price needs beyond
-an energy one (see ``__init__``); ``pricing=False, rank="relative"`` gives the even share
-of point 1 of ``budget_greedy`` instead.
+It paces with PowerFlow's budget price and PowerFlow's former per-GPU ranking (PowerFlow
+now ranks with ``rank="hesrpt"``, not measured on Philly for GreenFlow), with what a carbon
+price needs beyond an energy one (see ``__init__``); ``pricing=False, rank="relative"``
+gives the even share of point 1 of ``budget_greedy`` instead.
 Reconstructed from the abstract; see ``budget_greedy``.
 """
 
