@@ -352,7 +352,9 @@ def pick_buddy(free: FreeGpus, model: str, n: int, current: Sequence[str] = ()) 
     locs = (free.locate(current, model) if current else None) or []
     if n <= node_size and is_power_of_two(n):
         return _buddy_in_node(free, model, n, locs)
-    if n > node_size and n % node_size == 0:
+    if n >= node_size and n % node_size == 0:
+        # whole nodes (n == node_size too: on 6-GPU nodes a 6-GPU job takes one node, not
+        # the emptiest GPUs of two)
         return _buddy_whole_nodes(free, model, n, locs)
     # Not a buddy size (a rigid baseline request such as 3 or 12 GPUs): fewest nodes.
     return _in_node_order(free, model, n, fewest_nodes=True)

@@ -127,6 +127,16 @@ def test_non_power_of_two_request_goes_on_fewest_nodes():
     assert result.gpu_ids["x"] == ids("s0n0", (2, 3, 4))
 
 
+def test_a_job_of_one_node_s_size_takes_a_whole_node_when_nodes_are_not_a_power_of_two():
+    # 6-GPU nodes, 2 GPUs busy on each: 8 free, but no whole node. A 6-GPU job is one
+    # whole node (a buddy size), never the emptiest GPUs of two nodes: the running jobs
+    # are repacked onto one node to free the other.
+    cluster = make_cluster(1, 2, 6)
+    running = [req("r0", 2, ids("s0n0", (0, 1))), req("r1", 2, ids("s0n1", (0, 1)))]
+    result = place_buddy(cluster, [*running, req("x", 6)])
+    assert len({g.split("/")[0] for g in result.gpu_ids["x"]}) == 1
+
+
 def test_first_fit_takes_the_first_free_gpus_in_node_order_across_nodes():
     cluster = make_cluster(1, 2, 4)
     result = place_first_fit(cluster, [req("r", 2, ids("s0n0", (1, 2))), req("x", 3)])
