@@ -151,4 +151,8 @@ def test_rest_job_runs_pauses_resumes_elsewhere_and_completes_in_slurm(
     assert f"*** JOB {first.slurm_job_id} ON {old_node} CANCELLED AT" in stopped
     # and the Epilogs removed both handoffs, the energy of both runs stays booked to the job
     assert not read_text(handoff)
-    assert _charged_j(job) > charged
+    # (not more: the resumed run exits at once, and whether an agent sample lands between
+    # the reading above and the SIGTERM depends on the load; a CI run on a busy machine
+    # saw none. Booked energy must never go away.)
+    assert _charged_j(job) >= charged
+    assert set(EnergyLedgerEntry.objects.filter(job=job).values_list("gpu", flat=True)) >= gpus
