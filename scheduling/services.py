@@ -116,6 +116,8 @@ def _round_due(config: SchedulerSettings, now: datetime) -> bool:
     if last is None:
         return True
     last_at, replan_at = last
+    # Exactly at or after it: a round earlier than the probe's end would find the probe
+    # still under way and keep it, so a probe lasts up to one beat tick beyond probe_s.
     if replan_at is not None and now >= replan_at:
         return True
     slack_s = settings.WATTFLOW_ROUND_INTERVAL_S / 2

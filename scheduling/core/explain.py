@@ -93,7 +93,7 @@ def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float
             if freed:
                 parts.append(f"this round's stops freed {_gpus(freed)}")
     probe = plan.policy_state.get("prior_probes", {}).get(change.job_id)
-    if probe is not None and probe.get("until_s", now) > now:
+    if change.kind == ChangeKind.START and probe is not None and abs(probe["at_s"] - now) < 1e-6:
         # budget_greedy's probe of a job its prior alone holds back ("Probes")
         parts.append(
             f"a probe of {probe['until_s'] - now:.0f} s (its performance is still an "

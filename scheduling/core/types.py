@@ -328,7 +328,8 @@ class Plan:
     exploration: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # When the plan should be revisited before the next regular round (a probe of a job
     # known only by its prior ends there, ``budget_greedy``); None: the regular round.
-    # The simulator plans again at that instant; the service keeps its round interval.
+    # The simulator plans again at that instant; the service stores it on the round
+    # (``SchedulingRound.replan_at``) and beat's first tick after it runs a round.
     replan_at_s: float | None = None
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from scheduling.core.explain import explain_change
+from scheduling.core.policies.budget_greedy import _Round
 from scheduling.core.registry import get_policy
 from scheduling.core.round import plan_round
 from scheduling.core.types import Budget
@@ -73,11 +74,55 @@ def test_a_measured_model_that_does_not_fit_still_waits():
 
 def test_a_job_is_probed_once():
     first = _round(PRIOR)
-    # the probe ended without an observation (the model is still the prior) and the job
-    # was stopped: no second probe
-    later = _round(PRIOR, state=first.policy_state, now=300.0)
+    # the probe ran (a round saw the job running) and, out of extensions, was stopped
+    # without an observation (the model is still the prior): no second probe
+    ran = _round(
+        PRIOR, state=first.policy_state, jobs=[_probed(first)], now=60.0, probe_extensions=0
+    )
+    assert "a" not in ran.allocations
+    later = _round(PRIOR, state=ran.policy_state, now=300.0)
     assert "a" not in later.allocations
-    assert "a" in later.policy_state["prior_probes"]
+    assert later.policy_state["prior_probes"]["a"]["ran"]
+
+
+def test_a_probe_granted_but_never_started_is_not_used_up():
+    # the grant was not carried out (no block was placed, the executor failed): the next
+    # round finds the job still waiting, never seen running, and probes it afresh
+    first = _round(PRIOR)
+    again = _round(PRIOR, state=first.policy_state, now=300.0)
+    assert again.allocations["a"].n_gpus == 1
+    assert again.policy_state["prior_probes"]["a"]["at_s"] == pytest.approx(300.0)
+    assert again.replan_at_s == pytest.approx(360.0)
+
+
+def test_a_round_is_charged_its_own_part_of_a_longer_probe():
+    # 10 s rounds: the 60 s probe is bounded as a whole (1,050 J) but this round pays
+    # only its own 10 s (175 J), so other work of the budget is not crowded out
+    spy = _Spy()
+    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=12_000.0)
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        [job("a", iters=10.0)],
+        CATALOG,
+        budgets=(budget,),
+        job_perf={("a", "A100"): PRIOR},
+        round_length_s=10.0,
+    )
+    plan = plan_round(snap, policy=spy, now=0.0)
+    assert plan.policy_state["prior_probes"]["a"]["predicted_energy_j"] == pytest.approx(1050.0)
+    assert spy.spent_j == pytest.approx(175.0)
+
+
+class _Spy(get_policy("powerflow").__class__):
+    """PowerFlow that keeps what its round's admission charged the budget."""
+
+    def allocate(self, ctx):
+        rnd = _Round(self, ctx)
+        rnd.order()
+        rnd.price()
+        rnd.admit()
+        self.spent_j = rnd.spent_e[0]
+        return super().allocate(ctx)
 
 
 def test_a_probe_must_fit_a_share_of_what_the_period_has_left():

@@ -22,9 +22,10 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    fits the GPUs or the allowance waits. Shortest-first alone can pass a long job over
    for as long as shorter ones keep arriving; with ``starvation_s`` (off by default) a
    waiting job that has waited that long since it last changed is admitted right
-   after the running jobs, oldest first. ``admission="marginal"`` (with
-   ``rank="hesrpt"``, off by default) admits only the running and the starving jobs
-   here and lets each other waiting job's admission compete in the greedy of point 3
+   after the running jobs, earliest submitted first (within a priority).
+   ``admission="marginal"`` (with ``rank="hesrpt"``, off by default) admits only the
+   running and the starving jobs here and lets each other waiting job's admission
+   compete in the greedy of point 3
    as a step from no GPUs to its minimum (speedup 1, heSRPT-weighted), so an upgrade
    that finishes a short job sooner can outrank a long job's start; measured in
    docs/benchmarks.md ("Issue 13: admission by marginal JCT"), it loses on Philly.
@@ -55,11 +56,11 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    Among jobs of one length it ranks as ``per_gpu``. It is PowerFlow's default, with
    ``hesrpt_exp`` 0.5 (the exponent of a square-root speedup; the steps' own exponents
    did worse on Philly), as measured in docs/benchmarks.md ("Issue 13: admission by
-   marginal JCT"). ``rank="relative"`` (GreenFlow's)
-   scores relative JCT reduction per relative cost increase, ``(dT / T) / (dC / C)``,
-   where T is the predicted remaining time (plus ``restart_s`` when the GPU count
-   differs from the running one) and C the job's remaining energy (PowerFlow) or
-   carbon over the intensity curve (GreenFlow).
+   marginal JCT"). ``rank="relative"`` (the even share's, ``greenflow`` with
+   ``pricing=False``) scores relative JCT reduction per relative cost increase,
+   ``(dT / T) / (dC / C)``, where T is the predicted remaining time (plus
+   ``restart_s`` when the GPU count differs from the running one) and C the job's
+   remaining energy (PowerFlow) or carbon over the intensity curve (GreenFlow).
    While idle GPUs stay powered (``Snapshot.power_off_idle_nodes`` false) C counts only
    the draw above idle, which is what running the job adds to a cluster budget
    (``cost_above_idle`` overrides); a job that a team budget pays counts its GPUs' whole
@@ -248,7 +249,8 @@ class BudgetGreedy:
         - ``keep_window_h``: a carbon price keeps the idle floor past the forecast at the
           dirtiest mean of this many consecutive hours seen lately (24: a day).
         - ``starvation_s`` (None: no bound): a waiting job that has waited this long
-          since it last changed is admitted right after the running jobs, oldest first,
+          since it last changed is admitted right after the running jobs, earliest
+          submitted first (within a priority),
           whatever its predicted length (module docstring, point 2).
         - ``hesrpt_exp``: the exponent of ``rank="hesrpt"``'s weight (None: each size
           step's own scaling exponent, a clock or batch step the job's last one).
@@ -416,6 +418,11 @@ class _Round:
             for job_id, rec in ctx.policy_state.get("prior_probes", {}).items()
             if job_id in active
         }
+        # A probe is used up once its job ran; one granted but never started (its block
+        # was not placed, the executor failed) leaves the job free to be probed again.
+        for job in ctx.snapshot.jobs:
+            if job.allocation is not None and job.job_id in self.probes:
+                self.probes[job.job_id]["ran"] = True
 
     # --- inputs -------------------------------------------------------------------
 
@@ -693,8 +700,9 @@ class _Round:
 
     def order(self) -> None:
         """Admission order (running jobs first, then waiting jobs past ``starvation_s``,
-        oldest first), and the jobs the GPUs could admit at their minimum, budgets aside:
-        only they can run this round, so only they need target configurations."""
+        earliest submitted first), and the jobs the GPUs could admit at their minimum,
+        budgets aside: only they can run this round, so only they need target
+        configurations."""
         jobs, opts, policy = self.jobs, self.opts, self.policy
         starve_s, now = policy.starvation_s, self.ctx.now_s
         by_length = policy.admission != "fifo" or policy.rank == "hesrpt"
@@ -705,7 +713,7 @@ class _Round:
             if job.allocation is not None:
                 group = 0
             elif starve_s is not None and now - waiting_since_s(job) >= starve_s:
-                group = 1  # oldest first, whatever its length
+                group = 1  # earliest submitted first, whatever its length
                 self.starving.add(j)
             else:
                 group = 2
@@ -843,6 +851,8 @@ class _Round:
             d_cluster = n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length
             self._admit_probe(j, d_team, d_cluster)
             return True
+        if rec is not None and job.allocation is None and not rec.get("ran"):
+            rec = None  # granted, never started: not used up
         if rec is None:
             if job.allocation is not None:
                 return False
@@ -851,7 +861,10 @@ class _Round:
         length = min(policy.probe_s, est.remaining_s)
         if not length > 0.0:
             return False
-        d_team = n0 * est.power_w * length + self.restart_j(j, n0)
+        # The bound is on the whole probe; this round is charged its own part of it (a
+        # round inside the probe charges the next part, above).
+        restart_j = self.restart_j(j, n0)
+        d_team = n0 * est.power_w * length + restart_j
         d_cluster = n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length
         for bi, is_cluster in self.pays[j]:
             b = self.budgets[bi]
@@ -868,7 +881,8 @@ class _Round:
                 free_g = b.co2_remaining_g - committed * self.to_g
                 if d * self.to_g > policy.probe_share * free_g:
                     return False
-        self._admit_probe(j, d_team, d_cluster)
+        now_share = min(length, self.round_s) / length
+        self._admit_probe(j, (d_team - restart_j) * now_share + restart_j, d_cluster * now_share)
         if rec is None:
             self.probes[job.job_id] = {
                 "at_s": now,
