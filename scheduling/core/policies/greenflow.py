@@ -7,10 +7,10 @@ the recent distribution after), and the carbon budget is paced towards clean hou
 the intensity). A job that cannot start because this round's carbon allowance is
 spent waits with ``WAITING_FOR_CLEAN_HOUR`` and the start of the next forecast hour
 at least ``CLEAN_MARGIN`` cleaner (within ``HOLD_WITHIN_S``, ``budget_greedy``), when there is one.
-It paces with PowerFlow's budget price and PowerFlow's former per-GPU ranking (PowerFlow
-now ranks with ``rank="hesrpt"``, not measured on Philly for GreenFlow), with what a carbon
-price needs beyond an energy one (see ``__init__``); ``pricing=False, rank="relative"``
-gives the even share of point 1 of ``budget_greedy`` instead.
+It paces with PowerFlow's budget price and ranks upgrades as PowerFlow does
+(``rank="hesrpt"``), with what a carbon price needs beyond an energy one (see
+``__init__``); ``pricing=False, rank="relative"`` gives the even share of point 1 of
+``budget_greedy`` instead.
 Reconstructed from the abstract; see ``budget_greedy``.
 """
 
@@ -31,10 +31,10 @@ class GreenFlow(BudgetGreedy):
         clean_bias: float = 1.0,
         pricing: bool = True,
         share_floor: float = 1.0,
-        rank: str = "per_gpu",
+        rank: str = "hesrpt",
         **params,
     ) -> None:
-        # PowerFlow's allocator with carbon as the cost (the budget price, per-GPU ranking,
+        # PowerFlow's allocator with carbon as the cost (the budget price, its ranking,
         # the lag release), with what a carbon price needs beyond an energy one: the tail
         # past the 24 h forecast priced at the mean of the hours seen and the forecast's,
         # the lag measured against the idle floor's carbon as the grid made it
@@ -51,7 +51,8 @@ class GreenFlow(BudgetGreedy):
         # which no plan avoids; on the full Philly trace at 1.0 with US-CAL-CISO at
         # fifo_lowclock's carbon the price stopped all work 63 h before the period's end
         # and the floor alone, on days dirtier than any seen before, went 0.010% over
-        # (the even share ended at 99.9%).
+        # (the even share ended at 99.9%; with the heSRPT rank, the default since
+        # "GreenFlow with the heSRPT rank" in the same file, it ended at 99.99998%).
         # No share floor with the price: at fifo_lowclock's carbon (ES) the floor 1.15
         # spent 102.8% and ran past the period (1.0: 99.3%, in the period).
         # ``hour_price`` (each job's target chosen with its energy at this hour's
