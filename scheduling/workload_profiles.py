@@ -412,10 +412,10 @@ def prior_models(
     found: dict[tuple[str, str], tuple[FittedPerfModel, str] | None] = {}
     out = {}
     for job in jobs:
+        hints = JobHints.of(job)
         for gpu_model, nvml in gpus.items():
             if (str(job.pk), gpu_model) in skip:
                 continue
-            hints = JobHints.of(job)
             key = (job.workload, hints, gpu_model)
             if key not in found:
                 found[key] = prior_for(

@@ -45,10 +45,7 @@ class PerfCache:
     def model(self, workload: str, gpu_model: str) -> PerfModel | None:
         key = (workload, gpu_model)
         if key not in self._models:
-            try:
-                self._models[key] = self._catalog.get(workload, gpu_model)
-            except (KeyError, LookupError, ValueError):
-                self._models[key] = None
+            self._models[key] = catalog_model(self._catalog, workload, gpu_model)
         return self._models[key]
 
     def model_for(self, job: Job, gpu_model: str) -> PerfModel | None:
@@ -76,16 +73,23 @@ class PerfCache:
         return self._idle[gpu_model]
 
 
+def catalog_model(catalog: PerfCatalog, workload: str, gpu_model: str) -> PerfModel | None:
+    """The catalog's model of ``workload`` on ``gpu_model``, None where it has none."""
+    try:
+        return catalog.get(workload, gpu_model)
+    except (LookupError, ValueError):  # KeyError is a LookupError
+        return None
+
+
 def catalog_idle_power_w(catalog: PerfCatalog, gpu_model: str) -> float:
     """Idle power of a GPU model: the lowest any of the catalog's perf models on it reports
     (0 where the catalog has none on it). The rounds charge idle GPUs with it, and the live
     online model reads a job's draw against it (``workload_profiles.gpu_draw_range_w``)."""
-    values = []
-    for workload in catalog.workloads():
-        try:
-            values.append(catalog.get(workload, gpu_model).idle_power_w)
-        except (KeyError, LookupError, ValueError):
-            continue
+    values = [
+        m.idle_power_w
+        for w in catalog.workloads()
+        if (m := catalog_model(catalog, w, gpu_model)) is not None
+    ]
     return min(values) if values else 0.0
 
 

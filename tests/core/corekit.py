@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from scheduling.core.policies.budget_greedy import _Round
+from scheduling.core.policies.powerflow import PowerFlow
 from scheduling.core.types import (
     Allocation,
     Budget,
@@ -164,3 +166,15 @@ def random_snapshot(
         budgets=budgets,
         carbon=CarbonSignal(ci_g_per_kwh=ci),
     )
+
+
+class RoundSpy(PowerFlow):
+    """PowerFlow that keeps a copy of its last round after admission (``rnd``: its cost
+    model, what admission charged each budget), which ``allocate`` does not expose."""
+
+    def allocate(self, ctx):
+        self.rnd = _Round(self, ctx)
+        self.rnd.order()
+        self.rnd.price()
+        self.rnd.admit()
+        return super().allocate(ctx)

@@ -10,11 +10,18 @@ from dataclasses import dataclass, replace
 import pytest
 
 from scheduling.core.explain import explain_change
-from scheduling.core.policies.budget_greedy import _Round
 from scheduling.core.registry import get_policy
 from scheduling.core.round import plan_round
 from scheduling.core.types import Budget
-from tests.core.corekit import AnalyticModel, Catalog, job, make_cluster, running, snapshot
+from tests.core.corekit import (
+    AnalyticModel,
+    Catalog,
+    RoundSpy,
+    job,
+    make_cluster,
+    running,
+    snapshot,
+)
 
 
 @dataclass(frozen=True)
@@ -33,10 +40,11 @@ MEASURED = replace(PRIOR, estimated=False)
 CATALOG = Catalog(AnalyticModel("w", idle_power_w=10.0, busy_power_w=40.0))
 
 
-def _round(model, *, limit_j=12_000.0, state=None, jobs=None, now=0.0, round_s=300.0, **policy):
-    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=limit_j)
+def _snap(model=PRIOR, *, limit_j=12_000.0, used_j=0.0, state=None, jobs=None, round_s=300.0):
+    """One node, job "a" (10 iterations) known by ``model``, team t's 12 kJ over 24,000 s."""
+    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=limit_j, energy_used_j=used_j)
     jobs = jobs or [job("a", iters=10.0)]
-    snap = snapshot(
+    return snapshot(
         make_cluster(1, 1, 8),
         jobs,
         CATALOG,
@@ -45,6 +53,10 @@ def _round(model, *, limit_j=12_000.0, state=None, jobs=None, now=0.0, round_s=3
         policy_state=state or {},
         round_length_s=round_s,
     )
+
+
+def _round(model, *, now=0.0, limit_j=12_000.0, state=None, jobs=None, round_s=300.0, **policy):
+    snap = _snap(model, limit_j=limit_j, state=state, jobs=jobs, round_s=round_s)
     return plan_round(snap, policy=get_policy("powerflow", **policy), now=now)
 
 
@@ -98,31 +110,10 @@ def test_a_probe_granted_but_never_started_is_not_used_up():
 def test_a_round_is_charged_its_own_part_of_a_longer_probe():
     # 10 s rounds: the 60 s probe is bounded as a whole (1,050 J) but this round pays
     # only its own 10 s (175 J), so other work of the budget is not crowded out
-    spy = _Spy()
-    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=12_000.0)
-    snap = snapshot(
-        make_cluster(1, 1, 8),
-        [job("a", iters=10.0)],
-        CATALOG,
-        budgets=(budget,),
-        job_perf={("a", "A100"): PRIOR},
-        round_length_s=10.0,
-    )
-    plan = plan_round(snap, policy=spy, now=0.0)
+    spy = RoundSpy()
+    plan = plan_round(_snap(round_s=10.0), policy=spy, now=0.0)
     assert plan.policy_state["prior_probes"]["a"]["predicted_energy_j"] == pytest.approx(1050.0)
-    assert spy.spent_j == pytest.approx(175.0)
-
-
-class _Spy(get_policy("powerflow").__class__):
-    """PowerFlow that keeps what its round's admission charged the budget."""
-
-    def allocate(self, ctx):
-        rnd = _Round(self, ctx)
-        rnd.order()
-        rnd.price()
-        rnd.admit()
-        self.spent_j = rnd.spent_e[0]
-        return super().allocate(ctx)
+    assert spy.rnd.spent_e[0] == pytest.approx(175.0)
 
 
 def test_a_probe_must_fit_a_share_of_what_the_period_has_left():
@@ -130,27 +121,12 @@ def test_a_probe_must_fit_a_share_of_what_the_period_has_left():
     plan = _round(PRIOR, limit_j=4_000.0)
     assert "a" not in plan.allocations
     # and spent budget counts: 12 kJ limit, 8 kJ used leaves the same 4 kJ
-    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=12_000.0, energy_used_j=8_000.0)
-    snap = snapshot(
-        make_cluster(1, 1, 8),
-        [job("a", iters=10.0)],
-        CATALOG,
-        budgets=(budget,),
-        job_perf={("a", "A100"): PRIOR},
-    )
+    snap = _snap(used_j=8_000.0)
     assert "a" not in plan_round(snap, policy=get_policy("powerflow"), now=0.0).allocations
 
 
 def test_probes_can_be_turned_off():
-    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=12_000.0)
-    snap = snapshot(
-        make_cluster(1, 1, 8),
-        [job("a", iters=10.0)],
-        CATALOG,
-        budgets=(budget,),
-        job_perf={("a", "A100"): PRIOR},
-    )
-    plan = plan_round(snap, policy=get_policy("powerflow", probe_s=None), now=0.0)
+    plan = _round(PRIOR, probe_s=None)
     assert "a" not in plan.allocations
 
 
@@ -198,15 +174,7 @@ def test_an_extension_must_fit_the_probe_bound_too():
     # 1,050 J more, another 1,050 J is over a quarter of what is left.
     plan = _round(PRIOR, limit_j=4_400.0)
     assert "a" in plan.allocations
-    budget = Budget("b", "t", 0.0, 24_000.0, energy_limit_j=4_400.0, energy_used_j=1_050.0)
-    snap = snapshot(
-        make_cluster(1, 1, 8),
-        [_probed(plan)],
-        CATALOG,
-        budgets=(budget,),
-        job_perf={("a", "A100"): PRIOR},
-        policy_state=plan.policy_state,
-    )
+    snap = _snap(limit_j=4_400.0, used_j=1_050.0, state=plan.policy_state, jobs=[_probed(plan)])
     later = plan_round(snap, policy=get_policy("powerflow"), now=60.0)
     assert "a" not in later.allocations
 

@@ -12,24 +12,15 @@ from __future__ import annotations
 import pytest
 
 from scheduling.core.policies.budget_greedy import _Round
-from scheduling.core.policies.powerflow import PowerFlow
 from scheduling.core.round import plan_round
 from scheduling.core.types import Budget
-from tests.core.corekit import AnalyticModel, Catalog, job, make_cluster, snapshot
+from tests.core.corekit import AnalyticModel, Catalog, RoundSpy, job, make_cluster, snapshot
 
 MODEL = AnalyticModel("w", idle_power_w=50.0, busy_power_w=300.0, scaling=0.7)
 
 
-class _Spy(PowerFlow):
-    """PowerFlow that keeps its last round, to read its cost model."""
-
-    def allocate(self, ctx):
-        self.rnd = _Round(self, ctx)
-        return super().allocate(ctx)
-
-
 def _costs(budget: Budget) -> tuple[_Round, list]:
-    spy = _Spy()
+    spy = RoundSpy()
     snap = snapshot(
         make_cluster(1, 1, 8),
         [job("a", iters=1000.0, min_gpus=1, max_gpus=8)],

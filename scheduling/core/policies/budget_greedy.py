@@ -846,10 +846,7 @@ class _Round:
         if rec is not None and job.allocation is not None and now < rec["until_s"] - 1e-6:
             # A probe still under way was paid for when it started: it runs to its end
             # (a round may come before it, e.g. at a live beat tick).
-            length = min(rec["until_s"] - now, self.round_s)
-            d_team = n0 * est.power_w * length
-            d_cluster = n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length
-            self._admit_probe(j, d_team, d_cluster)
+            self._admit_probe(j, *self._busy_j(j, est, min(rec["until_s"] - now, self.round_s)))
             return True
         if rec is not None and job.allocation is None and not rec.get("ran"):
             rec = None  # granted, never started: not used up
@@ -864,8 +861,8 @@ class _Round:
         # The bound is on the whole probe; this round is charged its own part of it (a
         # round inside the probe charges the next part, above).
         restart_j = self.restart_j(j, n0)
-        d_team = n0 * est.power_w * length + restart_j
-        d_cluster = n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length
+        busy_team, d_cluster = self._busy_j(j, est, length)
+        d_team = busy_team + restart_j
         for bi, is_cluster in self.pays[j]:
             b = self.budgets[bi]
             d = d_cluster if is_cluster else d_team
@@ -882,7 +879,7 @@ class _Round:
                 if d * self.to_g > policy.probe_share * free_g:
                     return False
         now_share = min(length, self.round_s) / length
-        self._admit_probe(j, (d_team - restart_j) * now_share + restart_j, d_cluster * now_share)
+        self._admit_probe(j, busy_team * now_share + restart_j, d_cluster * now_share)
         if rec is None:
             self.probes[job.job_id] = {
                 "at_s": now,
@@ -897,6 +894,15 @@ class _Round:
             rec["until_s"] = now + length
             rec["predicted_energy_j"] += d_team
         return True
+
+    def _busy_j(self, j: int, est: Estimate, length_s: float) -> tuple[float, float]:
+        """(team, cluster) energy of job j at its minimum configuration for ``length_s``:
+        its whole draw, and its draw above idle."""
+        n0 = self.opts[j][0][0]
+        return (
+            n0 * est.power_w * length_s,
+            n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length_s,
+        )
 
     def _admit_probe(self, j: int, d_team: float, d_cluster: float) -> None:
         self.ledger.take(self.jobs[j], self.opts[j][0][0])
