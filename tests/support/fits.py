@@ -22,3 +22,26 @@ def catalog_approx(value):
     if isinstance(value, float):
         return pytest.approx(value, rel=2e-3, abs=1e-6)
     return value
+
+
+# The T4's DVFS shape is the median of five RTX6000 power-limit fits whose data do not pin
+# it down: the resnet50 sweep has local minima from k = 1.34 to 2.12 within 0.5% of each
+# other's cost, and which one a start ends in depends on the BLAS build's rounding. The
+# shipped exponent 1.84 (static share 0.386, peak-to-average 1.090) came out 2.11 (0.391,
+# 1.073) on another Intel Xeon (2026-11-26). These three are held to a range, not to the
+# digit, by ``pop_unidentified``.
+UNIDENTIFIED_T4_DVFS = {
+    "power_exp": (1.3, 2.2),
+    "power_static_frac": (0.36, 0.41),
+    "peak_to_avg": (1.05, 1.11),
+}
+
+
+def pop_unidentified(*gpus: dict) -> None:
+    """Check the T4's unidentified DVFS parameters of each catalog's ``gpus`` against their
+    ranges and remove them, so the rest compares to the digit (``catalog_approx``)."""
+    for g in gpus:
+        dvfs = g["T4"]["dvfs"]
+        for name, (low, high) in UNIDENTIFIED_T4_DVFS.items():
+            value = dvfs.pop(name)
+            assert low <= value <= high, (name, value)
