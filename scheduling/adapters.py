@@ -331,11 +331,15 @@ def observed_measurements(
     observations for its online model; None when there is nothing new.
 
     Iteration times come from consecutive progress reports of this allocation; power from
-    the mean draw of its GPUs per sample instant. Both start at the agent's ``started``
-    report, so the idle seconds before the job came up do not count as its power. Stretches
-    in which another job shared the GPUs are left out (they are its observed slowdown).
-    Values are passed on as measured; ``workload_profiles.record_observations`` refuses the
-    absurd ones.
+    the mean draw of its GPUs per sample instant, taken while the job trains: after its
+    first progress report and up to its latest one. The seconds between the agent's
+    ``started`` report and the first progress report (imports, GPU initialisation, data
+    loading) are not the job's training draw: on a real H100 they were 11.5 s at 72-121 W
+    before 400-480 W, and counting them read the job's draw as 193 W
+    (``tests/telemetry/test_device_recording.py``). A job that never reports progress
+    teaches nothing (no speed, no draw). Stretches in which another job shared the GPUs are
+    left out (they are its observed slowdown). Values are passed on as measured;
+    ``workload_profiles.record_observations`` refuses the absurd ones.
     """
     alloc = job.current_allocation
     if alloc is None:
@@ -353,9 +357,15 @@ def observed_measurements(
     iter_times, last_progress = observations.progress_iter_times(
         job.pk, alloc.pk, since=since, now=now, exclude=shared
     )
+    first_progress = observations.first_progress_at(job.pk, alloc.pk)
+    if first_progress is None or last_progress is None:
+        return None
+    power_from = max(since, first_progress)
     powers = [
         row["p"]
-        for row in GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=now)
+        for row in GpuSample.objects.filter(
+            gpu__in=[g.pk for g in gpus], ts__gt=power_from, ts__lte=last_progress
+        )
         .values("ts")
         .annotate(p=Avg("power_w"), n=Count("gpu"))
         .order_by("ts")
@@ -373,8 +383,8 @@ def observed_measurements(
     found = [online_model.Observation(iter_time_s=t, **config) for t in iter_times]
     found += [online_model.Observation(power_w=p, **config) for p in powers]
     # Progress reports are the later of the two streams to arrive; what is covered ends at
-    # the last one used (or, with none, the last power sample).
-    return Measurements(gpu_model=gpus[0].model, observations=found, until=last_progress or now)
+    # the last one used.
+    return Measurements(gpu_model=gpus[0].model, observations=found, until=last_progress)
 
 
 # --- plan -> row changes --------------------------------------------------------------------

@@ -1,11 +1,13 @@
-"""``python -m telemetry.agent.nvml_check [--gpu 0] [--samples 3]``: the agent's NVML backend on
-the real GPUs of this machine, printed, for the first run on real hardware (the tests only ever
-drive it through a fake of ``pynvml``).
+"""``python -m telemetry.agent.nvml_check [--gpu 0] [--samples 3] [--read-only]``: the agent's
+NVML backend on the real GPUs of this machine, printed, for the first run on real hardware (the
+tests only ever drive it through a fake of ``pynvml``).
 
 It prints what the agent would register, a few readings of every GPU, then on one GPU sets the
 power limit to the middle of its range and locks the SM clock below its maximum, reads back what
 the driver enforces, restores the defaults and reads again. Setting limits and clocks needs
 root; where the driver refuses, the refusal is printed and the run goes on (exit status 1).
+``--read-only`` stops after the readings and changes nothing: for a GPU that is not yours to
+retune (a shared or borrowed machine).
 """
 
 from __future__ import annotations
@@ -28,7 +30,15 @@ def _reading(r: Reading) -> str:
     )
 
 
-def run(nvml: Any | None, *, gpu: int, samples: int, out: TextIO, pause_s: float = 1.0) -> int:
+def run(
+    nvml: Any | None,
+    *,
+    gpu: int,
+    samples: int,
+    out: TextIO,
+    pause_s: float = 1.0,
+    read_only: bool = False,
+) -> int:
     backend = NvmlBackend(nvml=nvml)
     failures = 0
     try:
@@ -44,6 +54,9 @@ def run(nvml: Any | None, *, gpu: int, samples: int, out: TextIO, pause_s: float
             for r in backend.read(datetime.now(UTC)):
                 out.write(_reading(r) + "\n")
             time.sleep(pause_s)
+        if read_only:
+            out.write(f"GPU {gpu}: read-only, its power limit and clocks left as they are\n")
+            return 0
         info = gpus[gpu]
         limit = None
         if info.min_power_limit_w is not None and info.max_power_limit_w is not None:
@@ -75,13 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m telemetry.agent.nvml_check")
     parser.add_argument("--gpu", type=int, default=0, help="the GPU to set and restore")
     parser.add_argument("--samples", type=int, default=3, help="readings of every GPU")
+    parser.add_argument(
+        "--read-only", action="store_true", help="only read: set no power limit or clock"
+    )
     args = parser.parse_args(argv)
     if args.samples < 0:
         parser.error("--samples must not be negative")
     import pynvml
 
     try:
-        return run(None, gpu=args.gpu, samples=args.samples, out=sys.stdout)
+        return run(
+            None, gpu=args.gpu, samples=args.samples, out=sys.stdout, read_only=args.read_only
+        )
     except pynvml.NVMLError as exc:
         sys.stderr.write(f"nvml_check: NVML is not usable here: {exc}\n")
         return 2

@@ -102,6 +102,22 @@ def test_the_nvml_check_sets_and_restores_one_gpu_and_prints_what_it_read():
     assert not fake.initialised
 
 
+def test_the_nvml_check_read_only_reads_every_gpu_and_changes_nothing():
+    import io
+
+    from telemetry.agent.nvml_check import run
+
+    fake = FakeNvml([_device("GPU-aaa", energy_mj=5_000)])
+    out = io.StringIO()
+    assert run(fake, gpu=0, samples=2, out=out, pause_s=0, read_only=True) == 0
+    assert fake.calls == []
+    assert fake.devices[0]["limit_mw"] == 400_000
+    text = out.getvalue()
+    assert text.count("GPU-aaa: 251.5 W, energy counter 5.0 J") == 2
+    assert text.rstrip().endswith("GPU 0: read-only, its power limit and clocks left as they are")
+    assert not fake.initialised
+
+
 def test_the_nvml_check_reports_a_driver_refusal_and_exits_1():
     import io
 

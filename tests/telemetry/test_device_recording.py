@@ -1,0 +1,138 @@
+"""The service fed what the real agent sent from a real GPU.
+
+``data/device/h100_2026-11-26/agent_requests.jsonl`` is every request the node agent made,
+with the real ``NvmlBackend`` and the process runner, on an NVIDIA H100 while it ran one
+job (``benchmarks/device/nvml_agent_check.py``: 1,500 iterations of an MLP at batch 512).
+Here those requests go, in their order, to the real agent API, so what NVML said of a GPU
+model the catalog lacks (700 W, 109 lockable clocks, an energy counter in the kJ) meets the
+service's validation, accounting and online model. Only the job and allocation ids are
+mapped to this database's, and the timestamps shifted to the present (the retention window
+would refuse November 2026 forever after); their spacing is kept.
+"""
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from cluster import services as cluster_services
+from cluster.choices import JobState
+from cluster.models import Gpu, Job, Node
+from scheduling import adapters, services
+from scheduling.models import JobSchedulingState
+from telemetry.models import GpuSample
+
+RECORDING = Path(__file__).resolve().parents[2] / "data/device/h100_2026-11-26"
+
+
+def _requests() -> list[dict]:
+    with (RECORDING / "agent_requests.jsonl").open() as f:
+        return [json.loads(line) for line in f]
+
+
+def _shift(value, delta: timedelta):
+    """Every ISO timestamp under ``value`` moved by ``delta``."""
+    if isinstance(value, dict):
+        return {k: (_shift(v, delta) if k != "ts" else _moved(v, delta)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shift(v, delta) for v in value]
+    return value
+
+
+def _moved(ts: str, delta: timedelta) -> str:
+    return (datetime.fromisoformat(ts) + delta).isoformat()
+
+
+@pytest.fixture
+def recorded():
+    requests = _requests()
+    stamps = [
+        datetime.fromisoformat(item["ts"])
+        for r in requests
+        if r["method"] == "POST"
+        for item in r["body"].get("samples", r["body"].get("events", [r["body"]]))
+        if isinstance(item, dict) and "ts" in item
+    ]
+    delta = timezone.now() - timedelta(seconds=5) - max(stamps)
+    return [r | {"body": _shift(r.get("body"), delta)} for r in requests], delta
+
+
+def test_the_h100_agent_recording_registers_meters_and_completes_its_job(
+    recorded, agent_client, make_job, member, team
+):
+    requests, delta = recorded
+    node = Node.objects.create(name="device-h100", switch_label="s1", rack_label="r1")
+    client = agent_client(node.issue_agent_token())
+    register = requests[0]
+    assert register["path"] == "/api/agent/register/"
+    assert client.post(register["path"], register["body"], format="json").status_code == 200
+    gpu = Gpu.objects.get(node=node)
+    # what NVML reported of an H100, stored as such (a GPU model the catalog lacks)
+    assert (gpu.model, gpu.min_power_limit_w, gpu.max_power_limit_w) == ("H100", 200, 700)
+    assert (gpu.default_power_limit_w, len(gpu.supported_sm_clocks_mhz)) == (700, 110)
+
+    # the job the agent ran: an unprofiled workload on it, at the recorded batch
+    job = make_job(
+        owner=member, team=team, workload="device_mlp", total_iterations=1500,
+        global_batch_size=512, min_gpus=1, max_gpus=1, min_batch_size=512, max_batch_size=512,
+    )  # fmt: skip
+    events = [e for r in requests if r["path"].endswith("job-events/") for e in r["body"]["events"]]
+    started_at = datetime.fromisoformat(events[0]["ts"])
+    at = started_at - timedelta(seconds=1)
+    cluster_services.start_job(job, gpus=[gpu], batch_size=512, at=at)
+    job.refresh_from_db()
+
+    def post(r):
+        body = r["body"]
+        if r["path"].endswith("job-events/"):
+            body = {
+                "events": [
+                    e | {"job_id": job.pk, "allocation_id": job.current_allocation_id}
+                    for e in body["events"]
+                ]
+            }
+        response = client.post(r["path"], body, format="json")
+        assert response.status_code in (200, 201), (r["path"], response.content[:300])
+
+    exited_at = None
+    for r in requests[1:]:
+        if r["method"] != "POST":
+            continue
+        if r["path"].endswith("job-events/") and r["body"]["events"][0]["kind"] == "exited":
+            exited_at = datetime.fromisoformat(r["body"]["events"][0]["ts"])
+            # before the exit: the round folds the job's telemetry into its online model
+            running = Job.objects.filter(pk=job.pk)
+            assert (
+                services.refresh_online_models(
+                    list(running.select_related("current_allocation")),
+                    catalog=adapters.current_catalog(),
+                    now=exited_at,
+                )
+                == 1
+            )
+        post(r)
+
+    samples = [s for r in requests if r["path"].endswith("samples/") for s in r["body"]["samples"]]
+    assert GpuSample.objects.filter(gpu=gpu).count() == len(samples) == 54
+    job.refresh_from_db()
+    assert (job.state, job.exit_status, job.completed_iterations) == (JobState.COMPLETED, 0, 1500)
+    assert job.grad_sqr and job.grad_var  # the job's own gradient statistics, kept
+
+    # energy: the counter's delta over the allocation, as the samples stored it
+    during = [s for s in samples if started_at <= datetime.fromisoformat(s["ts"]) <= exited_at]
+    counter_j = during[-1]["energy_j"] - during[0]["energy_j"]
+    assert 1_000 < counter_j < 20_000  # ~12 s at 100-480 W
+
+    # the online model saw this job's own speed and training draw on the H100: ~8 ms per
+    # iteration and 410-480 W; not the 11.5 s of imports and CUDA start-up at 72-121 W
+    # between the agent's "started" and the job's first progress report (counted, they made
+    # the job's draw 193 W)
+    (cell_t, cell_p) = sorted(
+        JobSchedulingState.objects.get(job=job).observations["H100"],
+        key=lambda c: c["power_w"] is not None,
+    )
+    assert cell_t["local_batch"] == cell_p["local_batch"] == 512
+    assert 0.0075 < cell_t["iter_time_s"] < 0.0085
+    assert 380 < cell_p["power_w"] < 420, cell_p
