@@ -34,16 +34,18 @@ from telemetry.choices import JobEventKind
 from telemetry.models import JobEvent
 
 
-def started_at(job_id: int, allocation_id: int) -> datetime | None:
-    """When the agent reported the allocation's job up (None: not yet)."""
+def _first_event_at(job_id: int, allocation_id: int, kind: str) -> datetime | None:
     return (
-        JobEvent.objects.filter(
-            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.STARTED
-        )
+        JobEvent.objects.filter(job_id=job_id, allocation_id=allocation_id, kind=kind)
         .order_by("ts")
         .values_list("ts", flat=True)
         .first()
     )
+
+
+def started_at(job_id: int, allocation_id: int) -> datetime | None:
+    """When the agent reported the allocation's job up (None: not yet)."""
+    return _first_event_at(job_id, allocation_id, JobEventKind.STARTED)
 
 
 def first_progress_at(job_id: int, allocation_id: int) -> datetime | None:
@@ -51,14 +53,7 @@ def first_progress_at(job_id: int, allocation_id: int) -> datetime | None:
     yet). Between the agent's ``started`` report and this one the job imports, initialises
     the GPU and loads its data: on a real H100 11.5 s at 72-121 W, against 400-480 W once it
     iterated (``data/device/h100_2026-11-26``)."""
-    return (
-        JobEvent.objects.filter(
-            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS
-        )
-        .order_by("ts")
-        .values_list("ts", flat=True)
-        .first()
-    )
+    return _first_event_at(job_id, allocation_id, JobEventKind.PROGRESS)
 
 
 Period = tuple[datetime, datetime]
