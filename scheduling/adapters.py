@@ -331,15 +331,16 @@ def observed_measurements(
     observations for its online model; None when there is nothing new.
 
     Iteration times come from consecutive progress reports of this allocation; power from
-    the mean draw of its GPUs per sample instant, taken while the job trains: after its
-    first progress report and up to its latest one. The seconds between the agent's
-    ``started`` report and the first progress report (imports, GPU initialisation, data
-    loading) are not the job's training draw: on a real H100 they were 11.5 s at 72-121 W
-    before 400-480 W, and counting them read the job's draw as 193 W
+    the mean draw of its GPUs per sample instant. Both are taken while the job trains: from
+    its first progress report (``observations.first_progress_at``) up to its latest one.
+    Before that the job imports, initialises the GPU and loads its data: on a real H100
+    11.5 s at 72-121 W before about 440 W; counting them read the job's draw as 193 W
     (``tests/telemetry/test_device_recording.py``). A job that never reports progress
-    teaches nothing (no speed, no draw). Stretches in which another job shared the GPUs are
-    left out (they are its observed slowdown). Values are passed on as measured;
-    ``workload_profiles.record_observations`` refuses the absurd ones.
+    teaches nothing. No ``started`` report is needed: a job retuned in place (a new
+    allocation, same process) and a job Slurm started (monitor mode) send none. Stretches
+    in which another job shared the GPUs are left out (they are its observed slowdown).
+    Values are passed on as measured; ``workload_profiles.record_observations`` refuses the
+    absurd ones.
     """
     alloc = job.current_allocation
     if alloc is None:
@@ -347,24 +348,22 @@ def observed_measurements(
     gpus = list(alloc.gpus.all())
     if not gpus:
         return None
-    started = observations.started_at(job.pk, alloc.pk)
-    if started is None:
+    training = observations.first_progress_at(job.pk, alloc.pk)
+    if training is None:
         return None
-    since = max(started, state.observed_until) if state.observed_until else started
+    since = max(training, state.observed_until) if state.observed_until else training
     # While another job shares the GPUs, speed and power are the pair's: they feed the
     # observed slowdown, not the job's own model (see scheduling/observations.py).
     shared = observations.shared_periods(job.pk, [g.pk for g in gpus], since=since, now=now)
     iter_times, last_progress = observations.progress_iter_times(
         job.pk, alloc.pk, since=since, now=now, exclude=shared
     )
-    first_progress = observations.first_progress_at(job.pk, alloc.pk)
-    if first_progress is None or last_progress is None:
+    if last_progress is None:
         return None
-    power_from = max(since, first_progress)
     powers = [
         row["p"]
         for row in GpuSample.objects.filter(
-            gpu__in=[g.pk for g in gpus], ts__gt=power_from, ts__lte=last_progress
+            gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=last_progress
         )
         .values("ts")
         .annotate(p=Avg("power_w"), n=Count("gpu"))
@@ -382,8 +381,10 @@ def observed_measurements(
     }
     found = [online_model.Observation(iter_time_s=t, **config) for t in iter_times]
     found += [online_model.Observation(power_w=p, **config) for p in powers]
-    # Progress reports are the later of the two streams to arrive; what is covered ends at
-    # the last one used.
+    # What is covered ends at the last progress report used. Samples stamped before it
+    # that reach the server after this round are not read by a later one (the agent posts
+    # progress at once and buffers samples for up to its post interval): a few seconds of
+    # draw a round are lost, not biased.
     return Measurements(gpu_model=gpus[0].model, observations=found, until=last_progress)
 
 

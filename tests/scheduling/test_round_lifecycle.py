@@ -184,6 +184,36 @@ def test_telemetry_teaches_a_running_jobs_online_model(
     assert JobEvent.objects.filter(job=job).count() == 3
 
 
+def test_a_job_without_a_started_report_still_teaches_its_model(
+    node_with_token, make_job, member, team
+):
+    # given a running job whose allocation the agent never reported "started" (a retune in
+    # place changes the allocation without one; Slurm's monitor mode sends none), but whose
+    # progress and power come in: 2 s of start-up at 40 W before its first report
+    _policy("fifo")
+    node, agent = node_with_token
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
+                   min_batch_size=256, max_batch_size=256, total_iterations=100000)  # fmt: skip
+    services.run_scheduling_round(now=T0)
+    job.refresh_from_db()
+    start = T0 + timedelta(seconds=1)
+    gpu = job.current_allocation.gpus.get()
+    for k, watts in [(1, 40.0), (2, 40.0)] + [(k, 300.0) for k in range(4, 14)]:
+        GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=watts)
+    _event(agent, job, "progress", start + timedelta(seconds=3), iterations=0.0)
+    _event(agent, job, "progress", start + timedelta(seconds=13), iterations=100.0)
+
+    # when the next round runs
+    services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+
+    # then it learned 0.1 s an iteration and 300 W: the start-up's 40 W is not its draw
+    stored = JobSchedulingState.objects.get(job=job).observations["A100"]
+    times = [(o["iter_time_s"], o["weight"]) for o in stored if o["iter_time_s"]]
+    powers = [(o["power_w"], o["weight"]) for o in stored if o["power_w"]]
+    assert times == [(pytest.approx(0.1, rel=1e-9), 1.0)]
+    assert powers == [(pytest.approx(300.0, rel=1e-9), 10.0)]
+
+
 def test_admin_changes_policy_and_interval_with_an_audit_entry(admin_client, admin_user):
     # given the settings with a policy state
     SchedulerSettings.load()

@@ -4,7 +4,7 @@
 with the real ``NvmlBackend`` and the process runner, on an NVIDIA H100 while it ran one
 job (``benchmarks/device/nvml_agent_check.py``: 1,500 iterations of an MLP at batch 512).
 Here those requests go, in their order, to the real agent API, so what NVML said of a GPU
-model the catalog lacks (700 W, 109 lockable clocks, an energy counter in the kJ) meets the
+model the catalog lacks (700 W, 110 lockable clocks, an energy counter in the kJ) meets the
 service's validation, accounting and online model. Only the job and allocation ids are
 mapped to this database's, and the timestamps shifted to the present (the retention window
 would refuse November 2026 forever after); their spacing is kept.
@@ -125,14 +125,14 @@ def test_the_h100_agent_recording_registers_meters_and_completes_its_job(
     counter_j = during[-1]["energy_j"] - during[0]["energy_j"]
     assert 1_000 < counter_j < 20_000  # ~12 s at 100-480 W
 
-    # the online model saw this job's own speed and training draw on the H100: ~8 ms per
-    # iteration and 410-480 W; not the 11.5 s of imports and CUDA start-up at 72-121 W
-    # between the agent's "started" and the job's first progress report (counted, they made
-    # the job's draw 193 W)
-    (cell_t, cell_p) = sorted(
-        JobSchedulingState.objects.get(job=job).observations["H100"],
-        key=lambda c: c["power_w"] is not None,
-    )
+    # the online model saw this job's own speed and draw on the H100 from its first progress
+    # report on: 8.2 ms an iteration and 390 W (geometric means; the steady state is about
+    # 7.1 ms and 440 W: the first interval holds the warm-up, the last the checkpoint
+    # save). Not the 11.5 s of imports and CUDA start-up at 72-121 W between the agent's
+    # "started" and the job's first report: counted, they made the draw 193 W.
+    cells = JobSchedulingState.objects.get(job=job).observations["H100"]
+    assert len(cells) == 2  # time and draw pooled apart (6 intervals, 24 samples)
+    cell_t, cell_p = sorted(cells, key=lambda c: c["power_w"] is not None)
     assert cell_t["local_batch"] == cell_p["local_batch"] == 512
-    assert 0.0075 < cell_t["iter_time_s"] < 0.0085
-    assert 380 < cell_p["power_w"] < 420, cell_p
+    assert 0.0078 < cell_t["iter_time_s"] < 0.0086, cell_t
+    assert 375 < cell_p["power_w"] < 410, cell_p
