@@ -34,16 +34,18 @@ from telemetry.choices import JobEventKind
 from telemetry.models import JobEvent
 
 
-def started_at(job_id: int, allocation_id: int) -> datetime | None:
-    """When the agent reported the allocation's job up (None: not yet)."""
+def _first_event_at(job_id: int, allocation_id: int, kind: str) -> datetime | None:
     return (
-        JobEvent.objects.filter(
-            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.STARTED
-        )
+        JobEvent.objects.filter(job_id=job_id, allocation_id=allocation_id, kind=kind)
         .order_by("ts")
         .values_list("ts", flat=True)
         .first()
     )
+
+
+def started_at(job_id: int, allocation_id: int) -> datetime | None:
+    """When the agent reported the allocation's job up (None: not yet)."""
+    return _first_event_at(job_id, allocation_id, JobEventKind.STARTED)
 
 
 def first_progress_at(job_id: int, allocation_id: int) -> datetime | None:
@@ -54,14 +56,7 @@ def first_progress_at(job_id: int, allocation_id: int) -> datetime | None:
     holds the job's warm-up (there 9.7 ms an iteration against 7.1 ms later): the client
     reports before its first step, but a first report may as well come mid-training (a
     client that reports later), and nothing stored tells the two apart."""
-    return (
-        JobEvent.objects.filter(
-            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS
-        )
-        .order_by("ts")
-        .values_list("ts", flat=True)
-        .first()
-    )
+    return _first_event_at(job_id, allocation_id, JobEventKind.PROGRESS)
 
 
 Period = tuple[datetime, datetime]
