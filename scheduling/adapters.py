@@ -324,6 +324,11 @@ class Measurements:
     until: datetime
 
 
+# How far the newest complete sample instant may lag the round before a job's progress is
+# read without waiting for its samples (the agent posts samples every 5 s by default).
+SAMPLE_LAG_S = 120.0
+
+
 def observed_measurements(
     job: Job, state: JobSchedulingState, *, now: datetime
 ) -> Measurements | None:
@@ -355,20 +360,29 @@ def observed_measurements(
     # While another job shares the GPUs, speed and power are the pair's: they feed the
     # observed slowdown, not the job's own model (see scheduling/observations.py).
     shared = observations.shared_periods(job.pk, [g.pk for g in gpus], since=since, now=now)
+    # One row per sample instant at which every GPU of the allocation reported.
+    instants = [
+        (row["ts"], row["p"])
+        for row in GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=now)
+        .values("ts")
+        .annotate(p=Avg("power_w"), n=Count("gpu"))
+        .order_by("ts")
+        if row["n"] == len(gpus)
+    ]
+    # The agent posts progress at once and buffers samples for its post interval, so the
+    # newest progress reports run ahead of the samples: read both only up to the newest
+    # complete sample instant, and the samples still on their way are read next round.
+    # Samples that stopped coming (older than SAMPLE_LAG_S) hold nothing back.
+    horizon = now
+    if instants and (now - instants[-1][0]).total_seconds() <= SAMPLE_LAG_S:
+        horizon = instants[-1][0]
     iter_times, last_progress = observations.progress_iter_times(
-        job.pk, alloc.pk, since=since, now=now, exclude=shared
+        job.pk, alloc.pk, since=since, now=horizon, exclude=shared
     )
     if last_progress is None:
         return None
     powers = [
-        row["p"]
-        for row in GpuSample.objects.filter(
-            gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=last_progress
-        )
-        .values("ts")
-        .annotate(p=Avg("power_w"), n=Count("gpu"))
-        .order_by("ts")
-        if row["n"] == len(gpus) and not observations.overlaps(row["ts"], row["ts"], shared)
+        p for ts, p in instants if ts <= last_progress and not observations.overlaps(ts, ts, shared)
     ]
     if not iter_times and not powers:
         return None
@@ -381,10 +395,7 @@ def observed_measurements(
     }
     found = [online_model.Observation(iter_time_s=t, **config) for t in iter_times]
     found += [online_model.Observation(power_w=p, **config) for p in powers]
-    # What is covered ends at the last progress report used. Samples stamped before it
-    # that reach the server after this round are not read by a later one (the agent posts
-    # progress at once and buffers samples for up to its post interval): a few seconds of
-    # draw a round are lost, not biased.
+    # What is covered ends at the last progress report used.
     return Measurements(gpu_model=gpus[0].model, observations=found, until=last_progress)
 
 

@@ -12,7 +12,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from cluster.choices import JobState
-from cluster.models import AuditEntry, Node
+from cluster.models import AuditEntry, Job, Node
 from frontend.broadcast import ADMIN_GROUP
 from scheduling import adapters, services
 from scheduling.choices import DecisionAction
@@ -155,7 +155,9 @@ def test_telemetry_teaches_a_running_jobs_online_model(
     _event(agent, job, "started", start)
     _event(agent, job, "progress", start + timedelta(seconds=10), iterations=5.0 / iter_s)
     _event(agent, job, "progress", start + timedelta(seconds=20), iterations=10.0 / iter_s)
-    for k, watts in ((11, power_w / 2), (12, power_w / 2), (13, 5000.0)):
+    # (samples up to the last progress report: a round reads progress only as far as the
+    # samples have come)
+    for k, watts in ((11, power_w / 2), (12, power_w / 2), (13, 5000.0), (20, power_w / 2)):
         for gpu in job.current_allocation.gpus.all():
             GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=watts)
 
@@ -163,14 +165,14 @@ def test_telemetry_teaches_a_running_jobs_online_model(
     services.run_scheduling_round(now=T0 + timedelta(seconds=60))
 
     # then the job's pooled observations hold one iteration time of twice the prediction and
-    # two power samples of half, the 5 kW one refused with its reason in the log
+    # three power samples of half, the 5 kW one refused with its reason in the log
     state = JobSchedulingState.objects.get(job=job)
     stored = state.observations["A100"]
     times = [o for o in stored if o["iter_time_s"] is not None]
     powers = [o for o in stored if o["power_w"] is not None]
     assert [(o["n_gpus"], o["local_batch"], o["weight"]) for o in times] == [(2, 128.0, 1.0)]
     assert times[0]["iter_time_s"] == pytest.approx(2 * iter_s, rel=1e-9)
-    assert [o["weight"] for o in powers] == [2.0]
+    assert [o["weight"] for o in powers] == [3.0]
     assert powers[0]["power_w"] == pytest.approx(power_w / 2, rel=1e-9)
     assert "observation refused (power 5000 W per GPU is above 600 W" in caplog.text
     assert state.observed_until == start + timedelta(seconds=20)
@@ -212,6 +214,46 @@ def test_a_job_without_a_started_report_still_teaches_its_model(
     powers = [(o["power_w"], o["weight"]) for o in stored if o["power_w"]]
     assert times == [(pytest.approx(0.1, rel=1e-9), 1.0)]
     assert powers == [(pytest.approx(300.0, rel=1e-9), 10.0)]
+
+
+def test_samples_that_arrive_after_the_progress_are_read_in_the_next_round(
+    node_with_token, make_job, member, team
+):
+    # given a running job whose progress reached 23 s while its samples (posted in batches,
+    # as the agent does) have come only up to 16 s when a round runs
+    _policy("fifo")
+    node, agent = node_with_token
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
+                   min_batch_size=256, max_batch_size=256, total_iterations=100000)  # fmt: skip
+    services.run_scheduling_round(now=T0)
+    job.refresh_from_db()
+    gpu = job.current_allocation.gpus.get()
+    start = T0 + timedelta(seconds=1)
+    for k, done in ((3, 0.0), (13, 100.0), (23, 200.0)):
+        _event(agent, job, "progress", start + timedelta(seconds=k), iterations=done)
+
+    def samples(first: int, last: int) -> None:
+        for k in range(first, last + 1):
+            GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=300.0)
+
+    def fold(now):
+        rows = list(Job.objects.filter(pk=job.pk).select_related("current_allocation"))
+        return services.refresh_online_models(rows, catalog=adapters.current_catalog(), now=now)
+
+    samples(4, 16)
+    assert fold(T0 + timedelta(seconds=30)) == 1
+    state = JobSchedulingState.objects.get(job=job)
+    # then it read progress only as far as the samples: one interval, 10 samples
+    assert state.observed_until == start + timedelta(seconds=13)
+
+    # when the rest of the samples arrive and the next round folds telemetry
+    samples(17, 23)
+    assert fold(T0 + timedelta(seconds=40)) == 1
+
+    # then both intervals and all 20 samples of them were read, none twice or lost
+    stored = JobSchedulingState.objects.get(job=job).observations["A100"]
+    assert [o["weight"] for o in stored if o["iter_time_s"]] == [2.0]
+    assert [o["weight"] for o in stored if o["power_w"]] == [20.0]
 
 
 def test_admin_changes_policy_and_interval_with_an_audit_entry(admin_client, admin_user):
