@@ -22,7 +22,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count
 
 from cluster.choices import ACTIVE_JOB_STATES, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node
@@ -324,6 +323,33 @@ class Measurements:
     until: datetime
 
 
+def _sample_instants(
+    gpus: list[Gpu], *, since: datetime, now: datetime
+) -> list[tuple[datetime, float]]:
+    """(instant, mean draw of the GPUs) for each instant in (since, now] at which every GPU
+    reported. One agent reads all its node's GPUs at one instant; the agents of a job's
+    several nodes sample on their own clocks, and no instant has them all: their samples
+    are then matched in order (each GPU's k-th), at the latest of the k-th instants."""
+    per_gpu: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
+    by_ts: dict[datetime, list[float]] = defaultdict(list)
+    rows = (
+        GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=now)
+        .order_by("ts")
+        .values_list("gpu_id", "ts", "power_w")
+    )
+    for gpu_id, ts, power_w in rows:
+        per_gpu[gpu_id].append((ts, power_w))
+        by_ts[ts].append(power_w)
+    instants = [(ts, sum(ps) / len(ps)) for ts, ps in by_ts.items() if len(ps) == len(gpus)]
+    if instants or len(per_gpu) < len(gpus) or len({g.node_id for g in gpus}) < 2:
+        return instants
+    series = list(per_gpu.values())
+    return [
+        (max(s[k][0] for s in series), sum(s[k][1] for s in series) / len(series))
+        for k in range(min(len(s) for s in series))
+    ]
+
+
 # How far the newest complete sample instant may lag the round before a job's progress is
 # read without waiting for its samples (the agent posts samples every 5 s by default).
 SAMPLE_LAG_S = 120.0
@@ -360,15 +386,7 @@ def observed_measurements(
     # While another job shares the GPUs, speed and power are the pair's: they feed the
     # observed slowdown, not the job's own model (see scheduling/observations.py).
     shared = observations.shared_periods(job.pk, [g.pk for g in gpus], since=since, now=now)
-    # One row per sample instant at which every GPU of the allocation reported.
-    instants = [
-        (row["ts"], row["p"])
-        for row in GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=now)
-        .values("ts")
-        .annotate(p=Avg("power_w"), n=Count("gpu"))
-        .order_by("ts")
-        if row["n"] == len(gpus)
-    ]
+    instants = _sample_instants(gpus, since=since, now=now)
     # The agent posts progress at once and buffers samples for its post interval, so the
     # newest progress reports run ahead of the samples: read both only up to the newest
     # complete sample instant, and the samples still on their way are read next round.

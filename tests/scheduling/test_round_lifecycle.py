@@ -256,6 +256,42 @@ def test_samples_that_arrive_after_the_progress_are_read_in_the_next_round(
     assert [o["weight"] for o in stored if o["power_w"]] == [20.0]
 
 
+def test_a_job_across_two_nodes_learns_its_draw_from_samples_taken_at_other_instants(
+    make_node, make_job, member, team
+):
+    # given a job on one GPU of each of two nodes, whose agents sample every second on
+    # their own clocks (node-b 0.4 s after node-a): no instant has both GPUs' samples
+    from cluster import services as cluster_services
+
+    nodes = [make_node(name, gpus=1) for name in ("node-a", "node-b")]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {nodes[0].issue_agent_token()}")
+    job = make_job(owner=member, team=team, min_gpus=2, max_gpus=2, global_batch_size=256,
+                   min_batch_size=256, max_batch_size=256, total_iterations=100000)  # fmt: skip
+    gpus = [n.gpus.get() for n in nodes]
+    cluster_services.start_job(job, gpus=gpus, batch_size=256, at=T0)
+    job.refresh_from_db()
+    start = T0 + timedelta(seconds=1)
+    _event(client, job, "progress", start, iterations=0.0)
+    _event(client, job, "progress", start + timedelta(seconds=10), iterations=100.0)
+    for k in range(1, 11):
+        at = start + timedelta(seconds=k)
+        GpuSample.objects.create(gpu=gpus[0], ts=at, power_w=300.0)
+        GpuSample.objects.create(gpu=gpus[1], ts=at + timedelta(seconds=0.4), power_w=200.0)
+
+    # when a round folds the telemetry into its model
+    rows = list(Job.objects.filter(pk=job.pk).select_related("current_allocation"))
+    catalog = adapters.current_catalog()
+    assert services.refresh_online_models(rows, catalog=catalog, now=T0 + timedelta(seconds=30))
+
+    # then it learned the mean draw of its two GPUs from the matched samples (nine pairs
+    # fall before the last progress report), and its speed
+    stored = JobSchedulingState.objects.get(job=job).observations["A100"]
+    powers = [(o["power_w"], o["weight"], o["n_nodes"]) for o in stored if o["power_w"]]
+    assert powers == [(pytest.approx(250.0, rel=1e-9), 9.0, 2)]
+    assert [o["iter_time_s"] for o in stored if o["iter_time_s"]] == [pytest.approx(0.1)]
+
+
 def test_admin_changes_policy_and_interval_with_an_audit_entry(admin_client, admin_user):
     # given the settings with a policy state
     SchedulerSettings.load()
