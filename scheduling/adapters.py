@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Avg, Count
 
 from cluster.choices import ACTIVE_JOB_STATES, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node
@@ -330,19 +331,19 @@ def _sample_instants(
     reported. One agent reads all its node's GPUs at one instant; the agents of a job's
     several nodes sample on their own clocks, and no instant has them all: their samples
     are then matched in order (each GPU's k-th), at the latest of the k-th instants."""
-    per_gpu: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
-    by_ts: dict[datetime, list[float]] = defaultdict(list)
-    rows = (
-        GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=now)
-        .order_by("ts")
-        .values_list("gpu_id", "ts", "power_w")
-    )
-    for gpu_id, ts, power_w in rows:
-        per_gpu[gpu_id].append((ts, power_w))
-        by_ts[ts].append(power_w)
-    instants = [(ts, sum(ps) / len(ps)) for ts, ps in by_ts.items() if len(ps) == len(gpus)]
-    if instants or len(per_gpu) < len(gpus) or len({g.node_id for g in gpus}) < 2:
+    window = GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=now)
+    instants = [
+        (row["ts"], row["p"])
+        for row in window.values("ts").annotate(p=Avg("power_w"), n=Count("gpu")).order_by("ts")
+        if row["n"] == len(gpus)
+    ]
+    if instants or len({g.node_id for g in gpus}) < 2:
         return instants
+    per_gpu: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
+    for gpu_id, ts, power_w in window.order_by("ts").values_list("gpu_id", "ts", "power_w"):
+        per_gpu[gpu_id].append((ts, power_w))
+    if len(per_gpu) < len(gpus):
+        return []
     series = list(per_gpu.values())
     return [
         (max(s[k][0] for s in series), sum(s[k][1] for s in series) / len(series))
