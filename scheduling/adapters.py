@@ -298,6 +298,7 @@ def build_snapshot(
         job_perf=job_perf,
         round_length_s=round_length_s,
         budgets=budgets_from_rows(budget_rows),
+        idle_power_w=workload_profiles.uncatalogued_idle_w(perf, gpus.values(), now=now),
         carbon=carbon_signal(settings.TELEMETRY_CARBON_ZONE, now),
         policy_state=dict(policy_state or {}),
         exploration_budget_frac=settings.WATTFLOW_EXPLORATION_BUDGET or None,

@@ -25,10 +25,10 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from cluster.choices import JobState
 from cluster.models import Job
@@ -246,6 +246,58 @@ def gpu_draw_range_w(
     if span is None:
         return None
     return (idle_w or span[0]), span[1]
+
+
+# A GPU model's idle draw as measured: this quantile of its GPUs' samples at 0 % utilisation
+# over the last IDLE_WINDOW_S, once there are IDLE_MIN_SAMPLES of them. A low quantile: a
+# GPU left with a job's context open idles with its clocks up (an H100: 117-126 W against
+# 70-72 W at rest, data/device/h100_2026-11-26), and what an unused GPU draws is the rest.
+IDLE_QUANTILE = 0.1
+IDLE_WINDOW_S = 3600.0
+IDLE_MIN_SAMPLES = 30
+
+
+def measured_idle_w(gpu_ids: Iterable[int], *, now: datetime) -> float | None:
+    """The idle draw of one of ``gpu_ids`` (GPUs of one model) as its NVML samples show it
+    (``IDLE_QUANTILE`` of the samples at 0 % utilisation in the last ``IDLE_WINDOW_S``);
+    None with fewer than ``IDLE_MIN_SAMPLES``."""
+    from telemetry.models import GpuSample
+
+    ids = list(gpu_ids)
+    if not ids:
+        return None
+    table = GpuSample._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT percentile_cont(%s) WITHIN GROUP (ORDER BY power_w), count(*) "  # noqa: S608
+            f"FROM {table} WHERE gpu_id = ANY(%s) AND ts > %s AND ts <= %s AND util_pct = 0",
+            [IDLE_QUANTILE, ids, now - timedelta(seconds=IDLE_WINDOW_S), now],
+        )
+        value, count = cursor.fetchone()
+    if count < IDLE_MIN_SAMPLES or value is None or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def uncatalogued_idle_w(
+    catalog: Catalog, gpus: Iterable[Any], *, now: datetime
+) -> dict[str, float]:
+    """GPU model -> idle draw of one GPU, for the models of ``gpus`` (``Gpu`` rows) that the
+    catalog has no model on, which it would price at 0 W (``Snapshot.idle_power_w``): as
+    measured (``measured_idle_w``), else the idle of the nearest catalog GPU carried over
+    with the prior (``gpu_draw_range_w``: an H100 from the A100, 50 W x 700/400 W)."""
+    rows = list(gpus)
+    nvml = nvml_gpus(rows)
+    known = {m.gpu_model for m in catalog.models()}
+    out: dict[str, float] = {}
+    for model in sorted({g.model for g in rows} - known):
+        idle_w = measured_idle_w([g.pk for g in rows if g.model == model], now=now)
+        if idle_w is None:
+            span = gpu_draw_range_w(catalog, model, nvml.get(model))
+            idle_w = None if span is None else span[0]
+        if idle_w is not None:
+            out[model] = idle_w
+    return out
 
 
 def fit_prior(

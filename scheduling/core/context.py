@@ -34,13 +34,16 @@ class PerfCache:
     """Per-round memo of perf-model lookups and predictions."""
 
     def __init__(
-        self, catalog: PerfCatalog, job_perf: Mapping[tuple[str, str], PerfModel] | None = None
+        self,
+        catalog: PerfCatalog,
+        job_perf: Mapping[tuple[str, str], PerfModel] | None = None,
+        idle_power_w: Mapping[str, float] | None = None,
     ) -> None:
         self._catalog = catalog
         self._job_perf = dict(job_perf or {})
         self._models: dict[tuple[str, str], PerfModel | None] = {}
         self._pred: dict[tuple, tuple[float, float]] = {}
-        self._idle: dict[str, float] = {}
+        self._idle: dict[str, float] = dict(idle_power_w or {})
 
     def model(self, workload: str, gpu_model: str) -> PerfModel | None:
         key = (workload, gpu_model)
@@ -67,7 +70,8 @@ class PerfCache:
         return hit
 
     def idle_power_w(self, gpu_model: str) -> float:
-        """Idle power of a GPU model (``catalog_idle_power_w``), memoised for the round."""
+        """Idle power of a GPU model: the snapshot's where it gives one
+        (``Snapshot.idle_power_w``), else ``catalog_idle_power_w``; memoised for the round."""
         if gpu_model not in self._idle:
             self._idle[gpu_model] = catalog_idle_power_w(self._catalog, gpu_model)
         return self._idle[gpu_model]

@@ -96,7 +96,7 @@ _STRICTNESS = {
 
 
 def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, WaitReason]]:
-    cache = PerfCache(snapshot.perf, snapshot.job_perf)
+    cache = PerfCache(snapshot.perf, snapshot.job_perf, snapshot.idle_power_w)
     capacity: dict[str, int] = {}
     node_gpus: dict[str, int] = {}
     for node in snapshot.cluster.nodes:

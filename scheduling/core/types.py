@@ -250,6 +250,10 @@ class Snapshot:
     # model): where present they replace the catalog's model for that job, and the job's
     # iter_time_scale / power_scale are 1 (the learned model already holds what they said).
     job_perf: Mapping[tuple[str, str], PerfModel] = field(default_factory=dict)
+    # Idle draw of one GPU of a model, W, where it replaces the catalog's: the service gives
+    # it for GPU models the catalog has no model on (measured, else estimated from NVML),
+    # which the catalog would price at 0 W. Empty in the simulator.
+    idle_power_w: Mapping[str, float] = field(default_factory=dict)
     # Opaque, JSON-serialisable state a policy returned in its last Plan (timers,
     # learned co-location history, ...); the service stores it between rounds.
     policy_state: Mapping[str, Any] = field(default_factory=dict)

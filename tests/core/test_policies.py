@@ -395,3 +395,21 @@ def test_powerflow_keep_running_returns_a_running_job_to_its_size_before_growing
     assert len(plain.allocations["r"].gpu_ids) < 4
     assert len(kept.allocations["r"].gpu_ids) == 4
     assert sum(len(kept.allocations[w.job_id].gpu_ids) for w in new) == 4
+
+
+def test_an_idle_draw_the_snapshot_gives_replaces_the_catalogs():
+    # given a node of a GPU model the catalog has no model on (it would price its idle
+    # GPUs at 0 W), and one of a catalog model, nothing to run
+    h100 = make_cluster(1, 1, 4, model="H100").nodes[0]
+    a100 = make_cluster(2, 1, 4).nodes[1]  # named s1n0, its GPUs s1n0/0-3
+    cluster = replace(make_cluster(1, 1, 4), nodes=(h100, a100))
+    unknown = plan_round(snapshot(cluster, []), policy=get_policy("fifo"), now=0.0)
+    assert unknown.predicted_energy_j == pytest.approx(4 * 50 * 300)  # the A100s only
+
+    # when the snapshot says what an H100 idles at
+    plan = plan_round(
+        snapshot(cluster, [], idle_power_w={"H100": 72.0}), policy=get_policy("fifo"), now=0.0
+    )
+
+    # then the round charges its idle GPUs that, and the catalog's GPUs as before
+    assert plan.predicted_energy_j == pytest.approx(4 * 72 * 300 + 4 * 50 * 300)
