@@ -326,20 +326,20 @@ class Measurements:
 
 
 def _sample_instants(
-    gpus: list[Gpu], *, since: datetime, now: datetime
+    gpus: list[Gpu], *, since: datetime, until: datetime
 ) -> list[tuple[datetime, float]]:
-    """(instant, mean draw of the GPUs) for each instant in (since, now] at which every GPU
-    reported. One agent reads all its node's GPUs at one instant; the agents of a job's
-    several nodes sample on their own clocks, and no instant has them all: their samples
-    are then matched in order (each GPU's k-th), at the latest of the k-th instants."""
-    window = GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=now)
-    instants = [
-        (row["ts"], row["p"])
-        for row in window.values("ts").annotate(p=Avg("power_w"), n=Count("gpu")).order_by("ts")
-        if row["n"] == len(gpus)
-    ]
-    if instants or len({g.node_id for g in gpus}) < 2:
-        return instants
+    """(instant, mean draw of the GPUs) for each sampling of all ``gpus`` in (since, until].
+    One agent reads all its node's GPUs at one instant: those instants at which every GPU
+    reported. The agents of a job's several nodes sample on their own clocks, so no instant
+    has them all: their samples are matched in order (each GPU's k-th), at the latest of
+    the k-th instants."""
+    window = GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=until)
+    if len({g.node_id for g in gpus}) < 2:
+        return [
+            (row["ts"], row["p"])
+            for row in window.values("ts").annotate(p=Avg("power_w"), n=Count("gpu")).order_by("ts")
+            if row["n"] == len(gpus)
+        ]
     per_gpu: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
     for gpu_id, ts, power_w in window.order_by("ts").values_list("gpu_id", "ts", "power_w"):
         per_gpu[gpu_id].append((ts, power_w))
@@ -352,8 +352,8 @@ def _sample_instants(
     ]
 
 
-# How far the newest complete sample instant may lag the round before a job's progress is
-# read without waiting for its samples (the agent posts samples every 5 s by default).
+# How long a job's samples may lag its newest progress report (both in the agent's clock)
+# before its progress is read without them (the agent posts samples every 5 s by default).
 SAMPLE_LAG_S = 120.0
 
 
@@ -385,17 +385,25 @@ def observed_measurements(
     if training is None:
         return None
     since = max(training, state.observed_until) if state.observed_until else training
+    newest = observations.newest_progress_at(job.pk, alloc.pk, now=now)
+    if newest is None or newest <= since:
+        return None  # nothing new (a stalled job costs no sample scan)
     # While another job shares the GPUs, speed and power are the pair's: they feed the
     # observed slowdown, not the job's own model (see scheduling/observations.py).
     shared = observations.shared_periods(job.pk, [g.pk for g in gpus], since=since, now=now)
-    instants = _sample_instants(gpus, since=since, now=now)
+    # Up to now, not to the newest report: on several nodes the sampling that completes the
+    # newest report's may be stamped just after it.
+    instants = _sample_instants(gpus, since=since, until=now)
     # The agent posts progress at once and buffers samples for its post interval, so the
     # newest progress reports run ahead of the samples: read both only up to the newest
-    # complete sample instant, and the samples still on their way are read next round.
-    # Samples that stopped coming (older than SAMPLE_LAG_S) hold nothing back.
-    horizon = now
-    if instants and (now - instants[-1][0]).total_seconds() <= SAMPLE_LAG_S:
+    # sampling of all the job's GPUs, and what is still on its way is read next round.
+    # Samples that lag the progress by more than SAMPLE_LAG_S hold nothing back.
+    if instants and (newest - instants[-1][0]).total_seconds() <= SAMPLE_LAG_S:
         horizon = instants[-1][0]
+    elif not instants and (newest - since).total_seconds() <= SAMPLE_LAG_S:
+        return None  # no sampling of all its GPUs yet: wait for them
+    else:
+        horizon = newest
     iter_times, last_progress = observations.progress_iter_times(
         job.pk, alloc.pk, since=since, now=horizon, exclude=shared
     )

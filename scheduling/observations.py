@@ -59,6 +59,18 @@ def first_progress_at(job_id: int, allocation_id: int) -> datetime | None:
     return _first_event_at(job_id, allocation_id, JobEventKind.PROGRESS)
 
 
+def newest_progress_at(job_id: int, allocation_id: int, *, now: datetime) -> datetime | None:
+    """The allocation's latest progress report at or before ``now`` (None: none)."""
+    return (
+        JobEvent.objects.filter(
+            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS, ts__lte=now
+        )
+        .order_by("-ts")
+        .values_list("ts", flat=True)
+        .first()
+    )
+
+
 Period = tuple[datetime, datetime]
 
 

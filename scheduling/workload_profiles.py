@@ -220,7 +220,7 @@ def gpu_draw_range_w(
     of the job's workload. None: no catalog model to read it from.
 
     * A catalog GPU model: idle is the catalog's idle draw for it (``catalog_idle_power_w``,
-      the lowest of its models', what the rounds charge an idle GPU); the busy maximum is
+      the lowest of its models', what the rounds charge an idle GPU of it); the busy maximum is
       the most loading catalog model's draw on it (``draw_range_w``: each at its own batch
       sizes, top clock, default limit).
     * A GPU model the catalog lacks: the same of the catalog GPU nearest to what NVML
@@ -228,7 +228,9 @@ def gpu_draw_range_w(
       (``_estimated_for``: idle and busy draw x the ratio of the highest limits), so the
       range and the prior's draw agree. The idle draw is the catalog's carried over, not
       the least loading model's draw: on the A100 that one draws 200 W, 4x its 50 W idle,
-      and would read every job under 150 W on an A40 as never busy.
+      and would read every job under 150 W on an A40 as never busy. (The rounds charge
+      such a GPU's idle as its samples measure it, ``uncatalogued_idle_w``; a job's draw
+      is read against this estimate, the floor of its prior.)
 
     Where the idle draw is unknown (0), the least loading model's draw stands for it, as
     in the benchmark (``bench_online_model``, where the Zeus GPUs' idle is unknown)."""
@@ -266,11 +268,12 @@ def measured_idle_w(gpu_ids: Iterable[int], *, now: datetime) -> float | None:
     ids = list(gpu_ids)
     if not ids:
         return None
-    table = GpuSample._meta.db_table
+    table = connection.ops.quote_name(GpuSample._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT percentile_cont(%s) WITHIN GROUP (ORDER BY power_w), count(*) "  # noqa: S608
-            f"FROM {table} WHERE gpu_id = ANY(%s) AND ts > %s AND ts <= %s AND util_pct = 0",
+            f"FROM {table} WHERE gpu_id = ANY(%s) AND ts > %s AND ts <= %s AND util_pct = 0 "
+            "AND power_w > 0",
             [IDLE_QUANTILE, ids, now - timedelta(seconds=IDLE_WINDOW_S), now],
         )
         value, count = cursor.fetchone()

@@ -87,8 +87,10 @@ def catalog_model(catalog: PerfCatalog, workload: str, gpu_model: str) -> PerfMo
 
 def catalog_idle_power_w(catalog: PerfCatalog, gpu_model: str) -> float:
     """Idle power of a GPU model: the lowest any of the catalog's perf models on it reports
-    (0 where the catalog has none on it). The rounds charge idle GPUs with it, and the live
-    online model reads a job's draw against it (``workload_profiles.gpu_draw_range_w``)."""
+    (0 where the catalog has none on it). The rounds charge idle GPUs with it where the
+    snapshot gives no other (``Snapshot.idle_power_w``: the service's, for GPU models the
+    catalog has no model on), and the live online model reads a job's draw against it
+    (``workload_profiles.gpu_draw_range_w``)."""
     values = [
         m.idle_power_w
         for w in catalog.workloads()

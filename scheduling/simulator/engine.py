@@ -334,6 +334,8 @@ class Simulator:
             job_perf=job_perf,
             round_length_s=self.config.round_length_s,
             budgets=budgets,
+            # The idle draw the simulation charges (the catalog's, or ``idle_power_w``'s).
+            idle_power_w=dict(self._idle_w),
             carbon=carbon,
             epoch_s=self.intensity.epoch_s,
             power_off_idle_nodes=self.config.power_off_idle_nodes,

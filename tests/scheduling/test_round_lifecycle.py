@@ -9,6 +9,8 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from cluster.choices import JobState
@@ -254,6 +256,13 @@ def test_samples_that_arrive_after_the_progress_are_read_in_the_next_round(
     stored = JobSchedulingState.objects.get(job=job).observations["A100"]
     assert [o["weight"] for o in stored if o["iter_time_s"]] == [2.0]
     assert [o["weight"] for o in stored if o["power_w"]] == [20.0]
+
+    # and while its progress stalls (samples keep coming, no report) a round reads none of
+    # its samples: the window since its last report would only grow
+    samples(24, 200)
+    with CaptureQueriesContext(connection) as queries:
+        assert fold(T0 + timedelta(seconds=200)) == 0
+    assert not [q for q in queries.captured_queries if GpuSample._meta.db_table in q["sql"]]
 
 
 def test_a_job_across_two_nodes_learns_its_draw_from_samples_taken_at_other_instants(
