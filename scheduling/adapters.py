@@ -15,6 +15,9 @@ Times are Unix seconds (``Snapshot.epoch_s`` stays 0 in the service).
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -343,13 +346,37 @@ def _sample_instants(
     per_gpu: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
     for gpu_id, ts, power_w in window.order_by("ts").values_list("gpu_id", "ts", "power_w"):
         per_gpu[gpu_id].append((ts, power_w))
-    if len(per_gpu) < len(gpus):
+    if len(per_gpu) < len(gpus) or min(len(v) for v in per_gpu.values()) < 2:
         return []
-    series = list(per_gpu.values())
-    return [
-        (max(s[k][0] for s in series), sum(s[k][1] for s in series) / len(series))
-        for k in range(min(len(s) for s in series))
-    ]
+    return _matched_samplings(list(per_gpu.values()))
+
+
+def _matched_samplings(
+    series: list[list[tuple[datetime, float]]],
+) -> list[tuple[datetime, float]]:
+    """Samplings of GPUs whose agents sample on their own clocks (each series in time
+    order, at least two samples): for each sample of the sparsest GPU, every other GPU's
+    latest sample at or before it, if that is within 1.5 of the slowest GPU's median
+    sampling interval (so a GPU's gap is skipped, not filled with a sample from before it),
+    at the sparsest GPU's instant, with the mean draw."""
+
+    def median_gap_s(v: list[tuple[datetime, float]]) -> float:
+        return statistics.median((b[0] - a[0]).total_seconds() for a, b in itertools.pairwise(v))
+
+    tolerance = timedelta(seconds=1.5 * max(median_gap_s(v) for v in series))
+    reference = min(series, key=len)
+    others = [(v, [ts for ts, _ in v]) for v in series if v is not reference]
+    out = []
+    for ts, power_w in reference:
+        draws = [power_w]
+        for v, stamps in others:
+            i = bisect.bisect_right(stamps, ts) - 1
+            if i < 0 or ts - stamps[i] > tolerance:
+                break
+            draws.append(v[i][1])
+        else:
+            out.append((ts, sum(draws) / len(draws)))
+    return out
 
 
 # How long a job's samples may lag its newest progress report (both in the agent's clock)

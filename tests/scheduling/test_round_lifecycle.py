@@ -293,12 +293,34 @@ def test_a_job_across_two_nodes_learns_its_draw_from_samples_taken_at_other_inst
     catalog = adapters.current_catalog()
     assert services.refresh_online_models(rows, catalog=catalog, now=T0 + timedelta(seconds=30))
 
-    # then it learned the mean draw of its two GPUs from the matched samples (nine pairs
-    # fall before the last progress report), and its speed
+    # then it learned the mean draw of its two GPUs from the matched samples (node-a's at 2
+    # to 10 s, each with node-b's 0.6 s before it), and its speed
     stored = JobSchedulingState.objects.get(job=job).observations["A100"]
     powers = [(o["power_w"], o["weight"], o["n_nodes"]) for o in stored if o["power_w"]]
     assert powers == [(pytest.approx(250.0, rel=1e-9), 9.0, 2)]
     assert [o["iter_time_s"] for o in stored if o["iter_time_s"]] == [pytest.approx(0.1)]
+
+
+def test_a_gap_in_one_nodes_samples_is_skipped_not_filled_from_before_it():
+    # node-a samples every second at 300 W, then 500 W from 10 s; node-b at 100 W, then
+    # 300 W from 10 s, but sends nothing from 8 to 13 s (an outage)
+    from scheduling.adapters import _matched_samplings
+
+    t0 = T0
+    a = [(t0 + timedelta(seconds=k), 300.0 if k < 10 else 500.0) for k in range(1, 20)]
+    b = [
+        (t0 + timedelta(seconds=k + 0.4), 100.0 if k < 10 else 300.0)
+        for k in range(1, 20)
+        if not 8 <= k <= 13
+    ]
+
+    matched = _matched_samplings([a, b])
+
+    # every matched sampling pairs draws of one moment, at node-b's instants: 200 W before
+    # the step, 400 W after (matching each GPU's k-th sample paired node-a's 8 s with
+    # node-b's 14.4 s after the gap: 300 W at instants that had 200 W or 400 W)
+    assert sorted({round(p) for _, p in matched}) == [200, 400]
+    assert [ts for ts, _ in matched] == [ts for ts, _ in b]
 
 
 def test_admin_changes_policy_and_interval_with_an_audit_entry(admin_client, admin_user):
