@@ -66,8 +66,13 @@ class ReadOnlyNvml(NvmlBackend):
         self.settings_calls.append(("restore", index))
 
 
-def recording_server(log: list[dict], assignment: dict) -> ThreadingHTTPServer:
-    """An endpoint that answers the agent API's five calls and keeps each request."""
+def job_events(log: list[dict]) -> list[dict]:
+    return [e for r in log if r["path"].endswith("job-events/") for e in r["body"]["events"]]
+
+
+def recording_server(log: list[dict], assignment) -> ThreadingHTTPServer:
+    """An endpoint that answers the agent API's five calls and keeps each request;
+    ``assignment(log)`` is the job's assignment now (None: none)."""
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, status: int, body: dict) -> None:
@@ -80,13 +85,8 @@ def recording_server(log: list[dict], assignment: dict) -> ThreadingHTTPServer:
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             log.append({"t": time.time(), "method": "GET", "path": self.path})
-            exited = any(
-                e.get("kind") == "exited"
-                for r in log
-                if r["path"].endswith("job-events/")
-                for e in r["body"].get("events", [])
-            )
-            self._answer(200, {"assignments": [] if exited else [assignment], "stop": []})
+            current = assignment(log)
+            self._answer(200, {"assignments": [] if current is None else [current], "stop": []})
 
         def do_POST(self) -> None:  # noqa: N802
             length = int(self.headers.get("Content-Length") or 0)
@@ -102,11 +102,23 @@ def recording_server(log: list[dict], assignment: dict) -> ThreadingHTTPServer:
     return server
 
 
-def run_agent(out: Path, seconds: float, iterations: int, batch: int) -> dict:
+def run_agent(
+    out: Path,
+    seconds: float,
+    iterations: int,
+    batch: int,
+    *,
+    resize_s: float | None = None,
+    requests_file: str = "agent_requests.jsonl",
+) -> dict:
+    """The agent runs one job to completion. With ``resize_s``: after ``resize_s`` seconds
+    of the job's first assignment the job gets a new allocation of the same shape (the
+    agent retunes it in place: no restart, no ``started`` report), and after twice that
+    one at twice the batch (the agent stops it, it checkpoints, and starts again)."""
     log: list[dict] = []
     backend = ReadOnlyNvml()
     gpu = backend.gpus()[0]
-    assignment = {
+    first = {
         "job_id": 1,
         "allocation_id": 1,
         "gpu_uuids": [gpu.uuid],
@@ -119,6 +131,34 @@ def run_agent(out: Path, seconds: float, iterations: int, batch: int) -> dict:
         "command": f"exec {sys.executable} {ROOT / 'benchmarks/device/torch_job.py'}",
         "env": {"WATTFLOW_TOTAL_ITERATIONS": iterations},
     }
+    assigned_at: list[float] = []
+
+    def assignment(log: list[dict]) -> dict | None:
+        events = job_events(log)
+        if any(e["kind"] == "exited" and e.get("reason") == "completed" for e in events):
+            return None
+        now = time.time()
+        assigned_at.append(now)
+        elapsed = now - assigned_at[0]
+        if resize_s is None or elapsed < resize_s:
+            return first
+        if elapsed < 2 * resize_s:
+            return first | {"allocation_id": 2}
+        stops = [e for e in events if e["kind"] == "exited"]
+        reports = [e["iterations"] or 0.0 for e in events if e["kind"] == "progress"]
+        done = (stops[-1]["iterations"] if stops else None) or max(reports, default=0.0)
+        # Counted on at twice the batch: the same samples in half the iterations, as the
+        # server recounts them (without the statistical efficiency it would also apply).
+        done, total = done / 2, iterations / 2
+        env = {"WATTFLOW_TOTAL_ITERATIONS": total, "WATTFLOW_COMPLETED_ITERATIONS": done}
+        return first | {
+            "allocation_id": 3,
+            "batch_size": 2 * batch,
+            "total_iterations": total,
+            "completed_iterations": done,
+            "env": env,
+        }
+
     server = recording_server(log, assignment)
     work = Path(tempfile.mkdtemp(prefix="wattflow-agent-"))
     config = AgentConfig(
@@ -138,27 +178,28 @@ def run_agent(out: Path, seconds: float, iterations: int, batch: int) -> dict:
     started = time.time()
     thread.start()
     while time.time() - started < seconds:
-        events = [
-            e for r in log if r["path"].endswith("job-events/") for e in r["body"].get("events", [])
-        ]
-        if any(e.get("kind") == "exited" for e in events):
+        events = job_events(log)
+        if any(e["kind"] == "exited" and e.get("reason") == "completed" for e in events):
             break
         time.sleep(0.5)
     time.sleep(2.5)  # one more post of samples after the exit
     agent.stopping.set()
     thread.join(timeout=30)
     server.shutdown()
-    with (out / "agent_requests.jsonl").open("w") as f:
+    with (out / requests_file).open("w") as f:
         for r in log:
             f.write(json.dumps(r) + "\n")
     job_log = work / "jobs" / "1" / "log.txt"
     tail = job_log.read_text()[-2000:] if job_log.exists() else "(no job log)"
-    events = [e for r in log if r["path"].endswith("job-events/") for e in r["body"]["events"]]
+    events = job_events(log)
     samples = [s for r in log if r["path"].endswith("samples/") for s in r["body"]["samples"]]
     return {
         "seconds": round(time.time() - started, 1),
         "requests": {p: sum(r["path"] == p for r in log) for p in sorted({r["path"] for r in log})},
-        "events": [(e["kind"], e.get("reason"), e.get("iterations")) for e in events],
+        "events": [
+            (e["kind"], e.get("allocation_id"), e.get("reason"), e.get("iterations"))
+            for e in events
+        ],
         "samples": len(samples),
         "power_w_max": max((s["power_w"] for s in samples), default=None),
         "settings_calls": backend.settings_calls,
@@ -317,6 +358,11 @@ def main() -> int:
     parser.add_argument("--workloads", default="mlp,cnn", help="comma-separated, of the sweep")
     parser.add_argument("--sweep-file", default="sweep.json")
     parser.add_argument("--skip-agent", action="store_true", help="parts 1 and 3 only")
+    parser.add_argument(
+        "--resize-s", type=float, default=None, help="retune, then resize, the agent's job"
+    )
+    parser.add_argument("--requests-file", default="agent_requests.jsonl")
+    parser.add_argument("--skip-sweep", action="store_true", help="parts 1 and 2 only")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     say("== 1. nvml_check --read-only")
@@ -324,10 +370,20 @@ def main() -> int:
     say(f"nvml_check exit {status}")
     if not args.skip_agent:
         say("== 2. the agent with the process runner")
-        summary = run_agent(args.out, args.agent_s, args.agent_iterations, args.agent_batch)
-        (args.out / "agent_summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        summary = run_agent(
+            args.out,
+            args.agent_s,
+            args.agent_iterations,
+            args.agent_batch,
+            resize_s=args.resize_s,
+            requests_file=args.requests_file,
+        )
+        summary_file = Path(args.requests_file).stem.replace("requests", "summary") + ".json"
+        (args.out / summary_file).write_text(json.dumps(summary, indent=1, default=str))
         say(json.dumps({k: v for k, v in summary.items() if k != "job_log_tail"}, default=str))
         say(summary["job_log_tail"][-600:])
+    if args.skip_sweep:
+        return 0
     say("== 3. sweep")
     result = sweep(args.out, args.sweep_s, args.workloads.split(","), args.sweep_file)
     idle = result["idle"]

@@ -27,8 +27,8 @@ from telemetry.models import GpuSample
 RECORDING = Path(__file__).resolve().parents[2] / "data/device/h100_2026-11-26"
 
 
-def _requests() -> list[dict]:
-    with (RECORDING / "agent_requests.jsonl").open() as f:
+def _requests(name: str = "agent_requests.jsonl") -> list[dict]:
+    with (RECORDING / name).open() as f:
         return [json.loads(line) for line in f]
 
 
@@ -45,9 +45,8 @@ def _moved(ts: str, delta: timedelta) -> str:
     return (datetime.fromisoformat(ts) + delta).isoformat()
 
 
-@pytest.fixture
-def recorded():
-    requests = _requests()
+def _now_shifted(requests: list[dict]) -> tuple[list[dict], timedelta]:
+    """``requests`` with every timestamp moved so that the newest is 5 s ago."""
     stamps = [
         datetime.fromisoformat(item["ts"])
         for r in requests
@@ -57,6 +56,11 @@ def recorded():
     ]
     delta = timezone.now() - timedelta(seconds=5) - max(stamps)
     return [r | {"body": _shift(r.get("body"), delta)} for r in requests], delta
+
+
+@pytest.fixture
+def recorded():
+    return _now_shifted(_requests())
 
 
 def test_the_h100_agent_recording_registers_meters_and_completes_its_job(
@@ -136,3 +140,75 @@ def test_the_h100_agent_recording_registers_meters_and_completes_its_job(
     assert cell_t["local_batch"] == cell_p["local_batch"] == 512
     assert 0.0078 < cell_t["iter_time_s"] < 0.0086, cell_t
     assert 375 < cell_p["power_w"] < 410, cell_p
+
+
+def test_the_h100_recording_of_a_retune_and_a_resize_teaches_every_allocation(
+    agent_client, make_job, member, team
+):
+    # given what the agent sent on the H100 while its job was retuned in place (a new
+    # allocation of the same shape at 15 s: no restart, so no "started" report) and then
+    # resized to twice the batch at 30 s (stopped, checkpointed, started again)
+    requests, _ = _now_shifted(_requests("agent_requests_resize.jsonl"))
+    node = Node.objects.create(name="device-h100", switch_label="s1", rack_label="r1")
+    client = agent_client(node.issue_agent_token())
+    assert client.post(requests[0]["path"], requests[0]["body"], format="json").status_code == 200
+    gpu = Gpu.objects.get(node=node)
+    job = make_job(
+        owner=member, team=team, workload="device_mlp", total_iterations=8000,
+        global_batch_size=512, min_gpus=1, max_gpus=1, min_batch_size=512, max_batch_size=1024,
+    )  # fmt: skip
+    events = [e for r in requests if r["path"].endswith("job-events/") for e in r["body"]["events"]]
+    first = datetime.fromisoformat(events[0]["ts"])
+    cluster_services.start_job(job, gpus=[gpu], batch_size=512, at=first - timedelta(seconds=1))
+    job.refresh_from_db()
+    allocation = {1: job.current_allocation_id}  # recorded id -> this database's
+    batch = {1: 512, 2: 512, 3: 1024}
+
+    def fold(at: datetime) -> None:
+        rows = list(Job.objects.filter(pk=job.pk).select_related("current_allocation"))
+        services.refresh_online_models(rows, catalog=adapters.current_catalog(), now=at)
+
+    def allocate(recorded_id: int, at: datetime) -> None:
+        # what the server's round did before the agent saw the new assignment
+        fold(at)
+        cluster_services.set_allocation(job, gpus=[gpu], batch_size=batch[recorded_id], at=at)
+        job.refresh_from_db()
+        allocation[recorded_id] = job.current_allocation_id
+
+    for r in requests[1:]:
+        if r["method"] != "POST":
+            continue
+        body = r["body"]
+        if r["path"].endswith("job-events/"):
+            for e in body["events"]:
+                at = datetime.fromisoformat(e["ts"]) - timedelta(milliseconds=1)
+                if e["allocation_id"] not in allocation:
+                    allocate(e["allocation_id"], at)
+                if e["kind"] == "exited" and e["reason"] == "resized":
+                    allocate(e["allocation_id"] + 1, at)
+            body = {
+                "events": [
+                    e | {"job_id": job.pk, "allocation_id": allocation[e["allocation_id"]]}
+                    for e in body["events"]
+                ]
+            }
+            if body["events"][0]["kind"] == "exited" and len(allocation) == 3:
+                fold(datetime.fromisoformat(body["events"][0]["ts"]))
+        response = client.post(r["path"], body, format="json")
+        assert response.status_code in (200, 201), (r["path"], response.content[:300])
+
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED
+    assert job.allocations.count() == 3
+    cells = JobSchedulingState.objects.get(job=job).observations["H100"]
+    at = {b: [c for c in cells if c["local_batch"] == b] for b in (512, 1024)}
+    # then batch 512 was learned over both of its allocations: 2 intervals of the first and
+    # 7 of the retuned one (which sent no "started" report and taught nothing before), at
+    # the draw it trained at (about 440 W)
+    t512 = [c for c in at[512] if c["iter_time_s"]]
+    assert sum(c["weight"] for c in t512) == 9
+    assert 0.006 < t512[0]["iter_time_s"] < 0.0085
+    assert 400 < [c for c in at[512] if c["power_w"]][0]["power_w"] < 470
+    # and batch 1024 after its restart: its own speed and draw (about 490 W)
+    assert [c for c in at[1024] if c["iter_time_s"]]
+    assert 460 < [c for c in at[1024] if c["power_w"]][0]["power_w"] < 520
