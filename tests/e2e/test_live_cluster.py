@@ -23,7 +23,9 @@ from support.polling import wait_for
 from cluster.choices import HardLimitAction, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node
 from scheduling import services
-from scheduling.models import SchedulerSettings, SchedulingRound
+from scheduling.core.perf_models import load_catalog
+from scheduling.core.types import GpuConfig
+from scheduling.models import JobSchedulingState, SchedulerSettings, SchedulingRound
 from telemetry.accounting import job_totals
 from telemetry.choices import ExitReason, JobEventKind
 from telemetry.models import EnergyLedgerEntry, JobEvent
@@ -137,6 +139,24 @@ def test_jobs_submitted_over_rest_run_on_the_agent_and_finish_with_energy_record
         lambda: JobEvent.objects.filter(job_id=long["id"], kind=JobEventKind.STARTED).exists(),
         timeout_s=60, what="the long job to start on the agent", every_s=0.5,
     )  # fmt: skip
+
+    # and while it runs, the rounds learn its speed and draw from what the agent reports:
+    # the simulated GPUs run and draw as the catalog says, so that is what is learned
+    def learned():
+        state = JobSchedulingState.objects.filter(job_id=long["id"]).first()
+        cells = state.observations.get("A100", []) if state else []
+        times = [c["iter_time_s"] for c in cells if c["iter_time_s"]]
+        powers = [c["power_w"] for c in cells if c["power_w"]]
+        return (times, powers) if times and powers else None
+
+    times, powers = wait_for(
+        learned, timeout_s=60, what="the long job's model to learn from telemetry", every_s=0.5
+    )
+    alloc = JobAllocation.objects.filter(job_id=long["id"]).order_by("-started_at").first()
+    cfg = GpuConfig(alloc.gpus.count(), alloc.batch_size, sm_clock_mhz=alloc.sm_clock_mhz)
+    truth = load_catalog().get("resnet50", "A100")
+    assert powers == [pytest.approx(truth.power_w(cfg), rel=0.05)]
+    assert times == [pytest.approx(truth.iter_time_s(cfg), rel=0.1)]
     response = vision.post(f"{server}/api/jobs/{long['id']}/cancel/", timeout=30)
     assert response.status_code == 200, response.text
 
