@@ -128,14 +128,22 @@ def nearest_catalog_gpu(catalog: Catalog, gpu: NvmlGpu) -> str | None:
 
 def _estimated_for(prior: FittedPerfModel, gpu: NvmlGpu) -> FittedPerfModel:
     """``prior`` (another GPU model's) carried onto ``gpu``: NVML's power-limit range and
-    clocks, the busy draw scaled by the ratio of the highest limits; speed as the prior's
-    until the job's first report sets its level."""
+    clocks (those within the borrowed clock model's fitted range), the busy draw scaled by
+    the ratio of the highest limits; speed as the prior's until the job's first report sets
+    its level."""
     spec = prior.gpu
     ratio = gpu.max_power_limit_w / spec.power_limit_max_w
     clocks = tuple(sorted(gpu.clocks_mhz)) or spec.clocks_mhz
     dvfs = spec.dvfs
     if gpu.clocks_mhz:
-        dvfs = replace(dvfs, max_clock_mhz=max(clocks), min_clock_mhz=min(clocks))
+        # Only the clocks down to the share of the top clock that the borrowed clock model
+        # was fitted to (the A100's: 855 of 1410 MHz): NVML lists an H100's from 345 of
+        # 1980 MHz, where the model's time and draw would be extrapolations the rounds
+        # could pick as the cheapest.
+        top = max(clocks)
+        floor = top * dvfs.min_clock_mhz / dvfs.max_clock_mhz
+        clocks = tuple(c for c in clocks if c >= floor) or (top,)
+        dvfs = replace(dvfs, max_clock_mhz=top, min_clock_mhz=min(clocks))
     new_spec = replace(
         spec,
         name=gpu.model,

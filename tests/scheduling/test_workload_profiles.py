@@ -144,14 +144,17 @@ def test_a_known_workload_on_a_gpu_model_without_catalog_entry_gets_an_estimated
     a40 = wp.NvmlGpu("A40", 100.0, 300.0, 300.0, clocks_mhz=(1740, 1200, 210))
 
     # then resnet50's prior is the catalog's A100 model (400 W is nearer 300 W than the
-    # T4's 70 W), on the A40's limits and clocks, its draw scaled by 300/400
+    # T4's 70 W), on the A40's limits and clocks, its draw scaled by 300/400; of the clocks
+    # only those down to the share of the top clock the A100's clock model was fitted to
+    # (855 / 1410 MHz of 1740: 1055 MHz), not 210 MHz, where it would be extrapolated
     prior, source = wp.prior_for("resnet50", "A40", catalog=CATALOG, nvml=a40)
     assert source == "estimated from catalog resnet50@A100"
     assert (prior.gpu_model, prior.power_limits_w, prior.clocks_mhz) == (
         "A40",
         (100.0, 300.0),
-        (210, 1200, 1740),
+        (1200, 1740),
     )
+    assert (prior.gpu.dvfs.min_clock_mhz, prior.gpu.dvfs.max_clock_mhz) == (1200, 1740)
     assert prior.power.busy_max_w == pytest.approx(PRIOR.power.busy_max_w * 0.75, rel=1e-12)
     assert prior.iter_time_s(CFG) == pytest.approx(PRIOR.iter_time_s(CFG), rel=1e-12)
 
