@@ -188,18 +188,24 @@ def test_telemetry_teaches_a_running_jobs_online_model(
     assert JobEvent.objects.filter(job=job).count() == 3
 
 
+def _one_gpu_job_running(node_with_token, make_job, member, team):
+    """(the node's agent client, a long one-GPU fifo job a round has started at T0)."""
+    _policy("fifo")
+    _, agent = node_with_token
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
+                   min_batch_size=256, max_batch_size=256, total_iterations=100000)  # fmt: skip
+    services.run_scheduling_round(now=T0)
+    job.refresh_from_db()
+    return agent, job
+
+
 def test_a_job_without_a_started_report_still_teaches_its_model(
     node_with_token, make_job, member, team
 ):
     # given a running job whose allocation the agent never reported "started" (a retune in
     # place changes the allocation without one; Slurm's monitor mode sends none), but whose
     # progress and power come in: 2 s of start-up at 40 W before its first report
-    _policy("fifo")
-    node, agent = node_with_token
-    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
-                   min_batch_size=256, max_batch_size=256, total_iterations=100000)  # fmt: skip
-    services.run_scheduling_round(now=T0)
-    job.refresh_from_db()
+    agent, job = _one_gpu_job_running(node_with_token, make_job, member, team)
     start = T0 + timedelta(seconds=1)
     gpu = job.current_allocation.gpus.get()
     for k, watts in [(1, 40.0), (2, 40.0)] + [(k, 300.0) for k in range(4, 14)]:
@@ -223,12 +229,7 @@ def test_samples_that_arrive_after_the_progress_are_read_in_the_next_round(
 ):
     # given a running job whose progress reached 23 s while its samples (posted in batches,
     # as the agent does) have come only up to 16 s when a round runs
-    _policy("fifo")
-    node, agent = node_with_token
-    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
-                   min_batch_size=256, max_batch_size=256, total_iterations=100000)  # fmt: skip
-    services.run_scheduling_round(now=T0)
-    job.refresh_from_db()
+    agent, job = _one_gpu_job_running(node_with_token, make_job, member, team)
     gpu = job.current_allocation.gpus.get()
     start = T0 + timedelta(seconds=1)
     for k, done in ((3, 0.0), (13, 100.0), (23, 200.0)):
