@@ -258,14 +258,8 @@ def build_snapshot(
     learned = {job_id for job_id, _ in job_perf}
     # Jobs without a model of their own start from their workload's profile, or from an
     # estimate where the catalog has no (workload, GPU model) pair (e.g. an A40 node).
-    job_perf.update(
-        workload_profiles.prior_models(
-            rows,
-            workload_profiles.nvml_gpus(gpus.values()),
-            catalog=perf,
-            skip=list(job_perf),
-        )
-    )
+    nvml = workload_profiles.nvml_gpus(gpus.values())
+    job_perf.update(workload_profiles.prior_models(rows, nvml, catalog=perf, skip=list(job_perf)))
     # EaCO's early observation: co-located jobs' slowdowns as telemetry measured them.
     slowdowns = observations.observed_slowdowns(rows, catalog=perf, now=now)
     jobs = []
@@ -301,7 +295,7 @@ def build_snapshot(
         job_perf=job_perf,
         round_length_s=round_length_s,
         budgets=budgets_from_rows(budget_rows),
-        idle_power_w=workload_profiles.uncatalogued_idle_w(perf, gpus.values(), now=now),
+        idle_power_w=workload_profiles.uncatalogued_idle_w(perf, gpus.values(), nvml, now=now),
         carbon=carbon_signal(settings.TELEMETRY_CARBON_ZONE, now),
         policy_state=dict(policy_state or {}),
         exploration_budget_frac=settings.WATTFLOW_EXPLORATION_BUDGET or None,
@@ -392,7 +386,8 @@ def observed_measurements(
 
     Iteration times come from consecutive progress reports of this allocation; power from
     the mean draw of its GPUs per sample instant. Both are taken while the job trains: from
-    its first progress report (``observations.first_progress_at``) up to its latest one.
+    its first progress report (``observations.first_progress_at``) up to the latest one its
+    GPUs' samples have reached (see ``SAMPLE_LAG_S``).
     Before that the job imports, initialises the GPU and loads its data: on a real H100
     11.5 s at 72-121 W before about 440 W; counting them read the job's draw as 193 W
     (``tests/telemetry/test_device_recording.py``). A job that never reports progress

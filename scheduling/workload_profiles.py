@@ -291,17 +291,16 @@ def measured_idle_w(gpu_ids: Iterable[int], *, now: datetime) -> float | None:
 
 
 def uncatalogued_idle_w(
-    catalog: Catalog, gpus: Iterable[Any], *, now: datetime
+    catalog: Catalog, gpus: Iterable[Any], nvml: Mapping[str, NvmlGpu], *, now: datetime
 ) -> dict[str, float]:
     """GPU model -> idle draw of one GPU, for the models of ``gpus`` (``Gpu`` rows) that the
     catalog has no model on, which it would price at 0 W (``Snapshot.idle_power_w``): as
     measured (``measured_idle_w``), else the idle of the nearest catalog GPU carried over
-    with the prior (``gpu_draw_range_w``: an H100 from the A100, 50 W x 700/400 W)."""
+    with the prior (``gpu_draw_range_w``: an H100 from the A100, 50 W x 700/400 W).
+    ``nvml``: ``nvml_gpus`` of ``gpus``."""
     rows = list(gpus)
-    nvml = nvml_gpus(rows)
-    known = {m.gpu_model for m in catalog.models()}
     out: dict[str, float] = {}
-    for model in sorted({g.model for g in rows} - known):
+    for model in sorted({g.model for g in rows} - set(catalog.gpu_models())):
         idle_w = measured_idle_w([g.pk for g in rows if g.model == model], now=now)
         if idle_w is None:
             span = gpu_draw_range_w(catalog, model, nvml.get(model))

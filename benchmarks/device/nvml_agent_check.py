@@ -131,15 +131,16 @@ def run_agent(
         "command": f"exec {sys.executable} {ROOT / 'benchmarks/device/torch_job.py'}",
         "env": {"WATTFLOW_TOTAL_ITERATIONS": iterations},
     }
-    assigned_at: list[float] = []
+    assigned_at: float | None = None  # when the agent first asked
 
     def assignment(log: list[dict]) -> dict | None:
         events = job_events(log)
         if any(e["kind"] == "exited" and e.get("reason") == "completed" for e in events):
             return None
+        nonlocal assigned_at
         now = time.time()
-        assigned_at.append(now)
-        elapsed = now - assigned_at[0]
+        assigned_at = assigned_at or now
+        elapsed = now - assigned_at
         if resize_s is None or elapsed < resize_s:
             return first
         if elapsed < 2 * resize_s:
