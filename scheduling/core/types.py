@@ -252,7 +252,7 @@ class Snapshot:
     job_perf: Mapping[tuple[str, str], PerfModel] = field(default_factory=dict)
     # Idle draw of one GPU of a model, W, where it replaces the catalog's: the service gives
     # it for GPU models the catalog has no model on (measured, else estimated from NVML),
-    # which the catalog would price at 0 W. Empty in the simulator.
+    # which the catalog would price at 0 W; the simulator the idle draw it charges.
     idle_power_w: Mapping[str, float] = field(default_factory=dict)
     # Opaque, JSON-serialisable state a policy returned in its last Plan (timers,
     # learned co-location history, ...); the service stores it between rounds.
