@@ -12,9 +12,10 @@ The protocol is the node agent's (``telemetry/agent/jobs.py``, ``docs/job_client
   ``WATTFLOW_STOP_FILE``, ``WATTFLOW_TOTAL_ITERATIONS`` and
   ``WATTFLOW_COMPLETED_ITERATIONS`` (both counted at ``WATTFLOW_BATCH_SIZE``);
 - the job overwrites the progress file with one JSON object: ``iterations`` done (at
-  ``WATTFLOW_BATCH_SIZE``, counting on from ``WATTFLOW_COMPLETED_ITERATIONS``), ``samples``
-  and, optionally, its gradient statistics ``grad_sqr`` (squared norm of the gradient) and
-  ``grad_var`` (variance of the mini-batch gradient at this batch), from which the
+  ``WATTFLOW_BATCH_SIZE``, counting on from ``WATTFLOW_COMPLETED_ITERATIONS``), ``samples``,
+  ``ts`` (Unix seconds when that count was reached, which the agent reports as the
+  progress's time) and, optionally, its gradient statistics ``grad_sqr`` (squared norm of
+  the gradient) and ``grad_var`` (variance of the mini-batch gradient at this batch), from which the
   scheduler learns how much a larger batch is worth;
 - to stop or resize the job the agent creates the stop file and sends SIGTERM; the job saves
   a checkpoint into the checkpoint directory and exits with status 0 within the grace period
@@ -91,6 +92,10 @@ class Job:
         self.report_interval_s = report_interval_s
         self._stop_signalled = False
         self._last_report = -math.inf
+        # The count last seen and when it was first seen (Unix seconds): what ``report``
+        # writes as ``ts``, so a report forced after the checkpoint save still carries the
+        # time of the last step, not the save's.
+        self._reached: tuple[float, float] | None = None
 
     # --- where things are ------------------------------------------------------------
     def checkpoint_path(self, name: str) -> Path:
@@ -129,21 +134,24 @@ class Job:
         force: bool = False,
     ) -> bool:
         """Write progress for the agent: ``iterations`` done at ``batch_size`` (counting on
-        from ``completed_iterations``), optionally the gradient statistics (both or
-        neither; non-finite or negative ones are left out). At most one write per
-        ``report_interval_s`` unless ``force``; True if it wrote. The file is replaced
-        atomically, so the agent never reads half of it."""
+        from ``completed_iterations``), when that count was first reported (``ts``, Unix
+        seconds: call this after every step, written or not, and the time is the step's),
+        optionally the gradient statistics (both or neither; non-finite or negative ones
+        are left out). At most one write per ``report_interval_s`` unless ``force``; True
+        if it wrote. The file is replaced atomically, so the agent never reads half of it."""
         if not (isinstance(iterations, int | float) and math.isfinite(iterations)):
             raise ValueError(f"iterations must be a finite number, not {iterations!r}")
         if iterations < 0:
             raise ValueError("iterations must not be negative")
+        if self._reached is None or self._reached[0] != iterations:
+            self._reached = (iterations, time.time())
         now = time.monotonic()
         if not force and now - self._last_report < self.report_interval_s:
             return False
         self._last_report = now
         if self.progress_file is None:
             return False
-        data: dict[str, float] = {"iterations": float(iterations)}
+        data: dict[str, float] = {"iterations": float(iterations), "ts": self._reached[1]}
         if samples is None and self.batch_size is not None:
             samples = iterations * self.batch_size
         if samples is not None:

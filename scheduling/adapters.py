@@ -385,14 +385,16 @@ def observed_measurements(
     observations for its online model; None when there is nothing new.
 
     Iteration times come from consecutive progress reports of this allocation; power from
-    the mean draw of its GPUs per sample instant. Both are taken while the job trains: from
-    its first progress report (``observations.first_progress_at``) up to the latest one its
-    GPUs' samples have reached (see ``SAMPLE_LAG_S``).
-    Before that the job imports, initialises the GPU and loads its data: on a real H100
-    11.5 s at 72-121 W before about 440 W; counting them read the job's draw as 193 W
-    (``tests/telemetry/test_device_recording.py``). A job that never reports progress
-    teaches nothing. No ``started`` report is needed: a job retuned in place (a new
-    allocation, same process) and a job Slurm started (monitor mode) send none. Stretches
+    the mean draw of its GPUs per sample instant. Both are taken while the job trains at
+    its steady pace: from its second progress report (``observations.warmed_up_at``) up to
+    the latest one its GPUs' samples have reached (see ``SAMPLE_LAG_S``).
+    Before that the job imports, initialises the GPU, loads its data and warms up: on a
+    real H100 11.5 s at 72-121 W before about 440 W, then a first interval 35% slower than
+    the next; counting the start-up read the job's draw as 193 W, the warm-up its time as
+    8.2 ms against 7.1 ms (``tests/telemetry/test_device_recording.py``). A job that
+    reports progress fewer than three times teaches nothing. No ``started`` report is
+    needed: a job retuned in place (a new allocation, same process) and a job Slurm
+    started (monitor mode) send none. Stretches
     in which another job shared the GPUs are left out (they are its observed slowdown).
     Values are passed on as measured; ``workload_profiles.record_observations`` refuses the
     absurd ones.
@@ -403,7 +405,7 @@ def observed_measurements(
     gpus = list(alloc.gpus.all())
     if not gpus:
         return None
-    training = observations.first_progress_at(job.pk, alloc.pk)
+    training = observations.warmed_up_at(job.pk, alloc.pk)
     if training is None:
         return None
     since = max(training, state.observed_until) if state.observed_until else training

@@ -46,12 +46,14 @@ LOG_TAIL_BYTES = 4000
 
 
 class Progress(NamedTuple):
-    """What a job's progress file says: iterations (at the allocation's batch) and, when the
-    job measured them, its gradient statistics (both or neither)."""
+    """What a job's progress file says: iterations (at the allocation's batch), when the
+    job measured them its gradient statistics (both or neither), and when it says it
+    reached that count (``at``, Unix seconds; None: it did not say)."""
 
     iterations: float
     grad_sqr: float | None = None
     grad_var: float | None = None
+    at: float | None = None
 
 
 def parse_progress(text: str) -> Progress | None:
@@ -75,9 +77,10 @@ def parse_progress(text: str) -> Progress | None:
     if not math.isfinite(iterations) or iterations < 0:
         return None
     sqr, var = _statistic(data.get("grad_sqr")), _statistic(data.get("grad_var"))
+    at = _statistic(data.get("ts"))
     if sqr is None or var is None:
-        return Progress(iterations)
-    return Progress(iterations, sqr, var)
+        return Progress(iterations, at=at)
+    return Progress(iterations, sqr, var, at)
 
 
 def _statistic(value: Any) -> float | None:

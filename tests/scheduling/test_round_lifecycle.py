@@ -155,11 +155,15 @@ def test_telemetry_teaches_a_running_jobs_online_model(
     iter_s, power_w = model.iter_time_s(cfg), model.power_w(cfg)
     start = T0 + timedelta(seconds=1)
     _event(agent, job, "started", start)
-    _event(agent, job, "progress", start + timedelta(seconds=10), iterations=5.0 / iter_s)
-    _event(agent, job, "progress", start + timedelta(seconds=20), iterations=10.0 / iter_s)
+    # its first interval is its warm-up: five times slower, at a tenth of the draw
+    _event(agent, job, "progress", start + timedelta(seconds=5), iterations=0.0)
+    _event(agent, job, "progress", start + timedelta(seconds=10), iterations=1.0 / iter_s)
+    _event(agent, job, "progress", start + timedelta(seconds=20), iterations=6.0 / iter_s)
     # (samples up to the last progress report: a round reads progress only as far as the
     # samples have come)
-    for k, watts in ((11, power_w / 2), (12, power_w / 2), (13, 5000.0), (20, power_w / 2)):
+    for k, watts in (
+        (7, power_w / 10), (11, power_w / 2), (12, power_w / 2), (13, 5000.0), (20, power_w / 2)
+    ):  # fmt: skip
         for gpu in job.current_allocation.gpus.all():
             GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=watts)
 
@@ -167,7 +171,8 @@ def test_telemetry_teaches_a_running_jobs_online_model(
     services.run_scheduling_round(now=T0 + timedelta(seconds=60))
 
     # then the job's pooled observations hold one iteration time of twice the prediction and
-    # three power samples of half, the 5 kW one refused with its reason in the log
+    # three power samples of half, the 5 kW one refused with its reason in the log, and
+    # nothing of the warm-up
     state = JobSchedulingState.objects.get(job=job)
     stored = state.observations["A100"]
     times = [o for o in stored if o["iter_time_s"] is not None]
@@ -185,7 +190,7 @@ def test_telemetry_teaches_a_running_jobs_online_model(
     assert learned.power_w(cfg) == pytest.approx(power_w / 2, rel=1e-3)
     assert not learned.estimated
     assert (snap.jobs[0].iter_time_scale, snap.jobs[0].power_scale) == (1.0, 1.0)
-    assert JobEvent.objects.filter(job=job).count() == 3
+    assert JobEvent.objects.filter(job=job).count() == 4
 
 
 def _one_gpu_job_running(node_with_token, make_job, member, team):
@@ -204,19 +209,23 @@ def test_a_job_without_a_started_report_still_teaches_its_model(
 ):
     # given a running job whose allocation the agent never reported "started" (a retune in
     # place changes the allocation without one; Slurm's monitor mode sends none), but whose
-    # progress and power come in: 2 s of start-up at 40 W before its first report
+    # progress and power come in: 2 s of start-up at 40 W before its first report, then 2 s
+    # of warm-up (0.2 s an iteration at 150 W) before its second
     agent, job = _one_gpu_job_running(node_with_token, make_job, member, team)
     start = T0 + timedelta(seconds=1)
     gpu = job.current_allocation.gpus.get()
-    for k, watts in [(1, 40.0), (2, 40.0)] + [(k, 300.0) for k in range(4, 14)]:
+    samples = [(1, 40.0), (2, 40.0), (4, 150.0), (5, 150.0)] + [(k, 300.0) for k in range(6, 16)]
+    for k, watts in samples:
         GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=watts)
     _event(agent, job, "progress", start + timedelta(seconds=3), iterations=0.0)
-    _event(agent, job, "progress", start + timedelta(seconds=13), iterations=100.0)
+    _event(agent, job, "progress", start + timedelta(seconds=5), iterations=10.0)
+    _event(agent, job, "progress", start + timedelta(seconds=15), iterations=110.0)
 
     # when the next round runs
     services.run_scheduling_round(now=T0 + timedelta(seconds=60))
 
-    # then it learned 0.1 s an iteration and 300 W: the start-up's 40 W is not its draw
+    # then it learned 0.1 s an iteration and 300 W: neither the start-up's 40 W nor the
+    # warm-up's pace and draw are its steady state
     stored = JobSchedulingState.objects.get(job=job).observations["A100"]
     times = [(o["iter_time_s"], o["weight"]) for o in stored if o["iter_time_s"]]
     powers = [(o["power_w"], o["weight"]) for o in stored if o["power_w"]]
@@ -232,7 +241,8 @@ def test_samples_that_arrive_after_the_progress_are_read_in_the_next_round(
     agent, job = _one_gpu_job_running(node_with_token, make_job, member, team)
     gpu = job.current_allocation.gpus.get()
     start = T0 + timedelta(seconds=1)
-    for k, done in ((3, 0.0), (13, 100.0), (23, 200.0)):
+    # (after a warm-up interval from 1 s to 3 s, which is left out)
+    for k, done in ((1, 0.0), (3, 10.0), (13, 110.0), (23, 210.0)):
         _event(agent, job, "progress", start + timedelta(seconds=k), iterations=done)
 
     def samples(first: int, last: int) -> None:
@@ -282,8 +292,9 @@ def test_a_job_across_two_nodes_learns_its_draw_from_samples_taken_at_other_inst
     cluster_services.start_job(job, gpus=gpus, batch_size=256, at=T0)
     job.refresh_from_db()
     start = T0 + timedelta(seconds=1)
-    _event(client, job, "progress", start, iterations=0.0)
-    _event(client, job, "progress", start + timedelta(seconds=10), iterations=100.0)
+    _event(client, job, "progress", T0 + timedelta(seconds=0.5), iterations=0.0)  # warm-up
+    _event(client, job, "progress", start, iterations=5.0)
+    _event(client, job, "progress", start + timedelta(seconds=10), iterations=105.0)
     for k in range(1, 11):
         at = start + timedelta(seconds=k)
         GpuSample.objects.create(gpu=gpus[0], ts=at, power_w=300.0)

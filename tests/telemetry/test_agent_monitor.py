@@ -121,6 +121,47 @@ def test_monitor_mode_reports_progress_and_samples_but_no_starts_or_exits(nvml_m
     assert not list((tmp_path / "spool").glob("*assignments*"))
 
 
+def _progress_times(tmp_path):
+    events = []
+    for path in sorted((tmp_path / "spool").glob("*-events.json")):
+        events.extend(json.loads(path.read_text())["body"]["events"])
+    return [(e["iterations"], datetime.fromisoformat(e["ts"])) for e in events]
+
+
+def test_progress_carries_the_time_the_job_reached_its_count_where_that_is_plausible(
+    nvml_monitor, tmp_path
+):
+    agent, _ = nvml_monitor
+    _hand_over(tmp_path, 501, "0")
+    path = progress_path(tmp_path / "handoff" / NODE, 501)
+
+    def report(iterations, at, tick_s):
+        path.write_text(json.dumps({"iterations": iterations, "ts": at.timestamp()}))
+        agent.tick(T0 + timedelta(seconds=tick_s))
+
+    agent.tick(T0)
+    # the first report keeps the agent's time (its interval holds the warm-up anyway)
+    report(10, T0 + timedelta(seconds=0.4), 1)
+    # later ones the job's: the agent read them up to a tick late, the last after the
+    # job's checkpoint save
+    report(50, T0 + timedelta(seconds=2.3), 3)
+    report(90, T0 + timedelta(seconds=4.1), 5)
+    # a time not after the previous event's, or ahead of the agent's clock, is not believed
+    report(95, T0 + timedelta(seconds=4.0), 7)
+    report(99, T0 + timedelta(seconds=30), 9)
+    # nor one that cannot be a time
+    path.write_text(json.dumps({"iterations": 120, "ts": 1e300}))
+    agent.tick(T0 + timedelta(seconds=11))
+    assert _progress_times(tmp_path) == [
+        (10.0, T0 + timedelta(seconds=1)),
+        (50.0, T0 + timedelta(seconds=2.3)),
+        (90.0, T0 + timedelta(seconds=4.1)),
+        (95.0, T0 + timedelta(seconds=7)),
+        (99.0, T0 + timedelta(seconds=9)),
+        (120.0, T0 + timedelta(seconds=11)),
+    ]
+
+
 def test_malformed_handoffs_are_logged_once_and_skipped_and_good_ones_still_apply(
     nvml_monitor, tmp_path, caplog
 ):

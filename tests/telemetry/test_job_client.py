@@ -48,6 +48,9 @@ EXAMPLE = ROOT / "jobclient" / "train_logreg.py"
         ('{"iterations": 5, "grad_sqr": "2", "grad_var": 0.5}', Progress(5.0)),
         ('{"iterations": 5, "grad_sqr": true, "grad_var": 0.5}', Progress(5.0)),
         ('{"iterations": 5, "grad_sqr": NaN, "grad_var": 0.5}', Progress(5.0)),
+        ('{"iterations": 5, "ts": 1795709196.5}', Progress(5.0, at=1795709196.5)),
+        ('{"iterations": 5, "ts": "soon"}', Progress(5.0)),  # not a time: the agent's
+        ('{"iterations": 5, "ts": -3}', Progress(5.0)),
         ('{"iterations": 5, "gr', None),  # half written: read again next tick
         ('{"samples": 5}', None),
         ('{"iterations": -1}', None),
@@ -105,20 +108,37 @@ def test_unreadable_agent_numbers_name_their_variable(tmp_path, name, value):
 
 def test_report_writes_one_json_object_the_agent_understands(tmp_path):
     job = wf.connect(_env(tmp_path), handle_signals=False, report_interval_s=3600)
+    before = time.time()
     assert job.report(130, grad_sqr=2.0, grad_var=0.25) is True
     data = json.loads((tmp_path / "progress").read_text())
+    at = data.pop("ts")
+    assert before <= at <= time.time()
     assert data == {"iterations": 130.0, "samples": 130.0 * 128, "grad_sqr": 2.0, "grad_var": 0.25}
-    assert parse_progress((tmp_path / "progress").read_text()) == Progress(130.0, 2.0, 0.25)
+    assert parse_progress((tmp_path / "progress").read_text()) == Progress(130.0, 2.0, 0.25, at)
     # within the interval nothing is written, unless forced; unusable statistics are left out
     assert job.report(131) is False
     assert job.report(132, grad_sqr=math.nan, grad_var=1.0, force=True) is True
-    assert json.loads((tmp_path / "progress").read_text()) == {
-        "iterations": 132.0,
-        "samples": 132.0 * 128,
-    }
+    data = json.loads((tmp_path / "progress").read_text())
+    assert data.pop("ts") >= at
+    assert data == {"iterations": 132.0, "samples": 132.0 * 128}
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".progress")] == []
     with pytest.raises(ValueError):
         job.report(math.inf, force=True)
+
+
+def test_a_report_forced_after_the_checkpoint_save_carries_the_last_steps_time(tmp_path):
+    # given a job whose last step's report fell inside the report interval (not written)
+    job = wf.connect(_env(tmp_path), handle_signals=False, report_interval_s=3600)
+    assert job.report(499, force=True) is True
+    step_done = time.time()
+    assert job.report(500) is False
+    # when it saves its checkpoint and then forces the report of the same count
+    time.sleep(0.2)
+    assert job.report(500, force=True) is True
+    # then the time written is the step's, not the save's: the interval that ends at this
+    # report is the steps' alone (on a real H100 the save made the last interval ~75% longer)
+    at = json.loads((tmp_path / "progress").read_text())["ts"]
+    assert step_done <= at < step_done + 0.1
 
 
 def test_should_stop_on_the_stop_file_and_on_sigterm(tmp_path):
