@@ -11,6 +11,7 @@ from operator import mul
 from scheduling.core.online_model import (
     N_PARAMS,
     POWER_LEVEL,
+    SHARPNESS,
     TIME_LEVEL,
     FitSettings,
     Observation,
@@ -60,6 +61,7 @@ def _residuals(
     grid: tuple[Sequence[tuple[_Cell, int, int, int]], Sequence[tuple]],
     grid_w: float,
     ridge: float,
+    shape_r: float,
 ) -> list[float]:
     """``cells`` pair each cell with its configuration's ``config_parts``; ``grid`` is
     (its cells with GPU count, node count and an index into ``grid_compute``, the distinct
@@ -88,6 +90,7 @@ def _residuals(
         append(wt * (log(p) - c.log_p - zp))
     r = math.sqrt(ridge)
     out.extend(r * zi for zi in z)
+    out.append(shape_r * z[SHARPNESS])
     return out
 
 
@@ -114,7 +117,7 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
-def _least_squares(prior, cells, grid, grid_w, ridge, z0, max_steps) -> list[float]:
+def _least_squares(prior, cells, grid, grid_w, ridge, z0, max_steps, shape_r) -> list[float]:
     """Levenberg-Marquardt with a forward-difference Jacobian."""
     z = list(z0)
     per_node = prior.gpu.gpus_per_node
@@ -128,7 +131,7 @@ def _least_squares(prior, cells, grid, grid_w, ridge, z0, max_steps) -> list[flo
     grid = (grid_cells, list(index))
 
     def residuals(zz: Sequence[float]) -> list[float]:
-        return _residuals(prior, zz, cells, grid, grid_w, ridge)
+        return _residuals(prior, zz, cells, grid, grid_w, ridge, shape_r)
 
     r = residuals(z)
     cost = sum(v * v for v in r)
@@ -184,6 +187,7 @@ def fit_params(
     grid = _prior_grid(prior, cells)
     grid_w = settings.prior_weight / len(grid)
     z0 = list(start) if start is not None else [0.0] * N_PARAMS
+    z0 += [0.0] * (N_PARAMS - len(z0))  # a start stored before the last parameters
     if start is None:
         # Start the levels where the observations put them: the fit then only has the
         # shape to find, and one observation is matched exactly.
@@ -192,7 +196,10 @@ def fit_params(
         p = [c.log_p - math.log(model.power_w(c.cfg)) for c in cells if c.log_p is not None]
         z0[TIME_LEVEL] = sum(t) / len(t) if t else 0.0
         z0[POWER_LEVEL] = sum(p) / len(p) if p else 0.0
-    return _least_squares(prior, cells, grid, grid_w, settings.ridge, z0, settings.max_steps)
+    shape_r = math.sqrt(settings.shape_ridge)
+    return _least_squares(
+        prior, cells, grid, grid_w, settings.ridge, z0, settings.max_steps, shape_r
+    )
 
 
 def fit_online(

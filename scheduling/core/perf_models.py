@@ -10,6 +10,8 @@ plain float math so that the scheduler can call it ~10^6 times per simulated wee
 The equations (units in the names; ``b`` = samples per GPU, ``r = f / f_max``)::
 
     compute   T_c(b, r) = (alpha_c_s + beta_c_s * b) * (phi + (1 - phi) / r)
+              (with ``compute_sharpness`` q != 1, the sum is the soft maximum
+              (alpha_c_s ** q + (beta_c_s * b) ** q) ** (1 / q): see ``ThroughputParams``)
     network   T_n(n)    = 0                                  if n == 1
                         = alpha_r_s + beta_r_s * (n - 2)+     if all GPUs on one node
                         = alpha_n_s + beta_n_s * (n - 2)+     if spread over nodes
@@ -52,6 +54,15 @@ CATALOG_PATH = Path(__file__).resolve().with_name("perf_catalog.json")
 _CACHE_LIMIT = 1 << 16  # configurations remembered per model before the cache is reset
 
 
+def soft_max_sum(a: float, b: float, q: float) -> float:
+    """``(a ** q + b ** q) ** (1 / q)`` for a, b >= 0, scaled by the larger so that no
+    power under- or overflows (a and b are seconds, ~1e-3, and q may be large)."""
+    hi, lo = (a, b) if a >= b else (b, a)
+    if not hi > 0.0:
+        return 0.0
+    return hi * (1.0 + (lo / hi) ** q) ** (1.0 / q)
+
+
 @dataclass(frozen=True, slots=True)
 class ThroughputParams:
     """Pollux-style iteration time at the maximum clock (seconds)."""
@@ -63,9 +74,18 @@ class ThroughputParams:
     alpha_n_s: float  # all-reduce across nodes: time at 2 GPUs, s
     beta_n_s: float  # across nodes: extra time per GPU beyond 2, s
     gamma: float  # overlap exponent (1 = no overlap, large = full overlap), dimensionless
+    # How the fixed and the per-sample compute time combine: 1 (the catalog's fits) adds
+    # them; q > 1 takes their soft maximum ``(alpha ** q + (beta * b) ** q) ** (1 / q)``,
+    # a launch floor that the per-sample time takes over once the GPU fills (on an H100
+    # small models' time is flat up to batch 128-256, then linear:
+    # ``data/device/h100_2026-11-26``). Only the online model moves it.
+    compute_sharpness: float = 1.0
 
     def compute_time_s(self, local_batch: float) -> float:
-        return self.alpha_c_s + self.beta_c_s * local_batch
+        q = self.compute_sharpness
+        if q == 1.0:
+            return self.alpha_c_s + self.beta_c_s * local_batch
+        return soft_max_sum(self.alpha_c_s, self.beta_c_s * local_batch, q)
 
     def network_time_s(self, n_gpus: int, n_nodes: int) -> float:
         if n_gpus <= 1:
@@ -286,7 +306,12 @@ class FittedPerfModel:
         dvfs = self.gpu.dvfs
         tp = self.throughput
         phi = dvfs.time_fixed_frac
-        compute_s = (tp.alpha_c_s + tp.beta_c_s * local_batch) * (phi + (1.0 - phi) / r)
+        q = tp.compute_sharpness
+        if q == 1.0:
+            compute_s = (tp.alpha_c_s + tp.beta_c_s * local_batch) * (phi + (1.0 - phi) / r)
+        else:
+            base_s = soft_max_sum(tp.alpha_c_s, tp.beta_c_s * local_batch, q)
+            compute_s = base_s * (phi + (1.0 - phi) / r)
         s = dvfs.power_static_frac
         compute_w = busy_w * (s + (1.0 - s) * r**dvfs.power_exp)
         if compute_w < idle_w:
@@ -456,6 +481,8 @@ def model_to_dict(model: FittedPerfModel) -> dict[str, Any]:
             "alpha_n_s": tp.alpha_n_s,
             "beta_n_s": tp.beta_n_s,
             "gamma": tp.gamma,
+            # Written only where it is not the sum, so the catalog's JSON stays as it was.
+            **({"compute_sharpness": tp.compute_sharpness} if tp.compute_sharpness != 1.0 else {}),
         },
         "power": {
             "busy_max_w": pw.busy_max_w,
