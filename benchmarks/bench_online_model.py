@@ -2,6 +2,11 @@
 (``scheduling/core/online_model.py``) learns a job the catalog has never seen.
 
     nice .venv/bin/python benchmarks/bench_online_model.py [--steps 1 5 20] [--json out.json]
+        [--weight 60]
+
+``--weight`` counts each replayed configuration as that many measurements (1, the default:
+one each; a live round pools every progress interval and NVML sample of a configuration,
+dozens a minute).
 
 For each held-out (workload, GPU model) pair the script hides the pair from the priors,
 then replays its measured configurations as observations in the order a running job
@@ -46,7 +51,7 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,6 +96,9 @@ BY_WORKLOAD = False  # --by-workload: one row per (data set, workload)
 # "off" the candidate's own; "draw" from the job's draw alone; "blend" the logit mean of both.
 DRAW_SPLIT_MODES = {"off": None, "draw": 0.0, "blend": 0.5}
 DRAW_SPLIT = "draw"
+# --weight: measurements per configuration. 1 (the default) is one observation each; a live
+# round pools every progress interval and NVML sample of a configuration, dozens a minute.
+WEIGHT = 1.0
 DRAW_SHAPE = True  # --no-draw-shape: keep the candidate's draw-versus-batch shape
 
 
@@ -392,6 +400,8 @@ def score(cases: list[Case], steps: Sequence[int], predictor, label: str) -> dic
             if k > len(case.configs):
                 continue
             seen = case.configs[:k]
+            if WEIGHT != 1.0:
+                seen = [replace(o, weight=WEIGHT) for o in seen]
             predict = predictor(case, seen)
             key = f"{case.dataset}/{case.workload}" if BY_WORKLOAD else case.dataset
             for i, (obs, (t_true, e_true)) in enumerate(zip(case.configs, case.truth, strict=True)):
@@ -438,7 +448,7 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def main() -> int:
-    global PARAMS, BY_WORKLOAD, DRAW_SPLIT, DRAW_SHAPE
+    global PARAMS, BY_WORKLOAD, DRAW_SPLIT, DRAW_SHAPE, WEIGHT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--baseline", action="store_true", help="also score refine_scales")
@@ -452,7 +462,11 @@ def main() -> int:
         "--draw-split", choices=list(DRAW_SPLIT_MODES), default=DRAW_SPLIT, help="(above)"
     )
     parser.add_argument("--no-draw-shape", action="store_true", help="(above)")
+    parser.add_argument("--weight", type=float, default=1.0, help="measurements per configuration")
     args = parser.parse_args()
+    if not (math.isfinite(args.weight) and args.weight > 0):
+        parser.error("--weight must be a finite positive number")
+    WEIGHT = args.weight
     DRAW_SHAPE = not args.no_draw_shape
     PARAMS, BY_WORKLOAD, DRAW_SPLIT = args.params, args.by_workload, args.draw_split
     if any(k < 1 for k in args.steps):

@@ -135,7 +135,8 @@ def observed_slowdowns(rows: Iterable[Job], *, catalog: Catalog, now: datetime) 
     """Job pk -> observed slowdown of each running job that shares a GPU with another.
 
     The slowdown is the median iteration time measured while all its co-runners ran (from
-    the latest of their agents' ``started`` reports) over the perf model's prediction for the
+    the latest of their agents' ``started`` reports, and from the job's own second progress
+    report: its first interval is its warm-up) over the perf model's prediction for the
     job alone on its allocation, minus one: ``s = t_shared / t_solo - 1``, the quantity the
     simulator reports as ``1 / x - 1``. The solo prediction is ``perf_lookup.model_for``'s (the
     one lookup: a learned profile, else the catalog); jobs with no such interval yet, or whose
@@ -157,9 +158,11 @@ def observed_slowdowns(rows: Iterable[Job], *, catalog: Catalog, now: datetime) 
         if len(group) < 2:
             continue
         starts = [started_at(pk, by_pk[pk].current_allocation_id) for pk in sorted(group)]
+        alloc = job.current_allocation
+        # from the job's own warm-up on too, as its online model reads it
+        starts.append(warmed_up_at(job.pk, alloc.pk))
         if any(s is None for s in starts):
             continue
-        alloc = job.current_allocation
         iter_times, _ = progress_iter_times(job.pk, alloc.pk, since=max(starts), now=now)
         if not iter_times:
             continue

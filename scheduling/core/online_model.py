@@ -18,7 +18,7 @@ Parameters are moved in log space (logit for the two shares), relative to the pr
     z[10] batch_half x e^z10                                 draw versus per-GPU batch
     z[11] power_static_frac (s): logit + z11                 draw versus clock
     z[12] power_exp (k) x e^z12
-    z[13] compute_sharpness (q) x e^|z13|                    fixed and per-sample compute:
+    z[13] compute_sharpness (q): log q + z13, folded at 0    fixed and per-sample compute:
                                                              summed (q = 1) or a launch floor
 
 ``z[13]`` alone is penalised beyond the token ridge (``FitSettings.shape_ridge``): the
@@ -197,7 +197,7 @@ def apply_params(prior: FittedPerfModel, z: Sequence[float], *, workload: str | 
     tp, pw, gpu = prior.throughput, prior.power, prior.gpu
     if len(z) < N_PARAMS:  # a fit stored before the last parameters were added
         z = [*z, *([0.0] * (N_PARAMS - len(z)))]
-    ref_s = tp.alpha_c_s + tp.beta_c_s * 32.0
+    ref_s = tp.compute_time_s(32.0)
     level = _exp(z[0])
 
     def move(value: float, floor_frac: float, zi: float) -> float:
@@ -211,9 +211,11 @@ def apply_params(prior: FittedPerfModel, z: Sequence[float], *, workload: str | 
         alpha_n_s=move(tp.alpha_n_s, 1e-3, z[5]),
         beta_n_s=move(tp.beta_n_s, 1e-4, z[6]),
         gamma=tp.gamma,
-        # Never below the prior's (1: a sum): a time above the sum of its parts is no
-        # launch floor, and q < 1 overflows; |z| keeps a slope at the prior.
-        compute_sharpness=tp.compute_sharpness * _exp(abs(z[SHARPNESS])),
+        # log q moved from the prior's (0 for a catalog fit; a profile's may be more) and
+        # folded at 0: never below 1 (a time above the sum of its parts is no launch
+        # floor, and q < 1 overflows), down to 1 from a profile's floor, and with a slope
+        # either way from a prior at 1.
+        compute_sharpness=_exp(abs(math.log(max(tp.compute_sharpness, 1.0)) + z[SHARPNESS])),
     )
     d = gpu.dvfs
     dvfs = replace(
@@ -666,12 +668,18 @@ def draw_shaped_prior(
         return prior
     b0, u = found
     tp = prior.throughput
-    compute_s = tp.alpha_c_s + tp.beta_c_s * b0
+    compute_s = tp.compute_time_s(b0)
     if not compute_s > 0:
         return prior
     prior_split = tp.beta_c_s * b0 / compute_s
     split = _sigmoid((1.0 - prior_share) * _logit(u) + prior_share * _logit(prior_split))
-    throughput = replace(tp, alpha_c_s=(1.0 - split) * compute_s, beta_c_s=split * compute_s / b0)
+    # The split is of a sum (the catalog's q = 1), whatever the prior's floor was.
+    throughput = replace(
+        tp,
+        alpha_c_s=(1.0 - split) * compute_s,
+        beta_c_s=split * compute_s / b0,
+        compute_sharpness=1.0,
+    )
     power = prior.power
     if draw_shape:
         # The same reading for the draw: busy a share b / (b + alpha_c / beta_c) of the time,

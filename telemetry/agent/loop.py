@@ -14,7 +14,7 @@ import logging
 import threading
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +161,7 @@ class Agent:
                 if self._same_shape(job_id, assignment):
                     # Only clock or power limit changed: retune in place, no restart.
                     self._apply_settings(assignment)
-                    self.allocation_of[job_id] = assignment["allocation_id"]
+                    self._set_allocation(job_id, assignment["allocation_id"])
                 else:
                     events.append(self.stop_job(job_id, now, reason="resized"))
                     resized = True
@@ -222,7 +222,7 @@ class Agent:
             return []
         indices = self._indices(assignment)
         self._apply_settings(assignment)
-        self.allocation_of[job_id] = assignment["allocation_id"]
+        self._set_allocation(job_id, assignment["allocation_id"])
         try:
             self.runner.start(assignment, indices)
         except CannotStart as exc:
@@ -246,6 +246,14 @@ class Agent:
         )  # fmt: skip
         self._release(job_id, ended.gpu_indices)
         return event
+
+    def _set_allocation(self, job_id: int, allocation_id: int) -> None:
+        """The job now runs under ``allocation_id``; a new allocation's first progress
+        event takes the agent's time again (``_reached_at``): the job's time of a count
+        reached under the old one may lie before the new allocation's start."""
+        if self.allocation_of.get(job_id) != allocation_id:
+            self._last_progress_ts.pop(job_id, None)
+        self.allocation_of[job_id] = allocation_id
 
     def _release(self, job_id: int, indices: Any) -> None:
         self.allocation_of.pop(job_id, None)
@@ -307,7 +315,7 @@ class Agent:
             tag.power_limit_w, tag.sm_clock_mhz,
         )  # fmt: skip
         self.slurm_jobs[handoff.slurm_job_id] = handoff
-        self.allocation_of[tag.job_id] = tag.allocation_id
+        self._set_allocation(tag.job_id, tag.allocation_id)
         for index in handoff.gpu_indices:
             try:
                 self.backend.apply_settings(
@@ -325,7 +333,7 @@ class Agent:
         for other in self.slurm_jobs.values():
             # The job's next Slurm job may already run here (its Prolog came first).
             if other.tag.job_id == handoff.tag.job_id:
-                self.allocation_of[other.tag.job_id] = other.tag.allocation_id
+                self._set_allocation(other.tag.job_id, other.tag.allocation_id)
 
     def watch_jobs(self, now: datetime) -> list[dict[str, Any]]:
         """Progress of running jobs (when it moved) and exits of finished ones."""
@@ -368,7 +376,10 @@ class Agent:
             return []
         self.last_iterations[job_id] = iterations
         self._last_progress_at[job_id] = now
-        ts = _reached_at(at, after=self._last_progress_ts.get(job_id), now=now)
+        # ``now`` is the tick's start and the file is read later in the tick: a count the
+        # job reached since then is believed up to a tick ahead.
+        latest = now + timedelta(seconds=self.config.sample_interval_s)
+        ts = _reached_at(at, after=self._last_progress_ts.get(job_id), now=now, latest=latest)
         self._last_progress_ts[job_id] = ts
         stats = {}
         if grad_sqr is not None and grad_var is not None:
@@ -413,24 +424,27 @@ class Agent:
         self.backend.close()
 
 
-def _reached_at(at: float | None, *, after: datetime | None, now: datetime) -> datetime:
+def _reached_at(
+    at: float | None, *, after: datetime | None, now: datetime, latest: datetime | None = None
+) -> datetime:
     """When a progress event says the job reached its count: the time the job wrote
-    (``Progress.at``) where it is plausible, else ``now``, the time the agent read it.
+    (``Progress.at``) where it is plausible, else ``now``, the tick in which the agent read it.
 
     The agent reads the progress file on its own tick, so its time lags the job's by up to
     a tick, and a job's last report comes after it saved its checkpoint: on a real H100 the
     last 2 s interval held 160 iterations against 280-300 in the others
     (``data/device/h100_2026-11-26``). The job's own time is used only after this
     allocation's first progress event (``after``), strictly after that event's time and
-    not after ``now``: a stale file or a clock that disagrees falls back to ``now``, and
-    the first event, whose interval holds the job's warm-up anyway, keeps the agent's."""
+    not after ``latest`` (default ``now``; the tick's end, as the file is read during the
+    tick): a stale file or a clock that disagrees falls back to ``now``, and the first
+    event, whose interval holds the job's warm-up anyway, keeps the agent's."""
     if at is None or after is None:
         return now
     try:
         reached = datetime.fromtimestamp(at, tz=UTC)
     except (OverflowError, OSError, ValueError):
         return now
-    return reached if after < reached <= now else now
+    return reached if after < reached <= (latest or now) else now
 
 
 def _due(last: datetime | None, now: datetime, interval_s: float) -> bool:

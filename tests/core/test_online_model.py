@@ -385,3 +385,34 @@ def test_a_fit_stored_before_the_floor_existed_still_applies():
     cfg = config_of(2, 1, 64)
     assert old.iter_time_s(cfg) == new.iter_time_s(cfg)
     assert old.power_w(cfg) == new.power_w(cfg)
+
+
+def test_a_profile_that_learned_a_floor_gives_way_to_a_job_whose_time_is_a_sum():
+    # given a prior (a workload profile) whose compute time has a sharp floor, and a job of
+    # that workload measured at a round's weight whose time is the catalog's plain sum
+    p = PRIOR_BERT
+    floored = FittedPerfModel(
+        workload=p.workload,
+        gpu=p.gpu,
+        batch_sizes=p.batch_sizes,
+        throughput=replace(p.throughput, compute_sharpness=4.0),
+        power=p.power,
+    )
+    times = {b: PRIOR_BERT.iter_time_s(config_of(1, 1, b)) for b in SEEN}
+    model = fit_online(floored, _observed(times, weight=60.0))
+    # then the floor moves towards the job's sum (it can go down, not only up: it stayed
+    # at 4.0 when it could only rise) and the job is predicted as it ran where it ran; the
+    # floor's last part is the prior's until the job's batches say otherwise (these five
+    # do not: a sum and a soft maximum fit them alike, 2.6 stays)
+    assert model.base.throughput.compute_sharpness < 3.0
+    for b in (*SEEN, 1024):
+        truth = PRIOR_BERT.iter_time_s(config_of(1, 1, b))
+        assert model.iter_time_s(config_of(1, 1, b)) == pytest.approx(truth, rel=0.10), b
+
+
+def test_a_fit_stored_with_thirteen_parameters_starts_the_next_fit():
+    times = {b: _hinge(b) for b in SEEN}
+    start = fit_online(PRIOR_BERT, _observed(times, weight=60.0)).params[:13]
+    model = fit_online(PRIOR_BERT, _observed(times, weight=60.0), start=start)
+    assert len(model.params) == 14
+    assert model.iter_time_s(config_of(1, 1, 1024)) == pytest.approx(_hinge(1024), rel=0.10)

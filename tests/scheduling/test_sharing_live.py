@@ -353,3 +353,47 @@ def test_the_observed_slowdown_is_measured_against_the_learned_profile_not_the_c
     slowdowns = {j.job_id: j.observed_slowdown for j in jobs}
     assert slowdowns[str(host.pk)] == pytest.approx(0.0, abs=1e-9)
     assert slowdowns[str(guest.pk)] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_observed_slowdown_leaves_out_the_jobs_warm_up_interval(
+    eaco, one_gpu_node, make_job, member, team
+):
+    from scheduling.observations import observed_slowdowns
+
+    # given a shared GPU where the host runs 20% slower than alone and the guest, after a
+    # warm-up interval three times slower than that, too
+    host, guest, _, _ = _share(make_job, member, team)
+    solo_s = (
+        adapters.current_catalog()
+        .get(WORKLOAD, "A100")
+        .iter_time_s(GpuConfig(n_gpus=1, global_batch=64))
+    )
+    _report_speed(
+        host, slowdown=0.20, start=T0 + timedelta(seconds=1), until=T0 + timedelta(seconds=120)
+    )
+    step = 10.0 / (solo_s * 1.2)  # iterations in 10 s at 20% slower
+    events = [{"event_id": uuid.uuid4(), "job_id": guest.pk,
+               "allocation_id": guest.current_allocation_id, "kind": "started",
+               "ts": T0 + timedelta(seconds=61)}]  # fmt: skip
+    for s, done in ((71, 0.0), (81, step / 3), (91, step / 3 + step)):
+        events.append(
+            {"event_id": uuid.uuid4(), "job_id": guest.pk,
+             "allocation_id": guest.current_allocation_id, "kind": "progress",
+             "ts": T0 + timedelta(seconds=s), "iterations": done}
+        )  # fmt: skip
+    record_job_events(Node.objects.get(), events, now=T0 + timedelta(seconds=120))
+
+    # when the round reads the pair's slowdowns
+    rows = list(
+        Job.objects.filter(pk__in=[host.pk, guest.pk])
+        .select_related("current_allocation")
+        .prefetch_related("current_allocation__gpus")
+    )
+    slowdowns = observed_slowdowns(
+        rows, catalog=adapters.current_catalog(), now=T0 + timedelta(seconds=120)
+    )
+
+    # then both read 20%: the guest's warm-up (a median of it and its one steady interval
+    # would read 140%) is not a slowdown
+    assert slowdowns[host.pk] == pytest.approx(0.20, rel=1e-6)
+    assert slowdowns[guest.pk] == pytest.approx(0.20, rel=1e-6)

@@ -152,6 +152,16 @@ def test_progress_carries_the_time_the_job_reached_its_count_where_that_is_plaus
     # nor one that cannot be a time
     path.write_text(json.dumps({"iterations": 120, "ts": 1e300}))
     agent.tick(T0 + timedelta(seconds=11))
+    # when the job's next Slurm job (a new allocation) starts before the old one's Epilog,
+    # the new allocation's first event takes the agent's time again (the job's could lie
+    # before the new allocation's start), the next ones the job's, a count reached during
+    # the tick that read it included
+    path.unlink()  # (the old job has exited; its handoff waits for its Epilog)
+    _hand_over(tmp_path, 502, "1", allocation_id=35)
+    path = progress_path(tmp_path / "handoff" / NODE, 502)
+    report(130, T0 + timedelta(seconds=12.5), 13)
+    report(140, T0 + timedelta(seconds=14.2), 15)
+    report(150, T0 + timedelta(seconds=16.4), 16)
     assert _progress_times(tmp_path) == [
         (10.0, T0 + timedelta(seconds=1)),
         (50.0, T0 + timedelta(seconds=2.3)),
@@ -159,6 +169,9 @@ def test_progress_carries_the_time_the_job_reached_its_count_where_that_is_plaus
         (95.0, T0 + timedelta(seconds=7)),
         (99.0, T0 + timedelta(seconds=9)),
         (120.0, T0 + timedelta(seconds=11)),
+        (130.0, T0 + timedelta(seconds=13)),
+        (140.0, T0 + timedelta(seconds=14.2)),
+        (150.0, T0 + timedelta(seconds=16.4)),
     ]
 
 
