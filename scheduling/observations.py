@@ -49,7 +49,9 @@ def started_at(job_id: int, allocation_id: int) -> datetime | None:
 
 
 def warmed_up_at(job_id: int, allocation_id: int) -> datetime | None:
-    """When the allocation's job had warmed up: its second progress report (None: not yet).
+    """When the allocation's job had warmed up on every node that reports its progress: the
+    latest of each such node's second progress report (None: no report yet, or a node that
+    reported has not reported twice).
 
     Before its first report the job imports, initialises the GPU and loads its data: on a
     real H100 11.5 s at 72-121 W, against about 440 W once it iterated
@@ -58,15 +60,20 @@ def warmed_up_at(job_id: int, allocation_id: int) -> datetime | None:
     the client reports before its first step, and the first steps build kernels and fill
     caches. The performance model predicts the steady state (a restart's cost is its own
     parameter), so the first interval is left out; a first report that came mid-training
-    loses one good interval, which nothing stored could tell apart."""
-    second = (
-        JobEvent.objects.filter(
-            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS
-        )
-        .order_by("ts")
-        .values_list("ts", flat=True)[1:2]
+    loses one good interval, which nothing stored could tell apart. A job on several nodes
+    runs a process on each, and each node's agent reports its own count."""
+    progress = JobEvent.objects.filter(
+        job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS
     )
-    return next(iter(second), None)
+    nodes = progress.values_list("node_id", flat=True).distinct()
+    seconds = []
+    for node_id in list(nodes):
+        second = progress.filter(node_id=node_id).order_by("ts").values_list("ts", flat=True)[1:2]
+        at = next(iter(second), None)
+        if at is None:
+            return None
+        seconds.append(at)
+    return max(seconds, default=None)
 
 
 def newest_progress_at(job_id: int, allocation_id: int, *, now: datetime) -> datetime | None:
@@ -110,8 +117,12 @@ def progress_iter_times(
     exclude: Iterable[Period] = (),
 ) -> tuple[list[float], datetime | None]:
     """Seconds per iteration between consecutive progress reports of one allocation in
-    [since, now], leaving out intervals that touch an ``exclude`` period, and the time of the
-    last report read (None: no report)."""
+    [since, now], each node's reports apart, leaving out intervals that touch an
+    ``exclude`` period, and the time of the last report read (None: no report).
+
+    A job on several nodes runs a process on each, whose agent reports its count at its
+    own ticks: taken together, two nodes' reports a moment apart would make intervals of a
+    few iterations, whose times are mostly the nodes' offset."""
     exclude = list(exclude)
     progress = list(
         JobEvent.objects.filter(
@@ -122,13 +133,17 @@ def progress_iter_times(
             ts__lte=now,
         )
         .order_by("ts")
-        .values_list("ts", "iterations")
+        .values_list("node_id", "ts", "iterations")
     )
+    by_node: dict[int, list[tuple[datetime, float | None]]] = defaultdict(list)
+    for node_id, ts, iterations in progress:
+        by_node[node_id].append((ts, iterations))
     iter_times = []
-    for (t0, i0), (t1, i1) in zip(progress, progress[1:], strict=False):
-        if i0 is not None and i1 is not None and i1 > i0 and not overlaps(t0, t1, exclude):
-            iter_times.append((t1 - t0).total_seconds() / (i1 - i0))
-    return iter_times, (progress[-1][0] if progress else None)
+    for reports in by_node.values():
+        for (t0, i0), (t1, i1) in zip(reports, reports[1:], strict=False):
+            if i0 is not None and i1 is not None and i1 > i0 and not overlaps(t0, t1, exclude):
+                iter_times.append((t1 - t0).total_seconds() / (i1 - i0))
+    return iter_times, (progress[-1][1] if progress else None)
 
 
 def observed_slowdowns(rows: Iterable[Job], *, catalog: Catalog, now: datetime) -> dict[int, float]:

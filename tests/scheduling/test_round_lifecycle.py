@@ -284,17 +284,22 @@ def test_a_job_across_two_nodes_learns_its_draw_from_samples_taken_at_other_inst
     from cluster import services as cluster_services
 
     nodes = [make_node(name, gpus=1) for name in ("node-a", "node-b")]
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {nodes[0].issue_agent_token()}")
+    clients = []
+    for node in nodes:
+        clients.append(APIClient())
+        clients[-1].credentials(HTTP_AUTHORIZATION=f"Token {node.issue_agent_token()}")
     job = make_job(owner=member, team=team, min_gpus=2, max_gpus=2, global_batch_size=256,
                    min_batch_size=256, max_batch_size=256, total_iterations=100000)  # fmt: skip
     gpus = [n.gpus.get() for n in nodes]
     cluster_services.start_job(job, gpus=gpus, batch_size=256, at=T0)
     job.refresh_from_db()
     start = T0 + timedelta(seconds=1)
-    _event(client, job, "progress", T0 + timedelta(seconds=0.5), iterations=0.0)  # warm-up
-    _event(client, job, "progress", start, iterations=5.0)
-    _event(client, job, "progress", start + timedelta(seconds=10), iterations=105.0)
+    # each node's process reports its count (10 iterations a second from 0.5 s), which its
+    # agent reads at its own tick: node-a's 0.5 s after the job wrote it, node-b's 0.1 s
+    for k in range(11):
+        at = start + timedelta(seconds=k)
+        _event(clients[0], job, "progress", at, iterations=10.0 * k)
+        _event(clients[1], job, "progress", at + timedelta(seconds=0.4), iterations=8.0 + 10 * k)
     for k in range(1, 11):
         at = start + timedelta(seconds=k)
         GpuSample.objects.create(gpu=gpus[0], ts=at, power_w=300.0)
@@ -305,12 +310,15 @@ def test_a_job_across_two_nodes_learns_its_draw_from_samples_taken_at_other_inst
     catalog = adapters.current_catalog()
     assert services.refresh_online_models(rows, catalog=catalog, now=T0 + timedelta(seconds=30))
 
-    # then it learned the mean draw of its two GPUs from the matched samples (node-a's at 2
-    # to 10 s, each with node-b's 0.6 s before it), and its speed
+    # then it learned the mean draw of its two GPUs from the matched samples (node-a's at 3
+    # to 10 s, each with node-b's 0.6 s before it), and its speed from each node's reports
+    # apart, after each node's warm-up (taken together, the two nodes' reports made
+    # intervals of 0.05 s and 0.3 s an iteration, a geometric mean 22% slow)
     stored = JobSchedulingState.objects.get(job=job).observations["A100"]
     powers = [(o["power_w"], o["weight"], o["n_nodes"]) for o in stored if o["power_w"]]
-    assert powers == [(pytest.approx(250.0, rel=1e-9), 9.0, 2)]
-    assert [o["iter_time_s"] for o in stored if o["iter_time_s"]] == [pytest.approx(0.1)]
+    assert powers == [(pytest.approx(250.0, rel=1e-9), 8.0, 2)]
+    times = [(o["iter_time_s"], o["weight"]) for o in stored if o["iter_time_s"]]
+    assert times == [(pytest.approx(0.1, rel=1e-9), 16.0)]  # (read up to 10 s: the samples)
 
 
 def test_a_gap_in_one_nodes_samples_is_skipped_not_filled_from_before_it():
