@@ -3,11 +3,13 @@
 Under the built-in agent a simulated agent "runs" replayed jobs itself; under Slurm the job is
 a real process that Slurm starts and stops, and a replayed job has no training code. This
 script is that process: it advances at the perf model's iteration time for its workload, batch
-and GPU count on the demo's GPU model (``WATTFLOW_DEMO_GPU_MODEL``, default A100), writes its
-iterations to ``WATTFLOW_PROGRESS_FILE`` (set by Wattflow's TaskProlog) every second, and
+and GPU count on the demo's GPU model (``WATTFLOW_DEMO_GPU_MODEL``, default A100), reports its
+iterations every second through the job client (``jobclient/wattflow_client.py``, into
+``WATTFLOW_PROGRESS_FILE``, set by Wattflow's TaskProlog, with the time it reached them), and
 exits 0 when ``WATTFLOW_TOTAL_ITERATIONS`` are done. On SIGTERM (a pause or a move) it exits 0
 at once: Wattflow has its progress, and the next run starts from
-``WATTFLOW_COMPLETED_ITERATIONS``. Imports only the pure scheduling core, not Django.
+``WATTFLOW_COMPLETED_ITERATIONS``. Imports only the pure scheduling core and the job client,
+not Django.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "jobclient"))
+
+import wattflow_client  # noqa: E402
 
 from scheduling.core.perf_models import load_catalog  # noqa: E402
 from scheduling.core.types import GpuConfig  # noqa: E402
@@ -46,7 +52,7 @@ def main() -> int:
     except KeyError:
         sys.stderr.write(f"demo_slurm_job: no perf model for {workload} on {gpu_model}\n")
         return 2
-    progress = os.environ.get("WATTFLOW_PROGRESS_FILE")
+    job = wattflow_client.connect(handle_signals=False)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     say(f"{workload} batch {batch} on {gpus} GPUs: {done:.0f}/{total:.0f} iterations, "
         f"{iter_s * 1000:.1f} ms each")  # fmt: skip
@@ -56,8 +62,7 @@ def main() -> int:
         now = time.monotonic()
         done = min(total, done + (now - last) / iter_s)
         last = now
-        if progress:
-            Path(progress).write_text(f"{done:.0f}\n")
+        job.report(round(done), force=True)
     say(f"done: {done:.0f} iterations")
     return 0
 
