@@ -394,10 +394,9 @@ def observed_measurements(
     8.2 ms against 7.1 ms (``tests/telemetry/test_device_recording.py``). A job that
     reports progress fewer than three times teaches nothing. No ``started`` report is
     needed: a job retuned in place (a new allocation, same process) and a job Slurm
-    started (monitor mode) send none. Stretches
-    in which another job shared the GPUs are left out (they are its observed slowdown).
-    Values are passed on as measured; ``workload_profiles.record_observations`` refuses the
-    absurd ones.
+    started (monitor mode) send none. Stretches in which another job shared the GPUs are
+    left out (they are its observed slowdown). Values are passed on as measured;
+    ``workload_profiles.record_observations`` refuses the absurd ones.
     """
     alloc = job.current_allocation
     if alloc is None:

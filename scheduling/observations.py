@@ -21,7 +21,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
 
 from cluster.choices import JobState
 from cluster.models import Job, JobAllocation
@@ -62,18 +63,23 @@ def warmed_up_at(job_id: int, allocation_id: int) -> datetime | None:
     parameter), so the first interval is left out; a first report that came mid-training
     loses one good interval, which nothing stored could tell apart. A job on several nodes
     runs a process on each, and each node's agent reports its own count."""
-    progress = JobEvent.objects.filter(
-        job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS
+    # Each node's first two reports, in one query.
+    firsts = (
+        JobEvent.objects.filter(
+            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS
+        )
+        .annotate(rank=Window(RowNumber(), partition_by=[F("node_id")], order_by=F("ts").asc()))
+        .filter(rank__lte=2)
+        .values_list("node_id", "rank", "ts")
     )
-    nodes = progress.values_list("node_id", flat=True).distinct()
-    seconds = []
-    for node_id in list(nodes):
-        second = progress.filter(node_id=node_id).order_by("ts").values_list("ts", flat=True)[1:2]
-        at = next(iter(second), None)
-        if at is None:
-            return None
-        seconds.append(at)
-    return max(seconds, default=None)
+    reported, seconds = set(), {}
+    for node_id, rank, ts in firsts:
+        reported.add(node_id)
+        if rank == 2:
+            seconds[node_id] = ts
+    if not reported or len(seconds) < len(reported):
+        return None
+    return max(seconds.values())
 
 
 def newest_progress_at(job_id: int, allocation_id: int, *, now: datetime) -> datetime | None:

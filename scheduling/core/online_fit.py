@@ -20,6 +20,7 @@ from scheduling.core.online_model import (
     apply_params,
     config_of,
     learned_model,
+    padded,
     pool,
 )
 from scheduling.core.perf_models import FittedPerfModel, config_parts
@@ -186,8 +187,7 @@ def fit_params(
         return [0.0] * N_PARAMS
     grid = _prior_grid(prior, cells)
     grid_w = settings.prior_weight / len(grid)
-    z0 = list(start) if start is not None else [0.0] * N_PARAMS
-    z0 += [0.0] * (N_PARAMS - len(z0))  # a start stored before the last parameters
+    z0 = padded(start if start is not None else [])
     if start is None:
         # Start the levels where the observations put them: the fit then only has the
         # shape to find, and one observation is matched exactly.

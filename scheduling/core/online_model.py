@@ -187,6 +187,11 @@ def _exp(x: float) -> float:
     return math.exp(min(x, 600.0))
 
 
+def padded(z: Sequence[float]) -> list[float]:
+    """``z`` with zeros for the parameters added after it was stored (a fit of 13)."""
+    return [*z, *([0.0] * (N_PARAMS - len(z)))]
+
+
 def apply_params(prior: FittedPerfModel, z: Sequence[float], *, workload: str | None = None):
     """The prior's equations with its parameters moved by ``z`` (see the module docstring).
 
@@ -195,8 +200,7 @@ def apply_params(prior: FittedPerfModel, z: Sequence[float], *, workload: str | 
     0.01 % per extra GPU), so a multiplicative step can still reach what a job shows.
     """
     tp, pw, gpu = prior.throughput, prior.power, prior.gpu
-    if len(z) < N_PARAMS:  # a fit stored before the last parameters were added
-        z = [*z, *([0.0] * (N_PARAMS - len(z)))]
+    z = padded(z)
     ref_s = tp.compute_time_s(32.0)
     level = _exp(z[0])
 

@@ -308,10 +308,10 @@ class FittedPerfModel:
         phi = dvfs.time_fixed_frac
         q = tp.compute_sharpness
         if q == 1.0:
-            compute_s = (tp.alpha_c_s + tp.beta_c_s * local_batch) * (phi + (1.0 - phi) / r)
+            base_s = tp.alpha_c_s + tp.beta_c_s * local_batch
         else:
             base_s = soft_max_sum(tp.alpha_c_s, tp.beta_c_s * local_batch, q)
-            compute_s = base_s * (phi + (1.0 - phi) / r)
+        compute_s = base_s * (phi + (1.0 - phi) / r)
         s = dvfs.power_static_frac
         compute_w = busy_w * (s + (1.0 - s) * r**dvfs.power_exp)
         if compute_w < idle_w:

@@ -425,7 +425,7 @@ class Agent:
 
 
 def _reached_at(
-    at: float | None, *, after: datetime | None, now: datetime, latest: datetime | None = None
+    at: float | None, *, after: datetime | None, now: datetime, latest: datetime
 ) -> datetime:
     """When a progress event says the job reached its count: the time the job wrote
     (``Progress.at``) where it is plausible, else ``now``, the tick in which the agent read it.
@@ -435,16 +435,16 @@ def _reached_at(
     last 2 s interval held 160 iterations against 280-300 in the others
     (``data/device/h100_2026-11-26``). The job's own time is used only after this
     allocation's first progress event (``after``), strictly after that event's time and
-    not after ``latest`` (default ``now``; the tick's end, as the file is read during the
-    tick): a stale file or a clock that disagrees falls back to ``now``, and the first
-    event, whose interval holds the job's warm-up anyway, keeps the agent's."""
+    not after ``latest`` (the tick's end, as the file is read during the tick): a stale
+    file or a clock that disagrees falls back to ``now``, and the first event, whose
+    interval holds the job's warm-up anyway, keeps the agent's."""
     if at is None or after is None:
         return now
     try:
         reached = datetime.fromtimestamp(at, tz=UTC)
     except (OverflowError, OSError, ValueError):
         return now
-    return reached if after < reached <= (latest or now) else now
+    return reached if after < reached <= latest else now
 
 
 def _due(last: datetime | None, now: datetime, interval_s: float) -> bool:

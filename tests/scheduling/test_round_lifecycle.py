@@ -144,12 +144,7 @@ def test_telemetry_teaches_a_running_jobs_online_model(
 ):
     # given a running 2-GPU job whose agent reports half the predicted speed and half the
     # predicted power, and one sample instant of an absurd 5 kW per GPU
-    _policy("fifo")
-    node, agent = node_with_token
-    job = make_job(owner=member, team=team, min_gpus=2, max_gpus=2, global_batch_size=256,
-                   min_batch_size=256, max_batch_size=256, total_iterations=100000)  # fmt: skip
-    services.run_scheduling_round(now=T0)
-    job.refresh_from_db()
+    agent, job = _job_running(node_with_token, make_job, member, team, gpus=2)
     model = load_catalog().get("resnet50", "A100")
     cfg = GpuConfig(n_gpus=2, global_batch=256, sm_clock_mhz=job.current_allocation.sm_clock_mhz)
     iter_s, power_w = model.iter_time_s(cfg), model.power_w(cfg)
@@ -193,11 +188,12 @@ def test_telemetry_teaches_a_running_jobs_online_model(
     assert JobEvent.objects.filter(job=job).count() == 4
 
 
-def _one_gpu_job_running(node_with_token, make_job, member, team):
-    """(the node's agent client, a long one-GPU fifo job a round has started at T0)."""
+def _job_running(node_with_token, make_job, member, team, *, gpus=1):
+    """(the node's agent client, a long fifo job on ``gpus`` GPUs a round has started at
+    T0)."""
     _policy("fifo")
     _, agent = node_with_token
-    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
+    job = make_job(owner=member, team=team, min_gpus=gpus, max_gpus=gpus, global_batch_size=256,
                    min_batch_size=256, max_batch_size=256, total_iterations=100000)  # fmt: skip
     services.run_scheduling_round(now=T0)
     job.refresh_from_db()
@@ -211,7 +207,7 @@ def test_a_job_without_a_started_report_still_teaches_its_model(
     # place changes the allocation without one; Slurm's monitor mode sends none), but whose
     # progress and power come in: 2 s of start-up at 40 W before its first report, then 2 s
     # of warm-up (0.2 s an iteration at 150 W) before its second
-    agent, job = _one_gpu_job_running(node_with_token, make_job, member, team)
+    agent, job = _job_running(node_with_token, make_job, member, team)
     start = T0 + timedelta(seconds=1)
     gpu = job.current_allocation.gpus.get()
     samples = [(1, 40.0), (2, 40.0), (4, 150.0), (5, 150.0)] + [(k, 300.0) for k in range(6, 16)]
@@ -238,7 +234,7 @@ def test_samples_that_arrive_after_the_progress_are_read_in_the_next_round(
 ):
     # given a running job whose progress reached 23 s while its samples (posted in batches,
     # as the agent does) have come only up to 16 s when a round runs
-    agent, job = _one_gpu_job_running(node_with_token, make_job, member, team)
+    agent, job = _job_running(node_with_token, make_job, member, team)
     gpu = job.current_allocation.gpus.get()
     start = T0 + timedelta(seconds=1)
     # (after a warm-up interval from 1 s to 3 s, which is left out)

@@ -116,15 +116,20 @@ def test_the_service_refuses_a_third_job_on_a_shared_gpu_and_stores_nothing(
     assert JobAllocation.objects.filter(ended_at__isnull=True).count() == 2
 
 
-def _report_speed(job, *, slowdown, start, until):
-    """The agent's reports for ``job``: started at ``start``, then progress every 10 s at
-    the perf model's solo iteration time times ``1 + slowdown``."""
-    alloc = job.current_allocation
-    solo_s = (
+def _solo_s() -> float:
+    """The catalog's iteration time of the shared jobs' workload alone on one A100."""
+    return (
         adapters.current_catalog()
         .get(WORKLOAD, "A100")
         .iter_time_s(GpuConfig(n_gpus=1, global_batch=64))
     )
+
+
+def _report_speed(job, *, slowdown, start, until):
+    """The agent's reports for ``job``: started at ``start``, then progress every 10 s at
+    the perf model's solo iteration time times ``1 + slowdown``."""
+    alloc = job.current_allocation
+    solo_s = _solo_s()
     events = [{"event_id": uuid.uuid4(), "job_id": job.pk, "allocation_id": alloc.pk,
                "kind": "started", "ts": start}]  # fmt: skip
     t, k = start + timedelta(seconds=10), 0
@@ -268,11 +273,7 @@ def test_speed_measured_while_sharing_feeds_the_slowdown_not_the_online_model(
     # given a host that ran exactly at its model's speed alone, then 50% slower once the guest
     # joined at T0+60, and a guest 50% slower from its start
     host, guest, _, _ = _share(make_job, member, team)
-    solo_s = (
-        adapters.current_catalog()
-        .get(WORKLOAD, "A100")
-        .iter_time_s(GpuConfig(n_gpus=1, global_batch=64))
-    )
+    solo_s = _solo_s()
     events = [
         {"event_id": uuid.uuid4(), "job_id": job.pk, "allocation_id": job.current_allocation_id,
          "kind": "started", "ts": T0 + timedelta(seconds=s)}
@@ -363,11 +364,7 @@ def test_the_observed_slowdown_leaves_out_the_jobs_warm_up_interval(
     # given a shared GPU where the host runs 20% slower than alone and the guest, after a
     # warm-up interval three times slower than that, too
     host, guest, _, _ = _share(make_job, member, team)
-    solo_s = (
-        adapters.current_catalog()
-        .get(WORKLOAD, "A100")
-        .iter_time_s(GpuConfig(n_gpus=1, global_batch=64))
-    )
+    solo_s = _solo_s()
     _report_speed(
         host, slowdown=0.20, start=T0 + timedelta(seconds=1), until=T0 + timedelta(seconds=120)
     )
