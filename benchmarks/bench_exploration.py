@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 import bench_online_model as bom  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from scheduling.core import exploration  # noqa: E402
 from scheduling.core.exploration import (  # noqa: E402
     chosen_limit,
     estimate,
@@ -202,6 +203,13 @@ def main() -> int:
         help="after a measured minimum, keep measuring while the bound allows",
     )
     parser.add_argument("--only", choices=("workload", "gpu"), help="run one of the two priors")
+    parser.add_argument(
+        "--curve-dof",
+        type=int,
+        default=exploration.CURVE_DOF,
+        help="parameters of the curve's local shape for its own error at a limit (0: the "
+        "curve taken as exact, as before 26 Nov)",
+    )
     parser.add_argument("--fill-margin", type=float, default=float("inf"),
                         help="fill only with limits predicted within this share of the least "
                         "energy known")  # fmt: skip
@@ -211,6 +219,7 @@ def main() -> int:
     assert perf_data.ZEUS_GPUS  # the data these cases come from
     global FILL_MARGIN
     FILL_MARGIN = args.fill_margin
+    exploration.CURVE_DOF = args.curve_dof
     for name, gpu_out in (("leave one workload out", False), ("leave one GPU out", True)):
         if args.only is not None and gpu_out != (args.only == "gpu"):
             continue
@@ -219,7 +228,7 @@ def main() -> int:
                       args.noise, args.seed)  # fmt: skip
         report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}, "
                f"known energy: {args.known}, fill budget: {args.fill_budget}, "
-               f"noise {args.noise:g}",
+               f"noise {args.noise:g}, curve dof {args.curve_dof}",
                results)  # fmt: skip
         if args.misses:
             for dataset, rows in sorted(results.items()):

@@ -35,12 +35,21 @@ round takes as a tried limit's energy is noise-aware (``estimate``, ``KNOWN_ENER
   shrunk by ``misfit / (misfit + noise of that mean)``: exact measurements (Zeus' sweeps)
   are taken as measured, noisy ones where the curve fits (the simulator's truth has the
   curve's form) lean on the curve;
+* the curve is fitted to the same noisy measurements, so where an estimate leans on it,
+  it carries the curve's own error there: the noise of the limit's mean times its leverage
+  in a quadratic in the limit over the limits measured (``_leverage``: the curve's local
+  shape, a level, a slope and a bend), largest at the edge of what was measured. Without
+  it, an estimate that leaned on a curve that fits looked exact and the search stopped
+  before the optimum was decided (measured on Zeus' sweeps with noise: docs/benchmarks.md,
+  "Exploration: the curve's own error");
 * where the search would stop, it goes on while the bound allows until the optimum is
   decided: no limit more than one 25 W step from the limit of least estimated energy may
   still draw less at ``CONFIDENCE_Z`` standard errors (a tried limit by its estimate's
   variance, an untried one by the curve's misfit); an undecided candidate is measured, or
   measured again, the least sure first (``_decide``; at most ``MAX_PROBES_PER_LIMIT``
-  probes of one limit).
+  probes of one limit). A step's cost is known only once it ran (the model, hence the time
+  lost and the predicted JCT, move with what it measured), so a step is taken only while
+  its predicted cost and ``COST_MARGIN`` more fit the bound.
 
 ``next_step`` and ``chosen_limit`` are pure functions of a model and what was tried.
 ``explore_round`` is the round's hook (``round.plan_round`` calls it between the policy's
@@ -58,6 +67,8 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from scheduling.core.types import GpuConfig, Grant, PerfModel, PolicyDecision
 
@@ -81,6 +92,11 @@ MAX_PROBES_PER_LIMIT = 6
 # With ``fill_budget``, limits predicted to draw more than this share above the least energy
 # known are not worth a probe.
 FILL_MARGIN = float("inf")
+# A step is taken only if its predicted cost, this share more, still fits the bound.
+COST_MARGIN = 0.1
+# Parameters of the curve's local shape over the limits measured (level, slope, bend), for
+# the curve's own error at a limit (``_leverage``); 0: the curve taken as exact.
+CURVE_DOF = 3
 
 
 def fitted_energy_j(model: PerfModel, cfg: GpuConfig, limit_w: float) -> float:
@@ -149,13 +165,18 @@ def estimate(model: PerfModel, cfg: GpuConfig, tried: Collection[float]) -> Esti
         measured = math.log(n) + m.log_t + m.log_p
         res[w] = measured - math.log(fitted_energy_j(model, cfg, w))
         v[w] = var_t / m.w_t + var_p / m.w_p
-    misfit = max(sum(res[w] ** 2 - v[w] for w in stats) / len(stats), 0.0)
+    lev = _leverage(v)
+    # A deviation from a curve fitted to the same measurements has the variance of their
+    # noise less the part the curve took (its leverage); what is left beyond is misfit.
+    misfit = max(sum(res[w] ** 2 - v[w] * (1.0 - lev.get(w, 0.0)) for w in stats) / len(stats), 0.0)
     known, log_var = {}, {}
     for w in stats:
         total = misfit + v[w]
         shrink = misfit / total if total > 0 else 1.0
         known[w] = fitted_energy_j(model, cfg, w) * math.exp(shrink * res[w])
-        log_var[w] = misfit * v[w] / total if total > 0 else 0.0
+        # The curve's own error at ``w`` (``_leverage``), plus the shrunk deviation's.
+        curve_var = lev.get(w, 0.0) * v[w]
+        log_var[w] = curve_var + (misfit * v[w] / total if total > 0 else 0.0)
     return Estimate(
         known_j=known,
         log_var=log_var,
@@ -163,6 +184,32 @@ def estimate(model: PerfModel, cfg: GpuConfig, tried: Collection[float]) -> Esti
         noise_var=var_t + var_p,
         misfit_var=misfit,
     )
+
+
+def _leverage(var: Mapping[float, float]) -> dict[float, float]:
+    """How much of its own noise the fitted curve takes from each measured limit: the
+    leverage of the limit in a weighted quadratic in the limit over the limits measured
+    (weights the inverse noise ``var``; {} with fewer than ``CURVE_DOF`` + 1 limits or
+    exact measurements). The curve is fitted to every measurement, so where the estimate
+    leans on it the measurements' noise reaches it; locally, over the limits measured, its
+    shape is a level, a slope and a bend (three parameters), and a limit at the edge of
+    those measured, or measured more often, moves it more. ``var x leverage`` is then the
+    variance of the curve at the limit: without it the estimate of a limit that leans on
+    the curve looked exact and a search over noisy measurements stopped before the
+    optimum was decided."""
+    limits = sorted(var)
+    if CURVE_DOF <= 0 or len(limits) <= CURVE_DOF or min(var[w] for w in limits) <= 0.0:
+        return {}
+    lo, hi = limits[0], limits[-1]
+    x = np.array([2.0 * (w - lo) / (hi - lo) - 1.0 for w in limits])
+    X = np.column_stack([x**k for k in range(CURVE_DOF)])
+    W = np.array([1.0 / var[w] for w in limits])
+    try:
+        inv = np.linalg.inv(X.T @ (W[:, None] * X))
+    except np.linalg.LinAlgError:
+        return {}
+    lev = np.einsum("ij,jk,ik->i", X, inv, X) * W
+    return {w: float(h) for w, h in zip(limits, lev, strict=True)}
 
 
 def limit_grid(low_w: float, high_w: float, step_w: float = LIMIT_STEP_W) -> tuple[float, ...]:
@@ -261,7 +308,9 @@ def next_step(
     fastest_known_s = min(
         model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None)) for w in known
     )
-    room_s = budget_frac * predicted_jct_s - spent_s
+    # A step's cost is known only once it ran (the job's model, hence the time it lost and
+    # its predicted JCT, move with what the step measured): leave it that much room.
+    room_s = (budget_frac * predicted_jct_s - spent_s) / (1.0 + COST_MARGIN)
     probes = probes or {}
 
     def cost(w: float) -> float:

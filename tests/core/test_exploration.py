@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from scheduling.core.exploration import (
+    COST_MARGIN,
     DONE,
     EXPLORING,
     best_limit,
@@ -84,13 +85,15 @@ def test_exploration_stops_where_its_cost_would_pass_the_budget():
     at_top = MODEL.iter_time_s(GpuConfig(1, 64, power_limit_w=400.0))
     assert at_best > at_top  # the energy-optimal limit runs slower than the default
     cost_s = 1000.0 * (1.0 - at_top / at_best)  # a step of 1,000 s loses this much
-    # a budget just below the step's cost stops it, just above lets it run
+    # a budget just below the step's cost and its margin (a step's cost is known only once
+    # it ran) stops it, just above lets it run
+    with_margin = (1.0 + COST_MARGIN) * cost_s
     tight = next_step(MODEL, CFG, LIMITS, {400.0}, step_s=1000.0, spent_s=0.0,
-                      predicted_jct_s=0.99 * cost_s / 0.03)  # fmt: skip
+                      predicted_jct_s=0.99 * with_margin / 0.03)  # fmt: skip
     assert (tight.limit_w, tight.reason) == (None, "trying it would exceed the exploration budget")
     assert tight.step_cost_s == pytest.approx(cost_s, rel=1e-9)
     room = next_step(MODEL, CFG, LIMITS, {400.0}, step_s=1000.0, spent_s=0.0,
-                     predicted_jct_s=1.01 * cost_s / 0.03)  # fmt: skip
+                     predicted_jct_s=1.01 * with_margin / 0.03)  # fmt: skip
     assert room.limit_w == best
 
 
@@ -322,6 +325,38 @@ def test_with_noisy_repeats_the_estimate_leans_on_the_fitted_curve():
         fitted = fitted_energy_j(model, CFG, w)
         assert abs(math.log(est.known_j[w] / fitted)) <= abs(math.log(raw / fitted)) + 1e-12
         assert est.log_var[w] < est.noise_var
+
+
+def test_an_estimate_that_leans_on_the_curve_carries_the_curves_own_error():
+    # given a job measured once at every limit and thrice at the default, with 5 % noise,
+    # whose truth has the fitted curve's form (so the estimates lean on the curve)
+    rng = random.Random(11)
+    seen = []
+    for w in (400.0, 400.0, 400.0, *LIMITS[:-1]):
+        at = replace(CFG, power_limit_w=w)
+        seen.append(_obs(w, MODEL.iter_time_s(at) * math.exp(rng.gauss(0.0, 0.05)),
+                         MODEL.power_w(at) * math.exp(rng.gauss(0.0, 0.05))))  # fmt: skip
+    model = fit_online(PRIOR, seen)
+    est = estimate(model, CFG, set(LIMITS))
+    assert est is not None and est.noise_var is not None
+    # then no estimate is taken as exact: the curve was fitted to the same noisy
+    # measurements, and a limit at the edge of those measured moves it more than one in the
+    # middle (the lowest limit's variance above the middle's)
+    once = [w for w in LIMITS if w != 400.0]
+    assert all(est.log_var[w] > 0.02 * est.noise_var for w in once)
+    middle = once[len(once) // 2]
+    assert est.log_var[min(once)] > est.log_var[middle]
+    # and without the curve's error (CURVE_DOF 0, as before) a fitting curve looked exact
+    import scheduling.core.exploration as exploration
+
+    dof = exploration.CURVE_DOF
+    try:
+        exploration.CURVE_DOF = 0
+        bare = estimate(model, CFG, set(LIMITS))
+    finally:
+        exploration.CURVE_DOF = dof
+    assert bare is not None
+    assert sum(bare.log_var.values()) < sum(est.log_var.values())
 
 
 def test_a_job_spread_over_nodes_finds_its_measurements_under_its_node_count():
