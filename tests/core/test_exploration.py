@@ -304,17 +304,23 @@ def test_the_estimate_learns_the_noise_from_repeats_and_trusts_exact_measurement
     assert est.counts[400.0] == 3 and est.counts[200.0] == 1
 
 
+def _noisy_sweep(*, noise: float, seed: int) -> list[Observation]:
+    """The truth measured once at every limit and thrice at the default (400 W), each
+    iteration time and draw times seeded log-normal noise."""
+    rng = random.Random(seed)
+    seen = []
+    for w in (400.0, 400.0, 400.0, *LIMITS[:-1]):
+        at = replace(CFG, power_limit_w=w)
+        seen.append(_obs(w, MODEL.iter_time_s(at) * math.exp(rng.gauss(0.0, noise)),
+                         MODEL.power_w(at) * math.exp(rng.gauss(0.0, noise))))  # fmt: skip
+    return seen
+
+
 def test_with_noisy_repeats_the_estimate_leans_on_the_fitted_curve():
     # given a job measured at every limit, each time with 10 % noise, the default limit
     # three times: the noise is large against how far the truth (a catalog model: the
     # model's own equations) sits from the fitted curve
-    rng = random.Random(3)
-    seen = []
-    for w in (400.0, 400.0, 400.0, *LIMITS[:-1]):
-        at = replace(CFG, power_limit_w=w)
-        seen.append(_obs(w, MODEL.iter_time_s(at) * math.exp(rng.gauss(0.0, 0.1)),
-                         MODEL.power_w(at) * math.exp(rng.gauss(0.0, 0.1))))  # fmt: skip
-    model = fit_online(PRIOR, seen)
+    model = fit_online(PRIOR, _noisy_sweep(noise=0.1, seed=3))
     est = estimate(model, CFG, set(LIMITS))
     assert est is not None and est.noise_var is not None
     assert 0.3 * 2 * 0.1**2 < est.noise_var < 3 * 2 * 0.1**2
@@ -330,13 +336,7 @@ def test_with_noisy_repeats_the_estimate_leans_on_the_fitted_curve():
 def test_an_estimate_that_leans_on_the_curve_carries_the_curves_own_error():
     # given a job measured once at every limit and thrice at the default, with 5 % noise,
     # whose truth has the fitted curve's form (so the estimates lean on the curve)
-    rng = random.Random(11)
-    seen = []
-    for w in (400.0, 400.0, 400.0, *LIMITS[:-1]):
-        at = replace(CFG, power_limit_w=w)
-        seen.append(_obs(w, MODEL.iter_time_s(at) * math.exp(rng.gauss(0.0, 0.05)),
-                         MODEL.power_w(at) * math.exp(rng.gauss(0.0, 0.05))))  # fmt: skip
-    model = fit_online(PRIOR, seen)
+    model = fit_online(PRIOR, _noisy_sweep(noise=0.05, seed=11))
     est = estimate(model, CFG, set(LIMITS))
     assert est is not None and est.noise_var is not None
     # then no estimate is taken as exact: the curve was fitted to the same noisy
