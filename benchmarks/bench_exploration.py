@@ -204,9 +204,9 @@ def main() -> int:
     )
     parser.add_argument("--only", choices=("workload", "gpu"), help="run one of the two priors")
     parser.add_argument(
-        "--curve-dof",
+        "--curve-params",
         type=int,
-        default=exploration.CURVE_DOF,
+        default=exploration.CURVE_PARAMS,
         help="parameters of the curve's local shape for its own error at a limit (0: the "
         "curve taken as exact, as before 26 Nov)",
     )
@@ -219,7 +219,7 @@ def main() -> int:
     assert perf_data.ZEUS_GPUS  # the data these cases come from
     global FILL_MARGIN
     FILL_MARGIN = args.fill_margin
-    exploration.CURVE_DOF = args.curve_dof
+    exploration.CURVE_PARAMS = args.curve_params
     for name, gpu_out in (("leave one workload out", False), ("leave one GPU out", True)):
         if args.only is not None and gpu_out != (args.only == "gpu"):
             continue
@@ -228,7 +228,7 @@ def main() -> int:
                       args.noise, args.seed)  # fmt: skip
         report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}, "
                f"known energy: {args.known}, fill budget: {args.fill_budget}, "
-               f"noise {args.noise:g}, curve dof {args.curve_dof}",
+               f"noise {args.noise:g}, curve params {args.curve_params}",
                results)  # fmt: skip
         if args.misses:
             for dataset, rows in sorted(results.items()):

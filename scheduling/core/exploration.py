@@ -94,9 +94,10 @@ MAX_PROBES_PER_LIMIT = 6
 FILL_MARGIN = float("inf")
 # A step is taken only if its predicted cost, this share more, still fits the bound.
 COST_MARGIN = 0.1
-# Parameters of the curve's local shape over the limits measured (level, slope, bend), for
-# the curve's own error at a limit (``_leverage``); 0: the curve taken as exact.
-CURVE_DOF = 3
+# Terms of the polynomial in the limit that stands in for the curve's local shape (level,
+# slope, bend) in the curve's own error at a limit (``_leverage``); 0: the curve taken as
+# exact, as before that error was counted.
+CURVE_PARAMS = 3
 
 
 def fitted_energy_j(model: PerfModel, cfg: GpuConfig, limit_w: float) -> float:
@@ -131,13 +132,16 @@ def estimate(model: PerfModel, cfg: GpuConfig, tried: Collection[float]) -> Esti
 
     The noise of one measurement is the pooled within-limit variance of the logs of the
     repeated measurements (time and draw apart; a limit measured once adds nothing). The
-    fitted curve's own error at a limit (the misfit) is what the limits' mean deviations
-    from the curve show beyond that noise: ``mean(r^2 - v)``, with ``r`` a limit's mean
-    log deviation and ``v`` the noise of its mean. A limit's estimate is then the curve
-    plus its deviation shrunk by ``misfit / (misfit + v)``: where measurements are exact
-    (``v = 0``) the measurement itself, where they are noisy and the curve fits, the curve,
-    which pools every limit's measurements. Until the noise is known, a limit's estimate is
-    the model's prediction there (its curve plus most of what was measured)."""
+    fitted curve's misfit at a limit is what the limits' mean deviations from the curve
+    show beyond that noise: ``mean(r^2 - v (1 - h))``, with ``r`` a limit's mean log
+    deviation, ``v`` the noise of its mean and ``h`` its leverage (``_leverage``: the part
+    of its noise the curve, fitted to the same measurements, took; the misfit is taken as
+    not absorbed by the curve). A limit's estimate is then the curve plus its deviation
+    shrunk by ``misfit / (misfit + v)``: where measurements are exact (``v = 0``) the
+    measurement itself, where they are noisy and the curve fits, the curve, which pools
+    every limit's measurements. Its variance is the shrunk deviation's plus the curve's
+    own error there, ``h v``. Until the noise is known, a limit's estimate is the model's
+    prediction there (its curve plus most of what was measured)."""
     measured_at = getattr(model, "measured", None)
     if measured_at is None:
         return None
@@ -174,7 +178,12 @@ def estimate(model: PerfModel, cfg: GpuConfig, tried: Collection[float]) -> Esti
         total = misfit + v[w]
         shrink = misfit / total if total > 0 else 1.0
         known[w] = fitted_energy_j(model, cfg, w) * math.exp(shrink * res[w])
-        # The curve's own error at ``w`` (``_leverage``), plus the shrunk deviation's.
+        # The curve's own error at ``w`` (``_leverage``), plus the shrunk deviation's. It
+        # is added whole, also where the estimate leans on the measurement (strictly,
+        # ``lev * v * (1 - shrink**2)``): the misfit itself is estimated from a handful
+        # of limits, and on Zeus' sweeps with 5 % noise the whole term settled 86 % of
+        # them within 25 W against 84 % (three seeds; docs/benchmarks.md, "Exploration:
+        # the curve's own error").
         curve_var = lev.get(w, 0.0) * v[w]
         log_var[w] = curve_var + (misfit * v[w] / total if total > 0 else 0.0)
     return Estimate(
@@ -188,27 +197,32 @@ def estimate(model: PerfModel, cfg: GpuConfig, tried: Collection[float]) -> Esti
 
 def _leverage(var: Mapping[float, float]) -> dict[float, float]:
     """How much of its own noise the fitted curve takes from each measured limit: the
-    leverage of the limit in a weighted quadratic in the limit over the limits measured
-    (weights the inverse noise ``var``; {} with fewer than ``CURVE_DOF`` + 1 limits or
-    exact measurements). The curve is fitted to every measurement, so where the estimate
-    leans on it the measurements' noise reaches it; locally, over the limits measured, its
-    shape is a level, a slope and a bend (three parameters), and a limit at the edge of
-    those measured, or measured more often, moves it more. ``var x leverage`` is then the
-    variance of the curve at the limit: without it the estimate of a limit that leans on
-    the curve looked exact and a search over noisy measurements stopped before the
-    optimum was decided."""
+    leverage of the limit in a weighted polynomial of ``CURVE_PARAMS`` terms in the limit
+    (3: a level, a slope and a bend) over the limits measured, weighted by the inverse
+    noise ``var``. The curve is fitted to every measurement, so where the estimate leans
+    on it the measurements' noise reaches it; the polynomial stands in for the curve's
+    local shape (the online model's own equations have more parameters, most of them held
+    by its prior), and a limit at the edge of those measured, or measured more often, moves
+    it more. ``var x leverage`` is then the variance of the curve at the limit: without it
+    the estimate of a limit that leans on the curve looked exact, and a search over noisy
+    measurements stopped before the optimum was decided.
+
+    {} (the curve taken as exact, as before this term) with exact measurements, or with
+    no more limits than the polynomial has terms, where it would pass through every one
+    (leverage 1): that early the search is still measuring the model's best and its
+    neighbours, which it does whatever the variances; not measured otherwise."""
     limits = sorted(var)
-    if CURVE_DOF <= 0 or len(limits) <= CURVE_DOF or min(var[w] for w in limits) <= 0.0:
+    if CURVE_PARAMS <= 0 or len(limits) <= CURVE_PARAMS or min(var[w] for w in limits) <= 0.0:
         return {}
     lo, hi = limits[0], limits[-1]
     x = np.array([2.0 * (w - lo) / (hi - lo) - 1.0 for w in limits])
-    X = np.column_stack([x**k for k in range(CURVE_DOF)])
+    X = np.column_stack([x**k for k in range(CURVE_PARAMS)])
     W = np.array([1.0 / var[w] for w in limits])
     try:
         inv = np.linalg.inv(X.T @ (W[:, None] * X))
     except np.linalg.LinAlgError:
         return {}
-    lev = np.einsum("ij,jk,ik->i", X, inv, X) * W
+    lev = np.clip(np.einsum("ij,jk,ik->i", X, inv, X) * W, 0.0, 1.0)
     return {w: float(h) for w, h in zip(limits, lev, strict=True)}
 
 
@@ -580,7 +594,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             t_ref = _remaining_s(ctx, jv, n, batch, chosen)
             t_other = _remaining_s(ctx, jv, other, batch, chosen)
             cost = ctx.round_length_s * max(1.0 - t_ref / t_other, 0.0) if t_other > 0 else 0.0
-            if rec["spent_s"] + cost <= rec["budget_s"]:
+            if rec["spent_s"] + (1.0 + COST_MARGIN) * cost <= rec["budget_s"]:
                 rec["other_gpus"] = other
                 return _probe(rec, g, other, chosen, now), _retune(g, other, chosen)
             rec["reason"] += "; another GPU count would exceed the exploration budget"
