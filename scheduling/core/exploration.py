@@ -322,9 +322,7 @@ def next_step(
     fastest_known_s = min(
         model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None)) for w in known
     )
-    # A step's cost is known only once it ran (the job's model, hence the time it lost and
-    # its predicted JCT, move with what the step measured): leave it that much room.
-    room_s = (budget_frac * predicted_jct_s - spent_s) / (1.0 + COST_MARGIN)
+    room_s = _room_s(budget_frac * predicted_jct_s, spent_s)
     probes = probes or {}
 
     def cost(w: float) -> float:
@@ -349,6 +347,13 @@ def next_step(
     if step.limit_w is not None or estimate is None or estimate.noise_var is None:
         return step
     return _decide(model, cfg, grid, best, estimate, cost, room_s, probes, confidence_z, step)
+
+
+def _room_s(budget_s: float, spent_s: float) -> float:
+    """The most a step's predicted cost may be: what the bound has left, less
+    ``COST_MARGIN`` of the step for the part of its cost known only once it ran (the job's
+    model, hence the time it lost and its predicted JCT, move with what it measured)."""
+    return (budget_s - spent_s) / (1.0 + COST_MARGIN)
 
 
 def _search(
@@ -594,7 +599,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             t_ref = _remaining_s(ctx, jv, n, batch, chosen)
             t_other = _remaining_s(ctx, jv, other, batch, chosen)
             cost = ctx.round_length_s * max(1.0 - t_ref / t_other, 0.0) if t_other > 0 else 0.0
-            if rec["spent_s"] + (1.0 + COST_MARGIN) * cost <= rec["budget_s"]:
+            if cost <= _room_s(rec["budget_s"], rec["spent_s"]):
                 rec["other_gpus"] = other
                 return _probe(rec, g, other, chosen, now), _retune(g, other, chosen)
             rec["reason"] += "; another GPU count would exceed the exploration budget"
