@@ -249,6 +249,7 @@ class Simulator:
                     predicted_energy_j=plan.predicted_energy_j,
                     energy_allowance_j=plan.energy_allowance_j,
                     co2_allowance_g=plan.co2_allowance_g,
+                    budget_price=_budget_price(plan.policy_state),
                 )
             )
             self._account(energy, co2)
@@ -580,6 +581,15 @@ class Simulator:
         idle_e += e_free
         co2 += co2_of(free_w, t0, t_end)
         return t_end, finished, energy, co2, idle_e, held_gpu_s, by_team
+
+
+def _budget_price(state: Mapping[str, Any]) -> float | None:
+    """The highest of the budget prices a priced policy keeps in its state (by budget id;
+    ``budget_price.price_round``), or None."""
+    prices = state.get("price")
+    if not isinstance(prices, Mapping) or not prices:
+        return None
+    return max(float(p) for p in prices.values())
 
 
 def idle_power_by_model(

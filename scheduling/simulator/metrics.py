@@ -166,6 +166,7 @@ def write_results(
                 "predicted_energy_j",
                 "energy_allowance_j",
                 "co2_allowance_g",
+                "budget_price",
             ]
         )
         for s in result.timeline:
@@ -181,6 +182,7 @@ def write_results(
                     s.predicted_energy_j,
                     s.energy_allowance_j,
                     s.co2_allowance_g,
+                    s.budget_price,
                 ]
             )
     paths["summary"].write_text(

@@ -113,6 +113,10 @@ class RoundSample:
     predicted_energy_j: float
     energy_allowance_j: float | None
     co2_allowance_g: float | None
+    # The highest budget price a priced policy (PowerFlow, GreenFlow) set this round, in
+    # seconds per joule or per gram (``budget_price``): the binding one; None if unpriced,
+    # or if no budget's free remainder covered its work's minimum (an infinite price).
+    budget_price: float | None = None
 
 
 @dataclass

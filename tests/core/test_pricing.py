@@ -103,6 +103,40 @@ def test_a_priced_round_runs_the_job_at_its_target_and_allows_what_that_takes(
 
 
 @pytest.mark.parametrize(
+    ("fixed", "clock"),
+    [
+        # The same budget as above, whose own price runs the job at 1500 MHz: a price of
+        # 0 buys the fastest point, one above every slope of the hull the cheapest.
+        (0.0, 2000),
+        (1.0, 1000),
+    ],
+)
+def test_a_fixed_price_replaces_the_budgets_own(fixed, clock):
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=100_000.0)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
+    policy = get_policy("powerflow", period_reserve=0.0, fixed_price=fixed, **ABOVE_IDLE)
+    plan = plan_round(snap, policy=policy, now=0.0)
+    assert plan.allocations["a"].sm_clock_mhz == clock
+    assert plan.policy_state["price"]["b"] == fixed
+
+
+def test_a_fixed_price_does_not_price_a_budget_that_cannot_pay_the_work():
+    # 10 kJ cannot pay the job's cheapest remaining 45 kJ: its price stays infinite (not
+    # in the state), whatever the fixed price, and the even share gates the round.
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=10_000.0)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
+    policy = get_policy("powerflow", fixed_price=0.0, **ABOVE_IDLE)
+    plan = plan_round(snap, policy=policy, now=0.0)
+    assert "b" not in plan.policy_state["price"]
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("inf"), float("nan")])
+def test_a_fixed_price_must_be_a_finite_non_negative_number(bad):
+    with pytest.raises(ValueError, match="fixed_price"):
+        get_policy("greenflow", fixed_price=bad)
+
+
+@pytest.mark.parametrize(
     ("now", "clock", "price"),
     [
         # At the period's start the reserve, the free 200 kJ x all the period left,

@@ -3,6 +3,7 @@ real traces: determinism, budget accounting, matched budgets and the command lin
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -131,6 +132,15 @@ def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
     assert comparison["baseline"] == "fifo" and comparison["kind"] == "energy"
     jobs_csv = (tmp_path / f"{stem}_fifo_jobs.csv").read_text().splitlines()
     assert len(jobs_csv) == 41
+
+    # The timeline carries the budget's price where a priced policy set one.
+    def prices(run: str) -> list[str]:
+        with (tmp_path / f"{stem}_{run}_timeline.csv").open() as handle:
+            return [row["budget_price"] for row in csv.DictReader(handle)]
+
+    assert not any(prices("fifo"))
+    priced = [float(p) for p in prices("powerflow@fifo-energy") if p]
+    assert priced and all(p >= 0 for p in priced)
     assert "avg JCT ratio" in capsys.readouterr().out
 
 

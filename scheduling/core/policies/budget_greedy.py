@@ -219,6 +219,7 @@ class BudgetGreedy:
         keep_window_h: int = 24,
         starvation_s: float | None = None,
         hesrpt_exp: float | None = 0.5,
+        fixed_price: float | None = None,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -254,6 +255,11 @@ class BudgetGreedy:
           whatever its predicted length (module docstring, point 2).
         - ``hesrpt_exp``: the exponent of ``rank="hesrpt"``'s weight (None: each size
           step's own scaling exponent, a clock or batch step the job's last one).
+        - ``fixed_price`` (None: the budget price of point 4): an experiment, not a
+          policy: every priced budget's price held at this value (seconds per joule or
+          per gram) in each round where its free remainder covers the work's minimum,
+          so that a run shows what one price over the whole period gives; chosen after
+          the fact, it is an oracle (docs/benchmarks.md, "GreenFlow's price path").
         """
         if admission not in ("srtf", "fifo", "marginal"):
             raise ValueError(f"admission must be 'srtf', 'fifo' or 'marginal', not {admission!r}")
@@ -293,6 +299,9 @@ class BudgetGreedy:
         self.keep_window_h = keep_window_h
         self.starvation_s = starvation_s
         self.hesrpt_exp = hesrpt_exp
+        if fixed_price is not None and not (math.isfinite(fixed_price) and fixed_price >= 0):
+            raise ValueError("fixed_price must be a finite price >= 0 or None")
+        self.fixed_price = fixed_price
 
     # --- state carried between rounds -------------------------------------------
 
