@@ -49,7 +49,9 @@ every joule is charged to the period it was drawn in. ``SimResult.budget_periods
 what each period was given and spent.
 
 The simulation ends when every job has finished, or, with jobs left that nothing runs
-for ``stall_limit_s`` and no arrivals to come (e.g. a workload without a perf model),
+for ``stall_limit_s`` and no arrivals to come (e.g. a workload without a perf model) and
+no budget period begun since anything ran (jobs a spent budget holds back wait for the
+next period's budget, and the idle GPUs meanwhile draw on the period they wait in),
 or at ``max_time_s``; unfinished jobs are reported as such, never dropped silently.
 Nothing here reads the clock, and the only randomness (co-location noise) is seeded
 per pair from ``SimConfig.seed``, so a run is a pure function of its inputs: the same
@@ -175,6 +177,10 @@ class Simulator:
         t = 0.0
         next_tick = 0.0
         last_activity_s = 0.0
+        # When the first budget period since anything last ran began: a stall is declared
+        # only after a round planned in it ran nothing either (or with no period ahead),
+        # since jobs a spent budget holds back start when the next period's budget applies.
+        renewed_s: float | None = None
         stopped_early = False
         all_gpus = self.cluster.gpus
         idle_all_w = self._idle_all_w
@@ -222,7 +228,8 @@ class Simulator:
                 horizon = min(horizon, max(records[next_arrival].spec.submit_time_s, t))
             if cfg.max_time_s is not None:
                 horizon = min(horizon, cfg.max_time_s)
-            horizon = min(horizon, self.budgets.next_boundary(t))
+            boundary = self.budgets.next_boundary(t)
+            horizon = min(horizon, boundary)
             if plan.replan_at_s is not None and plan.replan_at_s > t:
                 horizon = min(horizon, plan.replan_at_s)  # a probe ends there
             running = sum(1 for r in active.values() if r.allocation is not None)
@@ -259,6 +266,9 @@ class Simulator:
             n_finished += len(finished)
             if running:
                 last_activity_s = t_end
+                renewed_s = None
+            elif t_end >= boundary and renewed_s is None:
+                renewed_s = t_end
             t = t_end
             if self.progress is not None:
                 self.progress(n_finished, t)
@@ -267,6 +277,10 @@ class Simulator:
                 and not running
                 and next_arrival >= n_total
                 and t - last_activity_s >= cfg.stall_limit_s
+                and (
+                    (renewed_s is not None and t > renewed_s)
+                    or self.budgets.next_boundary(t) == math.inf
+                )
             ):
                 stopped_early = True
                 break

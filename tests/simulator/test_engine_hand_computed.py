@@ -332,6 +332,65 @@ def test_jobs_nothing_will_run_end_the_run_as_unfinished():
     assert summarise(result)["n_unfinished"] == 1
 
 
+def _runs_only_in_the_second_period(snapshot: Snapshot, now: float) -> Plan:
+    """A job its spent budget holds back: it runs once the next period's budget applies."""
+    (budget,) = snapshot.budgets
+    if budget.budget_id.endswith("@1"):
+        return Plan(
+            allocations={j.job_id: Allocation(("n0/0",), 32) for j in snapshot.jobs}, waiting={}
+        )
+    return Plan(
+        allocations={},
+        waiting={j.job_id: WaitReason(WaitCode.BUDGET_EXHAUSTED, "spent") for j in snapshot.jobs},
+    )
+
+
+def test_a_job_waiting_for_the_next_budget_period_is_not_a_stall():
+    # Nothing runs for 5,000 s, five times the stall limit, but the budget renews at 5,000:
+    # the job runs then (10 iterations of 2 s) instead of ending the run unfinished, and
+    # the first period pays the idle GPUs it waited on (two at 50 W for 5,000 s).
+    sim = Simulator(
+        (toy_job("A", 0.0, 10.0),),
+        cluster=CLUSTER,
+        catalog=Catalog(),
+        planner=_runs_only_in_the_second_period,
+        config=SimConfig(round_length_s=100.0, stall_limit_s=1000.0),
+        budget=BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e5),
+    )
+    result = sim.run()
+    assert not result.stopped_early
+    assert result.jobs[0].finish_s == pytest.approx(5020.0)
+    first = result.budget_periods[0]
+    assert first.energy_j == pytest.approx(2 * 50.0 * 5000.0)
+    assert first.share == pytest.approx(5.0)
+
+
+def test_a_job_no_budget_period_starts_still_ends_the_run_as_a_stall():
+    # The same budget, but a job nothing will ever run: the round planned in the renewed
+    # period (5,000-5,100) does not start it either, so the run ends as a stall there (at
+    # least stall_limit_s after anything last ran), not at max_time_s.
+    def never(snapshot: Snapshot, now: float) -> Plan:
+        return Plan(
+            allocations={},
+            waiting={
+                j.job_id: WaitReason(WaitCode.NO_PERF_MODEL, "no model") for j in snapshot.jobs
+            },
+        )
+
+    sim = Simulator(
+        (toy_job("A", 0.0, 10.0),),
+        cluster=CLUSTER,
+        catalog=Catalog(),
+        planner=never,
+        config=SimConfig(round_length_s=100.0, stall_limit_s=1000.0, max_time_s=1.0e6),
+        budget=BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e5),
+    )
+    result = sim.run()
+    assert result.stopped_early
+    assert result.jobs[0].finish_s is None
+    assert result.end_s == pytest.approx(5100.0)
+
+
 def test_a_preempted_job_keeps_its_progress_and_pays_a_restart_on_resume():
     # One GPU, rounds of 100 s, restart 10 s. A (150 iters = 300 s) runs first; B (25
     # iters = 50 s) arrives at 50 and, shorter, preempts A at 100; A resumes at 200.
