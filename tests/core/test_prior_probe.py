@@ -141,6 +141,20 @@ def test_a_budgeted_job_known_only_by_its_prior_is_not_upgraded():
     assert prior.allocations["a"].n_gpus == 1
 
 
+def test_with_prior_box_requested_a_prior_only_job_may_grow_to_what_it_asked_for():
+    # The same elastic job, asking for 4 GPUs: with its prior alone it may take up to the
+    # 4 GPUs it asked for (a user's own choice bounds what the prior's guess can cost) and
+    # any clock, never more GPUs; once measured the greedy may give it 8.
+    elastic = [job("a", n=4, iters=10.0, min_gpus=1, max_gpus=8)]
+    fast = replace(PRIOR, t1_s=1.0)
+    prior = _round(fast, limit_j=1e9, jobs=elastic, prior_box="requested")
+    assert prior.allocations["a"].n_gpus == 4
+    learned = _round(replace(fast, estimated=False), limit_j=1e9, jobs=elastic)
+    assert learned.allocations["a"].n_gpus == 8
+    with pytest.raises(ValueError, match="prior_box"):
+        get_policy("powerflow", prior_box="all")
+
+
 def test_a_probe_outlasts_a_short_round_and_a_round_before_its_end_keeps_it():
     # Live rounds may come every 10 s: the probe still lasts probe_s, and a round inside
     # it keeps the job at its minimum and asks again for the probe's end.

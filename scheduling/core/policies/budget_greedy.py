@@ -220,6 +220,7 @@ class BudgetGreedy:
         starvation_s: float | None = None,
         hesrpt_exp: float | None = 0.5,
         fixed_price: float | None = None,
+        prior_box: str = "minimum",
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -302,6 +303,9 @@ class BudgetGreedy:
         if fixed_price is not None and not (math.isfinite(fixed_price) and fixed_price >= 0):
             raise ValueError("fixed_price must be a finite price >= 0 or None")
         self.fixed_price = fixed_price
+        if prior_box not in ("minimum", "requested"):
+            raise ValueError(f"prior_box must be 'minimum' or 'requested', not {prior_box!r}")
+        self.prior_box = prior_box
 
     # --- state carried between rounds -------------------------------------------
 
@@ -832,7 +836,13 @@ class _Round:
         if self.pays[j] and self.policy.probe_s is not None and _prior_only(jv):
             # Its prior alone says what an upgrade would cost: it runs at its minimum
             # until it is observed (module docstring, "Probes").
-            self.target[j] = (0, 0, opts[j][3])
+            if self.policy.prior_box == "requested":
+                sizes, clocks = opts[j][0], opts[j][1]
+                want = max(jv.job.requested_gpus, sizes[0])
+                si = max(i for i, n in enumerate(sizes) if n <= want)
+                self.target[j] = (si, len(clocks) - 1, opts[j][3])
+            else:
+                self.target[j] = (0, 0, opts[j][3])
         elif self.prices and j not in self.candidates:
             # admitted only because a job ahead of it waits on its budget
             lams = [self.prices[b] for b, _ in self.pays[j] if self.prices[b] > 0.0]
