@@ -3,9 +3,10 @@
 Usage: ``.venv/bin/python benchmarks/match_baseline_table.py OUT/<stem>_report.json``
 
 One row per matched baseline, in the columns of docs/benchmarks.md's section "Issue 13,
-point 1 (B)": the baseline's average JCT / p99 / energy, PowerFlow's ratio at that
-energy (baseline / candidate, above 1: the candidate is faster), its p99, its energy
-inside the budget's period with the worst period's share, periods over budget, resizes
+point 1 (B)": the baseline's average JCT / p99 / energy (carbon, for a carbon match), the
+candidate's ratio at that energy or carbon (baseline / candidate, above 1: the candidate
+is faster), its p99, its energy (carbon) inside the budget's period with the worst
+period's share, periods over budget, resizes
 (candidate / baseline) and the share of the contention-free bound's gain reached:
 (baseline's average JCT - candidate's) / (baseline's - the bound's at that energy).
 """
@@ -25,14 +26,24 @@ def _h(seconds: float | None) -> str:
 
 def rows(report: dict) -> list[str]:
     runs = report["runs"]
+    comparisons = report["comparisons"]
+    # An energy match (PowerFlow) counts kWh, a carbon match (GreenFlow) kg CO2e.
+    carbon = bool(comparisons) and comparisons[0]["kind"] == "carbon"
+    unit, spent, in_period, budget = (
+        ("kg", "co2_kg", "co2_in_period_kg", "budget_co2_kg")
+        if carbon
+        else ("kWh", "energy_kwh", "energy_in_period_kwh", "budget_energy_kwh")
+    )
+    who = comparisons[0]["candidate"] if comparisons else "candidate"
     lines = [
-        "| baseline | its avg JCT [h] / p99 [h] / energy [kWh] | PowerFlow avg JCT [h] "
-        "| ratio | PowerFlow p99 [h] | kWh in the period / budget (worst period) "
-        "| periods over budget | resizes PowerFlow / baseline "
+        f"| baseline | its avg JCT [h] / p99 [h] / {'carbon' if carbon else 'energy'} [{unit}] "
+        f"| {who} avg JCT [h] | ratio | {who} p99 [h] "
+        f"| {unit} in the period / budget (worst period) "
+        f"| periods over budget | resizes {who} / baseline "
         "| share of the bound's gain (best possible) |",
         "|---|---|---:|---:|---:|---|---:|---|---|",
     ]
-    for c in report["comparisons"]:
+    for c in comparisons:
         base_name = c["baseline"]
         base = runs[base_name]
         cand = runs[f"{c['candidate']}@{base_name}-{c['kind']}"]
@@ -40,11 +51,11 @@ def rows(report: dict) -> list[str]:
         ratio_s = "n/a" if ratio is None else f"**{ratio:.3f}x**"
         worst = c["candidate_max_period_share"]
         inside = (
-            f"{c['candidate_energy_in_period_kwh']:,.1f} / {c['budget_energy_kwh']:,.1f} "
+            f"{c['candidate_' + in_period]:,.1f} / {c[budget]:,.1f} "
             f"({'n/a' if worst is None else f'{100 * worst:.1f}%'})"
         )
         if not c["candidate_finished_in_period"]:
-            inside += f", past the period: {c['candidate_energy_kwh']:,.1f} in all"
+            inside += f", past the period: {c['candidate_' + spent]:,.1f} in all"
         if c["candidate_unfinished_jobs"]:
             inside += f"; {c['candidate_unfinished_jobs']} unfinished"
         b_jct, k_jct, bound = (
@@ -58,7 +69,7 @@ def rows(report: dict) -> list[str]:
             share = f"{100 * (b_jct - k_jct) / (b_jct - bound):.0f}% of {possible:.3f}x"
         lines.append(
             f"| {base_name} | {_h(base['avg_jct_s'])} / {_h(base['p99_jct_s'])} / "
-            f"{base['energy_kwh']:,.1f} | {_h(k_jct)} | {ratio_s} | {_h(cand['p99_jct_s'])} | "
+            f"{base[spent]:,.1f} | {_h(k_jct)} | {ratio_s} | {_h(cand['p99_jct_s'])} | "
             f"{inside} | {c['candidate_periods_over_budget']} | "
             f"{cand['n_resizes']} / {base['n_resizes']} | {share} |"
         )

@@ -123,7 +123,10 @@ a learned team-budget run). After the probe the job's own
 observations decide, like any other job's. For the same reason a job paid by a budget
 takes no upgrade beyond its minimum configuration while its model is its prior alone: an
 upgrade's cost would be the prior's guess (a prior taught by one observed GPU count says
-little about thirty-two). Each probe is kept in the policy state
+little about thirty-two). With ``prior_box="requested"`` such a job may instead grow to the
+GPU count it asked for (``Job.requested_gpus``), at any clock: the user's own request bounds
+what the prior's guess can cost, and a short job is not left at the minimum for the round
+it takes to be observed. Each probe is kept in the policy state
 (``prior_probes``: when, for how long, on how many GPUs, at what predicted energy) as long
 as the job is active (``extensions``: how often it went on), and a job is probed at most
 once: a probed job that was stopped is not probed again.
@@ -260,7 +263,10 @@ class BudgetGreedy:
           policy: every priced budget's price held at this value (seconds per joule or
           per gram) in each round where its free remainder covers the work's minimum,
           so that a run shows what one price over the whole period gives; chosen after
-          the fact, it is an oracle (docs/benchmarks.md, "GreenFlow's price path").
+          the fact, it is an oracle (docs/benchmarks.md, "One price for the whole period").
+        - ``prior_box``: how far a budgeted job known only by its prior may be upgraded
+          before it is observed: ``"minimum"`` (not at all) or ``"requested"`` (up to
+          the GPUs it asked for, any clock); module docstring, "Probes".
         """
         if admission not in ("srtf", "fifo", "marginal"):
             raise ValueError(f"admission must be 'srtf', 'fifo' or 'marginal', not {admission!r}")
