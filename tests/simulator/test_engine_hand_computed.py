@@ -308,23 +308,28 @@ def test_a_plan_that_gives_one_gpu_twice_is_refused():
     assert [r.done_iters for r in sim._records] == [0.0, 0.0]
 
 
-def test_jobs_nothing_will_run_end_the_run_as_unfinished():
-    def never(snapshot: Snapshot, now: float) -> Plan:
-        return Plan(
-            allocations={},
-            waiting={
-                j.job_id: WaitReason(WaitCode.NO_PERF_MODEL, "no model") for j in snapshot.jobs
-            },
-        )
+def _never(snapshot: Snapshot, now: float) -> Plan:
+    """A job nothing will ever run (no perf model)."""
+    return Plan(
+        allocations={},
+        waiting={j.job_id: WaitReason(WaitCode.NO_PERF_MODEL, "no model") for j in snapshot.jobs},
+    )
 
-    sim = Simulator(
+
+def _one_job(planner, *, budget: BudgetSpec | None = None, **config) -> Simulator:
+    """Job A (10 iterations of 2 s) alone, rounds of 100 s, a stall after 1,000 s."""
+    return Simulator(
         (toy_job("A", 0.0, 10.0),),
         cluster=CLUSTER,
         catalog=Catalog(),
-        planner=never,
-        config=SimConfig(round_length_s=100.0, stall_limit_s=1000.0),
+        planner=planner,
+        config=SimConfig(round_length_s=100.0, stall_limit_s=1000.0, **config),
+        budget=budget,
     )
-    result = sim.run()
+
+
+def test_jobs_nothing_will_run_end_the_run_as_unfinished():
+    result = _one_job(_never).run()
     assert result.stopped_early
     assert result.jobs[0].finish_s is None
     assert result.end_s == 1000.0
@@ -349,15 +354,8 @@ def test_a_job_waiting_for_the_next_budget_period_is_not_a_stall():
     # Nothing runs for 5,000 s, five times the stall limit, but the budget renews at 5,000:
     # the job runs then (10 iterations of 2 s) instead of ending the run unfinished, and
     # the first period pays the idle GPUs it waited on (two at 50 W for 5,000 s).
-    sim = Simulator(
-        (toy_job("A", 0.0, 10.0),),
-        cluster=CLUSTER,
-        catalog=Catalog(),
-        planner=_runs_only_in_the_second_period,
-        config=SimConfig(round_length_s=100.0, stall_limit_s=1000.0),
-        budget=BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e5),
-    )
-    result = sim.run()
+    budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e5)
+    result = _one_job(_runs_only_in_the_second_period, budget=budget).run()
     assert not result.stopped_early
     assert result.jobs[0].finish_s == pytest.approx(5020.0)
     first = result.budget_periods[0]
@@ -369,23 +367,8 @@ def test_a_job_no_budget_period_starts_still_ends_the_run_as_a_stall():
     # The same budget, but a job nothing will ever run: the round planned in the renewed
     # period (5,000-5,100) does not start it either, so the run ends as a stall there (at
     # least stall_limit_s after anything last ran), not at max_time_s.
-    def never(snapshot: Snapshot, now: float) -> Plan:
-        return Plan(
-            allocations={},
-            waiting={
-                j.job_id: WaitReason(WaitCode.NO_PERF_MODEL, "no model") for j in snapshot.jobs
-            },
-        )
-
-    sim = Simulator(
-        (toy_job("A", 0.0, 10.0),),
-        cluster=CLUSTER,
-        catalog=Catalog(),
-        planner=never,
-        config=SimConfig(round_length_s=100.0, stall_limit_s=1000.0, max_time_s=1.0e6),
-        budget=BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e5),
-    )
-    result = sim.run()
+    budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e5)
+    result = _one_job(_never, budget=budget, max_time_s=1.0e6).run()
     assert result.stopped_early
     assert result.jobs[0].finish_s is None
     assert result.end_s == pytest.approx(5100.0)
