@@ -135,6 +135,22 @@ class BudgetLedger:
         """The first period start or end of any budget after ``t`` (inf if none)."""
         return min((b.next_boundary(t) for b in self.specs), default=math.inf)
 
+    def all_renewed_s(self, t: float, *, at_t: bool = True) -> float:
+        """When every budget has begun a new period (or ended) after ``t``: the latest of
+        each budget's first period boundary after ``t`` (with ``at_t``, a period that
+        begins exactly at ``t`` counts); inf if no budget has one. A job a spent budget
+        holds back at ``t`` may start by then, whichever budget holds it."""
+        latest = -math.inf
+        for b in self.specs:
+            k = b.period_at(t)
+            if at_t and k is not None and b.bounds(k)[0] == t:
+                latest = max(latest, t)
+                continue
+            nxt = b.next_boundary(t)
+            if nxt != math.inf:
+                latest = max(latest, nxt)
+        return latest if latest > -math.inf else math.inf
+
     def charge(
         self, t0: float, energy_j: float, co2_g: float, by_team: Mapping[str, list[float]]
     ) -> None:

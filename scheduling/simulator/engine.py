@@ -49,10 +49,12 @@ every joule is charged to the period it was drawn in. ``SimResult.budget_periods
 what each period was given and spent.
 
 The simulation ends when every job has finished, or, with jobs left that nothing runs
-for ``stall_limit_s`` and no arrivals to come (e.g. a workload without a perf model) and
-no budget period begun since anything ran (jobs a spent budget holds back wait for the
-next period's budget, and the idle GPUs meanwhile draw on the period they wait in),
-or at ``max_time_s``; unfinished jobs are reported as such, never dropped silently.
+for ``stall_limit_s`` and no arrivals to come (e.g. a workload without a perf model),
+once every budget has begun a new period since anything last ran and a round planned then
+ran nothing either (jobs a spent budget holds back wait for the next period's budget, and
+the idle GPUs meanwhile draw on the period they wait in; so with budgets in force a job
+nothing can run keeps the run going to the latest next period's start), or at
+``max_time_s``; unfinished jobs are reported as such, never dropped silently.
 Nothing here reads the clock, and the only randomness (co-location noise) is seeded
 per pair from ``SimConfig.seed``, so a run is a pure function of its inputs: the same
 trace, seed and config give the same result.
@@ -177,10 +179,10 @@ class Simulator:
         t = 0.0
         next_tick = 0.0
         last_activity_s = 0.0
-        # When the first budget period since anything last ran began: a stall is declared
-        # only after a round planned in it ran nothing either (or with no period ahead),
-        # since jobs a spent budget holds back start when the next period's budget applies.
-        renewed_s: float | None = None
+        # When every budget has begun a period since anything last ran: a stall is declared
+        # only after a round planned then ran nothing either (or with no period ahead), since
+        # jobs a spent budget holds back start when the next period's budget applies.
+        renewed_s = self.budgets.all_renewed_s(0.0, at_t=False)
         stopped_early = False
         all_gpus = self.cluster.gpus
         idle_all_w = self._idle_all_w
@@ -228,8 +230,7 @@ class Simulator:
                 horizon = min(horizon, max(records[next_arrival].spec.submit_time_s, t))
             if cfg.max_time_s is not None:
                 horizon = min(horizon, cfg.max_time_s)
-            boundary = self.budgets.next_boundary(t)
-            horizon = min(horizon, boundary)
+            horizon = min(horizon, self.budgets.next_boundary(t))
             if plan.replan_at_s is not None and plan.replan_at_s > t:
                 horizon = min(horizon, plan.replan_at_s)  # a probe ends there
             running = sum(1 for r in active.values() if r.allocation is not None)
@@ -266,9 +267,8 @@ class Simulator:
             n_finished += len(finished)
             if running:
                 last_activity_s = t_end
-                renewed_s = None
-            elif t_end >= boundary and renewed_s is None:
-                renewed_s = t_end
+                # a period that begins as this stretch ends began after it ran
+                renewed_s = self.budgets.all_renewed_s(t_end)
             t = t_end
             if self.progress is not None:
                 self.progress(n_finished, t)
@@ -277,10 +277,7 @@ class Simulator:
                 and not running
                 and next_arrival >= n_total
                 and t - last_activity_s >= cfg.stall_limit_s
-                and (
-                    (renewed_s is not None and t > renewed_s)
-                    or self.budgets.next_boundary(t) == math.inf
-                )
+                and (renewed_s == math.inf or t > renewed_s)
             ):
                 stopped_early = True
                 break

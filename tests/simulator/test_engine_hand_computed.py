@@ -316,15 +316,15 @@ def _never(snapshot: Snapshot, now: float) -> Plan:
     )
 
 
-def _one_job(planner, *, budget: BudgetSpec | None = None, **config) -> Simulator:
-    """Job A (10 iterations of 2 s) alone, rounds of 100 s, a stall after 1,000 s."""
+def _one_job(planner, *, budgets=(), iters: float = 10.0, **config) -> Simulator:
+    """Job A (``iters`` iterations of 2 s) alone, rounds of 100 s, a stall after 1,000 s."""
     return Simulator(
-        (toy_job("A", 0.0, 10.0),),
+        (toy_job("A", 0.0, iters),),
         cluster=CLUSTER,
         catalog=Catalog(),
         planner=planner,
         config=SimConfig(round_length_s=100.0, stall_limit_s=1000.0, **config),
-        budget=budget,
+        budgets=budgets,
     )
 
 
@@ -338,8 +338,9 @@ def test_jobs_nothing_will_run_end_the_run_as_unfinished():
 
 
 def _runs_only_in_the_second_period(snapshot: Snapshot, now: float) -> Plan:
-    """A job its spent budget holds back: it runs once the next period's budget applies."""
-    (budget,) = snapshot.budgets
+    """A job its spent cluster budget holds back: it runs once that budget's next period
+    applies (another team's budget, if any, does not matter)."""
+    (budget,) = [b for b in snapshot.budgets if b.team is None]
     if budget.budget_id.endswith("@1"):
         return Plan(
             allocations={j.job_id: Allocation(("n0/0",), 32) for j in snapshot.jobs}, waiting={}
@@ -355,7 +356,7 @@ def test_a_job_waiting_for_the_next_budget_period_is_not_a_stall():
     # the job runs then (10 iterations of 2 s) instead of ending the run unfinished, and
     # the first period pays the idle GPUs it waited on (two at 50 W for 5,000 s).
     budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e5)
-    result = _one_job(_runs_only_in_the_second_period, budget=budget).run()
+    result = _one_job(_runs_only_in_the_second_period, budgets=[budget]).run()
     assert not result.stopped_early
     assert result.jobs[0].finish_s == pytest.approx(5020.0)
     first = result.budget_periods[0]
@@ -363,12 +364,40 @@ def test_a_job_waiting_for_the_next_budget_period_is_not_a_stall():
     assert first.share == pytest.approx(5.0)
 
 
+def test_another_budgets_shorter_periods_are_not_the_renewal_the_job_waits_for():
+    # Another team's budget renews every 300 s; the cluster budget that holds the job
+    # back renews at 5,000: the run waits for that one (before, the first short period
+    # counted as the renewal and the run ended at 1,000 with the job unfinished).
+    budgets = [
+        BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e5),
+        BudgetSpec(period_end_s=300.0, energy_limit_j=1.0e5, team="other", budget_id="o"),
+    ]
+    result = _one_job(_runs_only_in_the_second_period, budgets=budgets).run()
+    assert not result.stopped_early
+    assert result.jobs[0].finish_s == pytest.approx(5020.0)
+
+
+def test_a_run_that_stops_as_a_period_begins_stalls_from_there():
+    # The job runs until 5,000, exactly when the period renews, and never again: the round
+    # planned at 5,000 with the renewed budget runs nothing, so the stall limit counts from
+    # there (1,000 s later), not from the period after.
+    def until_5000(snapshot: Snapshot, now: float) -> Plan:
+        if now < 5000.0:
+            return Plan(allocations={"A": Allocation(("n0/0",), 32)}, waiting={})
+        return _never(snapshot, now)
+
+    budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e9)
+    result = _one_job(until_5000, budgets=[budget], iters=1.0e6).run()
+    assert result.stopped_early
+    assert result.end_s == pytest.approx(6000.0)
+
+
 def test_a_job_no_budget_period_starts_still_ends_the_run_as_a_stall():
     # The same budget, but a job nothing will ever run: the round planned in the renewed
     # period (5,000-5,100) does not start it either, so the run ends as a stall there (at
     # least stall_limit_s after anything last ran), not at max_time_s.
     budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e5)
-    result = _one_job(_never, budget=budget, max_time_s=1.0e6).run()
+    result = _one_job(_never, budgets=[budget], max_time_s=1.0e6).run()
     assert result.stopped_early
     assert result.jobs[0].finish_s is None
     assert result.end_s == pytest.approx(5100.0)
