@@ -113,9 +113,11 @@ class RoundSample:
     predicted_energy_j: float
     energy_allowance_j: float | None
     co2_allowance_g: float | None
-    # The highest budget price a priced policy (PowerFlow, GreenFlow) set this round, in
-    # seconds per joule or per gram (``budget_price``): the binding one; None if unpriced,
-    # or if no budget's free remainder covered its work's minimum (an infinite price).
+    # The highest finite budget price a priced policy (PowerFlow, GreenFlow) set this round,
+    # in seconds per joule or per gram (``budget_price``); None if unpriced or if every
+    # priced budget's price was infinite (its free remainder did not cover its work's
+    # minimum: such a budget is left out). A priced budget none of whose jobs is present
+    # counts as 0.
     budget_price: float | None = None
 
 

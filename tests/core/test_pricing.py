@@ -130,7 +130,7 @@ def test_a_fixed_price_does_not_price_a_budget_that_cannot_pay_the_work():
     assert "b" not in plan.policy_state["price"]
 
 
-@pytest.mark.parametrize("bad", [-1.0, float("inf"), float("nan")])
+@pytest.mark.parametrize("bad", [-1.0, float("inf"), float("nan"), True])
 def test_a_fixed_price_must_be_a_finite_non_negative_number(bad):
     with pytest.raises(ValueError, match="fixed_price"):
         get_policy("greenflow", fixed_price=bad)

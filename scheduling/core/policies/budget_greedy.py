@@ -306,7 +306,9 @@ class BudgetGreedy:
         self.keep_window_h = keep_window_h
         self.starvation_s = starvation_s
         self.hesrpt_exp = hesrpt_exp
-        if fixed_price is not None and not (math.isfinite(fixed_price) and fixed_price >= 0):
+        if fixed_price is not None and (
+            isinstance(fixed_price, bool) or not (math.isfinite(fixed_price) and fixed_price >= 0)
+        ):
             raise ValueError("fixed_price must be a finite price >= 0 or None")
         self.fixed_price = fixed_price
         if prior_box not in ("minimum", "requested"):
