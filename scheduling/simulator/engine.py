@@ -179,10 +179,6 @@ class Simulator:
         t = 0.0
         next_tick = 0.0
         last_activity_s = 0.0
-        # When every budget has begun a period since anything last ran: a stall is declared
-        # only after a round planned then ran nothing either (or with no period ahead), since
-        # jobs a spent budget holds back start when the next period's budget applies.
-        renewed_s = self.budgets.all_renewed_s(0.0, at_t=False)
         stopped_early = False
         all_gpus = self.cluster.gpus
         idle_all_w = self._idle_all_w
@@ -267,8 +263,6 @@ class Simulator:
             n_finished += len(finished)
             if running:
                 last_activity_s = t_end
-                # a period that begins as this stretch ends began after it ran
-                renewed_s = self.budgets.all_renewed_s(t_end)
             t = t_end
             if self.progress is not None:
                 self.progress(n_finished, t)
@@ -277,7 +271,7 @@ class Simulator:
                 and not running
                 and next_arrival >= n_total
                 and t - last_activity_s >= cfg.stall_limit_s
-                and (renewed_s == math.inf or t > renewed_s)
+                and self._renewed_before(last_activity_s, t)
             ):
                 stopped_early = True
                 break
@@ -469,6 +463,15 @@ class Simulator:
         return tuple(sorted(per_node.values(), reverse=True))
 
     # --- progress between planning instants ------------------------------------------------
+
+    def _renewed_before(self, last_activity_s: float, t: float) -> bool:
+        """True if a round planned after every budget began a new period since anything
+        last ran (at ``last_activity_s``; 0: nothing ran yet) ended at ``t`` having run
+        nothing either, or if no budget has a period ahead: jobs a spent budget holds back
+        start when the next period's budget applies, so only then is a stall a stall. A
+        period that begins as the last stretch that ran ends began after it ran."""
+        renewed_s = self.budgets.all_renewed_s(last_activity_s, at_t=last_activity_s > 0.0)
+        return renewed_s == math.inf or t > renewed_s
 
     def _advance(self, active: dict[str, JobRecord], t0: float, t1: float, last: bool):
         """Run every allocated job from t0 to t1 (with ``replan_on_events``, only to the

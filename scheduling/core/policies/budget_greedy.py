@@ -846,8 +846,7 @@ class _Round:
             # until it is observed (module docstring, "Probes").
             if self.policy.prior_box == "requested":
                 sizes, clocks = opts[j][0], opts[j][1]
-                want = max(jv.job.requested_gpus, sizes[0])
-                si = max(i for i, n in enumerate(sizes) if n <= want)
+                si = max(bisect.bisect_right(sizes, jv.job.requested_gpus) - 1, 0)
                 self.target[j] = (si, len(clocks) - 1, opts[j][3])
             else:
                 self.target[j] = (0, 0, opts[j][3])

@@ -168,11 +168,11 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             price[b_i] = math.inf
             continue
         covered[b_i] = True
-        share = free * pmin / (pmin + future) if pmin + future > 0 else free
-        share = max(share, min(free, pmin * policy.share_floor))
         if policy.fixed_price is not None:
             price[b_i] = policy.fixed_price  # an oracle experiment, not a policy
             continue
+        share = free * pmin / (pmin + future) if pmin + future > 0 else free
+        share = max(share, min(free, pmin * policy.share_floor))
         keys = list(weight[b_i])
         price[b_i] = price_for_share(
             [shared[k] for k in keys], share, [weight[b_i][k] for k in keys]
