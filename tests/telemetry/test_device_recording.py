@@ -1,6 +1,7 @@
 """The service fed what the real agent sent from a real GPU.
 
-``data/device/h100_2026-11-26/agent_requests.jsonl`` is every request the node agent made,
+``data/device/h100_2026-11-26/agent_requests.jsonl`` (and ``h100_2026-11-27``'s, made after
+the client began to write when it reached each count) is every request the node agent made,
 with the real ``NvmlBackend`` and the process runner, on an NVIDIA H100 while it ran one
 job (``benchmarks/device/nvml_agent_check.py``: 1,500 iterations of an MLP at batch 512).
 Here those requests go, in their order, to the real agent API, so what NVML said of a GPU
@@ -24,11 +25,12 @@ from scheduling import adapters, services
 from scheduling.models import JobSchedulingState
 from telemetry.models import GpuSample
 
-RECORDING = Path(__file__).resolve().parents[2] / "data/device/h100_2026-11-26"
+RECORDINGS = Path(__file__).resolve().parents[2] / "data/device"
+FIRST, WITH_TS = "h100_2026-11-26", "h100_2026-11-27"
 
 
-def _requests(name: str = "agent_requests.jsonl") -> list[dict]:
-    with (RECORDING / name).open() as f:
+def _requests(day: str, name: str = "agent_requests.jsonl") -> list[dict]:
+    with (RECORDINGS / day / name).open() as f:
         return [json.loads(line) for line in f]
 
 
@@ -58,15 +60,15 @@ def _now_shifted(requests: list[dict]) -> tuple[list[dict], timedelta]:
     return [r | {"body": _shift(r.get("body"), delta)} for r in requests], delta
 
 
-@pytest.fixture
-def recorded():
-    return _now_shifted(_requests())
+@pytest.fixture(params=[FIRST, WITH_TS])
+def recorded(request):
+    return request.param, *_now_shifted(_requests(request.param))
 
 
 def test_the_h100_agent_recording_registers_meters_and_completes_its_job(
     recorded, agent_client, make_job, member, team
 ):
-    requests, delta = recorded
+    day, requests, delta = recorded
     node = Node.objects.create(name="device-h100", switch_label="s1", rack_label="r1")
     client = agent_client(node.issue_agent_token())
     register = requests[0]
@@ -104,8 +106,9 @@ def test_the_h100_agent_recording_registers_meters_and_completes_its_job(
     for r in requests[1:]:
         if r["method"] != "POST":
             continue
-        if r["path"].endswith("job-events/") and r["body"]["events"][0]["kind"] == "exited":
-            exited_at = datetime.fromisoformat(r["body"]["events"][0]["ts"])
+        exits = [e for e in r["body"].get("events", []) if e["kind"] == "exited"]
+        if r["path"].endswith("job-events/") and exits:
+            exited_at = datetime.fromisoformat(exits[0]["ts"])
             # before the exit: the round folds the job's telemetry into its online model
             running = Job.objects.filter(pk=job.pk)
             assert (
@@ -119,7 +122,9 @@ def test_the_h100_agent_recording_registers_meters_and_completes_its_job(
         post(r)
 
     samples = [s for r in requests if r["path"].endswith("samples/") for s in r["body"]["samples"]]
-    assert GpuSample.objects.filter(gpu=gpu).count() == len(samples) == 54
+    assert (
+        GpuSample.objects.filter(gpu=gpu).count() == len(samples) == {FIRST: 54, WITH_TS: 64}[day]
+    )
     job.refresh_from_db()
     assert (job.state, job.exit_status, job.completed_iterations) == (JobState.COMPLETED, 0, 1500)
     assert job.grad_sqr and job.grad_var  # the job's own gradient statistics, kept
@@ -133,9 +138,11 @@ def test_the_h100_agent_recording_registers_meters_and_completes_its_job(
     # report on: 7.9 ms an iteration and 405 W (geometric means; the steady state is about
     # 7.1 ms and 440 W). Not the 11.5 s of imports and CUDA start-up at 72-121 W between the
     # agent's "started" and the job's first report (counted, they made the draw 193 W), nor
-    # the first interval's warm-up (9.7 ms an iteration; with it 8.2 ms and 390 W). The last
-    # interval still holds the checkpoint save (12.5 ms): this client did not yet write the
-    # time it reached its count, which the agent now sends in place of its own.
+    # the first interval's warm-up (9.7 ms an iteration; with it 8.2 ms and 390 W). In the
+    # first recording the last interval still holds the checkpoint save (12.5 ms): its
+    # client did not yet write the time it reached its count. The second recording's
+    # client does, the agent sends that time, and the intervals agree (the spread of their
+    # log times, log_t_ss, falls from 0.27 to 0.001).
     cells = JobSchedulingState.objects.get(job=job).observations["H100"]
     assert len(cells) == 2  # time and draw pooled apart (5 intervals, 20 samples)
     cell_t, cell_p = sorted(cells, key=lambda c: c["power_w"] is not None)
@@ -143,15 +150,20 @@ def test_the_h100_agent_recording_registers_meters_and_completes_its_job(
     assert (cell_t["weight"], cell_p["weight"]) == (5.0, 20.0)
     assert 0.0077 < cell_t["iter_time_s"] < 0.0081, cell_t
     assert 395 < cell_p["power_w"] < 415, cell_p
+    if day == FIRST:
+        assert cell_t["log_t_ss"] > 0.1  # the save's interval, 1.6 times the others
+    else:
+        assert cell_t["log_t_ss"] < 0.01, cell_t
 
 
+@pytest.mark.parametrize("day", [FIRST, WITH_TS])
 def test_the_h100_recording_of_a_retune_and_a_resize_teaches_every_allocation(
-    agent_client, make_job, member, team
+    day, agent_client, make_job, member, team
 ):
     # given what the agent sent on the H100 while its job was retuned in place (a new
     # allocation of the same shape at 15 s: no restart, so no "started" report) and then
     # resized to twice the batch at 30 s (stopped, checkpointed, started again)
-    requests, _ = _now_shifted(_requests("agent_requests_resize.jsonl"))
+    requests, _ = _now_shifted(_requests(day, "agent_requests_resize.jsonl"))
     node = Node.objects.create(name="device-h100", switch_label="s1", rack_label="r1")
     client = agent_client(node.issue_agent_token())
     assert client.post(requests[0]["path"], requests[0]["body"], format="json").status_code == 200
@@ -206,13 +218,16 @@ def test_the_h100_recording_of_a_retune_and_a_resize_teaches_every_allocation(
     cells = JobSchedulingState.objects.get(job=job).observations["H100"]
     at = {b: [c for c in cells if c["local_batch"] == b] for b in (512, 1024)}
     # then batch 512 was learned over both of its allocations: 1 interval of the first and
-    # 6 of the retuned one (which sent no "started" report and taught nothing before; each
-    # allocation's first interval is left out as its warm-up), at the draw it trained at
-    # (about 440 W)
+    # 6 (5 in the second recording) of the retuned one (which sent no "started" report and
+    # taught nothing before; each allocation's first interval is left out as its warm-up),
+    # at the draw it trained at (about 420-440 W)
     t512 = [c for c in at[512] if c["iter_time_s"]]
-    assert sum(c["weight"] for c in t512) == 7
+    assert sum(c["weight"] for c in t512) == {FIRST: 7, WITH_TS: 6}[day]
     assert 0.006 < t512[0]["iter_time_s"] < 0.0085
     assert 400 < [c for c in at[512] if c["power_w"]][0]["power_w"] < 470
     # and batch 1024 after its restart: its own speed and draw (about 490 W)
     assert [c for c in at[1024] if c["iter_time_s"]]
     assert 460 < [c for c in at[1024] if c["power_w"]][0]["power_w"] < 520
+    if day == WITH_TS:
+        # the job's own times: no interval holds the save or the restart
+        assert all(c["log_t_ss"] < 0.01 for c in cells if c["iter_time_s"]), cells
