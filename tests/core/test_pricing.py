@@ -158,6 +158,34 @@ def test_the_period_reserve_keeps_free_budget_for_the_rest_of_the_period(now, cl
 
 
 @pytest.mark.parametrize(
+    ("limit_j", "clock", "price"),
+    [
+        # 1 MJ: the reserve, the free 1 MJ x all the period left, stands for less work
+        # than the 8 GPUs could do in it (below), so it holds as above: the share
+        # 1,000,000 x 45,000 / 1,045,000 = 43,062 J, raised to the floor 51,750 J, pays
+        # the cheapest point only.
+        (1e6, 1000, 200 / 33_750),
+        # 100 MJ: a reserve of 100 MJ would stand for more work than the GPUs can do
+        # before the period ends. At the job's cheapest cost per GPU-second (45,000 J /
+        # 900 GPU-s = 50 W) the 8 GPUs, less the job's 900 GPU-s, can take 50 W x
+        # (8 x 3000 - 900) s = 1,155,000 J of work: the share 100 MJ x 45,000 /
+        # 1,200,000 = 3.75 MJ pays the fastest point, price 0. (Before the bound the
+        # share was 100 MJ x 45,000 / (100 MJ + 45,000) = 45 kJ, the floor bound, and
+        # the job ran at its cheapest point whatever the budget.)
+        (1e8, 2000, 0.0),
+    ],
+)
+def test_the_reserve_stands_for_no_more_work_than_the_gpus_can_do_in_the_period(
+    limit_j, clock, price
+):
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=limit_j)
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
+    plan = plan_round(snap, policy=get_policy("powerflow", **ABOVE_IDLE), now=0.0)
+    assert plan.allocations["a"].sm_clock_mhz == clock
+    assert plan.policy_state["price"]["b"] == pytest.approx(price)
+
+
+@pytest.mark.parametrize(
     ("used_j", "clock", "price"),
     [
         # Halfway through the period, spending on its straight line (100 of 200 kJ): the

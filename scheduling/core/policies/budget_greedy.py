@@ -85,10 +85,13 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    seen, over at least a day, x the time left, x the share of an arrival's cheapest cost
    that falls inside the period), and at least ``period_reserve`` x the free remainder x
    the share of the period left, a reserve for bursts that the period's passing
-   releases. A budget whose spending lags its straight line by more than
-   ``lag_deadband`` (3% of its limit) has had more than its work needed, so what it
-   holds for the future is released in proportion to the lag beyond that (all of it at
-   ``lag_release``, 10%, more): a generous budget is spent while jobs are present, where
+   releases; both bounded by what the GPU-seconds left free of the present work until
+   the period ends would cost at the present jobs' highest cheapest cost per
+   GPU-second, so that a generous budget is not paced as if it were tight. A budget
+   whose spending lags its straight line by more than ``lag_deadband`` (3% of its
+   limit) has had more than its work needed, so what it holds for the future is
+   released in proportion to the lag beyond that (all of it at ``lag_release``, 10%,
+   more): a generous budget is spent while jobs are present, where
    the reserve alone left a quarter of it over; a tight one, whose spending stays on its
    line, keeps its reserve. The share is at least ``share_floor`` times ``Cmin`` while
    the free remainder allows (the forecast is noisy and the cheapest configurations save

@@ -91,8 +91,12 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     weight: list[dict[Hashable, float]] = [{} for _ in budgets]
     shared: dict[Hashable, Hull] = {}
     has_members = [False] * len(budgets)
-    # Per budget, the present jobs' remaining cost at their fastest configurations.
+    # Per budget, the present jobs' remaining cost at their fastest configurations, the
+    # GPU-seconds their cheapest configurations take, and the GPU models they run on.
     fast = [0.0] * len(budgets)
+    gpu_s = [0.0] * len(budgets)
+    models: list[set[str]] = [set() for _ in budgets]
+    rate_max = [0.0] * len(budgets)
     mine_of: dict[tuple[tuple[int, bool], ...], list[int]] = {}
     for j in range(len(jobs)):
         mine = mine_of.get(pays[j])
@@ -103,9 +107,14 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         hulls[j] = h, scale, key = hull_of(j)
         shared[key] = h
         arrived = prev_now is None or jobs[j].job.submit_time_s > prev_now
+        n_cheap = opts[j][0][h[0][2][0]]
         for b_i in mine:
             has_members[b_i] = True
             fast[b_i] += h[-1][0] * scale
+            gpu_s[b_i] += n_cheap * h[0][1] * scale
+            if h[0][1] > 0:
+                rate_max[b_i] = max(rate_max[b_i], h[0][0] / (n_cheap * h[0][1]))
+            models[b_i].add(jobs[j].gpu_model)
             w = weight[b_i]
             w[key] = w.get(key, 0.0) + scale
             if arrived:
@@ -154,6 +163,18 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                     1.0 - pmin / fast[b_i]
                 )
             future = max(future, reserve)
+        if gpu_s[b_i] > 0:
+            # Whatever the forecast and the reserve say, the work still to come cannot
+            # use more than the GPU-seconds the present work leaves free until the
+            # period ends, costed at the highest cheapest cost per GPU-second of any
+            # present job (a bound for work like the present; the average undercounted
+            # Philly's tight budgets). Without it the reserve, a share of the free
+            # remainder, paced a generous budget as if it were tight: with any budget,
+            # however large, the present jobs got little more than their cheapest
+            # configurations (docs/benchmarks.md, "The reserve of a generous budget").
+            capacity = sum(ctx.capacity.get(m, 0) for m in models[b_i])
+            spare_gpu_s = max(capacity * left_s - gpu_s[b_i], 0.0)
+            future = min(future, rate_max[b_i] * spare_gpu_s)
         if policy.lag_release > 0:
             # A budget whose spending lags its straight line by more than
             # ``lag_deadband`` of its limit has had more than its work needed: what it
