@@ -161,15 +161,16 @@ def test_the_period_reserve_keeps_free_budget_for_the_rest_of_the_period(now, cl
     ("limit_j", "clock", "price"),
     [
         # 1 MJ: the reserve, the free 1 MJ x all the period left, stands for less work
-        # than the 8 GPUs could do in it (below), so it holds as above: the share
+        # than the 8 GPUs could do in it (1.17 MJ, below), so it holds as above: the share
         # 1,000,000 x 45,000 / 1,045,000 = 43,062 J, raised to the floor 51,750 J, pays
         # the cheapest point only.
         (1e6, 1000, 200 / 33_750),
         # 100 MJ: a reserve of 100 MJ would stand for more work than the GPUs can do
         # before the period ends. At the job's cheapest cost per GPU-second (45,000 J /
-        # 900 GPU-s = 50 W) the 8 GPUs, less the job's 900 GPU-s, can take 50 W x
-        # (8 x 3000 - 900) s = 1,155,000 J of work: the share 100 MJ x 45,000 /
-        # 1,200,000 = 3.75 MJ pays the fastest point, price 0. (Before the bound the
+        # 900 GPU-s = 50 W) the 8 GPUs, less the 600 GPU-s the job takes at least (at
+        # its fastest point), can take 50 W x (8 x 3000 - 600) s = 1,170,000 J of work:
+        # the share 100 MJ x 45,000 / 1,215,000 = 3.70 MJ pays the fastest point, price
+        # 0. (Before the bound the
         # share was 100 MJ x 45,000 / (100 MJ + 45,000) = 45 kJ, the floor bound, and
         # the job ran at its cheapest point whatever the budget.)
         (1e8, 2000, 0.0),
@@ -183,6 +184,21 @@ def test_the_reserve_stands_for_no_more_work_than_the_gpus_can_do_in_the_period(
     plan = plan_round(snap, policy=get_policy("powerflow", **ABOVE_IDLE), now=0.0)
     assert plan.allocations["a"].sm_clock_mhz == clock
     assert plan.policy_state["price"]["b"] == pytest.approx(price)
+
+
+def test_only_what_a_job_runs_before_the_period_ends_takes_gpus_from_later_arrivals():
+    # One 1-GPU job of 300 times the work above (cheapest 13.5 MJ over 270,000 s) on 64
+    # GPUs, a 3000 s period, 30 MJ. Before the period ends the job takes at most 1 GPU x
+    # 3000 s, leaving 64 x 3000 - 3000 = 189,000 GPU-s: 50 W x 189,000 s = 9.45 MJ of
+    # work to come, below the reserve (the free 30 MJ). The share 30 MJ x 13.5 /
+    # (13.5 + 9.45) = 17.6 MJ pays the cheapest point only (the next costs 23.6 MJ).
+    # Counting all 270,000 GPU-s of the job against the period would leave nothing for
+    # later arrivals, and the whole 30 MJ would buy the 1500 MHz point.
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=30e6)
+    snap = snapshot(make_cluster(1, 8, 8), [job("a", iters=180_000.0)], budgets=(budget,))
+    plan = plan_round(snap, policy=get_policy("powerflow", **ABOVE_IDLE), now=0.0)
+    assert plan.allocations["a"].sm_clock_mhz == 1000
+    assert plan.policy_state["price"]["b"] == pytest.approx(200 / 33_750)
 
 
 @pytest.mark.parametrize(

@@ -92,11 +92,12 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     shared: dict[Hashable, Hull] = {}
     has_members = [False] * len(budgets)
     # Per budget, the present jobs' remaining cost at their fastest configurations, the
-    # GPU-seconds their cheapest configurations take, and the GPU models they run on.
+    # GPU-seconds they take at least before the period ends, and their highest cheapest
+    # cost per GPU-second.
     fast = [0.0] * len(budgets)
     gpu_s = [0.0] * len(budgets)
-    models: list[set[str]] = [set() for _ in budgets]
-    rate_max = [0.0] * len(budgets)
+    left_of = [max(b.period_end_s - ctx.now_s, ctx.round_length_s) for b in budgets]
+    use_of: dict[Hashable, tuple[float, int, float]] = {}
     mine_of: dict[tuple[tuple[int, bool], ...], list[int]] = {}
     for j in range(len(jobs)):
         mine = mine_of.get(pays[j])
@@ -107,14 +108,23 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         hulls[j] = h, scale, key = hull_of(j)
         shared[key] = h
         arrived = prev_now is None or jobs[j].job.submit_time_s > prev_now
-        n_cheap = opts[j][0][h[0][2][0]]
+        # The fewest GPU-seconds the job takes from later arrivals: what it runs before
+        # the period ends, in whichever configuration takes the fewest (the cheapest is
+        # the slowest). Over the hull's points, min(n t scale, n left) is the lesser of
+        # the least n t (times scale) and the least n (times left): once per hull.
+        use = use_of.get(key)
+        if use is None:
+            sizes = opts[j][0]
+            use = use_of[key] = (
+                min(sizes[cfg[0]] * t for _, t, cfg in h),
+                min(sizes[cfg[0]] for _, _, cfg in h),
+                h[0][0] / (sizes[h[0][2][0]] * h[0][1]) if h[0][1] > 0 else 0.0,
+            )
+        least_nt, least_n, _ = use
         for b_i in mine:
             has_members[b_i] = True
             fast[b_i] += h[-1][0] * scale
-            gpu_s[b_i] += n_cheap * h[0][1] * scale
-            if h[0][1] > 0:
-                rate_max[b_i] = max(rate_max[b_i], h[0][0] / (n_cheap * h[0][1]))
-            models[b_i].add(jobs[j].gpu_model)
+            gpu_s[b_i] += min(least_nt * scale, least_n * left_of[b_i])
             w = weight[b_i]
             w[key] = w.get(key, 0.0) + scale
             if arrived:
@@ -163,18 +173,20 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                     1.0 - pmin / fast[b_i]
                 )
             future = max(future, reserve)
+        rate_max = max((use_of[k][2] for k in weight[b_i]), default=0.0)
         if gpu_s[b_i] > 0:
             # Whatever the forecast and the reserve say, the work still to come cannot
             # use more than the GPU-seconds the present work leaves free until the
-            # period ends, costed at the highest cheapest cost per GPU-second of any
-            # present job (a bound for work like the present; the average undercounted
-            # Philly's tight budgets). Without it the reserve, a share of the free
-            # remainder, paced a generous budget as if it were tight: with any budget,
-            # however large, the present jobs got little more than their cheapest
-            # configurations (docs/benchmarks.md, "The reserve of a generous budget").
-            capacity = sum(ctx.capacity.get(m, 0) for m in models[b_i])
+            # period ends (on every GPU model: later jobs may run on any), costed at the
+            # highest cheapest cost per GPU-second of any present job (a bound for work
+            # like the present; the average undercounted Philly's tight budgets).
+            # Without it the reserve, a share of the free remainder, paced a generous
+            # budget as if it were tight: with any budget, however large, the present
+            # jobs got little more than their cheapest configurations
+            # (docs/benchmarks.md, "The reserve of a generous budget").
+            capacity = sum(ctx.capacity.values())
             spare_gpu_s = max(capacity * left_s - gpu_s[b_i], 0.0)
-            future = min(future, rate_max[b_i] * spare_gpu_s)
+            future = min(future, rate_max * spare_gpu_s)
         if policy.lag_release > 0:
             # A budget whose spending lags its straight line by more than
             # ``lag_deadband`` of its limit has had more than its work needed: what it
