@@ -434,10 +434,10 @@ class _Round:
         self.sorted_min_s: list[float] | None = None
         self.budget_blocked: dict[int, int] = {}
         self.mins: dict[int, Evaluation] = {}
-        # Jobs whose step an allowance refused, and whether a step has since lowered a
-        # budget's spending (``upgrade``).
-        self.budget_blocked_steps: set[int] = set()
-        self.spend_fell = False
+        # Jobs whose step an allowance refused, with the budget that refused it, and the
+        # budgets whose spending a step has lowered since (``upgrade``).
+        self.budget_blocked_steps: dict[int, int] = {}
+        self.spend_fell: set[int] = set()
         self.unit_hulls: dict[tuple, list] = {}
         # Probes of jobs known only by their prior: earlier ones (still active) and new.
         active = {job.job_id for job in ctx.snapshot.jobs}
@@ -716,13 +716,15 @@ class _Round:
         if n_new > n_old and not self.ledger.fits(self.jobs[j], n_new - n_old):
             return False
         d_team, d_cluster = self.deltas(j, self.cur[j][0], new_eval[0], n_old, n_new)
-        if self.blocking_budget(j, d_team, d_cluster) is not None:
-            self.budget_blocked_steps.add(j)
+        refused_by = self.blocking_budget(j, d_team, d_cluster)
+        if refused_by is not None:
+            self.budget_blocked_steps[j] = refused_by
             return False
         self.ledger.take(self.jobs[j], n_new - n_old)
         self.spend(j, d_team, d_cluster)
-        if self.pays[j] and min(d_team, d_cluster) < 0.0:
-            self.spend_fell = True
+        for bi, is_cluster in self.pays[j]:
+            if (d_cluster if is_cluster else d_team) < 0.0:
+                self.spend_fell.add(bi)
         self.cfg[j] = new_cfg
         self.cur[j] = new_eval
         return True
@@ -990,7 +992,7 @@ class _Round:
         self.version = dict.fromkeys(self.cfg, 0)
         self.heap: list[tuple] = []
         self.budget_blocked_steps.clear()
-        self.spend_fell = False
+        self.spend_fell.clear()
         for j in self.order_:
             if j in self.cfg:
                 self._push(j)
@@ -1011,18 +1013,21 @@ class _Round:
             # dropped for good. An allowance can grow back: a job's cost need not rise
             # along its path to its target (a resize's idle draw while it restarts, a
             # lower draw per GPU on more GPUs), so a step that lowers a budget's spending
-            # gives the steps its allowance refused another try. Without that a job
-            # could be refused the last step to its own running count, and resized back
-            # and forth from round to round.
+            # gives the steps that budget's allowance refused another try. Without that a
+            # job could be refused the last step to its own running count, and resized
+            # back and forth from round to round.
             if self.apply(j, new_cfg, new_eval):
                 version[j] += 1
                 self._push(j)
                 if self.spend_fell:
-                    self.spend_fell = False
-                    for k in sorted(self.budget_blocked_steps):
-                        version[k] += 1
-                        self._push(k)
-                    self.budget_blocked_steps.clear()
+                    blocked = self.budget_blocked_steps
+                    retry = sorted(k for k, bi in blocked.items() if bi in self.spend_fell)
+                    self.spend_fell.clear()
+                    for k in retry:
+                        del blocked[k]
+                        if k != j:  # j's next steps are queued already
+                            version[k] += 1
+                            self._push(k)
 
     def _push(self, j: int) -> None:
         """Score job j's next step in each dimension and queue the worthwhile ones."""
