@@ -97,6 +97,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     fast = [0.0] * len(budgets)
     gpu_s = [0.0] * len(budgets)
     left_of = [max(b.period_end_s - ctx.now_s, ctx.round_length_s) for b in budgets]
+    all_gpus = sum(ctx.capacity.values())
     use_of: dict[Hashable, tuple[float, int, float]] = {}
     mine_of: dict[tuple[tuple[int, bool], ...], list[int]] = {}
     for j in range(len(jobs)):
@@ -145,7 +146,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         if not priced[b_i]:
             continue
         rec = recs[b_i]
-        left_s = max(b.period_end_s - ctx.now_s, ctx.round_length_s)
+        left_s = left_of[b_i]
         if policy.cost == "energy":
             free = b.energy_remaining_j - floor_w[b_i] * left_s
         else:
@@ -173,7 +174,6 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                     1.0 - pmin / fast[b_i]
                 )
             future = max(future, reserve)
-        rate_max = max((use_of[k][2] for k in weight[b_i]), default=0.0)
         if gpu_s[b_i] > 0:
             # Whatever the forecast and the reserve say, the work still to come cannot
             # use more than the GPU-seconds the present work leaves free until the
@@ -184,8 +184,8 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             # budget as if it were tight: with any budget, however large, the present
             # jobs got little more than their cheapest configurations
             # (docs/benchmarks.md, "The reserve of a generous budget").
-            capacity = sum(ctx.capacity.values())
-            spare_gpu_s = max(capacity * left_s - gpu_s[b_i], 0.0)
+            spare_gpu_s = max(all_gpus * left_s - gpu_s[b_i], 0.0)
+            rate_max = max(use_of[k][2] for k in weight[b_i])
             future = min(future, rate_max * spare_gpu_s)
         if policy.lag_release > 0:
             # A budget whose spending lags its straight line by more than
