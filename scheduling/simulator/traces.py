@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import random
 import re
 from collections import Counter
@@ -58,16 +59,29 @@ def _rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
 
 
 def _number(
-    row: dict[str, str], column: str, path: Path, line_no: int, kind: type = float
+    row: dict[str, str],
+    column: str,
+    path: Path,
+    line_no: int,
+    kind: type = float,
+    *,
+    positive: bool = False,
 ) -> float:
+    """The column's value as a finite number >= 0 (> 0 with ``positive``), or a
+    ``TraceError`` naming the file, line and column: a NaN or an infinity would
+    otherwise reach the scheduler's arithmetic and fail far from the bad row."""
+    raw = row.get(column)
     try:
-        value = kind(float(row[column])) if kind is int else float(row[column])
+        number = float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise TraceError(
-            f"{path.name}:{line_no}: {column}={row.get(column)!r} is not a number"
-        ) from None
+        raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} is not a number") from None
+    if not math.isfinite(number):
+        raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} is not a finite number")
+    value = kind(number) if kind is int else number
     if value < 0:
         raise TraceError(f"{path.name}:{line_no}: {column}={value} is negative")
+    if positive and value <= 0:
+        raise TraceError(f"{path.name}:{line_no}: {column}={value} must be positive")
     return value
 
 
@@ -83,15 +97,15 @@ def read_elasticflow_trace(
     columns = ("job_id", "submit_time", "model_name", "batch_size", "num_gpu", "iteration")
     jobs = []
     for line_no, row in enumerate(_rows(path, columns), start=2):
-        n_gpus = int(_number(row, "num_gpu", path, line_no, int))
+        n_gpus = int(_number(row, "num_gpu", path, line_no, int, positive=True))
         jobs.append(
             Job(
                 job_id=row["job_id"],
                 workload=row["model_name"],
                 team=team,
                 submit_time_s=_number(row, "submit_time", path, line_no),
-                total_iters=_number(row, "iteration", path, line_no),
-                global_batch=int(_number(row, "batch_size", path, line_no, int)),
+                total_iters=_number(row, "iteration", path, line_no, positive=True),
+                global_batch=int(_number(row, "batch_size", path, line_no, int, positive=True)),
                 requested_gpus=n_gpus,
                 min_gpus=1,
                 max_gpus=max(max_gpus, n_gpus),
@@ -119,11 +133,11 @@ def read_pollux_workload(
         _rows(path, ("name", "time", "application", "num_replicas", "batch_size")), 2
     ):
         workload = row["application"]
-        batch = int(_number(row, "batch_size", path, line_no, int))
+        batch = int(_number(row, "batch_size", path, line_no, int, positive=True))
         key = (workload, batch)
         if key not in iters_cache:
             iters_cache[key] = pollux_total_iters(perf_dir, workload, batch)
-        n_gpus = int(_number(row, "num_replicas", path, line_no, int))
+        n_gpus = int(_number(row, "num_replicas", path, line_no, int, positive=True))
         jobs.append(
             Job(
                 job_id=row["name"],
@@ -186,9 +200,7 @@ def read_philly_week(
             raise TraceError(
                 f"{path.name}:{line_no}: timestamp={row['timestamp']!r} is not YYYY-mm-dd HH:MM:SS"
             ) from None
-        n_gpus = int(_number(row, "num_gpus", path, line_no, int))
-        if n_gpus < 1:
-            raise TraceError(f"{path.name}:{line_no}: num_gpus must be at least 1")
+        n_gpus = int(_number(row, "num_gpus", path, line_no, int, positive=True))
         workload = philly_model_for(_number(row, "gpu_time", path, line_no), rng)
         parsed.append(
             (

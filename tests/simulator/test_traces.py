@@ -173,6 +173,33 @@ def test_unknown_or_broken_traces_are_refused_with_one_line(tmp_path):
         read_trace(missing, data_dir=DATA)
 
 
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("0,nan,vgg16,256,1,10", r":2: submit_time='nan' is not a finite number"),
+        ("0,0,vgg16,256,1,inf", r":2: iteration='inf' is not a finite number"),
+        ("0,0,vgg16,0,1,10", r":2: batch_size=0 must be positive"),
+        ("0,0,vgg16,256,0,10", r":2: num_gpu=0 must be positive"),
+        ("0,0,vgg16,256,1,0", r":2: iteration=0.0 must be positive"),
+        ("0,-5,vgg16,256,1,10", r":2: submit_time=-5.0 is negative"),
+    ],
+)
+def test_a_trace_row_the_scheduler_cannot_use_is_refused_by_line(tmp_path, row, message):
+    # A NaN or infinite count, or a zero batch, used to pass the reader and fail deep in
+    # the round (a goodput ValueError, an OverflowError in the price) with a traceback.
+    bad = tmp_path / "elasticflow_bad.csv"
+    bad.write_text(f"job_id,submit_time,model_name,batch_size,num_gpu,iteration\n{row}\n")
+    with pytest.raises(TraceError, match=message):
+        read_trace(bad, data_dir=DATA)
+
+
+def test_pollux_and_philly_rows_need_at_least_one_gpu(tmp_path):
+    pollux = tmp_path / "pollux_workload-9.csv"
+    pollux.write_text("name,time,application,num_replicas,batch_size\ncifar10-0,1,cifar10,0,128\n")
+    with pytest.raises(TraceError, match=r"pollux_workload-9.csv:2: num_replicas=0 must be"):
+        read_trace(pollux, data_dir=DATA)
+
+
 def test_batch_range_and_arrival_scale_change_only_what_they_say():
     jobs = read_elasticflow_trace(TRACE / "elasticflow_philly_876.csv")[:3]
     ranged = with_batch_range(jobs, 4)
