@@ -27,7 +27,12 @@ from scheduling.simulator.engine import (
     SimResult,
     Simulator,
 )
-from scheduling.simulator.traces import read_trace, with_arrival_scale, with_batch_range
+from scheduling.simulator.traces import (
+    TraceError,
+    read_trace,
+    with_arrival_scale,
+    with_batch_range,
+)
 
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 DEFAULT_START = datetime(2022, 6, 1, tzinfo=UTC)
@@ -88,6 +93,7 @@ def load_scenario(
     )
     if max_jobs is not None:
         jobs = jobs[:max_jobs]
+    _check_ground_truth(jobs, catalog, spec.gpu_model, Path(trace).name)
     if max_batch_factor is not None:
         jobs = with_batch_range(jobs, max_batch_factor)
     if arrival_scale is not None:
@@ -128,6 +134,36 @@ def load_scenario(
         config=config,
         zone=carbon_zone,
         meta=meta,
+    )
+
+
+def _check_ground_truth(
+    jobs: tuple[Job, ...], catalog: PerfCatalog, gpu_model: str, trace_name: str
+) -> None:
+    """Refuse a trace with a workload the catalog has no model of on the cluster's GPU.
+
+    The catalog is the simulator's ground truth: it advances every job, whatever the
+    policies know (``--knowledge learned`` changes what they see, not how jobs run). A
+    job without a model could never run; it used to wait, reported ``no_perf_model``,
+    until the run was stopped as stalled days of simulated time later.
+    """
+
+    def has(workload: str) -> bool:
+        try:
+            catalog.get(workload, gpu_model)
+        except KeyError:  # the catalog's UnknownPerfModelError
+            return False
+        return True
+
+    missing = sorted({w for w in {j.workload for j in jobs} if not has(w)})
+    if not missing:
+        return
+    known = [w for w in catalog.workloads() if has(w)]
+    shown = ", ".join(repr(w) for w in missing[:5]) + (" ..." if len(missing) > 5 else "")
+    raise TraceError(
+        f"{trace_name}: no perf model of {shown} on {gpu_model}, so the simulator cannot run "
+        f"{'it' if len(missing) == 1 else 'them'} (its {gpu_model} workloads: "
+        f"{', '.join(known) or 'none'})"
     )
 
 

@@ -184,6 +184,27 @@ def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, 
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_trace_the_catalog_cannot_run_on_the_cluster_exits_2_naming_the_workloads(
+    tmp_path, capsys
+):
+    # The catalog advances every simulated job; a workload it has no model of on the
+    # cluster's GPU used to wait as no_perf_model until the run stopped as stalled.
+    trace = tmp_path / "elasticflow_mixed.csv"
+    trace.write_text(
+        "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n"
+        "0,0,llama,8,1,100\n1,10,resnet50,128,1,100\n"
+    )
+    out = tmp_path / "out"
+    a100 = DATA / "clusters" / "n16g8_a100.json"
+    argv = ["--trace", str(trace), "--cluster", str(a100), "--policy", "fifo", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no perf model of 'llama' on A100" in err
+    assert "resnet50" in err.split("its A100 workloads:")[1]
+    assert err.count("\n") == 1
+    assert not out.exists()
+
+
 def test_policy_params_reach_the_candidate_only_and_are_reported(tmp_path):
     def run(out, *params):
         argv = [
