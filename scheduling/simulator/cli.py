@@ -31,7 +31,7 @@ from scheduling.core.types import G_PER_KG, J_PER_KWH
 from scheduling.simulator.bounds import scenario_bound
 from scheduling.simulator.cluster_spec import ClusterSpecError
 from scheduling.simulator.compare import KINDS, Comparison, budgets_from
-from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult
+from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult, idle_power_by_model
 from scheduling.simulator.metrics import summarise, write_results
 from scheduling.simulator.scenario import (
     BATCH_EFFICIENCY,
@@ -241,11 +241,15 @@ def _run(
     return result, time.perf_counter() - started
 
 
+def _hours(seconds: float | None, width: int, digits: int) -> str:
+    """Seconds as hours, or "n/a" (no job finished) in the same width."""
+    return f"{seconds / 3600:{width}.{digits}f}" if seconds else f"{'n/a':>{width}}"
+
+
 def _line(name: str, summary: dict[str, Any], wall_s: float) -> str:
-    jct = summary["avg_jct_s"]
     return (
-        f"{name:<28} avg JCT {jct / 3600 if jct else float('nan'):9.3f} h  "
-        f"p99 {(summary['p99_jct_s'] or float('nan')) / 3600:9.2f} h  "
+        f"{name:<28} avg JCT {_hours(summary['avg_jct_s'], 9, 3)} h  "
+        f"p99 {_hours(summary['p99_jct_s'], 9, 2)} h  "
         f"energy {summary['energy_kwh']:10.1f} kWh  carbon {summary['co2_kg']:9.1f} kg  "
         f"util {summary['gpu_utilisation']:.3f}  unfinished {summary['n_unfinished']}  "
         f"({wall_s:.1f} s)"
@@ -385,6 +389,17 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 co2_limit_g=args.carbon_budget_kg * G_PER_KG if args.carbon_budget_kg else None,
             )
             budgets = split_by_team(whole, bound, scenario.jobs) if args.team_budgets else (whole,)
+            if whole.energy_limit_j and not args.team_budgets and not args.power_off_idle_nodes:
+                idle_w = idle_power_by_model(scenario.catalog, {scenario.spec.gpu_model})
+                floor_j = scenario.spec.n_gpus * idle_w[scenario.spec.gpu_model] * period_end_s
+                if floor_j >= whole.energy_limit_j:
+                    # A cluster budget pays its powered idle GPUs: no plan can keep it.
+                    stdout.write(
+                        f"  note: the cluster's idle GPUs alone draw {floor_j / J_PER_KWH:.1f} "
+                        f"kWh a period, more than the {args.energy_budget_kwh:g} kWh budget; "
+                        "every period will be over unless idle nodes are powered off "
+                        "(--power-off-idle-nodes)\n"
+                    )
         for mode in modes:
             result, wall = _run(
                 scenarios[mode], args.policy, budgets=budgets, progress=progress, params=params

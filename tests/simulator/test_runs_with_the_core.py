@@ -205,6 +205,18 @@ def test_a_trace_the_catalog_cannot_run_on_the_cluster_exits_2_naming_the_worklo
     assert not out.exists()
 
 
+def test_a_budget_below_the_idle_floor_is_named_and_no_finished_job_prints_na(tmp_path, capsys):
+    # 64 T4 GPUs idle at 10 W draw 3.84 kWh in 6 h: a 3 kWh budget cannot be kept by any
+    # plan, and no job ever fits it, so there is no average JCT to print (it was "nan").
+    argv = ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "powerflow"]
+    argv += ["--energy-budget-kwh", "3", "--budget-period-h", "6", "--max-jobs", "2"]
+    assert main([*argv, "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "idle GPUs alone draw 3.8 kWh a period, more than the 3 kWh budget" in out
+    assert "avg JCT       n/a h  p99       n/a h" in out
+    assert "nan" not in out
+
+
 def test_policy_params_reach_the_candidate_only_and_are_reported(tmp_path):
     def run(out, *params):
         argv = [
