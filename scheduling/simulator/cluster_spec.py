@@ -23,6 +23,10 @@ from pathlib import Path
 
 from scheduling.core.types import Cluster, Gpu, Node
 
+JSON_KEYS = frozenset(
+    {"name", "description", "gpu_model", "switches", "nodes_per_switch", "gpus_per_node"}
+)
+
 
 class ClusterSpecError(ValueError):
     """The spec file is missing or malformed; the message is one line."""
@@ -96,12 +100,25 @@ def read_cluster_spec(path: str | Path, *, gpu_model: str | None = None) -> Clus
             ) from exc
         if not isinstance(raw, dict):
             raise ClusterSpecError(f"{source}: expected a JSON object")
+        unknown = sorted(set(raw) - JSON_KEYS)
+        if unknown:
+            # A misspelt or unsupported key (say "nodes", or a second GPU model) would
+            # otherwise be ignored and the run would simulate another cluster.
+            raise ClusterSpecError(
+                f"{source}: unknown key(s) {', '.join(map(repr, unknown))}; a spec has "
+                f"{', '.join(sorted(JSON_KEYS))} (one GPU model per cluster)"
+            )
         if gpu_model is not None:
             raw["gpu_model"] = gpu_model
     model = raw.get("gpu_model")
-    if not isinstance(model, str) or not model:
+    if model is None or model == "":
         raise ClusterSpecError(
             f"{source}: gpu_model is required (a perf catalog GPU key such as 'A100')"
+        )
+    if not isinstance(model, str):
+        raise ClusterSpecError(
+            f"{source}: gpu_model must be one GPU model name such as 'A100', got {model!r} "
+            "(one GPU model per cluster)"
         )
     return ClusterSpec(
         name=str(raw.get("name") or path.stem),

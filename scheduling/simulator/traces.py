@@ -85,8 +85,14 @@ def _number(
     return value
 
 
-def _sorted(jobs: list[Job]) -> tuple[Job, ...]:
-    # Stable by submit time so that equal-time jobs keep their file order.
+def _sorted(jobs: list[Job], path: Path) -> tuple[Job, ...]:
+    """The jobs by submit time (stable: equal times keep their file order), once each: a
+    job id seen twice is refused, since every record of a run is kept by job id."""
+    seen: Counter[str] = Counter(j.job_id for j in jobs)
+    twice = sorted(job_id for job_id, n in seen.items() if n > 1)
+    if twice:
+        shown = ", ".join(repr(job_id) for job_id in twice[:5]) + (" ..." if len(twice) > 5 else "")
+        raise TraceError(f"{path.name}: job id(s) {shown} appear more than once")
     return tuple(sorted(jobs, key=lambda j: j.submit_time_s))
 
 
@@ -111,7 +117,7 @@ def read_elasticflow_trace(
                 max_gpus=max(max_gpus, n_gpus),
             )
         )
-    return _sorted(jobs)
+    return _sorted(jobs, path)
 
 
 def pollux_total_iters(perf_dir: str | Path, workload: str, batch: int) -> float:
@@ -151,7 +157,7 @@ def read_pollux_workload(
                 max_gpus=max(max_gpus, n_gpus),
             )
         )
-    return _sorted(jobs)
+    return _sorted(jobs, path)
 
 
 def pollux_modal_batches(trace_dir: str | Path) -> dict[str, int]:
@@ -239,7 +245,7 @@ def read_philly_week(
                 max_gpus=max(max_gpus, n_gpus),
             )
         )
-    return _sorted(jobs)
+    return _sorted(jobs, path)
 
 
 def with_batch_range(jobs: Iterable[Job], max_batch_factor: int) -> tuple[Job, ...]:

@@ -93,3 +93,16 @@ def test_malformed_cluster_specs_are_refused(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ClusterSpecError, match="not valid JSON"):
         read_cluster_spec(bad)
+    # A misspelt key was ignored (the run simulated another cluster than the one meant),
+    # and a list of GPU models was reported as a missing gpu_model.
+    bad.write_text(
+        '{"gpu_model": "A100", "switches": 1, "nodes": 2, "nodes_per_switch": 1,'
+        ' "gpus_per_node": 8}'
+    )
+    with pytest.raises(ClusterSpecError, match=r"bad.json: unknown key\(s\) 'nodes'"):
+        read_cluster_spec(bad)
+    bad.write_text(
+        '{"gpu_model": ["A100", "T4"], "switches": 1, "nodes_per_switch": 1, "gpus_per_node": 8}'
+    )
+    with pytest.raises(ClusterSpecError, match="gpu_model must be one GPU model name"):
+        read_cluster_spec(bad)

@@ -193,6 +193,17 @@ def test_a_trace_row_the_scheduler_cannot_use_is_refused_by_line(tmp_path, row, 
         read_trace(bad, data_dir=DATA)
 
 
+def test_a_job_id_seen_twice_is_refused_by_name(tmp_path):
+    # It used to pass the reader and stop the simulator with a traceback.
+    dup = tmp_path / "elasticflow_dup.csv"
+    dup.write_text(
+        "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n"
+        "7,0,vgg16,256,1,10\n7,5,vgg16,256,1,10\n8,9,vgg16,256,1,10\n"
+    )
+    with pytest.raises(TraceError, match=r"elasticflow_dup.csv: job id\(s\) '7' appear more"):
+        read_trace(dup, data_dir=DATA)
+
+
 def test_pollux_and_philly_rows_need_at_least_one_gpu(tmp_path):
     pollux = tmp_path / "pollux_workload-9.csv"
     pollux.write_text("name,time,application,num_replicas,batch_size\ncifar10-0,1,cifar10,0,128\n")
