@@ -21,6 +21,7 @@ the policy's state), or, with neither, from the intensity now.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 
 from scheduling.core.types import J_PER_KWH, Budget, CarbonSignal
@@ -168,6 +169,25 @@ class IntensityCurve:
         known_s = min(duration_s, self.starts[-1] - self.now)
         beyond_s = max(duration_s - known_s, 0.0)
         return power_w * (self.integral(known_s) + tail_ci * beyond_s) / J_PER_KWH
+
+    def co2_g_hedged(
+        self, power_w: float, duration_s: float, dirty_ci: float, window_s: float
+    ) -> float:
+        """``co2_g`` with the hours past the forecast priced above the mean by a margin
+        that narrows with their span: ``dirty_ci`` (a dirty recent window of
+        ``window_s``, e.g. the dirtiest day) for up to one window, and for a span of N
+        windows the mean plus ``(dirty_ci - mean) / sqrt(N)``. A mean over many windows
+        strays from the long-run mean by about 1/sqrt(N) of what one window does; the
+        dirtiest window held for a whole period reserves far more than the draw will
+        cost, and where a cluster budget is mostly its idle floor that reserve left no
+        allowance for any job for months (docs/benchmarks.md, "The idle floor's
+        reserve")."""
+        known_s = min(duration_s, self.starts[-1] - self.now)
+        beyond_s = max(duration_s - known_s, 0.0)
+        if beyond_s <= 0.0:
+            return power_w * self.integral(known_s) / J_PER_KWH
+        margin = max(dirty_ci - self.tail_ci, 0.0) * min(1.0, math.sqrt(window_s / beyond_s))
+        return power_w * (self.integral(known_s) + (self.tail_ci + margin) * beyond_s) / J_PER_KWH
 
     def next_cleaner(self, below_ci: float, *, within_s: float) -> float | None:
         """Start of the first forecast step at or below ``below_ci`` within ``within_s``."""

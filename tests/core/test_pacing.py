@@ -190,6 +190,25 @@ def test_upper_co2_prices_the_hours_past_the_forecast_at_the_tail_given():
     assert curve.co2_g_upper(1000.0, 1800.0, 400.0) == pytest.approx(50.0)
 
 
+def test_the_hedged_tail_narrows_the_dirty_margin_with_the_span_past_the_forecast():
+    curve = IntensityCurve(now=0.0, ci_now=100.0, points=((3600.0, 300.0),), tail_ci=200.0)
+    day = 86_400.0
+    # up to one window past the 2 h forecast: the dirty level itself, as co2_g_upper
+    for beyond in (1800.0, day):
+        assert curve.co2_g_hedged(1000.0, 7200.0 + beyond, 400.0, day) == pytest.approx(
+            curve.co2_g_upper(1000.0, 7200.0 + beyond, 400.0)
+        )
+    # 16 windows: the mean plus a quarter of the dirty margin, 200 + 200 / 4 = 250
+    assert curve.co2_g_hedged(1000.0, 7200.0 + 16 * day, 400.0, day) == pytest.approx(
+        100 + 300 + 250 * 16 * 24
+    )
+    # a dirty level under the mean adds nothing; inside the forecast nothing changes
+    assert curve.co2_g_hedged(1000.0, 7200.0 + 16 * day, 150.0, day) == pytest.approx(
+        curve.co2_g(1000.0, 7200.0 + 16 * day)
+    )
+    assert curve.co2_g_hedged(1000.0, 1800.0, 400.0, day) == pytest.approx(50.0)
+
+
 def test_the_tail_with_the_forecast_counts_the_forecast_hours_after_now():
     signal = CarbonSignal(ci_g_per_kwh=100.0, forecast=((0.0, 100.0), (3600.0, 400.0)))
     assert intensity_curve(signal, now=0.0, history=[100.0]).tail_ci == 100.0

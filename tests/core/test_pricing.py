@@ -292,6 +292,32 @@ def test_a_carbon_price_keeps_the_idle_floor_at_the_dirtiest_recent_day(limit_g,
         assert plan.co2_allowance_by_budget_g["c"] == pytest.approx(400 * 300 * 100 / 3.6e6)
 
 
+@pytest.mark.parametrize(("hedge", "runs"), [(True, True), (False, False)])
+def test_a_month_of_idle_floor_is_not_reserved_at_the_dirtiest_day(hedge, runs):
+    # The hours seen as above, a 30-day period, 70 kg. After this round the idle floor
+    # takes 400 W for 2,591,700 s: 58.2 kg at the mean, 86.3 kg at the dirtiest day held
+    # for the whole month, 63.3 kg with the margin narrowed over the month's 30 days
+    # (202 + 98 / sqrt(29.95) = 220 g/kWh past the 1 h forecast). Reserved at the
+    # dirtiest day, nothing but the floor could run for the whole month although the
+    # mean leaves 11.8 kg (the sweep's GreenFlow run, mostly idle floor, held 48 jobs).
+    budget = Budget("c", None, 0.0, 30 * 86_400.0, co2_limit_g=70_000.0)
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        [job("a", iters=600.0)],
+        budgets=(budget,),
+        carbon=CarbonSignal(ci_g_per_kwh=100.0),
+        policy_state={"ci_history": list(_SEEN), "ci_hour": 0},
+    )
+    policy = get_policy("greenflow", pricing=True, rank="per_gpu", keep_hedge=hedge)
+    plan = plan_round(snap, policy=policy, now=0.0)
+    assert ("a" in plan.allocations) is runs
+    floor_g = 400 * 300 * 100 / 3.6e6
+    if runs:
+        assert plan.co2_allowance_by_budget_g["c"] > floor_g
+    else:
+        assert plan.co2_allowance_by_budget_g["c"] == pytest.approx(floor_g)
+
+
 def test_greenflow_spends_a_team_carbon_budget_that_covers_the_work_without_holding_jobs():
     # A team's carbon budget over a day covers its four jobs several times over, but a
     # round's straight-line share of it (300 s of a day) does not pay for all four at once.

@@ -105,7 +105,8 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    forecast's; measures a cluster budget's lag against its idle floor's carbon as the
    grid made it (``_Round._lags``), not a straight line of the limit; and keeps in
    every allowance the floor's carbon to the period's end with the hours past the
-   forecast as dirty as the dirtiest recent day (``_keep_committed_carbon``).
+   forecast as dirty as the dirtiest recent day, the margin above the mean narrowed by
+   the square root of the days it spans (``_keep_committed_carbon``).
    ``hour_price`` (off) chooses each job's target with its energy priced at this
    hour's intensity (``_Round.hour_hull``).
 
@@ -227,6 +228,7 @@ class BudgetGreedy:
         hesrpt_exp: float | None = 0.5,
         fixed_price: float | None = None,
         prior_box: str = "minimum",
+        keep_hedge: bool = True,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -256,6 +258,12 @@ class BudgetGreedy:
         - ``hour_price``: a carbon price chooses targets with this hour's intensity;
         - ``keep_window_h``: a carbon price keeps the idle floor past the forecast at the
           dirtiest mean of this many consecutive hours seen lately (24: a day).
+        - ``keep_hedge`` (on): past the first such window the kept level's margin above
+          the mean is narrowed by the square root of the windows it spans
+          (``pacing.IntensityCurve.co2_g_hedged``); off, the dirtiest window holds for
+          the whole rest of the period, which left a budget that is mostly idle floor
+          no allowance for any job for months (docs/benchmarks.md, "The idle floor's
+          reserve").
         - ``starvation_s`` (None: no bound): a waiting job that has waited this long
           since it last changed is admitted right after the running jobs, earliest
           submitted first (within a priority),
@@ -307,6 +315,7 @@ class BudgetGreedy:
         self.reserve_at_fast = reserve_at_fast
         self.hour_price = hour_price
         self.keep_window_h = keep_window_h
+        self.keep_hedge = keep_hedge
         self.starvation_s = starvation_s
         self.hesrpt_exp = hesrpt_exp
         if fixed_price is not None and (
@@ -788,7 +797,8 @@ class _Round:
     def _keep_committed_carbon(self) -> None:
         """Lower each carbon allowance so that what remains after this round pays the
         idle floor to the period's end with the hours past the forecast as dirty as the
-        dirtiest recent day (``pacing.dirtiest_day_ci``). The price and the even share
+        dirtiest recent day (``pacing.dirtiest_day_ci``), its margin above the mean
+        narrowed over a span of many days (``keep_hedge``). The price and the even share
         reserve the floor at the recent mean, which a grid that grows dirtier over the
         period outruns; the floor is drawn whatever the plan, so a budget that spent
         down to the mean's reserve goes over its period at its end. Only binds when
@@ -808,7 +818,12 @@ class _Round:
                     hours=self.policy.keep_window_h,
                 )
             after_s = max(b.period_end_s - ctx.now_s - self.round_s, 0.0)
-            keep = self.curve.co2_g_upper(fw, after_s, max(hi, self.curve.tail_ci))
+            if self.policy.keep_hedge:
+                keep = self.curve.co2_g_hedged(
+                    fw, after_s, max(hi, self.curve.tail_ci), self.policy.keep_window_h * HOUR_S
+                )
+            else:
+                keep = self.curve.co2_g_upper(fw, after_s, max(hi, self.curve.tail_ci))
             round_floor_g = self.idle_floor_j * self.to_g
             self.allow_c[b_i] = min(allow, max(b.co2_remaining_g - keep, round_floor_g))
 
