@@ -31,7 +31,7 @@ from scheduling.core.types import G_PER_KG, J_PER_KWH
 from scheduling.simulator.bounds import scenario_bound
 from scheduling.simulator.cluster_spec import ClusterSpecError
 from scheduling.simulator.compare import KINDS, Comparison, budgets_from
-from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult, idle_power_by_model
+from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult
 from scheduling.simulator.metrics import summarise, write_results
 from scheduling.simulator.scenario import (
     BATCH_EFFICIENCY,
@@ -389,17 +389,16 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 co2_limit_g=args.carbon_budget_kg * G_PER_KG if args.carbon_budget_kg else None,
             )
             budgets = split_by_team(whole, bound, scenario.jobs) if args.team_budgets else (whole,)
-            if whole.energy_limit_j and not args.team_budgets and not args.power_off_idle_nodes:
-                idle_w = idle_power_by_model(scenario.catalog, {scenario.spec.gpu_model})
-                floor_j = scenario.spec.n_gpus * idle_w[scenario.spec.gpu_model] * period_end_s
-                if floor_j >= whole.energy_limit_j:
-                    # A cluster budget pays its powered idle GPUs: no plan can keep it.
-                    stdout.write(
-                        f"  note: the cluster's idle GPUs alone draw {floor_j / J_PER_KWH:.1f} "
-                        f"kWh a period, more than the {args.energy_budget_kwh:g} kWh budget; "
-                        "every period will be over unless idle nodes are powered off "
-                        "(--power-off-idle-nodes)\n"
-                    )
+            # A cluster budget pays its powered idle GPUs (the bound's idle draw is 0 when
+            # idle nodes power off): one that the idle draw alone exceeds no plan can keep.
+            floor_j = bound.idle_power_w * (whole.period_end_s - whole.period_start_s)
+            if whole.energy_limit_j and not args.team_budgets and floor_j > whole.energy_limit_j:
+                stdout.write(
+                    f"  note: the cluster's idle GPUs alone draw {floor_j / J_PER_KWH:.1f} "
+                    f"kWh a period, more than the {args.energy_budget_kwh:g} kWh budget; "
+                    "every period will be over unless idle nodes are powered off "
+                    "(--power-off-idle-nodes)\n"
+                )
         for mode in modes:
             result, wall = _run(
                 scenarios[mode], args.policy, budgets=budgets, progress=progress, params=params

@@ -77,12 +77,15 @@ def _number(
         raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} is not a number") from None
     if not math.isfinite(number):
         raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} is not a finite number")
-    value = kind(number) if kind is int else number
-    if value < 0:
-        raise TraceError(f"{path.name}:{line_no}: {column}={value} is negative")
-    if positive and value <= 0:
-        raise TraceError(f"{path.name}:{line_no}: {column}={value} must be positive")
-    return value
+    if number < 0:
+        raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} is negative")
+    if positive and number <= 0:
+        raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} must be positive")
+    if kind is int:
+        if not number.is_integer():
+            raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} is not a whole number")
+        return int(number)
+    return number
 
 
 def _sorted(jobs: list[Job], path: Path) -> tuple[Job, ...]:
@@ -212,7 +215,7 @@ def read_philly_week(
             (
                 line_no,
                 submitted,
-                _number(row, "duration", path, line_no),
+                _number(row, "duration", path, line_no, positive=True),
                 n_gpus,
                 workload,
                 row["cluster"],
@@ -228,7 +231,13 @@ def read_philly_week(
             raise TraceError(f"{path.name}:{line_no}: no batch size known for model {workload!r}")
         key = (workload, n_gpus)
         if key not in speed:
-            model = catalog.get(workload, gpu_model)
+            try:
+                model = catalog.get(workload, gpu_model)
+            except KeyError:  # the catalog's UnknownPerfModelError
+                raise TraceError(
+                    f"{path.name}: no perf model of {workload!r} on {gpu_model}, so the "
+                    "simulator cannot run it"
+                ) from None
             speed[key] = 1.0 / model.iter_time_s(
                 GpuConfig(n_gpus=n_gpus, global_batch=batches[workload])
             )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduling.core.perf_models import load_catalog
 from scheduling.core.types import GpuConfig
 from scheduling.simulator.traces import (
     TraceError,
@@ -178,10 +179,13 @@ def test_unknown_or_broken_traces_are_refused_with_one_line(tmp_path):
     [
         ("0,nan,vgg16,256,1,10", r":2: submit_time='nan' is not a finite number"),
         ("0,0,vgg16,256,1,inf", r":2: iteration='inf' is not a finite number"),
-        ("0,0,vgg16,0,1,10", r":2: batch_size=0 must be positive"),
-        ("0,0,vgg16,256,0,10", r":2: num_gpu=0 must be positive"),
-        ("0,0,vgg16,256,1,0", r":2: iteration=0.0 must be positive"),
-        ("0,-5,vgg16,256,1,10", r":2: submit_time=-5.0 is negative"),
+        ("0,0,vgg16,0,1,10", r":2: batch_size='0' must be positive"),
+        ("0,0,vgg16,256,0,10", r":2: num_gpu='0' must be positive"),
+        ("0,0,vgg16,256,1,0", r":2: iteration='0' must be positive"),
+        ("0,-5,vgg16,256,1,10", r":2: submit_time='-5' is negative"),
+        ("0,0,vgg16,0.5,1,10", r":2: batch_size='0.5' is not a whole number"),
+        ("0,0,vgg16,256.9,1,10", r":2: batch_size='256.9' is not a whole number"),
+        ("0,0,vgg16,256,-0.5,10", r":2: num_gpu='-0.5' is negative"),
     ],
 )
 def test_a_trace_row_the_scheduler_cannot_use_is_refused_by_line(tmp_path, row, message):
@@ -204,10 +208,19 @@ def test_a_job_id_seen_twice_is_refused_by_name(tmp_path):
         read_trace(dup, data_dir=DATA)
 
 
-def test_pollux_and_philly_rows_need_at_least_one_gpu(tmp_path):
+def test_philly_week_on_a_gpu_the_catalog_lacks_models_for_is_refused_by_name():
+    # The reader needs each model's speed on the cluster's GPU; on the A100 the catalog has
+    # no ncf, and the UnknownPerfModelError (a KeyError) escaped the CLI as a traceback.
+    with pytest.raises(TraceError, match="philly_week.csv: no perf model of 'ncf' on A100"):
+        read_trace(
+            TRACE / "philly_week.csv", data_dir=DATA, catalog=load_catalog(), gpu_model="A100"
+        )
+
+
+def test_pollux_rows_need_at_least_one_gpu(tmp_path):
     pollux = tmp_path / "pollux_workload-9.csv"
     pollux.write_text("name,time,application,num_replicas,batch_size\ncifar10-0,1,cifar10,0,128\n")
-    with pytest.raises(TraceError, match=r"pollux_workload-9.csv:2: num_replicas=0 must be"):
+    with pytest.raises(TraceError, match=r"pollux_workload-9.csv:2: num_replicas='0' must be"):
         read_trace(pollux, data_dir=DATA)
 
 

@@ -105,8 +105,9 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    forecast's; measures a cluster budget's lag against its idle floor's carbon as the
    grid made it (``_Round._lags``), not a straight line of the limit; and keeps in
    every allowance the floor's carbon to the period's end with the hours past the
-   forecast as dirty as the dirtiest recent day, the margin above the mean narrowed by
-   the square root of the days it spans (``_keep_committed_carbon``).
+   forecast as dirty as the dirtiest recent day, or, where that would leave no job
+   anything, with the margin above the mean narrowed by the square root of the days it
+   spans (``_keep_committed_carbon``).
    ``hour_price`` (off) chooses each job's target with its energy priced at this
    hour's intensity (``_Round.hour_hull``).
 
@@ -258,12 +259,12 @@ class BudgetGreedy:
         - ``hour_price``: a carbon price chooses targets with this hour's intensity;
         - ``keep_window_h``: a carbon price keeps the idle floor past the forecast at the
           dirtiest mean of this many consecutive hours seen lately (24: a day).
-        - ``keep_hedge`` (on): past the first such window the kept level's margin above
-          the mean is narrowed by the square root of the windows it spans
-          (``pacing.IntensityCurve.co2_g_hedged``); off, the dirtiest window holds for
-          the whole rest of the period, which left a budget that is mostly idle floor
-          no allowance for any job for months (docs/benchmarks.md, "The idle floor's
-          reserve").
+        - ``keep_hedge`` (on): where the dirtiest window held for the whole rest of the
+          period would leave no job anything, the kept level's margin above the mean
+          past the first window is narrowed by the square root of the windows it spans
+          (``pacing.IntensityCurve.co2_g_hedged``); off, such a budget (mostly idle
+          floor) had no allowance for any job for months (docs/benchmarks.md, "The idle
+          floor's reserve").
         - ``starvation_s`` (None: no bound): a waiting job that has waited this long
           since it last changed is admitted right after the running jobs, earliest
           submitted first (within a priority),
@@ -314,6 +315,12 @@ class BudgetGreedy:
         self.probe_extensions = probe_extensions
         self.reserve_at_fast = reserve_at_fast
         self.hour_price = hour_price
+        if (
+            isinstance(keep_window_h, bool)
+            or not isinstance(keep_window_h, int)
+            or keep_window_h < 1
+        ):
+            raise ValueError("keep_window_h must be a whole number of hours, at least 1")
         self.keep_window_h = keep_window_h
         self.keep_hedge = keep_hedge
         self.starvation_s = starvation_s
@@ -797,8 +804,9 @@ class _Round:
     def _keep_committed_carbon(self) -> None:
         """Lower each carbon allowance so that what remains after this round pays the
         idle floor to the period's end with the hours past the forecast as dirty as the
-        dirtiest recent day (``pacing.dirtiest_day_ci``), its margin above the mean
-        narrowed over a span of many days (``keep_hedge``). The price and the even share
+        dirtiest recent day (``pacing.dirtiest_day_ci``); where that leaves no job
+        anything, its margin above the mean narrowed over the days it spans
+        (``keep_hedge``). The price and the even share
         reserve the floor at the recent mean, which a grid that grows dirtier over the
         period outruns; the floor is drawn whatever the plan, so a budget that spent
         down to the mean's reserve goes over its period at its end. Only binds when
@@ -818,13 +826,16 @@ class _Round:
                     hours=self.policy.keep_window_h,
                 )
             after_s = max(b.period_end_s - ctx.now_s - self.round_s, 0.0)
-            if self.policy.keep_hedge:
-                keep = self.curve.co2_g_hedged(
-                    fw, after_s, max(hi, self.curve.tail_ci), self.policy.keep_window_h * HOUR_S
-                )
-            else:
-                keep = self.curve.co2_g_upper(fw, after_s, max(hi, self.curve.tail_ci))
+            dirty = max(hi, self.curve.tail_ci)
+            keep = self.curve.co2_g_upper(fw, after_s, dirty)
             round_floor_g = self.idle_floor_j * self.to_g
+            if self.policy.keep_hedge and b.co2_remaining_g - keep <= round_floor_g:
+                # The dirtiest day held to the period's end leaves no job anything: keep
+                # the margin narrowed over the days it spans instead, so that a budget
+                # that is mostly idle floor is not closed to work for months.
+                keep = self.curve.co2_g_hedged(
+                    fw, after_s, dirty, self.policy.keep_window_h * HOUR_S
+                )
             self.allow_c[b_i] = min(allow, max(b.co2_remaining_g - keep, round_floor_g))
 
     # --- stage 3: admission at minimum configuration (point 2) --------------------
