@@ -416,6 +416,16 @@ class Job(models.Model):
                 errors["min_batch_size"] = "Must not exceed global_batch_size."
             if self.max_batch_size is not None and self.max_batch_size < self.global_batch_size:
                 errors["max_batch_size"] = "Must be at least global_batch_size."
+        if self.per_gpu_batch_size is not None:
+            # 0 read as "not given" in ONES; more than the largest global batch cannot be
+            # a share of one.
+            largest = self.max_batch_size or self.global_batch_size
+            if self.per_gpu_batch_size < 1:
+                errors["per_gpu_batch_size"] = "Must be at least 1."
+            elif largest is not None and self.per_gpu_batch_size > largest:
+                errors["per_gpu_batch_size"] = (
+                    f"Must not exceed the largest global batch size ({largest})."
+                )
         if self.total_iterations is not None and self.total_iterations < 1:
             errors["total_iterations"] = "A job needs at least 1 iteration."
         if self.completed_iterations is not None and self.completed_iterations < 0:

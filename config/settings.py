@@ -239,6 +239,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": env_int("API_PAGE_SIZE", 50),
     "DEFAULT_SCHEMA_CLASS": "config.openapi.WattflowAutoSchema",
+    # JSON answers escape non-ASCII: a refusal that quotes the client's input (a choice
+    # field's "not a valid choice") held a lone surrogate that UTF-8 cannot encode, a 500.
+    "UNICODE_JSON": False,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Wattflow API",

@@ -5,6 +5,7 @@ write, and nothing is stored."""
 from __future__ import annotations
 
 import json
+import math
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -98,6 +99,18 @@ def budget_edit(request, pk: int):
     return _budget_form(request, budget=budget)
 
 
+def _amount(value) -> float:
+    """A finite number >= 0 from the what-if page's fields, else ValueError: a NaN or an
+    infinity would be written back as bare NaN / Infinity, which is not JSON, and a negative
+    average JCT would stand in the figure for a replay's."""
+    if isinstance(value, bool):
+        raise ValueError("not a number")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError("not a finite number >= 0")
+    return number
+
+
 @login_required
 @require_POST
 def budget_whatif(request):
@@ -111,15 +124,25 @@ def budget_whatif(request):
         return JsonResponse({"errors": form.errors}, status=400)
     try:
         done = [
-            (float(b), None if j is None else float(j))
+            (_amount(b), None if j is None else _amount(j))
             for b, j in json.loads(request.POST.get("done") or "[]")
         ]
     except (TypeError, ValueError):
-        return JsonResponse({"errors": {"done": ["Must be a JSON list of pairs."]}}, status=400)
+        return JsonResponse(
+            {
+                "errors": {
+                    "done": [
+                        "Must be a JSON list of [budget, average JCT or null] pairs "
+                        "of finite numbers >= 0."
+                    ]
+                }
+            },
+            status=400,
+        )
     try:
-        proposed = float(request.POST["proposed"]) if request.POST.get("proposed") else None
+        proposed = _amount(request.POST["proposed"]) if request.POST.get("proposed") else None
     except ValueError:
-        return JsonResponse({"errors": {"proposed": ["Must be a number."]}}, status=400)
+        return JsonResponse({"errors": {"proposed": ["Must be a finite number >= 0."]}}, status=400)
     data = form.cleaned_data
     now = timezone.now()
     # The proposed (unsaved) budget's use so far, computed as for every stored budget.

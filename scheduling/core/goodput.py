@@ -62,13 +62,16 @@ def noise_scale_from_stats(grad_sqr: float, grad_var: float, batch: float) -> fl
     """Gradient noise scale (samples) from AdaptDL-style statistics measured at ``batch``:
     ``grad_sqr`` the squared norm of the gradient, ``grad_var`` the variance of the
     mini-batch gradient at that batch. None when the numbers cannot give one (non-finite,
-    negative, a zero gradient norm or a non-positive batch)."""
+    negative, a zero gradient norm, a non-positive batch, or a ratio that overflows)."""
     values = (grad_sqr, grad_var, batch)
     if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
         return None
     if grad_sqr <= 0.0 or grad_var < 0.0 or batch <= 0:
         return None
-    return grad_var * batch / grad_sqr
+    scale = grad_var * batch / grad_sqr
+    # Two finite statistics can still overflow (5e-324 and 1e308): an infinite noise scale
+    # would read as "every batch is free".
+    return scale if math.isfinite(scale) else None
 
 
 def efficiency(noise_scale: float | None, batch: float, ref_batch: float) -> float:

@@ -6,6 +6,7 @@ import math
 
 from rest_framework import serializers
 
+from cluster.validators import multi_line, single_line
 from telemetry.choices import ExitReason, JobEventKind
 
 # Bounds of the columns agent messages land in: a value outside them is a 400 here, not a
@@ -29,9 +30,11 @@ class FiniteFloatField(serializers.FloatField):
 
 
 class GpuRegistrationSerializer(serializers.Serializer):
-    uuid = serializers.CharField(max_length=64)
+    # No control characters: a terminal escape in a GPU's model or uuid was stored and
+    # shown on the node pages (found by probing the API).
+    uuid = serializers.CharField(max_length=64, validators=[single_line])
     index = serializers.IntegerField(min_value=0, max_value=255)
-    model = serializers.CharField(max_length=100)
+    model = serializers.CharField(max_length=100, validators=[single_line])
     memory_mb = serializers.IntegerField(
         min_value=0,
         max_value=_INT_MAX,
@@ -117,6 +120,7 @@ class HeartbeatSerializer(serializers.Serializer):
         max_length=500,
         allow_blank=True,
         required=False,
+        validators=[multi_line],
         help_text="The server's answer to the newest quarantined message.",
     )
 
@@ -232,6 +236,12 @@ class JobEventSerializer(serializers.Serializer):
             missing = "grad_var" if var is None else "grad_sqr"
             raise serializers.ValidationError(
                 {missing: "grad_sqr and grad_var are reported together."}
+            )
+        if sqr is not None and sqr > 0 and not math.isfinite(var / sqr):
+            # Stored, the overflowing ratio made the job's noise scale infinite, which
+            # the scheduler reads as "any batch size is free" (scheduling/core/goodput.py).
+            raise serializers.ValidationError(
+                {"grad_sqr": "grad_var / grad_sqr overflows: the noise scale would be infinite."}
             )
         return attrs
 

@@ -1,6 +1,7 @@
 """Issue 16, point 1: hostile and absurd values are refused on every input path with a 400
 naming the field, and nothing is stored; the database refuses non-finite numbers itself."""
 
+import json
 import math
 
 import pytest
@@ -50,6 +51,8 @@ def test_a_job_with_a_non_finite_or_absurd_number_is_a_400_and_not_stored(
         ("global_batch_size", 10**20),
         ("max_batch_size", 10**20),
         ("per_gpu_batch_size", 2**40),
+        ("per_gpu_batch_size", 0),
+        ("per_gpu_batch_size", 100_000),
     ],
 )
 def test_a_job_with_an_out_of_range_integer_is_a_400_and_not_stored(
@@ -194,4 +197,15 @@ def test_the_job_form_refuses_absurd_iterations_with_a_field_message(client, mem
 
     assert response.status_code == 400
     assert "iterations" in response.context["form"].errors
+    assert not Job.objects.exists()
+
+
+def test_a_refusal_that_quotes_a_broken_character_is_a_400_not_a_500(api_client, member, team):
+    # "not a valid choice" quotes the input; a lone surrogate in it could not be encoded as
+    # UTF-8 and the answer was a 500 (found by probing the API).
+    body = json.dumps({**SUBMIT, "team": "vision"}).replace('"vision"', '"\\ud800"')
+    response = api_client(member).post("/api/jobs/", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert "team" in response.json()
     assert not Job.objects.exists()

@@ -40,6 +40,7 @@ def test_noise_scale_is_variance_times_batch_over_squared_norm():
         (1.0, 1.0, 0),
         (math.nan, 1.0, 32),
         (1.0, math.inf, 32),
+        (5e-324, 1e308, 32),  # each finite, the ratio not
     ],
 )
 def test_unusable_statistics_give_no_noise_scale(sqr, var, batch):

@@ -382,6 +382,37 @@ def test_whatif_replays_the_team_queue_and_returns_the_figure(
     assert refused.json()["errors"]["team"][0].startswith("Select a valid choice")
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("done", "[[NaN, null]]"),
+        ("done", "[[1e999, 5]]"),
+        ("done", "[[10, -5]]"),
+        ("done", "[[true, 5]]"),
+        ("proposed", "nan"),
+        ("proposed", "inf"),
+        ("proposed", "-1"),
+    ],
+)
+def test_whatif_refuses_a_point_or_proposal_that_is_not_a_finite_amount(
+    client_for, lead, team, field, value
+):
+    # NaN came back as bare NaN (not JSON, the page's parser failed) and a negative
+    # average JCT from the page stood in the figure for the replay's (found by probing).
+    now = timezone.now()
+    data = {
+        "team": team.pk,
+        "kind": "energy",
+        "limit": "50",
+        "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+        "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
+        field: value,
+    }
+    response = client_for(lead).post(reverse("frontend:budget-whatif"), data)
+    assert response.status_code == 400
+    assert list(response.json()["errors"]) == [field]
+
+
 # --- reports and nodes ----------------------------------------------------------------------
 
 

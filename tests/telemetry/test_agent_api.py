@@ -92,6 +92,31 @@ def test_registering_a_gpu_of_another_node_is_refused(agent_node, other_node, ag
     assert Gpu.objects.filter(node=node).count() == 2
 
 
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [({"model": "A100\x1b[31m"}, "model"), ({"uuid": "GPU-\x1b[0m"}, "uuid")],
+)
+def test_a_gpu_name_with_a_terminal_escape_is_refused(make_node, agent_client, overrides, field):
+    # It was stored and shown on the node pages (found by probing the API).
+    node = make_node("node-09", gpus=0)
+    body = {"gpus": [_gpu("GPU-x0", 0, **overrides)]}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", body, format="json"
+    )
+    assert response.status_code == 400
+    assert field in response.json()["gpus"][0]
+    assert not Gpu.objects.filter(node=node).exists()
+
+
+def test_a_quarantine_reason_with_a_terminal_escape_is_refused(agent_node, agent_client):
+    node, token = agent_node
+    response = agent_client(token).post(
+        "/api/agent/heartbeat/", {"last_quarantine_reason": "\x1b[31mred"}, format="json"
+    )
+    assert response.status_code == 400
+    assert "last_quarantine_reason" in response.json()
+
+
 def test_registration_with_inconsistent_limits_is_a_400(make_node, agent_client):
     node = make_node("node-09", gpus=0)
     body = {"gpus": [_gpu("GPU-x0", 0, min_power_limit_w=450.0)]}
@@ -303,6 +328,8 @@ def test_gradient_statistics_are_stored_on_the_job_and_an_older_report_does_not_
         ({"grad_sqr": -1.0, "grad_var": 1.0}, "grad_sqr"),
         ({"grad_sqr": "NaN", "grad_var": 1.0}, "grad_sqr"),
         ({"grad_sqr": 1.0, "grad_var": "Infinity"}, "grad_var"),
+        # each finite, but their ratio overflows: stored, the job's noise scale was inf
+        ({"grad_sqr": 5e-324, "grad_var": 1e308}, "grad_sqr"),
     ],
 )
 def test_unusable_gradient_statistics_are_refused_per_field(
