@@ -270,11 +270,12 @@ def test_a_budget_behind_its_line_counts_its_reserve_at_the_fastest_cost(
 # dirtiest day 300. Over the 35,700 s after this round the floor takes 400 W x (3600 s x
 # 100 + 32,100 s x 202) = 761 g at the mean, 1,110 g at the dirtiest day.
 _SEEN = [300.0] * 24 + [100.0] * 23
+_FLOOR_ROUND_G = 400 * 300 * 100 / 3.6e6  # the idle floor of one 300 s round at 100 g/kWh
 
 
-@pytest.mark.parametrize(("limit_g", "runs"), [(1_000.0, False), (1_200.0, True)])
-def test_a_carbon_price_keeps_the_idle_floor_at_the_dirtiest_recent_day(limit_g, runs):
-    budget = Budget("c", None, 0.0, 36_000.0, co2_limit_g=limit_g)
+def _plan_with_idle_floor(limit_g: float, period_s: float, **params):
+    """One job on corekit's 8 GPUs, a cluster carbon budget, the hours seen above."""
+    budget = Budget("c", None, 0.0, period_s, co2_limit_g=limit_g)
     snap = snapshot(
         make_cluster(1, 1, 8),
         [job("a", iters=600.0)],
@@ -282,14 +283,19 @@ def test_a_carbon_price_keeps_the_idle_floor_at_the_dirtiest_recent_day(limit_g,
         carbon=CarbonSignal(ci_g_per_kwh=100.0),
         policy_state={"ci_history": list(_SEEN), "ci_hour": 0},
     )
-    policy = get_policy("greenflow", pricing=True, rank="per_gpu")
-    plan = plan_round(snap, policy=policy, now=0.0)
+    policy = get_policy("greenflow", pricing=True, rank="per_gpu", **params)
+    return plan_round(snap, policy=policy, now=0.0)
+
+
+@pytest.mark.parametrize(("limit_g", "runs"), [(1_000.0, False), (1_200.0, True)])
+def test_a_carbon_price_keeps_the_idle_floor_at_the_dirtiest_recent_day(limit_g, runs):
+    plan = _plan_with_idle_floor(limit_g, 36_000.0)
     # 1,000 g: what remains after the dirtiest day's floor is below this round's own
     # floor (400 W x 300 s at 100 g/kWh = 3.33 g), so only the floor is allowed and the
     # job waits; 1,200 g leaves 90 g, and it runs.
     assert ("a" in plan.allocations) is runs
     if not runs:
-        assert plan.co2_allowance_by_budget_g["c"] == pytest.approx(400 * 300 * 100 / 3.6e6)
+        assert plan.co2_allowance_by_budget_g["c"] == pytest.approx(_FLOOR_ROUND_G)
 
 
 @pytest.mark.parametrize(("hedge", "runs"), [(True, True), (False, False)])
@@ -300,22 +306,12 @@ def test_a_month_of_idle_floor_is_not_reserved_at_the_dirtiest_day(hedge, runs):
     # (202 + 98 / sqrt(29.95) = 220 g/kWh past the 1 h forecast). Reserved at the
     # dirtiest day, nothing but the floor could run for the whole month although the
     # mean leaves 11.8 kg (the sweep's GreenFlow run, mostly idle floor, held 48 jobs).
-    budget = Budget("c", None, 0.0, 30 * 86_400.0, co2_limit_g=70_000.0)
-    snap = snapshot(
-        make_cluster(1, 1, 8),
-        [job("a", iters=600.0)],
-        budgets=(budget,),
-        carbon=CarbonSignal(ci_g_per_kwh=100.0),
-        policy_state={"ci_history": list(_SEEN), "ci_hour": 0},
-    )
-    policy = get_policy("greenflow", pricing=True, rank="per_gpu", keep_hedge=hedge)
-    plan = plan_round(snap, policy=policy, now=0.0)
+    plan = _plan_with_idle_floor(70_000.0, 30 * 86_400.0, keep_hedge=hedge)
     assert ("a" in plan.allocations) is runs
-    floor_g = 400 * 300 * 100 / 3.6e6
     if runs:
-        assert plan.co2_allowance_by_budget_g["c"] > floor_g
+        assert plan.co2_allowance_by_budget_g["c"] > _FLOOR_ROUND_G
     else:
-        assert plan.co2_allowance_by_budget_g["c"] == pytest.approx(floor_g)
+        assert plan.co2_allowance_by_budget_g["c"] == pytest.approx(_FLOOR_ROUND_G)
 
 
 def test_greenflow_spends_a_team_carbon_budget_that_covers_the_work_without_holding_jobs():
