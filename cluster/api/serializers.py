@@ -2,6 +2,7 @@
 place where cross-field rules live, so both the admin and the API apply the same checks."""
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -47,6 +48,25 @@ def run_model_clean(model_class, attrs: dict, instance=None) -> None:
             errors.setdefault("non_field_errors" if key == "__all__" else key, messages)
     if errors:
         raise serializers.ValidationError(errors)
+
+
+class NumberFloatField(serializers.FloatField):
+    """DRF's FloatField, refusing JSON's true and false: ``float(True)`` is 1.0, and a
+    budget sent as ``"energy_limit_kwh": true`` was stored as 1 kWh (found by probing)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class _NumbersOnly(serializers.ModelSerializer):
+    """A ModelSerializer whose model float fields refuse booleans."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.FloatField: NumberFloatField,
+    }
 
 
 class TeamSlugField(serializers.SlugRelatedField):
@@ -104,7 +124,7 @@ class ExplorationSerializer(serializers.Serializer):
     reason = serializers.CharField(allow_blank=True, help_text="Why exploration stopped.")
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(_NumbersOnly):
     team = TeamSlugField()
     owner = serializers.CharField(source="owner.username", read_only=True)
     min_gpus = serializers.IntegerField(min_value=1, default=1)
@@ -268,7 +288,7 @@ class BudgetUsageSerializer(serializers.Serializer):
     limits = LimitUsageSerializer(many=True)
 
 
-class BudgetSerializer(serializers.ModelSerializer):
+class BudgetSerializer(_NumbersOnly):
     team = TeamSlugField()
     usage = serializers.SerializerMethodField()
 

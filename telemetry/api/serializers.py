@@ -18,11 +18,14 @@ MAX_ITERATIONS = float(_BIGINT_MAX)
 
 
 class FiniteFloatField(serializers.FloatField):
-    """A float that refuses NaN and the infinities (DRF's FloatField takes "NaN")."""
+    """A float that refuses NaN, the infinities (DRF's FloatField takes "NaN") and JSON's
+    true and false."""
 
     default_error_messages = {"not_finite": "A finite number is required."}
 
     def to_internal_value(self, data):
+        if isinstance(data, bool):  # float(True) is 1.0: "iterations": true was stored as 1
+            self.fail("invalid")
         value = super().to_internal_value(data)
         if not math.isfinite(value):
             self.fail("not_finite")

@@ -107,6 +107,8 @@ def test_a_multi_line_command_within_the_limit_is_accepted(api_client, member, t
         ("carbon_limit_kg", 1e30),
         ("warn_fraction", "NaN"),
         ("team", "vision\x00"),
+        ("energy_limit_kwh", True),  # float(True) is 1.0: it was stored as 1 kWh
+        ("carbon_limit_kg", False),
     ],
 )
 def test_a_budget_with_a_non_finite_or_absurd_value_is_a_400_and_not_stored(

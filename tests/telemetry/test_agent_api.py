@@ -330,6 +330,7 @@ def test_gradient_statistics_are_stored_on_the_job_and_an_older_report_does_not_
         ({"grad_sqr": 1.0, "grad_var": "Infinity"}, "grad_var"),
         # each finite, but their ratio overflows: stored, the job's noise scale was inf
         ({"grad_sqr": 5e-324, "grad_var": 1e308}, "grad_sqr"),
+        ({"grad_sqr": True, "grad_var": 1.0}, "grad_sqr"),  # float(True) is 1.0
     ],
 )
 def test_unusable_gradient_statistics_are_refused_per_field(
