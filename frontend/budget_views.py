@@ -128,17 +128,8 @@ def budget_whatif(request):
             for b, j in json.loads(request.POST.get("done") or "[]")
         ]
     except (TypeError, ValueError):
-        return JsonResponse(
-            {
-                "errors": {
-                    "done": [
-                        "Must be a JSON list of [budget, average JCT or null] pairs "
-                        "of finite numbers >= 0."
-                    ]
-                }
-            },
-            status=400,
-        )
+        pairs = "Must be a JSON list of [budget, average JCT or null] pairs of numbers >= 0."
+        return JsonResponse({"errors": {"done": [pairs]}}, status=400)
     try:
         proposed = _amount(request.POST["proposed"]) if request.POST.get("proposed") else None
     except ValueError:

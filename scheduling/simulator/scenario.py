@@ -28,7 +28,8 @@ from scheduling.simulator.engine import (
     Simulator,
 )
 from scheduling.simulator.traces import (
-    TraceError,
+    has_model,
+    no_model_error,
     read_trace,
     with_arrival_scale,
     with_batch_range,
@@ -143,28 +144,13 @@ def _check_ground_truth(
     """Refuse a trace with a workload the catalog has no model of on the cluster's GPU.
 
     The catalog is the simulator's ground truth: it advances every job, whatever the
-    policies know (``--knowledge learned`` changes what they see, not how jobs run). A
-    job without a model could never run; it used to wait, reported ``no_perf_model``,
-    until the run was stopped as stalled days of simulated time later.
-    """
-
-    def has(workload: str) -> bool:
-        try:
-            catalog.get(workload, gpu_model)
-        except KeyError:  # the catalog's UnknownPerfModelError
-            return False
-        return True
-
-    missing = sorted({w for w in {j.workload for j in jobs} if not has(w)})
-    if not missing:
-        return
-    known = [w for w in catalog.workloads() if has(w)]
-    shown = ", ".join(repr(w) for w in missing[:5]) + (" ..." if len(missing) > 5 else "")
-    raise TraceError(
-        f"{trace_name}: no perf model of {shown} on {gpu_model}, so the simulator cannot run "
-        f"{'it' if len(missing) == 1 else 'them'} (its {gpu_model} workloads: "
-        f"{', '.join(known) or 'none'})"
+    policies know (``--knowledge learned`` changes what they see, not how jobs run)."""
+    missing = sorted(
+        {j.workload for j in jobs}
+        - {w for w in catalog.workloads() if has_model(catalog, w, gpu_model)}
     )
+    if missing:
+        raise no_model_error(trace_name, missing, gpu_model, catalog)
 
 
 TEAM_RULES = ("trace", "workload")

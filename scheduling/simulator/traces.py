@@ -66,8 +66,9 @@ def _number(
     kind: type = float,
     *,
     positive: bool = False,
-) -> float:
-    """The column's value as a finite number >= 0 (> 0 with ``positive``), or a
+) -> float | int:
+    """The column's value as a finite number >= 0 (> 0 with ``positive``; an ``int``
+    for ``kind=int``, refusing a fraction), or a
     ``TraceError`` naming the file, line and column: a NaN or an infinity would
     otherwise reach the scheduler's arithmetic and fail far from the bad row."""
     raw = row.get(column)
@@ -88,6 +89,31 @@ def _number(
     return number
 
 
+def has_model(catalog: PerfCatalog, workload: str, gpu_model: str) -> bool:
+    """Whether the catalog, the simulator's ground truth, can run ``workload`` on
+    ``gpu_model`` (the ``PerfCatalog`` protocol has ``get`` only)."""
+    try:
+        catalog.get(workload, gpu_model)
+    except KeyError:  # the catalog's UnknownPerfModelError
+        return False
+    return True
+
+
+def no_model_error(
+    trace_name: str, missing: list[str], gpu_model: str, catalog: PerfCatalog
+) -> TraceError:
+    """The one-line refusal of a trace whose workloads the catalog has no model of on the
+    cluster's GPU: a job without one could never run (it used to wait as
+    ``no_perf_model`` until the run stopped as stalled, or end in a traceback)."""
+    known = [w for w in catalog.workloads() if has_model(catalog, w, gpu_model)]
+    shown = ", ".join(repr(w) for w in missing[:5]) + (" ..." if len(missing) > 5 else "")
+    return TraceError(
+        f"{trace_name}: no perf model of {shown} on {gpu_model}, so the simulator cannot run "
+        f"{'it' if len(missing) == 1 else 'them'} (its {gpu_model} workloads: "
+        f"{', '.join(known) or 'none'})"
+    )
+
+
 def _sorted(jobs: list[Job], path: Path) -> tuple[Job, ...]:
     """The jobs by submit time (stable: equal times keep their file order), once each: a
     job id seen twice is refused, since every record of a run is kept by job id."""
@@ -106,7 +132,7 @@ def read_elasticflow_trace(
     columns = ("job_id", "submit_time", "model_name", "batch_size", "num_gpu", "iteration")
     jobs = []
     for line_no, row in enumerate(_rows(path, columns), start=2):
-        n_gpus = int(_number(row, "num_gpu", path, line_no, int, positive=True))
+        n_gpus = _number(row, "num_gpu", path, line_no, int, positive=True)
         jobs.append(
             Job(
                 job_id=row["job_id"],
@@ -114,7 +140,7 @@ def read_elasticflow_trace(
                 team=team,
                 submit_time_s=_number(row, "submit_time", path, line_no),
                 total_iters=_number(row, "iteration", path, line_no, positive=True),
-                global_batch=int(_number(row, "batch_size", path, line_no, int, positive=True)),
+                global_batch=_number(row, "batch_size", path, line_no, int, positive=True),
                 requested_gpus=n_gpus,
                 min_gpus=1,
                 max_gpus=max(max_gpus, n_gpus),
@@ -142,11 +168,11 @@ def read_pollux_workload(
         _rows(path, ("name", "time", "application", "num_replicas", "batch_size")), 2
     ):
         workload = row["application"]
-        batch = int(_number(row, "batch_size", path, line_no, int, positive=True))
+        batch = _number(row, "batch_size", path, line_no, int, positive=True)
         key = (workload, batch)
         if key not in iters_cache:
             iters_cache[key] = pollux_total_iters(perf_dir, workload, batch)
-        n_gpus = int(_number(row, "num_replicas", path, line_no, int, positive=True))
+        n_gpus = _number(row, "num_replicas", path, line_no, int, positive=True)
         jobs.append(
             Job(
                 job_id=row["name"],
@@ -209,7 +235,7 @@ def read_philly_week(
             raise TraceError(
                 f"{path.name}:{line_no}: timestamp={row['timestamp']!r} is not YYYY-mm-dd HH:MM:SS"
             ) from None
-        n_gpus = int(_number(row, "num_gpus", path, line_no, int, positive=True))
+        n_gpus = _number(row, "num_gpus", path, line_no, int, positive=True)
         workload = philly_model_for(_number(row, "gpu_time", path, line_no), rng)
         parsed.append(
             (
@@ -234,10 +260,7 @@ def read_philly_week(
             try:
                 model = catalog.get(workload, gpu_model)
             except KeyError:  # the catalog's UnknownPerfModelError
-                raise TraceError(
-                    f"{path.name}: no perf model of {workload!r} on {gpu_model}, so the "
-                    "simulator cannot run it"
-                ) from None
+                raise no_model_error(path.name, [workload], gpu_model, catalog) from None
             speed[key] = 1.0 / model.iter_time_s(
                 GpuConfig(n_gpus=n_gpus, global_batch=batches[workload])
             )

@@ -6,6 +6,7 @@ import math
 
 from rest_framework import serializers
 
+from cluster.api.serializers import NumberFloatField
 from cluster.validators import multi_line, single_line
 from telemetry.choices import ExitReason, JobEventKind
 
@@ -17,15 +18,13 @@ _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 MAX_ITERATIONS = float(_BIGINT_MAX)
 
 
-class FiniteFloatField(serializers.FloatField):
-    """A float that refuses NaN, the infinities (DRF's FloatField takes "NaN") and JSON's
-    true and false."""
+class FiniteFloatField(NumberFloatField):
+    """A float that refuses NaN and the infinities (DRF's FloatField takes "NaN"), and, as
+    ``NumberFloatField``, JSON's true and false ("iterations": true was stored as 1)."""
 
     default_error_messages = {"not_finite": "A finite number is required."}
 
     def to_internal_value(self, data):
-        if isinstance(data, bool):  # float(True) is 1.0: "iterations": true was stored as 1
-            self.fail("invalid")
         value = super().to_internal_value(data)
         if not math.isfinite(value):
             self.fail("not_finite")

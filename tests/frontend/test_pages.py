@@ -349,6 +349,19 @@ def test_budget_list_shows_progress_and_edit_links_by_role(client_for, lead, mem
     assert rows[0]["can_edit"] is True
 
 
+def _whatif_data(team, **fields) -> dict:
+    """The what-if form for a period from an hour ago to 23 hours ahead, with ``fields``."""
+    now = timezone.now()
+    return {
+        "team": team.pk,
+        "kind": "energy",
+        "limit": "50",
+        "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+        "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
+        **fields,
+    }
+
+
 def test_whatif_replays_the_team_queue_and_returns_the_figure(
     client_for, lead, member, team, make_job, make_node
 ):
@@ -357,15 +370,7 @@ def test_whatif_replays_the_team_queue_and_returns_the_figure(
     # the what-if sees the cluster as the round does: only nodes that heart-beat recently
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
     make_job(owner=member, team=team, total_iterations=2000)
-    data = {
-        "team": team.pk,
-        "kind": "energy",
-        "limit": "50",
-        "proposed": "50",
-        "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
-        "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
-        "done": json.dumps([[25.0, None]]),
-    }
+    data = _whatif_data(team, proposed="50", done=json.dumps([[25.0, None]]))
     response = client_for(lead).post(reverse("frontend:budget-whatif"), data)
     body = response.json()
     assert response.status_code == 200
@@ -399,15 +404,7 @@ def test_whatif_refuses_a_point_or_proposal_that_is_not_a_finite_amount(
 ):
     # NaN came back as bare NaN (not JSON, the page's parser failed) and a negative
     # average JCT from the page stood in the figure for the replay's (found by probing).
-    now = timezone.now()
-    data = {
-        "team": team.pk,
-        "kind": "energy",
-        "limit": "50",
-        "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
-        "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
-        field: value,
-    }
+    data = _whatif_data(team, **{field: value})
     response = client_for(lead).post(reverse("frontend:budget-whatif"), data)
     assert response.status_code == 400
     assert list(response.json()["errors"]) == [field]
@@ -516,13 +513,7 @@ def test_whatif_of_a_carbon_budget_runs_greenflow(
     node = make_node("node-01", gpus=8)
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
     make_job(owner=member, team=team, total_iterations=2000)
-    data = {
-        "team": team.pk,
-        "kind": "carbon",
-        "limit": "20",
-        "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
-        "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
-    }
+    data = _whatif_data(team, kind="carbon", limit="20")
     body = client_for(lead).post(reverse("frontend:budget-whatif"), data).json()
     assert (body["n_jobs"], body["n_finished"], body["points"][0][0]) == (1, 1, 20.0)
     assert body["figure"]["layout"]["xaxis"]["title"]["text"] == "kg CO2e"
@@ -542,13 +533,8 @@ def test_whatif_names_a_job_that_can_never_run_and_keeps_the_curve_monotone(
     Node.objects.filter(pk=live.pk).update(last_heartbeat_at=now)
     make_job(owner=member, team=team, total_iterations=2000, min_gpus=2, max_gpus=2)
     big = make_job(owner=member, team=team, name="big one", min_gpus=8, max_gpus=8)
-    data = {
-        "team": team.pk, "kind": "energy", "limit": "50", "proposed": "50",
-        "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
-        "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
-        # an earlier point at a smaller budget that predicted a shorter JCT
-        "done": json.dumps([[25.0, 60.0]]),
-    }  # fmt: skip
+    # an earlier point at a smaller budget that predicted a shorter JCT
+    data = _whatif_data(team, proposed="50", done=json.dumps([[25.0, 60.0]]))
 
     # when the lead runs the what-if
     body = client_for(lead).post(reverse("frontend:budget-whatif"), data).json()
@@ -574,21 +560,7 @@ def test_whatif_without_a_live_node_says_nothing_can_run(
     # given a node whose agent never heart-beat: the round would not place work on it
     make_node("node-01", gpus=8)
     make_job(owner=member, team=team)
-    now = timezone.now()
-    body = (
-        client_for(lead)
-        .post(
-            reverse("frontend:budget-whatif"),
-            {
-                "team": team.pk,
-                "kind": "energy",
-                "limit": "50",
-                "period_start": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
-                "period_end": (now + timedelta(hours=23)).strftime("%Y-%m-%dT%H:%M"),
-            },
-        )
-        .json()
-    )
+    body = client_for(lead).post(reverse("frontend:budget-whatif"), _whatif_data(team)).json()
     assert (body["n_jobs"], body["schedulable_gpus"], body["n_finished"]) == (1, 0, 0)
     assert body["avg_jct_s"] is None
 

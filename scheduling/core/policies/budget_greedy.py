@@ -315,11 +315,7 @@ class BudgetGreedy:
         self.probe_extensions = probe_extensions
         self.reserve_at_fast = reserve_at_fast
         self.hour_price = hour_price
-        if (
-            isinstance(keep_window_h, bool)
-            or not isinstance(keep_window_h, int)
-            or keep_window_h < 1
-        ):
+        if type(keep_window_h) is not int or keep_window_h < 1:
             raise ValueError("keep_window_h must be a whole number of hours, at least 1")
         self.keep_window_h = keep_window_h
         self.keep_hedge = keep_hedge
