@@ -560,10 +560,16 @@ class Budget(models.Model):
         errors: dict[str, str] = {}
         if self.energy_limit_kwh is None and self.carbon_limit_kg is None:
             errors["energy_limit_kwh"] = "Set an energy limit, a carbon limit, or both."
-        if self.energy_limit_kwh is not None and self.energy_limit_kwh <= 0:
-            errors["energy_limit_kwh"] = "Must be positive."
-        if self.carbon_limit_kg is not None and self.carbon_limit_kg <= 0:
-            errors["carbon_limit_kg"] = "Must be positive."
+        for field, floor, unit in (
+            ("energy_limit_kwh", v.MIN_ENERGY_LIMIT_KWH, "kWh (1 Wh)"),
+            ("carbon_limit_kg", v.MIN_CARBON_LIMIT_KG, "kg CO2e (1 g)"),
+        ):
+            limit = getattr(self, field)
+            if limit is not None and limit <= 0:
+                errors[field] = "Must be positive."
+            elif limit is not None and limit < floor:
+                # A denormal limit made used / limit overflow to inf (``validators``).
+                errors[field] = f"Must be at least {floor:g} {unit}."
         if self.period_start and self.period_end and self.period_end <= self.period_start:
             errors["period_end"] = "Must be after period_start."
         if self.warn_fraction is not None and not (0 < self.warn_fraction <= 1):

@@ -23,6 +23,11 @@ MAX_BATCH_SIZE = 2**24
 MAX_ITERATIONS = 10**12
 MAX_ENERGY_LIMIT_KWH = 1e9  # 1 TWh a period: a 100,000-GPU cluster uses ~0.05 TWh a month
 MAX_CARBON_LIMIT_KG = 1e9
+# The smallest limits: 1 Wh and 1 g CO2e. Below them a limit is no budget but a typing error,
+# and a denormal one (5e-324 kWh) made used / limit overflow to inf: every read of the
+# budget's usage (API, pages, /metrics) answered 500 once the team had used a joule.
+MIN_ENERGY_LIMIT_KWH = 0.001
+MIN_CARBON_LIMIT_KG = 0.001
 MAX_COMMAND_CHARS = 8_192
 # Learning rates of real training runs lie in about 1e-7..10; ONES scales them by batch ratios.
 MIN_LEARNING_RATE = 1e-12

@@ -3,12 +3,20 @@ naming the field, and nothing is stored; the database refuses non-finite numbers
 
 import json
 import math
+from datetime import UTC, datetime
 
 import pytest
 from django.db import IntegrityError, transaction
 
 from cluster.models import Budget, Job
-from cluster.validators import MAX_COMMAND_CHARS
+from cluster.validators import (
+    MAX_CARBON_LIMIT_KG,
+    MAX_COMMAND_CHARS,
+    MAX_ENERGY_LIMIT_KWH,
+    MIN_CARBON_LIMIT_KG,
+    MIN_ENERGY_LIMIT_KWH,
+)
+from telemetry.models import EnergyLedgerEntry
 
 SUBMIT = {
     "name": "bert finetune",
@@ -103,8 +111,15 @@ def test_a_multi_line_command_within_the_limit_is_accepted(api_client, member, t
         ("energy_limit_kwh", "Infinity"),
         ("energy_limit_kwh", "NaN"),
         ("energy_limit_kwh", 1e30),
+        ("energy_limit_kwh", 1e308),
+        # A denormal limit: used / limit overflowed to inf and every read of the budget
+        # (API, pages, /metrics) answered 500 once the team had used a joule.
+        ("energy_limit_kwh", 5e-324),
+        ("energy_limit_kwh", 0.0009),
         ("carbon_limit_kg", "Infinity"),
         ("carbon_limit_kg", 1e30),
+        ("carbon_limit_kg", 5e-324),
+        ("carbon_limit_kg", 0.0009),
         ("warn_fraction", "NaN"),
         ("team", "vision\x00"),
         ("energy_limit_kwh", True),  # float(True) is 1.0: it was stored as 1 kWh
@@ -132,6 +147,67 @@ def test_patching_a_budget_to_infinity_is_a_400_and_keeps_the_stored_limit(api_c
     assert response.status_code == 400
     assert "energy_limit_kwh" in response.json()
     assert Budget.objects.get().energy_limit_kwh == 500.0
+
+
+def test_patching_a_budget_to_a_denormal_limit_is_a_400_and_keeps_the_stored_limit(
+    api_client, lead, team
+):
+    created = api_client(lead).post("/api/budgets/", BUDGET, format="json")
+    assert created.status_code == 201, created.content
+
+    response = api_client(lead).patch(
+        f"/api/budgets/{created.json()['id']}/", {"energy_limit_kwh": 5e-324}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {"energy_limit_kwh": ["Must be at least 0.001 kWh (1 Wh)."]}
+    assert Budget.objects.get().energy_limit_kwh == 500.0
+
+
+@pytest.mark.parametrize(
+    ("energy", "carbon"),
+    [(MIN_ENERGY_LIMIT_KWH, MIN_CARBON_LIMIT_KG), (MAX_ENERGY_LIMIT_KWH, MAX_CARBON_LIMIT_KG)],
+)
+def test_the_smallest_and_largest_limits_are_accepted_and_their_usage_reads(
+    api_client, lead, team, make_node, energy, carbon
+):
+    # given budgets at both ends of the range, and a team that used energy in the period
+    created = api_client(lead).post(
+        "/api/budgets/",
+        {**BUDGET, "energy_limit_kwh": energy, "carbon_limit_kg": carbon},
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    EnergyLedgerEntry.objects.create(
+        gpu=gpu, hour=datetime(2030, 4, 2, tzinfo=UTC), team=team, energy_j=3.6e15, co2_g=1e12,
+        ci_g_per_kwh=300.0, zone="DE",
+    )  # fmt: skip
+
+    # then the budget reads with finite shares of its limits
+    response = api_client(lead).get(f"/api/budgets/{created.json()['id']}/")
+
+    assert response.status_code == 200, response.content
+    assert all(math.isfinite(x["percent"]) for x in response.json()["usage"]["limits"])
+
+
+def test_the_budget_form_refuses_a_limit_below_one_watt_hour(client, lead, team):
+    client.force_login(lead)
+    form = {
+        "team": team.pk,
+        "period_start": "2030-04-01T00:00",
+        "period_end": "2030-05-01T00:00",
+        "energy_limit_kwh": "5e-324",
+        "carbon_limit_kg": "0.0001",
+        "hard_limit_action": "hold_queue",
+        "warn_percent": 80,
+    }
+
+    response = client.post("/budgets/new/", form)
+
+    errors = response.context["form"].errors
+    assert set(errors) == {"energy_limit_kwh", "carbon_limit_kg"}
+    assert not Budget.objects.exists()
 
 
 @pytest.mark.parametrize(
