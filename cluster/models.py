@@ -570,11 +570,18 @@ class Budget(models.Model):
             elif limit is not None and limit < floor:
                 # A denormal limit made used / limit overflow to inf (``validators``).
                 errors[field] = f"Must be at least {floor:g} {unit}."
-        if self.period_start and self.period_end and self.period_end <= self.period_start:
+        if self.period_start and self.period_start < v.EARLIEST_BUDGET_START:
+            errors["period_start"] = (
+                f"Must be on or after {v.EARLIEST_BUDGET_START:%Y-%m-%d %H:%M} UTC."
+            )
+        if self.period_end and self.period_end > v.LATEST_BUDGET_END:
+            errors["period_end"] = f"Must be on or before {v.LATEST_BUDGET_END:%Y-%m-%d %H:%M} UTC."
+        elif self.period_start and self.period_end and self.period_end <= self.period_start:
             errors["period_end"] = "Must be after period_start."
         if self.warn_fraction is not None and not (0 < self.warn_fraction <= 1):
             errors["warn_fraction"] = "Must be in (0, 1]."
-        if "period_end" not in errors and self.team_id and self.period_start and self.period_end:
+        in_range = not {"period_start", "period_end"} & set(errors)
+        if in_range and self.team_id and self.period_start and self.period_end:
             overlapping = (
                 Budget.objects.filter(
                     team_id=self.team_id,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator
@@ -28,6 +29,11 @@ MAX_CARBON_LIMIT_KG = 1e9
 # budget's usage (API, pages, /metrics) answered 500 once the team had used a joule.
 MIN_ENERGY_LIMIT_KWH = 0.001
 MIN_CARBON_LIMIT_KG = 0.001
+# A budget's period lies within these (an end is exclusive, so 2100-01-01 itself may end one).
+# Years 1..9999 were stored: the scheduler paced a limit over 8,000 years (0.1 J a round for
+# 100 kWh, so every job of the team waited), or from year 1 (its catch-up released it all).
+EARLIEST_BUDGET_START = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST_BUDGET_END = datetime(2100, 1, 1, tzinfo=UTC)
 MAX_COMMAND_CHARS = 8_192
 # Learning rates of real training runs lie in about 1e-7..10; ONES scales them by batch ratios.
 MIN_LEARNING_RATE = 1e-12

@@ -149,6 +149,72 @@ def test_patching_a_budget_to_infinity_is_a_400_and_keeps_the_stored_limit(api_c
     assert Budget.objects.get().energy_limit_kwh == 500.0
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        # A period of years 1..9999 was stored: the scheduler paced 100 kWh over 8,000 years
+        # (0.1 J a round, so every job of the team waited), or from year 1 not at all.
+        ("period_start", "0001-01-01T00:00:00Z"),
+        ("period_start", "1999-12-31T23:59:59Z"),
+        ("period_end", "9999-12-31T23:59:59.999999Z"),
+        ("period_end", "2100-01-01T00:00:01Z"),
+    ],
+)
+def test_a_budget_period_outside_2000_to_2100_is_a_400_and_not_stored(
+    api_client, lead, team, field, value
+):
+    response = api_client(lead).post("/api/budgets/", {**BUDGET, field: value}, format="json")
+
+    assert response.status_code == 400, response.content
+    bound = "on or after 2000-01-01" if field == "period_start" else "on or before 2100-01-01"
+    assert response.json() == {field: [f"Must be {bound} 00:00 UTC."]}
+    assert not Budget.objects.exists()
+
+
+def test_a_budget_may_span_the_whole_range(api_client, lead, team):
+    body = {**BUDGET, "period_start": "2000-01-01T00:00:00Z", "period_end": "2100-01-01T00:00:00Z"}
+
+    response = api_client(lead).post("/api/budgets/", body, format="json")
+
+    assert response.status_code == 201, response.content
+
+
+def test_patching_a_budget_to_year_9999_is_a_400_and_keeps_the_stored_period(
+    api_client, lead, team
+):
+    created = api_client(lead).post("/api/budgets/", BUDGET, format="json")
+    assert created.status_code == 201, created.content
+
+    response = api_client(lead).patch(
+        f"/api/budgets/{created.json()['id']}/",
+        {"period_end": "9999-12-31T00:00:00Z"},
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert "period_end" in response.json()
+    assert Budget.objects.get().period_end == datetime(2030, 5, 1, tzinfo=UTC)
+
+
+def test_the_budget_form_refuses_a_period_in_year_1(client, lead, team):
+    client.force_login(lead)
+    form = {
+        "team": team.pk,
+        "period_start": "0001-01-01T00:00",
+        "period_end": "2030-05-01T00:00",
+        "energy_limit_kwh": "100",
+        "hard_limit_action": "hold_queue",
+        "warn_percent": 80,
+    }
+
+    response = client.post("/budgets/new/", form)
+
+    assert response.context["form"].errors == {
+        "period_start": ["Must be on or after 2000-01-01 00:00 UTC."]
+    }
+    assert not Budget.objects.exists()
+
+
 def test_patching_a_budget_to_a_denormal_limit_is_a_400_and_keeps_the_stored_limit(
     api_client, lead, team
 ):
