@@ -140,6 +140,26 @@ class Node(models.Model):
         return cls.objects.filter(agent_token_hash=hash_agent_token(raw_token)).first()
 
 
+def sm_clock_conflict(
+    max_clock: int | None,
+    clocks: list[int] | tuple[int, ...] | None,
+    *,
+    max_registered: bool = False,
+    clocks_registered: bool = False,
+) -> str | None:
+    """Why a GPU's maximum SM clock and its lockable clocks disagree (a clock above the
+    maximum), naming both values; None when they agree or either is unknown. ``*_registered``
+    marks a value that is the stored one, not the one sent. Stored, the scheduler assigned a
+    listed clock the agent then capped at the maximum: a run unlike the one it predicted."""
+    if max_clock is None or not clocks or max(clocks) <= max_clock:
+        return None
+    return (
+        f"max_sm_clock_mhz {max_clock} MHz{' (registered)' if max_registered else ''} is below "
+        f"{max(clocks)} MHz, the highest of supported_sm_clocks_mhz"
+        f"{' (registered)' if clocks_registered else ''}."
+    )
+
+
 class Gpu(models.Model):
     """One GPU of a node, with the power and clock ranges NVML reports and its current setting."""
 
@@ -218,6 +238,9 @@ class Gpu(models.Model):
             and self.sm_clock_mhz not in self.supported_sm_clocks_mhz
         ):
             errors["sm_clock_mhz"] = "Not one of the GPU's supported SM clocks."
+        clocks = sm_clock_conflict(self.max_sm_clock_mhz, self.supported_sm_clocks_mhz)
+        if clocks:
+            errors["supported_sm_clocks_mhz"] = clocks
         if errors:
             raise ValidationError(errors)
 

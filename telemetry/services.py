@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 
 from cluster.choices import JobState
-from cluster.models import Gpu, Job, JobAllocation, Node
+from cluster.models import Gpu, Job, JobAllocation, Node, sm_clock_conflict
 from cluster.services import InvalidTransition, transition_job
 from scheduling.core.goodput import efficiency
 from telemetry.choices import ExitReason, JobEventKind
@@ -36,9 +36,46 @@ class GpuIndexTaken(Exception):
     """A reported GPU index is held by a registered GPU the agent no longer reports."""
 
 
+class RegistrationRejected(Exception):
+    """A registration stored not at all: ``errors`` per GPU of the request (HTTP 400)."""
+
+    def __init__(self, errors: dict[str, Any]) -> None:
+        self.errors = errors
+        super().__init__(str(errors))
+
+
+def _clock_conflicts(gpus: list[dict[str, Any]]) -> dict[int, dict[str, list[str]]]:
+    """Per GPU of the request: a maximum SM clock or clock list that, with the registered
+    value it leaves in place (a null maximum or an empty list keeps the stored one), would
+    store a clock above the maximum. The serializer checks the two when both are sent; a
+    conflict between two stored values is left alone (the agent changed neither)."""
+    rows = Gpu.objects.filter(uuid__in=[g["uuid"] for g in gpus]).values_list(
+        "uuid", "max_sm_clock_mhz", "supported_sm_clocks_mhz"
+    )
+    stored = {gpu_uuid: (top, clocks) for gpu_uuid, top, clocks in rows}
+    errors = {}
+    for i, g in enumerate(gpus):
+        if g["uuid"] not in stored:
+            continue
+        stored_top, stored_clocks = stored[g["uuid"]]
+        top, clocks = g.get("max_sm_clock_mhz"), g.get("supported_sm_clocks_mhz")
+        if top is not None and not clocks:
+            field = "max_sm_clock_mhz"
+            message = sm_clock_conflict(top, stored_clocks, clocks_registered=True)
+        elif top is None and clocks:
+            field = "supported_sm_clocks_mhz"
+            message = sm_clock_conflict(stored_top, clocks, max_registered=True)
+        else:
+            continue
+        if message:
+            errors[i] = {field: [message]}
+    return errors
+
+
 def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> list[Gpu]:
     """Create or update the node's GPUs by UUID (idempotent: re-registering changes only what
-    changed). A UUID already registered to another node is refused, nothing stored."""
+    changed). A UUID already registered to another node is refused, nothing stored; so is a
+    maximum SM clock below the clocks it would be stored with (``RegistrationRejected``)."""
     uuids = [g["uuid"] for g in gpus]
     foreign = sorted(
         Gpu.objects.filter(uuid__in=uuids).exclude(node=node).values_list("uuid", flat=True)
@@ -57,6 +94,9 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
         raise GpuIndexTaken(
             f"GPU index(es) {taken} belong to GPUs no longer reported; retire them first"
         )
+    conflicts = _clock_conflicts(gpus)
+    if conflicts:
+        raise RegistrationRejected({"gpus": [conflicts.get(i, {}) for i in range(len(gpus))]})
     current_limits = dict(
         Gpu.objects.filter(node=node, uuid__in=uuids).values_list("uuid", "power_limit_w")
     )

@@ -7,6 +7,7 @@ import math
 from rest_framework import serializers
 
 from cluster.api.serializers import NumberFloatField
+from cluster.models import sm_clock_conflict
 from cluster.validators import multi_line, single_line
 from telemetry.choices import ExitReason, JobEventKind
 
@@ -73,11 +74,10 @@ class GpuRegistrationSerializer(serializers.Serializer):
             )
         clocks = attrs.get("supported_sm_clocks_mhz")
         if clocks:
-            top = attrs.get("max_sm_clock_mhz")
-            if top is not None and max(clocks) > top:
-                raise serializers.ValidationError(
-                    {"supported_sm_clocks_mhz": f"A clock is above max_sm_clock_mhz ({top})."}
-                )
+            # Against the values registered before: ``services.register_gpus``.
+            conflict = sm_clock_conflict(attrs.get("max_sm_clock_mhz"), clocks)
+            if conflict:
+                raise serializers.ValidationError({"supported_sm_clocks_mhz": conflict})
             # Stored highest first, once each (NVML lists them so, per memory clock).
             attrs["supported_sm_clocks_mhz"] = sorted(set(clocks), reverse=True)
         return attrs

@@ -37,6 +37,10 @@ class RegisterView(AgentView):
         request=s.RegistrationSerializer,
         responses={
             200: s.RegistrationResultSerializer,
+            400: OpenApiResponse(
+                description="Per-GPU field errors (also a maximum SM clock below the clocks "
+                "it would be stored with); nothing stored."
+            ),
             403: _REFUSED,
             409: OpenApiResponse(description="An index is held by a GPU no longer reported."),
         },
@@ -54,6 +58,8 @@ class RegisterView(AgentView):
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         except services.GpuIndexTaken as exc:
             return Response({"gpus": [str(exc)]}, status=status.HTTP_409_CONFLICT)
+        except services.RegistrationRejected as exc:
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
         return Response(
             {
                 "node_id": self.node.pk,

@@ -89,6 +89,23 @@ def test_admin_gpu_validation_errors(api_client, admin_user, make_node, change, 
     assert Gpu.objects.count() == 1
 
 
+def test_admin_cannot_list_a_clock_above_the_registered_maximum(api_client, admin_user, make_node):
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    Gpu.objects.filter(pk=gpu.pk).update(max_sm_clock_mhz=1410)
+
+    response = api_client(admin_user).patch(
+        f"/api/gpus/{gpu.pk}/", {"supported_sm_clocks_mhz": [1980, 1410]}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "supported_sm_clocks_mhz": [
+            "max_sm_clock_mhz 1410 MHz is below 1980 MHz, the highest of supported_sm_clocks_mhz."
+        ]
+    }
+    assert Gpu.objects.get(pk=gpu.pk).supported_sm_clocks_mhz == [1410, 1200, 1005]
+
+
 def test_issue_token_returns_a_token_that_finds_the_node(api_client, admin_user, make_node):
     node = make_node()
 

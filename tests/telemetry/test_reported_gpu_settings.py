@@ -65,8 +65,67 @@ def test_a_clock_above_the_reported_maximum_is_refused(make_node, agent_client):
     body = {"gpus": [_gpu("GPU-a", 0, supported_sm_clocks_mhz=[1500, 1410])]}
     response = agent_client(node.issue_agent_token()).post(REGISTER, body, format="json")
     assert response.status_code == 400
-    assert "supported_sm_clocks_mhz" in str(response.json())
+    assert response.json() == {
+        "gpus": [
+            {
+                "supported_sm_clocks_mhz": [
+                    "max_sm_clock_mhz 1410 MHz is below 1500 MHz, the highest of "
+                    "supported_sm_clocks_mhz."
+                ]
+            }
+        ]
+    }
     assert not Gpu.objects.filter(uuid="GPU-a").exists()
+
+
+def test_a_maximum_clock_below_the_registered_clocks_is_refused_naming_both(
+    agent_node, agent_client
+):
+    # given GPUs registered with clocks up to 1410 MHz and no known maximum
+    node, token = agent_node
+    # when a registration reports a 1000 MHz maximum but no clock list (the list is kept)
+    body = {"gpus": [_gpu("GPU-node-01-0", 0, max_sm_clock_mhz=1000), _gpu("GPU-node-01-1", 1)]}
+    response = agent_client(token).post(REGISTER, body, format="json")
+    # then a 400 names both values, and nothing of either GPU changed: stored, the scheduler
+    # assigned 1410 MHz and the agent capped it at 1000 (a run unlike the one predicted)
+    assert response.status_code == 400
+    assert response.json() == {
+        "gpus": [
+            {
+                "max_sm_clock_mhz": [
+                    "max_sm_clock_mhz 1000 MHz is below 1410 MHz, the highest of "
+                    "supported_sm_clocks_mhz (registered)."
+                ]
+            },
+            {},
+        ]
+    }
+    assert list(Gpu.objects.filter(node=node).values_list("max_sm_clock_mhz", flat=True)) == [
+        None, None,
+    ]  # fmt: skip
+
+
+def test_a_clock_above_the_registered_maximum_is_refused_naming_both(make_node, agent_client):
+    node = make_node("node-09", gpus=0)
+    client = agent_client(node.issue_agent_token())
+    first = {"gpus": [_gpu("GPU-a", 0, supported_sm_clocks_mhz=[1410, 1200])]}
+    assert client.post(REGISTER, first, format="json").status_code == 200
+    # a list with a faster clock, and no maximum: the registered 1410 MHz would be kept
+    body = {"gpus": [_gpu("GPU-a", 0, max_sm_clock_mhz=None, supported_sm_clocks_mhz=[1980])]}
+    response = client.post(REGISTER, body, format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "gpus": [
+            {
+                "supported_sm_clocks_mhz": [
+                    "max_sm_clock_mhz 1410 MHz (registered) is below 1980 MHz, the highest of "
+                    "supported_sm_clocks_mhz."
+                ]
+            }
+        ]
+    }
+    gpu = Gpu.objects.get(uuid="GPU-a")
+    assert (gpu.max_sm_clock_mhz, gpu.supported_sm_clocks_mhz) == (1410, [1410, 1200])
 
 
 def test_the_newest_sample_sets_the_clock_and_power_limit(
