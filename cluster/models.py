@@ -165,8 +165,13 @@ class Gpu(models.Model):
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField(help_text="NVML device index on the node.")
-    uuid = models.CharField(max_length=64, unique=True, help_text="NVML UUID, e.g. GPU-5f3c...")
-    model = models.CharField(max_length=100)
+    uuid = models.CharField(
+        max_length=64,
+        unique=True,
+        help_text="NVML UUID, e.g. GPU-5f3c...",
+        validators=[v.single_line],
+    )
+    model = models.CharField(max_length=100, validators=[v.single_line])
     memory_mb = models.PositiveIntegerField()
     default_power_limit_w = models.PositiveIntegerField()
     min_power_limit_w = models.PositiveIntegerField()

@@ -52,13 +52,25 @@ def _control_characters(value: str, allowed: str) -> list[str]:
     return sorted({repr(c) for c in value if unicodedata.category(c) == "Cc" and c not in allowed})
 
 
+def _format_characters(value: str) -> list[str]:
+    """Unicode format characters (category Cf) in ``value``, as ``U+202E``."""
+    return sorted({f"U+{ord(c):04X}" for c in value if unicodedata.category(c) == "Cf"})
+
+
 @deconstructible
 class NoControlCharacters:
     """Refuse NUL and other control characters (PostgreSQL refuses NUL in text; the others
-    garble pages, logs and CSV exports). ``allowed`` keeps e.g. newlines in a command."""
+    garble pages, logs and CSV exports). ``allowed`` keeps e.g. newlines in a command.
 
-    def __init__(self, allowed: str = ""):
+    Unless ``format_characters`` is true, refuse Unicode format characters too (category
+    Cf): zero-width ones (U+200B..U+200D, U+2060, U+FEFF) make two names that look alike
+    differ, and direction controls (U+202A..U+202E, U+2066..U+2069, U+200E, U+200F, U+061C)
+    reorder what a page or a log shows. Letters, marks and digits of any script stay
+    accepted ("Équipe Zürich", "研究组", Arabic names)."""
+
+    def __init__(self, allowed: str = "", format_characters: bool = False):
         self.allowed = allowed
+        self.format_characters = format_characters
 
     def __call__(self, value) -> None:
         if not isinstance(value, str):
@@ -70,11 +82,23 @@ class NoControlCharacters:
                 code="control_characters",
                 params={"chars": ", ".join(bad[:5])},
             )
+        invisible = [] if self.format_characters else _format_characters(value)
+        if invisible:
+            raise ValidationError(
+                "Contains an invisible or direction control character: %(chars)s.",
+                code="format_characters",
+                params={"chars": ", ".join(invisible[:5])},
+            )
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, NoControlCharacters) and other.allowed == self.allowed
+        return (
+            isinstance(other, NoControlCharacters)
+            and other.allowed == self.allowed
+            and other.format_characters == self.format_characters
+        )
 
 
 single_line = NoControlCharacters()
-multi_line = NoControlCharacters(allowed="\n\r\t")
+# Multi-line text (a command, a log line) keeps format characters: only names refuse them.
+multi_line = NoControlCharacters(allowed="\n\r\t", format_characters=True)
 command_length = MaxLengthValidator(MAX_COMMAND_CHARS)

@@ -96,6 +96,95 @@ def test_a_job_with_control_characters_or_an_oversized_string_is_a_400(
     assert not Job.objects.exists()
 
 
+# Unicode format characters (category Cf): zero-width ones hide in a name (two teams that
+# look alike), direction controls reorder what a page or log shows ("Trojan Source").
+INVISIBLE = [
+    ("\u200b", "U+200B"),  # zero width space
+    ("\u200d", "U+200D"),  # zero width joiner
+    ("\u2060", "U+2060"),  # word joiner
+    ("\ufeff", "U+FEFF"),  # byte order mark
+    ("\u202e", "U+202E"),  # right-to-left override
+    ("\u2066", "U+2066"),  # left-to-right isolate
+    ("\u200f", "U+200F"),  # right-to-left mark
+    ("\u061c", "U+061C"),  # Arabic letter mark
+]
+
+
+@pytest.mark.parametrize("field", ["name", "workload", "gpu_model"])
+@pytest.mark.parametrize(("char", "code_point"), INVISIBLE)
+def test_a_job_name_with_an_invisible_or_direction_character_is_a_400_naming_it(
+    api_client, member, team, field, char, code_point
+):
+    body = {**SUBMIT, field: f"bert{char}large"}
+
+    response = api_client(member).post("/api/jobs/", body, format="json")
+
+    assert response.status_code == 400, response.content
+    assert any(code_point in message for message in response.json()[field])
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/teams/", {"name": "Vision\u202egnp.exe", "slug": "v2"}, "name"),
+        (
+            "/api/nodes/",
+            {"name": "node\u200b01", "switch_label": "s1", "gpu_model": "A100"},
+            "name",
+        ),
+        (
+            "/api/nodes/",
+            {"name": "n9", "switch_label": "s\u2067", "gpu_model": "A100"},
+            "switch_label",
+        ),
+        (
+            "/api/nodes/",
+            {"name": "n9", "switch_label": "s1", "gpu_model": "A100\ufeff"},
+            "gpu_model",
+        ),
+    ],
+)
+def test_an_admin_name_with_an_invisible_character_is_a_400(
+    api_client, admin_user, path, body, field
+):
+    response = api_client(admin_user).post(path, body, format="json")
+
+    assert response.status_code == 400, response.content
+    assert "U+" in response.json()[field][0]
+
+
+@pytest.mark.parametrize("name", ["Équipe Zürich", "研究组", "فريق البحث", "अनुसंधान दल"])
+def test_names_in_any_script_are_accepted(api_client, admin_user, member, team, name):
+    created = api_client(admin_user).post(
+        "/api/teams/", {"name": name, "slug": "intl"}, format="json"
+    )
+    job = api_client(member).post("/api/jobs/", {**SUBMIT, "name": name}, format="json")
+
+    assert created.status_code == 201, created.content
+    assert job.status_code == 201, job.content
+    assert Job.objects.get().name == name
+
+
+def test_the_job_form_refuses_a_direction_override_in_the_name(client, member, team):
+    client.force_login(member)
+    form = {
+        "name": "bert\u202eexe.sh",
+        "team": team.pk,
+        "workload": "bert",
+        "gpus": 1,
+        "batch_size": 64,
+        "iterations": 5000,
+        "priority": 0,
+    }
+
+    response = client.post("/jobs/new/", form)
+
+    assert response.status_code == 400
+    assert "U+202E" in str(response.context["form"].errors["name"])
+    assert not Job.objects.exists()
+
+
 def test_a_multi_line_command_within_the_limit_is_accepted(api_client, member, team):
     command = "set -e\r\n\tpython train.py --epochs 3"
 

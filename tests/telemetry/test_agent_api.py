@@ -94,7 +94,12 @@ def test_registering_a_gpu_of_another_node_is_refused(agent_node, other_node, ag
 
 @pytest.mark.parametrize(
     ("overrides", "field"),
-    [({"model": "A100\x1b[31m"}, "model"), ({"uuid": "GPU-\x1b[0m"}, "uuid")],
+    [
+        ({"model": "A100\x1b[31m"}, "model"),
+        ({"uuid": "GPU-\x1b[0m"}, "uuid"),
+        ({"model": "A100\u202e"}, "model"),  # a direction override reorders the pages
+        ({"uuid": "GPU-\u200b1"}, "uuid"),  # a zero-width space: two UUIDs that look alike
+    ],
 )
 def test_a_gpu_name_with_a_terminal_escape_is_refused(make_node, agent_client, overrides, field):
     # It was stored and shown on the node pages (found by probing the API).
