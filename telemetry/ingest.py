@@ -9,10 +9,18 @@ Validation is a plain loop over dicts rather than a DRF serializer per sample: a
 samples per second a serializer's per-field machinery is most of the cost. The serializers in
 ``telemetry/api/serializers.py`` describe the same format for the OpenAPI schema.
 
+Two samples of one GPU at one time in one batch refuse the batch (400 on the second's ``ts``,
+naming the time): which reading is true is unknowable. Before, the first was stored and the
+second dropped without a word.
+
 Storage is one statement: ``INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO NOTHING`` on
 the (GPU, timestamp) primary key (a replayed or duplicated batch inserts nothing new) with the
-dirty-hour marks of the new rows upserted in the same statement. A second statement records
-each GPU's newest SM clock and power limit on its ``Gpu`` row (``record_reported_settings``).
+dirty-hour marks of the new rows upserted in the same statement. A resent sample (an agent's
+retry) is a duplicate and the stored one is kept; when the batch had duplicates, one more
+query counts those whose values differ from the stored sample (``conflicts`` in the answer):
+a retry stays idempotent, and a contradiction is reported rather than dropped silently.
+Another statement records each GPU's newest SM clock and power limit on its ``Gpu`` row
+(``record_reported_settings``).
 The other methods it was chosen against (``copy`` through a temporary table, ``bulk_create``)
 live in the benchmark that compared them (``benchmarks/bench_ingest.py``; numbers in
 docs/benchmarks.md).
@@ -61,6 +69,8 @@ class BatchRejected(Exception):
 class IngestResult:
     received: int
     inserted: int
+    # Of the duplicates, samples stored before with other values: ignored, the stored kept.
+    conflicts: int = 0
 
     @property
     def duplicates(self) -> int:
@@ -126,6 +136,7 @@ def validate_batch(
     rows: list[tuple] = []
     errors: dict[str, dict[str, list[str]]] = {}
     bad = 0
+    first_at: dict[tuple[int, datetime], int] = {}  # (GPU, ts) -> the sample that had it first
     for i, sample in enumerate(samples):
         field_errors: dict[str, list[str]] = {}
         if not isinstance(sample, dict):
@@ -148,6 +159,13 @@ def validate_batch(
                 field_errors["ts"] = ["Older than the retention window."]
             elif ts > newest:
                 field_errors["ts"] = ["In the future."]
+            elif gpu is not None:
+                first = first_at.setdefault((gpu[0], ts), i)
+                if first != i:
+                    field_errors["ts"] = [
+                        f"Sample {first} of this batch has the same GPU and time "
+                        f"({sample['ts']}): which one is true is unknowable."
+                    ]
             row = [gpu[0] if gpu else None, ts]
             for name, (unit, low, high, nullable) in NUMERIC_FIELDS.items():
                 value = sample.get(name)
@@ -234,6 +252,23 @@ def store_and_mark(rows: list[tuple], *, now: datetime) -> int:
         return cursor.fetchone()[0]
 
 
+# The rows of a batch whose (GPU, ts) is stored with other values (a row just inserted equals
+# itself). Run only when the insert skipped rows, so a batch of new samples pays nothing.
+_CONFLICTS_SQL = f"""
+SELECT count(*) FROM ({_UNNEST}) AS u({_COLS})
+JOIN {_TABLE} t ON t.gpu_id = u.gpu_id AND t.ts = u.ts
+WHERE ({", ".join(f"t.{c}" for c in NUMERIC_FIELDS)})
+    IS DISTINCT FROM ({", ".join(f"u.{c}" for c in NUMERIC_FIELDS)})
+"""
+
+
+def count_conflicts(rows: list[tuple]) -> int:
+    """How many of ``rows`` (COLUMNS order) have their (GPU, ts) stored with other values."""
+    with _binding_cursor() as cursor:
+        cursor.execute(_CONFLICTS_SQL, _columns(rows))
+        return cursor.fetchone()[0]
+
+
 _GPU_TABLE = Gpu._meta.db_table
 _CLOCK, _LIMIT = COLUMNS.index("sm_clock_mhz"), COLUMNS.index("power_limit_w")
 # The GPU rows take their newest reported clock and power limit. Rows are locked in id order
@@ -299,9 +334,12 @@ def ingest_batch(
     own_gpus: dict[str, int] | None = None,
 ) -> IngestResult:
     """Validate and store one agent batch; BatchRejected leaves the database untouched.
-    ``own_gpus`` (UUID -> pk of the node's GPUs) saves a query when the caller has it."""
+    ``own_gpus`` (UUID -> pk of the node's GPUs) saves a query when the caller has it.
+    Samples already stored are skipped (duplicates); those among them whose values differ
+    from the stored sample are counted as ``conflicts`` (the stored one is kept)."""
     now = now or timezone.now()
     rows = validate_batch(node, payload, now=now, own_gpus=own_gpus)
     inserted = store_and_mark(rows, now=now)
+    conflicts = count_conflicts(rows) if inserted < len(rows) else 0
     record_reported_settings(rows)
-    return IngestResult(received=len(rows), inserted=inserted)
+    return IngestResult(received=len(rows), inserted=inserted, conflicts=conflicts)

@@ -135,7 +135,9 @@ class SampleSerializer(serializers.Serializer):
     """One reading of one GPU. Nullable fields are values the agent could not read."""
 
     gpu_uuid = serializers.CharField()
-    ts = serializers.DateTimeField(help_text="ISO 8601 with UTC offset; unique per GPU.")
+    ts = serializers.DateTimeField(
+        help_text="ISO 8601 with UTC offset; unique per GPU (twice in one batch: a 400)."
+    )
     power_w = serializers.FloatField(min_value=0, max_value=2000)
     energy_j = serializers.FloatField(
         min_value=0, allow_null=True, help_text="Cumulative NVML energy counter, J."
@@ -152,9 +154,18 @@ class SampleBatchSerializer(serializers.Serializer):
 
 
 class IngestResultSerializer(serializers.Serializer):
+    """What a batch stored. A sample whose GPU and time are stored already (an agent's retry)
+    is a duplicate: the stored one is kept. ``conflicts`` counts the duplicates whose values
+    differed from it, so a contradiction is reported, not dropped silently. (Two samples of
+    one GPU at one time within one batch are refused: 400 on the second's ``ts``.)"""
+
     received = serializers.IntegerField()
     inserted = serializers.IntegerField()
-    duplicates = serializers.IntegerField()
+    duplicates = serializers.IntegerField(help_text="Samples already stored: not inserted.")
+    conflicts = serializers.IntegerField(
+        help_text="Of the duplicates, samples stored with other values: ignored, the stored "
+        "sample kept."
+    )
 
 
 class AssignmentSerializer(serializers.Serializer):

@@ -100,6 +100,11 @@ class HeartbeatView(AgentView):
 
 
 class SamplesView(AgentView):
+    """A batch of samples, all or nothing (``telemetry.ingest``). Two samples of one GPU at one
+    time in the batch are a 400 naming the time. A sample whose GPU and time are already stored
+    (an agent's retry) is a duplicate and changes nothing; ``conflicts`` counts those whose
+    values differ from the stored sample, which is kept."""
+
     @extend_schema(
         request=s.SampleBatchSerializer,
         responses={
@@ -107,7 +112,8 @@ class SamplesView(AgentView):
             400: OpenApiResponse(description="Per-sample field errors; nothing stored."),
             403: _REFUSED,
         },
-        summary="Post a batch of GPU samples (all or nothing; idempotent on GPU and ts).",
+        summary="Post a batch of GPU samples (all or nothing; idempotent on GPU and ts; "
+        "a resend with other values is counted in conflicts).",
         tags=["agent"],
     )
     def post(self, request):
@@ -120,6 +126,7 @@ class SamplesView(AgentView):
                 "received": result.received,
                 "inserted": result.inserted,
                 "duplicates": result.duplicates,
+                "conflicts": result.conflicts,
             }
         )
 

@@ -22,7 +22,7 @@ def test_a_batch_is_stored_and_its_hours_marked_for_accounting(agent_node, agent
     batch = {"samples": series("GPU-node-01-0", now - timedelta(seconds=10), 5, energy_j=10.0)}
     response = agent_client(token).post(URL, batch, format="json")
     assert response.status_code == 200, response.json()
-    assert response.json() == {"received": 5, "inserted": 5, "duplicates": 0}
+    assert response.json() == {"received": 5, "inserted": 5, "duplicates": 0, "conflicts": 0}
     stored = GpuSample.objects.filter(gpu__uuid="GPU-node-01-0").order_by("ts")
     assert [s.ts for s in stored] == [now - timedelta(seconds=10 - i) for i in range(5)]
     assert {(s.power_w, s.energy_j, s.sm_clock_mhz) for s in stored} == {(250.0, 10.0, 1410)}
@@ -37,7 +37,7 @@ def test_a_duplicate_batch_is_counted_once(agent_node, agent_client, now):
     assert client.post(URL, batch, format="json").json()["inserted"] == 10
     again = client.post(URL, batch, format="json")
     assert again.status_code == 200
-    assert again.json() == {"received": 10, "inserted": 0, "duplicates": 10}
+    assert again.json() == {"received": 10, "inserted": 0, "duplicates": 10, "conflicts": 0}
     assert GpuSample.objects.count() == 10
 
 
@@ -49,8 +49,61 @@ def test_a_partly_overlapping_batch_stores_only_the_new_samples(agent_node, agen
     second = client.post(
         URL, {"samples": series("GPU-node-01-0", start + timedelta(seconds=3), 6)}, format="json"
     )
-    assert second.json() == {"received": 6, "inserted": 3, "duplicates": 3}
+    assert second.json() == {"received": 6, "inserted": 3, "duplicates": 3, "conflicts": 0}
     assert GpuSample.objects.count() == 9
+
+
+def test_two_samples_of_one_gpu_at_one_time_in_a_batch_are_refused_naming_the_time(
+    agent_node, agent_client, now
+):
+    # given a batch with two readings of one GPU at one instant (the second written with
+    # another UTC offset), and a third of another GPU at that instant
+    node, token = agent_node
+    at = now - timedelta(seconds=5)
+    batch = {
+        "samples": [
+            sample("GPU-node-01-0", at, power_w=250.0),
+            sample("GPU-node-01-1", at),
+            sample("GPU-node-01-0", at.astimezone(timezone.get_fixed_timezone(120)), power_w=300.0),
+        ]
+    }
+    response = agent_client(token).post(URL, batch, format="json")
+    # then the batch is refused naming the time (which reading is true is unknowable), and
+    # nothing is stored; before, the first was kept and the second dropped without a word
+    assert response.status_code == 400
+    sent = batch["samples"][2]["ts"]
+    assert response.json() == {
+        "samples": {
+            "2": {
+                "ts": [
+                    f"Sample 0 of this batch has the same GPU and time ({sent}): which one "
+                    "is true is unknowable."
+                ]
+            }
+        }
+    }
+    assert not GpuSample.objects.exists()
+
+
+def test_a_resent_sample_with_other_values_is_kept_as_stored_and_counted_as_a_conflict(
+    agent_node, agent_client, now
+):
+    # given three samples stored
+    node, token = agent_node
+    client = agent_client(token)
+    start = now - timedelta(seconds=10)
+    first = series("GPU-node-01-0", start, 3)
+    assert client.post(URL, {"samples": first}, format="json").status_code == 200
+    # when a retry sends them again, one with another power reading, plus one new sample
+    again = [*first, sample("GPU-node-01-0", start + timedelta(seconds=3))]
+    again[1] = {**again[1], "power_w": 333.0}
+    response = client.post(URL, {"samples": again}, format="json")
+    # then the answer says one resent sample differed from what is stored, and the stored
+    # one is kept: a retry stays idempotent, a contradiction is not silent
+    assert response.status_code == 200
+    assert response.json() == {"received": 4, "inserted": 1, "duplicates": 3, "conflicts": 1}
+    stored = GpuSample.objects.order_by("ts").values_list("power_w", flat=True)
+    assert list(stored) == [250.0, 250.0, 250.0, 250.0]
 
 
 @pytest.mark.parametrize(
