@@ -52,9 +52,17 @@ def _control_characters(value: str, allowed: str) -> list[str]:
     return sorted({repr(c) for c in value if unicodedata.category(c) == "Cc" and c not in allowed})
 
 
+# The zero-width non-joiner and joiner are part of how Persian, Arabic and Indic names are
+# spelt (a Persian compound keeps its parts apart with U+200C, a Devanagari half form
+# takes U+200D) and of emoji sequences: invisible, but a name needs them.
+JOINERS = "\u200c\u200d"
+
+
 def _format_characters(value: str) -> list[str]:
-    """Unicode format characters (category Cf) in ``value``, as ``U+202E``."""
-    return sorted({f"U+{ord(c):04X}" for c in value if unicodedata.category(c) == "Cf"})
+    """Unicode format characters (category Cf) in ``value`` but the joiners, as ``U+202E``."""
+    return sorted(
+        {f"U+{ord(c):04X}" for c in value if unicodedata.category(c) == "Cf" and c not in JOINERS}
+    )
 
 
 @deconstructible
@@ -63,10 +71,10 @@ class NoControlCharacters:
     garble pages, logs and CSV exports). ``allowed`` keeps e.g. newlines in a command.
 
     Unless ``format_characters`` is true, refuse Unicode format characters too (category
-    Cf): zero-width ones (U+200B..U+200D, U+2060, U+FEFF) make two names that look alike
-    differ, and direction controls (U+202A..U+202E, U+2066..U+2069, U+200E, U+200F, U+061C)
-    reorder what a page or a log shows. Letters, marks and digits of any script stay
-    accepted ("Équipe Zürich", "研究组", Arabic names)."""
+    Cf) but the joiners (``JOINERS``): zero-width ones (U+200B, U+2060, U+FEFF) make two
+    names that look alike differ, and direction controls (U+202A..U+202E, U+2066..U+2069,
+    U+200E, U+200F, U+061C) reorder what a page or a log shows. Letters, marks and digits
+    of any script stay accepted ("Équipe Zürich", "研究组", Arabic names)."""
 
     def __init__(self, allowed: str = "", format_characters: bool = False):
         self.allowed = allowed
