@@ -107,8 +107,16 @@ class ExplorationProbeSerializer(serializers.Serializer):
     energy_j = serializers.FloatField(help_text="Energy per iteration there, as learned (J).")
 
 
+class GpuProbeSerializer(serializers.Serializer):
+    from_gpus = serializers.IntegerField(help_text="GPUs it ran on before the probe.")
+    n_gpus = serializers.IntegerField(help_text="GPUs it ran on for the probe's round.")
+    since_s = serializers.FloatField(help_text="When the probe started (scheduler clock, s).")
+    cost_s = serializers.FloatField(help_text="Seconds it was predicted to cost.")
+
+
 class ExplorationSerializer(serializers.Serializer):
-    """A job's just-in-time exploration of power limits (scheduling/core/exploration.py)."""
+    """A job's just-in-time exploration of power limits (scheduling/core/exploration.py)
+    and of larger GPU counts (scheduling/core/gpu_probe.py)."""
 
     status = serializers.ChoiceField(choices=["exploring", "done"])
     spent_s = serializers.FloatField(help_text="Seconds of completion time exploring cost.")
@@ -122,6 +130,11 @@ class ExplorationSerializer(serializers.Serializer):
         allow_null=True, help_text="The energy-optimal limit exploration found."
     )
     reason = serializers.CharField(allow_blank=True, help_text="Why exploration stopped.")
+    gpu_probes = GpuProbeSerializer(
+        many=True,
+        default=list,
+        help_text="Larger GPU counts tried for a round each on GPUs that stood idle.",
+    )
 
 
 class JobSerializer(_NumbersOnly):
@@ -202,7 +215,7 @@ class JobSerializer(_NumbersOnly):
 
     @extend_schema_field(ExplorationSerializer(allow_null=True))
     def get_exploration(self, job: Job) -> dict | None:
-        """The job's exploration of power limits; null if it explored none."""
+        """The job's exploration of power limits and GPU counts; null if it explored none."""
         state = getattr(job, "scheduling", None) if job.pk else None
         record = state.exploration if state is not None else None
         if not record:

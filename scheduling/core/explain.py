@@ -100,6 +100,17 @@ def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float
             "estimate from another workload, whose cost does not fit its budget, so it runs "
             "at its minimum until it is measured)"
         )
+    record = plan.exploration.get(change.job_id) or {}
+    gpu_probe = next(
+        (p for p in record.get("gpu_probes", ()) if abs(p["since_s"] - now) < 1e-6), None
+    )
+    if gpu_probe is not None and change.kind == ChangeKind.RESIZE:
+        # gpu_probe's round at a larger count on GPUs that would idle
+        parts.append(
+            f"a probe of {_gpus(gpu_probe['n_gpus'])} for one round on GPUs that would "
+            f"otherwise idle (its model has measured no more than {gpu_probe['from_gpus']}, "
+            "so it cannot tell whether more would pay)"
+        )
     if job is not None:
         for budget in _paying_budgets(snapshot, job.team, now):
             part = _budget_part(budget, plan)

@@ -412,6 +412,11 @@ class OnlinePerfModel:
         correction): what the fit pooled over every configuration says."""
         return self.base.energy_per_iter_j(cfg)
 
+    @property
+    def max_measured_gpus(self) -> int:
+        """The most GPUs an iteration time was measured on (0: none yet)."""
+        return max((c.cfg.n_gpus for c in self._cells.values() if c.log_t is not None), default=0)
+
     def measured(self, cfg: GpuConfig) -> Measured | None:
         """What was measured in ``cfg`` itself (None: nothing, or no time or no power)."""
         c = self._cells.get(self._key(cfg))
@@ -487,6 +492,10 @@ class BlendedPerfModel:
         """The geometric mean of the models' fitted-equation energies (no corrections)."""
         logs = [math.log(m.fitted_energy_per_iter_j(cfg)) for m in self.models]
         return math.exp(sum(logs) / len(logs))
+
+    @property
+    def max_measured_gpus(self) -> int:
+        return self.models[0].max_measured_gpus
 
     def measured(self, cfg: GpuConfig) -> Measured | None:
         """The measurements (the same observations fed every model)."""

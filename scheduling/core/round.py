@@ -29,6 +29,7 @@ from dataclasses import replace
 from scheduling.core.colocation import slowed_power_w
 from scheduling.core.context import Estimate, JobView, PerfCache, RoundContext
 from scheduling.core.exploration import explore_round
+from scheduling.core.gpu_probe import probe_more_gpus
 from scheduling.core.placement import PLACERS, PlacementRequest, PlacementResult
 from scheduling.core.registry import get_policy
 from scheduling.core.types import (
@@ -64,6 +65,9 @@ def plan_round(snapshot: Snapshot, *, policy: str | Policy, now: float) -> Plan:
     waiting.update(decision.waiting)
     allocations, unplaced = place(ctx, decision, placement=pol.placement)
     waiting.update(unplaced)
+    # A job kept beside idle GPUs at a count its model never saw beyond may try the next
+    # size once (learned models only; gpu_probe.py).
+    explored = probe_more_gpus(ctx, pol, allocations, explored)
     changes = diff(snapshot.jobs, allocations)
     plan = _finish(ctx, pol, decision, allocations, waiting, changes)
     return replace(plan, exploration=explored) if explored else plan

@@ -129,3 +129,30 @@ def test_fifo_never_explores_and_the_api_says_null(make_node, make_job, member, 
     client.force_login(member)
     assert client.get(f"/api/jobs/{job.pk}/").json()["exploration"] is None
     assert 'id="exploration-table"' not in client.get(f"/jobs/{job.pk}/").content.decode()
+
+
+def test_the_job_page_and_the_api_show_the_gpu_counts_a_job_probed(make_job, member, team, client):
+    # What gpu_probe records on a job an elastic policy probed (no power-limit search).
+    job = make_job(owner=member, team=team, gpu_model="A100", min_gpus=1, max_gpus=64,
+                   global_batch_size=32, min_batch_size=32, max_batch_size=32)  # fmt: skip
+    record = {
+        "status": DONE, "gpu_model": "A100", "n_gpus": 4, "started_s": 0.0,
+        "budget_frac": 0.03, "budget_s": 494.0, "spent_s": 172.3, "tried": [], "probe": None,
+        "other_gpus": None, "result_w": None,
+        "reason": "power limits not explored by this policy",
+        "gpu_probes": [
+            {"from_gpus": 4, "n_gpus": 8, "since_s": 300.0, "cost_s": 62.9},
+            {"from_gpus": 8, "n_gpus": 16, "since_s": 600.0, "cost_s": 109.4},
+        ],
+    }  # fmt: skip
+    JobSchedulingState.objects.update_or_create(job=job, defaults={"exploration": record})
+
+    client.force_login(member)
+    data = client.get(f"/api/jobs/{job.pk}/").json()["exploration"]
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+
+    assert [p["n_gpus"] for p in data["gpu_probes"]] == [8, 16]
+    assert 'id="exploration-gpu-probes"' in page
+    assert "4 &rarr; 8 GPUs (63 s predicted), 8 &rarr; 16 GPUs (109 s predicted)" in page
+    assert "172 s of its bound of 494 s" in page
+    assert 'id="exploration-table"' not in page  # no power limit was tried

@@ -199,6 +199,9 @@ class BudgetGreedy:
 
     name = "budget_greedy"
     cost = "energy"  # what the greedy ranks by: "energy" or "carbon"
+    # A learned model's unmeasured larger count is tried once, by jobs no budget pays for
+    # (gpu_probe).
+    probes_gpus = True
 
     def __init__(
         self,

@@ -25,6 +25,7 @@ from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 @register_policy("elastic")
 class Elastic:
     name = "elastic"
+    probes_gpus = True  # a learned model's unmeasured larger count is tried once (gpu_probe)
 
     def __init__(
         self, *, restart_s: float = 30.0, min_gain: float = 1e-3, placement: str = "buddy"

@@ -1,0 +1,121 @@
+"""Probes of a larger GPU count on GPUs that would otherwise idle (issue 12, point 4).
+
+A job's learned model (``online_model``) predicts GPU counts it never ran at from its
+prior's shape, and a prior can be wrong there: after a vgg16 job hidden from the catalog
+has run on one A100 and on four, every other catalog workload it could have started from
+says eight GPUs are no faster than four, where vgg16's own measurements say 51 against
+67 ms. A policy that grows a job by its predicted speedup then keeps it at four for good,
+beside idle GPUs, and nothing ever measures eight: a lone deepspeech2 job learned ran
+1.9x longer than with the catalog's truth (docs/benchmarks.md, "A probe of more GPUs").
+
+So, after placement, a running job the policy kept at its GPU count ``n`` runs one round
+at its next buddy size when all of this holds:
+
+* the snapshot turns exploration on (``exploration_budget_frac``: the jobs' models are
+  learned) and the policy resizes jobs by their predictions (``probes_gpus``) and gives
+  each GPU to one job;
+* its model has measured it at ``n`` GPUs and at no configuration of the larger count
+  or more (``max_measured_gpus``), it has not probed that count before (its exploration
+  record's ``gpu_probes``), and it is not exploring power limits now;
+* no budget pays for it: a budget's allowance does not count the probe's draw;
+* the larger block fits on GPUs no other job holds this round (the placer decides, with
+  the job's current GPUs its own: a probe never moves another job);
+* the probe's cost fits the exploration bound: what the round at the larger count loses
+  at the speed the model predicts there, and a checkpoint-restart there and one back
+  (the policy's ``restart_s``), with what its earlier exploration cost (``spent_s``),
+  is at most ``budget_frac`` of the job's predicted completion time (time run so far and
+  what remains at ``n``).
+
+The round after, the policy decides with the measurement in the model. The record lists
+the probes (``gpu_probes``: ``from_gpus``, ``n_gpus``, ``since_s``, ``cost_s``, the cost as
+predicted) and adds their cost to ``spent_s``: a job probes each count at most once, and
+a job the measurement moved up may probe the next count while the bound allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from scheduling.core.exploration import DONE, EXPLORING, new_record
+from scheduling.core.placement import PLACERS, PlacementRequest, job_buddy_sizes
+from scheduling.core.types import Allocation, Cluster
+
+
+def probe_more_gpus(
+    ctx: Any,
+    policy: Any,
+    allocations: dict[str, Allocation],
+    records: Mapping[str, dict],
+) -> dict[str, dict]:
+    """Grow in ``allocations`` the jobs that probe a larger GPU count this round (module
+    docstring) and return every record, the probing jobs' updated."""
+    frac = ctx.snapshot.exploration_budget_frac
+    out = dict(records)
+    placer = PLACERS.get(policy.placement or "")
+    if frac is None or not getattr(policy, "probes_gpus", False) or placer is None:
+        return out
+    if getattr(policy, "max_jobs_per_gpu", 1) != 1:
+        return out
+    restart_s = float(getattr(policy, "restart_s", 30.0))
+    for jv in ctx.jobs:
+        job = jv.job
+        before, after = job.allocation, allocations.get(job.job_id)
+        if before is None or after is None or after.n_gpus != before.n_gpus:
+            continue
+        rec = out.get(job.job_id)
+        if rec is not None and rec.get("status") == EXPLORING:
+            continue
+        probes = rec.get("gpu_probes", []) if rec is not None else []
+        spent = rec.get("spent_s", 0.0) if rec is not None else 0.0
+        if jv.budget_ids or job.per_gpu_batch is not None:
+            continue
+        most = getattr(jv.perf, "max_measured_gpus", None)
+        n, model = after.n_gpus, jv.gpu_model
+        sizes = job_buddy_sizes(job, ctx.node_gpus[model], ctx.capacity[model])
+        larger = [s for s in sizes if s > n and after.global_batch / s >= 1]
+        if most is None or most < n or not larger or most >= larger[0]:
+            continue
+        if any(p["n_gpus"] == larger[0] for p in probes):
+            continue
+        elapsed = ctx.now_s - (job.started_s if job.started_s is not None else ctx.now_s)
+        t_n = ctx.estimate(jv, n, after.global_batch).remaining_s
+        t_m = ctx.estimate(jv, larger[0], after.global_batch).remaining_s
+        if not (t_n > 0 and t_m > 0):
+            continue
+        # What it loses as predicted: a round at the rate the model expects there, and a
+        # restart there and one back.
+        cost = ctx.round_length_s * max(1.0 - t_n / t_m, 0.0) + 2 * restart_s
+        if spent + cost > frac * (elapsed + t_n):
+            continue
+        ids = _place(ctx, placer, allocations, job.job_id, larger[0], model, after.gpu_ids)
+        if ids is None:
+            continue
+        allocations[job.job_id] = replace(after, gpu_ids=ids)
+        rec = dict(rec) if rec is not None else _record(model, n, ctx.now_s, frac)
+        probe = {"from_gpus": n, "n_gpus": larger[0], "since_s": ctx.now_s, "cost_s": cost}
+        rec["gpu_probes"] = [*probes, probe]
+        rec["spent_s"] = spent + cost
+        rec["budget_s"] = frac * (elapsed + t_n)
+        out[job.job_id] = rec
+    return out
+
+
+def _place(ctx, placer, allocations, job_id, n_gpus, gpu_model, current) -> tuple | None:
+    taken = {gid for jid, a in allocations.items() if jid != job_id for gid in a.gpu_ids}
+    cluster: Cluster = ctx.free_cluster
+    free = Cluster(
+        nodes=tuple(
+            replace(node, gpus=tuple(g for g in node.gpus if g.gpu_id not in taken))
+            for node in cluster.nodes
+        )
+    )
+    result = placer(free, [PlacementRequest(job_id, n_gpus, gpu_model, current)])
+    return result.gpu_ids.get(job_id)
+
+
+def _record(gpu_model: str, n_gpus: int, now_s: float, frac: float) -> dict:
+    rec = new_record(gpu_model=gpu_model, n_gpus=n_gpus, now_s=now_s, budget_frac=frac)
+    rec.update(status=DONE, reason="power limits not explored by this policy")
+    return rec

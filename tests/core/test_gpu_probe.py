@@ -1,0 +1,118 @@
+"""A job kept beside idle GPUs at a count its learned model never saw beyond tries the next
+size once (``gpu_probe``): a prior that says more GPUs do not pay is otherwise never
+corrected, because nothing ever measures them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduling.core.online_fit import fit_online
+from scheduling.core.online_model import Observation, config_of
+from scheduling.core.perf_models import load_catalog
+from scheduling.core.round import plan_round
+from scheduling.core.types import Budget
+from tests.core.corekit import job, make_cluster, running, snapshot
+
+CATALOG = load_catalog()
+# deepspeech2 on an A100 at a global batch of 32 is fastest on 64 GPUs; inception3, the
+# prior a hidden deepspeech2 job starts from, says eight GPUs are slower than four.
+TRUTH = CATALOG.get("deepspeech2", "A100")
+PRIOR = CATALOG.get("inception3", "A100")
+ROUND_S = 300.0
+
+
+def _job(**kw):
+    kw = {"workload": "deepspeech2", "gpu_model": "A100", "global_batch": 32, **kw}
+    return job("d", n=1, iters=200_000.0, min_gpus=1, max_gpus=64, **kw)
+
+
+def _rounds(j, *, n_rounds, frac=0.03, others=(), budgets=(), model_of=None, snaps=None):
+    """Plan ``n_rounds`` elastic rounds on 8 nodes of 8 A100s; after each, job ``d`` is
+    observed in the configuration it ran (the truth) and refitted from the prior, as the
+    live service does each round. ``others``: jobs that hold GPUs as they are; ``snaps``:
+    a list that gets each round's snapshot."""
+    cluster = make_cluster(nodes_per_switch=8)
+    node_of = {gpu.gpu_id: gpu.node for gpu in cluster.gpus}
+    seen: list[Observation] = []
+    records: dict = {}
+    plans = []
+    for k in range(n_rounds):
+        now = k * ROUND_S
+        model = model_of(seen) if model_of else fit_online(PRIOR, seen, workload="deepspeech2")
+        perf = {(j.job_id, "A100"): model, **{(o.job_id, "A100"): TRUTH for o in others}}
+        snap = snapshot(cluster, [j, *others], catalog=CATALOG, round_length_s=ROUND_S,
+                        job_perf=perf, exploration=records, exploration_budget_frac=frac,
+                        budgets=budgets)  # fmt: skip
+        plan = plan_round(snap, policy="elastic", now=now)
+        plans.append(plan)
+        if snaps is not None:
+            snaps.append(snap)
+        records = dict(plan.exploration)
+        a = plan.allocations[j.job_id]
+        nodes = len({node_of[g] for g in a.gpu_ids})
+        cfg = config_of(a.n_gpus, nodes, a.global_batch / a.n_gpus, None, None)
+        t = TRUTH.iter_time_s(cfg)
+        seen.append(Observation(a.n_gpus, nodes, a.global_batch / a.n_gpus, t,
+                                TRUTH.power_w(cfg)))  # fmt: skip
+        started = j.started_s if j.started_s is not None else now
+        j = replace(j, allocation=a, started_s=started, done_iters=j.done_iters + ROUND_S / t)
+    return plans
+
+
+def _counts(plans):
+    return [p.allocations["d"].n_gpus for p in plans]
+
+
+def test_without_a_probe_the_prior_keeps_the_job_small_for_good():
+    counts = _counts(_rounds(_job(), n_rounds=10, frac=None))
+    assert max(counts) <= 4
+
+
+def test_a_probe_measures_the_larger_count_and_the_job_grows_within_its_bound():
+    plans = _rounds(_job(), n_rounds=12)
+    counts = _counts(plans)
+    assert max(counts) >= 16  # the probes found that more GPUs pay, and the job kept them
+    rec = plans[-1].exploration["d"]
+    probed = [p["n_gpus"] for p in rec["gpu_probes"]]
+    assert len(probed) == len(set(probed))  # each count at most once
+    assert all(p["n_gpus"] > p["from_gpus"] for p in rec["gpu_probes"])
+    assert rec["spent_s"] <= rec["budget_s"]
+    # a probe lasts one round: the policy then decides with the measurement
+    for p in rec["gpu_probes"]:
+        k = int(p["since_s"] // ROUND_S)
+        assert counts[k] == p["n_gpus"]
+
+
+def test_a_job_a_budget_pays_for_does_not_probe():
+    budget = Budget("b", "t", 0.0, 1e7, energy_limit_j=1e12)
+    plans = _rounds(_job(), n_rounds=8, budgets=(budget,))
+    assert all(not p.exploration.get("d", {}).get("gpu_probes") for p in plans)
+
+
+def test_an_oracle_model_is_never_probed():
+    plans = _rounds(_job(), n_rounds=4, model_of=lambda seen: TRUTH)
+    assert all("d" not in p.exploration for p in plans)
+
+
+def test_a_probe_takes_no_gpu_another_job_holds():
+    cluster = make_cluster(nodes_per_switch=8)
+    # another job holds every GPU but the first node's: the probe may not grow past 8
+    held = tuple(g.gpu_id for g in cluster.gpus if not g.node.endswith("n0"))
+    other = running(job("o", n=56, iters=1e9, gpu_model="A100", workload="deepspeech2"), held)
+    plans = _rounds(_job(), n_rounds=10, others=(other,))
+    assert max(_counts(plans)) <= 8
+    assert all(p.allocations["o"].gpu_ids == held for p in plans)
+
+
+def test_the_probes_resize_says_why():
+    from scheduling.core.explain import explain_change
+    from scheduling.core.types import ChangeKind
+
+    snaps: list = []
+    plans = _rounds(_job(), n_rounds=3, snaps=snaps)
+    probe = plans[-1].exploration["d"]["gpu_probes"][0]
+    k = int(probe["since_s"] // ROUND_S)
+    change = next(c for c in plans[k].changes if c.job_id == "d")
+    assert change.kind == ChangeKind.RESIZE
+    text = explain_change(change, snaps[k], plans[k], now=probe["since_s"])
+    assert f"a probe of {probe['n_gpus']} GPUs for one round" in text
