@@ -108,7 +108,8 @@ def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float
         # gpu_probe's round at a larger count on GPUs that would idle
         parts.append(
             f"a probe of {_gpus(gpu_probe['n_gpus'])} for one round on GPUs that would "
-            f"otherwise idle (its model has measured no more than {gpu_probe['from_gpus']}, "
+            "otherwise idle (its model has measured no more than "
+            f"{_gpus(gpu_probe.get('measured_gpus', gpu_probe['from_gpus']))}, "
             "so it cannot tell whether more would pay)"
         )
     if job is not None:

@@ -12,14 +12,17 @@ So, after placement, a running job the policy kept at its GPU count ``n`` runs o
 at its next buddy size when all of this holds:
 
 * the snapshot turns exploration on (``exploration_budget_frac``: the jobs' models are
-  learned) and the policy resizes jobs by their predictions (``probes_gpus``) and gives
-  each GPU to one job;
+  learned) and idle nodes stay powered; the policy resizes jobs by their predictions
+  each round (``probes_gpus``: a policy that keeps a running job's count would keep the
+  probe's) and gives each GPU to one job;
 * its model has measured it at ``n`` GPUs and at no configuration of the larger count
   or more (``max_measured_gpus``), it has not probed that count before (its exploration
   record's ``gpu_probes``), and it is not exploring power limits now;
 * no budget pays for it: a budget's allowance does not count the probe's draw;
-* the larger block fits on GPUs no other job holds this round (the placer decides, with
-  the job's current GPUs its own: a probe never moves another job);
+* the larger block fits on GPUs no other job holds this round, where the policy's
+  placer would put it (its picker on the round's real free state, extending the job's
+  current GPUs: aligned, whole nodes where it spans nodes; a probe never moves another
+  job);
 * the probe's cost fits the exploration bound: what the round at the larger count loses
   at the speed the model predicts there, and a checkpoint-restart there and one back
   (the policy's ``restart_s``), with what its earlier exploration cost (``spent_s``),
@@ -27,9 +30,10 @@ at its next buddy size when all of this holds:
   what remains at ``n``).
 
 The round after, the policy decides with the measurement in the model. The record lists
-the probes (``gpu_probes``: ``from_gpus``, ``n_gpus``, ``since_s``, ``cost_s``, the cost as
-predicted) and adds their cost to ``spent_s``: a job probes each count at most once, and
-a job the measurement moved up may probe the next count while the bound allows.
+the probes (``gpu_probes``: ``from_gpus``, ``n_gpus``, ``measured_gpus`` the most its
+model had measured, ``since_s``, ``cost_s`` the cost as predicted) and adds their cost to
+``spent_s``: a job probes each count at most once, and a job the measurement moved up may
+probe the next count while the bound allows.
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ from dataclasses import replace
 from typing import Any
 
 from scheduling.core.exploration import DONE, EXPLORING, new_record
-from scheduling.core.placement import PLACERS, PlacementRequest, job_buddy_sizes
-from scheduling.core.types import Allocation, Cluster
+from scheduling.core.placement import FreeGpus, job_buddy_sizes, pick_buddy, pick_first_fit
+from scheduling.core.types import Allocation
+
+PICKERS = {"buddy": pick_buddy, "first_fit": pick_first_fit}
 
 
 def probe_more_gpus(
@@ -53,9 +59,11 @@ def probe_more_gpus(
     docstring) and return every record, the probing jobs' updated."""
     frac = ctx.snapshot.exploration_budget_frac
     out = dict(records)
-    placer = PLACERS.get(policy.placement or "")
-    if frac is None or not getattr(policy, "probes_gpus", False) or placer is None:
+    picker = PICKERS.get(policy.placement or "")
+    if frac is None or not getattr(policy, "probes_gpus", False) or picker is None:
         return out
+    if ctx.snapshot.power_off_idle_nodes:
+        return out  # the free GPUs are off, not idle: a probe would power them up
     if getattr(policy, "max_jobs_per_gpu", 1) != 1:
         return out
     restart_s = float(getattr(policy, "restart_s", 30.0))
@@ -89,12 +97,18 @@ def probe_more_gpus(
         cost = ctx.round_length_s * max(1.0 - t_n / t_m, 0.0) + 2 * restart_s
         if spent + cost > frac * (elapsed + t_n):
             continue
-        ids = _place(ctx, placer, allocations, job.job_id, larger[0], model, after.gpu_ids)
+        ids = _place(ctx, picker, allocations, job.job_id, larger[0], model, after.gpu_ids)
         if ids is None:
             continue
         allocations[job.job_id] = replace(after, gpu_ids=ids)
         rec = dict(rec) if rec is not None else _record(model, n, ctx.now_s, frac)
-        probe = {"from_gpus": n, "n_gpus": larger[0], "since_s": ctx.now_s, "cost_s": cost}
+        probe = {
+            "from_gpus": n,
+            "n_gpus": larger[0],
+            "measured_gpus": most,
+            "since_s": ctx.now_s,
+            "cost_s": cost,
+        }
         rec["gpu_probes"] = [*probes, probe]
         rec["spent_s"] = spent + cost
         rec["budget_s"] = frac * (elapsed + t_n)
@@ -102,17 +116,19 @@ def probe_more_gpus(
     return out
 
 
-def _place(ctx, placer, allocations, job_id, n_gpus, gpu_model, current) -> tuple | None:
-    taken = {gid for jid, a in allocations.items() if jid != job_id for gid in a.gpu_ids}
-    cluster: Cluster = ctx.free_cluster
-    free = Cluster(
-        nodes=tuple(
-            replace(node, gpus=tuple(g for g in node.gpus if g.gpu_id not in taken))
-            for node in cluster.nodes
-        )
+def _place(ctx, picker, allocations, job_id, n_gpus, gpu_model, current) -> tuple | None:
+    """The block the policy's placer would pick for ``n_gpus`` with every other job's
+    GPUs taken (marked used, so alignment and whole nodes are judged on the real nodes)
+    and the job's own free to extend."""
+    free = FreeGpus(ctx.free_cluster)
+    free.take(
+        gid
+        for jid, a in allocations.items()
+        if jid != job_id
+        for gid in a.gpu_ids
+        if gid in free.where
     )
-    result = placer(free, [PlacementRequest(job_id, n_gpus, gpu_model, current)])
-    return result.gpu_ids.get(job_id)
+    return picker(free, gpu_model, n_gpus, current)
 
 
 def _record(gpu_model: str, n_gpus: int, now_s: float, frac: float) -> dict:

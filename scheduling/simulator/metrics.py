@@ -39,9 +39,14 @@ JOB_COLUMNS = (
     "comm_overhead_gpu_s",
     "shared_s",
 )
-# Written only when some job explored (learned knowledge, a policy that explores), so the
-# files of every other run stay as they were.
-EXPLORATION_COLUMNS = ("exploration_s", "exploration_limits_w", "exploration_result_w")
+# Written only when some job explored (learned knowledge, and a policy that explores
+# power limits or probes GPU counts), so the files of every other run stay as they were.
+EXPLORATION_COLUMNS = (
+    "exploration_s",
+    "exploration_limits_w",
+    "exploration_result_w",
+    "exploration_gpu_probes",
+)
 
 
 def _stats(values: list[float], prefix: str) -> dict[str, float | None]:
@@ -121,17 +126,20 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
 
 def _exploration_cells(record) -> dict[str, Any]:
     """Seconds the job lost exploring, the power limits it tried (``/``-separated, in order;
-    ``xN`` marks a probe at another GPU count) and the limit exploration chose."""
+    ``xN`` marks a probe at another GPU count), the limit exploration chose and the larger
+    GPU counts it probed (``gpu_probe``; ``4>8/8>16``)."""
     if not record:
         return dict.fromkeys(EXPLORATION_COLUMNS)
     tried = "/".join(
         f"{t['limit_w']:g}" + ("" if t["n_gpus"] == record["n_gpus"] else f"x{t['n_gpus']}")
         for t in record["tried"]
     )
+    probes = "/".join(f"{p['from_gpus']}>{p['n_gpus']}" for p in record.get("gpu_probes", ()))
     return {
         "exploration_s": record["spent_s"],
         "exploration_limits_w": tried,
         "exploration_result_w": record["result_w"],
+        "exploration_gpu_probes": probes,
     }
 
 

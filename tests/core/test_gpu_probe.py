@@ -4,14 +4,15 @@ corrected, because nothing ever measures them."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from scheduling.core.online_fit import fit_online
 from scheduling.core.online_model import Observation, config_of
 from scheduling.core.perf_models import load_catalog
+from scheduling.core.registry import get_policy
 from scheduling.core.round import plan_round
 from scheduling.core.types import Budget
-from tests.core.corekit import job, make_cluster, running, snapshot
+from tests.core.corekit import AnalyticModel, Catalog, job, make_cluster, running, snapshot
 
 CATALOG = load_catalog()
 # deepspeech2 on an A100 at a global batch of 32 is fastest on 64 GPUs; inception3, the
@@ -116,3 +117,65 @@ def test_the_probes_resize_says_why():
     assert change.kind == ChangeKind.RESIZE
     text = explain_change(change, snaps[k], plans[k], now=probe["since_s"])
     assert f"a probe of {probe['n_gpus']} GPUs for one round" in text
+
+
+@dataclass(frozen=True)
+class Measured(AnalyticModel):
+    """A learned model that has measured up to ``most`` GPUs; flat beyond one GPU, so the
+    policy never grows the job itself."""
+
+    most: int = 0
+
+    @property
+    def max_measured_gpus(self) -> int:
+        return self.most
+
+
+def _ids(cluster, node, idx):
+    return tuple(g.gpu_id for g in cluster.gpus if g.node == node and g.index in idx)
+
+
+def _one_round(cluster, jobs, perf, *, policy="elastic", **snap):
+    snap = snapshot(cluster, jobs, catalog=Catalog(Measured("w", scaling=0.0)), job_perf=perf,
+                    exploration_budget_frac=0.03, **snap)  # fmt: skip
+    return plan_round(snap, policy=policy, now=1000.0)
+
+
+def test_a_probe_gets_the_aligned_block_the_buddy_placer_would_give():
+    # One node: d on GPUs 0-1, another job on 2-3. Four GPUs for d can only be 4-7 (a
+    # buddy block); taking the other job's GPUs out of the node instead of marking them
+    # used gave d 0, 1, 4, 5.
+    cluster = make_cluster(1, 1, 8)
+    n0 = cluster.nodes[0].name
+    d = running(job("d", n=2, iters=1e7, min_gpus=2, max_gpus=8), _ids(cluster, n0, {0, 1}))
+    a = running(job("a", n=2, iters=1e7), _ids(cluster, n0, {2, 3}))
+    plan = _one_round(cluster, [d, a], {("d", "A100"): Measured("w", scaling=0.0, most=2),
+                                        ("a", "A100"): Measured("w")})  # fmt: skip
+    assert plan.exploration["d"]["gpu_probes"][0]["n_gpus"] == 4
+    assert plan.allocations["d"].gpu_ids == _ids(cluster, n0, {4, 5, 6, 7})
+    assert plan.allocations["a"].gpu_ids == a.allocation.gpu_ids
+
+
+def test_no_probe_where_the_larger_block_would_span_nodes_unaligned():
+    # Two nodes with two GPUs taken on each: eight GPUs for d are a whole node or nothing.
+    cluster = make_cluster(1, 2, 8)
+    n0, n1 = cluster.nodes[0].name, cluster.nodes[1].name
+    d = running(job("d", n=4, iters=1e7, min_gpus=4, max_gpus=16),
+                _ids(cluster, n0, {0, 1, 2, 3}))  # fmt: skip
+    a = running(job("a", n=2, iters=1e7), _ids(cluster, n0, {4, 5}))
+    b = running(job("b", n=2, iters=1e7), _ids(cluster, n1, {0, 1}))
+    perf = {("d", "A100"): Measured("w", scaling=0.0, most=4), ("a", "A100"): Measured("w"),
+            ("b", "A100"): Measured("w")}  # fmt: skip
+    plan = _one_round(cluster, [d, a, b], perf)
+    assert "d" not in plan.exploration
+    assert plan.allocations["d"].gpu_ids == d.allocation.gpu_ids
+
+
+def test_no_probe_where_the_policy_would_keep_the_probes_count_or_idle_nodes_are_off():
+    cluster = make_cluster(1, 1, 8)
+    d = running(job("d", n=1, iters=1e7, min_gpus=1, max_gpus=8), (cluster.gpus[0].gpu_id,))
+    perf = {("d", "A100"): Measured("w", scaling=0.0, most=1)}
+    assert _one_round(cluster, [d], perf, policy="powerflow").exploration["d"]["gpu_probes"]
+    kept = get_policy("powerflow", keep_running=True)
+    assert "d" not in _one_round(cluster, [d], perf, policy=kept).exploration
+    assert "d" not in _one_round(cluster, [d], perf, power_off_idle_nodes=True).exploration

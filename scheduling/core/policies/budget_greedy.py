@@ -199,9 +199,6 @@ class BudgetGreedy:
 
     name = "budget_greedy"
     cost = "energy"  # what the greedy ranks by: "energy" or "carbon"
-    # A learned model's unmeasured larger count is tried once, by jobs no budget pays for
-    # (gpu_probe).
-    probes_gpus = True
 
     def __init__(
         self,
@@ -307,6 +304,9 @@ class BudgetGreedy:
         self.lag_release = lag_release
         self.lag_deadband = lag_deadband
         self.keep_running = keep_running
+        # A learned model's unmeasured larger count is tried once, by jobs no budget pays
+        # for (gpu_probe); not with keep_running, which would keep the probe's count.
+        self.probes_gpus = not keep_running
         if probe_s is not None and not probe_s > 0:
             raise ValueError("probe_s must be positive or None")
         if not 0.0 < probe_share <= 1.0:
