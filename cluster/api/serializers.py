@@ -112,6 +112,12 @@ class GpuProbeSerializer(serializers.Serializer):
     n_gpus = serializers.IntegerField(help_text="GPUs it ran on for the probe's round.")
     since_s = serializers.FloatField(help_text="When the probe started (scheduler clock, s).")
     cost_s = serializers.FloatField(help_text="Seconds it was predicted to cost.")
+    sm_clock_mhz = serializers.IntegerField(
+        allow_null=True,
+        default=None,
+        help_text="The clock a probe a budget pays for ran at, to draw no more than the "
+        "round it replaced; null: the plan's.",
+    )
 
 
 class ExplorationSerializer(serializers.Serializer):

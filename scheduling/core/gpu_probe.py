@@ -18,7 +18,10 @@ at its next buddy size when all of this holds:
 * its model has measured it at ``n`` GPUs and at no configuration of the larger count
   or more (``max_measured_gpus``), it has not probed that count before (its exploration
   record's ``gpu_probes``), and it is not exploring power limits now;
-* no budget pays for it: a budget's allowance does not count the probe's draw;
+* where a budget pays for it, the probe runs at the highest clock at which the larger
+  count is predicted to draw no more energy (so no more carbon) this round than the job's
+  plan at ``n``, and is skipped where no clock does: the policy's allowance, which it
+  spends to the joule on the jobs' upgrades, is not crossed by a probe;
 * the larger block fits on GPUs no other job holds this round, where the policy's
   placer would put it (its picker on the round's real free state, extending the job's
   current GPUs: aligned, whole nodes where it spans nodes; a probe never moves another
@@ -31,7 +34,9 @@ at its next buddy size when all of this holds:
 
 The round after, the policy decides with the measurement in the model. The record lists
 the probes (``gpu_probes``: ``from_gpus``, ``n_gpus``, ``measured_gpus`` the most its
-model had measured, ``since_s``, ``cost_s`` the cost as predicted) and adds their cost to
+model had measured, ``since_s``, ``cost_s`` the cost as predicted, ``sm_clock_mhz`` the
+clock a budget-paid probe ran at, None for the plan's; ``plan_energy_j`` and ``energy_j``
+the round's predicted draw at ``n`` as planned and at the probe) and adds their cost to
 ``spent_s``: a job probes each count at most once, and a job the measurement moved up may
 probe the next count while the bound allows.
 """
@@ -77,7 +82,7 @@ def probe_more_gpus(
             continue
         probes = rec.get("gpu_probes", []) if rec is not None else []
         spent = rec.get("spent_s", 0.0) if rec is not None else 0.0
-        if jv.budget_ids or job.per_gpu_batch is not None:
+        if job.per_gpu_batch is not None:
             continue
         most = getattr(jv.perf, "max_measured_gpus", None)
         n, model = after.n_gpus, jv.gpu_model
@@ -88,8 +93,13 @@ def probe_more_gpus(
         if any(p["n_gpus"] == larger[0] for p in probes):
             continue
         elapsed = ctx.now_s - (job.started_s if job.started_s is not None else ctx.now_s)
-        t_n = ctx.estimate(jv, n, after.global_batch).remaining_s
-        t_m = ctx.estimate(jv, larger[0], after.global_batch).remaining_s
+        batch = after.global_batch
+        now_est = ctx.estimate(jv, n, batch, after.sm_clock_mhz, after.power_limit_w)
+        clock = _clock(ctx, jv, larger[0], batch, now_est.round_energy_j) if jv.budget_ids else None
+        if jv.budget_ids and clock is None:
+            continue  # no clock at which the larger count draws no more than this round's plan
+        t_n = now_est.remaining_s
+        t_m = ctx.estimate(jv, larger[0], batch, clock).remaining_s
         if not (t_n > 0 and t_m > 0):
             continue
         # What it loses as predicted: a round at the rate the model expects there, and a
@@ -100,7 +110,12 @@ def probe_more_gpus(
         ids = _place(ctx, picker, allocations, job.job_id, larger[0], model, after.gpu_ids)
         if ids is None:
             continue
-        allocations[job.job_id] = replace(after, gpu_ids=ids)
+        if clock is not None:
+            allocations[job.job_id] = replace(
+                after, gpu_ids=ids, sm_clock_mhz=clock, power_limit_w=None
+            )
+        else:
+            allocations[job.job_id] = replace(after, gpu_ids=ids)
         rec = dict(rec) if rec is not None else _record(model, n, ctx.now_s, frac)
         probe = {
             "from_gpus": n,
@@ -108,12 +123,27 @@ def probe_more_gpus(
             "measured_gpus": most,
             "since_s": ctx.now_s,
             "cost_s": cost,
+            "sm_clock_mhz": clock,
+            # the round's predicted draw at n as planned, and at the probe
+            "plan_energy_j": now_est.round_energy_j,
+            "energy_j": ctx.estimate(jv, larger[0], batch, clock).round_energy_j,
         }
         rec["gpu_probes"] = [*probes, probe]
         rec["spent_s"] = spent + cost
         rec["budget_s"] = frac * (elapsed + t_n)
         out[job.job_id] = rec
     return out
+
+
+def _clock(ctx, jv, n_gpus: int, batch: int, energy_j: float) -> int | None:
+    """The highest clock at which ``n_gpus`` are predicted to draw no more energy this
+    round than ``energy_j`` (what the job's plan draws): a probe a budget pays for costs
+    the budget nothing. None: not even the lowest clock."""
+    clocks = sorted(getattr(jv.perf, "clocks_mhz", None) or (), reverse=True)
+    for clock in clocks:
+        if ctx.estimate(jv, n_gpus, batch, clock).round_energy_j <= energy_j:
+            return clock
+    return None
 
 
 def _place(ctx, picker, allocations, job_id, n_gpus, gpu_model, current) -> tuple | None:

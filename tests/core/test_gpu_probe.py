@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import pytest
+
 from scheduling.core.online_fit import fit_online
 from scheduling.core.online_model import Observation, config_of
 from scheduling.core.perf_models import load_catalog
@@ -27,7 +29,10 @@ def _job(**kw):
     return job("d", n=1, iters=200_000.0, min_gpus=1, max_gpus=64, **kw)
 
 
-def _rounds(j, *, n_rounds, frac=0.03, others=(), budgets=(), model_of=None, snaps=None):
+def _rounds(
+    j, *, n_rounds, frac=0.03, others=(), budgets=(), model_of=None, snaps=None,
+    policy="elastic",
+):  # fmt: skip
     """Plan ``n_rounds`` elastic rounds on 8 nodes of 8 A100s; after each, job ``d`` is
     observed in the configuration it ran (the truth) and refitted from the prior, as the
     live service does each round. ``others``: jobs that hold GPUs as they are; ``snaps``:
@@ -44,7 +49,7 @@ def _rounds(j, *, n_rounds, frac=0.03, others=(), budgets=(), model_of=None, sna
         snap = snapshot(cluster, [j, *others], catalog=CATALOG, round_length_s=ROUND_S,
                         job_perf=perf, exploration=records, exploration_budget_frac=frac,
                         budgets=budgets)  # fmt: skip
-        plan = plan_round(snap, policy="elastic", now=now)
+        plan = plan_round(snap, policy=policy, now=now)
         plans.append(plan)
         if snaps is not None:
             snaps.append(snap)
@@ -58,6 +63,17 @@ def _rounds(j, *, n_rounds, frac=0.03, others=(), budgets=(), model_of=None, sna
         started = j.started_s if j.started_s is not None else now
         j = replace(j, allocation=a, started_s=started, done_iters=j.done_iters + ROUND_S / t)
     return plans
+
+
+def _busy_energy(snap, alloc):
+    """What job ``d`` on ``alloc`` is predicted to draw in a round of ``snap``."""
+    from scheduling.core.round import admit
+
+    ctx, _ = admit(snap, now=0.0)
+    jv = next(v for v in ctx.jobs if v.job.job_id == "d")
+    est = ctx.estimate(jv, alloc.n_gpus, alloc.global_batch, alloc.sm_clock_mhz,
+                       alloc.power_limit_w)  # fmt: skip
+    return est.round_energy_j
 
 
 def _counts(plans):
@@ -84,10 +100,25 @@ def test_a_probe_measures_the_larger_count_and_the_job_grows_within_its_bound():
         assert counts[k] == p["n_gpus"]
 
 
-def test_a_job_a_budget_pays_for_does_not_probe():
+@pytest.mark.parametrize("policy", ["elastic", "powerflow"])
+def test_a_job_a_budget_pays_for_probes_at_a_clock_that_draws_no_more(policy):
     budget = Budget("b", "t", 0.0, 1e7, energy_limit_j=1e12)
-    plans = _rounds(_job(), n_rounds=8, budgets=(budget,))
-    assert all(not p.exploration.get("d", {}).get("gpu_probes") for p in plans)
+    snaps: list = []
+    plans = _rounds(_job(), n_rounds=8, budgets=(budget,), policy=policy, snaps=snaps)
+    probes = plans[-1].exploration["d"]["gpu_probes"]
+    assert probes
+    for p in probes:
+        k = int(p["since_s"] // ROUND_S)
+        assert p["sm_clock_mhz"] is not None
+        assert plans[k].allocations["d"].sm_clock_mhz == p["sm_clock_mhz"]
+        # the probe's round is predicted to draw no more than the plan it replaced, and a
+        # policy's allowance still holds what the plan spends
+        assert p["energy_j"] <= p["plan_energy_j"]
+        alloc = plans[k].allocations["d"]
+        assert _busy_energy(snaps[k], alloc) == pytest.approx(p["energy_j"])
+        assert plans[k].predicted_energy_by_budget_j["b"] == pytest.approx(p["energy_j"])
+        allowance = plans[k].energy_allowance_by_budget_j.get("b")
+        assert allowance is None or plans[k].predicted_energy_by_budget_j["b"] <= allowance + 1e-6
 
 
 def test_an_oracle_model_is_never_probed():

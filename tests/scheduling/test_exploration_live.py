@@ -142,7 +142,8 @@ def test_the_job_page_and_the_api_show_the_gpu_counts_a_job_probed(make_job, mem
         "reason": "power limits not explored by this policy",
         "gpu_probes": [
             {"from_gpus": 4, "n_gpus": 8, "since_s": 300.0, "cost_s": 62.9},
-            {"from_gpus": 8, "n_gpus": 16, "since_s": 600.0, "cost_s": 109.4},
+            {"from_gpus": 8, "n_gpus": 16, "since_s": 600.0, "cost_s": 109.4,
+             "sm_clock_mhz": 1125},
         ],
     }  # fmt: skip
     JobSchedulingState.objects.update_or_create(job=job, defaults={"exploration": record})
@@ -153,6 +154,7 @@ def test_the_job_page_and_the_api_show_the_gpu_counts_a_job_probed(make_job, mem
 
     assert [p["n_gpus"] for p in data["gpu_probes"]] == [8, 16]
     assert 'id="exploration-gpu-probes"' in page
-    assert "4 &rarr; 8 GPUs (63 s predicted), 8 &rarr; 16 GPUs (109 s predicted)" in page
+    assert "4 &rarr; 8 GPUs (63 s predicted), 8 &rarr; 16 GPUs (109 s predicted; at 1125" in page
+    assert data["gpu_probes"][0]["sm_clock_mhz"] is None  # a record from before the field
     assert "172 s of its bound of 494 s" in page
     assert 'id="exploration-table"' not in page  # no power limit was tried
