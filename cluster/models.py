@@ -606,8 +606,11 @@ class Budget(models.Model):
             errors["period_end"] = f"Must be on or before {v.LATEST_BUDGET_END:%Y-%m-%d %H:%M} UTC."
         elif self.period_start and self.period_end and self.period_end <= self.period_start:
             errors["period_end"] = "Must be after period_start."
-        if self.warn_fraction is not None and not (0 < self.warn_fraction <= 1):
-            errors["warn_fraction"] = "Must be in (0, 1]."
+        if self.warn_fraction is not None and not (v.MIN_WARN_FRACTION <= self.warn_fraction <= 1):
+            # The budget form's 1-100 %: a soft limit of 5e-324 warned the team at once.
+            errors["warn_fraction"] = (
+                f"Must be between {v.MIN_WARN_FRACTION:g} and 1 (1% to 100% of the hard limit)."
+            )
         in_range = not {"period_start", "period_end"} & set(errors)
         if in_range and self.team_id and self.period_start and self.period_end:
             overlapping = (

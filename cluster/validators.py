@@ -37,6 +37,8 @@ LATEST_BUDGET_END = datetime(2100, 1, 1, tzinfo=UTC)
 MAX_COMMAND_CHARS = 8_192
 # Learning rates of real training runs lie in about 1e-7..10; ONES scales them by batch ratios.
 MIN_LEARNING_RATE = 1e-12
+# A budget's soft limit as a share of its hard limit: the budget form's 1 % at least.
+MIN_WARN_FRACTION = 0.01
 # A job's parameter-count hint: from a tiny MLP (1,000) to 100 trillion, 500x GPT-3's 175 billion.
 MIN_PARAM_COUNT = 1_000
 MAX_PARAM_COUNT = 10**14

@@ -20,6 +20,9 @@ NEW_BUDGET = {
 }
 
 
+WARN_RANGE = "Must be between 0.01 and 1 (1% to 100% of the hard limit)."
+
+
 @pytest.fixture
 def budgets(team, other_team):
     return {
@@ -143,8 +146,8 @@ def test_lead_cannot_move_a_budget_to_a_team_they_do_not_lead(api_client, lead, 
         ({"energy_limit_kwh": -3}, {"energy_limit_kwh": ["Must be positive."]}),
         ({"carbon_limit_kg": 0}, {"carbon_limit_kg": ["Must be positive."]}),
         ({"period_end": "2026-03-01T00:00:00Z"}, {"period_end": ["Must be after period_start."]}),
-        ({"warn_fraction": 1.5}, {"warn_fraction": ["Must be in (0, 1]."]}),
-        ({"warn_fraction": 0}, {"warn_fraction": ["Must be in (0, 1]."]}),
+        ({"warn_fraction": 1.5}, {"warn_fraction": [WARN_RANGE]}),
+        ({"warn_fraction": 0}, {"warn_fraction": [WARN_RANGE]}),
         (
             {"hard_limit_action": "explode"},
             {"hard_limit_action": ['"explode" is not a valid choice.']},

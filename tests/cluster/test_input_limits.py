@@ -445,3 +445,27 @@ def test_a_refusal_that_quotes_a_broken_character_is_a_400_not_a_500(api_client,
     assert response.status_code == 400
     assert "team" in response.json()
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("value", [5e-324, 0.001, 0.0, 1.5])
+def test_a_soft_limit_outside_1_to_100_percent_is_a_400_and_not_stored(
+    api_client, lead, team, value
+):
+    # The form takes 1-100 %; the API took any fraction above 0, and 5e-324 warned at once.
+    response = api_client(lead).post(
+        "/api/budgets/", {**BUDGET, "warn_fraction": value}, format="json"
+    )
+
+    assert response.status_code == 400, response.content
+    assert "1% to 100%" in response.json()["warn_fraction"][0]
+    assert not Budget.objects.exists()
+
+
+@pytest.mark.parametrize("value", [0.01, 1.0])
+def test_a_soft_limit_of_1_or_100_percent_is_accepted(api_client, lead, team, value):
+    response = api_client(lead).post(
+        "/api/budgets/", {**BUDGET, "warn_fraction": value}, format="json"
+    )
+
+    assert response.status_code == 201, response.content
+    assert Budget.objects.get().warn_fraction == value
