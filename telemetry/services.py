@@ -44,15 +44,14 @@ class RegistrationRejected(Exception):
         super().__init__(str(errors))
 
 
-def _clock_conflicts(gpus: list[dict[str, Any]]) -> dict[int, dict[str, list[str]]]:
+def _clock_conflicts(
+    gpus: list[dict[str, Any]], stored: dict[str, tuple]
+) -> dict[int, dict[str, list[str]]]:
     """Per GPU of the request: a maximum SM clock or clock list that, with the registered
     value it leaves in place (a null maximum or an empty list keeps the stored one), would
-    store a clock above the maximum. The serializer checks the two when both are sent; a
-    conflict between two stored values is left alone (the agent changed neither)."""
-    rows = Gpu.objects.filter(uuid__in=[g["uuid"] for g in gpus]).values_list(
-        "uuid", "max_sm_clock_mhz", "supported_sm_clocks_mhz"
-    )
-    stored = {gpu_uuid: (top, clocks) for gpu_uuid, top, clocks in rows}
+    store a clock above the maximum. ``stored``: UUID -> (maximum, clock list) registered.
+    The serializer checks the two when both are sent; a conflict between two stored values
+    is left alone (the agent changed neither)."""
     errors = {}
     for i, g in enumerate(gpus):
         if g["uuid"] not in stored:
@@ -77,9 +76,14 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
     changed). A UUID already registered to another node is refused, nothing stored; so is a
     maximum SM clock below the clocks it would be stored with (``RegistrationRejected``)."""
     uuids = [g["uuid"] for g in gpus]
-    foreign = sorted(
-        Gpu.objects.filter(uuid__in=uuids).exclude(node=node).values_list("uuid", flat=True)
-    )
+    # What is registered under these UUIDs, in one query: whose node, the clocks, the limit.
+    registered = {
+        row[0]: row[1:]
+        for row in Gpu.objects.filter(uuid__in=uuids).values_list(
+            "uuid", "node_id", "max_sm_clock_mhz", "supported_sm_clocks_mhz", "power_limit_w"
+        )
+    }
+    foreign = sorted(u for u, (node_id, *_) in registered.items() if node_id != node.pk)
     if foreign:
         raise NotYourNode(f"GPU(s) {', '.join(foreign)} are registered to another node")
     # A GPU that disappeared keeps its record (its allocations and ledger are history); if a
@@ -94,12 +98,10 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
         raise GpuIndexTaken(
             f"GPU index(es) {taken} belong to GPUs no longer reported; retire them first"
         )
-    conflicts = _clock_conflicts(gpus)
+    conflicts = _clock_conflicts(gpus, {u: (top, c) for u, (_, top, c, _) in registered.items()})
     if conflicts:
         raise RegistrationRejected({"gpus": [conflicts.get(i, {}) for i in range(len(gpus))]})
-    current_limits = dict(
-        Gpu.objects.filter(node=node, uuid__in=uuids).values_list("uuid", "power_limit_w")
-    )
+    current_limits = {u: limit for u, (*_, limit) in registered.items()}
     result = []
     with transaction.atomic():
         # The node row first, then its GPUs: the order of the scheduling round (liveness locks

@@ -48,10 +48,8 @@ from dataclasses import replace
 from typing import Any
 
 from scheduling.core.exploration import DONE, EXPLORING, new_record
-from scheduling.core.placement import FreeGpus, job_buddy_sizes, pick_buddy, pick_first_fit
+from scheduling.core.placement import PICKERS, FreeGpus, job_buddy_sizes
 from scheduling.core.types import Allocation
-
-PICKERS = {"buddy": pick_buddy, "first_fit": pick_first_fit}
 
 
 def probe_more_gpus(
@@ -72,6 +70,7 @@ def probe_more_gpus(
     if getattr(policy, "max_jobs_per_gpu", 1) != 1:
         return out
     restart_s = float(getattr(policy, "restart_s", 30.0))
+    free: FreeGpus | None = None  # the round's GPUs, every allocated one taken; built once
     for jv in ctx.jobs:
         job = jv.job
         before, after = job.allocation, allocations.get(job.job_id)
@@ -98,24 +97,28 @@ def probe_more_gpus(
         clock = _clock(ctx, jv, larger[0], batch, now_est.round_energy_j) if jv.budget_ids else None
         if jv.budget_ids and clock is None:
             continue  # no clock at which the larger count draws no more than this round's plan
-        t_n = now_est.remaining_s
-        t_m = ctx.estimate(jv, larger[0], batch, clock).remaining_s
+        probe_est = ctx.estimate(jv, larger[0], batch, clock)
+        t_n, t_m = now_est.remaining_s, probe_est.remaining_s
         if not (t_n > 0 and t_m > 0):
             continue
         # What it loses as predicted: a round at the rate the model expects there, and a
         # restart there and one back.
         cost = ctx.round_length_s * max(1.0 - t_n / t_m, 0.0) + 2 * restart_s
-        if spent + cost > frac * (elapsed + t_n):
+        bound = frac * (elapsed + t_n)
+        if spent + cost > bound:
             continue
-        ids = _place(ctx, picker, allocations, job.job_id, larger[0], model, after.gpu_ids)
+        if free is None:
+            free = FreeGpus(ctx.free_cluster)
+            free.take(g for a in allocations.values() for g in a.gpu_ids if g in free.where)
+        # Its own GPUs are free to extend; the picker judges alignment and whole nodes on
+        # the real nodes, with every other job's GPUs used.
+        free.give(after.gpu_ids)
+        ids = picker(free, model, larger[0], after.gpu_ids)
+        free.take(ids if ids is not None else after.gpu_ids)
         if ids is None:
             continue
-        if clock is not None:
-            allocations[job.job_id] = replace(
-                after, gpu_ids=ids, sm_clock_mhz=clock, power_limit_w=None
-            )
-        else:
-            allocations[job.job_id] = replace(after, gpu_ids=ids)
+        retune = {"sm_clock_mhz": clock, "power_limit_w": None} if clock is not None else {}
+        allocations[job.job_id] = replace(after, gpu_ids=ids, **retune)
         rec = dict(rec) if rec is not None else _record(model, n, ctx.now_s, frac)
         probe = {
             "from_gpus": n,
@@ -126,11 +129,11 @@ def probe_more_gpus(
             "sm_clock_mhz": clock,
             # the round's predicted draw at n as planned, and at the probe
             "plan_energy_j": now_est.round_energy_j,
-            "energy_j": ctx.estimate(jv, larger[0], batch, clock).round_energy_j,
+            "energy_j": probe_est.round_energy_j,
         }
         rec["gpu_probes"] = [*probes, probe]
         rec["spent_s"] = spent + cost
-        rec["budget_s"] = frac * (elapsed + t_n)
+        rec["budget_s"] = bound
         out[job.job_id] = rec
     return out
 
@@ -144,21 +147,6 @@ def _clock(ctx, jv, n_gpus: int, batch: int, energy_j: float) -> int | None:
         if ctx.estimate(jv, n_gpus, batch, clock).round_energy_j <= energy_j:
             return clock
     return None
-
-
-def _place(ctx, picker, allocations, job_id, n_gpus, gpu_model, current) -> tuple | None:
-    """The block the policy's placer would pick for ``n_gpus`` with every other job's
-    GPUs taken (marked used, so alignment and whole nodes are judged on the real nodes)
-    and the job's own free to extend."""
-    free = FreeGpus(ctx.free_cluster)
-    free.take(
-        gid
-        for jid, a in allocations.items()
-        if jid != job_id
-        for gid in a.gpu_ids
-        if gid in free.where
-    )
-    return picker(free, gpu_model, n_gpus, current)
 
 
 def _record(gpu_model: str, n_gpus: int, now_s: float, frac: float) -> dict:
