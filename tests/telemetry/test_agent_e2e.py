@@ -217,21 +217,43 @@ def test_the_example_training_script_reports_its_gradient_statistics_end_to_end(
 
 
 def _agent_cli(server, token, tmp_path, *extra):
-    return subprocess.Popen(
-        [sys.executable, "-m", "telemetry.agent", "--server", server.url, "--token", token,
-         "--name", "node-01", "--work-dir", str(tmp_path / "cli"), "--simulate", "--gpus", "2",
-         "--post-interval-s", "1", *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    """The agent command as a subprocess, its output in ``tmp_path / "agent.log"`` (a file,
+    not a pipe nobody reads while it runs)."""
+    with (tmp_path / "agent.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "telemetry.agent", "--server", server.url, "--token", token,
+             "--name", "node-01", "--work-dir", str(tmp_path / "cli"), "--simulate", "--gpus",
+             "2", "--post-interval-s", "1", *extra],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def _agent_log(tmp_path) -> str:
+    return (tmp_path / "agent.log").read_text(errors="replace")
 
 
 def test_the_agent_command_reports_until_sigterm_and_exits_cleanly(server, make_node, tmp_path):
     node = make_node("node-01", gpus=0)
     agent = _agent_cli(server, node.issue_agent_token(), tmp_path)
-    wait_for(lambda: GpuSample.objects.count() >= 6, timeout_s=60, what="6 samples", every_s=0.5)
+
+    def six_samples() -> bool:
+        if agent.poll() is not None:
+            pytest.fail(f"the agent exited with {agent.returncode}:\n{_agent_log(tmp_path)}")
+        return GpuSample.objects.count() >= 6
+
+    try:
+        # 120 s: the agent starts a Python with numpy and the perf models beside a busy
+        # test run; once up it posts every second
+        wait_for(six_samples, timeout_s=120, what="6 samples", every_s=0.5)
+    except pytest.fail.Exception as exc:
+        agent.kill()
+        agent.wait(timeout=30)
+        pytest.fail(
+            f"{exc}\n--- the agent's log ---\n{_agent_log(tmp_path)[-4000:]}"
+            f"\n--- the server's log ---\n{server.log.read_text(errors='replace')[-3000:]}"
+        )
     agent.terminate()
-    _, stderr = agent.communicate(timeout=30)
-    assert agent.returncode == 0, stderr
+    assert agent.wait(timeout=30) == 0, _agent_log(tmp_path)
     per_gpu = dict(
         Gpu.objects.filter(node=node).annotate(n=models.Count("samples")).values_list("uuid", "n")
     )
@@ -247,10 +269,10 @@ def test_the_agent_command_reports_until_sigterm_and_exits_cleanly(server, make_
 
 def test_the_agent_command_stops_with_one_line_for_a_bad_token(server, tmp_path):
     agent = _agent_cli(server, "not-a-token", tmp_path)
-    _, stderr = agent.communicate(timeout=60)
-    assert agent.returncode == 1
+    assert agent.wait(timeout=60) == 1
     assert (
-        stderr.strip()
+        _agent_log(tmp_path)
+        .strip()
         .splitlines()[-1]
         .startswith(
             f"agent: {server.url} refused the registration: POST {server.url}/api/agent/register/: "
