@@ -41,6 +41,20 @@ ENDPOINTS = {
 }
 
 
+def _warn_of_conflicts(answer: Any) -> None:
+    """Log the samples the server already held for the same GPU and time with other values
+    (it kept its own): a resend after an outage matches what is stored, so a conflict means
+    two samplers report one GPU, or the node's clock went back and reused timestamps."""
+    conflicts = answer.get("conflicts") if isinstance(answer, dict) else None
+    if isinstance(conflicts, int) and conflicts > 0:
+        log.warning(
+            "the server already held %d of these samples (same GPU and time) with other "
+            "values and kept its own: is another agent reporting these GPUs, or did the "
+            "clock go back?",
+            conflicts,
+        )
+
+
 class AgentClient:
     def __init__(self, server: str, token: str, spool: Spool, *, timeout_s: float = 10.0) -> None:
         self.base = server.rstrip("/") + "/api/agent/"
@@ -115,7 +129,8 @@ class AgentClient:
         samples = body.get("samples")
         for _ in range(_SAMPLE_SPLITS):
             try:
-                self.post("samples", {"samples": samples})
+                answer = self.post("samples", {"samples": samples})
+                _warn_of_conflicts(answer)
                 return
             except Rejected as exc:
                 bad = _refused_positions(exc, samples)

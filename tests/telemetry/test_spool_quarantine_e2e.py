@@ -153,3 +153,27 @@ def test_a_batch_refused_as_a_whole_is_quarantined_whole(
 @pytest.fixture
 def other_node_token(make_node):
     return make_node("node-02", gpus=1).issue_agent_token()
+
+
+def test_a_resend_with_other_values_is_kept_out_and_logged(
+    server,  # noqa: F811
+    node_with_job,
+    tmp_path,
+    caplog,
+):
+    node, token, job = node_with_job
+    client = AgentClient(server.url, token, Spool(tmp_path / "spool"), timeout_s=10.0)
+    start = timezone.now().replace(microsecond=0) - timedelta(seconds=10)
+    assert client.deliver("samples", {"samples": series("GPU-node-01-0", start, 3)}) is True
+    # a plain resend (the agent's retry after an outage) says nothing
+    with caplog.at_level("WARNING", logger="telemetry.agent.client"):
+        assert client.deliver("samples", {"samples": series("GPU-node-01-0", start, 3)})
+    assert not caplog.records
+    # when the same GPU and times come again with another draw
+    other = series("GPU-node-01-0", start, 3, power_w=111.0)
+    with caplog.at_level("WARNING", logger="telemetry.agent.client"):
+        assert client.deliver("samples", {"samples": other}) is True
+    # then the stored samples keep their values and the agent says why it matters
+    assert sorted(GpuSample.objects.values_list("power_w", flat=True)) == [250.0] * 3
+    [record] = caplog.records
+    assert "already held 3 of these samples" in record.getMessage()
