@@ -6,5 +6,6 @@ class ClusterConfig(AppConfig):
     name = "cluster"
 
     def ready(self) -> None:
-        # Registers the wattflow.* configuration checks.
+        # Registers the wattflow.* configuration checks and the cluster.* stored-row checks.
+        from cluster import checks as stored_rows  # noqa: F401
         from config import checks  # noqa: F401

@@ -29,7 +29,7 @@ from scheduling.queries import latest_round_summary, running_jobs_series
 from telemetry.carbon import hour_floor, intensity_for_hour
 from telemetry.live import live_summary
 from telemetry.queries import cluster_power_series, intensity_series
-from telemetry.usage import budget_usage
+from telemetry.usage import budget_usage, finite_or_none
 
 HISTORY = timedelta(hours=24)
 JCT_HISTORY = timedelta(days=7)
@@ -79,7 +79,11 @@ def budget_progress(budget: Budget, *, now: datetime) -> dict:
         if limit_usage is None:
             continue
         kind = limit_usage.kind
-        used, limit = limit_usage.used / scale, limit_usage.limit / scale
+        used = limit_usage.used / scale
+        # None where a budget stored before its limits had bounds makes them infinite
+        # (1e308 kg, or any use of 5e-324 kWh): shown as a dash, never inf or Infinity.
+        limit = finite_or_none(limit_usage.limit / scale)
+        percent = finite_or_none(limit_usage.percent)
         projected = figures.project_to_period_end(
             used, period_start=budget.period_start, period_end=budget.period_end, now=now
         )
@@ -89,19 +93,20 @@ def budget_progress(budget: Budget, *, now: datetime) -> dict:
                 "unit": unit,
                 "used": used,
                 "limit": limit,
-                "soft_limit": limit_usage.soft_limit / scale,
+                "soft_limit": finite_or_none(limit_usage.soft_limit / scale),
                 "projected": projected,
                 # The truth, past 100 % too (0.09 of 0.05 kg is 180 %); the bar caps its width.
-                "percent": limit_usage.percent,
-                "bar_percent": min(100.0, limit_usage.percent),
+                "percent": percent,
+                "bar_percent": 100.0 if percent is None else min(100.0, percent),
                 "over_soft": limit_usage.over_soft,
                 "over_hard": limit_usage.over_hard,
             }
         )
+        share = "?" if percent is None else f"{percent:.3g}"
         figs[kind] = figures.budget_burn_figure(
             title=(
-                f"{budget.team.name}: {kind}, {100.0 * used / limit:.3g} % of "
-                f"{limit:.4g} {unit} used (the team)"
+                f"{budget.team.name}: {kind}, {share} % of "
+                f"{'?' if limit is None else f'{limit:.4g}'} {unit} used (the team)"
             ),
             unit=unit,
             cumulative=cumulative,

@@ -9,7 +9,14 @@ from django import forms
 
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Job, Team
-from cluster.validators import MAX_BATCH_SIZE, MAX_ITERATIONS, MAX_PARAM_COUNT, MIN_PARAM_COUNT
+from cluster.validators import (
+    EARLIEST_BUDGET_START,
+    LATEST_BUDGET_END,
+    MAX_BATCH_SIZE,
+    MAX_ITERATIONS,
+    MAX_PARAM_COUNT,
+    MIN_PARAM_COUNT,
+)
 from cluster.workloads import known_workloads, workload_errors
 
 _INT = {"min_value": 1}
@@ -218,7 +225,17 @@ class WhatIfForm(forms.Form):
     def clean(self):
         cleaned = super().clean()
         start, end = cleaned.get("period_start"), cleaned.get("period_end")
-        if start and end and end <= start:
+        # The budget's own bounds (Budget.clean): a period to year 9999 was simulated, ten
+        # seconds a point, for a budget that could not be saved.
+        if start and start < EARLIEST_BUDGET_START:
+            self.add_error(
+                "period_start", f"Must be on or after {EARLIEST_BUDGET_START:%Y-%m-%d %H:%M} UTC."
+            )
+        if end and end > LATEST_BUDGET_END:
+            self.add_error(
+                "period_end", f"Must be on or before {LATEST_BUDGET_END:%Y-%m-%d %H:%M} UTC."
+            )
+        elif start and end and end <= start:
             self.add_error("period_end", "Must be after the period start.")
         return cleaned
 

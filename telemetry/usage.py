@@ -7,12 +7,16 @@ query: the page's burn chart and the total it prints are the same numbers. Every
 in base units (joules, grams of CO2e); ``kWh`` and ``kg`` are display conversions.
 
 A limit's ``fraction`` is not capped: 0.09 kg of a 0.05 kg budget is 1.8 (180 %), and
-``remaining`` is then negative. ``publish_usage_of_teams`` publishes ``BUDGET_USAGE_CHANGED``
+``remaining`` is then negative. A budget stored before its limits had bounds can make a number
+infinite (a 5e-324 kWh limit is an infinite share of any use, 1e308 kg is inf grams): what is
+read out gives such a number as None (JSON null; ``manage.py check --database default``
+names the budget). ``publish_usage_of_teams`` publishes ``BUDGET_USAGE_CHANGED``
 (``config/events.py``) for the running budgets of teams whose ledgers accounting changed.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +29,11 @@ from cluster.models import Budget
 from config import events
 from scheduling.core.types import G_PER_KG, J_PER_KWH
 from telemetry.models import EnergyLedgerEntry
+
+
+def finite_or_none(value: float) -> float | None:
+    """``value``, or None where it is no finite number (JSON holds none, pages showed inf %)."""
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +79,11 @@ class LimitUsage:
         return {
             "kind": self.kind,
             "unit": self.unit,
-            "used": self.used,
-            "limit": self.limit,
-            "soft_limit": self.soft_limit,
-            "remaining": self.remaining,
-            "percent": self.percent,
+            "used": finite_or_none(self.used),
+            "limit": finite_or_none(self.limit),
+            "soft_limit": finite_or_none(self.soft_limit),
+            "remaining": finite_or_none(self.remaining),
+            "percent": finite_or_none(self.percent),
             "over_soft": self.over_soft,
             "over_hard": self.over_hard,
         }

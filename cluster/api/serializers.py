@@ -287,11 +287,17 @@ class LimitUsageSerializer(serializers.Serializer):
 
     kind = serializers.ChoiceField(choices=["energy", "carbon"])
     unit = serializers.ChoiceField(choices=["J", "g"])
-    used = serializers.FloatField()
-    limit = serializers.FloatField()
-    soft_limit = serializers.FloatField()
-    remaining = serializers.FloatField(help_text="Negative once the limit is overspent.")
-    percent = serializers.FloatField(help_text="Use over limit in percent, not capped at 100.")
+    # Null where the number is not finite: a budget stored before its limits had bounds
+    # (``telemetry.usage.finite_or_none``).
+    used = serializers.FloatField(allow_null=True)
+    limit = serializers.FloatField(allow_null=True)
+    soft_limit = serializers.FloatField(allow_null=True)
+    remaining = serializers.FloatField(
+        allow_null=True, help_text="Negative once the limit is overspent."
+    )
+    percent = serializers.FloatField(
+        allow_null=True, help_text="Use over limit in percent, not capped at 100."
+    )
     over_soft = serializers.BooleanField()
     over_hard = serializers.BooleanField()
 

@@ -410,6 +410,28 @@ def test_whatif_refuses_a_point_or_proposal_that_is_not_a_finite_amount(
     assert list(response.json()["errors"]) == [field]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("period_start", "0001-01-01T00:00", "Must be on or after 2000-01-01 00:00 UTC."),
+        ("period_end", "9999-12-31T23:59", "Must be on or before 2100-01-01 00:00 UTC."),
+    ],
+)
+def test_whatif_refuses_a_period_the_budget_could_not_have(
+    client_for, lead, team, make_node, field, value, message
+):
+    # A period to year 9999 was simulated (10 s a point, six points a sweep) for a budget
+    # the form refuses to save (found by probing the what-if page).
+    Node.objects.filter(pk=make_node("node-01", gpus=1).pk).update(last_heartbeat_at=timezone.now())
+    data = _whatif_data(team, **{field: value})
+
+    response = client_for(lead).post(reverse("frontend:budget-whatif"), data)
+
+    assert response.status_code == 400
+    assert response.json()["errors"] == {field: [message]}
+    assert not Budget.objects.exists()
+
+
 # --- reports and nodes ----------------------------------------------------------------------
 
 

@@ -1,0 +1,152 @@
+"""System checks of stored rows that today's input rules refuse (IDs cluster.W0xx).
+
+The API, the forms and the admin refuse these values now, but a database written before the
+rules (or by the ORM, a fixture, a raw update) may hold them; Wattflow does not rewrite them
+behind the owner's back. ``manage.py check --database default`` names each row, for an admin
+to correct: database-tagged, so a plain ``check`` (builds, start-up) makes no query.
+"""
+
+import sys
+import unicodedata
+from functools import cache
+
+from django.core.checks import Tags, Warning, register
+from django.core.exceptions import ValidationError
+from django.db.models import Q
+
+from cluster import validators as v
+
+# At most this many rows are named per check and field; the rest are counted.
+MAX_NAMED = 20
+
+
+def _budget_suspects():
+    return (
+        Q(energy_limit_kwh__lt=v.MIN_ENERGY_LIMIT_KWH)
+        | Q(energy_limit_kwh__gt=v.MAX_ENERGY_LIMIT_KWH)
+        | Q(carbon_limit_kg__lt=v.MIN_CARBON_LIMIT_KG)
+        | Q(carbon_limit_kg__gt=v.MAX_CARBON_LIMIT_KG)
+        | Q(period_start__lt=v.EARLIEST_BUDGET_START)
+        | Q(period_end__gt=v.LATEST_BUDGET_END)
+        | Q(warn_fraction__lt=v.MIN_WARN_FRACTION)
+        | Q(warn_fraction__gt=1)
+    )
+
+
+def _capped(problems: list, more: int, what: str, check_id: str) -> list:
+    if more > 0:
+        problems.append(Warning(f"... and {more} more {what}.", id=check_id))
+    return problems
+
+
+@register(Tags.database)
+def check_stored_budgets(app_configs, databases=None, **kwargs):
+    """Budgets outside today's bounds: a 5e-324 kWh limit is spent by one joule, a
+    year-1..9999 period paces its limit over 8,000 years, a warn_fraction of 5e-324 warns at
+    once; their usage reads as null where a number is infinite (``telemetry.usage``)."""
+    from cluster.models import Budget
+
+    problems = []
+    for alias in databases or ():
+        suspects = Budget.objects.using(alias).filter(_budget_suspects()).select_related("team")
+        for budget in suspects.order_by("pk")[:MAX_NAMED]:
+            try:
+                budget.full_clean(validate_unique=False, validate_constraints=False)
+            except ValidationError as exc:
+                why = " ".join(f"{f}: {' '.join(m)}" for f, m in sorted(exc.message_dict.items()))
+                problems.append(
+                    Warning(
+                        f"Budget #{budget.pk} of team {budget.team.name!r} is stored outside "
+                        f"today's rules: {why}",
+                        hint="Correct it in the admin or on the budget page; Wattflow does not "
+                        "rewrite stored budgets.",
+                        id="cluster.W001",
+                    )
+                )
+        _capped(problems, suspects.count() - MAX_NAMED, "budgets like these", "cluster.W001")
+    return problems
+
+
+@register(Tags.database)
+def check_stored_gpu_clocks(app_configs, databases=None, **kwargs):
+    """GPUs whose maximum SM clock is below a clock of their list: the scheduler may assign
+    the listed clock and the agent cap it, a run unlike the one predicted."""
+    from cluster.models import Gpu, sm_clock_conflict
+
+    problems = []
+    for alias in databases or ():
+        gpus = (
+            Gpu.objects.using(alias)
+            .filter(max_sm_clock_mhz__isnull=False)
+            .exclude(supported_sm_clocks_mhz=[])
+            .select_related("node")
+            .order_by("pk")
+        )
+        conflicts = [
+            (gpu, why)
+            for gpu in gpus
+            if (why := sm_clock_conflict(gpu.max_sm_clock_mhz, gpu.supported_sm_clocks_mhz))
+        ]
+        for gpu, why in conflicts[:MAX_NAMED]:
+            problems.append(
+                Warning(
+                    f"GPU {gpu} (#{gpu.pk}): {why}",
+                    hint="Restart the node's agent so it registers both again, or correct "
+                    "the GPU in the admin.",
+                    id="cluster.W002",
+                )
+            )
+        _capped(problems, len(conflicts) - MAX_NAMED, "GPUs like these", "cluster.W002")
+    return problems
+
+
+@cache
+def _refused_characters() -> str:
+    """A PostgreSQL bracket expression of what ``validators.single_line`` refuses: control
+    characters (NUL aside: PostgreSQL stores none) and format characters but the joiners."""
+    chars = [
+        chr(c)
+        for c in range(1, sys.maxunicode + 1)
+        if unicodedata.category(chr(c)) in ("Cc", "Cf") and chr(c) not in v.JOINERS
+    ]
+    return "[" + "".join(chars) + "]"
+
+
+# (label, model, name field for the message, fields validated by ``single_line``)
+NAMED_FIELDS = (
+    ("team", "Team", "name", ("name",)),
+    ("node", "Node", "name", ("name", "switch_label", "rack_label", "gpu_model")),
+    ("GPU", "Gpu", "uuid", ("uuid", "model")),
+    ("job", "Job", "name", ("name", "workload", "resembles", "gpu_model")),
+)
+
+
+@register(Tags.database)
+def check_stored_names(app_configs, databases=None, **kwargs):
+    """Names holding control, invisible or direction control characters: two names look
+    alike and differ, or a page and a log show one reordered (U+202E)."""
+    from django.apps import apps
+
+    pattern = _refused_characters()
+    problems = []
+    for alias in databases or ():
+        for label, model_name, shown, fields in NAMED_FIELDS:
+            model = apps.get_model("cluster", model_name)
+            for field in fields:
+                rows = model.objects.using(alias).filter(**{f"{field}__regex": pattern})
+                for row in rows.order_by("pk")[:MAX_NAMED]:
+                    try:
+                        v.single_line(getattr(row, field))
+                    except ValidationError as exc:
+                        problems.append(
+                            Warning(
+                                f"{label} {getattr(row, shown)!r} (#{row.pk}): {field}: "
+                                f"{' '.join(exc.messages)}",
+                                hint="Rename it in the admin; Wattflow does not rewrite "
+                                "stored names.",
+                                id="cluster.W003",
+                            )
+                        )
+                more = rows.count() - MAX_NAMED
+                _capped(problems, more, f"{label} {field}s like these", "cluster.W003")
+    return problems

@@ -1,0 +1,122 @@
+"""Budgets and GPUs stored before today's rules (or by the ORM, a fixture, an old admin)
+still read without a 500, and ``manage.py check --database default`` names each such row;
+nothing stored is rewritten."""
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.checks import run_checks
+from django.utils import timezone
+
+from cluster.models import Budget, Gpu, Team
+from telemetry.models import EnergyLedgerEntry
+
+pytestmark = pytest.mark.django_db
+
+
+def _running_budget(team, **limits) -> Budget:
+    # The ORM skips Budget.clean(): how a database written before the bounds holds them.
+    now = timezone.now()
+    return Budget.objects.create(
+        team=team, period_start=now - timedelta(hours=2), period_end=now + timedelta(days=1),
+        **limits,
+    )  # fmt: skip
+
+
+def _used(team, gpu) -> None:
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    EnergyLedgerEntry.objects.create(
+        gpu=gpu, hour=hour - timedelta(hours=1), team=team, energy_j=3600.0, co2_g=1.0,
+        ci_g_per_kwh=250.0, zone="ES",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        # a denormal limit: any use is an infinite share of it
+        {"energy_limit_kwh": 5e-324},
+        {"carbon_limit_kg": 5e-324},
+        # 1e308 kg is inf grams
+        {"carbon_limit_kg": 1e308},
+        {"energy_limit_kwh": 1e308},
+    ],
+)
+def test_a_stored_out_of_range_limit_reads_as_null_not_a_500(
+    api_client, lead, team, make_node, limits
+):
+    budget = _running_budget(team, **limits)
+    _used(team, make_node("node-01", gpus=1).gpus.get())
+
+    for url in ("/api/budgets/", f"/api/budgets/{budget.pk}/"):
+        response = api_client(lead).get(url)
+
+        assert response.status_code == 200, url
+    (limit,) = response.json()["usage"]["limits"]
+    numbers = [limit[k] for k in ("used", "limit", "soft_limit", "remaining", "percent")]
+    assert None in numbers
+    assert all(x is None or math.isfinite(x) for x in numbers)
+    assert limit["over_hard"] is (next(iter(limits.values())) < 1)
+    budget.refresh_from_db()
+    assert (budget.energy_limit_kwh or budget.carbon_limit_kg) == next(iter(limits.values()))
+
+
+def _warnings(id_: str) -> list[str]:
+    return [m.msg for m in run_checks(databases=["default"]) if m.id == id_]
+
+
+def test_the_check_names_each_budget_outside_the_rules(team, other_team):
+    tiny = _running_budget(team, energy_limit_kwh=5e-324, warn_fraction=5e-324)
+    forever = Budget.objects.create(
+        team=other_team, period_start=datetime(1, 1, 1, tzinfo=UTC),
+        period_end=datetime(9999, 12, 31, tzinfo=UTC), carbon_limit_kg=1e308,
+    )  # fmt: skip
+
+    messages = _warnings("cluster.W001")
+
+    assert len(messages) == 2
+    tiny_msg = next(m for m in messages if f"#{tiny.pk} " in m)
+    assert "energy_limit_kwh: Must be at least 0.001 kWh (1 Wh)." in tiny_msg
+    assert "warn_fraction: Must be between 0.01 and 1" in tiny_msg
+    forever_msg = next(m for m in messages if f"#{forever.pk} " in m)
+    for field in ("period_start", "period_end", "carbon_limit_kg"):
+        assert f"{field}: " in forever_msg
+    # reported, not rewritten
+    assert Budget.objects.get(pk=tiny.pk).energy_limit_kwh == 5e-324
+
+
+def test_budgets_within_the_rules_give_no_warning(team):
+    _running_budget(team, energy_limit_kwh=100.0, carbon_limit_kg=5.0)
+
+    assert _warnings("cluster.W001") == []
+
+
+def test_the_check_names_a_gpu_whose_max_clock_is_below_its_clock_list(make_node):
+    gpu = make_node("node-01", gpus=2).gpus.get(index=1)
+    Gpu.objects.filter(pk=gpu.pk).update(max_sm_clock_mhz=1000)
+
+    (message,) = _warnings("cluster.W002")
+
+    assert message.startswith("GPU node-01/gpu1 (#")
+    assert "max_sm_clock_mhz 1000 MHz is below 1410 MHz" in message
+
+
+def test_the_check_names_a_name_with_a_direction_control(make_node):
+    Team.objects.create(name="Tiny\u202eynit", slug="tiny")
+    node = make_node("node-01", gpus=1)
+    node.rack_label = "rack\u200b1"
+    node.save(update_fields=["rack_label"])
+
+    messages = _warnings("cluster.W003")
+
+    assert len(messages) == 2
+    assert any("team 'Tiny\\u202eynit'" in m and "U+202E" in m for m in messages)
+    assert any("node 'node-01'" in m and "rack_label" in m and "U+200B" in m for m in messages)
+
+
+def test_the_checks_need_the_database_flag(team):
+    _running_budget(team, energy_limit_kwh=5e-324)
+
+    # plain ``manage.py check`` (no --database) does not query
+    assert [m for m in run_checks() if m.id.startswith("cluster.W")] == []
