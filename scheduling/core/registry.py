@@ -47,4 +47,15 @@ def get_policy(name: str, **params: Any) -> Any:
         factory = _FACTORIES[name]
     except KeyError:
         raise KeyError(f"unknown policy {name!r}; known: {', '.join(sorted(_FACTORIES))}") from None
-    return factory(**params)
+    policy = factory(**params)
+    # Every policy's GPUs are placed by the placer its ``placement`` names (None: it names
+    # them itself); an unknown name would fail in the first round, not here.
+    placement = getattr(policy, "placement", None)
+    if placement is not None:
+        from scheduling.core.placement import PLACERS
+
+        if placement not in PLACERS:
+            raise ValueError(
+                f"placement must be one of {', '.join(sorted(PLACERS))}, not {placement!r}"
+            )
+    return policy

@@ -237,7 +237,7 @@ class BudgetGreedy:
         - ``restart_s``: what a checkpoint-restart costs a resized or resumed job;
         - ``min_gain``: a step must cut the job's remaining time by more than this share;
         - ``placement``: ``"buddy"`` (power-of-two GPU counts that pack into nodes) or
-          any other value for every count from ``min_gpus`` to ``max_gpus``;
+          ``"first_fit"`` (every count from ``min_gpus`` to ``max_gpus``);
         - ``pricing``: pace budgets by a price (point 4) rather than by gating each
           round with an even share of the budget (point 1's allowance alone);
         - ``share_floor``: the present jobs' share is at least this many times their

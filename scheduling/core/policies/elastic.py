@@ -30,6 +30,8 @@ class Elastic:
     def __init__(
         self, *, restart_s: float = 30.0, min_gain: float = 1e-3, placement: str = "buddy"
     ) -> None:
+        if not (restart_s >= 0 and min_gain >= 0):
+            raise ValueError("restart_s and min_gain must be 0 or more")
         self.restart_s = restart_s
         self.min_gain = min_gain
         self.placement = placement

@@ -9,6 +9,8 @@ Among the jobs it may start, a higher ``Job.priority`` goes first (``base.queue_
 
 from __future__ import annotations
 
+import math
+
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.policies.base import (
     GpuLedger,
@@ -34,6 +36,10 @@ class Fifo:
         power_limit_w: float | None = None,
         placement: str = "first_fit",
     ) -> None:
+        if sm_clock_mhz is not None and not sm_clock_mhz > 0:
+            raise ValueError("sm_clock_mhz must be positive or None")
+        if power_limit_w is not None and not (power_limit_w > 0 and math.isfinite(power_limit_w)):
+            raise ValueError("power_limit_w must be a positive number of watts or None")
         self.backfill = backfill
         self.preemptive = preemptive
         self.sm_clock_mhz = sm_clock_mhz

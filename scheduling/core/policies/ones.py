@@ -112,6 +112,14 @@ class Ones:
     ) -> None:
         if population_size < 2:
             raise ValueError("population_size must be at least 2")
+        if generations < 1:
+            raise ValueError("generations must be at least 1")
+        if cap_factor < 1:
+            raise ValueError("cap_factor must be at least 1")
+        if not (0.0 <= crossover_p <= 1.0 and 0.0 <= mutation_p <= 1.0):
+            raise ValueError("crossover_p and mutation_p must be probabilities (0 to 1)")
+        if not long_running_s >= 0 or epochs_per_job < 1:
+            raise ValueError("long_running_s must be >= 0 and epochs_per_job at least 1")
         self.population_size = population_size
         self.generations = generations
         self.crossover_p = crossover_p

@@ -40,6 +40,10 @@ class Tiresias:
     ) -> None:
         if list(queue_thresholds_gpu_s) != sorted(queue_thresholds_gpu_s):
             raise ValueError("queue_thresholds_gpu_s must be ascending")
+        if any(not t > 0 for t in queue_thresholds_gpu_s):
+            raise ValueError("queue_thresholds_gpu_s must be positive")
+        if starvation_s is not None and not starvation_s > 0:
+            raise ValueError("starvation_s must be positive or None")
         self.thresholds = tuple(queue_thresholds_gpu_s)
         self.starvation_s = starvation_s
         self.placement = placement
