@@ -342,6 +342,14 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             first[mode] = entry
             first["learned_vs_oracle"] = _ratios(first, entry)
         stdout.write(_line(f"{name} [{mode}]", summary, wall_s) + "\n")
+        stuck = result.never_runnable
+        if stuck:
+            ids = sorted(stuck)
+            shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+            stdout.write(
+                f"  {len(ids)} job(s) can never run on this cluster under {name} ({shown}); "
+                f"the run stopped when only they were left. Job {ids[0]}: {stuck[ids[0]]}\n"
+            )
 
     baselines = _baselines(args)
     if baselines:
@@ -463,7 +471,16 @@ def _write_comparison(
 
 
 def _share(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
+    """A share as a percentage, to one decimal; over 100% with as many decimals as show
+    it (up to 6), so that an overspent period never prints as "100.0%"."""
+    if value is None:
+        return "n/a"
+    digits = 1
+    while value > 1.0 and round(100 * value, digits) <= 100.0:
+        if digits == 6:
+            return "100.0% (over by less than 1e-6 of it)"
+        digits += 1
+    return f"{100 * value:.{digits}f}%"
 
 
 def _baselines(args: argparse.Namespace) -> list[str]:

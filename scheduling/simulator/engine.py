@@ -85,6 +85,7 @@ from scheduling.core.types import (
     PerfCatalog,
     Plan,
     Snapshot,
+    WaitCode,
 )
 from scheduling.simulator.budgets import BudgetLedger, BudgetSpec
 from scheduling.simulator.carbon import ConstantIntensity, HourlyIntensity
@@ -180,6 +181,7 @@ class Simulator:
         next_tick = 0.0
         last_activity_s = 0.0
         stopped_early = False
+        never_runnable: dict[str, str] = {}
         all_gpus = self.cluster.gpus
         idle_all_w = self._idle_all_w
 
@@ -218,6 +220,15 @@ class Simulator:
             for code in (w.code for w in plan.waiting.values()):
                 wait_codes[str(code)] += 1
             self._apply(plan, active, t)
+            if next_arrival >= n_total:
+                stuck = _never_runnable(plan, active)
+                if stuck:
+                    # The simulated cluster never changes: a job too big for it under this
+                    # policy waits for good. Stop here, not after a stall limit of idle
+                    # draw charged to the run, and name the jobs.
+                    never_runnable = stuck
+                    stopped_early = True
+                    break
             if t >= next_tick:
                 next_tick = math.floor(t / L) * L + L
 
@@ -230,8 +241,14 @@ class Simulator:
             if plan.replan_at_s is not None and plan.replan_at_s > t:
                 horizon = min(horizon, plan.replan_at_s)  # a probe ends there
             running = sum(1 for r in active.values() if r.allocation is not None)
-            busy_gpus = sum(
-                r.allocation.n_gpus for r in active.values() if r.allocation is not None
+            # Distinct GPUs: co-located jobs share theirs.
+            busy_gpus = len(
+                {
+                    g
+                    for r in active.values()
+                    if r.allocation is not None
+                    for g in r.allocation.gpu_ids
+                }
             )
             # After the last arrival, a stretch in which every active job finishes ends
             # at the last completion: no idle tail is charged past the makespan.
@@ -290,6 +307,7 @@ class Simulator:
             end_s=end_s,
             stopped_early=stopped_early,
             wait_codes=wait_codes,
+            never_runnable=never_runnable,
             budget_periods=self.budgets.periods(),
         )
 
@@ -524,7 +542,10 @@ class Simulator:
         elif last and len(plans) == len(active) and all(p[5] <= t1 for p in plans):
             t_end = max([t0] + [p[5] for p in plans])
         idle_w_of = self._idle_w
-        energy = co2 = idle_e = held_gpu_s = 0.0
+        energy = co2 = idle_e = 0.0
+        # Seconds each GPU is held from t0 on: co-located jobs share a GPU, which is busy
+        # while either holds it (every stretch starts at t0, so the union is the longest).
+        held_until: dict[str, float] = {}
         by_team: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         allocated_idle_w = 0.0
         used_nodes: set[str] = set()
@@ -566,7 +587,9 @@ class Simulator:
             co2 += c_job
             held_s = min(finish, t_end) - t0
             rec.attained_gpu_s += n * held_s
-            held_gpu_s += n * held_s
+            for g in alloc.gpu_ids:
+                if held_s > held_until.get(g, 0.0):
+                    held_until[g] = held_s
             rec.snapshot_job = None
             if finish <= t_end:
                 rec.done_iters = rec.spec.total_iters
@@ -594,7 +617,22 @@ class Simulator:
         energy += e_free
         idle_e += e_free
         co2 += co2_of(free_w, t0, t_end)
+        held_gpu_s = sum(held_until.values())
         return t_end, finished, energy, co2, idle_e, held_gpu_s, by_team
+
+
+def _never_runnable(plan: Plan, active: Mapping[str, JobRecord]) -> dict[str, str]:
+    """Job id -> the plan's reason, when no active job runs and every one waits for GPUs
+    the cluster does not have (``no_matching_gpu``); else empty."""
+    stuck = {}
+    for job_id, rec in active.items():
+        reason = plan.waiting.get(job_id)
+        if rec.allocation is not None or reason is None:
+            return {}
+        if reason.code != WaitCode.NO_MATCHING_GPU:
+            return {}
+        stuck[job_id] = reason.message
+    return stuck
 
 
 def _budget_price(state: Mapping[str, Any]) -> float | None:

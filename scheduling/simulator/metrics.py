@@ -87,6 +87,8 @@ def summarise(result: SimResult) -> dict[str, Any]:
         "n_colocated_jobs": sum(1 for r in jobs if r.shared_s > 0.0),
         "n_rounds": len(result.timeline),
         "wait_reasons": dict(sorted(result.wait_codes.items())),
+        # Jobs the run stopped without: they can never run on this cluster (id -> why).
+        "never_runnable": dict(sorted(result.never_runnable.items())),
     }
     return summary
 

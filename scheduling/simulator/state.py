@@ -133,6 +133,9 @@ class SimResult:
     end_s: float
     stopped_early: bool
     wait_codes: Counter[str] = field(default_factory=Counter)
+    # Jobs the run stopped without, because they can never run on this cluster under this
+    # policy (job id -> the policy's reason); the run stops as soon as only they are left.
+    never_runnable: dict[str, str] = field(default_factory=dict)
     budget_periods: list[Any] = field(default_factory=list)  # budgets.BudgetPeriod, by start
 
 

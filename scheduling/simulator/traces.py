@@ -107,10 +107,18 @@ def no_model_error(
     ``no_perf_model`` until the run stopped as stalled, or end in a traceback)."""
     known = [w for w in catalog.workloads() if has_model(catalog, w, gpu_model)]
     shown = ", ".join(repr(w) for w in missing[:5]) + (" ..." if len(missing) > 5 else "")
+    if not known:
+        # No workload at all: the cluster names a GPU model the catalog does not have (a
+        # typo such as "a100"); say which it has.
+        gpus = getattr(catalog, "gpu_models", None)
+        have = ", ".join(gpus()) if callable(gpus) else "none"
+        return TraceError(
+            f"{trace_name}: the perf catalog has no GPU model {gpu_model!r}, so the simulator "
+            f"cannot run {shown} on it (its GPU models: {have})"
+        )
     return TraceError(
         f"{trace_name}: no perf model of {shown} on {gpu_model}, so the simulator cannot run "
-        f"{'it' if len(missing) == 1 else 'them'} (its {gpu_model} workloads: "
-        f"{', '.join(known) or 'none'})"
+        f"{'it' if len(missing) == 1 else 'them'} (its {gpu_model} workloads: {', '.join(known)})"
     )
 
 

@@ -105,6 +105,17 @@ def test_shared_gpu_runs_each_job_at_its_measured_ratio_and_draws_less_than_the_
         "b": pytest.approx(125_000.0),
     }
     assert summarise(result)["n_colocated_jobs"] == 2
+    # and the one GPU counts once in the timeline and the utilisation, though two jobs hold it
+    assert [s.busy_gpus for s in result.timeline] == [1, 1]
+    assert result.busy_gpu_s == pytest.approx(1000.0)
+    assert summarise(result)["gpu_utilisation"] == pytest.approx(1.0)
+
+
+def test_a_shared_gpu_is_busy_while_either_job_holds_it():
+    # B finishes at 500 s, A holds the GPU alone to 750 s: busy 750 s, not 500 + 750
+    planner = Scripted({"a": ("n0/0",), "b": ("n0/0",)})
+    result = _run([_job("a", "resnet50", 500.0), _job("b", "other", 250.0)], planner).run()
+    assert result.busy_gpu_s == pytest.approx(750.0)
 
 
 def test_early_observation_reaches_the_next_snapshot():

@@ -205,6 +205,54 @@ def test_a_trace_the_catalog_cannot_run_on_the_cluster_exits_2_naming_the_worklo
     assert not out.exists()
 
 
+def test_jobs_too_big_for_the_cluster_end_the_run_when_only_they_are_left(tmp_path, capsys):
+    # Under fifo a job runs on the GPUs it asked for: 4 on a 2-GPU node never fit. The run
+    # used to go on for a stall limit (a week) of idle draw after the last job that could
+    # run, charged to its energy and makespan, and said nothing about why.
+    trace = tmp_path / "elasticflow_toobig.csv"
+    trace.write_text(
+        "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n"
+        "big,0,resnet50,128,4,100\nsmall,10,resnet50,128,1,1000\nbig2,20,resnet50,128,8,10\n"
+    )
+    cluster = tmp_path / "n1g2_a100.json"
+    cluster.write_text(
+        json.dumps(
+            {"name": "n1g2", "description": "1 x 2 A100", "gpu_model": "A100", "switches": 1,
+             "nodes_per_switch": 1, "gpus_per_node": 2}
+        )
+    )  # fmt: skip
+    argv = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "fifo"]
+    assert main([*argv, "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "unfinished 2" in out
+    assert "2 job(s) can never run on this cluster under fifo (big, big2)" in out
+    assert "it asks for 4 A100 GPU(s) but the cluster has only 2 schedulable" in out
+    (summary_file,) = tmp_path.glob("*_fifo_summary.json")
+    summary = json.loads(summary_file.read_text())["summary"]
+    assert sorted(summary["never_runnable"]) == ["big", "big2"]
+    # the run ends at the first round after the small job finished, not a week later
+    (jobs_file,) = tmp_path.glob("*_fifo_jobs.csv")
+    small = next(r for r in csv.DictReader(jobs_file.open()) if r["job_id"] == "small")
+    assert summary["makespan_s"] <= float(small["finish_s"]) + 300.0
+    assert summary["idle_energy_kwh"] < 1.0
+
+
+def test_a_cluster_of_a_gpu_model_the_catalog_lacks_exits_2_naming_the_models(tmp_path, capsys):
+    # "a100" for "A100" said "no perf model of ... on a100 (its a100 workloads: none)"
+    cluster = tmp_path / "lower.json"
+    cluster.write_text(
+        '{"name": "x", "gpu_model": "a100", "switches": 1, "nodes_per_switch": 1, '
+        '"gpus_per_node": 8}'
+    )
+    trace = DATA / "trace" / "elasticflow_philly_876.csv"
+    argv = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "fifo"]
+    assert main([*argv, "--no-progress", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "the perf catalog has no GPU model 'a100'" in err
+    assert "(its GPU models: A100, T4)" in err
+    assert err.count("\n") == 1
+
+
 def test_a_budget_below_the_idle_floor_is_named_and_no_finished_job_prints_na(tmp_path, capsys):
     # 64 T4 GPUs idle at 10 W draw 3.84 kWh in 6 h: a 3 kWh budget cannot be kept by any
     # plan, and no job ever fits it, so there is no average JCT to print (it was "nan").

@@ -76,3 +76,21 @@ def test_simulate_command_matches_team_budgets_and_reports_the_spend_per_period(
     assert {r[1] for r in rows} >= {"ncf"}
     assert "inside the period" in out.getvalue()
     assert report["scenario"]["team_rule"] == "workload"
+
+
+@pytest.mark.parametrize(
+    ("share", "text"),
+    [
+        (None, "n/a"),
+        (0.5, "50.0%"),
+        (1.0, "100.0%"),
+        (1.000154, "100.02%"),
+        (1.2, "120.0%"),
+        (1.0 + 1e-12, "100.0% (over by less than 1e-6 of it)"),
+    ],
+)
+def test_a_period_over_its_budget_never_prints_as_100_percent(share, text):
+    # Philly's GreenFlow US-CAL-CISO run spent 100.0154% and printed "100.0%".
+    from scheduling.simulator.cli import _share
+
+    assert _share(share) == text
