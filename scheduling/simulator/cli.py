@@ -417,7 +417,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 worst = max((p.share for p in periods if p.share is not None), default=None)
                 stdout.write(
                     f"  [{mode}] {len(periods)} budget period(s); worst spent {_share(worst)} "
-                    "of its budget\n"
+                    f"of its budget{_overspent(periods, bound.idle_power_w, scenarios[mode])}\n"
                 )
     results_first = results[modes[0]]
     out.mkdir(parents=True, exist_ok=True)
@@ -468,6 +468,33 @@ def _write_comparison(
         f"no policy could exceed "
         f"{'n/a' if possible is None else f'{possible:.3f}x'}\n"
     )
+
+
+def _overspent(periods: list, idle_w: float, scenario: Scenario) -> str:
+    """What to add to the periods' line about those over their budget: how many, and how
+    many of them a cluster budget could not have kept because the powered idle GPUs alone
+    drew more than it (their carbon varies with the grid, so a carbon budget can be above
+    the idle draw in most periods and below it in a few dirty ones)."""
+    over = [p for p in periods if p.share is not None and p.share > 1.0]
+    if not over:
+        return ""
+    floored = 0
+    for p in over:
+        if p.team is not None:
+            continue  # a team's budget pays its jobs, not the idle GPUs
+        floor_j = idle_w * (p.end_s - p.start_s)
+        floor_g = scenario.intensity.co2_g(idle_w, p.start_s, p.end_s)
+        if (p.energy_limit_j and floor_j > p.energy_limit_j) or (
+            p.co2_limit_g and floor_g > p.co2_limit_g
+        ):
+            floored += 1
+    text = f"; {len(over)} period(s) over"
+    if floored:
+        text += (
+            f", {floored} of them where the idle GPUs alone drew more than the budget (no plan "
+            "could keep those unless idle nodes are powered off: --power-off-idle-nodes)"
+        )
+    return text
 
 
 def _share(value: float | None) -> str:
