@@ -158,8 +158,13 @@ def _least_squares(prior, cells, grid, grid_w, ridge, z0, max_steps, shape_r) ->
                 a[i][i] += lam * (jtj[i][i] + 1e-9)
             step = _solve(a, [-v for v in jtr])
             z_new = [zi + si for zi, si in zip(z, step, strict=True)]
-            r_new = residuals(z_new)
-            cost_new = sum(v * v for v in r_new)
+            try:
+                r_new = residuals(z_new)
+            except (OverflowError, ValueError):
+                # A step so long that the trial model's time or draw leaves the floats
+                # (x ** gamma past 1e308, the log of 0): worse than any finite cost.
+                r_new = None
+            cost_new = math.inf if r_new is None else sum(v * v for v in r_new)
             if math.isfinite(cost_new) and cost_new < cost:
                 improved = cost - cost_new > 1e-6 * max(cost, 1e-12)
                 z, r, cost = z_new, r_new, cost_new

@@ -416,3 +416,26 @@ def test_a_fit_stored_with_thirteen_parameters_starts_the_next_fit():
     model = fit_online(PRIOR_BERT, _observed(times, weight=60.0), start=start)
     assert len(model.params) == 14
     assert model.iter_time_s(config_of(1, 1, 1024)) == pytest.approx(_hinge(1024), rel=0.10)
+
+
+def test_a_trial_step_whose_model_overflows_is_a_rejected_step_not_a_crash(monkeypatch):
+    # philly_week under GreenFlow, learned, ended in an OverflowError: a Levenberg-Marquardt
+    # trial step made compute_s ** gamma pass 1e308 in the trial model. Here the first
+    # trial step overflows as that one did (the start and the Jacobian's columns come first).
+    from scheduling.core import online_fit
+
+    obs = [observe(TRUTH, n, 1, b) for n in (1, 2, 4) for b in (8, 32)]
+    expected = fit_online(PRIOR, obs).params
+    real = online_fit._residuals
+    calls = []
+
+    def overflowing(prior, z, *args):
+        calls.append(1)
+        if len(calls) == 2 + online_fit.N_PARAMS:
+            raise OverflowError(34, "Numerical result out of range")
+        return real(prior, z, *args)
+
+    monkeypatch.setattr(online_fit, "_residuals", overflowing)
+    model = fit_online(PRIOR, obs)
+    assert len(calls) > 2 + online_fit.N_PARAMS  # it went on after the overflow
+    assert model.params == pytest.approx(expected, abs=1e-3)
