@@ -150,6 +150,7 @@ from typing import Any
 
 from scheduling.core.context import Estimate, JobView, RoundContext
 from scheduling.core.goodput import batch_choices
+from scheduling.core.online_model import BlendedPerfModel, OnlinePerfModel
 from scheduling.core.pacing import (
     HOUR_S,
     IntensityCurve,
@@ -230,6 +231,7 @@ class BudgetGreedy:
         fixed_price: float | None = None,
         prior_box: str = "minimum",
         keep_hedge: bool = True,
+        prediction_margin: float = 0.05,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -265,6 +267,12 @@ class BudgetGreedy:
           (``pacing.IntensityCurve.co2_g_hedged``); off, such a budget (mostly idle
           floor) had no allowance for any job for months (docs/benchmarks.md, "The idle
           floor's reserve").
+        - ``prediction_margin``: a learned model's round energy (an online model's, not a
+          catalog model's, which is what an oracle simulation runs on) counts this share
+          more against the allowances: its GPUs may draw a little more than it predicts,
+          and a period whose last allowance was filled to the joule by predictions went
+          over by the draw
+          (docs/benchmarks.md, "Learned predictions and the period's last joule").
         - ``starvation_s`` (None: no bound): a waiting job that has waited this long
           since it last changed is admitted right after the running jobs, earliest
           submitted first (within a priority),
@@ -322,6 +330,9 @@ class BudgetGreedy:
             raise ValueError("keep_window_h must be a whole number of hours, at least 1")
         self.keep_window_h = keep_window_h
         self.keep_hedge = keep_hedge
+        if not 0.0 <= prediction_margin < 1.0:
+            raise ValueError("prediction_margin must be at least 0 and below 1")
+        self.prediction_margin = prediction_margin
         self.starvation_s = starvation_s
         self.hesrpt_exp = hesrpt_exp
         if fixed_price is not None and (
@@ -576,6 +587,13 @@ class _Round:
             for idle_w, pays in zip(self.job_idle_w, self.pays, strict=True)
         ]
         self.running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
+        # What a job's round energy counts against the allowances, per predicted joule:
+        # more than 1 for a learned model (``prediction_margin``).
+        learned = 1.0 + policy.prediction_margin
+        self.margin = [
+            learned if isinstance(jv.perf, OnlinePerfModel | BlendedPerfModel) else 1.0
+            for jv in jobs
+        ]
 
     # --- the cost model -----------------------------------------------------------
 
@@ -707,7 +725,8 @@ class _Round:
         team += self.restart_j(j, n_new) - (self.restart_j(j, n_old) if old else 0.0)
         cluster_new = new.round_energy_j - n_new * idle_w * new.round_busy_s
         cluster_old = (old.round_energy_j - n_old * idle_w * old.round_busy_s) if old else 0.0
-        return team, cluster_new - cluster_old
+        m = self.margin[j]
+        return team * m, (cluster_new - cluster_old) * m
 
     def blocking_budget(self, j: int, d_team: float, d_cluster: float) -> int | None:
         """The first of job j's budgets whose allowance these deltas would exceed."""
