@@ -232,6 +232,7 @@ class BudgetGreedy:
         prior_box: str = "minimum",
         keep_hedge: bool = True,
         prediction_margin: float = 0.05,
+        in_period_cost: bool = True,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -273,6 +274,11 @@ class BudgetGreedy:
           and a period whose last allowance was filled to the joule by predictions went
           over by the draw
           (docs/benchmarks.md, "Learned predictions and the period's last joule").
+        - ``in_period_cost`` (on): where a budget's free remainder cannot pay its present
+          jobs' whole cheapest remaining cost, they are priced on what they spend before
+          the period ends (``budget_price.in_period_hull``) instead of getting an
+          infinite price, which held jobs longer than a period at their minimum however
+          little of the budget they used (docs/benchmarks.md, "Jobs longer than a period").
         - ``starvation_s`` (None: no bound): a waiting job that has waited this long
           since it last changed is admitted right after the running jobs, earliest
           submitted first (within a priority),
@@ -333,6 +339,7 @@ class BudgetGreedy:
         if not 0.0 <= prediction_margin < 1.0:
             raise ValueError("prediction_margin must be at least 0 and below 1")
         self.prediction_margin = prediction_margin
+        self.in_period_cost = in_period_cost
         self.starvation_s = starvation_s
         self.hesrpt_exp = hesrpt_exp
         if fixed_price is not None and (

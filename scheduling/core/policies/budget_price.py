@@ -11,7 +11,7 @@ import math
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from scheduling.core.pricing import hull_choice, price_for_share
+from scheduling.core.pricing import hull_choice, lower_hull, price_for_share
 
 if TYPE_CHECKING:
     from scheduling.core.policies.budget_greedy import BudgetGreedy, _Round
@@ -39,6 +39,17 @@ def in_period_fraction(binned: dict[str, list[float]], left_s: float) -> float:
 
 
 Hull = list[tuple[float, float, tuple[int, int, int]]]
+
+
+def in_period_hull(hull: Hull, scale: float, left_s: float) -> Hull | None:
+    """A job's hull with each point's cost cut to what it spends before the period ends
+    (``left_s``), run at that point from now: the whole cost where the point finishes in
+    time, else its draw times ``left_s`` (``cost * left_s / time``); None where every point
+    finishes in time. Points in ``hull`` are one unit of work, times ``scale`` the job's;
+    the result is in the same units."""
+    if hull[0][1] * scale <= left_s:  # the cheapest point is the slowest
+        return None
+    return lower_hull([(c * min(1.0, left_s / (t * scale)), t, tag) for c, t, tag in hull])
 
 
 def _behind_weight(lag: float, deadband: float) -> float:
@@ -90,6 +101,10 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     # hull are priced as one).
     weight: list[dict[Hashable, float]] = [{} for _ in budgets]
     shared: dict[Hashable, Hull] = {}
+    # Per budget, its jobs as (job, hull key, scale); and the hull each job is chosen on
+    # where a budget prices on in-period costs (below).
+    members: list[list[tuple[int, Hashable, float]]] = [[] for _ in budgets]
+    priced_on: dict[tuple[int, int], Hashable] = {}
     has_members = [False] * len(budgets)
     # Per budget, the present jobs' remaining cost at their fastest configurations, the
     # GPU-seconds they take at least before the period ends, and their highest cheapest
@@ -128,6 +143,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             gpu_s[b_i] += min(least_nt * scale, least_n * left_of[b_i])
             w = weight[b_i]
             w[key] = w.get(key, 0.0) + scale
+            members[b_i].append((j, key, scale))
             if arrived:
                 rec = recs[b_i]
                 rec[0] += h[0][0] * scale
@@ -197,6 +213,23 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             future *= 1.0 - min(max(behind / policy.lag_release, 0.0), 1.0)
         if not has_members[b_i]:
             continue
+        if free < pmin and policy.in_period_cost:
+            # The period cannot pay the present work's whole cheapest cost, but a job
+            # that cannot finish before the period ends spends in it only its draw to the
+            # end; the rest is the next periods' (each with its own budget). Priced on
+            # the whole cost, such work (a job longer than the period, a period's last
+            # hours) got an infinite price and ran at its minimum however little of the
+            # budget it used. Price this budget on in-period costs instead.
+            cut_w: dict[Hashable, float] = {}
+            for j, key, scale in members[b_i]:
+                cut = in_period_hull(shared[key], scale, left_s)
+                k2 = key if cut is None else ("in_period", key, scale, left_s)
+                if cut is not None:
+                    shared[k2] = cut
+                cut_w[k2] = cut_w.get(k2, 0.0) + scale
+                priced_on[j, b_i] = k2
+            weight[b_i] = cut_w
+            pmin = sum(shared[k][0][0] * w for k, w in cut_w.items())
         if free < pmin:
             price[b_i] = math.inf
             continue
@@ -218,13 +251,15 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         if j not in hulls:
             continue
         h, _, key = hulls[j]
-        lam = max(price[bi] for bi in mine_of[pays[j]])
+        # chosen on the hull of the budget that prices it highest
+        lam, b_top = max((price[bi], bi) for bi in mine_of[pays[j]])
         if at_hour and 0.0 < lam < math.inf:
             target[j] = hull_choice(rnd.hour_hull(j), lam)
             continue
+        key = priced_on.get((j, b_top), key)
         box = chosen.get((key, lam))
         if box is None:
-            box = chosen[(key, lam)] = hull_choice(h, lam)
+            box = chosen[(key, lam)] = hull_choice(shared[key], lam)
         target[j] = box
     # The allowance of a budget whose remaining funds cover the minimum cost of the
     # work present is what its jobs' targets (or minimum configurations) take now.
