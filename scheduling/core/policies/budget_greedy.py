@@ -273,12 +273,12 @@ class BudgetGreedy:
           more against the allowances: its GPUs may draw a little more than it predicts,
           and a period whose last allowance was filled to the joule by predictions went
           over by the draw
-          (docs/benchmarks.md, "Learned predictions and the period's last joule").
+          (docs/benchmarks.md, "A contract sweep").
         - ``in_period_cost`` (on): where a budget's free remainder cannot pay its present
           jobs' whole cheapest remaining cost, they are priced on what they spend before
           the period ends (``budget_price.in_period_hull``) instead of getting an
           infinite price, which held jobs longer than a period at their minimum however
-          little of the budget they used (docs/benchmarks.md, "Jobs longer than a period").
+          little of the budget they used (docs/benchmarks.md, "A contract sweep").
         - ``starvation_s`` (None: no bound): a waiting job that has waited this long
           since it last changed is admitted right after the running jobs, earliest
           submitted first (within a priority),
