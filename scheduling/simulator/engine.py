@@ -220,9 +220,10 @@ class Simulator:
             for code in (w.code for w in plan.waiting.values()):
                 wait_codes[str(code)] += 1
             self._apply(plan, active, t)
+            stuck: dict[str, str] = {}
             if next_arrival >= n_total:
                 stuck = _never_runnable(plan, active)
-                if stuck:
+                if stuck and len(stuck) == len(active):
                     # The simulated cluster never changes: a job too big for it under this
                     # policy waits for good. Stop here, not after a stall limit of idle
                     # draw charged to the run, and name the jobs.
@@ -254,7 +255,7 @@ class Simulator:
             # at the last completion: no idle tail is charged past the makespan.
             last = next_arrival >= n_total
             t_end, finished, energy, co2, idle_e, busy_s, by_team = self._advance(
-                active, t, horizon, last
+                active, t, horizon, last, n_stuck=len(stuck)
             )
             idle_energy_j += idle_e
             busy_gpu_s += busy_s
@@ -294,7 +295,7 @@ class Simulator:
                 break
 
         end_s = max((r.finish_s for r in records if r.finish_s is not None), default=t)
-        if stopped_early:
+        if stopped_early and not never_runnable:
             end_s = t
         return SimResult(
             jobs=records,
@@ -491,9 +492,12 @@ class Simulator:
         renewed_s = self.budgets.all_renewed_s(last_activity_s, at_t=last_activity_s > 0.0)
         return renewed_s == math.inf or t > renewed_s
 
-    def _advance(self, active: dict[str, JobRecord], t0: float, t1: float, last: bool):
+    def _advance(
+        self, active: dict[str, JobRecord], t0: float, t1: float, last: bool, n_stuck: int = 0
+    ):
         """Run every allocated job from t0 to t1 (with ``replan_on_events``, only to the
-        first completion; after the last arrival, to the last completion if all finish).
+        first completion; after the last arrival, to the last completion if all finish but
+        the ``n_stuck`` that can never run).
         Returns (end, finished records, energy, co2, idle energy, held GPU-seconds, and
         per team the [energy, co2] its jobs drew)."""
         cfg = self.config
@@ -539,7 +543,7 @@ class Simulator:
         t_end = t1
         if cfg.replan_on_events:
             t_end = min([t1] + [p[5] for p in plans if p[5] < t1])
-        elif last and len(plans) == len(active) and all(p[5] <= t1 for p in plans):
+        elif last and len(plans) == len(active) - n_stuck and all(p[5] <= t1 for p in plans):
             t_end = max([t0] + [p[5] for p in plans])
         idle_w_of = self._idle_w
         energy = co2 = idle_e = 0.0
@@ -622,16 +626,15 @@ class Simulator:
 
 
 def _never_runnable(plan: Plan, active: Mapping[str, JobRecord]) -> dict[str, str]:
-    """Job id -> the plan's reason, when no active job runs and every one waits for GPUs
-    the cluster does not have (``no_matching_gpu``); else empty."""
+    """Job id -> the plan's reason, for the active jobs that wait for GPUs the cluster
+    does not have (``no_matching_gpu``): the simulated cluster never changes, so they
+    never run."""
     stuck = {}
     for job_id, rec in active.items():
         reason = plan.waiting.get(job_id)
-        if rec.allocation is not None or reason is None:
-            return {}
-        if reason.code != WaitCode.NO_MATCHING_GPU:
-            return {}
-        stuck[job_id] = reason.message
+        if rec.allocation is None and reason is not None:
+            if reason.code == WaitCode.NO_MATCHING_GPU:
+                stuck[job_id] = reason.message
     return stuck
 
 

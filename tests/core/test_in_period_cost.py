@@ -49,3 +49,22 @@ def test_priced_on_what_the_period_pays_a_larger_budget_buys_a_faster_run():
         rounds_left = (DAY / 2) / 300.0
         assert plan.predicted_energy_by_budget_j["b"] * rounds_left <= limit_j
     assert gpus == sorted(gpus) and gpus[0] < gpus[-1] == 8
+
+
+def test_a_job_paying_two_budgets_gets_no_more_than_each_ones_own_price_buys():
+    # The team's period ends in 12 h (priced on in-period costs), the cluster's in 39.5
+    # days; each budget's price is set on its own hull, and prices on different hulls do
+    # not compare: chosen at the higher price on the team's hull, the job got 8 GPUs at
+    # 1125 MHz, which the cluster's price buys on no hull (found in review).
+    team = Budget("team", "t", 0.0, DAY, energy_limit_j=80e6)
+    clus = Budget("clus", None, 0.0, 40 * DAY, energy_limit_j=3e9)
+
+    def alloc(*budgets):
+        snap = snapshot(CLUSTER, [LONG], catalog=CATALOG, budgets=budgets,
+                        policy_state={"price_prev_now": DAY / 2 - 300.0})  # fmt: skip
+        a = plan_round(snap, policy=get_policy("powerflow"), now=DAY / 2).allocations["long"]
+        return a.n_gpus, a.sm_clock_mhz
+
+    assert alloc(team) == (8, 1125)
+    both = alloc(team, clus)
+    assert both[0] == 1 and both != alloc(team)

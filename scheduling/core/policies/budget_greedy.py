@@ -725,15 +725,15 @@ class _Round:
     ) -> tuple[float, float]:
         """Round energy added to a team budget and to a cluster budget."""
         idle_w = self.job_idle_w[j]
-        team = new.round_energy_j - (old.round_energy_j if old else 0.0)
+        m = self.margin[j]  # on the model's prediction, not on the restart's idle draw
+        team = (new.round_energy_j - (old.round_energy_j if old else 0.0)) * m
         # A team pays its GPUs' idle draw while a (re)start loads the checkpoint, which
         # the busy estimate leaves out: unreserved, a job finishing in the round
         # overspends a nearly spent period (a cluster budget pays idle GPUs anyway).
         team += self.restart_j(j, n_new) - (self.restart_j(j, n_old) if old else 0.0)
         cluster_new = new.round_energy_j - n_new * idle_w * new.round_busy_s
         cluster_old = (old.round_energy_j - n_old * idle_w * old.round_busy_s) if old else 0.0
-        m = self.margin[j]
-        return team * m, (cluster_new - cluster_old) * m
+        return team, (cluster_new - cluster_old) * m
 
     def blocking_budget(self, j: int, d_team: float, d_cluster: float) -> int | None:
         """The first of job j's budgets whose allowance these deltas would exceed."""
@@ -987,10 +987,10 @@ class _Round:
     def _busy_j(self, j: int, est: Estimate, length_s: float) -> tuple[float, float]:
         """(team, cluster) energy of job j at its minimum configuration for ``length_s``:
         its whole draw, and its draw above idle."""
-        n0 = self.opts[j][0][0]
+        n0, m = self.opts[j][0][0], self.margin[j]  # a prior-only job's: learned
         return (
-            n0 * est.power_w * length_s,
-            n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length_s,
+            n0 * est.power_w * length_s * m,
+            n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length_s * m,
         )
 
     def _admit_probe(self, j: int, d_team: float, d_cluster: float) -> None:

@@ -251,16 +251,25 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         if j not in hulls:
             continue
         h, _, key = hulls[j]
-        # chosen on the hull of the budget that prices it highest
-        lam, b_top = max((price[bi], bi) for bi in mine_of[pays[j]])
+        payers = mine_of[pays[j]]
+        lam = max(price[bi] for bi in payers)
         if at_hour and 0.0 < lam < math.inf:
             target[j] = hull_choice(rnd.hour_hull(j), lam)
             continue
-        key = priced_on.get((j, b_top), key)
-        box = chosen.get((key, lam))
-        if box is None:
-            box = chosen[(key, lam)] = hull_choice(shared[key], lam)
-        target[j] = box
+        # Each budget's choice at its own price on the hull it priced on (the whole or
+        # the in-period costs: their prices do not compare), and the cheapest of them on
+        # the job's whole hull: no budget pays for more than its price allows.
+        boxes = []
+        for bi in payers:
+            k = priced_on.get((j, bi), key)
+            box = chosen.get((k, price[bi]))
+            if box is None:
+                box = chosen[(k, price[bi])] = hull_choice(shared[k], price[bi])
+            boxes.append(box)
+        if len(boxes) > 1:
+            rank = {tag: i for i, (_, _, tag) in enumerate(h)}
+            boxes.sort(key=lambda box: rank.get(box, 0))
+        target[j] = boxes[0]
     # The allowance of a budget whose remaining funds cover the minimum cost of the
     # work present is what its jobs' targets (or minimum configurations) take now.
     # Jobs the GPUs cannot admit this round take nothing now: counting them would only
