@@ -598,13 +598,9 @@ class Budget(models.Model):
             elif limit is not None and limit < floor:
                 # A denormal limit made used / limit overflow to inf (``validators``).
                 errors[field] = f"Must be at least {floor:g} {unit}."
-        if self.period_start and self.period_start < v.EARLIEST_BUDGET_START:
-            errors["period_start"] = (
-                f"Must be on or after {v.EARLIEST_BUDGET_START:%Y-%m-%d %H:%M} UTC."
-            )
-        if self.period_end and self.period_end > v.LATEST_BUDGET_END:
-            errors["period_end"] = f"Must be on or before {v.LATEST_BUDGET_END:%Y-%m-%d %H:%M} UTC."
-        elif self.period_start and self.period_end and self.period_end <= self.period_start:
+        errors.update(v.period_bound_errors(self.period_start, self.period_end))
+        start, end = self.period_start, self.period_end
+        if "period_end" not in errors and start and end and end <= start:
             errors["period_end"] = "Must be after period_start."
         if self.warn_fraction is not None and not (v.MIN_WARN_FRACTION <= self.warn_fraction <= 1):
             # The budget form's 1-100 %: a soft limit of 5e-324 warned the team at once.

@@ -44,6 +44,17 @@ MIN_PARAM_COUNT = 1_000
 MAX_PARAM_COUNT = 10**14
 
 
+def period_bound_errors(start, end) -> dict[str, str]:
+    """Field messages for a budget period outside ``EARLIEST_BUDGET_START`` ..
+    ``LATEST_BUDGET_END`` (the budget's ``clean`` and the budget what-if's form)."""
+    errors = {}
+    if start and start < EARLIEST_BUDGET_START:
+        errors["period_start"] = f"Must be on or after {EARLIEST_BUDGET_START:%Y-%m-%d %H:%M} UTC."
+    if end and end > LATEST_BUDGET_END:
+        errors["period_end"] = f"Must be on or before {LATEST_BUDGET_END:%Y-%m-%d %H:%M} UTC."
+    return errors
+
+
 def finite(value) -> None:
     """NaN and +-Infinity parse as floats but are no quantity."""
     if value is not None and not math.isfinite(value):

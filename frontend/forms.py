@@ -10,12 +10,11 @@ from django import forms
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Job, Team
 from cluster.validators import (
-    EARLIEST_BUDGET_START,
-    LATEST_BUDGET_END,
     MAX_BATCH_SIZE,
     MAX_ITERATIONS,
     MAX_PARAM_COUNT,
     MIN_PARAM_COUNT,
+    period_bound_errors,
 )
 from cluster.workloads import known_workloads, workload_errors
 
@@ -227,15 +226,10 @@ class WhatIfForm(forms.Form):
         start, end = cleaned.get("period_start"), cleaned.get("period_end")
         # The budget's own bounds (Budget.clean): a period to year 9999 was simulated, ten
         # seconds a point, for a budget that could not be saved.
-        if start and start < EARLIEST_BUDGET_START:
-            self.add_error(
-                "period_start", f"Must be on or after {EARLIEST_BUDGET_START:%Y-%m-%d %H:%M} UTC."
-            )
-        if end and end > LATEST_BUDGET_END:
-            self.add_error(
-                "period_end", f"Must be on or before {LATEST_BUDGET_END:%Y-%m-%d %H:%M} UTC."
-            )
-        elif start and end and end <= start:
+        bounds = period_bound_errors(start, end)
+        for field, message in bounds.items():
+            self.add_error(field, message)
+        if "period_end" not in bounds and start and end and end <= start:
             self.add_error("period_end", "Must be after the period start.")
         return cleaned
 
