@@ -44,74 +44,74 @@ def _migrated(alias: str) -> bool:
     return not executor.migration_plan(executor.loader.graph.leaf_nodes())
 
 
+def _first(rows) -> tuple[list, int]:
+    """The first ``MAX_NAMED`` of ``rows`` (a queryset) by pk, and how many more there are
+    (counted only where there are more)."""
+    first = list(rows.order_by("pk")[: MAX_NAMED + 1])
+    return first[:MAX_NAMED], (rows.count() - MAX_NAMED if len(first) > MAX_NAMED else 0)
+
+
 def _capped(problems: list, more: int, what: str, check_id: str) -> list:
     if more > 0:
         problems.append(Warning(f"... and {more} more {what}.", id=check_id))
     return problems
 
 
-@register(Tags.database)
-def check_stored_budgets(app_configs, databases=None, **kwargs):
+def _stored_budgets(alias: str) -> list:
     """Budgets outside today's bounds: a 5e-324 kWh limit is spent by one joule, a
     year-1..9999 period paces its limit over 8,000 years, a warn_fraction of 5e-324 warns at
     once; their usage reads as null where a number is infinite (``telemetry.usage``)."""
     from cluster.models import Budget
 
     problems = []
-    for alias in databases or ():
-        if not _migrated(alias):
-            continue
-        suspects = Budget.objects.using(alias).filter(_budget_suspects()).select_related("team")
-        for budget in suspects.order_by("pk")[:MAX_NAMED]:
-            try:
-                budget.full_clean(validate_unique=False, validate_constraints=False)
-            except ValidationError as exc:
-                why = " ".join(f"{f}: {' '.join(m)}" for f, m in sorted(exc.message_dict.items()))
-                problems.append(
-                    Warning(
-                        f"Budget #{budget.pk} of team {budget.team.name!r} is stored outside "
-                        f"today's rules: {why}",
-                        hint="Correct it in the admin or on the budget page; Wattflow does not "
-                        "rewrite stored budgets.",
-                        id="cluster.W001",
-                    )
+    suspects = Budget.objects.using(alias).filter(_budget_suspects()).select_related("team")
+    named, more = _first(suspects)
+    for budget in named:
+        try:
+            budget.full_clean(validate_unique=False, validate_constraints=False)
+        except ValidationError as exc:
+            why = " ".join(f"{f}: {' '.join(m)}" for f, m in sorted(exc.message_dict.items()))
+            problems.append(
+                Warning(
+                    f"Budget #{budget.pk} of team {budget.team.name!r} is stored outside "
+                    f"today's rules: {why}",
+                    hint="Correct it in the admin or on the budget page; Wattflow does not "
+                    "rewrite stored budgets.",
+                    id="cluster.W001",
                 )
-        _capped(problems, suspects.count() - MAX_NAMED, "budgets like these", "cluster.W001")
+            )
+    _capped(problems, more, "budgets like these", "cluster.W001")
     return problems
 
 
-@register(Tags.database)
-def check_stored_gpu_clocks(app_configs, databases=None, **kwargs):
+def _stored_gpu_clocks(alias: str) -> list:
     """GPUs whose maximum SM clock is below a clock of their list: the scheduler may assign
     the listed clock and the agent cap it, a run unlike the one predicted."""
     from cluster.models import Gpu, sm_clock_conflict
 
     problems = []
-    for alias in databases or ():
-        if not _migrated(alias):
-            continue
-        gpus = (
-            Gpu.objects.using(alias)
-            .filter(max_sm_clock_mhz__isnull=False)
-            .exclude(supported_sm_clocks_mhz=[])
-            .select_related("node")
-            .order_by("pk")
-        )
-        conflicts = [
-            (gpu, why)
-            for gpu in gpus
-            if (why := sm_clock_conflict(gpu.max_sm_clock_mhz, gpu.supported_sm_clocks_mhz))
-        ]
-        for gpu, why in conflicts[:MAX_NAMED]:
-            problems.append(
-                Warning(
-                    f"GPU {gpu} (#{gpu.pk}): {why}",
-                    hint="Restart the node's agent so it registers both again, or correct "
-                    "the GPU in the admin.",
-                    id="cluster.W002",
-                )
+    gpus = (
+        Gpu.objects.using(alias)
+        .filter(max_sm_clock_mhz__isnull=False)
+        .exclude(supported_sm_clocks_mhz=[])
+        .select_related("node")
+        .order_by("pk")
+    )
+    conflicts = [
+        (gpu, why)
+        for gpu in gpus
+        if (why := sm_clock_conflict(gpu.max_sm_clock_mhz, gpu.supported_sm_clocks_mhz))
+    ]
+    for gpu, why in conflicts[:MAX_NAMED]:
+        problems.append(
+            Warning(
+                f"GPU {gpu} (#{gpu.pk}): {why}",
+                hint="Restart the node's agent so it registers both again, or correct "
+                "the GPU in the admin.",
+                id="cluster.W002",
             )
-        _capped(problems, len(conflicts) - MAX_NAMED, "GPUs like these", "cluster.W002")
+        )
+    _capped(problems, len(conflicts) - MAX_NAMED, "GPUs like these", "cluster.W002")
     return problems
 
 
@@ -136,34 +136,40 @@ NAMED_FIELDS = (
 )
 
 
-@register(Tags.database)
-def check_stored_names(app_configs, databases=None, **kwargs):
+def _stored_names(alias: str) -> list:
     """Names holding control, invisible or direction control characters: two names look
     alike and differ, or a page and a log show one reordered (U+202E)."""
     from django.apps import apps
 
     pattern = _refused_characters()
     problems = []
-    for alias in databases or ():
-        if not _migrated(alias):
-            continue
-        for label, model_name, shown, fields in NAMED_FIELDS:
-            model = apps.get_model("cluster", model_name)
-            for field in fields:
-                rows = model.objects.using(alias).filter(**{f"{field}__regex": pattern})
-                for row in rows.order_by("pk")[:MAX_NAMED]:
-                    try:
-                        v.single_line(getattr(row, field))
-                    except ValidationError as exc:
-                        problems.append(
-                            Warning(
-                                f"{label} {getattr(row, shown)!r} (#{row.pk}): {field}: "
-                                f"{' '.join(exc.messages)}",
-                                hint="Rename it in the admin; Wattflow does not rewrite "
-                                "stored names.",
-                                id="cluster.W003",
-                            )
+    for label, model_name, shown, fields in NAMED_FIELDS:
+        model = apps.get_model("cluster", model_name)
+        for field in fields:
+            rows = model.objects.using(alias).filter(**{f"{field}__regex": pattern})
+            named, more = _first(rows)
+            for row in named:
+                try:
+                    v.single_line(getattr(row, field))
+                except ValidationError as exc:
+                    problems.append(
+                        Warning(
+                            f"{label} {getattr(row, shown)!r} (#{row.pk}): {field}: "
+                            f"{' '.join(exc.messages)}",
+                            hint="Rename it in the admin; Wattflow does not rewrite stored names.",
+                            id="cluster.W003",
                         )
-                more = rows.count() - MAX_NAMED
-                _capped(problems, more, f"{label} {field}s like these", "cluster.W003")
+                    )
+            _capped(problems, more, f"{label} {field}s like these", "cluster.W003")
+    return problems
+
+
+@register(Tags.database)
+def check_stored_rows(app_configs, databases=None, **kwargs):
+    """Rows stored outside today's input rules, in each migrated database: budgets
+    (``cluster.W001``), GPU clocks (``W002``) and names (``W003``)."""
+    problems = []
+    for alias in databases or ():
+        if _migrated(alias):
+            problems += _stored_budgets(alias) + _stored_gpu_clocks(alias) + _stored_names(alias)
     return problems
