@@ -10,6 +10,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from scheduling.core.placement import PLACERS
+
 _FACTORIES: dict[str, Callable[..., Any]] = {}
 _BUILTINS = "scheduling.core.policies"
 
@@ -51,11 +53,7 @@ def get_policy(name: str, **params: Any) -> Any:
     # Every policy's GPUs are placed by the placer its ``placement`` names (None: it names
     # them itself); an unknown name would fail in the first round, not here.
     placement = getattr(policy, "placement", None)
-    if placement is not None:
-        from scheduling.core.placement import PLACERS
-
-        if placement not in PLACERS:
-            raise ValueError(
-                f"placement must be one of {', '.join(sorted(PLACERS))}, not {placement!r}"
-            )
+    if placement is not None and placement not in PLACERS:
+        known = ", ".join(sorted(PLACERS))
+        raise ValueError(f"placement must be one of {known}, not {placement!r}")
     return policy

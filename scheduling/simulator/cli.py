@@ -482,10 +482,8 @@ def _overspent(periods: list, idle_w: float, scenario: Scenario) -> str:
     for p in over:
         if p.team is not None:
             continue  # a team's budget pays its jobs, not the idle GPUs
-        floor_j = idle_w * (p.end_s - p.start_s)
-        floor_g = scenario.intensity.co2_g(idle_w, p.start_s, p.end_s)
-        if (p.energy_limit_j and floor_j > p.energy_limit_j) or (
-            p.co2_limit_g and floor_g > p.co2_limit_g
+        if (p.energy_limit_j and idle_w * (p.end_s - p.start_s) > p.energy_limit_j) or (
+            p.co2_limit_g and scenario.intensity.co2_g(idle_w, p.start_s, p.end_s) > p.co2_limit_g
         ):
             floored += 1
     text = f"; {len(over)} period(s) over"

@@ -272,8 +272,7 @@ class BudgetGreedy:
           catalog model's, which is what an oracle simulation runs on) counts this share
           more against the allowances: its GPUs may draw a little more than it predicts,
           and a period whose last allowance was filled to the joule by predictions went
-          over by the draw
-          (docs/benchmarks.md, "A contract sweep").
+          over by the draw (docs/benchmarks.md, "A contract sweep").
         - ``in_period_cost`` (on): where a budget's free remainder cannot pay its present
           jobs' whole cheapest remaining cost, they are priced on what they spend before
           the period ends (``budget_price.in_period_hull``) instead of getting an

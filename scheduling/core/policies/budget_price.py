@@ -105,7 +105,6 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     # where a budget prices on in-period costs (below).
     members: list[list[tuple[int, Hashable, float]]] = [[] for _ in budgets]
     priced_on: dict[tuple[int, int], Hashable] = {}
-    has_members = [False] * len(budgets)
     # Per budget, the present jobs' remaining cost at their fastest configurations, the
     # GPU-seconds they take at least before the period ends, and their highest cheapest
     # cost per GPU-second.
@@ -138,7 +137,6 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             )
         least_nt, least_n, _ = use
         for b_i in mine:
-            has_members[b_i] = True
             fast[b_i] += h[-1][0] * scale
             gpu_s[b_i] += min(least_nt * scale, least_n * left_of[b_i])
             w = weight[b_i]
@@ -211,7 +209,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             # budget is spent while jobs are present instead of being left over.
             behind = rnd.lags[b_i] - policy.lag_deadband
             future *= 1.0 - min(max(behind / policy.lag_release, 0.0), 1.0)
-        if not has_members[b_i]:
+        if not members[b_i]:
             continue
         if free < pmin and policy.in_period_cost:
             # The period cannot pay the present work's whole cheapest cost, but a job
