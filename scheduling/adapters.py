@@ -379,10 +379,15 @@ SAMPLE_LAG_S = 120.0
 
 
 def observed_measurements(
-    job: Job, state: JobSchedulingState, *, now: datetime
+    job: Job,
+    state: JobSchedulingState,
+    *,
+    now: datetime,
+    allocation: JobAllocation | None = None,
 ) -> Measurements | None:
-    """The telemetry of the job's current allocation since ``state.observed_until`` as
-    observations for its online model; None when there is nothing new.
+    """The telemetry of the job's current allocation (or of ``allocation``, one that has
+    ended) since ``state.observed_until`` as observations for its online model; None when
+    there is nothing new.
 
     Iteration times come from consecutive progress reports of this allocation; power from
     the mean draw of its GPUs per sample instant. Both are taken while the job trains at
@@ -398,7 +403,7 @@ def observed_measurements(
     left out (they are its observed slowdown). Values are passed on as measured;
     ``workload_profiles.record_observations`` refuses the absurd ones.
     """
-    alloc = job.current_allocation
+    alloc = allocation if allocation is not None else job.current_allocation
     if alloc is None:
         return None
     gpus = list(alloc.gpus.all())

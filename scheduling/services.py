@@ -34,13 +34,23 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, CharField, Count, DateTimeField, Q, TextField, Value, When
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    DateTimeField,
+    F,
+    Q,
+    TextField,
+    Value,
+    When,
+)
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from cluster import services as cluster_services
 from cluster.choices import WAITING_JOB_STATES, JobState, WaitCode
-from cluster.models import Job
+from cluster.models import Job, JobAllocation
 from config import events
 from scheduling import adapters, budget_alerts, workload_profiles
 from scheduling.choices import DecisionAction, RoundOutcome
@@ -127,28 +137,77 @@ def _round_due(config: SchedulerSettings, now: datetime) -> bool:
 def refresh_online_models(rows: list[Job], *, catalog, now: datetime) -> int:
     """Fold new telemetry of running jobs into their online models (observations refused as
     absurd are logged and dropped); returns how many models were refitted."""
-    moved = 0
     JobSchedulingState.objects.bulk_create(
         [JobSchedulingState(job_id=job.pk) for job in rows], ignore_conflicts=True
     )
     states = JobSchedulingState.objects.in_bulk([job.pk for job in rows])
-    for job in rows:
-        found = adapters.observed_measurements(job, states[job.pk], now=now)
-        if found is None:
-            continue
-        model = workload_profiles.record_observations(
-            job,
-            states[job.pk],
-            gpu_model=found.gpu_model,
-            observations=found.observations,
-            until=found.until,
-            catalog=catalog,
-            nvml=workload_profiles.nvml_gpus(job.current_allocation.gpus.all()).get(
-                found.gpu_model
-            ),
+    return sum(
+        _fold_telemetry(job, states[job.pk], job.current_allocation, catalog=catalog, now=now)
+        for job in rows
+    )
+
+
+# How far back a round looks for allocations that ended since the round before (a round
+# that did not run for longer leaves their last stretch untaught).
+ENDED_LOOKBACK = timedelta(hours=6)
+
+
+def refresh_ended_allocations(*, catalog, now: datetime) -> int:
+    """Fold the last stretch of every allocation that ended since it was last read: a job
+    that finished, was paused or requeued, or was resized between two rounds. Its progress
+    reports and samples after the round before would otherwise never be read, and a job
+    whose whole allocation fell between two rounds (a short job, the last piece after a
+    resize) would teach nothing, nor its workload's profile (a recording of a real H100 in
+    ``tests/telemetry/test_device_recording.py``). Each such allocation is read once:
+    ``observed_until`` moves to its end. Returns how many models were refitted."""
+    ended = list(
+        JobAllocation.objects.filter(
+            ended_at__isnull=False,
+            ended_at__lte=now,
+            ended_at__gt=now - ENDED_LOOKBACK,
+            job__scheduling__profile_version__isnull=True,  # (or no state row yet)
         )
-        moved += model is not None
+        .filter(
+            Q(job__scheduling__observed_until__isnull=True)
+            | Q(ended_at__gt=F("job__scheduling__observed_until"))
+        )
+        .order_by("job_id", "-ended_at")
+        .distinct("job_id")
+        .select_related("job")
+        .prefetch_related("gpus")
+    )
+    JobSchedulingState.objects.bulk_create(
+        [JobSchedulingState(job_id=a.job_id) for a in ended], ignore_conflicts=True
+    )
+    states = JobSchedulingState.objects.in_bulk([a.job_id for a in ended])
+    moved = 0
+    for alloc in ended:
+        state = states[alloc.job_id]
+        moved += _fold_telemetry(alloc.job, state, alloc, catalog=catalog, now=now)
+        JobSchedulingState.objects.filter(pk=state.pk).filter(
+            Q(observed_until__isnull=True) | Q(observed_until__lt=alloc.ended_at)
+        ).update(observed_until=alloc.ended_at)
     return moved
+
+
+def _fold_telemetry(
+    job: Job, state: JobSchedulingState, alloc: JobAllocation | None, *, catalog, now: datetime
+) -> bool:
+    """Fold ``alloc``'s telemetry since ``state.observed_until`` into the job's online
+    model; whether a model was refitted."""
+    found = adapters.observed_measurements(job, state, now=now, allocation=alloc)
+    if found is None:
+        return False
+    model = workload_profiles.record_observations(
+        job,
+        state,
+        gpu_model=found.gpu_model,
+        observations=found.observations,
+        until=found.until,
+        catalog=catalog,
+        nvml=workload_profiles.nvml_gpus(alloc.gpus.all()).get(found.gpu_model),
+    )
+    return model is not None
 
 
 def run_scheduling_round(
@@ -174,6 +233,7 @@ def run_scheduling_round(
             .select_related("current_allocation")
             .prefetch_related("current_allocation__gpus")
         )
+        refresh_ended_allocations(catalog=catalog, now=now)
         refresh_online_models(running, catalog=catalog, now=now)
         workload_profiles.fold_finished_jobs(now=now)
         policy_name = policy or config.policy

@@ -229,6 +229,44 @@ def test_a_job_without_a_started_report_still_teaches_its_model(
     assert powers == [(pytest.approx(300.0, rel=1e-9), 10.0)]
 
 
+def test_a_job_that_ran_and_ended_between_two_rounds_teaches_its_model_and_profile(
+    node_with_token, make_job, member, team
+):
+    # given a job a round started, whose whole training (reports every 10 s, 0.1 s an
+    # iteration at 300 W) and exit fall before the next round: no round saw it running
+    agent, job = _job_running(node_with_token, make_job, member, team)
+    gpu = job.current_allocation.gpus.get()
+    start = T0 + timedelta(seconds=1)
+    for k in range(0, 41):
+        GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=300.0)
+    for k, done in ((0, 0.0), (10, 100.0), (20, 200.0), (30, 300.0), (40, 400.0)):
+        _event(agent, job, "progress", start + timedelta(seconds=k), iterations=done)
+    _event(agent, job, "exited", start + timedelta(seconds=41), reason="failed", exit_status=1,
+           iterations=400.0)  # fmt: skip
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert not JobSchedulingState.objects.filter(job=job).exists()  # no round saw it run
+
+    # when the next round runs
+    services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+
+    # then it read the ended allocation: three intervals after the warm-up, and the samples
+    # after the second report up to the last, once
+    state = JobSchedulingState.objects.get(job=job)
+    stored = state.observations["A100"]
+    assert [(o["iter_time_s"], o["weight"]) for o in stored if o["iter_time_s"]] == [
+        (pytest.approx(0.1, rel=1e-9), 3.0)
+    ]
+    assert [(o["power_w"], o["weight"]) for o in stored if o["power_w"]] == [
+        (pytest.approx(300.0, rel=1e-9), 30.0)
+    ]
+    assert state.observed_until == job.finished_at
+    # and the same round folded what it learned into its workload's profile
+    assert state.profile_version is not None
+    services.run_scheduling_round(now=T0 + timedelta(seconds=120))
+    assert JobSchedulingState.objects.get(job=job).observations == state.observations
+
+
 def test_samples_that_arrive_after_the_progress_are_read_in_the_next_round(
     node_with_token, make_job, member, team
 ):
