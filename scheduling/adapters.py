@@ -298,6 +298,8 @@ def build_snapshot(
         idle_power_w=workload_profiles.uncatalogued_idle_w(perf, gpus.values(), nvml, now=now),
         carbon=carbon_signal(settings.TELEMETRY_CARBON_ZONE, now),
         policy_state=dict(policy_state or {}),
+        # Live, every model is an estimate, the catalog's included.
+        exact_perf=False,
         exploration_budget_frac=settings.WATTFLOW_EXPLORATION_BUDGET or None,
         exploration={str(pk): s.exploration for pk, s in scales.items() if s.exploration},
     )

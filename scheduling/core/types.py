@@ -263,6 +263,11 @@ class Snapshot:
     # the last Plan returned it.
     exploration_budget_frac: float | None = None
     exploration: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # True: the perf models are what the jobs will do (an oracle simulation, where the
+    # catalog advances the jobs). False: every prediction is an estimate, the catalog's
+    # included (the service: a user's job of a catalog workload is not the catalog's run),
+    # and budget policies keep a margin on predicted energy (``prediction_margin``).
+    exact_perf: bool = True
 
 
 class WaitCode(StrEnum):

@@ -370,6 +370,8 @@ class Simulator:
                 self.config.exploration_budget if self.knowledge is not None else None
             ),
             exploration=self._exploration,
+            # Oracle knowledge: the catalog the policies see is what advances the jobs.
+            exact_perf=self.knowledge is None and self.config.exact_perf,
         )
 
     # --- applying a plan ----------------------------------------------------------------

@@ -102,7 +102,13 @@ def replay_queue(
         cluster=cluster,
         catalog=catalog,
         planner=core_planner("powerflow" if energy else "greenflow"),
-        config=SimConfig(round_length_s=ROUND_S, max_time_s=HORIZON_S, power_off_idle_nodes=True),
+        # As the service plans: its catalog is an estimate (``Snapshot.exact_perf``).
+        config=SimConfig(
+            round_length_s=ROUND_S,
+            max_time_s=HORIZON_S,
+            power_off_idle_nodes=True,
+            exact_perf=False,
+        ),
         intensity=ConstantIntensity(ci_g_per_kwh),
         budget=spec,
     ).run()

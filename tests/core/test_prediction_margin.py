@@ -1,7 +1,8 @@
 """A learned model's prediction is not the draw: a period's last allowance filled to the
 joule by predictions went over by what the GPUs drew beyond them (a contract sweep: 4 of
 25 learned runs, by 50 J to 0.6%). Learned round energy counts ``prediction_margin`` (5%)
-more against the allowances; a catalog model (oracle knowledge) counts as it is."""
+more against the allowances; a catalog model counts as it is only where the snapshot says
+its models are exact (an oracle simulation), not in the service."""
 
 from __future__ import annotations
 
@@ -26,11 +27,11 @@ JOB = running(
 )  # fmt: skip
 
 
-def _plan(perf, left_j: float, **params):
+def _plan(perf, left_j: float, *, exact_perf: bool = True, **params):
     # the period's last round, with ``left_j`` of the team's budget left
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=1e6, energy_used_j=1e6 - left_j)
     snap = snapshot(CLUSTER, [JOB], catalog=CATALOG, job_perf={("a", "A100"): perf},
-                    budgets=(budget,), round_length_s=300.0)  # fmt: skip
+                    budgets=(budget,), round_length_s=300.0, exact_perf=exact_perf)  # fmt: skip
     return plan_round(snap, policy=get_policy("powerflow", **params), now=2700.0)
 
 
@@ -60,6 +61,13 @@ def test_a_catalog_model_is_what_the_simulator_runs_and_spends_to_the_joule():
     # oracle knowledge: the prediction is the draw, so no margin is kept
     plan = _plan(TRUTH, 370e3)
     assert plan.allocations["a"].n_gpus == 8
+
+
+def test_live_a_catalog_model_is_an_estimate_and_keeps_the_margin():
+    # the service (exact_perf=False): a user's job of a catalog workload on a catalog GPU,
+    # before it has a learned model, is predicted by the catalog, which is not its draw
+    assert "a" not in _plan(TRUTH, 370e3, exact_perf=False).allocations
+    assert _plan(TRUTH, 382e3, exact_perf=False).allocations["a"].n_gpus == 8
 
 
 def test_the_margin_is_a_share_below_one():

@@ -268,11 +268,12 @@ class BudgetGreedy:
           (``pacing.IntensityCurve.co2_g_hedged``); off, such a budget (mostly idle
           floor) had no allowance for any job for months (docs/benchmarks.md, "The idle
           floor's reserve").
-        - ``prediction_margin``: a learned model's round energy (an online model's, not a
-          catalog model's, which is what an oracle simulation runs on) counts this share
-          more against the allowances: its GPUs may draw a little more than it predicts,
-          and a period whose last allowance was filled to the joule by predictions went
-          over by the draw (docs/benchmarks.md, "A contract sweep").
+        - ``prediction_margin``: an estimated round energy (an online model's, or any
+          model's where the snapshot says its models are not exact, as the service's
+          are; not a catalog model's in an oracle simulation, which is what it runs on)
+          counts this share more against the allowances: its GPUs may draw a little more
+          than it predicts, and a period whose last allowance was filled to the joule by
+          predictions went over by the draw (docs/benchmarks.md, "A contract sweep").
         - ``in_period_cost`` (on): where a budget's free remainder cannot pay its present
           jobs' whole cheapest remaining cost, they are priced on what they spend before
           the period ends (``budget_price.in_period_hull``) instead of getting an
@@ -594,11 +595,13 @@ class _Round:
         ]
         self.running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
         # What a job's round energy counts against the allowances, per predicted joule:
-        # more than 1 for a learned model (``prediction_margin``).
+        # more than 1 for an estimate (``prediction_margin``): a learned model, or any model
+        # where the snapshot's are not exact (the service's catalog models too).
         learned = 1.0 + policy.prediction_margin
+        exact = ctx.snapshot.exact_perf
+        estimated = OnlinePerfModel | BlendedPerfModel
         self.margin = [
-            learned if isinstance(jv.perf, OnlinePerfModel | BlendedPerfModel) else 1.0
-            for jv in jobs
+            1.0 if exact and not isinstance(jv.perf, estimated) else learned for jv in jobs
         ]
 
     # --- the cost model -----------------------------------------------------------
