@@ -146,6 +146,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections.abc import Callable
 from typing import Any
 
 from scheduling.core.context import Estimate, JobView, RoundContext
@@ -164,7 +165,7 @@ from scheduling.core.pacing import (
 from scheduling.core.placement import job_buddy_sizes
 from scheduling.core.policies.base import FreeForecast, GpuLedger, by_priority, waiting_since_s
 from scheduling.core.policies.budget_price import price_round
-from scheduling.core.pricing import hull_choice, lower_hull
+from scheduling.core.pricing import lower_hull
 from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
 
 _SIZE, _CLOCK, _BATCH, _ADMIT = 0, 1, 2, 3  # kinds of greedy step
@@ -455,6 +456,8 @@ class _Round:
         self.candidates: set[int] = set()
         self.target: dict[int, tuple[int, int, int]] = {}
         self.prices: list[float] = []
+        # A job's target at the prices (``budget_price.price_round`` sets it once priced).
+        self.price_choice: Callable[[int], tuple[int, int, int] | None] = lambda j: None
         self.ledger = GpuLedger(ctx)
         self.cfg: dict[int, list[int]] = {}
         self.cur: dict[int, Evaluation] = {}
@@ -466,6 +469,7 @@ class _Round:
         self.scaling: dict[int, float] = {}  # hesrpt: the last size step's exponent
         self.sorted_min_s: list[float] | None = None
         self.budget_blocked: dict[int, int] = {}
+        self._caps: list[tuple[float | None, float | None]] | None = None  # _unpayable
         self.mins: dict[int, Evaluation] = {}
         # Jobs whose step an allowance refused, with the budget that refused it, and the
         # budgets whose spending a step has lowered since (``upgrade``).
@@ -809,14 +813,47 @@ class _Round:
         self.order_ = by_priority(
             [k[-1] for k in keys], lambda j: jobs[j].job, keep_running_ahead=True
         )
-        # The jobs the GPUs could admit at their minimum, budgets aside: only they can
-        # run this round, so only they need target configurations.
+        # The jobs the GPUs could admit at their minimum: only they can run this round,
+        # so only they need target configurations. A job that a budget cannot pay for
+        # at any allowance this round (a spent team budget) takes no GPUs here: it would
+        # be refused at admission, and the jobs behind it, left without targets or
+        # allowance, waited on idle GPUs whatever their own budgets held.
         probe = dict(self.ledger.free)
         for j in self.order_:
             model, n0 = jobs[j].gpu_model, opts[j][0][0]
-            if probe.get(model, 0) >= n0:
+            if probe.get(model, 0) >= n0 and not self._unpayable(j):
                 probe[model] -= n0
                 self.candidates.add(j)
+
+    def _unpayable(self, j: int) -> bool:
+        """Whether one of job j's budgets cannot pay its minimum configuration this round
+        whatever allowance the prices give it: the most is what remains after the idle
+        floor to the period's end is kept, or the paced allowance if that is more. A job
+        only its prior knows may still be probed (``probe``): never unpayable here."""
+        if not self.pays[j] or (self.policy.probe_s is not None and _prior_only(self.jobs[j])):
+            return False
+        if self._caps is None:
+            ctx, caps = self.ctx, []
+            for bi, b in enumerate(self.budgets):
+                after_s = max(b.period_end_s - ctx.now_s - self.round_s, 0.0)
+                fw = self.floor_w[bi]
+                cap_e = cap_c = None
+                if self.allow_e[bi] is not None:
+                    cap_e = max(self.allow_e[bi], b.energy_remaining_j - fw * after_s)
+                if self.allow_c[bi] is not None:
+                    keep = self.curve.co2_g(fw, after_s) if fw and after_s else 0.0
+                    cap_c = max(self.allow_c[bi], b.co2_remaining_g - keep)
+                caps.append((cap_e, cap_c))
+            self._caps = caps
+        d_team, d_cluster = self.deltas(j, None, self.min_eval(j)[0], 0, self.opts[j][0][0])
+        for bi, is_cluster in self.pays[j]:
+            cap_e, cap_c = self._caps[bi]
+            spent = self.spent_e[bi] + (d_cluster if is_cluster else d_team)
+            if cap_e is not None and spent > cap_e * (1 + 1e-9):
+                return True
+            if cap_c is not None and spent * self.to_g > cap_c * (1 + 1e-9):
+                return True
+        return False
 
     # --- stage 2: prices (point 4) ------------------------------------------------
 
@@ -916,10 +953,12 @@ class _Round:
             else:
                 self.target[j] = (0, 0, opts[j][3])
         elif self.prices and j not in self.candidates:
-            # admitted only because a job ahead of it waits on its budget
-            lams = [self.prices[b] for b, _ in self.pays[j] if self.prices[b] > 0.0]
-            if lams:
-                self.target[j] = hull_choice(self.choice_hull(j), max(lams))
+            # admitted only because a job ahead of it waits on its budget: chosen as the
+            # candidates are, each budget on the hull it priced on
+            if any(self.prices[b] > 0.0 for b, _ in self.pays[j]):
+                box = self.price_choice(j)
+                if box is not None:
+                    self.target[j] = box
         return True
 
     def probe(self, j: int, est: Estimate) -> bool:

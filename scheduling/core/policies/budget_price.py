@@ -245,15 +245,16 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     # A hull's choice at a price does not depend on its scale: once per (hull, price).
     chosen: dict[tuple[Hashable, float], tuple[int, int, int]] = {}
     at_hour = policy.cost == "carbon" and policy.hour_price
-    for j in candidates:
+
+    def choose(j: int) -> tuple[int, int, int] | None:
+        """Job j's target at its budgets' prices (None: no priced budget pays for it)."""
         if j not in hulls:
-            continue
+            return None
         h, _, key = hulls[j]
         payers = mine_of[pays[j]]
         lam = max(price[bi] for bi in payers)
         if at_hour and 0.0 < lam < math.inf:
-            target[j] = hull_choice(rnd.hour_hull(j), lam)
-            continue
+            return hull_choice(rnd.hour_hull(j), lam)
         # Each budget's choice at its own price on the hull it priced on (the whole or
         # the in-period costs: their prices do not compare), and the cheapest of them on
         # the job's whole hull: no budget pays for more than its price allows.
@@ -267,7 +268,13 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         if len(boxes) > 1:
             rank = {tag: i for i, (_, _, tag) in enumerate(h)}
             boxes.sort(key=lambda box: rank.get(box, 0))
-        target[j] = boxes[0]
+        return boxes[0]
+
+    rnd.price_choice = choose  # for a job admitted later without being a candidate
+    for j in candidates:
+        box = choose(j)
+        if box is not None:
+            target[j] = box
     # The allowance of a budget whose remaining funds cover the minimum cost of the
     # work present is what its jobs' targets (or minimum configurations) take now.
     # Jobs the GPUs cannot admit this round take nothing now: counting them would only
