@@ -15,6 +15,7 @@ sent again after a later round, while its period runs.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -110,13 +111,25 @@ def visible_alerts(user, *, now: datetime) -> QuerySet[BudgetAlert]:
     return alerts.filter(team__in=teams_led_by(user))
 
 
+def amount(value: float) -> str:
+    """Three significant digits, no exponent, no trailing zeros: 0.0334, 48.7, 1,235 (one
+    decimal printed a 0.033 kg budget's 0.033 kg spent as 0.0)."""
+    if not math.isfinite(value) or value == 0:
+        return f"{value:g}"
+    decimals = min(max(2 - math.floor(math.log10(abs(value))), 0), 9)
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def describe(alert: BudgetAlert) -> str:
     """What was spent against which limit, in words."""
     parts = []
     if alert.energy_limit_kwh is not None:
-        parts.append(f"energy {alert.energy_used_kwh:.1f} of {alert.energy_limit_kwh:g} kWh")
+        used, limit = amount(alert.energy_used_kwh), amount(alert.energy_limit_kwh)
+        parts.append(f"energy {used} of {limit} kWh")
     if alert.carbon_limit_kg is not None:
-        parts.append(f"carbon {alert.carbon_used_kg:.1f} of {alert.carbon_limit_kg:g} kg CO2e")
+        used, limit = amount(alert.carbon_used_kg), amount(alert.carbon_limit_kg)
+        parts.append(f"carbon {used} of {limit} kg CO2e")
     return ", ".join(parts)
 
 

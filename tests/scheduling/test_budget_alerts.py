@@ -144,6 +144,27 @@ def test_hold_queue_and_pause_jobs_budgets_alert_the_leads_too(
     assert BudgetAlert.objects.get().action == action
 
 
+def test_a_small_budgets_alert_says_what_was_spent_in_its_own_digits(
+    cluster, people, team, make_job, django_capture_on_commit_callbacks
+):
+    # given a 33 g carbon budget spent to 33.4 g (one decimal printed "0.0 of 0.033 kg")
+    _budget(team, HardLimitAction.HOLD_QUEUE, energy_limit_kwh=None, carbon_limit_kg=0.033)
+    job = _job(make_job, people["member"], team)
+    _spend(team, job, hour=T0 - timedelta(hours=2), kg=0.033378)
+    _round(T0, django_capture_on_commit_callbacks)
+    (message,) = mail.outbox
+    assert "carbon 0.0334 of 0.033 kg CO2e" in message.subject
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(0.033378, "0.0334"), (48.71, "48.7"), (1.2, "1.2"), (2.0, "2"), (1234.5, "1,234"),
+     (1e6, "1,000,000"), (0.0, "0")],
+)  # fmt: skip
+def test_amounts_keep_three_significant_digits_without_an_exponent(value, text):
+    assert budget_alerts.amount(value) == text
+
+
 def test_a_failed_e_mail_is_sent_after_a_later_round(
     cluster, people, team, make_job, django_capture_on_commit_callbacks, settings
 ):
