@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
+from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,7 @@ def assignments_for(node: Node, *, now: datetime) -> dict[str, Any]:
                 "command": job.command,
                 "gpu_uuids": [g.uuid for g in here],
                 "gpu_count": len(all_gpus),
+                "gpus_per_node": sorted(Counter(g.node_id for g in all_gpus).values())[::-1],
                 "batch_size": alloc.batch_size,
                 "sm_clock_mhz": alloc.sm_clock_mhz,
                 "power_limit_w": alloc.power_limit_w,

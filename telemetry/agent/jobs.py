@@ -3,7 +3,8 @@
 The agent starts a job's ``command`` through bash, in its own process group, with:
 
 - ``CUDA_VISIBLE_DEVICES``: the NVML indices of the GPUs the scheduler gave it;
-- ``WATTFLOW_JOB_ID``, ``WATTFLOW_BATCH_SIZE`` (global batch), ``WATTFLOW_GPU_COUNT``;
+- ``WATTFLOW_JOB_ID``, ``WATTFLOW_BATCH_SIZE`` (global batch), ``WATTFLOW_GPU_COUNT`` (the
+  job's GPUs on all its nodes);
 - ``WATTFLOW_CHECKPOINT_DIR``: where the job keeps its checkpoint (it persists across restarts);
 - ``WATTFLOW_PROGRESS_FILE``: a file the job overwrites with its progress: the number of
   iterations done, or one JSON object ``{"iterations": ..., "samples": ..., "grad_sqr": ...,
@@ -102,6 +103,7 @@ class ProcessJob:
         self.checkpoint_dir = Path(assignment.get("checkpoint_dir") or self.dir / "checkpoint")
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self.gpu_indices = gpu_indices
+        self.gpu_count = int(assignment.get("gpu_count") or len(gpu_indices))  # all nodes
         self.process: subprocess.Popen | None = None
 
     def environment(self) -> dict[str, str]:
@@ -112,7 +114,9 @@ class ProcessJob:
                 "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_indices),
                 "WATTFLOW_JOB_ID": str(self.job_id),
                 "WATTFLOW_BATCH_SIZE": str(self.assignment["batch_size"]),
-                "WATTFLOW_GPU_COUNT": str(len(self.gpu_indices)),
+                # the job's GPUs on all its nodes (docs/job_client.md); this node's are
+                # CUDA_VISIBLE_DEVICES
+                "WATTFLOW_GPU_COUNT": str(self.gpu_count),
                 "WATTFLOW_CHECKPOINT_DIR": str(self.checkpoint_dir),
                 "WATTFLOW_PROGRESS_FILE": str(self.progress_file),
                 "WATTFLOW_STOP_FILE": str(self.stop_file),

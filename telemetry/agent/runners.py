@@ -56,8 +56,8 @@ class JobRunner(Protocol):
         ...
 
     def same_shape(self, job_id: int, assignment: dict[str, Any], gpu_indices: list[int]) -> bool:
-        """Whether a running job already runs on these GPUs at this batch (so a new
-        allocation of it changes only its clock or power limit)."""
+        """Whether a running job already runs on these GPUs, of as many on all its nodes,
+        at this batch (so a new allocation of it changes only its clock or power limit)."""
         ...
 
     def retune(self, job_id: int, assignment: dict[str, Any]) -> None:
@@ -101,6 +101,7 @@ class ProcessRunner:
         job = self.jobs[job_id]
         return (
             job.gpu_indices == gpu_indices
+            and job.gpu_count == int(assignment.get("gpu_count") or len(gpu_indices))
             and job.assignment["batch_size"] == assignment["batch_size"]
         )
 
@@ -147,6 +148,8 @@ class SimulatedRunner:
             power_limit_w=assignment.get("power_limit_w"),
             done_iters=float(assignment.get("completed_iterations") or 0.0),
             total_iters=assignment.get("total_iterations"),
+            n_gpus=assignment.get("gpu_count") or len(gpu_indices),
+            gpus_per_node=tuple(assignment.get("gpus_per_node") or ()),
         )
         try:
             self.backend.start_job(job)
@@ -158,7 +161,8 @@ class SimulatedRunner:
     def same_shape(self, job_id: int, assignment: dict[str, Any], gpu_indices: list[int]) -> bool:
         job = self.backend.jobs[job_id]
         same_gpus = job.gpu_indices == tuple(gpu_indices)
-        return same_gpus and job.global_batch == assignment["batch_size"]
+        same_total = job.n_gpus == (assignment.get("gpu_count") or len(gpu_indices))
+        return same_gpus and same_total and job.global_batch == assignment["batch_size"]
 
     def retune(self, job_id: int, assignment: dict[str, Any]) -> None:
         # Settings travel with the SimJob: they change its perf-model configuration, so its
@@ -177,7 +181,8 @@ class SimulatedRunner:
 
     def progress(self, job_id: int) -> Progress | None:
         # A simulated job measures no gradients.
-        return Progress(self.backend.jobs[job_id].done_iters)
+        job = self.backend.jobs[job_id]
+        return Progress(job.done_iters, at=job.at)
 
     def ended(self, job_id: int) -> JobExit | None:
         if not self.backend.jobs[job_id].finished:

@@ -73,15 +73,24 @@ class SimJob:
     total_iters: float | None = None
     resembles: str = ""  # the job's hint: the catalog workload it runs as if its own is unknown
     model: Any = field(default=None, repr=False)
+    # The job's GPUs on all its nodes and their shape (``gpu_count``, ``gpus_per_node`` of
+    # the assignment); None / empty: this node's GPUs alone. A job on several nodes runs
+    # at its whole allocation's speed on each: this node's GPUs are a part of it.
+    n_gpus: int | None = None
+    gpus_per_node: tuple[int, ...] = ()
+    # When it reached ``done_iters`` (Unix s), as a real job's client writes it: the last
+    # count is reached inside an interval, not at the read that finds it.
+    at: float | None = None
 
     def config(self) -> Any:
         from scheduling.core.types import GpuConfig
 
         return GpuConfig(
-            n_gpus=len(self.gpu_indices),
+            n_gpus=self.n_gpus or len(self.gpu_indices),
             global_batch=self.global_batch,
             sm_clock_mhz=self.sm_clock_mhz,
             power_limit_w=self.power_limit_w,
+            gpus_per_node=self.gpus_per_node,
         )
 
     @property
@@ -152,7 +161,7 @@ class SimulatedBackend:
         """Throughput ratio (shared / alone) of each of the jobs on one GPU."""
         return gpu_ratios(
             load_colocation(),
-            [(j.workload, j.global_batch / len(j.gpu_indices), len(j.gpu_indices)) for j in jobs],
+            [(j.workload, j.global_batch / j.config().n_gpus, j.config().n_gpus) for j in jobs],
         )
 
     def _refresh_power(self) -> None:
@@ -163,8 +172,9 @@ class SimulatedBackend:
             ratios = self._ratios(jobs) if len(jobs) == 2 else []
             self._power_w[index] = gpu_power_w(self._idle_w, powers, ratios)
 
-    def _advance(self, dt_s: float) -> None:
-        """Integrate energy and progress over ``dt_s`` at the power of the last interval."""
+    def _advance(self, dt_s: float, end: datetime) -> None:
+        """Integrate energy and progress over the ``dt_s`` before ``end`` at the power of
+        the last interval."""
         for index, power in enumerate(self._power_w):
             self._energy_j[index] += power * dt_s
         # A job spread over GPUs with different co-runners goes at its slowest GPU's pace.
@@ -172,12 +182,16 @@ class SimulatedBackend:
         for jobs in self._sharers().values():
             for job, x in zip(jobs, self._ratios(jobs), strict=True):
                 ratio[job.job_id] = min(ratio.get(job.job_id, 1.0), x)
+        end_s = end.timestamp()
         for job in self.jobs.values():
             if job.finished:
                 continue
-            job.done_iters += dt_s * ratio[job.job_id] / job.model.iter_time_s(job.config())
-            if job.total_iters is not None:
-                job.done_iters = min(job.done_iters, job.total_iters)
+            rate = ratio[job.job_id] / job.model.iter_time_s(job.config())
+            job.done_iters += dt_s * rate
+            job.at = end_s
+            if job.total_iters is not None and job.done_iters >= job.total_iters:
+                job.at = end_s - (job.done_iters - job.total_iters) / rate
+                job.done_iters = job.total_iters
 
     # --- GpuBackend -------------------------------------------------------------------------
     def gpus(self) -> list[GpuInfo]:
@@ -185,7 +199,7 @@ class SimulatedBackend:
 
     def read(self, now: datetime) -> list[Reading]:
         if self._last is not None and now > self._last:
-            self._advance((now - self._last).total_seconds())
+            self._advance((now - self._last).total_seconds(), now)
         self._last = now
         on_gpu = self._sharers()
         readings = []

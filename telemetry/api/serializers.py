@@ -179,6 +179,10 @@ class AssignmentSerializer(serializers.Serializer):
     command = serializers.CharField(allow_blank=True)
     gpu_uuids = serializers.ListField(child=serializers.CharField(), help_text="This node's.")
     gpu_count = serializers.IntegerField(help_text="GPUs of the job on all nodes.")
+    gpus_per_node = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="The job's GPUs on each of its nodes, most first (e.g. [4, 4]).",
+    )
     batch_size = serializers.IntegerField(help_text="Global batch size.")
     sm_clock_mhz = serializers.IntegerField(allow_null=True)
     power_limit_w = serializers.IntegerField(allow_null=True)

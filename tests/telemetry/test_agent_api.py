@@ -153,6 +153,19 @@ def running_job(agent_node, make_job, member, team):
     return job
 
 
+def test_a_job_on_two_nodes_is_assigned_its_whole_shape_on_each(
+    agent_node, other_node, agent_client, make_job, member, team
+):
+    # given a job on both GPUs of node-01 and one GPU of node-02
+    job = make_job(owner=member, team=team, command="python train.py", max_gpus=3)
+    gpus = list(Gpu.objects.filter(node__in=[agent_node[0], other_node[0]]).order_by("uuid"))[:3]
+    cluster_services.start_job(job, gpus=gpus, batch_size=240, at=timezone.now())
+    # then each node's agent is given its own GPUs and the job's whole count and shape
+    for (_, token), here in ((agent_node, 2), (other_node, 1)):
+        (got,) = agent_client(token).get("/api/agent/assignments/").json()["assignments"]
+        assert (len(got["gpu_uuids"]), got["gpu_count"], got["gpus_per_node"]) == (here, 3, [2, 1])
+
+
 def test_assignments_list_the_open_allocations_on_this_node(
     running_job, agent_node, other_node, agent_client, settings
 ):
@@ -169,6 +182,7 @@ def test_assignments_list_the_open_allocations_on_this_node(
                 "command": "python train.py",
                 "gpu_uuids": ["GPU-node-01-0", "GPU-node-01-1"],
                 "gpu_count": 2,
+                "gpus_per_node": [2],
                 "batch_size": 256,
                 "sm_clock_mhz": 1200,
                 "power_limit_w": None,
