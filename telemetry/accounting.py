@@ -146,6 +146,9 @@ def account_hour(gpu_id: int, hour: datetime, *, intensities: dict | None = None
             ci_g_per_kwh=intensity.ci_g_per_kwh,
             ci_estimated=intensity.estimated,
             zone=zone,
+            minutes_j=[
+                result.by_job_minute_j.get((job_id, hour_s + k * MINUTE_S), 0.0) for k in range(60)
+            ],
         )
         for job_id, energy_j in sorted(result.by_job_j.items(), key=lambda kv: (kv[0] or 0))
         if energy_j > 0 and intensity is not None
@@ -238,10 +241,11 @@ def _stats(readings: list[tuple[float, float | None]]) -> dict:
     }
 
 
-def process_dirty_hours(*, limit: int = 500) -> int:
-    """Account up to ``limit`` marked GPU-hours; returns how many. Safe to run concurrently
-    with itself (marks are claimed with SKIP LOCKED) and with ingestion (a mark re-set while
-    we worked has a newer ``marked_at`` and survives).
+def process_dirty_hours(*, limit: int = 500, since: datetime | None = None) -> int:
+    """Account up to ``limit`` marked GPU-hours (of the hours from ``since`` on, if given);
+    returns how many. Safe to run concurrently with itself (marks are claimed with SKIP
+    LOCKED) and with ingestion (a mark re-set while we worked has a newer ``marked_at`` and
+    survives).
 
     When it is done, the running budgets of the teams whose ledgers changed are published
     (``BUDGET_USAGE_CHANGED``), once per run, so open dashboards redraw their budget bars."""
@@ -251,11 +255,10 @@ def process_dirty_hours(*, limit: int = 500) -> int:
     try:
         while done < limit:
             with transaction.atomic():
-                mark = (
-                    DirtyHour.objects.select_for_update(skip_locked=True)
-                    .order_by("hour", "gpu_id")
-                    .first()
-                )
+                marks = DirtyHour.objects.select_for_update(skip_locked=True)
+                if since is not None:
+                    marks = marks.filter(hour__gte=since)
+                mark = marks.order_by("hour", "gpu_id").first()
                 if mark is None:
                     break
                 touched |= account_hour(mark.gpu_id, mark.hour, intensities=intensities)

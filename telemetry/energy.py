@@ -77,6 +77,11 @@ class RefusedStep:
 class Attribution:
     by_minute_j: dict[float, float] = field(default_factory=lambda: defaultdict(float))
     by_job_j: dict[int | None, float] = field(default_factory=lambda: defaultdict(float))
+    # (job id, minute start) -> J: what each holder drew in each minute, so that a budget
+    # period that starts or ends inside an hour counts its own minutes of that hour.
+    by_job_minute_j: dict[tuple[int | None, float], float] = field(
+        default_factory=lambda: defaultdict(float)
+    )
     gap_j: float = 0.0
     resets: int = 0
     refused: list[RefusedStep] = field(default_factory=list)
@@ -162,11 +167,14 @@ def _add_piece(
 ) -> None:
     """Book energy drawn over [t0, t1) (inside one minute and one holding) at its midpoint."""
     mid = (t0 + t1) / 2.0
-    result.by_minute_j[math.floor(mid / MINUTE_S) * MINUTE_S] += piece_j
+    minute = math.floor(mid / MINUTE_S) * MINUTE_S
+    result.by_minute_j[minute] += piece_j
     active = [h.job_id for h in holders if h.active_at(mid)]
     if not active:
         result.by_job_j[None] += piece_j
+        result.by_job_minute_j[None, minute] += piece_j
     else:
         share = piece_j / len(active)
         for job_id in active:
             result.by_job_j[job_id] += share
+            result.by_job_minute_j[job_id, minute] += share

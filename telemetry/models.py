@@ -5,6 +5,7 @@ pages and reports read the per-minute and per-hour rollups and the ledger, which
 All times are aware UTC datetimes; minutes and hours are the start of the bucket.
 """
 
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.db.models import Q
@@ -131,6 +132,10 @@ class EnergyLedgerEntry(models.Model):
     ci_g_per_kwh = models.FloatField()
     ci_estimated = models.BooleanField(default=False)
     zone = models.CharField(max_length=32)
+    # The energy of each minute of the hour, J (60 values; empty in rows accounted before
+    # they were kept): a budget period that starts or ends inside the hour counts its own
+    # minutes (``usage.budget_usage``).
+    minutes_j = ArrayField(models.FloatField(), default=list, blank=True)
 
     class Meta:
         ordering = ["hour", "gpu", "job"]

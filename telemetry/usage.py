@@ -1,9 +1,13 @@
 """What a budget has used: the one computation the scheduler, the pages, the API and
 ``/metrics`` all read.
 
-``budget_usage(budget)`` sums the team's ledger rows (``EnergyLedgerEntry``) of the hours that
-start in the budget's period ``[period_start, period_end)``, per hour and in total, in one
-query: the page's burn chart and the total it prints are the same numbers. Everything is kept
+``budget_usage(budget)`` sums the team's ledger rows (``EnergyLedgerEntry``) over the budget's
+period ``[period_start, period_end)`` to the minute, per hour and in total: the page's burn
+chart and the total it prints are the same numbers. Hours wholly in the period count whole;
+of an hour the period starts or ends inside, the minutes that start in the period count
+(the ledger keeps each row's energy by minute). Before, every hour that starts in the
+period counted whole: a period ending at 15:38 went on counting to 16:00, and one starting
+at 15:28 missed its first half hour. Everything is kept
 in base units (joules, grams of CO2e); ``kWh`` and ``kg`` are display conversions.
 
 A limit's ``fraction`` is not capped: 0.09 kg of a 0.05 kg budget is 1.8 (180 %), and
@@ -19,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.postgres.aggregates import BoolOr
@@ -29,6 +33,9 @@ from cluster.models import Budget
 from config import events
 from scheduling.core.types import G_PER_KG, J_PER_KWH
 from telemetry.models import EnergyLedgerEntry
+
+HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
 
 
 def finite_or_none(value: float) -> float | None:
@@ -133,19 +140,29 @@ class BudgetUsage:
 
 
 def budget_usage(budget: Budget) -> BudgetUsage:
-    """``budget``'s use: the team's ledger over the hours starting in its period."""
+    """``budget``'s use: the team's ledger over its period, to the minute: the hours wholly
+    in it, and of an hour the period starts or ends inside, the minutes that start in it
+    (``EnergyLedgerEntry.minutes_j``; a row accounted before minutes were kept counts whole
+    if its hour starts in the period, as all rows did)."""
+    start, end = budget.period_start, budget.period_end
+    first = start.replace(minute=0, second=0, microsecond=0)
     rows = (
-        EnergyLedgerEntry.objects.filter(
-            team_id=budget.team_id, hour__gte=budget.period_start, hour__lt=budget.period_end
-        )
+        EnergyLedgerEntry.objects.filter(team_id=budget.team_id, hour__gte=first, hour__lt=end)
         .values("hour")
         .annotate(e=Sum("energy_j"), c=Sum("co2_g"), est=BoolOr("ci_estimated"))
         .order_by("hour")
     )
     hourly = []
     estimated = False
+    edges = {h for h in rows.values_list("hour", flat=True) if h < start or h + HOUR > end}
+    parts = _edge_parts(budget.team_id, edges, start, end) if edges else {}
     for row in rows:
-        hourly.append((row["hour"], row["e"] or 0.0, row["c"] or 0.0))
+        e, c = row["e"] or 0.0, row["c"] or 0.0
+        if row["hour"] in parts:
+            e, c = parts[row["hour"]]
+            if not (e or c):
+                continue
+        hourly.append((row["hour"], e, c))
         estimated = estimated or bool(row["est"])
     # Summed in hour order, the order the burn chart accumulates in: the chart's last point
     # and the total are the same float.
@@ -173,6 +190,28 @@ def budget_usage(budget: Budget) -> BudgetUsage:
         energy=energy,
         carbon=carbon,
     )
+
+
+def _edge_parts(
+    team_id: int, hours: set[datetime], start: datetime, end: datetime
+) -> dict[datetime, tuple[float, float]]:
+    """(energy J, carbon g) of each of ``hours`` (hours the period starts or ends inside)
+    over the minutes of it that start in [start, end)."""
+    out: dict[datetime, tuple[float, float]] = {}
+    found = EnergyLedgerEntry.objects.filter(team_id=team_id, hour__in=hours).values_list(
+        "hour", "energy_j", "co2_g", "ci_g_per_kwh", "minutes_j"
+    )
+    for hour, energy_j, co2_g, ci, minutes_j in found:
+        if minutes_j:
+            e = sum(j for k, j in enumerate(minutes_j) if start <= hour + k * MINUTE < end)
+            c = e / J_PER_KWH * ci
+        elif hour >= start:
+            e, c = energy_j, co2_g  # no minutes kept: the hour counts whole, as before
+        else:
+            e = c = 0.0
+        e0, c0 = out.get(hour, (0.0, 0.0))
+        out[hour] = (e0 + e, c0 + c)
+    return out
 
 
 def running_budgets(*, now: datetime, team_ids: Iterable[int] | None = None):

@@ -146,6 +146,44 @@ def test_budget_usage_sums_the_teams_ledger_in_its_period(
     assert budget_usage(later).energy_j == 0.0
 
 
+def test_a_period_that_starts_or_ends_inside_an_hour_counts_its_own_minutes(
+    agent_node, gpu0, make_job, member, team, clean_hour
+):
+    # given the team's job drawing 100 W on GPU 0 for 40 minutes from T0, accounted
+    node, _ = agent_node
+    job = make_job(owner=member, team=team)
+    cluster_services.start_job(job, gpus=[gpu0], batch_size=256, at=T0 - timedelta(minutes=1))
+    done = T0 + timedelta(minutes=41)
+    ingest_batch(node, {"samples": series(gpu0.uuid, T0, 2401, power_w=100.0)}, now=done)
+    process_dirty_hours()
+    assert EnergyLedgerEntry.objects.get(gpu=gpu0, job=job).energy_j == pytest.approx(240e3)
+
+    def used(start_min, end_min):
+        start, end = T0 + timedelta(minutes=start_min), T0 + timedelta(minutes=end_min)
+        budget = Budget(team=team, period_start=start, period_end=end, energy_limit_kwh=1.0)
+        return budget_usage(budget)
+
+    # then a period of 15 to 25 minutes counts those 10 minutes (60 kJ), not the hour
+    # (a period ending inside the hour counted all of it, 240 kJ)
+    assert used(15, 25).energy_j == pytest.approx(60e3)
+    assert used(15, 25).co2_g == pytest.approx(60e3 / J_PER_KWH * 200.0)
+    # one that starts inside the hour counts its part of it (it counted none)
+    assert used(30, 24 * 60).energy_j == pytest.approx(60e3)
+    # two periods back to back count each minute once
+    assert used(0, 17).energy_j + used(17, 60).energy_j == pytest.approx(240e3)
+    assert [round(e) for _, e, _ in used(30, 24 * 60).hourly] == [60_000]
+
+
+def test_a_ledger_row_without_minutes_counts_whole_where_its_hour_starts_in_the_period(gpu0, team):
+    EnergyLedgerEntry.objects.create(gpu=gpu0, hour=HOUR, team=team, energy_j=5e3, co2_g=1.0,
+                                     ci_g_per_kwh=720.0, zone="ES")  # fmt: skip
+    inside = Budget(team=team, period_start=HOUR, period_end=HOUR + timedelta(minutes=20),
+                    energy_limit_kwh=1.0)  # fmt: skip
+    after = Budget(team=team, period_start=HOUR + timedelta(minutes=20),
+                   period_end=HOUR + timedelta(hours=2), energy_limit_kwh=1.0)  # fmt: skip
+    assert (budget_usage(inside).energy_j, budget_usage(after).energy_j) == (5e3, 0.0)
+
+
 def test_retention_deletes_old_samples_but_not_unaccounted_ones(agent_node, gpu0, settings):
     settings.TELEMETRY_RETENTION_S = 2 * 3600
     node, _ = agent_node

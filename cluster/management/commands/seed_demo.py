@@ -136,9 +136,9 @@ def replayed_work(now: datetime) -> ReplayedWork:
 
 
 def demo_period(now: datetime, span_s: float) -> tuple[datetime, datetime]:
-    """From the start of this hour (usage is the hourly ledger of the hours starting in the
-    period, so this hour's energy counts) until the replay's span has passed, in whole
-    minutes (at least one); pacing spreads the budget over what is left of it."""
+    """From the start of this hour (so that loading the demo again within the hour finds
+    the same budgets) until the replay's span has passed, in whole minutes (at least one);
+    pacing spreads the budget over what is left of it, and usage counts to the minute."""
     start = now.replace(minute=0, second=0, microsecond=0)
     end = now.replace(second=0, microsecond=0) + timedelta(minutes=max(1, math.ceil(span_s / 60)))
     return start, end
