@@ -66,6 +66,7 @@ from scheduling.models import (
     SchedulingRound,
 )
 from scheduling.summaries import round_summary
+from telemetry import accounting, usage
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,28 @@ def _round_due(config: SchedulerSettings, now: datetime) -> bool:
         return True
     slack_s = settings.WATTFLOW_ROUND_INTERVAL_S / 2
     return (now - last_at).total_seconds() >= config.round_interval_s - slack_s
+
+
+def _account_budgets_near_their_limits(now: datetime) -> None:
+    """Bring the ledger up to the newest samples before the round reads budgets, where a
+    running budget is past its soft limit. Accounting runs on its own interval
+    (``TELEMETRY_ACCOUNTING_INTERVAL_S``), so the ledger a round reads lags by up to that
+    and the round's own: a demo team held at its hard limit had spent 3.5% more by then,
+    and a round started a job with the period's budget already spent (a live-service
+    probe). Far from every limit that lag costs nothing, and the accounting is left to its
+    task."""
+    near = any(
+        limit.over_soft
+        for budget in usage.running_budgets(now=now)
+        for limit in usage.budget_usage(budget).limits
+    )
+    if not near:
+        return
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    try:
+        accounting.process_dirty_hours(limit=10_000, since=hour - timedelta(hours=1))
+    except Exception:  # the round still runs on the ledger as it stands
+        log.exception("accounting before the round failed")
 
 
 def refresh_online_models(rows: list[Job], *, catalog, now: datetime) -> int:
@@ -224,6 +247,7 @@ def run_scheduling_round(
             return RoundResult(ran=False, skipped="paused")
         if not force and not _round_due(config, now):
             return RoundResult(ran=False, skipped="not_due")
+        _account_budgets_near_their_limits(now)
         requeued = mark_silent_nodes(now=now)
         executor = get_executor()
         reconciled = executor.reconcile(now=now)

@@ -7,10 +7,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core import mail
 
+from cluster import services as cluster_services
 from cluster.choices import HardLimitAction, JobState, Role
 from cluster.models import Budget, BudgetAlert, Gpu, Node
 from scheduling import budget_alerts, services
-from telemetry.models import EnergyLedgerEntry
+from telemetry.ingest import ingest_batch
+from telemetry.models import DirtyHour, EnergyLedgerEntry
 
 T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -142,6 +144,32 @@ def test_hold_queue_and_pause_jobs_budgets_alert_the_leads_too(
     assert "carbon 2.5 of 2 kg CO2e" in message.subject
     assert consequence in message.body
     assert BudgetAlert.objects.get().action == action
+
+
+def test_a_budget_past_its_soft_limit_is_accounted_to_its_newest_samples_before_a_round(
+    cluster, people, team, make_job, django_capture_on_commit_callbacks
+):
+    # given a hold_queue budget of 1 kWh with 0.95 kWh in the ledger (past its 80% soft
+    # limit), the team's job running on GPU 0 and 10 minutes of its samples at 400 W
+    # (0.067 kWh) that accounting has not reached yet, and a queued job of the team
+    _budget(team, HardLimitAction.HOLD_QUEUE)
+    running = _job(make_job, people["member"], team)
+    gpu, other = Gpu.objects.filter(node=cluster).order_by("index")[:2]
+    cluster_services.start_job(running, gpus=[gpu, other], batch_size=256, at=T0 - MINUTE)
+    _spend(team, running, hour=T0 - timedelta(hours=2), kwh=0.95)
+    samples = [{"gpu_uuid": gpu.uuid, "ts": (T0 + timedelta(seconds=k)).isoformat(),
+                "power_w": 400.0, "energy_j": None} for k in range(601)]  # fmt: skip
+    ingest_batch(cluster, {"samples": samples}, now=T0 + timedelta(minutes=11))
+    assert DirtyHour.objects.exists()
+    queued = _job(make_job, people["member"], team)
+
+    # when a round runs
+    _round(T0 + timedelta(minutes=11), django_capture_on_commit_callbacks)
+
+    # then it read the budget spent (1.017 kWh), not the ledger's 0.95: the job waits
+    queued.refresh_from_db()
+    assert queued.state == JobState.QUEUED
+    assert BudgetAlert.objects.get().energy_used_kwh == pytest.approx(0.95 + 400 * 600 / 3.6e6)
 
 
 def test_a_small_budgets_alert_says_what_was_spent_in_its_own_digits(
