@@ -121,7 +121,9 @@ class Node(models.Model):
 
     def issue_agent_token(self, *, at=None) -> str:
         """Replace the node's agent token and return the new raw token (shown only now)."""
-        raw_token = secrets.token_urlsafe(32)
+        # A prefix: a token is recognisable (secret scanners, logs), and never begins with
+        # "-", which a command line reads as an option (``--token -x...``: 1 token in 64).
+        raw_token = "wfa_" + secrets.token_urlsafe(32)
         self.agent_token_hash = hash_agent_token(raw_token)
         self.agent_token_issued_at = at or timezone.now()
         self.save(update_fields=["agent_token_hash", "agent_token_issued_at"])
@@ -483,6 +485,14 @@ class JobAllocation(models.Model):
 
     class Meta:
         ordering = ["job", "started_at"]
+        # Each round reads the allocations that ended lately (scheduling.services).
+        indexes = [
+            models.Index(
+                fields=["ended_at"],
+                condition=Q(ended_at__isnull=False),
+                name="joballocation_ended_at",
+            )
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["job"],

@@ -112,9 +112,10 @@ def visible_alerts(user, *, now: datetime) -> QuerySet[BudgetAlert]:
 
 
 def amount(value: float) -> str:
-    """Three significant digits, no exponent, no trailing zeros: 0.0334, 48.7, 1,235 (one
-    decimal printed a 0.033 kg budget's 0.033 kg spent as 0.0)."""
-    if not math.isfinite(value) or value == 0:
+    """Three significant digits, no exponent, no trailing zeros: 0.0334, 48.7, 1,234 (one
+    decimal printed a 0.033 kg budget's 0.033 kg spent as 0.0); past 10^15, as ``:g``
+    does (a limit stored before limits had bounds)."""
+    if not math.isfinite(value) or value == 0 or abs(value) >= 1e15:
         return f"{value:g}"
     decimals = min(max(2 - math.floor(math.log10(abs(value))), 0), 9)
     text = f"{value:,.{decimals}f}"

@@ -136,23 +136,34 @@ def _round_due(config: SchedulerSettings, now: datetime) -> bool:
 
 
 def _account_budgets_near_their_limits(now: datetime) -> None:
-    """Bring the ledger up to the newest samples before the round reads budgets, where a
-    running budget is past its soft limit. Accounting runs on its own interval
-    (``TELEMETRY_ACCOUNTING_INTERVAL_S``), so the ledger a round reads lags by up to that
-    and the round's own: a demo team held at its hard limit had spent 3.5% more by then,
-    and a round started a job with the period's budget already spent (a live-service
-    probe). Far from every limit that lag costs nothing, and the accounting is left to its
-    task."""
-    near = any(
-        limit.over_soft
+    """Bring the ledger up to the newest samples of the GPUs of teams whose running budget
+    is past its soft limit (and not yet spent), before the round reads budgets.
+    Accounting runs on its own interval (``TELEMETRY_ACCOUNTING_INTERVAL_S``), so the
+    ledger a round reads lags by up to that and the round's own: a demo team held at its
+    hard limit had spent 3.5% more by then, and a round started a job with the period's
+    budget already spent (a live-service probe). Far from every limit the lag costs
+    nothing, and a spent budget is spent whatever more it drew: accounting stays with its
+    task. Run outside the round's transaction, so that ingestion, which marks the hours,
+    waits on no mark for longer than accounting it takes."""
+    near = [
+        budget.team_id
         for budget in usage.running_budgets(now=now)
-        for limit in usage.budget_usage(budget).limits
-    )
+        if any(lim.over_soft and not lim.over_hard for lim in usage.budget_usage(budget).limits)
+    ]
     if not near:
         return
     hour = now.replace(minute=0, second=0, microsecond=0)
+    since = hour - timedelta(hours=1)
+    gpu_ids = set(
+        JobAllocation.objects.filter(job__team_id__in=near)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=since))
+        .values_list("gpus", flat=True)
+    )
+    gpu_ids.discard(None)
+    if not gpu_ids:
+        return
     try:
-        accounting.process_dirty_hours(limit=10_000, since=hour - timedelta(hours=1))
+        accounting.process_dirty_hours(limit=10_000, since=since, gpu_ids=gpu_ids)
     except Exception:  # the round still runs on the ledger as it stands
         log.exception("accounting before the round failed")
 
@@ -181,7 +192,8 @@ def refresh_ended_allocations(*, catalog, now: datetime) -> int:
     reports and samples after the round before would otherwise never be read, and a job
     whose whole allocation fell between two rounds (a short job, the last piece after a
     resize) would teach nothing, nor its workload's profile (a recording of a real H100 in
-    ``tests/telemetry/test_device_recording.py``). Each such allocation is read once:
+    ``tests/telemetry/test_device_recording.py``). Each such allocation is read to its end
+    once its last samples can have come (``adapters.SAMPLE_LAG_S`` after it ended); then
     ``observed_until`` moves to its end. Returns how many models were refitted."""
     ended = list(
         JobAllocation.objects.filter(
@@ -194,8 +206,7 @@ def refresh_ended_allocations(*, catalog, now: datetime) -> int:
             Q(job__scheduling__observed_until__isnull=True)
             | Q(ended_at__gt=F("job__scheduling__observed_until"))
         )
-        .order_by("job_id", "-ended_at")
-        .distinct("job_id")
+        .order_by("job_id", "ended_at")
         .select_related("job")
         .prefetch_related("gpus")
     )
@@ -204,12 +215,15 @@ def refresh_ended_allocations(*, catalog, now: datetime) -> int:
     )
     states = JobSchedulingState.objects.in_bulk([a.job_id for a in ended])
     moved = 0
-    for alloc in ended:
+    for alloc in ended:  # each job's in the order they ended
         state = states[alloc.job_id]
         moved += _fold_telemetry(alloc.job, state, alloc, catalog=catalog, now=now)
+        if (now - alloc.ended_at).total_seconds() <= adapters.SAMPLE_LAG_S:
+            continue  # its last samples may be on their way: read again next round
         JobSchedulingState.objects.filter(pk=state.pk).filter(
             Q(observed_until__isnull=True) | Q(observed_until__lt=alloc.ended_at)
         ).update(observed_until=alloc.ended_at)
+        state.observed_until = max(state.observed_until or alloc.ended_at, alloc.ended_at)
     return moved
 
 
@@ -239,6 +253,9 @@ def run_scheduling_round(
     """Run one round at ``now`` (see the module docstring). ``policy`` overrides the configured
     one for this round only (tests, comparisons); ``force`` ignores the interval and pause."""
     t0 = time.perf_counter()
+    config = SchedulerSettings.load()
+    if force or (not config.paused and _round_due(config, now)):
+        _account_budgets_near_their_limits(now)
     with transaction.atomic():
         if not try_round_lock():
             return RoundResult(ran=False, skipped="locked")
@@ -247,7 +264,6 @@ def run_scheduling_round(
             return RoundResult(ran=False, skipped="paused")
         if not force and not _round_due(config, now):
             return RoundResult(ran=False, skipped="not_due")
-        _account_budgets_near_their_limits(now)
         requeued = mark_silent_nodes(now=now)
         executor = get_executor()
         reconciled = executor.reconcile(now=now)
@@ -259,7 +275,8 @@ def run_scheduling_round(
         )
         refresh_ended_allocations(catalog=catalog, now=now)
         refresh_online_models(running, catalog=catalog, now=now)
-        workload_profiles.fold_finished_jobs(now=now)
+        # (once a finished job's last samples can have come, as its allocation is read)
+        workload_profiles.fold_finished_jobs(now=now, settled_s=adapters.SAMPLE_LAG_S)
         policy_name = policy or config.policy
         rows = adapters.build_snapshot(
             now=now,

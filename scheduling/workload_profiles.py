@@ -574,14 +574,15 @@ def _fold_one(job, state, gpu_model, obs, *, now) -> WorkloadProfile | None:
         return None
 
 
-def fold_finished_jobs(*, now: datetime) -> int:
-    """Fold every finished job that has observations and is not yet in a profile."""
+def fold_finished_jobs(*, now: datetime, settled_s: float = 0.0) -> int:
+    """Fold every job that finished at least ``settled_s`` ago, has observations and is not
+    yet in a profile."""
     done = [JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED]
     # Jobs no round ever saw have no state row (a LEFT JOIN's NULL would pass the other
     # filters): they are left out here, not loaded and skipped every round.
-    pending = list(
-        Job.objects.filter(
-            state__in=done, scheduling__isnull=False, scheduling__profile_version__isnull=True
-        ).exclude(scheduling__online_params={})
-    )
-    return sum(1 for job in pending if fold_into_profile(job, now=now))
+    pending = Job.objects.filter(
+        state__in=done, scheduling__isnull=False, scheduling__profile_version__isnull=True
+    ).exclude(scheduling__online_params={})
+    if settled_s > 0:
+        pending = pending.filter(finished_at__lte=now - timedelta(seconds=settled_s))
+    return sum(1 for job in list(pending) if fold_into_profile(job, now=now))

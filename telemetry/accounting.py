@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -241,11 +242,13 @@ def _stats(readings: list[tuple[float, float | None]]) -> dict:
     }
 
 
-def process_dirty_hours(*, limit: int = 500, since: datetime | None = None) -> int:
-    """Account up to ``limit`` marked GPU-hours (of the hours from ``since`` on, if given);
-    returns how many. Safe to run concurrently with itself (marks are claimed with SKIP
-    LOCKED) and with ingestion (a mark re-set while we worked has a newer ``marked_at`` and
-    survives).
+def process_dirty_hours(
+    *, limit: int = 500, since: datetime | None = None, gpu_ids: Iterable[int] | None = None
+) -> int:
+    """Account up to ``limit`` marked GPU-hours (of the hours from ``since`` on and of the
+    GPUs ``gpu_ids``, where given); returns how many. Safe to run concurrently with itself
+    (marks are claimed with SKIP LOCKED) and with ingestion (a mark re-set while we worked
+    has a newer ``marked_at`` and survives).
 
     When it is done, the running budgets of the teams whose ledgers changed are published
     (``BUDGET_USAGE_CHANGED``), once per run, so open dashboards redraw their budget bars."""
@@ -258,6 +261,8 @@ def process_dirty_hours(*, limit: int = 500, since: datetime | None = None) -> i
                 marks = DirtyHour.objects.select_for_update(skip_locked=True)
                 if since is not None:
                     marks = marks.filter(hour__gte=since)
+                if gpu_ids is not None:
+                    marks = marks.filter(gpu_id__in=list(gpu_ids))
                 mark = marks.order_by("hour", "gpu_id").first()
                 if mark is None:
                     break

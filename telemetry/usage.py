@@ -34,7 +34,6 @@ from config import events
 from scheduling.core.types import G_PER_KG, J_PER_KWH
 from telemetry.models import EnergyLedgerEntry
 
-HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
 
 
@@ -154,7 +153,10 @@ def budget_usage(budget: Budget) -> BudgetUsage:
     )
     hourly = []
     estimated = False
-    edges = {h for h in rows.values_list("hour", flat=True) if h < start or h + HOUR > end}
+    # The hours the period starts or ends inside (from its bounds: no second query, and no
+    # row committed in between to count whole).
+    last = end.replace(minute=0, second=0, microsecond=0)
+    edges = {h for h, inside in ((first, first < start), (last, last < end)) if inside}
     parts = _edge_parts(budget.team_id, edges, start, end) if edges else {}
     for row in rows:
         e, c = row["e"] or 0.0, row["c"] or 0.0

@@ -222,19 +222,14 @@ def test_the_h100_recording_of_a_retune_and_a_resize_teaches_every_allocation(
     # the job restarted at batch 1024, ran 24 s and exited between two rounds (every report
     # of it after the last round before), which taught nothing before
     assert JobSchedulingState.objects.get(job=job).observed_until < job.finished_at
-    assert (
-        services.refresh_ended_allocations(
-            catalog=adapters.current_catalog(), now=job.finished_at + timedelta(seconds=30)
-        )
-        == 1
-    )
+    catalog = adapters.current_catalog()
+    after = job.finished_at + timedelta(seconds=30)
+    assert services.refresh_ended_allocations(catalog=catalog, now=after) == 1
+    # (read again while its last samples may be on their way, then ended: read once)
+    after = job.finished_at + timedelta(seconds=adapters.SAMPLE_LAG_S + 30)
+    assert services.refresh_ended_allocations(catalog=catalog, now=after) == 0
     assert JobSchedulingState.objects.get(job=job).observed_until == job.finished_at
-    assert (
-        services.refresh_ended_allocations(
-            catalog=adapters.current_catalog(), now=job.finished_at + timedelta(seconds=90)
-        )
-        == 0
-    )  # read once
+    assert services.refresh_ended_allocations(catalog=catalog, now=after) == 0
     assert job.allocations.count() == 3
     cells = JobSchedulingState.objects.get(job=job).observations["H100"]
     at = {b: [c for c in cells if c["local_batch"] == b] for b in (512, 1024)}
