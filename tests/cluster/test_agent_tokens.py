@@ -18,6 +18,15 @@ def test_issued_token_is_stored_only_as_its_sha256(make_node):
     assert not Node.objects.filter(agent_token_hash=raw).exists()
 
 
+def test_a_token_passes_as_a_command_line_argument_whatever_its_random_part(make_node):
+    # a token beginning with "-" (1 in 64 of bare base64url ones) made the agent's
+    # `--token TOKEN` an option with no value: its e2e test failed now and then
+    node = make_node(gpus=0)
+    tokens = [node.issue_agent_token() for _ in range(300)]
+    assert all(t.startswith("wfa_") for t in tokens)
+    assert node.has_agent_token(tokens[-1]) and not node.has_agent_token(tokens[0])
+
+
 def test_lookup_finds_the_node_and_rejects_others(make_node):
     first, second = make_node("node-01", gpus=0), make_node("node-02", gpus=0)
     token_first, token_second = first.issue_agent_token(), second.issue_agent_token()

@@ -50,7 +50,7 @@ async def in_thread(fn, *args):
 
 async def open_socket(headers):
     ws = WebsocketCommunicator(application, "/ws/dashboard/", headers=headers)
-    connected, _ = await ws.connect()
+    connected, _ = await ws.connect(timeout=10)
     assert connected
     hello = await ws.receive_json_from(timeout=5)
     return ws, hello

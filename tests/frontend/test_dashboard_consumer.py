@@ -78,7 +78,7 @@ def test_an_anonymous_socket_is_closed():
 
     async def scenario():
         ws = communicator(headers)
-        connected, code = await ws.connect()
+        connected, code = await ws.connect(timeout=10)
         await ws.disconnect()
         return connected, code
 
@@ -92,7 +92,7 @@ def test_a_member_gets_their_teams_round_and_telemetry_but_not_another_teams(
 
     async def scenario():
         ws = communicator(headers)
-        connected, _ = await ws.connect()
+        connected, _ = await ws.connect(timeout=10)
         hello = await ws.receive_json_from(timeout=5)
         # the broadcast is called from sync code after commit; here, from a worker thread
         loop = asyncio.get_running_loop()
@@ -127,7 +127,7 @@ def test_an_admin_joins_the_admin_group_and_sees_every_decision(admin_user, team
 
     async def scenario():
         ws = communicator(headers)
-        await ws.connect()
+        await ws.connect(timeout=10)
         hello = await ws.receive_json_from(timeout=5)
         loop = asyncio.get_running_loop()
         summary = {"round_id": 3, "decisions": decisions(team, other_team)}
@@ -146,7 +146,7 @@ def test_a_disconnected_socket_leaves_its_groups(member, team):
 
     async def scenario():
         ws = communicator(headers)
-        await ws.connect()
+        await ws.connect(timeout=10)
         await ws.receive_json_from(timeout=5)
         await ws.disconnect()
         layer = get_channel_layer()

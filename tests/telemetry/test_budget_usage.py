@@ -138,7 +138,7 @@ def test_accounting_pushes_the_changed_budget_to_the_teams_dashboards_only(
         mine = WebsocketCommunicator(application, "/ws/dashboard/", headers=member_headers)
         theirs = WebsocketCommunicator(application, "/ws/dashboard/", headers=outsider_headers)
         for ws in (mine, theirs):
-            assert (await ws.connect())[0]
+            assert (await ws.connect(timeout=10))[0]
             await ws.receive_json_from(timeout=5)  # hello
         loop = asyncio.get_running_loop()
         # when accounting runs (in a worker thread, as Celery would)
