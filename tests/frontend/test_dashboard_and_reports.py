@@ -6,12 +6,13 @@ import io
 from datetime import timedelta
 
 import pytest
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.test import Client
 from django.urls import reverse
 from frontend_scene import build_scene
 
 from frontend.dashboard import dashboard_payload
+from frontend.templatetags.wattflow import amount
 from scheduling.core.types import J_PER_KWH
 from telemetry.models import EnergyLedgerEntry, GpuSample
 
@@ -106,3 +107,25 @@ def test_report_and_csv_rows_are_the_ledger_per_team_user_and_job(scene):
         reverse("frontend:reports-csv"), {"start": "2020-01-01", "end": "2020-01-31"}
     )
     assert empty.content.decode().splitlines()[1:] == []
+
+
+def test_small_amounts_read_in_their_own_digits_on_the_report_and_the_job_page(scene):
+    # a job's carbon of a few grams printed as "0.000" kg (three decimals; a live probe):
+    # the report and the job page print amounts as the budget page does (here one job's
+    # carbon made a thousand times smaller: about 0.4 g)
+    EnergyLedgerEntry.objects.filter(job=scene.jobs["bert"]).update(co2_g=F("co2_g") / 1000)
+    client = Client()
+    client.force_login(scene.users["admin"])
+    day = scene.now.date().isoformat()
+    start = (scene.now - timedelta(days=2)).date().isoformat()
+    page = client.get(reverse("frontend:reports"), {"start": start, "end": day})
+    html = page.content.decode()
+    rows = page.context["rows"]["job"]
+    assert any(0 < r["co2_kg"] < 0.0005 for r in rows)
+    for r in rows:
+        assert f'<td class="num">{amount(r["co2_kg"])}</td>' in html
+    job = scene.jobs["bert"]
+    detail = client.get(reverse("frontend:job-detail", args=[job.pk]))
+    co2_kg = detail.context["co2_kg"]
+    assert f'id="job-carbon">{amount(co2_kg)}</span>' in detail.content.decode()
+    assert (amount(0.000412), amount(0.0412)) == ("0.000412", "0.0412")
