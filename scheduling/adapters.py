@@ -411,7 +411,7 @@ def observed_measurements(
     gpus = list(alloc.gpus.all())
     if not gpus:
         return None
-    training = observations.warmed_up_at(job.pk, alloc.pk)
+    training = observations.training_since(job.pk, alloc)
     if training is None:
         return None
     since = max(training, state.observed_until) if state.observed_until else training

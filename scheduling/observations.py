@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import F, Q, Window
+from django.db.models import F, Min, Q, Window
 from django.db.models.functions import RowNumber
 
 from cluster.choices import JobState
@@ -80,6 +80,56 @@ def warmed_up_at(job_id: int, allocation_id: int) -> datetime | None:
     if not reported or len(seconds) < len(reported):
         return None
     return max(seconds.values())
+
+
+def training_since(job_id: int, allocation: JobAllocation) -> datetime | None:
+    """When the allocation's reports start to show the job's steady pace: its
+    ``warmed_up_at``, or for a retune in place of a warm job, its first report on every node.
+
+    A retune gives the job a new allocation of the same GPUs and batch, following the last
+    without a gap: the agent changes the clock or power limit and the process runs on,
+    warm. Left out as a warm-up, the first interval of each was lost, and under a pacing
+    budget that retuned a job every round or two (a live probe: 26 allocations in 9.5
+    minutes, 2 reports each) the job taught nothing at all."""
+    if _warm_retune(job_id, allocation):
+        return _first_reports_at(job_id, allocation.pk)
+    return warmed_up_at(job_id, allocation.pk)
+
+
+def _first_reports_at(job_id: int, allocation_id: int) -> datetime | None:
+    """The latest of each reporting node's first progress report of the allocation."""
+    firsts = (
+        JobEvent.objects.filter(
+            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS
+        )
+        .values("node_id")
+        .annotate(first=Min("ts"))
+        .values_list("first", flat=True)
+    )
+    return max(firsts, default=None)
+
+
+def _warm_retune(job_id: int, allocation: JobAllocation, *, depth: int = 20) -> bool:
+    """Whether ``allocation`` continues, without a gap and on the same GPUs and batch, a
+    chain of allocations of which one had warmed up (``warmed_up_at``)."""
+    gpus: set[int] | None = None
+    current = allocation
+    for _ in range(depth):
+        before = (
+            JobAllocation.objects.filter(job_id=job_id, ended_at=current.started_at)
+            .exclude(pk=current.pk)
+            .first()
+        )
+        if before is None or before.batch_size != allocation.batch_size:
+            return False
+        if gpus is None:
+            gpus = set(allocation.gpus.values_list("pk", flat=True))
+        if set(before.gpus.values_list("pk", flat=True)) != gpus:
+            return False
+        if warmed_up_at(job_id, before.pk) is not None:
+            return True
+        current = before
+    return False
 
 
 def newest_progress_at(job_id: int, allocation_id: int, *, now: datetime) -> datetime | None:

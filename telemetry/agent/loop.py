@@ -159,9 +159,13 @@ class Agent:
                 events.append(self.stop_job(job_id, now, reason="stopped"))
             elif assignment["allocation_id"] != self.allocation_of[job_id]:
                 if self._same_shape(job_id, assignment):
-                    # Only clock or power limit changed: retune in place, no restart.
+                    # Only clock or power limit changed: retune in place, no restart. The
+                    # process runs on, so a count it reached after this moment is timed by
+                    # its own clock from the first report on (the server learns a retune
+                    # from its first interval: ``observations.training_since``).
                     self._apply_settings(assignment)
                     self._set_allocation(job_id, assignment["allocation_id"])
+                    self._last_progress_ts[job_id] = now
                 else:
                     events.append(self.stop_job(job_id, now, reason="resized"))
                     resized = True

@@ -13,8 +13,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from cluster import services as cluster_services
 from cluster.choices import JobState
-from cluster.models import AuditEntry, Job, Node
+from cluster.models import AuditEntry, Gpu, Job, Node
 from frontend.broadcast import ADMIN_GROUP
 from scheduling import adapters, services
 from scheduling.choices import DecisionAction
@@ -270,6 +271,42 @@ def test_a_job_that_ran_and_ended_between_two_rounds_teaches_its_model_and_profi
     assert state.observed_until == job.finished_at
     assert state.profile_version is not None
     assert state.observations["A100"] == stored  # nothing read twice
+
+
+@pytest.mark.parametrize("same_shape", [True, False])
+def test_a_retune_in_place_teaches_from_its_first_report_a_restart_from_its_second(
+    node_with_token, make_job, member, team, same_shape
+):
+    # given a job warm on its GPU (reports at 1, 3, 13 s: 0.1 s an iteration after the
+    # warm-up), given at 20 s a new allocation: the same GPU and batch at another clock (a
+    # retune: the process runs on), or another GPU (a restart)
+    agent, job = _job_running(node_with_token, make_job, member, team)
+    gpu = job.current_allocation.gpus.get()
+    start = T0 + timedelta(seconds=1)
+    for k, done in ((0, 0.0), (2, 10.0), (12, 110.0)):
+        _event(agent, job, "progress", start + timedelta(seconds=k), iterations=done)
+    for k in range(0, 45):
+        GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=300.0)
+    other = Gpu.objects.filter(node=gpu.node).exclude(pk=gpu.pk).first()
+    cluster_services.set_allocation(
+        job, gpus=[gpu if same_shape else other], batch_size=256, sm_clock_mhz=1200,
+        at=T0 + timedelta(seconds=20),
+    )  # fmt: skip
+    job.refresh_from_db()
+    # and two reports under it, 0.125 s an iteration apart
+    for k, done in ((24, 200.0), (34, 280.0)):
+        _event(agent, job, "progress", start + timedelta(seconds=k), iterations=done)
+
+    # when a round folds the telemetry
+    rows = list(Job.objects.filter(pk=job.pk).select_related("current_allocation"))
+    now = T0 + timedelta(minutes=1)
+    services.refresh_online_models(rows, catalog=adapters.current_catalog(), now=now)
+
+    # then the retune's one interval is learned at its clock; a restart's is its warm-up
+    stored = JobSchedulingState.objects.get(job=job).observations.get("A100", [])
+    at_1200 = [(o["iter_time_s"], o["weight"]) for o in stored if o["sm_clock_mhz"] == 1200]
+    at_1200 = [x for x in at_1200 if x[0]]
+    assert at_1200 == ([(pytest.approx(0.125, rel=1e-9), 1.0)] if same_shape else [])
 
 
 def test_samples_that_arrive_after_the_progress_are_read_in_the_next_round(

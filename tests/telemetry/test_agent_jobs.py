@@ -6,7 +6,7 @@ NVML is the module-level fake of ``test_nvml_backend``; everything else is real.
 
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from support.net import free_port
@@ -161,3 +161,21 @@ def test_a_simulated_job_without_a_perf_model_is_reported_failed(tmp_path):
     assert events == [("exited", "failed", None, None)]
     agent.reconcile({"assignments": [unknown]}, NOW)  # still listed: not tried again
     assert _spooled_events(tmp_path) == events
+
+
+def test_after_a_retune_in_place_the_first_report_keeps_the_jobs_own_time(agent, tmp_path):
+    # given a job retuned at NOW + 10 s (the process runs on); before, the new allocation's
+    # first report took the agent's tick, up to a tick late, and the server now learns a
+    # retune from that first report on
+    agent, _ = agent
+    agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0"], power_limit_w=300)]}, NOW)
+    retuned = NOW + timedelta(seconds=10)
+    agent.reconcile(
+        {"assignments": [_assignment(tmp_path, 2, ["GPU-0"], power_limit_w=250)]}, retuned
+    )
+    # when the job writes that it reached 40 iterations at +12.3 s, read at the +12.5 s tick
+    reached = retuned + timedelta(seconds=2.3)
+    (event,) = agent._progress(retuned + timedelta(seconds=2.5), 7, 40.0, at=reached.timestamp())
+    # then the event carries the job's time; a count dated before the retune would not
+    assert datetime.fromisoformat(event["ts"]) == reached
+    agent.shutdown(NOW)

@@ -234,16 +234,20 @@ def test_the_h100_recording_of_a_retune_and_a_resize_teaches_every_allocation(
     cells = JobSchedulingState.objects.get(job=job).observations["H100"]
     at = {b: [c for c in cells if c["local_batch"] == b] for b in (512, 1024)}
     # then batch 512 was learned over both of its allocations: 1 interval of the first and
-    # 6 (5 in the second recording) of the retuned one (which sent no "started" report and
-    # taught nothing before; each allocation's first interval is left out as its warm-up),
-    # at the draw it trained at (about 420-440 W)
+    # 7 (6 in the second recording) of the retuned one (which sent no "started" report and
+    # taught nothing before; a restart's first interval is left out as its warm-up, a
+    # retune in place's is not: its process ran on, warm), at the draw it trained at
+    # (about 420-440 W)
     t512 = [c for c in at[512] if c["iter_time_s"]]
-    assert sum(c["weight"] for c in t512) == {FIRST: 7, WITH_TS: 6, AT_HEAD: 7}[day]
+    assert sum(c["weight"] for c in t512) == {FIRST: 8, WITH_TS: 7, AT_HEAD: 8}[day]
     assert 0.006 < t512[0]["iter_time_s"] < 0.0085
     assert 400 < [c for c in at[512] if c["power_w"]][0]["power_w"] < 470
     # and batch 1024 after its restart: its own speed and draw (about 490 W)
     assert [c for c in at[1024] if c["iter_time_s"]], cells
     assert 460 < [c for c in at[1024] if c["power_w"]][0]["power_w"] < 520
     if day == WITH_TS:
-        # the job's own times: no interval holds the save or the restart
-        assert all(c["log_t_ss"] < 0.01 for c in cells if c["iter_time_s"]), cells
+        # the job's own times: no interval holds the save or the restart (the retune's first
+        # report still took the agent's tick in these recordings, up to a tick late, which
+        # its first interval, learned since, shows: 0.013; the agent now keeps the job's
+        # time across a retune)
+        assert all(c["log_t_ss"] < 0.02 for c in cells if c["iter_time_s"]), cells
