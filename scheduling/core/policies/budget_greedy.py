@@ -470,6 +470,7 @@ class _Round:
         self.sorted_min_s: list[float] | None = None
         self.budget_blocked: dict[int, int] = {}
         self._caps: list[tuple[float | None, float | None]] | None = None  # _unpayable
+        self._gpu_specs = getattr(ctx.snapshot.perf, "gpus", {})  # catalog GPU models
         self.mins: dict[int, Evaluation] = {}
         # Jobs whose step an allowance refused, with the budget that refused it, and the
         # budgets whose spending a step has lowered since (``upgrade``).
@@ -825,6 +826,14 @@ class _Round:
                 probe[model] -= n0
                 self.candidates.add(j)
 
+    def _room(self, bi: int, joules: float) -> bool:
+        """Whether budget ``bi``'s cap (``_unpayable``) holds ``joules`` more this round."""
+        cap_e, cap_c = self._caps[bi]
+        spent = self.spent_e[bi] + joules
+        if cap_e is not None and spent > cap_e:
+            return False
+        return cap_c is None or spent * self.to_g <= cap_c
+
     def _unpayable(self, j: int) -> bool:
         """Whether one of job j's budgets cannot pay its minimum configuration this round
         whatever allowance the prices give it: the most is what remains after the idle
@@ -845,7 +854,18 @@ class _Round:
                     cap_c = max(self.allow_c[bi], b.co2_remaining_g - keep)
                 caps.append((cap_e, cap_c))
             self._caps = caps
-        d_team, d_cluster = self.deltas(j, None, self.min_eval(j)[0], 0, self.opts[j][0][0])
+        n0 = self.opts[j][0][0]
+        spec = self._gpu_specs.get(self.jobs[j].gpu_model)
+        if spec is not None:
+            # Far from every cap: a bound on the minimum's cost (twice the GPU's top limit
+            # for a round, and the restart's idle draw) fits, and nothing is evaluated.
+            bound = n0 * (
+                2.0 * spec.power_limit_max_w * self.round_s * self.margin[j]
+                + self.job_idle_w[j] * self.policy.restart_s
+            )
+            if all(self._room(bi, bound) for bi, _ in self.pays[j]):
+                return False
+        d_team, d_cluster = self.deltas(j, None, self.min_eval(j)[0], 0, n0)
         for bi, is_cluster in self.pays[j]:
             cap_e, cap_c = self._caps[bi]
             spent = self.spent_e[bi] + (d_cluster if is_cluster else d_team)
