@@ -411,7 +411,7 @@ def observed_measurements(
     gpus = list(alloc.gpus.all())
     if not gpus:
         return None
-    training = observations.training_since(job.pk, alloc)
+    training = observations.training_since(job.pk, alloc, read_until=state.observed_until)
     if training is None:
         return None
     since = max(training, state.observed_until) if state.observed_until else training

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import F, Min, Q, Window
+from django.db.models import F, Q, Window
 from django.db.models.functions import RowNumber
 
 from cluster.choices import JobState
@@ -63,7 +63,13 @@ def warmed_up_at(job_id: int, allocation_id: int) -> datetime | None:
     parameter), so the first interval is left out; a first report that came mid-training
     loses one good interval, which nothing stored could tell apart. A job on several nodes
     runs a process on each, and each node's agent reports its own count."""
-    # Each node's first two reports, in one query.
+    return _first_two_reports(job_id, allocation_id)[1]
+
+
+def _first_two_reports(job_id: int, allocation_id: int) -> tuple[datetime | None, datetime | None]:
+    """The latest of each reporting node's first progress report of the allocation, and
+    of their second (``warmed_up_at``; None where a node that reported has not reported
+    twice), in one query."""
     firsts = (
         JobEvent.objects.filter(
             job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS
@@ -72,17 +78,18 @@ def warmed_up_at(job_id: int, allocation_id: int) -> datetime | None:
         .filter(rank__lte=2)
         .values_list("node_id", "rank", "ts")
     )
-    reported, seconds = set(), {}
+    ranked: tuple[dict, dict] = ({}, {})
     for node_id, rank, ts in firsts:
-        reported.add(node_id)
-        if rank == 2:
-            seconds[node_id] = ts
-    if not reported or len(seconds) < len(reported):
-        return None
-    return max(seconds.values())
+        ranked[rank - 1][node_id] = ts
+    first, second = ranked
+    if not first:
+        return None, None
+    return max(first.values()), (max(second.values()) if len(second) == len(first) else None)
 
 
-def training_since(job_id: int, allocation: JobAllocation) -> datetime | None:
+def training_since(
+    job_id: int, allocation: JobAllocation, *, read_until: datetime | None = None
+) -> datetime | None:
     """When the allocation's reports start to show the job's steady pace: its
     ``warmed_up_at``, or for a retune in place of a warm job, its first report on every node.
 
@@ -90,23 +97,15 @@ def training_since(job_id: int, allocation: JobAllocation) -> datetime | None:
     without a gap: the agent changes the clock or power limit and the process runs on,
     warm. Left out as a warm-up, the first interval of each was lost, and under a pacing
     budget that retuned a job every round or two (a live probe: 26 allocations in 9.5
-    minutes, 2 reports each) the job taught nothing at all."""
-    if _warm_retune(job_id, allocation):
-        return _first_reports_at(job_id, allocation.pk)
-    return warmed_up_at(job_id, allocation.pk)
-
-
-def _first_reports_at(job_id: int, allocation_id: int) -> datetime | None:
-    """The latest of each reporting node's first progress report of the allocation."""
-    firsts = (
-        JobEvent.objects.filter(
-            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS
-        )
-        .values("node_id")
-        .annotate(first=Min("ts"))
-        .values_list("first", flat=True)
-    )
-    return max(firsts, default=None)
+    minutes, 2 reports each) the job taught nothing at all. ``read_until``: how far its
+    telemetry was read already; past the warm-up, which start it is changes nothing and
+    the allocation's history is not looked up (every round, for every running job)."""
+    first, warm = _first_two_reports(job_id, allocation.pk)
+    if first is None:
+        return None
+    if warm is not None and read_until is not None and read_until >= warm:
+        return warm
+    return first if _warm_retune(job_id, allocation) else warm
 
 
 def _warm_retune(job_id: int, allocation: JobAllocation, *, depth: int = 20) -> bool:
@@ -123,7 +122,7 @@ def _warm_retune(job_id: int, allocation: JobAllocation, *, depth: int = 20) -> 
         if before is None or before.batch_size != allocation.batch_size:
             return False
         if gpus is None:
-            gpus = set(allocation.gpus.values_list("pk", flat=True))
+            gpus = {g.pk for g in allocation.gpus.all()}  # (prefetched by the callers)
         if set(before.gpus.values_list("pk", flat=True)) != gpus:
             return False
         if warmed_up_at(job_id, before.pk) is not None:

@@ -153,8 +153,8 @@ def budget_usage(budget: Budget) -> BudgetUsage:
     )
     hourly = []
     estimated = False
-    # The hours the period starts or ends inside (from its bounds: no second query, and no
-    # row committed in between to count whole).
+    # The hours the period starts or ends inside, from its bounds (not from the rows: one
+    # committed in between would count whole).
     last = end.replace(minute=0, second=0, microsecond=0)
     edges = {h for h, inside in ((first, first < start), (last, last < end)) if inside}
     parts = _edge_parts(budget.team_id, edges, start, end) if edges else {}

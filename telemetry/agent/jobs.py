@@ -40,10 +40,17 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 LOG_TAIL_BYTES = 4000
+
+
+def job_gpu_count(assignment: dict[str, Any], gpu_indices: Sequence[int]) -> int:
+    """The job's GPUs on all its nodes (``gpu_count``; a server that sends none: this
+    node's)."""
+    return int(assignment.get("gpu_count") or len(gpu_indices))
 
 
 class Progress(NamedTuple):
@@ -103,7 +110,7 @@ class ProcessJob:
         self.checkpoint_dir = Path(assignment.get("checkpoint_dir") or self.dir / "checkpoint")
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self.gpu_indices = gpu_indices
-        self.gpu_count = int(assignment.get("gpu_count") or len(gpu_indices))  # all nodes
+        self.gpu_count = job_gpu_count(assignment, gpu_indices)
         self.process: subprocess.Popen | None = None
 
     def environment(self) -> dict[str, str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from telemetry.agent.backends import GpuBackend
-from telemetry.agent.jobs import ProcessJob, Progress
+from telemetry.agent.jobs import ProcessJob, Progress, job_gpu_count
 from telemetry.agent.simulated import PerfModelUnavailable, SimJob, SimulatedBackend
 
 RUNNER_NAMES = ("process", "simulated", "none")
@@ -101,7 +101,7 @@ class ProcessRunner:
         job = self.jobs[job_id]
         return (
             job.gpu_indices == gpu_indices
-            and job.gpu_count == int(assignment.get("gpu_count") or len(gpu_indices))
+            and job.gpu_count == job_gpu_count(assignment, gpu_indices)
             and job.assignment["batch_size"] == assignment["batch_size"]
         )
 
@@ -148,7 +148,7 @@ class SimulatedRunner:
             power_limit_w=assignment.get("power_limit_w"),
             done_iters=float(assignment.get("completed_iterations") or 0.0),
             total_iters=assignment.get("total_iterations"),
-            n_gpus=assignment.get("gpu_count") or len(gpu_indices),
+            n_gpus=job_gpu_count(assignment, gpu_indices),
             gpus_per_node=tuple(assignment.get("gpus_per_node") or ()),
         )
         try:
@@ -161,7 +161,7 @@ class SimulatedRunner:
     def same_shape(self, job_id: int, assignment: dict[str, Any], gpu_indices: list[int]) -> bool:
         job = self.backend.jobs[job_id]
         same_gpus = job.gpu_indices == tuple(gpu_indices)
-        same_total = job.n_gpus == (assignment.get("gpu_count") or len(gpu_indices))
+        same_total = job.n_gpus == job_gpu_count(assignment, gpu_indices)
         return same_gpus and same_total and job.global_batch == assignment["batch_size"]
 
     def retune(self, job_id: int, assignment: dict[str, Any]) -> None:

@@ -827,33 +827,38 @@ class _Round:
                 self.candidates.add(j)
 
     def _room(self, bi: int, joules: float) -> bool:
-        """Whether budget ``bi``'s cap (``_unpayable``) holds ``joules`` more this round."""
+        """Whether budget ``bi``'s cap (``_budget_caps``) holds ``joules`` more this round."""
         cap_e, cap_c = self._caps[bi]
         spent = self.spent_e[bi] + joules
-        if cap_e is not None and spent > cap_e:
+        if cap_e is not None and spent > cap_e * (1 + 1e-9):
             return False
-        return cap_c is None or spent * self.to_g <= cap_c
+        return cap_c is None or spent * self.to_g <= cap_c * (1 + 1e-9)
+
+    def _budget_caps(self) -> list[tuple[float | None, float | None]]:
+        """Each budget's most for this round whatever its price: what remains after the idle
+        floor to the period's end is kept, or the paced allowance if that is more (energy
+        J, carbon g; None: no such limit)."""
+        ctx, caps = self.ctx, []
+        for bi, b in enumerate(self.budgets):
+            after_s = max(b.period_end_s - ctx.now_s - self.round_s, 0.0)
+            fw = self.floor_w[bi]
+            cap_e = cap_c = None
+            if self.allow_e[bi] is not None:
+                cap_e = max(self.allow_e[bi], b.energy_remaining_j - fw * after_s)
+            if self.allow_c[bi] is not None:
+                keep = self.curve.co2_g(fw, after_s) if fw and after_s else 0.0
+                cap_c = max(self.allow_c[bi], b.co2_remaining_g - keep)
+            caps.append((cap_e, cap_c))
+        return caps
 
     def _unpayable(self, j: int) -> bool:
         """Whether one of job j's budgets cannot pay its minimum configuration this round
-        whatever allowance the prices give it: the most is what remains after the idle
-        floor to the period's end is kept, or the paced allowance if that is more. A job
-        only its prior knows may still be probed (``probe``): never unpayable here."""
+        whatever allowance the prices give it (its cap, ``_budget_caps``). A job only its
+        prior knows may still be probed (``probe``): never unpayable here."""
         if not self.pays[j] or (self.policy.probe_s is not None and _prior_only(self.jobs[j])):
             return False
         if self._caps is None:
-            ctx, caps = self.ctx, []
-            for bi, b in enumerate(self.budgets):
-                after_s = max(b.period_end_s - ctx.now_s - self.round_s, 0.0)
-                fw = self.floor_w[bi]
-                cap_e = cap_c = None
-                if self.allow_e[bi] is not None:
-                    cap_e = max(self.allow_e[bi], b.energy_remaining_j - fw * after_s)
-                if self.allow_c[bi] is not None:
-                    keep = self.curve.co2_g(fw, after_s) if fw and after_s else 0.0
-                    cap_c = max(self.allow_c[bi], b.co2_remaining_g - keep)
-                caps.append((cap_e, cap_c))
-            self._caps = caps
+            self._caps = self._budget_caps()
         n0 = self.opts[j][0][0]
         spec = self._gpu_specs.get(self.jobs[j].gpu_model)
         if spec is not None:
@@ -866,14 +871,9 @@ class _Round:
             if all(self._room(bi, bound) for bi, _ in self.pays[j]):
                 return False
         d_team, d_cluster = self.deltas(j, None, self.min_eval(j)[0], 0, n0)
-        for bi, is_cluster in self.pays[j]:
-            cap_e, cap_c = self._caps[bi]
-            spent = self.spent_e[bi] + (d_cluster if is_cluster else d_team)
-            if cap_e is not None and spent > cap_e * (1 + 1e-9):
-                return True
-            if cap_c is not None and spent * self.to_g > cap_c * (1 + 1e-9):
-                return True
-        return False
+        return not all(
+            self._room(bi, d_cluster if is_cluster else d_team) for bi, is_cluster in self.pays[j]
+        )
 
     # --- stage 2: prices (point 4) ------------------------------------------------
 

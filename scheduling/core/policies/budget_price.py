@@ -243,8 +243,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             [shared[k] for k in keys], share, [weight[b_i][k] for k in keys]
         )
     price_out[:] = price
-    # A hull's choice at a price does not depend on its scale: once per (hull, price).
-    chosen: dict[tuple[Hashable, float], tuple[int, int, int]] = {}
+    chosen: dict[tuple[Hashable, float], tuple[int, int, int]] = {}  # (hull, price) -> box
     at_hour = policy.cost == "carbon" and policy.hour_price
 
     # (A module function, not a closure: names a closure captures become cells, and this
