@@ -150,7 +150,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduling.core.context import Estimate, JobView, RoundContext
-from scheduling.core.goodput import batch_choices
+from scheduling.core.goodput import batch_choices, useful_samples_per_iter
 from scheduling.core.online_model import BlendedPerfModel, OnlinePerfModel
 from scheduling.core.pacing import (
     HOUR_S,
@@ -476,7 +476,8 @@ class _Round:
         # budgets whose spending a step has lowered since (``upgrade``).
         self.budget_blocked_steps: dict[int, int] = {}
         self.spend_fell: set[int] = set()
-        self.unit_hulls: dict[tuple, list] = {}
+        self.unit_hulls: dict[tuple, Any] = {}  # hull_of's, by its key
+        self.unit_points: dict[tuple, list] = {}
         # Probes of jobs known only by their prior: earlier ones (still active) and new.
         active = {job.job_id for job in ctx.snapshot.jobs}
         self.probes: dict[str, dict[str, Any]] = {
@@ -681,44 +682,72 @@ class _Round:
             ]
         )
 
-    def choice_hull(self, j: int) -> list:
-        """The hull a price chooses job j's target on: ``hour_hull`` for a carbon
-        budget with ``hour_price``, else the one it is priced by (``hull_of``)."""
-        if self.policy.cost == "carbon" and self.policy.hour_price:
-            return self.hour_hull(j)
-        return self.hull_of(j)[0]
-
     def hull_of(self, j: int) -> tuple[list, float, Any]:
-        """Job j's lower hull of (cost, time) points, as (hull, scale, key): a job that
-        is not running, ranked by energy, has times and costs proportional to its
-        remaining iterations, so jobs of one shape share the hull of one iteration (a
-        long queue needs few hulls)."""
+        """Job j's lower hull of (cost, time) points, as (hull, scale, key): the hull's
+        points times ``scale`` are the job's, and jobs with the same key share the hull.
+        Ranked by energy, a job's times and costs are proportional to its remaining
+        iterations, so a waiting job's hull is that of one iteration (a long queue needs
+        few hulls); a running job's adds the restart to every other GPU count, so it is
+        the hull of two shared ones, its own count's and the others' (moved by the
+        restart), each scaled."""
         jv = self.jobs[j]
         job = jv.job
-        if self.policy.cost == "carbon" or self.running_n[j] or job.remaining_iters <= 0.0:
+        if self.policy.cost == "carbon" or job.remaining_iters <= 0.0:
             return lower_hull(self.points(j)), 1.0, ("job", j)
-        sizes, clocks, batches, _ = self.opts[j]
         key = (
             id(self.opts[j]),
             id(jv.perf),
             job.global_batch,
+            job.noise_scale,
             job.iter_time_scale,
             job.power_scale,
             self.cost_idle_w[j],
         )
-        hull = self.unit_hulls.get(key)
-        if hull is None:
-            idle_w = key[-1]
-            predict, perf = self.ctx.cache.predict, jv.perf
-            pts = []
-            for si, n in enumerate(sizes):
-                for ci, clock in enumerate(clocks):
-                    for bi, b in enumerate(batches):
-                        iter_s, power_w = predict(perf, n, b, clock, None)
-                        t = job.global_batch / b * iter_s * job.iter_time_scale
-                        pts.append((n * (power_w * job.power_scale - idle_w) * t, t, (si, ci, bi)))
-            hull = self.unit_hulls[key] = lower_hull(pts)
-        return hull, job.remaining_iters, key
+        ran = self.running_n[j]
+        if not ran:
+            hull = self.unit_hulls.get(key)
+            if hull is None:
+                hull = self.unit_hulls[key] = lower_hull(self._unit_points(j, key))
+            return hull, job.remaining_iters, key
+        parts = self.unit_hulls.get((key, ran))
+        if parts is None:
+            pts, sizes = self._unit_points(j, key), self.opts[j][0]
+            parts = self.unit_hulls[(key, ran)] = (
+                lower_hull([p for p in pts if sizes[p[2][0]] == ran]),
+                lower_hull([p for p in pts if sizes[p[2][0]] != ran]),
+            )
+        r, restart = job.remaining_iters, self.policy.restart_s
+        same, other = parts
+        return (
+            lower_hull(
+                [(c * r, t * r, tag) for c, t, tag in same]
+                + [(c * r, t * r + restart, tag) for c, t, tag in other]
+            ),
+            1.0,
+            ("job", j),
+        )
+
+    def _unit_points(self, j: int, key: tuple) -> list[tuple[float, float, tuple[int, int, int]]]:
+        """``points`` of one remaining iteration of job j, restart aside (energy only;
+        memoised by ``hull_of``'s key)."""
+        pts = self.unit_points.get(key)
+        if pts is not None:
+            return pts
+        jv = self.jobs[j]
+        job = jv.job
+        sizes, clocks, batches, _ = self.opts[j]
+        predict, perf, idle_w = self.ctx.cache.predict, jv.perf, self.cost_idle_w[j]
+        its, ps = job.iter_time_scale, job.power_scale
+        # iterations at batch b per iteration at the submitted batch (goodput)
+        per_iter = [job.global_batch / useful_samples_per_iter(job, b) for b in batches]
+        pts = self.unit_points[key] = []
+        for si, n in enumerate(sizes):
+            for ci, clock in enumerate(clocks):
+                for bi, b in enumerate(batches):
+                    iter_s, power_w = predict(perf, n, b, clock, None)
+                    t = per_iter[bi] * iter_s * its
+                    pts.append((n * (power_w * ps - idle_w) * t, t, (si, ci, bi)))
+        return pts
 
     def restart_j(self, j: int, n: int) -> float:
         """Idle draw of job j's GPUs while a (re)start on n GPUs loads its checkpoint."""
