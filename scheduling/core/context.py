@@ -41,6 +41,7 @@ class PerfCache:
     ) -> None:
         self._catalog = catalog
         self._job_perf = dict(job_perf or {})
+        self._learned_jobs = {job_id for job_id, _ in self._job_perf}
         self._models: dict[tuple[str, str], PerfModel | None] = {}
         self._pred: dict[tuple, tuple[float, float]] = {}
         self._idle: dict[str, float] = dict(idle_power_w or {})
@@ -50,6 +51,10 @@ class PerfCache:
         if key not in self._models:
             self._models[key] = catalog_model(self._catalog, workload, gpu_model)
         return self._models[key]
+
+    def has_own_model(self, job: Job) -> bool:
+        """Whether the job has a learned model of its own on some GPU model."""
+        return job.job_id in self._learned_jobs
 
     def model_for(self, job: Job, gpu_model: str) -> PerfModel | None:
         """The job's own learned model on ``gpu_model`` if it has one, else the catalog's."""

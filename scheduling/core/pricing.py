@@ -11,17 +11,19 @@ hull from its cheapest point towards its fastest. Pure Python.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import TypeVar
 
 Tag = TypeVar("Tag")
 Point = tuple[float, float, Tag]  # (cost, time, what the point stands for)
+_cost_time = itemgetter(0, 1)
 
 
 def lower_hull(points: Sequence[Point]) -> list[Point]:
     """The points that minimise ``time + lam * cost`` for some ``lam >= 0``, cheapest
     (and slowest) first: the lower-left convex hull."""
     pareto: list[Point] = []
-    for p in sorted(points, key=lambda p: (p[0], p[1])):
+    for p in sorted(points, key=_cost_time):
         if not pareto or p[1] < pareto[-1][1]:
             pareto.append(p)
     hull: list[Point] = []

@@ -124,8 +124,18 @@ def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, Wa
     # Per team, once (queues are long): the strictest spent budget that pays for its jobs,
     # its action, and the budgets that still limit a job's configuration.
     payers: dict[str | None, tuple[Budget | None, HardLimitAction | None, tuple[str, ...]]] = {}
+    # A job without a learned model resolves as every job of its workload, GPU model and
+    # least GPU count does (queues are long).
+    resolved: dict[tuple[str, str | None, int], tuple] = {}
     for job in snapshot.jobs:
-        model, perf, reason = _resolve_model(job, models_by_size, capacity, cache)
+        if cache.has_own_model(job):
+            model, perf, reason = _resolve_model(job, models_by_size, capacity, cache)
+        else:
+            shape = (job.workload, job.gpu_model, job.min_gpus)
+            hit = resolved.get(shape)
+            if hit is None:
+                hit = resolved[shape] = _resolve_model(job, models_by_size, capacity, cache)
+            model, perf, reason = hit
         if reason is not None:
             waiting[job.job_id] = reason
             continue

@@ -8,9 +8,9 @@ the policy gives them (submit order, Tiresias' service queues, shortest remainin
 first, ...). Policies that keep running jobs ahead of waiting ones (non-preemptive
 FIFO, EaCO, ElasticFlow, the budget greedy) order only the waiting jobs by priority, so
 a high-priority job never stops a running one there; preemptive ones (Tiresias,
-``fifo(preemptive=True)``) order every job, so it may. ``by_priority`` is the one
-place this is defined; with all priorities equal it changes nothing. See
-docs/scheduling.md.
+``fifo(preemptive=True)``) order every job, so it may. ``by_priority`` defines it
+(the budget greedy folds the same key into its own sort, ``_Round.order``: queues are
+long); with all priorities equal it changes nothing. See docs/scheduling.md.
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ from scheduling.core.pacing import (
     paced_energy_allowance_j,
 )
 from scheduling.core.placement import job_buddy_sizes
-from scheduling.core.policies.base import FreeForecast, GpuLedger, by_priority, waiting_since_s
+from scheduling.core.policies.base import FreeForecast, GpuLedger, waiting_since_s
 from scheduling.core.policies.budget_price import price_round
 from scheduling.core.pricing import lower_hull
 from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
@@ -277,7 +277,7 @@ class BudgetGreedy:
           predictions went over by the draw (docs/benchmarks.md, "A contract sweep").
         - ``in_period_cost`` (on): where a budget's free remainder cannot pay its present
           jobs' whole cheapest remaining cost, they are priced on what they spend before
-          the period ends (``budget_price.in_period_hull``) instead of getting an
+          the period ends (``budget_price.in_period_points``) instead of getting an
           infinite price, which held jobs longer than a period at their minimum however
           little of the budget they used (docs/benchmarks.md, "A contract sweep").
         - ``starvation_s`` (None: no bound): a waiting job that has waited this long
@@ -692,7 +692,8 @@ class _Round:
         restart), each scaled."""
         jv = self.jobs[j]
         job = jv.job
-        if self.policy.cost == "carbon" or job.remaining_iters <= 0.0:
+        r = job.remaining_iters
+        if self.policy.cost == "carbon" or r <= 0.0:
             return lower_hull(self.points(j)), 1.0, ("job", j)
         key = (
             id(self.opts[j]),
@@ -708,7 +709,7 @@ class _Round:
             hull = self.unit_hulls.get(key)
             if hull is None:
                 hull = self.unit_hulls[key] = lower_hull(self._unit_points(j, key))
-            return hull, job.remaining_iters, key
+            return hull, r, key
         parts = self.unit_hulls.get((key, ran))
         if parts is None:
             pts, sizes = self._unit_points(j, key), self.opts[j][0]
@@ -716,7 +717,7 @@ class _Round:
                 lower_hull([p for p in pts if sizes[p[2][0]] == ran]),
                 lower_hull([p for p in pts if sizes[p[2][0]] != ran]),
             )
-        r, restart = job.remaining_iters, self.policy.restart_s
+        restart = self.policy.restart_s
         same, other = parts
         return (
             lower_hull(
@@ -835,14 +836,15 @@ class _Round:
                 self.min_s[j] = (
                     job.remaining_iters * job.global_batch / batches[b0] * iter_s
                 ) * job.iter_time_scale
+            # Running jobs first, then a higher priority first (``by_priority`` with the
+            # running kept ahead, in the same key).
+            ahead, prio = (0, 0) if group == 0 else (1, -job.priority)
             if policy.admission == "fifo" or group == 1:
-                keys.append((min(group, 1), 0.0, job.submit_time_s, job.job_id, j))
+                keys.append((ahead, prio, min(group, 1), 0.0, job.submit_time_s, job.job_id, j))
             else:
-                keys.append((group, self.min_s[j], job.submit_time_s, job.job_id, j))
+                keys.append((ahead, prio, group, self.min_s[j], job.submit_time_s, job.job_id, j))
         keys.sort()
-        self.order_ = by_priority(
-            [k[-1] for k in keys], lambda j: jobs[j].job, keep_running_ahead=True
-        )
+        self.order_ = [k[-1] for k in keys]
         # The jobs the GPUs could admit at their minimum: only they can run this round,
         # so only they need target configurations. A job that a budget cannot pay for
         # at any allowance this round (a spent team budget) takes no GPUs here: it would
@@ -1281,15 +1283,19 @@ class _Round:
             granted.append((jv, sizes[si], self.cur[j][0].remaining_s))
         waiting: dict[str, WaitReason] = {}
         forecast = FreeForecast(ctx, granted)
+        behind: dict[tuple[str, int], WaitReason] = {}  # one per GPU model and count
         for j in self.gpu_blocked:
             jv = jobs[j]
             n0 = opts[j][0][0]
-            waiting[jv.job.job_id] = WaitReason(
-                WaitCode.BEHIND_IN_QUEUE,
-                f"Waiting: the {ctx.capacity[jv.gpu_model]} {jv.gpu_model} GPUs are all given to "
-                f"jobs ranked ahead of it; it needs {n0}.",
-                until_s=forecast.at(jv, n0),
-            )
+            reason = behind.get((jv.gpu_model, n0))
+            if reason is None:
+                reason = behind[jv.gpu_model, n0] = WaitReason(
+                    WaitCode.BEHIND_IN_QUEUE,
+                    f"Waiting: the {ctx.capacity[jv.gpu_model]} {jv.gpu_model} GPUs are all "
+                    f"given to jobs ranked ahead of it; it needs {n0}.",
+                    until_s=forecast.at(jv, n0),
+                )
+            waiting[jv.job.job_id] = reason
         for j, bi in self.budget_blocked.items():
             waiting[jobs[j].job.job_id] = self.policy._over_allowance(
                 budgets[bi], self.curve, self.ci_now

@@ -42,15 +42,41 @@ def in_period_fraction(binned: dict[str, list[float]], left_s: float) -> float:
 Hull = list[tuple[float, float, tuple[int, int, int]]]
 
 
-def in_period_hull(hull: Hull, scale: float, left_s: float) -> Hull | None:
+def in_period_points(hull: Hull, scale: float, left_s: float) -> Hull:
     """A job's hull with each point's cost cut to what it spends before the period ends
     (``left_s``), run at that point from now: the whole cost where the point finishes in
-    time, else its draw times ``left_s`` (``cost * left_s / time``); None where every point
-    finishes in time. Points in ``hull`` are one unit of work, times ``scale`` the job's;
-    the result is in the same units."""
-    if hull[0][1] * scale <= left_s:  # the cheapest point is the slowest
-        return None
-    return lower_hull([(c * min(1.0, left_s / (t * scale)), t, tag) for c, t, tag in hull])
+    time, else its draw times ``left_s`` (``cost * left_s / time``). Not itself a hull
+    (``lower_hull`` makes it one). Points in ``hull`` are one unit of work, times
+    ``scale`` the job's; the result is in the same units. Where the hull's cheapest point,
+    its slowest, finishes in time, every point does and nothing is cut."""
+    return [(c * min(1.0, left_s / (t * scale)), t, tag) for c, t, tag in hull]
+
+
+class _Hulls(dict):
+    """Hulls by key. An in-period cut (``in_period_points``) is kept as its points and made
+    a hull when first looked up: a long queue has a cut per job, and where the price is
+    infinite nothing needs them but their cheapest cost, which needs no hull."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._points: dict[Hashable, Hull] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or key in self._points
+
+    def __missing__(self, key: Hashable) -> Hull:
+        hull = self[key] = lower_hull(self._points.pop(key))
+        return hull
+
+    def cut(self, key: Hashable, hull: Hull, scale: float, left_s: float) -> None:
+        """Keep the hull of ``in_period_points(hull, scale, left_s)`` as ``key``."""
+        self._points[key] = in_period_points(hull, scale, left_s)
+
+    def cheapest(self, key: Hashable) -> float:
+        """The cost of the hull's cheapest point (the least cost of its points)."""
+        if dict.__contains__(self, key):
+            return self[key][0][0]
+        return min(c for c, _, _ in self._points[key])
 
 
 def _behind_weight(lag: float, deadband: float) -> float:
@@ -98,14 +124,31 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         for b_i, b in enumerate(budgets)
     ]
     hulls: dict[int, tuple[Hull, float, Hashable]] = {}
+    shared = _Hulls()
+    # Jobs by their payers and hull: (hull, key, priced payers, jobs, scales). A long
+    # queue is a few groups of many jobs, and most of what follows is per group.
+    groups: dict[tuple[Any, Hashable], tuple[Hull, Hashable, list[int], list[int], list]] = {}
+    arrived: list[int] = []
+    mine_of: dict[tuple[tuple[int, bool], ...], list[int]] = {}
+    for j in range(len(jobs)):
+        p = pays[j]
+        mine = mine_of.get(p)
+        if mine is None:
+            mine = mine_of[p] = [bi for bi, _ in p if priced[bi]]
+        if not mine:
+            continue
+        hj = hulls[j] = hull_of(j)
+        g = groups.get((p, hj[2]))
+        if g is None:
+            g = groups[p, hj[2]] = (hj[0], hj[2], mine, [], [])
+        g[3].append(j)
+        g[4].append(hj[1])
+        if prev_now is None or jobs[j].job.submit_time_s > prev_now:
+            arrived.append(j)
     # Per budget, its jobs' hulls by key with their summed scales (jobs that share a
-    # hull are priced as one).
+    # hull are priced as one), and its groups of jobs.
     weight: list[dict[Hashable, float]] = [{} for _ in budgets]
-    shared: dict[Hashable, Hull] = {}
-    # Per budget, its jobs as (job, hull key, scale); and the hull each job is chosen on
-    # where a budget prices on in-period costs (below).
-    members: list[list[tuple[int, Hashable, float]]] = [[] for _ in budgets]
-    priced_on: dict[tuple[int, int], Hashable] = {}
+    members: list[list[tuple]] = [[] for _ in budgets]
     # Per budget, the present jobs' remaining cost at their fastest configurations, the
     # GPU-seconds they take at least before the period ends, and their highest cheapest
     # cost per GPU-second.
@@ -114,47 +157,47 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     left_of = [max(b.period_end_s - ctx.now_s, ctx.round_length_s) for b in budgets]
     all_gpus = sum(ctx.capacity.values())
     use_of: dict[Hashable, tuple[float, int, float]] = {}
-    mine_of: dict[tuple[tuple[int, bool], ...], list[int]] = {}
-    for j in range(len(jobs)):
-        mine = mine_of.get(pays[j])
-        if mine is None:
-            mine = mine_of[pays[j]] = [bi for bi, _ in pays[j] if priced[bi]]
-        if not mine:
-            continue
-        hulls[j] = h, scale, key = hull_of(j)
+    for g in groups.values():
+        h, key, mine, js, scales = g
         shared[key] = h
-        arrived = prev_now is None or jobs[j].job.submit_time_s > prev_now
-        # The fewest GPU-seconds the job takes from later arrivals: what it runs before
+        # The fewest GPU-seconds a job takes from later arrivals: what it runs before
         # the period ends, in whichever configuration takes the fewest (the cheapest is
         # the slowest). Over the hull's points, min(n t scale, n left) is the lesser of
         # the least n t (times scale) and the least n (times left): once per hull.
         use = use_of.get(key)
         if use is None:
-            sizes = opts[j][0]
+            sizes = opts[js[0]][0]
             use = use_of[key] = (
                 min(sizes[cfg[0]] * t for _, t, cfg in h),
                 min(sizes[cfg[0]] for _, _, cfg in h),
                 h[0][0] / (sizes[h[0][2][0]] * h[0][1]) if h[0][1] > 0 else 0.0,
             )
         least_nt, least_n, _ = use
+        total, top = sum(scales), max(scales)
         for b_i in mine:
-            fast[b_i] += h[-1][0] * scale
-            gpu_s[b_i] += min(least_nt * scale, least_n * left_of[b_i])
+            fast[b_i] += h[-1][0] * total
+            cap = least_n * left_of[b_i]
+            if least_nt * top <= cap:  # every job's least use ends before the period
+                gpu_s[b_i] += least_nt * total
+            else:
+                gpu_s[b_i] += sum(min(least_nt * scale, cap) for scale in scales)
             w = weight[b_i]
-            w[key] = w.get(key, 0.0) + scale
-            members[b_i].append((j, key, scale))
-            if arrived:
-                rec = recs[b_i]
-                rec[0] += h[0][0] * scale
-                # Arrivals' cheapest cost by octave of their time at it: the sums of
-                # C, C * T and C / T.
-                c0, t0 = h[0][0] * scale, max(h[0][1] * scale, 1.0)
-                cell = hist.setdefault(budgets[b_i].budget_id, {}).setdefault(
-                    str(int(math.log2(t0))), [0.0, 0.0, 0.0]
-                )
-                cell[0] += c0
-                cell[1] += c0 * t0
-                cell[2] += c0 / t0
+            w[key] = w.get(key, 0.0) + total
+            members[b_i].append(g)
+    for j in arrived:
+        h, scale, _ = hulls[j]
+        # Arrivals' cheapest cost by octave of their time at it: the sums of C, C * T
+        # and C / T.
+        c0, t0 = h[0][0] * scale, max(h[0][1] * scale, 1.0)
+        octave = str(int(math.log2(t0)))
+        for b_i in mine_of[pays[j]]:
+            recs[b_i][0] += c0
+            cell = hist.setdefault(budgets[b_i].budget_id, {}).setdefault(octave, [0.0, 0.0, 0.0])
+            cell[0] += c0
+            cell[1] += c0 * t0
+            cell[2] += c0 / t0
+    # The budgets that price on in-period costs (below), with the time left they cut at.
+    cut_at: dict[int, float] = {}
     price = [0.0] * len(budgets)
     covered = [False] * len(budgets)
     for b_i, b in enumerate(budgets):
@@ -220,15 +263,17 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             # hours) got an infinite price and ran at its minimum however little of the
             # budget it used. Price this budget on in-period costs instead.
             cut_w: dict[Hashable, float] = {}
-            for j, key, scale in members[b_i]:
-                cut = in_period_hull(shared[key], scale, left_s)
-                k2 = key if cut is None else ("in_period", key, scale, left_s)
-                if cut is not None:
-                    shared[k2] = cut
-                cut_w[k2] = cut_w.get(k2, 0.0) + scale
-                priced_on[j, b_i] = k2
+            for h, key, _, _, scales in members[b_i]:
+                slowest = h[0][1]  # the cheapest point's time: a job cut at all is cut there
+                if slowest * max(scales) <= left_s:
+                    cut_w[key] = cut_w.get(key, 0.0) + sum(scales)
+                    continue
+                for scale in scales:
+                    k2 = _cut_key(shared, h, key, scale, left_s)
+                    cut_w[k2] = cut_w.get(k2, 0.0) + scale
+            cut_at[b_i] = left_s
             weight[b_i] = cut_w
-            pmin = sum(shared[k][0][0] * w for k, w in cut_w.items())
+            pmin = sum(shared.cheapest(k) * w for k, w in cut_w.items())
         if free < pmin:
             price[b_i] = math.inf
             continue
@@ -249,7 +294,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     # (A module function, not a closure: names a closure captures become cells, and this
     # function's loops over every job read them about 10% slower.)
     choose = functools.partial(
-        _choose, hulls=hulls, mine_of=mine_of, pays=pays, price=price, priced_on=priced_on,
+        _choose, hulls=hulls, mine_of=mine_of, pays=pays, price=price, cut_at=cut_at,
         shared=shared, chosen=chosen, hour_hull=rnd.hour_hull if at_hour else None,
     )  # fmt: skip
     rnd.price_choice = choose  # for a job admitted later without being a candidate
@@ -294,6 +339,18 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     }
 
 
+def _cut_key(shared: _Hulls, hull: Hull, key: Hashable, scale: float, left_s: float) -> Hashable:
+    """The key of a job's hull (``hull``, ``key``, ``scale``) cut at ``left_s`` before the
+    period ends (``in_period_points``), kept in ``shared``; ``key`` itself where the job
+    finishes in time at every point."""
+    if hull[0][1] * scale <= left_s:  # the cheapest point, the slowest, finishes in time
+        return key
+    cut = ("in_period", key, scale, left_s)
+    if cut not in shared:
+        shared.cut(cut, hull, scale, left_s)
+    return cut
+
+
 def _choose(
     j: int,
     *,
@@ -301,8 +358,8 @@ def _choose(
     mine_of: Mapping[Any, list[int]],
     pays: Sequence[Any],
     price: Sequence[float],
-    priced_on: Mapping[tuple[int, int], Hashable],
-    shared: Mapping[Hashable, Hull],
+    cut_at: Mapping[int, float],
+    shared: _Hulls,
     chosen: dict[tuple[Hashable, float], tuple[int, int, int]],
     hour_hull: Callable[[int], Hull] | None,
 ) -> tuple[int, int, int] | None:
@@ -310,7 +367,7 @@ def _choose(
     ``hour_hull``: a carbon price's hour hull, where it chooses on it (``hour_price``)."""
     if j not in hulls:
         return None
-    h, _, key = hulls[j]
+    h, scale, key = hulls[j]
     payers = mine_of[pays[j]]
     lam = max(price[bi] for bi in payers)
     if hour_hull is not None and 0.0 < lam < math.inf:
@@ -321,7 +378,8 @@ def _choose(
     # a hull's choice at a price does not depend on its scale.
     boxes = []
     for bi in payers:
-        k = priced_on.get((j, bi), key)
+        left_s = cut_at.get(bi)
+        k = key if left_s is None else _cut_key(shared, h, key, scale, left_s)
         box = chosen.get((k, price[bi]))
         if box is None:
             box = chosen[(k, price[bi])] = hull_choice(shared[k], price[bi])
