@@ -1189,6 +1189,12 @@ class _Round:
             new_cfg[kind] = nxt
             if box is not None and new_cfg[kind] > box[kind]:
                 continue  # beyond what the price makes worth its cost
+            if (
+                kind == _SIZE
+                and policy.rank != "hesrpt"  # its size step's score sets the job's exponent
+                and not self.ledger.fits(self.jobs[j], sizes[nxt] - sizes[si])
+            ):
+                continue  # free GPUs only shrink within a round: it will not fit later
             new_est, t2, c2 = self.evaluate(j, *new_cfg)
             gain = (t - t2) / t
             if gain <= policy.min_gain:
