@@ -10,7 +10,10 @@ budget price's record of arrivals) is carried from one repeat to the next, as th
 service carries it, unless ``--fresh-state``. The first repeat is always a first round.
 
 ``--waiting N`` adds N more jobs that wait (never running): the long-queue case of
-issue 13, 10,000 waiting beside 1,000 running on 1,024 GPUs. ``--profile FILE`` writes
+issue 13, 10,000 waiting beside 1,000 running on 1,024 GPUs. ``--priors shared|per-job``
+gives every job an online model at its catalog prior, as the service does once a workload
+has a learned profile (one object per workload, or one per job as the service built them
+until 27 Nov). ``--profile FILE`` writes
 cProfile statistics of the repeats to FILE (and prints the top 25 by cumulative time).
 
     .venv/bin/python benchmarks/bench_plan_round.py --policy powerflow --repeats 30
@@ -36,6 +39,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scheduling.core.online_model import N_PARAMS, OnlinePerfModel  # noqa: E402
 from scheduling.core.perf_models import load_catalog  # noqa: E402
 from scheduling.core.registry import get_policy  # noqa: E402
 from scheduling.core.round import plan_round  # noqa: E402
@@ -159,6 +163,24 @@ def build_snapshot(
     )
 
 
+def prior_models(snap: Snapshot, catalog, how: str) -> dict[tuple[str, str], OnlinePerfModel]:
+    """(job id, "A100") -> an online model at its workload's catalog prior (nothing learned
+    yet): one per workload (``shared``), one per job (``per-job``), or one per workload for
+    waiting jobs and one per running job (``running-own``)."""
+    shared: dict[str, OnlinePerfModel] = {}
+    out = {}
+    for job in snap.jobs:
+        own = how == "per-job" or (how == "running-own" and job.allocation is not None)
+        model = None if own else shared.get(job.workload)
+        if model is None:
+            prior = catalog.get(job.workload, "A100")
+            model = OnlinePerfModel(prior=prior, params=[0.0] * N_PARAMS, workload=job.workload)
+            if not own:
+                shared[job.workload] = model
+        out[(job.job_id, "A100")] = model
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--policy", default="powerflow")
@@ -171,6 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--waiting", type=int, default=0, help="more jobs, all waiting")
     p.add_argument("--profile", default=None, help="write cProfile statistics here")
+    p.add_argument(
+        "--priors",
+        choices=("none", "shared", "per-job", "running-own"),
+        default="none",
+        help="give every job an online model starting from its catalog prior, as the "
+        "service does for a workload with a learned profile: one object per workload "
+        "(shared, as the service builds them now) or one per job (as it did before); "
+        "running-own: shared, but each running job its own (as a job that reported has)",
+    )
     p.add_argument(
         "--fresh-state",
         action="store_true",
@@ -204,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             n_waiting=args.waiting,
             all_running=args.running is not None,
         )
+        if args.priors != "none":
+            snap = dataclasses.replace(snap, job_perf=prior_models(snap, catalog, args.priors))
         if last is not None and not args.fresh_state:
             # as the service does: the policy's state of the previous round, whose
             # jobs (submitted before it) are no longer new arrivals

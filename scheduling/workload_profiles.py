@@ -472,6 +472,10 @@ def prior_models(
     lacks (``estimated`` until the job reports). ``skip``: pairs with a learned model."""
     skip = set(skip)
     found: dict[tuple[str, str], tuple[FittedPerfModel, str] | None] = {}
+    # Jobs that start from the same prior share one model object: a round's prediction
+    # cache and PowerFlow's shared hulls are keyed by the model, so a queue of one
+    # workload's jobs is predicted once, not job by job.
+    shared: dict[tuple, om.OnlinePerfModel] = {}
     out = {}
     for job in jobs:
         hints = JobHints.of(job)
@@ -486,9 +490,11 @@ def prior_models(
             prior = found[key]
             if prior is None or prior[1] == f"catalog {job.workload}@{gpu_model}":
                 continue
-            model = om.OnlinePerfModel(
-                prior=prior[0], params=[0.0] * om.N_PARAMS, workload=job.workload
-            )
+            model = shared.get(key)
+            if model is None:
+                model = shared[key] = om.OnlinePerfModel(
+                    prior=prior[0], params=[0.0] * om.N_PARAMS, workload=job.workload
+                )
             out[(str(job.pk), gpu_model)] = model
     return out
 

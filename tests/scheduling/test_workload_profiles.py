@@ -264,3 +264,21 @@ def test_a_named_parameter_count_picks_the_catalog_workload_nearest_in_size(db):
     # without a count the first catalog workload on the GPU, as before
     first, _ = wp.prior_for("my-vgg", "A100", catalog=CATALOG)
     assert first.workload == next(m for m in CATALOG.models() if m.gpu_model == "A100").workload
+
+
+def test_jobs_that_start_from_the_same_prior_share_one_model(make_job, member, team):
+    # given three waiting jobs for an A40 node, two of one workload and one of another
+    make_a40_node(heartbeat=T0)
+    a = make_job(owner=member, team=team, gpu_model="A40", workload="resnet50")
+    b = make_job(owner=member, team=team, gpu_model="A40", workload="resnet50")
+    c = make_job(owner=member, team=team, gpu_model="A40", workload="bert")
+
+    # when the snapshot is built
+    snap = adapters.build_snapshot(now=T0, round_length_s=60.0).snapshot
+
+    # then the two resnet50 jobs share one estimated model (a round predicts it once and
+    # PowerFlow prices them on one hull), and the bert job has its own
+    model_of = {job.pk: snap.job_perf[(str(job.pk), "A40")] for job in (a, b, c)}
+    assert model_of[a.pk] is model_of[b.pk]
+    assert model_of[c.pk] is not model_of[a.pk]
+    assert all(m.estimated for m in model_of.values())
