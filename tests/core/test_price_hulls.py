@@ -105,3 +105,15 @@ def test_every_jobs_hull_on_random_rounds(seed):
     assert any(rnd.running_n) and not all(rnd.running_n)
     for j in range(len(rnd.jobs)):
         _assert_same_hull(rnd, j)
+
+
+@pytest.mark.parametrize("first_known", [True, False], ids=["known first", "unknown first"])
+def test_jobs_of_one_shape_get_batches_by_whether_their_efficiency_is_known(first_known):
+    # Options are shared by jobs of one shape within a round; whether a job's noise
+    # scale is known is part of its shape: without it a job keeps its submitted batch.
+    shape = {"workload": "elastic", "global_batch": 64, "min_batch": 32, "max_batch": 128}
+    known = job("known", noise_scale=900.0, **shape)
+    unknown = job("unknown", **shape)
+    rnd = _round([known, unknown] if first_known else [unknown, known])
+    batches = {jv.job.job_id: rnd.opts[j][2] for j, jv in enumerate(rnd.jobs)}
+    assert batches == {"known": (32, 64, 128), "unknown": (64,)}

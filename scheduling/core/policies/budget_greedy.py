@@ -381,6 +381,7 @@ class BudgetGreedy:
                 job.global_batch,
                 job.min_batch,
                 job.max_batch,
+                job.noise_scale is None,  # batch_choices: only the submitted batch if unknown
             )
             hit = memo.get(key)
             if hit is None:
@@ -1191,7 +1192,8 @@ class _Round:
                 continue  # beyond what the price makes worth its cost
             if (
                 kind == _SIZE
-                and policy.rank != "hesrpt"  # its size step's score sets the job's exponent
+                # heSRPT with its own exponent per step: a size step's score sets it
+                and not (policy.rank == "hesrpt" and policy.hesrpt_exp is None)
                 and not self.ledger.fits(self.jobs[j], sizes[nxt] - sizes[si])
             ):
                 continue  # free GPUs only shrink within a round: it will not fit later
