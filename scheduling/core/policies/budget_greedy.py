@@ -971,7 +971,12 @@ class _Round:
                 else:
                     self.admit_one(j)
             return
+        # admit_one's first test inlined: behind full GPUs a long queue only waits
+        free, jobs, opts = self.ledger.free, self.jobs, self.opts
         for j in self.order_:
+            if free.get(jobs[j].gpu_model, 0) < opts[j][0][0]:
+                self.gpu_blocked.append(j)
+                continue
             self.admit_one(j)
 
     def admit_one(self, j: int) -> bool:

@@ -61,22 +61,26 @@ class _Hulls(dict):
         super().__init__()
         self._points: dict[Hashable, Hull] = {}
 
-    def __contains__(self, key: object) -> bool:
-        return dict.__contains__(self, key) or key in self._points
-
     def __missing__(self, key: Hashable) -> Hull:
-        hull = self[key] = lower_hull(self._points.pop(key))
+        hull = self[key] = lower_hull(self._points[key])
         return hull
 
-    def cut(self, key: Hashable, hull: Hull, scale: float, left_s: float) -> None:
-        """Keep the hull of ``in_period_points(hull, scale, left_s)`` as ``key``."""
-        self._points[key] = in_period_points(hull, scale, left_s)
+    def cut_key(self, hull: Hull, key: Hashable, scale: float, left_s: float) -> Hashable:
+        """The key of a job's hull (``hull``, ``key``, ``scale``) cut at ``left_s`` before
+        the period ends (``in_period_points``), kept here; ``key`` itself where the job
+        finishes in time at every point."""
+        if hull[0][1] * scale <= left_s:  # the cheapest point, the slowest, finishes in time
+            return key
+        cut = ("in_period", key, scale, left_s)
+        if cut not in self._points:  # every cut, made a hull or not
+            self._points[cut] = in_period_points(hull, scale, left_s)
+        return cut
 
     def cheapest(self, key: Hashable) -> float:
         """The cost of the hull's cheapest point (the least cost of its points)."""
-        if dict.__contains__(self, key):
-            return self[key][0][0]
-        return min(c for c, _, _ in self._points[key])
+        if key in self._points:  # a cut: its least cost, hull or not
+            return min(c for c, _, _ in self._points[key])
+        return self[key][0][0]
 
 
 def _behind_weight(lag: float, deadband: float) -> float:
@@ -269,7 +273,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                     cut_w[key] = cut_w.get(key, 0.0) + sum(scales)
                     continue
                 for scale in scales:
-                    k2 = _cut_key(shared, h, key, scale, left_s)
+                    k2 = shared.cut_key(h, key, scale, left_s)
                     cut_w[k2] = cut_w.get(k2, 0.0) + scale
             cut_at[b_i] = left_s
             weight[b_i] = cut_w
@@ -339,18 +343,6 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     }
 
 
-def _cut_key(shared: _Hulls, hull: Hull, key: Hashable, scale: float, left_s: float) -> Hashable:
-    """The key of a job's hull (``hull``, ``key``, ``scale``) cut at ``left_s`` before the
-    period ends (``in_period_points``), kept in ``shared``; ``key`` itself where the job
-    finishes in time at every point."""
-    if hull[0][1] * scale <= left_s:  # the cheapest point, the slowest, finishes in time
-        return key
-    cut = ("in_period", key, scale, left_s)
-    if cut not in shared:
-        shared.cut(cut, hull, scale, left_s)
-    return cut
-
-
 def _choose(
     j: int,
     *,
@@ -379,7 +371,7 @@ def _choose(
     boxes = []
     for bi in payers:
         left_s = cut_at.get(bi)
-        k = key if left_s is None else _cut_key(shared, h, key, scale, left_s)
+        k = key if left_s is None else shared.cut_key(h, key, scale, left_s)
         box = chosen.get((k, price[bi]))
         if box is None:
             box = chosen[(k, price[bi])] = hull_choice(shared[k], price[bi])
