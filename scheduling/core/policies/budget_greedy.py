@@ -584,7 +584,8 @@ class _Round:
                     (b_index[bid], budgets[b_index[bid]].team is None) for bid in jv.budget_ids
                 )
         self.pays = [payer_memo[jv.budget_ids] for jv in jobs]
-        self.job_idle_w = [ctx.idle_power_w(jv.gpu_model) for jv in jobs]
+        idle_of = {m: ctx.idle_power_w(m) for m in {jv.gpu_model for jv in jobs}}
+        self.job_idle_w = [idle_of[jv.gpu_model] for jv in jobs]
         # The idle draw a job's cost leaves out (``cost_above_idle`` None): only while idle
         # GPUs stay powered and every budget that pays for the job is the cluster's, which
         # pays the idle GPUs anyway. A team budget pays the whole draw of its jobs' GPUs
@@ -606,7 +607,7 @@ class _Round:
         # where the snapshot's are not exact (the service's catalog models too).
         learned = 1.0 + policy.prediction_margin
         exact = ctx.snapshot.exact_perf
-        estimated = OnlinePerfModel | BlendedPerfModel
+        estimated = (OnlinePerfModel, BlendedPerfModel)
         self.margin = [
             1.0 if exact and not isinstance(jv.perf, estimated) else learned for jv in jobs
         ]
@@ -819,6 +820,7 @@ class _Round:
         starve_s, now = policy.starvation_s, self.ctx.now_s
         by_length = policy.admission != "fifo" or policy.rank == "hesrpt"
         predict = self.ctx.cache.predict
+        min_iter_s: dict[tuple[int, int], float] = {}
         keys = []
         for j, jv in enumerate(jobs):
             job = jv.job
@@ -832,8 +834,13 @@ class _Round:
             if by_length:
                 sizes, clocks, batches, b0 = opts[j]
                 # RoundContext.remaining_and_power at the minimum, inlined: every job
-                # of a long queue needs it for the order
-                iter_s, _ = predict(jv.perf, sizes[0], batches[b0], clocks[0], None)
+                # of a long queue needs it for the order (once per options and model)
+                at_min = (id(opts[j]), id(jv.perf))
+                iter_s = min_iter_s.get(at_min)
+                if iter_s is None:
+                    iter_s = min_iter_s[at_min] = predict(
+                        jv.perf, sizes[0], batches[b0], clocks[0], None
+                    )[0]
                 self.min_s[j] = (
                     job.remaining_iters * job.global_batch / batches[b0] * iter_s
                 ) * job.iter_time_scale
