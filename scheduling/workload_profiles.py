@@ -471,11 +471,11 @@ def prior_models(
     catalog's: a workload profile earlier jobs taught, or an estimate for a pair the catalog
     lacks (``estimated`` until the job reports). ``skip``: pairs with a learned model."""
     skip = set(skip)
-    found: dict[tuple[str, str], tuple[FittedPerfModel, str] | None] = {}
-    # Jobs that start from the same prior share one model object: a round's prediction
+    # One model per (workload, hints, GPU model), None where the catalog's own serves:
+    # jobs that start from the same prior share the object, since a round's prediction
     # cache and PowerFlow's shared hulls are keyed by the model, so a queue of one
     # workload's jobs is predicted once, not job by job.
-    shared: dict[tuple, om.OnlinePerfModel] = {}
+    found: dict[tuple, om.OnlinePerfModel | None] = {}
     out = {}
     for job in jobs:
         hints = JobHints.of(job)
@@ -484,17 +484,17 @@ def prior_models(
                 continue
             key = (job.workload, hints, gpu_model)
             if key not in found:
-                found[key] = prior_for(
-                    job.workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints
+                prior = prior_for(job.workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
+                found[key] = (
+                    None
+                    if prior is None or prior[1] == f"catalog {job.workload}@{gpu_model}"
+                    else om.OnlinePerfModel(
+                        prior=prior[0], params=[0.0] * om.N_PARAMS, workload=job.workload
+                    )
                 )
-            prior = found[key]
-            if prior is None or prior[1] == f"catalog {job.workload}@{gpu_model}":
-                continue
-            model = shared.get(key)
+            model = found[key]
             if model is None:
-                model = shared[key] = om.OnlinePerfModel(
-                    prior=prior[0], params=[0.0] * om.N_PARAMS, workload=job.workload
-                )
+                continue
             out[(str(job.pk), gpu_model)] = model
     return out
 

@@ -477,7 +477,9 @@ class _Round:
         # budgets whose spending a step has lowered since (``upgrade``).
         self.budget_blocked_steps: dict[int, int] = {}
         self.spend_fell: set[int] = set()
-        self.unit_hulls: dict[tuple, Any] = {}  # hull_of's, by its key
+        # hull_of's shared hulls: a waiting job's, and a running job's two by GPU count
+        self.unit_hulls: dict[tuple, list] = {}
+        self.running_hulls: dict[tuple, tuple[list, list]] = {}
         self.unit_points: dict[tuple, list] = {}
         # Probes of jobs known only by their prior: earlier ones (still active) and new.
         active = {job.job_id for job in ctx.snapshot.jobs}
@@ -584,8 +586,7 @@ class _Round:
                     (b_index[bid], budgets[b_index[bid]].team is None) for bid in jv.budget_ids
                 )
         self.pays = [payer_memo[jv.budget_ids] for jv in jobs]
-        idle_of = {m: ctx.idle_power_w(m) for m in {jv.gpu_model for jv in jobs}}
-        self.job_idle_w = [idle_of[jv.gpu_model] for jv in jobs]
+        self.job_idle_w = [ctx.idle_power_w(jv.gpu_model) for jv in jobs]
         # The idle draw a job's cost leaves out (``cost_above_idle`` None): only while idle
         # GPUs stay powered and every budget that pays for the job is the cluster's, which
         # pays the idle GPUs anyway. A team budget pays the whole draw of its jobs' GPUs
@@ -712,10 +713,10 @@ class _Round:
             if hull is None:
                 hull = self.unit_hulls[key] = lower_hull(self._unit_points(j, key))
             return hull, r, key
-        parts = self.unit_hulls.get((key, ran))
+        parts = self.running_hulls.get((key, ran))
         if parts is None:
             pts, sizes = self._unit_points(j, key), self.opts[j][0]
-            parts = self.unit_hulls[(key, ran)] = (
+            parts = self.running_hulls[key, ran] = (
                 lower_hull([p for p in pts if sizes[p[2][0]] == ran]),
                 lower_hull([p for p in pts if sizes[p[2][0]] != ran]),
             )
@@ -820,7 +821,6 @@ class _Round:
         starve_s, now = policy.starvation_s, self.ctx.now_s
         by_length = policy.admission != "fifo" or policy.rank == "hesrpt"
         predict = self.ctx.cache.predict
-        min_iter_s: dict[tuple[int, int], float] = {}
         keys = []
         for j, jv in enumerate(jobs):
             job = jv.job
@@ -834,13 +834,8 @@ class _Round:
             if by_length:
                 sizes, clocks, batches, b0 = opts[j]
                 # RoundContext.remaining_and_power at the minimum, inlined: every job
-                # of a long queue needs it for the order (once per options and model)
-                at_min = (id(opts[j]), id(jv.perf))
-                iter_s = min_iter_s.get(at_min)
-                if iter_s is None:
-                    iter_s = min_iter_s[at_min] = predict(
-                        jv.perf, sizes[0], batches[b0], clocks[0], None
-                    )[0]
+                # of a long queue needs it for the order
+                iter_s, _ = predict(jv.perf, sizes[0], batches[b0], clocks[0], None)
                 self.min_s[j] = (
                     job.remaining_iters * job.global_batch / batches[b0] * iter_s
                 ) * job.iter_time_scale
