@@ -1,12 +1,13 @@
 """The regularised fit behind ``online_model`` (see its docstring for the equations, the
-prior's pseudo-observations and the parameters): Levenberg-Marquardt on log errors, in
-plain Python so the core needs no numerical library for it."""
+prior's pseudo-observations and the parameters): Levenberg-Marquardt on log errors, the
+residuals evaluated with numpy for many parameter vectors at once."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from operator import mul
+
+import numpy as np
 
 from scheduling.core.online_model import (
     N_PARAMS,
@@ -17,7 +18,7 @@ from scheduling.core.online_model import (
     Observation,
     OnlinePerfModel,
     _Cell,
-    apply_params,
+    _logit,
     config_of,
     learned_model,
     padded,
@@ -55,125 +56,188 @@ def _prior_grid(prior: FittedPerfModel, cells: Sequence[_Cell]) -> list[_Cell]:
     return grid
 
 
-def _residuals(
-    prior: FittedPerfModel,
-    z: Sequence[float],
-    cells: Sequence[tuple[_Cell, tuple]],
-    grid: tuple[Sequence[tuple[_Cell, int, int, int]], Sequence[tuple]],
-    grid_w: float,
-    ridge: float,
-    shape_r: float,
-) -> list[float]:
-    """``cells`` pair each cell with its configuration's ``config_parts``; ``grid`` is
-    (its cells with GPU count, node count and an index into ``grid_compute``, the distinct
-    (per-GPU batch, clock, limit) of the grid, whose compute part is evaluated once)."""
-    model = apply_params(prior, z)
-    evaluate = model.evaluate_parts
-    combine = model.combine_parts
-    compute = model.compute_parts
-    log = math.log
-    out = []
-    append = out.append
-    for c, parts in cells:
-        t, p = evaluate(*parts)
-        if c.log_t is not None:
-            append(math.sqrt(c.w_t) * (log(t) - c.log_t))
-        if c.log_p is not None:
-            append(math.sqrt(c.w_p) * (log(p) - c.log_p))
-    # The prior's pseudo-observations, moved to the job's levels: they hold the shape only.
-    wt = math.sqrt(grid_w)
-    zt, zp = z[TIME_LEVEL], z[POWER_LEVEL]
-    grid_cells, grid_compute = grid
-    shared = [compute(*k) for k in grid_compute]
-    for c, n_gpus, n_nodes, i in grid_cells:
-        t, p = combine(n_gpus, n_nodes, *shared[i])
-        append(wt * (log(t) - c.log_t - zt))
-        append(wt * (log(p) - c.log_p - zp))
-    r = math.sqrt(ridge)
-    out.extend(r * zi for zi in z)
-    out.append(shape_r * z[SHARPNESS])
-    return out
+class _Objective:
+    """The fit's weighted residuals for many parameter vectors at once.
+
+    ``online_model``'s equations (``apply_params`` on the prior, then
+    ``FittedPerfModel.compute_parts`` and ``combine_parts``) written over numpy arrays:
+    rows are parameter vectors ``z``, columns configurations (the job's cells, then the
+    prior's grid). The Jacobian's fourteen shifted vectors are then one evaluation, not
+    fourteen passes of Python over every configuration. A vector whose model leaves the
+    floats (``x ** gamma`` past 1e308, the log of 0) gets non-finite residuals, which the
+    caller reads as worse than any finite cost.
+    """
+
+    def __init__(self, prior, cells, grid, grid_w, ridge, shape_r) -> None:
+        tp, pw, gpu = prior.throughput, prior.power, prior.gpu
+        d = gpu.dvfs
+        ref_s = tp.compute_time_s(32.0)
+        # apply_params' starting values: a constant that is exactly zero starts from a floor
+        self.base_time = np.array(
+            [
+                max(tp.alpha_c_s, 1e-3 * ref_s),
+                max(tp.beta_c_s, 1e-3 / 32.0 * ref_s),
+                max(tp.alpha_r_s, 1e-3 * ref_s),
+                max(tp.beta_r_s, 1e-4 * ref_s),
+                max(tp.alpha_n_s, 1e-3 * ref_s),
+                max(tp.beta_n_s, 1e-4 * ref_s),
+            ]
+        )
+        self.gamma = tp.gamma
+        self.log_q = math.log(max(tp.compute_sharpness, 1.0))
+        self.logit_phi = _logit(d.time_fixed_frac)
+        self.logit_s = _logit(d.power_static_frac)
+        self.kappa, self.power_exp = d.peak_to_avg, d.power_exp
+        self.busy_max_w, self.batch_half = pw.busy_max_w, max(pw.batch_half, 1e-3)
+        self.floor_frac = pw.busy_floor_frac
+        self.idle_w = prior.idle_power_w
+        self.limit_max_w = gpu.power_limit_max_w
+        self.r_min = d.min_clock_mhz / d.max_clock_mhz
+
+        per_node = gpu.gpus_per_node
+        configs = [config_parts(c.cfg, per_node) for c in (*cells, *grid)]
+        # float arrays: a clock or limit of None (the top clock, the default limit) is NaN
+        n_gpus, n_nodes, local, clock, limit = (
+            np.array(v, dtype=float) for v in zip(*configs, strict=True)
+        )
+        self.local_batch = local
+        self.extra = np.where(n_gpus > 2, n_gpus - 2, 0.0)
+        self.single = n_gpus <= 1
+        self.across = n_nodes > 1
+        clipped = np.clip(np.nan_to_num(clock), d.min_clock_mhz, d.max_clock_mhz)
+        self.r_clock = np.where(np.isnan(clock), 1.0, clipped / d.max_clock_mhz)
+        self.has_limit = ~np.isnan(limit)
+        self.limit_w = np.clip(
+            np.where(self.has_limit, limit, gpu.power_limit_max_w),
+            gpu.power_limit_min_w,
+            gpu.power_limit_max_w,
+        )
+        # Time and draw residuals: (column, target, sqrt weight, 1 where the job's level
+        # moves the target). The grid's targets are the prior's predictions *without*
+        # level: at the job's level they hold the shape only.
+        wt = math.sqrt(grid_w)
+        n_cells = len(cells)
+        time_rows = [(i, c.log_t, math.sqrt(c.w_t), 0.0) for i, c in enumerate(cells)]
+        power_rows = [(i, c.log_p, math.sqrt(c.w_p), 0.0) for i, c in enumerate(cells)]
+        time_rows += [(n_cells + i, c.log_t, wt, 1.0) for i, c in enumerate(grid)]
+        power_rows += [(n_cells + i, c.log_p, wt, 1.0) for i, c in enumerate(grid)]
+        self.rows = [
+            _columns([r for r in rows if r[1] is not None]) for rows in (time_rows, power_rows)
+        ]
+        self.ridge = math.sqrt(ridge)
+        self.shape_r = shape_r
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        """The residuals of each row of ``z`` (k rows of N_PARAMS): k rows of residuals."""
+        with np.errstate(all="ignore"):
+            return self._residuals(z)
+
+    def _residuals(self, z: np.ndarray) -> np.ndarray:
+        e = np.exp(np.minimum(z, 600.0))[:, :, None]  # (k, N_PARAMS, 1)
+        level = e[:, 0]
+        alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n = (
+            (self.base_time[i] * level) * e[:, i + 1] for i in range(6)
+        )
+        zc = z[:, :, None]
+        q = np.exp(np.minimum(np.abs(self.log_q + zc[:, SHARPNESS]), 600.0))
+        phi = _sigmoids(self.logit_phi + zc[:, 7])
+        kappa = self.kappa * e[:, 8]
+        busy_max = self.busy_max_w * e[:, POWER_LEVEL]
+        half = self.batch_half * e[:, 10]
+        s = _sigmoids(self.logit_s + zc[:, 11])
+        k = self.power_exp * e[:, 12]
+
+        # compute_parts
+        b, idle = self.local_batch, self.idle_w
+        c = self.floor_frac
+        busy_w = busy_max * (c + (1.0 - c) * b / (b + half))
+        busy_w = np.where(busy_w > idle, busy_w, idle)
+        # DvfsParams.ratio_for_limit at the default limit, then the lower of it and the clock's
+        x = self.limit_w / np.minimum(kappa * busy_w, self.limit_max_w)
+        r_lim = ((x - s) / (1.0 - s)) ** (1.0 / k)
+        r_lim = np.where(r_lim > self.r_min, r_lim, self.r_min)
+        r_lim = np.where(x <= s, self.r_min, r_lim)
+        r_lim = np.where((x >= 1.0) | (self.limit_w >= self.limit_max_w), 1.0, r_lim)
+        r = np.where(self.has_limit & (r_lim < self.r_clock), r_lim, self.r_clock)
+        per_sample = beta_c * b
+        hi = np.maximum(alpha_c, per_sample)
+        lo = np.minimum(alpha_c, per_sample)
+        soft = hi * (1.0 + (lo / hi) ** q) ** (1.0 / q)
+        base_s = np.where(q == 1.0, alpha_c + per_sample, soft)
+        compute_s = base_s * (phi + (1.0 - phi) / r)
+        compute_w = busy_w * (s + (1.0 - s) * r**k)
+        compute_w = np.where(compute_w < idle, idle, compute_w)
+
+        # combine_parts
+        network_s = np.where(
+            self.across, alpha_n + beta_n * self.extra, alpha_r + beta_r * self.extra
+        )
+        network_s = np.where(self.single, 0.0, network_s)
+        g = self.gamma
+        time_s = np.where(network_s > 0.0, (compute_s**g + network_s**g) ** (1.0 / g), compute_s)
+        power_w = idle + (compute_w - idle) * (compute_s / time_s)
+
+        out = []
+        for (col, target, weight, moved), values, level_z in zip(
+            self.rows, (time_s, power_w), (TIME_LEVEL, POWER_LEVEL), strict=True
+        ):
+            shift = z[:, level_z : level_z + 1] * moved
+            out.append(weight * (np.log(values[:, col]) - target - shift))
+        out.append(self.ridge * z)
+        out.append(self.shape_r * z[:, SHARPNESS : SHARPNESS + 1])
+        return np.concatenate(out, axis=1)
 
 
-def _solve(a: list[list[float]], b: list[float]) -> list[float]:
-    """Gaussian elimination with partial pivoting (the matrix is small and well posed:
-    the damping keeps it positive definite)."""
-    n = len(b)
-    m = [row[:] + [b[i]] for i, row in enumerate(a)]
-    for col in range(n):
-        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
-        m[col], m[piv] = m[piv], m[col]
-        p = m[col][col]
-        if p == 0.0:
-            continue
-        for r in range(col + 1, n):
-            f = m[r][col] / p
-            if f:
-                for k in range(col, n + 1):
-                    m[r][k] -= f * m[col][k]
-    x = [0.0] * n
-    for r in range(n - 1, -1, -1):
-        s = m[r][n] - sum(m[r][k] * x[k] for k in range(r + 1, n))
-        x[r] = s / m[r][r] if m[r][r] else 0.0
-    return x
+def _columns(rows: Sequence[tuple[int, float, float, float]]) -> tuple[np.ndarray, ...]:
+    """Rows of (column, target, sqrt weight, moved) as four arrays."""
+    col, target, weight, moved = zip(*rows, strict=True) if rows else ((), (), (), ())
+    return (
+        np.array(col, dtype=int),
+        np.array(target, dtype=float),
+        np.array(weight, dtype=float),
+        np.array(moved, dtype=float),
+    )
 
 
-def _least_squares(prior, cells, grid, grid_w, ridge, z0, max_steps, shape_r) -> list[float]:
+def _sigmoids(x: np.ndarray) -> np.ndarray:
+    """``online_model._sigmoid`` of each element."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _least_squares(objective: _Objective, z0: Sequence[float], max_steps: int) -> list[float]:
     """Levenberg-Marquardt with a forward-difference Jacobian."""
-    z = list(z0)
-    per_node = prior.gpu.gpus_per_node
-    cells = [(c, config_parts(c.cfg, per_node)) for c in cells]
-    index: dict[tuple, int] = {}
-    grid_cells = []
-    for c in grid:
-        n_gpus, n_nodes, local_batch, clock, limit = config_parts(c.cfg, per_node)
-        i = index.setdefault((local_batch, clock, limit), len(index))
-        grid_cells.append((c, n_gpus, n_nodes, i))
-    grid = (grid_cells, list(index))
-
-    def residuals(zz: Sequence[float]) -> list[float]:
-        return _residuals(prior, zz, cells, grid, grid_w, ridge, shape_r)
-
-    r = residuals(z)
-    cost = sum(v * v for v in r)
-    lam = 1e-3
+    z = np.array(z0, dtype=float)
     h = 1e-6
+    shifts = h * np.eye(N_PARAMS)
+    r = objective(z[None, :])[0]
+    cost = float(r @ r)
+    lam = 1e-3
     for _ in range(max_steps):
-        jac = []  # columns
-        for i in range(N_PARAMS):
-            zi = z[:]
-            zi[i] += h
-            ri = residuals(zi)
-            jac.append([(a - b) / h for a, b in zip(ri, r, strict=True)])
-        # J'J is symmetric (x * y == y * x exactly): each entry once, mirrored.
-        jtj = [[0.0] * N_PARAMS for _ in range(N_PARAMS)]
-        for i, ci in enumerate(jac):
-            for j in range(i, N_PARAMS):
-                jtj[i][j] = jtj[j][i] = sum(map(mul, ci, jac[j]))
-        jtr = [sum(map(mul, ci, r)) for ci in jac]
+        jac = (objective(z + shifts) - r) / h  # row i: d residuals / d z[i]
+        jtj = jac @ jac.T
+        jtr = jac @ r
         improved = False
         while lam < 1e10:
-            a = [row[:] for row in jtj]
-            for i in range(N_PARAMS):
-                a[i][i] += lam * (jtj[i][i] + 1e-9)
-            step = _solve(a, [-v for v in jtr])
-            z_new = [zi + si for zi, si in zip(z, step, strict=True)]
+            a = jtj + np.diag(lam * (np.diag(jtj) + 1e-9))
             try:
-                r_new = residuals(z_new)
-            except (OverflowError, ValueError):
-                # A step so long that the trial model's time or draw leaves the floats
-                # (x ** gamma past 1e308, the log of 0): worse than any finite cost.
-                r_new = None
-            cost_new = math.inf if r_new is None else sum(v * v for v in r_new)
-            if math.isfinite(cost_new) and cost_new < cost:
-                improved = cost - cost_new > 1e-6 * max(cost, 1e-12)
-                z, r, cost = z_new, r_new, cost_new
-                lam = max(lam / 10.0, 1e-9)
-                break
+                step = np.linalg.solve(a, -jtr)
+            except np.linalg.LinAlgError:
+                step = None
+            if step is not None:
+                z_new = z + step
+                r_new = objective(z_new[None, :])[0]
+                cost_new = float(r_new @ r_new)
+                # A non-finite cost (the trial model left the floats) is worse than any.
+                if math.isfinite(cost_new) and cost_new < cost:
+                    improved = cost - cost_new > 1e-6 * max(cost, 1e-12)
+                    z, r, cost = z_new, r_new, cost_new
+                    lam = max(lam / 10.0, 1e-9)
+                    break
             lam *= 10.0
         if not improved:
             break
-    return z
+    return [float(v) for v in z]
 
 
 def fit_params(
@@ -202,9 +266,8 @@ def fit_params(
         z0[TIME_LEVEL] = sum(t) / len(t) if t else 0.0
         z0[POWER_LEVEL] = sum(p) / len(p) if p else 0.0
     shape_r = math.sqrt(settings.shape_ridge)
-    return _least_squares(
-        prior, cells, grid, grid_w, settings.ridge, z0, settings.max_steps, shape_r
-    )
+    objective = _Objective(prior, cells, grid, grid_w, settings.ridge, shape_r)
+    return _least_squares(objective, z0, settings.max_steps)
 
 
 def fit_online(

@@ -421,21 +421,84 @@ def test_a_fit_stored_with_thirteen_parameters_starts_the_next_fit():
 def test_a_trial_step_whose_model_overflows_is_a_rejected_step_not_a_crash(monkeypatch):
     # philly_week under GreenFlow, learned, ended in an OverflowError: a Levenberg-Marquardt
     # trial step made compute_s ** gamma pass 1e308 in the trial model. Here the first
-    # trial step overflows as that one did (the start and the Jacobian's columns come first).
+    # trial step's residuals are infinite as that one's were (the start and the Jacobian's
+    # columns come first).
     from scheduling.core import online_fit
 
     obs = [observe(TRUTH, n, 1, b) for n in (1, 2, 4) for b in (8, 32)]
     expected = fit_online(PRIOR, obs).params
-    real = online_fit._residuals
+    real = online_fit._Objective.__call__
     calls = []
 
-    def overflowing(prior, z, *args):
-        calls.append(1)
-        if len(calls) == 2 + online_fit.N_PARAMS:
-            raise OverflowError(34, "Numerical result out of range")
-        return real(prior, z, *args)
+    def overflowing(self, z):
+        calls.append(len(z))
+        out = real(self, z)
+        if len(calls) == 3:
+            assert len(z) == 1  # a trial, not the Jacobian
+            out[0, 0] = math.inf
+        return out
 
-    monkeypatch.setattr(online_fit, "_residuals", overflowing)
+    monkeypatch.setattr(online_fit._Objective, "__call__", overflowing)
     model = fit_online(PRIOR, obs)
-    assert len(calls) > 2 + online_fit.N_PARAMS  # it went on after the overflow
+    assert calls[:2] == [1, online_fit.N_PARAMS]
+    assert len(calls) > 3  # it went on after the overflow
     assert model.params == pytest.approx(expected, abs=1e-3)
+
+
+def test_the_fits_residuals_are_the_models_own_predictions():
+    # The fit evaluates the model's equations over numpy arrays; they must be the very
+    # equations ``apply_params(...).evaluate_parts`` predicts with, for any move z, on
+    # every kind of configuration: one GPU, one node, two nodes, a clock, a power limit
+    # that binds and one that does not, a configuration seen without its time or draw.
+    import random
+
+    import numpy as np
+
+    from scheduling.core import online_fit
+    from scheduling.core.online_model import N_PARAMS, apply_params, pool
+    from scheduling.core.perf_models import config_parts
+
+    rng = random.Random(7)
+    for prior, truth in ((PRIOR, TRUTH), (CATALOG.get("bert", "A100"), PRIOR)):
+        gpu = prior.gpu
+        per = gpu.gpus_per_node
+        mid_clock = gpu.clocks_mhz[len(gpu.clocks_mhz) // 2]
+        obs = []
+        for n, nodes in ((1, 1), (2, 1), (per, 1), (2 * per, 2)):
+            for clock, limit in ((None, None), (mid_clock, None), (None, gpu.power_limit_min_w)):
+                o = observe(truth, n, nodes, rng.choice([4, 32, 256]), clock=clock, limit=limit)
+                blank = rng.random()
+                if blank < 0.2:
+                    o = replace(o, iter_time_s=None)
+                elif blank < 0.4:
+                    o = replace(o, power_w=None)
+                obs.append(o)
+        cells = list(pool(obs, per).values())
+        grid = online_fit._prior_grid(prior, cells)
+        grid_w, ridge, shape_r = 1.0 / len(grid), 1e-4, 1.4
+        objective = online_fit._Objective(prior, cells, grid, grid_w, ridge, shape_r)
+        zs = np.array([[rng.gauss(0.0, 0.7) for _ in range(N_PARAMS)] for _ in range(6)])
+        zs[0] = 0.0
+        zs[1, 13] = 0.0  # a sum of fixed and per-sample compute, not a soft maximum
+        got = objective(zs)
+        for z, row in zip(zs, got, strict=True):
+            model = apply_params(prior, list(z))
+
+            def log_at(cfg, i, model=model, per=per):
+                return math.log(model.evaluate_parts(*config_parts(cfg, per))[i])
+
+            wt = math.sqrt(grid_w)
+            times = [
+                math.sqrt(c.w_t) * (log_at(c.cfg, 0) - c.log_t)
+                for c in cells
+                if c.log_t is not None
+            ]
+            times += [wt * (log_at(c.cfg, 0) - c.log_t - z[0]) for c in grid]
+            draws = [
+                math.sqrt(c.w_p) * (log_at(c.cfg, 1) - c.log_p)
+                for c in cells
+                if c.log_p is not None
+            ]
+            draws += [wt * (log_at(c.cfg, 1) - c.log_p - z[9]) for c in grid]
+            penalties = [math.sqrt(ridge) * v for v in z] + [shape_r * z[13]]
+            assert row == pytest.approx([*times, *draws, *penalties], rel=1e-12, abs=1e-12)
