@@ -152,7 +152,9 @@ class _Objective:
         c = self.floor_frac
         busy_w = busy_max * (c + (1.0 - c) * b / (b + half))
         busy_w = np.where(busy_w > idle, busy_w, idle)
-        # DvfsParams.ratio_for_limit at the default limit, then the lower of it and the clock's
+        # DvfsParams.ratio_for_limit at the job's limit (the GPU's highest is the default
+        # the throughput was measured at), then the lower of it and the clock's ratio. The
+        # branches are written in reverse: each later np.where overrides the earlier ones.
         x = self.limit_w / np.minimum(kappa * busy_w, self.limit_max_w)
         r_lim = ((x - s) / (1.0 - s)) ** (1.0 / k)
         r_lim = np.where(r_lim > self.r_min, r_lim, self.r_min)
@@ -205,8 +207,13 @@ def _sigmoids(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-def _least_squares(objective: _Objective, z0: Sequence[float], max_steps: int) -> list[float]:
+def _least_squares(objective: _Objective, z0: np.ndarray, max_steps: int) -> list[float]:
     """Levenberg-Marquardt with a forward-difference Jacobian."""
+    with np.errstate(all="ignore"):  # non-finite residuals are a rejected step (below)
+        return _levenberg_marquardt(objective, z0, max_steps)
+
+
+def _levenberg_marquardt(objective: _Objective, z0: np.ndarray, max_steps: int) -> list[float]:
     z = np.array(z0, dtype=float)
     h = 1e-6
     shifts = h * np.eye(N_PARAMS)
@@ -256,17 +263,22 @@ def fit_params(
         return [0.0] * N_PARAMS
     grid = _prior_grid(prior, cells)
     grid_w = settings.prior_weight / len(grid)
-    z0 = padded(start if start is not None else [])
-    if start is None:
-        # Start the levels where the observations put them: the fit then only has the
-        # shape to find, and one observation is matched exactly.
-        model = prior
-        t = [c.log_t - math.log(model.iter_time_s(c.cfg)) for c in cells if c.log_t is not None]
-        p = [c.log_p - math.log(model.power_w(c.cfg)) for c in cells if c.log_p is not None]
-        z0[TIME_LEVEL] = sum(t) / len(t) if t else 0.0
-        z0[POWER_LEVEL] = sum(p) / len(p) if p else 0.0
     shape_r = math.sqrt(settings.shape_ridge)
     objective = _Objective(prior, cells, grid, grid_w, settings.ridge, shape_r)
+    if start is not None:
+        z0 = np.array(padded(start), dtype=float)
+        r0 = objective(z0[None, :])[0]
+        if math.isfinite(float(r0 @ r0)):
+            return _least_squares(objective, z0, settings.max_steps)
+        # A stored start that leaves the floats on these configurations (no step from it
+        # could ever be accepted): fit from the cold start instead.
+    # Start the levels where the observations put them: the fit then only has the shape to
+    # find, and one observation is matched exactly.
+    z0 = np.zeros(N_PARAMS)
+    t = [c.log_t - math.log(prior.iter_time_s(c.cfg)) for c in cells if c.log_t is not None]
+    p = [c.log_p - math.log(prior.power_w(c.cfg)) for c in cells if c.log_p is not None]
+    z0[TIME_LEVEL] = sum(t) / len(t) if t else 0.0
+    z0[POWER_LEVEL] = sum(p) / len(p) if p else 0.0
     return _least_squares(objective, z0, settings.max_steps)
 
 

@@ -445,6 +445,18 @@ def test_a_trial_step_whose_model_overflows_is_a_rejected_step_not_a_crash(monke
     assert model.params == pytest.approx(expected, abs=1e-3)
 
 
+def test_a_stored_start_that_leaves_the_floats_is_fitted_from_the_cold_start():
+    # A warm start from a stored fit whose residuals on the new configurations overflow
+    # (the time level at e^700) could never take a step: the fit starts cold instead.
+    from scheduling.core.online_fit import fit_params
+    from scheduling.core.online_model import N_PARAMS
+
+    obs = [observe(TRUTH, n, 1, b) for n in (1, 2) for b in (8, 32)]
+    cold = fit_params(PRIOR, obs)
+    assert fit_params(PRIOR, obs, start=[700.0] + [0.0] * (N_PARAMS - 1)) == cold
+    assert abs(cold[0]) < 50.0
+
+
 def test_the_fits_residuals_are_the_models_own_predictions():
     # The fit evaluates the model's equations over numpy arrays; they must be the very
     # equations ``apply_params(...).evaluate_parts`` predicts with, for any move z, on
@@ -459,7 +471,19 @@ def test_the_fits_residuals_are_the_models_own_predictions():
     from scheduling.core.perf_models import config_parts
 
     rng = random.Random(7)
-    for prior, truth in ((PRIOR, TRUTH), (CATALOG.get("bert", "A100"), PRIOR)):
+    # besides catalog priors (a sum of fixed and per-sample compute, no zero constant), a
+    # profile's: a launch floor (q = 4, which z[13] = -log 4 folds back to exactly 1) and
+    # an all-reduce the fit found free (the floors apply_params starts such a constant at)
+    floor = FittedPerfModel(
+        workload="floor",
+        gpu=PRIOR.gpu,
+        batch_sizes=PRIOR.batch_sizes,
+        throughput=replace(
+            PRIOR.throughput, compute_sharpness=4.0, alpha_r_s=0.0, beta_r_s=0.0, beta_n_s=0.0
+        ),
+        power=PRIOR.power,
+    )
+    for prior, truth in ((PRIOR, TRUTH), (CATALOG.get("bert", "A100"), PRIOR), (floor, TRUTH)):
         gpu = prior.gpu
         per = gpu.gpus_per_node
         mid_clock = gpu.clocks_mhz[len(gpu.clocks_mhz) // 2]
@@ -479,7 +503,7 @@ def test_the_fits_residuals_are_the_models_own_predictions():
         objective = online_fit._Objective(prior, cells, grid, grid_w, ridge, shape_r)
         zs = np.array([[rng.gauss(0.0, 0.7) for _ in range(N_PARAMS)] for _ in range(6)])
         zs[0] = 0.0
-        zs[1, 13] = 0.0  # a sum of fixed and per-sample compute, not a soft maximum
+        zs[1, 13] = -math.log(max(prior.throughput.compute_sharpness, 1.0))  # q exactly 1
         got = objective(zs)
         for z, row in zip(zs, got, strict=True):
             model = apply_params(prior, list(z))
