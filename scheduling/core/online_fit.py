@@ -20,6 +20,7 @@ from scheduling.core.online_model import (
     _Cell,
     _logit,
     config_of,
+    floored_time_constants,
     learned_model,
     padded,
     pool,
@@ -71,18 +72,7 @@ class _Objective:
     def __init__(self, prior, cells, grid, grid_w, ridge, shape_r) -> None:
         tp, pw, gpu = prior.throughput, prior.power, prior.gpu
         d = gpu.dvfs
-        ref_s = tp.compute_time_s(32.0)
-        # apply_params' starting values: a constant that is exactly zero starts from a floor
-        self.base_time = np.array(
-            [
-                max(tp.alpha_c_s, 1e-3 * ref_s),
-                max(tp.beta_c_s, 1e-3 / 32.0 * ref_s),
-                max(tp.alpha_r_s, 1e-3 * ref_s),
-                max(tp.beta_r_s, 1e-4 * ref_s),
-                max(tp.alpha_n_s, 1e-3 * ref_s),
-                max(tp.beta_n_s, 1e-4 * ref_s),
-            ]
-        )
+        self.base_time = np.array(floored_time_constants(tp))
         self.gamma = tp.gamma
         self.log_q = math.log(max(tp.compute_sharpness, 1.0))
         self.logit_phi = _logit(d.time_fixed_frac)

@@ -192,28 +192,37 @@ def padded(z: Sequence[float]) -> list[float]:
     return [*z, *([0.0] * (N_PARAMS - len(z)))]
 
 
-def apply_params(prior: FittedPerfModel, z: Sequence[float], *, workload: str | None = None):
-    """The prior's equations with its parameters moved by ``z`` (see the module docstring).
+def floored_time_constants(tp: ThroughputParams) -> tuple[float, ...]:
+    """The six time constants ``apply_params`` moves by ``z[1]``-``z[6]`` (alpha_c, beta_c,
+    alpha_r, beta_r, alpha_n, beta_n), each at least its floor: a constant that is exactly
+    zero (a workload whose all-reduce the fit found free) starts from 0.1 % of the prior's
+    compute time at 32 samples per GPU (0.01 % per extra GPU), so a multiplicative step
+    can still reach what a job shows."""
+    ref_s = tp.compute_time_s(32.0)
+    return (
+        max(tp.alpha_c_s, 1e-3 * ref_s),
+        max(tp.beta_c_s, 1e-3 / 32.0 * ref_s),
+        max(tp.alpha_r_s, 1e-3 * ref_s),
+        max(tp.beta_r_s, 1e-4 * ref_s),
+        max(tp.alpha_n_s, 1e-3 * ref_s),
+        max(tp.beta_n_s, 1e-4 * ref_s),
+    )
 
-    Prior constants that are exactly zero (a workload whose all-reduce the fit found free)
-    start from a small floor (0.1 % of the prior's compute time at 32 samples per GPU;
-    0.01 % per extra GPU), so a multiplicative step can still reach what a job shows.
-    """
+
+def apply_params(prior: FittedPerfModel, z: Sequence[float], *, workload: str | None = None):
+    """The prior's equations with its parameters moved by ``z`` (see the module docstring;
+    the time constants from their floors, ``floored_time_constants``)."""
     tp, pw, gpu = prior.throughput, prior.power, prior.gpu
     z = padded(z)
-    ref_s = tp.compute_time_s(32.0)
     level = _exp(z[0])
-
-    def move(value: float, floor_frac: float, zi: float) -> float:
-        return max(value, floor_frac * ref_s) * level * _exp(zi)
-
+    a_c, b_c, a_r, b_r, a_n, b_n = floored_time_constants(tp)
     throughput = ThroughputParams(
-        alpha_c_s=move(tp.alpha_c_s, 1e-3, z[1]),
-        beta_c_s=move(tp.beta_c_s, 1e-3 / 32.0, z[2]),
-        alpha_r_s=move(tp.alpha_r_s, 1e-3, z[3]),
-        beta_r_s=move(tp.beta_r_s, 1e-4, z[4]),
-        alpha_n_s=move(tp.alpha_n_s, 1e-3, z[5]),
-        beta_n_s=move(tp.beta_n_s, 1e-4, z[6]),
+        alpha_c_s=a_c * level * _exp(z[1]),
+        beta_c_s=b_c * level * _exp(z[2]),
+        alpha_r_s=a_r * level * _exp(z[3]),
+        beta_r_s=b_r * level * _exp(z[4]),
+        alpha_n_s=a_n * level * _exp(z[5]),
+        beta_n_s=b_n * level * _exp(z[6]),
         gamma=tp.gamma,
         # log q moved from the prior's (0 for a catalog fit; a profile's may be more) and
         # folded at 0: never below 1 (a time above the sum of its parts is no launch
