@@ -69,7 +69,15 @@ class _Objective:
     caller reads as worse than any finite cost.
     """
 
-    def __init__(self, prior, cells, grid, grid_w, ridge, shape_r) -> None:
+    def __init__(
+        self,
+        prior: FittedPerfModel,
+        cells: Sequence[_Cell],
+        grid: Sequence[_Cell],
+        grid_w: float,
+        ridge: float,
+        shape_r: float,
+    ) -> None:
         tp, pw, gpu = prior.throughput, prior.power, prior.gpu
         d = gpu.dvfs
         self.base_time = np.array(floored_time_constants(tp))
