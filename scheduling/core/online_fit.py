@@ -125,12 +125,9 @@ class _Objective:
         self.ridge = math.sqrt(ridge)
         self.shape_r = shape_r
 
+    @np.errstate(all="ignore")  # a row that leaves the floats is non-finite, no warning
     def __call__(self, z: np.ndarray) -> np.ndarray:
         """The residuals of each row of ``z`` (k rows of N_PARAMS): k rows of residuals."""
-        with np.errstate(all="ignore"):
-            return self._residuals(z)
-
-    def _residuals(self, z: np.ndarray) -> np.ndarray:
         e = np.exp(np.minimum(z, 600.0))[:, :, None]  # (k, N_PARAMS, 1)
         level = e[:, 0]
         alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n = (
@@ -205,18 +202,17 @@ def _sigmoids(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-def _least_squares(objective: _Objective, z0: np.ndarray, max_steps: int) -> list[float]:
-    """Levenberg-Marquardt with a forward-difference Jacobian."""
-    with np.errstate(all="ignore"):  # non-finite residuals are a rejected step (below)
-        return _levenberg_marquardt(objective, z0, max_steps)
-
-
-def _levenberg_marquardt(objective: _Objective, z0: np.ndarray, max_steps: int) -> list[float]:
+@np.errstate(all="ignore")  # non-finite residuals are a rejected step (below)
+def _least_squares(objective: _Objective, z0: np.ndarray, max_steps: int) -> list[float] | None:
+    """Levenberg-Marquardt with a forward-difference Jacobian from ``z0``; None where the
+    cost at ``z0`` itself is not finite (no step from it could ever be accepted)."""
     z = np.array(z0, dtype=float)
     h = 1e-6
     shifts = h * np.eye(N_PARAMS)
     r = objective(z[None, :])[0]
     cost = float(r @ r)
+    if not math.isfinite(cost):
+        return None
     lam = 1e-3
     for _ in range(max_steps):
         jac = (objective(z + shifts) - r) / h  # row i: d residuals / d z[i]
@@ -264,12 +260,10 @@ def fit_params(
     shape_r = math.sqrt(settings.shape_ridge)
     objective = _Objective(prior, cells, grid, grid_w, settings.ridge, shape_r)
     if start is not None:
-        z0 = np.array(padded(start), dtype=float)
-        r0 = objective(z0[None, :])[0]
-        if math.isfinite(float(r0 @ r0)):
-            return _least_squares(objective, z0, settings.max_steps)
-        # A stored start that leaves the floats on these configurations (no step from it
-        # could ever be accepted): fit from the cold start instead.
+        z = _least_squares(objective, np.array(padded(start)), settings.max_steps)
+        if z is not None:
+            return z
+        # A stored start that leaves the floats on these configurations: the cold start.
     # Start the levels where the observations put them: the fit then only has the shape to
     # find, and one observation is matched exactly.
     z0 = np.zeros(N_PARAMS)
@@ -277,7 +271,8 @@ def fit_params(
     p = [c.log_p - math.log(prior.power_w(c.cfg)) for c in cells if c.log_p is not None]
     z0[TIME_LEVEL] = sum(t) / len(t) if t else 0.0
     z0[POWER_LEVEL] = sum(p) / len(p) if p else 0.0
-    return _least_squares(objective, z0, settings.max_steps)
+    z = _least_squares(objective, z0, settings.max_steps)
+    return z if z is not None else [float(v) for v in z0]
 
 
 def fit_online(
