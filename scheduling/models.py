@@ -117,7 +117,9 @@ class WorkloadProfile(models.Model):
 
     Each job that finishes with observations adds a version (``version`` counts up from 1;
     the newest is the profile). ``params`` holds the learned equations as the catalog does
-    (``model``, ``gpu``: ``perf_models.model_to_dict`` / ``gpu_to_dict``); ``prior`` names the
+    (``model``, ``gpu``: ``perf_models.model_to_dict`` / ``gpu_to_dict``) and, in the newest
+    version only, what they were fitted from (``fit``: every folded job's measurements,
+    pooled, and the base model; ``workload_profiles.profile_params``); ``prior`` names the
     catalog model the first job started from. ``n_observations`` is the measurements behind
     it, ``jobs`` the jobs folded in; the error columns are the median relative error of the
     previous version's predictions on the newest job's observed configurations (null for the

@@ -8,8 +8,9 @@ model, and the workload profiles that carry what one job learned to the next.
   estimate from another workload the batch shape of the job's own draw).
 * ``job_models`` rebuilds the learned models of the round's jobs for the snapshot, from the
   stored prior (``stored_prior``), so the round predicts what the fit did.
-* ``fold_into_profile`` moves the (workload, GPU model) profile towards a finished job's
-  model by a bounded weight and stores the result as a new ``WorkloadProfile`` version.
+* ``fold_into_profile`` adds a finished job's measurements to the (workload, GPU model)
+  profile's, with a bounded share, refits the profile over them all (``profiles.fold``)
+  and stores the result as a new ``WorkloadProfile`` version.
 * ``prior_for`` is where a job starts: the newest profile of its workload on that GPU model,
   else the catalog's model, else (a workload the catalog does not know on that GPU model)
   the catalog workload the job says it resembles, else the one nearest in parameter count
@@ -32,7 +33,7 @@ from django.db import IntegrityError, connection, transaction
 
 from cluster.choices import JobState
 from cluster.models import Job
-from scheduling.core import online_fit
+from scheduling.core import online_fit, profiles
 from scheduling.core import online_model as om
 from scheduling.core.context import catalog_idle_power_w
 from scheduling.core.perf_models import (
@@ -50,9 +51,6 @@ from scheduling.models import JobSchedulingState, WorkloadProfile
 
 logger = logging.getLogger(__name__)
 
-# A finished job moves a profile that already holds observations by at most this share of
-# the way to its own model (below the cap its share is n_job / (n_profile + n_job)).
-MAX_JOB_WEIGHT = 0.25
 # Workload -> published parameter count (data/perf/param_counts.csv), read once.
 PARAM_COUNTS = load_param_counts()
 # ``prior_for``'s label of a prior that is not the (workload, GPU model)'s own: "<this>
@@ -532,6 +530,34 @@ def fold_into_profile(job: Job, *, now: datetime) -> list[WorkloadProfile]:
     return created
 
 
+def profile_fit(profile: WorkloadProfile) -> profiles.ProfileFit:
+    """What a stored profile version was fitted from (``profiles.ProfileFit``). A version
+    written before profiles kept their measurements holds only its model
+    (``profiles.unpooled``)."""
+    model = model_from_params(profile.params)
+    fit = profile.params.get("fit")
+    if fit is None:
+        return profiles.unpooled(model, profile.n_observations)
+    return profiles.ProfileFit(
+        base=model_from_params(fit["base"]),
+        observations=tuple(om.observation_from_dict(d) for d in fit["observations"]),
+        params=tuple(float(v) for v in fit["params"]),
+        model=model,
+    )
+
+
+def profile_params(fit: profiles.ProfileFit) -> dict[str, Any]:
+    """A profile version's ``params``: its model, and what it was fitted from."""
+    return {
+        **model_to_params(fit.model),
+        "fit": {
+            "base": model_to_params(fit.base),
+            "params": list(fit.params),
+            "observations": [om.observation_to_dict(o) for o in fit.observations],
+        },
+    }
+
+
 def _fold_one(job, state, gpu_model, obs, *, now) -> WorkloadProfile | None:
     n_job = sum(o.weight for o in obs if o.iter_time_s is not None)
     latest = (
@@ -542,28 +568,35 @@ def _fold_one(job, state, gpu_model, obs, *, now) -> WorkloadProfile | None:
     )
     entry = state.online_params[gpu_model]
     if latest is None:
-        prior = stored_prior(entry)
-        z, base, n_before, label = entry["params"], prior, 0.0, entry["prior"]
-        weight, t_err, p_err, jobs, version = 1.0, None, None, 1, 1
+        before, n_before, label = None, 0.0, entry["prior"]
+        t_err, p_err, jobs, version = None, None, 1, 1
     else:
-        base = model_from_params(latest.params)
-        # The job's move relative to the profile as it is now (another job may have moved
-        # it since this one started): refit its observations onto it.
-        z = online_fit.fit_params(base, obs)
-        n_before, label = latest.n_observations, latest.prior
-        weight = min(n_job / (n_before + n_job), MAX_JOB_WEIGHT) if n_job > 0 else 0.0
-        t_err = _median_error(base, obs, "iter_time_s")
-        p_err = _median_error(base, obs, "power_w")
+        # The job's measurements join the profile's as it is now (another job may have
+        # moved it since this one started), with a bounded share.
+        before, n_before, label = profile_fit(latest), latest.n_observations, latest.prior
+        t_err = _median_error(before.model, obs, "iter_time_s")
+        p_err = _median_error(before.model, obs, "power_w")
         jobs, version = latest.jobs + 1, latest.version + 1
-    moved = om.apply_params(base, [weight * v for v in z], workload=job.workload)
+    fit = profiles.fold(
+        before,
+        stored_prior(entry),
+        obs,
+        workload=job.workload,
+        job_params=entry["params"],
+    )
     try:
         with transaction.atomic():
+            if latest is not None and "fit" in latest.params:
+                # The measurements move to the newest version; older ones keep their model.
+                WorkloadProfile.objects.filter(pk=latest.pk).update(
+                    params={k: v for k, v in latest.params.items() if k != "fit"}
+                )
             return WorkloadProfile.objects.create(
                 workload=job.workload,
                 gpu_model=gpu_model,
                 version=version,
                 prior=label,
-                params=model_to_params(moved),
+                params=profile_params(fit),
                 n_observations=n_before + n_job,
                 jobs=jobs,
                 iter_time_error=t_err,

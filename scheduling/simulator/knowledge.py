@@ -30,8 +30,9 @@ reports and NVML samples (``scheduling/workload_profiles.py``):
 * the snapshot's ``job_perf`` carries each job's model, and its ``iter_time_scale`` and
   ``power_scale`` are 1: whatever makes this job slower or hungrier than its workload is
   for the model to learn, not given;
-* a finished job moves its workload's profile towards its own fit by a bounded weight
-  (the first job sets it), as ``workload_profiles.fold_into_profile`` does live.
+* a finished job's measurements join its workload's profile, each job's share bounded,
+  and the profile is one fit over them all (``profiles.fold``; the first job's prior is
+  its base), as ``workload_profiles.fold_into_profile`` does live.
 
 Refits stay cheap: a job is refitted when it is observed in a configuration its last fit
 did not include (the live service refits every round; a job runs in a handful of
@@ -55,7 +56,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduling.core import online_fit
+from scheduling.core import online_fit, profiles
 from scheduling.core import online_model as om
 from scheduling.core.perf_models import FittedPerfModel, load_param_counts, nearest_by_params
 from scheduling.core.types import Allocation, Job, PerfCatalog, PerfModel
@@ -67,9 +68,6 @@ SIM_FIT = om.FitSettings(max_steps=10)
 # whenever it shows a configuration the fit lacks; between fits its measured
 # configurations are corrected without a fit).
 REFIT_GROWTH = 4
-# A finished job moves a profile that already holds observations by at most this share
-# (the live rule, ``workload_profiles.MAX_JOB_WEIGHT``).
-MAX_JOB_WEIGHT = 0.25
 # A job names its workload's published parameter count (data/perf/param_counts.csv) and
 # starts from the other workload nearest in it, where both are known (``prior``).
 PARAM_PRIOR = False
@@ -90,9 +88,13 @@ class _Learning:
 
 @dataclass
 class _Profile:
-    model: FittedPerfModel
+    fit: profiles.ProfileFit
     n_observations: float
     jobs: int
+
+    @property
+    def model(self) -> FittedPerfModel:
+        return self.fit.model
 
 
 class LearnedKnowledge:
@@ -267,7 +269,8 @@ class LearnedKnowledge:
     # --- profiles --------------------------------------------------------------------------
 
     def finish(self, job: Job) -> None:
-        """Fold a finished job's learning into its workload's profiles (bounded weight)."""
+        """Fold a finished job's measurements into its workload's profiles (``profiles.fold``:
+        one fit over every folded job's measurements, each job's share bounded)."""
         for gpu_model in sorted({g for (j, g) in self._learning if j == job.job_id}):
             learning = self._learning.pop((job.job_id, gpu_model))
             obs = learning.observations
@@ -276,23 +279,15 @@ class LearnedKnowledge:
                 continue
             key = (job.workload, gpu_model)
             profile = self._profiles.get(key)
-            if learning.params is None:
-                learning.params = online_fit.fit_params(learning.prior, obs, settings=self.settings)
-                self.n_fits += 1
-            if profile is None:
-                base, z, weight, n_before, jobs = learning.prior, learning.params, 1.0, 0.0, 0
-            else:
-                base, n_before, jobs = profile.model, profile.n_observations, profile.jobs
-                if learning.prior is base:
-                    z = learning.params
-                else:
-                    # Its move relative to the profile as it is now (another job may have
-                    # moved it since this one started), warm-started from its own fit.
-                    z = online_fit.fit_params(
-                        base, obs, settings=self.settings, start=learning.params
-                    )
-                    self.n_fits += 1
-                weight = min(n_job / (n_before + n_job), MAX_JOB_WEIGHT)
-            moved = om.apply_params(base, [weight * v for v in z], workload=job.workload)
-            self._profiles[key] = _Profile(moved, n_before + n_job, jobs + 1)
+            fit = profiles.fold(
+                profile.fit if profile is not None else None,
+                learning.prior,
+                obs,
+                workload=job.workload,
+                settings=self.settings,
+                job_params=learning.params,
+            )
+            self.n_fits += 1
+            n_before, jobs = (0.0, 0) if profile is None else (profile.n_observations, profile.jobs)
+            self._profiles[key] = _Profile(fit, n_before + n_job, jobs + 1)
         self._rng.pop(job.job_id, None)

@@ -12,6 +12,7 @@ from cluster.choices import JobState
 from cluster.models import Job
 from scheduling import adapters, services
 from scheduling import workload_profiles as wp
+from scheduling.core import profiles
 from scheduling.core.online_model import Observation, config_of
 from scheduling.core.perf_models import load_catalog
 from scheduling.models import JobSchedulingState, SchedulerSettings, WorkloadProfile
@@ -96,9 +97,67 @@ def test_one_job_moves_a_shared_profile_only_by_a_bounded_weight(make_job, membe
     assert latest.jobs == 2
     assert latest.n_observations == 2000.0
     ratio = after.iter_time_s(CFG) / before.iter_time_s(CFG)
-    assert ratio == pytest.approx(10**wp.MAX_JOB_WEIGHT, rel=0.02)
+    assert ratio == pytest.approx(10**profiles.MAX_JOB_WEIGHT, rel=0.02)
     assert latest.iter_time_error == pytest.approx(0.9, rel=0.01)
     assert latest.power_error == pytest.approx(0.0, abs=0.01)
+
+
+def test_a_profile_holds_its_jobs_measurements_and_learns_what_each_job_showed(
+    make_job, member, team
+):
+    # given a first resnet50 job measured on two A100s at the catalog's speed, and a second
+    # measured on eight, three times slower than the catalog says
+    eight = config_of(8, 1, 32.0)
+    slow = Observation(
+        n_gpus=8, n_nodes=1, local_batch=32.0, iter_time_s=3.0 * PRIOR.iter_time_s(eight)
+    )
+    _job_with(make_job, member, team, [_obs(1.0, weight=20.0)])
+    wp.fold_finished_jobs(now=T0)
+    _job_with(make_job, member, team, [dataclasses.replace(slow, weight=20.0)])
+    wp.fold_finished_jobs(now=T0 + timedelta(minutes=1))
+
+    # then version 2 holds both jobs' measurements (the second's as a quarter of all), and
+    # predicts each configuration as it was measured: eight GPUs by the second job alone
+    latest = wp.latest_profile("resnet50", "A100")
+    fit = wp.profile_fit(latest)
+    weights = {o.n_gpus: o.weight for o in fit.observations}
+    assert weights == {2: 20.0, 8: pytest.approx(20.0 / 3.0)}
+    after = wp.model_from_params(latest.params)
+    assert after.iter_time_s(eight) == pytest.approx(slow.iter_time_s, rel=0.05)
+    assert after.iter_time_s(CFG) == pytest.approx(PRIOR.iter_time_s(CFG), rel=0.05)
+    # and what is stored is what was fitted; version 1 keeps its model, not the measurements
+    assert fit.model.iter_time_s(eight) == after.iter_time_s(eight)
+    first = WorkloadProfile.objects.get(workload="resnet50", version=1)
+    assert set(first.params) == {"model", "gpu"}
+
+
+def test_a_profile_version_kept_without_measurements_weighs_as_what_it_learned_from(
+    make_job, member, team
+):
+    # given a profile version written before profiles kept their measurements: its model
+    # alone, learned from 300 observations
+    WorkloadProfile.objects.create(
+        workload="resnet50",
+        gpu_model="A100",
+        version=1,
+        prior="catalog resnet50@A100",
+        params=wp.model_to_params(PRIOR),
+        n_observations=300.0,
+        jobs=3,
+        created_at=T0,
+    )
+
+    # when a job with as many observations, twice as slow, finishes and is folded
+    _job_with(make_job, member, team, [_obs(2.0, weight=300.0)])
+    wp.fold_finished_jobs(now=T0 + timedelta(minutes=1))
+
+    # then the old version counts as its 300 observations and the job as a quarter of all
+    latest = wp.latest_profile("resnet50", "A100")
+    assert (latest.version, latest.jobs, latest.n_observations) == (2, 4, 600.0)
+    ratio = wp.model_from_params(latest.params).iter_time_s(CFG) / PRIOR.iter_time_s(CFG)
+    assert ratio == pytest.approx(2**profiles.MAX_JOB_WEIGHT, rel=0.02)
+    # and the new version holds measurements, as every later one will
+    assert sum(o.weight for o in wp.profile_fit(latest).observations) == pytest.approx(400.0)
 
 
 @pytest.mark.parametrize(

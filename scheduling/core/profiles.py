@@ -1,0 +1,128 @@
+"""Workload profiles: what the finished jobs of a workload taught about it on one GPU model,
+fitted over all of their measurements (issue 12, point 3).
+
+A profile keeps the measurements of every job folded into it, pooled by configuration
+(``online_model.pooled_observations``), and its model is one fit of those measurements
+from the profile's base (the first job's prior): the next job of the workload starts from
+that model. Each job's measurements enter with a bounded share: a job whose measurements
+would be more than ``max_job_weight`` of the profile's after the fold enters scaled down to
+exactly that share, so one job cannot take a shared profile over.
+
+Why the measurements and not each job's fitted parameters: a job that ran at one
+configuration says nothing about how its time splits into fixed and per-sample compute,
+and its fit keeps its prior's split. Moving a profile by a bounded share of each job's
+parameter moves averaged those guesses, so jobs that ran at 8, 16 and 32 GPUs still
+left a profile that knew none of the split: a learned ncf on T4 was given 16-32 GPUs for
+every job, where it runs as fast on one (docs/benchmarks.md, "Workload profiles fitted
+over their jobs' measurements"). Pooled, their configurations together measure it.
+
+A profile kept before profiles held their measurements (a live database's older versions)
+has only its model. It is the base of the next fold, and its predictions at that job's
+configurations enter as measurements weighing what it learned from (``unpooled_weight``,
+its observation count), so the job's share is bounded as for any other profile (a fit's
+prior speaks for the shape only, not the level, so the base alone would bound nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from scheduling.core import online_fit
+from scheduling.core.online_model import FitSettings, Observation, apply_params, pooled_observations
+from scheduling.core.perf_models import FittedPerfModel
+
+# A finished job's measurements are at most this share of its profile's after it is folded
+# in (``bounded``; below the cap they enter as they are).
+MAX_JOB_WEIGHT = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileFit:
+    """A profile's fitted state: the ``model`` the next job starts from, and what it is
+    fitted from (module docstring)."""
+
+    base: FittedPerfModel
+    observations: tuple[Observation, ...]  # pooled by configuration, each job's share bounded
+    params: tuple[float, ...]  # the fit's moves from ``base``
+    model: FittedPerfModel
+    # what a profile without measurements learned from (module docstring); 0 otherwise
+    unpooled_weight: float = 0.0
+
+
+def unpooled(model: FittedPerfModel, n_observations: float) -> ProfileFit:
+    """A profile kept as its model alone, learned from ``n_observations`` measurements."""
+    return ProfileFit(model, (), (), model, unpooled_weight=max(n_observations, 1.0))
+
+
+def _as_measured(model: FittedPerfModel, at: Sequence[Observation], weight: float) -> list:
+    """``model``'s predictions at the configurations of ``at``, ``weight`` measurements in
+    all, shared as ``at``'s own weights are."""
+    total = sum(o.weight for o in at)
+    return [
+        replace(
+            o,
+            iter_time_s=model.iter_time_s(o.config()),
+            power_w=model.power_w(o.config()),
+            weight=weight * o.weight / total,
+            log_t_ss=0.0,
+            log_p_ss=0.0,
+        )
+        for o in at
+    ]
+
+
+def _time_weight(observations: Sequence[Observation]) -> float:
+    """The measurements behind ``observations``: their iteration times' weight (their
+    draws' where none has a time)."""
+    t = sum(o.weight for o in observations if o.iter_time_s is not None)
+    return t if t > 0 else sum(o.weight for o in observations if o.power_w is not None)
+
+
+def bounded(
+    observations: Sequence[Observation], held: float, max_job_weight: float
+) -> list[Observation]:
+    """A job's ``observations`` scaled so that they are at most ``max_job_weight`` of
+    the measurements after they join ``held`` measurements (unchanged when they are less)."""
+    n_job = _time_weight(observations)
+    if n_job <= 0:
+        return list(observations)
+    cap = max_job_weight / (1.0 - max_job_weight) * held
+    if n_job <= cap:
+        return list(observations)
+    f = cap / n_job
+    return [
+        replace(o, weight=o.weight * f, log_t_ss=o.log_t_ss * f, log_p_ss=o.log_p_ss * f)
+        for o in observations
+    ]
+
+
+def fold(
+    profile: ProfileFit | None,
+    prior: FittedPerfModel,
+    observations: Sequence[Observation],
+    *,
+    workload: str,
+    max_job_weight: float = MAX_JOB_WEIGHT,
+    settings: FitSettings = FitSettings(),  # noqa: B008 - frozen, never mutated
+    job_params: Sequence[float] | None = None,
+) -> ProfileFit:
+    """``profile`` with a finished job's ``observations`` folded in (a new profile from
+    the job's ``prior`` where there is none). ``job_params``: the job's own fit from
+    ``prior`` over the same observations with ``settings``, where the caller has it (the
+    first fold is that fit, so it is not repeated). Observations must have passed
+    ``online_model.refusal_reason``."""
+    if profile is None:
+        pooled = tuple(pooled_observations(observations, prior.gpu.gpus_per_node))
+        if job_params is None:
+            job_params = online_fit.fit_params(prior, pooled, settings=settings)
+        params, base = tuple(job_params), prior
+    else:
+        base, held = profile.base, profile.observations
+        if profile.unpooled_weight > 0:
+            held = (*held, *_as_measured(profile.model, observations, profile.unpooled_weight))
+        joined = [*held, *bounded(observations, _time_weight(held), max_job_weight)]
+        pooled = tuple(pooled_observations(joined, base.gpu.gpus_per_node))
+        start = profile.params or None
+        params = tuple(online_fit.fit_params(base, pooled, settings=settings, start=start))
+    return ProfileFit(base, pooled, params, apply_params(base, params, workload=workload))
