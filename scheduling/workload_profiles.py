@@ -467,7 +467,8 @@ def prior_models(
 ) -> dict[tuple[str, str], om.OnlinePerfModel]:
     """(core job id, GPU model) -> the job's starting model where it is not simply the
     catalog's: a workload profile earlier jobs taught, or an estimate for a pair the catalog
-    lacks (``estimated`` until the job reports). ``skip``: pairs with a learned model."""
+    lacks (``estimated`` until the job reports, except a profile whose measurements tell the
+    compute split: ``profiles.knows_split``). ``skip``: pairs with a learned model."""
     skip = set(skip)
     # One model per (workload, hints, GPU model), None where the catalog's own serves:
     # jobs that start from the same prior share the object, since a round's prediction
@@ -487,7 +488,10 @@ def prior_models(
                     None
                     if prior is None or prior[1] == f"catalog {job.workload}@{gpu_model}"
                     else om.OnlinePerfModel(
-                        prior=prior[0], params=[0.0] * om.N_PARAMS, workload=job.workload
+                        prior=prior[0],
+                        params=[0.0] * om.N_PARAMS,
+                        workload=job.workload,
+                        prior_measured=_profile_knows_split(job.workload, gpu_model, prior[1]),
                     )
                 )
             model = found[key]
@@ -495,6 +499,15 @@ def prior_models(
                 continue
             out[(str(job.pk), gpu_model)] = model
     return out
+
+
+def _profile_knows_split(workload: str, gpu_model: str, source: str) -> bool:
+    """True where ``source`` (a ``prior_for`` label) is the workload's newest profile and its
+    measurements tell the compute split (``profiles.knows_split``)."""
+    if not source.startswith("profile v"):
+        return False
+    profile = latest_profile(workload, gpu_model)
+    return profile is not None and profiles.knows_split(profile_fit(profile).observations)
 
 
 def _median_error(model, observations: list[om.Observation], attr: str) -> float | None:

@@ -334,7 +334,9 @@ class OnlinePerfModel:
     fitted equations plus the shrunk residual of each measured configuration.
 
     ``n_time_obs``/``n_power_obs`` count what it learned from; a model with none is the
-    prior alone (``estimated``).
+    prior alone (``estimated``), unless ``prior_measured``: its prior is its workload's own
+    profile, whose measurements by earlier jobs tell its compute split
+    (``profiles.knows_split``), so what it predicts is learned, not guessed.
     """
 
     __slots__ = (
@@ -348,6 +350,7 @@ class OnlinePerfModel:
         "params",
         "n_time_obs",
         "n_power_obs",
+        "prior_measured",
         "_time_corr",
         "_power_corr",
         "_cells",
@@ -364,8 +367,10 @@ class OnlinePerfModel:
         n_time_obs: float = 0.0,
         n_power_obs: float = 0.0,
         cells: Mapping[tuple, _Cell] | None = None,
+        prior_measured: bool = False,
     ) -> None:
         self.prior = prior
+        self.prior_measured = prior_measured
         self.params = tuple(float(v) for v in params)
         self.base = apply_params(prior, self.params, workload=workload)
         self.workload = self.base.workload
@@ -388,7 +393,7 @@ class OnlinePerfModel:
     @property
     def estimated(self) -> bool:
         """True while nothing measured backs the iteration time: a prior, not learned."""
-        return self.n_time_obs <= 0
+        return self.n_time_obs <= 0 and not self.prior_measured
 
     @property
     def gpu(self) -> GpuSpec:

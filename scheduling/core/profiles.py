@@ -97,6 +97,18 @@ def bounded(
     ]
 
 
+def knows_split(observations: Sequence[Observation]) -> bool:
+    """True where ``observations`` hold iteration times at two per-GPU batches or more: they
+    tell how the compute time splits into fixed and per-sample parts, which measurements at
+    one per-GPU batch cannot (a job's upgrade to more GPUs is a smaller per-GPU batch). A
+    job whose prior is such a profile is not a prior alone (``OnlinePerfModel
+    .prior_measured``): a budget policy prices its upgrades before it reports, where a
+    profile taught at one per-GPU batch kept the first prior's split, and priced upgrades
+    as cheap and fast that were neither (docs/benchmarks.md, "Trusting a workload's own
+    profile before a job is observed")."""
+    return len({o.local_batch for o in observations if o.iter_time_s is not None}) >= 2
+
+
 def fold(
     profile: ProfileFit | None,
     prior: FittedPerfModel,

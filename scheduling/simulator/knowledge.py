@@ -260,8 +260,14 @@ class LearnedKnowledge:
                 key = (job.workload, gpu_model, id(prior), label)
                 shared = self._priors.get(key)
                 if shared is None:
+                    profile = self._profiles.get((job.workload, gpu_model))
                     shared = self._priors[key] = om.OnlinePerfModel(
-                        prior=prior, params=[0.0] * om.N_PARAMS, workload=job.workload
+                        prior=prior,
+                        params=[0.0] * om.N_PARAMS,
+                        workload=job.workload,
+                        prior_measured=profile is not None
+                        and prior is profile.model
+                        and profiles.knows_split(profile.fit.observations),
                     )
                 out[(job.job_id, gpu_model)] = shared
         return out

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduling.core import profiles
-from scheduling.core.online_model import Observation, config_of
+from scheduling.core.online_model import N_PARAMS, Observation, OnlinePerfModel, config_of
 from scheduling.core.perf_models import load_catalog
 
 CATALOG = load_catalog()
@@ -88,3 +90,16 @@ def test_a_profile_kept_without_measurements_weighs_as_what_it_learned_from():
     # and from now on the profile holds measurements like any other
     assert after.unpooled_weight == 0.0
     assert sum(o.weight for o in after.observations) == pytest.approx(400.0)
+
+
+def test_a_profile_measured_at_two_per_gpu_batches_knows_the_split_and_backs_its_jobs():
+    # a profile measured at one per-GPU batch does not tell the split, at any clock
+    one = _fold(None, [_measured(1), replace(_measured(1), sm_clock_mhz=900)])
+    assert not profiles.knows_split(one.observations)
+    assert OnlinePerfModel(prior=one.model, params=[0.0] * N_PARAMS).estimated
+    # two per-GPU batches do: a job starting from it is not known by a prior alone
+    two = _fold(one, [_measured(4)])
+    assert profiles.knows_split(two.observations)
+    backed = OnlinePerfModel(prior=two.model, params=[0.0] * N_PARAMS, prior_measured=True)
+    assert not backed.estimated
+    assert backed.iter_time_s(config_of(4, 1, 64.0)) == two.model.iter_time_s(config_of(4, 1, 64.0))

@@ -129,6 +129,13 @@ def test_a_profile_holds_its_jobs_measurements_and_learns_what_each_job_showed(
     assert fit.model.iter_time_s(eight) == after.iter_time_s(eight)
     first = WorkloadProfile.objects.get(workload="resnet50", version=1)
     assert set(first.params) == {"model", "gpu"}
+    # and, measured at two per-GPU batches, it backs the next job's predictions before that
+    # job reports (version 1, at one per-GPU batch, did not)
+    a100 = wp.NvmlGpu("A100", 100.0, 400.0, 400.0)
+    third = make_job(owner=member, team=team)
+    (model,) = wp.prior_models([third], {"A100": a100}, catalog=CATALOG).values()
+    assert model.prior_measured and not model.estimated
+    assert model.iter_time_s(eight) == after.iter_time_s(eight)
 
 
 def test_a_profile_version_kept_without_measurements_weighs_as_what_it_learned_from(

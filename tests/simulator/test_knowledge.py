@@ -103,6 +103,39 @@ def test_a_hidden_workload_starts_from_another_workload_then_from_its_profile(sc
     assert prior.iter_time_s(_cfg(alloc)) != pytest.approx(cfg_time, rel=0.05)
 
 
+def test_a_profile_measured_at_two_per_gpu_batches_backs_the_next_jobs_prediction(scenario):
+    knowledge = LearnedKnowledge(scenario.catalog, measurement_noise=0.0, seed=0)
+    jobs = [j for j in scenario.jobs if j.workload == _two_of_a_workload(scenario)[0].workload]
+    gpu = "T4"
+    truth = scenario.catalog.get(jobs[0].workload, gpu)
+
+    def run_and_finish(job, n_gpus):
+        alloc = Allocation(
+            gpu_ids=tuple(f"g{i}" for i in range(n_gpus)), global_batch=job.global_batch
+        )
+        cfg = replace(_cfg(alloc), gpus_per_node=(n_gpus,))
+        for _ in range(3):
+            t, p = truth.iter_time_s(cfg), truth.power_w(cfg)
+            knowledge.observe(job, gpu, alloc, (n_gpus,), t, p)
+        knowledge.finish(job)
+
+    # given a first job of the workload measured on one GPU: its profile knows one per-GPU batch
+    run_and_finish(jobs[0], 1)
+    # then the next job, before it reports, is still known by a prior alone (its upgrades to
+    # more GPUs, smaller per-GPU batches, would be the first prior's guess)
+    assert knowledge.job_perf([jobs[1]], [gpu])[(jobs[1].job_id, gpu)].estimated
+
+    # when a job of the same global batch is measured on two GPUs (half the per-GPU batch)
+    # and finishes
+    second = next(j for j in jobs[1:] if j.global_batch == jobs[0].global_batch)
+    run_and_finish(second, 2)
+
+    # then the next job's model is backed by what the profile measured, before it reports
+    model = knowledge.job_perf([jobs[-1]], [gpu])[(jobs[-1].job_id, gpu)]
+    assert model.prior_measured and not model.estimated
+    assert model.n_time_obs == 0
+
+
 def _two_of_a_workload(scenario):
     by: dict[str, list] = {}
     for j in scenario.jobs:
