@@ -13,8 +13,9 @@ configuration says nothing about how its time splits into fixed and per-sample c
 and its fit keeps its prior's split. Moving a profile by a bounded share of each job's
 parameter moves averaged those guesses, so jobs that ran at 8, 16 and 32 GPUs still
 left a profile that knew none of the split: a learned ncf on T4 was given 16-32 GPUs for
-every job, where it runs as fast on one (docs/benchmarks.md, "Workload profiles fitted
-over their jobs' measurements"). Pooled, their configurations together measure it.
+every job, where it runs fastest on four and nearly as fast on one (docs/benchmarks.md,
+"Workload profiles fitted over their jobs' measurements"). Pooled, their configurations
+together measure it.
 
 A profile kept before profiles held their measurements (a live database's older versions)
 has only its model. It is the base of the next fold, and its predictions at that job's

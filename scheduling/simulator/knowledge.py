@@ -293,7 +293,7 @@ class LearnedKnowledge:
                 settings=self.settings,
                 job_params=learning.params,
             )
-            self.n_fits += 1
+            self.n_fits += profile is not None or learning.params is None
             n_before, jobs = (0.0, 0) if profile is None else (profile.n_observations, profile.jobs)
             self._profiles[key] = _Profile(fit, n_before + n_job, jobs + 1)
         self._rng.pop(job.job_id, None)

@@ -114,9 +114,9 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
 Probes (``probe_s``, learned knowledge only): a job whose model is still its prior alone
 (``estimated``: no iteration time of its own measured yet, and its prior is not its
 workload's own profile measured at two per-GPU batches or more, ``profiles.knows_split``)
-and that waits only because that
-prior's cost does not fit a budget's allowance may start once at its minimum configuration
-for at most ``probe_s`` seconds (``PolicyDecision.replan_at_s`` asks for the next plan
+and that waits only because that prior's cost does not fit a budget's allowance may start
+once at its minimum configuration for at most ``probe_s`` seconds
+(``PolicyDecision.replan_at_s`` asks for the next plan
 there, and a round that comes earlier keeps the probe running to its end; the probe's
 length does not depend on the round's), if the probe's predicted busy energy fits
 ``probe_share`` of what each budget that pays for it has left in its period (after this
