@@ -181,6 +181,13 @@ def prior_for(
     profile = latest_profile(workload, gpu_model)
     if profile is not None:
         return model_from_params(profile.params), f"profile v{profile.version}"
+    return _unprofiled_prior(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
+
+
+def _unprofiled_prior(
+    workload: str, gpu_model: str, *, catalog: Catalog, nvml: NvmlGpu | None, hints: JobHints
+) -> tuple[FittedPerfModel, str] | None:
+    """``prior_for`` where the workload has no profile on ``gpu_model``."""
     if catalog.has(workload, gpu_model):
         return catalog.get(workload, gpu_model), f"catalog {workload}@{gpu_model}"
     resembles, param_count = hints.resembles, hints.param_count
@@ -483,17 +490,7 @@ def prior_models(
                 continue
             key = (job.workload, hints, gpu_model)
             if key not in found:
-                prior = prior_for(job.workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
-                found[key] = (
-                    None
-                    if prior is None or prior[1] == f"catalog {job.workload}@{gpu_model}"
-                    else om.OnlinePerfModel(
-                        prior=prior[0],
-                        params=[0.0] * om.N_PARAMS,
-                        workload=job.workload,
-                        prior_measured=_profile_knows_split(job.workload, gpu_model, prior[1]),
-                    )
-                )
+                found[key] = _starting_model(job.workload, gpu_model, catalog, nvml, hints)
             model = found[key]
             if model is None:
                 continue
@@ -501,13 +498,24 @@ def prior_models(
     return out
 
 
-def _profile_knows_split(workload: str, gpu_model: str, source: str) -> bool:
-    """True where ``source`` (a ``prior_for`` label) is the workload's newest profile and its
-    measurements tell the compute split (``profiles.knows_split``)."""
-    if not source.startswith("profile v"):
-        return False
+def _starting_model(
+    workload: str, gpu_model: str, catalog: Catalog, nvml: NvmlGpu, hints: JobHints
+) -> om.OnlinePerfModel | None:
+    """``prior_for``'s prior as a model with nothing of the job's own (one profile query),
+    measured where it is a profile that knows the compute split; None where it is the
+    catalog's own model or there is none."""
     profile = latest_profile(workload, gpu_model)
-    return profile is not None and profiles.knows_split(profile_fit(profile).observations)
+    if profile is not None:
+        fit = profile_fit(profile)
+        prior, measured = fit.model, profiles.knows_split(fit.observations)
+    else:
+        found = _unprofiled_prior(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
+        if found is None or found[1] == f"catalog {workload}@{gpu_model}":
+            return None
+        prior, measured = found[0], False
+    return om.OnlinePerfModel(
+        prior=prior, params=[0.0] * om.N_PARAMS, workload=workload, prior_measured=measured
+    )
 
 
 def _median_error(model, observations: list[om.Observation], attr: str) -> float | None:
