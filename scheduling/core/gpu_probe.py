@@ -94,6 +94,9 @@ def probe_more_gpus(
         elapsed = ctx.now_s - (job.started_s if job.started_s is not None else ctx.now_s)
         batch = after.global_batch
         now_est = ctx.estimate(jv, n, batch, after.sm_clock_mhz, after.power_limit_w)
+        bound = frac * (elapsed + now_est.remaining_s)
+        if spent + 2 * restart_s > bound:
+            continue  # the restarts alone cost more than the bound allows (cost, below)
         clock = _clock(ctx, jv, larger[0], batch, now_est.round_energy_j) if jv.budget_ids else None
         if jv.budget_ids and clock is None:
             continue  # no clock at which the larger count draws no more than this round's plan
@@ -104,7 +107,6 @@ def probe_more_gpus(
         # What it loses as predicted: a round at the rate the model expects there, and a
         # restart there and one back.
         cost = ctx.round_length_s * max(1.0 - t_n / t_m, 0.0) + 2 * restart_s
-        bound = frac * (elapsed + t_n)
         if spent + cost > bound:
             continue
         if free is None:
@@ -141,12 +143,19 @@ def probe_more_gpus(
 def _clock(ctx, jv, n_gpus: int, batch: int, energy_j: float) -> int | None:
     """The highest clock at which ``n_gpus`` are predicted to draw no more energy this
     round than ``energy_j`` (what the job's plan draws): a probe a budget pays for costs
-    the budget nothing. None: not even the lowest clock."""
+    the budget nothing. None where the lowest clock draws more: that is asked first, since
+    it is the answer for nine in ten candidates (a larger count rarely draws less), and a
+    higher clock that drew less than the lowest would be the model's artefact, not a
+    saving to spend (docs/benchmarks.md, "The simulator on philly_week, learned")."""
     clocks = sorted(getattr(jv.perf, "clocks_mhz", None) or (), reverse=True)
-    for clock in clocks:
-        if ctx.estimate(jv, n_gpus, batch, clock).round_energy_j <= energy_j:
-            return clock
-    return None
+
+    def fits(clock: int) -> bool:
+        remaining_s, power_w = ctx.remaining_and_power(jv, n_gpus, batch, clock)
+        return n_gpus * power_w * min(ctx.round_length_s, remaining_s) <= energy_j
+
+    if not clocks or not fits(clocks[-1]):
+        return None
+    return next(clock for clock in clocks if fits(clock))
 
 
 def _record(gpu_model: str, n_gpus: int, now_s: float, frac: float) -> dict:

@@ -19,7 +19,6 @@ from scheduling.core.online_model import (
     OnlinePerfModel,
     _Cell,
     _logit,
-    config_of,
     floored_time_constants,
     learned_model,
     padded,
@@ -28,9 +27,9 @@ from scheduling.core.online_model import (
 from scheduling.core.perf_models import FittedPerfModel, config_parts
 
 
-def _prior_grid(prior: FittedPerfModel, cells: Sequence[_Cell]) -> list[_Cell]:
-    """The configurations where the prior's pseudo-observations sit (see module docstring);
-    their ``log_t``/``log_p`` are the prior's predictions *without* level."""
+def _grid_parts(prior: FittedPerfModel, cells: Sequence[_Cell]) -> list[tuple]:
+    """The configurations where the prior's pseudo-observations sit (see module docstring),
+    as ``config_parts`` reads them; ``_Objective`` predicts them with the prior."""
     per_node = max(prior.gpu.gpus_per_node, 1)
     counts = sorted({(1, 1), (2, 1), (per_node, 1), (2 * per_node, 2)})
     locals_ = sorted({c.cfg.global_batch / c.cfg.n_gpus for c in cells}) or [32.0]
@@ -38,23 +37,17 @@ def _prior_grid(prior: FittedPerfModel, cells: Sequence[_Cell]) -> list[_Cell]:
     batches = sorted({lo / 4, lo, (lo * hi) ** 0.5, hi, hi * 4})
     limits: set = {None, prior.gpu.power_limit_min_w}
     limits |= {c.cfg.power_limit_w for c in cells}
-    clocks = {c.cfg.sm_clock_mhz for c in cells}
-    grid = []
-    for n, nodes in counts:
-        for b in batches:
-            for lim in sorted(limits, key=lambda v: -1 if v is None else v):
-                for clock in sorted(clocks, key=lambda v: -1 if v is None else v):
-                    cfg = config_of(n, nodes, b, clock, lim)
-                    grid.append(
-                        _Cell(
-                            cfg=cfg,
-                            log_t=math.log(prior.iter_time_s(cfg)),
-                            w_t=1.0,
-                            log_p=math.log(prior.power_w(cfg)),
-                            w_p=1.0,
-                        )
-                    )
-    return grid
+    clocks = sorted({c.cfg.sm_clock_mhz for c in cells}, key=lambda v: -1 if v is None else v)
+    limits_ = sorted(limits, key=lambda v: -1 if v is None else v)
+    # as config_parts reads config_of(n, nodes, b, clock, limit): nodes never exceed GPUs,
+    # and the per-GPU batch is that of the whole batch rounded
+    return [
+        (n, min(nodes, n), max(1, round(b * n)) / n, clock, lim)
+        for n, nodes in counts
+        for b in batches
+        for lim in limits_
+        for clock in clocks
+    ]
 
 
 class _Objective:
@@ -73,7 +66,7 @@ class _Objective:
         self,
         prior: FittedPerfModel,
         cells: Sequence[_Cell],
-        grid: Sequence[_Cell],
+        grid: Sequence[tuple],
         grid_w: float,
         ridge: float,
         shape_r: float,
@@ -93,7 +86,7 @@ class _Objective:
         self.r_min = d.min_clock_mhz / d.max_clock_mhz
 
         per_node = gpu.gpus_per_node
-        configs = [config_parts(c.cfg, per_node) for c in (*cells, *grid)]
+        configs = [config_parts(c.cfg, per_node) for c in cells] + list(grid)
         # float arrays: a clock or limit of None (the top clock, the default limit) is NaN
         n_gpus, n_nodes, local, clock, limit = (
             np.array(v, dtype=float) for v in zip(*configs, strict=True)
@@ -110,6 +103,11 @@ class _Objective:
             gpu.power_limit_min_w,
             gpu.power_limit_max_w,
         )
+        # The prior's own predictions (no moves) at every configuration: the grid's
+        # targets, and where a cold start puts the levels.
+        raw = (tp.alpha_c_s, tp.beta_c_s, tp.alpha_r_s, tp.beta_r_s, tp.alpha_n_s, tp.beta_n_s)
+        time0, power0 = self.predict(np.zeros((1, N_PARAMS)), np.array(raw))
+        self.prior_log_t, self.prior_log_p = np.log(time0[0]), np.log(power0[0])
         # Time and draw residuals: (column, target, sqrt weight, 1 where the job's level
         # moves the target). The grid's targets are the prior's predictions *without*
         # level: at the job's level they hold the shape only.
@@ -117,8 +115,9 @@ class _Objective:
         n_cells = len(cells)
         time_rows = [(i, c.log_t, math.sqrt(c.w_t), 0.0) for i, c in enumerate(cells)]
         power_rows = [(i, c.log_p, math.sqrt(c.w_p), 0.0) for i, c in enumerate(cells)]
-        time_rows += [(n_cells + i, c.log_t, wt, 1.0) for i, c in enumerate(grid)]
-        power_rows += [(n_cells + i, c.log_p, wt, 1.0) for i, c in enumerate(grid)]
+        for i in range(n_cells, n_cells + len(grid)):
+            time_rows.append((i, float(self.prior_log_t[i]), wt, 1.0))
+            power_rows.append((i, float(self.prior_log_p[i]), wt, 1.0))
         self.rows = [
             _columns([r for r in rows if r[1] is not None]) for rows in (time_rows, power_rows)
         ]
@@ -128,10 +127,29 @@ class _Objective:
     @np.errstate(all="ignore")  # a row that leaves the floats is non-finite, no warning
     def __call__(self, z: np.ndarray) -> np.ndarray:
         """The residuals of each row of ``z`` (k rows of N_PARAMS): k rows of residuals."""
+        time_s, power_w = self.predict(z)
+        out = []
+        for (col, target, weight, moved), values, level_z in zip(
+            self.rows, (time_s, power_w), (TIME_LEVEL, POWER_LEVEL), strict=True
+        ):
+            shift = z[:, level_z : level_z + 1] * moved
+            out.append(weight * (np.log(values[:, col]) - target - shift))
+        out.append(self.ridge * z)
+        out.append(self.shape_r * z[:, SHARPNESS : SHARPNESS + 1])
+        return np.concatenate(out, axis=1)
+
+    @np.errstate(all="ignore")
+    def predict(
+        self, z: np.ndarray, time_constants: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Iteration time and per-GPU draw of each row of ``z`` at every configuration
+        (k rows of columns each); ``time_constants`` in place of the floored ones that
+        ``z`` moves (the prior's own, to predict as the prior does)."""
+        base = self.base_time if time_constants is None else time_constants
         e = np.exp(np.minimum(z, 600.0))[:, :, None]  # (k, N_PARAMS, 1)
         level = e[:, 0]
         alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n = (
-            (self.base_time[i] * level) * e[:, i + 1] for i in range(6)
+            (base[i] * level) * e[:, i + 1] for i in range(6)
         )
         zc = z[:, :, None]
         q = np.exp(np.minimum(np.abs(self.log_q + zc[:, SHARPNESS]), 600.0))
@@ -173,16 +191,7 @@ class _Objective:
         g = self.gamma
         time_s = np.where(network_s > 0.0, (compute_s**g + network_s**g) ** (1.0 / g), compute_s)
         power_w = idle + (compute_w - idle) * (compute_s / time_s)
-
-        out = []
-        for (col, target, weight, moved), values, level_z in zip(
-            self.rows, (time_s, power_w), (TIME_LEVEL, POWER_LEVEL), strict=True
-        ):
-            shift = z[:, level_z : level_z + 1] * moved
-            out.append(weight * (np.log(values[:, col]) - target - shift))
-        out.append(self.ridge * z)
-        out.append(self.shape_r * z[:, SHARPNESS : SHARPNESS + 1])
-        return np.concatenate(out, axis=1)
+        return time_s, power_w
 
 
 def _columns(rows: Sequence[tuple[int, float, float, float]]) -> tuple[np.ndarray, ...]:
@@ -205,17 +214,26 @@ def _sigmoids(x: np.ndarray) -> np.ndarray:
 @np.errstate(all="ignore")  # non-finite residuals are a rejected step (below)
 def _least_squares(objective: _Objective, z0: np.ndarray, max_steps: int) -> list[float] | None:
     """Levenberg-Marquardt with a forward-difference Jacobian from ``z0``; None where the
-    cost at ``z0`` itself is not finite (no step from it could ever be accepted)."""
-    z = np.array(z0, dtype=float)
+    cost at ``z0`` itself is not finite (no step from it could ever be accepted).
+
+    Each trial point is evaluated with its Jacobian's shifted points in one call: most
+    trials are accepted, and the next iteration then needs no call of its own (a call's
+    cost is numpy's per-operation overhead, nearly the same for one row as for fifteen)."""
     h = 1e-6
-    shifts = h * np.eye(N_PARAMS)
-    r = objective(z[None, :])[0]
-    cost = float(r @ r)
+    shifts = np.vstack([np.zeros(N_PARAMS), h * np.eye(N_PARAMS)])
+
+    def at(point: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """Residuals, Jacobian (row i: d residuals / d z[i]) and cost at ``point``."""
+        rows = objective(point + shifts)
+        r = rows[0]
+        return r, (rows[1:] - r) / h, float(r @ r)
+
+    z = np.array(z0, dtype=float)
+    r, jac, cost = at(z)
     if not math.isfinite(cost):
         return None
     lam = 1e-3
     for _ in range(max_steps):
-        jac = (objective(z + shifts) - r) / h  # row i: d residuals / d z[i]
         jtj = jac @ jac.T
         jtr = jac @ r
         improved = False
@@ -227,12 +245,11 @@ def _least_squares(objective: _Objective, z0: np.ndarray, max_steps: int) -> lis
                 step = None
             if step is not None:
                 z_new = z + step
-                r_new = objective(z_new[None, :])[0]
-                cost_new = float(r_new @ r_new)
+                r_new, jac_new, cost_new = at(z_new)
                 # A non-finite cost (the trial model left the floats) is worse than any.
                 if math.isfinite(cost_new) and cost_new < cost:
                     improved = cost - cost_new > 1e-6 * max(cost, 1e-12)
-                    z, r, cost = z_new, r_new, cost_new
+                    z, r, jac, cost = z_new, r_new, jac_new, cost_new
                     lam = max(lam / 10.0, 1e-9)
                     break
             lam *= 10.0
@@ -255,7 +272,7 @@ def fit_params(
     cells = list(pool(observations, prior.gpu.gpus_per_node).values())
     if not cells:
         return [0.0] * N_PARAMS
-    grid = _prior_grid(prior, cells)
+    grid = _grid_parts(prior, cells)
     grid_w = settings.prior_weight / len(grid)
     shape_r = math.sqrt(settings.shape_ridge)
     objective = _Objective(prior, cells, grid, grid_w, settings.ridge, shape_r)
@@ -267,8 +284,9 @@ def fit_params(
     # Start the levels where the observations put them: the fit then only has the shape to
     # find, and one observation is matched exactly.
     z0 = np.zeros(N_PARAMS)
-    t = [c.log_t - math.log(prior.iter_time_s(c.cfg)) for c in cells if c.log_t is not None]
-    p = [c.log_p - math.log(prior.power_w(c.cfg)) for c in cells if c.log_p is not None]
+    at_t, at_p = objective.prior_log_t, objective.prior_log_p
+    t = [c.log_t - at_t[i] for i, c in enumerate(cells) if c.log_t is not None]
+    p = [c.log_p - at_p[i] for i, c in enumerate(cells) if c.log_p is not None]
     z0[TIME_LEVEL] = sum(t) / len(t) if t else 0.0
     z0[POWER_LEVEL] = sum(p) / len(p) if p else 0.0
     z = _least_squares(objective, z0, settings.max_steps)

@@ -125,6 +125,7 @@ class LearnedKnowledge:
         self._profiles: dict[tuple[str, str], _Profile] = {}
         self._priors: dict[tuple, om.OnlinePerfModel] = {}  # shared by jobs without data
         self._candidates: dict[str, list[FittedPerfModel]] = {}
+        self._unobserved: dict[tuple, tuple] = {}  # ``prior`` before observations, by key
         self.n_fits = 0
         self.n_observations = 0
 
@@ -147,6 +148,18 @@ class LearnedKnowledge:
             return profile.model, f"profile {job.workload}@{gpu_model} ({profile.jobs} jobs)"
         if not self.hide_workloads and self.catalog.has(job.workload, gpu_model):
             return self.catalog.get(job.workload, gpu_model), f"catalog {job.workload}"
+        if first is not None:
+            return self._nearest(job, gpu_model, first)
+        # Before any observation the choice depends on the workload, the GPU model and the
+        # submitted per-GPU batch only; a long queue asks it of every waiting job each round.
+        key = (job.workload, gpu_model, job.global_batch / max(job.requested_gpus, 1))
+        found = self._unobserved.get(key)
+        if found is None:
+            found = self._unobserved[key] = self._nearest(job, gpu_model, None)
+        return found
+
+    def _nearest(self, job: Job, gpu_model: str, first: om.Observation | None):
+        """``prior``'s choice among the other catalog workloads (module docstring)."""
         others = self._others(job.workload, gpu_model)
         if not others:
             return None, None

@@ -210,3 +210,26 @@ def test_no_probe_where_the_policy_would_keep_the_probes_count_or_idle_nodes_are
     kept = get_policy("powerflow", keep_running=True)
     assert "d" not in _one_round(cluster, [d], perf, policy=kept).exploration
     assert "d" not in _one_round(cluster, [d], perf, power_off_idle_nodes=True).exploration
+
+
+@pytest.mark.parametrize(
+    ("watts", "expected"),
+    [
+        ({900: 10.0, 1200: 20.0, 1500: 30.0}, 1200),  # the highest clock that fits
+        ({900: 10.0, 1200: 5.0, 1500: 30.0}, 1200),  # the lowest fits: the scan from the top
+        ({900: 25.0, 1200: 20.0, 1500: 30.0}, None),  # not even the lowest clock fits
+        ({900: 30.0, 1200: 40.0, 1500: 50.0}, None),
+    ],
+)
+def test_a_budget_paid_probe_runs_at_the_highest_clock_that_draws_no_more(watts, expected):
+    from types import SimpleNamespace
+
+    from scheduling.core.gpu_probe import _clock
+
+    def remaining_and_power(jv, n, batch, clock):
+        return 1e6, watts[clock]  # busy the whole round at every clock
+
+    ctx = SimpleNamespace(round_length_s=10.0, remaining_and_power=remaining_and_power)
+    jv = SimpleNamespace(perf=SimpleNamespace(clocks_mhz=sorted(watts)))
+    # two GPUs for ten seconds: 400 J is 20 W each
+    assert _clock(ctx, jv, 2, 64, 400.0) == expected
