@@ -368,11 +368,16 @@ class OnlinePerfModel:
         n_power_obs: float = 0.0,
         cells: Mapping[tuple, _Cell] | None = None,
         prior_measured: bool = False,
+        base: FittedPerfModel | None = None,
     ) -> None:
         self.prior = prior
         self.prior_measured = prior_measured
         self.params = tuple(float(v) for v in params)
-        self.base = apply_params(prior, self.params, workload=workload)
+        # ``base``: ``apply_params(prior, params, workload=workload)`` where the caller has
+        # it (a rebuild with the same parameters keeps its predictions cached)
+        self.base = (
+            base if base is not None else apply_params(prior, self.params, workload=workload)
+        )
         self.workload = self.base.workload
         self.gpu_model = prior.gpu_model
         self.idle_power_w = prior.idle_power_w
@@ -417,6 +422,17 @@ class OnlinePerfModel:
         if self._power_corr:
             p *= math.exp(self._power_corr.get(self._key(cfg), 0.0))
         return p
+
+    def time_and_power(self, cfg: GpuConfig) -> tuple[float, float]:
+        """(``iter_time_s``, ``power_w``) of ``cfg``, the configuration keyed once."""
+        t, p = self.base.time_and_power(cfg)
+        if self._time_corr or self._power_corr:
+            key = self._key(cfg)
+            if self._time_corr:
+                t *= math.exp(self._time_corr.get(key, 0.0))
+            if self._power_corr:
+                p *= math.exp(self._power_corr.get(key, 0.0))
+        return t, p
 
     def energy_per_iter_j(self, cfg: GpuConfig) -> float:
         return max(cfg.n_gpus, 1) * self.power_w(cfg) * self.iter_time_s(cfg)
@@ -523,10 +539,13 @@ def learned_model(
     *,
     settings: FitSettings = FitSettings(),  # noqa: B008 - frozen, never mutated
     workload: str | None = None,
+    base: FittedPerfModel | None = None,
 ) -> OnlinePerfModel:
     """The model of fitted ``params`` with each observed configuration's shrunk residual:
-    what ``fit_online`` returns, rebuilt from stored parameters without refitting."""
-    fitted = apply_params(prior, params)
+    what ``fit_online`` returns, rebuilt from stored parameters without refitting.
+    ``base``: an earlier such model's ``base`` for the same prior, parameters and
+    workload, whose predictions are then reused."""
+    fitted = base if base is not None else apply_params(prior, params, workload=workload)
     cells = pool(observations, prior.gpu.gpus_per_node)
     time_corr, power_corr = {}, {}
     k = settings.config_pseudo_obs
@@ -546,6 +565,7 @@ def learned_model(
         n_time_obs=sum(c.w_t for c in cells.values()),
         n_power_obs=sum(c.w_p for c in cells.values()),
         cells=cells,
+        base=fitted,
     )
 
 

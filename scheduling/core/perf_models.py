@@ -230,6 +230,10 @@ class FittedPerfModel:
     def power_w(self, cfg: GpuConfig) -> float:
         return self._evaluate(cfg)[1]
 
+    def time_and_power(self, cfg: GpuConfig) -> tuple[float, float]:
+        """(``iter_time_s``, ``power_w``) of ``cfg`` from one evaluation."""
+        return self._evaluate(cfg)
+
     def energy_per_iter_j(self, cfg: GpuConfig) -> float:
         time_s, power_w = self._evaluate(cfg)
         return max(cfg.n_gpus, 1) * power_w * time_s

@@ -231,6 +231,7 @@ class LearnedKnowledge:
         obs = learning.observations
         keys = frozenset(o.key for o in obs)
         weight = sum(o.weight for o in obs if o.iter_time_s is not None)
+        base = learning.model.base if learning.model is not None else None
         if (
             learning.params is None
             or not keys <= learning.fitted_keys
@@ -242,8 +243,16 @@ class LearnedKnowledge:
             learning.fitted_keys = keys
             learning.fitted_weight = weight
             self.n_fits += 1
+            base = None
+        # between refits the parameters, so the fitted equations and their cached
+        # predictions, stay; only the per-configuration corrections move
         learning.model = om.learned_model(
-            learning.prior, learning.params, obs, settings=self.settings, workload=workload
+            learning.prior,
+            learning.params,
+            obs,
+            settings=self.settings,
+            workload=workload,
+            base=base,
         )
         learning.dirty = False
         return learning.model
