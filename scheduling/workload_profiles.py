@@ -564,6 +564,7 @@ def profile_fit(profile: WorkloadProfile) -> profiles.ProfileFit:
         observations=tuple(om.observation_from_dict(d) for d in fit["observations"]),
         params=tuple(float(v) for v in fit["params"]),
         model=model,
+        fitted_weight=float(fit.get("fitted_weight", 0.0)),  # absent before refits were spaced
     )
 
 
@@ -575,6 +576,7 @@ def profile_params(fit: profiles.ProfileFit) -> dict[str, Any]:
             "base": model_to_params(fit.base),
             "params": list(fit.params),
             "observations": [om.observation_to_dict(o) for o in fit.observations],
+            "fitted_weight": fit.fitted_weight,
         },
     }
 

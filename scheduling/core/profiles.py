@@ -26,6 +26,7 @@ prior speaks for the shape only, not the level, so the base alone would bound no
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -36,6 +37,13 @@ from scheduling.core.perf_models import FittedPerfModel
 # A finished job's measurements are at most this share of its profile's after it is folded
 # in (``bounded``; below the cap they enter as they are).
 MAX_JOB_WEIGHT = 0.25
+# A fold refits the profile when the job brings a configuration the profile has not
+# measured, when its measurements would move the profile's predictions at their
+# configurations by more than REFIT_MOVE (in log), or when the profile's measurements have
+# grown REFIT_GROWTH-fold since its last fit (``fold``); otherwise the measurements are
+# kept and the model stands.
+REFIT_MOVE = 0.01
+REFIT_GROWTH = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,8 @@ class ProfileFit:
     model: FittedPerfModel
     # what a profile without measurements learned from (module docstring); 0 otherwise
     unpooled_weight: float = 0.0
+    # the measurements' weight when ``params`` were fitted (0: unknown, refit at the next fold)
+    fitted_weight: float = 0.0
 
 
 def unpooled(model: FittedPerfModel, n_observations: float) -> ProfileFit:
@@ -98,6 +108,22 @@ def bounded(
     ]
 
 
+def _move(model: FittedPerfModel, joining: Sequence[Observation], pooled: Sequence[Observation]):
+    """Roughly how far (in log) ``joining`` would move ``model``'s predictions at their
+    configurations once they are among ``pooled``: their weighted mean log error, times
+    their share of the measurements (the larger of iteration time and draw)."""
+    moves = []
+    for value, predict in (("iter_time_s", model.iter_time_s), ("power_w", model.power_w)):
+        total = sum(o.weight for o in pooled if getattr(o, value) is not None)
+        err = sum(
+            o.weight * math.log(getattr(o, value) / predict(o.config()))
+            for o in joining
+            if getattr(o, value) is not None
+        )
+        moves.append(abs(err) / total if total > 0 else 0.0)
+    return max(moves)
+
+
 def knows_split(observations: Sequence[Observation]) -> bool:
     """True where ``observations`` hold iteration times at two per-GPU batches or more: they
     tell how the compute time splits into fixed and per-sample parts, which measurements at
@@ -119,12 +145,22 @@ def fold(
     max_job_weight: float = MAX_JOB_WEIGHT,
     settings: FitSettings = FitSettings(),  # noqa: B008 - frozen, never mutated
     job_params: Sequence[float] | None = None,
+    refit_growth: float = REFIT_GROWTH,
+    refit_move: float = REFIT_MOVE,
 ) -> ProfileFit:
     """``profile`` with a finished job's ``observations`` folded in (a new profile from
     the job's ``prior`` where there is none). ``job_params``: the job's own fit from
     ``prior`` over the same observations with ``settings``, where the caller has it (the
     first fold is that fit, so it is not repeated). Observations must have passed
-    ``online_model.refusal_reason``."""
+    ``online_model.refusal_reason``.
+
+    The profile is refitted when the job measured a configuration it had not, when its
+    measurements would move the profile's predictions at their configurations by more
+    than ``refit_move`` (in log), or when the measurements reach ``refit_growth`` times
+    their weight at the last fit; else they join and the model stands. A workload's
+    thousandth job, measured where its profile was and as predicted, moves the fit by a
+    thousandth, and a refit per job was half of a learned simulation's fitting
+    (docs/benchmarks.md, "The simulator on philly_week, learned")."""
     if profile is None:
         pooled = tuple(pooled_observations(observations, prior.gpu.gpus_per_node))
         if job_params is None:
@@ -132,10 +168,21 @@ def fold(
         params, base = tuple(job_params), prior
     else:
         base, held = profile.base, profile.observations
+        new_config = not {o.key for o in observations} <= {o.key for o in held}
         if profile.unpooled_weight > 0:
             held = (*held, *_as_measured(profile.model, observations, profile.unpooled_weight))
-        joined = [*held, *bounded(observations, _time_weight(held), max_job_weight)]
-        pooled = tuple(pooled_observations(joined, base.gpu.gpus_per_node))
+        joining = bounded(observations, _time_weight(held), max_job_weight)
+        pooled = tuple(pooled_observations([*held, *joining], base.gpu.gpus_per_node))
+        if not (
+            new_config
+            or profile.unpooled_weight > 0
+            or _time_weight(pooled) >= refit_growth * profile.fitted_weight
+            or _move(profile.model, joining, pooled) > refit_move
+        ):
+            # Configurations the profile has measured, and measurements that would
+            # barely move it: they join, the model stands (as a job's does between refits).
+            return replace(profile, observations=pooled)
         start = profile.params or None
         params = tuple(online_fit.fit_params(base, pooled, settings=settings, start=start))
-    return ProfileFit(base, pooled, params, apply_params(base, params, workload=workload))
+    model = apply_params(base, params, workload=workload)
+    return ProfileFit(base, pooled, params, model, fitted_weight=_time_weight(pooled))

@@ -34,8 +34,8 @@ def _error(model, n_gpus: int) -> float:
     return model.iter_time_s(cfg) / TRUTH.iter_time_s(cfg) - 1.0
 
 
-def _fold(profile, observations):
-    return profiles.fold(profile, PRIOR, observations, workload="ncf")
+def _fold(profile, observations, **kw):
+    return profiles.fold(profile, PRIOR, observations, workload="ncf", **kw)
 
 
 def test_jobs_at_different_gpu_counts_teach_the_profile_what_neither_showed_alone():
@@ -61,14 +61,47 @@ def test_a_job_enters_a_profile_with_a_bounded_share_of_its_measurements():
     # given a profile learned from 1,000 measurements at ncf's speed
     profile = _fold(None, [_measured(1, weight=1000.0)])
 
-    # when a job with as many measurements, ten times slower, is folded in
-    after = _fold(profile, [_measured(1, weight=1000.0, slower=10.0)])
+    # when a job with as many measurements, ten times slower, is folded in (and the
+    # profile refitted, which a third more measurements alone would not yet do)
+    after = _fold(profile, [_measured(1, weight=1000.0, slower=10.0)], refit_growth=1.0)
 
     # then it counts as its bounded share (a quarter) of the measurements: the profile moves
     # that share of the way (in log) towards it, not half or all of it
     share = profiles.MAX_JOB_WEIGHT
     assert 1.0 + _error(after.model, 1) == pytest.approx(10**share, rel=0.02)
     assert sum(o.weight for o in after.observations) == pytest.approx(1000.0 / (1 - share))
+
+
+def test_a_profile_is_refitted_where_a_job_would_move_it_or_its_measurements_double():
+    profile = _fold(None, [_measured(1, weight=100.0)])
+    assert profile.fitted_weight == 100.0
+
+    # a job at a configuration the profile knows, about as predicted (2% slower, a sixth
+    # of the measurements: a move of 0.3%), short of doubling them: they join, the model
+    # stands
+    same = _fold(profile, [_measured(1, weight=20.0, slower=1.02)])
+    assert same.model is profile.model and same.params == profile.params
+    assert sum(o.weight for o in same.observations) == pytest.approx(120.0)
+    assert same.fitted_weight == 100.0
+
+    # one twice as slow there would move it by 11%: refitted
+    slow = _fold(profile, [_measured(1, weight=20.0, slower=2.0)])
+    assert _error(slow.model, 1) > _error(profile.model, 1) + 0.05
+    assert slow.fitted_weight == pytest.approx(120.0)
+
+    # a job at a configuration it has not measured: refitted over everything
+    new = _fold(same, [_measured(4, weight=5.0)])
+    assert new.params != profile.params
+    assert new.fitted_weight == pytest.approx(125.0)
+
+    # measurements that reach twice those of the last fit: refitted, and the small moves
+    # the model stood through are in it
+    grown = same
+    while grown.model is profile.model:
+        before = sum(o.weight for o in grown.observations)
+        grown = _fold(grown, [_measured(1, weight=20.0, slower=1.02)])
+    assert before < 200.0 <= sum(o.weight for o in grown.observations)
+    assert _error(grown.model, 1) > _error(profile.model, 1) + 0.005
 
 
 def test_a_job_below_its_share_enters_as_measured():
