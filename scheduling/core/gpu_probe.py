@@ -144,9 +144,11 @@ def _clock(ctx, jv, n_gpus: int, batch: int, energy_j: float) -> int | None:
     """The highest clock at which ``n_gpus`` are predicted to draw no more energy this
     round than ``energy_j`` (what the job's plan draws): a probe a budget pays for costs
     the budget nothing. None where the lowest clock draws more: that is asked first, since
-    it is the answer for nine in ten candidates (a larger count rarely draws less), and a
-    higher clock that drew less than the lowest would be the model's artefact, not a
-    saving to spend (docs/benchmarks.md, "The simulator on philly_week, learned")."""
+    it is the answer for nine in ten candidates (a larger count rarely draws less). A
+    higher clock can draw less than the lowest only where the job would finish within the
+    round (sooner at a faster clock) or by a quirk of its model; such a probe is not taken
+    (7 of 12,081 candidates on philly_week; docs/benchmarks.md, "The simulator on
+    philly_week, learned")."""
     clocks = sorted(getattr(jv.perf, "clocks_mhz", None) or (), reverse=True)
 
     def fits(clock: int) -> bool:

@@ -3,10 +3,11 @@ fitted over all of their measurements (issue 12, point 3).
 
 A profile keeps the measurements of every job folded into it, pooled by configuration
 (``online_model.pooled_observations``), and its model is one fit of those measurements
-from the profile's base (the first job's prior): the next job of the workload starts from
-that model. Each job's measurements enter with a bounded share: a job whose measurements
-would be more than ``max_job_weight`` of the profile's after the fold enters scaled down to
-exactly that share, so one job cannot take a shared profile over.
+from the profile's base (the first job's prior), refitted whenever a fold would matter
+(``fold``): the next job of the workload starts from that model. Each job's measurements
+enter with a bounded share: a job whose measurements would be more than
+``max_job_weight`` of the profile's after the fold enters scaled down to exactly that
+share, so one job cannot take a shared profile over.
 
 Why the measurements and not each job's fitted parameters: a job that ran at one
 configuration says nothing about how its time splits into fixed and per-sample compute,
@@ -109,19 +110,29 @@ def bounded(
 
 
 def _move(model: FittedPerfModel, joining: Sequence[Observation], pooled: Sequence[Observation]):
-    """Roughly how far (in log) ``joining`` would move ``model``'s predictions at their
-    configurations once they are among ``pooled``: their weighted mean log error, times
-    their share of the measurements (the larger of iteration time and draw)."""
-    moves = []
-    for value, predict in (("iter_time_s", model.iter_time_s), ("power_w", model.power_w)):
-        total = sum(o.weight for o in pooled if getattr(o, value) is not None)
-        err = sum(
-            o.weight * math.log(getattr(o, value) / predict(o.config()))
-            for o in joining
-            if getattr(o, value) is not None
-        )
-        moves.append(abs(err) / total if total > 0 else 0.0)
-    return max(moves)
+    """Roughly how far (in log) ``joining`` would move ``model``'s predictions at its
+    configurations once among ``pooled``: at each configuration, its weighted log error
+    times its share of the measurements there; the largest, of iteration time and draw
+    (configurations are not netted against each other: a job faster at one GPU count and
+    slower at another teaches how the workload scales)."""
+    held: dict[tuple, list[float]] = {}
+    for o in pooled:
+        w = held.setdefault(o.key, [0.0, 0.0])
+        w[0] += o.weight if o.iter_time_s is not None else 0.0
+        w[1] += o.weight if o.power_w is not None else 0.0
+    moved: dict[tuple, list[float]] = {}
+    for o in joining:
+        t, p = model.time_and_power(o.config())
+        e = moved.setdefault(o.key, [0.0, 0.0])
+        e[0] += o.weight * math.log(o.iter_time_s / t) if o.iter_time_s is not None else 0.0
+        e[1] += o.weight * math.log(o.power_w / p) if o.power_w is not None else 0.0
+    shares = (
+        abs(e) / w
+        for key, errs in moved.items()
+        for e, w in zip(errs, held[key], strict=True)
+        if w > 0
+    )
+    return max(shares, default=0.0)
 
 
 def knows_split(observations: Sequence[Observation]) -> bool:
@@ -155,12 +166,12 @@ def fold(
     ``online_model.refusal_reason``.
 
     The profile is refitted when the job measured a configuration it had not, when its
-    measurements would move the profile's predictions at their configurations by more
-    than ``refit_move`` (in log), or when the measurements reach ``refit_growth`` times
-    their weight at the last fit; else they join and the model stands. A workload's
-    thousandth job, measured where its profile was and as predicted, moves the fit by a
-    thousandth, and a refit per job was half of a learned simulation's fitting
-    (docs/benchmarks.md, "The simulator on philly_week, learned")."""
+    measurements would move the profile's prediction at one of their configurations by
+    more than ``refit_move`` (in log, ``_move``), or when the measurements reach
+    ``refit_growth`` times their weight at the last fit; else they join and the model
+    stands. A workload's thousandth job, measured where its profile was and as
+    predicted, moves the fit by a thousandth, and a refit per job was half of a learned
+    simulation's fitting (docs/benchmarks.md, "The simulator on philly_week, learned")."""
     if profile is None:
         pooled = tuple(pooled_observations(observations, prior.gpu.gpus_per_node))
         if job_params is None:
@@ -177,7 +188,7 @@ def fold(
             new_config
             or profile.unpooled_weight > 0
             or _time_weight(pooled) >= refit_growth * profile.fitted_weight
-            or _move(profile.model, joining, pooled) > refit_move
+            or not _move(profile.model, joining, pooled) <= refit_move  # NaN: refit
         ):
             # Configurations the profile has measured, and measurements that would
             # barely move it: they join, the model stands (as a job's does between refits).

@@ -31,8 +31,9 @@ reports and NVML samples (``scheduling/workload_profiles.py``):
   ``power_scale`` are 1: whatever makes this job slower or hungrier than its workload is
   for the model to learn, not given;
 * a finished job's measurements join its workload's profile, each job's share bounded,
-  and the profile is one fit over them all (``profiles.fold``; the first job's prior is
-  its base), as ``workload_profiles.fold_into_profile`` does live.
+  and the profile is one fit over them all, refitted where a fold would matter
+  (``profiles.fold``; the first job's prior is its base), as
+  ``workload_profiles.fold_into_profile`` does live.
 
 Refits stay cheap: a job is refitted when it is observed in a configuration its last fit
 did not include (the live service refits every round; a job runs in a handful of
@@ -298,7 +299,8 @@ class LearnedKnowledge:
 
     def finish(self, job: Job) -> None:
         """Fold a finished job's measurements into its workload's profiles (``profiles.fold``:
-        one fit over every folded job's measurements, each job's share bounded)."""
+        one fit over every folded job's measurements, each job's share bounded, refitted
+        where the fold would matter)."""
         for gpu_model in sorted({g for (j, g) in self._learning if j == job.job_id}):
             learning = self._learning.pop((job.job_id, gpu_model))
             obs = learning.observations
@@ -307,15 +309,20 @@ class LearnedKnowledge:
                 continue
             key = (job.workload, gpu_model)
             profile = self._profiles.get(key)
+            # The job's own fit is the first fold's only where it saw every configuration
+            # the job ran in (its last stretch may have been observed since).
+            fitted = learning.params is not None and {o.key for o in obs} <= learning.fitted_keys
             fit = profiles.fold(
                 profile.fit if profile is not None else None,
                 learning.prior,
                 obs,
                 workload=job.workload,
                 settings=self.settings,
-                job_params=learning.params,
+                job_params=learning.params if fitted else None,
             )
-            self.n_fits += profile is not None or learning.params is None
+            self.n_fits += (profile is None and not fitted) or (
+                profile is not None and fit.model is not profile.model
+            )
             n_before, jobs = (0.0, 0) if profile is None else (profile.n_observations, profile.jobs)
             self._profiles[key] = _Profile(fit, n_before + n_job, jobs + 1)
         self._rng.pop(job.job_id, None)

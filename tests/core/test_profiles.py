@@ -61,9 +61,8 @@ def test_a_job_enters_a_profile_with_a_bounded_share_of_its_measurements():
     # given a profile learned from 1,000 measurements at ncf's speed
     profile = _fold(None, [_measured(1, weight=1000.0)])
 
-    # when a job with as many measurements, ten times slower, is folded in (and the
-    # profile refitted, which a third more measurements alone would not yet do)
-    after = _fold(profile, [_measured(1, weight=1000.0, slower=10.0)], refit_growth=1.0)
+    # when a job with as many measurements, ten times slower, is folded in
+    after = _fold(profile, [_measured(1, weight=1000.0, slower=10.0)])
 
     # then it counts as its bounded share (a quarter) of the measurements: the profile moves
     # that share of the way (in log) towards it, not half or all of it
@@ -102,6 +101,20 @@ def test_a_profile_is_refitted_where_a_job_would_move_it_or_its_measurements_dou
         grown = _fold(grown, [_measured(1, weight=20.0, slower=1.02)])
     assert before < 200.0 <= sum(o.weight for o in grown.observations)
     assert _error(grown.model, 1) > _error(profile.model, 1) + 0.005
+
+
+def test_a_job_that_would_move_one_configuration_refits_however_the_rest_weigh():
+    # given a profile measured mostly on one GPU and a little on four
+    profile = _fold(_fold(None, [_measured(1, weight=1000.0)]), [_measured(4, weight=10.0)])
+
+    # a job 40% slower on four GPUs is a share of the few measurements there, not of all
+    slow_at_four = _fold(profile, [_measured(4, weight=10.0, slower=1.4)])
+    assert slow_at_four.model is not profile.model
+    assert _error(slow_at_four.model, 4) > _error(profile.model, 4) + 0.1
+
+    # and a job slower on one GPU and faster on four is not netted to nothing
+    scaling = [_measured(1, weight=200.0, slower=1.3), _measured(4, weight=2.0, slower=0.8)]
+    assert _fold(profile, scaling).model is not profile.model
 
 
 def test_a_job_below_its_share_enters_as_measured():
