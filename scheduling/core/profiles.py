@@ -186,8 +186,7 @@ def fold(
         pooled = tuple(pooled_observations([*held, *joining], base.gpu.gpus_per_node))
         if not (
             new_config
-            or profile.unpooled_weight > 0
-            or _time_weight(pooled) >= refit_growth * profile.fitted_weight
+            or _time_weight(pooled) >= refit_growth * profile.fitted_weight  # 0: unpooled
             or not _move(profile.model, joining, pooled) <= refit_move  # NaN: refit
         ):
             # Configurations the profile has measured, and measurements that would
