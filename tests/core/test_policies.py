@@ -8,7 +8,7 @@ lower clock; a busy GPU draws 50 + 200 * (f / 2000)**2 W: 100 W at 1000 MHz, 162
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 from corekit import WORKLOADS, AnalyticModel, Catalog, job, make_cluster, running, snapshot
@@ -264,6 +264,30 @@ def test_elastic_gives_spare_gpus_to_the_best_marginal_speedup():
     assert plan.allocations["l"].gpu_ids == node_ids("s0n0", range(4))
     assert plan.allocations["f"].gpu_ids == node_ids("s0n0", range(4, 8))
     assert plan.allocations["l"].sm_clock_mhz is None
+
+
+def test_elastic_keeps_a_job_only_its_prior_knows_at_its_smallest_size():
+    # The same two jobs, lin known only by a prior (a learned model with nothing measured,
+    # ``estimated``): lin stays at one GPU until it is observed, flat takes what it gains on
+    @dataclass(frozen=True)
+    class PriorOnly(AnalyticModel):
+        estimated: bool = True
+
+    lin = AnalyticModel("lin")
+    flat = AnalyticModel("flat", scaling=0.2)
+    jobs = [
+        job("l", workload="lin", min_gpus=1, max_gpus=8),
+        job("f", submit=1.0, workload="flat", min_gpus=1, max_gpus=8),
+    ]
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        jobs,
+        catalog=Catalog(lin, flat),
+        job_perf={("l", "A100"): PriorOnly("lin")},
+    )
+    plan = plan_round(snap, policy="elastic", now=10.0)
+    assert plan.allocations["l"].n_gpus == 1
+    assert plan.allocations["f"].n_gpus > 1
 
 
 def test_fifo_lowclock_runs_at_a_fraction_of_the_top_clock():

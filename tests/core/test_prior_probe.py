@@ -141,6 +141,24 @@ def test_a_budgeted_job_known_only_by_its_prior_is_not_upgraded():
     assert prior.allocations["a"].n_gpus == 1
 
 
+def test_without_a_budget_a_job_known_only_by_its_prior_keeps_its_minimum_gpu_count():
+    # No budget pays for it: its clock may rise, but the GPUs, which other jobs could use,
+    # are not given on its prior's guess of its scaling. Once measured the greedy grows it;
+    # with prior_box="requested" it may take the 4 GPUs it asked for, at once.
+    elastic = [job("a", n=4, iters=10.0, min_gpus=1, max_gpus=8)]
+    fast = replace(PRIOR, t1_s=1.0)
+
+    def unbudgeted(model, name="powerflow", **policy):
+        snap = snapshot(make_cluster(1, 1, 8), elastic, CATALOG, job_perf={("a", "A100"): model})
+        return plan_round(snap, policy=get_policy(name, **policy), now=0.0).allocations["a"]
+
+    for name in ("powerflow", "greenflow"):
+        alloc = unbudgeted(fast, name)
+        assert (alloc.n_gpus, alloc.sm_clock_mhz) == (1, 2000), name  # its top clock
+    assert unbudgeted(replace(fast, estimated=False)).n_gpus == 8
+    assert unbudgeted(fast, prior_box="requested").n_gpus == 4
+
+
 def test_with_prior_box_requested_a_prior_only_job_may_grow_to_what_it_asked_for():
     # The same elastic job, asking for 4 GPUs: with its prior alone it may take up to the
     # 4 GPUs it asked for (a user's own choice bounds what the prior's guess can cost) and

@@ -126,17 +126,27 @@ load its data before its first progress report) goes on for another ``probe_s``,
 the same way, at most ``probe_extensions`` times; then the job waits like any other. A
 prior that overestimates the job would otherwise hold it back for good: a job that never
 runs is never observed, so the prior is never corrected (seen as ncf never starting under
-a learned team-budget run). After the probe the job's own
-observations decide, like any other job's. For the same reason a job paid by a budget
-takes no upgrade beyond its minimum configuration while its model is its prior alone: an
-upgrade's cost would be the prior's guess (a prior taught by one observed GPU count says
-little about thirty-two). With ``prior_box="requested"`` such a job may instead grow to the
-GPU count it asked for (``Job.requested_gpus``), at any clock: the user's own request bounds
-what the prior's guess can cost, and a short job is not left at the minimum for the round
-it takes to be observed. Each probe is kept in the policy state
-(``prior_probes``: when, for how long, on how many GPUs, at what predicted energy) as long
-as the job is active (``extensions``: how often it went on), and a job is probed at most
-once: a probed job that was stopped is not probed again.
+a learned team-budget run). After the probe the job's own observations decide, like any
+other job's.
+
+For the same reason a job takes no upgrade beyond its minimum GPU count while its model is
+its prior alone (``prior_box``), and one a budget pays for none beyond its lowest clock
+either: an upgrade's gain and cost would be the prior's guess (a prior taught by one
+observed GPU count says little about thirty-two). A prior borrowed from another workload
+can be wrong by orders of magnitude where the job never ran: learned, with no budget, the
+first ncf job of pollux_workload-2 (34 ms an iteration on the one GPU it asked for) was
+predicted at 149 s there and 9 s on sixteen GPUs, and took all 64; the workload's profile,
+taught only on many GPUs, went on giving each later ncf job sixteen, and learned PowerFlow
+without a budget ran 5-16% slower than with the catalog's truth (docs/benchmarks.md, "A
+job its prior alone knows is not grown"). With ``prior_box="requested"`` such a job may
+instead grow to the GPU count it asked for (``Job.requested_gpus``), at any clock: the
+user's own request bounds what the prior's guess can cost, and a short job is not left at
+the minimum for the round it takes to be observed. A job no budget pays for may take any
+clock inside its box.
+
+Each probe is kept in the policy state (``prior_probes``: when, for how long, on how many
+GPUs, at what predicted energy) as long as the job is active (``extensions``: how often it
+went on), and a job is probed at most once: a probed job that was stopped is not probed again.
 
 Batch size: the work is a number of useful samples, so a larger global batch needs fewer
 iterations only as far as its statistical efficiency allows (``scheduling.core.goodput``);
@@ -293,9 +303,10 @@ class BudgetGreedy:
           per gram) in each round where its free remainder covers the work's minimum,
           so that a run shows what one price over the whole period gives; chosen after
           the fact, it is an oracle (docs/benchmarks.md, "One price for the whole period").
-        - ``prior_box``: how far a budgeted job known only by its prior may be upgraded
-          before it is observed: ``"minimum"`` (not at all) or ``"requested"`` (up to
-          the GPUs it asked for, any clock); module docstring, "Probes".
+        - ``prior_box``: how far a job known only by its prior may be upgraded before it
+          is observed: ``"minimum"`` (not at all where a budget pays for it; else only
+          its clock) or ``"requested"`` (up to the GPUs it asked for, any clock); module
+          docstring, "Probes".
         """
         if admission not in ("srtf", "fifo", "marginal"):
             raise ValueError(f"admission must be 'srtf', 'fifo' or 'marginal', not {admission!r}")
@@ -1004,15 +1015,10 @@ class _Round:
         self.spend(j, d_team, d_cluster)
         self.cfg[j] = [0, 0, opts[j][3]]
         self.cur[j] = self.mins[j]
-        if self.pays[j] and self.policy.probe_s is not None and _prior_only(jv):
-            # Its prior alone says what an upgrade would cost: it runs at its minimum
-            # until it is observed (module docstring, "Probes").
-            if self.policy.prior_box == "requested":
-                sizes, clocks = opts[j][0], opts[j][1]
-                si = max(bisect.bisect_right(sizes, jv.job.requested_gpus) - 1, 0)
-                self.target[j] = (si, len(clocks) - 1, opts[j][3])
-            else:
-                self.target[j] = (0, 0, opts[j][3])
+        if _prior_only(jv) and (self.policy.probe_s is not None or not self.pays[j]):
+            # Its prior alone says what an upgrade would gain and cost: it stays in its
+            # box until it is observed (module docstring, "Probes").
+            self.target[j] = self.prior_box(j)
         elif self.prices and j not in self.candidates:
             # admitted only because a job ahead of it waits on its budget: chosen as the
             # candidates are, each budget on the hull it priced on
@@ -1021,6 +1027,20 @@ class _Round:
                 if box is not None:
                     self.target[j] = box
         return True
+
+    def prior_box(self, j: int) -> tuple[int, int, int]:
+        """The furthest configuration (size, clock, batch index) job j may be upgraded to
+        while its prior alone speaks for it: its minimum GPU count, or with
+        ``prior_box="requested"`` the count it asked for; at its lowest clock where a
+        budget pays for it under ``"minimum"``, else at any clock (module docstring,
+        "Probes")."""
+        sizes, clocks, _, batch = self.opts[j]
+        policy = self.policy
+        si = 0
+        if policy.prior_box == "requested":
+            si = max(bisect.bisect_right(sizes, self.jobs[j].job.requested_gpus) - 1, 0)
+        paid_minimum = self.pays[j] and policy.prior_box == "minimum"
+        return (si, 0 if paid_minimum else len(clocks) - 1, batch)
 
     def probe(self, j: int, est: Estimate) -> bool:
         """Start job j at its minimum configuration for a bounded probe if only its prior
