@@ -19,10 +19,10 @@ reports and NVML samples (``scheduling/workload_profiles.py``):
   the job's submitted per-GPU batch (all that is known at submission), from the first
   observation the one whose prediction there is nearest the observed iteration time (a
   model of similar size). With ``hide_workloads=False`` a catalog workload starts from its
-  own catalog model (what the live service does for a catalog key). Unlike the live
-  service (``workload_profiles.fit_prior``), an estimate from another workload keeps that
-  workload's fixed / per-sample split: it is not reshaped from the job's draw
-  (``online_model.draw_shaped_prior``), deliberately. The catalog's draws are borrowed
+  own catalog model, taken as measured (what the live service does for a catalog key).
+  Unlike the live service (``workload_profiles.fit_prior``), an estimate from another
+  workload keeps that workload's fixed / per-sample split: it is not reshaped from the
+  job's draw (``online_model.draw_shaped_prior``), deliberately. The catalog's draws are borrowed
   from Zeus and its times from ElasticFlow and Pollux, so a simulated job's draw says
   nothing about how its simulated time bends with batch (A100 resnet50_cifar10: its draw
   reads 58% busy, its time is 26% per-sample), and a run here could not judge it;
@@ -283,14 +283,17 @@ class LearnedKnowledge:
                 key = (job.workload, gpu_model, id(prior), label)
                 shared = self._priors.get(key)
                 if shared is None:
+                    # Measured: its workload's profile that knows the compute split, or
+                    # (``hide_workloads=False``) the catalog's own model of it, which the
+                    # live service uses as it is (``workload_profiles._starting_model``).
                     profile = self._profiles.get((job.workload, gpu_model))
+                    own = profile is not None and prior is profile.model
                     shared = self._priors[key] = om.OnlinePerfModel(
                         prior=prior,
                         params=[0.0] * om.N_PARAMS,
                         workload=job.workload,
-                        prior_measured=profile is not None
-                        and prior is profile.model
-                        and profiles.knows_split(profile.fit.observations),
+                        prior_measured=(own and profiles.knows_split(profile.fit.observations))
+                        or label == f"catalog {job.workload}",
                     )
                 out[(job.job_id, gpu_model)] = shared
         return out

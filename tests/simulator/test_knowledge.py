@@ -103,6 +103,19 @@ def test_a_hidden_workload_starts_from_another_workload_then_from_its_profile(sc
     assert prior.iter_time_s(_cfg(alloc)) != pytest.approx(cfg_time, rel=0.05)
 
 
+def test_a_workload_starting_from_its_own_catalog_model_is_not_a_guess(scenario):
+    # given workloads not hidden: a job of a catalog workload starts from the catalog's own
+    # model of it, as the live service uses that model as it is; a prior that is measured,
+    # not estimated (policies do not hold it at its minimum until it reports)
+    first, _ = _two_of_a_workload(scenario)
+    own = LearnedKnowledge(scenario.catalog, hide_workloads=False)
+    model = own.job_perf([first], ["T4"])[(first.job_id, "T4")]
+    assert own.prior(first, "T4")[1] == f"catalog {first.workload}"
+    assert model.prior_measured and not model.estimated
+    hidden = LearnedKnowledge(scenario.catalog)
+    assert hidden.job_perf([first], ["T4"])[(first.job_id, "T4")].estimated
+
+
 def test_a_profile_measured_at_two_per_gpu_batches_backs_the_next_jobs_prediction(scenario):
     knowledge = LearnedKnowledge(scenario.catalog, measurement_noise=0.0, seed=0)
     jobs = [j for j in scenario.jobs if j.workload == _two_of_a_workload(scenario)[0].workload]
