@@ -130,15 +130,16 @@ def test_probes_can_be_turned_off():
     assert "a" not in plan.allocations
 
 
-def test_a_budgeted_job_known_only_by_its_prior_is_not_upgraded():
+def test_a_budgeted_job_known_only_by_its_prior_gets_no_more_gpus():
     # A generous budget: the job fits at once. Elastic up to 8 GPUs; with a measured model
-    # the greedy buys GPUs, with its prior alone it stays at its minimum until observed.
+    # the greedy buys GPUs, with its prior alone it stays at its minimum GPU count until
+    # observed; its clock is chosen as any job's (here the top one: the budget is ample)
     elastic = [job("a", iters=10.0, min_gpus=1, max_gpus=8)]
     fast = replace(PRIOR, t1_s=1.0)
     learned = _round(replace(fast, estimated=False), limit_j=1e9, jobs=elastic)
     assert learned.allocations["a"].n_gpus > 1
     prior = _round(fast, limit_j=1e9, jobs=elastic)
-    assert prior.allocations["a"].n_gpus == 1
+    assert (prior.allocations["a"].n_gpus, prior.allocations["a"].sm_clock_mhz) == (1, 2000)
 
 
 def test_without_a_budget_a_job_known_only_by_its_prior_keeps_its_minimum_gpu_count():
