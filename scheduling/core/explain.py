@@ -16,6 +16,7 @@ from scheduling.core.types import (
     Budget,
     Change,
     ChangeKind,
+    Job,
     Plan,
     Snapshot,
 )
@@ -53,6 +54,13 @@ def _budget_part(budget: Budget, plan: Plan) -> str:
         spent = plan.predicted_co2_by_budget_g.get(bid, 0.0)
         return f"{whose} allows {allowed:.3g} g CO2e this round, the plan spends {spent:.3g} g"
     return ""
+
+
+def _estimated(snapshot: Snapshot, job: Job) -> bool:
+    """Whether the job's model in the snapshot is a prior alone (``estimated``: a learned
+    model before any measurement of its own; budget_greedy and elastic grow no such job)."""
+    models = [m for (jid, _), m in snapshot.job_perf.items() if jid == job.job_id]
+    return bool(models) and all(getattr(m, "estimated", False) for m in models)
 
 
 def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float) -> str:
@@ -99,6 +107,16 @@ def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float
             f"a probe of {probe['until_s'] - now:.0f} s (its performance is still an "
             "estimate from another workload, whose cost does not fit its budget, so it runs "
             "at its minimum until it is measured)"
+        )
+    elif (
+        change.kind == ChangeKind.START
+        and job is not None
+        and after.n_gpus < job.max_gpus
+        and _estimated(snapshot, job)
+    ):
+        parts.append(
+            "its speed is still an estimate, nothing of its own measured yet, so what more "
+            "GPUs would gain is a guess"
         )
     record = plan.exploration.get(change.job_id) or {}
     gpu_probe = next(

@@ -230,3 +230,17 @@ def test_a_probe_start_says_it_is_a_probe_and_why():
     # a measured job's start says nothing of a probe
     measured = _round(MEASURED, limit_j=1e9)
     assert "probe" not in explain_change(measured.changes[0], snap, measured, now=0.0)
+
+
+def test_a_start_held_to_its_minimum_by_its_prior_says_its_speed_is_an_estimate():
+    # No budget: the job known by its prior alone starts on 1 of the 4 GPUs it asked for,
+    # and the round's "why" says its speed is an estimate; a measured job's start does not
+    elastic = [job("a", n=4, iters=10.0, min_gpus=1, max_gpus=8)]
+    fast = replace(PRIOR, t1_s=1.0)
+    for model, held in ((fast, True), (replace(fast, estimated=False), False)):
+        snap = snapshot(make_cluster(1, 1, 8), elastic, CATALOG, job_perf={("a", "A100"): model})
+        plan = plan_round(snap, policy=get_policy("powerflow"), now=0.0)
+        (start,) = plan.changes
+        text = explain_change(start, snap, plan, now=0.0)
+        assert ("its speed is still an estimate" in text) is held, text
+        assert ("1 GPU of the 4 it asked for" in text) is held, text
