@@ -56,11 +56,13 @@ def _budget_part(budget: Budget, plan: Plan) -> str:
     return ""
 
 
-def _estimated(snapshot: Snapshot, job: Job) -> bool:
-    """Whether the job's model in the snapshot is a prior alone (``estimated``: a learned
-    model before any measurement of its own; budget_greedy and elastic grow no such job)."""
-    models = [m for (jid, _), m in snapshot.job_perf.items() if jid == job.job_id]
-    return bool(models) and all(getattr(m, "estimated", False) for m in models)
+def _estimated_on(snapshot: Snapshot, job: Job, alloc: Allocation) -> bool:
+    """Whether the job's model on the GPU model it was given is a prior alone
+    (``estimated``: a learned model before any measurement of its own)."""
+    model_of = {g.gpu_id: g.model for g in snapshot.cluster.gpus}
+    gpu_model = model_of.get(alloc.gpu_ids[0]) if alloc.gpu_ids else None
+    model = snapshot.job_perf.get((job.job_id, gpu_model))
+    return bool(getattr(model, "estimated", False))
 
 
 def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float) -> str:
@@ -112,12 +114,9 @@ def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float
         change.kind == ChangeKind.START
         and job is not None
         and after.n_gpus < job.max_gpus
-        and _estimated(snapshot, job)
+        and _estimated_on(snapshot, job, after)
     ):
-        parts.append(
-            "its speed is still an estimate, nothing of its own measured yet, so what more "
-            "GPUs would gain is a guess"
-        )
+        parts.append("its speed there is still an estimate: nothing of its own measured yet")
     record = plan.exploration.get(change.job_id) or {}
     gpu_probe = next(
         (p for p in record.get("gpu_probes", ()) if abs(p["since_s"] - now) < 1e-6), None

@@ -61,6 +61,14 @@ class AnalyticModel:
         return cfg.n_gpus * self.power_w(cfg) * self.iter_time_s(cfg)
 
 
+@dataclass(frozen=True)
+class PriorOnly(AnalyticModel):
+    """A job's learned model before any observation of its own
+    (``OnlinePerfModel.estimated``): its prior alone speaks for it."""
+
+    estimated: bool = True
+
+
 class Catalog:
     def __init__(self, *models: AnalyticModel) -> None:
         self._m = {(m.workload, m.gpu_model): m for m in models}

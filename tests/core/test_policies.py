@@ -8,10 +8,19 @@ lower clock; a busy GPU draws 50 + 200 * (f / 2000)**2 W: 100 W at 1000 MHz, 162
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
-from corekit import WORKLOADS, AnalyticModel, Catalog, job, make_cluster, running, snapshot
+from corekit import (
+    WORKLOADS,
+    AnalyticModel,
+    Catalog,
+    PriorOnly,
+    job,
+    make_cluster,
+    running,
+    snapshot,
+)
 
 from scheduling.core.registry import get_policy, policy_names
 from scheduling.core.round import plan_round
@@ -269,10 +278,6 @@ def test_elastic_gives_spare_gpus_to_the_best_marginal_speedup():
 def test_elastic_keeps_a_job_only_its_prior_knows_at_its_smallest_size():
     # The same two jobs, lin known only by a prior (a learned model with nothing measured,
     # ``estimated``): lin stays at one GPU until it is observed, flat takes what it gains on
-    @dataclass(frozen=True)
-    class PriorOnly(AnalyticModel):
-        estimated: bool = True
-
     lin = AnalyticModel("lin")
     flat = AnalyticModel("flat", scaling=0.2)
     jobs = [

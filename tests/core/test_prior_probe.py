@@ -5,7 +5,7 @@ would cost more than ncf's whole budget, and a job that never runs is never obse
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 
@@ -16,20 +16,13 @@ from scheduling.core.types import Budget
 from tests.core.corekit import (
     AnalyticModel,
     Catalog,
+    PriorOnly,
     RoundSpy,
     job,
     make_cluster,
     running,
     snapshot,
 )
-
-
-@dataclass(frozen=True)
-class PriorOnly(AnalyticModel):
-    """A job's model before any observation of its own (``OnlinePerfModel.estimated``)."""
-
-    estimated: bool = True
-
 
 # The prior says 1,000 s per iteration at 40 W: 10 iterations cost 400 kJ, far beyond the
 # team's 12 kJ for the period, and a 300 s round at the lowest clock 20 W x 300 s = 6 kJ,
@@ -242,5 +235,34 @@ def test_a_start_held_to_its_minimum_by_its_prior_says_its_speed_is_an_estimate(
         plan = plan_round(snap, policy=get_policy("powerflow"), now=0.0)
         (start,) = plan.changes
         text = explain_change(start, snap, plan, now=0.0)
-        assert ("its speed is still an estimate" in text) is held, text
+        assert ("its speed there is still an estimate" in text) is held, text
         assert ("1 GPU of the 4 it asked for" in text) is held, text
+
+
+def test_a_start_on_a_gpu_model_where_the_job_is_measured_says_nothing_of_an_estimate():
+    # estimated on the V100 only: its start on A100s, where its model is the catalog's or
+    # measured, is no guess; the same start with the A100 model estimated says so
+    elastic = [job("a", n=4, iters=10.0, min_gpus=1, max_gpus=8)]
+    fast = replace(PRIOR, t1_s=1.0)
+    v100 = {("a", "V100"): replace(fast, gpu_model="V100")}
+    for a100, said in (({}, False), ({("a", "A100"): replace(fast, estimated=False)}, False),
+                       ({("a", "A100"): fast}, True)):  # fmt: skip
+        perf = {**a100, **v100}
+        snap = snapshot(make_cluster(1, 1, 8), elastic, CATALOG, job_perf=perf)
+        plan = plan_round(snap, policy="fifo", now=0.0)  # the 4 GPUs it asked for
+        text = explain_change(plan.changes[0], snap, plan, now=0.0)
+        assert "on the 4 GPUs it asked for" in text
+        assert ("still an estimate" in text) is said, text
+
+
+@pytest.mark.parametrize("policy", ["powerflow", "greenflow", "elastic"])
+def test_a_running_job_its_prior_alone_knows_is_not_shrunk_to_its_minimum(policy):
+    # it runs on 4 GPUs (started before this policy, or by a scheduler that trusted the
+    # prior) and has not reported yet: the box keeps what it runs on rather than restarting
+    # it on one GPU, and gives it no more
+    elastic = [
+        running(job("a", iters=10.0, min_gpus=1, max_gpus=8), [f"s0n0/{i}" for i in range(4)])
+    ]
+    fast = replace(PRIOR, t1_s=1.0)
+    snap = snapshot(make_cluster(1, 1, 8), elastic, CATALOG, job_perf={("a", "A100"): fast})
+    assert plan_round(snap, policy=get_policy(policy), now=0.0).allocations["a"].n_gpus == 4

@@ -12,13 +12,14 @@ gains more than ``min_gain``.
 
 A job whose learned model is still its prior alone (``OnlinePerfModel.estimated``: no
 iteration time of its own measured, and no profile of its workload that knows the compute
-split) is not grown past its smallest size until it is observed, as Pollux starts a job it
-has not profiled on one GPU and lets it at most double what it has run on: a prior
-borrowed from another workload can be wrong by orders of magnitude where the job never
-ran. Learned, pollux_workload-1..8, this rule took `elastic`'s average JCT from 1.049 to
-1.011 of the oracle's (median; docs/benchmarks.md, "A job its prior alone knows is not
-grown"). Pollux's doubling cap itself was tried too and left out: a larger count is
-measured by ``gpu_probe``'s one probe, and the cap on top moved the median by +0.4%.
+split) is not grown past its smallest size (or the size it runs on) until it is observed,
+as Pollux starts a job it has not profiled on one GPU and lets it at most double what it
+has run on: a prior borrowed from another workload can be wrong by orders of magnitude
+where the job never ran. Learned, pollux_workload-1..8, this rule took `elastic`'s
+average JCT from 1.049 to 1.011 of the oracle's (median; docs/benchmarks.md, "A job its
+prior alone knows is not grown"). Pollux's doubling cap itself was tried too and left
+out: a larger count is measured by ``gpu_probe``'s one probe, and the cap on top moved the
+median by +0.4%.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ class Elastic:
                 continue
             ledger.take(jv, sizes[0])
             if getattr(jv.perf, "estimated", False):
-                sizes = sizes[:1]  # its prior alone would say what more GPUs gain
+                # its prior alone would say what more GPUs gain: no more than it runs on
+                ran = job.allocation.n_gpus if job.allocation is not None else 0
+                sizes = tuple(n for n in sizes if n <= max(sizes[0], ran))
             sizes_of[job.job_id] = sizes
             level[job.job_id] = 0
             base_s[job.job_id] = time_s(jv, sizes[0])
