@@ -257,18 +257,19 @@ def test_tiresias_promotes_a_starving_job_and_stays_work_conserving():
     assert plan.waiting["b"].code == WaitCode.BEHIND_IN_QUEUE
 
 
-def test_elastic_gives_spare_gpus_to_the_best_marginal_speedup():
-    lin = AnalyticModel("lin")
-    flat = AnalyticModel("flat", scaling=0.2)
+def _lin_and_flat(**kw):
+    """Two elastic jobs (1-8 GPUs) on one 8-GPU node: l scales perfectly, f hardly."""
+    lin, flat = AnalyticModel("lin"), AnalyticModel("flat", scaling=0.2)
     jobs = [
         job("l", workload="lin", min_gpus=1, max_gpus=8),
         job("f", submit=1.0, workload="flat", min_gpus=1, max_gpus=8),
     ]
-    plan = plan_round(
-        snapshot(make_cluster(1, 1, 8), jobs, catalog=Catalog(lin, flat)),
-        policy="elastic",
-        now=10.0,
-    )
+    snap = snapshot(make_cluster(1, 1, 8), jobs, catalog=Catalog(lin, flat), **kw)
+    return plan_round(snap, policy="elastic", now=10.0)
+
+
+def test_elastic_gives_spare_gpus_to_the_best_marginal_speedup():
+    plan = _lin_and_flat()
     # lin doubles twice (1 per GPU) then 4 -> 8 no longer fits; flat gets the rest
     assert plan.allocations["l"].gpu_ids == node_ids("s0n0", range(4))
     assert plan.allocations["f"].gpu_ids == node_ids("s0n0", range(4, 8))
@@ -278,19 +279,7 @@ def test_elastic_gives_spare_gpus_to_the_best_marginal_speedup():
 def test_elastic_keeps_a_job_only_its_prior_knows_at_its_smallest_size():
     # The same two jobs, lin known only by a prior (a learned model with nothing measured,
     # ``estimated``): lin stays at one GPU until it is observed, flat takes what it gains on
-    lin = AnalyticModel("lin")
-    flat = AnalyticModel("flat", scaling=0.2)
-    jobs = [
-        job("l", workload="lin", min_gpus=1, max_gpus=8),
-        job("f", submit=1.0, workload="flat", min_gpus=1, max_gpus=8),
-    ]
-    snap = snapshot(
-        make_cluster(1, 1, 8),
-        jobs,
-        catalog=Catalog(lin, flat),
-        job_perf={("l", "A100"): PriorOnly("lin")},
-    )
-    plan = plan_round(snap, policy="elastic", now=10.0)
+    plan = _lin_and_flat(job_perf={("l", "A100"): PriorOnly("lin")})
     assert plan.allocations["l"].n_gpus == 1
     assert plan.allocations["f"].n_gpus > 1
 
