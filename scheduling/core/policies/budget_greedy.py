@@ -1016,36 +1016,32 @@ class _Round:
         self.spend(j, d_team, d_cluster)
         self.cfg[j] = [0, 0, opts[j][3]]
         self.cur[j] = self.mins[j]
-        box = self.target.get(j)  # a candidate's, chosen at its budgets' prices
-        if box is None and self.prices and j not in self.candidates:
+        if _prior_only(jv):
+            # Its prior alone says what more GPUs would gain and cost: it takes no more
+            # than its box until it is observed (module docstring, "Probes").
+            self.target[j] = self.prior_box(j)
+        elif self.prices and j not in self.candidates:
             # admitted only because a job ahead of it waits on its budget: chosen as the
             # candidates are, each budget on the hull it priced on
             if any(self.prices[b] > 0.0 for b, _ in self.pays[j]):
                 box = self.price_choice(j)
-        if _prior_only(jv):
-            # Its prior alone says what more GPUs would gain and cost: it takes no more
-            # than its box until it is observed (module docstring, "Probes").
-            box = self.capped(j, box or (len(opts[j][0]) - 1, len(opts[j][1]) - 1, opts[j][3]))
-        if box is not None:
-            self.target[j] = box
+                if box is not None:
+                    self.target[j] = box
         return True
 
-    def capped(self, j: int, box: tuple[int, int, int]) -> tuple[int, int, int]:
-        """``box`` (size, clock, batch index) with its size cut to what job j may take while
-        its prior alone speaks for it, if it does: its minimum GPU count, or with
-        ``prior_box="requested"`` the count it asked for, and never less than it runs on
-        now (module docstring, "Probes")."""
-        jv = self.jobs[j]
-        if not _prior_only(jv):
-            return box
-        sizes = self.opts[j][0]
+    def prior_box(self, j: int) -> tuple[int, int, int]:
+        """The furthest configuration (size, clock, batch index) job j may be upgraded to
+        while its prior alone speaks for it: its minimum GPU count, or with
+        ``prior_box="requested"`` the count it asked for, never less than it runs on now;
+        any clock (module docstring, "Probes"). A priced target it had is replaced, after
+        the round's allowance was counted with it."""
+        sizes, clocks, _, batch = self.opts[j]
         si = 0
         if self.policy.prior_box == "requested":
-            si = max(bisect.bisect_right(sizes, jv.job.requested_gpus) - 1, 0)
-        running = self.running_n[j]
-        if running in sizes:
-            si = max(si, sizes.index(running))
-        return (min(box[0], si), box[1], box[2])
+            si = max(bisect.bisect_right(sizes, self.jobs[j].job.requested_gpus) - 1, 0)
+        if self.running_n[j] in sizes:
+            si = max(si, sizes.index(self.running_n[j]))
+        return (si, len(clocks) - 1, batch)
 
     def probe(self, j: int, est: Estimate) -> bool:
         """Start job j at its minimum configuration for a bounded probe if only its prior

@@ -305,7 +305,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     for j in candidates:
         box = choose(j)
         if box is not None:
-            target[j] = rnd.capped(j, box)  # a job its prior alone knows: no more GPUs
+            target[j] = box
     # The allowance of a budget whose remaining funds cover the minimum cost of the
     # work present is what its jobs' targets (or minimum configurations) take now.
     # Jobs the GPUs cannot admit this round take nothing now: counting them would only
