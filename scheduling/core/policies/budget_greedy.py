@@ -137,11 +137,15 @@ no budget, the first ncf job of pollux_workload-2 (34 ms an iteration on the one
 asked for) was predicted at 149 s there and 9 s on sixteen GPUs, and took all 64; the
 workload's profile, taught only on many GPUs, went on giving each later ncf job sixteen,
 and learned PowerFlow without a budget ran 5-16% slower than with the catalog's truth
-(docs/benchmarks.md, "A job its prior alone knows is not grown"). Its clock is chosen as
-any job's: one round on its minimum GPUs bounds what a wrong guess of its draw costs. (A
-job a budget pays for was held at its lowest clock as well; learned, pollux 1-8, letting
-it take its clock as any job does was better in 28 of 32 cluster-budget and 20 of 32
-team-budget comparisons, up to 1.7x, worse in 12 by at most 3.2%, with no period over.) With
+(docs/benchmarks.md, "A job its prior alone knows is not grown"). A job running on more
+GPUs keeps them (the box never restarts it on fewer). The box bounds its GPUs, not its
+clock, nor what the round spends: where a budget's price chose a target for the job, the
+round's allowance is counted with that target before the box replaces it, and the greedy
+may raise the boxed job's clock within the allowance, as any job's. (A job a budget pays
+for was held at its lowest clock as well; learned, pollux 1-8, letting it take its clock
+was better in 28 of 32 cluster-budget and 19 of 32 team-budget comparisons, up to 1.7x,
+worse in 13 by at most 3.2%, with no period over. Counting the allowance with the box's
+target instead lost up to half of the team-budget ratios against ``fifo_lowclock``.) With
 ``prior_box="requested"`` such a job may instead grow to the GPU count it asked for
 (``Job.requested_gpus``): the user's own request bounds what the prior's guess can cost,
 and a short job is not left at the minimum for the round it takes to be observed.
