@@ -429,12 +429,19 @@ def record_observations(
 
 
 def learned_models(state: JobSchedulingState, workload: str) -> dict[str, om.OnlinePerfModel]:
-    """GPU model -> the job's learned model, rebuilt from what ``state`` stores."""
+    """GPU model -> the job's learned model, rebuilt from what ``state`` stores. A prior
+    that is the catalog's own model of the workload is measured: before the job's first
+    iteration time (only NVML draws stored) it is not a guess, as it is not for a job with
+    nothing stored (``_starting_model``)."""
     out = {}
     for gpu_model, entry in (state.online_params or {}).items():
         prior = stored_prior(entry)
         out[gpu_model] = om.learned_model(
-            prior, entry["params"], _stored(state, gpu_model), workload=workload
+            prior,
+            entry["params"],
+            _stored(state, gpu_model),
+            workload=workload,
+            prior_measured=entry.get("prior") == f"catalog {workload}@{gpu_model}",
         )
     return out
 

@@ -540,11 +540,14 @@ def learned_model(
     settings: FitSettings = FitSettings(),  # noqa: B008 - frozen, never mutated
     workload: str | None = None,
     base: FittedPerfModel | None = None,
+    prior_measured: bool = False,
 ) -> OnlinePerfModel:
     """The model of fitted ``params`` with each observed configuration's shrunk residual:
     what ``fit_online`` returns, rebuilt from stored parameters without refitting.
     ``base``: an earlier such model's ``base`` for the same prior, parameters and
-    workload, whose predictions are then reused."""
+    workload, whose predictions are then reused; ``prior_measured``: the prior is backed
+    by measurements (``OnlinePerfModel``), so the model is not ``estimated`` before the
+    job's own iteration times arrive."""
     fitted = base if base is not None else apply_params(prior, params, workload=workload)
     cells = pool(observations, prior.gpu.gpus_per_node)
     time_corr, power_corr = {}, {}
@@ -566,6 +569,7 @@ def learned_model(
         n_power_obs=sum(c.w_p for c in cells.values()),
         cells=cells,
         base=fitted,
+        prior_measured=prior_measured,
     )
 
 

@@ -197,6 +197,22 @@ def test_absurd_observations_are_refused_logged_and_never_fitted(
     assert learned.iter_time_s(CFG) == pytest.approx(good.iter_time_s, rel=1e-3)
 
 
+def test_a_catalog_workload_with_only_draws_stored_is_not_a_guess(make_job, member, team):
+    # given a running resnet50 job (the catalog has it on the A100) whose NVML draws have
+    # been stored, but no iteration time yet
+    draw = dataclasses.replace(_obs(1.0), iter_time_s=None)
+    job = _job_with(make_job, member, team, [draw], finish=False)
+    state = JobSchedulingState.objects.get(job=job)
+    assert state.online_params["A100"]["prior"] == "catalog resnet50@A100"
+
+    # then its model is backed by the catalog's measurements, not a prior alone (policies
+    # would otherwise hold it at its GPU count until its first progress report), and a
+    # workload's model that is another's estimate still is one
+    model = wp.learned_models(state, "resnet50")["A100"]
+    assert model.n_time_obs == 0 and not model.estimated
+    assert wp.learned_models(state, "mystery")["A100"].estimated
+
+
 def test_a_workload_the_catalog_does_not_know_starts_from_a_known_one_on_its_gpu(db):
     prior, source = wp.prior_for("llama-3b", "A100", catalog=CATALOG)
     assert prior.gpu_model == "A100"
