@@ -55,7 +55,7 @@ from config import events
 from scheduling import adapters, budget_alerts, workload_profiles
 from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core import types as core
-from scheduling.core.explain import explain_change
+from scheduling.core.explain import explain_change, gpu_models
 from scheduling.core.round import plan_round
 from scheduling.executors import Executor, get_executor
 from scheduling.liveness import mark_silent_nodes
@@ -391,8 +391,11 @@ def _apply(
     that trade GPUs with each other are retried once the others have moved."""
     pending = adapters.allocation_changes(plan, rows)
     # Why each start, resize or retune happened (a stop's reason is its wait reason).
+    model_of = gpu_models(rows.snapshot)
     why = {
-        rows.jobs[c.job_id].pk: explain_change(c, rows.snapshot, plan, now=now.timestamp())
+        rows.jobs[c.job_id].pk: explain_change(
+            c, rows.snapshot, plan, now=now.timestamp(), model_of=model_of
+        )
         for c in plan.changes
     }
     decisions: list[RoundDecision] = []

@@ -184,12 +184,18 @@ def prior_for(
     return _unprofiled_prior(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
 
 
+def catalog_source(workload: str, gpu_model: str) -> str:
+    """The prior source that names the catalog's own model of ``workload`` on
+    ``gpu_model`` (measured, not an estimate)."""
+    return f"catalog {workload}@{gpu_model}"
+
+
 def _unprofiled_prior(
     workload: str, gpu_model: str, *, catalog: Catalog, nvml: NvmlGpu | None, hints: JobHints
 ) -> tuple[FittedPerfModel, str] | None:
     """``prior_for`` where the workload has no profile on ``gpu_model``."""
     if catalog.has(workload, gpu_model):
-        return catalog.get(workload, gpu_model), f"catalog {workload}@{gpu_model}"
+        return catalog.get(workload, gpu_model), catalog_source(workload, gpu_model)
     resembles, param_count = hints.resembles, hints.param_count
     if resembles and catalog.has(resembles, gpu_model):
         return catalog.get(resembles, gpu_model), f"{ESTIMATED} {resembles}@{gpu_model}"
@@ -441,7 +447,7 @@ def learned_models(state: JobSchedulingState, workload: str) -> dict[str, om.Onl
             entry["params"],
             _stored(state, gpu_model),
             workload=workload,
-            prior_measured=entry.get("prior") == f"catalog {workload}@{gpu_model}",
+            prior_measured=entry.get("prior") == catalog_source(workload, gpu_model),
         )
     return out
 
@@ -517,7 +523,7 @@ def _starting_model(
         prior, measured = fit.model, profiles.knows_split(fit.observations)
     else:
         found = _unprofiled_prior(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
-        if found is None or found[1] == f"catalog {workload}@{gpu_model}":
+        if found is None or found[1] == catalog_source(workload, gpu_model):
             return None
         prior, measured = found[0], False
     return om.OnlinePerfModel(

@@ -10,6 +10,8 @@ states only what the plan and the snapshot hold; it does not guess the policy's 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from scheduling.core.types import (
     J_PER_KWH,
     Allocation,
@@ -56,17 +58,31 @@ def _budget_part(budget: Budget, plan: Plan) -> str:
     return ""
 
 
-def _estimated_on(snapshot: Snapshot, job: Job, alloc: Allocation) -> bool:
+def gpu_models(snapshot: Snapshot) -> dict[str, str]:
+    """GPU id -> GPU model, for ``explain_change`` (build it once for a round's changes)."""
+    return {g.gpu_id: g.model for g in snapshot.cluster.gpus}
+
+
+def _estimated_on(
+    snapshot: Snapshot, job: Job, alloc: Allocation, model_of: Mapping[str, str]
+) -> bool:
     """Whether the job's model on the GPU model it was given is a prior alone
     (``estimated``: a learned model before any measurement of its own)."""
-    model_of = {g.gpu_id: g.model for g in snapshot.cluster.gpus}
     gpu_model = model_of.get(alloc.gpu_ids[0]) if alloc.gpu_ids else None
     model = snapshot.job_perf.get((job.job_id, gpu_model))
     return bool(getattr(model, "estimated", False))
 
 
-def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float) -> str:
-    """One sentence (or two) on why ``change`` happened; "" for a stop (its wait says why)."""
+def explain_change(
+    change: Change,
+    snapshot: Snapshot,
+    plan: Plan,
+    *,
+    now: float,
+    model_of: Mapping[str, str] | None = None,
+) -> str:
+    """One sentence (or two) on why ``change`` happened; "" for a stop (its wait says why).
+    ``model_of``: ``gpu_models(snapshot)``, where the caller explains many changes."""
     after, before = change.after, change.before
     if after is None or change.kind == ChangeKind.STOP:
         return ""
@@ -114,7 +130,7 @@ def explain_change(change: Change, snapshot: Snapshot, plan: Plan, *, now: float
         change.kind == ChangeKind.START
         and job is not None
         and after.n_gpus < job.max_gpus
-        and _estimated_on(snapshot, job, after)
+        and _estimated_on(snapshot, job, after, model_of or gpu_models(snapshot))
     ):
         parts.append("its speed there is still an estimate: nothing of its own measured yet")
     record = plan.exploration.get(change.job_id) or {}

@@ -74,6 +74,11 @@ REFIT_GROWTH = 4
 PARAM_PRIOR = False
 
 
+def _own_label(workload: str) -> str:
+    """The label of a prior that is the catalog's own model of ``workload``."""
+    return f"catalog {workload}"
+
+
 @dataclass
 class _Learning:
     """One job's learning on one GPU model."""
@@ -148,7 +153,7 @@ class LearnedKnowledge:
         if profile is not None:
             return profile.model, f"profile {job.workload}@{gpu_model} ({profile.jobs} jobs)"
         if not self.hide_workloads and self.catalog.has(job.workload, gpu_model):
-            return self.catalog.get(job.workload, gpu_model), f"catalog {job.workload}"
+            return self.catalog.get(job.workload, gpu_model), _own_label(job.workload)
         if first is not None:
             return self._nearest(job, gpu_model, first)
         # Before any observation the choice depends on the workload, the GPU model and the
@@ -293,7 +298,7 @@ class LearnedKnowledge:
                         params=[0.0] * om.N_PARAMS,
                         workload=job.workload,
                         prior_measured=(own and profiles.knows_split(profile.fit.observations))
-                        or label == f"catalog {job.workload}",
+                        or label == _own_label(job.workload),
                     )
                 out[(job.job_id, gpu_model)] = shared
         return out

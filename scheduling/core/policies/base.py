@@ -96,6 +96,14 @@ def waiting_since_s(job: Job) -> float:
     return job.last_change_s if job.last_change_s is not None else job.submit_time_s
 
 
+def prior_only(jv: JobView) -> bool:
+    """True while job ``jv``'s model is its prior alone (an online model that has not
+    measured the job's iteration time yet, ``OnlinePerfModel.estimated``); a catalog model
+    (oracle knowledge) is not. Policies that grow jobs by their predicted speed-up give no
+    such job more GPUs than its minimum (budget_greedy, "Probes"; elastic)."""
+    return bool(getattr(jv.perf, "estimated", False))
+
+
 def per_gpu_batch(job: Job) -> float:
     """A job's per-GPU batch: ``Job.per_gpu_batch``, else its submitted global batch
     over its requested GPUs."""

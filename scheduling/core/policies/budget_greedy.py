@@ -181,7 +181,7 @@ from scheduling.core.pacing import (
     paced_energy_allowance_j,
 )
 from scheduling.core.placement import job_buddy_sizes
-from scheduling.core.policies.base import FreeForecast, GpuLedger, waiting_since_s
+from scheduling.core.policies.base import FreeForecast, GpuLedger, prior_only, waiting_since_s
 from scheduling.core.policies.budget_price import price_round
 from scheduling.core.pricing import lower_hull
 from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
@@ -206,12 +206,6 @@ def clock_levels(clocks: tuple[int, ...], levels: int | None) -> tuple[int | Non
         return (clocks[-1],)
     idx = sorted({round(i * (len(clocks) - 1) / (levels - 1)) for i in range(levels)})
     return tuple(clocks[i] for i in idx)
-
-
-def _prior_only(jv: JobView) -> bool:
-    """True while job ``jv``'s model is its prior alone (an online model that has not
-    measured the job's iteration time yet); a catalog model (oracle knowledge) is not."""
-    return bool(getattr(jv.perf, "estimated", False))
 
 
 class BudgetGreedy:
@@ -907,7 +901,7 @@ class _Round:
         """Whether one of job j's budgets cannot pay its minimum configuration this round
         whatever allowance the prices give it (its cap, ``_budget_caps``). A job only its
         prior knows may still be probed (``probe``): never unpayable here."""
-        if not self.pays[j] or (self.policy.probe_s is not None and _prior_only(self.jobs[j])):
+        if not self.pays[j] or (self.policy.probe_s is not None and prior_only(self.jobs[j])):
             return False
         if self._caps is None:
             self._caps = self._budget_caps()
@@ -1020,7 +1014,7 @@ class _Round:
         self.spend(j, d_team, d_cluster)
         self.cfg[j] = [0, 0, opts[j][3]]
         self.cur[j] = self.mins[j]
-        if _prior_only(jv):
+        if prior_only(jv):
             # Its prior alone says what more GPUs would gain and cost: it takes no more
             # than its box until it is observed (module docstring, "Probes").
             self.target[j] = self.prior_box(j)
@@ -1054,7 +1048,7 @@ class _Round:
         so."""
         policy, jv = self.policy, self.jobs[j]
         job = jv.job
-        if policy.probe_s is None or not _prior_only(jv):
+        if policy.probe_s is None or not prior_only(jv):
             return False
         now = self.ctx.now_s
         rec = self.probes.get(job.job_id)

@@ -28,7 +28,7 @@ import heapq
 
 from scheduling.core.context import RoundContext
 from scheduling.core.placement import job_buddy_sizes
-from scheduling.core.policies.base import FreeForecast, GpuLedger, queue_order
+from scheduling.core.policies.base import FreeForecast, GpuLedger, prior_only, queue_order
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
@@ -68,7 +68,7 @@ class Elastic:
                 blocked.append(jv)
                 continue
             ledger.take(jv, sizes[0])
-            if getattr(jv.perf, "estimated", False):
+            if prior_only(jv):
                 # its prior alone would say what more GPUs gain: no more than it runs on
                 ran = job.allocation.n_gpus if job.allocation is not None else 0
                 sizes = tuple(n for n in sizes if n <= max(sizes[0], ran))
