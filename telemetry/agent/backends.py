@@ -15,6 +15,7 @@ speaks watts and joules.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -252,13 +253,23 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-# NVML product names -> the GPU model keys of the perf catalog. The longest match wins, so
-# "A100-SXM4-80GB" maps to A100 and "RTX 6000" is not mistaken for anything shorter.
-_MODEL_KEYS = ("A100", "A40", "V100", "P100", "T4", "K80", "H100", "RTX6000")
+# NVML product names -> GPU model keys, the perf catalog's for the models it has. The vendor's
+# brand words and the tokens that name a board's memory, form factor or a MIG slice are
+# dropped; what is left is the model ("NVIDIA A100-SXM4-80GB" -> A100, "NVIDIA H100 80GB HBM3"
+# -> H100, "NVIDIA H200" -> H200, "Quadro RTX 6000" -> RTX6000). Model codes are written
+# together, as the catalog writes them; a name of ordinary words is kept as NVML spells it.
+_BRANDS = frozenset({"NVIDIA", "TESLA", "QUADRO", "GEFORCE"})
+_BOARD_TOKEN = re.compile(r"\d+(\.\d+)?[GT]B|SXM\d*|PCIE|HBM\d*E?|NVL|NVLINK", re.IGNORECASE)
+_MODEL_CODE = re.compile(r"[A-Z0-9]+")
 
 
 def gpu_model_key(product_name: str) -> str:
-    """Map an NVML product name (``NVIDIA A100-SXM4-40GB``) to a perf-catalog key (``A100``)."""
-    squashed = product_name.upper().replace(" ", "").replace("QUADRO", "")
-    matches = [key for key in _MODEL_KEYS if key in squashed]
-    return max(matches, key=len) if matches else product_name.strip()
+    """Map an NVML product name (``NVIDIA A100-SXM4-40GB``) to a GPU model key (``A100``)."""
+    name = product_name.strip()
+    words = re.split(r"[\s\-]+", name.split(" MIG ")[0])
+    kept = [w for w in words if w and w.upper() not in _BRANDS and not _BOARD_TOKEN.fullmatch(w)]
+    if not kept:
+        return name
+    if all(_MODEL_CODE.fullmatch(w) for w in kept):
+        return "".join(kept)
+    return " ".join(kept)

@@ -9,6 +9,7 @@ from rest_framework import serializers
 from cluster.api.serializers import NumberFloatField
 from cluster.models import sm_clock_conflict
 from cluster.validators import multi_line, single_line
+from telemetry.agent.backends import gpu_model_key
 from telemetry.choices import ExitReason, JobEventKind
 
 # Bounds of the columns agent messages land in: a value outside them is a 400 here, not a
@@ -37,7 +38,12 @@ class GpuRegistrationSerializer(serializers.Serializer):
     # shown on the node pages (found by probing the API).
     uuid = serializers.CharField(max_length=64, validators=[single_line])
     index = serializers.IntegerField(min_value=0, max_value=255)
-    model = serializers.CharField(max_length=100, validators=[single_line])
+    model = serializers.CharField(
+        max_length=100,
+        validators=[single_line],
+        help_text="NVML's product name or a GPU model key; stored as the key "
+        "(NVIDIA H200 -> H200), so an older agent's GPUs join a newer one's model.",
+    )
     memory_mb = serializers.IntegerField(
         min_value=0,
         max_value=_INT_MAX,
@@ -62,6 +68,9 @@ class GpuRegistrationSerializer(serializers.Serializer):
         help_text="SM clocks the GPU can be locked at. Null, empty or absent: unknown; "
         "a registered list is kept.",
     )
+
+    def validate_model(self, value):
+        return gpu_model_key(value)
 
     def validate(self, attrs):
         if not (

@@ -211,7 +211,22 @@ def test_restore_defaults_survives_a_driver_refusal(fake):
         ("Tesla V100-SXM2-16GB", "V100"),
         ("NVIDIA A40", "A40"),
         ("Quadro RTX 6000", "RTX6000"),
+        ("Tesla P100-PCIE-16GB", "P100"),
+        ("NVIDIA A100 80GB PCIe", "A100"),
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "A100"),
+        ("NVIDIA H100 80GB HBM3", "H100"),  # what the H100 machines here reported
+        ("NVIDIA H100 NVL", "H100"),
+        # models the catalog lacks keep their own model code, not the product name
+        ("NVIDIA H200", "H200"),  # what the H200 machine here reported
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A10G", "A10G"),
+        ("NVIDIA GeForce RTX 4090", "RTX4090"),
+        ("NVIDIA RTX A6000", "RTXA6000"),
+        ("Tesla V100S-PCIE-32GB", "V100S"),  # not a V100: 250 W, other clocks
+        ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada Generation"),  # not the RTX6000
         ("Some Future GPU", "Some Future GPU"),
+        ("  NVIDIA  ", "NVIDIA"),
     ],
 )
 def test_nvml_product_names_map_to_perf_catalog_keys(name, key):
