@@ -178,10 +178,25 @@ def prior_for(
     (or the resembled one's, or the first one) on the catalog GPU nearest to what NVML
     reports (``nvml``). None: nothing to start from. Every case after the catalog's is an
     estimate that the job's own observations then correct."""
+    found = _prior_and_mark(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
+    return None if found is None else found[:2]
+
+
+def _prior_and_mark(
+    workload: str, gpu_model: str, *, catalog: Catalog, nvml: NvmlGpu | None, hints: JobHints
+) -> tuple[FittedPerfModel, str, bool] | None:
+    """``prior_for``'s (prior, source), and whether the prior is measured, not a guess: the
+    catalog's own model of the workload, or a profile whose measurements tell the compute
+    split (``profiles.knows_split``)."""
     profile = latest_profile(workload, gpu_model)
     if profile is not None:
-        return model_from_params(profile.params), f"profile v{profile.version}"
-    return _unprofiled_prior(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
+        fit = profile_fit(profile)
+        source = f"profile v{profile.version}"
+        return fit.model, source, profiles.knows_split(fit.observations)
+    found = _unprofiled_prior(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
+    if found is None:
+        return None
+    return *found, found[1] == catalog_source(workload, gpu_model)
 
 
 def catalog_source(workload: str, gpu_model: str) -> str:
@@ -391,17 +406,13 @@ def record_observations(
     refit its model; ``observed_until`` moves to ``until`` either way (refused measurements
     are not read again). ``nvml``: what NVML reports of the GPU model, for one the catalog
     lacks. Returns the refitted model (None: no prior for the GPU model)."""
-    found = prior_for(
-        job.workload,
-        gpu_model,
-        catalog=catalog,
-        nvml=nvml,
-        hints=JobHints.of(job),
+    found = _prior_and_mark(
+        job.workload, gpu_model, catalog=catalog, nvml=nvml, hints=JobHints.of(job)
     )
     if found is None:
         JobSchedulingState.objects.filter(pk=state.pk).update(observed_until=until)
         return None
-    prior, source = found
+    prior, source, measured = found
     accepted = screen(job.pk, observations, gpu=prior.gpu)
     pooled = om.pooled_observations(_stored(state, gpu_model) + accepted, prior.gpu.gpus_per_node)
     stored_obs = dict(state.observations or {})
@@ -421,6 +432,7 @@ def record_observations(
         stored_params[gpu_model] = {
             "params": list(model.params),
             "prior": source,
+            "prior_measured": measured,
             "prior_params": model_to_params(prior),
         }
     JobSchedulingState.objects.filter(pk=state.pk).update(
@@ -436,9 +448,11 @@ def record_observations(
 
 def learned_models(state: JobSchedulingState, workload: str) -> dict[str, om.OnlinePerfModel]:
     """GPU model -> the job's learned model, rebuilt from what ``state`` stores. A prior
-    that is the catalog's own model of the workload is measured: before the job's first
-    iteration time (only NVML draws stored) it is not a guess, as it is not for a job with
-    nothing stored (``_starting_model``)."""
+    that is the catalog's own model of the workload, or a profile that knows the compute
+    split, is measured: before the job's first iteration time (only NVML draws stored) it is
+    not a guess, as it is not for a job with nothing stored (``_starting_model``). The mark
+    is stored with the fit (``prior_measured``); a fit stored before it was names only its
+    source, which tells the catalog's own model and not a profile's split."""
     out = {}
     for gpu_model, entry in (state.online_params or {}).items():
         prior = stored_prior(entry)
@@ -447,7 +461,9 @@ def learned_models(state: JobSchedulingState, workload: str) -> dict[str, om.Onl
             entry["params"],
             _stored(state, gpu_model),
             workload=workload,
-            prior_measured=entry.get("prior") == catalog_source(workload, gpu_model),
+            prior_measured=entry.get(
+                "prior_measured", entry.get("prior") == catalog_source(workload, gpu_model)
+            ),
         )
     return out
 
@@ -517,15 +533,10 @@ def _starting_model(
     """``prior_for``'s prior as a model with nothing of the job's own (one profile query),
     measured where it is a profile that knows the compute split; None where it is the
     catalog's own model or there is none."""
-    profile = latest_profile(workload, gpu_model)
-    if profile is not None:
-        fit = profile_fit(profile)
-        prior, measured = fit.model, profiles.knows_split(fit.observations)
-    else:
-        found = _unprofiled_prior(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
-        if found is None or found[1] == catalog_source(workload, gpu_model):
-            return None
-        prior, measured = found[0], False
+    found = _prior_and_mark(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
+    if found is None or found[1] == catalog_source(workload, gpu_model):
+        return None
+    prior, _, measured = found
     return om.OnlinePerfModel(
         prior=prior, params=[0.0] * om.N_PARAMS, workload=workload, prior_measured=measured
     )

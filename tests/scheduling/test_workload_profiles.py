@@ -206,11 +206,51 @@ def test_a_catalog_workload_with_only_draws_stored_is_not_a_guess(make_job, memb
     assert state.online_params["A100"]["prior"] == "catalog resnet50@A100"
 
     # then its model is backed by the catalog's measurements, not a prior alone (policies
-    # would otherwise hold it at its GPU count until its first progress report), and a
-    # workload's model that is another's estimate still is one
+    # would otherwise hold it at its GPU count until its first progress report)
+    assert state.online_params["A100"]["prior_measured"] is True
     model = wp.learned_models(state, "resnet50")["A100"]
     assert model.n_time_obs == 0 and not model.estimated
+    # and a fit stored before the mark was kept is read by its source: the catalog's own
+    # model of the workload is measured, another workload's model is an estimate
+    del state.online_params["A100"]["prior_measured"]
+    assert not wp.learned_models(state, "resnet50")["A100"].estimated
     assert wp.learned_models(state, "mystery")["A100"].estimated
+
+
+def _at_batch(local_batch: float) -> Observation:
+    cfg = config_of(2, 1, local_batch)
+    return Observation(
+        n_gpus=2,
+        n_nodes=1,
+        local_batch=local_batch,
+        iter_time_s=PRIOR.iter_time_s(cfg),
+        power_w=PRIOR.power_w(cfg),
+    )
+
+
+@pytest.mark.parametrize(("batches", "measured"), [((128.0,), False), ((128.0, 64.0), True)])
+def test_a_job_whose_prior_is_a_profile_that_knows_the_split_is_not_a_guess_before_it_reports(
+    make_job, member, team, batches, measured
+):
+    # given a finished resnet50 job that measured iteration times at one per-GPU batch, or at
+    # two (which tells how its compute time splits), folded into the workload's profile
+    _job_with(make_job, member, team, [_at_batch(b) for b in batches])
+    assert wp.fold_finished_jobs(now=T0) == 1
+    # and a second job, running, whose NVML draws are stored but no iteration time yet
+    draw = dataclasses.replace(_obs(1.0), iter_time_s=None)
+    job = _job_with(make_job, member, team, [draw], finish=False)
+    state = JobSchedulingState.objects.get(job=job)
+    assert state.online_params["A100"]["prior"] == "profile v1"
+
+    # then its model is measured where the profile knows the split, as it is for a job with
+    # nothing stored yet (the prior the round gives a waiting job); it was a prior alone in
+    # both cases, so a budget policy held it at its GPU count until its first report
+    model = wp.learned_models(state, "resnet50")["A100"]
+    assert model.n_time_obs == 0 and model.estimated is not measured
+    waiting = make_job(owner=member, team=team)
+    nvml = wp.nvml_gpus([])  # the catalog has the A100: no NVML readings needed
+    starting = wp.prior_models([waiting], {"A100": None, **nvml}, catalog=CATALOG)
+    assert starting[(str(waiting.pk), "A100")].estimated is not measured
 
 
 def test_a_workload_the_catalog_does_not_know_starts_from_a_known_one_on_its_gpu(db):
