@@ -150,6 +150,8 @@ class NvmlBackend:
         self._info = [self._describe(i, h) for i, h in enumerate(self._handles)]
         # Which GPUs we changed, so restore touches only those (and close restores them all).
         self._touched: set[int] = set()
+        # GPUs whose draw NVML could not read at the last tick (warned once, not every tick).
+        self._unreadable: set[str] = set()
 
     def _optional(self, fn: str, *args: Any) -> Any:
         """Call an NVML query that older GPUs do not support; None when unsupported."""
@@ -166,6 +168,17 @@ class NvmlBackend:
         default_mw = self._optional("nvmlDeviceGetPowerManagementDefaultLimit", handle)
         max_clock = self._optional("nvmlDeviceGetMaxClockInfo", handle, self._nvml.NVML_CLOCK_SM)
         limits_mw = self._optional("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        if limits_mw is None or default_mw is None:
+            # A board whose limit cannot be managed still enforces one: registered as a
+            # range of that one value, so the server plans it at its fixed limit.
+            enforced_mw = self._optional("nvmlDeviceGetEnforcedPowerLimit", handle)
+            if enforced_mw is not None:
+                log.warning(
+                    "GPU %s: NVML gives no power-limit range or default; registered as fixed "
+                    "at its enforced limit, %.0f W", _text(uuid), enforced_mw / 1000.0,
+                )  # fmt: skip
+                limits_mw = limits_mw or (enforced_mw, enforced_mw)
+                default_mw = enforced_mw if default_mw is None else default_mw
         return GpuInfo(
             uuid=_text(uuid),
             index=index,
@@ -192,21 +205,41 @@ class NvmlBackend:
         return list(self._info)
 
     def read(self, now: datetime) -> list[Reading]:
-        nvml = self._nvml
+        """One reading per GPU whose draw NVML can read. What else a GPU cannot report is
+        None (utilisation under MIG, a board without a temperature sensor); a GPU whose
+        draw cannot be read this tick (lost from the bus, a driver reset) is left out of
+        it with one warning, and the others are read: one GPU's error must not stop the
+        agent, which would stop every job on the node."""
+        nvml, optional = self._nvml, self._optional
         readings = []
         for info, handle in zip(self._info, self._handles, strict=True):
-            energy_mj = self._optional("nvmlDeviceGetTotalEnergyConsumption", handle)
+            try:
+                power_mw = nvml.nvmlDeviceGetPowerUsage(handle)
+            except nvml.NVMLError as exc:
+                if info.uuid not in self._unreadable:
+                    log.warning("GPU %s: NVML cannot read its draw, left out: %s", info.uuid, exc)
+                    self._unreadable.add(info.uuid)
+                continue
+            if info.uuid in self._unreadable:
+                log.warning("GPU %s: its draw reads again", info.uuid)
+                self._unreadable.discard(info.uuid)
+            energy_mj = optional("nvmlDeviceGetTotalEnergyConsumption", handle)
+            util = optional("nvmlDeviceGetUtilizationRates", handle)
+            memory = optional("nvmlDeviceGetMemoryInfo", handle)
+            temp = optional("nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
+            clock = optional("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)
+            limit_mw = optional("nvmlDeviceGetEnforcedPowerLimit", handle)
             readings.append(
                 Reading(
                     gpu_uuid=info.uuid,
                     ts=now,
-                    power_w=nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+                    power_w=power_mw / 1000.0,
                     energy_j=None if energy_mj is None else energy_mj / 1000.0,
-                    util_pct=float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
-                    mem_used_mib=nvml.nvmlDeviceGetMemoryInfo(handle).used / (1024 * 1024),
-                    temp_c=float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
-                    sm_clock_mhz=int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
-                    power_limit_w=nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0,
+                    util_pct=None if util is None else float(util.gpu),
+                    mem_used_mib=None if memory is None else memory.used / (1024 * 1024),
+                    temp_c=None if temp is None else float(temp),
+                    sm_clock_mhz=None if clock is None else int(clock),
+                    power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
                 )
             )
         return readings

@@ -25,7 +25,8 @@ def _reading(r: Reading) -> str:
     energy = "-" if r.energy_j is None else f"{r.energy_j:.1f} J"
     return (
         f"  {r.gpu_uuid}: {r.power_w:.1f} W, energy counter {energy}, util {r.util_pct}%, "
-        f"mem {r.mem_used_mib:.0f} MiB, {r.temp_c} C, SM {r.sm_clock_mhz} MHz, "
+        f"mem {'-' if r.mem_used_mib is None else f'{r.mem_used_mib:.0f}'} MiB, {r.temp_c} C, "
+        f"SM {r.sm_clock_mhz} MHz, "
         f"limit {r.power_limit_w} W"
     )
 
@@ -69,11 +70,15 @@ def run(
             failures += 1
             out.write(f"  refused: {exc!r}\n")
         time.sleep(pause_s)
-        out.write("  " + _reading(backend.read(datetime.now(UTC))[gpu]).strip() + "\n")
+        now = _reading_of(backend, info.uuid)
+        out.write("  " + (_reading(now).strip() if now else "its draw cannot be read") + "\n")
         out.write(f"GPU {gpu}: restore defaults\n")
         backend.restore_defaults(gpu)
         time.sleep(pause_s)
-        after = backend.read(datetime.now(UTC))[gpu]
+        after = _reading_of(backend, info.uuid)
+        if after is None:
+            out.write("  its draw cannot be read after the restore\n")
+            return 1
         out.write("  " + _reading(after).strip() + "\n")
         default_w = info.default_power_limit_w
         if default_w is not None and after.power_limit_w != default_w:
@@ -82,6 +87,11 @@ def run(
     finally:
         backend.close()
     return 1 if failures else 0
+
+
+def _reading_of(backend: NvmlBackend, uuid: str):
+    """This GPU's reading now; None where NVML cannot read its draw (left out of a read)."""
+    return next((r for r in backend.read(datetime.now(UTC)) if r.gpu_uuid == uuid), None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -135,6 +135,24 @@ def test_registration_with_inconsistent_limits_is_a_400(make_node, agent_client)
     assert not Gpu.objects.filter(node=node).exists()
 
 
+def test_a_product_name_and_a_fixed_power_limit_register_as_the_model_key(make_node, agent_client):
+    # given what an older agent sends for an H200 (NVML's product name) and what an agent
+    # sends for a board whose limit NVML cannot manage (a range of its one enforced limit)
+    node = make_node("node-09", gpus=0)
+    fixed = {"min_power_limit_w": 250.0, "default_power_limit_w": 250.0, "max_power_limit_w": 250.0}
+    body = {"gpus": [_gpu("GPU-x0", 0, model="NVIDIA H200"), _gpu("GPU-x1", 1, **fixed)]}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", body, format="json"
+    )
+    # then both are stored: the first under its model key, the second at its fixed limit
+    assert response.status_code == 200, response.json()
+    gpus = Gpu.objects.filter(node=node).order_by("index")
+    assert [(g.model, g.min_power_limit_w, g.max_power_limit_w) for g in gpus] == [
+        ("H200", 100, 400),
+        ("A100", 250, 250),
+    ]
+
+
 def test_heartbeat_updates_only_the_tokens_node(agent_node, other_node, agent_client):
     node, token = agent_node
     response = agent_client(token).post("/api/agent/heartbeat/", {}, format="json")

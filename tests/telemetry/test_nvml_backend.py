@@ -27,6 +27,13 @@ class FakeNvml:
     def _unsupported(self):
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
+    @staticmethod
+    def _may_fail(h, name):
+        """Raise the NVML error the test set for this device and function, if any."""
+        code = h.get("fail", {}).get(name)
+        if code is not None:
+            raise pynvml.NVMLError(code)
+
     def nvmlInit(self):
         self.initialised = True
 
@@ -49,9 +56,11 @@ class FakeNvml:
         return SimpleNamespace(total=h["mem_total_b"], used=h["mem_used_b"])
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+        self._may_fail(h, "nvmlDeviceGetPowerManagementDefaultLimit")
         return h["default_limit_mw"]
 
     def nvmlDeviceGetPowerManagementLimitConstraints(self, h):
+        self._may_fail(h, "nvmlDeviceGetPowerManagementLimitConstraints")
         return h["limits_mw"]
 
     def nvmlDeviceGetMaxClockInfo(self, h, clock):
@@ -67,6 +76,7 @@ class FakeNvml:
         return list(h["sm_clocks"][memory_clock_mhz])
 
     def nvmlDeviceGetPowerUsage(self, h):
+        self._may_fail(h, "nvmlDeviceGetPowerUsage")
         return h["power_mw"]
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
@@ -75,16 +85,20 @@ class FakeNvml:
         return h["energy_mj"]
 
     def nvmlDeviceGetUtilizationRates(self, h):
+        self._may_fail(h, "nvmlDeviceGetUtilizationRates")
         return SimpleNamespace(gpu=h["util"], memory=0)
 
     def nvmlDeviceGetTemperature(self, h, sensor):
         assert sensor == pynvml.NVML_TEMPERATURE_GPU
+        self._may_fail(h, "nvmlDeviceGetTemperature")
         return h["temp"]
 
     def nvmlDeviceGetClockInfo(self, h, clock):
+        self._may_fail(h, "nvmlDeviceGetClockInfo")
         return h["clock"]
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        self._may_fail(h, "nvmlDeviceGetEnforcedPowerLimit")
         return h["limit_mw"]
 
     def nvmlDeviceSetPowerManagementLimit(self, h, limit_mw):
@@ -172,6 +186,54 @@ def test_readings_convert_units_and_leave_out_a_missing_energy_counter(fake):
     assert without.gpu_uuid == "GPU-bbb"
     assert without.energy_j is None
     assert without.power_w == 251.5
+
+
+def test_a_gpu_reports_none_for_what_nvml_cannot_read(fake):
+    # given a GPU in MIG mode (NVML gives no utilisation for the whole board) on a board
+    # without a readable temperature sensor or clock
+    fake.devices[1]["fail"] = {
+        "nvmlDeviceGetUtilizationRates": pynvml.NVML_ERROR_NOT_SUPPORTED,
+        "nvmlDeviceGetTemperature": pynvml.NVML_ERROR_NOT_SUPPORTED,
+        "nvmlDeviceGetClockInfo": pynvml.NVML_ERROR_NOT_SUPPORTED,
+        "nvmlDeviceGetEnforcedPowerLimit": pynvml.NVML_ERROR_NOT_SUPPORTED,
+    }
+    # then its reading carries its draw and memory, and None for the rest (the wire and
+    # the server take null for each), and the other GPU reads whole
+    _, mig = NvmlBackend(nvml=fake).read(datetime(2026, 11, 28, tzinfo=UTC))
+    assert (mig.power_w, mig.mem_used_mib) == (251.5, 3072.0)
+    assert (mig.util_pct, mig.temp_c, mig.sm_clock_mhz, mig.power_limit_w) == (None,) * 4
+
+
+def test_a_gpu_whose_draw_cannot_be_read_is_left_out_with_one_warning(fake, caplog):
+    # given a node whose second GPU fell off the bus
+    backend = NvmlBackend(nvml=fake)
+    fake.devices[1]["fail"] = {"nvmlDeviceGetPowerUsage": pynvml.NVML_ERROR_GPU_IS_LOST}
+    t = datetime(2026, 11, 28, tzinfo=UTC)
+    # then each tick reads the other GPU (the agent goes on; it stopped every job before)
+    # and warns once, not every second
+    with caplog.at_level("WARNING", logger="telemetry.agent.backends"):
+        assert [r.gpu_uuid for r in backend.read(t)] == ["GPU-aaa"]
+        assert [r.gpu_uuid for r in backend.read(t)] == ["GPU-aaa"]
+        lost = [r for r in caplog.records if "cannot read its draw" in r.getMessage()]
+        assert len(lost) == 1 and "GPU-bbb" in lost[0].getMessage()
+        # and once it reads again, it is back, with a word in the log
+        fake.devices[1]["fail"] = {}
+        assert [r.gpu_uuid for r in backend.read(t)] == ["GPU-aaa", "GPU-bbb"]
+        assert any("reads again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_board_without_power_management_registers_at_its_enforced_limit(fake):
+    # given a board whose limit NVML cannot manage (no range, no default) but enforces
+    fake.devices[1]["fail"] = {
+        "nvmlDeviceGetPowerManagementDefaultLimit": pynvml.NVML_ERROR_NOT_SUPPORTED,
+        "nvmlDeviceGetPowerManagementLimitConstraints": pynvml.NVML_ERROR_NOT_SUPPORTED,
+    }
+    fake.devices[1]["limit_mw"] = 250_000
+    wire = NvmlBackend(nvml=fake).gpus()[1].to_wire()
+    # then it registers as a range of that one limit (the server refused a null range, so
+    # the agent could not register the node at all)
+    limits = [wire[k] for k in ("min_power_limit_w", "default_power_limit_w", "max_power_limit_w")]
+    assert limits == [250.0, 250.0, 250.0]
 
 
 def test_settings_are_applied_in_nvml_units_and_restored_on_close(fake):
