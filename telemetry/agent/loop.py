@@ -29,6 +29,9 @@ from telemetry.agent.spool import Rejected, ServerUnreachable
 log = logging.getLogger(__name__)
 
 
+TICK_ERROR_EVERY = 60  # a failing tick's traceback is logged once in this many
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     node_name: str
@@ -407,10 +410,23 @@ class Agent:
         if not self.register_until_accepted():
             self.backend.close()
             return
+        failing = 0  # ticks in a row that raised
         try:
             while not self.stopping.is_set():
                 started = datetime.now(UTC)
-                self.tick(started)
+                try:
+                    self.tick(started)
+                except Exception:  # noqa: BLE001 - one tick's fault must not stop every job
+                    # Leaving the loop would shut down, which stops every job on the node:
+                    # a driver hiccup or a bad file must cost a tick, not the jobs. The
+                    # traceback is logged on the first failure and every TICK_ERROR_EVERY.
+                    if failing % TICK_ERROR_EVERY == 0:
+                        log.exception("tick failed (%d in a row); the agent goes on", failing + 1)
+                    failing += 1
+                else:
+                    if failing:
+                        log.warning("ticks succeed again after %d that failed", failing)
+                    failing = 0
                 elapsed = (datetime.now(UTC) - started).total_seconds()
                 self.stopping.wait(max(0.0, self.config.sample_interval_s - elapsed))
         finally:

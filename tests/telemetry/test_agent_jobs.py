@@ -179,3 +179,36 @@ def test_after_a_retune_in_place_the_first_report_keeps_the_jobs_own_time(agent,
     # then the event carries the job's time; a count dated before the retune would not
     assert datetime.fromisoformat(event["ts"]) == reached
     agent.shutdown(NOW)
+
+
+def test_a_tick_that_raises_costs_a_tick_not_the_jobs(tmp_path, caplog):
+    # given an agent running a job, whose backend raises something NVML does not (a
+    # driver hiccup) on two ticks in a row; leaving the loop would shut the agent down,
+    # which stops every job on the node
+    fake = FakeNvml([_device(f"GPU-{i}", energy_mj=0) for i in range(2)])
+    client = AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
+    config = AgentConfig(node_name="n", work_dir=tmp_path, sample_interval_s=0.02)
+    agent = Agent(NvmlBackend(nvml=fake), client, config)
+    agent.register = lambda: {}  # no server here: what matters is the loop
+    agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0"])]}, NOW)
+    read, reads, running = agent.backend.read, [], []
+
+    def flaky(now):
+        reads.append(now)
+        if len(reads) in (2, 3):
+            raise RuntimeError("driver hiccup")
+        if len(reads) == 4:
+            running.append(7 in agent.jobs and agent.jobs[7].poll() is None)
+            agent.stopping.set()
+        return read(now)
+
+    agent.backend.read = flaky
+    with caplog.at_level("WARNING", logger="telemetry.agent.loop"):
+        agent.run()
+    # then the loop went on past them, the job still running, and said so once each way
+    assert len(reads) == 4 and running == [True]
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("tick failed" in m for m in messages) == 1
+    assert any("succeed again after 2" in m for m in messages)
+    # and the shutdown at the end stopped the job as it always does
+    assert agent.jobs == {}
