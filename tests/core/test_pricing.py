@@ -3,13 +3,24 @@ and a priced PowerFlow round whose target lies between two hull points."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduling.core.pricing import hull_choice, lower_hull, price_for_share
 from scheduling.core.registry import get_policy
 from scheduling.core.round import plan_round
 from scheduling.core.types import Budget, CarbonSignal
-from tests.core.corekit import AnalyticModel, Catalog, job, make_cluster, snapshot
+from tests.core.corekit import (
+    AnalyticModel,
+    Catalog,
+    job,
+    make_cluster,
+    random_snapshot,
+    snapshot,
+)
+
+NOW_S = 10_000.0
 
 # One job of corekit's analytic model on 1 GPU, 600 iterations, at its three clocks
 # (r = 0.5, 0.75, 1): time 600 x (0.5 + 0.5 / r) s, draw above idle 200 r^2 W, so
@@ -74,7 +85,7 @@ ABOVE_IDLE = {"cost_above_idle": True}
 
 
 @pytest.mark.parametrize(
-    ("limit_j", "clock", "price", "allowance_j"),
+    ("limit_j", "clock", "price", "allowance_j", "planned_j"),
     [
         # The free budget 100 kJ, less the work expected to arrive (45 kJ a day over the
         # 3000 s left: 1,562.5 J, of which an arrival of 900 s at its cheapest spends
@@ -83,13 +94,14 @@ ABOVE_IDLE = {"cost_above_idle": True}
         # 1500 MHz point (78,750 J) fits, the fastest (120,000 J) not, so the price is
         # the second slope and the job runs at 1500 MHz; the round's allowance is what
         # that takes, 162.5 W x 300 s.
-        (100_000.0, 1500, 100 / 41_250, 48_750.0),
-        # With 200 kJ even the fastest point fits: price 0, 250 W x 300 s.
-        (200_000.0, 2000, 0.0, 75_000.0),
+        (100_000.0, 1500, 100 / 41_250, 48_750.0, 48_750.0),
+        # With 200 kJ even the fastest point fits: price 0, and the round may spend what
+        # the period has left (its energy buys nothing later); the job takes 250 W x 300 s.
+        (200_000.0, 2000, 0.0, 200_000.0, 75_000.0),
     ],
 )
 def test_a_priced_round_runs_the_job_at_its_target_and_allows_what_that_takes(
-    limit_j, clock, price, allowance_j
+    limit_j, clock, price, allowance_j, planned_j
 ):
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=limit_j)
     snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,))
@@ -99,7 +111,7 @@ def test_a_priced_round_runs_the_job_at_its_target_and_allows_what_that_takes(
     assert plan.allocations["a"].sm_clock_mhz == clock
     assert plan.policy_state["price"]["b"] == pytest.approx(price)
     assert plan.energy_allowance_by_budget_j["b"] == pytest.approx(allowance_j)
-    assert plan.predicted_energy_by_budget_j["b"] == pytest.approx(allowance_j)
+    assert plan.predicted_energy_by_budget_j["b"] == pytest.approx(planned_j)
 
 
 @pytest.mark.parametrize(
@@ -338,3 +350,45 @@ def test_greenflow_spends_a_team_carbon_budget_that_covers_the_work_without_hold
         "over_round_allowance",
         "waiting_for_clean_hour",
     }
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize(("shape", "n_jobs"), [((2, 2, 4), 30), ((4, 2, 4), 14), ((2, 4, 8), 14)])
+@pytest.mark.parametrize("policy_name", ["powerflow", "greenflow"])
+def test_a_budget_that_cannot_bind_plans_as_no_budget_does(seed, shape, n_jobs, policy_name):
+    # given a cluster and a mix of waiting and running jobs (four workloads, elastic sizes,
+    # clocks and batches), and a cluster budget far beyond anything the period could spend
+    free = random_snapshot(seed, make_cluster(*shape), n_jobs=n_jobs, now=NOW_S)
+    limit = {"energy_limit_j": 1e15} if policy_name == "powerflow" else {"co2_limit_g": 1e12}
+    rich = Budget("b", None, 0.0, NOW_S + 7 * 86_400.0, **limit)
+    priced = replace(free, budgets=(rich,))
+    # when both are planned
+    policy = get_policy(policy_name)
+    plan_free = plan_round(free, policy=policy, now=NOW_S)
+    plan_priced = plan_round(priced, policy=policy, now=NOW_S)
+    # then the budget is priced at 0 and changes nothing: its energy buys nothing later,
+    # so no step is refused for it or ranked lower by it (held to what the jobs' targets
+    # take, it refused some and ranked others by their share of that allowance)
+    assert plan_priced.policy_state["price"] == {"b": 0.0}
+    assert plan_priced.allocations == plan_free.allocations
+
+
+@pytest.mark.parametrize(("b_limit_j", "a_allowance_j"), [(1e9, 1e9), (100_000.0, 75_000.0)])
+def test_a_free_budget_rations_the_round_only_beside_a_priced_one(b_limit_j, a_allowance_j):
+    # given two teams' budgets: team a's far beyond its one job's needs (price 0), and team
+    # b's as generous, or tight enough that its job runs below its fastest clock
+    budgets = (
+        Budget("ba", "a", 0.0, 3000.0, energy_limit_j=1e9),
+        Budget("bb", "b", 0.0, 3000.0, energy_limit_j=b_limit_j),
+    )
+    jobs = [job("ja", iters=600.0, team="a"), job("jb", iters=600.0, team="b")]
+    snap = snapshot(make_cluster(1, 2, 8), jobs, budgets=budgets)
+    policy = get_policy("powerflow", period_reserve=0.0, **ABOVE_IDLE)
+    plan = plan_round(snap, policy=policy, now=0.0)
+    # then where both prices are 0 the round may spend what each period has left; where
+    # b's price is not, a's allowance stays what its job's target takes (250 W x 300 s),
+    # so that a's free energy does not rank a's steps above b's by GPUs alone
+    assert plan.policy_state["price"]["ba"] == 0.0
+    assert (plan.policy_state["price"]["bb"] > 0.0) is (b_limit_j < 1e9)
+    assert plan.energy_allowance_by_budget_j["ba"] == pytest.approx(a_allowance_j)
+    assert plan.allocations["ja"].sm_clock_mhz == 2000

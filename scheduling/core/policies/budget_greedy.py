@@ -98,7 +98,9 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    the most time per joule). The round's allowance is then what the targets (or minimum
    configurations, whichever is more) take this round, so a job at its minimum is never
    held back while the free remainder covers the present work's minimum; when it does
-   not, lambda is infinite and the even-share allowance above applies again. What the
+   not, lambda is infinite and the even-share allowance above applies again. Where every
+   priced budget's lambda is 0, energy is free this round and the allowance is what the
+   period has left (the floor kept), so a budget that never binds plans as no budget does. What the
    idle floor draws after this round stays reserved. The score floor is not used for
    priced jobs (the price replaces it). A carbon price (GreenFlow with ``pricing``)
    also: prices the hours past the forecast at the mean of the hours seen and the

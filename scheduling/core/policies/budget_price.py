@@ -319,9 +319,22 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         for bi, is_cluster in pays[j]:
             k = 1 if is_cluster else 0
             need[bi] += max(d_min[k], d_tgt[k])
+    # Energy is free this round where every priced budget's price is 0: each covers the
+    # work present at its fastest and what is expected, so its energy buys nothing later,
+    # and the round is not held to what the targets take. Held to it, the allowance stays
+    # a scarce thing in the greedy's ranking (a step's share of the spare allowance), and
+    # a configuration inside a target can take more of the round than the target (a job
+    # that finishes within the round on more GPUs): a budget that never bound ran
+    # PowerFlow 2.8% slower than no budget on pollux_workload-3. Where another budget's
+    # price is not 0, every allowance stays: a team whose energy is free would otherwise
+    # rank its steps by GPUs alone and take the GPUs that the priced teams' jobs need
+    # (docs/benchmarks.md, "A budget at price 0").
+    free_round = all(p == 0.0 for p, is_priced in zip(price, priced, strict=True) if is_priced)
     for b_i, b in enumerate(budgets):
         if not covered[b_i]:
             continue
+        if free_round:
+            need[b_i] = math.inf
         # What the idle floor will draw after this round stays reserved: spending it on
         # work now would leave the powered idle GPUs to overspend the period at its end.
         after_s = max(b.period_end_s - ctx.now_s - ctx.round_length_s, 0.0)
@@ -330,7 +343,8 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             allow_e[b_i] = max(min(b.energy_remaining_j - keep, need[b_i]), 0.0)
         if policy.cost == "carbon" and allow_c[b_i] is not None:
             keep = curve.co2_g(floor_w[b_i], after_s) if floor_w[b_i] and after_s else 0.0
-            allow_c[b_i] = max(min(b.co2_remaining_g - keep, need[b_i] * to_g), 0.0)
+            need_g = need[b_i] * to_g if math.isfinite(need[b_i]) else math.inf
+            allow_c[b_i] = max(min(b.co2_remaining_g - keep, need_g), 0.0)
     return {
         "price_prev_now": ctx.now_s,
         "price_arrivals": arrivals,
