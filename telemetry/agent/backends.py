@@ -169,16 +169,23 @@ class NvmlBackend:
         max_clock = self._optional("nvmlDeviceGetMaxClockInfo", handle, self._nvml.NVML_CLOCK_SM)
         limits_mw = self._optional("nvmlDeviceGetPowerManagementLimitConstraints", handle)
         if limits_mw is None or default_mw is None:
-            # A board whose limit cannot be managed still enforces one: registered as a
-            # range of that one value, so the server plans it at its fixed limit.
             enforced_mw = self._optional("nvmlDeviceGetEnforcedPowerLimit", handle)
-            if enforced_mw is not None:
+            if enforced_mw is not None and limits_mw is None:
+                # A board whose limit cannot be managed still enforces one: registered as
+                # a range of that one value, so the server plans it at its fixed limit.
                 log.warning(
-                    "GPU %s: NVML gives no power-limit range or default; registered as fixed "
-                    "at its enforced limit, %.0f W", _text(uuid), enforced_mw / 1000.0,
+                    "GPU %s: NVML gives no power-limit range; registered as fixed at its "
+                    "enforced limit, %.0f W", _text(uuid), enforced_mw / 1000.0,
                 )  # fmt: skip
-                limits_mw = limits_mw or (enforced_mw, enforced_mw)
-                default_mw = enforced_mw if default_mw is None else default_mw
+                limits_mw, default_mw = (enforced_mw, enforced_mw), enforced_mw
+            elif enforced_mw is not None:
+                # A range but no default: the enforced limit, held to the range (it may be
+                # what the last job left), is where a restore goes back to.
+                default_mw = min(max(enforced_mw, limits_mw[0]), limits_mw[1])
+                log.warning(
+                    "GPU %s: NVML gives no default power limit; %.0f W (its enforced limit) "
+                    "taken as the default", _text(uuid), default_mw / 1000.0,
+                )  # fmt: skip
         return GpuInfo(
             uuid=_text(uuid),
             index=index,
@@ -251,7 +258,12 @@ class NvmlBackend:
         sm_clock_mhz, power_limit_w = capped_settings(
             self._info[index], sm_clock_mhz=sm_clock_mhz, power_limit_w=power_limit_w
         )
-        if power_limit_w is not None:
+        info = self._info[index]
+        # A board registered at a fixed limit (no range from NVML) cannot have it set.
+        fixed = info.max_power_limit_w is not None and (
+            info.min_power_limit_w == info.max_power_limit_w
+        )
+        if power_limit_w is not None and not fixed:
             self._nvml.nvmlDeviceSetPowerManagementLimit(handle, int(round(power_limit_w * 1000)))
             self._touched.add(index)
         if sm_clock_mhz is not None:
@@ -287,13 +299,24 @@ def _text(value: str | bytes) -> str:
 
 
 # NVML product names -> GPU model keys, the perf catalog's for the models it has. The vendor's
-# brand words and the tokens that name a board's memory, form factor or a MIG slice are
-# dropped; what is left is the model ("NVIDIA A100-SXM4-80GB" -> A100, "NVIDIA H100 80GB HBM3"
-# -> H100, "NVIDIA H200" -> H200, "Quadro RTX 6000" -> RTX6000). Model codes are written
-# together, as the catalog writes them; a name of ordinary words is kept as NVML spells it.
-_BRANDS = frozenset({"NVIDIA", "TESLA", "QUADRO", "GEFORCE"})
-_BOARD_TOKEN = re.compile(r"\d+(\.\d+)?[GT]B|SXM\d*|PCIE|HBM\d*E?|NVL|NVLINK", re.IGNORECASE)
-_MODEL_CODE = re.compile(r"[A-Z0-9]+")
+# brand words and the tokens that name a board's memory, form factor, variant, vGPU profile
+# or MIG slice are dropped; what is left is the model ("NVIDIA A100-SXM4-80GB" -> A100,
+# "NVIDIA H100 80GB HBM3" -> H100, "GRID V100-16Q" -> V100, "NVIDIA H200" -> H200, "Quadro
+# RTX 6000" -> RTX6000). Model codes are written together, as the catalog writes them; a name
+# with an ordinary word left is kept spaced as NVML spells it ("RTX 6000 Ada Generation" is
+# not the RTX6000).
+_BRANDS = frozenset({"NVIDIA", "TESLA", "QUADRO", "GEFORCE", "GRID"})
+_BOARD_TOKEN = re.compile(
+    r"\d+(\.\d+)?[GT]B|SXM\d*|PCIE|HBM\d*E?|NVL|NVLINK|DGXS|FHHL|LS|PASSIVE|\d+[QCAB]",
+    re.IGNORECASE,
+)
+
+
+def _code_like(word: str) -> bool:
+    """A token of a model code: capitals and digits, or with a digit, or a suffix (Ti)."""
+    return word.isalnum() and (
+        word.upper() == word or any(c.isdigit() for c in word) or len(word) <= 2
+    )
 
 
 def gpu_model_key(product_name: str) -> str:
@@ -303,6 +326,6 @@ def gpu_model_key(product_name: str) -> str:
     kept = [w for w in words if w and w.upper() not in _BRANDS and not _BOARD_TOKEN.fullmatch(w)]
     if not kept:
         return name
-    if all(_MODEL_CODE.fullmatch(w) for w in kept):
+    if all(_code_like(w) for w in kept):
         return "".join(kept)
     return " ".join(kept)

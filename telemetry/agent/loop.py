@@ -151,10 +151,17 @@ class Agent:
 
     def reconcile(self, answer: dict[str, Any], now: datetime) -> None:
         """Start what is assigned and not running, restart what moved, stop what is no longer
-        assigned (or explicitly listed under ``stop``)."""
+        assigned (or explicitly listed under ``stop``). What it did is reported even where a
+        later step raises: a job stopped here and never reported would stay assigned."""
+        events: list[dict[str, Any]] = []
+        try:
+            self._reconcile(answer, now, events)
+        finally:
+            self.send_events(events)
+
+    def _reconcile(self, answer: dict[str, Any], now: datetime, events: list) -> None:
         wanted = {int(a["job_id"]): a for a in answer.get("assignments", [])}
         stop = {int(j) for j in answer.get("stop", [])}
-        events = []
         resized = False
         for job_id in sorted(self.running_job_ids()):
             assignment = wanted.get(job_id)
@@ -174,7 +181,7 @@ class Agent:
                     resized = True
         if resized:
             wanted, stop = self._refetch_after_resize(events, wanted, stop)
-            events = []
+            events.clear()
         for job_id, assignment in sorted(wanted.items()):
             if (
                 job_id not in stop
@@ -184,7 +191,6 @@ class Agent:
                 and assignment["allocation_id"] not in self.finished_allocations
             ):
                 events.extend(self.start_job(assignment, now))
-        self.send_events(events)
 
     def _refetch_after_resize(
         self, events: list[dict[str, Any]], wanted: dict[int, Any], stop: set[int]
@@ -214,12 +220,21 @@ class Agent:
         return sorted(self.index_by_uuid[u] for u in assignment["gpu_uuids"])
 
     def _apply_settings(self, assignment: dict[str, Any]) -> None:
+        """Set each assigned GPU's clock and power limit. A GPU that refuses (a board that
+        cannot manage its limit, a driver that will not lock clocks) runs the job at what
+        it has: the job is not held for it, and the samples report what the GPU runs at."""
         for index in self._indices(assignment):
-            self.backend.apply_settings(
-                index,
-                sm_clock_mhz=assignment.get("sm_clock_mhz"),
-                power_limit_w=assignment.get("power_limit_w"),
-            )
+            try:
+                self.backend.apply_settings(
+                    index,
+                    sm_clock_mhz=assignment.get("sm_clock_mhz"),
+                    power_limit_w=assignment.get("power_limit_w"),
+                )
+            except Exception as exc:  # noqa: BLE001 - whatever the driver says, the job runs
+                log.warning(
+                    "job %s: GPU %s refused its settings, runs at its current ones: %s",
+                    assignment.get("job_id"), index, exc,
+                )  # fmt: skip
 
     def start_job(self, assignment: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
         job_id = int(assignment["job_id"])

@@ -8,6 +8,7 @@ import json
 import sys
 from datetime import UTC, datetime, timedelta
 
+import pynvml
 import pytest
 from support.net import free_port
 from support.polling import wait_for
@@ -212,3 +213,37 @@ def test_a_tick_that_raises_costs_a_tick_not_the_jobs(tmp_path, caplog):
     assert any("succeed again after 2" in m for m in messages)
     # and the shutdown at the end stopped the job as it always does
     assert agent.jobs == {}
+
+
+def test_a_gpu_that_refuses_its_settings_runs_the_job_at_what_it_has(agent, tmp_path, caplog):
+    # given a GPU whose driver refuses a power limit (a board that cannot manage it)
+    agent, fake = agent
+    fake.devices[0]["fail"] = {"nvmlDeviceSetPowerManagementLimit": pynvml.NVML_ERROR_NOT_SUPPORTED}
+    # when a job is assigned to it at a power limit
+    with caplog.at_level("WARNING", logger="telemetry.agent.loop"):
+        agent.reconcile(
+            {"assignments": [_assignment(tmp_path, 1, ["GPU-0"], power_limit_w=250)]}, NOW
+        )
+    # then the job starts and says so (it was neither started nor reported, every round)
+    assert list(agent.jobs) == [7]
+    assert _spooled_events(tmp_path) == [("started", None, None, None)]
+    assert any("refused its settings" in r.getMessage() for r in caplog.records)
+    agent.shutdown(NOW)
+
+
+def test_what_a_round_of_assignments_did_is_reported_when_a_later_step_raises(agent, tmp_path):
+    # given a running job, and a new assignment whose start raises something unforeseen
+    agent, _ = agent
+    agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0"])]}, NOW)
+    other = _assignment(tmp_path, 5, ["GPU-1"], job_id=8)
+
+    def broken(*_):
+        raise OSError("no space left on device")
+
+    agent.runner.start = broken
+    # when the answer stops the first and starts the second
+    with pytest.raises(OSError):
+        agent.reconcile({"assignments": [other]}, NOW)
+    # then the first job's exit is reported all the same (else it stayed assigned, stopped)
+    assert [e[:2] for e in _spooled_events(tmp_path)] == [("started", None), ("exited", "stopped")]
+    agent.shutdown(NOW)

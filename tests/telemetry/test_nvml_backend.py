@@ -102,6 +102,7 @@ class FakeNvml:
         return h["limit_mw"]
 
     def nvmlDeviceSetPowerManagementLimit(self, h, limit_mw):
+        self._may_fail(h, "nvmlDeviceSetPowerManagementLimit")
         self.calls.append(("set_power_limit", h["uuid"], limit_mw))
         h["limit_mw"] = limit_mw
 
@@ -234,6 +235,22 @@ def test_a_board_without_power_management_registers_at_its_enforced_limit(fake):
     # the agent could not register the node at all)
     limits = [wire[k] for k in ("min_power_limit_w", "default_power_limit_w", "max_power_limit_w")]
     assert limits == [250.0, 250.0, 250.0]
+    # and no limit is set on it (the driver would refuse), though clocks still are
+    backend = NvmlBackend(nvml=fake)
+    backend.apply_settings(1, sm_clock_mhz=1200, power_limit_w=300.0)
+    assert fake.calls == [("lock_clocks", "GPU-bbb", 1200, 1200)]
+
+
+def test_a_range_without_a_default_takes_the_enforced_limit_held_to_the_range(fake):
+    # given a board with a limit range but no default, whose enforced limit is outside it
+    fake.devices[1]["fail"] = {
+        "nvmlDeviceGetPowerManagementDefaultLimit": pynvml.NVML_ERROR_NOT_SUPPORTED
+    }
+    fake.devices[1]["limit_mw"] = 450_000
+    wire = NvmlBackend(nvml=fake).gpus()[1].to_wire()
+    # then it registers min <= default <= max (the server refuses anything else)
+    limits = [wire[k] for k in ("min_power_limit_w", "default_power_limit_w", "max_power_limit_w")]
+    assert limits == [100.0, 400.0, 400.0]
 
 
 def test_settings_are_applied_in_nvml_units_and_restored_on_close(fake):
@@ -286,6 +303,18 @@ def test_restore_defaults_survives_a_driver_refusal(fake):
         ("NVIDIA GeForce RTX 4090", "RTX4090"),
         ("NVIDIA RTX A6000", "RTXA6000"),
         ("Tesla V100S-PCIE-32GB", "V100S"),  # not a V100: 250 W, other clocks
+        ("Tesla V100-DGXS-32GB", "V100"),
+        ("Tesla V100-FHHL-16GB", "V100"),
+        ("Tesla V100-SXM2-32GB-LS", "V100"),
+        ("Quadro RTX 6000 Passive", "RTX6000"),
+        # vGPU guests: the profile suffix is not the model
+        ("GRID V100-16Q", "V100"),
+        ("GRID T4-16Q", "T4"),
+        ("NVIDIA A100-40C", "A100"),
+        ("NVIDIA A800 80GB PCIe", "A800"),
+        ("NVIDIA GeForce RTX 3090 Ti", "RTX3090Ti"),
+        ("NVIDIA GeForce GTX 1080 Ti", "GTX1080Ti"),
+        ("NVIDIA Graphics Device", "Graphics Device"),
         ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada Generation"),  # not the RTX6000
         ("Some Future GPU", "Some Future GPU"),
         ("  NVIDIA  ", "NVIDIA"),
@@ -293,3 +322,4 @@ def test_restore_defaults_survives_a_driver_refusal(fake):
 )
 def test_nvml_product_names_map_to_perf_catalog_keys(name, key):
     assert gpu_model_key(name) == key
+    assert gpu_model_key(key) == key  # a key maps to itself (the server maps what it gets)
