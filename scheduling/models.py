@@ -88,7 +88,7 @@ class PerfProfile(models.Model):
     """
 
     workload = models.CharField(max_length=64)
-    gpu_model = models.CharField(max_length=32)
+    gpu_model = models.CharField(max_length=100)
     version = models.CharField(max_length=32)
     params = models.JSONField()
     fitted_at = models.DateTimeField()
@@ -128,7 +128,7 @@ class WorkloadProfile(models.Model):
     """
 
     workload = models.CharField(max_length=64)
-    gpu_model = models.CharField(max_length=32)
+    gpu_model = models.CharField(max_length=100)
     version = models.PositiveIntegerField()
     prior = models.CharField(max_length=100, help_text="catalog model the first job started from")
     params = models.JSONField()

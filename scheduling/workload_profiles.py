@@ -177,7 +177,8 @@ def prior_for(
     catalog workload on it; else, for a GPU model the catalog does not know, the workload's model
     (or the resembled one's, or the first one) on the catalog GPU nearest to what NVML
     reports (``nvml``). None: nothing to start from. Every case after the catalog's is an
-    estimate that the job's own observations then correct."""
+    estimate that the job's own observations then correct, and so is a profile that does
+    not yet tell the compute split (``_prior_and_mark``)."""
     found = _prior_and_mark(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
     return None if found is None else found[:2]
 
@@ -190,9 +191,11 @@ def _prior_and_mark(
     split (``profiles.knows_split``)."""
     profile = latest_profile(workload, gpu_model)
     if profile is not None:
-        fit = profile_fit(profile)
-        source = f"profile v{profile.version}"
-        return fit.model, source, profiles.knows_split(fit.observations)
+        # the split from the stored measurements' batches alone: the fit is not rebuilt
+        stored = (profile.params.get("fit") or {}).get("observations", ())
+        timed = (d["local_batch"] for d in stored if d.get("iter_time_s") is not None)
+        measured = profiles.batches_tell_split(timed)
+        return model_from_params(profile.params), f"profile v{profile.version}", measured
     found = _unprofiled_prior(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
     if found is None:
         return None

@@ -28,7 +28,7 @@ prior speaks for the shape only, not the level, so the base alone would bound no
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from scheduling.core import online_fit
@@ -144,7 +144,12 @@ def knows_split(observations: Sequence[Observation]) -> bool:
     profile taught at one per-GPU batch kept the first prior's split, and priced upgrades
     as cheap and fast that were neither (docs/benchmarks.md, "Trusting a workload's own
     profile before a job is observed")."""
-    return len({o.local_batch for o in observations if o.iter_time_s is not None}) >= 2
+    return batches_tell_split(o.local_batch for o in observations if o.iter_time_s is not None)
+
+
+def batches_tell_split(timed_batches: Iterable[float]) -> bool:
+    """``knows_split`` on the per-GPU batches of the measured iteration times alone."""
+    return len(set(timed_batches)) >= 2
 
 
 def fold(

@@ -326,10 +326,14 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     # a configuration inside a target can take more of the round than the target (a job
     # that finishes within the round on more GPUs): a budget that never bound ran
     # PowerFlow 2.8% slower than no budget on pollux_workload-3. Where another budget's
-    # price is not 0, every allowance stays: a team whose energy is free would otherwise
-    # rank its steps by GPUs alone and take the GPUs that the priced teams' jobs need
+    # price is not 0, or a budget is paced by the even share (a limit of the other kind
+    # than the price's), every allowance stays: a team whose energy is free would otherwise
+    # rank its steps by GPUs alone and take the GPUs that the other jobs need
     # (docs/benchmarks.md, "A budget at price 0").
-    free_round = all(p == 0.0 for p, is_priced in zip(price, priced, strict=True) if is_priced)
+    free_round = all(
+        price[b_i] == 0.0 if priced[b_i] else b.energy_limit_j is None and b.co2_limit_g is None
+        for b_i, b in enumerate(budgets)
+    )
     for b_i, b in enumerate(budgets):
         if not covered[b_i]:
             continue
