@@ -15,6 +15,7 @@ from cluster.queries import can_manage_budgets_of, is_team_member
 from cluster.workloads import workload_errors
 from scheduling.feasibility import submit_refusals
 from scheduling.workload_profiles import JobHints
+from telemetry.agent.backends import gpu_model_key
 from telemetry.usage import budget_usage
 
 
@@ -227,6 +228,11 @@ class JobSerializer(_NumbersOnly):
         if not record:
             return None
         return ExplorationSerializer(record).data
+
+    def validate_gpu_model(self, value: str) -> str:
+        # As the agents register GPUs: a name copied from nvidia-smi ("NVIDIA H200")
+        # asks for the model key its GPUs are stored under (H200).
+        return gpu_model_key(value) if value.strip() else ""
 
     def validate_team(self, team: Team) -> Team:
         user = self.context["request"].user

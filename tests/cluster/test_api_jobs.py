@@ -97,6 +97,19 @@ def test_submission_with_a_known_gpu_model_is_accepted(api_client, member, team)
     assert Job.objects.get().gpu_model == "A100"
 
 
+@pytest.mark.parametrize(("given", "stored"), [("NVIDIA A100-SXM4-80GB", "A100"), ("  ", "")])
+def test_a_gpu_model_named_as_nvidia_smi_names_it_asks_for_its_key(
+    api_client, member, team, given, stored
+):
+    # the name nvidia-smi prints is the one GPUs are registered under (their key): a job
+    # asking for it by the product name could never have run
+    body = {**SUBMIT, "gpu_model": given}
+    response = api_client(member).post("/api/jobs/", body, format="json")
+
+    assert response.status_code == 201, response.json()
+    assert Job.objects.get().gpu_model == stored
+
+
 def test_submission_for_a_gpu_model_without_catalog_entry_is_accepted(api_client, member, team):
     # the catalog measured bert on A100 and T4 only; an A40 job starts from an estimate
     assert "A40" not in perf_catalog().gpu_models_for("bert")
