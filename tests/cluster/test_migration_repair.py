@@ -5,21 +5,14 @@ import math
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+from support.migrations import stored_before
 
 BEFORE = [("cluster", "0003_agent_node_spool_health")]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_non_finite_rows_are_repaired_and_kept():
-    executor = MigrationExecutor(connection)
-    latest = executor.loader.graph.leaf_nodes()
-    executor.migrate(BEFORE)
-    try:
-        apps = executor.loader.project_state(BEFORE).apps
-        user = apps.get_model("auth", "User").objects.create(username="x")
-        team = apps.get_model("cluster", "Team").objects.create(name="T", slug="t")
+    with stored_before(BEFORE) as (apps, user, team):
         job = apps.get_model("cluster", "Job").objects.create(
             owner=user,
             team=team,
@@ -41,9 +34,6 @@ def test_non_finite_rows_are_repaired_and_kept():
             energy_limit_kwh=math.inf,
             carbon_limit_kg=math.nan,
         )
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(latest)
 
     from cluster.models import Budget, Job
 

@@ -5,8 +5,7 @@ outside the choices is cleared with its text kept."""
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+from support.migrations import stored_before
 
 BEFORE = [("cluster", "0006_budget_periods_do_not_overlap"), ("scheduling", "0002_live_rounds")]
 AT = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
@@ -22,13 +21,7 @@ def _job(apps, team, user, name, state, code, reason):
 
 @pytest.mark.django_db(transaction=True)
 def test_waits_move_onto_the_job_and_nothing_readable_is_lost():
-    executor = MigrationExecutor(connection)
-    latest = executor.loader.graph.leaf_nodes()
-    executor.migrate(BEFORE)
-    try:
-        apps = executor.loader.project_state(BEFORE).apps
-        user = apps.get_model("auth", "User").objects.create(username="x")
-        team = apps.get_model("cluster", "Team").objects.create(name="T", slug="t")
+    with stored_before(BEFORE) as (apps, user, team):
         round_row = apps.get_model("scheduling", "SchedulingRound").objects.create(
             started_at=AT, finished_at=AT, policy="fifo", round_length_s=60.0,
             schedulable_gpus=8, active_jobs=2, running_jobs=0, waiting_jobs=2, changes=0,
@@ -42,9 +35,6 @@ def test_waits_move_onto_the_job_and_nothing_readable_is_lost():
             job_id=queued.pk, wait_code="behind_in_queue", wait_reason="Waiting: 1 ahead.",
             wait_until=AT.replace(hour=5), wait_round=round_row, iter_time_scale=1.2,
         )  # fmt: skip
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(latest)
 
     from cluster.models import Job
     from scheduling.models import JobSchedulingState

@@ -5,8 +5,7 @@ profiles and each job's per-model fits to the key, so what was learned is found 
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+from support.migrations import stored_before
 
 BEFORE = [("scheduling", "0007_round_replan_at"), ("cluster", "0016_allocation_ended_at_index")]
 T0 = datetime(2026, 11, 28, tzinfo=UTC)
@@ -14,13 +13,7 @@ T0 = datetime(2026, 11, 28, tzinfo=UTC)
 
 @pytest.mark.django_db(transaction=True)
 def test_product_names_stored_before_move_to_their_model_keys():
-    executor = MigrationExecutor(connection)
-    latest = executor.loader.graph.leaf_nodes()
-    executor.migrate(BEFORE)
-    try:
-        apps = executor.loader.project_state(BEFORE).apps
-        user = apps.get_model("auth", "User").objects.create(username="x")
-        team = apps.get_model("cluster", "Team").objects.create(name="T", slug="t")
+    with stored_before(BEFORE) as (apps, user, team):
         node = apps.get_model("cluster", "Node").objects.create(name="n1")
         limits = {"default_power_limit_w": 700, "min_power_limit_w": 200, "max_power_limit_w": 700}
         gpu = apps.get_model("cluster", "Gpu").objects.create(
@@ -41,9 +34,6 @@ def test_product_names_stored_before_move_to_their_model_keys():
             observations={"NVIDIA H200": [{"w": 1}], "H200": [{"w": 2}], "A100": [{"w": 3}]},
             online_params={"NVIDIA H200": {"params": "old"}, "H200": {"params": "new"}},
         )
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(latest)
 
     from cluster.models import Gpu, Job
     from scheduling.models import JobSchedulingState, WorkloadProfile
