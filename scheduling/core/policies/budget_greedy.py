@@ -100,8 +100,8 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    held back while the free remainder covers the present work's minimum; when it does
    not, lambda is infinite and the even-share allowance above applies again. Where every
    priced budget's lambda is 0, energy is free this round and the allowance is what the
-   period has left (the floor kept), so a budget that never binds plans as no budget does. What the
-   idle floor draws after this round stays reserved. The score floor is not used for
+   period has left (the floor kept), so a budget that never binds plans as no budget
+   does. What the idle floor draws after this round stays reserved. The score floor is not used for
    priced jobs (the price replaces it). A carbon price (GreenFlow with ``pricing``)
    also: prices the hours past the forecast at the mean of the hours seen and the
    forecast's; measures a cluster budget's lag against its idle floor's carbon as the
