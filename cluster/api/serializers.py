@@ -232,7 +232,7 @@ class JobSerializer(_NumbersOnly):
     def validate_gpu_model(self, value: str) -> str:
         # As the agents register GPUs: a name copied from nvidia-smi ("NVIDIA H200")
         # asks for the model key its GPUs are stored under (H200).
-        return gpu_model_key(value) if value.strip() else ""
+        return gpu_model_key(value)
 
     def validate_team(self, team: Team) -> Team:
         user = self.context["request"].user
