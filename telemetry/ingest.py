@@ -80,7 +80,10 @@ class IngestResult:
 def _number(value: Any, unit: str, low: float, high: float) -> tuple[float | None, str | None]:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None, "A number is required."
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # a JSON integer beyond any float
+        value = math.inf
     if not math.isfinite(value) or not low <= value <= high:
         return None, f"Must be between {low:g} and {high:g} {unit}."
     return value, None

@@ -111,6 +111,8 @@ def test_a_resent_sample_with_other_values_is_kept_as_stored_and_counted_as_a_co
     [
         ({"power_w": -1.0}, "power_w", "Must be between 0 and 2000 W."),
         ({"power_w": 250000.0}, "power_w", "Must be between 0 and 2000 W."),
+        # a JSON integer beyond any float (float() raises OverflowError: it was a 500)
+        ({"power_w": 10**400}, "power_w", "Must be between 0 and 2000 W."),
         ({"power_w": None}, "power_w", "This field is required."),
         ({"util_pct": 101}, "util_pct", "Must be between 0 and 100 %."),
         ({"power_w": "250"}, "power_w", "A number is required."),
