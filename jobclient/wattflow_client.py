@@ -139,7 +139,9 @@ class Job:
         optionally the gradient statistics (both or neither; non-finite or negative ones
         are left out). At most one write per ``report_interval_s`` unless ``force``; True
         if it wrote. The file is replaced atomically, so the agent never reads half of it."""
-        if not (isinstance(iterations, int | float) and math.isfinite(iterations)):
+        if isinstance(iterations, bool) or not (
+            isinstance(iterations, int | float) and math.isfinite(iterations)
+        ):
             raise ValueError(f"iterations must be a finite number, not {iterations!r}")
         if iterations < 0:
             raise ValueError("iterations must not be negative")
@@ -237,8 +239,13 @@ class GradientNoise:
         sqr = (k * mean_sqr_norm - local) / (k - 1)
         var = (local - mean_sqr_norm) / (k - 1)
         a = self.smoothing
-        self._sqr = a * self._sqr + (1 - a) * sqr
-        self._var = a * self._var + (1 - a) * var
+        new_sqr = a * self._sqr + (1 - a) * sqr
+        new_var = a * self._var + (1 - a) * var
+        if not (math.isfinite(new_sqr) and math.isfinite(new_var)):
+            # finite inputs whose sums overflow (norms near 1e308) say nothing either;
+            # taken in, the averages would stay infinite for the rest of the run
+            return
+        self._sqr, self._var = new_sqr, new_var
         self._weight = a * self._weight + (1 - a)
 
     @property

@@ -56,13 +56,19 @@ from scheduling.core.types import Job
 CURVES_PATH = Path(__file__).resolve().with_name("goodput_curves.json")
 # Below one sample a reported noise scale is an artefact of the estimator (module docstring).
 MIN_NOISE_SCALE = 1.0
+# Above a trillion samples it is no measurement either: more samples than any training run
+# processes, so every batch a job could run would count as free. Statistics that give more
+# (each finite, 1.0 and 5e305 at batch 256) are refused; the calibration made such a scale
+# infinite.
+MAX_NOISE_SCALE = 1e12
 
 
 def noise_scale_from_stats(grad_sqr: float, grad_var: float, batch: float) -> float | None:
     """Gradient noise scale (samples) from AdaptDL-style statistics measured at ``batch``:
     ``grad_sqr`` the squared norm of the gradient, ``grad_var`` the variance of the
     mini-batch gradient at that batch. None when the numbers cannot give one (non-finite,
-    negative, a zero gradient norm, a non-positive batch, or a ratio that overflows)."""
+    negative, a zero gradient norm, a non-positive batch, or a scale above
+    ``MAX_NOISE_SCALE``, an overflow included)."""
     values = (grad_sqr, grad_var, batch)
     if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
         return None
@@ -71,7 +77,7 @@ def noise_scale_from_stats(grad_sqr: float, grad_var: float, batch: float) -> fl
     scale = grad_var * batch / grad_sqr
     # Two finite statistics can still overflow (5e-324 and 1e308): an infinite noise scale
     # would read as "every batch is free".
-    return scale if math.isfinite(scale) else None
+    return scale if scale <= MAX_NOISE_SCALE else None
 
 
 def efficiency(noise_scale: float | None, batch: float, ref_batch: float) -> float:

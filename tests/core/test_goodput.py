@@ -41,6 +41,7 @@ def test_noise_scale_is_variance_times_batch_over_squared_norm():
         (math.nan, 1.0, 32),
         (1.0, math.inf, 32),
         (5e-324, 1e308, 32),  # each finite, the ratio not
+        (1.0, 5e305, 256),  # finite, but no measurement: calibrated, it was infinite
     ],
 )
 def test_unusable_statistics_give_no_noise_scale(sqr, var, batch):
@@ -104,6 +105,10 @@ def test_curves_give_reported_statistics_precedence_over_the_workload_curve():
     assert curves.noise_scale("cifar10", grad_sqr=4.0, grad_var=0.03, batch=64) == 1000.0
     assert curves.noise_scale("gpt2", grad_sqr=4.0, grad_var=0.03, batch=64) is None
     assert curves.noise_scale("gpt2", grad_sqr=4.0, grad_var=0.0625, batch=64) == 3.0
+    # above a trillion samples is no measurement either (calibrated, 1e308 became inf)
+    assert curves.noise_scale("cifar10", grad_sqr=1.0, grad_var=5e305, batch=256) == 1000.0
+    assert curves.noise_scale("gpt2", grad_sqr=1.0, grad_var=1e10, batch=256) is None
+    assert curves.noise_scale("gpt2", grad_sqr=1.0, grad_var=1e9, batch=256) == 7.68e11
     jobs = with_noise_scales([job("a", workload="cifar10"), job("b", workload="gpt2")], curves)
     assert [j.noise_scale for j in jobs] == [1000.0, None]
     assert [j.noise_scale for j in with_noise_scales(jobs, curves, override=math.inf)] == [

@@ -367,6 +367,8 @@ def test_gradient_statistics_are_stored_on_the_job_and_an_older_report_does_not_
         ({"grad_sqr": 1.0, "grad_var": "Infinity"}, "grad_var"),
         # each finite, but their ratio overflows: stored, the job's noise scale was inf
         ({"grad_sqr": 5e-324, "grad_var": 1e308}, "grad_sqr"),
+        # finite, and finite times the batch, but the calibration took it past a float
+        ({"grad_sqr": 1.0, "grad_var": 5e305}, "grad_sqr"),
         ({"grad_sqr": True, "grad_var": 1.0}, "grad_sqr"),  # float(True) is 1.0
     ],
 )

@@ -124,6 +124,8 @@ def test_report_writes_one_json_object_the_agent_understands(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".progress")] == []
     with pytest.raises(ValueError):
         job.report(math.inf, force=True)
+    with pytest.raises(ValueError):  # the server refuses true as a count; so does the client
+        job.report(True, force=True)
 
 
 def test_a_report_forced_after_the_checkpoint_save_carries_the_last_steps_time(tmp_path):
@@ -169,6 +171,11 @@ def test_gradient_noise_estimates_by_hand():
     noise.update([1.0, 9.0], 4.0)
     assert (noise.grad_sqr, noise.grad_var) == pytest.approx((3.0, 1.0))
     noise.update([math.inf, 9.0], 4.0)  # an overflowed step is ignored
+    assert (noise.grad_sqr, noise.grad_var) == pytest.approx((3.0, 1.0))
+    # finite norms whose sum overflows too: taken in, the estimate stayed infinite for good
+    noise.update([1e308, 1e308], 1e308)
+    assert (noise.grad_sqr, noise.grad_var) == pytest.approx((3.0, 1.0))
+    noise.update([1.0, 9.0], 4.0)
     assert (noise.grad_sqr, noise.grad_var) == pytest.approx((3.0, 1.0))
     with pytest.raises(ValueError):
         noise.update([1.0], 1.0)
