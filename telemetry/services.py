@@ -474,7 +474,13 @@ def _apply(event: JobEvent) -> None:
     job = Job.objects.get(pk=event.job_id)
     if event.reason not in (ExitReason.COMPLETED, ExitReason.FAILED):
         # Stopped on the scheduler's order (or the agent's exit): the scheduler owns the state.
-        Job.objects.filter(pk=job.pk).update(log_tail=event.log_tail)
+        # Its output is kept, but never over a finished job's own (a stop of an old
+        # allocation delivered late, from another node's spool, erased a failure's
+        # message), and a stop that printed nothing keeps what was there.
+        if event.log_tail:
+            Job.objects.filter(pk=job.pk).exclude(
+                state__in=(JobState.COMPLETED, JobState.FAILED)
+            ).update(log_tail=event.log_tail)
         return
     if job.current_allocation_id != event.allocation_id:
         log.info("job %s: exit of allocation %s is stale, ignored", job.pk, event.allocation_id)

@@ -308,6 +308,38 @@ def test_a_stop_on_the_schedulers_order_changes_no_state(running_job, agent_node
     assert (job.state, job.log_tail) == (JobState.RUNNING, "ckpt")
 
 
+def test_a_late_stop_of_an_old_allocation_keeps_a_failed_jobs_output(
+    running_job, agent_node, other_node, agent_client
+):
+    # given the job moved to node-02 and failed there with its message
+    first = running_job.current_allocation_id
+    gpus = list(Gpu.objects.filter(node=other_node[0]))
+    cluster_services.set_allocation(running_job, gpus=gpus, batch_size=256, at=timezone.now())
+    running_job.refresh_from_db()
+    failed = _event(running_job, "exited", reason="failed", exit_status=1, log_tail="OOM at 41")
+    url = "/api/agent/job-events/"
+    answer = agent_client(other_node[1]).post(url, {"events": [failed]}, format="json")
+    assert answer.status_code == 200
+    # when node-01 delivers, late, the stop of the job's first allocation
+    late = _event(running_job, "exited", reason="stopped", exit_status=0, log_tail="")
+    late["allocation_id"] = first
+    late_with_text = {**late, "event_id": str(uuid.uuid4()), "log_tail": "ckpt"}
+    client = agent_client(agent_node[1])
+    for event in (late, late_with_text):
+        assert client.post(url, {"events": [event]}, format="json").status_code == 200
+    # then the failure and its message stand
+    job = Job.objects.get(pk=running_job.pk)
+    assert (job.state, job.exit_status, job.log_tail) == (JobState.FAILED, 1, "OOM at 41")
+
+
+def test_a_stop_that_printed_nothing_keeps_the_last_output(running_job, agent_node, agent_client):
+    client = agent_client(agent_node[1])
+    for tail in ("ckpt at 400", ""):
+        stopped = _event(running_job, "exited", reason="stopped", exit_status=0, log_tail=tail)
+        client.post("/api/agent/job-events/", {"events": [stopped]}, format="json")
+    assert Job.objects.get(pk=running_job.pk).log_tail == "ckpt at 400"
+
+
 def test_events_for_a_job_of_another_node_are_refused(running_job, other_node, agent_client):
     progress = _event(running_job, "progress", iterations=999.0)
     response = agent_client(other_node[1]).post(
