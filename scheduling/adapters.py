@@ -435,8 +435,9 @@ def observed_measurements(
     else:
         horizon = newest
     iter_times, last_progress = observations.progress_iter_times(
-        job.pk, alloc.pk, since=since, now=horizon, exclude=shared
-    )
+        job.pk, alloc.pk, since=since, now=horizon, exclude=shared,
+        most=observations.most_iterations(job, alloc.batch_size),
+    )  # fmt: skip
     if last_progress is None:
         return None
     powers = [

@@ -230,6 +230,37 @@ def test_a_job_without_a_started_report_still_teaches_its_model(
     assert powers == [(pytest.approx(300.0, rel=1e-9), 10.0)]
 
 
+def test_progress_beyond_the_jobs_whole_work_is_not_learned_as_speed(
+    node_with_token, make_job, member, team, caplog
+):
+    # given a running job of 1,000 iterations at 0.1 s an iteration, whose count then jumps
+    # to 50 times its whole work a second after its last report (a client counting
+    # samples, a counter gone wrong)
+    _policy("fifo")
+    _, agent = node_with_token
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
+                   min_batch_size=256, max_batch_size=256, total_iterations=1000)  # fmt: skip
+    services.run_scheduling_round(now=T0)
+    job.refresh_from_db()
+    start = T0 + timedelta(seconds=1)
+    gpu = job.current_allocation.gpus.get()
+    for k in range(3, 18):
+        GpuSample.objects.create(gpu=gpu, ts=start + timedelta(seconds=k), power_w=300.0)
+    for k, done in ((3, 0.0), (5, 20.0), (15, 120.0), (16, 50_000.0)):
+        _event(agent, job, "progress", start + timedelta(seconds=k), iterations=done)
+
+    # when the next round reads it
+    services.run_scheduling_round(now=T0 + timedelta(seconds=60))
+
+    # then its count is capped at its work, its fit learned only the measured pace (it
+    # learned 0.00024 s before), and the interval left out is logged
+    assert Job.objects.get(pk=job.pk).completed_iterations == 1000.0
+    stored = JobSchedulingState.objects.get(job=job).observations["A100"]
+    times = [o["iter_time_s"] for o in stored if o["iter_time_s"]]
+    assert times == [pytest.approx(0.1, rel=1e-9)]
+    assert "end above the job's whole work" in caplog.text
+
+
 def test_a_job_that_ran_and_ended_between_two_rounds_teaches_its_model_and_profile(
     node_with_token, make_job, member, team
 ):
