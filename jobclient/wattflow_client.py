@@ -65,6 +65,16 @@ def _env_float(env, name: str, default: float | None) -> float | None:
     return value
 
 
+def _env_count(env, name: str, default: int | None) -> int | None:
+    """A whole number of at least 1 (a batch, a GPU count): "0.5" was read as batch 0."""
+    value = _env_float(env, name, None)
+    if value is None:
+        return default
+    if value < 1 or value != int(value):
+        raise ValueError(f"{name}={env.get(name)!r} must be a whole number of at least 1")
+    return int(value)
+
+
 class Job:
     """The running job as the agent set it up; ``connect()`` builds it from the environment."""
 
@@ -187,11 +197,10 @@ def connect(env=None, *, handle_signals: bool = True, report_interval_s: float =
     """The job as the agent started it (``env``: default ``os.environ``). Raises
     ``ValueError`` with the variable's name if the agent's numbers are unreadable."""
     env = os.environ if env is None else env
-    batch = _env_float(env, "WATTFLOW_BATCH_SIZE", None)
     job = Job(
         job_id=env.get("WATTFLOW_JOB_ID"),
-        batch_size=None if batch is None else int(batch),
-        gpu_count=int(_env_float(env, "WATTFLOW_GPU_COUNT", 1.0) or 1),
+        batch_size=_env_count(env, "WATTFLOW_BATCH_SIZE", None),
+        gpu_count=_env_count(env, "WATTFLOW_GPU_COUNT", 1),
         checkpoint_dir=env.get("WATTFLOW_CHECKPOINT_DIR") or "checkpoint",
         progress_file=env.get("WATTFLOW_PROGRESS_FILE") or None,
         stop_file=env.get("WATTFLOW_STOP_FILE") or None,

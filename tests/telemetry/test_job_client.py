@@ -99,7 +99,8 @@ def test_connect_outside_wattflow_has_working_defaults():
 @pytest.mark.parametrize(
     ("name", "value"),
     [("WATTFLOW_BATCH_SIZE", "big"), ("WATTFLOW_TOTAL_ITERATIONS", "nan"),
-     ("WATTFLOW_COMPLETED_ITERATIONS", "-3")],
+     ("WATTFLOW_COMPLETED_ITERATIONS", "-3"), ("WATTFLOW_BATCH_SIZE", "0.5"),
+     ("WATTFLOW_BATCH_SIZE", "0"), ("WATTFLOW_GPU_COUNT", "1.5")],
 )  # fmt: skip
 def test_unreadable_agent_numbers_name_their_variable(tmp_path, name, value):
     with pytest.raises(ValueError, match=name):
