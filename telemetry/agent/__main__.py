@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         from telemetry.agent.backends import NvmlBackend
 
         try:
-            backend = NvmlBackend()
+            args.work_dir.mkdir(parents=True, exist_ok=True)
+            backend = NvmlBackend(state_file=args.work_dir / "gpu_settings.json")
         except pynvml.NVMLError as exc:
             sys.stderr.write(f"agent: NVML is not usable here ({exc}); --simulate runs without\n")
             return 2

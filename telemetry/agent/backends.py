@@ -14,10 +14,13 @@ speaks watts and joules.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -126,32 +129,70 @@ class GpuBackend(Protocol):
     def apply_settings(
         self, index: int, *, sm_clock_mhz: int | None, power_limit_w: float | None
     ) -> None:
-        """Lock the SM clock and/or set the power limit of one GPU; None leaves it alone."""
+        """Lock the SM clock and set the power limit of one GPU; a None setting is the GPU's
+        own (what it had before the agent changed it)."""
         ...
 
     def restore_defaults(self, index: int) -> None:
-        """Unlock clocks and put the default power limit back."""
+        """Put back what the agent changed on one GPU (its clock unlocked, its own limit)."""
         ...
 
     def close(self) -> None: ...
 
 
+class SettingsRefused(RuntimeError):
+    """The driver refused one or more of a GPU's settings (the message says which)."""
+
+
 class NvmlBackend:
     """Real GPUs through nvidia-ml-py. ``nvml`` is the ``pynvml`` module; tests pass a fake of
-    its functions instead (never a GPU in CI)."""
+    its functions instead (never a GPU in CI).
 
-    def __init__(self, nvml: Any | None = None) -> None:
+    Settings: the agent changes a GPU's power limit and locks its SM clock for a job, and
+    puts back what the GPU had before, never the board's boot default (a site's own cap,
+    set with ``nvidia-smi -pl``, stays). A setting an allocation leaves out (None) is the
+    GPU's own: a retune from a locked clock to a power limit alone unlocks the clock. What
+    the agent changed is kept in ``state_file`` until it is put back, so an agent started
+    after one that was killed puts back what the killed one left (a clock lock outlives
+    its process)."""
+
+    def __init__(self, nvml: Any | None = None, *, state_file: Path | None = None) -> None:
         if nvml is None:
             import pynvml as nvml  # imported late: the simulated agent must run without a driver
         self._nvml = nvml
         self._nvml.nvmlInit()
-        count = self._nvml.nvmlDeviceGetCount()
-        self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        self._info = [self._describe(i, h) for i, h in enumerate(self._handles)]
-        # Which GPUs we changed, so restore touches only those (and close restores them all).
-        self._touched: set[int] = set()
+        try:
+            self._find_gpus()
+        except BaseException:
+            self._nvml.nvmlShutdown()
+            raise
         # GPUs whose draw NVML could not read at the last tick (warned once, not every tick).
         self._unreadable: set[str] = set()
+        # What the agent changed, per GPU UUID: "limit_mw", the limit to put back (absent
+        # where the limit is untouched), and "locked", whether it locked the clock.
+        self._state_file = state_file
+        self._changed: dict[str, dict[str, Any]] = {}
+        self._put_back_what_was_left()
+
+    def _find_gpus(self) -> None:
+        """Every GPU NVML can describe; one it cannot (hidden by a cgroup, lost from the bus)
+        is left out with a warning, and the agent runs the others. None at all is an
+        NVMLError (the agent then says NVML is not usable here)."""
+        nvml = self._nvml
+        self._handles: dict[int, Any] = {}
+        self._info: dict[int, GpuInfo] = {}
+        failed: Exception | None = None
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                info = self._describe(index, handle)
+            except nvml.NVMLError as exc:
+                log.warning("GPU %d: NVML cannot describe it, left out: %s", index, exc)
+                failed = exc
+                continue
+            self._handles[index], self._info[index] = handle, info
+        if failed is not None and not self._info:
+            raise failed
 
     def _optional(self, fn: str, *args: Any) -> Any:
         """Call an NVML query that older GPUs do not support; None when unsupported."""
@@ -164,7 +205,7 @@ class NvmlBackend:
     def _describe(self, index: int, handle: Any) -> GpuInfo:
         uuid = self._nvml.nvmlDeviceGetUUID(handle)
         name = self._nvml.nvmlDeviceGetName(handle)
-        mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+        mem = self._optional("nvmlDeviceGetMemoryInfo", handle)
         default_mw = self._optional("nvmlDeviceGetPowerManagementDefaultLimit", handle)
         max_clock = self._optional("nvmlDeviceGetMaxClockInfo", handle, self._nvml.NVML_CLOCK_SM)
         limits_mw = self._optional("nvmlDeviceGetPowerManagementLimitConstraints", handle)
@@ -190,7 +231,7 @@ class NvmlBackend:
             uuid=_text(uuid),
             index=index,
             model=gpu_model_key(_text(name)),
-            memory_total_mib=int(mem.total // (1024 * 1024)),
+            memory_total_mib=None if mem is None else int(mem.total // (1024 * 1024)),
             default_power_limit_w=None if default_mw is None else default_mw / 1000.0,
             min_power_limit_w=None if limits_mw is None else limits_mw[0] / 1000.0,
             max_power_limit_w=None if limits_mw is None else limits_mw[1] / 1000.0,
@@ -209,7 +250,7 @@ class NvmlBackend:
         return tuple(sorted(clocks, reverse=True))
 
     def gpus(self) -> list[GpuInfo]:
-        return list(self._info)
+        return list(self._info.values())
 
     def read(self, now: datetime) -> list[Reading]:
         """One reading per GPU whose draw NVML can read. What else a GPU cannot report is
@@ -219,7 +260,8 @@ class NvmlBackend:
         agent, which would stop every job on the node."""
         nvml, optional = self._nvml, self._optional
         readings = []
-        for info, handle in zip(self._info, self._handles, strict=True):
+        for index, info in self._info.items():
+            handle = self._handles[index]
             try:
                 power_mw = nvml.nvmlDeviceGetPowerUsage(handle)
             except nvml.NVMLError as exc:
@@ -251,46 +293,141 @@ class NvmlBackend:
             )
         return readings
 
+    # --- settings -----------------------------------------------------------------------
+
     def apply_settings(
         self, index: int, *, sm_clock_mhz: int | None, power_limit_w: float | None
     ) -> None:
-        handle = self._handles[index]
+        """Set the GPU's power limit and lock its SM clock; a None setting is the GPU's own
+        (what it had before the agent changed it). Each setting is tried whatever the other
+        did; what the driver refused is raised afterwards, as one ``SettingsRefused``."""
+        handle, info = self._handles[index], self._info[index]
         sm_clock_mhz, power_limit_w = capped_settings(
-            self._info[index], sm_clock_mhz=sm_clock_mhz, power_limit_w=power_limit_w
+            info, sm_clock_mhz=sm_clock_mhz, power_limit_w=power_limit_w
         )
-        info = self._info[index]
+        errors: list[str] = []
         # A board registered at a fixed limit (no range from NVML) cannot have it set.
         fixed = info.max_power_limit_w is not None and (
             info.min_power_limit_w == info.max_power_limit_w
         )
         if power_limit_w is not None and not fixed:
-            self._nvml.nvmlDeviceSetPowerManagementLimit(handle, int(round(power_limit_w * 1000)))
-            self._touched.add(index)
+            noted = self._has(info.uuid, "limit_mw")
+            if not noted:
+                # What to put back: the limit set now (a site's cap), else the default.
+                before = self._optional("nvmlDeviceGetPowerManagementLimit", handle)
+                if before is None and info.default_power_limit_w is not None:
+                    before = info.default_power_limit_w * 1000.0
+                if before is not None:  # noted before it changes: an agent killed next knows
+                    self._note(info.uuid, limit_mw=int(before))
+            try:
+                self._nvml.nvmlDeviceSetPowerManagementLimit(
+                    handle, int(round(power_limit_w * 1000))
+                )
+            except self._nvml.NVMLError as exc:
+                errors.append(f"power limit {power_limit_w:g} W: {exc}")
+                if not noted:
+                    self._note(info.uuid, limit_mw=None)  # nothing changed
+        elif power_limit_w is None:
+            errors += self._put_back_limit(info, handle)
         if sm_clock_mhz is not None:
-            # Lock min = max: the frequency the perf model was asked about, not a range.
-            self._nvml.nvmlDeviceSetGpuLockedClocks(handle, int(sm_clock_mhz), int(sm_clock_mhz))
-            self._touched.add(index)
+            noted = self._has(info.uuid, "locked")
+            self._note(info.uuid, locked=True)
+            try:
+                # Lock min = max: the frequency the perf model was asked about, not a range.
+                self._nvml.nvmlDeviceSetGpuLockedClocks(
+                    handle, int(sm_clock_mhz), int(sm_clock_mhz)
+                )
+            except self._nvml.NVMLError as exc:
+                errors.append(f"SM clock {sm_clock_mhz} MHz: {exc}")
+                if not noted:
+                    self._note(info.uuid, locked=False)
+        else:
+            errors += self._unlock(info, handle)
+        if errors:
+            raise SettingsRefused(f"GPU {info.uuid}: " + "; ".join(errors))
 
     def restore_defaults(self, index: int) -> None:
+        """Put back what the agent changed on this GPU (a refusal is logged); a GPU it never
+        changed is left alone: a non-root agent or a board without power management would
+        otherwise warn at every job's end."""
+        info = self._info.get(index)
+        if info is None or info.uuid not in self._changed:
+            return
         handle = self._handles[index]
-        info = self._info[index]
+        for message in self._unlock(info, handle) + self._put_back_limit(info, handle):
+            log.warning("GPU %s: could not put back %s", info.uuid, message)
+
+    def close(self) -> None:
+        for index in list(self._info):
+            self.restore_defaults(index)
+        self._nvml.nvmlShutdown()
+
+    def _has(self, uuid: str, key: str) -> bool:
+        return key in self._changed.get(uuid, {})
+
+    def _put_back_limit(self, info: GpuInfo, handle: Any) -> list[str]:
+        """Put back the limit the GPU had before the agent changed it (a refusal's message
+        returned; the change is then kept, to be tried again)."""
+        if not self._has(info.uuid, "limit_mw"):
+            return []
+        limit_mw = int(self._changed[info.uuid]["limit_mw"])
+        try:
+            self._nvml.nvmlDeviceSetPowerManagementLimit(handle, limit_mw)
+        except self._nvml.NVMLError as exc:
+            return [f"its power limit, {limit_mw / 1000.0:g} W: {exc}"]
+        self._note(info.uuid, limit_mw=None)
+        return []
+
+    def _unlock(self, info: GpuInfo, handle: Any) -> list[str]:
+        if not self._has(info.uuid, "locked"):
+            return []
         try:
             self._nvml.nvmlDeviceResetGpuLockedClocks(handle)
         except self._nvml.NVMLError as exc:
-            log.warning("GPU %s: could not unlock clocks: %s", info.uuid, exc)
-        if info.default_power_limit_w is not None:
-            try:
-                self._nvml.nvmlDeviceSetPowerManagementLimit(
-                    handle, int(round(info.default_power_limit_w * 1000))
-                )
-            except self._nvml.NVMLError as exc:
-                log.warning("GPU %s: could not restore power limit: %s", info.uuid, exc)
-        self._touched.discard(index)
+            return [f"its unlocked clock: {exc}"]
+        self._note(info.uuid, locked=False)
+        return []
 
-    def close(self) -> None:
-        for index in sorted(self._touched):
-            self.restore_defaults(index)
-        self._nvml.nvmlShutdown()
+    def _note(self, uuid: str, **change: Any) -> None:
+        """Record a change (a value of None or False: put back) and keep it on disk."""
+        entry = self._changed.setdefault(uuid, {})
+        for key, value in change.items():
+            if value is None or value is False:
+                entry.pop(key, None)
+            else:
+                entry[key] = value
+        if not entry:
+            del self._changed[uuid]
+        self._save()
+
+    def _save(self) -> None:
+        if self._state_file is not None:
+            tmp = self._state_file.with_name(self._state_file.name + ".tmp")
+            tmp.write_text(json.dumps(self._changed, sort_keys=True))
+            os.replace(tmp, self._state_file)
+
+    def _put_back_what_was_left(self) -> None:
+        """Put back what an agent that did not shut down cleanly left changed (its state
+        file); entries of GPUs no longer here are dropped."""
+        if self._state_file is None or not self._state_file.exists():
+            return
+        try:
+            left = json.loads(self._state_file.read_text())
+        except (OSError, ValueError) as exc:
+            log.warning("cannot read %s, nothing put back: %s", self._state_file, exc)
+            left = {}
+        if not isinstance(left, dict):
+            left = {}
+        by_uuid = {info.uuid: index for index, info in self._info.items()}
+        self._changed = {
+            uuid: dict(entry)
+            for uuid, entry in left.items()
+            if uuid in by_uuid and isinstance(entry, dict)
+        }
+        for uuid in list(self._changed):
+            log.warning("GPU %s: putting back the settings a previous agent left", uuid)
+            self.restore_defaults(by_uuid[uuid])
+        self._save()
 
 
 def _text(value: str | bytes) -> str:

@@ -2,7 +2,8 @@
 
 The agent starts a job's ``command`` through bash, in its own process group, with:
 
-- ``CUDA_VISIBLE_DEVICES``: the NVML indices of the GPUs the scheduler gave it;
+- ``CUDA_VISIBLE_DEVICES``: the NVML indices of the GPUs the scheduler gave it (with
+  ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so that CUDA counts them as NVML does);
 - ``WATTFLOW_JOB_ID``, ``WATTFLOW_BATCH_SIZE`` (global batch), ``WATTFLOW_GPU_COUNT`` (the
   job's GPUs on all its nodes);
 - ``WATTFLOW_CHECKPOINT_DIR``: where the job keeps its checkpoint (it persists across restarts);
@@ -118,6 +119,10 @@ class ProcessJob:
         env.update({str(k): str(v) for k, v in (self.assignment.get("env") or {}).items()})
         env.update(
             {
+                # NVML's indices are in PCI bus order, CUDA's by default fastest first:
+                # without the order, a node of mixed GPUs ran a job on a GPU other than
+                # the one whose settings were set and whose energy was charged.
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                 "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in self.gpu_indices),
                 "WATTFLOW_JOB_ID": str(self.job_id),
                 "WATTFLOW_BATCH_SIZE": str(self.assignment["batch_size"]),

@@ -65,7 +65,6 @@ class Agent:
         )
         self.handoffs = handoffs
         self.slurm_jobs: dict[int, Handoff] = {}  # Slurm job id -> its handoff (monitor mode)
-        self._swept = False
         self.index_by_uuid = {g.uuid: g.index for g in backend.gpus()}
         self.buffer: list[Reading] = []
         self.allocation_of: dict[int, int] = {}  # job id -> allocation id it runs under
@@ -305,14 +304,6 @@ class Agent:
             self._end_slurm_job(handoff)
         for handoff in change.appeared:
             self._begin_slurm_job(handoff)
-        if not self._swept:
-            # A GPU no handoff holds may keep settings of a job whose Epilog ran while no
-            # agent was there to restore it: start from the defaults.
-            self._swept = True
-            held = {i for indices in self._all_running() for i in indices}
-            for gpu in self.backend.gpus():
-                if gpu.index not in held:
-                    self.backend.restore_defaults(gpu.index)
         events = []
         for handoff in self.slurm_jobs.values():
             progress = read_progress(self.handoffs.progress_file(handoff))
@@ -422,7 +413,12 @@ class Agent:
         return False
 
     def run(self) -> None:
-        if not self.register_until_accepted():
+        try:
+            registered = self.register_until_accepted()
+        except BaseException:  # refused: the backend still puts back what it changed
+            self.backend.close()
+            raise
+        if not registered:
             self.backend.close()
             return
         failing = 0  # ticks in a row that raised

@@ -47,7 +47,8 @@ def run(
         out.write(f"{len(gpus)} GPU(s)\n")
         for info in gpus:
             out.write(f"  {info.to_wire()}\n")
-        if not 0 <= gpu < len(gpus):
+        by_index = {g.index: g for g in gpus}
+        if gpu not in by_index:
             out.write(f"no GPU {gpu} on this machine\n")
             return 2
         for n in range(samples):
@@ -58,7 +59,8 @@ def run(
         if read_only:
             out.write(f"GPU {gpu}: read-only, its power limit and clocks left as they are\n")
             return 0
-        info = gpus[gpu]
+        info = by_index[gpu]
+        before = _reading_of(backend, info.uuid)
         limit = None
         if info.min_power_limit_w is not None and info.max_power_limit_w is not None:
             limit = round((info.min_power_limit_w + info.max_power_limit_w) / 2)
@@ -80,10 +82,10 @@ def run(
             out.write("  its draw cannot be read after the restore\n")
             return 1
         out.write("  " + _reading(after).strip() + "\n")
-        default_w = info.default_power_limit_w
-        if default_w is not None and after.power_limit_w != default_w:
+        # Back at what it had before (a site's own cap is not the board's default).
+        if before is not None and after.power_limit_w != before.power_limit_w:
             failures += 1
-            out.write(f"  limit not back at the default {info.default_power_limit_w} W\n")
+            out.write(f"  limit not back at its {before.power_limit_w} W before the check\n")
     finally:
         backend.close()
     return 1 if failures else 0

@@ -227,15 +227,12 @@ class SimulatedBackend:
         self, index: int, *, sm_clock_mhz: int | None, power_limit_w: float | None
     ) -> None:
         # A simulated job's own settings travel with its SimJob (they change its perf-model
-        # config); the GPU keeps what was applied, held to its range as NVML's would be.
+        # config); the GPU keeps what was applied, held to its range as NVML's would be. A
+        # None setting is the GPU's own, as on NVML: a clock no longer asked for is unlocked.
         clock, limit = capped_settings(
             self._info[index], sm_clock_mhz=sm_clock_mhz, power_limit_w=power_limit_w
         )
-        old_clock, old_limit = self.settings.get(index, (None, None))
-        self.settings[index] = (
-            old_clock if clock is None else clock,
-            old_limit if limit is None else limit,
-        )
+        self.settings[index] = (clock, limit)
 
     def restore_defaults(self, index: int) -> None:
         self.settings.pop(index, None)

@@ -103,7 +103,7 @@ def test_a_retune_changes_the_power_limit_in_place(agent, tmp_path):
     agent.shutdown(NOW)
 
 
-def test_agent_exit_stops_jobs_and_restores_every_gpu(agent, tmp_path):
+def test_agent_exit_stops_jobs_and_puts_back_what_it_changed(agent, tmp_path):
     agent, fake = agent
     agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-1"], sm_clock_mhz=1200)]}, NOW)
     job = agent.jobs[7]
@@ -111,12 +111,9 @@ def test_agent_exit_stops_jobs_and_restores_every_gpu(agent, tmp_path):
     fake.calls.clear()
     agent.shutdown(NOW)
     assert job.process.returncode == 0
-    assert fake.calls == [
-        ("reset_clocks", "GPU-1"),
-        ("set_power_limit", "GPU-1", 400_000),  # when its job ended
-        *[c for i in range(4) for c in (("reset_clocks", f"GPU-{i}"),
-                                         ("set_power_limit", f"GPU-{i}", 400_000))],
-    ]  # fmt: skip
+    # only the clock the job locked is unlocked, once; no limit was changed, and the other
+    # GPUs are left as they are (a site's own cap stays; a non-root agent warns nothing)
+    assert fake.calls == [("reset_clocks", "GPU-1")]
     assert not fake.initialised
     assert _spooled_events(tmp_path)[-1] == ("exited", "agent_exit", 5.0, 0)
 

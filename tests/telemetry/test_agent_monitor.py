@@ -74,8 +74,7 @@ def test_a_handoff_sets_its_gpus_power_limit_and_its_removal_restores_them(nvml_
     handoff.unlink()
     agent.tick(T0 + timedelta(seconds=3))
     assert fake.calls == [
-        ("reset_clocks", "GPU-1"), ("set_power_limit", "GPU-1", 400_000),
-        ("reset_clocks", "GPU-3"), ("set_power_limit", "GPU-3", 400_000),
+        ("set_power_limit", "GPU-1", 400_000), ("set_power_limit", "GPU-3", 400_000),
     ]  # fmt: skip
     assert agent.slurm_jobs == {}
 
@@ -218,7 +217,7 @@ def test_a_gpu_shared_by_two_slurm_jobs_is_restored_when_the_last_one_ends(nvml_
     assert fake.calls == []
     second.unlink()
     agent.tick(T0 + timedelta(seconds=2))
-    assert fake.calls == [("reset_clocks", "GPU-1"), ("set_power_limit", "GPU-1", 400_000)]
+    assert fake.calls == [("set_power_limit", "GPU-1", 400_000)]
 
 
 def test_a_requeued_job_rewritten_between_ticks_is_restored_then_applied_anew(
@@ -233,21 +232,21 @@ def test_a_requeued_job_rewritten_between_ticks_is_restored_then_applied_anew(
     _hand_over(tmp_path, 20, "0", allocation_id=36, power_limit_w=280)
     agent.tick(T0 + timedelta(seconds=1))
     assert fake.calls == [
-        ("reset_clocks", "GPU-0"),
         ("set_power_limit", "GPU-0", 400_000),
         ("set_power_limit", "GPU-0", 280_000),
     ]
     assert agent.allocation_of == {12: 36}
 
 
-def test_on_start_gpus_no_handoff_holds_are_restored_and_held_ones_keep_their_setting(
+def test_on_start_a_limit_no_agent_recorded_stays_and_held_gpus_keep_their_setting(
     nvml_monitor, tmp_path
 ):
+    # (what an agent killed mid-job left is put back from its state file: test_nvml_backend)
     agent, fake = nvml_monitor
-    fake.devices[3]["limit_mw"] = 222_000  # left by a job whose Epilog ran with no agent
+    fake.devices[3]["limit_mw"] = 222_000  # a site's own cap: no agent changed it
     _hand_over(tmp_path, 30, "0", power_limit_w=300)
     agent.tick(T0)
-    assert [d["limit_mw"] for d in fake.devices] == [300_000, 400_000, 400_000, 400_000]
+    assert [d["limit_mw"] for d in fake.devices] == [300_000, 400_000, 400_000, 222_000]
     assert ("reset_clocks", "GPU-0") not in fake.calls
 
 

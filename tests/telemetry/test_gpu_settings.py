@@ -74,8 +74,9 @@ def test_the_simulated_backend_holds_settings_to_the_catalogs_range():
     spec = gpu_spec("A100")
     backend.apply_settings(0, sm_clock_mhz=99_999, power_limit_w=1.0)
     assert backend.settings == {0: (max(spec.clocks_mhz), float(spec.power_limit_min_w))}
-    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=300.0)  # clock left alone
-    assert backend.settings == {0: (max(spec.clocks_mhz), 300.0)}
+    # a clock no longer asked for is the GPU's own again (unlocked), as on NVML
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=300.0)
+    assert backend.settings == {0: (None, 300.0)}
     backend.restore_defaults(0)
     assert backend.settings == {}
 
@@ -131,8 +132,11 @@ def test_the_nvml_check_reports_a_driver_refusal_and_exits_1():
     fake.nvmlDeviceSetGpuLockedClocks = refuse
     out = io.StringIO()
     assert run(fake, gpu=0, samples=0, out=out, pause_s=0) == 1
-    assert "refused: NVMLError_NoPermission" in out.getvalue()
-    assert fake.devices[0]["limit_mw"] == 400_000  # restored all the same
+    assert "refused: SettingsRefused" in out.getvalue()
+    assert "SM clock 987 MHz: Insufficient Permissions" in out.getvalue()
+    # the limit was set all the same (each setting is tried alone) and put back
+    assert ("set_power_limit", "GPU-aaa", 250_000) in fake.calls
+    assert fake.devices[0]["limit_mw"] == 400_000
 
 
 def test_without_a_driver_the_agent_and_the_check_exit_2_with_one_line(monkeypatch, capsys):

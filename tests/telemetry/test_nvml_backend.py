@@ -5,13 +5,14 @@ it keeps per-device state in NVML's own units (mW, mJ, bytes) so unit conversion
 and it uses pynvml's real error class and constants.
 """
 
+import json
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pynvml
 import pytest
 
-from telemetry.agent.backends import NvmlBackend, gpu_model_key
+from telemetry.agent.backends import NvmlBackend, SettingsRefused, gpu_model_key
 
 
 class FakeNvml:
@@ -44,9 +45,11 @@ class FakeNvml:
         return len(self.devices)
 
     def nvmlDeviceGetHandleByIndex(self, index):
+        self._may_fail(self.devices[index], "nvmlDeviceGetHandleByIndex")
         return self.devices[index]
 
     def nvmlDeviceGetUUID(self, h):
+        self._may_fail(h, "nvmlDeviceGetUUID")
         return h["uuid"]
 
     def nvmlDeviceGetName(self, h):
@@ -101,17 +104,28 @@ class FakeNvml:
         self._may_fail(h, "nvmlDeviceGetEnforcedPowerLimit")
         return h["limit_mw"]
 
+    def nvmlDeviceGetPowerManagementLimit(self, h):
+        self._may_fail(h, "nvmlDeviceGetPowerManagementLimit")
+        return h["limit_mw"]
+
     def nvmlDeviceSetPowerManagementLimit(self, h, limit_mw):
         self._may_fail(h, "nvmlDeviceSetPowerManagementLimit")
+        lo, hi = h["limits_mw"]
+        if not lo <= limit_mw <= hi:  # as the driver answers a limit outside the range
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         self.calls.append(("set_power_limit", h["uuid"], limit_mw))
         h["limit_mw"] = limit_mw
 
     def nvmlDeviceSetGpuLockedClocks(self, h, lo, hi):
+        self._may_fail(h, "nvmlDeviceSetGpuLockedClocks")
         self.calls.append(("lock_clocks", h["uuid"], lo, hi))
+        h["locked"] = (lo, hi)
         h["clock"] = hi
 
     def nvmlDeviceResetGpuLockedClocks(self, h):
+        self._may_fail(h, "nvmlDeviceResetGpuLockedClocks")
         self.calls.append(("reset_clocks", h["uuid"]))
+        h.pop("locked", None)
         h["clock"] = h["max_clock"]
 
 
@@ -280,6 +294,76 @@ def test_restore_defaults_survives_a_driver_refusal(fake):
     backend.restore_defaults(0)
     assert fake.calls[-1] == ("set_power_limit", "GPU-aaa", 400_000)
     assert fake.devices[0]["limit_mw"] == 400_000
+
+
+def test_a_setting_left_out_of_the_next_allocation_is_the_gpus_own_again(fake):
+    # given a job retuned from a locked clock to a power limit alone, then to a clock alone
+    backend = NvmlBackend(nvml=fake)
+    backend.apply_settings(0, sm_clock_mhz=900, power_limit_w=None)
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=300.0)
+    # then the clock is unlocked (the lock outlived the allocation that asked for it, and
+    # the job's time and energy were learned as "clock free")
+    assert "locked" not in fake.devices[0] and fake.devices[0]["limit_mw"] == 300_000
+    backend.apply_settings(0, sm_clock_mhz=1200, power_limit_w=None)
+    assert fake.devices[0]["locked"] == (1200, 1200)
+    assert fake.devices[0]["limit_mw"] == 400_000  # its own limit back
+
+
+def test_each_setting_is_tried_whatever_the_other_did(fake):
+    # given a driver that refuses the limit
+    fake.devices[0]["fail"] = {"nvmlDeviceSetPowerManagementLimit": pynvml.NVML_ERROR_NO_PERMISSION}
+    backend = NvmlBackend(nvml=fake)
+    with pytest.raises(SettingsRefused, match="power limit 300 W: Insufficient Permissions"):
+        backend.apply_settings(0, sm_clock_mhz=1200, power_limit_w=300.0)
+    # then the clock was locked all the same, and only it is put back
+    assert fake.devices[0]["locked"] == (1200, 1200)
+    fake.calls.clear()
+    backend.restore_defaults(0)
+    assert fake.calls == [("reset_clocks", "GPU-aaa")]
+
+
+def test_what_is_put_back_is_what_the_gpu_had_not_the_boot_default(fake):
+    # given a site's own cap of 300 W on both GPUs (nvidia-smi -pl), and a job at 250 W
+    for device in fake.devices:
+        device["limit_mw"] = 300_000
+    backend = NvmlBackend(nvml=fake)
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=250.0)
+    fake.calls.clear()
+    backend.restore_defaults(0)
+    backend.restore_defaults(1)  # a GPU the agent never changed
+    backend.close()
+    # then the cap is back (the boot default of 400 W raised it), and the other GPU was not
+    # touched: a non-root agent or a board without power management warned at every job
+    assert fake.calls == [("set_power_limit", "GPU-aaa", 300_000)]
+
+
+def test_an_agent_started_after_one_was_killed_puts_back_what_it_left(fake, tmp_path):
+    # given an agent that changed GPU 1 and was killed (no close)
+    state = tmp_path / "gpu_settings.json"
+    killed = NvmlBackend(nvml=fake, state_file=state)
+    killed.apply_settings(1, sm_clock_mhz=900, power_limit_w=222.0)
+    assert fake.devices[1]["locked"] == (900, 900)
+    # when the next agent starts on the node
+    fake.calls.clear()
+    NvmlBackend(nvml=fake, state_file=state)
+    # then it unlocks the clock and puts the limit back before any job runs, and forgets it
+    assert fake.calls == [("reset_clocks", "GPU-bbb"), ("set_power_limit", "GPU-bbb", 400_000)]
+    assert json.loads(state.read_text()) == {}
+
+
+def test_a_gpu_nvml_cannot_describe_is_left_out_and_the_others_run(fake, caplog):
+    # given one GPU hidden from the agent (a cgroup) and a node where none is usable
+    fake.devices[0]["fail"] = {"nvmlDeviceGetHandleByIndex": pynvml.NVML_ERROR_NO_PERMISSION}
+    backend = NvmlBackend(nvml=fake)
+    assert [(g.index, g.uuid) for g in backend.gpus()] == [(1, "GPU-bbb")]
+    assert [r.gpu_uuid for r in backend.read(datetime(2026, 11, 22, tzinfo=UTC))] == ["GPU-bbb"]
+    backend.apply_settings(1, sm_clock_mhz=1200, power_limit_w=None)
+    assert fake.devices[1]["locked"] == (1200, 1200)
+    assert "GPU 0: NVML cannot describe it, left out" in caplog.text
+    fake.devices[1]["fail"] = {"nvmlDeviceGetUUID": pynvml.NVML_ERROR_GPU_IS_LOST}
+    with pytest.raises(pynvml.NVMLError):
+        NvmlBackend(nvml=fake)
+    assert not fake.initialised  # shut down again
 
 
 @pytest.mark.parametrize(

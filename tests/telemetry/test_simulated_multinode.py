@@ -53,6 +53,8 @@ def test_a_process_job_is_told_its_gpus_on_all_nodes(tmp_path):
                      [2, 3], tmp_path)  # fmt: skip
     env = job.environment()
     assert (env["WATTFLOW_GPU_COUNT"], env["CUDA_VISIBLE_DEVICES"]) == ("8", "2,3")
+    # CUDA counts the GPUs as NVML does (by default it puts the fastest first)
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
 def test_a_simulated_job_says_when_it_reached_its_last_count():

@@ -152,8 +152,7 @@ def test_the_agent_applies_what_the_prolog_wrote_and_restores_after_the_epilog(t
     assert _epilog(handoff_dir, 900, TAG.comment()).returncode == 0
     agent.tick(T0 + timedelta(seconds=3))
     assert fake.calls == [
-        ("reset_clocks", "GPU-0"), ("set_power_limit", "GPU-0", 400_000),
-        ("reset_clocks", "GPU-2"), ("set_power_limit", "GPU-2", 400_000),
+        ("set_power_limit", "GPU-0", 400_000), ("set_power_limit", "GPU-2", 400_000),
     ]  # fmt: skip
     assert [d["limit_mw"] for d in fake.devices] == [400_000] * 4
     assert _spooled_events(tmp_path) == [("progress", None, 17.0, None)]
