@@ -65,6 +65,9 @@ class JobFrontier:
     wait_s: float  # earliest_start_s - submit time
     time_s: tuple[float, ...]  # ascending
     energy_above_idle_j: tuple[float, ...]  # descending
+    # The least energy its GPUs draw, idle draw included, to finish it: what a team budget,
+    # which pays its jobs' whole GPUs, pays for it at least.
+    least_gpu_energy_j: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -239,6 +242,7 @@ def jct_bound(
     for job in jobs:
         models = [job.gpu_model] if job.gpu_model else sorted(node_gpus_by_model)
         points: list[tuple[float, float]] = []
+        least_j = math.inf
         for gpu_model in models:
             if gpu_model not in node_gpus_by_model:
                 continue
@@ -269,13 +273,17 @@ def jct_bound(
             work = job.remaining_iters * job.iter_time_scale
             unit_t, unit_e = per_work[unit_key]
             points += [(t * work, e * work) for t, e in zip(unit_t, unit_e, strict=True)]
+            full = [n * power_w * job.power_scale * t for t, n, power_w in configurations[key]]
+            least_j = min([least_j, *(work * e for e in full)])
         if not points:
             continue
         start = job.submit_time_s
         if not replan_on_events:
             start = math.ceil(start / round_length_s) * round_length_s
         times, energies = _pareto(points)
-        frontiers.append(JobFrontier(job.job_id, start, start - job.submit_time_s, times, energies))
+        frontiers.append(
+            JobFrontier(job.job_id, start, start - job.submit_time_s, times, energies, least_j)
+        )
     cluster_idle_w = 0.0
     if not power_off_idle_nodes:
         cluster_idle_w = sum(

@@ -459,9 +459,14 @@ def _write_comparison(
     # The budgets' first periods against their limits (with team budgets those pay the jobs'
     # GPUs only, less than the baseline's cluster-wide spend), and the cluster's total.
     limit = line["budget_energy_kwh" if kind == "energy" else "budget_co2_kg"]
+    why = ""
+    if ratio is None and line.get("baseline_unfinished_jobs"):
+        why = f" ({base} left {line['baseline_unfinished_jobs']} job(s) unfinished)"
+    elif ratio is None and line["candidate_unfinished_jobs"]:
+        why = f" ({policy} left {line['candidate_unfinished_jobs']} job(s) unfinished)"
     stdout.write(
         f"  [{mode}] {policy} vs {base} at equal {kind}: avg JCT ratio "
-        f"{'n/a' if ratio is None else f'{ratio:.3f}x'}; spent "
+        f"{'n/a' + why if ratio is None else f'{ratio:.3f}x'}; spent "
         f"{inside:.1f} of {limit:.1f} "
         f"{spent.split('_')[-1]} inside the period, {line['candidate_' + spent]:.1f} in "
         f"all; worst period {_share(line['candidate_max_period_share'])} of its budget; "

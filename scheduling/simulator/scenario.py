@@ -166,16 +166,18 @@ def with_teams_by_workload(scenario: Scenario) -> Scenario:
 
 
 def split_by_team(whole: BudgetSpec, bound: Any, jobs: Sequence[Job]) -> tuple[BudgetSpec, ...]:
-    """``whole`` split into one budget per team, in proportion to the least energy above
-    idle its jobs could finish with (``bound``: the scenario's ``JctBound``); a carbon
-    limit in the same shares."""
+    """``whole`` split into one budget per team, in proportion to the least energy its
+    jobs' GPUs draw to finish them, idle draw included (``bound``: the scenario's
+    ``JctBound``); a carbon limit in the same shares. A team budget pays its jobs' whole
+    GPUs: split by the energy above idle, a workload that draws little above it (ncf)
+    got a share below what one of its jobs is charged, and its jobs never started."""
     from dataclasses import replace
 
     team_of = {j.job_id: j.team for j in jobs}
     need: dict[str, float] = {}
     for f in bound.jobs:
         team = team_of[f.job_id]
-        need[team] = need.get(team, 0.0) + f.energy_above_idle_j[-1]
+        need[team] = need.get(team, 0.0) + f.least_gpu_energy_j
     total = sum(need.values())
     if total <= 0.0:
         return (whole,)

@@ -94,3 +94,62 @@ def test_a_period_over_its_budget_never_prints_as_100_percent(share, text):
     from scheduling.simulator.cli import _share
 
     assert _share(share) == text
+
+
+def _small_t4_cluster(tmp_path: Path) -> Path:
+    spec = {"name": "n2g4_t4", "description": "2 x 4 T4", "gpu_model": "T4", "switches": 1,
+            "nodes_per_switch": 2, "gpus_per_node": 4}  # fmt: skip
+    path = tmp_path / "n2g4_t4.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_a_team_whose_jobs_drew_nothing_under_the_baseline_gets_nothing(tmp_path):
+    # given 60 pollux jobs on 8 T4s, under fifo 19 of them ask for more GPUs than there are
+    # (imagenet's and bert's among them: those teams draw nothing), and team budgets matched
+    out = StringIO()
+    call_command(
+        "simulate",
+        "--trace", str(DATA / "trace" / "pollux_workload-1.csv"),
+        "--cluster", str(_small_t4_cluster(tmp_path)), "--policy", "powerflow",
+        "--match-baseline", "fifo", "--team-budgets", "--team-rule", "workload",
+        "--knowledge", "oracle", "--max-jobs", "60", "--no-progress", "--out", str(tmp_path),
+        stdout=out,
+    )  # fmt: skip
+    (line,) = json.loads((tmp_path / "pollux_workload-1_n2g4_t4_report.json").read_text())[
+        "comparisons"
+    ]
+    jobs = tmp_path / "pollux_workload-1_n2g4_t4_powerflow@fifo-energy_jobs.csv"
+    rows = [r.split(",") for r in jobs.read_text().splitlines()[1:]]
+    drew = {}
+    for row in rows:
+        drew[row[2]] = drew.get(row[2], 0.0) + float(row[10])
+    # then every team has a budget, the two that drew nothing one of nothing, and their jobs
+    # drew nothing here either (left out, PowerFlow shrank them and ran them with no budget
+    # at all: 12.5 kWh of imagenet)
+    assert line["team_budgets"] == len(drew) == 6
+    assert drew["imagenet"] == drew["bert"] == 0.0
+    # and no ratio is printed over different sets of finished jobs (it read 0.404x)
+    assert line["baseline_unfinished_jobs"] == 19 and line["avg_jct_ratio"] is None
+    assert "avg JCT ratio n/a (fifo left 19 job(s) unfinished)" in out.getvalue()
+
+
+def test_a_fixed_budget_split_by_team_pays_for_each_teams_jobs_whole_gpus(tmp_path):
+    # given a fixed 2 kWh a day split over teams by workload on 8 T4s
+    out = StringIO()
+    call_command(
+        "simulate",
+        "--trace", str(DATA / "trace" / "pollux_workload-1.csv"),
+        "--cluster", str(_small_t4_cluster(tmp_path)), "--policy", "powerflow",
+        "--energy-budget-kwh", "2", "--budget-period-h", "24", "--team-budgets",
+        "--team-rule", "workload", "--knowledge", "oracle", "--max-jobs", "60",
+        "--no-progress", "--out", str(tmp_path),
+        stdout=out,
+    )  # fmt: skip
+    summary = tmp_path / "pollux_workload-1_n2g4_t4_powerflow_summary.json"
+    run = json.loads(summary.read_text())["summary"]
+    # then every job finishes: split by the energy above idle, ncf's share (269 J a day)
+    # was below what one of its jobs is charged (its GPUs' whole draw, about 666 J), and
+    # its 24 jobs never started
+    assert run["n_unfinished"] == 0
+    assert "budget period(s); worst spent" in out.getvalue() and "over" not in out.getvalue()
