@@ -170,6 +170,12 @@ def test_powerflow_waits_over_allowance_when_even_the_minimum_does_not_fit():
     assert plan.allocations == {}
     assert plan.waiting["a"].code == WaitCode.OVER_ROUND_ALLOWANCE
     assert plan.predicted_energy_by_budget_j == {"b": 0.0}
+    # and it says so: no job ahead of it spent the round's share (it read "spent by jobs
+    # ranked ahead of it" with nothing else there)
+    assert plan.waiting["a"].message == (
+        "Waiting: its smallest configuration costs more than team t's budget allows a "
+        "round, as the budget is paced over its period."
+    )
 
 
 def test_cluster_budget_pays_idle_gpus_and_only_the_draw_above_idle_for_jobs():

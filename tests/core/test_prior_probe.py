@@ -113,6 +113,9 @@ def test_a_probe_must_fit_a_share_of_what_the_period_has_left():
     # 1,050 J is more than a quarter of 4,000 J
     plan = _round(PRIOR, limit_j=4_000.0)
     assert "a" not in plan.allocations
+    # and its wait says why: its prior's cost, and a probe's, not jobs ahead of it
+    assert "its prior (a guess from other workloads)" in plan.waiting["a"].message
+    assert "more than 25% of what that budget has left" in plan.waiting["a"].message
     # and spent budget counts: 12 kJ limit, 8 kJ used leaves the same 4 kJ
     snap = _snap(used_j=8_000.0)
     assert "a" not in plan_round(snap, policy=get_policy("powerflow"), now=0.0).allocations

@@ -427,7 +427,13 @@ class BudgetGreedy:
         rnd.upgrade()
         return rnd.decision()
 
-    def _over_allowance(self, budget, curve: IntensityCurve, ci_now: float) -> WaitReason:
+    def _over_allowance(
+        self, budget, curve: IntensityCurve, ci_now: float, *, alone: bool = False,
+        prior: bool = False,
+    ) -> WaitReason:  # fmt: skip
+        """Why a job waits on ``budget``: ``alone``, its minimum costs more than the round's
+        whole allowance (no job ahead of it spent any of it); ``prior``, that cost is its
+        prior's guess and a probe of it does not fit either."""
         whose = f"team {budget.team}'s" if budget.team else "the cluster's"
         if self.cost == "carbon" and budget.co2_limit_g is not None:
             cleaner = curve.next_cleaner(ci_now * (1 - CLEAN_MARGIN), within_s=HOLD_WITHIN_S)
@@ -439,6 +445,20 @@ class BudgetGreedy:
                     "is forecast.",
                     until_s=cleaner,
                 )
+        if alone and prior:
+            return WaitReason(
+                WaitCode.OVER_ROUND_ALLOWANCE,
+                f"Waiting: it has not run yet, and its prior (a guess from other workloads) "
+                f"says its smallest configuration costs more than {whose} budget allows a "
+                f"round; a first short run to measure it would take more than "
+                f"{self.probe_share:.0%} of what that budget has left in its period.",
+            )
+        if alone:
+            return WaitReason(
+                WaitCode.OVER_ROUND_ALLOWANCE,
+                f"Waiting: its smallest configuration costs more than {whose} budget allows "
+                "a round, as the budget is paced over its period.",
+            )
         return WaitReason(
             WaitCode.OVER_ROUND_ALLOWANCE,
             f"Waiting: {whose} budget is paced over its period and this round's share is "
@@ -484,6 +504,7 @@ class _Round:
         self.scaling: dict[int, float] = {}  # hesrpt: the last size step's exponent
         self.sorted_min_s: list[float] | None = None
         self.budget_blocked: dict[int, int] = {}
+        self.blocked_alone: set[int] = set()  # of those, over the allowance on their own
         self._caps: list[tuple[float | None, float | None]] | None = None  # _unpayable
         self._gpu_specs = getattr(ctx.snapshot.perf, "gpus", {})  # catalog GPU models
         self.mins: dict[int, Evaluation] = {}
@@ -542,6 +563,7 @@ class _Round:
         ]
         self.idle_floor_j = idle_w * round_s
         self.spent_e = [self.idle_floor_j if b.team is None else 0.0 for b in budgets]
+        self.spent_before = list(self.spent_e)  # before any job (wait reasons)
         self.to_g = self.ci_now / J_PER_KWH
         # The score floor saves budget for later; a budget already behind its straight
         # line by RELAX_LAG of its limit has nothing to save for, so its floor is 0.
@@ -1011,6 +1033,8 @@ class _Round:
             if self.probe(j, est):
                 return True
             self.budget_blocked[j] = bi
+            if self.spent_e[bi] <= self.spent_before[bi]:  # no job ahead of it spent any
+                self.blocked_alone.add(j)
             return False
         ledger.take(jv, n0)
         self.spend(j, d_team, d_cluster)
@@ -1336,8 +1360,9 @@ class _Round:
             waiting[jv.job.job_id] = reason
         for j, bi in self.budget_blocked.items():
             waiting[jobs[j].job.job_id] = self.policy._over_allowance(
-                budgets[bi], self.curve, self.ci_now
-            )
+                budgets[bi], self.curve, self.ci_now, alone=j in self.blocked_alone,
+                prior=self.policy.probe_s is not None and prior_only(jobs[j]),
+            )  # fmt: skip
         state = dict(self.new_state)
         if self.probes:
             state["prior_probes"] = self.probes
