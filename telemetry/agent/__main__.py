@@ -2,7 +2,7 @@
 [--runner process|simulated|none] [--handoff-dir DIR]``
 
 Runs the Wattflow node agent until SIGTERM or Ctrl-C; on exit it stops its jobs (they
-checkpoint), restores every GPU's default clocks and power limit and flushes its buffer.
+checkpoint), puts back the clocks and power limits it changed and flushes its buffer.
 The token may also come from ``WATTFLOW_AGENT_TOKEN`` (keeps it out of ``ps``).
 
 ``--runner`` says who runs the jobs: ``process`` (the default with real GPUs), ``simulated``
@@ -13,6 +13,7 @@ The token may also come from ``WATTFLOW_AGENT_TOKEN`` (keeps it out of ``ps``).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import logging
 import math
 import os
@@ -20,6 +21,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from telemetry.agent.client import AgentClient
 from telemetry.agent.loop import Agent, AgentConfig
@@ -95,9 +97,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _lock_work_dir(work_dir: Path) -> Any | None:
+    """The open lock file of ``work_dir`` (held while the process lives), or None where
+    another agent holds it: two agents on one work dir would share a spool and put back each
+    other's GPU settings (``gpu_settings.json``)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(work_dir / "agent.lock", "a")  # noqa: SIM115 - held until the process ends
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    lock = _lock_work_dir(args.work_dir)
+    if lock is None:
+        sys.stderr.write(
+            f"agent: another agent runs with --work-dir {args.work_dir} (it holds its lock); "
+            "give each agent its own\n"
+        )
+        return 2
     if args.simulate:
         from telemetry.agent.simulated import PerfModelUnavailable, SimulatedBackend
 
@@ -114,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
         from telemetry.agent.backends import NvmlBackend
 
         try:
-            args.work_dir.mkdir(parents=True, exist_ok=True)
             backend = NvmlBackend(state_file=args.work_dir / "gpu_settings.json")
         except pynvml.NVMLError as exc:
             sys.stderr.write(f"agent: NVML is not usable here ({exc}); --simulate runs without\n")

@@ -160,19 +160,19 @@ class NvmlBackend:
         if nvml is None:
             import pynvml as nvml  # imported late: the simulated agent must run without a driver
         self._nvml = nvml
-        self._nvml.nvmlInit()
-        try:
-            self._find_gpus()
-        except BaseException:
-            self._nvml.nvmlShutdown()
-            raise
         # GPUs whose draw NVML could not read at the last tick (warned once, not every tick).
         self._unreadable: set[str] = set()
         # What the agent changed, per GPU UUID: "limit_mw", the limit to put back (absent
         # where the limit is untouched), and "locked", whether it locked the clock.
         self._state_file = state_file
         self._changed: dict[str, dict[str, Any]] = {}
-        self._put_back_what_was_left()
+        self._nvml.nvmlInit()
+        try:
+            self._find_gpus()
+            self._put_back_what_was_left()
+        except BaseException:
+            self._nvml.nvmlShutdown()
+            raise
 
     def _find_gpus(self) -> None:
         """Every GPU NVML can describe; one it cannot (hidden by a cgroup, lost from the bus)
@@ -401,14 +401,22 @@ class NvmlBackend:
         self._save()
 
     def _save(self) -> None:
-        if self._state_file is not None:
-            tmp = self._state_file.with_name(self._state_file.name + ".tmp")
+        """Keep what was changed on disk. A write that fails is logged and the agent goes
+        on: the settings themselves were put back (or set) all the same, and a shutdown
+        must still put back the other GPUs and send its events."""
+        if self._state_file is None:
+            return
+        tmp = self._state_file.with_name(self._state_file.name + ".tmp")
+        try:
             tmp.write_text(json.dumps(self._changed, sort_keys=True))
             os.replace(tmp, self._state_file)
+        except OSError as exc:
+            log.warning("cannot keep the GPU settings changed in %s: %s", self._state_file, exc)
 
     def _put_back_what_was_left(self) -> None:
         """Put back what an agent that did not shut down cleanly left changed (its state
-        file); entries of GPUs no longer here are dropped."""
+        file). An entry of a GPU not described this time (lost for the moment) is kept for
+        the next start; an entry that is not what this class writes is dropped."""
         if self._state_file is None or not self._state_file.exists():
             return
         try:
@@ -416,17 +424,22 @@ class NvmlBackend:
         except (OSError, ValueError) as exc:
             log.warning("cannot read %s, nothing put back: %s", self._state_file, exc)
             left = {}
-        if not isinstance(left, dict):
-            left = {}
-        by_uuid = {info.uuid: index for index, info in self._info.items()}
-        self._changed = {
-            uuid: dict(entry)
-            for uuid, entry in left.items()
-            if uuid in by_uuid and isinstance(entry, dict)
-        }
-        for uuid in list(self._changed):
-            log.warning("GPU %s: putting back the settings a previous agent left", uuid)
-            self.restore_defaults(by_uuid[uuid])
+        for uuid, entry in left.items() if isinstance(left, dict) else ():
+            kept = {}
+            if isinstance(entry, dict):
+                limit = entry.get("limit_mw")
+                if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+                    kept["limit_mw"] = limit
+                if entry.get("locked") is True:
+                    kept["locked"] = True
+            if kept:
+                self._changed[str(uuid)] = kept
+            else:
+                log.warning("%s: an unreadable entry for GPU %s, dropped", self._state_file, uuid)
+        for index, info in self._info.items():
+            if info.uuid in self._changed:
+                log.warning("GPU %s: putting back the settings a previous agent left", info.uuid)
+                self.restore_defaults(index)
         self._save()
 
 

@@ -444,7 +444,8 @@ class Agent:
             self.shutdown(datetime.now(UTC))
 
     def shutdown(self, now: datetime) -> None:
-        """Stop jobs (they checkpoint), restore every GPU's defaults, flush what is buffered."""
+        """Stop jobs (they checkpoint), put back what was set on the GPUs, flush what is
+        buffered."""
         events = [
             self.stop_job(j, now, reason="agent_exit") for j in sorted(self.running_job_ids())
         ]

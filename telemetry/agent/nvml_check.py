@@ -4,7 +4,7 @@ tests only ever drive it through a fake of ``pynvml``).
 
 It prints what the agent would register, a few readings of every GPU, then on one GPU sets the
 power limit to the middle of its range and locks the SM clock below its maximum, reads back what
-the driver enforces, restores the defaults and reads again. Setting limits and clocks needs
+the driver enforces, puts back what it changed and reads again. Setting limits and clocks needs
 root; where the driver refuses, the refusal is printed and the run goes on (exit status 1).
 ``--read-only`` stops after the readings and changes nothing: for a GPU that is not yours to
 retune (a shared or borrowed machine).
@@ -74,7 +74,7 @@ def run(
         time.sleep(pause_s)
         now = _reading_of(backend, info.uuid)
         out.write("  " + (_reading(now).strip() if now else "its draw cannot be read") + "\n")
-        out.write(f"GPU {gpu}: restore defaults\n")
+        out.write(f"GPU {gpu}: put back what was changed\n")
         backend.restore_defaults(gpu)
         time.sleep(pause_s)
         after = _reading_of(backend, info.uuid)

@@ -14,7 +14,7 @@ Wattflow's, so that the reconciler and a ``job_submit.lua`` can tell it apart fr
 starts; the Prolog the project ships (``deploy/slurm/prolog.sh``) writes
 ``<handoff dir>/<node name>/<slurm job id>.json`` with the job's id, its comment and
 ``SLURM_JOB_GPUS`` (GPU indices on that node). The agent applies the comment's power limit or
-clock to those GPUs. The Epilog removes the file, and the agent restores the GPUs' defaults.
+clock to those GPUs. The Epilog removes the file, and the agent puts back what it set.
 """
 
 from __future__ import annotations

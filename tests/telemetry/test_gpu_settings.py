@@ -154,3 +154,24 @@ def test_without_a_driver_the_agent_and_the_check_exit_2_with_one_line(monkeypat
         "agent: NVML is not usable here (NVML Shared Library Not Found); --simulate runs without",
         "nvml_check: NVML is not usable here: NVML Shared Library Not Found",
     ]
+
+
+def test_a_second_agent_on_a_work_dir_in_use_exits_2_with_one_line(tmp_path, capsys):
+    import fcntl
+
+    from telemetry.agent.__main__ import main
+
+    # given an agent running with a work dir (it holds the dir's lock)
+    held = open(tmp_path / "agent.lock", "a")  # noqa: SIM115
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        # then a second one on it stops before touching a GPU: it would share the spool and
+        # put back the first one's GPU settings at its start
+        argv = ["--server", "http://127.0.0.1:1", "--token", "t", "--work-dir", str(tmp_path)]
+        assert main(argv) == 2
+    finally:
+        held.close()
+    assert capsys.readouterr().err == (
+        f"agent: another agent runs with --work-dir {tmp_path} (it holds its lock); "
+        "give each agent its own\n"
+    )

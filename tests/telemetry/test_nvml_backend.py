@@ -351,6 +351,43 @@ def test_an_agent_started_after_one_was_killed_puts_back_what_it_left(fake, tmp_
     assert json.loads(state.read_text()) == {}
 
 
+def test_what_was_left_on_a_gpu_lost_for_a_start_is_put_back_at_the_next(fake, tmp_path):
+    state = tmp_path / "gpu_settings.json"
+    NvmlBackend(nvml=fake, state_file=state).apply_settings(
+        1, sm_clock_mhz=900, power_limit_w=222.0
+    )
+    # when the next agent starts while GPU 1 cannot be described, and the one after with it
+    fake.devices[1]["fail"] = {"nvmlDeviceGetUUID": pynvml.NVML_ERROR_GPU_IS_LOST}
+    NvmlBackend(nvml=fake, state_file=state)
+    fake.devices[1]["fail"] = {}
+    NvmlBackend(nvml=fake, state_file=state)
+    # then the third puts it back (the second had forgotten it: changed until a reboot)
+    assert "locked" not in fake.devices[1] and fake.devices[1]["limit_mw"] == 400_000
+    assert json.loads(state.read_text()) == {}
+
+
+def test_a_state_file_that_cannot_be_written_or_read_stops_nothing(fake, tmp_path, caplog):
+    # given an agent whose work dir went away after it changed both GPUs
+    work = tmp_path / "work"
+    work.mkdir()
+    backend = NvmlBackend(nvml=fake, state_file=work / "gpu_settings.json")
+    for index in (0, 1):
+        backend.apply_settings(index, sm_clock_mhz=900, power_limit_w=250.0)
+    (work / "gpu_settings.json").unlink()
+    work.rmdir()
+    # then closing still puts back every GPU and shuts NVML down (it stopped at the first)
+    backend.close()
+    assert [("locked" in d, d["limit_mw"]) for d in fake.devices] == [(False, 400_000)] * 2
+    assert not fake.initialised
+    assert "cannot keep the GPU settings changed" in caplog.text
+    # and an entry this class does not write is dropped with a warning, not a crash
+    state = tmp_path / "odd.json"
+    state.write_text(json.dumps({"GPU-aaa": {"limit_mw": None}, "GPU-bbb": [1]}))
+    NvmlBackend(nvml=fake, state_file=state)
+    assert fake.initialised and json.loads(state.read_text()) == {}
+    assert "an unreadable entry for GPU GPU-aaa, dropped" in caplog.text
+
+
 def test_a_gpu_nvml_cannot_describe_is_left_out_and_the_others_run(fake, caplog):
     # given one GPU hidden from the agent (a cgroup) and a node where none is usable
     fake.devices[0]["fail"] = {"nvmlDeviceGetHandleByIndex": pynvml.NVML_ERROR_NO_PERMISSION}
