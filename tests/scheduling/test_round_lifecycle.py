@@ -17,7 +17,7 @@ from cluster import services as cluster_services
 from cluster.choices import JobState
 from cluster.models import AuditEntry, Gpu, Job, Node
 from frontend.broadcast import ADMIN_GROUP
-from scheduling import adapters, services
+from scheduling import adapters, observations, services
 from scheduling.choices import DecisionAction
 from scheduling.core.perf_models import load_catalog
 from scheduling.core.types import GpuConfig
@@ -259,6 +259,23 @@ def test_progress_beyond_the_jobs_whole_work_is_not_learned_as_speed(
     times = [o["iter_time_s"] for o in stored if o["iter_time_s"]]
     assert times == [pytest.approx(0.1, rel=1e-9)]
     assert "end above the job's whole work" in caplog.text
+
+
+@pytest.mark.parametrize("grad_var", [None, 1e-3, 10.0])
+def test_the_most_a_report_can_count_holds_whatever_the_noise_scale_became(
+    make_job, member, team, grad_var
+):
+    # given a 1,000-iteration job submitted at batch 256, whose noise scale moves with each
+    # report of its gradient statistics (the agent was told its count with the old one)
+    job = make_job(owner=member, team=team, global_batch_size=256, total_iterations=1000)
+    if grad_var is not None:
+        Job.objects.filter(pk=job.pk).update(grad_sqr=1.0, grad_var=grad_var, grad_batch_size=256)
+        job.refresh_from_db()
+    # then the cap is the most any noise scale allows: at a larger batch the submitted count,
+    # at a smaller one that count times the ratio (a cap from today's noise scale left out
+    # the last 65% of a real job's intervals)
+    assert observations.most_iterations(job, 512) == pytest.approx(1000 * 1.01 + 1)
+    assert observations.most_iterations(job, 64) == pytest.approx(4000 * 1.01 + 1)
 
 
 def test_a_job_that_ran_and_ended_between_two_rounds_teaches_its_model_and_profile(
