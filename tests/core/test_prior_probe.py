@@ -5,7 +5,7 @@ would cost more than ncf's whole budget, and a job that never runs is never obse
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -119,6 +119,34 @@ def test_a_probe_must_fit_a_share_of_what_the_period_has_left():
     # and spent budget counts: 12 kJ limit, 8 kJ used leaves the same 4 kJ
     snap = _snap(used_j=8_000.0)
     assert "a" not in plan_round(snap, policy=get_policy("powerflow"), now=0.0).allocations
+
+
+@dataclass(frozen=True)
+class LimitedPrior(PriorOnly):
+    """A prior on a GPU whose power limit range NVML reports: it draws at most 60 W."""
+
+    power_limits_w: tuple[float, float] = (20.0, 60.0)
+
+
+def test_a_probe_may_take_what_the_period_has_left_at_its_gpus_top_draw_if_nothing_else_runs():
+    # given the probe of the test above (1,050 J at the prior's draw, over a quarter of
+    # 4,000 J), on a GPU that draws at most 60 W: 60 s at 60 W is 3,600 J
+    prior = LimitedPrior("w", t1_s=1000.0, idle_power_w=10.0, busy_power_w=40.0)
+    # then with nothing else of the team running it starts: the quarter kept for the team's
+    # other work keeps nothing from anyone (a team period small beside a probe never
+    # learned its jobs: ncf's 67 jobs never started under learned team budgets)
+    plan = _round(prior, limit_j=4_000.0)
+    assert plan.allocations["a"].n_gpus == 1
+    # and it is charged at the most its GPU can draw, so a prior that underestimates the
+    # draw cannot overspend: with 3,000 J left it waits
+    assert "a" not in _round(prior, limit_j=3_000.0).allocations
+    # and once it is charged 3,600 J, a second such job of the team is held to the quarter
+    # again: with 7,500 J, 3,900 J are left, whose quarter (975 J) is below its 1,050 J
+    jobs = [job("a", iters=10.0), job("b", iters=10.0)]
+    plan = plan_round(
+        _snap(prior, limit_j=7_500.0, jobs=jobs), policy=get_policy("powerflow"), now=0.0
+    )
+    assert sorted(plan.allocations) == ["a"]
 
 
 def test_probes_can_be_turned_off():

@@ -433,7 +433,7 @@ class BudgetGreedy:
     ) -> WaitReason:  # fmt: skip
         """Why a job waits on ``budget``: ``alone``, its minimum costs more than the round's
         whole allowance (no job ahead of it spent any of it); ``prior``, that cost is its
-        prior's guess and a probe of it does not fit either."""
+        prior's guess and its first probe does not fit either."""
         whose = f"team {budget.team}'s" if budget.team else "the cluster's"
         if self.cost == "carbon" and budget.co2_limit_g is not None:
             cleaner = curve.next_cleaner(ci_now * (1 - CLEAN_MARGIN), within_s=HOLD_WITHIN_S)
@@ -505,6 +505,7 @@ class _Round:
         self.sorted_min_s: list[float] | None = None
         self.budget_blocked: dict[int, int] = {}
         self.blocked_alone: set[int] = set()  # of those, over the allowance on their own
+        self.probe_unpaid: set[int] = set()  # jobs whose probe the budget could not pay
         self._caps: list[tuple[float | None, float | None]] | None = None  # _unpayable
         self._gpu_specs = getattr(ctx.snapshot.perf, "gpus", {})  # catalog GPU models
         self.mins: dict[int, Evaluation] = {}
@@ -1099,22 +1100,44 @@ class _Round:
         restart_j = self.restart_j(j, n0)
         busy_team, d_cluster = self._busy_j(j, est, length)
         d_team = busy_team + restart_j
+        # At its GPUs' highest power limit, the most the probe can draw whatever its prior
+        # says (None: the model has no limit range).
+        limits = getattr(jv.perf, "power_limits_w", None)
+        top_w = n0 * max(limits[1], est.power_w) * length * self.margin[j] if limits else None
+        at_top = False
         for bi, is_cluster in self.pays[j]:
             b = self.budgets[bi]
             d = d_cluster if is_cluster else d_team
+            share = policy.probe_share
+            if top_w is not None and self.spent_e[bi] <= self.spent_before[bi]:
+                # Nothing else of this budget runs this round: the share kept for its other
+                # work keeps nothing from anyone, and a team whose period is small beside a
+                # probe at its prior's draw never learned its jobs (ncf's 67 jobs never
+                # started on a 7 kJ team period: 2.5 kJ of prior draw against 1.7 kJ).
+                # The probe may then take what the period has left, counted and charged
+                # at the most its GPUs can draw, so that a prior that underestimates the
+                # draw cannot overspend.
+                share, at_top = 1.0, True
+                idle_j = n0 * self.job_idle_w[j] * length * self.margin[j]
+                d = (top_w - idle_j) if is_cluster else (top_w + restart_j)
             # What the period still has after this round's spending and, for a cluster
             # budget, the idle floor committed to the period's end.
             committed = self.spent_e[bi] + self.floor_w[bi] * max(
                 b.period_end_s - now - self.round_s, 0.0
             )
             if b.energy_limit_j is not None:
-                if d > policy.probe_share * (b.energy_remaining_j - committed):
+                if d > share * (b.energy_remaining_j - committed):
+                    self._unpaid_first_probe(j, rec)
                     return False
             if b.co2_limit_g is not None:
                 free_g = b.co2_remaining_g - committed * self.to_g
-                if d * self.to_g > policy.probe_share * free_g:
+                if d * self.to_g > share * free_g:
+                    self._unpaid_first_probe(j, rec)
                     return False
         now_share = min(length, self.round_s) / length
+        if at_top:  # charged as it was counted: at its GPUs' top draw
+            idle_j = n0 * self.job_idle_w[j] * length * self.margin[j]
+            busy_team, d_cluster = top_w, top_w - idle_j
         self._admit_probe(j, busy_team * now_share + restart_j, d_cluster * now_share)
         if rec is None:
             self.probes[job.job_id] = {
@@ -1139,6 +1162,10 @@ class _Round:
             n0 * est.power_w * length_s * m,
             n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length_s * m,
         )
+
+    def _unpaid_first_probe(self, j: int, rec: dict[str, Any] | None) -> None:
+        if rec is None:  # its first probe (an extension's job has run)
+            self.probe_unpaid.add(j)
 
     def _admit_probe(self, j: int, d_team: float, d_cluster: float) -> None:
         self.ledger.take(self.jobs[j], self.opts[j][0][0])
@@ -1361,7 +1388,7 @@ class _Round:
         for j, bi in self.budget_blocked.items():
             waiting[jobs[j].job.job_id] = self.policy._over_allowance(
                 budgets[bi], self.curve, self.ci_now, alone=j in self.blocked_alone,
-                prior=self.policy.probe_s is not None and prior_only(jobs[j]),
+                prior=j in self.probe_unpaid,
             )  # fmt: skip
         state = dict(self.new_state)
         if self.probes:
