@@ -104,18 +104,25 @@ def _small_t4_cluster(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_team_whose_jobs_drew_nothing_under_the_baseline_gets_nothing(tmp_path):
-    # given 60 pollux jobs on 8 T4s, under fifo 19 of them ask for more GPUs than there are
-    # (imagenet's and bert's among them: those teams draw nothing), and team budgets matched
+def _powerflow_teams_on_8_t4s(tmp_path: Path, *budget: str) -> str:
+    """PowerFlow on the first 60 pollux_workload-1 jobs on 2 x 4 T4, a team per workload,
+    with ``budget``'s options; what the command printed."""
     out = StringIO()
     call_command(
         "simulate",
         "--trace", str(DATA / "trace" / "pollux_workload-1.csv"),
-        "--cluster", str(_small_t4_cluster(tmp_path)), "--policy", "powerflow",
-        "--match-baseline", "fifo", "--team-budgets", "--team-rule", "workload",
-        "--knowledge", "oracle", "--max-jobs", "60", "--no-progress", "--out", str(tmp_path),
+        "--cluster", str(_small_t4_cluster(tmp_path)), "--policy", "powerflow", *budget,
+        "--team-budgets", "--team-rule", "workload", "--knowledge", "oracle",
+        "--max-jobs", "60", "--no-progress", "--out", str(tmp_path),
         stdout=out,
     )  # fmt: skip
+    return out.getvalue()
+
+
+def test_a_team_whose_jobs_drew_nothing_under_the_baseline_gets_nothing(tmp_path):
+    # given 60 pollux jobs on 8 T4s, under fifo 19 of them ask for more GPUs than there are
+    # (imagenet's and bert's among them: those teams draw nothing), and team budgets matched
+    printed = _powerflow_teams_on_8_t4s(tmp_path, "--match-baseline", "fifo")
     (line,) = json.loads((tmp_path / "pollux_workload-1_n2g4_t4_report.json").read_text())[
         "comparisons"
     ]
@@ -131,25 +138,18 @@ def test_a_team_whose_jobs_drew_nothing_under_the_baseline_gets_nothing(tmp_path
     assert drew["imagenet"] == drew["bert"] == 0.0
     # and no ratio is printed over different sets of finished jobs (it read 0.404x)
     assert line["baseline_unfinished_jobs"] == 19 and line["avg_jct_ratio"] is None
-    assert "avg JCT ratio n/a (fifo left 19 job(s) unfinished)" in out.getvalue()
+    assert "avg JCT ratio n/a (fifo left 19 job(s) unfinished)" in printed
 
 
 def test_a_fixed_budget_split_by_team_pays_for_each_teams_jobs_whole_gpus(tmp_path):
     # given a fixed 2 kWh a day split over teams by workload on 8 T4s
-    out = StringIO()
-    call_command(
-        "simulate",
-        "--trace", str(DATA / "trace" / "pollux_workload-1.csv"),
-        "--cluster", str(_small_t4_cluster(tmp_path)), "--policy", "powerflow",
-        "--energy-budget-kwh", "2", "--budget-period-h", "24", "--team-budgets",
-        "--team-rule", "workload", "--knowledge", "oracle", "--max-jobs", "60",
-        "--no-progress", "--out", str(tmp_path),
-        stdout=out,
-    )  # fmt: skip
+    printed = _powerflow_teams_on_8_t4s(
+        tmp_path, "--energy-budget-kwh", "2", "--budget-period-h", "24"
+    )
     summary = tmp_path / "pollux_workload-1_n2g4_t4_powerflow_summary.json"
     run = json.loads(summary.read_text())["summary"]
     # then every job finishes: split by the energy above idle, ncf's share (269 J a day)
     # was below what one of its jobs is charged (its GPUs' whole draw, about 666 J), and
     # its 24 jobs never started
     assert run["n_unfinished"] == 0
-    assert "budget period(s); worst spent" in out.getvalue() and "over" not in out.getvalue()
+    assert "budget period(s); worst spent" in printed and "over" not in printed
