@@ -190,6 +190,14 @@ class NvmlBackend:
                 log.warning("GPU %d: NVML cannot describe it, left out: %s", index, exc)
                 failed = exc
                 continue
+            mig = self._optional("nvmlDeviceGetMigMode", handle)
+            if mig and mig[0] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+                # Its slices are CUDA devices of their own (MIG-<uuid>): a job given the
+                # GPU's index would see none of them, and the scheduler plans whole GPUs.
+                log.warning(
+                    "GPU %s: MIG mode is on; left out (Wattflow schedules whole GPUs)", info.uuid
+                )
+                continue
             self._handles[index], self._info[index] = handle, info
         if failed is not None and not self._info:
             raise failed

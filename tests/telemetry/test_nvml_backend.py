@@ -52,6 +52,11 @@ class FakeNvml:
         self._may_fail(h, "nvmlDeviceGetUUID")
         return h["uuid"]
 
+    def nvmlDeviceGetMigMode(self, h):
+        if h.get("mig") is None:
+            self._unsupported()  # boards without MIG
+        return [h["mig"], h["mig"]]
+
     def nvmlDeviceGetName(self, h):
         return h["name"]
 
@@ -386,6 +391,16 @@ def test_a_state_file_that_cannot_be_written_or_read_stops_nothing(fake, tmp_pat
     NvmlBackend(nvml=fake, state_file=state)
     assert fake.initialised and json.loads(state.read_text()) == {}
     assert "an unreadable entry for GPU GPU-aaa, dropped" in caplog.text
+
+
+def test_a_gpu_in_mig_mode_is_left_out_with_a_warning(fake, caplog):
+    # given GPU 0 in MIG mode (its slices are CUDA devices of their own) and GPU 1 with MIG
+    # off: a job given GPU 0's index would see no device
+    fake.devices[0]["mig"] = pynvml.NVML_DEVICE_MIG_ENABLE
+    fake.devices[1]["mig"] = pynvml.NVML_DEVICE_MIG_DISABLE
+    backend = NvmlBackend(nvml=fake)
+    assert [g.uuid for g in backend.gpus()] == ["GPU-bbb"]
+    assert "GPU GPU-aaa: MIG mode is on; left out" in caplog.text
 
 
 def test_a_gpu_nvml_cannot_describe_is_left_out_and_the_others_run(fake, caplog):
