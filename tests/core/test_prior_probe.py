@@ -137,16 +137,42 @@ def test_a_probe_may_take_what_the_period_has_left_at_its_gpus_top_draw_if_nothi
     # learned its jobs: ncf's 67 jobs never started under learned team budgets)
     plan = _round(prior, limit_j=4_000.0)
     assert plan.allocations["a"].n_gpus == 1
-    # and it is charged at the most its GPU can draw, so a prior that underestimates the
-    # draw cannot overspend: with 3,000 J left it waits
-    assert "a" not in _round(prior, limit_j=3_000.0).allocations
-    # and once it is charged 3,600 J, a second such job of the team is held to the quarter
-    # again: with 7,500 J, 3,900 J are left, whose quarter (975 J) is below its 1,050 J
-    jobs = [job("a", iters=10.0), job("b", iters=10.0)]
-    plan = plan_round(
-        _snap(prior, limit_j=7_500.0, jobs=jobs), policy=get_policy("powerflow"), now=0.0
+    assert plan.waiting == {}
+    # and it is counted at the most its GPU can draw, so a prior that underestimates the
+    # draw cannot overspend: with 3,000 J left it waits, and says why
+    plan = _round(prior, limit_j=3_000.0)
+    assert "a" not in plan.allocations
+    assert "would draw more, at its GPUs' highest power limit, than that budget has left" in (
+        plan.waiting["a"].message
     )
-    assert sorted(plan.allocations) == ["a"]
+    # and where the quarter at the prior's draw fits, that is the test, as before: with
+    # 4,800 J (a quarter is 1,200 J) it starts charged its prior's draw, not its top
+    spy = RoundSpy()
+    assert "a" in plan_round(_snap(prior, limit_j=4_800.0), policy=spy, now=0.0).allocations
+    assert spy.rnd.spent_e[0] == pytest.approx(1_050.0)
+
+
+def test_a_probe_at_its_top_draw_holds_its_later_rounds_back_from_other_probes():
+    # given 10 s rounds (the service's) and 4,000 J: "a" starts at its top draw, charged
+    # 600 J this round (10 s at 60 W) and holding 3,000 J for its next 50 s; "b", a lighter
+    # job (10 W: 600 J for its probe), would fit a quarter of 3,400 J (850 J) but not of
+    # what is left once a's later rounds are held (400 J: a quarter is 100 J)
+    heavy = LimitedPrior("w", t1_s=1000.0, idle_power_w=10.0, busy_power_w=40.0)
+    light = LimitedPrior("w", t1_s=1000.0, idle_power_w=10.0, busy_power_w=10.0)
+    jobs = [job("a", iters=10.0), job("b", iters=10.0)]
+    snap = _snap(heavy, limit_j=4_000.0, jobs=jobs, round_s=10.0)
+    snap = replace(snap, job_perf={**snap.job_perf, ("b", "A100"): light})
+    first = plan_round(snap, policy=get_policy("powerflow"), now=0.0)
+    assert sorted(first.allocations) == ["a"]
+    # and the probe's next round is charged at its top draw too (was: its prior's)
+    probes = first.policy_state["prior_probes"]
+    assert probes["a"]["top_w"] == pytest.approx(60.0)
+    spy = RoundSpy()
+    state = {**first.policy_state}
+    snap2 = _snap(heavy, limit_j=4_000.0, state=state, round_s=10.0, jobs=[_probed(first)])
+    snap2 = replace(snap2, budgets=(replace(snap2.budgets[0], energy_used_j=600.0),))
+    plan_round(snap2, policy=spy, now=10.0)
+    assert spy.rnd.spent_e[0] == pytest.approx(600.0)  # 175 J at its prior's draw
 
 
 def test_probes_can_be_turned_off():

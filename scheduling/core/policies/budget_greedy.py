@@ -122,7 +122,12 @@ once at its minimum configuration for at most ``probe_s`` seconds
 there, and a round that comes earlier keeps the probe running to its end; the probe's
 length does not depend on the round's), if the probe's predicted busy energy fits
 ``probe_share`` of what each budget that pays for it has left in its period (after this
-round's spending and a cluster budget's idle floor to the period's end). A probe that ends
+round's spending and a cluster budget's idle floor to the period's end). Where it does not,
+and nothing else of those budgets runs this round, the share kept for their other work
+keeps nothing from anyone: the probe may take all of what the period has left, counted
+and charged (in each of its rounds, and held back from other probes until it ends) at
+its GPUs' highest power limit, so that a prior that underestimates the draw cannot
+overspend (a team whose period is small beside one probe never learned its jobs). A probe that ends
 before the job was observed (a slow start: a real training script may take a minute to
 load its data before its first progress report) goes on for another ``probe_s``, bounded
 the same way, at most ``probe_extensions`` times; then the job waits like any other. A
@@ -429,11 +434,12 @@ class BudgetGreedy:
 
     def _over_allowance(
         self, budget, curve: IntensityCurve, ci_now: float, *, alone: bool = False,
-        prior: bool = False,
+        prior: str | None = None,
     ) -> WaitReason:  # fmt: skip
         """Why a job waits on ``budget``: ``alone``, its minimum costs more than the round's
         whole allowance (no job ahead of it spent any of it); ``prior``, that cost is its
-        prior's guess and its first probe does not fit either."""
+        prior's guess and its first probe does not fit either ("share": a quarter of what
+        the period has left at the prior's draw; "top": all of it at its GPUs' top draw)."""
         whose = f"team {budget.team}'s" if budget.team else "the cluster's"
         if self.cost == "carbon" and budget.co2_limit_g is not None:
             cleaner = curve.next_cleaner(ci_now * (1 - CLEAN_MARGIN), within_s=HOLD_WITHIN_S)
@@ -446,12 +452,18 @@ class BudgetGreedy:
                     until_s=cleaner,
                 )
         if alone and prior:
+            probe = (
+                "would draw more, at its GPUs' highest power limit, than that budget has "
+                "left in its period"
+                if prior == "top"
+                else f"would take more than {self.probe_share:.0%} of what that budget has "
+                "left in its period"
+            )
             return WaitReason(
                 WaitCode.OVER_ROUND_ALLOWANCE,
                 f"Waiting: it has not run yet, and its prior (a guess from other workloads) "
                 f"says its smallest configuration costs more than {whose} budget allows a "
-                f"round; a first short run to measure it would take more than "
-                f"{self.probe_share:.0%} of what that budget has left in its period.",
+                f"round; a first short run to measure it {probe}.",
             )
         if alone:
             return WaitReason(
@@ -505,7 +517,8 @@ class _Round:
         self.sorted_min_s: list[float] | None = None
         self.budget_blocked: dict[int, int] = {}
         self.blocked_alone: set[int] = set()  # of those, over the allowance on their own
-        self.probe_unpaid: set[int] = set()  # jobs whose probe the budget could not pay
+        self.probe_unpaid: dict[int, str] = {}  # jobs whose first probe did not fit: why
+        self._reserved: list[float] | None = None  # probe_reserved, once a round
         self._caps: list[tuple[float | None, float | None]] | None = None  # _unpayable
         self._gpu_specs = getattr(ctx.snapshot.perf, "gpus", {})  # catalog GPU models
         self.mins: dict[int, Evaluation] = {}
@@ -1082,8 +1095,13 @@ class _Round:
         n0 = self.opts[j][0][0]
         if rec is not None and job.allocation is not None and now < rec["until_s"] - 1e-6:
             # A probe still under way was paid for when it started: it runs to its end
-            # (a round may come before it, e.g. at a live beat tick).
-            self._admit_probe(j, *self._busy_j(j, est, min(rec["until_s"] - now, self.round_s)))
+            # (a round may come before it, e.g. at a live beat tick), charged as it was
+            # counted.
+            part_s = min(rec["until_s"] - now, self.round_s)
+            if "top_w" in rec:
+                self._admit_probe(j, *self._top_j(j, rec["top_w"], part_s))
+            else:
+                self._admit_probe(j, *self._busy_j(j, est, part_s))
             return True
         if rec is not None and job.allocation is None and not rec.get("ran"):
             rec = None  # granted, never started: not used up
@@ -1100,47 +1118,40 @@ class _Round:
         restart_j = self.restart_j(j, n0)
         busy_team, d_cluster = self._busy_j(j, est, length)
         d_team = busy_team + restart_j
-        # At its GPUs' highest power limit, the most the probe can draw whatever its prior
-        # says (None: the model has no limit range).
-        limits = getattr(jv.perf, "power_limits_w", None)
-        top_w = n0 * max(limits[1], est.power_w) * length * self.margin[j] if limits else None
-        at_top = False
-        for bi, is_cluster in self.pays[j]:
-            b = self.budgets[bi]
-            d = d_cluster if is_cluster else d_team
-            share = policy.probe_share
-            if top_w is not None and self.spent_e[bi] <= self.spent_before[bi]:
-                # Nothing else of this budget runs this round: the share kept for its other
-                # work keeps nothing from anyone, and a team whose period is small beside a
-                # probe at its prior's draw never learned its jobs (ncf's 67 jobs never
-                # started on a 7 kJ team period: 2.5 kJ of prior draw against 1.7 kJ).
-                # The probe may then take what the period has left, counted and charged
-                # at the most its GPUs can draw, so that a prior that underestimates the
-                # draw cannot overspend.
-                share, at_top = 1.0, True
-                idle_j = n0 * self.job_idle_w[j] * length * self.margin[j]
-                d = (top_w - idle_j) if is_cluster else (top_w + restart_j)
-            # What the period still has after this round's spending and, for a cluster
-            # budget, the idle floor committed to the period's end.
-            committed = self.spent_e[bi] + self.floor_w[bi] * max(
-                b.period_end_s - now - self.round_s, 0.0
+        top_w = None
+        if not self._probe_fits(j, policy.probe_share, d_team, d_cluster):
+            # At its GPUs' highest power limit, the most the probe can draw whatever its
+            # prior says (None: the model has no limit range).
+            limits = getattr(jv.perf, "power_limits_w", None)
+            idle = all(
+                self.spent_e[bi] <= self.spent_before[bi] and not self.probe_reserved()[bi]
+                for bi, _ in self.pays[j]
             )
-            if b.energy_limit_j is not None:
-                if d > share * (b.energy_remaining_j - committed):
-                    self._unpaid_first_probe(j, rec)
-                    return False
-            if b.co2_limit_g is not None:
-                free_g = b.co2_remaining_g - committed * self.to_g
-                if d * self.to_g > share * free_g:
-                    self._unpaid_first_probe(j, rec)
-                    return False
-        now_share = min(length, self.round_s) / length
-        if at_top:  # charged as it was counted: at its GPUs' top draw
-            idle_j = n0 * self.job_idle_w[j] * length * self.margin[j]
-            busy_team, d_cluster = top_w, top_w - idle_j
-        self._admit_probe(j, busy_team * now_share + restart_j, d_cluster * now_share)
+            if limits is None or not idle:
+                self._unpaid_first_probe(j, rec, "share")
+                return False
+            # Nothing else of its budgets runs this round: the share kept for their other
+            # work keeps nothing from anyone, and a team whose period is small beside a
+            # probe at its prior's draw never learned its jobs (ncf's 67 jobs never
+            # started on a 7 kJ team period: 2.5 kJ of prior draw against 1.7 kJ). The
+            # probe may then take what the period has left, counted and charged (in this
+            # round and the probe's later ones, and held back from other probes until it
+            # ends) at the most its GPUs can draw, so that a prior that underestimates the
+            # draw cannot overspend.
+            top_w = n0 * max(limits[1], est.power_w) * self.margin[j]
+            top_team, top_cluster = self._top_j(j, top_w, length)
+            if not self._probe_fits(j, 1.0, top_team + restart_j, top_cluster):
+                self._unpaid_first_probe(j, rec, "top")
+                return False
+        part_s = min(length, self.round_s)
+        if top_w is None:
+            now_share = part_s / length
+            self._admit_probe(j, busy_team * now_share + restart_j, d_cluster * now_share)
+        else:
+            top_team, top_cluster = self._top_j(j, top_w, part_s)
+            self._admit_probe(j, top_team + restart_j, top_cluster)
         if rec is None:
-            self.probes[job.job_id] = {
+            rec = self.probes[job.job_id] = {
                 "at_s": now,
                 "until_s": now + length,
                 "n_gpus": n0,
@@ -1152,7 +1163,58 @@ class _Round:
             rec["extensions"] = rec.get("extensions", 0) + 1
             rec["until_s"] = now + length
             rec["predicted_energy_j"] += d_team
+        if top_w is None:
+            rec.pop("top_w", None)
+        else:
+            rec["top_w"] = top_w
+        self._reserved = None  # what later probes see held back changed
         return True
+
+    def _probe_fits(self, j: int, share: float, d_team: float, d_cluster: float) -> bool:
+        """Whether a probe of job j costing ``d_team`` (``d_cluster`` to a cluster budget)
+        fits ``share`` of what each budget paying for it has left in its period, after this
+        round's spending, a cluster budget's idle floor to the period's end and what the
+        probes at their top draw still hold (``probe_reserved``)."""
+        now = self.ctx.now_s
+        for bi, is_cluster in self.pays[j]:
+            b = self.budgets[bi]
+            d = d_cluster if is_cluster else d_team
+            committed = (
+                self.spent_e[bi]
+                + self.probe_reserved()[bi]
+                + self.floor_w[bi] * max(b.period_end_s - now - self.round_s, 0.0)
+            )
+            if b.energy_limit_j is not None and d > share * (b.energy_remaining_j - committed):
+                return False
+            if b.co2_limit_g is not None:
+                free_g = b.co2_remaining_g - committed * self.to_g
+                if d * self.to_g > share * free_g:
+                    return False
+        return True
+
+    def probe_reserved(self) -> list[float]:
+        """Per budget, the energy that probes counted at their GPUs' top draw may still
+        draw after this round (their later rounds are charged it)."""
+        if self._reserved is None:
+            reserved = [0.0] * len(self.budgets)
+            index = {jv.job.job_id: k for k, jv in enumerate(self.jobs)}
+            now_end = self.ctx.now_s + self.round_s
+            for job_id, rec in self.probes.items():
+                k = index.get(job_id)
+                left_s = rec["until_s"] - now_end
+                if "top_w" not in rec or k is None or left_s <= 0.0:
+                    continue
+                team_j, cluster_j = self._top_j(k, rec["top_w"], left_s)
+                for bi, is_cluster in self.pays[k]:
+                    reserved[bi] += cluster_j if is_cluster else team_j
+            self._reserved = reserved
+        return self._reserved
+
+    def _top_j(self, j: int, top_w: float, length_s: float) -> tuple[float, float]:
+        """(team, cluster) energy of job j's probe at ``top_w`` (its GPUs' top draw, with
+        the margin) for ``length_s``: its whole draw, and its draw above idle."""
+        idle_w = self.opts[j][0][0] * self.job_idle_w[j] * self.margin[j]
+        return top_w * length_s, max(top_w - idle_w, 0.0) * length_s
 
     def _busy_j(self, j: int, est: Estimate, length_s: float) -> tuple[float, float]:
         """(team, cluster) energy of job j at its minimum configuration for ``length_s``:
@@ -1163,9 +1225,11 @@ class _Round:
             n0 * max(est.power_w - self.job_idle_w[j], 0.0) * length_s * m,
         )
 
-    def _unpaid_first_probe(self, j: int, rec: dict[str, Any] | None) -> None:
+    def _unpaid_first_probe(self, j: int, rec: dict[str, Any] | None, test: str) -> None:
+        """Note that job j's first probe did not fit (``test``: "share", the quarter at
+        its prior's draw; "top", what the period has left at its GPUs' top draw)."""
         if rec is None:  # its first probe (an extension's job has run)
-            self.probe_unpaid.add(j)
+            self.probe_unpaid[j] = test
 
     def _admit_probe(self, j: int, d_team: float, d_cluster: float) -> None:
         self.ledger.take(self.jobs[j], self.opts[j][0][0])
@@ -1388,7 +1452,7 @@ class _Round:
         for j, bi in self.budget_blocked.items():
             waiting[jobs[j].job.job_id] = self.policy._over_allowance(
                 budgets[bi], self.curve, self.ci_now, alone=j in self.blocked_alone,
-                prior=j in self.probe_unpaid,
+                prior=self.probe_unpaid.get(j),
             )  # fmt: skip
         state = dict(self.new_state)
         if self.probes:
