@@ -121,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
             "give each agent its own\n"
         )
         return 2
+    try:
+        return _run(args)
+    finally:
+        lock.close()  # the lock goes with it
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.simulate:
         from telemetry.agent.simulated import PerfModelUnavailable, SimulatedBackend
 
@@ -134,12 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         import pynvml
 
-        from telemetry.agent.backends import NvmlBackend
+        from telemetry.agent.backends import NoUsableGpu, NvmlBackend
 
         try:
             backend = NvmlBackend(state_file=args.work_dir / "gpu_settings.json")
         except pynvml.NVMLError as exc:
             sys.stderr.write(f"agent: NVML is not usable here ({exc}); --simulate runs without\n")
+            return 2
+        except NoUsableGpu as exc:
+            sys.stderr.write(f"agent: {exc}\n")
             return 2
     config = AgentConfig(
         node_name=args.name,

@@ -140,6 +140,10 @@ class GpuBackend(Protocol):
     def close(self) -> None: ...
 
 
+class NoUsableGpu(RuntimeError):
+    """NVML works, but none of the node's GPUs can be scheduled (the message says why)."""
+
+
 class SettingsRefused(RuntimeError):
     """The driver refused one or more of a GPU's settings (the message says which)."""
 
@@ -176,12 +180,14 @@ class NvmlBackend:
 
     def _find_gpus(self) -> None:
         """Every GPU NVML can describe; one it cannot (hidden by a cgroup, lost from the bus)
-        is left out with a warning, and the agent runs the others. None at all is an
-        NVMLError (the agent then says NVML is not usable here)."""
+        is left out with a warning, and the agent runs the others; so is one in MIG mode.
+        None at all raises the last NVMLError (the agent says NVML is not usable here), or
+        ``NoUsableGpu`` where every GPU is in MIG mode."""
         nvml = self._nvml
         self._handles: dict[int, Any] = {}
         self._info: dict[int, GpuInfo] = {}
         failed: Exception | None = None
+        in_mig = 0  # GPUs left out for MIG mode
         for index in range(nvml.nvmlDeviceGetCount()):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -197,10 +203,15 @@ class NvmlBackend:
                 log.warning(
                     "GPU %s: MIG mode is on; left out (Wattflow schedules whole GPUs)", info.uuid
                 )
+                in_mig += 1
                 continue
             self._handles[index], self._info[index] = handle, info
         if failed is not None and not self._info:
             raise failed
+        if in_mig and not self._info:
+            raise NoUsableGpu(
+                f"every GPU here is in MIG mode ({in_mig}); Wattflow schedules whole GPUs"
+            )
 
     def _optional(self, fn: str, *args: Any) -> Any:
         """Call an NVML query that older GPUs do not support; None when unsupported."""

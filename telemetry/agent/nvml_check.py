@@ -18,7 +18,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from telemetry.agent.backends import NvmlBackend, Reading
+from telemetry.agent.backends import NoUsableGpu, NvmlBackend, Reading
 
 
 def _reading(r: Reading) -> str:
@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     except pynvml.NVMLError as exc:
         sys.stderr.write(f"nvml_check: NVML is not usable here: {exc}\n")
+        return 2
+    except NoUsableGpu as exc:
+        sys.stderr.write(f"nvml_check: {exc}\n")
         return 2
 
 

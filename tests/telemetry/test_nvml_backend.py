@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from telemetry.agent.backends import NvmlBackend, SettingsRefused, gpu_model_key
+from telemetry.agent.backends import NoUsableGpu, NvmlBackend, SettingsRefused, gpu_model_key
 
 
 class FakeNvml:
@@ -401,6 +401,11 @@ def test_a_gpu_in_mig_mode_is_left_out_with_a_warning(fake, caplog):
     backend = NvmlBackend(nvml=fake)
     assert [g.uuid for g in backend.gpus()] == ["GPU-bbb"]
     assert "GPU GPU-aaa: MIG mode is on; left out" in caplog.text
+    # and a node whose GPUs are all in MIG mode says so (it registered no GPU at all)
+    fake.devices[1]["mig"] = pynvml.NVML_DEVICE_MIG_ENABLE
+    with pytest.raises(NoUsableGpu, match=r"every GPU here is in MIG mode \(2\)"):
+        NvmlBackend(nvml=fake)
+    assert not fake.initialised
 
 
 def test_a_gpu_nvml_cannot_describe_is_left_out_and_the_others_run(fake, caplog):
