@@ -122,19 +122,19 @@ once at its minimum configuration for at most ``probe_s`` seconds
 there, and a round that comes earlier keeps the probe running to its end; the probe's
 length does not depend on the round's), if the probe's predicted busy energy fits
 ``probe_share`` of what each budget that pays for it has left in its period (after this
-round's spending and a cluster budget's idle floor to the period's end). Where it does not,
-and nothing else of those budgets runs this round, the share kept for their other work
-keeps nothing from anyone: the probe may take all of what the period has left, counted
-and charged (in each of its rounds, and held back from other probes until it ends) at
-its GPUs' highest power limit, so that a prior that underestimates the draw cannot
-overspend (a team whose period is small beside one probe never learned its jobs). A probe that ends
-before the job was observed (a slow start: a real training script may take a minute to
-load its data before its first progress report) goes on for another ``probe_s``, bounded
-the same way, at most ``probe_extensions`` times; then the job waits like any other. A
-prior that overestimates the job would otherwise hold it back for good: a job that never
-runs is never observed, so the prior is never corrected (seen as ncf never starting under
-a learned team-budget run). After the probe the job's own observations decide, like any
-other job's.
+round's spending and a cluster budget's idle floor to the period's end). Where it does
+not, and nothing else of those budgets runs this round, the share kept for their other
+work keeps nothing from anyone: the probe may take all of what the period has left,
+counted and charged (in each of its rounds, and held back from other probes until it
+ends) at its GPUs' highest power limit, so that a prior that underestimates the draw
+cannot overspend (a team whose period is small beside one probe never learned its jobs).
+A probe that ends before the job was observed (a slow start: a real training script may
+take a minute to load its data before its first progress report) goes on for another
+``probe_s``, bounded the same way, at most ``probe_extensions`` times; then the job waits
+like any other. A prior that overestimates the job would otherwise hold it back for good:
+a job that never runs is never observed, so the prior is never corrected (seen as ncf
+never starting under a learned team-budget run). After the probe the job's own
+observations decide, like any other job's.
 
 For the same reason a job takes no more GPUs than its minimum while its model is its
 prior alone (``prior_box``): what more GPUs gain and cost would be the prior's guess (a
@@ -1194,14 +1194,16 @@ class _Round:
 
     def probe_reserved(self) -> list[float]:
         """Per budget, the energy that probes counted at their GPUs' top draw may still
-        draw after this round (their later rounds are charged it)."""
+        draw from now on (their later rounds are charged it). This round's part is
+        counted too, whether or not its job was admitted yet in this round: held twice
+        once it is, which errs on the side of the budget."""
         if self._reserved is None:
             reserved = [0.0] * len(self.budgets)
             index = {jv.job.job_id: k for k, jv in enumerate(self.jobs)}
-            now_end = self.ctx.now_s + self.round_s
+            now = self.ctx.now_s
             for job_id, rec in self.probes.items():
                 k = index.get(job_id)
-                left_s = rec["until_s"] - now_end
+                left_s = rec["until_s"] - now
                 if "top_w" not in rec or k is None or left_s <= 0.0:
                     continue
                 team_j, cluster_j = self._top_j(k, rec["top_w"], left_s)
