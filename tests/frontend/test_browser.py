@@ -156,6 +156,13 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
+def cells(rows) -> list[list[str]]:
+    """Each row's cell texts. (A row's own inner text joins its cells with tabs only once
+    the browser has laid the table out: on a loaded CI machine one came back as
+    'vision-job #901Started4 GPUsdefault'.)"""
+    return [row.locator("td, th").all_inner_texts() for row in rows.all()]
+
+
 def nav_links(page) -> list[str]:
     return [t.strip() for t in page.locator("header nav a").all_inner_texts()]
 
@@ -300,9 +307,9 @@ def test_dashboard_receives_a_live_round_and_pauses_while_hidden(scene, login, s
     )
     assert sent == 4  # admin, both teams, everyone
     page.wait_for_function("document.getElementById('round-head').textContent.includes('77')")
-    rows = page.locator("#round-table tbody tr").all_inner_texts()
+    rows = cells(page.locator("#round-table tbody tr"))
     # the member sees their team's decision only, never the other team's
-    assert [r.split("\t")[:3] for r in rows] == [["vision-job #901", "Started", "4 GPUs"]]
+    assert [r[:3] for r in rows] == [["vision-job #901", "Started", "4 GPUs"]]
     # the pushed round's cluster-wide counts head its table, saying they are the cluster's;
     # the push also triggers a refresh, after which the team's queue card shows the
     # database's count (2 queued jobs of the member's team in the scene)
@@ -372,8 +379,7 @@ def test_admin_drains_a_node_and_every_page_is_saved(scene, login, server):
     page.wait_for_function(
         f"document.getElementById('round-head').textContent.startsWith('Round {result.round_id} ')"
     )
-    rows = page.locator("#round-table tbody tr").all_inner_texts()
-    decided = sorted(tuple(r.split("\t")[:2]) for r in rows)
+    decided = sorted(tuple(r[:2]) for r in cells(page.locator("#round-table tbody tr")))
     # FIFO retunes the running resnet to full clock; both 4-GPU jobs wait (3 GPUs are free)
     assert decided == [
         (f"gpt2-small #{scene.jobs['gpt2-small'].pk}", "Waits"),
@@ -418,7 +424,7 @@ def test_admin_drains_a_node_and_every_page_is_saved(scene, login, server):
     shot(page, "budget_new")
     # the drain is in the audit log, with before and after
     page.goto(f"{server}/reports/")
-    assert page.locator("#audit-log tbody tr").first.inner_text().split("\t")[1:4] == [
+    assert cells(page.locator("#audit-log tbody tr").first)[0][1:4] == [
         "ada_admin",
         f"Updated node {scene.nodes[1].pk}",
         "status",
@@ -553,7 +559,7 @@ def test_nodes_show_reported_temperatures(scene, login, server):
     headers = node.locator("thead th").all_inner_texts()
     assert "Temperature (°C)" in headers
     column = headers.index("Temperature (°C)")
-    temps = [r.split("\t")[column] for r in node.locator("tbody tr").all_inner_texts()]
+    temps = [r[column] for r in cells(node.locator("tbody tr"))]
     # the scene's agent reported 71 °C for the busy GPUs (its test value)
     assert temps == ["71", "71", "71", "71"]
     assert node.locator(".temp-note").count() == 0
