@@ -10,6 +10,8 @@ from django import forms
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Job, Team
 from cluster.validators import (
+    EARLIEST_BUDGET_START,
+    LATEST_BUDGET_END,
     MAX_BATCH_SIZE,
     MAX_ITERATIONS,
     MAX_PARAM_COUNT,
@@ -242,6 +244,16 @@ class ReportPeriodForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
+        start, end = cleaned.get("start"), cleaned.get("end")
+        # Within the years a budget may cover: the day after 9999-12-31 overflowed (500).
+        for name, day in (("start", start), ("end", end)):
+            if day and not EARLIEST_BUDGET_START.date() <= day < LATEST_BUDGET_END.date():
+                self.add_error(
+                    name,
+                    f"Must lie between {EARLIEST_BUDGET_START:%Y-%m-%d} and "
+                    f"{LATEST_BUDGET_END - timedelta(days=1):%Y-%m-%d}.",
+                )
+                cleaned[name] = None
         start, end = cleaned.get("start"), cleaned.get("end")
         if start and end and end < start:
             self.add_error("end", "Must not be before the start.")

@@ -441,6 +441,13 @@ def test_report_period_errors_are_per_field(client_for, admin_user):
     )
     assert response.status_code == 400
     assert response.content.decode() == "end: Must not be before the start."
+    # a date the day after which is no date (9999-12-31) was a 500, on the page and the CSV
+    for name in ("frontend:reports-csv", "frontend:reports"):
+        response = client_for(admin_user).get(
+            reverse(name), {"start": "9999-12-01", "end": "9999-12-31"}
+        )
+        assert response.status_code == 400
+    assert "Must lie between 2000-01-01 and 2099-12-31." in response.content.decode()
 
 
 def test_admin_drains_and_undrains_a_node_and_both_are_audited(client_for, admin_user, make_node):
