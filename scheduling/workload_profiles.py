@@ -41,18 +41,19 @@ from scheduling.core.perf_models import (
     FittedPerfModel,
     PowerParams,
     ThroughputParams,
+    catalog_stand_in,
     gpu_from_dict,
     gpu_to_dict,
-    load_param_counts,
     model_to_dict,
     nearest_by_params,
+    param_counts,
 )
 from scheduling.models import JobSchedulingState, WorkloadProfile
 
 logger = logging.getLogger(__name__)
 
 # Workload -> published parameter count (data/perf/param_counts.csv), read once.
-PARAM_COUNTS = load_param_counts()
+PARAM_COUNTS = param_counts()
 # ``prior_for``'s label of a prior that is not the (workload, GPU model)'s own: "<this>
 # <catalog workload>@<catalog GPU model>".
 ESTIMATED = "estimated from catalog"
@@ -212,15 +213,13 @@ def _unprofiled_prior(
     workload: str, gpu_model: str, *, catalog: Catalog, nvml: NvmlGpu | None, hints: JobHints
 ) -> tuple[FittedPerfModel, str] | None:
     """``prior_for`` where the workload has no profile on ``gpu_model``."""
-    if catalog.has(workload, gpu_model):
-        return catalog.get(workload, gpu_model), catalog_source(workload, gpu_model)
     resembles, param_count = hints.resembles, hints.param_count
-    if resembles and catalog.has(resembles, gpu_model):
-        return catalog.get(resembles, gpu_model), f"{ESTIMATED} {resembles}@{gpu_model}"
-    same_gpu = [m for m in catalog.models() if m.gpu_model == gpu_model]
-    if same_gpu:
-        near = nearest_by_params([m.workload for m in same_gpu], param_count, PARAM_COUNTS)
-        base = next((m for m in same_gpu if m.workload == near), same_gpu[0])
+    base = catalog_stand_in(
+        catalog, workload, gpu_model, resembles=resembles, param_count=param_count
+    )
+    if base is not None and base.workload == workload:
+        return base, catalog_source(workload, gpu_model)
+    if base is not None:
         return base, f"{ESTIMATED} {base.workload}@{gpu_model}"
     if nvml is None or gpu_model in catalog.gpus:
         return None

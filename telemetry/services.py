@@ -219,6 +219,7 @@ def assignments_for(node: Node, *, now: datetime) -> dict[str, Any]:
                 "job_id": job.pk,
                 "workload": job.workload,
                 "resembles": job.resembles,
+                "param_count": job.param_count,
                 "command": job.command,
                 "gpu_uuids": [g.uuid for g in here],
                 "gpu_count": len(all_gpus),

@@ -41,6 +41,7 @@ strictly positive).
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -544,6 +545,12 @@ def load_param_counts(path: Path | str | None = None) -> dict[str, float]:
         return {r["workload"]: float(r["params"]) for r in csv.DictReader(f)}
 
 
+@functools.cache
+def param_counts() -> dict[str, float]:
+    """The shipped parameter counts (``load_param_counts``), read once."""
+    return load_param_counts()
+
+
 def nearest_by_params(
     workloads: Iterable[str], param_count: float | None, counts: Mapping[str, float]
 ) -> str | None:
@@ -555,6 +562,31 @@ def nearest_by_params(
     if not known:
         return None
     return min(known, key=lambda w: (abs(math.log(counts[w] / param_count)), w))
+
+
+def catalog_stand_in(
+    catalog: Catalog,
+    workload: str,
+    gpu_model: str,
+    *,
+    resembles: str = "",
+    param_count: float | None = None,
+) -> FittedPerfModel | None:
+    """The catalog model on ``gpu_model`` that stands for ``workload``: its own; else the
+    one it ``resembles`` (the job's hint); else the one nearest in ``param_count`` among
+    those with a published size; else the first on that GPU model. None where the catalog
+    has no model on ``gpu_model``. The service's prior for an unprofiled workload on a
+    catalog GPU (``workload_profiles.prior_for``) and the simulated agent's ground truth
+    for it are this model, so that a demo job the service accepts also runs."""
+    if catalog.has(workload, gpu_model):
+        return catalog.get(workload, gpu_model)
+    if resembles and catalog.has(resembles, gpu_model):
+        return catalog.get(resembles, gpu_model)
+    same_gpu = [m for m in catalog.models() if m.gpu_model == gpu_model]
+    if not same_gpu:
+        return None
+    near = nearest_by_params([m.workload for m in same_gpu], param_count, param_counts())
+    return next((m for m in same_gpu if m.workload == near), same_gpu[0])
 
 
 def load_catalog(path: Path | str | None = None) -> Catalog:

@@ -142,6 +142,7 @@ class SimulatedRunner:
             job_id=int(assignment["job_id"]),
             workload=assignment["workload"],
             resembles=assignment.get("resembles") or "",
+            param_count=assignment.get("param_count"),
             gpu_indices=tuple(gpu_indices),
             global_batch=int(assignment["batch_size"]),
             sm_clock_mhz=assignment.get("sm_clock_mhz"),

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from scheduling.core.colocation import gpu_power_w, gpu_ratios, load_colocation
+from scheduling.core.perf_models import catalog_stand_in
 from telemetry.agent.backends import GpuInfo, Reading, capped_settings
 
 
@@ -38,15 +39,21 @@ def _catalog() -> Any:
     return load_catalog()
 
 
-def perf_model_for(workload: str, gpu_model: str, resembles: str = "") -> Any:
+def perf_model_for(
+    workload: str, gpu_model: str, resembles: str = "", param_count: float | None = None
+) -> Any:
     """The perf model of ``workload`` on ``gpu_model`` (the one place the agent looks it up):
-    the simulation's ground truth. A workload the catalog does not know runs as the one it
-    ``resembles`` (the job's hint), if the catalog has that one on the GPU model."""
-    catalog = _catalog()
-    for name in (workload, resembles):
-        if name and catalog.has(name, gpu_model):
-            return catalog.get(name, gpu_model)
-    raise PerfModelUnavailable(f"no perf model for {workload!r} on {gpu_model!r}")
+    the simulation's ground truth. A workload the catalog does not know on the GPU model runs
+    as the catalog model that stands for it there (``perf_models.catalog_stand_in``: the one
+    it ``resembles``, else the nearest in ``param_count``, else the first), the model the
+    service starts its prediction from: the service accepted the job on that estimate, and
+    the demo ran it nowhere ("no perf model for 'my-net' on 'A100'")."""
+    model = catalog_stand_in(
+        _catalog(), workload, gpu_model, resembles=resembles, param_count=param_count
+    )
+    if model is None:
+        raise PerfModelUnavailable(f"no perf model for {workload!r} on {gpu_model!r}")
+    return model
 
 
 def gpu_spec(gpu_model: str) -> Any:
@@ -72,6 +79,7 @@ class SimJob:
     done_iters: float = 0.0
     total_iters: float | None = None
     resembles: str = ""  # the job's hint: the catalog workload it runs as if its own is unknown
+    param_count: float | None = None  # the job's other hint (``perf_model_for``)
     model: Any = field(default=None, repr=False)
     # The job's GPUs on all its nodes and their shape (``gpu_count``, ``gpus_per_node`` of
     # the assignment); None / empty: this node's GPUs alone. A job on several nodes runs
@@ -130,7 +138,7 @@ class SimulatedBackend:
 
     # --- jobs -------------------------------------------------------------------------
     def start_job(self, job: SimJob) -> None:
-        job.model = perf_model_for(job.workload, self.gpu_model, job.resembles)
+        job.model = perf_model_for(job.workload, self.gpu_model, job.resembles, job.param_count)
         self.jobs[job.job_id] = job
         self._refresh_power()
 

@@ -186,6 +186,9 @@ class AssignmentSerializer(serializers.Serializer):
         allow_blank=True,
         help_text="The catalog workload the job says it is like (blank: none given).",
     )
+    param_count = serializers.IntegerField(
+        allow_null=True, help_text="The job's number of parameters, if given (a hint)."
+    )
     command = serializers.CharField(allow_blank=True)
     gpu_uuids = serializers.ListField(child=serializers.CharField(), help_text="This node's.")
     gpu_count = serializers.IntegerField(help_text="GPUs of the job on all nodes.")

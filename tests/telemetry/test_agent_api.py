@@ -197,6 +197,7 @@ def test_assignments_list_the_open_allocations_on_this_node(
                 "job_id": running_job.pk,
                 "workload": "resnet50",
                 "resembles": "",
+                "param_count": None,
                 "command": "python train.py",
                 "gpu_uuids": ["GPU-node-01-0", "GPU-node-01-1"],
                 "gpu_count": 2,

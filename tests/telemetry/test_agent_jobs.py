@@ -148,7 +148,9 @@ def test_a_job_that_ended_here_is_not_started_again_while_still_assigned(agent, 
     agent.shutdown(NOW)
 
 
-def test_a_simulated_job_without_a_perf_model_is_reported_failed(tmp_path):
+def test_a_simulated_job_without_a_perf_model_is_reported_failed(tmp_path, monkeypatch):
+    # (any workload now runs as its catalog stand-in on the GPU: here the catalog has none)
+    monkeypatch.setattr("telemetry.agent.simulated.catalog_stand_in", lambda *a, **k: None)
     backend = SimulatedBackend(node_name="n", n_gpus=2, gpu_model="A100")
     client = AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
     agent = Agent(backend, client, AgentConfig(node_name="n", work_dir=tmp_path))

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from scheduling.core.colocation import load_colocation, shared_power_w
+from scheduling.core.perf_models import catalog_stand_in, load_catalog
 from telemetry.agent.simulated import (
     PerfModelUnavailable,
     SimJob,
@@ -87,8 +88,25 @@ def test_a_workload_the_catalog_does_not_know_runs_as_the_one_it_resembles():
     # when the simulated agent starts them
     backend.start_job(hinted)
 
-    # then the hinted one advances by gpt2's model; the other cannot start, naming why
+    # then the hinted one advances by gpt2's model
     assert hinted.model is perf_model_for("gpt2", "A100")
-    with pytest.raises(PerfModelUnavailable, match="no perf model for 'llama-3b' on 'A100'"):
-        backend.start_job(_job(2, "llama-3b", (1,)))
-    assert set(backend.jobs) == {1}
+    # and one without a hint, or whose hint has no model on the GPU (cifar10 is measured on
+    # the T4 only), runs as the model the service predicts it from: the nearest in its
+    # parameter count, else the first on the GPU (it failed, "no perf model", though the
+    # service had accepted it on that estimate)
+    catalog = load_catalog()
+    sized = SimJob(
+        job_id=3, workload="llama-3b", resembles="cifar10", param_count=3_000_000_000,
+        gpu_indices=(1,), global_batch=32, sm_clock_mhz=None, power_limit_w=None,
+    )  # fmt: skip
+    backend.start_job(sized)
+    stand_in = catalog_stand_in(catalog, "llama-3b", "A100", param_count=3e9)
+    assert (sized.model.workload, sized.model.gpu_model) == (stand_in.workload, "A100")
+    assert stand_in.workload != "cifar10"
+    bare = _job(2, "my-net", (1,))
+    backend.start_job(bare)
+    assert bare.model.workload == catalog_stand_in(catalog, "my-net", "A100").workload
+    assert set(backend.jobs) == {1, 2, 3}
+    # and a GPU model the catalog has nothing on still says why
+    with pytest.raises(PerfModelUnavailable, match="the perf catalog does not know GPU model"):
+        SimulatedBackend(node_name="n", n_gpus=1, gpu_model="L40S")
