@@ -212,9 +212,7 @@ def job_detail(request, pk: int):
     job = get_object_or_404(jobs_visible_to(request.user).select_related("team", "owner"), pk=pk)
     now = timezone.now()
     allocations = allocation_rows(job)
-    energy = job_energy_series(
-        [(a["started_at"], a["ended_at"], a["gpu_ids"]) for a in allocations]
-    )
+    energy = job_energy_series(job.pk)
     timeline = (
         timeline_figures.job_timeline_figure(
             allocations, energy, now=now, state_colour=JobState(job.state).colour

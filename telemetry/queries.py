@@ -105,22 +105,25 @@ def cluster_power_series(start: datetime, end: datetime) -> list[tuple[datetime,
     return [(at, sum(ws) / len(ws) / 1000.0) for at, ws in sorted(buckets.items())]
 
 
-def job_energy_series(job_allocations) -> list[tuple[datetime, float]]:
-    """Cumulative measured energy (kWh) of a job's allocations, minute by minute: the energy
-    of each allocation's GPUs in the minutes it held them. ``job_allocations`` are
-    (started_at, ended_at or None, [gpu ids]). A GPU shared with another job (EaCO) counts
-    in full here; the ledger splits it."""
+def job_energy_series(job_id: int) -> list[tuple[datetime, float]]:
+    """Cumulative energy (kWh) charged to a job, minute by minute, from the ledger (what
+    the job page's total and its team's budget count). The series was built from whole
+    GPU-minutes per allocation: a minute that two allocations touched (a resize) counted
+    twice, and a shared GPU's minutes in full, so the plot ended at 3.6 times the total.
+    Rows accounted before minutes were kept count at their hour's last minute."""
     per_minute: dict[datetime, float] = {}
-    for started_at, ended_at, gpu_ids in job_allocations:
-        rows = GpuMinute.objects.filter(
-            gpu_id__in=gpu_ids, minute__gte=started_at.replace(second=0, microsecond=0)
-        )
-        if ended_at is not None:
-            rows = rows.filter(minute__lt=ended_at)
-        for minute, energy_j in (
-            rows.values("minute").annotate(e=Sum("energy_j")).values_list("minute", "e")
-        ):
-            per_minute[minute] = per_minute.get(minute, 0.0) + (energy_j or 0.0)
+    rows = EnergyLedgerEntry.objects.filter(job_id=job_id).values_list(
+        "hour", "energy_j", "minutes_j"
+    )
+    for hour, energy_j, minutes_j in rows:
+        if minutes_j:
+            for m, e in enumerate(minutes_j):
+                if e:
+                    at = hour + timedelta(minutes=m)
+                    per_minute[at] = per_minute.get(at, 0.0) + e
+        elif energy_j:
+            at = hour + timedelta(minutes=59)
+            per_minute[at] = per_minute.get(at, 0.0) + energy_j
     total = 0.0
     series = []
     for minute in sorted(per_minute):
