@@ -216,6 +216,18 @@ def test_job_detail_is_404_outside_the_users_teams(client_for, member, outsider,
     )
 
 
+def test_job_detail_shows_the_hints_the_submitter_gave(client_for, member, team, make_job):
+    job = make_job(owner=member, team=team, workload="my-llm")
+    type(job).objects.filter(pk=job.pk).update(
+        resembles="gpt2", param_count=7_000_000_000, per_gpu_batch_size=8
+    )
+    page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk])).content.decode()
+    # (the API returned them; the page showed none)
+    assert '<dd id="hint-resembles">gpt2</dd>' in page
+    assert '<dd id="hint-params">7,000,000,000</dd>' in page
+    assert '<dd id="hint-per-gpu-batch">8</dd>' in page
+
+
 def test_job_detail_shows_allocations_and_pending_reason(
     client_for, member, team, make_job, make_node
 ):
