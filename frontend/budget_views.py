@@ -160,6 +160,7 @@ def budget_whatif(request):
             "avg_jct_s": dict(points)[result.budget],
             "raw_avg_jct_s": result.avg_jct_s,
             "never_run": [{"job": name, "reason": why} for name, why in result.never_run],
+            "unfinished": list(result.unfinished),
             "n_jobs": result.n_jobs,
             "schedulable_gpus": result.schedulable_gpus,
             "n_finished": result.n_finished,

@@ -165,6 +165,7 @@ class WhatIf:
     co2_kg: float
     schedulable_gpus: int = 0  # GPUs the live round could use now
     never_run: tuple[tuple[str, str], ...] = ()  # (job name, why it can never run)
+    unfinished: tuple[str, ...] = ()  # job names still running at the horizon
 
 
 def whatif_average_jct_s(
@@ -223,9 +224,8 @@ def whatif_average_jct_s(
         period_end_s=(period_end - now).total_seconds(),
         ci_g_per_kwh=ci,
     )
-    names = dict(
-        Job.objects.filter(pk__in=[int(j) for j, _ in replay.never_run]).values_list("pk", "name")
-    )
+    named = [int(j) for j, _ in replay.never_run] + [int(j) for j in replay.unfinished]
+    names = dict(Job.objects.filter(pk__in=named).values_list("pk", "name"))
     return WhatIf(
         budget=limit,
         avg_jct_s=replay.avg_jct_s,
@@ -237,5 +237,8 @@ def whatif_average_jct_s(
         never_run=tuple(
             (f"#{job_id} {names.get(int(job_id), '')}".strip(), why)
             for job_id, why in replay.never_run
+        ),
+        unfinished=tuple(
+            f"#{job_id} {names.get(int(job_id), '')}".strip() for job_id in replay.unfinished
         ),
     )

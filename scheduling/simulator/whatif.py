@@ -50,6 +50,8 @@ class Replay:
     energy_kwh: float
     co2_kg: float
     never_run: tuple[tuple[str, str], ...] = ()  # (job id, the core's reason)
+    # Runnable jobs still unfinished at the horizon (a blank point: which jobs make it one)
+    unfinished: tuple[str, ...] = ()
 
 
 def never_runnable(jobs: Sequence[Job], cluster: Cluster, catalog: PerfCatalog) -> dict[str, str]:
@@ -122,6 +124,7 @@ def replay_queue(
         energy_kwh=summary["energy_kwh"],
         co2_kg=summary["co2_kg"],
         never_run=named,
+        unfinished=tuple(sorted(r.spec.job_id for r in result.jobs if r.finish_s is None)),
     )
 
 

@@ -589,6 +589,7 @@ def test_whatif_names_a_job_that_can_never_run_and_keeps_the_curve_monotone(
         }
     ]
     assert (body["n_jobs"], body["n_finished"]) == (1, 1)
+    assert body["unfinished"] == []  # every replayed job finished within the horizon
     assert body["raw_avg_jct_s"] > 60.0
     # and more budget never predicts worse: 50 kWh shows the 25 kWh point's 60 s
     assert body["points"] == [[25.0, 60.0], [50.0, 60.0]]

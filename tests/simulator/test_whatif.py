@@ -82,3 +82,21 @@ def test_a_job_that_can_never_run_is_named_and_the_rest_still_get_a_jct():
     assert "no performance model" in replay.never_run[1][1]
     assert (replay.n_jobs, replay.n_finished) == (6, 6)
     assert replay.avg_jct_s is not None and replay.avg_jct_s > 0
+
+
+def test_a_job_still_running_at_the_horizon_is_named():
+    # given a queue whose one job is a million times longer than the trace's (years)
+    scenario, jobs = _queue("pollux_workload-1.csv", "n16g4_t4.json", 0, 2)
+    long = replace(jobs[0], job_id="long", total_iters=jobs[0].total_iters * 1e6)
+
+    # when the what-if replays it
+    replay = replay_queue(
+        [long, jobs[1]], cluster=scenario.cluster, catalog=scenario.catalog,
+        kind="energy", limit=1e9, period_end_s=DAY_S, ci_g_per_kwh=0.0,
+    )  # fmt: skip
+
+    # then no average is predicted (its point is a gap) and the job that makes it one is
+    # named: the page drew an empty plot and said nothing of why
+    assert replay.avg_jct_s is None
+    assert replay.unfinished == ("long",)
+    assert replay.n_finished == 1

@@ -279,6 +279,7 @@
       progress.value = 0;
       let done = [];
       let never = [];
+      let unfinished = [];
       for (let i = 0; i < factors.length; i++) {
         statusEl.textContent = "Simulating " + (i + 1) + " of " + factors.length + "…";
         const body = new URLSearchParams({
@@ -299,6 +300,7 @@
         }
         done = answer.points;
         never = answer.never_run || [];
+        if ((answer.unfinished || []).length) unfinished = answer.unfinished;
         progress.value = i + 1;
         plot("fig-whatif", answer.figure);
         const nothing = answer.n_jobs === 0
@@ -316,8 +318,14 @@
         ? " Left out, as they can never run here: " +
           never.map((n) => n.job + " (" + n.reason + ")").join("; ") + "."
         : "";
+      // No budget tried let every job finish: say which jobs did not (a blank plot said nothing).
+      const blank = done.length && done.every((p) => p[1] === null) && unfinished.length
+        ? " No budget tried lets every job finish within 30 days; still running then: " +
+          unfinished.join(", ") + "."
+        : "";
       statusEl.textContent = "Done: " + done.length + " budgets simulated; each point is the best " +
-        "predicted at or under its budget. A gap means not every job finishes within 30 days." + left;
+        "predicted at or under its budget. A gap means not every job finishes within 30 days." +
+        blank + left;
       button.disabled = false;
     }
 
