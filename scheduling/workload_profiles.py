@@ -213,12 +213,15 @@ def _unprofiled_prior(
     workload: str, gpu_model: str, *, catalog: Catalog, nvml: NvmlGpu | None, hints: JobHints
 ) -> tuple[FittedPerfModel, str] | None:
     """``prior_for`` where the workload has no profile on ``gpu_model``."""
+    # Named by what they were looked up as: a catalog alias (imagenet on the A100 is
+    # resnet50's model) is the workload's own model, measured, not an estimate.
+    if catalog.has(workload, gpu_model):
+        return catalog.get(workload, gpu_model), catalog_source(workload, gpu_model)
     resembles, param_count = hints.resembles, hints.param_count
-    base = catalog_stand_in(
-        catalog, workload, gpu_model, resembles=resembles, param_count=param_count
-    )
-    if base is not None and base.workload == workload:
-        return base, catalog_source(workload, gpu_model)
+    if resembles and catalog.has(resembles, gpu_model):
+        return catalog.get(resembles, gpu_model), f"{ESTIMATED} {resembles}@{gpu_model}"
+    # the rest of the rule the simulated agent runs such a job by
+    base = catalog_stand_in(catalog, workload, gpu_model, param_count=param_count)
     if base is not None:
         return base, f"{ESTIMATED} {base.workload}@{gpu_model}"
     if nvml is None or gpu_model in catalog.gpus:

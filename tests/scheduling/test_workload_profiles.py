@@ -261,6 +261,15 @@ def test_a_workload_the_catalog_does_not_know_starts_from_a_known_one_on_its_gpu
     assert wp.prior_for("resnet50", "H100", catalog=CATALOG) is None
 
 
+def test_a_catalog_alias_is_its_own_measured_model_and_a_hint_keeps_its_name(db):
+    # imagenet on the A100 is resnet50's catalog model (an alias): the workload's own,
+    # measured, not another workload's estimate (a review caught it labelled as one)
+    prior, source = wp.prior_for("imagenet", "A100", catalog=CATALOG)
+    assert (prior.workload, source) == ("resnet50", "catalog imagenet@A100")
+    _, hinted = wp.prior_for("my-net", "A100", catalog=CATALOG, hints=wp.JobHints("imagenet"))
+    assert hinted == "estimated from catalog imagenet@A100"
+
+
 def test_a_known_workload_on_a_gpu_model_without_catalog_entry_gets_an_estimated_prior(db):
     # given an A40 as NVML reports it (100-300 W, default 300 W)
     a40 = wp.NvmlGpu("A40", 100.0, 300.0, 300.0, clocks_mhz=(1740, 1200, 210))
