@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from scheduling.core.goodput import MAX_NOISE_SCALE
+from scheduling.core.goodput import ratio_beyond_measurement
 
 LOG_TAIL_BYTES = 4000
 
@@ -71,7 +71,8 @@ def parse_progress(text: str) -> Progress | None:
     """The progress in a progress file's text (a number, or a JSON object); None for a
     half-written or unreadable file (read it again next tick). Gradient statistics that are
     not finite non-negative numbers, come without their partner, or give a noise scale
-    above ``MAX_NOISE_SCALE`` are dropped: the server would refuse the whole event."""
+    beyond a measurement (``goodput.ratio_beyond_measurement``) are dropped: the server
+    would refuse the whole event."""
     text = text.strip()
     if not text:
         return None
@@ -89,7 +90,7 @@ def parse_progress(text: str) -> Progress | None:
         return None
     sqr, var = _statistic(data.get("grad_sqr")), _statistic(data.get("grad_var"))
     at = _statistic(data.get("ts"))
-    if sqr is None or var is None or (sqr > 0 and not var / sqr <= MAX_NOISE_SCALE):
+    if sqr is None or var is None or ratio_beyond_measurement(sqr, var):
         # (a gradient norm near 0, as near convergence, gives a noise scale the server
         # refuses as no measurement: the count goes on without it)
         return Progress(iterations, at=at)

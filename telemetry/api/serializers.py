@@ -9,7 +9,7 @@ from rest_framework import serializers
 from cluster.api.serializers import NumberFloatField
 from cluster.models import sm_clock_conflict
 from cluster.validators import multi_line, single_line
-from scheduling.core.goodput import MAX_NOISE_SCALE
+from scheduling.core.goodput import MAX_NOISE_SCALE, ratio_beyond_measurement
 from telemetry.agent.backends import gpu_model_key
 from telemetry.choices import ExitReason, JobEventKind
 
@@ -267,7 +267,7 @@ class JobEventSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 {missing: "grad_sqr and grad_var are reported together."}
             )
-        if sqr is not None and sqr > 0 and not var / sqr <= MAX_NOISE_SCALE:
+        if sqr is not None and ratio_beyond_measurement(sqr, var):
             # The noise scale is var / sqr times the batch (at least 1). Stored, a ratio that
             # overflowed (or that the calibration took past a float) made the job's noise
             # scale infinite, which the scheduler reads as "any batch size is free"
