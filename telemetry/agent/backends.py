@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -329,37 +330,31 @@ class NvmlBackend:
         fixed = info.max_power_limit_w is not None and (
             info.min_power_limit_w == info.max_power_limit_w
         )
+        nvml = self._nvml
         if power_limit_w is not None and not fixed:
-            noted = self._has(info.uuid, "limit_mw")
-            if not noted:
-                # What to put back: the limit set now (a site's cap), else the default.
+            before = None  # what to put back, read at its first change only
+            if not self._has(info.uuid, "limit_mw"):
+                # the limit set now (a site's cap), else the default
                 before = self._optional("nvmlDeviceGetPowerManagementLimit", handle)
                 if before is None and info.default_power_limit_w is not None:
                     before = info.default_power_limit_w * 1000.0
-                if before is not None:  # noted before it changes: an agent killed next knows
-                    self._note(info.uuid, limit_mw=int(before))
-            try:
-                self._nvml.nvmlDeviceSetPowerManagementLimit(
+            errors += self._change(
+                info, "limit_mw", None if before is None else int(before),
+                f"power limit {power_limit_w:g} W",
+                lambda: nvml.nvmlDeviceSetPowerManagementLimit(
                     handle, int(round(power_limit_w * 1000))
-                )
-            except self._nvml.NVMLError as exc:
-                errors.append(f"power limit {power_limit_w:g} W: {exc}")
-                if not noted:
-                    self._note(info.uuid, limit_mw=None)  # nothing changed
+                ),
+            )  # fmt: skip
         elif power_limit_w is None:
             errors += self._put_back_limit(info, handle)
         if sm_clock_mhz is not None:
-            noted = self._has(info.uuid, "locked")
-            self._note(info.uuid, locked=True)
-            try:
-                # Lock min = max: the frequency the perf model was asked about, not a range.
-                self._nvml.nvmlDeviceSetGpuLockedClocks(
+            # Lock min = max: the frequency the perf model was asked about, not a range.
+            errors += self._change(
+                info, "locked", True, f"SM clock {sm_clock_mhz} MHz",
+                lambda: nvml.nvmlDeviceSetGpuLockedClocks(
                     handle, int(sm_clock_mhz), int(sm_clock_mhz)
-                )
-            except self._nvml.NVMLError as exc:
-                errors.append(f"SM clock {sm_clock_mhz} MHz: {exc}")
-                if not noted:
-                    self._note(info.uuid, locked=False)
+                ),
+            )  # fmt: skip
         else:
             errors += self._unlock(info, handle)
         if errors:
@@ -384,27 +379,50 @@ class NvmlBackend:
     def _has(self, uuid: str, key: str) -> bool:
         return key in self._changed.get(uuid, {})
 
+    def _change(
+        self, info: GpuInfo, key: str, put_back: Any, what: str, setting: Callable[[], Any]
+    ) -> list[str]:
+        """Apply ``setting`` to a GPU, noting ``put_back`` under ``key`` first unless a
+        change of it is noted already (an agent killed in between knows what to put back;
+        None: nothing to note); a refusal's message returned, and a note it made dropped."""
+        first = put_back is not None and not self._has(info.uuid, key)
+        if first:
+            self._note(info.uuid, **{key: put_back})
+        try:
+            setting()
+        except self._nvml.NVMLError as exc:
+            if first:
+                self._note(info.uuid, **{key: None})  # nothing changed
+            return [f"{what}: {exc}"]
+        return []
+
     def _put_back_limit(self, info: GpuInfo, handle: Any) -> list[str]:
         """Put back the limit the GPU had before the agent changed it (a refusal's message
         returned; the change is then kept, to be tried again)."""
         if not self._has(info.uuid, "limit_mw"):
             return []
         limit_mw = int(self._changed[info.uuid]["limit_mw"])
-        try:
-            self._nvml.nvmlDeviceSetPowerManagementLimit(handle, limit_mw)
-        except self._nvml.NVMLError as exc:
-            return [f"its power limit, {limit_mw / 1000.0:g} W: {exc}"]
-        self._note(info.uuid, limit_mw=None)
-        return []
+        return self._put_back(
+            info, "limit_mw", f"its power limit, {limit_mw / 1000.0:g} W",
+            lambda: self._nvml.nvmlDeviceSetPowerManagementLimit(handle, limit_mw),
+        )  # fmt: skip
 
     def _unlock(self, info: GpuInfo, handle: Any) -> list[str]:
-        if not self._has(info.uuid, "locked"):
+        return self._put_back(
+            info, "locked", "its unlocked clock",
+            lambda: self._nvml.nvmlDeviceResetGpuLockedClocks(handle),
+        )  # fmt: skip
+
+    def _put_back(self, info: GpuInfo, key: str, what: str, action: Callable[[], Any]) -> list[str]:
+        """Undo the change noted under ``key`` with ``action`` and forget it; where the
+        driver refuses, its message is returned and the note kept (tried again later)."""
+        if not self._has(info.uuid, key):
             return []
         try:
-            self._nvml.nvmlDeviceResetGpuLockedClocks(handle)
+            action()
         except self._nvml.NVMLError as exc:
-            return [f"its unlocked clock: {exc}"]
-        self._note(info.uuid, locked=False)
+            return [f"{what}: {exc}"]
+        self._note(info.uuid, **{key: None})
         return []
 
     def _note(self, uuid: str, **change: Any) -> None:
