@@ -519,6 +519,7 @@ class _Round:
         self.blocked_alone: set[int] = set()  # of those, over the allowance on their own
         self.probe_unpaid: dict[int, str] = {}  # jobs whose first probe did not fit: why
         self._reserved: list[float] | None = None  # probe_reserved, once a round
+        self._job_index: dict[str, int] | None = None  # job id -> index, for it
         self._caps: list[tuple[float | None, float | None]] | None = None  # _unpayable
         self._gpu_specs = getattr(ctx.snapshot.perf, "gpus", {})  # catalog GPU models
         self.mins: dict[int, Evaluation] = {}
@@ -1163,11 +1164,11 @@ class _Round:
             rec["extensions"] = rec.get("extensions", 0) + 1
             rec["until_s"] = now + length
             rec["predicted_energy_j"] += d_team
-        if top_w is None:
+        if "top_w" in rec or top_w is not None:
             rec.pop("top_w", None)
-        else:
-            rec["top_w"] = top_w
-        self._reserved = None  # what later probes see held back changed
+            if top_w is not None:
+                rec["top_w"] = top_w
+            self._reserved = None  # what later probes see held back changed
         return True
 
     def _probe_fits(self, j: int, share: float, d_team: float, d_cluster: float) -> bool:
@@ -1199,10 +1200,11 @@ class _Round:
         once it is, which errs on the side of the budget."""
         if self._reserved is None:
             reserved = [0.0] * len(self.budgets)
-            index = {jv.job.job_id: k for k, jv in enumerate(self.jobs)}
+            if self._job_index is None:
+                self._job_index = {jv.job.job_id: k for k, jv in enumerate(self.jobs)}
             now = self.ctx.now_s
             for job_id, rec in self.probes.items():
-                k = index.get(job_id)
+                k = self._job_index.get(job_id)
                 left_s = rec["until_s"] - now
                 if "top_w" not in rec or k is None or left_s <= 0.0:
                     continue
