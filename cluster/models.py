@@ -676,11 +676,23 @@ class BudgetAlert(models.Model):
         return f"{self.team} budget #{self.budget_id} spent at {self.at:%Y-%m-%d %H:%M}"
 
     @property
+    def after_period(self) -> bool:
+        """Found once the period had ended: its last minutes were accounted after its last
+        round (``scheduling.budget_alerts.record_overruns``), so no round could act on it."""
+        return self.at >= self.budget.period_end
+
+    @property
     def consequence(self) -> str:
         """What the scheduler does about it, in words."""
+        if self.after_period:
+            return AFTER_PERIOD_CONSEQUENCE
         return ALERT_CONSEQUENCES[HardLimitAction(self.action)]
 
 
+AFTER_PERIOD_CONSEQUENCE = (
+    "The period had already ended: its last minutes, accounted after its last scheduling "
+    "round, passed the limit, and no round could act on it any more."
+)
 ALERT_CONSEQUENCES = {
     HardLimitAction.NOTIFY_ONLY: "Jobs keep running and starting: this budget only notifies.",
     HardLimitAction.HOLD_QUEUE: "No new job starts until the period ends; running jobs finish.",

@@ -190,7 +190,8 @@ def dashboard_payload(user, *, now: datetime) -> dict:
     figs["grid"], grid_now = grid_figure(now=now)
     budgets = [budget_progress(b, now=now) for b in active_budgets(user, now=now)]
     return {
-        # Spent budgets of running periods: a lead sees their teams', an admin every team's.
+        # Spent budgets of running periods (and budgets found over their limit after their
+        # period, for a day): a lead sees their teams', an admin every team's.
         "alerts": [
             {
                 "id": a.pk,
@@ -198,6 +199,7 @@ def dashboard_payload(user, *, now: datetime) -> dict:
                 "at": a.at.isoformat(),
                 "at_utc": a.at.astimezone(UTC).strftime("%Y-%m-%d %H:%M"),
                 "action": a.action,
+                "found": budget_alerts.headline(a),
                 "spent": budget_alerts.describe(a),
                 "consequence": a.consequence,
             }

@@ -7,9 +7,18 @@ budget, hence once per team and period (the row is unique per budget; later roun
 add nothing). This holds for every action: a ``notify_only`` budget does nothing else, a
 ``hold_queue`` or ``pause_jobs`` one also stops work, and its leads learn why.
 
+A budget can also be found spent only after its period: the ledger a round reads lags the
+GPUs by up to the accounting interval, so a budget that crosses its limit in its last minute
+(a short period, a job finishing) shows it after the period's last round. ``record_overruns``
+looks back ``OVERRUN_LOOKBACK`` for budgets that ended with no alert and whose ledger now
+shows the limit reached, and records their alert, marked as found after the period
+(``BudgetAlert.after_period``): no round can act on it any more, but the leads learn it
+(a 2-minute demo period ended at 161.6% with no alert before this).
+
 E-mail goes through Django's mail backend (``EMAIL_BACKEND``) after the round commits, to the
 team's leads with an address. An alert whose e-mail failed keeps ``emailed_at`` empty and is
-sent again after a later round, while its period runs.
+sent again after a later round, while its period runs (an alert found after its period: for
+``AFTER_PERIOD_SHOWN`` after it was found, as long as the dashboard shows it).
 """
 
 from __future__ import annotations
@@ -17,11 +26,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db.models import QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from cluster.choices import Role
@@ -29,8 +38,15 @@ from cluster.models import Budget, BudgetAlert, Membership
 from cluster.queries import teams_led_by
 from scheduling.core import types as core
 from scheduling.core.round import active_budgets
+from telemetry.usage import budget_usage
 
 log = logging.getLogger(__name__)
+
+# How far back a round looks for a budget that ended with no alert whose ledger, accounted
+# since, shows its limit reached: the accounting interval and the samples' lag are minutes.
+OVERRUN_LOOKBACK = timedelta(hours=1)
+# How long an alert found after its period stays on the dashboard and is (re)tried by e-mail.
+AFTER_PERIOD_SHOWN = timedelta(days=1)
 
 
 def record_spent(budgets: Iterable[core.Budget], *, now: datetime) -> int:
@@ -62,6 +78,47 @@ def record_spent(budgets: Iterable[core.Budget], *, now: datetime) -> int:
     return len(alerts)
 
 
+def record_overruns(*, now: datetime) -> int:
+    """Create the alert of each budget that ended within ``OVERRUN_LOOKBACK`` before ``now``
+    with none, whose ledger shows a limit reached (accounted after its last round); returns
+    how many were created. Call it inside the round's transaction."""
+    ended = Budget.objects.filter(
+        period_end__lte=now, period_end__gt=now - OVERRUN_LOOKBACK, alert__isnull=True
+    ).order_by("pk")
+    alerts = []
+    for row in ended:
+        used = budget_usage(row)
+        if not any(limit.over_hard for limit in used.limits):
+            continue
+        log.warning(
+            "budget %s of team %s: found over its limit after its period ended (%s)",
+            row.pk,
+            row.team_id,
+            ", ".join(f"{limit.kind} {limit.percent:.1f}%" for limit in used.limits),
+        )
+        alerts.append(
+            BudgetAlert(
+                budget=row,
+                team_id=row.team_id,
+                at=now,
+                action=row.hard_limit_action,
+                energy_used_kwh=used.energy_j / core.J_PER_KWH,
+                energy_limit_kwh=row.energy_limit_kwh,
+                carbon_used_kg=used.co2_g / core.G_PER_KG,
+                carbon_limit_kg=row.carbon_limit_kg,
+            )
+        )
+    BudgetAlert.objects.bulk_create(alerts, ignore_conflicts=True)
+    return len(alerts)
+
+
+def _still_shown(now: datetime) -> Q:
+    """Alerts whose budget period runs, and those found after their period, for a day."""
+    return Q(budget__period_end__gt=now) | Q(
+        at__gte=F("budget__period_end"), at__gt=now - AFTER_PERIOD_SHOWN
+    )
+
+
 def lead_addresses(team_id: int) -> list[str]:
     """E-mail addresses of the team's active leads, sorted."""
     return sorted(
@@ -76,8 +133,8 @@ def lead_addresses(team_id: int) -> list[str]:
 
 
 def unsent(*, now: datetime) -> QuerySet[BudgetAlert]:
-    """Alerts not e-mailed yet whose budget period still runs."""
-    return BudgetAlert.objects.filter(emailed_at__isnull=True, budget__period_end__gt=now)
+    """Alerts not e-mailed yet that are still shown (``_still_shown``)."""
+    return BudgetAlert.objects.filter(_still_shown(now), emailed_at__isnull=True)
 
 
 def send_pending(*, now: datetime | None = None) -> int:
@@ -101,9 +158,10 @@ def send_pending(*, now: datetime | None = None) -> int:
 
 
 def visible_alerts(user, *, now: datetime) -> QuerySet[BudgetAlert]:
-    """Alerts of budgets whose period still runs, that ``user`` may see: an admin every team's,
-    a lead those of the teams they lead, anyone else none."""
-    alerts = BudgetAlert.objects.filter(budget__period_end__gt=now).select_related("team", "budget")
+    """Alerts still shown (of budgets whose period runs, or found after their period within
+    a day) that ``user`` may see: an admin every team's, a lead those of the teams they lead,
+    anyone else none."""
+    alerts = BudgetAlert.objects.filter(_still_shown(now)).select_related("team", "budget")
     if not (user and user.is_authenticated):
         return alerts.none()
     if user.is_staff:
@@ -134,15 +192,27 @@ def describe(alert: BudgetAlert) -> str:
     return ", ".join(parts)
 
 
+def headline(alert: BudgetAlert) -> str:
+    """What happened, in a few words (the dashboard's and the e-mail subject's)."""
+    if alert.after_period:
+        return "budget found over its limit after its period ended"
+    return "budget used up"
+
+
 def _subject(alert: BudgetAlert) -> str:
-    return f"[Wattflow] {alert.team.name}: budget used up ({describe(alert)})"
+    return f"[Wattflow] {alert.team.name}: {headline(alert)} ({describe(alert)})"
 
 
 def _body(alert: BudgetAlert) -> str:
     budget = alert.budget
+    found = (
+        "was found over its limit, once its last minutes were accounted, at"
+        if alert.after_period
+        else "reached its limit at"
+    )
     return (
         f"The budget of team {alert.team.name} for {budget.period_start:%Y-%m-%d %H:%M} .. "
-        f"{budget.period_end:%Y-%m-%d %H:%M} UTC reached its limit at "
+        f"{budget.period_end:%Y-%m-%d %H:%M} UTC {found} "
         f"{alert.at:%Y-%m-%d %H:%M} UTC: {describe(alert)}.\n\n"
         f"{alert.consequence}\n\n"
         "You receive this as a lead of the team. Wattflow sends it once per budget period.\n"

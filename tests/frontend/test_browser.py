@@ -28,7 +28,7 @@ from support.daphne import Daphne
 
 from cluster import services
 from cluster.choices import HardLimitAction
-from cluster.models import AuditEntry, Budget, Job
+from cluster.models import AuditEntry, Budget, BudgetAlert, Job
 from frontend.broadcast import broadcast_round
 from frontend.dashboard import dashboard_payload
 from frontend.labels import reason_sentence, wait_label
@@ -503,6 +503,41 @@ def test_a_job_kept_running_by_hold_queue_reads_keeps_running_with_its_gpus(scen
     assert "budget_exhausted" not in page.inner_text("#round")
     assert "wait" not in cells[1].lower()
     shot(page, "dashboard_hold_queue")
+
+
+def test_a_lead_sees_a_budget_found_over_after_its_period_pushed_live(scene, login, server):
+    # given vision's lead on the dashboard, whose running budget is spent (a round announced
+    # it), so the alert card lists that alert
+    Budget.objects.filter(pk=scene.budgets["vision"].pk).update(
+        energy_limit_kwh=0.001, hard_limit_action=HardLimitAction.HOLD_QUEUE
+    )
+    assert run_scheduling_round(now=timezone.now(), policy="powerflow", force=True).ran
+    page = login("liam_lead")
+    page.wait_for_selector("#live-status[data-state=live]")
+    items = page.locator("#budget-alert-list li")
+    assert items.count() == 1 and "budget used up at" in items.first.inner_text()
+
+    # when the period before it, which ended where it began, is found over its limit after
+    # its end (accounted late), and a round's push makes the page fetch its data again
+    now, end = timezone.now(), scene.budgets["vision"].period_start
+    ended = Budget.objects.create(
+        team=scene.team, period_start=end - timedelta(hours=2), period_end=end,
+        energy_limit_kwh=1.0,
+    )  # fmt: skip
+    BudgetAlert.objects.create(
+        budget=ended, team=scene.team, at=end + timedelta(minutes=2),
+        action=ended.hard_limit_action, energy_used_kwh=1.25, energy_limit_kwh=1.0,
+        carbon_used_kg=0.1,
+    )  # fmt: skip
+    broadcast_from_another_thread({"at": now.isoformat(), "round_id": 91, "running": 0})
+
+    # then the script redraws the card with both, the late one saying what happened
+    page.wait_for_function("document.querySelectorAll('#budget-alert-list li').length === 2")
+    texts = items.all_inner_texts()
+    assert any("budget used up at" in t for t in texts)
+    (late,) = [t for t in texts if "after its period ended" in t]
+    assert "Vision: budget found over its limit after its period ended at" in late
+    assert "energy 1.25 of 1 kWh" in late and "no round could act on it" in late
 
 
 def test_a_200_character_name_is_cut_with_the_full_name_on_hover(scene, login, server):

@@ -252,3 +252,58 @@ def test_the_dashboard_shows_the_alert_to_the_teams_leads_and_admins_only(
     client.force_login(people["lead"])
     data = client.get("/dashboard/data/").json()
     assert [a["id"] for a in data["alerts"]] == [alert.pk]
+
+
+def test_a_budget_found_over_after_its_period_ended_alerts_the_leads_once(
+    cluster, people, team, make_job, client, django_capture_on_commit_callbacks
+):
+    # given a hold_queue budget whose one-hour period ended at T0 at 0.9 of its 1 kWh in
+    # the ledger its last round read, and accounting that then brought in its last
+    # minutes: 1.6 kWh (a 2-minute demo period ended at 161.6% with no alert)
+    start = T0 - timedelta(hours=1)
+    budget = _budget(team, HardLimitAction.HOLD_QUEUE, start=start, days=1 / 24)
+    job = _job(make_job, people["member"], team)
+    _spend(team, job, hour=start, kwh=0.9)
+    _round(T0 - MINUTE, django_capture_on_commit_callbacks)
+    assert not BudgetAlert.objects.exists()
+    EnergyLedgerEntry.objects.update(energy_j=1.6 * 3.6e6)
+
+    # when the next round runs, after the period
+    _round(T0 + MINUTE, django_capture_on_commit_callbacks)
+
+    # then the leads learn it: one alert, marked as found after the period, and one e-mail
+    alert = BudgetAlert.objects.get()
+    assert (alert.budget_id, alert.at, alert.after_period) == (budget.pk, T0 + MINUTE, True)
+    assert alert.energy_used_kwh == pytest.approx(1.6)
+    (message,) = mail.outbox
+    assert message.subject == (
+        "[Wattflow] Vision: budget found over its limit after its period ended "
+        "(energy 1.6 of 1 kWh)"
+    )
+    assert "no round could act on it" in message.body
+    # shown to the leads for a day, then gone; later rounds add nothing
+    _round(T0 + 2 * MINUTE, django_capture_on_commit_callbacks)
+    assert BudgetAlert.objects.count() == 1 and len(mail.outbox) == 1
+    lead = people["lead"]
+    assert list(budget_alerts.visible_alerts(lead, now=T0 + timedelta(hours=23))) == [alert]
+    assert not budget_alerts.visible_alerts(lead, now=T0 + timedelta(hours=25)).exists()
+    assert not budget_alerts.visible_alerts(people["member"], now=T0 + MINUTE).exists()
+
+
+def test_an_ended_budget_within_its_limit_or_long_ended_alerts_nobody(
+    cluster, people, team, make_job, django_capture_on_commit_callbacks
+):
+    # given a budget that ended at T0 within its limit, and one over its limit that ended
+    # two hours before (outside the look-back: accounting had long reached it)
+    start = T0 - timedelta(hours=1)
+    _budget(team, HardLimitAction.PAUSE_JOBS, start=start, days=1 / 24)
+    job = _job(make_job, people["member"], team)
+    _spend(team, job, hour=start, kwh=0.99)
+    old = T0 - timedelta(hours=3)
+    _budget(team, HardLimitAction.PAUSE_JOBS, start=old, days=1 / 24)
+    _spend(team, job, hour=old, kwh=5.0)
+
+    _round(T0 + MINUTE, django_capture_on_commit_callbacks)
+
+    assert not BudgetAlert.objects.exists()
+    assert mail.outbox == []

@@ -71,7 +71,7 @@
         strong.textContent = a.team;
         li.appendChild(strong);
         li.appendChild(document.createTextNode(
-          ": budget used up at " + a.at_utc + " UTC (" + a.spent + "). " + a.consequence));
+          ": " + a.found + " at " + a.at_utc + " UTC (" + a.spent + "). " + a.consequence));
         list.appendChild(li);
       });
       box.hidden = alerts.length === 0;
