@@ -482,6 +482,16 @@ class JobAllocation(models.Model):
     power_limit_w = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    iterations_per_submitted = models.FloatField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Iterations at this batch that do one iteration of the job's work (at its "
+            "submitted batch), fixed when the allocation started: the job is told its work "
+            "in these units and its progress is counted back with the same factor. Empty: "
+            "an allocation from before it was kept (its job's noise scale now is used)."
+        ),
+    )
 
     class Meta:
         ordering = ["job", "started_at"]

@@ -32,6 +32,7 @@ from cluster.models import (
     Node,
     Team,
 )
+from scheduling.core.goodput import iterations_per_submitted
 
 # How often cancel_job re-reads the state when a concurrent writer keeps moving the job.
 _CANCEL_ATTEMPTS = 3
@@ -231,6 +232,11 @@ def set_allocation(
             raise AllocationError(
                 f"GPUs are held by job(s) {taken} (at most {max_jobs_per_gpu} job(s) per GPU)"
             )
+        previous = JobAllocation.objects.filter(job_id=job.pk, ended_at__isnull=True).first()
+        kept = None
+        if previous is not None and previous.batch_size == batch_size:
+            if sorted(previous.gpus.values_list("pk", flat=True)) == gpu_ids:
+                kept = previous.iterations_per_submitted
         JobAllocation.objects.filter(job_id=job.pk, ended_at__isnull=True).update(ended_at=at)
         allocation = JobAllocation.objects.create(
             job_id=job.pk,
@@ -238,6 +244,12 @@ def set_allocation(
             sm_clock_mhz=sm_clock_mhz,
             power_limit_w=power_limit_w,
             started_at=at,
+            # The job counts its iterations at this batch in units fixed now (goodput at the
+            # noise scale known now); a job retuned in place (same GPUs and batch: the agent
+            # does not restart it) keeps counting as it did, so it keeps its units.
+            iterations_per_submitted=kept
+            if kept is not None
+            else iterations_per_submitted(locked.noise_scale, batch_size, locked.global_batch_size),
         )
         allocation.gpus.set(gpu_ids)
         Job.objects.filter(pk=job.pk).update(current_allocation=allocation, updated_at=at)

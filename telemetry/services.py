@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from cluster.choices import JobState
 from cluster.models import Gpu, Job, JobAllocation, Node, sm_clock_conflict
 from cluster.services import InvalidTransition, transition_job
-from scheduling.core.goodput import efficiency
+from scheduling.core.goodput import efficiency, iterations_per_submitted
 from telemetry.choices import ExitReason, JobEventKind
 from telemetry.models import JobEvent
 
@@ -183,6 +183,31 @@ def iterations_at_batch(
     return round(iterations * useful_from / useful_to, _ITERATION_DECIMALS)
 
 
+def allocation_factor(job: Job, alloc: JobAllocation | None) -> float:
+    """Iterations at ``alloc``'s batch per iteration at ``job``'s submitted batch: the factor
+    fixed when the allocation started (``JobAllocation.iterations_per_submitted``), so that
+    what the job is told and what its reports count for use the same units whatever the
+    noise scale learned since; for an allocation from before it was kept, the job's noise
+    scale now; with no allocation, 1 (the submitted batch)."""
+    if alloc is None:
+        return 1.0
+    if alloc.iterations_per_submitted is not None:
+        return alloc.iterations_per_submitted
+    return iterations_per_submitted(job.noise_scale, alloc.batch_size, job.global_batch_size)
+
+
+def told_iterations(job: Job, alloc: JobAllocation) -> tuple[float, float]:
+    """(total, completed) iterations of ``job`` at ``alloc``'s batch: what its agent or its
+    Slurm batch script tells the job (``WATTFLOW_TOTAL_ITERATIONS``, ``..._COMPLETED_...``)."""
+    f = allocation_factor(job, alloc)
+    if f == 1.0:
+        return float(job.total_iterations), float(job.completed_iterations)
+    return (
+        round(job.total_iterations * f, _ITERATION_DECIMALS),
+        round(job.completed_iterations * f, _ITERATION_DECIMALS),
+    )
+
+
 def checkpoint_dir(job: Job) -> str:
     return str(Path(settings.TELEMETRY_CHECKPOINT_ROOT) / f"job-{job.pk}")
 
@@ -205,14 +230,7 @@ def assignments_for(node: Node, *, now: datetime) -> dict[str, Any]:
         all_gpus = list(alloc.gpus.all())
         here = sorted((g for g in all_gpus if g.node_id == node.pk), key=lambda g: g.index)
         # The agent counts at the allocation's batch (see "iteration units" above).
-        units = {
-            "from_batch": job.global_batch_size,
-            "to_batch": alloc.batch_size,
-            "submitted_batch": job.global_batch_size,
-            "noise_scale": job.noise_scale,
-        }
-        total = iterations_at_batch(job.total_iterations, **units)
-        done = iterations_at_batch(job.completed_iterations, **units)
+        total, done = told_iterations(job, alloc)
         assignments.append(
             {
                 "allocation_id": alloc.pk,
@@ -412,22 +430,19 @@ def _lock_node_then_job(node_id: int, job_id: int) -> bool:
         return node_found and cursor.fetchone() is not None
 
 
-def _event_batch(event: JobEvent, default: int) -> int:
-    """The global batch the event's counts are at: its allocation's, else ``default`` (the
-    job's current allocation's, else its submitted one)."""
+def _event_allocation(event: JobEvent, job: Job) -> JobAllocation | None:
+    """The allocation whose units the event's counts are in: its own, else the job's current
+    one, else none (the submitted batch)."""
     if event.allocation_id is not None:
-        batch = (
-            JobAllocation.objects.filter(pk=event.allocation_id)
-            .values_list("batch_size", flat=True)
-            .first()
-        )
-        if batch:
-            return batch
-    return default
+        alloc = JobAllocation.objects.filter(pk=event.allocation_id).first()
+        if alloc is not None:
+            return alloc
+    return job.current_allocation
 
 
-def _current_batch(job: Job) -> int:
-    alloc = job.current_allocation
+def _batch_of(event: JobEvent, job: Job) -> int:
+    """The global batch the event's counts are at."""
+    alloc = _event_allocation(event, job)
     return alloc.batch_size if alloc is not None else job.global_batch_size
 
 
@@ -440,24 +455,20 @@ def _store_gradient_statistics(event: JobEvent) -> None:
     ).update(
         grad_sqr=event.grad_sqr,
         grad_var=event.grad_var,
-        grad_batch_size=_event_batch(event, _current_batch(job)),
+        grad_batch_size=_batch_of(event, job),
         grad_stats_at=event.ts,
     )
 
 
 def _submitted_iterations(event: JobEvent) -> float:
-    """The event's iteration count (at its allocation's batch) at the job's submitted batch.
+    """The event's iteration count (at its allocation's batch) at the job's submitted batch,
+    with the factor its allocation was told its work in (``allocation_factor``).
 
-    An event without an allocation (an agent that lost track of it) is taken at the batch of
-    the job's current allocation, else at the submitted batch."""
+    An event without an allocation (an agent that lost track of it) is taken at the job's
+    current allocation, else at the submitted batch."""
     job = Job.objects.select_related("current_allocation").get(pk=event.job_id)
-    done = iterations_at_batch(
-        event.iterations,
-        from_batch=_event_batch(event, _current_batch(job)),
-        to_batch=job.global_batch_size,
-        submitted_batch=job.global_batch_size,
-        noise_scale=job.noise_scale,
-    )
+    f = allocation_factor(job, _event_allocation(event, job))
+    done = event.iterations if f == 1.0 else round(event.iterations / f, _ITERATION_DECIMALS)
     # A job never did more than all its work (an agent counting a last partial step).
     return min(done, float(job.total_iterations))
 

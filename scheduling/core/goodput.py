@@ -103,6 +103,16 @@ def efficiency(noise_scale: float | None, batch: float, ref_batch: float) -> flo
     return (noise_scale + ref_batch) / (noise_scale + batch)
 
 
+def iterations_per_submitted(
+    noise_scale: float | None, batch: float, submitted_batch: float
+) -> float:
+    """Iterations at global ``batch`` that make the useful samples of one iteration at
+    ``submitted_batch`` (a job's unit of work): ``b0 / (b x E(b))``."""
+    if batch == submitted_batch:
+        return 1.0
+    return submitted_batch / (batch * efficiency(noise_scale, batch, submitted_batch))
+
+
 def useful_samples_per_iter(job: Job, batch: float) -> float:
     """Samples of progress, at the job's submitted batch, that one iteration at ``batch``
     makes."""

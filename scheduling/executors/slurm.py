@@ -52,7 +52,7 @@ from scheduling.executors.slurm_cli import (
 )
 from scheduling.models import SlurmJob
 from telemetry.agent.slurm_handoff import SlurmJobTag
-from telemetry.services import checkpoint_dir, iterations_at_batch
+from telemetry.services import checkpoint_dir, told_iterations
 
 log = logging.getLogger(__name__)
 
@@ -175,14 +175,9 @@ class SlurmExecutor(Executor):
             power_limit_w=allocation.power_limit_w,
             sm_clock_mhz=allocation.sm_clock_mhz,
         )
-        total = iterations_at_batch(
-            job.total_iterations, from_batch=job.global_batch_size, to_batch=allocation.batch_size
-        )
-        done = iterations_at_batch(
-            job.completed_iterations,
-            from_batch=job.global_batch_size,
-            to_batch=allocation.batch_size,
-        )
+        # In the units the job's reports are counted back in (told_iterations: goodput at
+        # the noise scale fixed when the allocation started).
+        total, done = told_iterations(job, allocation)
         env = {
             "WATTFLOW_WORKLOAD": job.workload,
             "WATTFLOW_BATCH_SIZE": str(allocation.batch_size),

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from cluster import services as cluster_services
 from cluster.choices import JobState
-from cluster.models import Gpu
+from cluster.models import Gpu, Job
 from scheduling.core.goodput import load_curves
 from telemetry.models import JobEvent
 from telemetry.services import iterations_at_batch
@@ -175,3 +175,75 @@ def test_a_late_report_of_the_old_allocation_converts_at_its_own_batch(
     # then it counts at 256 (350 stored, not 175), and the job keeps running
     job.refresh_from_db()
     assert (job.state, job.completed_iterations) == (JobState.RUNNING, 350.0)
+
+
+def test_a_noise_scale_learned_mid_allocation_changes_neither_its_work_nor_its_progress(
+    agent_node, agent_client, make_job, member, team
+):
+    # given a job of 1,000 iterations at batch 256 whose noise scale is 256, moved to batch
+    # 512 after 400 iterations: told 750 iterations in all, 300 done (E(512) = 2/3)
+    node, token = agent_node
+    client = agent_client(token)
+    job = make_job(owner=member, team=team, max_gpus=2, total_iterations=1000)
+    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    t0 = timezone.now() - timedelta(minutes=10)
+    first = cluster_services.start_job(job, gpus=gpus, batch_size=256, at=t0)
+    client.post(
+        "/api/agent/job-events/",
+        {"events": [_event(job, "progress", first.pk, iterations=400.0, **_stats())]},
+        format="json",
+    )
+    job.refresh_from_db()
+    second = cluster_services.set_allocation(
+        job, gpus=gpus, batch_size=512, at=t0 + timedelta(minutes=1)
+    )
+    assert second.iterations_per_submitted == pytest.approx(0.75)
+    told = _assignment(client, job)
+    assert (told["total_iterations"], told["completed_iterations"]) == (750.0, 300.0)
+
+    # when the job, at 450 of its 750, reports statistics whose noise scale is 1,024
+    # (E(512) = 5/6: had it started now it would have been told 600 in all)
+    grown = {"grad_sqr": 1.0, "grad_var": 2.0 / load_curves().calibration}
+    client.post(
+        "/api/agent/job-events/",
+        {"events": [_event(job, "progress", second.pk, iterations=450.0, **grown)]},
+        format="json",
+    )
+    job.refresh_from_db()
+    assert job.noise_scale == pytest.approx(1024.0)
+
+    # then its progress counts in the units it was told: 600 of 1,000 (at the new noise
+    # scale it read 750, and its count jumped by 150 iterations nobody ran), and the work
+    # it is told stays 750 while it runs
+    assert job.completed_iterations == pytest.approx(600.0)
+    told = _assignment(client, job)
+    assert (told["total_iterations"], told["completed_iterations"]) == (750.0, 450.0)
+
+    # when a round retunes it in place (same GPUs and batch, another power limit), the job
+    # keeps running and counting as it did: its new allocation keeps the units
+    third = cluster_services.set_allocation(
+        job, gpus=gpus, batch_size=512, power_limit_w=250, at=t0 + timedelta(minutes=2)
+    )
+    assert third.iterations_per_submitted == pytest.approx(0.75)
+    assert _assignment(client, job)["total_iterations"] == 750.0
+
+    # and its exit at 750 (the agent names the allocation it ran under) stores all its work
+    client.post(
+        "/api/agent/job-events/",
+        {"events": [_event(job, "exited", third.pk, reason="completed", exit_status=0,
+                           iterations=750.0)]},
+        format="json",
+    )  # fmt: skip
+    job.refresh_from_db()
+    assert (job.state, job.completed_iterations) == (JobState.COMPLETED, 1000.0)
+
+    # while a job moved to another batch now is told its work at the noise scale known now
+    other = make_job(owner=member, team=team, max_gpus=2, total_iterations=1000)
+    Job.objects.filter(pk=other.pk).update(
+        grad_sqr=1.0, grad_var=2.0 / load_curves().calibration, grad_batch_size=512
+    )
+    other.refresh_from_db()
+    moved = cluster_services.start_job(
+        other, gpus=gpus, batch_size=512, at=t0 + timedelta(minutes=3)
+    )
+    assert moved.iterations_per_submitted == pytest.approx(0.6)
