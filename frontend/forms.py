@@ -116,6 +116,9 @@ class JobSubmitForm(forms.Form):
 class PredictForm(forms.Form):
     """The query of the live prediction endpoint (same names as the submit form)."""
 
+    # The team the job would be submitted to (one the user may submit to): with it, a job
+    # that could never run there is refused as the submit would refuse it.
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), required=False)
     workload = workload_field()
     resembles = resembles_field()
     param_count = param_count_field()
@@ -123,9 +126,11 @@ class PredictForm(forms.Form):
     batch_size = forms.IntegerField(**_INT)
     iterations = forms.IntegerField(**_INT)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, teams=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["resembles"].choices = [("", "—"), *workload_choices()]
+        if teams is not None:
+            self.fields["team"].queryset = teams
 
 
 class JobFilterForm(forms.Form):

@@ -79,6 +79,14 @@ def job_list(request):
     )
 
 
+# The job model's field names as the submit and prediction forms name them.
+_FORM_FIELD = {
+    "min_gpus": "gpus",
+    "global_batch_size": "batch_size",
+    "total_iterations": "iterations",
+}
+
+
 @login_required
 def job_new(request):
     teams = submittable_teams(request.user)
@@ -105,11 +113,7 @@ def job_new(request):
         except ValidationError as exc:
             # The model's own rules (e.g. batch ranges): shown beside the form's fields.
             for field, errors in exc.message_dict.items():
-                target = {
-                    "min_gpus": "gpus",
-                    "global_batch_size": "batch_size",
-                    "total_iterations": "iterations",
-                }.get(field, field)
+                target = _FORM_FIELD.get(field, field)
                 form.add_error(target if target in form.fields else None, errors)
         else:
             messages.success(request, f"Job {job.name} (#{job.pk}) queued.")
@@ -123,18 +127,38 @@ def job_new(request):
 def job_predict(request):
     """Predicted duration, energy and carbon of the form's configuration (JSON); 400 with
     per-field messages on bad input."""
-    form = PredictForm(request.GET)
+    form = PredictForm(request.GET, teams=submittable_teams(request.user))
     if not form.is_valid():
         return JsonResponse({"errors": form.errors}, status=400)
     data = form.cleaned_data
+    hints = JobHints(data.get("resembles") or "", data.get("param_count"))
+    now = timezone.now()
+    if data.get("team") is not None:
+        # A job the submit would refuse (larger than the cluster, longer than a job may run,
+        # beyond the team's budgets) gets the submit's reasons, not figures for a run that
+        # cannot happen.
+        refusals = submit_refusals(
+            team=data["team"],
+            workload=data["workload"],
+            gpu_model="",
+            min_gpus=data["gpus"],
+            max_gpus=data["gpus"],
+            min_batch_size=data["batch_size"],
+            total_iterations=data["iterations"],
+            now=now,
+            hints=hints,
+        )
+        if refusals:
+            errors = {_FORM_FIELD.get(f, f): [message] for f, message in refusals.items()}
+            return JsonResponse({"errors": errors}, status=400)
     try:
         prediction = predict_job(
             workload=data["workload"],
             gpus=data["gpus"],
             batch_size=data["batch_size"],
             iterations=data["iterations"],
-            now=timezone.now(),
-            hints=JobHints(data.get("resembles") or "", data.get("param_count")),
+            now=now,
+            hints=hints,
         )
     except KeyError as exc:
         return JsonResponse({"errors": {"workload": [str(exc)]}}, status=400)

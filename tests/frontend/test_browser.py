@@ -219,6 +219,16 @@ def test_member_submits_a_job_through_the_form_and_finds_it_in_the_list(scene, l
     assert page.inner_text("#pred-duration") == "2 min 32 s"  # 1000 x 0.1522 s (perf model)
     assert page.inner_text("#pred-model") == "measured (catalog) — catalog resnet50@A100"
     shot(page, "job_submit")
+    # a job larger than the cluster gets the submit's reason in place of figures
+    page.fill("#id_gpus", "500")
+    page.wait_for_function(
+        "document.getElementById('prediction-note').textContent.includes('never')"
+    )
+    assert page.locator("#prediction dl").is_hidden()
+    assert "this job needs at least 500" in page.inner_text("#prediction-note")
+    page.fill("#id_gpus", "2")
+    page.wait_for_function("document.getElementById('pred-gpu').textContent === '2 × A100'")
+    page.wait_for_selector("#prediction dl", state="visible")
     page.click("#job-form button[type=submit]")
     page.wait_for_url(f"{server}/jobs/*/")
     job = Job.objects.get(name="browser-submitted-resnet")

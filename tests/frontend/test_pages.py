@@ -188,6 +188,34 @@ def test_prediction_with_bad_input_is_a_400_per_field(client_for, member):
     }
 
 
+def test_prediction_for_a_job_that_could_never_run_gives_the_submits_reasons(
+    client_for, member, team, other_team, make_node
+):
+    # given a cluster of 4 A100s and the member's team
+    make_node("node-01", gpus=4)
+    query = {"workload": "resnet50", "gpus": 8, "batch_size": 128, "iterations": 1000}
+
+    # when the form asks for a prediction of an 8-GPU job for that team
+    response = client_for(member).get(reverse("frontend:job-predict"), {**query, "team": team.pk})
+
+    # then it is the submit's refusal, beside the GPU field, not figures for a run that
+    # cannot happen
+    assert response.status_code == 400
+    (message,) = response.json()["errors"]["gpus"]
+    assert "The cluster has 4 GPUs" in message and "could never start" in message
+    # a fitting job of the same team gets its figures
+    fits = client_for(member).get(
+        reverse("frontend:job-predict"), {**query, "gpus": 4, "team": team.pk}
+    )
+    assert fits.status_code == 200 and fits.json()["gpus"] == 4
+    # a team the member cannot submit to is a field error, and says nothing of that team
+    foreign = client_for(member).get(
+        reverse("frontend:job-predict"), {**query, "gpus": 4, "team": other_team.pk}
+    )
+    assert foreign.status_code == 400
+    assert list(foreign.json()["errors"]) == ["team"]
+
+
 def test_job_list_shows_only_visible_jobs_and_filters(
     client_for, member, outsider, team, other_team, make_job
 ):
