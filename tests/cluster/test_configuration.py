@@ -1,15 +1,19 @@
 """Settings helpers fail loudly, bad configuration is a system check with an ID, and the
 Channels layer really talks to Redis."""
 
+import logging
+import sys
 import uuid
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.contrib.auth import get_user_model
 from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
+from config.log_filters import RefusalsWithoutTraceback
 
 
 def test_env_helpers_parse_and_default(monkeypatch):
@@ -83,3 +87,26 @@ def test_channel_layer_round_trips_through_redis():
 
     assert received == payload
     assert layer.hosts[0]["address"].startswith("redis://")
+
+
+@pytest.mark.django_db
+def test_a_refused_request_logs_one_line_and_a_server_error_its_traceback(client, caplog):
+    # given a user in no team, whom the job form refuses (PermissionDenied: a 403)
+    loner = get_user_model().objects.create_user("lonely", password="not-used-here")
+    with caplog.at_level("WARNING", logger="django.request"):
+        client.force_login(loner)
+        response = client.get("/jobs/new/")
+
+    # then the log has Django's one line for it, without a traceback
+    assert response.status_code == 403
+    (record,) = [r for r in caplog.records if r.name == "django.request"]
+    assert record.getMessage() == "Forbidden (Permission denied): /jobs/new/"
+    assert record.exc_info is None and "Traceback" not in caplog.text
+
+    # while a server error's record keeps its traceback
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        failed = logging.LogRecord("django.request", logging.ERROR, "", 0, "x", (), sys.exc_info())
+    failed.status_code = 500
+    assert RefusalsWithoutTraceback().filter(failed) and failed.exc_info is not None
