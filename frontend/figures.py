@@ -219,8 +219,10 @@ def budget_burn_figure(
                 }
             )
         top = max(used, projected)
-        if top * ZOOM_FACTOR < limit:
-            yaxis["range"] = [0, max(top * 1.3, 1e-9)]
+        # Nothing used yet: the axis runs to the limits (zoomed to nothing, its ticks read
+        # in nano-units).
+        if 0.0 < top and top * ZOOM_FACTOR < limit:
+            yaxis["range"] = [0, top * 1.3]
             annotations.append(
                 {
                     "xref": "paper",

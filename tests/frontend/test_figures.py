@@ -116,6 +116,18 @@ def test_budget_burn_figure_zooms_to_a_tiny_use_and_names_the_limits_above_the_s
     assert "soft limit 1843, hard limit 2304 kWh are above this scale" in note["text"]
 
 
+def test_budget_burn_figure_with_nothing_used_shows_the_limits_unzoomed():
+    # given a 12 kWh budget with nothing used yet (zoomed to the use, the axis read 0-1 nano)
+    fig = figures.budget_burn_figure(
+        title="t", unit="kWh", cumulative=[], limit=12.0, warn_fraction=0.8,
+        period_start=T0, period_end=T0 + timedelta(days=1), now=T0 + timedelta(hours=1),
+    )  # fmt: skip
+    # then the axis is Plotly's own, from zero to above the hard limit, and says nothing zoomed
+    assert "range" not in fig["layout"]["yaxis"]
+    assert fig["layout"]["yaxis"]["rangemode"] == "tozero"
+    assert not fig["layout"].get("annotations")
+
+
 def test_budget_burn_figure_without_a_limit_draws_no_limit_lines():
     fig = figures.budget_burn_figure(
         title="t",
