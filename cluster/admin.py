@@ -34,6 +34,23 @@ class TeamAdmin(admin.ModelAdmin):
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
 
+    # Deleting goes through the audited service; a team whose jobs or energy records name
+    # it is not deleted (the service refuses it; the admin offers no delete for it).
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and (obj.jobs.exists() or obj.energy_ledger.exists()):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_model(self, request, obj):
+        services.delete_team(obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for team in queryset:
+            try:
+                services.delete_team(team, actor=request.user)
+            except services.TeamInUse as exc:
+                self.message_user(request, str(exc), level=messages.ERROR)
+
 
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
@@ -237,7 +254,11 @@ class BudgetAdmin(admin.ModelAdmin):
 
     # Budget changes made here go through the same audited services as the API and pages.
     def save_model(self, request, obj, form, change):
-        services.save_budget(obj, actor=request.user)
+        changes = None
+        if change:  # only what the form changed, onto the row as stored
+            columns = {f.name for f in Budget._meta.concrete_fields}
+            changes = {f: getattr(obj, f) for f in form.changed_data if f in columns}
+        services.save_budget(obj, actor=request.user, changes=changes)
 
     def delete_model(self, request, obj):
         services.delete_budget(obj, actor=request.user)

@@ -446,6 +446,18 @@ class Job(models.Model):
                 errors["min_batch_size"] = "Must not exceed global_batch_size."
             if self.max_batch_size is not None and self.max_batch_size < self.global_batch_size:
                 errors["max_batch_size"] = "Must be at least global_batch_size."
+            # Each GPU computes at least one sample of every step (a batch of 3 on 4 GPUs
+            # was accepted and run).
+            smallest = min(self.min_batch_size or self.global_batch_size, self.global_batch_size)
+            if self.min_gpus is not None and "min_batch_size" not in errors:
+                if smallest < self.min_gpus:
+                    field = "global_batch_size"
+                    if smallest != self.global_batch_size:
+                        field = "min_batch_size"
+                    errors[field] = (
+                        f"A batch of {smallest} is smaller than the {self.min_gpus} GPU(s) the "
+                        "job needs at least: each GPU computes at least one sample a step."
+                    )
         if self.per_gpu_batch_size is not None:
             # 0 read as "not given" in ONES; more than the largest global batch cannot be
             # a share of one.

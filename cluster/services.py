@@ -5,8 +5,9 @@ count is checked, so two writers racing on one job cannot both win; the loser ge
 ``InvalidTransition``. Views, tasks and commands call these functions and stay thin.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -26,6 +27,7 @@ from cluster.models import (
     OVERLAP_MESSAGE,
     AuditEntry,
     Budget,
+    BudgetAlert,
     Gpu,
     Job,
     JobAllocation,
@@ -364,6 +366,7 @@ def undrain_node(node: Node, *, actor=None) -> Node:
 
 
 BUDGET_AUDIT_FIELDS = (
+    "team_id",
     "period_start",
     "period_end",
     "energy_limit_kwh",
@@ -371,19 +374,40 @@ BUDGET_AUDIT_FIELDS = (
     "warn_fraction",
     "hard_limit_action",
 )
+# An alert says a limit was reached in a period: one of these changed, and what it said no
+# longer holds (the next round announces the budget again if it is still spent).
+_ALERT_SCOPE_FIELDS = ("team_id", "period_start", "period_end", "energy_limit_kwh",
+                       "carbon_limit_kg")  # fmt: skip
 
 
-def save_budget(budget: Budget, *, actor, at: datetime | None = None) -> Budget:
+def save_budget(
+    budget: Budget,
+    *,
+    actor,
+    at: datetime | None = None,
+    changes: Mapping[str, Any] | None = None,
+) -> Budget:
     """Validate and save a new or edited budget, recording before/after in the audit log in
-    the same transaction. Raises ``ValidationError`` (nothing stored) on bad values."""
-    budget.full_clean()
+    the same transaction; returns the budget as stored. Raises ``ValidationError`` (nothing
+    stored) on bad values.
+
+    ``changes`` (an edit: field -> new value) are applied to the row as stored, read under a
+    lock, and only they are written: two concurrent edits of different fields both hold (a
+    whole copy read before the lock undid the other's change, and the audit blamed its
+    writer for it). Without ``changes`` a new budget, or ``budget`` whole, is saved. An edit
+    that changes nothing writes no audit entry."""
+    if changes is None:
+        budget.full_clean()
     try:
         with transaction.atomic():
             # One writer of a team's budgets at a time: two racing inserts would each wait on
             # the other's row in the exclusion constraint's check (a deadlock PostgreSQL breaks
             # by aborting one, not a refusal); queued here, the second sees the first's row.
-            list(Team.objects.select_for_update().filter(pk=budget.team_id).values_list("pk"))
-            _save_budget_audited(budget, actor=actor, at=at)
+            teams = {budget.team_id}
+            if changes and "team" in changes:
+                teams.add(changes["team"].pk)
+            list(Team.objects.select_for_update().filter(pk__in=teams).order_by("pk").values("pk"))
+            budget = _save_budget_audited(budget, actor=actor, at=at, changes=changes)
     except IntegrityError as exc:
         # A racing writer stored an overlapping budget after full_clean() looked.
         if "budget_periods_do_not_overlap" not in str(exc):
@@ -392,12 +416,27 @@ def save_budget(budget: Budget, *, actor, at: datetime | None = None) -> Budget:
     return budget
 
 
-def _save_budget_audited(budget: Budget, *, actor, at: datetime | None) -> None:
+def _save_budget_audited(
+    budget: Budget, *, actor, at: datetime | None, changes: Mapping[str, Any] | None
+) -> Budget:
     before = None
     if budget.pk is not None:
         stored = Budget.objects.select_for_update().get(pk=budget.pk)
         before = audit_snapshot(stored, BUDGET_AUDIT_FIELDS)
-    budget.save()
+        if changes is not None:
+            for field, value in changes.items():
+                setattr(stored, field, value)
+            stored.full_clean()
+            budget = stored
+    after = audit_snapshot(budget, BUDGET_AUDIT_FIELDS)
+    if before == after:
+        return budget
+    if changes is not None and before is not None:
+        budget.save(update_fields=sorted({*changes, "updated_at"} & _budget_columns()))
+    else:
+        budget.save()
+    if before is not None:
+        _follow_alert(budget, before, after)
     record_audit(
         actor=actor,
         action=AuditAction.CREATED if before is None else AuditAction.UPDATED,
@@ -405,21 +444,84 @@ def _save_budget_audited(budget: Budget, *, actor, at: datetime | None) -> None:
         object_id=budget.pk,
         team=budget.team,
         before=before,
-        after=audit_snapshot(budget, BUDGET_AUDIT_FIELDS),
+        after=after,
         at=at,
     )
+    return budget
+
+
+def _budget_columns() -> set[str]:
+    return {f.name for f in Budget._meta.concrete_fields}
+
+
+def _follow_alert(budget: Budget, before: dict, after: dict) -> None:
+    """Keep a budget's alert true to the edited budget: gone where its limits, period or
+    team changed (the next round announces it again if it is still spent), its action the
+    budget's new one where only that changed."""
+    alerts = BudgetAlert.objects.filter(budget_id=budget.pk)
+    if any(before[f] != after[f] for f in _ALERT_SCOPE_FIELDS):
+        alerts.delete()
+    elif before["hard_limit_action"] != after["hard_limit_action"]:
+        alerts.update(action=budget.hard_limit_action)
+
+
+def _alert_snapshot(budget: Budget) -> dict | None:
+    alert = BudgetAlert.objects.filter(budget_id=budget.pk).first()
+    if alert is None:
+        return None
+    return {
+        "at": alert.at.isoformat(),
+        "action": alert.action,
+        "energy_used_kwh": alert.energy_used_kwh,
+        "carbon_used_kg": alert.carbon_used_kg,
+        "emailed_to": list(alert.emailed_to),
+    }
+
+
+class TeamInUse(Exception):
+    """A team whose jobs or energy records name it cannot be deleted."""
+
+
+def delete_team(team: Team, *, actor, at: datetime | None = None) -> None:
+    """Delete a team with no jobs and no energy records, and its budgets, each recorded in
+    the audit log, in one transaction. Raises ``TeamInUse`` otherwise: those records stay
+    attributed to it."""
+    with transaction.atomic():
+        locked = Team.objects.select_for_update().get(pk=team.pk)
+        jobs = Job.objects.filter(team=locked).count()
+        if jobs or locked.energy_ledger.exists():
+            raise TeamInUse(
+                f"Team {locked.name} has {jobs} job(s) and energy records that stay "
+                "attributed to it: a team with jobs or energy use cannot be deleted."
+            )
+        for budget in Budget.objects.filter(team=locked).order_by("pk"):
+            delete_budget(budget, actor=actor, at=at)
+        record_audit(
+            actor=actor,
+            action=AuditAction.DELETED,
+            object_type="team",
+            object_id=locked.pk,
+            before={"name": locked.name, "slug": locked.slug},
+            at=at,
+        )
+        locked.delete()
 
 
 def delete_budget(budget: Budget, *, actor, at: datetime | None = None) -> None:
-    """Delete a budget, recording what it was in the audit log in the same transaction."""
+    """Delete a budget, recording what it was in the audit log in the same transaction (with
+    its alert, if a limit was reached: the alert goes with the budget)."""
     with transaction.atomic():
+        before = audit_snapshot(budget, BUDGET_AUDIT_FIELDS)
+        alert = _alert_snapshot(budget)
+        if alert is not None:
+            before["alert"] = alert
         record_audit(
             actor=actor,
             action=AuditAction.DELETED,
             object_type="budget",
             object_id=budget.pk,
             team=budget.team,
-            before=audit_snapshot(budget, BUDGET_AUDIT_FIELDS),
+            before=before,
             at=at,
         )
         budget.delete()

@@ -56,7 +56,15 @@ def budget_list(request):
 
 def _save(request, form: BudgetForm):
     try:
-        return services.save_budget(form.instance, actor=request.user)
+        changes = None
+        if form.instance.pk is not None:
+            # Only what the form changed is written, onto the row as stored (another
+            # writer's change to the other fields holds).
+            fields = {f.name for f in Budget._meta.concrete_fields}
+            changes = {f: form.cleaned_data[f] for f in form.changed_data if f in fields}
+            if "warn_percent" in form.changed_data:
+                changes["warn_fraction"] = form.instance.warn_fraction
+        return services.save_budget(form.instance, actor=request.user, changes=changes)
     except ValidationError as exc:
         for field, errors in exc.message_dict.items():
             form.add_error(field if field in form.fields else None, errors)

@@ -202,8 +202,26 @@ class BudgetForm(forms.ModelForm):
         self.fields["hard_limit_action"].choices = HardLimitAction.choices
         for name in ("period_start", "period_end"):
             self.fields[name].input_formats = ["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+            self.fields[name].help_text = "UTC, to the minute."
         if self.instance.pk:
             self.initial["warn_percent"] = round(self.instance.warn_fraction * 100, 2)
+
+    def _kept_if_unchanged(self, name: str):
+        """The submitted time, or the stored one where the form shows it unchanged: the form
+        is to the minute, and saving an untouched budget dropped the seconds of its period
+        (and could then overlap a neighbour ending at 00:00:30)."""
+        value = self.cleaned_data.get(name)
+        stored = getattr(self.instance, name) if self.instance.pk else None
+        if value is not None and stored is not None:
+            if value == stored.replace(second=0, microsecond=0):
+                return stored
+        return value
+
+    def clean_period_start(self):
+        return self._kept_if_unchanged("period_start")
+
+    def clean_period_end(self):
+        return self._kept_if_unchanged("period_end")
 
     def clean(self):
         cleaned = super().clean()

@@ -4,7 +4,7 @@ cluster.services; the rules live there, not here."""
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, permissions, serializers, status, viewsets
+from rest_framework import exceptions, mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
@@ -89,6 +89,17 @@ class TeamViewSet(viewsets.ModelViewSet):
     def get_queryset(self):
         return teams_visible_to(self.request.user).prefetch_related("memberships__user")
 
+    def perform_destroy(self, instance):
+        try:
+            services.delete_team(instance, actor=self.request.user)
+        except services.TeamInUse as exc:
+            raise TeamConflict(str(exc)) from None
+
+
+class TeamConflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "team_in_use"
+
 
 class BudgetViewSet(viewsets.ModelViewSet):
     """Budgets of your teams. A team's leads (and admins) create, edit and delete them."""
@@ -105,14 +116,14 @@ class BudgetViewSet(viewsets.ModelViewSet):
         serializer.instance = self._save(Budget(**serializer.validated_data))
 
     def perform_update(self, serializer):
-        budget = serializer.instance
-        for field, value in serializer.validated_data.items():
-            setattr(budget, field, value)
-        self._save(budget)
+        # Only the fields the request names are written, onto the row as stored.
+        serializer.instance = self._save(
+            serializer.instance, changes=dict(serializer.validated_data)
+        )
 
-    def _save(self, budget: Budget) -> Budget:
+    def _save(self, budget: Budget, changes=None) -> Budget:
         try:
-            return services.save_budget(budget, actor=self.request.user)
+            return services.save_budget(budget, actor=self.request.user, changes=changes)
         except DjangoValidationError as exc:
             # What only the save can see (an overlapping budget a racing writer stored).
             raise serializers.ValidationError(exc.message_dict) from None

@@ -5,8 +5,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from cluster import services
 from cluster.choices import HardLimitAction
-from cluster.models import Budget, Team
+from cluster.models import AuditEntry, Budget, BudgetAlert, Team
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 END = datetime(2026, 4, 1, tzinfo=UTC)
@@ -218,3 +219,100 @@ def test_only_admins_create_teams(api_client, personas, persona, expected):
 
     assert response.status_code == expected
     assert Team.objects.filter(slug="speech").exists() == (expected == 201)
+
+
+def test_two_edits_of_different_fields_both_hold_and_each_is_audited_as_sent(
+    api_client, lead, admin_user, budgets
+):
+    # given the lead's and an admin's copies of the vision budget, read before either writes
+    budget = budgets["vision"]
+    stale = Budget.objects.get(pk=budget.pk)
+
+    # when the lead raises the energy limit, and the admin's edit of the soft limit is
+    # saved from its stale copy afterwards (what a racing PATCH did)
+    assert (
+        api_client(lead)
+        .patch(f"/api/budgets/{budget.pk}/", {"energy_limit_kwh": 7.0}, format="json")
+        .status_code
+        == 200
+    )
+    services.save_budget(stale, actor=admin_user, changes={"warn_fraction": 0.5})
+
+    # then both changes hold, and each audit entry names only what its writer changed
+    budget.refresh_from_db()
+    assert (budget.energy_limit_kwh, budget.warn_fraction) == (7.0, 0.5)
+    entries = list(AuditEntry.objects.order_by("pk"))
+    assert [(e.actor, e.changed_fields) for e in entries] == [
+        (lead, ["energy_limit_kwh"]),
+        (admin_user, ["warn_fraction"]),
+    ]
+
+
+def test_moving_a_budget_to_another_team_is_audited_and_an_empty_edit_is_not(
+    api_client, admin_user, budgets, other_team
+):
+    budget = budgets["vision"]
+    client = api_client(admin_user)
+    assert client.patch(f"/api/budgets/{budget.pk}/", {}, format="json").status_code == 200
+    assert not AuditEntry.objects.exists()
+
+    # (the language team has a budget for the same period: move this one a year on too)
+    moved = client.patch(
+        f"/api/budgets/{budget.pk}/",
+        {"team": "language", "period_start": "2027-03-01T00:00:00Z",
+         "period_end": "2027-04-01T00:00:00Z"},
+        format="json",
+    )  # fmt: skip
+    assert moved.status_code == 200, moved.json()
+    (entry,) = AuditEntry.objects.all()
+    assert (entry.before["team_id"], entry.after["team_id"]) == (budget.team_id, other_team.pk)
+    assert "team_id" in entry.changed_fields
+
+
+def test_a_budgets_alert_follows_its_edits_and_is_kept_in_the_audit_when_deleted(
+    api_client, lead, budgets, team
+):
+    budget = budgets["vision"]
+    client = api_client(lead)
+
+    def alert():
+        return BudgetAlert.objects.create(
+            budget=budget, team=team, at=START, action=budget.hard_limit_action,
+            energy_used_kwh=1200.0, energy_limit_kwh=1000.0, carbon_used_kg=0.0,
+        )  # fmt: skip
+
+    # when only the action changes, the alert says the new action
+    alert()
+    url = f"/api/budgets/{budget.pk}/"
+    assert client.patch(url, {"hard_limit_action": "notify_only"}, format="json").status_code == 200
+    assert BudgetAlert.objects.get().action == HardLimitAction.NOTIFY_ONLY
+
+    # when the limit is raised, the alert (of a limit that no longer holds) goes
+    assert client.patch(url, {"energy_limit_kwh": 5000.0}, format="json").status_code == 200
+    assert not BudgetAlert.objects.exists()
+
+    # when a budget with an alert is deleted, its audit entry keeps what the alert said
+    alert()
+    assert client.delete(url).status_code == 204
+    entry = AuditEntry.objects.filter(action="deleted").get()
+    assert entry.before["alert"]["energy_used_kwh"] == 1200.0
+    assert entry.before["energy_limit_kwh"] == 5000.0
+
+
+def test_a_team_with_jobs_is_not_deleted_and_an_empty_one_is_with_its_budgets_audited(
+    api_client, admin_user, budgets, team, other_team, make_job, member
+):
+    make_job(owner=member, team=team)
+    client = api_client(admin_user)
+
+    refused = client.delete("/api/teams/vision/")
+    assert refused.status_code == 409
+    assert "a team with jobs or energy use cannot be deleted" in refused.json()["detail"]
+    assert Team.objects.filter(pk=team.pk).exists() and Budget.objects.filter(team=team)
+
+    assert client.delete("/api/teams/language/").status_code == 204
+    assert not Team.objects.filter(pk=other_team.pk).exists()
+    assert sorted(AuditEntry.objects.values_list("object_type", "action")) == [
+        ("budget", "deleted"),
+        ("team", "deleted"),
+    ]

@@ -469,3 +469,20 @@ def test_a_soft_limit_of_1_or_100_percent_is_accepted(api_client, lead, team, va
 
     assert response.status_code == 201, response.content
     assert Budget.objects.get().warn_fraction == value
+
+
+def test_a_batch_smaller_than_the_jobs_gpus_is_a_400_and_not_stored(api_client, member, team):
+    # given a job of batch 3 on at least 4 GPUs (each GPU needs a sample a step)
+    job = {"name": "tiny-batch", "team": team.slug, "workload": "resnet50", "min_gpus": 4,
+           "max_gpus": 4, "global_batch_size": 3, "total_iterations": 100}  # fmt: skip
+    response = api_client(member).post("/api/jobs/", job, format="json")
+    assert response.status_code == 400
+    (message,) = response.json()["global_batch_size"]
+    assert "A batch of 3 is smaller than the 4 GPU(s)" in message
+    # and a smallest batch below the GPUs is refused on its own field
+    response = api_client(member).post(
+        "/api/jobs/", {**job, "global_batch_size": 64, "min_batch_size": 2}, format="json"
+    )
+    assert response.status_code == 400
+    assert "A batch of 2 is smaller" in response.json()["min_batch_size"][0]
+    assert not Job.objects.filter(name="tiny-batch").exists()

@@ -79,7 +79,10 @@ def test_a_job_pinned_to_a_gpu_model_the_cluster_lacks_is_refused(
 
 
 def test_before_any_gpu_registers_the_gpu_rule_waits_for_the_hardware(api_client, member, team):
-    response = _post(api_client, member, min_gpus=1024, max_gpus=1024, total_iterations=100_000)
+    response = _post(
+        api_client, member, min_gpus=1024, max_gpus=1024, global_batch_size=1024,
+        total_iterations=100_000,
+    )  # fmt: skip
 
     assert response.status_code == 201, response.content
 
