@@ -41,6 +41,7 @@ from django.db.models import (
     DateTimeField,
     F,
     Q,
+    Sum,
     TextField,
     Value,
     When,
@@ -57,6 +58,7 @@ from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core import types as core
 from scheduling.core.explain import explain_change, gpu_models
 from scheduling.core.round import plan_round
+from scheduling.core.types import J_PER_KWH
 from scheduling.executors import Executor, get_executor
 from scheduling.liveness import mark_silent_nodes
 from scheduling.models import (
@@ -67,6 +69,7 @@ from scheduling.models import (
 )
 from scheduling.summaries import round_summary
 from telemetry import accounting, usage
+from telemetry.carbon import intensity_for_hour
 
 log = logging.getLogger(__name__)
 
@@ -135,21 +138,49 @@ def _round_due(config: SchedulerSettings, now: datetime) -> bool:
     return (now - last_at).total_seconds() >= config.round_interval_s - slack_s
 
 
-def _account_budgets_near_their_limits(now: datetime) -> None:
+def _account_budgets_near_their_limits(now: datetime, *, round_interval_s: float) -> None:
     """Bring the ledger up to the newest samples of the GPUs of teams whose running budget
-    is past its soft limit (and not yet spent), before the round reads budgets.
+    may be past its soft limit (and is not yet known spent), before the round reads budgets.
     Accounting runs on its own interval (``TELEMETRY_ACCOUNTING_INTERVAL_S``), so the
     ledger a round reads lags by up to that and the round's own: a demo team held at its
     hard limit had spent 3.5% more by then, and a round started a job with the period's
-    budget already spent (a live-service probe). Far from every limit the lag costs
-    nothing, and a spent budget is spent whatever more it drew: accounting stays with its
-    task. Run outside the round's transaction, so that ingestion, which marks the hours,
-    waits on no mark for longer than accounting it takes."""
-    near = [
-        budget.team_id
-        for budget in usage.running_budgets(now=now)
-        if any(lim.over_soft and not lim.over_hard for lim in usage.budget_usage(budget).limits)
-    ]
+    budget already spent (a live-service probe). A budget is near when what the ledger
+    shows plus what the team's GPUs could draw at their highest power limits over that lag
+    reaches its soft limit: read at the ledger alone, a small budget went from below its
+    soft limit to 104-126% between two accountings, and rounds started jobs on it (a
+    second probe). Far from every limit the lag costs nothing, and a spent budget is spent
+    whatever more it drew: accounting stays with its task. Run outside the round's
+    transaction, so that ingestion, which marks the hours, waits on no mark for longer than
+    accounting it takes."""
+    lag_s = settings.TELEMETRY_ACCOUNTING_INTERVAL_S + round_interval_s
+    budgets = list(usage.running_budgets(now=now))
+    if not budgets:
+        return
+    top_w = dict(
+        JobAllocation.objects.filter(
+            ended_at__isnull=True, job__team_id__in=[b.team_id for b in budgets]
+        )
+        .values("job__team_id")
+        .annotate(w=Sum("gpus__max_power_limit_w"))
+        .values_list("job__team_id", "w")
+    )
+    ci_g_per_kwh = None
+    near = []
+    for budget in budgets:
+        may_draw_j = float(top_w.get(budget.team_id) or 0.0) * lag_s
+        for lim in usage.budget_usage(budget).limits:
+            if lim.over_hard:
+                continue
+            ahead = may_draw_j
+            if lim.kind == "carbon":
+                if ci_g_per_kwh is None:
+                    ci_g_per_kwh = intensity_for_hour(
+                        settings.TELEMETRY_CARBON_ZONE, now
+                    ).ci_g_per_kwh
+                ahead = may_draw_j / J_PER_KWH * ci_g_per_kwh
+            if lim.used + ahead >= lim.soft_limit:
+                near.append(budget.team_id)
+                break
     if not near:
         return
     hour = now.replace(minute=0, second=0, microsecond=0)
@@ -255,7 +286,7 @@ def run_scheduling_round(
     t0 = time.perf_counter()
     config = SchedulerSettings.load()
     if force or (not config.paused and _round_due(config, now)):
-        _account_budgets_near_their_limits(now)
+        _account_budgets_near_their_limits(now, round_interval_s=float(config.round_interval_s))
     with transaction.atomic():
         if not try_round_lock():
             return RoundResult(ran=False, skipped="locked")

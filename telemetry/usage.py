@@ -4,10 +4,10 @@
 ``budget_usage(budget)`` sums the team's ledger rows (``EnergyLedgerEntry``) over the budget's
 period ``[period_start, period_end)`` to the minute, per hour and in total: the page's burn
 chart and the total it prints are the same numbers. Hours wholly in the period count whole;
-of an hour the period starts or ends inside, the minutes that start in the period count
-(the ledger keeps each row's energy by minute). Before, every hour that starts in the
-period counted whole: a period ending at 15:38 went on counting to 16:00, and one starting
-at 15:28 missed its first half hour. Everything is kept
+of an hour the period starts or ends inside, each minute counts by the share of its seconds
+inside the period (the ledger keeps each row's energy by minute). Before, every hour that
+starts in the period counted whole: a period ending at 15:38 went on counting to 16:00, and
+one starting at 15:28 missed its first half hour. Everything is kept
 in base units (joules, grams of CO2e); ``kWh`` and ``kg`` are display conversions.
 
 A limit's ``fraction`` is not capped: 0.09 kg of a 0.05 kg budget is 1.8 (180 %), and
@@ -140,7 +140,7 @@ class BudgetUsage:
 
 def budget_usage(budget: Budget) -> BudgetUsage:
     """``budget``'s use: the team's ledger over its period, to the minute: the hours wholly
-    in it, and of an hour the period starts or ends inside, the minutes that start in it
+    in it, and of an hour the period starts or ends inside, each minute's share of it
     (``EnergyLedgerEntry.minutes_j``; a row accounted before minutes were kept counts whole
     if its hour starts in the period, as all rows did)."""
     start, end = budget.period_start, budget.period_end
@@ -198,14 +198,22 @@ def _edge_parts(
     team_id: int, hours: set[datetime], start: datetime, end: datetime
 ) -> dict[datetime, tuple[float, float]]:
     """(energy J, carbon g) of each of ``hours`` (hours the period starts or ends inside)
-    over the minutes of it that start in [start, end)."""
+    over [start, end): each minute's energy in proportion to the seconds of it inside the
+    period (a period starting at 00:07:13 pays 47 s of minute 00:07; counting only the
+    minutes that start inside, a live probe's budgets paid nothing for their first
+    partial minute and ended at 104-113% of their limits by the GPUs' own samples)."""
     out: dict[datetime, tuple[float, float]] = {}
     found = EnergyLedgerEntry.objects.filter(team_id=team_id, hour__in=hours).values_list(
         "hour", "energy_j", "co2_g", "ci_g_per_kwh", "minutes_j"
     )
     for hour, energy_j, co2_g, ci, minutes_j in found:
         if minutes_j:
-            e = sum(j for k, j in enumerate(minutes_j) if start <= hour + k * MINUTE < end)
+            e = 0.0
+            for k, j in enumerate(minutes_j):
+                at = hour + k * MINUTE
+                inside_s = (min(at + MINUTE, end) - max(at, start)).total_seconds()
+                if inside_s > 0:
+                    e += j * min(inside_s / MINUTE.total_seconds(), 1.0)
             c = e / J_PER_KWH * ci
         elif hour >= start:
             e, c = energy_j, co2_g  # no minutes kept: the hour counts whole, as before

@@ -263,6 +263,15 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
         raise UsageError("--budget-kind only applies with --match-baseline")
     if args.carbon_budget_kg and not args.carbon_zone:
         raise UsageError("--carbon-budget-kg needs --carbon-zone (carbon is zero without one)")
+    if args.budget_period_h and args.round_length_s > args.budget_period_h * 3600.0:
+        # A round plans and paces for its whole length while the engine cuts it at each
+        # period's end: a 2-hour round reserved two hours of idle draw out of a 1-hour
+        # period and no job fitted (101 of 160 jobs never finished).
+        raise UsageError(
+            f"--round-length-s {args.round_length_s:g} is longer than the budget period "
+            f"(--budget-period-h {args.budget_period_h:g}, {args.budget_period_h * 3600:g} "
+            "s): a round must fit in a period"
+        )
     kind = args.budget_kind or ("carbon" if args.policy == "greenflow" else "energy")
     if args.match_baseline and kind == "carbon" and not args.carbon_zone:
         raise UsageError("a carbon-matched comparison needs --carbon-zone")

@@ -172,6 +172,33 @@ def test_a_budget_past_its_soft_limit_is_accounted_to_its_newest_samples_before_
     assert BudgetAlert.objects.get().energy_used_kwh == pytest.approx(0.95 + 400 * 600 / 3.6e6)
 
 
+def test_a_budget_the_teams_gpus_could_push_past_its_soft_limit_is_accounted_first(
+    cluster, people, team, make_job, django_capture_on_commit_callbacks
+):
+    # given a hold_queue budget of 1 kWh whose soft limit is 99.5%, 0.98 kWh in the ledger
+    # (below it), the team's job running on 2 GPUs of 400 W at most, and 10 minutes of its
+    # samples at 400 W (0.067 kWh) that accounting has not reached yet: the ledger alone
+    # says 0.98, the GPUs could have drawn more than the 0.015 kWh to the soft limit
+    budget = _budget(team, HardLimitAction.HOLD_QUEUE)
+    Budget.objects.filter(pk=budget.pk).update(warn_fraction=0.995)
+    running = _job(make_job, people["member"], team)
+    gpu, other = Gpu.objects.filter(node=cluster).order_by("index")[:2]
+    cluster_services.start_job(running, gpus=[gpu, other], batch_size=256, at=T0 - MINUTE)
+    _spend(team, running, hour=T0 - timedelta(hours=2), kwh=0.98)
+    samples = [{"gpu_uuid": gpu.uuid, "ts": (T0 + timedelta(seconds=k)).isoformat(),
+                "power_w": 400.0, "energy_j": None} for k in range(601)]  # fmt: skip
+    ingest_batch(cluster, {"samples": samples}, now=T0 + timedelta(minutes=11))
+    queued = _job(make_job, people["member"], team)
+
+    # when a round runs
+    _round(T0 + timedelta(minutes=11), django_capture_on_commit_callbacks)
+
+    # then it read the budget spent (1.047 kWh): the queued job waits, the leads are told
+    queued.refresh_from_db()
+    assert queued.state == JobState.QUEUED
+    assert BudgetAlert.objects.get().energy_used_kwh == pytest.approx(0.98 + 400 * 600 / 3.6e6)
+
+
 def test_a_small_budgets_alert_says_what_was_spent_in_its_own_digits(
     cluster, people, team, make_job, django_capture_on_commit_callbacks
 ):

@@ -158,6 +158,19 @@ def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
         (["--policy", "powerflow", "--policy-param", "spend_ahead=Infinity"], "finite number"),
         (["--policy", "greenflow", "--match-baseline", "fifo"], "needs --carbon-zone"),
         (
+            [
+                "--policy",
+                "powerflow",
+                "--energy-budget-kwh",
+                "1",
+                "--budget-period-h",
+                "1",
+                "--round-length-s",
+                "7200",
+            ],
+            "--round-length-s 7200 is longer than the budget period",
+        ),  # fmt: skip
+        (
             ["--policy", "fifo", "--energy-budget-kwh", "5", "--match-baseline", "fifo"],
             "not allowed",
         ),

@@ -172,6 +172,11 @@ def test_a_period_that_starts_or_ends_inside_an_hour_counts_its_own_minutes(
     # two periods back to back count each minute once
     assert used(0, 17).energy_j + used(17, 60).energy_j == pytest.approx(240e3)
     assert [round(e) for _, e, _ in used(30, 24 * 60).hourly] == [60_000]
+    # a period starting or ending inside a minute pays the seconds of it it holds: from
+    # 10 min 15 s to 20 min 30 s, 10 min 15 s at 100 W (its first 45 s were counted nowhere)
+    assert used(10.25, 20.5).energy_j == pytest.approx(61.5e3)
+    # and periods meeting inside a minute split it between them
+    assert used(0, 17.5).energy_j + used(17.5, 60).energy_j == pytest.approx(240e3)
 
 
 def test_a_ledger_row_without_minutes_counts_whole_where_its_hour_starts_in_the_period(gpu0, team):
