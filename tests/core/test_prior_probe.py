@@ -323,19 +323,3 @@ def test_a_running_job_its_prior_alone_knows_is_not_shrunk_to_its_minimum(policy
     fast = replace(PRIOR, t1_s=1.0)
     snap = snapshot(make_cluster(1, 1, 8), elastic, CATALOG, job_perf={("a", "A100"): fast})
     assert plan_round(snap, policy=get_policy(policy), now=0.0).allocations["a"].n_gpus == 4
-
-
-def test_a_job_its_prior_alone_knows_is_charged_the_whole_round_at_its_top_draw():
-    # given a generous budget and a prior (another workload's) that says the job's 10
-    # iterations take 10 ms at 40 W: the round would count 0.4 J for it
-    fast = LimitedPrior("w", t1_s=0.001, idle_power_w=10.0, busy_power_w=40.0)
-    spy = RoundSpy()
-    plan = plan_round(_snap(fast, limit_j=1e9), policy=spy, now=0.0)
-    # then it runs, and the round is charged what its GPU can draw in the whole round:
-    # 60 W x 300 s, whatever the prior says
-    assert plan.allocations["a"].n_gpus == 1
-    assert spy.rnd.spent_e[0] == pytest.approx(60.0 * 300.0)
-    # while a measured model of the same job is charged what it predicts
-    spy = RoundSpy()
-    plan_round(_snap(replace(fast, estimated=False), limit_j=1e9), policy=spy, now=0.0)
-    assert spy.rnd.spent_e[0] < 10.0

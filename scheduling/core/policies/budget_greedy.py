@@ -172,7 +172,6 @@ import bisect
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from scheduling.core.context import Estimate, JobView, RoundContext
@@ -214,12 +213,6 @@ def clock_levels(clocks: tuple[int, ...], levels: int | None) -> tuple[int | Non
         return (clocks[-1],)
     idx = sorted({round(i * (len(clocks) - 1) / (levels - 1)) for i in range(levels)})
     return tuple(clocks[i] for i in idx)
-
-
-def _top_limit_w(jv: JobView) -> float | None:
-    """The highest power limit of job ``jv``'s GPUs, where its model knows their range."""
-    limits = getattr(jv.perf, "power_limits_w", None)
-    return None if limits is None else float(limits[1])
 
 
 class BudgetGreedy:
@@ -670,16 +663,6 @@ class _Round:
         self.margin = [
             1.0 if exact and not isinstance(jv.perf, estimated) else learned for jv in jobs
         ]
-        # A job its prior alone knows is charged, in a round, as busy for the whole round
-        # at its GPUs' highest power limit (None: not such a job, or its model has no limit
-        # range): a prior borrowed from another workload misjudged learned cifar10 jobs'
-        # draw 3.4 times low and their iteration time 186 times short, so a round counted
-        # seconds at ncf's draw where they ran the round at their own, and tight budgets
-        # ended at up to 112% (docs/benchmarks.md, "A prior's job is charged its GPUs'
-        # top draw"). The ranking keeps the prior's figures; only the charge is bounded.
-        self.prior_top_w: list[float | None] = [
-            _top_limit_w(jv) if prior_only(jv) else None for jv in jobs
-        ]
 
     # --- the cost model -----------------------------------------------------------
 
@@ -700,13 +683,6 @@ class _Round:
         n = sizes[si]
         est = self.ctx.estimate(self.jobs[j], n, batches[bi], clocks[ci])
         t, c = self.rank(j, n, est.remaining_s, est.power_w)
-        top_w = self.prior_top_w[j]
-        if top_w is not None:
-            est = replace(
-                est,
-                round_busy_s=self.round_s,
-                round_energy_j=n * max(top_w, est.power_w) * self.round_s,
-            )
         return est, t, c
 
     def min_eval(self, j: int) -> Evaluation:
