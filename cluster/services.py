@@ -126,8 +126,9 @@ def transition_job(job: Job, *, to: str, at: datetime | None = None, **fields) -
     old = JobState(job.state)
     new = JobState(to)
     if new not in JOB_TRANSITIONS[old]:
-        allowed = ", ".join(sorted(JOB_TRANSITIONS[old])) or "nothing (final state)"
-        raise InvalidTransition(job.pk, old, new, f"{old} may only go to {allowed}")
+        allowed = ", ".join(sorted(JOB_TRANSITIONS[old]))
+        detail = f"{old} may only go to {allowed}" if allowed else f"{old} is a final state"
+        raise InvalidTransition(job.pk, old, new, detail)
     at = at or timezone.now()
     updates = dict(fields)
     updates["state"] = new

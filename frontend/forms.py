@@ -280,6 +280,7 @@ class ReportPeriodForm(forms.Form):
         start, end = cleaned.get("start"), cleaned.get("end")
         if start and end and end < start:
             self.add_error("end", "Must not be before the start.")
-        if start and end and end - start > timedelta(days=366):
+        # Both days count (the end is inclusive): 2026-01-01 .. 2027-01-01 is 366 days.
+        if start and end and (end - start).days + 1 > 366:
             self.add_error("end", "A report covers at most 366 days.")
         return cleaned

@@ -490,6 +490,13 @@ def test_report_period_errors_are_per_field(client_for, admin_user):
         )
         assert response.status_code == 400
     assert "Must lie between 2000-01-01 and 2099-12-31." in response.content.decode()
+    # the end is inclusive: 366 days are allowed, 367 are not (they were)
+    url = reverse("frontend:reports-csv")
+    year = {"start": "2026-01-01", "end": "2027-01-01"}
+    assert client_for(admin_user).get(url, year).status_code == 200
+    longer = client_for(admin_user).get(url, {**year, "end": "2027-01-02"})
+    assert longer.status_code == 400
+    assert longer.content.decode() == "end: A report covers at most 366 days."
 
 
 def test_admin_drains_and_undrains_a_node_and_both_are_audited(client_for, admin_user, make_node):

@@ -411,8 +411,7 @@ def test_change_that_loses_a_race_is_recorded_and_skipped(fifo, live_node, make_
     decision = RoundDecision.objects.get()
     assert decision.applied is False
     assert decision.error == (
-        f"job {job.pk}: cannot go from cancelled to running: "
-        "cancelled may only go to nothing (final state)"
+        f"job {job.pk}: cannot go from cancelled to running: cancelled is a final state"
     )
 
 
