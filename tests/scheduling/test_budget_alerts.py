@@ -62,6 +62,20 @@ def _job(make_job, member, team):
     )  # fmt: skip
 
 
+def _running_with_unaccounted_samples(cluster, people, team, make_job, *, kwh):
+    """The team's job running on GPUs 0 and 1 since a minute before T0 with ``kwh`` in the
+    ledger and 10 minutes of samples at 400 W on GPU 0 that accounting has not reached
+    (0.067 kWh); returns a queued job of the team."""
+    running = _job(make_job, people["member"], team)
+    gpu, other = Gpu.objects.filter(node=cluster).order_by("index")[:2]
+    cluster_services.start_job(running, gpus=[gpu, other], batch_size=256, at=T0 - MINUTE)
+    _spend(team, running, hour=T0 - timedelta(hours=2), kwh=kwh)
+    samples = [{"gpu_uuid": gpu.uuid, "ts": (T0 + timedelta(seconds=k)).isoformat(),
+                "power_w": 400.0, "energy_j": None} for k in range(601)]  # fmt: skip
+    ingest_batch(cluster, {"samples": samples}, now=T0 + timedelta(minutes=11))
+    return _job(make_job, people["member"], team)
+
+
 def _round(at, capture):
     with capture(execute=True):
         result = services.run_scheduling_round(now=at)
@@ -153,15 +167,8 @@ def test_a_budget_past_its_soft_limit_is_accounted_to_its_newest_samples_before_
     # limit), the team's job running on GPU 0 and 10 minutes of its samples at 400 W
     # (0.067 kWh) that accounting has not reached yet, and a queued job of the team
     _budget(team, HardLimitAction.HOLD_QUEUE)
-    running = _job(make_job, people["member"], team)
-    gpu, other = Gpu.objects.filter(node=cluster).order_by("index")[:2]
-    cluster_services.start_job(running, gpus=[gpu, other], batch_size=256, at=T0 - MINUTE)
-    _spend(team, running, hour=T0 - timedelta(hours=2), kwh=0.95)
-    samples = [{"gpu_uuid": gpu.uuid, "ts": (T0 + timedelta(seconds=k)).isoformat(),
-                "power_w": 400.0, "energy_j": None} for k in range(601)]  # fmt: skip
-    ingest_batch(cluster, {"samples": samples}, now=T0 + timedelta(minutes=11))
+    queued = _running_with_unaccounted_samples(cluster, people, team, make_job, kwh=0.95)
     assert DirtyHour.objects.exists()
-    queued = _job(make_job, people["member"], team)
 
     # when a round runs
     _round(T0 + timedelta(minutes=11), django_capture_on_commit_callbacks)
@@ -181,14 +188,7 @@ def test_a_budget_the_teams_gpus_could_push_past_its_soft_limit_is_accounted_fir
     # says 0.98, the GPUs could have drawn more than the 0.015 kWh to the soft limit
     budget = _budget(team, HardLimitAction.HOLD_QUEUE)
     Budget.objects.filter(pk=budget.pk).update(warn_fraction=0.995)
-    running = _job(make_job, people["member"], team)
-    gpu, other = Gpu.objects.filter(node=cluster).order_by("index")[:2]
-    cluster_services.start_job(running, gpus=[gpu, other], batch_size=256, at=T0 - MINUTE)
-    _spend(team, running, hour=T0 - timedelta(hours=2), kwh=0.98)
-    samples = [{"gpu_uuid": gpu.uuid, "ts": (T0 + timedelta(seconds=k)).isoformat(),
-                "power_w": 400.0, "energy_j": None} for k in range(601)]  # fmt: skip
-    ingest_batch(cluster, {"samples": samples}, now=T0 + timedelta(minutes=11))
-    queued = _job(make_job, people["member"], team)
+    queued = _running_with_unaccounted_samples(cluster, people, team, make_job, kwh=0.98)
 
     # when a round runs
     _round(T0 + timedelta(minutes=11), django_capture_on_commit_callbacks)

@@ -139,10 +139,10 @@ def test_a_job_resized_to_another_batch_completes_after_exactly_its_samples(
     assert JobEvent.objects.get(job=job, kind="exited").iterations == 750.0
 
 
-def test_a_late_report_of_the_old_allocation_converts_at_its_own_batch(
-    agent_node, agent_client, make_job, member, team
-):
-    # given a job resized from batch 256 to 128 after 300 iterations were stored
+def _started_with_statistics(agent_node, agent_client, make_job, member, team, *, done):
+    """A job of 1,000 iterations at batch 256 started on this node's GPUs ten minutes ago,
+    which reported ``done`` iterations with statistics whose noise scale is 256: (client,
+    job as stored, GPUs, start time)."""
     node, token = agent_node
     client = agent_client(token)
     job = make_job(owner=member, team=team, max_gpus=2, total_iterations=1000)
@@ -151,10 +151,20 @@ def test_a_late_report_of_the_old_allocation_converts_at_its_own_batch(
     first = cluster_services.start_job(job, gpus=gpus, batch_size=256, at=t0)
     client.post(
         "/api/agent/job-events/",
-        {"events": [_event(job, "progress", first.pk, iterations=300.0, **_stats())]},
+        {"events": [_event(job, "progress", first.pk, iterations=done, **_stats())]},
         format="json",
     )
     job.refresh_from_db()
+    return client, job, gpus, t0, first
+
+
+def test_a_late_report_of_the_old_allocation_converts_at_its_own_batch(
+    agent_node, agent_client, make_job, member, team
+):
+    # given a job resized from batch 256 to 128 after 300 iterations were stored
+    client, job, gpus, t0, first = _started_with_statistics(
+        agent_node, agent_client, make_job, member, team, done=300.0
+    )
     cluster_services.set_allocation(job, gpus=gpus, batch_size=128, at=t0 + timedelta(minutes=1))
     # (at 128 an iteration does 128 x 4/3 useful samples: 300 x 256 / (512 / 3) = 450)
     assert _assignment(client, job)["completed_iterations"] == 450.0
@@ -182,18 +192,9 @@ def test_a_noise_scale_learned_mid_allocation_changes_neither_its_work_nor_its_p
 ):
     # given a job of 1,000 iterations at batch 256 whose noise scale is 256, moved to batch
     # 512 after 400 iterations: told 750 iterations in all, 300 done (E(512) = 2/3)
-    node, token = agent_node
-    client = agent_client(token)
-    job = make_job(owner=member, team=team, max_gpus=2, total_iterations=1000)
-    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
-    t0 = timezone.now() - timedelta(minutes=10)
-    first = cluster_services.start_job(job, gpus=gpus, batch_size=256, at=t0)
-    client.post(
-        "/api/agent/job-events/",
-        {"events": [_event(job, "progress", first.pk, iterations=400.0, **_stats())]},
-        format="json",
+    client, job, gpus, t0, _ = _started_with_statistics(
+        agent_node, agent_client, make_job, member, team, done=400.0
     )
-    job.refresh_from_db()
     second = cluster_services.set_allocation(
         job, gpus=gpus, batch_size=512, at=t0 + timedelta(minutes=1)
     )
