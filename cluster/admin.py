@@ -255,7 +255,9 @@ class BudgetAdmin(admin.ModelAdmin):
     # Budget changes made here go through the same audited services as the API and pages.
     def save_model(self, request, obj, form, change):
         changes = None
-        if change:  # only what the form changed, onto the row as stored
+        # Only what the form changed, onto the row as stored (the admin's form compares with
+        # the row as read at the save, so a change made while it was open is not detected).
+        if change:
             columns = {f.name for f in Budget._meta.concrete_fields}
             changes = {f: getattr(obj, f) for f in form.changed_data if f in columns}
         services.save_budget(obj, actor=request.user, changes=changes)

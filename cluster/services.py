@@ -491,9 +491,10 @@ def delete_team(team: Team, *, actor, at: datetime | None = None) -> None:
         locked = Team.objects.select_for_update().get(pk=team.pk)
         jobs = Job.objects.filter(team=locked).count()
         if jobs or locked.energy_ledger.exists():
+            what = f"{jobs} job(s)" if jobs else "energy records"
             raise TeamInUse(
-                f"Team {locked.name} has {jobs} job(s) and energy records that stay "
-                "attributed to it: a team with jobs or energy use cannot be deleted."
+                f"Team {locked.name} has {what} that stay attributed to it: a team with "
+                "jobs or energy use cannot be deleted."
             )
         for budget in Budget.objects.filter(team=locked).order_by("pk"):
             delete_budget(budget, actor=actor, at=at)

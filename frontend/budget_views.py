@@ -58,8 +58,8 @@ def _save(request, form: BudgetForm):
     try:
         changes = None
         if form.instance.pk is not None:
-            # Only what the form changed is written, onto the row as stored (another
-            # writer's change to the other fields holds).
+            # Only what the form changed is written, onto the row as stored under a lock
+            # (the form refused a save over a change made since the page was opened).
             fields = {f.name for f in Budget._meta.concrete_fields}
             changes = {f: form.cleaned_data[f] for f in form.changed_data if f in fields}
             if "warn_percent" in form.changed_data:

@@ -3,12 +3,15 @@ services stay the source of the rules (forms only shape the input)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import timedelta
 
 from django import forms
 
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Job, Team
+from cluster.services import BUDGET_AUDIT_FIELDS, audit_snapshot
 from cluster.validators import (
     EARLIEST_BUDGET_START,
     LATEST_BUDGET_END,
@@ -123,6 +126,8 @@ class PredictForm(forms.Form):
     resembles = resembles_field()
     param_count = param_count_field()
     gpus = forms.IntegerField(**_INT, max_value=1024)
+    # An elastic job's most GPUs (the submit's): what the job could never do is judged on it
+    max_gpus = forms.IntegerField(min_value=1, max_value=1024, required=False)
     batch_size = forms.IntegerField(**_INT)
     iterations = forms.IntegerField(**_INT)
 
@@ -167,9 +172,18 @@ class JobFilterForm(forms.Form):
 _DATETIME = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
 
 
+def budget_fingerprint(budget: Budget) -> str:
+    """A digest of a stored budget's audited fields (``BUDGET_AUDIT_FIELDS``)."""
+    snapshot = audit_snapshot(budget, BUDGET_AUDIT_FIELDS)
+    return hashlib.sha256(json.dumps(snapshot, sort_keys=True).encode()).hexdigest()[:32]
+
+
 class BudgetForm(forms.ModelForm):
     """A team budget. The soft limit is ``warn_fraction`` of each hard limit (shown in %)."""
 
+    # What the budget was when the page was opened (``budget_fingerprint``): a save over a
+    # change someone made since is refused, not written back over it.
+    seen = forms.CharField(widget=forms.HiddenInput, required=False)
     warn_percent = forms.FloatField(
         label="Soft limit (% of the hard limit)",
         min_value=1,
@@ -205,6 +219,7 @@ class BudgetForm(forms.ModelForm):
             self.fields[name].help_text = "UTC, to the minute."
         if self.instance.pk:
             self.initial["warn_percent"] = round(self.instance.warn_fraction * 100, 2)
+            self.initial["seen"] = budget_fingerprint(self.instance)
 
     def _kept_if_unchanged(self, name: str):
         """The submitted time, or the stored one where the form shows it unchanged: the form
@@ -225,6 +240,13 @@ class BudgetForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        # (the instance is still the row as stored: the form's values go on it after clean)
+        seen = cleaned.get("seen")
+        if self.instance.pk and seen and seen != budget_fingerprint(self.instance):
+            raise forms.ValidationError(
+                "Someone changed this budget since you opened it; nothing was saved. Reload "
+                "the page to see the change, then edit again."
+            )
         percent = cleaned.get("warn_percent")
         if percent is not None:
             # 1..100 % maps into Budget's (0, 1], so the model never rejects warn_fraction

@@ -142,7 +142,7 @@ def job_predict(request):
             workload=data["workload"],
             gpu_model="",
             min_gpus=data["gpus"],
-            max_gpus=data["gpus"],
+            max_gpus=max(data.get("max_gpus") or data["gpus"], data["gpus"]),
             min_batch_size=data["batch_size"],
             total_iterations=data["iterations"],
             now=now,

@@ -10,8 +10,8 @@ add nothing). This holds for every action: a ``notify_only`` budget does nothing
 A budget can also be found spent only after its period: the ledger a round reads lags the
 GPUs by up to the accounting interval, so a budget that crosses its limit in its last minute
 (a short period, a job finishing) shows it after the period's last round. ``record_overruns``
-looks back ``OVERRUN_LOOKBACK`` for budgets that ended with no alert and whose ledger now
-shows the limit reached, and records their alert, marked as found after the period
+looks back ``OVERRUN_LOOKBACK`` (15 minutes) for budgets that ended with no alert and whose
+ledger now shows the limit reached, and records their alert, marked as found after the period
 (``BudgetAlert.after_period``): no round can act on it any more, but the leads learn it
 (a 2-minute demo period ended at 161.6% with no alert before this).
 
@@ -43,8 +43,9 @@ from telemetry.usage import budget_usage
 log = logging.getLogger(__name__)
 
 # How far back a round looks for a budget that ended with no alert whose ledger, accounted
-# since, shows its limit reached: the accounting interval and the samples' lag are minutes.
-OVERRUN_LOOKBACK = timedelta(hours=1)
+# since, shows its limit reached: the accounting interval and the samples' lag are minutes
+# (each round re-reads every such budget's ledger while it is in the window).
+OVERRUN_LOOKBACK = timedelta(minutes=15)
 # How long an alert found after its period stays on the dashboard and is (re)tried by e-mail.
 AFTER_PERIOD_SHOWN = timedelta(days=1)
 
@@ -82,9 +83,13 @@ def record_overruns(*, now: datetime) -> int:
     """Create the alert of each budget that ended within ``OVERRUN_LOOKBACK`` before ``now``
     with none, whose ledger shows a limit reached (accounted after its last round); returns
     how many were created. Call it inside the round's transaction."""
-    ended = Budget.objects.filter(
-        period_end__lte=now, period_end__gt=now - OVERRUN_LOOKBACK, alert__isnull=True
-    ).order_by("pk")
+    ended = (
+        Budget.objects.filter(
+            period_end__lte=now, period_end__gt=now - OVERRUN_LOOKBACK, alert__isnull=True
+        )
+        .select_related("team")
+        .order_by("pk")
+    )
     alerts = []
     for row in ended:
         used = budget_usage(row)

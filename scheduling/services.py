@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -69,7 +70,7 @@ from scheduling.models import (
 )
 from scheduling.summaries import round_summary
 from telemetry import accounting, usage
-from telemetry.carbon import intensity_for_hour
+from telemetry.carbon import CarbonUnavailable, intensity_for_hour
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +175,12 @@ def _account_budgets_near_their_limits(now: datetime, *, round_interval_s: float
             ahead = may_draw_j
             if lim.kind == "carbon":
                 if ci_g_per_kwh is None:
-                    ci_g_per_kwh = intensity_for_hour(
-                        settings.TELEMETRY_CARBON_ZONE, now
-                    ).ci_g_per_kwh
+                    try:
+                        ci_g_per_kwh = intensity_for_hour(
+                            settings.TELEMETRY_CARBON_ZONE, now
+                        ).ci_g_per_kwh
+                    except CarbonUnavailable:  # the round still runs: account to be sure
+                        ci_g_per_kwh = math.inf
                 ahead = may_draw_j / J_PER_KWH * ci_g_per_kwh
             if lim.used + ahead >= lim.soft_limit:
                 near.append(budget.team_id)

@@ -256,6 +256,8 @@ class SlurmExecutor(Executor):
                 and new.pk not in served
                 and row.slurm_job_id in active
                 and Placement.of(new) == Placement(tuple(row.nodes.split(",")), row.gpus_per_node)
+                # its batch is in its script: another batch is a restart, not a retune
+                and new.batch_size == row.allocation.batch_size
             ):
                 tag = SlurmJobTag(row.job_id, new.pk, new.power_limit_w, new.sm_clock_mhz)
                 try:
@@ -264,6 +266,14 @@ class SlurmExecutor(Executor):
                     report.errors.append(str(exc))
                 else:
                     SlurmJob.objects.filter(pk=row.pk).update(allocation=new)
+                    # The job goes on counting in the units its script was told: its reports,
+                    # now under the new allocation, count back with the same factor.
+                    kept = row.allocation.iterations_per_submitted
+                    if kept is not None and kept != new.iterations_per_submitted:
+                        JobAllocation.objects.filter(pk=new.pk).update(
+                            iterations_per_submitted=kept
+                        )
+                        new.iterations_per_submitted = kept
                     served.add(new.pk)
                     report.retuned.append(row.slurm_job_id)
                     continue

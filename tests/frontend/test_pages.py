@@ -550,6 +550,35 @@ def test_dashboard_shows_the_latest_real_round_with_only_visible_decisions(
     assert waiting["latest_round"]["decisions"][0]["reason_code"] != ""
 
 
+def test_a_budget_changed_since_its_page_was_opened_is_not_saved_over(
+    client_for, lead, admin_user, budget
+):
+    # given the lead's edit page, opened while the limit was 10 kWh
+    url = reverse("frontend:budget-edit", args=[budget.pk])
+    page = client_for(lead).get(url)
+    seen = page.context["form"].initial["seen"]
+    shown = {
+        name: getattr(budget, name).strftime("%Y-%m-%dT%H:%M")
+        for name in ("period_start", "period_end")
+    }
+    # when an admin raises the limit to 30 kWh, and the lead then saves the soft limit
+    # with the page as it was (its 10 kWh in the form)
+    services.save_budget(budget, actor=admin_user, changes={"energy_limit_kwh": 30.0})
+    stale = budget_post(budget.team, energy_limit_kwh="10", warn_percent="50", seen=seen, **shown)
+    response = client_for(lead).post(url, stale)
+
+    # then nothing is saved over the admin's change, and the page says why
+    assert response.status_code == 400
+    assert "Someone changed this budget since you opened it" in response.content.decode()
+    stored = Budget.objects.get(pk=budget.pk)
+    assert (stored.energy_limit_kwh, stored.warn_fraction) == (30.0, 0.8)
+    # and from the page opened afresh the save goes through
+    fresh = client_for(lead).get(url).context["form"].initial["seen"]
+    again = client_for(lead).post(url, {**stale, "energy_limit_kwh": "30", "seen": fresh})
+    assert again.status_code == 302
+    assert Budget.objects.get(pk=budget.pk).warn_fraction == 0.5
+
+
 def test_budget_changes_in_the_django_admin_are_audited_too(client_for, admin_user, budget):
     client = client_for(admin_user)
     url = reverse("admin:cluster_budget_change", args=[budget.pk])

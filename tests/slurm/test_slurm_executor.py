@@ -10,7 +10,7 @@ from support.polling import wait_for
 
 from cluster import services as cluster_services
 from cluster.choices import JobState, NodeStatus
-from cluster.models import AuditEntry, Job
+from cluster.models import AuditEntry, Job, JobAllocation
 from scheduling import services
 from scheduling.models import SlurmJob
 from telemetry.agent.slurm_handoff import SlurmJobTag
@@ -288,6 +288,34 @@ def test_a_retune_keeps_the_slurm_job_and_updates_its_comment(
     assert SlurmJobTag.parse(info.comment) == SlurmJobTag(job.pk, new.pk, 250, None)
     row.refresh_from_db()
     assert row.allocation_id == new.pk and row.cancel_requested_at is None
+
+
+def test_a_retune_on_other_gpus_of_the_node_keeps_the_units_the_script_was_told(
+    slurm_settings, slurm_cli, slurm_nodes, fifo, make_job, member, team, executor
+):
+    # given a 2-GPU job running in Slurm, told its work in units of 0.5 iterations per
+    # submitted one (a factor fixed when its allocation started)
+    job = make_job(owner=member, team=team, min_gpus=2, max_gpus=2, command=CHECKPOINTING)
+    services.run_scheduling_round(now=timezone.now(), force=True)
+    row, _ = _running_slurm_job(job, slurm_cli, slurm_settings.WATTFLOW_SLURM_OUTPUT_DIR)
+    job.refresh_from_db()
+    JobAllocation.objects.filter(pk=job.current_allocation_id).update(iterations_per_submitted=0.5)
+    node = job.current_allocation.gpus.first().node
+    held = set(job.current_allocation.gpus.values_list("pk", flat=True))
+    others = [g for g in node.gpus.order_by("index") if g.pk not in held][:2]
+
+    # when a round moves it to two other GPUs of the same node (Slurm places GPUs itself:
+    # the job runs on in place) with a power limit
+    new = cluster_services.set_allocation(
+        job, gpus=others, batch_size=256, power_limit_w=250, at=timezone.now()
+    )
+    assert new.iterations_per_submitted == 1.0  # fixed afresh: another GPU set
+    report = executor.carry_out(now=timezone.now())
+
+    # then the same Slurm job serves the new allocation, which keeps the job's units
+    assert report.retuned == [row.slurm_job_id]
+    new.refresh_from_db()
+    assert new.iterations_per_submitted == 0.5
 
 
 def test_a_resize_stops_the_slurm_job_and_submits_one_with_the_new_gpu_count(

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from cluster import services as cluster_services
 from cluster.choices import JobState
-from cluster.models import Gpu, Job
+from cluster.models import Gpu, Job, JobAllocation
 from scheduling.core.goodput import load_curves
 from telemetry.models import JobEvent
 from telemetry.services import iterations_at_batch
@@ -248,3 +248,26 @@ def test_a_noise_scale_learned_mid_allocation_changes_neither_its_work_nor_its_p
         other, gpus=gpus, batch_size=512, at=t0 + timedelta(minutes=3)
     )
     assert moved.iterations_per_submitted == pytest.approx(0.6)
+
+
+def test_a_job_that_completes_stores_all_its_work_whatever_the_units_round_to(
+    agent_node, agent_client, make_job, member, team
+):
+    # given a job of 8,313,021 iterations running in units whose round trip comes back a
+    # millionth short (told 6,361,994.027683 at 0.7653... iterations per submitted one)
+    node, token = agent_node
+    client = agent_client(token)
+    job = make_job(owner=member, team=team, max_gpus=2, total_iterations=8_313_021)
+    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    alloc = cluster_services.start_job(job, gpus=gpus, batch_size=256, at=timezone.now())
+    JobAllocation.objects.filter(pk=alloc.pk).update(iterations_per_submitted=0.7653046982178211)
+    told = _assignment(client, job)["total_iterations"]
+    assert told == 6_361_994.027683
+
+    # when it exits complete at what it was told
+    exited = _event(job, "exited", alloc.pk, reason="completed", exit_status=0, iterations=told)
+    client.post("/api/agent/job-events/", {"events": [exited]}, format="json")
+
+    # then it is complete with all its work (it stored 8,313,020.999999)
+    job.refresh_from_db()
+    assert (job.state, job.completed_iterations) == (JobState.COMPLETED, 8_313_021.0)

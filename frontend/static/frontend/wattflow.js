@@ -227,7 +227,7 @@
     function update() {
       const fd = new FormData(form);
       const params = new URLSearchParams();
-      ["team", "workload", "resembles", "param_count", "gpus", "batch_size", "iterations"].forEach((k) => params.set(k, fd.get(k) || ""));
+      ["team", "workload", "resembles", "param_count", "gpus", "max_gpus", "batch_size", "iterations"].forEach((k) => params.set(k, fd.get(k) || ""));
       if (!fd.get("gpus") || !fd.get("batch_size") || !fd.get("iterations")) return;
       fetch(box.dataset.url + "?" + params, { credentials: "same-origin" })
         .then((r) => r.json().then((body) => ({ ok: r.ok, body })))
