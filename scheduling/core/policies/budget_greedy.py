@@ -215,6 +215,12 @@ def clock_levels(clocks: tuple[int, ...], levels: int | None) -> tuple[int | Non
     return tuple(clocks[i] for i in idx)
 
 
+def _top_limit_w(jv: JobView) -> float | None:
+    """The highest power limit of job ``jv``'s GPUs, where its model knows their range."""
+    limits = getattr(jv.perf, "power_limits_w", None)
+    return None if limits is None else float(limits[1])
+
+
 class BudgetGreedy:
     """Base of ``powerflow`` and ``greenflow``; see the module docstring."""
 
@@ -1044,6 +1050,8 @@ class _Round:
         est = self.min_eval(j)[0]
         d_team, d_cluster = self.deltas(j, None, est, 0, n0)
         bi = self.blocking_budget(j, d_team, d_cluster)
+        if bi is None:
+            bi = self.period_guard(j, est)
         if bi is not None:
             if self.probe(j, est):
                 return True
@@ -1170,6 +1178,28 @@ class _Round:
                 rec["top_w"] = top_w
             self._reserved = None  # what later probes see held back changed
         return True
+
+    def period_guard(self, j: int, est: Estimate) -> int | None:
+        """For a job its prior alone knows, on GPUs whose highest power limit is known: the
+        first budget paying for it whose period could not pay for its whole round at that
+        limit, after this round's spending, the idle floor and held probes (None: all
+        can). Its prior may be another workload's, wrong by far (learned cifar10 on ncf's:
+        190 times too fast, a third of its draw): admitted by its prior's cheap figures in
+        a period's last rounds, it overran tight budgets by up to 13.6% (docs/benchmarks.md,
+        "The budget contract in learned runs, swept"). The pacing still goes by the prior;
+        only a start the period could not pay for at worst waits (or is probed)."""
+        if not prior_only(self.jobs[j]):
+            return None
+        top = _top_limit_w(self.jobs[j])
+        if top is None:
+            return None
+        n0 = self.opts[j][0][0]
+        top_w = n0 * max(top, est.power_w) * self.margin[j]
+        team_j, cluster_j = self._top_j(j, top_w, self.round_s)
+        team_j += self.restart_j(j, n0)
+        if self._probe_fits(j, 1.0, team_j, cluster_j):
+            return None
+        return self.pays[j][0][0]
 
     def _probe_fits(self, j: int, share: float, d_team: float, d_cluster: float) -> bool:
         """Whether a probe of job j costing ``d_team`` (``d_cluster`` to a cluster budget)
