@@ -1131,12 +1131,12 @@ class _Round:
         if not self._probe_fits(j, policy.probe_share, d_team, d_cluster):
             # At its GPUs' highest power limit, the most the probe can draw whatever its
             # prior says (None: the model has no limit range).
-            limits = getattr(jv.perf, "power_limits_w", None)
+            top_w = self._top_w(j, est)
             idle = all(
                 self.spent_e[bi] <= self.spent_before[bi] and not self.probe_reserved()[bi]
                 for bi, _ in self.pays[j]
             )
-            if limits is None or not idle:
+            if top_w is None or not idle:
                 self._unpaid_first_probe(j, rec, "share")
                 return False
             # Nothing else of its budgets runs this round: the share kept for their other
@@ -1147,7 +1147,6 @@ class _Round:
             # round and the probe's later ones, and held back from other probes until it
             # ends) at the most its GPUs can draw, so that a prior that underestimates the
             # draw cannot overspend.
-            top_w = n0 * max(limits[1], est.power_w) * self.margin[j]
             top_team, top_cluster = self._top_j(j, top_w, length)
             if not self._probe_fits(j, 1.0, top_team + restart_j, top_cluster):
                 self._unpaid_first_probe(j, rec, "top")
@@ -1190,16 +1189,22 @@ class _Round:
         only a start the period could not pay for at worst waits (or is probed)."""
         if not prior_only(self.jobs[j]):
             return None
-        top = _top_limit_w(self.jobs[j])
-        if top is None:
+        top_w = self._top_w(j, est)
+        if top_w is None:
             return None
-        n0 = self.opts[j][0][0]
-        top_w = n0 * max(top, est.power_w) * self.margin[j]
         team_j, cluster_j = self._top_j(j, top_w, self.round_s)
-        team_j += self.restart_j(j, n0)
+        team_j += self.restart_j(j, self.opts[j][0][0])
         if self._probe_fits(j, 1.0, team_j, cluster_j):
             return None
         return self.pays[j][0][0]
+
+    def _top_w(self, j: int, est: Estimate) -> float | None:
+        """Job j at its minimum GPU count drawing its GPUs' highest power limit (or its
+        estimate, if higher), with the margin (None: its model has no limit range)."""
+        top = _top_limit_w(self.jobs[j])
+        if top is None:
+            return None
+        return self.opts[j][0][0] * max(top, est.power_w) * self.margin[j]
 
     def _probe_fits(self, j: int, share: float, d_team: float, d_cluster: float) -> bool:
         """Whether a probe of job j costing ``d_team`` (``d_cluster`` to a cluster budget)
