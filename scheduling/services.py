@@ -51,7 +51,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from cluster import services as cluster_services
-from cluster.choices import WAITING_JOB_STATES, JobState, WaitCode
+from cluster.choices import WAITING_JOB_STATES, HardLimitAction, JobState, WaitCode
 from cluster.models import Job, JobAllocation
 from config import events
 from scheduling import adapters, budget_alerts, workload_profiles
@@ -121,8 +121,9 @@ def check_liveness(*, now: datetime) -> list[int] | None:
 def _round_due(config: SchedulerSettings, now: datetime) -> bool:
     """Beat ticks every WATTFLOW_ROUND_INTERVAL_S; a tick earlier than the configured interval
     since the last round is skipped, unless the last round's plan asked to be revisited by
-    now (``SchedulingRound.replan_at``: a probe ended). Half a tick of slack absorbs beat's
-    jitter."""
+    now (``SchedulingRound.replan_at``: a probe ended) or a spent ``pause_jobs`` budget's jobs
+    still run (``_spent_with_jobs_running``, checked by the caller). Half a tick of slack
+    absorbs beat's jitter."""
     last = (
         SchedulingRound.objects.order_by("-started_at", "-id")
         .values_list("started_at", "replan_at")
@@ -139,7 +140,40 @@ def _round_due(config: SchedulerSettings, now: datetime) -> bool:
     return (now - last_at).total_seconds() >= config.round_interval_s - slack_s
 
 
-def _account_budgets_near_their_limits(now: datetime, *, round_interval_s: float) -> None:
+def _spent_with_jobs_running(now: datetime) -> bool:
+    """The hard-limit watch between rounds: True where a running ``pause_jobs`` budget of a
+    team with jobs still on GPUs is spent by its ledger (brought up to the newest samples
+    first where it is near its limit), so that the round that pauses them runs at the next
+    beat tick, not after the configured interval. A round's plan paces by predictions, and
+    a job learned online can draw or run far from its prediction (in the simulator, a model
+    taught on one GPU count and run on another spent 224% of a team's period); the watch
+    holds the budget by what was drawn. The simulator's engine does the same
+    (``Simulator._hard_limit_watch``). ``hold_queue`` and ``notify_only`` keep their jobs
+    running once spent, so they need no early round."""
+    budgets = list(
+        usage.running_budgets(now=now).filter(hard_limit_action=HardLimitAction.PAUSE_JOBS)
+    )
+    if not budgets:
+        return False
+    running = set(
+        JobAllocation.objects.filter(
+            ended_at__isnull=True, job__team_id__in=[b.team_id for b in budgets]
+        ).values_list("job__team_id", flat=True)
+    )
+    watched = [b for b in budgets if b.team_id in running]
+    if not watched:
+        return False
+    _account_budgets_near_their_limits(
+        now,
+        round_interval_s=float(settings.WATTFLOW_ROUND_INTERVAL_S),
+        team_ids=[b.team_id for b in watched],
+    )
+    return any(lim.over_hard for b in watched for lim in usage.budget_usage(b).limits)
+
+
+def _account_budgets_near_their_limits(
+    now: datetime, *, round_interval_s: float, team_ids: list[int] | None = None
+) -> None:
     """Bring the ledger up to the newest samples of the GPUs of teams whose running budget
     may be past its soft limit (and is not yet known spent), before the round reads budgets.
     Accounting runs on its own interval (``TELEMETRY_ACCOUNTING_INTERVAL_S``), so the
@@ -154,7 +188,7 @@ def _account_budgets_near_their_limits(now: datetime, *, round_interval_s: float
     transaction, so that ingestion, which marks the hours, waits on no mark for longer than
     accounting it takes."""
     lag_s = settings.TELEMETRY_ACCOUNTING_INTERVAL_S + round_interval_s
-    budgets = list(usage.running_budgets(now=now))
+    budgets = list(usage.running_budgets(now=now, team_ids=team_ids))
     if not budgets:
         return
     top_w = dict(
@@ -289,15 +323,20 @@ def run_scheduling_round(
     one for this round only (tests, comparisons); ``force`` ignores the interval and pause."""
     t0 = time.perf_counter()
     config = SchedulerSettings.load()
+    # Between rounds, a pause_jobs budget found spent with its jobs running makes the round
+    # due now (its ledger was just accounted).
+    watched = False
     if force or (not config.paused and _round_due(config, now)):
         _account_budgets_near_their_limits(now, round_interval_s=float(config.round_interval_s))
+    elif not config.paused:
+        watched = _spent_with_jobs_running(now)
     with transaction.atomic():
         if not try_round_lock():
             return RoundResult(ran=False, skipped="locked")
         config = SchedulerSettings.load()
         if not force and config.paused:
             return RoundResult(ran=False, skipped="paused")
-        if not force and not _round_due(config, now):
+        if not force and not watched and not _round_due(config, now):
             return RoundResult(ran=False, skipped="not_due")
         requeued = mark_silent_nodes(now=now)
         executor = get_executor()

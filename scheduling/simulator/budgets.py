@@ -119,7 +119,12 @@ class BudgetPeriod:
 
 class BudgetLedger:
     """Spend per (budget, period); a stretch is charged to the period it started in (the
-    engine never lets one cross a period boundary)."""
+    engine never lets one cross a period boundary).
+
+    A period the engine's hard-limit watch stopped at its limit (``stop``) is handed to the
+    core as spent from then on, although float round-off may leave it a hair below its
+    limit: the round's ``hard_limit_action`` then pauses its jobs, where a budget read as
+    not quite spent would be paced again and stopped again a moment later."""
 
     def __init__(self, specs: Sequence[BudgetSpec]) -> None:
         self.specs = tuple(specs)
@@ -127,6 +132,21 @@ class BudgetLedger:
         self.usage: dict[tuple[int, int], list[float]] = {
             (i, 0): [b.energy_used_j, b.co2_used_g] for i, b in enumerate(self.specs)
         }
+        self.stopped: set[tuple[int, int]] = set()
+
+    def left(self, i: int, k: int) -> tuple[float | None, float | None]:
+        """What period ``k`` of budget ``i`` has left (energy J, carbon g; None: no such
+        limit); 0 once the watch stopped it."""
+        b = self.specs[i]
+        used_e, used_c = self.usage.get((i, k), (0.0, 0.0))
+        done = (i, k) in self.stopped
+        e = None if b.energy_limit_j is None else 0.0 if done else b.energy_limit_j - used_e
+        c = None if b.co2_limit_g is None else 0.0 if done else b.co2_limit_g - used_c
+        return e, c
+
+    def stop(self, i: int, k: int) -> None:
+        """Mark period ``k`` of budget ``i`` spent (the engine's hard-limit watch)."""
+        self.stopped.add((i, k))
 
     def __bool__(self) -> bool:
         return bool(self.specs)
@@ -177,6 +197,10 @@ class BudgetLedger:
                 continue
             start, end = b.bounds(k)
             used_e, used_c = self.usage.get((i, k), (0.0, 0.0))
+            if (i, k) in self.stopped:
+                # stopped at its limit by the watch: spent, whatever round-off left
+                used_e = max(used_e, b.energy_limit_j or 0.0)
+                used_c = max(used_c, b.co2_limit_g or 0.0)
             result.append(
                 Budget(
                     budget_id=b.period_id(k),

@@ -81,6 +81,7 @@ from scheduling.core.types import (
     Allocation,
     CarbonSignal,
     Cluster,
+    HardLimitAction,
     Job,
     PerfCatalog,
     Plan,
@@ -547,6 +548,8 @@ class Simulator:
             t_end = min([t1] + [p[5] for p in plans if p[5] < t1])
         elif last and len(plans) == len(active) - n_stuck and all(p[5] <= t1 for p in plans):
             t_end = max([t0] + [p[5] for p in plans])
+        if self.budgets and plans:
+            t_end = self._hard_limit_watch(plans, t0, t_end)
         idle_w_of = self._idle_w
         energy = co2 = idle_e = 0.0
         # Seconds each GPU is held from t0 on: co-located jobs share a GPU, which is busy
@@ -625,6 +628,121 @@ class Simulator:
         co2 += co2_of(free_w, t0, t_end)
         held_gpu_s = sum(held_until.values())
         return t_end, finished, energy, co2, idle_e, held_gpu_s, by_team
+
+    def _hard_limit_watch(self, plans: list[tuple], t0: float, t_end: float) -> float:
+        """Where a ``pause_jobs`` budget would reach its limit before ``t_end`` at what its
+        jobs draw in this stretch (``_advance``'s plans), the stretch ends there and the
+        period is marked spent (``BudgetLedger.stop``): the round planned then pauses its
+        jobs (``round.admit``). The live service does the same with its ledger: a round is
+        due as soon as accounting finds such a budget spent with jobs still running
+        (``scheduling.services``). The policies pace by their predictions, which for a job
+        learned online can be wrong by far (a model taught on one GPU count, run on
+        another); the watch holds the contract by what is drawn, not by what was
+        predicted. A cluster budget's idle GPUs draw on after its jobs stop: a period
+        whose idle floor alone exceeds it is not kept (the CLI says so)."""
+        ledger = self.budgets
+        idle_w_of, power_off = self._idle_w, self.config.power_off_idle_nodes
+        # per plan: team, (start, finish) clipped to the stretch, its draw before its
+        # start (restarting), while it runs and the idle draw of its GPUs
+        parts = []
+        for rec, gpu_model, _w, power_w, start, finish, share, *_ in plans:
+            n = rec.allocation.n_gpus
+            parts.append(
+                (rec.spec.team, start, finish, power_w * n, idle_w_of[gpu_model] * n * share)
+            )
+        powered_w = self._idle_all_w
+        if power_off:
+            nodes = {self._gpu_node[g] for p in plans for g in p[0].allocation.gpu_ids}
+            powered_w = sum(self._node_idle_w[node] for node in nodes)
+        stop_at = t_end
+        for i, b in enumerate(ledger.specs):
+            if b.hard_limit_action != HardLimitAction.PAUSE_JOBS:
+                continue
+            k = b.period_at(t0)
+            if k is None or (i, k) in ledger.stopped:
+                continue
+            if b.team is not None and not any(team == b.team for team, *_ in parts):
+                continue
+            left_e, left_c = ledger.left(i, k)
+            steps = _draw_steps(parts, b.team, powered_w, t0, stop_at)
+            t_x = _crossing(steps, stop_at, left_e, None)
+            if left_c is not None:
+                t_x = min(t_x, _crossing(steps, stop_at, left_c, self.intensity.co2_g))
+            if t_x < stop_at:
+                # A microsecond early: the float sums that charge the stretch must not
+                # put the period a hair over the limit the watch stopped it at.
+                stop_at = max(t0, t_x - 1e-6)
+                ledger.stop(i, k)
+        return stop_at
+
+
+def _draw_steps(
+    parts: Sequence[tuple], team: str | None, powered_w: float, t0: float, t1: float
+) -> list[tuple[float, float, float]]:
+    """A budget's draw over [t0, t1) as constant pieces (from, to, watts): a team's, what
+    its jobs' GPUs draw (idle while restarting, busy while running, nothing once
+    finished); the cluster's, every powered GPU (idle) plus what running jobs draw above
+    idle (``_advance`` charges the same)."""
+    rate = powered_w if team is None else 0.0
+    changes: list[tuple[float, float]] = []
+    for job_team, start, finish, busy_w, idle_w in parts:
+        if team is not None and job_team != team:
+            continue
+        if team is None:
+            before, during, after = 0.0, busy_w - idle_w, 0.0
+        else:
+            before, during, after = idle_w, busy_w, 0.0
+        if t0 < start:
+            rate += before
+            if start < t1:
+                changes.append((start, during - before))
+        elif t0 < finish:
+            rate += during
+        else:
+            rate += after
+            continue
+        if max(start, t0) < finish < t1:
+            changes.append((finish, after - during))
+    changes.sort()
+    steps = []
+    a = t0
+    for t, d in changes:
+        if t > a:
+            steps.append((a, t, rate))
+            a = t
+        rate += d
+    if t1 > a:
+        steps.append((a, t1, rate))
+    return steps
+
+
+def _crossing(
+    steps: list[tuple[float, float, float]], t1: float, left: float | None, co2_of
+) -> float:
+    """The instant the draw of ``steps`` has used ``left`` (joules; grams with ``co2_of``,
+    the intensity's integral of a constant draw), or ``t1`` if it never does."""
+    if left is None:
+        return t1
+    used = 0.0
+    for a, c, w in steps:
+        if w <= 0.0:
+            continue
+        piece = w * (c - a) if co2_of is None else co2_of(w, a, c)
+        if used + piece < left:
+            used += piece
+            continue
+        need = left - used
+        if co2_of is None:
+            return a + need / w
+        lo, hi = a, c  # grams grow with time: bisect
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            if co2_of(w, a, mid) < need:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    return t1
 
 
 def _never_runnable(plan: Plan, active: Mapping[str, JobRecord]) -> dict[str, str]:

@@ -539,3 +539,62 @@ def test_a_probe_is_revisited_at_its_end_not_at_the_next_round_interval(
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
     assert SchedulingRound.objects.get(pk=end.round_id).replan_at == T0 + timedelta(seconds=120)
+
+
+@pytest.fixture
+def fifo_5min(scheduler_settings):
+    return scheduler_settings("fifo", round_interval_s=300)
+
+
+@pytest.mark.parametrize(
+    ("action", "paused"),
+    [(HardLimitAction.PAUSE_JOBS, True), (HardLimitAction.HOLD_QUEUE, False)],
+)
+def test_a_spent_pause_jobs_budget_makes_the_round_due_at_the_next_tick(
+    fifo_5min, live_node, make_job, member, team, action, paused
+):
+    # given a running job, rounds every 300 s, and its team's budget spent 20 s later
+    live_node()
+    job = _job(make_job, member, team)
+    services.run_scheduling_round(now=T0)
+    budget = Budget.objects.create(
+        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
+        energy_limit_kwh=1.0, hard_limit_action=action,
+    )  # fmt: skip
+    _spend(budget, job, energy_j=3.6e6)
+
+    # when beat ticks at 20 s, 280 s before the next round is due
+    tick = services.run_scheduling_round(now=T0 + timedelta(seconds=20))
+
+    # then a pause_jobs budget runs the round that pauses the job; hold_queue keeps it
+    # running, so nothing is due
+    job.refresh_from_db()
+    if paused:
+        assert tick.ran
+        assert job.state == JobState.PAUSED
+        assert job.pending_reason_code == "budget_exhausted"
+    else:
+        assert (tick.ran, tick.skipped) == (False, "not_due")
+        assert job.state == JobState.RUNNING
+
+
+def test_a_spent_budget_whose_team_runs_nothing_waits_for_the_interval(
+    fifo_5min, live_node, make_job, member, team
+):
+    # given a pause_jobs budget already spent when its team's job was submitted
+    live_node()
+    budget = Budget.objects.create(
+        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
+        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.PAUSE_JOBS,
+    )  # fmt: skip
+    job = _job(make_job, member, team)
+    _spend(budget, job, energy_j=3.6e6)
+    services.run_scheduling_round(now=T0)
+
+    # when beat ticks 20 s later
+    tick = services.run_scheduling_round(now=T0 + timedelta(seconds=20))
+
+    # then the job waits (the first round held it), and no early round runs
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+    assert (tick.ran, tick.skipped) == (False, "not_due")

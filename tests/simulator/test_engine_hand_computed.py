@@ -31,6 +31,7 @@ from scheduling.core.types import (
     J_PER_KWH,
     Allocation,
     GpuConfig,
+    HardLimitAction,
     Job,
     Plan,
     Snapshot,
@@ -437,3 +438,89 @@ def test_a_preempted_job_keeps_its_progress_and_pays_a_restart_on_resume():
     assert result.energy_j == pytest.approx(by_hand, abs=1e-9)
     assert a.energy_j == pytest.approx(100 * 200 + 10 * 50 + 200 * 200, abs=1e-9)
     assert a.attained_gpu_s == pytest.approx(100 + 210, abs=1e-9)
+
+
+# --- the hard-limit watch: a pause_jobs budget is stopped where it is spent ----------------
+
+
+class RunsAUnlessSpent:
+    """Runs A on n0/0 whatever its budgets' pacing would say, but not while a budget in
+    force is spent (as ``round.admit`` pauses a spent ``pause_jobs`` budget's jobs);
+    remembers when it planned and what each budget in force had left then."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, bool]] = []
+
+    def __call__(self, snapshot: Snapshot, now: float) -> Plan:
+        in_force = [b for b in snapshot.budgets if b.period_start_s <= now < b.period_end_s]
+        spent = any(b.exhausted for b in in_force)
+        self.seen.append((now, spent))
+        if spent:
+            return Plan(
+                allocations={},
+                waiting={"A": WaitReason(WaitCode.BUDGET_EXHAUSTED, "spent")},
+            )
+        return Plan(allocations={"A": Allocation(("n0/0",), 32)}, waiting={})
+
+
+def _watched(budget: BudgetSpec, iters: float, **config) -> tuple:
+    planner = RunsAUnlessSpent()
+    sim = Simulator(
+        (toy_job("A", 0.0, iters),),
+        cluster=CLUSTER,
+        catalog=Catalog(),
+        planner=planner,
+        config=SimConfig(round_length_s=100.0, restart_cost_s=0.0, **config),
+        intensity=INTENSITY,
+        budgets=[budget],
+    )
+    return sim.run(), planner
+
+
+def test_a_team_budget_is_stopped_at_its_limit_inside_a_round():
+    # A draws 200 W on one GPU and the team's period pays 10 kJ: spent at 50 s, halfway
+    # through the first round, where the planner (which ignores pacing) would have run
+    # it to 100 s: 200% of the period. The stretch ends at 50 s, the period is handed
+    # to the next round as spent, and A runs 50 s (25 iterations) a period, finishing
+    # its 99 iterations in the fourth at 15,048.
+    budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e4, team="t")
+    result, planner = _watched(budget, iters=99.0)
+    assert (50.0 - 1e-5, True) <= planner.seen[1] <= (50.0, True)
+    assert result.jobs[0].finish_s == pytest.approx(15048.0)
+    shares = [p.share for p in result.budget_periods]
+    assert len(shares) == 4
+    assert all(1.0 - 1e-6 < s <= 1.0 for s in shares[:3]), shares
+
+
+def test_a_carbon_budget_is_stopped_where_the_grid_makes_it_spent():
+    # 200 W at 100 g/kWh for the first hour is 20 g; the 30 g period has 10 g left at
+    # 400 g/kWh, 450 s more: spent at 4,050, inside the round from 4,000.
+    budget = BudgetSpec(period_end_s=5000.0, co2_limit_g=30.0, team="t")
+    result, planner = _watched(budget, iters=1.0e4, max_time_s=4500.0)
+    stops = [t for t, spent in planner.seen if spent]
+    assert stops[0] == pytest.approx(4050.0, abs=1e-4)
+    assert result.budget_periods[0].co2_g == pytest.approx(30.0, abs=1e-6)
+    assert result.budget_periods[0].co2_g <= 30.0
+    assert result.jobs[0].done_iters == pytest.approx(4050.0 / 2, abs=1e-3)
+
+
+def test_a_cluster_budget_counts_the_idle_gpus_and_its_floor_goes_on():
+    # A at 200 W and the idle GPU at 50 W: 20 kJ are spent at 80 s. A stops there; the
+    # idle GPUs keep drawing on the period (the floor no plan can keep).
+    budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=2.0e4)
+    result, planner = _watched(budget, iters=1.0e4, max_time_s=1000.0)
+    assert planner.seen[1][0] == pytest.approx(80.0, abs=1e-5)
+    assert result.jobs[0].done_iters == pytest.approx(40.0, abs=1e-4)
+    assert result.budget_periods[0].energy_j == pytest.approx(2.0e4 + 100.0 * 920.0, abs=1e-2)
+
+
+@pytest.mark.parametrize("action", [HardLimitAction.HOLD_QUEUE, HardLimitAction.NOTIFY_ONLY])
+def test_budgets_that_keep_their_jobs_running_are_not_stopped(action):
+    # hold_queue keeps running jobs on their GPUs, notify_only holds nothing back: the
+    # watch leaves both alone and A runs its rounds to their ends.
+    budget = BudgetSpec(
+        period_end_s=5000.0, energy_limit_j=1.0e4, team="t", hard_limit_action=action
+    )
+    result, planner = _watched(budget, iters=1.0e4, max_time_s=300.0)
+    assert [t for t, _ in planner.seen] == [0.0, 100.0, 200.0]
+    assert result.budget_periods[0].share == pytest.approx(2.0)
