@@ -127,7 +127,9 @@ not, and nothing else of those budgets runs this round, the share kept for their
 work keeps nothing from anyone: the probe may take all of what the period has left,
 counted and charged (in each of its rounds, and held back from other probes until it
 ends) at its GPUs' highest power limit, so that a prior that underestimates the draw
-cannot overspend (a team whose period is small beside one probe never learned its jobs).
+cannot overspend (a team whose period is small beside one probe never learned its jobs);
+where even that cannot pay ``probe_s``, the probe is as long as it can pay, if that is at
+least ``min_probe_s``.
 A probe that ends before the job was observed (a slow start: a real training script may
 take a minute to load its data before its first progress report) goes on for another
 ``probe_s``, bounded the same way, at most ``probe_extensions`` times; then the job waits
@@ -249,6 +251,7 @@ class BudgetGreedy:
         probe_s: float | None = 60.0,
         probe_share: float = 0.25,
         probe_extensions: int = 2,
+        min_probe_s: float = 10.0,
         reserve_at_fast: bool = False,
         hour_price: bool = False,
         keep_window_h: int = 24,
@@ -277,8 +280,9 @@ class BudgetGreedy:
           linearly as spending lags its straight line from ``lag_deadband`` to
           ``lag_deadband + lag_release`` of the limit (``lag_release`` 0: never);
         - ``keep_running``: resize hysteresis, off by default (point 2);
-        - ``probe_s``, ``probe_share``, ``probe_extensions``: the bounded probe of a job
-          known only by its prior (module docstring; ``probe_s`` None: never);
+        - ``probe_s``, ``probe_share``, ``probe_extensions``, ``min_probe_s``: the
+          bounded probe of a job known only by its prior (module docstring; ``probe_s``
+          None: never);
         - ``reserve_at_fast`` (off by default): a budget behind its straight line (up
           to ``lag_deadband`` of its limit, fully beyond) counts its period reserve as
           future work at its fastest configurations, at the present jobs' ratio of
@@ -356,6 +360,9 @@ class BudgetGreedy:
         if probe_extensions < 0:
             raise ValueError("probe_extensions must be 0 or more")
         self.probe_extensions = probe_extensions
+        if not min_probe_s > 0.0:
+            raise ValueError("min_probe_s must be positive")
+        self.min_probe_s = min_probe_s
         self.reserve_at_fast = reserve_at_fast
         self.hour_price = hour_price
         if type(keep_window_h) is not int or keep_window_h < 1:
@@ -1149,8 +1156,16 @@ class _Round:
             # draw cannot overspend.
             top_team, top_cluster = self._top_j(j, top_w, length)
             if not self._probe_fits(j, 1.0, top_team + restart_j, top_cluster):
-                self._unpaid_first_probe(j, rec, "top")
-                return False
+                # A period too small for a whole probe at the top draw may still pay a
+                # shorter one (a 3.4 kJ team period against 4.4 kJ for 60 s on a T4:
+                # its 74 jobs never started); shorter than ``min_probe_s`` teaches
+                # nothing. What such a probe teaches is one configuration; the engine's
+                # (and the service's) hard-limit watch stops a budget where a later
+                # plan's guess from it overspends.
+                length = min(length, self._top_probe_s(j, top_w, restart_j))
+                if not length >= policy.min_probe_s:
+                    self._unpaid_first_probe(j, rec, "top")
+                    return False
         part_s = min(length, self.round_s)
         if top_w is None:
             now_share = part_s / length
@@ -1206,26 +1221,47 @@ class _Round:
             return None
         return self.opts[j][0][0] * max(top, est.power_w) * self.margin[j]
 
+    def _top_probe_s(self, j: int, top_w: float, restart_j: float) -> float:
+        """The longest probe of job j at ``top_w`` that every budget paying for it can
+        pay in full (``_probe_fits`` with a share of 1), its restart included."""
+        team_w, cluster_w = self._top_j(j, top_w, 1.0)
+        longest = math.inf
+        for bi, is_cluster in self.pays[j]:
+            free_j, free_g = self._probe_room(bi)
+            w = cluster_w if is_cluster else team_w
+            fixed = 0.0 if is_cluster else restart_j
+            if free_j is not None:
+                longest = min(longest, (free_j - fixed) / w if w > 0 else math.inf)
+            if free_g is not None and self.to_g > 0:
+                longest = min(longest, (free_g / self.to_g - fixed) / w if w > 0 else math.inf)
+        return max(longest, 0.0)
+
+    def _probe_room(self, bi: int) -> tuple[float | None, float | None]:
+        """What budget ``bi`` has left for a probe in its period (energy J, carbon g;
+        None: no such limit), after this round's spending, a cluster budget's idle
+        floor to the period's end and what probes at their top draw still hold."""
+        b = self.budgets[bi]
+        committed = (
+            self.spent_e[bi]
+            + self.probe_reserved()[bi]
+            + self.floor_w[bi] * max(b.period_end_s - self.ctx.now_s - self.round_s, 0.0)
+        )
+        free_j = None if b.energy_limit_j is None else b.energy_remaining_j - committed
+        free_g = None if b.co2_limit_g is None else b.co2_remaining_g - committed * self.to_g
+        return free_j, free_g
+
     def _probe_fits(self, j: int, share: float, d_team: float, d_cluster: float) -> bool:
         """Whether a probe of job j costing ``d_team`` (``d_cluster`` to a cluster budget)
         fits ``share`` of what each budget paying for it has left in its period, after this
         round's spending, a cluster budget's idle floor to the period's end and what the
         probes at their top draw still hold (``probe_reserved``)."""
-        now = self.ctx.now_s
         for bi, is_cluster in self.pays[j]:
-            b = self.budgets[bi]
             d = d_cluster if is_cluster else d_team
-            committed = (
-                self.spent_e[bi]
-                + self.probe_reserved()[bi]
-                + self.floor_w[bi] * max(b.period_end_s - now - self.round_s, 0.0)
-            )
-            if b.energy_limit_j is not None and d > share * (b.energy_remaining_j - committed):
+            free_j, free_g = self._probe_room(bi)
+            if free_j is not None and d > share * free_j:
                 return False
-            if b.co2_limit_g is not None:
-                free_g = b.co2_remaining_g - committed * self.to_g
-                if d * self.to_g > share * free_g:
-                    return False
+            if free_g is not None and d * self.to_g > share * free_g:
+                return False
         return True
 
     def probe_reserved(self) -> list[float]:
