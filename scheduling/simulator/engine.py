@@ -45,8 +45,11 @@ Budgets (``BudgetSpec``, any number: cluster-wide and per team) run in successiv
 periods: the one in force at a planning instant is handed to the core with what it has
 spent so far, exactly as the live adapter hands a budget row with its ledger total, and
 a stretch never crosses a period's start or end (a planning instant is added there), so
-every joule is charged to the period it was drawn in. ``SimResult.budget_periods`` says
-what each period was given and spent.
+every joule is charged to the period it was drawn in. A stretch also ends where a
+``pause_jobs`` budget reaches its limit at what its jobs draw, and that period is handed
+to the next round as spent (``_hard_limit_watch``), as the live service runs the pausing
+round at the next beat tick. ``SimResult.budget_periods`` says what each period was given
+and spent.
 
 The simulation ends when every job has finished, or, with jobs left that nothing runs
 for ``stall_limit_s`` and no arrivals to come (e.g. a workload without a perf model),
