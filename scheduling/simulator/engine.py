@@ -647,54 +647,64 @@ class Simulator:
         idle_w_of, power_off = self._idle_w, self.config.power_off_idle_nodes
         # per plan: team, (start, finish) clipped to the stretch, its draw before its
         # start (restarting), while it runs and the idle draw of its GPUs
-        parts = []
+        parts: dict[str | None, list[tuple]] = defaultdict(list)
         for rec, gpu_model, _w, power_w, start, finish, share, *_ in plans:
             n = rec.allocation.n_gpus
-            parts.append(
-                (rec.spec.team, start, finish, power_w * n, idle_w_of[gpu_model] * n * share)
+            parts[rec.spec.team].append(
+                (start, finish, power_w * n, idle_w_of[gpu_model] * n * share)
             )
         powered_w = self._idle_all_w
         if power_off:
             nodes = {self._gpu_node[g] for p in plans for g in p[0].allocation.gpu_ids}
             powered_w = sum(self._node_idle_w[node] for node in nodes)
-        stop_at = t_end
+        crossings: list[tuple[float, int, int]] = []
         for i, b in enumerate(ledger.specs):
             if b.hard_limit_action != HardLimitAction.PAUSE_JOBS:
                 continue
             k = b.period_at(t0)
             if k is None or (i, k) in ledger.stopped:
                 continue
-            if b.team is not None and not any(team == b.team for team, *_ in parts):
+            mine = [p for ps in parts.values() for p in ps] if b.team is None else parts.get(b.team)
+            if not mine:
                 continue
             left_e, left_c = ledger.left(i, k)
-            steps = _draw_steps(parts, b.team, powered_w, t0, stop_at)
-            t_x = _crossing(steps, stop_at, left_e, None)
+            # the most it can draw in the stretch: most stretches end far from any limit
+            most_w = powered_w if b.team is None else 0.0
+            for _start, _finish, busy_w, idle_w in mine:
+                most_w += max(busy_w - idle_w, 0.0) if b.team is None else max(busy_w, idle_w)
+            if (left_e is None or most_w * (t_end - t0) < left_e) and (
+                left_c is None or self.intensity.co2_g(most_w, t0, t_end) < left_c
+            ):
+                continue
+            steps = _draw_steps(mine, b.team is None, powered_w, t0, t_end)
+            t_x = _crossing(steps, t_end, left_e, None)
             if left_c is not None:
-                t_x = min(t_x, _crossing(steps, stop_at, left_c, self.intensity.co2_g))
-            if t_x < stop_at:
-                # A microsecond early: the float sums that charge the stretch must not
-                # put the period a hair over the limit the watch stopped it at.
-                stop_at = max(t0, t_x - 1e-6)
+                t_x = min(t_x, _crossing(steps, t_end, left_c, self.intensity.co2_g))
+            if t_x < t_end:
+                crossings.append((t_x, i, k))
+        if not crossings:
+            return t_end
+        first = min(t for t, _, _ in crossings)
+        for t_x, i, k in crossings:
+            if t_x <= first + 1e-6:  # spent at the stretch's end (others are not, yet)
                 ledger.stop(i, k)
-        return stop_at
+        # A microsecond early: the float sums that charge the stretch must not put the
+        # period a hair over the limit the watch stopped it at.
+        return max(t0, first - 1e-6)
 
 
 def _draw_steps(
-    parts: Sequence[tuple], team: str | None, powered_w: float, t0: float, t1: float
+    parts: Sequence[tuple], cluster: bool, powered_w: float, t0: float, t1: float
 ) -> list[tuple[float, float, float]]:
-    """A budget's draw over [t0, t1) as constant pieces (from, to, watts): a team's, what
-    its jobs' GPUs draw (idle while restarting, busy while running, nothing once
-    finished); the cluster's, every powered GPU (idle) plus what running jobs draw above
-    idle (``_advance`` charges the same)."""
-    rate = powered_w if team is None else 0.0
+    """A budget's draw over [t0, t1) as constant pieces (from, to, watts) from its jobs'
+    ``parts`` (start, finish, busy and idle watts): a team's, what its jobs' GPUs draw
+    (idle while restarting, busy while running, nothing once finished); the cluster's
+    (``cluster``), every powered GPU (idle) plus what running jobs draw above idle
+    (``_advance`` charges the same)."""
+    rate = powered_w if cluster else 0.0
     changes: list[tuple[float, float]] = []
-    for job_team, start, finish, busy_w, idle_w in parts:
-        if team is not None and job_team != team:
-            continue
-        if team is None:
-            before, during, after = 0.0, busy_w - idle_w, 0.0
-        else:
-            before, during, after = idle_w, busy_w, 0.0
+    for start, finish, busy_w, idle_w in parts:
+        before, during = (0.0, busy_w - idle_w) if cluster else (idle_w, busy_w)
         if t0 < start:
             rate += before
             if start < t1:
@@ -702,10 +712,9 @@ def _draw_steps(
         elif t0 < finish:
             rate += during
         else:
-            rate += after
             continue
         if max(start, t0) < finish < t1:
-            changes.append((finish, after - during))
+            changes.append((finish, -during))
     changes.sort()
     steps = []
     a = t0

@@ -450,11 +450,13 @@ class RunsAUnlessSpent:
 
     def __init__(self) -> None:
         self.seen: list[tuple[float, bool]] = []
+        self.spent_ids: list[set[str]] = []
 
     def __call__(self, snapshot: Snapshot, now: float) -> Plan:
         in_force = [b for b in snapshot.budgets if b.period_start_s <= now < b.period_end_s]
         spent = any(b.exhausted for b in in_force)
         self.seen.append((now, spent))
+        self.spent_ids.append({b.budget_id for b in in_force if b.exhausted})
         if spent:
             return Plan(
                 allocations={},
@@ -463,7 +465,7 @@ class RunsAUnlessSpent:
         return Plan(allocations={"A": Allocation(("n0/0",), 32)}, waiting={})
 
 
-def _watched(budget: BudgetSpec, iters: float, **config) -> tuple:
+def _watched(budget: BudgetSpec | list[BudgetSpec], iters: float, **config) -> tuple:
     planner = RunsAUnlessSpent()
     sim = Simulator(
         (toy_job("A", 0.0, iters),),
@@ -472,7 +474,7 @@ def _watched(budget: BudgetSpec, iters: float, **config) -> tuple:
         planner=planner,
         config=SimConfig(round_length_s=100.0, restart_cost_s=0.0, **config),
         intensity=INTENSITY,
-        budgets=[budget],
+        budgets=budget if isinstance(budget, list) else [budget],
     )
     return sim.run(), planner
 
@@ -524,3 +526,18 @@ def test_budgets_that_keep_their_jobs_running_are_not_stopped(action):
     result, planner = _watched(budget, iters=1.0e4, max_time_s=300.0)
     assert [t for t, _ in planner.seen] == [0.0, 100.0, 200.0]
     assert result.budget_periods[0].share == pytest.approx(2.0)
+
+
+def test_only_the_budget_spent_first_is_stopped():
+    # The cluster's 20 kJ are spent at 80 s (A and the idle GPU: 250 W), the team's 18 kJ
+    # would be at 90 s (A: 200 W): the stretch ends at 80 s with the cluster's period
+    # spent and the team's not (16 kJ of 18 kJ).
+    budgets = [  # the team's first: the watch looks at it first
+        BudgetSpec(period_end_s=5000.0, energy_limit_j=1.8e4, team="t", budget_id="team"),
+        BudgetSpec(period_end_s=5000.0, energy_limit_j=2.0e4, budget_id="cluster"),
+    ]
+    result, planner = _watched(budgets, iters=1.0e4, max_time_s=300.0)
+    assert planner.seen[1][0] == pytest.approx(80.0, abs=1e-5)
+    assert planner.spent_ids[1] == {"cluster"}
+    team = next(p for p in result.budget_periods if p.budget_id == "team")
+    assert team.energy_j == pytest.approx(1.6e4, abs=1e-2)
