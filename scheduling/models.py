@@ -87,7 +87,7 @@ class PerfProfile(models.Model):
     Written by ``manage.py fit_perf_models``; read-only in the admin.
     """
 
-    workload = models.CharField(max_length=64)
+    workload = models.CharField(max_length=100)  # as long as a job's (cluster.Job)
     gpu_model = models.CharField(max_length=100)
     version = models.CharField(max_length=32)
     params = models.JSONField()
@@ -127,7 +127,7 @@ class WorkloadProfile(models.Model):
     ``scheduling.workload_profiles``; read-only in the admin.
     """
 
-    workload = models.CharField(max_length=64)
+    workload = models.CharField(max_length=100)  # as long as a job's (cluster.Job)
     gpu_model = models.CharField(max_length=100)
     version = models.PositiveIntegerField()
     prior = models.CharField(max_length=100, help_text="catalog model the first job started from")

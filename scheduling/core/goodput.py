@@ -64,10 +64,12 @@ MAX_NOISE_SCALE = 1e12
 
 
 def ratio_beyond_measurement(grad_sqr: float, grad_var: float) -> bool:
-    """True where ``grad_var / grad_sqr`` is above ``MAX_NOISE_SCALE`` (or overflows): the
-    noise scale, that ratio times a batch of at least one, would be no measurement. The
-    API refuses such statistics and the agent leaves them out of what it sends."""
-    return grad_sqr > 0 and not grad_var / grad_sqr <= MAX_NOISE_SCALE
+    """True where ``grad_var / grad_sqr`` is above ``MAX_NOISE_SCALE`` (or overflows, or
+    the gradient's norm is 0, where the ratio has no value): the noise scale, that ratio
+    times a batch of at least one, would be no measurement. The API refuses such
+    statistics and the agent leaves them out of what it sends (a zero norm was stored,
+    and replaced the job's measured noise scale with none)."""
+    return not (grad_sqr > 0 and grad_var / grad_sqr <= MAX_NOISE_SCALE)
 
 
 def noise_scale_from_stats(grad_sqr: float, grad_var: float, batch: float) -> float | None:

@@ -274,8 +274,8 @@ class JobEventSerializer(serializers.Serializer):
             # (scheduling/core/goodput.py).
             raise serializers.ValidationError(
                 {
-                    "grad_sqr": f"grad_var / grad_sqr is above {MAX_NOISE_SCALE:g}: "
-                    "the noise scale would be no measurement."
+                    "grad_sqr": "grad_sqr must be above 0 and grad_var / grad_sqr at most "
+                    f"{MAX_NOISE_SCALE:g}: the noise scale would be no measurement."
                 }
             )
         return attrs

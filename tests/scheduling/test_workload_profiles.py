@@ -79,6 +79,16 @@ def test_the_second_job_of_a_workload_starts_from_what_the_first_learned(make_jo
     assert JobSchedulingState.objects.get(job=first).profile_version == 1
 
 
+def test_a_workload_named_as_long_as_a_job_allows_gets_its_profile(make_job, member, team):
+    # A job's workload may be 100 characters; profiles kept 64, and folding a finished
+    # job with a longer name failed every round from then on (a live probe).
+    job = _job_with(make_job, member, team, [_obs(1.0)], finish=False)
+    name = "w" * Job._meta.get_field("workload").max_length
+    Job.objects.filter(pk=job.pk).update(workload=name, state=JobState.COMPLETED)
+    assert wp.fold_finished_jobs(now=T0) == 1
+    assert WorkloadProfile.objects.get().workload == name
+
+
 def test_one_job_moves_a_shared_profile_only_by_a_bounded_weight(make_job, member, team):
     # given a profile learned from 1,000 observations at the catalog's speed
     _job_with(make_job, member, team, [_obs(1.0, weight=1000.0)])

@@ -403,6 +403,9 @@ def test_gradient_statistics_are_stored_on_the_job_and_an_older_report_does_not_
         # finite, and finite times the batch, but the calibration took it past a float
         ({"grad_sqr": 1.0, "grad_var": 5e305}, "grad_sqr"),
         ({"grad_sqr": True, "grad_var": 1.0}, "grad_sqr"),  # float(True) is 1.0
+        # a zero norm has no ratio: stored, it replaced a measured noise scale with none
+        ({"grad_sqr": 0.0, "grad_var": 0.04}, "grad_sqr"),
+        ({"grad_sqr": 0.0, "grad_var": 0.0}, "grad_sqr"),
     ],
 )
 def test_unusable_gradient_statistics_are_refused_per_field(
