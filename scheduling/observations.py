@@ -216,8 +216,10 @@ def progress_iter_times(
     for node_id, ts, iterations in progress:
         by_node[node_id].append((ts, iterations))
     iter_times = []
-    beyond = 0
-    for reports in by_node.values():
+    beyond = dropped = 0
+    for node_reports in by_node.values():
+        reports = _in_order(node_reports)
+        dropped += len(node_reports) - len(reports)
         for (t0, i0), (t1, i1) in zip(reports, reports[1:], strict=False):
             if i0 is None or i1 is None or i1 <= i0 or overlaps(t0, t1, exclude):
                 continue
@@ -231,7 +233,31 @@ def progress_iter_times(
             "(%.0f iterations at its batch): left out of its fit",
             job_id, beyond, allocation_id, most,
         )  # fmt: skip
+    if dropped:
+        log.warning(
+            "job %s: %d progress report(s) of allocation %s count more iterations than a "
+            "later report: left out of its fit",
+            job_id, dropped, allocation_id,
+        )  # fmt: skip
     return iter_times, (progress[-1][1] if progress else None)
+
+
+def _in_order(reports: list[tuple[datetime, float | None]]) -> list[tuple[datetime, float]]:
+    """One node's progress reports (in time order) without those whose count is above a
+    later report's: an allocation's count never falls, so such a report is out of order
+    (stamped before it was counted, or counted wrong). Kept, it made an interval of a few
+    hundredths of a second with its neighbour that the fit read as a speed 2.5 times the
+    job's (a live probe)."""
+    kept: list[tuple[datetime, float]] = []
+    lowest = math.inf
+    for ts, iterations in reversed(reports):
+        if iterations is None:
+            continue
+        if iterations <= lowest:
+            kept.append((ts, iterations))
+            lowest = iterations
+    kept.reverse()
+    return kept
 
 
 def observed_slowdowns(rows: Iterable[Job], *, catalog: Catalog, now: datetime) -> dict[int, float]:
