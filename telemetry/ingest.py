@@ -39,6 +39,7 @@ from django.db import connection
 from django.utils import timezone
 
 from cluster.models import Gpu, Node
+from scheduling.core.online_model import MAX_POWER_FACTOR
 from telemetry.models import DirtyHour, GpuSample
 
 # field: (unit for messages, low, high, nullable). Ranges are physical sanity bounds, wide
@@ -134,6 +135,15 @@ def validate_batch(
             {"samples": [f"GPU(s) {', '.join(foreign)} belong to another node."]}, status=403
         )
 
+    # What each GPU can draw at most: a reading far above it is no measurement (the
+    # learned models refuse it, ``online_model.refusal_reason``), and the ledger must not
+    # charge it either (a probe's 1,900 W on a 350 W L40S were charged to its team).
+    top_w = {
+        pk: MAX_POWER_FACTOR * float(w)
+        for pk, w in Gpu.objects.filter(pk__in=[pk for pk, _ in known.values()]).values_list(
+            "pk", "max_power_limit_w"
+        )
+    }
     oldest = now - timedelta(seconds=settings.TELEMETRY_RETENTION_S)
     newest = now + timedelta(seconds=settings.TELEMETRY_MAX_FUTURE_S)
     rows: list[tuple] = []
@@ -180,6 +190,12 @@ def validate_batch(
                 number, message = _number(value, unit, low, high)
                 if message:
                     field_errors[name] = [message]
+                elif name == "power_w" and gpu is not None and number > top_w[gpu[0]]:
+                    field_errors[name] = [
+                        f"{number:g} W is above {MAX_POWER_FACTOR:g} x this GPU's highest "
+                        f"power limit ({top_w[gpu[0]] / MAX_POWER_FACTOR:g} W): no GPU "
+                        "draws that."
+                    ]
                 row.append(number)
             rows.append(tuple(row))
         if field_errors:

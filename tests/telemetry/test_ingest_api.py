@@ -114,6 +114,12 @@ def test_a_resent_sample_with_other_values_is_kept_as_stored_and_counted_as_a_co
         # a JSON integer beyond any float (float() raises OverflowError: it was a 500)
         ({"power_w": 10**400}, "power_w", "Must be between 0 and 2000 W."),
         ({"power_w": None}, "power_w", "This field is required."),
+        # a live probe's 1,900 W on a 350 W GPU were charged to its team's budget
+        (
+            {"power_w": 1900.0},
+            "power_w",
+            "1900 W is above 1.5 x this GPU's highest power limit (400 W): no GPU draws that.",
+        ),
         ({"util_pct": 101}, "util_pct", "Must be between 0 and 100 %."),
         ({"power_w": "250"}, "power_w", "A number is required."),
         (
