@@ -51,13 +51,20 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from cluster import services as cluster_services
-from cluster.choices import WAITING_JOB_STATES, HardLimitAction, JobState, WaitCode
+from cluster.choices import (
+    TERMINAL_JOB_STATES,
+    WAITING_JOB_STATES,
+    HardLimitAction,
+    JobState,
+    WaitCode,
+)
 from cluster.models import Job, JobAllocation
 from config import events
 from scheduling import adapters, budget_alerts, workload_profiles
 from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core import types as core
 from scheduling.core.explain import explain_change, gpu_models
+from scheduling.core.exploration import DONE, EXPLORING
 from scheduling.core.round import plan_round
 from scheduling.core.types import J_PER_KWH
 from scheduling.executors import Executor, get_executor
@@ -513,7 +520,15 @@ def _apply(
 
 
 def _record_exploration(plan: core.Plan, rows: adapters.SnapshotRows) -> int:
-    """Keep each job's exploration record where it changed (``JobSchedulingState``)."""
+    """Keep each job's exploration record where it changed (``JobSchedulingState``), and
+    close the record of a job that ended while exploring: no round plans it again, and its
+    page said "Exploring" for good (a job cancelled during its power-limit sweep)."""
+    ended = JobSchedulingState.objects.filter(
+        job__state__in=TERMINAL_JOB_STATES, exploration__status=EXPLORING
+    )
+    for state in ended:
+        state.exploration = {**state.exploration, "status": DONE, "reason": "the job ended"}
+        state.save(update_fields=["exploration"])
     before = rows.snapshot.exploration
     changed = {
         rows.jobs[job_id].pk: record

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from cluster import services as cluster_services
 from cluster.choices import JobState
 from cluster.models import Job, Node
 from scheduling import services
@@ -158,3 +159,34 @@ def test_the_job_page_and_the_api_show_the_gpu_counts_a_job_probed(make_job, mem
     assert data["gpu_probes"][0]["sm_clock_mhz"] is None  # a record from before the field
     assert "172 s of its bound of 494 s" in page
     assert 'id="exploration-table"' not in page  # no power limit was tried
+
+
+def test_a_job_cancelled_while_exploring_is_not_shown_as_exploring(
+    zeus, make_node, make_job, member, team, client
+):
+    # given a new job in its power-limit sweep (the test above's)
+    node = make_node(gpus=1)
+    job = make_job(owner=member, team=team, gpu_model="A100", min_gpus=1, max_gpus=1,
+                   global_batch_size=64, min_batch_size=64, max_batch_size=64,
+                   total_iterations=80_000)  # fmt: skip
+    for k in range(2):
+        now = T0 + k * ROUND
+        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+        assert services.run_scheduling_round(now=now, force=True).ran
+        job.refresh_from_db()
+        _telemetry(job, node, now, now + ROUND)
+    assert JobSchedulingState.objects.get(job=job).exploration["status"] == EXPLORING
+
+    # when it is cancelled and the next round runs
+    cluster_services.cancel_job(job, at=T0 + 2 * ROUND)
+    now = T0 + 2 * ROUND
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+    assert services.run_scheduling_round(now=now, force=True).ran
+
+    # then its record is closed, with why, and its page no longer says "Exploring"
+    rec = JobSchedulingState.objects.get(job=job).exploration
+    assert (rec["status"], rec["reason"]) == (DONE, "the job ended")
+    client.force_login(member)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Exploring:" not in page
+    assert "Stopped: the job ended." in page
