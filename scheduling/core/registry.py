@@ -7,6 +7,7 @@ in this module between rounds: every lookup builds a fresh policy from its param
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -57,3 +58,15 @@ def get_policy(name: str, **params: Any) -> Any:
         known = ", ".join(sorted(PLACERS))
         raise ValueError(f"placement must be one of {known}, not {placement!r}")
     return policy
+
+
+def takes(name: str, param: str) -> bool:
+    """Whether policy ``name`` takes the keyword ``param`` (its class or a base's
+    ``__init__`` names it)."""
+    _load_builtins()
+    cls = _FACTORIES[name]
+    return any(
+        param in inspect.signature(c.__init__).parameters
+        for c in getattr(cls, "__mro__", (cls,))
+        if "__init__" in vars(c)
+    )

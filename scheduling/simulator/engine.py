@@ -52,7 +52,8 @@ round at the next beat tick. ``SimResult.budget_periods`` says what each period 
 and spent.
 
 The simulation ends when every job has finished, or, with jobs left that nothing runs
-for ``stall_limit_s`` and no arrivals to come (e.g. a workload without a perf model),
+(or that make no progress: jobs that only restart) for ``stall_limit_s`` and no arrivals
+to come (e.g. a workload without a perf model),
 once every budget has begun a new period since anything last ran and a round planned then
 ran nothing either (jobs a spent budget holds back wait for the next period's budget, and
 the idle GPUs meanwhile draw on the period they wait in; so with budgets in force a job
@@ -258,7 +259,7 @@ class Simulator:
             # After the last arrival, a stretch in which every active job finishes ends
             # at the last completion: no idle tail is charged past the makespan.
             last = next_arrival >= n_total
-            t_end, finished, energy, co2, idle_e, busy_s, by_team = self._advance(
+            t_end, finished, energy, co2, idle_e, busy_s, by_team, progressed = self._advance(
                 active, t, horizon, last, n_stuck=len(stuck)
             )
             idle_energy_j += idle_e
@@ -283,14 +284,16 @@ class Simulator:
             for rec in finished:
                 del active[rec.spec.job_id]
             n_finished += len(finished)
-            if running:
+            if progressed:
+                # Progress, not a held allocation: jobs that only restart (their budget
+                # spent on loading checkpoints each period, the hard-limit watch stopping
+                # them) would otherwise keep a run going for ever.
                 last_activity_s = t_end
             t = t_end
             if self.progress is not None:
                 self.progress(n_finished, t)
             if (
                 active
-                and not running
                 and next_arrival >= n_total
                 and t - last_activity_s >= cfg.stall_limit_s
                 and self._renewed_before(last_activity_s, t)
@@ -504,8 +507,8 @@ class Simulator:
         """Run every allocated job from t0 to t1 (with ``replan_on_events``, only to the
         first completion; after the last arrival, to the last completion if all finish but
         the ``n_stuck`` that can never run).
-        Returns (end, finished records, energy, co2, idle energy, held GPU-seconds, and
-        per team the [energy, co2] its jobs drew)."""
+        Returns (end, finished records, energy, co2, idle energy, held GPU-seconds, per
+        team the [energy, co2] its jobs drew, and whether any job progressed)."""
         cfg = self.config
         co2_of = self.intensity.co2_g
         mate_of = self._mates(active)
@@ -562,6 +565,7 @@ class Simulator:
         allocated_idle_w = 0.0
         used_nodes: set[str] = set()
         finished = []
+        progressed = False
         knowledge = self.knowledge
         for rec, gpu_model, work_s, power_w, start, finish, share, comm_frac, mate, it_s in plans:
             alloc = rec.allocation
@@ -573,6 +577,7 @@ class Simulator:
             e_job = idle_w * (restart_end - t0)
             c_job = co2_of(idle_w, t0, restart_end)
             if run_end > start:
+                progressed = True
                 e_job += power_w * n * (run_end - start)
                 c_job += co2_of(power_w * n, start, run_end)
                 rec.done_iters += (run_end - start) / work_s
@@ -630,7 +635,7 @@ class Simulator:
         idle_e += e_free
         co2 += co2_of(free_w, t0, t_end)
         held_gpu_s = sum(held_until.values())
-        return t_end, finished, energy, co2, idle_e, held_gpu_s, by_team
+        return t_end, finished, energy, co2, idle_e, held_gpu_s, by_team, progressed
 
     def _hard_limit_watch(self, plans: list[tuple], t0: float, t_end: float) -> float:
         """Where a ``pause_jobs`` budget would reach its limit before ``t_end`` at what its

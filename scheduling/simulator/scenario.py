@@ -221,11 +221,21 @@ def run_policy(
     policy_params: Mapping[str, Any] | None = None,
     budgets: Sequence[BudgetSpec] = (),
 ) -> SimResult:
+    if planner is None:
+        params = dict(policy_params or {})
+        from scheduling.core.registry import takes
+
+        if "restart_s" not in params and takes(policy, "restart_s"):
+            # The policy prices a resize or resume at the run's own restart cost: at its
+            # default (30 s) against 120 s, a team's period went on restarts alone (385%,
+            # and with the hard-limit watch every period, the run never ending).
+            params["restart_s"] = scenario.config.restart_cost_s
+        planner = core_planner(policy, **params)
     sim = Simulator(
         scenario.jobs,
         cluster=scenario.cluster,
         catalog=scenario.catalog,
-        planner=planner or core_planner(policy, **dict(policy_params or {})),
+        planner=planner,
         config=scenario.config,
         intensity=scenario.intensity,
         budget=budget,

@@ -182,6 +182,18 @@ def test_iterations_that_would_take_millennia_are_refused_without_any_budget(
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize("name", ["BERT", " Bert "])
+def test_a_catalog_workload_in_another_case_is_that_workload(api_client, member, team, name):
+    # read as a new workload, it skipped the checks above (a live probe: VGG16 with 10^12
+    # iterations was accepted where vgg16 was refused)
+    refused = _post(api_client, member, workload=name, total_iterations=10**12)
+    assert refused.status_code == 400, refused.content
+    assert "WATTFLOW_MAX_JOB_DAYS" in refused.json()["total_iterations"][0]
+    accepted = _post(api_client, member, workload=name, total_iterations=1000)
+    assert accepted.status_code == 201, accepted.content
+    assert Job.objects.get().workload == "bert"
+
+
 def test_the_job_form_shows_the_refusal_beside_its_field(client, member, team, make_node):
     make_node("node-01", gpus=4)
     client.force_login(member)

@@ -541,3 +541,18 @@ def test_only_the_budget_spent_first_is_stopped():
     assert planner.spent_ids[1] == {"cluster"}
     team = next(p for p in result.budget_periods if p.budget_id == "team")
     assert team.energy_j == pytest.approx(1.6e4, abs=1e-2)
+
+
+def test_a_job_that_only_restarts_ends_the_run_as_a_stall():
+    # A planner that moves A to the other GPU every round, with a restart longer than a
+    # round: after its first round A is always allocated but never progresses. The run
+    # ends as a stall once nothing progressed for stall_limit_s (1,000 s after 100 s),
+    # not at max_time_s.
+    def mover(snapshot: Snapshot, now: float) -> Plan:
+        gpu = "n0/0" if int(now // 100) % 2 else "n0/1"
+        return Plan(allocations={"A": Allocation((gpu,), 32)}, waiting={})
+
+    result = _one_job(mover, iters=1.0e6, restart_cost_s=150.0, max_time_s=1.0e6).run()
+    assert result.stopped_early
+    assert result.jobs[0].done_iters == pytest.approx(50.0)  # its fresh start's 100 s
+    assert result.end_s == pytest.approx(1100.0)

@@ -396,3 +396,26 @@ def test_team_budgets_charge_each_team_its_jobs_and_none_is_overspent(scenario, 
     assert sum(charged.values()) < result.energy_j  # the idle draw is nobody's
     assert max(p.share for p in result.budget_periods) <= 1.0 + 1e-9
     assert all(r.finish_s is not None for r in result.jobs)
+
+
+def test_a_policy_prices_restarts_at_the_runs_own_restart_cost(monkeypatch):
+    # At its default (30 s) against a run's 120 s, a team's period went on restarts alone.
+    from scheduling.core.registry import takes
+    from scheduling.simulator import scenario as scenario_module
+
+    assert takes("powerflow", "restart_s") and takes("elastic", "restart_s")
+    assert not takes("fifo", "restart_s")
+    seen = {}
+    real = scenario_module.core_planner
+
+    def spy(policy, **params):
+        seen[policy] = params
+        return real(policy, **params)
+
+    monkeypatch.setattr(scenario_module, "core_planner", spy)
+    scn = load_scenario(TRACE, CLUSTER, config=SimConfig(restart_cost_s=120.0), max_jobs=3)
+    for policy, params in (("powerflow", {}), ("fifo", {}), ("elastic", {"restart_s": 5.0})):
+        scenario_module.run_policy(scn, policy, policy_params=params)
+    assert seen["powerflow"] == {"restart_s": 120.0}
+    assert seen["fifo"] == {}
+    assert seen["elastic"] == {"restart_s": 5.0}  # a policy parameter given wins
