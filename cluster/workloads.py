@@ -25,6 +25,16 @@ def known_workloads() -> tuple[str, ...]:
     return current_catalog().workloads()
 
 
+def catalog_name(workload: str) -> str:
+    """``workload`` as the catalog spells it where it names a catalog workload in another
+    case (``RESNET50`` is ``resnet50``), else unchanged: read as a new, unknown workload,
+    it was predicted from an estimate and skipped the submit checks a catalog workload
+    gets (the longest job allowed, budgets that could never pay for it), as GPU model
+    names in any case were already read as the catalog's."""
+    known = {w.casefold(): w for w in known_workloads()}
+    return known.get(workload.strip().casefold(), workload)
+
+
 def workload_errors(workload: str, gpu_model: str = "", *, resembles: str = "") -> dict[str, str]:
     """Per-field messages for the workload and its hint. Any workload name and any GPU model
     are accepted (see above); ``workload`` and ``gpu_model`` stay parameters for the callers

@@ -21,7 +21,7 @@ from cluster.validators import (
     MIN_PARAM_COUNT,
     period_bound_errors,
 )
-from cluster.workloads import known_workloads, workload_errors
+from cluster.workloads import catalog_name, known_workloads, workload_errors
 
 _INT = {"min_value": 1}
 
@@ -87,6 +87,9 @@ class JobSubmitForm(forms.Form):
         self.known_workloads = known_workloads()
         self.fields["resembles"].choices = [("", "—"), *workload_choices()]
 
+    def clean_workload(self) -> str:
+        return catalog_name(self.cleaned_data["workload"])
+
     def clean(self):
         cleaned = super().clean()
         gpus, max_gpus = cleaned.get("gpus"), cleaned.get("max_gpus")
@@ -130,6 +133,9 @@ class PredictForm(forms.Form):
     max_gpus = forms.IntegerField(min_value=1, max_value=1024, required=False)
     batch_size = forms.IntegerField(**_INT)
     iterations = forms.IntegerField(**_INT)
+
+    def clean_workload(self) -> str:
+        return catalog_name(self.cleaned_data["workload"])
 
     def __init__(self, *args, teams=None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -12,7 +12,7 @@ from cluster import services
 from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 from cluster.queries import can_manage_budgets_of, is_team_member
-from cluster.workloads import workload_errors
+from cluster.workloads import catalog_name, workload_errors
 from scheduling.feasibility import submit_refusals
 from scheduling.workload_profiles import JobHints
 from telemetry.agent.backends import gpu_model_key
@@ -229,10 +229,20 @@ class JobSerializer(_NumbersOnly):
             return None
         return ExplorationSerializer(record).data
 
+    def validate_workload(self, value: str) -> str:
+        return catalog_name(value)
+
+    def validate_resembles(self, value: str) -> str:
+        return catalog_name(value) if value else value
+
     def validate_gpu_model(self, value: str) -> str:
         # As the agents register GPUs: a name copied from nvidia-smi ("NVIDIA H200")
-        # asks for the model key its GPUs are stored under (H200).
-        return gpu_model_key(value)
+        # asks for the model key its GPUs are stored under (H200), in any case ("l40s").
+        key = gpu_model_key(value)
+        if not key:
+            return key
+        registered = Gpu.objects.values_list("model", flat=True).distinct()
+        return next((m for m in registered if m.casefold() == key.casefold()), key)
 
     def validate_team(self, team: Team) -> Team:
         user = self.context["request"].user

@@ -110,6 +110,19 @@ def test_a_gpu_model_named_as_nvidia_smi_names_it_asks_for_its_key(
     assert Job.objects.get().gpu_model == stored
 
 
+@pytest.mark.parametrize("given", ["a100", "nvidia a100-sxm4-80gb"])
+def test_a_gpu_model_in_another_case_asks_for_the_registered_one(
+    api_client, member, team, make_node, given
+):
+    # a live probe: "l40s" was refused on a cluster of L40S GPUs
+    make_node(gpus=1)
+    body = {**SUBMIT, "gpu_model": given}
+    response = api_client(member).post("/api/jobs/", body, format="json")
+
+    assert response.status_code == 201, response.json()
+    assert Job.objects.get().gpu_model == "A100"
+
+
 def test_submission_for_a_gpu_model_without_catalog_entry_is_accepted(api_client, member, team):
     # the catalog measured bert on A100 and T4 only; an A40 job starts from an estimate
     assert "A40" not in perf_catalog().gpu_models_for("bert")
