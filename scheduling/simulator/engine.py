@@ -650,8 +650,8 @@ class Simulator:
         whose idle floor alone exceeds it is not kept (the CLI says so)."""
         ledger = self.budgets
         idle_w_of, power_off = self._idle_w, self.config.power_off_idle_nodes
-        # per plan: team, (start, finish) clipped to the stretch, its draw before its
-        # start (restarting), while it runs and the idle draw of its GPUs
+        # by team, each allocated job's (start, finish, busy draw, idle draw of its GPUs):
+        # it draws idle while restarting (until start), busy until it finishes
         parts: dict[str | None, list[tuple]] = defaultdict(list)
         for rec, gpu_model, _w, power_w, start, finish, share, *_ in plans:
             n = rec.allocation.n_gpus

@@ -1166,6 +1166,8 @@ class _Round:
                 if not length >= policy.min_probe_s:
                     self._unpaid_first_probe(j, rec, "top")
                     return False
+                busy_team, d_cluster = self._busy_j(j, est, length)  # its record's
+                d_team = busy_team + restart_j
         part_s = min(length, self.round_s)
         if top_w is None:
             now_share = part_s / length
