@@ -16,6 +16,7 @@ is the batch the perf model is asked about here, so no conversion is needed.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import statistics
@@ -218,9 +219,10 @@ def progress_iter_times(
     iter_times = []
     beyond = dropped = 0
     for node_reports in by_node.values():
-        reports = _in_order(node_reports)
-        dropped += len(node_reports) - len(reports)
-        for (t0, i0), (t1, i1) in zip(reports, reports[1:], strict=False):
+        runs = _in_order(node_reports)
+        dropped += sum(i is not None for _, i in node_reports) - sum(map(len, runs))
+        pairs = (pair for run in runs for pair in zip(run, run[1:], strict=False))
+        for (t0, i0), (t1, i1) in pairs:
             if i0 is None or i1 is None or i1 <= i0 or overlaps(t0, t1, exclude):
                 continue
             if i1 > most:
@@ -235,27 +237,51 @@ def progress_iter_times(
         )  # fmt: skip
     if dropped:
         log.warning(
-            "job %s: %d progress report(s) of allocation %s count more iterations than a "
-            "later report: left out of its fit",
+            "job %s: %d progress report(s) of allocation %s out of order with the others' "
+            "counts (an allocation's count never falls): left out of its fit",
             job_id, dropped, allocation_id,
         )  # fmt: skip
     return iter_times, (progress[-1][1] if progress else None)
 
 
-def _in_order(reports: list[tuple[datetime, float | None]]) -> list[tuple[datetime, float]]:
-    """One node's progress reports (in time order) without those whose count is above a
-    later report's: an allocation's count never falls, so such a report is out of order
-    (stamped before it was counted, or counted wrong). Kept, it made an interval of a few
+def _in_order(reports: list[tuple[datetime, float | None]]) -> list[list[tuple[datetime, float]]]:
+    """One node's progress reports (in time order) as runs between reports without a count,
+    each without the fewest reports that break its order: an allocation's count never
+    falls, so a report above a later one, or below an earlier one, is out of order (stamped
+    before it was counted, or counted wrong). Kept, one made an interval of a few
     hundredths of a second with its neighbour that the fit read as a speed 2.5 times the
-    job's (a live probe)."""
-    kept: list[tuple[datetime, float]] = []
-    lowest = math.inf
-    for ts, iterations in reversed(reports):
+    job's (a live probe). The runs' longest non-decreasing subsequences are kept."""
+    runs: list[list[tuple[datetime, float]]] = []
+    current: list[tuple[datetime, float]] = []
+    for ts, iterations in reports:
         if iterations is None:
-            continue
-        if iterations <= lowest:
-            kept.append((ts, iterations))
-            lowest = iterations
+            runs.append(current)
+            current = []
+        else:
+            current.append((ts, iterations))
+    runs.append(current)
+    return [_longest_rising(run) for run in runs if run]
+
+
+def _longest_rising(run: list[tuple[datetime, float]]) -> list[tuple[datetime, float]]:
+    """The longest subsequence of ``run`` whose counts never fall (the earliest such)."""
+    tails: list[float] = []  # the least last count of a subsequence of each length
+    tail_at: list[int] = []  # its index in ``run``
+    before = [-1] * len(run)
+    for k, (_, iterations) in enumerate(run):
+        pos = bisect.bisect_right(tails, iterations)
+        if pos == len(tails):
+            tails.append(iterations)
+            tail_at.append(k)
+        else:
+            tails[pos] = iterations
+            tail_at[pos] = k
+        before[k] = tail_at[pos - 1] if pos else -1
+    kept = []
+    k = tail_at[-1]
+    while k >= 0:
+        kept.append(run[k])
+        k = before[k]
     kept.reverse()
     return kept
 

@@ -337,6 +337,9 @@ def run_scheduling_round(
         _account_budgets_near_their_limits(now, round_interval_s=float(config.round_interval_s))
     elif not config.paused:
         watched = _spent_with_jobs_running(now)
+        if watched:
+            # the round plans every team: each near its limit is accounted, as for any round
+            _account_budgets_near_their_limits(now, round_interval_s=float(config.round_interval_s))
     with transaction.atomic():
         if not try_round_lock():
             return RoundResult(ran=False, skipped="locked")
@@ -376,7 +379,7 @@ def run_scheduling_round(
         round_row = _record_round(rows, plan, now=now, requeued=len(requeued))
         applied, failed, decisions = _apply(plan, rows, round_row, now=now)
         _record_waiting(plan, rows, round_row, now=now)
-        _record_exploration(plan, rows)
+        _record_exploration(plan, rows, now=now)
         if policy_name == config.policy:
             SchedulerSettings.objects.filter(pk=config.pk).update(
                 policy_state=_json_safe(plan.policy_state)
@@ -519,12 +522,15 @@ def _apply(
     return applied, failed, decisions
 
 
-def _record_exploration(plan: core.Plan, rows: adapters.SnapshotRows) -> int:
+def _record_exploration(plan: core.Plan, rows: adapters.SnapshotRows, *, now: datetime) -> int:
     """Keep each job's exploration record where it changed (``JobSchedulingState``), and
-    close the record of a job that ended while exploring: no round plans it again, and its
-    page said "Exploring" for good (a job cancelled during its power-limit sweep)."""
+    close the record of a job that ended while exploring (in the last ``ENDED_LOOKBACK``):
+    no round plans it again, and its page said "Exploring" for good (a job cancelled
+    during its power-limit sweep)."""
     ended = JobSchedulingState.objects.filter(
-        job__state__in=TERMINAL_JOB_STATES, exploration__status=EXPLORING
+        job__state__in=TERMINAL_JOB_STATES,
+        job__finished_at__gte=now - ENDED_LOOKBACK,
+        exploration__status=EXPLORING,
     )
     for state in ended:
         state.exploration = {**state.exploration, "status": DONE, "reason": "the job ended"}

@@ -190,10 +190,10 @@ def validate_batch(
                 number, message = _number(value, unit, low, high)
                 if message:
                     field_errors[name] = [message]
-                elif name == "power_w" and gpu is not None and number > top_w[gpu[0]]:
+                elif name == "power_w" and gpu is not None and number > top_w.get(gpu[0], 1e9):
                     field_errors[name] = [
                         f"{number:g} W is above {MAX_POWER_FACTOR:g} x this GPU's highest "
-                        f"power limit ({top_w[gpu[0]] / MAX_POWER_FACTOR:g} W): no GPU "
+                        f"power limit ({top_w.get(gpu[0], 0.0) / MAX_POWER_FACTOR:g} W): no GPU "
                         "draws that."
                     ]
                 row.append(number)

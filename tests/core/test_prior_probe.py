@@ -139,13 +139,14 @@ def test_a_probe_may_take_what_the_period_has_left_at_its_gpus_top_draw_if_nothi
     assert plan.allocations["a"].n_gpus == 1
     assert plan.waiting == {}
     # and it is counted at the most its GPU can draw, so a prior that underestimates the
-    # draw cannot overspend: with 3,000 J left the probe is as long as that pays, 50 s
+    # draw cannot overspend: with 3,000 J left (50 s of it) the probe is as long as that
+    # pays with min_probe_s (10 s) to spare for a live round's lateness, 40 s
     plan = _round(prior, limit_j=3_000.0)
     assert plan.allocations["a"].n_gpus == 1
-    assert plan.replan_at_s == pytest.approx(50.0)
-    assert plan.policy_state["prior_probes"]["a"]["until_s"] == pytest.approx(50.0)
-    # and with less than min_probe_s (10 s: 600 J) at that draw it waits, and says why
-    plan = _round(prior, limit_j=590.0)
+    assert plan.replan_at_s == pytest.approx(40.0)
+    assert plan.policy_state["prior_probes"]["a"]["until_s"] == pytest.approx(40.0)
+    # and where that leaves less than min_probe_s it waits, and says why
+    plan = _round(prior, limit_j=1_190.0)
     assert "a" not in plan.allocations
     assert "would draw more, at its GPUs' highest power limit, than that budget has left" in (
         plan.waiting["a"].message

@@ -598,3 +598,28 @@ def test_a_spent_budget_whose_team_runs_nothing_waits_for_the_interval(
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
     assert (tick.ran, tick.skipped) == (False, "not_due")
+
+
+def test_a_round_the_watch_runs_accounts_every_team_near_its_limit(
+    fifo_5min, live_node, make_job, member, team, monkeypatch
+):
+    # The watch accounts its own teams first; the round it then runs plans every team,
+    # so every team near its limit is accounted too, as before any round (a review).
+    live_node()
+    job = _job(make_job, member, team)
+    services.run_scheduling_round(now=T0)
+    budget = Budget.objects.create(
+        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
+        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.PAUSE_JOBS,
+    )  # fmt: skip
+    _spend(budget, job, energy_j=3.6e6)
+    calls = []
+    real = services._account_budgets_near_their_limits
+
+    def spy(now, **kwargs):
+        calls.append(kwargs.get("team_ids"))
+        return real(now, **kwargs)
+
+    monkeypatch.setattr(services, "_account_budgets_near_their_limits", spy)
+    assert services.run_scheduling_round(now=T0 + timedelta(seconds=20)).ran
+    assert calls == [[team.pk], None]

@@ -25,17 +25,17 @@ def _report(node, job, alloc, at_s: float, iterations: float) -> None:
 
 
 @pytest.mark.django_db
-def test_a_report_counting_more_than_a_later_one_is_left_out(
-    make_node, make_job, member, team, caplog
-):
+@pytest.mark.parametrize("stray", [400.0, 5.0])
+def test_a_report_out_of_order_is_left_out(make_node, make_job, member, team, caplog, stray):
     # given reports of 10 iterations a second (0.1 s each), and one of 400 stamped 0.95 s
-    # before the report of 70 (a live probe: both were accepted)
+    # before the report of 70 (a live probe: both were accepted), or one of 5 there
+    # (kept as the only one in order with what follows it, it threw away six good ones)
     node = make_node("node-01")
     job = make_job(owner=member, team=team)
     alloc = JobAllocation.objects.create(job=job, batch_size=32, started_at=T0)
     for k in range(1, 8):
         _report(node, job, alloc, float(k), 10.0 * k)
-    _report(node, job, alloc, 6.05, 400.0)
+    _report(node, job, alloc, 6.05, stray)
 
     # when the round reads its iteration times
     with caplog.at_level(logging.WARNING, logger="scheduling.observations"):
@@ -45,4 +45,5 @@ def test_a_report_counting_more_than_a_later_one_is_left_out(
     # entered the fit, 2.5 times the job's speed), and the refusal is logged
     assert times == pytest.approx([0.1] * 6)
     assert last == T0 + timedelta(seconds=7)
-    assert "count more iterations than a later report" in caplog.text
+    assert "1 progress report(s)" in caplog.text
+    assert "out of order" in caplog.text

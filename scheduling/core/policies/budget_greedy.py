@@ -128,8 +128,9 @@ work keeps nothing from anyone: the probe may take all of what the period has le
 counted and charged (in each of its rounds, and held back from other probes until it
 ends) at its GPUs' highest power limit, so that a prior that underestimates the draw
 cannot overspend (a team whose period is small beside one probe never learned its jobs);
-where even that cannot pay ``probe_s``, the probe is as long as it can pay, if that is at
-least ``min_probe_s``.
+where even that cannot pay ``probe_s``, the probe is as long as it can pay with
+``min_probe_s`` to spare (a live probe ends at a beat tick), if that is at least
+``min_probe_s``.
 A probe that ends before the job was observed (a slow start: a real training script may
 take a minute to load its data before its first progress report) goes on for another
 ``probe_s``, bounded the same way, at most ``probe_extensions`` times; then the job waits
@@ -1159,10 +1160,13 @@ class _Round:
                 # A period too small for a whole probe at the top draw may still pay a
                 # shorter one (a 3.4 kJ team period against 4.4 kJ for 60 s on a T4:
                 # its 74 jobs never started); shorter than ``min_probe_s`` teaches
-                # nothing. What such a probe teaches is one configuration; the engine's
-                # (and the service's) hard-limit watch stops a budget where a later
-                # plan's guess from it overspends.
-                length = min(length, self._top_probe_s(j, top_w, restart_j))
+                # nothing. It leaves ``min_probe_s`` of the top draw unspent: a live
+                # probe ends at the first beat tick after its end (10 s by default).
+                # What such a probe teaches is one configuration; the engine's (and the
+                # service's) hard-limit watch stops a budget where a later plan's guess
+                # from it overspends.
+                room_s = self._top_probe_s(j, top_w, restart_j) - policy.min_probe_s
+                length = min(length, room_s)
                 if not length >= policy.min_probe_s:
                     self._unpaid_first_probe(j, rec, "top")
                     return False
