@@ -262,6 +262,12 @@ class JobEventSerializer(serializers.Serializer):
             raise serializers.ValidationError({"reason": "An exit needs a reason."})
         # The two statistics only mean something together (their ratio is the noise scale).
         sqr, var = attrs.get("grad_sqr"), attrs.get("grad_var")
+        if attrs["kind"] != JobEventKind.PROGRESS and (sqr is not None or var is not None):
+            # what the schema says; on a start or an exit they replaced the job's statistics
+            field = "grad_sqr" if sqr is not None else "grad_var"
+            raise serializers.ValidationError(
+                {field: "Gradient statistics come with a progress event."}
+            )
         if (sqr is None) != (var is None):
             missing = "grad_var" if var is None else "grad_sqr"
             raise serializers.ValidationError(

@@ -371,6 +371,21 @@ def test_old_allocations_are_not_listed_to_stop(agent_node, agent_client, make_j
     assert answer == {"assignments": [], "stop": []}
 
 
+def test_gradient_statistics_on_a_start_are_refused(running_job, agent_node, agent_client):
+    # the schema says they come with a progress event; on a start or an exit they replaced
+    # the job's statistics (a live probe)
+    node, token = agent_node
+    event = _event(running_job, "started", grad_sqr=4.0, grad_var=2.0)
+    response = agent_client(token).post(
+        "/api/agent/job-events/", {"events": [event]}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["events"][0] == {
+        "grad_sqr": ["Gradient statistics come with a progress event."]
+    }
+    assert Job.objects.get(pk=running_job.pk).grad_sqr is None
+
+
 def test_gradient_statistics_are_stored_on_the_job_and_an_older_report_does_not_win(
     running_job, agent_node, agent_client
 ):
