@@ -83,8 +83,11 @@ def parse_progress(text: str) -> Progress | None:
             return None
     try:
         data = json.loads(text)
-        iterations = float(data["iterations"])
-    except (ValueError, KeyError, TypeError):
+        count = data["iterations"]
+        if isinstance(count, bool) or isinstance(count, str):
+            return None  # not a count (true was read as 1; the server refuses booleans)
+        iterations = float(count)
+    except (ValueError, KeyError, TypeError, OverflowError):
         return None
     if not math.isfinite(iterations) or iterations < 0:
         return None

@@ -59,6 +59,9 @@ EXAMPLE = ROOT / "jobclient" / "train_logreg.py"
         ('{"iterations": 5, "gr', None),  # half written: read again next tick
         ('{"samples": 5}', None),
         ('{"iterations": -1}', None),
+        ('{"iterations": true}', None),  # not a count (was read as 1)
+        ('{"iterations": "5"}', None),
+        ('{"iterations": 1e999}', None),
         ("", None),
         ("abc", None),
     ],
