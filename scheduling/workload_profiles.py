@@ -57,6 +57,8 @@ PARAM_COUNTS = param_counts()
 # ``prior_for``'s label of a prior that is not the (workload, GPU model)'s own: "<this>
 # <catalog workload>@<catalog GPU model>".
 ESTIMATED = "estimated from catalog"
+# a resembled workload's profile on the job's GPU model, where the catalog has no model of it
+ESTIMATED_FROM_PROFILE = "estimated from profile"
 
 
 def model_to_params(model: FittedPerfModel) -> dict[str, Any]:
@@ -173,7 +175,8 @@ def prior_for(
 ) -> tuple[FittedPerfModel, str] | None:
     """(prior model, where it came from) for a job of ``workload`` on ``gpu_model``: the
     newest profile; else the catalog's model; else the model on that GPU model of the
-    catalog workload the job says it resembles (``hints``), else of the one nearest in
+    catalog workload the job says it resembles (``hints``), or that workload's newest
+    profile on it, else of the one nearest in
     the job's parameter count (``hints``) among those with a published size, else of the first
     catalog workload on it; else, for a GPU model the catalog does not know, the workload's model
     (or the resembled one's, or the first one) on the catalog GPU nearest to what NVML
@@ -212,7 +215,9 @@ def catalog_source(workload: str, gpu_model: str) -> str:
 def _unprofiled_prior(
     workload: str, gpu_model: str, *, catalog: Catalog, nvml: NvmlGpu | None, hints: JobHints
 ) -> tuple[FittedPerfModel, str] | None:
-    """``prior_for`` where the workload has no profile on ``gpu_model``."""
+    """``prior_for`` where the workload has no profile on ``gpu_model``: the catalog's model,
+    else the resembled workload's catalog model on it, else its profile on it, else a
+    stand-in (see ``prior_for``)."""
     # Named by what they were looked up as: a catalog alias (imagenet on the A100 is
     # resnet50's model) is the workload's own model, measured, not an estimate.
     if catalog.has(workload, gpu_model):
@@ -220,6 +225,14 @@ def _unprofiled_prior(
     resembles, param_count = hints.resembles, hints.param_count
     if resembles and catalog.has(resembles, gpu_model):
         return catalog.get(resembles, gpu_model), f"{ESTIMATED} {resembles}@{gpu_model}"
+    if resembles:
+        # What jobs of the resembled workload taught on this GPU model beats its catalog
+        # model carried from another GPU (a live probe: a job like resnet50 on an L40S
+        # started from the A100 catalog model beside a learned resnet50@L40S profile).
+        kin = latest_profile(resembles, gpu_model)
+        if kin is not None:
+            label = f"{ESTIMATED_FROM_PROFILE} {resembles}@{gpu_model} v{kin.version}"
+            return model_from_params(kin.params), label
     # the rest of the rule the simulated agent runs such a job by
     base = catalog_stand_in(catalog, workload, gpu_model, param_count=param_count)
     if base is not None:
@@ -246,9 +259,10 @@ def estimated_from_another_workload(workload: str, source: str) -> bool:
     another workload's catalog model: its fixed / per-sample split is then a guess. False
     for the workload's own catalog model or profile, and for its own model carried from
     another GPU model (its shape, only the GPU differs)."""
-    if not source.startswith(f"{ESTIMATED} "):
-        return False
-    return source.rsplit("@", 1)[0] != f"{ESTIMATED} {workload}"
+    for prefix in (ESTIMATED, ESTIMATED_FROM_PROFILE):
+        if source.startswith(f"{prefix} "):
+            return source.rsplit("@", 1)[0] != f"{prefix} {workload}"
+    return False
 
 
 def gpu_draw_range_w(

@@ -423,3 +423,31 @@ def test_jobs_that_start_from_the_same_prior_share_one_model(make_job, member, t
     assert model_of[a.pk] is model_of[b.pk]
     assert model_of[c.pk] is not model_of[a.pk]
     assert all(m.estimated for m in model_of.values())
+
+
+def test_a_job_like_a_workload_learned_on_its_gpu_starts_from_that_profile(make_job, member, team):
+    # given resnet50 learned on an A40 (which the catalog lacks): twice as slow as its
+    # estimate from the A100
+    a40 = wp.NvmlGpu("A40", 100.0, 300.0, 300.0, clocks_mhz=(1740, 1200, 210))
+    estimate, _ = wp.prior_for("resnet50", "A40", catalog=CATALOG, nvml=a40)
+    job = make_job(owner=member, team=team)
+    state = JobSchedulingState.objects.create(job=job)
+    seen = Observation(n_gpus=2, n_nodes=1, local_batch=128.0,
+                       iter_time_s=2.0 * estimate.iter_time_s(CFG), power_w=200.0)  # fmt: skip
+    wp.record_observations(
+        job, state, gpu_model="A40", observations=[seen], until=T0, catalog=CATALOG, nvml=a40
+    )
+    Job.objects.filter(pk=job.pk).update(state=JobState.COMPLETED)
+    assert wp.fold_finished_jobs(now=T0) == 1
+
+    # then a new workload that resembles resnet50 starts there from that profile (a live
+    # probe: it started from the A100 catalog model), marked an estimate of another workload
+    prior, source = wp.prior_for(
+        "my-net", "A40", catalog=CATALOG, nvml=a40, hints=wp.JobHints("resnet50")
+    )
+    assert source == "estimated from profile resnet50@A40 v1"
+    assert prior.iter_time_s(CFG) == pytest.approx(2.0 * estimate.iter_time_s(CFG), rel=0.02)
+    assert wp.estimated_from_another_workload("my-net", source)
+    assert not wp.estimated_from_another_workload(
+        "resnet50", "estimated from profile resnet50@A40 v1"
+    )
