@@ -255,6 +255,8 @@ SPECTACULAR_SETTINGS = {
     # Request bodies are documented as JSON only: the views parse forms too, but three content
     # types per body made generated clients send multipart with a JSON header (config/openapi.py).
     "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
+    # a job's model and its prior share one set of kinds (scheduling.choices)
+    "ENUM_NAME_OVERRIDES": {"PerfModelKindEnum": "scheduling.choices.PerfModelKind"},
 }
 
 # --- Channels -------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from scheduling.choices import DecisionAction
 from scheduling.core.types import G_PER_KG
 from scheduling.feasibility import submit_refusals
 from scheduling.models import JobSchedulingState, RoundDecision
+from scheduling.perf_lookup import job_models
 from scheduling.queries import placement_label
 from scheduling.workload_profiles import JobHints
 from telemetry.accounting import job_totals
@@ -266,6 +267,7 @@ def job_detail(request, pk: int):
             "progress_percent": min(100.0, 100.0 * job.completed_iterations / job.total_iterations),
             "can_cancel": can_cancel_job(request.user, job) and not state.is_terminal,
             "exploration": _exploration(job),
+            "models": job_models(JobSchedulingState.objects.filter(job=job).first()),
             "page": "jobs",
         },
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cluster.models import Gpu
 from scheduling import workload_profiles
@@ -148,3 +149,30 @@ class LookupCatalog:
 
     def workloads(self) -> tuple[str, ...]:
         return self.catalog.workloads()
+
+
+def job_models(state: Any) -> list[dict[str, Any]]:
+    """What a job's own performance model is, per GPU model it ran on (a
+    ``JobSchedulingState``; None: nothing yet): ``kind`` "learned" once it has measured
+    itself there (``observations``, weights summed), else its prior's kind; ``prior``, what
+    it started from (a ``prior_for`` label) and ``prior_kind`` (catalog, learned profile,
+    or estimated from another workload or GPU model). The API and the job page show it, so
+    a prediction that is still a prior says so (issue 12, point 1)."""
+    if state is None:
+        return []
+    counts = state.observation_counts()
+    rows = []
+    for gpu_model, entry in sorted((state.online_params or {}).items()):
+        prior = str(entry.get("prior", ""))
+        n = float(counts.get(gpu_model, 0.0))
+        prior_kind = kind_of(prior).value
+        rows.append(
+            {
+                "gpu_model": gpu_model,
+                "kind": "learned" if n > 0 else prior_kind,
+                "observations": n,
+                "prior": prior,
+                "prior_kind": prior_kind,
+            }
+        )
+    return rows

@@ -13,7 +13,9 @@ from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 from cluster.queries import can_manage_budgets_of, is_team_member
 from cluster.workloads import catalog_name, workload_errors
+from scheduling.choices import PerfModelKind
 from scheduling.feasibility import submit_refusals
+from scheduling.perf_lookup import job_models
 from scheduling.workload_profiles import JobHints
 from telemetry.agent.backends import gpu_model_key
 from telemetry.usage import budget_usage
@@ -121,6 +123,21 @@ class GpuProbeSerializer(serializers.Serializer):
     )
 
 
+class JobModelSerializer(serializers.Serializer):
+    """What the scheduler's model of a job is on one GPU model (``perf_lookup.job_models``)."""
+
+    gpu_model = serializers.CharField()
+    kind = serializers.ChoiceField(
+        choices=PerfModelKind.choices,
+        help_text="learned: fitted to the job's own measurements; otherwise its prior's kind "
+        "(catalog: measured offline; learned: a workload profile; estimated: carried from "
+        "another workload or GPU model).",
+    )
+    observations = serializers.FloatField(help_text="The job's own measurements behind it.")
+    prior = serializers.CharField(help_text="What it started from, e.g. 'profile v2'.")
+    prior_kind = serializers.ChoiceField(choices=PerfModelKind.choices)
+
+
 class ExplorationSerializer(serializers.Serializer):
     """A job's just-in-time exploration of power limits (scheduling/core/exploration.py)
     and of larger GPU counts (scheduling/core/gpu_probe.py)."""
@@ -156,6 +173,7 @@ class JobSerializer(_NumbersOnly):
     state_colour = serializers.SerializerMethodField()
     current_allocation = JobAllocationSerializer(read_only=True)
     exploration = serializers.SerializerMethodField()
+    models = serializers.SerializerMethodField()
     # Why is my job pending: ``pending_*`` are the job's own fields (the one store), written by
     # the latest round (reason, expected start or cleaner hour, the round) or by liveness.
     # Blank while the job does not wait (the schema must say "" is a value too).
@@ -200,6 +218,7 @@ class JobSerializer(_NumbersOnly):
             "log_tail",
             "current_allocation",
             "exploration",
+            "models",
         ]
         read_only_fields = [
             "id",
@@ -219,6 +238,12 @@ class JobSerializer(_NumbersOnly):
 
     def get_state_colour(self, job: Job) -> str:
         return JobState(job.state).colour
+
+    @extend_schema_field(JobModelSerializer(many=True))
+    def get_models(self, job: Job) -> list[dict]:
+        """The scheduler's model of the job per GPU model it ran on: learned from its own
+        measurements, or still its prior (and of which kind); empty before it ran."""
+        return job_models(getattr(job, "scheduling", None) if job.pk else None)
 
     @extend_schema_field(ExplorationSerializer(allow_null=True))
     def get_exploration(self, job: Job) -> dict | None:

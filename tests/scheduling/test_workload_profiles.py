@@ -451,3 +451,33 @@ def test_a_job_like_a_workload_learned_on_its_gpu_starts_from_that_profile(make_
     assert not wp.estimated_from_another_workload(
         "resnet50", "estimated from profile resnet50@A40 v1"
     )
+
+
+def test_the_api_and_the_job_page_say_whether_a_jobs_model_is_learned(
+    make_job, member, team, client
+):
+    # given a job that measured itself twice on the A100, and one that has not run
+    ran = _job_with(make_job, member, team, [_obs(2.0), _obs(2.0)], finish=False)
+    waiting = make_job(owner=member, team=team)
+    client.force_login(member)
+
+    # then the API says its model is learned from 2 measurements, from the catalog's
+    # prior, and the job that has not run has no model of its own yet
+    models = client.get(f"/api/jobs/{ran.pk}/").json()["models"]
+    assert models == [
+        {
+            "gpu_model": "A100",
+            "kind": "learned",
+            "observations": 2.0,
+            "prior": "catalog resnet50@A100",
+            "prior_kind": "catalog",
+        }
+    ]
+    assert client.get(f"/api/jobs/{waiting.pk}/").json()["models"] == []
+    # and so do their pages
+    page = client.get(f"/jobs/{ran.pk}/").content.decode()
+    assert "A100: learned from 2 of its own measurements" in page
+    assert (
+        "not run yet: predicted from its prior"
+        in client.get(f"/jobs/{waiting.pk}/").content.decode()
+    )
