@@ -456,12 +456,27 @@ def _budget_columns() -> set[str]:
 
 
 def _follow_alert(budget: Budget, before: dict, after: dict) -> None:
-    """Keep a budget's alert true to the edited budget: gone where its limits, period or
-    team changed (the next round announces it again if it is still spent), its action the
-    budget's new one where only that changed."""
+    """Keep a budget's alert true to the edited budget. Where its limits, period or team
+    changed: kept (with the new team, limits and action) if the edited budget is still
+    spent by its ledger, else gone (the next round announces it again if it becomes
+    spent). Deleted whatever it said, a spent budget whose period was cut short was found
+    again after its end, and its leads were told, falsely, that no round could act on it
+    (a live probe). Its action the budget's new one where only that changed."""
     alerts = BudgetAlert.objects.filter(budget_id=budget.pk)
     if any(before[f] != after[f] for f in _ALERT_SCOPE_FIELDS):
-        alerts.delete()
+        if not alerts.exists():
+            return
+        from telemetry.usage import budget_usage  # telemetry's ledgers name this app's models
+
+        if any(limit.over_hard for limit in budget_usage(budget).limits):
+            alerts.update(
+                team_id=budget.team_id,
+                energy_limit_kwh=budget.energy_limit_kwh,
+                carbon_limit_kg=budget.carbon_limit_kg,
+                action=budget.hard_limit_action,
+            )
+        else:
+            alerts.delete()
     elif before["hard_limit_action"] != after["hard_limit_action"]:
         alerts.update(action=budget.hard_limit_action)
 

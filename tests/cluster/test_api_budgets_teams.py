@@ -299,6 +299,38 @@ def test_a_budgets_alert_follows_its_edits_and_is_kept_in_the_audit_when_deleted
     assert entry.before["energy_limit_kwh"] == 5000.0
 
 
+def test_a_spent_budget_whose_period_is_cut_short_keeps_its_alert(
+    api_client, lead, budgets, team, make_node
+):
+    # given a budget spent by its ledger (1,200 of 1,000 kWh) and alerted in its period
+    from telemetry.models import EnergyLedgerEntry
+
+    budget = budgets["vision"]
+    gpu = make_node(gpus=1).gpus.get()
+    EnergyLedgerEntry.objects.create(
+        gpu=gpu, hour=START, team=team, energy_j=1200.0 * 3.6e6, co2_g=0.0,
+        ci_g_per_kwh=0.0, zone="ES",
+    )  # fmt: skip
+    BudgetAlert.objects.create(
+        budget=budget, team=team, at=START, action=budget.hard_limit_action,
+        energy_used_kwh=1200.0, energy_limit_kwh=1000.0, carbon_used_kg=0.0,
+    )  # fmt: skip
+
+    # when its period is cut short, and its limit lowered, it is still spent: the alert
+    # stays (deleted, a round found it again after the period and told the leads, falsely,
+    # that no round could act on it: a live probe), with the new limit
+    url = f"/api/budgets/{budget.pk}/"
+    client = api_client(lead)
+    cut = {"period_end": "2026-03-02T00:00:00Z", "energy_limit_kwh": 900.0}
+    assert client.patch(url, cut, format="json").status_code == 200
+    kept = BudgetAlert.objects.get()
+    assert (kept.at, kept.energy_limit_kwh) == (START, 900.0)
+
+    # and once an edit leaves it unspent, the alert goes
+    assert client.patch(url, {"energy_limit_kwh": 5000.0}, format="json").status_code == 200
+    assert not BudgetAlert.objects.exists()
+
+
 def test_a_team_with_jobs_is_not_deleted_and_an_empty_one_is_with_its_budgets_audited(
     api_client, admin_user, budgets, team, other_team, make_job, member
 ):
