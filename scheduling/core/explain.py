@@ -18,6 +18,7 @@ from scheduling.core.types import (
     Budget,
     Change,
     ChangeKind,
+    HardLimitAction,
     Job,
     Plan,
     Snapshot,
@@ -37,10 +38,14 @@ def _setting(a: Allocation) -> str:
 
 
 def _paying_budgets(snapshot: Snapshot, team: str, now: float) -> list[Budget]:
+    """The budgets in force that limit a job of ``team``: a spent ``notify_only`` budget
+    limits nothing (``round.admit``), and a start was explained by its 0 g allowance."""
     return [
         b
         for b in snapshot.budgets
-        if b.period_start_s <= now < b.period_end_s and b.team in (None, team)
+        if b.period_start_s <= now < b.period_end_s
+        and b.team in (None, team)
+        and not (b.exhausted and b.hard_limit_action == HardLimitAction.NOTIFY_ONLY)
     ]
 
 

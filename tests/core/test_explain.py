@@ -6,7 +6,14 @@ import pytest
 from scheduling.core.explain import J_PER_KWH, explain_change
 from scheduling.core.registry import policy_names
 from scheduling.core.round import plan_round
-from scheduling.core.types import Allocation, Budget, Change, ChangeKind, Plan
+from scheduling.core.types import (
+    Allocation,
+    Budget,
+    Change,
+    ChangeKind,
+    HardLimitAction,
+    Plan,
+)
 from tests.core.corekit import job, make_cluster, random_snapshot, running, snapshot
 
 
@@ -31,6 +38,20 @@ def test_a_start_under_a_budget_says_what_the_budget_allows_this_round_and_the_p
     assert text.endswith(
         f"; team t's budget allows {allowed:.3g} kWh this round, the plan spends {spent:.3g} kWh."
     )
+
+
+def test_a_spent_notify_only_budget_is_not_named_as_what_limits_a_start():
+    # a live probe: a start was explained as "team t's budget allows 0 g CO2e this round"
+    spent = Budget(
+        "b1", "t", 0.0, 86_400.0, energy_limit_j=5e7, energy_used_j=6e7,
+        hard_limit_action=HardLimitAction.NOTIFY_ONLY,
+    )  # fmt: skip
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", n=2)], budgets=(spent,))
+    plan = plan_round(snap, policy="powerflow", now=0.0)
+    (change,) = plan.changes
+    text = explain_change(change, snap, plan, now=0.0)
+    assert text.startswith("Started by powerflow on ")
+    assert "budget" not in text
 
 
 def test_a_shrink_says_what_changed_and_a_grow_names_the_gpus_stops_freed():
