@@ -416,6 +416,16 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                     "every period will be over unless idle nodes are powered off "
                     "(--power-off-idle-nodes)\n"
                 )
+            floor_g = scenario.intensity.co2_g(
+                bound.idle_power_w, whole.period_start_s, whole.period_end_s
+            )
+            if whole.co2_limit_g and not args.team_budgets and floor_g > whole.co2_limit_g:
+                stdout.write(
+                    f"  note: the cluster's idle GPUs alone emit {floor_g / G_PER_KG:.3g} kg "
+                    f"CO2e in the first period, more than the {args.carbon_budget_kg:g} kg "
+                    "budget; periods whose grid is as dirty will be over unless idle nodes "
+                    "are powered off (--power-off-idle-nodes)\n"
+                )
         for mode in modes:
             result, wall = _run(
                 scenarios[mode], args.policy, budgets=budgets, progress=progress, params=params

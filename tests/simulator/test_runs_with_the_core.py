@@ -295,6 +295,18 @@ def test_a_budget_below_the_idle_floor_is_named_and_no_finished_job_prints_na(tm
     assert "nan" not in out
 
 
+def test_a_carbon_budget_below_the_idle_floor_is_named(tmp_path, capsys):
+    # the same 3.84 kWh of idle draw in 6 h emits far more than 1 g in ES: named before
+    # the run (it was named for energy budgets only)
+    argv = ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "greenflow"]
+    argv += ["--carbon-budget-kg", "0.001", "--carbon-zone", "ES", "--budget-period-h", "6"]
+    argv += ["--max-jobs", "2", "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "idle GPUs alone emit" in out
+    assert "in the first period, more than the 0.001 kg budget" in out
+
+
 def test_policy_params_reach_the_candidate_only_and_are_reported(tmp_path):
     def run(out, *params):
         argv = [
