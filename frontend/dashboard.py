@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 
-from cluster.choices import JobState
+from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget
 from cluster.queries import (
     budgets_visible_to,
@@ -64,11 +64,16 @@ def budget_progress(budget: Budget, *, now: datetime) -> dict:
         at = min(hour + STEP, now)
         energy_cum.append((at, energy_j / J_PER_KWH))
         carbon_cum.append((at, co2_g / G_PER_KG))
+    # A spent pause_jobs budget's jobs wait for the next period: nothing more to project.
+    stopped = budget.hard_limit_action == HardLimitAction.PAUSE_JOBS and any(
+        lim.over_hard for lim in usage.limits
+    )
     common = {
         "warn_fraction": budget.warn_fraction,
         "period_start": budget.period_start,
         "period_end": budget.period_end,
         "now": now,
+        "stopped": stopped,
     }
     limits = []
     figs = {}
@@ -85,7 +90,11 @@ def budget_progress(budget: Budget, *, now: datetime) -> dict:
         limit = finite_or_none(limit_usage.limit / scale)
         percent = finite_or_none(limit_usage.percent)
         projected = figures.project_to_period_end(
-            used, period_start=budget.period_start, period_end=budget.period_end, now=now
+            used,
+            period_start=budget.period_start,
+            period_end=budget.period_end,
+            now=now,
+            stopped=stopped,
         )
         limits.append(
             {

@@ -56,13 +56,20 @@ def _iso(when: datetime) -> str:
 
 
 def project_to_period_end(
-    used: float, *, period_start: datetime, period_end: datetime, now: datetime
+    used: float,
+    *,
+    period_start: datetime,
+    period_end: datetime,
+    now: datetime,
+    stopped: bool = False,
 ) -> float:
     """Linear projection of a budget's use to the end of its period: the average rate so far,
-    continued. Before the period starts nothing is projected (0); after it ends, ``used``."""
+    continued. Before the period starts nothing is projected (0); after it ends, or once the
+    budget is ``stopped`` (spent, its action ``pause_jobs``: its jobs wait for the next
+    period), ``used`` (a live probe's paused team was projected 17 times its limit)."""
     if now <= period_start:
         return 0.0
-    if now >= period_end:
+    if now >= period_end or stopped:
         return used
     elapsed_s = (now - period_start).total_seconds()
     total_s = (period_end - period_start).total_seconds()
@@ -146,6 +153,7 @@ def budget_burn_figure(
     period_end: datetime,
     now: datetime,
     colour: str = ENERGY_COLOUR,
+    stopped: bool = False,
 ) -> dict:
     """Cumulative use (thick, filled) against a budget's hard limit (``limit``) and soft
     limit (``warn_fraction * limit``), with a dashed linear projection from now to the period's
@@ -153,7 +161,7 @@ def budget_burn_figure(
     far) in ``unit``, ascending."""
     used = cumulative[-1][1] if cumulative else 0.0
     projected = project_to_period_end(
-        used, period_start=period_start, period_end=period_end, now=now
+        used, period_start=period_start, period_end=period_end, now=now, stopped=stopped
     )
     data = [
         {

@@ -61,6 +61,19 @@ def test_budget_progress_is_the_teams_ledger_in_the_period(scene):
     assert burn["y"][-1] == pytest.approx(used_kwh, abs=1e-6)
 
 
+def test_a_spent_pause_jobs_budget_projects_no_more_than_it_used(scene):
+    # its jobs wait for the next period (a live probe: projected 17 times its limit)
+    budget = scene.budgets["vision"]
+    used_kwh = ledger_kwh(team=scene.team)
+    type(budget).objects.filter(pk=budget.pk).update(
+        energy_limit_kwh=used_kwh / 2, hard_limit_action="pause_jobs"
+    )
+    (vision,) = dashboard_payload(scene.users["lead"], now=scene.now)["budgets"]
+    energy = vision["limits"][0]
+    assert energy["over_hard"]
+    assert energy["projected"] == pytest.approx(used_kwh)
+
+
 def test_the_dashboard_power_is_the_latest_sample_of_every_gpu(scene):
     payload = dashboard_payload(scene.users["member"], now=scene.now)
     (bar,) = payload["figures"]["power"]["data"]

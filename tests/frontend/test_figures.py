@@ -31,6 +31,16 @@ def test_projection_before_the_period_is_zero_and_after_it_is_the_use(now, expec
     )
 
 
+def test_a_stopped_budget_projects_what_it_has_used():
+    # spent with pause_jobs, its jobs wait for the next period (a live probe's paused team
+    # was projected at 17 times its limit)
+    end = T0 + timedelta(days=30)
+    now = T0 + timedelta(days=10)
+    assert figures.project_to_period_end(
+        3.0, period_start=T0, period_end=end, now=now, stopped=True
+    ) == pytest.approx(3.0)
+
+
 def test_cluster_power_figure_has_one_bar_per_node_and_the_total_in_kw():
     fig = figures.cluster_power_figure([("node-01", 887.25), ("node-02", 519.0)])
     (bar,) = fig["data"]
