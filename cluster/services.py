@@ -6,7 +6,7 @@ count is checked, so two writers racing on one job cannot both win; the loser ge
 """
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -35,6 +35,7 @@ from cluster.models import (
     Team,
 )
 from scheduling.core.goodput import iterations_per_submitted
+from scheduling.core.types import G_PER_KG, J_PER_KWH
 
 # How often cancel_job re-reads the state when a concurrent writer keeps moving the job.
 _CANCEL_ATTEMPTS = 3
@@ -464,19 +465,27 @@ def _follow_alert(budget: Budget, before: dict, after: dict) -> None:
     (a live probe). Its action the budget's new one where only that changed."""
     alerts = BudgetAlert.objects.filter(budget_id=budget.pk)
     if any(before[f] != after[f] for f in _ALERT_SCOPE_FIELDS):
-        if not alerts.exists():
+        alert = alerts.first()
+        if alert is None:
+            return
+        if before["team_id"] != after["team_id"]:
+            alert.delete()  # the new team's round announces it to the new team's leads
             return
         from telemetry.usage import budget_usage  # telemetry's ledgers name this app's models
 
-        if any(limit.over_hard for limit in budget_usage(budget).limits):
-            alerts.update(
-                team_id=budget.team_id,
-                energy_limit_kwh=budget.energy_limit_kwh,
-                carbon_limit_kg=budget.carbon_limit_kg,
-                action=budget.hard_limit_action,
-            )
-        else:
-            alerts.delete()
+        used = budget_usage(budget)
+        if not any(limit.over_hard for limit in used.limits):
+            alert.delete()
+            return
+        alert.energy_used_kwh = used.energy_j / J_PER_KWH
+        alert.energy_limit_kwh = budget.energy_limit_kwh
+        alert.carbon_used_kg = used.co2_g / G_PER_KG
+        alert.carbon_limit_kg = budget.carbon_limit_kg
+        alert.action = budget.hard_limit_action
+        # Raised in the period as it stood: a period cut to end before then does not make
+        # it an alert found after the period ("no round could act on it").
+        alert.at = min(alert.at, budget.period_end - timedelta(microseconds=1))
+        alert.save()
     elif before["hard_limit_action"] != after["hard_limit_action"]:
         alerts.update(action=budget.hard_limit_action)
 

@@ -7,9 +7,11 @@ size it by another model. The chain (``workload_profiles.prior_for`` implements 
 
 1. the newest workload profile of (W, G): what earlier jobs taught (``learned``);
 2. the current catalog's model of (W, G) (``catalog``);
-3. an estimate (``estimated``): another catalog workload on G, or, for a GPU model the
-   catalog lacks, W's (or another workload's) model on the catalog GPU nearest to what NVML
-   reports of G. The job's own online model then corrects it.
+3. an estimate (``estimated``): the catalog model on G of the workload the job resembles,
+   else that workload's newest profile on G, else another catalog workload on G, or, for a
+   GPU model the catalog lacks, W's (or another workload's) model on the catalog GPU
+   nearest to what NVML reports of G. The job's own online model then corrects it
+   (``job_models`` says, for the API and the job page, whether it has).
 
 A job's own learned model (``workload_profiles.job_models``) comes before all three once it
 has reported; the rounds add it, the other callers size jobs that have not started. Its fit
@@ -153,26 +155,30 @@ class LookupCatalog:
 
 def job_models(state: Any) -> list[dict[str, Any]]:
     """What a job's own performance model is, per GPU model it ran on (a
-    ``JobSchedulingState``; None: nothing yet): ``kind`` "learned" once it has measured
-    itself there (``observations``, weights summed), else its prior's kind; ``prior``, what
-    it started from (a ``prior_for`` label) and ``prior_kind`` (catalog, learned profile,
-    or estimated from another workload or GPU model). The API and the job page show it, so
-    a prediction that is still a prior says so (issue 12, point 1)."""
+    ``JobSchedulingState``; None: nothing yet): ``kind`` "own" once it has measured its own
+    iteration times there (``observations``, weights summed; its draws alone do not
+    make its speed known, as ``OnlinePerfModel.estimated`` reads it), else "prior";
+    ``prior``, what it started from (a ``prior_for`` label) and ``prior_kind`` (catalog,
+    a learned workload profile, or estimated from another workload or GPU model). The
+    API and the job page show it, so a prediction that is still a prior says so (issue
+    12, point 1)."""
     if state is None:
         return []
-    counts = state.observation_counts()
     rows = []
     for gpu_model, entry in sorted((state.online_params or {}).items()):
-        prior = str(entry.get("prior", ""))
-        n = float(counts.get(gpu_model, 0.0))
-        prior_kind = kind_of(prior).value
+        prior = str(entry.get("prior") or "")
+        timed = sum(
+            float(o.get("weight", 1.0))
+            for o in (state.observations or {}).get(gpu_model, ())
+            if o.get("iter_time_s") is not None
+        )
         rows.append(
             {
                 "gpu_model": gpu_model,
-                "kind": "learned" if n > 0 else prior_kind,
-                "observations": n,
+                "kind": "own" if timed > 0 else "prior",
+                "observations": timed,
                 "prior": prior,
-                "prior_kind": prior_kind,
+                "prior_kind": kind_of(prior).value if prior else None,
             }
         )
     return rows

@@ -128,14 +128,20 @@ class JobModelSerializer(serializers.Serializer):
 
     gpu_model = serializers.CharField()
     kind = serializers.ChoiceField(
-        choices=PerfModelKind.choices,
-        help_text="learned: fitted to the job's own measurements; otherwise its prior's kind "
-        "(catalog: measured offline; learned: a workload profile; estimated: carried from "
-        "another workload or GPU model).",
+        choices=["own", "prior"],
+        help_text="own: fitted to the job's own measured iteration times; prior: still its "
+        "prior (see prior_kind).",
     )
-    observations = serializers.FloatField(help_text="The job's own measurements behind it.")
+    observations = serializers.FloatField(
+        help_text="The job's own iteration-time measurements behind it (weights summed)."
+    )
     prior = serializers.CharField(help_text="What it started from, e.g. 'profile v2'.")
-    prior_kind = serializers.ChoiceField(choices=PerfModelKind.choices)
+    prior_kind = serializers.ChoiceField(
+        choices=PerfModelKind.choices,
+        allow_null=True,
+        help_text="catalog: measured offline; learned: a workload profile; estimated: carried "
+        "from another workload or GPU model.",
+    )
 
 
 class ExplorationSerializer(serializers.Serializer):

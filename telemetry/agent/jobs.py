@@ -78,9 +78,11 @@ def parse_progress(text: str) -> Progress | None:
         return None
     if not text.startswith("{"):
         try:
-            return Progress(float(text.splitlines()[-1]))
+            count = float(text.splitlines()[-1])
         except ValueError:
             return None
+        # nan, inf or a negative count the server refuses, and its whole batch with it
+        return Progress(count) if math.isfinite(count) and count >= 0 else None
     try:
         data = json.loads(text)
         count = data["iterations"]

@@ -1,7 +1,7 @@
 """Budgets and teams over REST: leads manage their team's budgets, members read, others see
 nothing; teams are read by their members and written by admins."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -311,23 +311,44 @@ def test_a_spent_budget_whose_period_is_cut_short_keeps_its_alert(
         gpu=gpu, hour=START, team=team, energy_j=1200.0 * 3.6e6, co2_g=0.0,
         ci_g_per_kwh=0.0, zone="ES",
     )  # fmt: skip
+    found = START + timedelta(days=2)
     BudgetAlert.objects.create(
-        budget=budget, team=team, at=START, action=budget.hard_limit_action,
-        energy_used_kwh=1200.0, energy_limit_kwh=1000.0, carbon_used_kg=0.0,
+        budget=budget, team=team, at=found, action=budget.hard_limit_action,
+        energy_used_kwh=1000.0, energy_limit_kwh=1000.0, carbon_used_kg=0.0,
     )  # fmt: skip
 
-    # when its period is cut short, and its limit lowered, it is still spent: the alert
-    # stays (deleted, a round found it again after the period and told the leads, falsely,
-    # that no round could act on it: a live probe), with the new limit
+    # when its period is cut short (to before the round that found it), and its limit
+    # lowered, it is still spent: the alert stays (deleted, a round found it again after
+    # the period and told the leads, falsely, that no round could act on it: a live
+    # probe), with the new limit and what is used now, raised within the period
     url = f"/api/budgets/{budget.pk}/"
     client = api_client(lead)
     cut = {"period_end": "2026-03-02T00:00:00Z", "energy_limit_kwh": 900.0}
     assert client.patch(url, cut, format="json").status_code == 200
     kept = BudgetAlert.objects.get()
-    assert (kept.at, kept.energy_limit_kwh) == (START, 900.0)
+    assert (kept.energy_used_kwh, kept.energy_limit_kwh) == (pytest.approx(1200.0), 900.0)
+    assert kept.at < datetime(2026, 3, 2, tzinfo=UTC)
+    assert not kept.after_period
 
     # and once an edit leaves it unspent, the alert goes
     assert client.patch(url, {"energy_limit_kwh": 5000.0}, format="json").status_code == 200
+    assert not BudgetAlert.objects.exists()
+
+
+def test_a_spent_budget_moved_to_another_team_leaves_its_alert_behind(
+    api_client, admin_user, budgets, team
+):
+    # the new team's round announces it to the new team's leads (kept, it was never
+    # e-mailed to them: a review)
+    budget = budgets["vision"]
+    BudgetAlert.objects.create(
+        budget=budget, team=team, at=START, action=budget.hard_limit_action,
+        energy_used_kwh=1200.0, energy_limit_kwh=1000.0, carbon_used_kg=0.0,
+    )  # fmt: skip
+    moved = {"team": "language", "period_start": "2027-03-01T00:00:00Z",
+             "period_end": "2027-04-01T00:00:00Z"}  # fmt: skip
+    response = api_client(admin_user).patch(f"/api/budgets/{budget.pk}/", moved, format="json")
+    assert response.status_code == 200, response.json()
     assert not BudgetAlert.objects.exists()
 
 
