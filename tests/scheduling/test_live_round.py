@@ -258,10 +258,7 @@ def test_exhausted_pause_jobs_budget_pauses_running_jobs(fifo, live_node, make_j
     live_node()
     job = _job(make_job, member, team)
     services.run_scheduling_round(now=T0)
-    budget = Budget.objects.create(
-        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
-        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.PAUSE_JOBS,
-    )  # fmt: skip
+    budget = _day_budget(team, HardLimitAction.PAUSE_JOBS)
     _spend(budget, job, energy_j=3.6e6)
 
     # when the next round runs
@@ -284,10 +281,7 @@ def test_exhausted_hold_queue_budget_lets_running_jobs_finish_but_starts_none(
     live_node()
     running = _job(make_job, member, team)
     services.run_scheduling_round(now=T0)
-    budget = Budget.objects.create(
-        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
-        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.HOLD_QUEUE,
-    )  # fmt: skip
+    budget = _day_budget(team, HardLimitAction.HOLD_QUEUE)
     _spend(budget, running, energy_j=3.6e6)
     queued = _job(make_job, member, team, at=T0)
 
@@ -325,10 +319,7 @@ def test_a_job_held_by_a_spent_hold_queue_budget_keeps_its_gpus_from_other_teams
     live_node()
     held = _job(make_job, member, team)
     services.run_scheduling_round(now=T0)
-    budget = Budget.objects.create(
-        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
-        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.HOLD_QUEUE,
-    )  # fmt: skip
+    budget = _day_budget(team, HardLimitAction.HOLD_QUEUE)
     _spend(budget, held, energy_j=3.6e6)
     other = _job(make_job, outsider, other_team, at=T0)
 
@@ -366,10 +357,7 @@ def test_a_spent_notify_only_budget_holds_nothing_back_but_is_paced_until_then(
     from scheduling import adapters
 
     live_node()
-    budget = Budget.objects.create(
-        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
-        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.NOTIFY_ONLY,
-    )  # fmt: skip
+    budget = _day_budget(team, HardLimitAction.NOTIFY_ONLY)
     queued = _job(make_job, member, team)
 
     # then before it is spent the core sees it (it is paced like any budget)
@@ -413,6 +401,14 @@ def test_change_that_loses_a_race_is_recorded_and_skipped(fifo, live_node, make_
     assert decision.error == (
         f"job {job.pk}: cannot go from cancelled to running: cancelled is a final state"
     )
+
+
+def _day_budget(team, action):
+    """A 1 kWh budget of ``team`` over the day around T0, with hard-limit ``action``."""
+    return Budget.objects.create(
+        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
+        energy_limit_kwh=1.0, hard_limit_action=action,
+    )  # fmt: skip
 
 
 def _spend(budget, job, *, energy_j):
@@ -557,10 +553,7 @@ def test_a_spent_pause_jobs_budget_makes_the_round_due_at_the_next_tick(
     live_node()
     job = _job(make_job, member, team)
     services.run_scheduling_round(now=T0)
-    budget = Budget.objects.create(
-        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
-        energy_limit_kwh=1.0, hard_limit_action=action,
-    )  # fmt: skip
+    budget = _day_budget(team, action)
     _spend(budget, job, energy_j=3.6e6)
 
     # when beat ticks at 20 s, 280 s before the next round is due
@@ -583,10 +576,7 @@ def test_a_spent_budget_whose_team_runs_nothing_waits_for_the_interval(
 ):
     # given a pause_jobs budget already spent when its team's job was submitted
     live_node()
-    budget = Budget.objects.create(
-        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
-        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.PAUSE_JOBS,
-    )  # fmt: skip
+    budget = _day_budget(team, HardLimitAction.PAUSE_JOBS)
     job = _job(make_job, member, team)
     _spend(budget, job, energy_j=3.6e6)
     services.run_scheduling_round(now=T0)
@@ -608,10 +598,7 @@ def test_a_round_the_watch_runs_accounts_every_team_near_its_limit(
     live_node()
     job = _job(make_job, member, team)
     services.run_scheduling_round(now=T0)
-    budget = Budget.objects.create(
-        team=team, period_start=T0 - timedelta(days=1), period_end=T0 + timedelta(days=1),
-        energy_limit_kwh=1.0, hard_limit_action=HardLimitAction.PAUSE_JOBS,
-    )  # fmt: skip
+    budget = _day_budget(team, HardLimitAction.PAUSE_JOBS)
     _spend(budget, job, energy_j=3.6e6)
     calls = []
     real = services._account_budgets_near_their_limits
