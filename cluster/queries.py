@@ -9,7 +9,7 @@ from datetime import datetime
 from django.db.models import Q, QuerySet
 
 from cluster.choices import JobState, Role
-from cluster.models import Budget, Job, Membership, Team
+from cluster.models import Budget, Job, JobAllocation, Membership, Team
 
 
 def _is_admin(user) -> bool:
@@ -90,46 +90,53 @@ def completed_jcts(
 def queue_and_running_series(
     jobs: QuerySet[Job], *, start: datetime, end: datetime
 ) -> list[tuple[datetime, int, int]]:
-    """(time, waiting, running) of ``jobs`` at ``start`` and at every submit, start and finish
-    in (start, end], plus ``end``: exact steps, not samples. The series begins at the first
-    submit if that is after ``start`` (no zeros for a time before any job existed); empty when
-    no job was submitted by ``end``. Waiting is submitted and not yet started; running is
-    started and not finished. A job paused or re-queued after its first start still counts as
-    running: job rows keep only the first start (the round records hold the exact history)."""
+    """(time, waiting, running) of ``jobs`` at ``start`` and at every submit, finish and
+    allocation start or end in (start, end], plus ``end``: exact steps, not samples. The
+    series begins at the first submit if that is after ``start`` (no zeros for a time
+    before any job existed); empty when no job was submitted by ``end``. Running is
+    holding an allocation (a job has at most one open); waiting is submitted, not
+    finished and not running, so a job paused or re-queued waits again (counted by its
+    first start alone, a live probe's paused team showed as running)."""
     rows = list(
         jobs.filter(submitted_at__lte=end)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
-        .values_list("submitted_at", "started_at", "finished_at")
+        .values_list("pk", "submitted_at", "finished_at")
     )
     if not rows:
         return []
-    first = max(start, min(submitted for submitted, _, _ in rows))
-    waiting = running = 0
+    spans = (
+        JobAllocation.objects.filter(job_id__in=[pk for pk, _, _ in rows], started_at__lte=end)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+        .values_list("started_at", "ended_at")
+    )
+    first = max(start, min(submitted for _, submitted, _ in rows))
+    active = running = 0
     deltas: dict[datetime, list[int]] = {}
 
-    def add(at: datetime, dw: int, dr: int) -> None:
-        nonlocal waiting, running
+    def add(at: datetime, d_active: int, d_running: int) -> None:
+        nonlocal active, running
         if at <= first:
-            waiting += dw
-            running += dr
+            active += d_active
+            running += d_running
         elif at <= end:
             slot = deltas.setdefault(at, [0, 0])
-            slot[0] += dw
-            slot[1] += dr
+            slot[0] += d_active
+            slot[1] += d_running
 
-    for submitted, started, finished in rows:
+    for _, submitted, finished in rows:
         add(submitted, 1, 0)
-        if started is not None and (finished is None or started < finished):
-            add(started, -1, 1)
-            if finished is not None:
-                add(finished, 0, -1)
-        elif finished is not None:
-            add(finished, -1, 0)  # cancelled or failed before it ever started
-    points = [(first, waiting, running)]
+        if finished is not None:
+            add(finished, -1, 0)
+    for started, ended in spans:
+        if ended is None or started < ended:
+            add(started, 0, 1)
+            if ended is not None:
+                add(ended, 0, -1)
+    points = [(first, active - running, running)]
     for at in sorted(deltas):
-        waiting += deltas[at][0]
+        active += deltas[at][0]
         running += deltas[at][1]
-        points.append((at, waiting, running))
+        points.append((at, active - running, running))
     if points[-1][0] < end:
-        points.append((end, waiting, running))
+        points.append((end, active - running, running))
     return points

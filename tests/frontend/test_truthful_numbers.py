@@ -94,6 +94,23 @@ def test_queue_and_running_start_at_the_first_job_with_exact_steps(
     assert queue_and_running_series(Job.objects.none(), start=t0, end=end) == []
 
 
+def test_a_paused_job_waits_again_in_the_queue_series(member, team, make_job, make_node):
+    # a live probe: two paused jobs showed as running (the series read only first starts)
+    node = make_node(gpus=1)
+    t0 = timezone.now().replace(microsecond=0) - timedelta(hours=3)
+    a = make_job(owner=member, team=team, name="a", at=t0)
+    services.start_job(a, gpus=[node.gpus.first()], batch_size=256, at=t0 + timedelta(minutes=5))
+    services.transition_job(a, to=JobState.PAUSED, at=t0 + timedelta(minutes=20))
+    end = t0 + timedelta(hours=1)
+    series = queue_and_running_series(Job.objects.all(), start=t0, end=end)
+    assert series == [
+        (t0, 1, 0),
+        (t0 + timedelta(minutes=5), 0, 1),
+        (t0 + timedelta(minutes=20), 1, 0),
+        (end, 1, 0),
+    ]
+
+
 def test_a_job_kept_running_by_hold_queue_is_not_shown_as_waiting(scene):
     # given vision's budget used up, with "start no new jobs" at the hard limit
     Budget.objects.filter(pk=scene.budgets["vision"].pk).update(
