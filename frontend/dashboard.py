@@ -28,12 +28,14 @@ from scheduling.core.types import G_PER_KG, J_PER_KWH
 from scheduling.queries import latest_round_summary, running_jobs_series
 from telemetry.carbon import hour_floor, intensity_for_hour
 from telemetry.live import live_summary
+from telemetry.models import EnergyLedgerEntry
 from telemetry.queries import cluster_power_series, intensity_series
 from telemetry.usage import budget_usage, finite_or_none
 
 HISTORY = timedelta(hours=24)
 JCT_HISTORY = timedelta(days=7)
 STEP = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
 GRID_AHEAD = timedelta(hours=24)
 
 
@@ -50,6 +52,31 @@ def telemetry_figures(summary: dict) -> dict:
     }
 
 
+def _minute_shares(team_id: int, hour: datetime, now: datetime) -> list[tuple[datetime, float]]:
+    """(end of each minute of ``hour`` before ``now``, share of the hour's energy used by
+    then) from the team's ledger minutes (``EnergyLedgerEntry.minutes_j``); empty where
+    none are kept. The hour's own total (its part inside the period) is spread by them."""
+    per_minute: list[float] = []
+    for minutes in EnergyLedgerEntry.objects.filter(team_id=team_id, hour=hour).values_list(
+        "minutes_j", flat=True
+    ):
+        for k, joules in enumerate(minutes or ()):
+            if k == len(per_minute):
+                per_minute.append(0.0)
+            per_minute[k] += joules
+    total = sum(per_minute)
+    if not total > 0.0:
+        return []
+    shares, so_far = [], 0.0
+    for k, joules in enumerate(per_minute):
+        at = hour + (k + 1) * MINUTE
+        if at >= now:
+            break
+        so_far += joules
+        shares.append((at, so_far / total))
+    return shares
+
+
 def budget_progress(budget: Budget, *, now: datetime) -> dict:
     """Use so far, limits, soft limits, projection and burn-chart figures of one budget, from
     ``telemetry.usage.budget_usage`` (the computation the scheduler, API and /metrics use),
@@ -58,6 +85,12 @@ def budget_progress(budget: Budget, *, now: datetime) -> dict:
     energy_cum, carbon_cum = [], []
     energy_j = co2_g = 0.0
     for hour, hour_energy_j, hour_co2_g in usage.hourly:
+        if hour + STEP > now:
+            # The hour running now, by its minutes: drawn at its end (now), a limit
+            # crossed in it was marked at the page's refresh (a live probe).
+            for at, share in _minute_shares(budget.team_id, hour, now):
+                energy_cum.append((at, (energy_j + share * hour_energy_j) / J_PER_KWH))
+                carbon_cum.append((at, (co2_g + share * hour_co2_g) / G_PER_KG))
         energy_j += hour_energy_j
         co2_g += hour_co2_g
         # A ledger hour is complete at its end; plot the running total there, capped at now.

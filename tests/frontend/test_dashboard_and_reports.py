@@ -142,3 +142,29 @@ def test_small_amounts_read_in_their_own_digits_on_the_report_and_the_job_page(s
     co2_kg = detail.context["co2_kg"]
     assert f'id="job-carbon">{amount(co2_kg)}</span>' in detail.content.decode()
     assert (amount(0.000412), amount(0.0412)) == ("0.000412", "0.0412")
+
+
+def test_a_limit_crossed_in_the_running_hour_is_marked_at_its_minute(db, team, make_node):
+    # a live probe: the used line stayed flat through the hour and the "crossed" marker
+    # followed the page's refresh; the ledger keeps each minute's energy
+    from datetime import UTC, datetime
+
+    from cluster.models import Budget
+    from frontend.dashboard import budget_progress
+
+    hour = datetime(2026, 12, 6, 6, 0, tzinfo=UTC)
+    gpu = make_node(gpus=1).gpus.get()
+    EnergyLedgerEntry.objects.create(
+        gpu=gpu, hour=hour, team=team, energy_j=45 * 3.6e4, co2_g=0.0, ci_g_per_kwh=0.0,
+        zone="ES", minutes_j=[3.6e4] * 45,
+    )  # fmt: skip
+    budget = Budget.objects.create(
+        team=team, period_start=hour, period_end=hour + timedelta(days=1), energy_limit_kwh=0.3
+    )
+    progress = budget_progress(budget, now=hour + timedelta(minutes=45))
+    names = [trace["name"] for trace in progress["figures"]["energy"]["data"]]
+    # 0.01 kWh a minute: 0.3 kWh at 06:30, the soft limit (80%) at 06:24
+    assert "hard limit crossed 12-06 06:30" in names
+    assert "soft limit crossed 12-06 06:24" in names
+    used = progress["figures"]["energy"]["data"][0]["y"]
+    assert used[-1] == pytest.approx(0.45)
