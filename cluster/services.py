@@ -457,12 +457,14 @@ def _budget_columns() -> set[str]:
 
 
 def _follow_alert(budget: Budget, before: dict, after: dict) -> None:
-    """Keep a budget's alert true to the edited budget. Where its limits, period or team
-    changed: kept (with the new team, limits and action) if the edited budget is still
-    spent by its ledger, else gone (the next round announces it again if it becomes
-    spent). Deleted whatever it said, a spent budget whose period was cut short was found
-    again after its end, and its leads were told, falsely, that no round could act on it
-    (a live probe). Its action the budget's new one where only that changed."""
+    """Keep a budget's alert true to the edited budget. Where its team changed: gone (the
+    new team's round announces it to the new team's leads). Where its limits or period
+    changed: kept (with the ledger's use now, the new limits and action, raised within the
+    period) if the edited budget is still spent, else gone (the next round announces it
+    again if it becomes spent). Deleted whatever it said, a spent budget whose period was
+    cut short was found again after its end, and its leads were told, falsely, that no
+    round could act on it (a live probe). Its action the budget's new one where only that
+    changed."""
     alerts = BudgetAlert.objects.filter(budget_id=budget.pk)
     if any(before[f] != after[f] for f in _ALERT_SCOPE_FIELDS):
         alert = alerts.first()
