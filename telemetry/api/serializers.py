@@ -232,7 +232,8 @@ class JobEventSerializer(serializers.Serializer):
         max_value=MAX_ITERATIONS,
         required=False,
         allow_null=True,
-        help_text="Iterations done, counted at the batch_size of the event's allocation.",
+        help_text="Iterations done, counted at the batch_size of the event's allocation "
+        "(progress and exit events; a start carries none).",
     )
     grad_sqr = FiniteFloatField(
         min_value=0,
@@ -261,6 +262,11 @@ class JobEventSerializer(serializers.Serializer):
         if attrs["kind"] == JobEventKind.EXITED and not attrs.get("reason"):
             raise serializers.ValidationError({"reason": "An exit needs a reason."})
         # The two statistics only mean something together (their ratio is the noise scale).
+        if attrs["kind"] == JobEventKind.STARTED and attrs.get("iterations") is not None:
+            # a start has counted nothing yet; taken, it raised the job's completed count
+            raise serializers.ValidationError(
+                {"iterations": "A start carries no count: progress and exit events do."}
+            )
         sqr, var = attrs.get("grad_sqr"), attrs.get("grad_var")
         if attrs["kind"] != JobEventKind.PROGRESS and (sqr is not None or var is not None):
             # what the schema says; on a start or an exit they replaced the job's statistics

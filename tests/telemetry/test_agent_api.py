@@ -386,6 +386,20 @@ def test_gradient_statistics_on_a_start_are_refused(running_job, agent_node, age
     assert Job.objects.get(pk=running_job.pk).grad_sqr is None
 
 
+def test_a_count_on_a_start_is_refused(running_job, agent_node, agent_client):
+    # a live probe: any event kind raised the job's completed count
+    node, token = agent_node
+    event = _event(running_job, "started", iterations=500.0)
+    response = agent_client(token).post(
+        "/api/agent/job-events/", {"events": [event]}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["events"][0] == {
+        "iterations": ["A start carries no count: progress and exit events do."]
+    }
+    assert Job.objects.get(pk=running_job.pk).completed_iterations == 0.0
+
+
 def test_gradient_statistics_are_stored_on_the_job_and_an_older_report_does_not_win(
     running_job, agent_node, agent_client
 ):
