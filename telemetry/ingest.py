@@ -96,7 +96,12 @@ def gpus_of(node: Node) -> dict[str, int]:
 
 
 def validate_batch(
-    node: Node, payload: Any, *, now: datetime, own_gpus: dict[str, int] | None = None
+    node: Node,
+    payload: Any,
+    *,
+    now: datetime,
+    own_gpus: dict[str, int] | None = None,
+    own_limits: dict[int, float] | None = None,
 ) -> list[tuple]:
     """Rows ready for :func:`store_and_mark`, or BatchRejected. Checks the envelope, every
     sample's fields, units and ranges, timestamps (not older than the retention window, not
@@ -138,12 +143,9 @@ def validate_batch(
     # What each GPU can draw at most: a reading far above it is no measurement (the
     # learned models refuse it, ``online_model.refusal_reason``), and the ledger must not
     # charge it either (a probe's 1,900 W on a 350 W L40S were charged to its team).
-    top_w = {
-        pk: MAX_POWER_FACTOR * float(w)
-        for pk, w in Gpu.objects.filter(pk__in=[pk for pk, _ in known.values()]).values_list(
-            "pk", "max_power_limit_w"
-        )
-    }
+    if own_limits is None:
+        own_limits = dict(Gpu.objects.filter(node=node).values_list("pk", "max_power_limit_w"))
+    top_w = {pk: MAX_POWER_FACTOR * float(w) for pk, w in own_limits.items()}
     oldest = now - timedelta(seconds=settings.TELEMETRY_RETENTION_S)
     newest = now + timedelta(seconds=settings.TELEMETRY_MAX_FUTURE_S)
     rows: list[tuple] = []
@@ -351,13 +353,15 @@ def ingest_batch(
     *,
     now: datetime | None = None,
     own_gpus: dict[str, int] | None = None,
+    own_limits: dict[int, float] | None = None,
 ) -> IngestResult:
     """Validate and store one agent batch; BatchRejected leaves the database untouched.
-    ``own_gpus`` (UUID -> pk of the node's GPUs) saves a query when the caller has it.
+    ``own_gpus`` (UUID -> pk of the node's GPUs) and ``own_limits`` (pk -> highest power
+    limit) save a query each when the caller has them.
     Samples already stored are skipped (duplicates); those among them whose values differ
     from the stored sample are counted as ``conflicts`` (the stored one is kept)."""
     now = now or timezone.now()
-    rows = validate_batch(node, payload, now=now, own_gpus=own_gpus)
+    rows = validate_batch(node, payload, now=now, own_gpus=own_gpus, own_limits=own_limits)
     inserted = store_and_mark(rows, now=now)
     conflicts = count_conflicts(rows) if inserted < len(rows) else 0
     record_reported_settings(rows)

@@ -118,7 +118,12 @@ class SamplesView(AgentView):
     )
     def post(self, request):
         try:
-            result = ingest_batch(self.node, request.data, own_gpus=self.node.own_gpus)
+            result = ingest_batch(
+                self.node,
+                request.data,
+                own_gpus=self.node.own_gpus,
+                own_limits=self.node.own_gpu_limits,
+            )
         except BatchRejected as exc:
             return Response(exc.errors, status=exc.status)
         return Response(
