@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 
 from django import forms
@@ -26,8 +27,8 @@ from cluster.workloads import catalog_name, known_workloads, workload_errors
 _INT = {"min_value": 1}
 
 
-def workload_choices() -> list[tuple[str, str]]:
-    return [(w, w) for w in known_workloads()]
+def workload_choices(known: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    return [(w, w) for w in (known_workloads() if known is None else known)]
 
 
 def workload_field() -> forms.CharField:
@@ -85,10 +86,10 @@ class JobSubmitForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = teams
         self.known_workloads = known_workloads()
-        self.fields["resembles"].choices = [("", "—"), *workload_choices()]
+        self.fields["resembles"].choices = [("", "—"), *workload_choices(self.known_workloads)]
 
     def clean_workload(self) -> str:
-        return catalog_name(self.cleaned_data["workload"])
+        return catalog_name(self.cleaned_data["workload"], self.known_workloads)
 
     def clean(self):
         cleaned = super().clean()
@@ -97,7 +98,9 @@ class JobSubmitForm(forms.Form):
             self.add_error("max_gpus", "Must be at least the GPU count.")
         workload = cleaned.get("workload")
         if workload:
-            errors = workload_errors(workload, resembles=cleaned.get("resembles") or "")
+            errors = workload_errors(
+                workload, resembles=cleaned.get("resembles") or "", known=self.known_workloads
+            )
             for field, message in errors.items():
                 self.add_error(field if field in self.fields else None, message)
         return cleaned
@@ -135,11 +138,12 @@ class PredictForm(forms.Form):
     iterations = forms.IntegerField(**_INT)
 
     def clean_workload(self) -> str:
-        return catalog_name(self.cleaned_data["workload"])
+        return catalog_name(self.cleaned_data["workload"], self.known_workloads)
 
     def __init__(self, *args, teams=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["resembles"].choices = [("", "—"), *workload_choices()]
+        self.known_workloads = known_workloads()
+        self.fields["resembles"].choices = [("", "—"), *workload_choices(self.known_workloads)]
         if teams is not None:
             self.fields["team"].queryset = teams
 

@@ -1,6 +1,8 @@
 """Serializers of the cluster API. Fields are listed explicitly; model ``clean()`` is the one
 place where cross-field rules live, so both the admin and the API apply the same checks."""
 
+from functools import cached_property
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from django.utils import timezone
@@ -12,7 +14,7 @@ from cluster import services
 from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 from cluster.queries import can_manage_budgets_of, is_team_member
-from cluster.workloads import catalog_name, workload_errors
+from cluster.workloads import catalog_name, known_workloads, workload_errors
 from scheduling.choices import PerfModelKind
 from scheduling.feasibility import submit_refusals
 from scheduling.perf_lookup import job_models
@@ -260,11 +262,16 @@ class JobSerializer(_NumbersOnly):
             return None
         return ExplorationSerializer(record).data
 
+    @cached_property
+    def _known_workloads(self) -> tuple[str, ...]:
+        """The catalog's workloads, read once a submit (every check below asks)."""
+        return known_workloads()
+
     def validate_workload(self, value: str) -> str:
-        return catalog_name(value)
+        return catalog_name(value, self._known_workloads)
 
     def validate_resembles(self, value: str) -> str:
-        return catalog_name(value) if value else value
+        return catalog_name(value, self._known_workloads) if value else value
 
     def validate_gpu_model(self, value: str) -> str:
         # As the agents register GPUs: a name copied from nvidia-smi ("NVIDIA H200")
@@ -287,7 +294,10 @@ class JobSerializer(_NumbersOnly):
         attrs.setdefault("min_batch_size", attrs["global_batch_size"])
         attrs.setdefault("max_batch_size", attrs["global_batch_size"])
         errors = workload_errors(
-            attrs["workload"], attrs.get("gpu_model", ""), resembles=attrs.get("resembles", "")
+            attrs["workload"],
+            attrs.get("gpu_model", ""),
+            resembles=attrs.get("resembles", ""),
+            known=self._known_workloads,
         )
         if errors:
             raise serializers.ValidationError({field: [msg] for field, msg in errors.items()})
