@@ -527,14 +527,16 @@ def _record_exploration(plan: core.Plan, rows: adapters.SnapshotRows, *, now: da
     close the record of a job that ended while exploring (in the last ``ENDED_LOOKBACK``):
     no round plans it again, and its page said "Exploring" for good (a job cancelled
     during its power-limit sweep)."""
-    ended = JobSchedulingState.objects.filter(
-        job__state__in=TERMINAL_JOB_STATES,
-        job__finished_at__gte=now - ENDED_LOOKBACK,
-        exploration__status=EXPLORING,
+    ended = list(
+        JobSchedulingState.objects.filter(
+            job__state__in=TERMINAL_JOB_STATES,
+            job__finished_at__gte=now - ENDED_LOOKBACK,
+            exploration__status=EXPLORING,
+        )
     )
     for state in ended:
         state.exploration = {**state.exploration, "status": DONE, "reason": "the job ended"}
-        state.save(update_fields=["exploration"])
+    JobSchedulingState.objects.bulk_update(ended, ["exploration"])
     before = rows.snapshot.exploration
     changed = {
         rows.jobs[job_id].pk: record

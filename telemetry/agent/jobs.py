@@ -86,7 +86,7 @@ def parse_progress(text: str) -> Progress | None:
     try:
         data = json.loads(text)
         count = data["iterations"]
-        if isinstance(count, bool) or isinstance(count, str):
+        if isinstance(count, bool | str):
             return None  # not a count (true was read as 1; the server refuses booleans)
         iterations = float(count)
     except (ValueError, KeyError, TypeError, OverflowError):

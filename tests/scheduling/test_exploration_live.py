@@ -51,6 +51,14 @@ def _telemetry(job: Job, node: Node, t0: datetime, t1: datetime) -> None:
         )
 
 
+def _long_resnet50(make_job, member, team):
+    """A new resnet50 job on one A100 at a fixed batch: about 8 hours at 400 W, so its
+    exploration bound (about 10 minutes) lets it measure every limit in 1-minute rounds."""
+    return make_job(owner=member, team=team, gpu_model="A100", min_gpus=1, max_gpus=1,
+                    global_batch_size=64, min_batch_size=64, max_batch_size=64,
+                    total_iterations=80_000)  # fmt: skip
+
+
 @pytest.fixture
 def zeus(db):
     config = SchedulerSettings.load()
@@ -64,9 +72,7 @@ def test_a_new_job_explores_power_limits_then_settles_within_its_bound(
     # given one A100 node and a new resnet50 job (a long one: about 8 hours at 400 W, so
     # its bound, about 10 minutes, lets it measure every limit in one-minute rounds)
     node = make_node(gpus=1)
-    job = make_job(owner=member, team=team, gpu_model="A100", min_gpus=1, max_gpus=1,
-                   global_batch_size=64, min_batch_size=64, max_batch_size=64,
-                   total_iterations=80_000)  # fmt: skip
+    job = _long_resnet50(make_job, member, team)
     limits = []
     records = []
     # when rounds run a minute apart, the job reporting what it does between them
@@ -166,9 +172,7 @@ def test_a_job_cancelled_while_exploring_is_not_shown_as_exploring(
 ):
     # given a new job in its power-limit sweep (the test above's)
     node = make_node(gpus=1)
-    job = make_job(owner=member, team=team, gpu_model="A100", min_gpus=1, max_gpus=1,
-                   global_batch_size=64, min_batch_size=64, max_batch_size=64,
-                   total_iterations=80_000)  # fmt: skip
+    job = _long_resnet50(make_job, member, team)
     for k in range(2):
         now = T0 + k * ROUND
         Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
