@@ -16,14 +16,22 @@ class JobFilterSet(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="team__slug", help_text="Team slug.")
     workload = django_filters.CharFilter(field_name="workload")
     owner = django_filters.CharFilter(field_name="owner__username", help_text="Owner's username.")
-    submitted = django_filters.IsoDateTimeFromToRangeFilter(
+    # Two filters, not one range filter: a range filter's errors are keyed by its own
+    # name ("submitted"), which names no parameter the client sent.
+    submitted_after = django_filters.IsoDateTimeFilter(
         field_name="submitted_at",
-        help_text="Use submitted_after / submitted_before (ISO 8601 with time zone).",
+        lookup_expr="gte",
+        help_text="Jobs submitted at or after this time (ISO 8601 with time zone).",
+    )
+    submitted_before = django_filters.IsoDateTimeFilter(
+        field_name="submitted_at",
+        lookup_expr="lte",
+        help_text="Jobs submitted at or before this time (ISO 8601 with time zone).",
     )
 
     class Meta:
         model = Job
-        fields = ["state", "team", "workload", "owner", "submitted"]
+        fields = ["state", "team", "workload", "owner", "submitted_after", "submitted_before"]
 
 
 class BudgetFilterSet(django_filters.FilterSet):

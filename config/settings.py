@@ -236,7 +236,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # django-filter, refusing control characters and comparing datetimes in UTC (400, not 500).
     "DEFAULT_FILTER_BACKENDS": ["cluster.api.filter_backend.StrictDjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "DEFAULT_PAGINATION_CLASS": "cluster.api.pagination.StrictPageNumberPagination",
     "PAGE_SIZE": env_int("API_PAGE_SIZE", 50),
     "DEFAULT_SCHEMA_CLASS": "config.openapi.WattflowAutoSchema",
     # JSON answers escape non-ASCII: a refusal that quotes the client's input (a choice

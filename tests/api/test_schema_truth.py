@@ -121,7 +121,10 @@ def test_utc_offsets_postgres_cannot_store_are_compared_in_utc(api_client, membe
     assert early.status_code == 200 and early.json()["count"] == 0
     nowhere = client.get("/api/jobs/", {"submitted_before": "0001-01-01T00:00:00+05:00"})
     assert nowhere.status_code == 400
-    assert "submitted" in nowhere.json()
+    assert list(nowhere.json()) == ["submitted_before"]
+    garbled = client.get("/api/jobs/", {"submitted_after": "yesterday"})
+    assert garbled.status_code == 400
+    assert list(garbled.json()) == ["submitted_after"]
 
 
 @pytest.mark.parametrize("url", ["/api/jobs/1.5/", "/api/teams/%00/", "/api/no-such-thing/"])
@@ -144,3 +147,20 @@ def test_cancel_of_a_finished_job_is_a_documented_409(api_client, member, team, 
     response = api_client(member).post(f"/api/jobs/{job.pk}/cancel/")
     assert response.status_code == 409
     assert response.json()["detail"]
+
+
+@pytest.mark.parametrize("page", ["-1", "0", "abc", "1.5", "٣"])
+def test_malformed_page_numbers_answer_400(api_client, member, team, make_job, page):
+    make_job(owner=member, team=team)
+    response = api_client(member).get("/api/jobs/", {"page": page})
+    assert response.status_code == 400
+    assert list(response.json()) == ["page"]
+
+
+def test_pages_past_the_last_stay_404_and_last_works(api_client, member, team, make_job):
+    job = make_job(owner=member, team=team)
+    client = api_client(member)
+    assert client.get("/api/jobs/", {"page": "2"}).status_code == 404
+    last = client.get("/api/jobs/", {"page": "last"})
+    assert last.status_code == 200
+    assert [j["id"] for j in last.json()["results"]] == [job.pk]
