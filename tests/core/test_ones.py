@@ -179,3 +179,51 @@ def test_a_job_whose_minimum_does_not_fit_waits_and_a_later_one_is_padded():
     assert "wide" not in plan.allocations
     assert plan.waiting["wide"].message.startswith("Waiting: ")
     assert plan.allocations["small"].n_gpus == 1
+
+
+def test_sparse_individuals_rank_as_the_dense_totals_and_count_lists_would():
+    """The search keeps only running jobs in an individual; its ranking must be the one
+    the full form gives: total remaining GPU-time over every job (r * T(r) for those
+    that wait), ties by the GPU counts listed in job-id order."""
+    import random
+
+    from scheduling.core.policies.ones import _Search
+
+    cluster = make_cluster(1, 4, 8)
+    snap = random_snapshot(11, cluster, n_jobs=30, running_share=0.3, now=NOW)
+    ctx, _ = admit(snap, now=NOW)
+    pol = Ones(seed=3)
+    jobs = list(ctx.jobs)
+    caps = pol.next_caps(jobs, {})
+    search = _Search(pol, ctx, jobs, caps, 32, random.Random(5))
+    ids = sorted(search.ids)
+    rng = random.Random(9)
+    inds = []
+    for _ in range(300):
+        chosen = rng.sample(search.ids, rng.randrange(0, 8))
+        inds.append({j: rng.randint(1, 3) for j in chosen})
+    inds += [dict(inds[0]), {}]  # an exact duplicate and the all-waiting plan
+
+    def dense_total(ind):
+        return sum(ind[j] * search.t(j, ind[j]) if j in ind else search.wait_cost(j) for j in ids)
+
+    dense = sorted(
+        range(len(inds)),
+        key=lambda i: (round(dense_total(inds[i]), 6), tuple(inds[i].get(j, 0) for j in ids)),
+    )
+    sparse = sorted(
+        range(len(inds)),
+        key=lambda i: (round(search.fitness(inds[i]), 6), search.tie_key(inds[i])),
+    )
+    assert [inds[i] for i in sparse] == [inds[i] for i in dense]
+    assert search.tie_key(inds[0]) == search.tie_key(inds[-2])
+
+
+def test_padding_and_repair_never_store_a_waiting_job():
+    cluster = make_cluster(1, 2, 8)
+    snap = random_snapshot(4, cluster, n_jobs=40, running_share=0.2, now=NOW)
+    for r in range(3):
+        plan = plan_round(snap, policy=Ones(seed=r), now=NOW)
+        for ind in plan.policy_state["ones"]["population"]["A100"]:
+            assert ind and all(n > 0 for n in ind.values())
+            assert sum(ind.values()) <= 16

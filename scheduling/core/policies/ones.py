@@ -13,8 +13,9 @@ global batch finishes the same work in fewer iterations only as far as the job's
 statistical efficiency allows (``scheduling.core.goodput``; unknown efficiency counts
 the worst case, ``min(b, b0)`` useful samples per iteration).
 
-An *individual* is a whole assignment ``job -> GPU count`` of one GPU model; the
-population (``population_size`` = 16) is carried between rounds in ``policy_state``.
+An *individual* is a whole assignment ``job -> GPU count`` of one GPU model, holding
+the jobs it runs (a job it leaves out waits); the population (``population_size`` = 16)
+is carried between rounds in ``policy_state``.
 Each round runs ``generations`` generations of:
 
 - **uniform crossover** of two parents (each job's count from either, swap probability
@@ -42,7 +43,6 @@ deterministic for its context.
 from __future__ import annotations
 
 import math
-import operator
 import random
 from collections.abc import Mapping
 
@@ -192,13 +192,14 @@ class Ones:
                 grants.append(
                     Grant(jid, len(gpus), global_batch_for(job, len(gpus)), model, gpu_ids=gpus)
                 )
+            behind = WaitReason(  # one (immutable) reason for every job left waiting
+                WaitCode.BEHIND_IN_QUEUE,
+                f"Waiting: the evolutionary search gave every {model} GPU to jobs "
+                "with less remaining work; it gets one when padding reaches it.",
+            )
             for jv in jobs:
                 if jv.job.job_id not in ids:
-                    waiting[jv.job.job_id] = WaitReason(
-                        WaitCode.BEHIND_IN_QUEUE,
-                        f"Waiting: the evolutionary search gave every {model} GPU to jobs "
-                        "with less remaining work; it gets one when padding reaches it.",
-                    )
+                    waiting[jv.job.job_id] = behind
         new_state = {
             "generation": generation + 1,
             "caps": caps_all,
@@ -210,16 +211,22 @@ class Ones:
 
 
 class _Search:
-    """One round's evolutionary search over one GPU model's jobs."""
+    """One round's evolutionary search over one GPU model's jobs.
+
+    An individual holds only the jobs it runs (``{job_id: n}``, every ``n`` > 0): with a
+    long queue most jobs wait in every individual, and walking them all in every
+    operator made ONES the slowest policy (10,000 waiting beside 1,000 running: about
+    0.9 s a round, against a 1 s target). Every operator gives what it gave on the dense
+    form: the random draws are the same, one per queued job, in queue order.
+    """
 
     def __init__(self, policy: Ones, ctx: RoundContext, jobs, caps, capacity: int, rng) -> None:
         self.p = policy
         self.ctx = ctx
         self.jobs = jobs
         self.ids = [jv.job.job_id for jv in jobs]
-        self.sorted_ids = sorted(self.ids)
-        self._tie = operator.itemgetter(*self.sorted_ids) if len(self.ids) > 1 else None
-        self._wait: dict[str, float] | None = None  # r * T(r) of each job, once needed
+        self.position = {jid: i for i, jid in enumerate(self.ids)}
+        self.rank = {jid: i for i, jid in enumerate(sorted(self.ids))}
         self.views = {jv.job.job_id: jv for jv in jobs}
         self.caps = {j: caps[j] for j in self.ids}
         self.floor = {jv.job.job_id: floor_gpus(jv.job) for jv in jobs}
@@ -230,6 +237,7 @@ class _Search:
         }
         self.frozen = {j: n for j, n in self.current.items() if policy.locked(ctx, self.views[j])}
         self._time: dict[tuple[str, int], float] = {}
+        self._wait: dict[str, float] = {}  # r * T(r) of a job that waits, once needed
 
     def t(self, jid: str, n: int) -> float:
         key = (jid, n)
@@ -237,32 +245,39 @@ class _Search:
             self._time[key] = self.p.remaining_s(self.ctx, self.views[jid], n)
         return self._time[key]
 
-    def tie_key(self, ind: Individual) -> tuple[int, ...]:
-        """The GPU counts in job-id order: orders individuals as their sorted items
-        would (every individual holds every job), without sorting each one."""
-        if len(self.sorted_ids) < 2:
-            return tuple(ind[j] for j in self.sorted_ids)
-        return self._tie(ind)
+    def wait_cost(self, jid: str) -> float:
+        """``r * T(r)``: the GPU-time a waiting job still needs at its request ``r``."""
+        v = self._wait.get(jid)
+        if v is None:
+            r = min(self.views[jid].job.requested_gpus, self.capacity)
+            v = self._wait[jid] = r * self.t(jid, r)
+        return v
+
+    def tie_key(self, ind: Individual) -> tuple[tuple[int, int], ...]:
+        """Orders individuals as their GPU counts listed in job-id order (every job,
+        0 for one that waits) would compare, without listing the waiting ones: the
+        running jobs in id order as ``(-rank, n)``. At the first job where two
+        individuals differ, a job one runs and the other does not comes first in the
+        one that runs it (a smaller id, so a larger ``-rank``): that one is larger, as
+        its count beats the other's 0; a key that is a prefix of another is smaller, as
+        the other runs one more job after it."""
+        rank = self.rank
+        return tuple(sorted(((-rank[j], n) for j, n in ind.items()), reverse=True))
 
     def fitness(self, ind: Individual) -> float:
-        # The same sum, in the same order, as n * t(n) for jobs that run plus
-        # r * t(r) for those that wait; lookups inlined (every individual of every
-        # generation walks the whole queue).
-        if self._wait is None:
-            self._wait = {}
-            for jid in self.ids:
-                r = min(self.views[jid].job.requested_gpus, self.capacity)
-                self._wait[jid] = r * self.t(jid, r)
-        wait, times, t = self._wait, self._time, self.t
-        total = 0.0
-        for jid in self.ids:
-            n = ind.get(jid, 0)
-            if n > 0:
-                v = times.get((jid, n))
-                total += n * (t(jid, n) if v is None else v)
-            else:
-                total += wait[jid]
-        return total
+        """Total remaining GPU-time, ``sum n * T(n)`` over the jobs that run plus
+        ``r * T(r)`` over those that wait, less the same for a plan in which every
+        job waits (a constant of the round, so individuals rank as by the total): what
+        running each job at ``n`` rather than waiting saves, summed. Summed exactly
+        (``fsum``): two individuals that run the same multiset of (job shape, count)
+        tie whatever their order, and the tie key decides, not the rounding of a sum
+        taken in queue order."""
+        times, t, wait = self._time, self.t, self.wait_cost
+        terms = []
+        for jid, n in ind.items():
+            v = times.get((jid, n))
+            terms.append(n * (t(jid, n) if v is None else v) - wait(jid))
+        return math.fsum(terms)
 
     # --- operators ----------------------------------------------------------------
 
@@ -271,46 +286,53 @@ class _Search:
         return 0 if n <= 0 else min(max(n, self.floor[jid]), self.caps[jid])
 
     def crossover(self, a: Individual, b: Individual) -> Individual:
-        child = {}
         random, p = self.rng.random, self.p.crossover_p
-        floor, caps = self.floor, self.caps
-        for jid in self.ids:
-            n = (b if random() < p else a).get(jid, 0)
-            child[jid] = 0 if n <= 0 else min(max(n, floor[jid]), caps[jid])  # clip()
+        # One draw per queued job in queue order, whether or not either parent runs it.
+        draws = [random() for _ in self.ids]
+        position, floor, caps = self.position, self.floor, self.caps
+        child = {}
+        for jid in a.keys() | b.keys():
+            n = (b if draws[position[jid]] < p else a).get(jid, 0)
+            if n > 0:
+                child[jid] = min(max(n, floor[jid]), caps[jid])  # clip()
         return child
 
     def mutate(self, ind: Individual) -> Individual:
         out = dict(ind)
         if self.ids and self.rng.random() < self.p.mutation_p:
-            out[self.rng.choice(self.ids)] = 0
+            out.pop(self.rng.choice(self.ids), None)
         return out
 
     def repair(self, ind: Individual) -> Individual:
         """Freeze locked jobs, clip to caps, fit the capacity, then pad."""
         floor, caps = self.floor, self.caps
-        out = {}
-        for jid in self.ids:
-            n = ind.get(jid, 0)
-            out[jid] = 0 if n <= 0 else min(max(n, floor[jid]), caps[jid])  # clip()
+        out = {j: min(max(n, floor[j]), caps[j]) for j, n in ind.items() if n > 0}  # clip()
         out.update(self.frozen)
-        # Over capacity: drop unfrozen jobs, largest first, until it fits.
-        while sum(out.values()) > self.capacity:
-            movable = [j for j in self.ids if out[j] > 0 and j not in self.frozen]
-            if not movable:
-                break
-            victim = max(movable, key=lambda j: (out[j], j))
-            out[victim] = 0
+        # Over capacity: drop unfrozen jobs, largest first (ties: the larger id), until
+        # it fits.
+        total = sum(out.values())
+        if total > self.capacity:
+            movable = sorted(
+                (j for j in out if j not in self.frozen), key=lambda j: (out[j], j), reverse=True
+            )
+            for victim in movable:
+                if total <= self.capacity:
+                    break
+                total -= out.pop(victim)
         return self.pad(out)
 
     def pad(self, ind: Individual) -> Individual:
         out = dict(ind)
         spare = self.capacity - sum(out.values())
         # Once no job can be halved, none can later in this pass (jobs only shrink, and
-        # the ones padded in start at their floor): a long queue then costs one scan.
+        # the ones padded in start at their floor): with no spare GPU left either, no
+        # later job fits and the rest of the queue is not walked.
         can_shrink = True
         for jid in self.ids:  # submit order: new jobs get one GPU each (or their minimum)
-            if out[jid] > 0:
+            if jid in out:
                 continue
+            if spare <= 0 and not can_shrink:
+                break
             need = self.floor[jid]
             while spare < need and can_shrink:
                 freed = self.shrink_largest(out)
@@ -323,9 +345,7 @@ class _Search:
             out[jid] = need
             spare -= need
         # Top up shortest-remaining-first, up to each cap.
-        for jid in sorted(
-            (j for j in self.ids if out[j] > 0), key=lambda j: (self.t(j, out[j]), j)
-        ):
+        for jid in sorted(out, key=lambda j: (self.t(j, out[j]), j)):
             if spare <= 0:
                 break
             if jid in self.frozen:
@@ -342,8 +362,8 @@ class _Search:
         now = self.ctx.now_s
         candidates = [
             j
-            for j in self.ids
-            if ind[j] > self.floor[j]
+            for j, n in ind.items()
+            if n > self.floor[j]
             and j not in self.frozen
             and self.views[j].job.started_s is not None
             and now - self.views[j].job.started_s >= self.p.long_running_s
@@ -359,8 +379,9 @@ class _Search:
 
     def seed_population(self, carried: list[Mapping[str, int]]) -> list[Individual]:
         pop = [self.repair(dict(self.current))]
+        known = self.position
         for ind in carried:
-            pop.append(self.repair({j: int(ind.get(j, 0)) for j in self.ids}))
+            pop.append(self.repair({j: int(n) for j, n in ind.items() if j in known}))
         while len(pop) < self.p.population_size:
             pop.append(self.repair(self.mutate(self.mutate(pop[self.rng.randrange(len(pop))]))))
         return pop
@@ -368,8 +389,18 @@ class _Search:
     def evolve(self, carried: list[Mapping[str, int]]) -> list[Individual]:
         size = self.p.population_size
         pop = self.seed_population(carried)
+        # Each individual's sort key, once: survivors are ranked again every generation.
+        # By object identity: every individual stays alive (in ``pop``) until the end.
+        keys: dict[int, tuple[float, tuple]] = {}
+
+        def key(ind: Individual) -> tuple[float, tuple]:
+            k = keys.get(id(ind))
+            if k is None:
+                k = keys[id(ind)] = (self.fitness(ind), self.tie_key(ind))
+            return k
+
         for _ in range(self.p.generations):
-            scored = sorted(pop, key=lambda i: (self.fitness(i), self.tie_key(i)))
+            scored = sorted(pop, key=key)
             children = []
             for _ in range(size):
                 a = self._tournament(scored)
@@ -378,8 +409,8 @@ class _Search:
             pop = scored + children
         unique: dict[tuple, Individual] = {}
         for ind in pop:
-            unique.setdefault(self.tie_key(ind), ind)
-        ranked = sorted(unique.values(), key=lambda i: (self.fitness(i), self.tie_key(i)))
+            unique.setdefault(key(ind)[1], ind)
+        ranked = sorted(unique.values(), key=key)
         return ranked[:size]
 
     def _tournament(self, scored: list[Individual]) -> Individual:
