@@ -366,6 +366,11 @@ class Job(models.Model):
         editable=False,
     )
     updated_at = models.DateTimeField(auto_now=True)
+    # A client's key for this submission (the API's ``Idempotency-Key`` header, the submit
+    # form's hidden key) and a digest of what was sent with it: a retried submit with the
+    # same key answers with this job instead of queueing a second one.
+    idempotency_key = models.CharField(max_length=128, blank=True, default="", editable=False)
+    request_digest = models.CharField(max_length=64, blank=True, default="", editable=False)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -402,6 +407,11 @@ class Job(models.Model):
             finite_check("completed_iterations"),
             finite_check("grad_sqr", nullable=True),
             finite_check("grad_var", nullable=True),
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="job_owner_idempotency_key_unique",
+            ),
             models.CheckConstraint(
                 condition=(Q(grad_sqr__isnull=True) | Q(grad_sqr__gte=0))
                 & (Q(grad_var__isnull=True) | Q(grad_var__gte=0)),

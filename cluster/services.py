@@ -77,8 +77,12 @@ def submit_job(
     slowdown_tolerance: float = 0.10,
     priority: int = 0,
     at: datetime | None = None,
+    idempotency_key: str = "",
+    request_digest: str = "",
 ) -> Job:
-    """Validate and queue a new job. Omitted ranges default to the fixed value (not elastic)."""
+    """Validate and queue a new job. Omitted ranges default to the fixed value (not elastic).
+
+    With an ``idempotency_key``, use ``submit_job_once``: it answers a repeated key."""
     job = Job(
         owner=owner,
         team=team,
@@ -101,9 +105,60 @@ def submit_job(
         priority=priority,
         state=JobState.QUEUED,
         submitted_at=at or timezone.now(),
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
     )
-    job.full_clean()
+    # The key's uniqueness is the database's to enforce (``submit_job_once`` answers a
+    # collision); checked here, a racing duplicate would read as the client's bad input.
+    job.full_clean(exclude=["idempotency_key", "request_digest"])
     job.save()
+    return job
+
+
+class IdempotencyKeyReused(Exception):
+    """A submission key already used by this owner for a different request."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(
+            f"This key was already used for job #{job.pk} with a different request; "
+            "use a new key for a new job."
+        )
+        self.job = job
+
+
+def submit_job_once(
+    *, owner, idempotency_key: str, request_digest: str, **fields
+) -> tuple[Job, bool]:
+    """Queue a job under the owner's submission key, once: ``(job, True)`` for a new key,
+    ``(the job queued under it, False)`` when the key was used before for the same request
+    (``request_digest`` equal), ``IdempotencyKeyReused`` when for another. Two requests
+    racing with one key queue one job: the database's unique key decides, and the loser
+    answers with the winner's job."""
+    if not idempotency_key:
+        raise ValueError("submit_job_once needs a key")
+    if (job := earlier_submission(owner, idempotency_key, request_digest)) is not None:
+        return job, False
+    try:
+        with transaction.atomic():
+            job = submit_job(
+                owner=owner,
+                idempotency_key=idempotency_key,
+                request_digest=request_digest,
+                **fields,
+            )
+    except IntegrityError:
+        if (job := earlier_submission(owner, idempotency_key, request_digest)) is None:
+            raise
+        return job, False
+    return job, True
+
+
+def earlier_submission(owner, idempotency_key: str, request_digest: str) -> Job | None:
+    """The job the owner queued under this key (None if none), or
+    ``IdempotencyKeyReused`` when it was queued for another request."""
+    job = Job.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
+    if job is not None and job.request_digest != request_digest:
+        raise IdempotencyKeyReused(job)
     return job
 
 

@@ -15,7 +15,7 @@ import unicodedata
 from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxLengthValidator
+from django.core.validators import MaxLengthValidator, RegexValidator
 from django.utils.deconstruct import deconstructible
 
 # Sanity bounds (see the module docstring); the docs (docs/reliability.md) list them.
@@ -120,6 +120,9 @@ class NoControlCharacters:
 
 
 single_line = NoControlCharacters()
+# A client's submission key (the API's Idempotency-Key header, the submit form's hidden key).
+SUBMISSION_KEY_MESSAGE = "A key is 1 to 128 printable ASCII characters, without spaces."
+submission_key = RegexValidator(r"\A[\x21-\x7e]{1,128}\Z", SUBMISSION_KEY_MESSAGE)
 # Multi-line text (a command, a log line) keeps format characters: only names refuse them.
 multi_line = NoControlCharacters(allowed="\n\r\t", format_characters=True)
 command_length = MaxLengthValidator(MAX_COMMAND_CHARS)

@@ -9,7 +9,7 @@ every operation alike, so that generated clients and the schemathesis run in
 - **What can be null.** A read-only field whose source walks through a nullable model field
   (``Job.current_allocation`` of a queued job, ``EnergyLedgerEntry.team`` of idle energy) is
   ``nullable`` in responses, whether or not its serializer field says ``allow_null``.
-- **The errors.** 400 (invalid body or filter), 401 (no or bad credentials), 403 (not
+- **The errors.** 400 (invalid body, filter or page), 401 (no or bad credentials), 403 (not
   allowed), 404 (no such object, or a page past the end), 415 (a body that is not JSON) and
   429 (throttled) are documented where they can happen, with the one error body DRF sends
   (:data:`API_ERROR_SCHEMA`). Responses a view already documents keep their schema; those it
@@ -98,13 +98,13 @@ class WattflowAutoSchema(AutoSchema):
         codes = []
         has_body = self.method in _BODY_METHODS and self.get_request_serializer() is not None
         has_filters = self.method == "GET" and bool(self._get_filter_parameters())
-        if has_body or has_filters:
+        paginated = self.method == "GET" and self._is_list_view() and self._get_paginator()
+        if has_body or has_filters or paginated:  # a malformed page is a 400 too
             codes.append("400")
         if self.view.get_authenticators():
             # Even a public view refuses credentials that are not valid (401), and a signed-in
             # browser session without its CSRF token (403).
             codes += ["401", "403"]
-        paginated = self.method == "GET" and self._is_list_view() and self._get_paginator()
         if "{" in self.path or paginated:
             codes.append("404")
         if has_body:

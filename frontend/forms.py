@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -21,6 +22,7 @@ from cluster.validators import (
     MAX_PARAM_COUNT,
     MIN_PARAM_COUNT,
     period_bound_errors,
+    submission_key,
 )
 from cluster.workloads import catalog_name, known_workloads, workload_errors
 
@@ -81,9 +83,16 @@ class JobSubmitForm(forms.Form):
     batch_size = forms.IntegerField(label="Global batch size", **_INT, max_value=MAX_BATCH_SIZE)
     iterations = forms.IntegerField(**_INT, max_value=MAX_ITERATIONS)
     priority = forms.IntegerField(initial=0, min_value=-100, max_value=100)
+    # A key drawn when the form is shown: the same form posted twice (a double click, a
+    # reload after a lost answer) queues one job (``cluster.services.submit_job_once``).
+    submission_key = forms.CharField(
+        required=False, widget=forms.HiddenInput, validators=[submission_key]
+    )
 
     def __init__(self, *args, teams, **kwargs):
         super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial.setdefault("submission_key", uuid.uuid4().hex)
         self.fields["team"].queryset = teams
         self.known_workloads = known_workloads()
         self.fields["resembles"].choices = [("", "—"), *workload_choices(self.known_workloads)]
@@ -104,6 +113,12 @@ class JobSubmitForm(forms.Form):
             for field, message in errors.items():
                 self.add_error(field if field in self.fields else None, message)
         return cleaned
+
+    def request_digest(self) -> str:
+        """A digest of the job asked for, to tell a repeated post from an edited one."""
+        fields = {k: getattr(v, "pk", v) for k, v in self.service_kwargs().items()}
+        text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def service_kwargs(self) -> dict:
         """Keyword arguments for ``cluster.services.submit_job``."""

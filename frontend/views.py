@@ -8,6 +8,8 @@ Views stay thin: visibility comes from ``cluster.queries``, writes go through
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -95,6 +97,20 @@ def job_new(request):
         raise PermissionDenied("You are in no team, so you cannot submit jobs.")
     form = JobSubmitForm(request.POST or None, teams=teams)
     if request.method == "POST" and form.is_valid():
+        key, digest = form.cleaned_data["submission_key"], form.request_digest()
+        try:
+            earlier = services.earlier_submission(request.user, key, digest) if key else None
+        except services.IdempotencyKeyReused:
+            # The form was posted before and then edited (the browser's back button): a
+            # new job, under a new key.
+            key, earlier = uuid.uuid4().hex, None
+        if earlier is not None:
+            messages.info(
+                request,
+                f"This form was already submitted: job {earlier.name} "
+                f"(#{earlier.pk}), shown here; no second job was queued.",
+            )
+            return redirect("frontend:job-detail", pk=earlier.pk)
         try:
             kwargs = form.service_kwargs()
             refusals = submit_refusals(
@@ -110,14 +126,28 @@ def job_new(request):
             )
             if refusals:
                 raise ValidationError(refusals)
-            job = services.submit_job(owner=request.user, **kwargs)
+            if key:
+                job, created = services.submit_job_once(
+                    owner=request.user, idempotency_key=key, request_digest=digest, **kwargs
+                )
+            else:
+                job, created = services.submit_job(owner=request.user, **kwargs), True
         except ValidationError as exc:
             # The model's own rules (e.g. batch ranges): shown beside the form's fields.
             for field, errors in exc.message_dict.items():
                 target = _FORM_FIELD.get(field, field)
                 form.add_error(target if target in form.fields else None, errors)
+        except services.IdempotencyKeyReused as exc:  # a racing post of the edited form
+            form.add_error(None, str(exc))
         else:
-            messages.success(request, f"Job {job.name} (#{job.pk}) queued.")
+            if created:
+                messages.success(request, f"Job {job.name} (#{job.pk}) queued.")
+            else:
+                messages.info(
+                    request,
+                    f"This form was already submitted: job {job.name} "
+                    f"(#{job.pk}), shown here; no second job was queued.",
+                )
             return redirect("frontend:job-detail", pk=job.pk)
     status = 400 if request.method == "POST" else 200
     return render(request, "frontend/job_new.html", {"form": form, "page": "jobs"}, status=status)

@@ -1,9 +1,12 @@
 """Viewsets of the cluster API. They pick querysets through cluster.queries and write through
 cluster.services; the rules live there, not here."""
 
+import hashlib
+import json
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -29,6 +32,17 @@ from cluster.queries import (
     jobs_visible_to,
     teams_visible_to,
 )
+from cluster.validators import submission_key
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def request_digest(data) -> str:
+    """A digest of a request's fields, the same for the same fields in any order."""
+    if hasattr(data, "lists"):  # a form-encoded body: each field's values
+        data = {k: v if len(v) > 1 else v[0] for k, v in data.lists()}
+    text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class JobViewSet(
@@ -48,6 +62,66 @@ class JobViewSet(
             .select_related("owner", "team", "current_allocation", "scheduling")
             .prefetch_related("current_allocation__gpus")
         )
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                IDEMPOTENCY_HEADER,
+                location=OpenApiParameter.HEADER,
+                required=False,
+                description=(
+                    "A key you choose for this submission (1-128 printable ASCII "
+                    "characters). Sent again with the same request, it answers with the "
+                    "job queued the first time (header Idempotent-Replayed: true) instead "
+                    "of queueing a second one: retry a submit whose answer was lost."
+                ),
+            )
+        ],
+        responses={
+            201: JobSerializer,
+            409: OpenApiResponse(
+                ErrorSerializer, description="The key's job is in a team you have left."
+            ),
+            422: OpenApiResponse(
+                ErrorSerializer, description="The key was used for a different request."
+            ),
+        },
+    )
+    def create(self, request, *args, **kwargs):
+        """Queue a job. Send an ``Idempotency-Key`` header to make retries safe."""
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        if key is None:
+            return super().create(request, *args, **kwargs)
+        try:
+            submission_key(key)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError({IDEMPOTENCY_HEADER: exc.messages}) from None
+        digest = request_digest(request.data)
+        try:
+            # A retry is answered before its fields are checked again: what was valid
+            # then (a budget with room, a GPU model in service) may not be now.
+            job = services.earlier_submission(request.user, key, digest)
+            created = False
+            if job is None:
+                serializer = self.get_serializer(data=request.data)
+                serializer.is_valid(raise_exception=True)
+                job, created = services.submit_job_once(
+                    owner=request.user,
+                    idempotency_key=key,
+                    request_digest=digest,
+                    **serializer.validated_data,
+                )
+        except services.IdempotencyKeyReused as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
+        shown = self.get_queryset().filter(pk=job.pk).first()
+        if shown is None:  # queued by you in a team you have left since
+            return Response(
+                {"detail": f"This key's job #{job.pk} is no longer visible to you."},
+                status=status.HTTP_409_CONFLICT,
+            )
+        body = self.get_serializer(shown).data
+        headers = {} if created else {"Idempotent-Replayed": "true"}
+        return Response(body, status=status.HTTP_201_CREATED, headers=headers)
 
     @extend_schema(
         request=None,
