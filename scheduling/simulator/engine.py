@@ -673,15 +673,30 @@ class Simulator:
             if not mine:
                 continue
             left_e, left_c = ledger.left(i, k)
+            # A cluster budget pays the powered idle GPUs to its period's end whether or not
+            # jobs run: that floor is set aside, and the watch stops the jobs where what is
+            # left reaches it (the draw above it is what they add). A period whose floor
+            # alone exceeds its limit cannot be kept by stopping anything (the CLI says
+            # so); there the watch stops at the limit itself.
+            floor_w = self._reserved_floor_w(b, k) if b.team is None else 0.0
+            if floor_w > 0.0:
+                end = b.bounds(k)[1]
+                if left_e is not None:
+                    left_e -= floor_w * (end - t0)
+                if left_c is not None:
+                    left_c -= self.intensity.co2_g(floor_w, t0, end)
+                if (left_e is not None and left_e <= 0.0) or (left_c is not None and left_c <= 0):
+                    crossings.append((t0, i, k))
+                    continue
             # the most it can draw in the stretch: most stretches end far from any limit
-            most_w = powered_w if b.team is None else 0.0
+            most_w = powered_w - floor_w if b.team is None else 0.0
             for _start, _finish, busy_w, idle_w in mine:
                 most_w += max(busy_w - idle_w, 0.0) if b.team is None else max(busy_w, idle_w)
             if (left_e is None or most_w * (t_end - t0) < left_e) and (
                 left_c is None or self.intensity.co2_g(most_w, t0, t_end) < left_c
             ):
                 continue
-            steps = _draw_steps(mine, b.team is None, powered_w, t0, t_end)
+            steps = _draw_steps(mine, b.team is None, powered_w - floor_w, t0, t_end)
             t_x = _crossing(steps, t_end, left_e, None)
             if left_c is not None:
                 t_x = min(t_x, _crossing(steps, t_end, left_c, self.intensity.co2_g))
@@ -696,6 +711,20 @@ class Simulator:
         # A microsecond early: the float sums that charge the stretch must not put the
         # period a hair over the limit the watch stopped it at.
         return max(t0, first - 1e-6)
+
+    def _reserved_floor_w(self, b, k: int) -> float:
+        """The idle draw a cluster budget's period ``k`` keeps for its rest: every GPU's idle
+        power (nodes powered off when idle keep none), unless that floor over the whole
+        period already exceeds a limit (then no stop can keep it; 0)."""
+        floor_w = self._idle_all_w
+        if floor_w <= 0.0:
+            return 0.0
+        start, end = b.bounds(k)
+        if b.energy_limit_j is not None and floor_w * (end - start) > b.energy_limit_j:
+            return 0.0
+        if b.co2_limit_g is not None and self.intensity.co2_g(floor_w, start, end) > b.co2_limit_g:
+            return 0.0
+        return floor_w
 
 
 def _draw_steps(

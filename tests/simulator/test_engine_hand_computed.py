@@ -508,12 +508,28 @@ def test_a_carbon_budget_is_stopped_where_the_grid_makes_it_spent():
 
 def test_a_cluster_budget_counts_the_idle_gpus_and_its_floor_goes_on():
     # A at 200 W and the idle GPU at 50 W: 20 kJ are spent at 80 s. A stops there; the
-    # idle GPUs keep drawing on the period (the floor no plan can keep).
+    # idle GPUs keep drawing on the period (the floor no plan can keep: 500 kJ a period,
+    # more than the limit, so nothing is set aside for it).
     budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=2.0e4)
     result, planner = _watched(budget, iters=1.0e4, max_time_s=1000.0)
     assert planner.seen[1][0] == pytest.approx(80.0, abs=1e-5)
     assert result.jobs[0].done_iters == pytest.approx(40.0, abs=1e-4)
     assert result.budget_periods[0].energy_j == pytest.approx(2.0e4 + 100.0 * 920.0, abs=1e-2)
+
+
+def test_a_cluster_budget_stops_its_jobs_where_what_is_left_is_the_floor_to_its_end():
+    # The two GPUs' idle floor, 100 W, takes 500 kJ of the 600 kJ period: A (200 W, so
+    # 150 W above the floor with the other GPU idle) may spend the other 100 kJ, and is
+    # stopped at 666.67 s, not where the limit itself is reached (2,400 s): after that
+    # the idle GPUs draw the rest of the period and it ends at its limit, not 150% of it.
+    budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=6.0e5)
+    result, planner = _watched(budget, iters=1.0e6, max_time_s=5000.0)
+    stops = [t for t, spent in planner.seen if spent]
+    assert stops[0] == pytest.approx(1.0e5 / 150.0, abs=1e-4)
+    assert result.jobs[0].done_iters == pytest.approx(1.0e5 / 150.0 / 2.0, abs=1e-3)
+    period = result.budget_periods[0]
+    assert period.energy_j <= 6.0e5
+    assert period.energy_j == pytest.approx(6.0e5, abs=1e-2)
 
 
 @pytest.mark.parametrize("action", [HardLimitAction.HOLD_QUEUE, HardLimitAction.NOTIFY_ONLY])
