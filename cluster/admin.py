@@ -1,6 +1,7 @@
 """Django admin for every cluster model. State changes of jobs still go through services."""
 
 from django.contrib import admin, messages
+from django.http import Http404
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
@@ -260,10 +261,16 @@ class BudgetAdmin(admin.ModelAdmin):
         if change:
             columns = {f.name for f in Budget._meta.concrete_fields}
             changes = {f: getattr(obj, f) for f in form.changed_data if f in columns}
-        services.save_budget(obj, actor=request.user, changes=changes)
+        try:
+            services.save_budget(obj, actor=request.user, changes=changes)
+        except services.BudgetGone:
+            raise Http404("This budget was deleted while you edited it.") from None
 
     def delete_model(self, request, obj):
-        services.delete_budget(obj, actor=request.user)
+        try:
+            services.delete_budget(obj, actor=request.user)
+        except services.BudgetGone:
+            pass  # another writer deleted it first (and audited that)
 
     def delete_queryset(self, request, queryset):
         # The list page's bulk delete: one entry per budget, like deleting them one by one.

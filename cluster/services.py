@@ -453,17 +453,20 @@ def save_budget(
     whole copy read before the lock undid the other's change, and the audit blamed its
     writer for it). Without ``changes`` a new budget, or ``budget`` whole, is saved. An edit
     that changes nothing writes no audit entry."""
-    if changes is None:
-        budget.full_clean()
     try:
         with transaction.atomic():
             # One writer of a team's budgets at a time: two racing inserts would each wait on
             # the other's row in the exclusion constraint's check (a deadlock PostgreSQL breaks
             # by aborting one, not a refusal); queued here, the second sees the first's row.
+            # Validated under the lock too: checked before it, a racing writer's row could
+            # appear between the model's overlap check (which names the period) and the
+            # constraint's own (which names no field).
             teams = {budget.team_id}
             if changes and "team" in changes:
                 teams.add(changes["team"].pk)
             list(Team.objects.select_for_update().filter(pk__in=teams).order_by("pk").values("pk"))
+            if changes is None:
+                budget.full_clean()
             budget = _save_budget_audited(budget, actor=actor, at=at, changes=changes)
     except IntegrityError as exc:
         # A racing writer stored an overlapping budget after full_clean() looked.
@@ -478,7 +481,9 @@ def _save_budget_audited(
 ) -> Budget:
     before = None
     if budget.pk is not None:
-        stored = Budget.objects.select_for_update().get(pk=budget.pk)
+        stored = Budget.objects.select_for_update().filter(pk=budget.pk).first()
+        if stored is None:  # deleted by a racing writer
+            raise BudgetGone(budget.pk)
         before = audit_snapshot(stored, BUDGET_AUDIT_FIELDS)
         if changes is not None:
             for field, value in changes.items():
@@ -590,10 +595,26 @@ def delete_team(team: Team, *, actor, at: datetime | None = None) -> None:
         locked.delete()
 
 
+class BudgetGone(Exception):
+    """The budget was deleted by another writer first (the views answer 404)."""
+
+    def __init__(self, pk) -> None:
+        super().__init__(f"Budget #{pk} no longer exists.")
+        self.pk = pk
+
+
 def delete_budget(budget: Budget, *, actor, at: datetime | None = None) -> None:
     """Delete a budget, recording what it was in the audit log in the same transaction (with
-    its alert, if a limit was reached: the alert goes with the budget)."""
+    its alert, if a limit was reached: the alert goes with the budget). Takes the locks an
+    edit takes, in the same order (its team, then the row): a delete racing an edit of the
+    same budget deadlocked, and two racing deletes both answered 204 with two audit
+    entries; the later writer now finds it gone (``BudgetGone``)."""
     with transaction.atomic():
+        list(Team.objects.select_for_update().filter(pk=budget.team_id).values("pk"))
+        stored = Budget.objects.select_for_update().filter(pk=budget.pk).first()
+        if stored is None:
+            raise BudgetGone(budget.pk)
+        budget = stored
         before = audit_snapshot(budget, BUDGET_AUDIT_FIELDS)
         alert = _alert_snapshot(budget)
         if alert is not None:

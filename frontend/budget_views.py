@@ -10,7 +10,7 @@ import math
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import JsonResponse
+from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -65,6 +65,8 @@ def _save(request, form: BudgetForm):
             if "warn_percent" in form.changed_data:
                 changes["warn_fraction"] = form.instance.warn_fraction
         return services.save_budget(form.instance, actor=request.user, changes=changes)
+    except services.BudgetGone:
+        raise Http404("This budget was deleted while you edited it.") from None
     except ValidationError as exc:
         for field, errors in exc.message_dict.items():
             form.add_error(field if field in form.fields else None, errors)

@@ -201,9 +201,14 @@ class BudgetViewSet(viewsets.ModelViewSet):
         except DjangoValidationError as exc:
             # What only the save can see (an overlapping budget a racing writer stored).
             raise serializers.ValidationError(exc.message_dict) from None
+        except services.BudgetGone:  # deleted by a racing writer
+            raise exceptions.NotFound() from None
 
     def perform_destroy(self, instance):
-        services.delete_budget(instance, actor=self.request.user)
+        try:
+            services.delete_budget(instance, actor=self.request.user)
+        except services.BudgetGone:  # the racing delete that got there first answered 204
+            raise exceptions.NotFound() from None
 
 
 class NodeViewSet(viewsets.ModelViewSet):

@@ -104,3 +104,91 @@ def test_two_racing_overlapping_budgets_have_one_winner(race, lead, team, attemp
     messages = [m for ms in losers[0].message_dict.values() for m in ms]
     assert any("already has a budget for part of this period" in m for m in messages)
     assert Budget.objects.count() == 1
+
+
+# --- racing deletes and edits of one budget (a live probe: 500s and doubled audit rows) ---
+
+
+def _stored_budget(team) -> Budget:
+    return Budget.objects.create(
+        team=team,
+        period_start=datetime(2030, 6, 1, tzinfo=UTC),
+        period_end=datetime(2030, 7, 1, tzinfo=UTC),
+        energy_limit_kwh=10.0,
+    )
+
+
+def _client(user):
+    from django.db import connection
+    from rest_framework.test import APIClient
+
+    def call(method, *args, **kwargs):
+        client = APIClient()
+        client.force_authenticate(user)
+        try:
+            return getattr(client, method)(*args, **kwargs)
+        finally:
+            connection.close()
+
+    return call
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("attempt", range(3))
+def test_two_racing_deletes_of_a_budget_have_one_winner_and_one_audit_entry(
+    race, lead, admin_user, team, attempt
+):
+    from cluster.models import AuditEntry
+
+    budget = _stored_budget(team)
+    url = f"/api/budgets/{budget.pk}/"
+    results = race(
+        lambda: _client(lead)("delete", url), lambda: _client(admin_user)("delete", url)
+    )
+    assert sorted(r.status_code for r in results) == [204, 404], results
+    deleted = AuditEntry.objects.filter(object_type="budget", object_id=budget.pk, action="deleted")
+    assert deleted.count() == 1
+    assert not Budget.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_delete_racing_an_edit_of_a_budget_answers_without_a_500(
+    race, lead, admin_user, team, attempt
+):
+    from cluster.models import AuditEntry
+
+    budget = _stored_budget(team)
+    url = f"/api/budgets/{budget.pk}/"
+    deleted, edited = race(
+        lambda: _client(admin_user)("delete", url),
+        lambda: _client(lead)("patch", url, {"energy_limit_kwh": 7.0}, format="json"),
+    )
+    assert deleted.status_code == 204
+    # the edit ran first (200) or found the budget gone (404)
+    assert edited.status_code in (200, 404), edited.content
+    assert not Budget.objects.exists()
+    entries = AuditEntry.objects.filter(object_type="budget", object_id=budget.pk)
+    actions = sorted(entries.values_list("action", flat=True))
+    assert actions == (["deleted", "updated"] if edited.status_code == 200 else ["deleted"])
+
+
+def test_a_budget_deleted_under_an_edit_is_a_404_on_the_page(client, lead, team, monkeypatch):
+    from django.urls import reverse
+
+    budget = _stored_budget(team)
+    client.force_login(lead)
+    page = client.get(reverse("frontend:budget-edit", args=[budget.pk]))
+    assert page.status_code == 200
+    form = page.context["form"]
+    data = {k: v for k, v in form.initial.items() if v is not None}
+    # the edit's save finds the row gone (deleted after the page was read)
+    real = services._save_budget_audited
+
+    def vanish(*args, **kwargs):
+        Budget.objects.filter(pk=budget.pk).delete()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "_save_budget_audited", vanish)
+    response = client.post(reverse("frontend:budget-edit", args=[budget.pk]), data)
+    assert response.status_code == 404
