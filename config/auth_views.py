@@ -8,6 +8,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from config.auth import fresh_token, lockout_response
 
@@ -15,6 +16,9 @@ from config.auth import fresh_token, lockout_response
 class ObtainTokenView(ObtainAuthToken):
     """``POST /api/auth-token/``: username and password for the user's API token (a new one
     when the old has expired). Locked-out callers get 429 and no token."""
+
+    # DRF's view names its own parsers; these are the API's (a body nested too deep is a 400).
+    parser_classes = api_settings.DEFAULT_PARSER_CLASSES
 
     @extend_schema(
         # Anyone may ask (the password is the credential): config.openapi documents views

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.http import JsonResponse
+from django.http import HttpResponseBadRequest, JsonResponse
 
 
 class RequestBodyLimitMiddleware:
@@ -29,5 +29,35 @@ class RequestBodyLimitMiddleware:
             return JsonResponse(
                 {"detail": f"The request body is {length} bytes; at most {limit} are accepted."},
                 status=413,
+            )
+        return self.get_response(request)
+
+
+NUL_MESSAGE = "Control characters (such as NUL) are not allowed."
+
+
+class QueryStringNulMiddleware:
+    """Refuse a query string with a NUL character (400) before any view filters by it.
+
+    PostgreSQL cannot hold NUL in text, and a view that filters by a query parameter
+    (the admin's list filters: ``/admin/cluster/job/?state=%00``) turned it into a 500.
+    Forms already refuse NUL in their fields, and the API's filter backend names the
+    parameter; this answers the same for every page, the API's way under ``/api/``."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        bad = [
+            name
+            for name, values in request.GET.lists()
+            if "\x00" in name or any("\x00" in v for v in values)
+        ]
+        if bad:
+            if request.path.startswith("/api/"):
+                return JsonResponse({name: [NUL_MESSAGE] for name in bad}, status=400)
+            return HttpResponseBadRequest(
+                f"{NUL_MESSAGE} Parameter(s): {', '.join(repr(n) for n in bad)}.",
+                content_type="text/plain; charset=utf-8",
             )
         return self.get_response(request)

@@ -92,6 +92,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Before anything reads the body: a 100 MB JSON body is refused unread (413).
     "config.middleware.RequestBodyLimitMiddleware",
+    # A NUL in a query string is a 400 for every page (PostgreSQL cannot hold it).
+    "config.middleware.QueryStringNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -236,6 +238,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # django-filter, refusing control characters and comparing datetimes in UTC (400, not 500).
     "DEFAULT_FILTER_BACKENDS": ["cluster.api.filter_backend.StrictDjangoFilterBackend"],
+    # DRF's parsers, with JSON refusing bodies nested too deep to parse (400, not 500).
+    "DEFAULT_PARSER_CLASSES": [
+        "config.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "cluster.api.pagination.StrictPageNumberPagination",
     "PAGE_SIZE": env_int("API_PAGE_SIZE", 50),
     "DEFAULT_SCHEMA_CLASS": "config.openapi.WattflowAutoSchema",
@@ -254,7 +262,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Request bodies are documented as JSON only: the views parse forms too, but three content
     # types per body made generated clients send multipart with a JSON header (config/openapi.py).
-    "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
+    "PARSER_WHITELIST": ["config.parsers.JSONParser"],
     # a job's model and its prior share one set of kinds (scheduling.choices)
     "ENUM_NAME_OVERRIDES": {"PerfModelKindEnum": "scheduling.choices.PerfModelKind"},
 }

@@ -137,7 +137,7 @@ def budget_whatif(request):
             (_amount(b), None if j is None else _amount(j))
             for b, j in json.loads(request.POST.get("done") or "[]")
         ]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: brackets nested deep
         pairs = "Must be a JSON list of [budget, average JCT or null] pairs of numbers >= 0."
         return JsonResponse({"errors": {"done": [pairs]}}, status=400)
     try:

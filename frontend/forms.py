@@ -149,11 +149,26 @@ class PredictForm(forms.Form):
     gpus = forms.IntegerField(**_INT, max_value=1024)
     # An elastic job's most GPUs (the submit's): what the job could never do is judged on it
     max_gpus = forms.IntegerField(min_value=1, max_value=1024, required=False)
-    batch_size = forms.IntegerField(**_INT)
-    iterations = forms.IntegerField(**_INT)
+    # The submit form's bounds: 10**400 iterations overflowed the prediction (a 500).
+    batch_size = forms.IntegerField(**_INT, max_value=MAX_BATCH_SIZE)
+    iterations = forms.IntegerField(**_INT, max_value=MAX_ITERATIONS)
 
     def clean_workload(self) -> str:
         return catalog_name(self.cleaned_data["workload"], self.known_workloads)
+
+    def clean(self):
+        # What the submit refuses whatever the team: no figures for a job that cannot be.
+        cleaned = super().clean()
+        gpus, max_gpus, batch = (cleaned.get(k) for k in ("gpus", "max_gpus", "batch_size"))
+        if gpus is not None and max_gpus is not None and max_gpus < gpus:
+            self.add_error("max_gpus", "Must be at least the GPU count.")
+        if gpus is not None and batch is not None and batch < gpus:
+            self.add_error(
+                "batch_size",
+                f"A batch of {batch} is smaller than the {gpus} GPU(s): each GPU computes "
+                "at least one sample a step.",
+            )
+        return cleaned
 
     def __init__(self, *args, teams=None, **kwargs):
         super().__init__(*args, **kwargs)

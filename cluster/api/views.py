@@ -5,6 +5,7 @@ import hashlib
 import json
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, permissions, serializers, status, viewsets
@@ -24,6 +25,7 @@ from cluster.api.serializers import (
     NodeSerializer,
     TeamSerializer,
 )
+from cluster.choices import NodeStatus
 from cluster.filtersets import BudgetFilterSet, JobFilterSet
 from cluster.models import Budget, Gpu, Node
 from cluster.queries import (
@@ -218,6 +220,49 @@ class NodeViewSet(viewsets.ModelViewSet):
     permission_classes = [permissions.IsAdminUser]
     queryset = Node.objects.prefetch_related("gpus")
     filterset_fields = ["status", "switch_label", "gpu_model"]
+
+    def perform_update(self, serializer):
+        # A status change is a drain or an undrain, through the audited services the pages
+        # use (healthy <-> draining only; liveness sets and clears unhealthy). A PATCH of
+        # the status was saved as it came: no audit entry, and unhealthy -> draining on a
+        # node that never reported.
+        node = serializer.instance
+        new = serializer.validated_data.pop("status", node.status)
+        move = {
+            (NodeStatus.HEALTHY, NodeStatus.DRAINING): services.drain_node,
+            (NodeStatus.DRAINING, NodeStatus.HEALTHY): services.undrain_node,
+        }
+        if new != node.status and (node.status, new) not in move:
+            raise serializers.ValidationError(
+                {
+                    "status": [
+                        f"A {node.status} node cannot be set {new}: admins drain a healthy "
+                        "node and undrain a draining one; heartbeats set unhealthy."
+                    ]
+                }
+            )
+        with transaction.atomic():
+            # Only the fields sent: a whole save would write back a status that liveness
+            # changed since the row was read.
+            fields = dict(serializer.validated_data)
+            for name, value in fields.items():
+                setattr(node, name, value)
+            if fields:
+                node.save(update_fields=sorted(fields))
+            if new != node.status:
+                try:
+                    move[node.status, new](node, actor=self.request.user)
+                except services.NodeStateError as exc:
+                    raise serializers.ValidationError({"status": [str(exc)]}) from None
+        serializer.instance.refresh_from_db()
+
+    def perform_create(self, serializer):
+        status_given = serializer.validated_data.get("status", NodeStatus.HEALTHY)
+        if status_given == NodeStatus.UNHEALTHY:
+            raise serializers.ValidationError(
+                {"status": ["A new node is healthy or draining; heartbeats set unhealthy."]}
+            )
+        serializer.save()
 
     @extend_schema(request=None, responses={201: AgentTokenSerializer})
     @action(detail=True, methods=["post"], url_path="issue-token")

@@ -142,9 +142,7 @@ def test_two_racing_deletes_of_a_budget_have_one_winner_and_one_audit_entry(
 
     budget = _stored_budget(team)
     url = f"/api/budgets/{budget.pk}/"
-    results = race(
-        lambda: _client(lead)("delete", url), lambda: _client(admin_user)("delete", url)
-    )
+    results = race(lambda: _client(lead)("delete", url), lambda: _client(admin_user)("delete", url))
     assert sorted(r.status_code for r in results) == [204, 404], results
     deleted = AuditEntry.objects.filter(object_type="budget", object_id=budget.pk, action="deleted")
     assert deleted.count() == 1

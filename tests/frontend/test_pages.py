@@ -188,6 +188,24 @@ def test_prediction_with_bad_input_is_a_400_per_field(client_for, member):
     }
 
 
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"iterations": str(10**400)}, "iterations"),  # overflowed the prediction: a 500
+        ({"batch_size": str(10**400)}, "batch_size"),
+        ({"gpus": "4", "batch_size": "2"}, "batch_size"),
+        ({"gpus": "4", "max_gpus": "1"}, "max_gpus"),
+    ],
+)
+def test_prediction_refuses_what_the_submit_refuses_whatever_the_team(
+    client_for, member, query, field
+):
+    base = {"workload": "resnet50", "gpus": "1", "batch_size": "256", "iterations": "100"}
+    response = client_for(member).get(reverse("frontend:job-predict"), {**base, **query})
+    assert response.status_code == 400
+    assert list(response.json()["errors"]) == [field]
+
+
 def test_prediction_for_a_job_that_could_never_run_gives_the_submits_reasons(
     client_for, member, team, other_team, make_node
 ):
@@ -436,6 +454,7 @@ def test_whatif_replays_the_team_queue_and_returns_the_figure(
         ("done", "[[1e999, 5]]"),
         ("done", "[[10, -5]]"),
         ("done", "[[true, 5]]"),
+        ("done", "[" * 50_000 + "]" * 50_000),  # RecursionError in the decoder: was a 500
         ("proposed", "nan"),
         ("proposed", "inf"),
         ("proposed", "-1"),

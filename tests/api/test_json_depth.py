@@ -1,0 +1,37 @@
+"""JSON bodies nested deeper than any request needs are a 400 parse error on every endpoint,
+signed in or not (a decoder's RecursionError was a 500, found by a live probe)."""
+
+import pytest
+
+from config.parsers import MAX_DEPTH, too_deep
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize("url", ["/api/auth-token/", "/api/jobs/", "/api/budgets/"])
+def test_a_body_nested_past_the_decoder_is_a_400(api_client, member, url):
+    client = api_client(member)
+    response = client.post(url, DEEP, content_type="application/json")
+    assert response.status_code == 400
+    assert "nested" in response.json()["detail"]
+
+
+def test_the_token_endpoint_refuses_it_before_signing_in(client):
+    response = client.post("/api/auth-token/", DEEP, content_type="application/json")
+    assert response.status_code == 400
+
+
+def test_a_body_just_past_the_depth_limit_is_refused_and_one_at_it_is_parsed(api_client, member):
+    client = api_client(member)
+    at = '{"name": ' + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "}"
+    past = '{"name": ' + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "}"
+    ok = client.post("/api/jobs/", at, content_type="application/json")
+    assert ok.status_code == 400 and "name" in ok.json()  # parsed: a field error
+    refused = client.post("/api/jobs/", past, content_type="application/json")
+    assert refused.status_code == 400 and "nested" in refused.json()["detail"]
+
+
+def test_depth_counts_lists_and_objects():
+    assert not too_deep({"a": [1, {"b": [2]}]}, limit=4)
+    assert too_deep({"a": [1, {"b": [2]}]}, limit=3)
+    assert not too_deep("flat", limit=0)
