@@ -32,7 +32,7 @@ from scheduling.simulator.bounds import scenario_bound
 from scheduling.simulator.cluster_spec import ClusterSpecError
 from scheduling.simulator.compare import KINDS, Comparison, budgets_from
 from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult
-from scheduling.simulator.metrics import summarise, write_results
+from scheduling.simulator.metrics import strict_json, summarise, write_results
 from scheduling.simulator.scenario import (
     BATCH_EFFICIENCY,
     REPO_DATA,
@@ -121,7 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--horizon-factor",
         type=_positive(float),
         default=1.0,
-        help="matched budget period = factor x the baseline's makespan (default 1)",
+        help="matched budget period = factor x the baseline's makespan (default 1); "
+        "below 1, each period gets that share of the baseline's spend",
     )
     parser.add_argument("--carbon-zone", help="Electricity Maps zone of data/carbon (ES, ...)")
     parser.add_argument("--carbon-kind", choices=("direct", "lca"), default="direct")
@@ -440,9 +441,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 )
     results_first = results[modes[0]]
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}_report.json").write_text(
-        json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-    )
+    (out / f"{stem}_report.json").write_text(strict_json(report) + "\n", encoding="utf-8")
     if args.plots:
         from scheduling.simulator.plots import plot_jct_cdf, plot_power_energy
 

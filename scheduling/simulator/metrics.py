@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +197,24 @@ def write_results(
                 ]
             )
     paths["summary"].write_text(
-        json.dumps({"meta": meta, "summary": summarise(result)}, indent=2, sort_keys=True) + "\n",
-        encoding="utf-8",
+        strict_json({"meta": meta, "summary": summarise(result)}) + "\n", encoding="utf-8"
     )
     return paths
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def strict_json(value: Any) -> str:
+    """``value`` as standard JSON (indented, keys sorted), a non-finite number as ``null``:
+    Python writes ``Infinity`` and ``NaN``, which strict JSON readers refuse (a report's
+    ``bound_avg_jct_s`` was ``Infinity`` whenever team budgets were below the bound's
+    energy)."""
+    return json.dumps(_finite(value), indent=2, sort_keys=True, allow_nan=False)

@@ -58,6 +58,19 @@ def _rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
         raise TraceError(f"cannot read trace {path}: {exc.strerror}") from exc
 
 
+# The largest submit time (100 years) and iteration count (the live service's bound) a
+# trace may hold: finite but absurd values (1e308) made a run that never ended, one
+# budget period per step, and wrote infinities to its outputs (an independent sweep).
+MAX_SUBMIT_S = 100 * 365.25 * 86_400.0
+MAX_ITERS = 1e12
+_LIMITS = {
+    "submit_time": MAX_SUBMIT_S,
+    "time": MAX_SUBMIT_S,
+    "duration": MAX_SUBMIT_S,
+    "iteration": MAX_ITERS,
+}
+
+
 def _number(
     row: dict[str, str],
     column: str,
@@ -82,6 +95,9 @@ def _number(
         raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} is negative")
     if positive and number <= 0:
         raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} must be positive")
+    limit = _LIMITS.get(column)
+    if limit is not None and number > limit:
+        raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} is more than {limit:g}")
     if kind is int:
         if not number.is_integer():
             raise TraceError(f"{path.name}:{line_no}: {column}={raw!r} is not a whole number")
@@ -313,7 +329,14 @@ def with_arrival_scale(jobs: Iterable[Job], factor: float) -> tuple[Job, ...]:
     """
     if not factor > 0:
         raise TraceError("the arrival scale must be positive")
-    return tuple(dataclasses.replace(j, submit_time_s=j.submit_time_s * factor) for j in jobs)
+    scaled = tuple(dataclasses.replace(j, submit_time_s=j.submit_time_s * factor) for j in jobs)
+    latest = max((j.submit_time_s for j in scaled), default=0.0)
+    if latest > MAX_SUBMIT_S:
+        raise TraceError(
+            f"an arrival scale of {factor:g} puts the last submit at {latest:.3g} s, more than "
+            f"{MAX_SUBMIT_S:g} s (100 years)"
+        )
+    return scaled
 
 
 def read_trace(

@@ -431,3 +431,19 @@ def test_a_policy_prices_restarts_at_the_runs_own_restart_cost(monkeypatch):
     assert seen["powerflow"] == {"restart_s": 120.0}
     assert seen["fifo"] == {}
     assert seen["elastic"] == {"restart_s": 5.0}  # a policy parameter given wins
+
+
+@pytest.mark.parametrize("factor", [0.25, 1.0, 2.0])
+def test_matched_budgets_hold_the_baselines_spend_over_its_run(fifo_result, factor):
+    # A period shorter than the baseline's run gets that share of its spend (budgets
+    # renew: with the whole spend in each of 4 periods a candidate had 4x the energy);
+    # a longer one gets the whole spend.
+    from scheduling.simulator.compare import budgets_from
+
+    (cluster,) = budgets_from(fifo_result, "energy", horizon_factor=factor)
+    assert cluster.period_end_s == pytest.approx(fifo_result.end_s * factor)
+    assert cluster.energy_limit_j == pytest.approx(fifo_result.energy_j * min(factor, 1.0))
+    teams = budgets_from(fifo_result, "carbon", horizon_factor=factor, per_team=True)
+    assert sum(b.co2_limit_g for b in teams) == pytest.approx(
+        sum(r.co2_g for r in fifo_result.jobs) * min(factor, 1.0)
+    )

@@ -50,7 +50,12 @@ def test_simulate_command_matches_team_budgets_and_reports_the_spend_per_period(
         "--team-rule", "workload", "--max-jobs", "30", "--no-progress", "--out", str(tmp_path),
         stdout=out,
     )  # fmt: skip
-    report = json.loads((tmp_path / "pollux_workload-3_n16g4_t4_report.json").read_text())
+    text = (tmp_path / "pollux_workload-3_n16g4_t4_report.json").read_text()
+
+    def strict(constant):  # Infinity / NaN are not JSON (the bound's JCT was Infinity)
+        raise AssertionError(f"{constant} in the report")
+
+    report = json.loads(text, parse_constant=strict)
     (line,) = report["comparisons"]
     jobs = (tmp_path / "pollux_workload-3_n16g4_t4_fifo_jobs.csv").read_text().splitlines()[1:]
     workloads = {row.split(",")[1] for row in jobs}

@@ -186,6 +186,9 @@ def test_unknown_or_broken_traces_are_refused_with_one_line(tmp_path):
         ("0,0,vgg16,0.5,1,10", r":2: batch_size='0.5' is not a whole number"),
         ("0,0,vgg16,256.9,1,10", r":2: batch_size='256.9' is not a whole number"),
         ("0,0,vgg16,256,-0.5,10", r":2: num_gpu='-0.5' is negative"),
+        # finite but absurd: the run never ended, one budget period per step
+        ("0,1e308,vgg16,256,1,10", r":2: submit_time='1e308' is more than 3.15576e\+09"),
+        ("0,0,vgg16,256,1,1e308", r":2: iteration='1e308' is more than 1e\+12"),
     ],
 )
 def test_a_trace_row_the_scheduler_cannot_use_is_refused_by_line(tmp_path, row, message):
@@ -238,3 +241,12 @@ def test_batch_range_and_arrival_scale_change_only_what_they_say():
         with_batch_range(jobs, 0)
     with pytest.raises(TraceError, match="must be positive"):
         with_arrival_scale(jobs, 0.0)
+
+
+def test_an_arrival_scale_that_puts_a_submit_past_a_century_is_refused():
+    from scheduling.simulator.traces import with_arrival_scale
+
+    jobs = read_trace(DATA / "trace" / "pollux_workload-1.csv", data_dir=DATA)
+    assert with_arrival_scale(jobs, 10.0)
+    with pytest.raises(TraceError, match="arrival scale of 1e\\+12 puts the last submit"):
+        with_arrival_scale(jobs, 1e12)
