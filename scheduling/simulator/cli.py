@@ -384,6 +384,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                     kind, base, args.policy, budgets, results[mode][base], result
                 )
                 line = {**comparison.report(bound), "knowledge": mode}
+                line["per_team"] = bool(args.team_budgets)
                 lines[mode] = line
                 _write_comparison(stdout, args.policy, base, kind, mode, line)
             line = lines[modes[0]]
@@ -482,8 +483,12 @@ def _write_comparison(
         why = f" ({base} left {line['baseline_unfinished_jobs']} job(s) unfinished)"
     elif ratio is None and line["candidate_unfinished_jobs"]:
         why = f" ({policy} left {line['candidate_unfinished_jobs']} job(s) unfinished)"
+    # Team budgets match what each team's jobs drew under the baseline; the idle GPUs are
+    # nobody's, so the candidate's total may differ from the baseline's (an independent
+    # sweep read "at equal energy" beside 226 kWh against 122).
+    matched = f"equal {kind} per team (jobs only)" if line.get("per_team") else f"equal {kind}"
     stdout.write(
-        f"  [{mode}] {policy} vs {base} at equal {kind}: avg JCT ratio "
+        f"  [{mode}] {policy} vs {base} at {matched}: avg JCT ratio "
         f"{'n/a' + why if ratio is None else f'{ratio:.3f}x'}; spent "
         f"{inside:.1f} of {limit:.1f} "
         f"{spent.split('_')[-1]} inside the period, {line['candidate_' + spent]:.1f} in "

@@ -57,6 +57,8 @@ def test_simulate_command_matches_team_budgets_and_reports_the_spend_per_period(
 
     report = json.loads(text, parse_constant=strict)
     (line,) = report["comparisons"]
+    assert "at equal energy per team (jobs only)" in out.getvalue()
+    assert line["per_team"] is True
     jobs = (tmp_path / "pollux_workload-3_n16g4_t4_fifo_jobs.csv").read_text().splitlines()[1:]
     workloads = {row.split(",")[1] for row in jobs}
     # then there is one budget per team under both knowledge modes, and with the catalog's
