@@ -7,6 +7,7 @@ from django.utils.html import format_html, format_html_join
 
 from cluster import services
 from cluster.admin_readonly import ReadOnlyAdmin, RecordAdmin
+from cluster.choices import JobState
 from cluster.models import (
     AuditEntry,
     Budget,
@@ -204,6 +205,38 @@ class JobAdmin(admin.ModelAdmin):
     ]
     inlines = [JobAllocationInline]
     actions = ["cancel_jobs"]
+    # What a job asked for is fixed once it is submitted under its owner and team (moving it
+    # to a team its owner is not in hid it from its owner), and once it has started (a
+    # running job edited to 2 total iterations was completed at 905 of 2 by the next round,
+    # found by a live probe). Only its name and priority stay editable.
+    _SPEC = [
+        "owner",
+        "team",
+        "workload",
+        "resembles",
+        "param_count",
+        "gpu_model",
+        "command",
+        "min_gpus",
+        "max_gpus",
+        "global_batch_size",
+        "min_batch_size",
+        "max_batch_size",
+        "per_gpu_batch_size",
+        "base_lr",
+        "max_lr",
+        "slowdown_tolerance",
+        "total_iterations",
+        "submitted_at",
+    ]
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is None:
+            return fields
+        if obj.state != JobState.QUEUED:
+            return fields + [f for f in self._SPEC if f not in fields]
+        return fields + ["owner", "team"]
 
     @admin.action(description="Cancel selected jobs")
     def cancel_jobs(self, request, queryset):
@@ -223,7 +256,9 @@ class JobAdmin(admin.ModelAdmin):
 
 
 @admin.register(JobAllocation)
-class JobAllocationAdmin(admin.ModelAdmin):
+class JobAllocationAdmin(ReadOnlyAdmin):
+    # The scheduler's record of which GPUs a job held and when, by which the ledger charges:
+    # written by cluster.services only (an editable ended_at or GPU set corrupted it).
     list_display = [
         "id",
         "job",
@@ -235,7 +270,6 @@ class JobAllocationAdmin(admin.ModelAdmin):
     ]
     list_filter = ["ended_at"]
     search_fields = ["job__name"]
-    filter_horizontal = ["gpus"]
     list_select_related = ["job"]
 
 

@@ -66,7 +66,8 @@ def test_every_model_has_working_admin_pages(admin_client, model):
     add = admin_client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_add"))
 
     assert changelist.status_code == 200
-    assert add.status_code == 200
+    # allocations are the scheduler's record (cluster.services writes them): none added
+    assert add.status_code == (403 if model is JobAllocation else 200)
 
 
 def test_admin_cancel_action_cancels_live_jobs_and_skips_finished(
