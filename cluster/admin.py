@@ -234,9 +234,21 @@ class JobAdmin(admin.ModelAdmin):
         fields = list(super().get_readonly_fields(request, obj))
         if obj is None:
             return fields
-        if obj.state != JobState.QUEUED:
+        # A job that has run is fixed even when queued again (a lost node, a paused job
+        # handed back): it keeps its completed iterations.
+        started = obj.started_at is not None or obj.completed_iterations > 0
+        if obj.state != JobState.QUEUED or started:
             return fields + [f for f in self._SPEC if f not in fields]
         return fields + ["owner", "team"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            return super().save_model(request, obj, form, change)
+        # Only the fields the form changed: a whole save wrote back a state or a count of
+        # completed iterations that a round changed while the page was open.
+        changed = [f for f in form.changed_data if f in {c.name for c in Job._meta.fields}]
+        if changed:
+            obj.save(update_fields=[*changed, "updated_at"])
 
     @admin.action(description="Cancel selected jobs")
     def cancel_jobs(self, request, queryset):

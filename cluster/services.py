@@ -595,6 +595,22 @@ def delete_team(team: Team, *, actor, at: datetime | None = None) -> None:
         locked.delete()
 
 
+def _locked_with_its_team(pk) -> Budget | None:
+    """The budget's row locked after its team's (as an edit locks them), read as stored:
+    the team is the one the row has now, not the caller's copy's (a budget moved to
+    another team since). None if it is gone."""
+    for _ in range(3):
+        team_id = Budget.objects.filter(pk=pk).values_list("team_id", flat=True).first()
+        if team_id is None:
+            return None
+        list(Team.objects.select_for_update().filter(pk=team_id).values("pk"))
+        stored = Budget.objects.select_for_update().filter(pk=pk).first()
+        if stored is None or stored.team_id == team_id:
+            return stored
+        # moved to another team between the two reads: lock that one instead
+    raise BudgetGone(pk)  # moved three times in a row: treat as gone, the caller retries
+
+
 class BudgetGone(Exception):
     """The budget was deleted by another writer first (the views answer 404)."""
 
@@ -610,8 +626,7 @@ def delete_budget(budget: Budget, *, actor, at: datetime | None = None) -> None:
     same budget deadlocked, and two racing deletes both answered 204 with two audit
     entries; the later writer now finds it gone (``BudgetGone``)."""
     with transaction.atomic():
-        list(Team.objects.select_for_update().filter(pk=budget.team_id).values("pk"))
-        stored = Budget.objects.select_for_update().filter(pk=budget.pk).first()
+        stored = _locked_with_its_team(budget.pk)
         if stored is None:
             raise BudgetGone(budget.pk)
         budget = stored

@@ -8,7 +8,7 @@ Views stay thin: visibility comes from ``cluster.queries``, writes go through
 
 from __future__ import annotations
 
-import uuid
+import hashlib
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -102,8 +102,10 @@ def job_new(request):
             earlier = services.earlier_submission(request.user, key, digest) if key else None
         except services.IdempotencyKeyReused:
             # The form was posted before and then edited (the browser's back button): a
-            # new job, under a new key.
-            key, earlier = uuid.uuid4().hex, None
+            # new job, under a key of its own that the same edited post gives again (a
+            # double click on it queues one job).
+            key = hashlib.sha256(f"{key}:{digest}".encode()).hexdigest()[:32]
+            earlier = services.earlier_submission(request.user, key, digest)
         if earlier is not None:
             messages.info(
                 request,

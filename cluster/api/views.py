@@ -71,13 +71,20 @@ class JobViewSet(
                 IDEMPOTENCY_HEADER,
                 location=OpenApiParameter.HEADER,
                 required=False,
+                pattern=r"^[\x21-\x7e]{1,128}$",
                 description=(
                     "A key you choose for this submission (1-128 printable ASCII "
                     "characters). Sent again with the same request, it answers with the "
                     "job queued the first time (header Idempotent-Replayed: true) instead "
                     "of queueing a second one: retry a submit whose answer was lost."
                 ),
-            )
+            ),
+            OpenApiParameter(
+                "Idempotent-Replayed",
+                location=OpenApiParameter.HEADER,
+                response=[201],
+                description="true when the job was queued by an earlier request with this key",
+            ),
         ],
         responses={
             201: JobSerializer,

@@ -39,6 +39,7 @@ from scheduling.simulator.scenario import (
     TEAM_RULES,
     Scenario,
     load_scenario,
+    powered_idle_w,
     run_policy,
     split_by_team,
     with_teams_by_workload,
@@ -375,6 +376,8 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                     kind,
                     horizon_factor=args.horizon_factor,
                     per_team=args.team_budgets,
+                    idle_w=powered_idle_w(scenarios[mode]),
+                    intensity=scenarios[mode].intensity,
                 )
                 result, wall = _run(
                     scenarios[mode], args.policy, budgets=budgets, progress=progress, params=params

@@ -550,12 +550,13 @@ class Simulator:
                 (rec, gpu_model, work_s, power_w, start, finish, share, comm_frac, mate, iter_s)
             )
         t_end = t1
+        ends_run = last and len(plans) == len(active) - n_stuck and all(p[5] <= t1 for p in plans)
         if cfg.replan_on_events:
             t_end = min([t1] + [p[5] for p in plans if p[5] < t1])
-        elif last and len(plans) == len(active) - n_stuck and all(p[5] <= t1 for p in plans):
+        elif ends_run:
             t_end = max([t0] + [p[5] for p in plans])
         if self.budgets and plans:
-            t_end = self._hard_limit_watch(plans, t0, t_end)
+            t_end = self._hard_limit_watch(plans, t0, t_end, ends_run=ends_run)
         idle_w_of = self._idle_w
         energy = co2 = idle_e = 0.0
         # Seconds each GPU is held from t0 on: co-located jobs share a GPU, which is busy
@@ -637,7 +638,9 @@ class Simulator:
         held_gpu_s = sum(held_until.values())
         return t_end, finished, energy, co2, idle_e, held_gpu_s, by_team, progressed
 
-    def _hard_limit_watch(self, plans: list[tuple], t0: float, t_end: float) -> float:
+    def _hard_limit_watch(
+        self, plans: list[tuple], t0: float, t_end: float, *, ends_run: bool = False
+    ) -> float:
         """Where a ``pause_jobs`` budget would reach its limit before ``t_end`` at what its
         jobs draw in this stretch (``_advance``'s plans), the stretch ends there and the
         period is marked spent (``BudgetLedger.stop``): the round planned then pauses its
@@ -677,8 +680,12 @@ class Simulator:
             # jobs run: that floor is set aside, and the watch stops the jobs where what is
             # left reaches it (the draw above it is what they add). A period whose floor
             # alone exceeds its limit cannot be kept by stopping anything (the CLI says
-            # so); there the watch stops at the limit itself.
-            floor_w = self._reserved_floor_w(b, k) if b.team is None else 0.0
+            # so); there the watch stops at the limit itself. In the run's last stretch
+            # (every job finishes in it, none is to come) nothing is set aside: the run,
+            # and its charging, ends at the last completion.
+            floor_w = 0.0
+            if b.team is None and not ends_run:
+                floor_w = self._reserved_floor_w(b, k)
             if floor_w > 0.0:
                 end = b.bounds(k)[1]
                 if left_e is not None:

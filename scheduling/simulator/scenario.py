@@ -26,6 +26,7 @@ from scheduling.simulator.engine import (
     SimConfig,
     SimResult,
     Simulator,
+    idle_power_by_model,
 )
 from scheduling.simulator.traces import (
     has_model,
@@ -154,6 +155,18 @@ def _check_ground_truth(
 
 
 TEAM_RULES = ("trace", "workload")
+
+
+def powered_idle_w(scenario: Scenario) -> float:
+    """What the scenario's cluster draws with every GPU idle (0 when idle nodes power off):
+    the floor a cluster budget pays whether or not jobs run (the engine's ``_idle_all_w``)."""
+    if scenario.config.power_off_idle_nodes:
+        return 0.0
+    gpus = scenario.cluster.gpus
+    idle = idle_power_by_model(
+        scenario.catalog, {g.model for g in gpus}, override_w=scenario.config.idle_power_w
+    )
+    return sum(idle[g.model] for g in gpus)
 
 
 def with_teams_by_workload(scenario: Scenario) -> Scenario:

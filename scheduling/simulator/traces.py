@@ -360,7 +360,7 @@ def read_trace(
         if catalog is None or gpu_model is None:
             raise TraceError("philly_week needs the perf catalog and the cluster's GPU model")
         batches = pollux_modal_batches(data_dir / "trace")
-        return read_philly_week(
+        jobs = read_philly_week(
             path,
             catalog=catalog,
             gpu_model=gpu_model,
@@ -368,5 +368,15 @@ def read_trace(
             seed=seed,
             max_gpus=max_gpus,
         )
+        # Its submit times come from timestamps and its iterations from durations: the
+        # bounds of the other formats' columns, checked on the jobs built.
+        for job in jobs:
+            if job.submit_time_s > MAX_SUBMIT_S or job.total_iters > MAX_ITERS:
+                raise TraceError(
+                    f"{name}: job {job.job_id} is submitted {job.submit_time_s:.3g} s after "
+                    f"the first with {job.total_iters:.3g} iterations, beyond "
+                    f"{MAX_SUBMIT_S:g} s (100 years) or {MAX_ITERS:g}"
+                )
+        return jobs
     expected = "elasticflow_*.csv, pollux_workload-N.csv or philly_week*.csv"
     raise TraceError(f"unknown trace format {name!r}: expected {expected}")

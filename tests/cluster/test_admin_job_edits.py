@@ -80,3 +80,39 @@ def test_allocations_cannot_be_added_changed_or_deleted_in_the_admin(
     delete = reverse("admin:cluster_joballocation_delete", args=[allocation.pk])
     assert client.post(delete, {"post": "yes"}).status_code == 403
     assert client.get(reverse("admin:cluster_joballocation_add")).status_code == 403
+
+
+def test_a_job_queued_again_after_running_keeps_its_spec(
+    client, admin_user, make_job, make_node, member, team
+):
+    # a lost node hands a running job back to the queue with its iterations done
+    job = make_job(owner=member, team=team, total_iterations=1000)
+    gpus = list(make_node(gpus=1).gpus.all())
+    transition_job(job, to=JobState.RUNNING, at=AT)
+    set_allocation(job, gpus=gpus, batch_size=job.global_batch_size, at=AT)
+    Job.objects.filter(pk=job.pk).update(completed_iterations=905.0)
+    transition_job(Job.objects.get(pk=job.pk), to=JobState.QUEUED, at=AT)
+    client.force_login(admin_user)
+    response = _change(client, Job.objects.get(pk=job.pk), total_iterations=2)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Job.objects.get(pk=job.pk).total_iterations == 1000
+
+
+def test_an_admin_save_writes_only_what_the_form_changed(
+    client, admin_user, make_job, member, team, monkeypatch
+):
+    from cluster.admin import JobAdmin
+
+    job = make_job(owner=member, team=team, total_iterations=1000)
+    client.force_login(admin_user)
+    real = JobAdmin.save_model
+
+    def a_round_cancels_it_meanwhile(self, request, obj, form, change):
+        Job.objects.filter(pk=obj.pk).update(state=JobState.CANCELLED)
+        return real(self, request, obj, form, change)
+
+    monkeypatch.setattr(JobAdmin, "save_model", a_round_cancels_it_meanwhile)
+    response = _change(client, job, name="renamed")
+    assert response.status_code == 302
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.name, stored.state) == ("renamed", JobState.CANCELLED)

@@ -196,3 +196,13 @@ def test_a_tampered_form_key_is_refused_and_stores_nothing(client, member, form_
     assert response.status_code == 400
     assert "submission_key" in response.context["form"].errors
     assert not Job.objects.exists()
+
+
+def test_the_edited_form_posted_twice_queues_one_more_job(client, member, form_body):
+    client.force_login(member)
+    key = _drawn_key(client)
+    client.post(reverse("frontend:job-new"), {**form_body, "submission_key": key})
+    edited = {**form_body, "submission_key": key, "iterations": 900}
+    client.post(reverse("frontend:job-new"), edited)
+    client.post(reverse("frontend:job-new"), edited)  # a double click on the edited form
+    assert sorted(Job.objects.values_list("total_iterations", flat=True)) == [500, 900]

@@ -40,12 +40,20 @@ def test_other_status_changes_are_refused_and_change_nothing(
 
 
 def test_a_patch_of_other_fields_keeps_a_status_changed_meanwhile(
-    api_client, admin_user, make_node
+    api_client, admin_user, make_node, monkeypatch
 ):
+    from cluster.api.views import NodeViewSet
+
     node = make_node()
     client = api_client(admin_user)
-    # liveness marks it unhealthy after the client read it; the PATCH names no status
-    Node.objects.filter(pk=node.pk).update(status=NodeStatus.UNHEALTHY)
+    real = NodeViewSet.get_object
+
+    def read_then_liveness_marks_it(self):
+        read = real(self)  # the view's copy says healthy
+        Node.objects.filter(pk=read.pk).update(status=NodeStatus.UNHEALTHY)
+        return read
+
+    monkeypatch.setattr(NodeViewSet, "get_object", read_then_liveness_marks_it)
     assert _patch(client, node, rack_label="r2").status_code == 200
     stored = Node.objects.get(pk=node.pk)
     assert (stored.status, stored.rack_label) == (NodeStatus.UNHEALTHY, "r2")

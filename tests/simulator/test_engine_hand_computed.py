@@ -532,6 +532,17 @@ def test_a_cluster_budget_stops_its_jobs_where_what_is_left_is_the_floor_to_its_
     assert period.energy_j == pytest.approx(6.0e5, abs=1e-2)
 
 
+def test_nothing_is_set_aside_in_the_runs_last_stretch():
+    # 550 kJ a period: 50 kJ above the 500 kJ floor, which A (150 W above it) spends by
+    # 333 s. But A finishes at 400 s and nothing is to come: the run, and its charging,
+    # end there (100 kJ spent), so it is not stopped in its last round.
+    budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=5.5e5)
+    result, planner = _watched(budget, iters=200.0, max_time_s=5000.0)
+    assert not any(spent for _, spent in planner.seen)
+    assert result.jobs[0].finish_s == pytest.approx(400.0)
+    assert result.budget_periods[0].energy_j == pytest.approx(250.0 * 400.0, abs=1e-3)
+
+
 @pytest.mark.parametrize("action", [HardLimitAction.HOLD_QUEUE, HardLimitAction.NOTIFY_ONLY])
 def test_budgets_that_keep_their_jobs_running_are_not_stopped(action):
     # hold_queue keeps running jobs on their GPUs, notify_only holds nothing back: the

@@ -440,9 +440,11 @@ def test_matched_budgets_hold_the_baselines_spend_over_its_run(fifo_result, fact
     # a longer one gets the whole spend.
     from scheduling.simulator.compare import budgets_from
 
-    (cluster,) = budgets_from(fifo_result, "energy", horizon_factor=factor)
+    (cluster,) = budgets_from(fifo_result, "energy", horizon_factor=factor, idle_w=640.0)
     assert cluster.period_end_s == pytest.approx(fifo_result.end_s * factor)
-    assert cluster.energy_limit_j == pytest.approx(fifo_result.energy_j * min(factor, 1.0))
+    # a longer period also holds the idle GPUs' draw after the baseline's run (640 W here)
+    tail_j = 640.0 * fifo_result.end_s * max(factor - 1.0, 0.0)
+    assert cluster.energy_limit_j == pytest.approx(fifo_result.energy_j * min(factor, 1.0) + tail_j)
     teams = budgets_from(fifo_result, "carbon", horizon_factor=factor, per_team=True)
     assert sum(b.co2_limit_g for b in teams) == pytest.approx(
         sum(r.co2_g for r in fifo_result.jobs) * min(factor, 1.0)

@@ -250,3 +250,16 @@ def test_an_arrival_scale_that_puts_a_submit_past_a_century_is_refused():
     assert with_arrival_scale(jobs, 10.0)
     with pytest.raises(TraceError, match="arrival scale of 1e\\+12 puts the last submit"):
         with_arrival_scale(jobs, 1e12)
+
+
+def test_a_philly_week_trace_spanning_centuries_is_refused_by_job(tmp_path):
+    from scheduling.core.perf_models import load_catalog
+
+    bad = tmp_path / "philly_week_far.csv"
+    bad.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-09 07:01:55,66.0,1,66.0,a\n"
+        "9999-10-09 07:01:55,66.0,1,66.0,a\n"
+    )
+    with pytest.raises(TraceError, match="philly_week_far.csv: job philly-2 is submitted"):
+        read_trace(bad, data_dir=DATA, catalog=load_catalog(), gpu_model="T4")
