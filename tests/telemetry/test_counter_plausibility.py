@@ -193,3 +193,30 @@ def test_a_negative_or_nan_bound_is_a_system_check_error(settings, setting, valu
     assert "telemetry.E003" not in {p.id for p in check_telemetry_settings(None)}
     setattr(settings, setting, value)
     assert "telemetry.E003" in {p.id for p in check_telemetry_settings(None)}
+
+
+def test_the_read_slack_does_not_grow_with_the_number_of_samples():
+    # 20,000 samples 1 ms apart, each step claiming 899 J on a 400 W GPU: the slack (1 s
+    # of full power) was allowed on every step, and 18 MJ were charged for 20 s (a probe)
+    n = 20_000
+    points = [Point(i * 0.001, 600.0, i * 899.0) for i in range(n)]
+    result = _attribute(points, max_power_w=400.0)
+    full_w = 600.0 * 1.5
+    assert result.by_job_j[None] <= full_w * (n * 0.001 + 1.0)
+    assert len(result.refused) > n // 2
+
+
+def test_a_late_reading_spends_the_slack_and_the_next_early_one_earns_it_back():
+    # at 450 W (675 W with the tolerance), readings jittered: steps of 880 J then 20 J
+    # around the true 450 J, over and over: each late one spends 205 J of the 675 J slack
+    # and the next earns it back, so all are believed however long it runs
+    readings = []
+    energy = 0.0
+    for i in range(200):
+        readings.append(energy)
+        energy += 880.0 if i % 2 == 0 else 20.0
+    result = _attribute(_counter(readings, power_w=450.0))
+    assert result.refused == []
+    # late readings in a row overdraw it (205 J each): the fourth is refused
+    late = _attribute(_counter([0.0, 880.0, 1760.0, 2640.0, 3520.0], power_w=450.0))
+    assert [r.t_s for r in late.refused] == [4.0]
