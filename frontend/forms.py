@@ -156,19 +156,21 @@ class PredictForm(forms.Form):
     def clean_workload(self) -> str:
         return catalog_name(self.cleaned_data["workload"], self.known_workloads)
 
-    def clean(self):
-        # What the submit refuses whatever the team: no figures for a job that cannot be.
-        cleaned = super().clean()
-        gpus, max_gpus, batch = (cleaned.get(k) for k in ("gpus", "max_gpus", "batch_size"))
-        if gpus is not None and max_gpus is not None and max_gpus < gpus:
-            self.add_error("max_gpus", "Must be at least the GPU count.")
-        if gpus is not None and batch is not None and batch < gpus:
-            self.add_error(
-                "batch_size",
+    def shape_errors(self) -> dict[str, str]:
+        """What the submit refuses whatever the team (a valid form's): no figures for a job
+        that cannot be. Kept out of ``clean`` so that a team's reasons (a job larger than
+        the cluster "could never run") come first where both apply."""
+        data = self.cleaned_data
+        gpus, max_gpus, batch = (data.get(k) for k in ("gpus", "max_gpus", "batch_size"))
+        errors = {}
+        if max_gpus is not None and max_gpus < gpus:
+            errors["max_gpus"] = "Must be at least the GPU count."
+        if batch < gpus:
+            errors["batch_size"] = (
                 f"A batch of {batch} is smaller than the {gpus} GPU(s): each GPU computes "
-                "at least one sample a step.",
+                "at least one sample a step."
             )
-        return cleaned
+        return errors
 
     def __init__(self, *args, teams=None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -184,6 +184,9 @@ def job_predict(request):
         if refusals:
             errors = {_FORM_FIELD.get(f, f): [message] for f, message in refusals.items()}
             return JsonResponse({"errors": errors}, status=400)
+    shape = form.shape_errors()
+    if shape:
+        return JsonResponse({"errors": {f: [m] for f, m in shape.items()}}, status=400)
     try:
         prediction = predict_job(
             workload=data["workload"],

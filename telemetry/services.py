@@ -24,7 +24,7 @@ from cluster.models import Gpu, Job, JobAllocation, Node, sm_clock_conflict
 from cluster.services import InvalidTransition, transition_job
 from scheduling.core.goodput import efficiency, iterations_per_submitted
 from telemetry.choices import ExitReason, JobEventKind
-from telemetry.models import JobEvent
+from telemetry.models import GpuSample, JobEvent
 
 log = logging.getLogger(__name__)
 
@@ -475,6 +475,41 @@ def _submitted_iterations(event: JobEvent) -> float:
     return min(done, float(job.total_iterations))
 
 
+def _exit_time(event: JobEvent) -> datetime:
+    """When the job's allocation ends: the exit's time, but never before the allocation's
+    own later evidence that it ran (its GPUs computing, a progress report). The exit closes
+    the allocation, and the energy its GPUs draw after that is nobody's: an exit stamped
+    early (by a job, or an agent's clock behind the server's) let a team stop paying for
+    what its job still drew (a live probe: 4,505 J charged -> 605 J)."""
+    alloc = JobAllocation.objects.filter(pk=event.allocation_id).values("started_at").first()
+    if alloc is None:
+        return event.ts
+    latest = [event.ts]
+    busy = (
+        GpuSample.objects.filter(
+            gpu__allocations=event.allocation_id,
+            ts__gte=alloc["started_at"],
+            ts__lte=event.received_at,
+            util_pct__gt=0,
+        )
+        .order_by("-ts")
+        .values_list("ts", flat=True)
+        .first()
+    )
+    if busy is not None:
+        latest.append(busy)
+    reported = (
+        JobEvent.objects.filter(allocation_id=event.allocation_id, ts__lte=event.received_at)
+        .exclude(pk=event.pk)
+        .order_by("-ts")
+        .values_list("ts", flat=True)
+        .first()
+    )
+    if reported is not None:
+        latest.append(reported)
+    return max(latest)
+
+
 def _apply(event: JobEvent) -> None:
     if event.grad_sqr is not None and event.grad_var is not None:
         _store_gradient_statistics(event)
@@ -511,7 +546,7 @@ def _apply(event: JobEvent) -> None:
         transition_job(
             job,
             to=target,
-            at=event.ts,
+            at=_exit_time(event),
             exit_status=event.exit_status,
             log_tail=event.log_tail,
             **done,

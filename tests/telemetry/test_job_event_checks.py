@@ -293,3 +293,40 @@ def test_registering_a_narrower_power_range_forgets_a_limit_outside_it(agent_nod
     assert response.status_code == 200, response.content
     gpu = Gpu.objects.get(uuid="GPU-node-01-0")
     assert (gpu.max_power_limit_w, gpu.power_limit_w) == (300, None)
+
+
+def test_an_exit_stamped_before_its_gpus_stopped_computing_ends_the_allocation_then(
+    started, agent_node, agent_client
+):
+    # given samples of the job's GPUs busy until 10 s ago and an exit stamped 100 s ago
+    # (an early stamp stopped charging the team for what its job still drew: a probe)
+    from telemetry.models import GpuSample
+
+    now = timezone.now()
+    last_busy = now - timedelta(seconds=10)
+    for gpu in Gpu.objects.filter(node=agent_node[0]):
+        for ts, util in ((now - timedelta(seconds=60), 90.0), (last_busy, 85.0),
+                         (now - timedelta(seconds=5), 0.0)):  # fmt: skip
+            GpuSample.objects.create(gpu=gpu, ts=ts, power_w=300.0, util_pct=util)
+    response = _post(
+        agent_client(agent_node[1]), _completed(started, ts=now - timedelta(seconds=100))
+    )
+    assert response.status_code == 200, response.content
+    # then the allocation ends at the last busy sample, not at the early stamp (and not
+    # at the idle sample after it)
+    alloc = JobAllocation.objects.get(pk=started.current_allocation_id)
+    job = Job.objects.get(pk=started.pk)
+    assert job.state == JobState.COMPLETED
+    assert alloc.ended_at == job.finished_at == last_busy
+
+
+def test_an_exit_is_never_before_the_allocations_last_progress_report(
+    started, agent_node, agent_client
+):
+    now = timezone.now()
+    progress = _event(started, "progress", iterations=500.0, ts=now - timedelta(seconds=20))
+    assert _post(agent_client(agent_node[1]), progress).status_code == 200
+    early = _completed(started, ts=now - timedelta(seconds=90))
+    assert _post(agent_client(agent_node[1]), early).status_code == 200
+    alloc = JobAllocation.objects.get(pk=started.current_allocation_id)
+    assert alloc.ended_at == now - timedelta(seconds=20)
