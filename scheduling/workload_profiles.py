@@ -649,6 +649,8 @@ def _fold_one(job, state, gpu_model, obs, *, now) -> WorkloadProfile | None:
         obs,
         workload=job.workload,
         job_params=entry["params"],
+        # the catalog's own model of the workload is measured: the first job joins it
+        measured_prior=before is None and entry["prior"] == catalog_source(job.workload, gpu_model),
     )
     try:
         with transaction.atomic():

@@ -149,3 +149,20 @@ def test_a_profile_measured_at_two_per_gpu_batches_knows_the_split_and_backs_its
     backed = OnlinePerfModel(prior=two.model, params=[0.0] * N_PARAMS, prior_measured=True)
     assert not backed.estimated
     assert backed.iter_time_s(config_of(4, 1, 64.0)) == two.model.iter_time_s(config_of(4, 1, 64.0))
+
+
+def test_a_first_job_joins_a_measured_prior_of_its_workload_with_a_bounded_share():
+    # given the catalog's own, measured, model of ncf on the T4 as the prior, and a first
+    # job that reports itself 100 times faster (a live probe: a job whose timestamps made
+    # it 2,800x faster than resnet50 became the workload's profile, and the next team's
+    # submit was judged by it)
+    fast = replace(
+        _measured(1, weight=50.0), iter_time_s=TRUTH.iter_time_s(config_of(1, 1, 256.0)) / 100
+    )
+    taken = profiles.fold(None, TRUTH, [fast], workload="ncf")
+    joined = profiles.fold(None, TRUTH, [fast], workload="ncf", measured_prior=True)
+    # then without the flag it is the profile (100x), with it it moves it by its share
+    assert 1.0 + _error(taken.model, 1) == pytest.approx(0.01, rel=0.05)
+    assert 1.0 + _error(joined.model, 1) == pytest.approx(0.01**profiles.MAX_JOB_WEIGHT, rel=0.05)
+    # and from there it is a profile like any other: the measured prior weighs 3 jobs' worth
+    assert sum(o.weight for o in joined.observations) == pytest.approx(200.0)
