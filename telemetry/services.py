@@ -344,6 +344,10 @@ def _check_events(
             errors[i] = field_errors
             continue
         clamped = min(max(ts, alloc["started_at"]), now)
+        if alloc["ended_at"] is not None:
+            # A report of an allocation that has ended happened inside it (one stamped
+            # within the skew after its end was stored after it, and entered its intervals).
+            clamped = min(clamped, alloc["ended_at"])
         if clamped != ts:
             log.info(
                 "job %s: %s event stamped %s, clamped to %s (allocation %s, %s to %s)",

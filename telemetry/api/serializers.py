@@ -4,6 +4,7 @@ classes only document them in the OpenAPI schema."""
 
 import math
 
+from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
 from cluster.api.serializers import NumberFloatField
@@ -117,8 +118,24 @@ class RegistrationResultSerializer(serializers.Serializer):
     gpus = RegisteredGpuSerializer(many=True)
 
 
+class AwareDateTimeField(serializers.DateTimeField):
+    """A time with its UTC offset, as samples require (``ingest``): a bare local time was
+    read as UTC, so an agent sending local times shifted its events only (a live probe)."""
+
+    default_error_messages = {
+        "naive": "An ISO 8601 timestamp with a UTC offset is required.",
+    }
+
+    def to_internal_value(self, value):
+        if isinstance(value, str):
+            parsed = parse_datetime(value.strip())
+            if parsed is not None and parsed.tzinfo is None:
+                self.fail("naive")
+        return super().to_internal_value(value)
+
+
 class HeartbeatSerializer(serializers.Serializer):
-    ts = serializers.DateTimeField(required=False, help_text="Agent clock, for skew checks.")
+    ts = AwareDateTimeField(required=False, help_text="Agent clock, for skew checks.")
     spooled = serializers.IntegerField(
         min_value=0, max_value=_INT_MAX, required=False, help_text="Messages in the spool."
     )
@@ -223,7 +240,7 @@ class JobEventSerializer(serializers.Serializer):
         help_text="The allocation the event is about: the job's, holding GPUs of this node.",
     )
     kind = serializers.ChoiceField(choices=JobEventKind.choices)
-    ts = serializers.DateTimeField(
+    ts = AwareDateTimeField(
         help_text="Up to TELEMETRY_MAX_CLOCK_SKEW_S before the allocation's start is clamped "
         "to it; further before, or more than TELEMETRY_MAX_FUTURE_S ahead, is refused."
     )

@@ -330,3 +330,29 @@ def test_an_exit_is_never_before_the_allocations_last_progress_report(
     assert _post(agent_client(agent_node[1]), early).status_code == 200
     alloc = JobAllocation.objects.get(pk=started.current_allocation_id)
     assert alloc.ended_at == now - timedelta(seconds=20)
+
+
+def test_an_event_time_without_a_utc_offset_is_a_400_as_a_samples_is(
+    started, agent_node, agent_client
+):
+    naive = timezone.now().replace(tzinfo=None).isoformat()
+    event = {**_event(started, "progress", iterations=10.0), "ts": naive}
+    response = _post(agent_client(agent_node[1]), event)
+    assert response.status_code == 400
+    assert "UTC offset" in str(response.json())
+    assert _nothing_stored(started)
+
+
+def test_a_report_stamped_just_after_its_allocation_ended_is_stored_at_the_end(
+    started, agent_node, agent_client
+):
+    ended = timezone.now() - timedelta(minutes=1)
+    cluster_services.transition_job(started, to=JobState.PAUSED, at=ended)
+    alloc = JobAllocation.objects.get(job=started)
+    within_skew = _event(
+        started, "progress", allocation_id=alloc.pk, iterations=300.0,
+        ts=alloc.ended_at + timedelta(seconds=20),
+    )  # fmt: skip
+    response = _post(agent_client(agent_node[1]), within_skew)
+    assert response.status_code == 200, response.content
+    assert JobEvent.objects.get().ts == alloc.ended_at
