@@ -220,7 +220,7 @@ class _Search:
     key give what they gave on the dense form (the random draws are the same, one per
     queued job, in queue order); the fitness is the saving against an all-waiting plan,
     summed exactly, so its ranking is the total's up to rounding: the plans were identical
-    in every comparison run (64 bench rounds, 360 random rounds, two simulations).
+    in every comparison run (16 bench rounds, 360 random rounds, two simulations).
     """
 
     def __init__(self, policy: Ones, ctx: RoundContext, jobs, caps, capacity: int, rng) -> None:
