@@ -13,8 +13,10 @@ it was drawn (and by which job) is unknown.
 
 **Implausible counter steps.** A counter step larger than the GPU could have drawn is not
 believed: with ``max_power_w`` (the GPU's largest power limit) given, a step above
-``max(max_power_w, a.power_w, b.power_w) x (1 + tolerance) x (dt + 1 s)`` (the extra second
-covers the read jitter between a counter and its timestamp) is refused, reported in
+``max(max_power_w, a.power_w, b.power_w) x (1 + tolerance) x dt`` plus what is left of one
+second of that draw (the read jitter between a counter and its timestamp: a balance across
+steps, spent by a step above full power and earned back by time below it, ``_Slack``) is
+refused, reported in
 ``refused``, and the interval falls back to the trapezoid of its power readings, exactly as a
 reset does. A genuine counter never steps that far, so only forged or corrupt readings (a
 1e12 J jump) are caught, and what they claimed is charged to nobody. A single spiked reading
@@ -165,11 +167,12 @@ def attribute(
         energy_j, by_counter = interval_energy_j(a, b)
         if a.energy_j is not None and b.energy_j is not None and not by_counter:
             result.resets += 1
-        if by_counter and max_power_w is not None:
-            # Checked on every step, the window's or not: the slack runs across them.
+        if max_power_w is not None:
+            # Checked on every step of the points given, the window's or not: the slack
+            # runs across them (each accounting window starts with a full one).
             full_w = max(max_power_w, a.power_w, b.power_w) * (1.0 + tolerance)
             allowed_j = slack.allowed_j(full_w, dt)
-            if energy_j > allowed_j:
+            if by_counter and energy_j > allowed_j:
                 charged_j = _integrated_j(a, b)
                 lo, hi = max(a.t_s, window_start_s), min(b.t_s, window_end_s)
                 if hi > lo:
@@ -179,9 +182,10 @@ def attribute(
                 energy_j = charged_j
                 slack.spent()  # judged from here with no slack left until it is earned
             else:
+                # A step without the counter (a reset, a missing reading) earns slack back
+                # by its time only, as any step does: refilled whole, a counter alternating
+                # 0, 899, 0, ... kept half its forged steps (a review).
                 slack.spend(full_w, dt, energy_j)
-        else:
-            slack.reset()
         lo, hi = max(a.t_s, window_start_s), min(b.t_s, window_end_s)
         if hi <= lo:
             continue

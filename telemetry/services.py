@@ -481,29 +481,49 @@ def _submitted_iterations(event: JobEvent) -> float:
 
 def _exit_time(event: JobEvent) -> datetime:
     """When the job's allocation ends: the exit's time, but never before the allocation's
-    own later evidence that it ran (its GPUs computing, a progress report). The exit closes
-    the allocation, and the energy its GPUs draw after that is nobody's: an exit stamped
-    early (by a job, or an agent's clock behind the server's) let a team stop paying for
-    what its job still drew (a live probe: 4,505 J charged -> 605 J)."""
-    alloc = JobAllocation.objects.filter(pk=event.allocation_id).values("started_at").first()
-    if alloc is None:
-        return event.ts
-    latest = [event.ts]
-    busy = (
-        GpuSample.objects.filter(
-            gpu__allocations=event.allocation_id,
-            ts__gte=alloc["started_at"],
-            ts__lte=event.received_at,
-            util_pct__gt=0,
-        )
-        .order_by("-ts")
-        .values_list("ts", flat=True)
+    own later evidence that it ran (its GPUs computing, a progress report) up to when the
+    exit arrived. The exit closes the allocation, and the energy its GPUs draw after that
+    is nobody's: an exit stamped early (by a job, or an agent's clock behind the server's)
+    let a team stop paying for what its job still drew (a live probe: 4,505 J charged ->
+    605 J). A GPU that another allocation holds too (a co-located job) says nothing of
+    this job's end, and is not read. Each GPU's samples are read newest first on their key
+    (gpu, time) from the exit's arrival back to its stamp: as many rows as the GPU sat
+    idle since the job's real end, a few for an exit reported at once."""
+    alloc = (
+        JobAllocation.objects.filter(pk=event.allocation_id)
+        .values("started_at", "ended_at")
         .first()
     )
-    if busy is not None:
-        latest.append(busy)
+    if alloc is None:
+        return event.ts
+    after = max(event.ts, alloc["started_at"])
+    until = event.received_at
+    if until <= after:
+        return event.ts
+    latest = [event.ts]
+    gpu_ids = list(Gpu.objects.filter(allocations=event.allocation_id).values_list("pk", flat=True))
+    shared = set(
+        JobAllocation.gpus.through.objects.filter(
+            gpu_id__in=gpu_ids,
+            joballocation__started_at__lt=until,
+        )
+        .exclude(joballocation_id=event.allocation_id)
+        .filter(Q(joballocation__ended_at__isnull=True) | Q(joballocation__ended_at__gt=after))
+        .values_list("gpu_id", flat=True)
+    )
+    for gpu_id in gpu_ids:
+        if gpu_id in shared:
+            continue
+        busy = (
+            GpuSample.objects.filter(gpu_id=gpu_id, ts__gt=after, ts__lte=until, util_pct__gt=0)
+            .order_by("-ts")
+            .values_list("ts", flat=True)
+            .first()
+        )
+        if busy is not None:
+            latest.append(busy)
     reported = (
-        JobEvent.objects.filter(allocation_id=event.allocation_id, ts__lte=event.received_at)
+        JobEvent.objects.filter(allocation_id=event.allocation_id, ts__gt=after, ts__lte=until)
         .exclude(pk=event.pk)
         .order_by("-ts")
         .values_list("ts", flat=True)

@@ -327,6 +327,10 @@ class LearnedKnowledge:
                 workload=job.workload,
                 settings=self.settings,
                 job_params=learning.params if fitted else None,
+                # the catalog's own model (workloads not hidden) is measured, as live
+                measured_prior=profile is None
+                and not self.hide_workloads
+                and self.catalog.has(job.workload, gpu_model),
             )
             self.n_fits += (profile is None and not fitted) or (
                 profile is not None and fit.model is not profile.model

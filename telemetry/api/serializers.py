@@ -128,7 +128,10 @@ class AwareDateTimeField(serializers.DateTimeField):
 
     def to_internal_value(self, value):
         if isinstance(value, str):
-            parsed = parse_datetime(value.strip())
+            try:
+                parsed = parse_datetime(value.strip())
+            except ValueError:  # shaped like a time but none (Feb 30): DRF's own message
+                parsed = None
             if parsed is not None and parsed.tzinfo is None:
                 self.fail("naive")
         return super().to_internal_value(value)

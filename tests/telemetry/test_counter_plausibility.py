@@ -220,3 +220,20 @@ def test_a_late_reading_spends_the_slack_and_the_next_early_one_earns_it_back():
     # late readings in a row overdraw it (205 J each): the fourth is refused
     late = _attribute(_counter([0.0, 880.0, 1760.0, 2640.0, 3520.0], power_w=450.0))
     assert [r.t_s for r in late.refused] == [4.0]
+
+
+@pytest.mark.parametrize("pattern", ["resets", "missing"])
+def test_resets_or_missing_readings_do_not_refill_the_slack(pattern):
+    # the same forged 899 J steps 1 ms apart, with the counter falling back to 0 between
+    # them (a "reset") or every third reading missing: each non-counter step refilled the
+    # whole slack, and half or two thirds of the forged steps were believed (a review)
+    n = 20_000
+    points = []
+    for i in range(n):
+        if pattern == "resets":
+            energy = 0.0 if i % 2 == 0 else 899.0
+        else:
+            energy = None if i % 3 == 2 else i * 899.0
+        points.append(Point(i * 0.001, 600.0, energy))
+    result = _attribute(points, max_power_w=400.0)
+    assert result.by_job_j[None] <= 600.0 * 1.5 * (n * 0.001 + 2.0)

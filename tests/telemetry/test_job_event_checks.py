@@ -356,3 +356,35 @@ def test_a_report_stamped_just_after_its_allocation_ended_is_stored_at_the_end(
     response = _post(agent_client(agent_node[1]), within_skew)
     assert response.status_code == 200, response.content
     assert JobEvent.objects.get().ts == alloc.ended_at
+
+
+def test_a_gpu_shared_with_a_job_still_computing_does_not_extend_the_exit(
+    started, agent_node, agent_client, make_job, member, team
+):
+    # given another job co-located on the same GPUs, computing until now, and the first
+    # job's exit stamped 100 s ago: the other job's busy samples say nothing of its end
+    from telemetry.models import GpuSample
+
+    other = make_job(owner=member, team=team, name="mate")
+    alloc = JobAllocation.objects.get(pk=started.current_allocation_id)
+    mate = JobAllocation.objects.create(job=other, batch_size=256, started_at=alloc.started_at)
+    mate.gpus.set(alloc.gpus.all())
+    now = timezone.now()
+    for gpu in Gpu.objects.filter(node=agent_node[0]):
+        GpuSample.objects.create(
+            gpu=gpu, ts=now - timedelta(seconds=3), power_w=300.0, util_pct=90.0
+        )
+    stamp = now - timedelta(seconds=100)
+    assert _post(agent_client(agent_node[1]), _completed(started, ts=stamp)).status_code == 200
+    alloc.refresh_from_db()
+    assert alloc.ended_at == stamp
+
+
+@pytest.mark.parametrize(
+    "ts", ["2026-02-30T00:00:00+00:00", "2026-13-01T00:00:00Z", "2026-01-01T25:00:00"]
+)
+def test_an_impossible_event_or_heartbeat_time_is_a_400(started, agent_node, agent_client, ts):
+    client = agent_client(agent_node[1])
+    event = {**_event(started, "progress", iterations=10.0), "ts": ts}
+    assert _post(client, event).status_code == 400
+    assert client.post("/api/agent/heartbeat/", {"ts": ts}, format="json").status_code == 400
