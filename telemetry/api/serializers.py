@@ -281,6 +281,13 @@ class JobEventSerializer(serializers.Serializer):
     def validate(self, attrs):
         if attrs["kind"] == JobEventKind.EXITED and not attrs.get("reason"):
             raise serializers.ValidationError({"reason": "An exit needs a reason."})
+        status = attrs.get("exit_status")
+        if attrs.get("reason") == ExitReason.COMPLETED and status not in (None, 0):
+            # the agent says completed only for status 0; taken, a killed job (137) was
+            # marked completed with its work undone (a probe, reading the code)
+            raise serializers.ValidationError(
+                {"exit_status": f"A completed job exits with status 0, not {status}."}
+            )
         # The two statistics only mean something together (their ratio is the noise scale).
         if attrs["kind"] == JobEventKind.STARTED and attrs.get("iterations") is not None:
             # a start has counted nothing yet; taken, it raised the job's completed count

@@ -388,3 +388,11 @@ def test_an_impossible_event_or_heartbeat_time_is_a_400(started, agent_node, age
     event = {**_event(started, "progress", iterations=10.0), "ts": ts}
     assert _post(client, event).status_code == 400
     assert client.post("/api/agent/heartbeat/", {"ts": ts}, format="json").status_code == 400
+
+
+def test_a_completed_exit_with_a_failing_status_is_a_400(started, agent_node, agent_client):
+    event = _event(started, "exited", reason="completed", exit_status=137, iterations=10.0)
+    response = _post(agent_client(agent_node[1]), event)
+    assert response.status_code == 400
+    assert "status 0" in str(response.json())
+    assert _nothing_stored(started)
