@@ -5,6 +5,8 @@ count is checked, so two writers racing on one job cannot both win; the loser ge
 ``InvalidTransition``. Views, tasks and commands call these functions and stay thin.
 """
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -136,8 +138,8 @@ def submit_job_once(
     answers with the winner's job."""
     if not idempotency_key:
         raise ValueError("submit_job_once needs a key")
-    if (job := earlier_submission(owner, idempotency_key, request_digest)) is not None:
-        return job, False
+    # Callers answer a known key first (``earlier_submission``, before validating the
+    # request); a key stored since is the unique index's to catch.
     try:
         with transaction.atomic():
             job = submit_job(
@@ -151,6 +153,14 @@ def submit_job_once(
             raise
         return job, False
     return job, True
+
+
+def submission_digest(fields: Mapping[str, Any]) -> str:
+    """A digest of a submission's fields (a model instance by its key), the same for the
+    same fields in any order: what tells a retried submit from another one."""
+    plain = {k: getattr(v, "pk", v) for k, v in fields.items()}
+    text = json.dumps(plain, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def earlier_submission(owner, idempotency_key: str, request_digest: str) -> Job | None:

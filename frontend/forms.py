@@ -13,7 +13,7 @@ from django import forms
 
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Job, Team
-from cluster.services import BUDGET_AUDIT_FIELDS, audit_snapshot
+from cluster.services import BUDGET_AUDIT_FIELDS, audit_snapshot, submission_digest
 from cluster.validators import (
     EARLIEST_BUDGET_START,
     LATEST_BUDGET_END,
@@ -116,9 +116,7 @@ class JobSubmitForm(forms.Form):
 
     def request_digest(self) -> str:
         """A digest of the job asked for, to tell a repeated post from an edited one."""
-        fields = {k: getattr(v, "pk", v) for k, v in self.service_kwargs().items()}
-        text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        return submission_digest(self.service_kwargs())
 
     def service_kwargs(self) -> dict:
         """Keyword arguments for ``cluster.services.submit_job``."""

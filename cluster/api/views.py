@@ -1,9 +1,6 @@
 """Viewsets of the cluster API. They pick querysets through cluster.queries and write through
 cluster.services; the rules live there, not here."""
 
-import hashlib
-import json
-
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -40,11 +37,12 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 def request_digest(data) -> str:
-    """A digest of a request's fields, the same for the same fields in any order."""
+    """``services.submission_digest`` of a request's body as sent."""
     if hasattr(data, "lists"):  # a form-encoded body: each field's values
         data = {k: v if len(v) > 1 else v[0] for k, v in data.lists()}
-    text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    elif not isinstance(data, dict):  # a list or a scalar: refused by the serializer
+        data = {"": data}
+    return services.submission_digest(data)
 
 
 class JobViewSet(
