@@ -2,7 +2,10 @@
 (``scheduling/core/online_model.py``) learns a job the catalog has never seen.
 
     nice .venv/bin/python benchmarks/bench_online_model.py [--steps 1 5 20] [--json out.json]
-        [--weight 60]
+        [--weight 60] [--network-level 0.5]
+
+``--network-level`` sets how much of a job's time level moves its prior's all-reduce
+(``online_model.NETWORK_LEVEL``, whose value is the default; 1 is the rule before 6 Dec).
 
 ``--weight`` counts each replayed configuration as that many measurements (1, the default:
 one each; a live round pools every progress interval and NVML sample of a configuration,
@@ -59,6 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from tqdm import tqdm  # noqa: E402
 
+from scheduling.core import online_model  # noqa: E402
 from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
     BlendedPerfModel,
@@ -463,7 +467,16 @@ def main() -> int:
     )
     parser.add_argument("--no-draw-shape", action="store_true", help="(above)")
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per configuration")
+    parser.add_argument(
+        "--network-level",
+        type=float,
+        default=online_model.NETWORK_LEVEL,
+        help="how much of the time level moves the all-reduce (online_model.NETWORK_LEVEL)",
+    )
     args = parser.parse_args()
+    if not (math.isfinite(args.network_level) and 0.0 <= args.network_level <= 1.0):
+        parser.error("--network-level must be between 0 and 1")
+    online_model.NETWORK_LEVEL = args.network_level
     if not (math.isfinite(args.weight) and args.weight > 0):
         parser.error("--weight must be a finite positive number")
     WEIGHT = args.weight

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from scheduling.core import online_model as om
 from scheduling.core.online_model import (
     N_PARAMS,
     POWER_LEVEL,
@@ -106,8 +107,17 @@ class _Objective:
         # The prior's own predictions (no moves) at every configuration: the grid's
         # targets, and where a cold start puts the levels.
         raw = (tp.alpha_c_s, tp.beta_c_s, tp.alpha_r_s, tp.beta_r_s, tp.alpha_n_s, tp.beta_n_s)
-        time0, power0 = self.predict(np.zeros((1, N_PARAMS)), np.array(raw))
+        time0, power0, compute0, network0, compute_w0 = self.predict(
+            np.zeros((1, N_PARAMS)), np.array(raw), with_parts=True
+        )
         self.prior_log_t, self.prior_log_p = np.log(time0[0]), np.log(power0[0])
+        # Where the network constants move with the level by another power than the compute
+        # ones (``online_model.NETWORK_LEVEL``), the prior's time at the job's level is
+        # not its time x e^z0: the two parts, each at its own level, are combined again.
+        self.net_shift = om.NETWORK_LEVEL - 1.0
+        with np.errstate(divide="ignore"):
+            self.log_net_ratio = np.log(network0[0]) - np.log(compute0[0])  # -inf: no network
+        self.prior_compute_w = compute_w0[0]
         # Time and draw residuals: (column, target, sqrt weight, 1 where the job's level
         # moves the target). The grid's targets are the prior's predictions *without*
         # level: at the job's level they hold the shape only.
@@ -133,23 +143,50 @@ class _Objective:
             self.rows, (time_s, power_w), (TIME_LEVEL, POWER_LEVEL), strict=True
         ):
             shift = z[:, level_z : level_z + 1] * moved
+            if self.net_shift != 0.0:
+                bend = self._net_bend(z[:, TIME_LEVEL : TIME_LEVEL + 1], col, level_z)
+                shift = shift + moved * bend
             out.append(weight * (np.log(values[:, col]) - target - shift))
         out.append(self.ridge * z)
         out.append(self.shape_r * z[:, SHARPNESS : SHARPNESS + 1])
         return np.concatenate(out, axis=1)
 
     @np.errstate(all="ignore")
+    def _net_bend(self, level: np.ndarray, col: np.ndarray, level_z: int) -> np.ndarray:
+        """What the prior's network at its own level (``online_model.NETWORK_LEVEL``) moves
+        its prediction at columns ``col`` by, in log, beyond the level's ``z0`` (time) or
+        ``z9`` (draw): (k rows). The time is its compute at e^z0 and its network at
+        e^(NETWORK_LEVEL z0) combined again; the draw is the prior's idle plus its compute
+        draw for the compute's new share of that time."""
+        g = self.gamma
+        ratio = self.log_net_ratio[col]  # log(network / compute) of the prior
+        has_net = np.isfinite(ratio)
+        r0 = np.where(has_net, ratio, 0.0)
+        moved = r0 + self.net_shift * level
+        # log(time / compute) = logaddexp(0, g log(network / compute)) / g
+        before, after = np.logaddexp(0.0, g * r0) / g, np.logaddexp(0.0, g * moved) / g
+        if level_z == TIME_LEVEL:
+            return np.where(has_net, after - before, 0.0)
+        busy = self.prior_compute_w[col] - self.idle_w
+        draw0 = self.idle_w + busy * np.exp(-before)
+        draw = self.idle_w + busy * np.exp(-after)
+        return np.where(has_net, np.log(draw) - np.log(draw0), 0.0)
+
+    @np.errstate(all="ignore")
     def predict(
-        self, z: np.ndarray, time_constants: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self, z: np.ndarray, time_constants: np.ndarray | None = None, with_parts: bool = False
+    ) -> tuple[np.ndarray, ...]:
         """Iteration time and per-GPU draw of each row of ``z`` at every configuration
         (k rows of columns each); ``time_constants`` in place of the floored ones that
-        ``z`` moves (the prior's own, to predict as the prior does)."""
+        ``z`` moves (the prior's own, to predict as the prior does); ``with_parts``: the
+        compute and network times as well."""
         base = self.base_time if time_constants is None else time_constants
         e = np.exp(np.minimum(z, 600.0))[:, :, None]  # (k, N_PARAMS, 1)
         level = e[:, 0]
+        net = om.NETWORK_LEVEL
+        net_level = level if net == 1.0 else np.exp(np.minimum(net * z[:, 0:1], 600.0))
         alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n = (
-            (base[i] * level) * e[:, i + 1] for i in range(6)
+            (base[i] * (level if i < 2 else net_level)) * e[:, i + 1] for i in range(6)
         )
         zc = z[:, :, None]
         q = np.exp(np.minimum(np.abs(self.log_q + zc[:, SHARPNESS]), 600.0))
@@ -191,6 +228,8 @@ class _Objective:
         g = self.gamma
         time_s = np.where(network_s > 0.0, (compute_s**g + network_s**g) ** (1.0 / g), compute_s)
         power_w = idle + (compute_w - idle) * (compute_s / time_s)
+        if with_parts:
+            return time_s, power_w, compute_s, network_s, compute_w
         return time_s, power_w
 
 

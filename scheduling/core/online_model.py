@@ -8,7 +8,8 @@ nearest catalog workload, or a workload profile that earlier jobs taught.
 
 Parameters are moved in log space (logit for the two shares), relative to the prior::
 
-    z[0]  time level     every time constant x e^z0          (no pull towards the prior)
+    z[0]  time level     compute constants x e^z0, all-reduce constants x e^(0.5 z0)
+                                                             (no pull towards the prior)
     z[1]  alpha_c_s x e^z1     z[2] beta_c_s x e^z2          compute: linear in per-GPU batch
     z[3]  alpha_r_s x e^z3     z[4] beta_r_s x e^z4          all-reduce inside one node
     z[5]  alpha_n_s x e^z5     z[6] beta_n_s x e^z6          all-reduce across nodes
@@ -35,6 +36,23 @@ from one observation (a 3B-parameter model 20x slower than its prior is matched 
 report); the shape follows the job as its observations outnumber the k pseudo-observations
 (weight ``n / (n + k)``). A token ridge (``ridge``) keeps a parameter that nothing observes
 where the prior put it. Nothing is clamped: every parameter reaches what the data says.
+
+The level and the network: a job's first reports are usually on one GPU, where its time
+is all compute, so the level they teach is its compute's. Its all-reduce (gradients over
+the network) is not seen there, and scales with the level only as far as what made the
+job slower or faster than its prior also grows its gradients: a model with 20x the
+parameters has both, an input pipeline or a batch 20x the prior's has only the compute.
+The level carries half of itself, in log, to the all-reduce constants (``NETWORK_LEVEL``:
+x sqrt(20) for a job 20x its prior), and the prior's pseudo-observations put its shape at
+that level: its compute at e^z0, its all-reduce at e^(z0 / 2), combined again (time), and
+its idle draw plus the compute draw for the compute's share of that time (draw). Carried
+whole (1, the old rule), a one-GPU ncf job 745x faster than its cifar10 prior was
+predicted to scale linearly to 64 T4s (it is fastest on 4) and PowerFlow spent its team's
+week on it in six hours; not carried (0), a slower job is predicted to scale as if its
+gradients were the prior's. Leave one workload out, the median error on configurations
+never observed, from 1 to a half: pollux 33.6 -> 18.6% after 1 observation and 12.1 ->
+9.5% after 5, ElasticFlow 57.7 -> 42.5% after 1 and 3.6 -> 4.6% after 5; 0.4 did about
+as well, 0.25 and 0 worse on pollux (docs/benchmarks.md, "The level and the network").
 
 On top of the fitted equations, a configuration that was measured is corrected by its own
 mean log residual, shrunk by ``config_pseudo_obs`` (``m / (m + config_pseudo_obs)`` of it
@@ -68,6 +86,10 @@ MIN_ITER_TIME_S = 1e-5  # 10 us: no training step is shorter
 MAX_ITER_TIME_S = 86_400.0  # a day per iteration is a stalled job, not a speed
 MAX_POWER_FACTOR = 1.5  # x the GPU's highest power limit (NVML averages stay below it)
 MAX_POWER_W = 2_000.0  # for a GPU model the catalog does not know
+# How far the time level carries the prior's all-reduce constants: they move by
+# e^(NETWORK_LEVEL x z0) where the compute constants move by e^z0 (module docstring,
+# "The level and the network").
+NETWORK_LEVEL = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,14 +237,15 @@ def apply_params(prior: FittedPerfModel, z: Sequence[float], *, workload: str | 
     tp, pw, gpu = prior.throughput, prior.power, prior.gpu
     z = padded(z)
     level = _exp(z[0])
+    net_level = _exp(NETWORK_LEVEL * z[0])
     a_c, b_c, a_r, b_r, a_n, b_n = floored_time_constants(tp)
     throughput = ThroughputParams(
         alpha_c_s=a_c * level * _exp(z[1]),
         beta_c_s=b_c * level * _exp(z[2]),
-        alpha_r_s=a_r * level * _exp(z[3]),
-        beta_r_s=b_r * level * _exp(z[4]),
-        alpha_n_s=a_n * level * _exp(z[5]),
-        beta_n_s=b_n * level * _exp(z[6]),
+        alpha_r_s=a_r * net_level * _exp(z[3]),
+        beta_r_s=b_r * net_level * _exp(z[4]),
+        alpha_n_s=a_n * net_level * _exp(z[5]),
+        beta_n_s=b_n * net_level * _exp(z[6]),
         gamma=tp.gamma,
         # log q moved from the prior's (0 for a catalog fit; a profile's may be more) and
         # folded at 0: never below 1 (a time above the sum of its parts is no launch

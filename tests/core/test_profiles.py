@@ -40,10 +40,11 @@ def _fold(profile, observations, **kw):
 
 def test_jobs_at_different_gpu_counts_teach_the_profile_what_neither_showed_alone():
     # given a first ncf job measured on one T4 alone: its profile keeps the prior's split,
-    # and predicts four GPUs five times faster than they are
+    # and predicts four GPUs a quarter faster than they are (ncf is 1/20 of cifar10's
+    # time there, and the all-reduce keeps half that level in log: NETWORK_LEVEL)
     first = _fold(None, [_measured(1)])
     assert abs(_error(first.model, 1)) < 0.01
-    assert _error(first.model, 4) < -0.5
+    assert _error(first.model, 4) < -0.2
 
     # when a second job, measured on four GPUs alone, is folded in
     second = _fold(first, [_measured(4)])
