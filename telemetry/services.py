@@ -23,6 +23,7 @@ from cluster.choices import JobState
 from cluster.models import Gpu, Job, JobAllocation, Node, sm_clock_conflict
 from cluster.services import InvalidTransition, transition_job
 from scheduling.core.goodput import efficiency, iterations_per_submitted
+from telemetry.agent.backends import gpu_model_key
 from telemetry.choices import ExitReason, JobEventKind
 from telemetry.models import GpuSample, JobEvent
 
@@ -72,16 +73,42 @@ def _clock_conflicts(
     return errors
 
 
+def _model_changes(gpus: list[dict[str, Any]], stored: dict[str, str]) -> dict[int, dict]:
+    """Per GPU of the request: a model other than the one its UUID is registered as. A
+    board's UUID is its own, so its model never changes; a registration that says it did
+    would move the GPU's allocations, ledger and every job's learned model to another
+    GPU model's predictions. (A stored product name, from agents older than the model key,
+    counts as its key.)"""
+    errors = {}
+    for i, g in enumerate(gpus):
+        before = stored.get(g["uuid"])
+        if before is not None and gpu_model_key(before) != g["model"]:
+            errors[i] = {
+                "model": [
+                    f"GPU {g['uuid']} is registered as {before}, not {g['model']}: a GPU's "
+                    "model does not change (a new board has a UUID of its own)."
+                ]
+            }
+    return errors
+
+
 def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> list[Gpu]:
     """Create or update the node's GPUs by UUID (idempotent: re-registering changes only what
     changed). A UUID already registered to another node is refused, nothing stored; so is a
-    maximum SM clock below the clocks it would be stored with (``RegistrationRejected``)."""
+    maximum SM clock below the clocks it would be stored with, or a model other than the
+    one the UUID is registered as (``RegistrationRejected``)."""
     uuids = [g["uuid"] for g in gpus]
-    # What is registered under these UUIDs, in one query: whose node, the clocks, the limit.
+    # What is registered under these UUIDs, in one query: whose node, the clocks, the limit,
+    # the model.
     registered = {
         row[0]: row[1:]
         for row in Gpu.objects.filter(uuid__in=uuids).values_list(
-            "uuid", "node_id", "max_sm_clock_mhz", "supported_sm_clocks_mhz", "power_limit_w"
+            "uuid",
+            "node_id",
+            "max_sm_clock_mhz",
+            "supported_sm_clocks_mhz",
+            "power_limit_w",
+            "model",
         )
     }
     foreign = sorted(u for u, (node_id, *_) in registered.items() if node_id != node.pk)
@@ -99,10 +126,12 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
         raise GpuIndexTaken(
             f"GPU index(es) {taken} belong to GPUs no longer reported; retire them first"
         )
-    conflicts = _clock_conflicts(gpus, {u: (top, c) for u, (_, top, c, _) in registered.items()})
+    conflicts = _clock_conflicts(gpus, {u: (top, c) for u, (_, top, c, _, _) in registered.items()})
+    for i, errors in _model_changes(gpus, {u: r[-1] for u, r in registered.items()}).items():
+        conflicts.setdefault(i, {}).update(errors)
     if conflicts:
         raise RegistrationRejected({"gpus": [conflicts.get(i, {}) for i in range(len(gpus))]})
-    current_limits = {u: limit for u, (*_, limit) in registered.items()}
+    current_limits = {u: limit for u, (_, _, _, limit, _) in registered.items()}
     result = []
     with transaction.atomic():
         # The node row first, then its GPUs: the order of the scheduling round (liveness locks

@@ -451,3 +451,44 @@ def test_unusable_gradient_statistics_are_refused_per_field(
     job = Job.objects.get(pk=running_job.pk)
     assert (job.grad_sqr, job.completed_iterations) == (None, 0.0)
     assert not JobEvent.objects.filter(event_id=event["event_id"]).exists()
+
+
+def test_a_registered_gpu_cannot_change_its_model(agent_node, agent_client):
+    # given a node whose two A100s are registered (the fixture)
+    node, token = agent_node
+    before = list(Gpu.objects.filter(node=node).order_by("index").values_list("uuid", "model"))
+    # when its agent says one of them is now an H100, beside a new GPU
+    body = {
+        "gpus": [
+            _gpu("GPU-node-01-0", 0),
+            _gpu("GPU-node-01-1", 1, model="NVIDIA H100 80GB HBM3"),
+            _gpu("GPU-new", 2),
+        ]
+    }
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    # then nothing is stored, and the error names the GPU and both models
+    assert response.status_code == 400
+    assert response.json() == {
+        "gpus": [
+            {},
+            {
+                "model": [
+                    "GPU GPU-node-01-1 is registered as A100, not H100: a GPU's model does "
+                    "not change (a new board has a UUID of its own)."
+                ]
+            },
+            {},
+        ]
+    }
+    after = list(Gpu.objects.filter(node=node).order_by("index").values_list("uuid", "model"))
+    assert after == before
+
+
+def test_a_product_name_stored_by_an_older_agent_registers_as_its_key(agent_node, agent_client):
+    # given a GPU stored under NVML's product name (agents before the model key)
+    node, token = agent_node
+    Gpu.objects.filter(uuid="GPU-node-01-0").update(model="NVIDIA A100-SXM4-40GB")
+    body = {"gpus": [_gpu("GPU-node-01-0", 0), _gpu("GPU-node-01-1", 1)]}
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    assert response.status_code == 200, response.json()
+    assert Gpu.objects.get(uuid="GPU-node-01-0").model == "A100"
