@@ -267,7 +267,13 @@ class NodeViewSet(viewsets.ModelViewSet):
             raise serializers.ValidationError(
                 {"status": ["A new node is healthy or draining; heartbeats set unhealthy."]}
             )
-        serializer.save()
+        with transaction.atomic():
+            # A node created draining is created healthy and drained, so the audit log
+            # says who drained it, as for any drain.
+            node = serializer.save(status=NodeStatus.HEALTHY)
+            if status_given == NodeStatus.DRAINING:
+                services.drain_node(node, actor=self.request.user)
+                node.refresh_from_db()
 
     @extend_schema(request=None, responses={201: AgentTokenSerializer})
     @action(detail=True, methods=["post"], url_path="issue-token")

@@ -66,3 +66,27 @@ def test_a_new_node_cannot_start_unhealthy(api_client, admin_user):
         format="json",
     )
     assert response.status_code == 400 and list(response.json()) == ["status"]
+
+
+def test_a_node_created_draining_is_audited_as_drained(api_client, admin_user):
+    response = api_client(admin_user).post(
+        "/api/nodes/",
+        {"name": "n-new", "switch_label": "s1", "gpu_model": "A100", "status": "draining"},
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    assert response.json()["status"] == "draining"
+    node = Node.objects.get(name="n-new")
+    assert node.status == NodeStatus.DRAINING
+    entries = AuditEntry.objects.filter(object_type="node", object_id=node.pk)
+    assert [(e.before["status"], e.after["status"], e.actor) for e in entries] == [
+        ("healthy", "draining", admin_user)
+    ]
+
+
+def test_a_node_created_healthy_writes_no_status_entry(api_client, admin_user):
+    response = api_client(admin_user).post(
+        "/api/nodes/", {"name": "n-new", "switch_label": "s1", "gpu_model": "A100"}, format="json"
+    )
+    assert response.status_code == 201 and response.json()["status"] == "healthy"
+    assert not AuditEntry.objects.filter(object_type="node").exists()
