@@ -204,6 +204,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     cut_at: dict[int, float] = {}
     price = [0.0] * len(budgets)
     covered = [False] * len(budgets)
+    free_of = [0.0] * len(budgets)
     for b_i, b in enumerate(budgets):
         if not priced[b_i]:
             continue
@@ -213,6 +214,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             free = b.energy_remaining_j - floor_w[b_i] * left_s
         else:
             free = b.co2_remaining_g - (curve.co2_g(floor_w[b_i], left_s) if floor_w[b_i] else 0.0)
+        free_of[b_i] = free
         pmin = sum(shared[k][0][0] * w for k, w in weight[b_i].items())
         rate = rec[0] / max(ctx.now_s - rec[1], DEMAND_WINDOW_MIN_S)
         future = rate * left_s
@@ -349,6 +351,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             keep = curve.co2_g(floor_w[b_i], after_s) if floor_w[b_i] and after_s else 0.0
             need_g = need[b_i] * to_g if math.isfinite(need[b_i]) else math.inf
             allow_c[b_i] = max(min(b.co2_remaining_g - keep, need_g), 0.0)
+    _finish_short(rnd, policy, price, priced, free_of, hulls)
     return {
         "price_prev_now": ctx.now_s,
         "price_arrivals": arrivals,
@@ -359,6 +362,69 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             if is_priced and math.isfinite(p)
         },
     }
+
+
+def _finish_short(
+    rnd: _Round,
+    policy: BudgetGreedy,
+    price: Sequence[float],
+    priced: Sequence[bool],
+    free_of: Sequence[float],
+    hulls: Mapping[int, tuple[Hull, float, Hashable]],
+) -> None:
+    """Raise the allowance of each budget short of its work (an infinite price) to what
+    finishes what it can: its candidates at their minimum configurations this round,
+    cheapest to finish first, as many as its free funds pay to the end.
+
+    Such a budget keeps the even share of what it has left over the rest of the period
+    (``_Round._allowances``). Where that share is less than any job's round at its
+    minimum, nothing runs: on philly_week's first 120 jobs, a team's 14 cifar10 jobs,
+    most of them three quarters done, were stopped 3.4 h into a 49 h period with 116 Wh
+    left, 0.26 Wh a round against the 3.1 Wh one job needs, and waited 42 h with the funds
+    that would finish ten of them unspent (docs/benchmarks.md, "A budget short of its
+    work"). The funds are spent on this work either way; spent now, it ends sooner. The
+    floor the budget pays to the period's end stays reserved, and a job's cost to finish
+    is its whole remaining cost at its cheapest configuration (a job that would not finish
+    on what is left is not counted)."""
+    ctx, budgets, pays, opts = rnd.ctx, rnd.ctx.budgets, rnd.pays, rnd.opts
+    short = {
+        b_i
+        for b_i in range(len(budgets))
+        if priced[b_i] and math.isinf(price[b_i]) and free_of[b_i] > 0.0
+    }
+    if not short:
+        return
+    rows: dict[int, list[tuple[float, float]]] = {b_i: [] for b_i in short}
+    for j in rnd.candidates:
+        if j not in hulls or not any(bi in short for bi, _ in pays[j]):
+            continue
+        h, scale, _ = hulls[j]
+        d_min = rnd.deltas(j, None, rnd.min_eval(j)[0], 0, opts[j][0][0])
+        for bi, is_cluster in pays[j]:
+            if bi in short:
+                rows[bi].append((h[0][0] * scale, d_min[1 if is_cluster else 0]))
+    for b_i, found in rows.items():
+        b = budgets[b_i]
+        found.sort(key=lambda row: row[0])
+        cost = take = 0.0
+        for to_finish, round_j in found:
+            if cost + to_finish > free_of[b_i]:
+                break
+            cost += to_finish
+            take += max(round_j, 0.0)
+        if take <= 0.0:
+            continue
+        if b.team is None:
+            take += rnd.idle_floor_j  # a cluster budget's round pays its idle GPUs too
+        after_s = max(b.period_end_s - ctx.now_s - ctx.round_length_s, 0.0)
+        floor_w = rnd.floor_w[b_i]
+        if policy.cost == "energy" and rnd.allow_e[b_i] is not None:
+            room = b.energy_remaining_j - floor_w * after_s
+            rnd.allow_e[b_i] = max(rnd.allow_e[b_i], min(take, room))
+        if policy.cost == "carbon" and rnd.allow_c[b_i] is not None:
+            keep = rnd.curve.co2_g(floor_w, after_s) if floor_w and after_s else 0.0
+            room = b.co2_remaining_g - keep
+            rnd.allow_c[b_i] = max(rnd.allow_c[b_i], min(take * rnd.to_g, room))
 
 
 def _choose(

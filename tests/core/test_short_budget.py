@@ -1,0 +1,77 @@
+"""A budget short of its work (its funds cannot pay the present jobs' cheapest cost) spends
+what it has on the jobs it can finish, instead of pacing it evenly over the rest of the
+period: an even share smaller than any job's round at its minimum stopped every job, most
+of them nearly done, for the rest of the period with the funds that would finish them
+unspent (a team's cifar10 jobs on philly_week's first 120 jobs, 42 h)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from scheduling.core.perf_models import load_catalog
+from scheduling.core.registry import get_policy
+from scheduling.core.round import plan_round
+from scheduling.core.types import Budget
+from tests.core.corekit import job, make_cluster, running, snapshot
+
+CATALOG = load_catalog()
+CLUSTER = make_cluster(1, 1, 8)
+DAY = 86400.0
+# resnet50 on an A100 at its cheapest (one GPU, its lowest clock): about 147 J and 0.87 s
+# an iteration, so about 50 kJ a 300 s round and 147 kJ a thousand iterations.
+LEFT = (500, 1000, 1500, 10_000)  # iterations each running job has left
+
+
+def _plan(used_j: float, *, policy="powerflow"):
+    jobs = []
+    for i, left in enumerate(LEFT):
+        j = job(f"j{i}", iters=20_000.0, workload="resnet50", gpu_model="A100",
+                global_batch=256, min_gpus=1, max_gpus=8)  # fmt: skip
+        jobs.append(replace(running(j, (CLUSTER.gpus[i].gpu_id,)), done_iters=20_000.0 - left))
+    # a day into a two-day period, 1 MJ a period
+    budget = Budget("b", "t", 0.0, 2 * DAY, energy_limit_j=1.0e6, energy_used_j=used_j)
+    snap = snapshot(CLUSTER, jobs, catalog=CATALOG, budgets=(budget,),
+                    policy_state={"price_prev_now": DAY - 300.0})  # fmt: skip
+    return plan_round(snap, policy=get_policy(policy), now=DAY)
+
+
+def _cheapest_cost_j(left: float) -> float:
+    from scheduling.core.online_model import config_of
+
+    model = CATALOG.get("resnet50", "A100")
+    return left * min(
+        model.energy_per_iter_j(config_of(1, 1, 256, c, None)) for c in model.clocks_mhz
+    )
+
+
+def test_a_short_budget_finishes_the_jobs_its_funds_pay_for():
+    # given 500 kJ left: the four jobs' cheapest cost is about 1.9 MJ, the three smallest
+    # about 440 kJ, and the even share of what is left over the day is 2.2 kJ a round,
+    # less than any job's round at its minimum
+    free = 0.5e6
+    assert sum(_cheapest_cost_j(x) for x in LEFT[:3]) < free < sum(map(_cheapest_cost_j, LEFT))
+    plan = _plan(1.0e6 - free)
+    # then the three jobs it can finish run at their minimum, the fourth waits
+    assert plan.policy_state.get("price", {}) == {}  # infinite: the budget is short
+    assert {k: (a.n_gpus, a.sm_clock_mhz) for k, a in plan.allocations.items()} == {
+        "j0": (1, 855),
+        "j1": (1, 855),
+        "j2": (1, 855),
+    }
+    assert plan.waiting["j3"].code == "over_round_allowance"
+    # and the round's allowance is what they take, far above the even share
+    allowance = plan.energy_allowance_by_budget_j["b"]
+    assert plan.predicted_energy_by_budget_j["b"] == pytest.approx(allowance)
+    assert allowance > 50 * free * 1.25 * 300.0 / DAY
+
+
+def test_funds_that_finish_no_job_keep_the_even_share():
+    # given less left than the smallest job's cheapest cost to finish (73 kJ)
+    free = 60e3
+    assert free < _cheapest_cost_j(LEFT[0])
+    plan = _plan(1.0e6 - free)
+    # then nothing is raised: the even share stops every job
+    assert plan.allocations == {}
+    assert plan.energy_allowance_by_budget_j["b"] == pytest.approx(free * 1.25 * 300.0 / DAY)
