@@ -68,6 +68,7 @@ def test_a_short_budget_finishes_the_jobs_its_funds_pay_for():
 
 
 def test_funds_that_finish_no_job_keep_the_even_share():
+    # (the boundary: a raise that ignored what the funds can finish would fail here)
     # given less left than the smallest job's cheapest cost to finish (73 kJ)
     free = 60e3
     assert free < _cheapest_cost_j(LEFT[0])

@@ -384,8 +384,10 @@ def _finish_short(
     that would finish ten of them unspent (docs/benchmarks.md, "A budget short of its
     work"). The funds are spent on this work either way; spent now, it ends sooner. The
     floor the budget pays to the period's end stays reserved, and a job's cost to finish
-    is its whole remaining cost at its cheapest configuration (a job that would not finish
-    on what is left is not counted)."""
+    is its whole remaining cost at the minimum configuration the allowance pays for (a job
+    that would not finish on what is left is not counted). Only the priced kind's
+    allowance is raised: a budget with an energy and a carbon limit keeps the even share
+    of the other kind, which may still hold its jobs."""
     ctx, budgets, pays, opts = rnd.ctx, rnd.ctx.budgets, rnd.pays, rnd.opts
     short = {
         b_i
@@ -398,11 +400,11 @@ def _finish_short(
     for j in rnd.candidates:
         if j not in hulls or not any(bi in short for bi, _ in pays[j]):
             continue
-        h, scale, _ = hulls[j]
-        d_min = rnd.deltas(j, None, rnd.min_eval(j)[0], 0, opts[j][0][0])
+        est, _, to_finish = rnd.min_eval(j)
+        d_min = rnd.deltas(j, None, est, 0, opts[j][0][0])
         for bi, is_cluster in pays[j]:
             if bi in short:
-                rows[bi].append((h[0][0] * scale, d_min[1 if is_cluster else 0]))
+                rows[bi].append((to_finish, d_min[1 if is_cluster else 0]))
     for b_i, found in rows.items():
         b = budgets[b_i]
         found.sort(key=lambda row: row[0])
