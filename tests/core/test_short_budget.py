@@ -61,6 +61,7 @@ def test_a_short_budget_finishes_the_jobs_its_funds_pay_for():
         "j2": (1, 855),
     }
     assert plan.waiting["j3"].code == "over_round_allowance"
+    assert "cannot pay for all of its jobs' work in this period" in plan.waiting["j3"].message
     # and the round's allowance is what they take, far above the even share
     allowance = plan.energy_allowance_by_budget_j["b"]
     assert plan.predicted_energy_by_budget_j["b"] == pytest.approx(allowance)
@@ -73,6 +74,10 @@ def test_funds_that_finish_no_job_keep_the_even_share():
     free = 60e3
     assert free < _cheapest_cost_j(LEFT[0])
     plan = _plan(1.0e6 - free)
-    # then nothing is raised: the even share stops every job
+    # then nothing is raised: the even share stops every job, and each is told why
     assert plan.allocations == {}
+    assert {w.message for w in plan.waiting.values()} == {
+        "Waiting: team t's budget has too little left in this period to finish any of its "
+        "jobs; what is left is paced over the period."
+    }
     assert plan.energy_allowance_by_budget_j["b"] == pytest.approx(free * 1.25 * 300.0 / DAY)

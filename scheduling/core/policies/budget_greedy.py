@@ -448,12 +448,14 @@ class BudgetGreedy:
 
     def _over_allowance(
         self, budget, curve: IntensityCurve, ci_now: float, *, alone: bool = False,
-        prior: str | None = None,
+        prior: str | None = None, short: bool = False,
     ) -> WaitReason:  # fmt: skip
         """Why a job waits on ``budget``: ``alone``, its minimum costs more than the round's
         whole allowance (no job ahead of it spent any of it); ``prior``, that cost is its
         prior's guess and its first probe does not fit either ("share": a quarter of what
-        the period has left at the prior's draw; "top": all of it at its GPUs' top draw)."""
+        the period has left at the prior's draw; "top": all of it at its GPUs' top draw);
+        ``short``, the budget cannot pay its jobs' cheapest cost in its period
+        (``budget_price._finish_short``)."""
         whose = f"team {budget.team}'s" if budget.team else "the cluster's"
         if self.cost == "carbon" and budget.co2_limit_g is not None:
             cleaner = curve.next_cleaner(ci_now * (1 - CLEAN_MARGIN), within_s=HOLD_WITHIN_S)
@@ -478,6 +480,19 @@ class BudgetGreedy:
                 f"Waiting: it has not run yet, and its prior (a guess from other workloads) "
                 f"says its smallest configuration costs more than {whose} budget allows a "
                 f"round; a first short run to measure it {probe}.",
+            )
+        if short and alone and not prior:
+            return WaitReason(
+                WaitCode.OVER_ROUND_ALLOWANCE,
+                f"Waiting: {whose} budget has too little left in this period to finish any "
+                "of its jobs; what is left is paced over the period.",
+            )
+        if short and not prior:
+            return WaitReason(
+                WaitCode.OVER_ROUND_ALLOWANCE,
+                f"Waiting: {whose} budget cannot pay for all of its jobs' work in this "
+                "period; what it has left goes to the jobs it can finish, the cheapest to "
+                "finish first.",
             )
         if alone:
             return WaitReason(
@@ -1531,9 +1546,10 @@ class _Round:
                 )
             waiting[jv.job.job_id] = reason
         for j, bi in self.budget_blocked.items():
+            short = bool(self.prices) and math.isinf(self.prices[bi])
             waiting[jobs[j].job.job_id] = self.policy._over_allowance(
                 budgets[bi], self.curve, self.ci_now, alone=j in self.blocked_alone,
-                prior=self.probe_unpaid.get(j),
+                prior=self.probe_unpaid.get(j), short=short,
             )  # fmt: skip
         state = dict(self.new_state)
         if self.probes:
