@@ -76,7 +76,9 @@ class _NumbersOnly(serializers.ModelSerializer):
 
 class TeamSlugField(serializers.SlugRelatedField):
     """A team named by its slug. A value that cannot be a slug is refused before the lookup:
-    PostgreSQL refuses a NUL in a query parameter, which answered 500."""
+    PostgreSQL refuses a NUL in a query parameter, which answered 500. To a user who is not
+    an admin, a team they are not a member of does not exist: its error is an absent
+    team's, so other teams' names cannot be told apart from names nobody uses."""
 
     def __init__(self, **kwargs):
         super().__init__(slug_field="slug", queryset=Team.objects.all(), **kwargs)
@@ -84,7 +86,12 @@ class TeamSlugField(serializers.SlugRelatedField):
     def to_internal_value(self, data):
         if not isinstance(data, str) or not data.isprintable() or len(data) > 50:
             self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:50])
-        return super().to_internal_value(data)
+        team = super().to_internal_value(data)
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        if user is not None and not user.is_staff and not is_team_member(user, team):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data)
+        return team
 
 
 class JobAllocationSerializer(serializers.ModelSerializer):

@@ -64,7 +64,8 @@ def test_budget_list_shows_only_the_users_teams(api_client, personas, budgets, p
 
 @pytest.mark.parametrize(
     ("persona", "expected"),
-    [("member", 403), ("lead", 201), ("outsider", 403), ("admin", 201)],
+    # the outsider names a team that, to them, does not exist (a 400 like any absent name)
+    [("member", 403), ("lead", 201), ("outsider", 400), ("admin", 201)],
 )
 def test_only_leads_and_admins_create_budgets(api_client, personas, budgets, persona, expected):
     before = _rows()
@@ -90,9 +91,21 @@ def test_lead_cannot_create_a_budget_for_another_team(api_client, lead, budgets)
     response = api_client(lead).post(
         "/api/budgets/", {**NEW_BUDGET, "team": "language"}, format="json"
     )
+    absent = api_client(lead).post("/api/budgets/", {**NEW_BUDGET, "team": "nope"}, format="json")
+
+    # another team's name answers as a name nobody uses: teams cannot be told apart
+    assert response.status_code == absent.status_code == 400
+    assert response.json() == {"team": ["Object with slug=language does not exist."]}
+    assert absent.json() == {"team": ["Object with slug=nope does not exist."]}
+    assert _rows() == before
+
+
+def test_a_member_who_is_not_a_lead_is_refused_for_their_own_team(api_client, member, budgets):
+    response = api_client(member).post(
+        "/api/budgets/", {**NEW_BUDGET, "team": "vision"}, format="json"
+    )
 
     assert response.status_code == 403
-    assert _rows() == before
 
 
 @pytest.mark.parametrize(
@@ -133,7 +146,8 @@ def test_lead_cannot_move_a_budget_to_a_team_they_do_not_lead(api_client, lead, 
         f"/api/budgets/{budgets['vision'].pk}/", {"team": "language"}, format="json"
     )
 
-    assert response.status_code == 403
+    assert response.status_code == 400
+    assert response.json() == {"team": ["Object with slug=language does not exist."]}
     assert Budget.objects.get(pk=budgets["vision"].pk).team.slug == "vision"
 
 
