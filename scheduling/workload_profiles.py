@@ -453,6 +453,8 @@ def record_observations(
             "prior": source,
             "prior_measured": measured,
             "prior_params": model_to_params(prior),
+            # the rule the moves were fitted under (``learned_models`` refits another's)
+            "network_level": om.NETWORK_LEVEL,
         }
     JobSchedulingState.objects.filter(pk=state.pk).update(
         observations=stored_obs, online_params=stored_params, observed_until=until
@@ -471,14 +473,23 @@ def learned_models(state: JobSchedulingState, workload: str) -> dict[str, om.Onl
     split, is measured: before the job's first iteration time (only NVML draws stored) it is
     not a guess, as it is not for a job with nothing stored (``_starting_model``). The mark
     is stored with the fit (``prior_measured``); a fit stored before it was names only its
-    source, which tells the catalog's own model and not a profile's split."""
+    source, which tells the catalog's own model and not a profile's split. A fit stored
+    under another rule for the all-reduce's level (``network_level``; none stored: the
+    rule before 6 Dec 2026, 1) means other equations with the same moves: it is refitted
+    here from its stored observations, warm-started from its moves, until the job's next
+    observations store a fit under the current rule (a waiting or paused job's fit, or its
+    fit on a GPU model it no longer runs on, would otherwise be read under the new rule)."""
     out = {}
     for gpu_model, entry in (state.online_params or {}).items():
         prior = stored_prior(entry)
+        observations = _stored(state, gpu_model)
+        params = entry["params"]
+        if entry.get("network_level", 1.0) != om.NETWORK_LEVEL and observations:
+            params = online_fit.fit_params(prior, observations, start=params)
         out[gpu_model] = om.learned_model(
             prior,
-            entry["params"],
-            _stored(state, gpu_model),
+            params,
+            observations,
             workload=workload,
             prior_measured=entry.get(
                 "prior_measured", entry.get("prior") == catalog_source(workload, gpu_model)

@@ -495,3 +495,43 @@ def test_a_job_that_measured_only_its_draw_is_still_its_prior(make_job, member, 
     assert (model["kind"], model["observations"]) == ("prior", 0.0)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "A100: its prior alone, its speed not measured yet" in page
+
+
+def test_a_fit_stored_under_the_old_all_reduce_rule_is_refitted_when_read(
+    make_job, member, team, monkeypatch
+):
+    from scheduling.core import online_model as om
+    from scheduling.core.online_fit import fit_online
+
+    # given a job 20x slower than its prior, measured on one GPU and on two, whose fit was
+    # stored before the all-reduce kept half the time level (no rule stored): its moves
+    # put the all-reduce it measured against the prior's x 20
+    monkeypatch.setattr(om, "NETWORK_LEVEL", 1.0)
+    one, two = config_of(1, 1, 128.0), config_of(2, 1, 64.0)
+    seen = [
+        Observation(
+            c.n_gpus, 1, 128.0 / c.n_gpus, PRIOR.iter_time_s(c) * 20.0, PRIOR.power_w(c), weight=5.0
+        )  # fmt: skip
+        for c in (one, two)
+    ]
+    job = _job_with(make_job, member, team, seen, finish=False)
+    state = JobSchedulingState.objects.get(job=job)
+    entry = dict(state.online_params["A100"])
+    assert entry.pop("network_level") == 1.0
+    JobSchedulingState.objects.filter(pk=state.pk).update(online_params={"A100": entry})
+    state.refresh_from_db()
+    monkeypatch.setattr(om, "NETWORK_LEVEL", 0.5)
+    observations = wp._stored(state, "A100")
+    prior = wp.stored_prior(entry)
+    eight = config_of(8, 1, 16.0)
+
+    # when it is read under the current rule
+    model = wp.learned_models(state, job.workload)["A100"]
+
+    # then it predicts what a fit under that rule predicts, not the old moves read anew
+    fresh = fit_online(prior, observations, workload=job.workload)
+    stale = om.learned_model(prior, entry["params"], observations, workload=job.workload)
+    assert model.iter_time_s(eight) == pytest.approx(fresh.iter_time_s(eight), rel=1e-3)
+    assert abs(stale.iter_time_s(eight) / fresh.iter_time_s(eight) - 1) > 0.05
+    # and the measured configuration stays as measured
+    assert model.iter_time_s(one) == pytest.approx(seen[0].iter_time_s, rel=0.02)
