@@ -116,21 +116,19 @@ class _Slack:
     def __init__(self) -> None:
         self.left_j: float | None = None  # None: a full slack (no step seen)
 
-    def allowed_j(self, full_w: float, dt_s: float) -> float:
+    def _left_j(self, full_w: float) -> float:
         cap = full_w * COUNTER_SLACK_S
-        left = cap if self.left_j is None else min(self.left_j, cap)
-        return full_w * dt_s + left
+        return cap if self.left_j is None else min(self.left_j, cap)
+
+    def allowed_j(self, full_w: float, dt_s: float) -> float:
+        return full_w * dt_s + self._left_j(full_w)
 
     def spend(self, full_w: float, dt_s: float, energy_j: float) -> None:
         cap = full_w * COUNTER_SLACK_S
-        left = cap if self.left_j is None else min(self.left_j, cap)
-        self.left_j = min(cap, left + full_w * dt_s - energy_j)
+        self.left_j = min(cap, self._left_j(full_w) + full_w * dt_s - energy_j)
 
     def spent(self) -> None:
         self.left_j = 0.0
-
-    def reset(self) -> None:
-        self.left_j = None
 
 
 def interval_energy_j(a: Point, b: Point) -> tuple[float, bool]:

@@ -289,12 +289,6 @@ class JobSerializer(_NumbersOnly):
         registered = Gpu.objects.values_list("model", flat=True).distinct()
         return next((m for m in registered if m.casefold() == key.casefold()), key)
 
-    def validate_team(self, team: Team) -> Team:
-        user = self.context["request"].user
-        if not (user.is_staff or is_team_member(user, team)):
-            raise serializers.ValidationError("You are not a member of this team.")
-        return team
-
     def validate(self, attrs: dict) -> dict:
         # The same defaults as services.submit_job, so clean() sees the values to be stored.
         attrs.setdefault("max_gpus", attrs["min_gpus"])

@@ -74,6 +74,7 @@ class _Objective:
     ) -> None:
         tp, pw, gpu = prior.throughput, prior.power, prior.gpu
         d = gpu.dvfs
+        self.net_level = om.NETWORK_LEVEL  # read once: the residuals and targets agree
         self.base_time = np.array(floored_time_constants(tp))
         self.gamma = tp.gamma
         self.log_q = math.log(max(tp.compute_sharpness, 1.0))
@@ -114,7 +115,7 @@ class _Objective:
         # Where the network constants move with the level by another power than the compute
         # ones (``online_model.NETWORK_LEVEL``), the prior's time at the job's level is
         # not its time x e^z0: the two parts, each at its own level, are combined again.
-        self.net_shift = om.NETWORK_LEVEL - 1.0
+        self.net_shift = self.net_level - 1.0
         with np.errstate(divide="ignore"):
             self.log_net_ratio = np.log(network0[0]) - np.log(compute0[0])  # -inf: no network
         self.prior_compute_w = compute_w0[0]
@@ -183,7 +184,7 @@ class _Objective:
         base = self.base_time if time_constants is None else time_constants
         e = np.exp(np.minimum(z, 600.0))[:, :, None]  # (k, N_PARAMS, 1)
         level = e[:, 0]
-        net = om.NETWORK_LEVEL
+        net = self.net_level
         net_level = level if net == 1.0 else np.exp(np.minimum(net * z[:, 0:1], 600.0))
         alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n = (
             (base[i] * (level if i < 2 else net_level)) * e[:, i + 1] for i in range(6)

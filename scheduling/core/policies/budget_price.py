@@ -351,7 +351,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             keep = curve.co2_g(floor_w[b_i], after_s) if floor_w[b_i] and after_s else 0.0
             need_g = need[b_i] * to_g if math.isfinite(need[b_i]) else math.inf
             allow_c[b_i] = max(min(b.co2_remaining_g - keep, need_g), 0.0)
-    _finish_short(rnd, policy, price, priced, free_of, hulls)
+    _finish_short(rnd, policy, price, priced, free_of)
     return {
         "price_prev_now": ctx.now_s,
         "price_arrivals": arrivals,
@@ -370,7 +370,6 @@ def _finish_short(
     price: Sequence[float],
     priced: Sequence[bool],
     free_of: Sequence[float],
-    hulls: Mapping[int, tuple[Hull, float, Hashable]],
 ) -> None:
     """Raise the allowance of each budget short of its work (an infinite price) to what
     finishes what it can: its candidates at their minimum configurations this round,
@@ -398,7 +397,7 @@ def _finish_short(
         return
     rows: dict[int, list[tuple[float, float]]] = {b_i: [] for b_i in short}
     for j in rnd.candidates:
-        if j not in hulls or not any(bi in short for bi, _ in pays[j]):
+        if not any(bi in short for bi, _ in pays[j]):
             continue
         est, _, to_finish = rnd.min_eval(j)
         d_min = rnd.deltas(j, None, est, 0, opts[j][0][0])
