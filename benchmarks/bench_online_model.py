@@ -32,6 +32,10 @@ already observed and on configurations never observed (median and max relative e
   The job starts at its median batch at the default (highest) power limit, steps the limit
   down 25 W at a time (Zeus' just-in-time profiling), then moves to the other batches,
   nearest first.
+* ``perseus_<gpu>`` (leave one model out, at set SM clocks; ``_perseus_cases``): a job is
+  one pipeline stage of bloom or gpt3-175b on an A100 or A40, its iteration the stage's
+  forward and backward pass; it runs from the top clock down, one 15 MHz step at a time,
+  with the other model's clock shape on the same GPU as its prior.
 * ``gpu_out_<gpu>`` (leave one GPU model out): the same workload's fits on every other Zeus
   GPU, given the hidden GPU's power-limit range (what NVML reports) and their busy draw
   scaled by the ratio of the highest limits, are the candidates; the job's model is the
@@ -303,6 +307,95 @@ def _zeus_cases(*, gpu_out: bool) -> list[Case]:
     return cases
 
 
+# --- Perseus (SM clock, one GPU) ---------------------------------------------------------
+
+# The power-limit range of each Perseus GPU: the catalog's A100 (datasheet), the A40's from
+# Zeus' sweeps on it. The replays run at set clocks and the default limit; the range only
+# places the prior's pseudo-observations at the lowest limit.
+PERSEUS_LIMITS_W = {"A100": (100.0, 400.0), "A40": (100.0, 300.0)}
+
+
+def _perseus_prior(name: str, fits: Sequence, clocks: Sequence[int], gpu: str) -> FittedPerfModel:
+    """The clock shape of another model's passes on the same GPU (the medians of their
+    fits, as the catalog's A100 takes them from every pass), at that model's level: one
+    GPU, the time all compute, the draw independent of the batch."""
+    gpu_spec = GpuSpec(
+        name=gpu,
+        idle_power_w=0.0,
+        gpus_per_node=1,
+        clocks_mhz=tuple(clocks),
+        power_limit_min_w=PERSEUS_LIMITS_W[gpu][0],
+        power_limit_max_w=PERSEUS_LIMITS_W[gpu][1],
+        dvfs=DvfsParams(
+            max_clock_mhz=max(clocks),
+            min_clock_mhz=min(clocks),
+            time_fixed_frac=statistics.median(f.time_fixed_frac for f in fits),
+            power_static_frac=statistics.median(f.power_static_frac for f in fits),
+            power_exp=statistics.median(f.power_exp for f in fits),
+            peak_to_avg=1.0,
+        ),
+    )
+    return FittedPerfModel(
+        workload=name,
+        gpu=gpu_spec,
+        batch_sizes=(1,),
+        throughput=ThroughputParams(
+            statistics.median(f.time_max_s for f in fits), 0.0, 0.0, 0.0, 0.0, 0.0, 1.0
+        ),
+        power=PowerParams(
+            busy_max_w=statistics.median(f.power_max_w for f in fits),
+            batch_half=1e-3,
+            busy_floor_frac=1.0,
+        ),
+    )
+
+
+def _perseus_cases() -> list[Case]:
+    """Leave one model out on Perseus' clock sweeps: a job is one pipeline stage (its
+    forward and backward pass, one iteration) of one model on one GPU, run at set SM
+    clocks from the top down, one 15 MHz step at a time (as Zeus steps its limit); its
+    prior is the other model's clock shape on the same GPU. After 5 observations the job
+    has seen the top 60 MHz only: what it predicts at the clocks below is the clock-energy
+    shape that a fit observed near the top keeps or loses. A sweep the data repeat for
+    another stage (every model's stages 0-6 are one sweep) is one case: four a GPU."""
+    from scheduling.fitting.perf_fit import fit_clock_series
+
+    rows = perf_data.read_perseus()
+    top = {g: max(r.clock_mhz for r in rows if r.gpu_model == g) for g in PERSEUS_LIMITS_W}
+    series: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        series[(r.model, r.gpu_model, r.stage, r.instruction)].append(r)
+    fits = {k: fit_clock_series(v, top[k[1]]) for k, v in series.items()}
+    cases, seen_truth = [], set()
+    for model, gpu, stage in sorted({(k[0], k[1], k[2]) for k in series}):
+        by_clock: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for r in series[(model, gpu, stage, "forward")] + series[(model, gpu, stage, "backward")]:
+            by_clock[r.clock_mhz][0] += r.time_s
+            by_clock[r.clock_mhz][1] += r.energy_j
+        clocks = sorted(by_clock, reverse=True)
+        configs = [
+            Observation(
+                n_gpus=1,
+                n_nodes=1,
+                local_batch=1.0,
+                iter_time_s=by_clock[c][0],
+                power_w=by_clock[c][1] / by_clock[c][0],
+                sm_clock_mhz=c,
+            )
+            for c in clocks
+        ]
+        truth = [(by_clock[c][0], by_clock[c][1]) for c in clocks]
+        if (gpu, tuple(truth)) in seen_truth:
+            continue  # the data repeat a stage's sweep for stages alike (bloom's 0-6): once
+        seen_truth.add((gpu, tuple(truth)))
+        # The iteration's draw is its passes' energy over their time: the prior's shape is
+        # the median of the other model's forward and backward fits on this GPU.
+        other = [f for k, f in fits.items() if k[1] == gpu and k[0] != model]
+        prior = _perseus_prior(f"not-{model}", other, clocks, gpu)
+        cases.append(Case(f"perseus_{gpu}", f"{model}/stage{stage}", configs, truth, [prior]))
+    return cases
+
+
 # --- scoring ------------------------------------------------------------------------------
 
 
@@ -488,6 +581,7 @@ def main() -> int:
         _throughput_cases("elasticflow_a100", "A100", perf_data.read_elasticflow())
         + _throughput_cases("pollux_t4", "T4", perf_data.read_pollux())
         + _zeus_cases(gpu_out=False)
+        + _perseus_cases()
     )
     gpu_out = _zeus_cases(gpu_out=True)
     result = {}
