@@ -13,7 +13,7 @@ import pytest
 from scheduling.core.perf_models import load_catalog
 from scheduling.core.registry import get_policy
 from scheduling.core.round import plan_round
-from scheduling.core.types import Budget
+from scheduling.core.types import Budget, CarbonSignal
 from tests.core.corekit import job, make_cluster, running, snapshot
 
 CATALOG = load_catalog()
@@ -22,18 +22,21 @@ DAY = 86400.0
 # resnet50 on an A100 at its cheapest (one GPU, its lowest clock): about 147 J and 0.87 s
 # an iteration, so about 50 kJ a 300 s round and 147 kJ a thousand iterations.
 LEFT = (500, 1000, 1500, 10_000)  # iterations each running job has left
+CI = 200.0  # g/kWh
 
 
-def _plan(used_j: float, *, policy="powerflow"):
+def _plan(used_j: float, *, policy="powerflow", co2_limit_g=None):
     jobs = []
     for i, left in enumerate(LEFT):
         j = job(f"j{i}", iters=20_000.0, workload="resnet50", gpu_model="A100",
                 global_batch=256, min_gpus=1, max_gpus=8)  # fmt: skip
         jobs.append(replace(running(j, (CLUSTER.gpus[i].gpu_id,)), done_iters=20_000.0 - left))
     # a day into a two-day period, 1 MJ a period
-    budget = Budget("b", "t", 0.0, 2 * DAY, energy_limit_j=1.0e6, energy_used_j=used_j)
+    budget = Budget("b", "t", 0.0, 2 * DAY, energy_limit_j=1.0e6, energy_used_j=used_j,
+                    co2_limit_g=co2_limit_g)  # fmt: skip
     snap = snapshot(CLUSTER, jobs, catalog=CATALOG, budgets=(budget,),
-                    policy_state={"price_prev_now": DAY - 300.0})  # fmt: skip
+                    policy_state={"price_prev_now": DAY - 300.0},
+                    carbon=CarbonSignal(ci_g_per_kwh=CI))  # fmt: skip
     return plan_round(snap, policy=get_policy(policy), now=DAY)
 
 
@@ -81,3 +84,24 @@ def test_funds_that_finish_no_job_keep_the_even_share():
         "jobs; what is left is paced over the period."
     }
     assert plan.energy_allowance_by_budget_j["b"] == pytest.approx(free * 1.25 * 300.0 / DAY)
+
+
+def test_a_limit_of_the_other_kind_is_raised_with_it():
+    # given the same short energy budget with a carbon limit that pays for more than the
+    # three smallest jobs (about 24 g at 200 g/kWh; 100 g left), whose even share over the
+    # day (0.4 g a round) is less than one job's round at its minimum (about 2.9 g)
+    free = 0.5e6
+    plan = _plan(1.0e6 - free, co2_limit_g=100.0)
+    # then the carbon allowance is raised with the energy one, and the three jobs run
+    assert set(plan.allocations) == {"j0", "j1", "j2"}
+    allowance_g = plan.co2_allowance_by_budget_g["b"]
+    assert allowance_g == pytest.approx(plan.energy_allowance_by_budget_j["b"] * CI / 3.6e6)
+    assert allowance_g > 5 * 100.0 * 1.25 * 300.0 / DAY
+
+
+def test_the_other_kind_is_raised_no_further_than_it_has_left():
+    # given a carbon limit with 2 g left: less than one job's round at its minimum
+    plan = _plan(0.5e6, co2_limit_g=2.0)
+    # then its allowance stops at what is left, and no job runs past it
+    assert 0.0 < plan.co2_allowance_by_budget_g["b"] <= 2.0
+    assert plan.allocations == {}

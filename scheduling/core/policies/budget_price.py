@@ -351,7 +351,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             keep = curve.co2_g(floor_w[b_i], after_s) if floor_w[b_i] and after_s else 0.0
             need_g = need[b_i] * to_g if math.isfinite(need[b_i]) else math.inf
             allow_c[b_i] = max(min(b.co2_remaining_g - keep, need_g), 0.0)
-    _finish_short(rnd, policy, price, priced, free_of)
+    _finish_short(rnd, price, priced, free_of)
     return {
         "price_prev_now": ctx.now_s,
         "price_arrivals": arrivals,
@@ -366,7 +366,6 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
 
 def _finish_short(
     rnd: _Round,
-    policy: BudgetGreedy,
     price: Sequence[float],
     priced: Sequence[bool],
     free_of: Sequence[float],
@@ -384,9 +383,9 @@ def _finish_short(
     work"). The funds are spent on this work either way; spent now, it ends sooner. The
     floor the budget pays to the period's end stays reserved, and a job's cost to finish
     is its whole remaining cost at the minimum configuration the allowance pays for (a job
-    that would not finish on what is left is not counted). Only the priced kind's
-    allowance is raised: a budget with an energy and a carbon limit keeps the even share
-    of the other kind, which may still hold its jobs."""
+    that would not finish on what is left is not counted). A budget with an energy and a
+    carbon limit has both allowances raised, each to no more than it has left: the even
+    share of the kind not priced would otherwise hold the jobs."""
     ctx, budgets, pays, opts = rnd.ctx, rnd.ctx.budgets, rnd.pays, rnd.opts
     short = {
         b_i
@@ -419,10 +418,12 @@ def _finish_short(
             take += rnd.idle_floor_j  # a cluster budget's round pays its idle GPUs too
         after_s = max(b.period_end_s - ctx.now_s - ctx.round_length_s, 0.0)
         floor_w = rnd.floor_w[b_i]
-        if policy.cost == "energy" and rnd.allow_e[b_i] is not None:
+        # Both kinds are raised: a limit of the other kind paced evenly would hold the jobs
+        # the priced one pays for. Each stays within what it has left, its floor kept.
+        if rnd.allow_e[b_i] is not None:
             room = b.energy_remaining_j - floor_w * after_s
             rnd.allow_e[b_i] = max(rnd.allow_e[b_i], min(take, room))
-        if policy.cost == "carbon" and rnd.allow_c[b_i] is not None:
+        if rnd.allow_c[b_i] is not None:
             keep = rnd.curve.co2_g(floor_w, after_s) if floor_w and after_s else 0.0
             room = b.co2_remaining_g - keep
             rnd.allow_c[b_i] = max(rnd.allow_c[b_i], min(take * rnd.to_g, room))
