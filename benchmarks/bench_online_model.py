@@ -317,8 +317,9 @@ PERSEUS_LIMITS_W = {"A100": (100.0, 400.0), "A40": (100.0, 300.0)}
 
 def _perseus_prior(name: str, fits: Sequence, clocks: Sequence[int], gpu: str) -> FittedPerfModel:
     """The clock shape of another model's passes on the same GPU (the medians of their
-    fits, as the catalog's A100 takes them from every pass), at that model's level: one
-    GPU, the time all compute, the draw independent of the batch."""
+    fits, as the catalog's A100 takes them from every pass): one GPU, the time all
+    compute, the draw independent of the batch. Its level is one pass's (the median fit's
+    time at the top clock), about half an iteration: the first observation sets the level."""
     gpu_spec = GpuSpec(
         name=gpu,
         idle_power_w=0.0,
@@ -390,8 +391,9 @@ def _perseus_cases() -> list[Case]:
         seen_truth.add((gpu, tuple(truth)))
         # The iteration's draw is its passes' energy over their time: the prior's shape is
         # the median of the other model's forward and backward fits on this GPU.
-        other = [f for k, f in fits.items() if k[1] == gpu and k[0] != model]
-        prior = _perseus_prior(f"not-{model}", other, clocks, gpu)
+        other = {k: f for k, f in fits.items() if k[1] == gpu and k[0] != model}
+        source = "+".join(sorted({k[0] for k in other}))  # the models the prior is from
+        prior = _perseus_prior(source, list(other.values()), clocks, gpu)
         cases.append(Case(f"perseus_{gpu}", f"{model}/stage{stage}", configs, truth, [prior]))
     return cases
 

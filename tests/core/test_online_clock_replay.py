@@ -46,14 +46,18 @@ def test_each_distinct_sweep_is_one_case_from_the_top_clock_down(cases):
     for case in cases:
         clocks = [obs.sm_clock_mhz for obs in case.configs]
         assert clocks == sorted(clocks, reverse=True)
-        assert case.candidates[0].workload != case.workload.split("/")[0]
+        # the prior is the other model's (a prior from the job's own sweep would pass the
+        # targets below without learning anything)
+        other = {"bloom": "gpt3-175b", "gpt3-175b": "bloom"}[case.workload.split("/")[0]]
+        assert case.candidates[0].workload == other
 
 
 def test_a_job_seen_near_the_top_predicts_the_lower_clocks_within_the_target(cases):
-    # after five observations (the top 60 MHz), every clock below within 15% median
+    # after five observations (the top 60 MHz): what it saw within the 5%, every
+    # clock below within its 15% median
     for case in cases:
         observed, unobserved = _energy_errors(case, 5)
-        assert max(observed) < 0.01, case.workload
+        assert max(observed) < 0.05, case.workload
         assert statistics.median(unobserved) < 0.15, case.workload
 
 
@@ -61,4 +65,4 @@ def test_a_job_seen_at_every_clock_predicts_what_it_measured(cases):
     case = cases[0]
     observed, unobserved = _energy_errors(case, len(case.configs))
     assert unobserved == []
-    assert statistics.median(observed) < 0.01
+    assert statistics.median(observed) < 0.02

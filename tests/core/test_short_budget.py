@@ -99,7 +99,20 @@ def test_a_limit_of_the_other_kind_is_raised_with_it():
     assert allowance_g > 5 * 100.0 * 1.25 * 300.0 / DAY
 
 
+def test_the_other_kinds_funds_choose_the_jobs_too():
+    # given a carbon limit with 10 g left: it finishes the smallest job (about 4.1 g at
+    # 200 g/kWh) and not the two smallest (about 12.3 g), where the energy pays for three
+    free = 0.5e6
+    plan = _plan(1.0e6 - free, co2_limit_g=10.0)
+    # then only the job both kinds finish runs: raised on the energy's choice alone, the
+    # carbon was spent on three jobs in two rounds, none of them finished
+    assert set(plan.allocations) == {"j0"}
+    assert plan.co2_allowance_by_budget_g["b"] < 4.1
+
+
 def test_the_other_kind_is_raised_no_further_than_it_has_left():
+    # (a boundary: a raise without the cap would fail here, as it would not before the
+    # other kind was raised at all)
     # given a carbon limit with 2 g left: less than one job's round at its minimum
     plan = _plan(0.5e6, co2_limit_g=2.0)
     # then its allowance stops at what is left, and no job runs past it

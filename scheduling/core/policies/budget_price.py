@@ -384,8 +384,9 @@ def _finish_short(
     floor the budget pays to the period's end stays reserved, and a job's cost to finish
     is its whole remaining cost at the minimum configuration the allowance pays for (a job
     that would not finish on what is left is not counted). A budget with an energy and a
-    carbon limit has both allowances raised, each to no more than it has left: the even
-    share of the kind not priced would otherwise hold the jobs."""
+    carbon limit has both allowances raised, each to no more than it has left, for the
+    jobs that what both have left finishes: the even share of the kind not priced would
+    otherwise hold the jobs."""
     ctx, budgets, pays, opts = rnd.ctx, rnd.ctx.budgets, rnd.pays, rnd.opts
     short = {
         b_i
@@ -403,30 +404,42 @@ def _finish_short(
         for bi, is_cluster in pays[j]:
             if bi in short:
                 rows[bi].append((to_finish, d_min[1 if is_cluster else 0]))
+    to_g = rnd.to_g
+    by_energy = rnd.policy.cost == "energy"
     for b_i, found in rows.items():
         b = budgets[b_i]
+        after_s = max(b.period_end_s - ctx.now_s - ctx.round_length_s, 0.0)
+        floor_w = rnd.floor_w[b_i]
+        # What each kind has left beyond the floor it pays to the period's end (a kind
+        # without a limit: no bound). Both kinds are raised, and the jobs are chosen by
+        # what both have left: a limit of the other kind, paced evenly, would hold the jobs
+        # the priced one pays for, and raised on the priced kind's choice alone it was
+        # drained on jobs it could not finish (funds a later job of the period needed).
+        room_e = room_c = math.inf
+        if rnd.allow_e[b_i] is not None:
+            room_e = b.energy_remaining_j - floor_w * after_s
+        if rnd.allow_c[b_i] is not None:
+            keep = rnd.curve.co2_g(floor_w, after_s) if floor_w and after_s else 0.0
+            room_c = b.co2_remaining_g - keep
+        # the other kind's cost of a priced cost to finish, at this round's intensity
+        rate = to_g if by_energy else (1.0 / to_g if to_g > 0 else 0.0)
+        room_other = room_c if by_energy else room_e
         found.sort(key=lambda row: row[0])
-        cost = take = 0.0
+        cost = other = take = 0.0
         for to_finish, round_j in found:
-            if cost + to_finish > free_of[b_i]:
+            if cost + to_finish > free_of[b_i] or other + to_finish * rate > room_other:
                 break
             cost += to_finish
+            other += to_finish * rate
             take += max(round_j, 0.0)
         if take <= 0.0:
             continue
         if b.team is None:
             take += rnd.idle_floor_j  # a cluster budget's round pays its idle GPUs too
-        after_s = max(b.period_end_s - ctx.now_s - ctx.round_length_s, 0.0)
-        floor_w = rnd.floor_w[b_i]
-        # Both kinds are raised: a limit of the other kind paced evenly would hold the jobs
-        # the priced one pays for. Each stays within what it has left, its floor kept.
         if rnd.allow_e[b_i] is not None:
-            room = b.energy_remaining_j - floor_w * after_s
-            rnd.allow_e[b_i] = max(rnd.allow_e[b_i], min(take, room))
+            rnd.allow_e[b_i] = max(rnd.allow_e[b_i], min(take, room_e))
         if rnd.allow_c[b_i] is not None:
-            keep = rnd.curve.co2_g(floor_w, after_s) if floor_w and after_s else 0.0
-            room = b.co2_remaining_g - keep
-            rnd.allow_c[b_i] = max(rnd.allow_c[b_i], min(take * rnd.to_g, room))
+            rnd.allow_c[b_i] = max(rnd.allow_c[b_i], min(take * to_g, room_c))
 
 
 def _choose(
