@@ -1,5 +1,7 @@
 """Django admin for every cluster model. State changes of jobs still go through services."""
 
+from collections.abc import Callable
+
 from django.contrib import admin, messages
 from django.http import Http404
 from django.utils import timezone
@@ -68,11 +70,42 @@ class GpuInline(admin.TabularInline):
     fields = [
         "index", "uuid", "model", "memory_mb", "power_limit_w", "sm_clock_mhz", "reported_at",
     ]  # fmt: skip
-    readonly_fields = ["reported_at"]
+    readonly_fields = ["reported_at", "retired_at"]
+    fields = [*fields, "retired_at"]
+    # Deleting a GPU would delete its history with it: the GPU's own page deletes one that
+    # has none, or retires it, through the audited services.
+    can_delete = False
+
+
+class _AuditedDelete:
+    """Deleting goes through the audited service (``delete_service``), which refuses an
+    object with history (``history``; ``cluster.services.GpuInUse``): such an object offers
+    no delete, and the bulk delete reports each refusal."""
+
+    delete_service: Callable
+    history: Callable
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and self.history(obj):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_model(self, request, obj):
+        try:
+            self.delete_service(obj, actor=request.user)
+        except services.GpuInUse as exc:
+            self.message_user(request, str(exc), level=messages.ERROR)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_model(request, obj)
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(_AuditedDelete, admin.ModelAdmin):
+    delete_service = staticmethod(services.delete_node)
+    history = staticmethod(services.node_history)
+
     list_display = [
         "name",
         "switch_label",
@@ -104,7 +137,10 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(Gpu)
-class GpuAdmin(admin.ModelAdmin):
+class GpuAdmin(_AuditedDelete, admin.ModelAdmin):
+    delete_service = staticmethod(services.delete_gpu)
+    history = staticmethod(services.gpu_history)
+    actions = ["retire"]
     list_display = [
         "__str__",
         "uuid",
@@ -116,13 +152,22 @@ class GpuAdmin(admin.ModelAdmin):
         "sm_clock_mhz",
         "max_sm_clock_mhz",
         "reported_at",
+        "retired_at",
     ]
-    list_filter = ["model", "node__switch_label"]
+    list_filter = ["model", "node__switch_label", ("retired_at", admin.EmptyFieldListFilter)]
     search_fields = ["uuid", "node__name"]
     list_select_related = ["node"]
     # Written by the agent (its registration: maximum clock; its newest sample), and the
     # samples themselves.
-    readonly_fields = ["max_sm_clock_mhz", "reported_at", "latest_samples"]
+    readonly_fields = ["max_sm_clock_mhz", "reported_at", "retired_at", "latest_samples"]
+
+    @admin.action(description="Retire (gone from its node; keeps its history)")
+    def retire(self, request, queryset):
+        for gpu in queryset:
+            try:
+                services.retire_gpu(gpu, actor=request.user)
+            except services.GpuInUse as exc:
+                self.message_user(request, str(exc), level=messages.ERROR)
 
     @admin.display(description=f"latest {LATEST_SAMPLES} samples")
     def latest_samples(self, gpu: Gpu) -> str:

@@ -162,8 +162,24 @@ def sm_clock_conflict(
     )
 
 
+class GpuQuerySet(models.QuerySet):
+    def in_service(self) -> "GpuQuerySet":
+        """GPUs not retired: the cluster's capacity, and what its pages show as present."""
+        return self.filter(retired_at__isnull=True)
+
+
+def gpus_in_service() -> models.Prefetch:
+    """``prefetch_related`` of a node's GPUs that are not retired (``node.gpus.all()``)."""
+    return models.Prefetch("gpus", queryset=Gpu.objects.in_service())
+
+
 class Gpu(models.Model):
-    """One GPU of a node, with the power and clock ranges NVML reports and its current setting."""
+    """One GPU of a node, with the power and clock ranges NVML reports and its current setting.
+
+    A GPU that left its node is retired (``retired_at``), not deleted: its allocations,
+    samples and ledger rows are history that budgets and reports count. A retired GPU gives
+    up its index (a new GPU may register there), is no capacity and is not shown as present;
+    registering its UUID again puts it back in service."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField(help_text="NVML device index on the node.")
@@ -205,11 +221,22 @@ class Gpu(models.Model):
         help_text="Time of the newest sample that reported power_limit_w and sm_clock_mhz "
         "(unchanged values refresh it once a minute).",
     )
+    retired_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When an admin retired it (gone from its node); null: in service.",
+    )
+
+    objects = GpuQuerySet.as_manager()
 
     class Meta:
         ordering = ["node__name", "index"]
         constraints = [
-            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_node_index"),
+            models.UniqueConstraint(
+                fields=["node", "index"],
+                condition=Q(retired_at__isnull=True),
+                name="gpu_unique_node_index",
+            ),
             models.CheckConstraint(
                 condition=Q(min_power_limit_w__gt=0)
                 & Q(min_power_limit_w__lte=F("default_power_limit_w"))

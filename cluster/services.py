@@ -432,6 +432,115 @@ def undrain_node(node: Node, *, actor=None) -> Node:
     return _set_node_status(node, old=NodeStatus.DRAINING, new=NodeStatus.HEALTHY, actor=actor)
 
 
+class GpuInUse(Exception):
+    """A GPU or node whose removal would lose history, or a GPU that runs a job now."""
+
+
+def gpu_history(gpu: Gpu) -> str | None:
+    """What history names the GPU (None: none): job allocations, NVML samples or their
+    rollups, ledger rows, refused counter readings. Deleting it deletes that history too
+    (the rows point at the GPU), and budgets and reports would count less than was spent."""
+    if gpu.allocations.exists():
+        return "job allocations"
+    for related, what in (
+        ("ledger", "energy ledger rows"),
+        ("samples", "telemetry samples"),
+        ("hours", "telemetry rollups"),
+        ("minutes", "telemetry rollups"),
+        ("refused_steps", "telemetry records"),
+    ):
+        if getattr(gpu, related).exists():
+            return what
+    return None
+
+
+def node_history(node: Node, gpus: Iterable[Gpu] | None = None) -> str | None:
+    """What history names the node (None: none): its GPUs' (``gpu_history``) or the job
+    events it reported."""
+    for gpu in node.gpus.all() if gpus is None else gpus:
+        history = gpu_history(gpu)
+        if history:
+            return f"{history} of its GPU {gpu.index}"
+    return "job events" if node.job_events.exists() else None
+
+
+def retire_gpu(gpu: Gpu, *, actor, at: datetime | None = None) -> Gpu:
+    """Take a GPU that left its node out of service, keeping its history: it is no longer
+    capacity, and its index is free for the GPU that replaces it. Raises ``GpuInUse`` while
+    a job runs on it. Retiring a retired GPU changes nothing."""
+    with transaction.atomic():
+        locked = Gpu.objects.select_for_update().select_related("node").get(pk=gpu.pk)
+        if locked.retired_at is not None:
+            return locked
+        if locked.allocations.filter(ended_at__isnull=True).exists():
+            raise GpuInUse(
+                f"GPU {locked} runs a job now: drain node {locked.node.name} and retire the "
+                "GPU once the job has moved or ended."
+            )
+        locked.retired_at = at or timezone.now()
+        locked.save(update_fields=["retired_at"])
+        record_audit(
+            actor=actor,
+            action=AuditAction.UPDATED,
+            object_type="gpu",
+            object_id=locked.pk,
+            before={"gpu": str(locked), "uuid": locked.uuid, "retired_at": None},
+            after={
+                "gpu": str(locked),
+                "uuid": locked.uuid,
+                "retired_at": locked.retired_at.isoformat(),
+            },
+            at=at,
+        )
+    return locked
+
+
+def delete_gpu(gpu: Gpu, *, actor, at: datetime | None = None) -> None:
+    """Delete a GPU that has no history (one registered by mistake), recorded in the audit
+    log. Raises ``GpuInUse`` otherwise: a GPU with history is retired (``retire_gpu``)."""
+    with transaction.atomic():
+        locked = Gpu.objects.select_for_update().select_related("node").get(pk=gpu.pk)
+        history = gpu_history(locked)
+        if history:
+            raise GpuInUse(
+                f"GPU {locked} has {history}, which deleting it would delete too: retire it "
+                "instead (it keeps its history and frees its index)."
+            )
+        record_audit(
+            actor=actor,
+            action=AuditAction.DELETED,
+            object_type="gpu",
+            object_id=locked.pk,
+            before={"gpu": str(locked), "uuid": locked.uuid, "model": locked.model},
+            at=at,
+        )
+        locked.delete()
+
+
+def delete_node(node: Node, *, actor, at: datetime | None = None) -> None:
+    """Delete a node none of whose GPUs has history and that reported no job events,
+    recorded in the audit log. Raises ``GpuInUse`` otherwise: such a node is drained and
+    its GPUs retired."""
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        gpus = list(Gpu.objects.select_for_update().filter(node=locked).order_by("index"))
+        history = node_history(locked, gpus)
+        if history:
+            raise GpuInUse(
+                f"Node {locked.name} has {history}, which deleting it would delete too: "
+                "drain the node and retire its GPUs instead."
+            )
+        record_audit(
+            actor=actor,
+            action=AuditAction.DELETED,
+            object_type="node",
+            object_id=locked.pk,
+            before={"name": locked.name, "gpus": [g.uuid for g in gpus]},
+            at=at,
+        )
+        locked.delete()
+
+
 BUDGET_AUDIT_FIELDS = (
     "team_id",
     "period_start",

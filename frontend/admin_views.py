@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 
 from cluster import services
 from cluster.choices import NodeStatus
-from cluster.models import AuditEntry, Job, Node, Team
+from cluster.models import AuditEntry, Job, Node, Team, gpus_in_service
 from frontend import figures
 from frontend.csvcells import SafeWriter
 from frontend.forms import ReportPeriodForm
@@ -175,7 +175,7 @@ def nodes(request):
             )
         ).values_list("pk", "n")
     )
-    for node in Node.objects.prefetch_related("gpus").order_by("name"):
+    for node in Node.objects.prefetch_related(gpus_in_service()).order_by("name"):
         gpus = [
             {"gpu": gpu, "reading": readings.get(gpu.pk)}
             for gpu in sorted(node.gpus.all(), key=lambda g: g.index)

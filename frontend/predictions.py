@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from cluster.choices import ACTIVE_JOB_STATES
-from cluster.models import Gpu, Job, Node, Team
+from cluster.models import Gpu, Job, Node, Team, gpus_in_service
 from scheduling import adapters, perf_lookup
 from scheduling.core import types as core
 from scheduling.core.perf_models import energy_to_finish_j, time_to_finish_s
@@ -74,7 +74,7 @@ def cluster_gpu_model_for(workload: str, *, catalog=None, hints: JobHints = NO_H
     first GPU model."""
     catalog = catalog or perf_lookup.current_catalog()
     present: dict[str, int] = {}
-    for model in Gpu.objects.values_list("model", flat=True):
+    for model in Gpu.objects.in_service().values_list("model", flat=True):
         present[model] = present.get(model, 0) + 1
     found = perf_lookup.models_on(
         workload,
@@ -151,7 +151,7 @@ def _whatif_jobs(team: Team) -> list[core.Job]:
 
 def _whatif_cluster(now: datetime) -> core.Cluster:
     """The cluster as the live round sees it now (healthy nodes that heart-beat recently)."""
-    nodes = Node.objects.prefetch_related("gpus").order_by("name")
+    nodes = Node.objects.prefetch_related(gpus_in_service()).order_by("name")
     return adapters.cluster_from_rows(nodes, now=now, timeout_s=settings.WATTFLOW_NODE_TIMEOUT_S)
 
 

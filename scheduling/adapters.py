@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db.models import Avg, Count
 
 from cluster.choices import ACTIVE_JOB_STATES, JobState, NodeStatus
-from cluster.models import Budget, Gpu, Job, JobAllocation, Node
+from cluster.models import Budget, Gpu, Job, JobAllocation, Node, gpus_in_service
 from scheduling import observations, workload_profiles
 from scheduling.core import online_model
 from scheduling.core import types as core
@@ -227,7 +227,7 @@ def build_snapshot(
     the zone.
     """
     timeout_s = settings.WATTFLOW_NODE_TIMEOUT_S if node_timeout_s is None else node_timeout_s
-    nodes = list(Node.objects.prefetch_related("gpus").order_by("switch_label", "name"))
+    nodes = list(Node.objects.prefetch_related(gpus_in_service()).order_by("switch_label", "name"))
     cluster = cluster_from_rows(nodes, now=now, timeout_s=timeout_s)
     gpus = {g.uuid: g for n in nodes for g in n.gpus.all()}
 

@@ -53,7 +53,7 @@ def _amount(value: float) -> str:
 
 
 def _gpu_counts() -> dict[str, int]:
-    return dict(Gpu.objects.values_list("model").annotate(n=Count("id")))
+    return dict(Gpu.objects.in_service().values_list("model").annotate(n=Count("id")))
 
 
 def _gpu_counts_for(

@@ -42,8 +42,10 @@ def latest_gpu_readings(*, now: datetime, max_age_s: float = 120.0) -> list[GpuR
         .values("gpu_id", "ts", "power_w", "util_pct", "temp_c", "sm_clock_mhz", "power_limit_w")
     }
     readings = []
-    for gpu_id, node, index in Gpu.objects.order_by("node__name", "index").values_list(
-        "pk", "node__name", "index"
+    for gpu_id, node, index in (
+        Gpu.objects.in_service()
+        .order_by("node__name", "index")
+        .values_list("pk", "node__name", "index")
     ):
         row = latest.get(gpu_id, {})
         readings.append(

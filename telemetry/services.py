@@ -115,16 +115,19 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
     if foreign:
         raise NotYourNode(f"GPU(s) {', '.join(foreign)} are registered to another node")
     # A GPU that disappeared keeps its record (its allocations and ledger are history); if a
-    # new GPU wants its index, an admin retires the old one first. Never delete silently.
+    # new GPU wants its index, an admin retires the old one first (``retire_gpu``: it keeps
+    # its history and gives up its index). Never delete silently.
     retired = dict(
-        Gpu.objects.filter(node=node, index__in=[g["index"] for g in gpus])
+        Gpu.objects.in_service()
+        .filter(node=node, index__in=[g["index"] for g in gpus])
         .exclude(uuid__in=uuids)
         .values_list("index", "uuid")
     )
     if retired:
         taken = ", ".join(f"{i} ({u})" for i, u in sorted(retired.items()))
         raise GpuIndexTaken(
-            f"GPU index(es) {taken} belong to GPUs no longer reported; retire them first"
+            f"GPU index(es) {taken} belong to GPUs no longer reported; an admin retires them "
+            "first (POST /api/gpus/<id>/retire/)"
         )
     conflicts = _clock_conflicts(gpus, {u: (top, c) for u, (_, top, c, _, _) in registered.items()})
     for i, errors in _model_changes(gpus, {u: r[-1] for u, r in registered.items()}).items():
@@ -148,6 +151,7 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
                 "default_power_limit_w": round(g["default_power_limit_w"]),
                 "min_power_limit_w": round(g["min_power_limit_w"]),
                 "max_power_limit_w": round(g["max_power_limit_w"]),
+                "retired_at": None,  # reported again: it is back on its node
             }
             # What the agent could not read (None, or no clocks) keeps what is registered.
             if g.get("memory_mb") is not None:

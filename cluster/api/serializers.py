@@ -9,6 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.validators import UniqueTogetherValidator
 
 from cluster import services
 from cluster.choices import JobState, WaitCode
@@ -466,11 +467,29 @@ class GpuSerializer(serializers.ModelSerializer):
             "power_limit_w",
             "sm_clock_mhz",
             "reported_at",
+            "retired_at",
         ]
-        # What only the agent knows: its registration and newest sample write these.
-        read_only_fields = ["id", "max_sm_clock_mhz", "reported_at"]
+        # What only the agent knows: its registration and newest sample write these;
+        # retiring is its own action (``/retire/``), audited.
+        read_only_fields = ["id", "max_sm_clock_mhz", "reported_at", "retired_at"]
+        # One GPU in service per (node, index): a retired one has given its index up (the
+        # constraint's condition names the read-only ``retired_at``, which DRF's own
+        # validator for it would read from the request).
+        validators = [
+            UniqueTogetherValidator(queryset=Gpu.objects.in_service(), fields=["node", "index"])
+        ]
 
     def validate(self, attrs: dict) -> dict:
+        gpu = self.instance
+        if gpu is not None and "model" in attrs and attrs["model"] != gpu.model:
+            # (as the agent's registration refuses: the GPU's allocations, ledger and
+            # learned models would move to another model's predictions)
+            history = services.gpu_history(gpu)
+            if history:
+                raise serializers.ValidationError(
+                    {"model": [f"GPU {gpu} has {history} as a {gpu.model}: its model "
+                               "cannot change; retire it and register the new GPU."]}
+                )  # fmt: skip
         run_model_clean(Gpu, attrs, instance=self.instance)
         return attrs
 

@@ -275,6 +275,12 @@ class NodeViewSet(viewsets.ModelViewSet):
                 services.drain_node(node, actor=self.request.user)
                 node.refresh_from_db()
 
+    def perform_destroy(self, instance):
+        try:
+            services.delete_node(instance, actor=self.request.user)
+        except services.GpuInUse as exc:
+            raise HistoryConflict(str(exc)) from None
+
     @extend_schema(request=None, responses={201: AgentTokenSerializer})
     @action(detail=True, methods=["post"], url_path="issue-token")
     def issue_token(self, request, pk=None):
@@ -285,9 +291,31 @@ class NodeViewSet(viewsets.ModelViewSet):
 
 
 class GpuViewSet(viewsets.ModelViewSet):
-    """GPUs with their power and clock ranges (admins only)."""
+    """GPUs with their power and clock ranges (admins only), retired ones included."""
 
     serializer_class = GpuSerializer
     permission_classes = [permissions.IsAdminUser]
     queryset = Gpu.objects.select_related("node")
     filterset_fields = ["node", "model"]
+
+    def perform_destroy(self, instance):
+        try:
+            services.delete_gpu(instance, actor=self.request.user)
+        except services.GpuInUse as exc:
+            raise HistoryConflict(str(exc)) from None
+
+    @extend_schema(request=None, responses={200: GpuSerializer, 409: ErrorSerializer})
+    @action(detail=True, methods=["post"])
+    def retire(self, request, pk=None):
+        """Take a GPU that left its node out of service: it keeps its history, is no longer
+        capacity, and frees its index. 409 while a job runs on it."""
+        try:
+            gpu = services.retire_gpu(self.get_object(), actor=request.user)
+        except services.GpuInUse as exc:
+            raise HistoryConflict(str(exc)) from None
+        return Response(GpuSerializer(gpu).data)
+
+
+class HistoryConflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "has_history"

@@ -74,7 +74,8 @@ def test_a_replaced_gpu_is_not_deleted_behind_the_admins_back(agent_node, agent_
     assert response.status_code == 409
     assert response.json() == {
         "gpus": [
-            "GPU index(es) 0 (GPU-node-01-0) belong to GPUs no longer reported; retire them first"
+            "GPU index(es) 0 (GPU-node-01-0) belong to GPUs no longer reported; an admin "
+            "retires them first (POST /api/gpus/<id>/retire/)"
         ]
     }
     assert sorted(Gpu.objects.filter(node=node).values_list("uuid", flat=True)) == [

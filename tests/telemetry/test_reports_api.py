@@ -42,6 +42,22 @@ def test_members_see_their_teams_ledger_only(ledger, api_client, personas):
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize("path", ["/api/telemetry/ledger/", "/api/telemetry/ledger/totals/"])
+def test_another_teams_job_reads_as_no_job(ledger, api_client, personas, path):
+    # (an empty answer for it, and a 400 for an unused id, told which ids other teams had)
+    member = api_client(personas["member"])
+    theirs = member.get(path, {"job": ledger["language"].job_id})
+    unused = member.get(path, {"job": 10**9})
+    assert theirs.status_code == unused.status_code == 400
+    assert theirs.json()["job"] == [
+        "Select a valid choice. That choice is not one of the available choices."
+    ]
+    own = member.get(path, {"job": ledger["vision"].job_id})
+    assert own.status_code == 200
+    admin = api_client(personas["admin"]).get(path, {"job": ledger["language"].job_id})
+    assert admin.status_code == 200
+
+
 def test_anonymous_users_see_nothing(ledger, api_client):
     assert api_client().get("/api/telemetry/ledger/").status_code == 401
     assert api_client().get("/api/telemetry/gpu-minutes/").status_code == 401

@@ -1,0 +1,161 @@
+"""A GPU or node is deleted only when nothing names it: its allocations, samples, rollups
+and ledger rows are history that budgets and reports count, and deleting the row deleted
+them with it (a probe's node delete took a team's budget usage from 9,600 J to 0). A GPU
+that left its node is retired instead: it keeps its history, gives up its index and is no
+capacity; its node's agent can register the GPU that replaces it."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db.models import Sum
+from django.utils import timezone
+
+from cluster.choices import AuditAction, JobState
+from cluster.models import AuditEntry, Gpu, Node, gpus_in_service
+from cluster.services import retire_gpu, set_allocation, transition_job
+from scheduling.adapters import cluster_from_rows
+from telemetry.models import EnergyLedgerEntry
+from telemetry.services import GpuIndexTaken, register_gpus
+
+AT = datetime(2026, 12, 1, 12, tzinfo=UTC)
+
+
+def _spent(gpu, team, joules=4800.0):
+    EnergyLedgerEntry.objects.create(
+        gpu=gpu, hour=AT.replace(minute=0), job=None, team=team, energy_j=joules,
+        co2_g=1.0, ci_g_per_kwh=200.0, zone="ES",
+    )  # fmt: skip
+
+
+def _team_energy(team) -> float:
+    return EnergyLedgerEntry.objects.filter(team=team).aggregate(e=Sum("energy_j"))["e"] or 0.0
+
+
+def _audit(object_type, action):
+    return list(
+        AuditEntry.objects.filter(object_type=object_type, action=action).values_list(
+            "object_id", flat=True
+        )
+    )
+
+
+def test_a_gpu_with_energy_history_is_not_deleted(api_client, admin_user, make_node, team):
+    gpu = make_node(gpus=2).gpus.order_by("index").first()
+    _spent(gpu, team)
+
+    response = api_client(admin_user).delete(f"/api/gpus/{gpu.pk}/")
+
+    assert response.status_code == 409
+    assert "energy ledger rows" in response.json()["detail"]
+    assert "retire it instead" in response.json()["detail"]
+    assert Gpu.objects.filter(pk=gpu.pk).exists()
+    assert _team_energy(team) == 4800.0
+
+
+def test_a_node_whose_gpus_ran_jobs_is_not_deleted(
+    api_client, admin_user, make_node, make_job, member, team
+):
+    node = make_node(gpus=2)
+    job = make_job(owner=member, team=team, total_iterations=1000)
+    transition_job(job, to=JobState.RUNNING, at=AT)
+    set_allocation(job, gpus=list(node.gpus.all())[:1], batch_size=job.global_batch_size, at=AT)
+
+    response = api_client(admin_user).delete(f"/api/nodes/{node.pk}/")
+
+    assert response.status_code == 409
+    assert "job allocations of its GPU 0" in response.json()["detail"]
+    assert Gpu.objects.filter(node=node).count() == 2
+    assert job.allocations.get().gpus.count() == 1
+
+
+def test_what_has_no_history_is_deleted_and_audited(api_client, admin_user, make_node):
+    node = make_node("spare", gpus=2)
+    gpu = node.gpus.order_by("index").last()
+    client = api_client(admin_user)
+
+    assert client.delete(f"/api/gpus/{gpu.pk}/").status_code == 204
+    assert client.delete(f"/api/nodes/{node.pk}/").status_code == 204
+
+    assert not Node.objects.filter(pk=node.pk).exists()
+    assert _audit("gpu", AuditAction.DELETED) == [str(gpu.pk)]
+    assert _audit("node", AuditAction.DELETED) == [str(node.pk)]
+
+
+def test_a_retired_gpu_keeps_its_history_and_leaves_the_capacity(
+    api_client, admin_user, make_node, team
+):
+    node = make_node(gpus=2)
+    gone = node.gpus.order_by("index").first()
+    _spent(gone, team)
+
+    response = api_client(admin_user).post(f"/api/gpus/{gone.pk}/retire/")
+
+    assert response.status_code == 200
+    assert response.json()["retired_at"] is not None
+    assert _team_energy(team) == 4800.0
+    assert _audit("gpu", AuditAction.UPDATED) == [str(gone.pk)]
+    nodes = Node.objects.prefetch_related(gpus_in_service())
+    cluster = cluster_from_rows(nodes, now=timezone.now(), timeout_s=60)
+    assert [g.index for n in cluster.nodes for g in n.gpus] == [1]
+    # and retiring it again changes nothing
+    assert api_client(admin_user).post(f"/api/gpus/{gone.pk}/retire/").status_code == 200
+    assert len(_audit("gpu", AuditAction.UPDATED)) == 1
+
+
+def test_a_gpu_that_runs_a_job_is_not_retired(
+    api_client, admin_user, make_node, make_job, member, team
+):
+    gpu = make_node(gpus=1).gpus.get()
+    job = make_job(owner=member, team=team, total_iterations=1000)
+    transition_job(job, to=JobState.RUNNING, at=AT)
+    set_allocation(job, gpus=[gpu], batch_size=job.global_batch_size, at=AT)
+
+    response = api_client(admin_user).post(f"/api/gpus/{gpu.pk}/retire/")
+
+    assert response.status_code == 409
+    assert "runs a job now" in response.json()["detail"]
+    gpu.refresh_from_db()
+    assert gpu.retired_at is None
+
+
+def _wire(uuid, index, model="A100"):
+    return {
+        "uuid": uuid, "index": index, "model": model, "memory_mb": 40960,
+        "default_power_limit_w": 400, "min_power_limit_w": 100, "max_power_limit_w": 400,
+    }  # fmt: skip
+
+
+def test_the_replacement_registers_at_a_retired_gpus_index(make_node, team):
+    node = make_node(gpus=1)
+    old = node.gpus.get()
+    _spent(old, team)
+    new = _wire("GPU-replacement", old.index)
+    now = timezone.now()
+    # refused while the old GPU holds the index: an admin retires it first
+    with pytest.raises(GpuIndexTaken, match="an admin retires them first"):
+        register_gpus(node, [new], now=now)
+
+    retire_gpu(old, actor=None)
+    register_gpus(node, [new], now=now + timedelta(seconds=1))
+
+    in_service = list(Gpu.objects.in_service().filter(node=node).values_list("uuid", "index"))
+    assert in_service == [("GPU-replacement", old.index)]
+    assert Gpu.objects.get(pk=old.pk).ledger.count() == 1
+    # and the old GPU, reported again elsewhere on the node, is back in service
+    register_gpus(node, [new, _wire(old.uuid, 5)], now=now + timedelta(seconds=2))
+    old.refresh_from_db()
+    assert (old.retired_at, old.index) == (None, 5)
+
+
+def test_a_gpus_model_with_history_cannot_be_patched(api_client, admin_user, make_node, team):
+    gpu = make_node(gpus=1).gpus.get()
+    _spent(gpu, team)
+
+    response = api_client(admin_user).patch(
+        f"/api/gpus/{gpu.pk}/", {"model": "H100"}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert "cannot change" in response.json()["model"][0]
+    gpu.refresh_from_db()
+    assert gpu.model != "H100"
