@@ -61,6 +61,25 @@ def test_seed_demo_is_idempotent_and_keeps_tokens(db, settings, tmp_path, capsys
     assert (tmp_path / "agent_tokens.json").stat().st_mode & 0o777 == 0o600
 
 
+def test_seed_demo_again_later_in_the_hour_moves_its_budgets_end(db, settings, tmp_path):
+    # (the demo's period starts at the hour and ends a replay's span from now: a rerun a
+    # minute later asked for a second budget over the first one's period, and the overlap
+    # constraint refused it with a traceback)
+    settings.WATTFLOW_VAR_DIR = tmp_path
+    with time_machine.travel(datetime(2026, 3, 10, 15, 0, 5, tzinfo=UTC), tick=False):
+        call_command("seed_demo", stdout=io.StringIO())
+    first = dict(Budget.objects.values_list("team__slug", "period_end"))
+    with time_machine.travel(datetime(2026, 3, 10, 15, 7, 5, tzinfo=UTC), tick=False):
+        call_command("seed_demo", stdout=io.StringIO())
+
+    assert Budget.objects.count() == 2
+    later = dict(Budget.objects.values_list("team__slug", "period_end"))
+    assert {slug: (later[slug] - end).total_seconds() for slug, end in first.items()} == {
+        "vision": 420.0,
+        "language": 420.0,
+    }
+
+
 def test_seed_demo_builds_the_described_cluster_and_logins(db, settings, tmp_path, capsys):
     settings.WATTFLOW_VAR_DIR = tmp_path
 

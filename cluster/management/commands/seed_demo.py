@@ -270,20 +270,24 @@ class Command(BaseCommand):
         budgets = []
         for slug, values in wanted.items():
             team_end = self._make_room(teams[slug], start, end)
+            # Keyed by its start: a rerun later in the hour moves the same budget's end (keyed
+            # by both, it created a second budget over the first one's period, refused by the
+            # overlap constraint with a traceback).
+            values = {**values, "period_end": team_end, "warn_fraction": 0.8}
             budget, _ = Budget.objects.update_or_create(
                 team=teams[slug],
                 period_start=start,
-                period_end=team_end,
-                defaults={**values, "warn_fraction": 0.8},
-                create_defaults={**values, "warn_fraction": 0.8, "created_at": now},
+                defaults=values,
+                create_defaults={**values, "created_at": now},
             )
             budgets.append(budget)
         return budgets
 
     def _make_room(self, team: Team, start: datetime, end: datetime) -> datetime:
         """A team's budget periods may not overlap: one that began before ``start`` (this
-        month's, an earlier demo's) now ends there and is kept as history; the demo's period
-        ends where a later one begins. Returns the demo period's end."""
+        month's, an earlier demo's) now ends there and is kept as history; one that begins
+        at ``start`` (this hour's earlier demo) is the demo's own, moved by the caller; the
+        demo's period ends where a later one begins. Returns the demo period's end."""
         overlapping = Budget.objects.filter(team=team, period_start__lt=end, period_end__gt=start)
         overlapping.filter(period_start__lt=start).update(period_end=start)
         later = (
