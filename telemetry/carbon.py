@@ -31,7 +31,12 @@ from typing import Protocol
 import requests
 from django.conf import settings
 
-from scheduling.core.carbon_data import CarbonDataError, carbon_file, read_electricity_maps_csv
+from scheduling.core.carbon_data import (
+    MAX_CI_G_PER_KWH,
+    CarbonDataError,
+    carbon_file,
+    read_electricity_maps_csv,
+)
 from scheduling.core.types import CarbonSignal
 from telemetry.choices import CarbonSource
 from telemetry.models import CarbonIntensity
@@ -112,8 +117,11 @@ class HttpProvider:
             self._down_until[self.url] = time.monotonic() + self.BACKOFF_S
             raise CarbonUnavailable(f"{self.url}: {exc.__class__.__name__}: {exc}") from exc
         # json.loads takes Infinity and NaN: neither is an intensity (nor is a negative one).
-        if not (math.isfinite(ci) and ci >= 0):
-            raise CarbonUnavailable(f"{self.url}: intensity {ci} is not a non-negative number")
+        if not (math.isfinite(ci) and 0 <= ci <= MAX_CI_G_PER_KWH):
+            raise CarbonUnavailable(
+                f"{self.url}: intensity {ci:g} is not a number between 0 and "
+                f"{MAX_CI_G_PER_KWH:g} gCO2eq/kWh"
+            )
         CarbonIntensity.objects.update_or_create(
             zone=zone,
             hour=hour,
@@ -127,7 +135,7 @@ def static_mean_g_per_kwh(zone: str) -> float:
     """Yearly mean direct intensity of the zone's vendored file; CarbonUnavailable if none."""
     path = carbon_file(Path(settings.BASE_DIR) / "data", zone)
     try:
-        points = read_electricity_maps_csv(path)
+        points = read_electricity_maps_csv(path, zone=zone)
     except CarbonDataError as exc:
         raise CarbonUnavailable(f"no static figure for zone {zone}: {exc}") from exc
     return sum(p.ci_g_per_kwh for p in points) / len(points)

@@ -25,6 +25,12 @@ CI_COLUMNS = {
     "lca": "Carbon Intensity gCO₂eq/kWh (LCA)",
 }
 ESTIMATED_COLUMN = "Data Estimated"
+ZONE_COLUMN = "Zone Id"
+# Above any grid's intensity, direct or life-cycle (a lignite plant alone is about 1,100 to
+# 1,200 gCO2eq/kWh): a larger value is no measurement (a row of 1e308 replaced a stored hour).
+MAX_CI_G_PER_KWH = 2000.0
+# The hours a budget can fall in (``cluster.validators``: periods within 2000..2100).
+YEARS = (2000, 2100)
 
 
 class CarbonDataError(ValueError):
@@ -38,12 +44,16 @@ class HourlyPoint:
     estimated: bool
 
 
-def read_electricity_maps_csv(path: str | Path, *, kind: str = "direct") -> tuple[HourlyPoint, ...]:
+def read_electricity_maps_csv(
+    path: str | Path, *, kind: str = "direct", zone: str | None = None
+) -> tuple[HourlyPoint, ...]:
     """Read an Electricity Maps hourly export: one point per row, ascending in time.
 
-    ``kind`` is ``"direct"`` or ``"lca"``. Raises :class:`CarbonDataError` with one line
-    naming the problem for a missing column, an empty or unparsable value, or rows that
-    are not one hour apart.
+    ``kind`` is ``"direct"`` or ``"lca"``; ``zone``, where given, is the zone the rows must
+    name (their ``Zone Id``, where the file has one). Raises :class:`CarbonDataError` with
+    one line naming the problem for a missing column, an empty or unparsable value, an
+    intensity beyond ``MAX_CI_G_PER_KWH``, an hour outside ``YEARS``, another zone's row, or
+    rows that are not one hour apart.
     """
     if kind not in CI_COLUMNS:
         raise CarbonDataError(
@@ -52,31 +62,48 @@ def read_electricity_maps_csv(path: str | Path, *, kind: str = "direct") -> tupl
     column = CI_COLUMNS[kind]
     path = Path(path)
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        with path.open(newline="", encoding="utf-8") as handle:
+            return _read_points(path, csv.DictReader(handle), column, zone)
     except OSError as exc:
         raise CarbonDataError(f"cannot read carbon file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise CarbonDataError(f"{path.name}: not UTF-8 text ({exc.reason})") from exc
+
+
+def _read_points(
+    path: Path, reader: csv.DictReader, column: str, zone: str | None
+) -> tuple[HourlyPoint, ...]:
     points: list[HourlyPoint] = []
-    with handle:
-        reader = csv.DictReader(handle)
-        missing = {DATETIME_COLUMN, column} - set(reader.fieldnames or ())
-        if missing:
-            raise CarbonDataError(f"{path.name}: missing column(s) {sorted(missing)}")
-        for line_no, row in enumerate(reader, start=2):
-            try:
-                start = datetime.strptime(row[DATETIME_COLUMN], "%Y-%m-%d %H:%M:%S").replace(
-                    tzinfo=UTC
-                )
-                ci = float(row[column])
-            except (TypeError, ValueError) as exc:
-                raise CarbonDataError(f"{path.name}:{line_no}: bad value ({exc})") from exc
-            if not math.isfinite(ci) or ci < 0:
-                raise CarbonDataError(
-                    f"{path.name}:{line_no}: intensity {ci} is not a non-negative number"
-                )
-            estimated = (row.get(ESTIMATED_COLUMN) or "").strip().lower() == "true"
-            if points and start - points[-1].start != timedelta(hours=1):
-                raise CarbonDataError(f"{path.name}:{line_no}: rows are not consecutive hours")
-            points.append(HourlyPoint(start=start, ci_g_per_kwh=ci, estimated=estimated))
+    missing = {DATETIME_COLUMN, column} - set(reader.fieldnames or ())
+    if missing:
+        raise CarbonDataError(f"{path.name}: missing column(s) {sorted(missing)}")
+    for line_no, row in enumerate(reader, start=2):
+        try:
+            start = datetime.strptime(row[DATETIME_COLUMN], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+            ci = float(row[column])
+        except (TypeError, ValueError) as exc:
+            raise CarbonDataError(f"{path.name}:{line_no}: bad value ({exc})") from exc
+        if not math.isfinite(ci) or ci < 0:
+            raise CarbonDataError(
+                f"{path.name}:{line_no}: intensity {ci} is not a non-negative number"
+            )
+        if ci > MAX_CI_G_PER_KWH:
+            raise CarbonDataError(
+                f"{path.name}:{line_no}: intensity {ci:g} gCO2eq/kWh is above any grid's "
+                f"({MAX_CI_G_PER_KWH:g})"
+            )
+        if not YEARS[0] <= start.year < YEARS[1]:
+            raise CarbonDataError(
+                f"{path.name}:{line_no}: hour {start.year:04d}-{start:%m-%d %H:%M} is outside "
+                f"{YEARS[0]}..{YEARS[1] - 1}"
+            )
+        said = (row.get(ZONE_COLUMN) or "").strip()
+        if zone is not None and said and said != zone:
+            raise CarbonDataError(f"{path.name}:{line_no}: a row of zone {said}, not {zone}")
+        estimated = (row.get(ESTIMATED_COLUMN) or "").strip().lower() == "true"
+        if points and start - points[-1].start != timedelta(hours=1):
+            raise CarbonDataError(f"{path.name}:{line_no}: rows are not consecutive hours")
+        points.append(HourlyPoint(start=start, ci_g_per_kwh=ci, estimated=estimated))
     if not points:
         raise CarbonDataError(f"{path.name}: no rows")
     return tuple(points)

@@ -51,6 +51,39 @@ def test_a_bad_file_fails_with_one_line_and_keeps_what_was_stored(db, tmp_path):
     assert list(CarbonIntensity.objects.values_list("pk", "ci_g_per_kwh")) == [(kept.pk, 1.0)]
 
 
+HEADER = "Datetime (UTC),Zone Id,Carbon Intensity gCO₂eq/kWh (direct)\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "zone", "said"),
+    [
+        # (a row of 1e308 replaced a stored hour's 147.66 with it)
+        ("2022-01-01 00:00:00,ES,1e308", "ES", r"^bad.csv:2: intensity 1e\+308 gCO2eq/kWh is"),
+        ("0001-01-01 00:00:00,ES,100", "ES", r"^bad.csv:2: hour 0001-01-01 00:00 is outside"),
+        ("2022-01-01 00:00:00,NO,30", "ES", r"^bad.csv:2: a row of zone NO, not ES"),
+        ("2022-01-01 00:00:00,ES,100", "E\tS", r"^--zone must be 1 to 32 printable"),
+    ],
+)
+def test_what_is_no_intensity_of_the_zone_is_refused_and_keeps_what_was_stored(
+    db, tmp_path, row, zone, said
+):
+    kept = CarbonIntensity.objects.create(
+        zone="ES", hour=datetime(2022, 1, 1, tzinfo=UTC), ci_g_per_kwh=147.66, source="imported"
+    )
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEADER + row + "\n")
+    with pytest.raises(CommandError, match=said):
+        call_command("import_carbon", str(bad), "--zone", zone)
+    assert list(CarbonIntensity.objects.values_list("pk", "ci_g_per_kwh")) == [(kept.pk, 147.66)]
+
+
+def test_a_file_that_is_not_text_fails_with_one_line(db, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(HEADER.encode() + b"\xff\xfe\n")
+    with pytest.raises(CommandError, match=r"^bad.csv: not UTF-8 text"):
+        call_command("import_carbon", str(bad), "--zone", "ES")
+
+
 def test_the_static_fallback_is_the_yearly_mean_of_the_zones_file():
     points = read_electricity_maps_csv("data/carbon/em_NO_2022_hourly.csv")
     assert static_mean_g_per_kwh("NO") == sum(p.ci_g_per_kwh for p in points) / 8760
@@ -102,11 +135,12 @@ def test_the_http_provider_fetches_once_and_stores_the_answer(db, intensity_serv
     assert CarbonIntensity.objects.get(zone="DE").source == CarbonSource.HTTP
 
 
-@pytest.mark.parametrize("answer", [float("inf"), float("nan"), -5.0])
+@pytest.mark.parametrize("answer", [float("inf"), float("nan"), -5.0, 1e308])
 def test_a_provider_answering_a_non_finite_or_negative_intensity_is_not_believed(
     db, intensity_server, answer
 ):
-    # given a provider that answers Infinity (json.loads accepts it), NaN or a negative number
+    # given a provider that answers Infinity (json.loads accepts it), NaN, a negative number
+    # or one above any grid's
     url, _ = intensity_server
     _Handler.intensity = answer
     hour = datetime(2026, 11, 22, 3, 17, tzinfo=UTC)

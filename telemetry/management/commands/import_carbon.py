@@ -65,12 +65,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, path, zone, kind, onto_year=None, **options):
         zone = zone.strip()
-        if not zone or len(zone) > 32:
-            raise CommandError("--zone must be 1 to 32 characters")
+        if not zone or len(zone) > 32 or not zone.isprintable():
+            raise CommandError("--zone must be 1 to 32 printable characters")
         if onto_year is not None and not 1970 <= onto_year <= 9998:
             raise CommandError("--onto-year must be a year between 1970 and 9998")
         try:
-            points = read_electricity_maps_csv(path, kind=kind)
+            points = read_electricity_maps_csv(path, kind=kind, zone=zone)
         except CarbonDataError as exc:
             raise CommandError(str(exc)) from None
         if onto_year is not None:
