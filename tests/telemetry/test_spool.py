@@ -158,16 +158,53 @@ def test_the_agent_command_refuses_a_bound_below_one(capsys):
         ("--post-interval-s", "0"),
         ("--heartbeat-interval-s", "inf"),
         ("--assignment-interval-s", "-1"),
+        # (1 ms sampling made batches the server refused whole; 1e308 s never reported)
+        ("--sample-interval-s", "0.001"),
+        ("--heartbeat-interval-s", "1e308"),
         ("--stop-grace-s", "nan"),
     ],
 )
-def test_the_agent_command_refuses_an_interval_that_is_not_a_finite_positive_number(
-    capsys, option, value
-):
+def test_the_agent_command_refuses_an_interval_out_of_its_range(capsys, option, value):
     from telemetry.agent.__main__ import parse_args
 
     with pytest.raises(SystemExit) as exit_info:
         parse_args(["--server", "http://x", "--token", "t", option, value])
 
     assert exit_info.value.code == 2
-    assert f"{option} must be a finite" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{option} must be " in err
+    assert "finite" in err or "between 0.1 and 3600 seconds" in err
+
+
+def test_the_agent_posts_samples_in_batches_the_server_takes(tmp_path):
+    # (one post of every buffered sample was refused whole past the server's 20,000, and
+    # the spool quarantined them all)
+    from datetime import UTC, datetime, timedelta
+
+    from telemetry.agent.loop import MAX_SAMPLES_PER_POST, Agent, AgentConfig
+    from telemetry.agent.simulated import SimulatedBackend
+
+    class Recorder:
+        def __init__(self):
+            self.sent = []
+
+        def deliver(self, kind, body):
+            self.sent.append((kind, len(body["samples"]), body["samples"][0]["ts"]))
+
+    backend = SimulatedBackend(node_name="n", n_gpus=4, gpu_model="A100")
+    client = Recorder()
+    agent = Agent(backend, client, AgentConfig(node_name="n", work_dir=tmp_path))
+    start = datetime(2026, 12, 6, tzinfo=UTC)
+    for i in range(3000):  # 12,000 samples
+        agent.buffer.extend(backend.read(start + timedelta(milliseconds=100 * i)))
+
+    agent.post_samples()
+
+    assert MAX_SAMPLES_PER_POST < 20_000
+    assert [(kind, n) for kind, n, _ in client.sent] == [
+        ("samples", MAX_SAMPLES_PER_POST),
+        ("samples", MAX_SAMPLES_PER_POST),
+        ("samples", 12_000 - 2 * MAX_SAMPLES_PER_POST),
+    ]
+    assert [ts for *_, ts in client.sent] == sorted(ts for *_, ts in client.sent)
+    assert agent.buffer == []
