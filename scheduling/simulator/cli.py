@@ -56,7 +56,7 @@ class _OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive(kind):
+def _positive(kind, upper: float = math.inf):
     def parse(text: str):
         try:
             value = kind(text)
@@ -64,6 +64,8 @@ def _positive(kind):
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not (value > 0 and math.isfinite(value)):
             raise argparse.ArgumentTypeError(f"{text!r} must be a finite positive number")
+        if value > upper:
+            raise argparse.ArgumentTypeError(f"{text!r} is more than {upper:g}")
         return value
 
     return parse
@@ -76,6 +78,15 @@ def _non_negative(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (value >= 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number, not negative")
+    return value
+
+
+def _noise(text: str) -> float:
+    """A log-normal sigma: 1 already spreads a measurement over 0.37-2.7x of the truth (1000
+    overflowed the first observation)."""
+    value = _non_negative(text)
+    if value > 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than 1 (a log-normal sigma)")
     return value
 
 
@@ -101,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget-kind", choices=KINDS, help="what --match-baseline matches")
     parser.add_argument(
         "--budget-period-h",
-        type=_positive(float),
+        type=_positive(float, upper=10 * 8760.0),  # ten years
         help="budget period for a fixed budget (default: until the last submission + 1 week)",
     )
     parser.add_argument(
@@ -130,7 +141,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--start", type=_start, default=datetime(2022, 6, 1, tzinfo=UTC), help="UTC of time 0"
     )
-    parser.add_argument("--round-length-s", type=_positive(float), default=300.0)
+    parser.add_argument(
+        "--round-length-s", type=_positive(float, upper=86400.0), default=300.0
+    )  # a day at most
     parser.add_argument("--restart-cost-s", type=_non_negative, default=30.0)
     parser.add_argument("--power-off-idle-nodes", action="store_true")
     parser.add_argument("--replan-on-events", action="store_true")
@@ -156,7 +169,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--measurement-noise",
-        type=_non_negative,
+        type=_noise,
         default=0.05,
         help="learned: sigma of seeded log-normal noise on each observed iteration time and "
         "power (default 0.05)",
@@ -312,7 +325,13 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
         raise UsageError(str(exc)) from None
     if not scenario.jobs:
         raise UsageError("the trace has no jobs")
+    if not args.out.strip():
+        raise UsageError("--out must name a folder")
     out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)  # before the runs, not after them
+    except OSError as exc:
+        raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
     progress = not args.no_progress
     stem = f"{Path(args.trace).stem}_{scenario.spec.name}"
     bound = scenario_bound(scenario)
@@ -576,8 +595,12 @@ def _policy_params(policy: str, items: list[str]) -> dict[str, Any]:
         default = defaults.get(name)
         if default is None or value is None:
             continue
-        if isinstance(default, bool) != isinstance(value, bool) or (
-            isinstance(default, int | float) and not isinstance(value, int | float)
+        if isinstance(value, float) and isinstance(default, int) and value.is_integer():
+            value = params[name] = int(value)  # 3.0 where 3 is meant
+        if (
+            isinstance(default, bool) != isinstance(value, bool)
+            or (isinstance(default, int | float) and not isinstance(value, int | float))
+            or (isinstance(default, int) and isinstance(value, float))
         ):
             raise UsageError(
                 f"bad --policy-param for {policy}: {name} takes a value like {default!r}, "

@@ -23,6 +23,9 @@ from pathlib import Path
 
 from scheduling.core.types import Cluster, Gpu, Node
 
+# The most GPUs a simulated cluster has: 64 times the largest cluster the benchmarks use
+# (1,024 GPUs), small enough to build in memory.
+MAX_GPUS = 65_536
 JSON_KEYS = frozenset(
     {"name", "description", "gpu_model", "switches", "nodes_per_switch", "gpus_per_node"}
 )
@@ -120,10 +123,21 @@ def read_cluster_spec(path: str | Path, *, gpu_model: str | None = None) -> Clus
             f"{source}: gpu_model must be one GPU model name such as 'A100', got {model!r} "
             "(one GPU model per cluster)"
         )
-    return ClusterSpec(
-        name=str(raw.get("name") or path.stem),
+    name = str(raw.get("name") or path.stem)
+    if "/" in name or name.startswith(".") or not name.isprintable():
+        # (it names the run's output files: a "/" put them in a folder that does not exist)
+        raise ClusterSpecError(
+            f"{source}: name {name!r} must be printable, without '/' or a leading '.'"
+        )
+    spec = ClusterSpec(
+        name=name,
         gpu_model=model,
         switches=_positive_int(raw.get("switches"), "switches", source),
         nodes_per_switch=_positive_int(raw.get("nodes_per_switch"), "nodes_per_switch", source),
         gpus_per_node=_positive_int(raw.get("gpus_per_node"), "gpus_per_node", source),
     )
+    total = spec.switches * spec.nodes_per_switch * spec.gpus_per_node
+    if total > MAX_GPUS:
+        # (10^6 x 10^6 x 10^6 built its GPUs silently until memory ran out)
+        raise ClusterSpecError(f"{source}: {total:,} GPUs; at most {MAX_GPUS:,} are simulated")
+    return spec

@@ -104,7 +104,9 @@ def load_scenario(
     if carbon_zone is None:
         intensity: HourlyIntensity = ConstantIntensity(0.0, start=start)
     else:
-        points = read_electricity_maps_csv(carbon_file(data_dir, carbon_zone), kind=carbon_kind)
+        points = read_electricity_maps_csv(
+            carbon_file(data_dir, carbon_zone), kind=carbon_kind, zone=carbon_zone
+        )
         intensity = HourlyIntensity(points, start=start)
     config = config or SimConfig()
     meta = {

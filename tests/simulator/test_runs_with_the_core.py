@@ -182,6 +182,14 @@ def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
             "pricing takes a value like",
         ),
         (["--policy", "powerflow", "--policy-param", "admission=lifo"], "admission must be"),
+        # (each of these ended in a traceback)
+        (["--policy", "fifo", "--round-length-s", "1e308"], "'1e308' is more than 86400"),
+        (["--policy", "fifo", "--budget-period-h", "1e308"], "'1e308' is more than 87600"),
+        (["--policy", "fifo", "--measurement-noise", "1000"], "'1000' is more than 1"),
+        (
+            ["--policy", "powerflow", "--policy-param", "clock_levels=2.5"],
+            "clock_levels takes a value like",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, argv, message):
@@ -449,3 +457,40 @@ def test_matched_budgets_hold_the_baselines_spend_over_its_run(fifo_result, fact
     assert sum(b.co2_limit_g for b in teams) == pytest.approx(
         sum(r.co2_g for r in fifo_result.jobs) * min(factor, 1.0)
     )
+
+
+@pytest.mark.parametrize("where", ["file", "under a file", "empty"])
+def test_an_output_folder_that_cannot_be_one_is_one_line_before_any_run(tmp_path, capsys, where):
+    # (a run wrote its results at the end, into a path that was a file: a traceback after
+    # the whole simulation)
+    blocker = tmp_path / "taken"
+    blocker.write_text("kept")
+    out = {"file": str(blocker), "under a file": str(blocker / "out"), "empty": " "}[where]
+    argv = ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "fifo"]
+    assert main([*argv, "--no-progress", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err
+    assert err.count("\n") == 1
+    assert blocker.read_text() == "kept"
+
+
+def test_a_cluster_name_that_cannot_name_files_is_refused(tmp_path, capsys):
+    cluster = tmp_path / "c.json"
+    cluster.write_text(
+        '{"name": "a/b", "gpu_model": "A100", "switches": 1, "nodes_per_switch": 1, '
+        '"gpus_per_node": 8}'
+    )
+    argv = ["--trace", str(TRACE), "--cluster", str(cluster), "--policy", "fifo"]
+    assert main([*argv, "--no-progress", "--out", str(tmp_path / "out")]) == 2
+    assert "name 'a/b' must be printable, without '/'" in capsys.readouterr().err
+
+
+def test_a_cluster_too_large_to_build_is_refused(tmp_path, capsys):
+    cluster = tmp_path / "c.json"
+    cluster.write_text(
+        '{"name": "huge", "gpu_model": "A100", "switches": 1000000, '
+        '"nodes_per_switch": 1000000, "gpus_per_node": 1000000}'
+    )
+    argv = ["--trace", str(TRACE), "--cluster", str(cluster), "--policy", "fifo"]
+    assert main([*argv, "--no-progress", "--out", str(tmp_path / "out")]) == 2
+    assert "at most 65,536 are simulated" in capsys.readouterr().err
