@@ -51,6 +51,17 @@ def _grid_parts(prior: FittedPerfModel, cells: Sequence[_Cell]) -> list[tuple]:
     ]
 
 
+def _clock_anchors(prior: FittedPerfModel, cells: Sequence[_Cell]) -> list[tuple]:
+    """Where the prior holds the clock shape of a job observed at set clocks: its lowest
+    and middle clock, at each GPU count and per-GPU batch the job ran at set clocks (none
+    for a job never run at a set clock)."""
+    d = prior.gpu.dvfs
+    per_node = max(prior.gpu.gpus_per_node, 1)
+    shapes = {config_parts(c.cfg, per_node)[:3] for c in cells if c.cfg.sm_clock_mhz is not None}
+    clocks = (d.min_clock_mhz, (d.min_clock_mhz + d.max_clock_mhz) // 2)
+    return [(*shape, clock, None) for shape in sorted(shapes) for clock in clocks]
+
+
 class _Objective:
     """The fit's weighted residuals for many parameter vectors at once.
 
@@ -68,7 +79,7 @@ class _Objective:
         prior: FittedPerfModel,
         cells: Sequence[_Cell],
         grid: Sequence[tuple],
-        grid_w: float,
+        grid_w: Sequence[float],
         ridge: float,
         shape_r: float,
     ) -> None:
@@ -121,12 +132,13 @@ class _Objective:
         self.prior_compute_w = compute_w0[0]
         # Time and draw residuals: (column, target, sqrt weight, 1 where the job's level
         # moves the target). The grid's targets are the prior's predictions *without*
-        # level: at the job's level they hold the shape only.
-        wt = math.sqrt(grid_w)
+        # level: at the job's level they hold the shape only. ``grid_w``: each grid
+        # configuration's weight.
         n_cells = len(cells)
         time_rows = [(i, c.log_t, math.sqrt(c.w_t), 0.0) for i, c in enumerate(cells)]
         power_rows = [(i, c.log_p, math.sqrt(c.w_p), 0.0) for i, c in enumerate(cells)]
-        for i in range(n_cells, n_cells + len(grid)):
+        for i, w in enumerate(grid_w, start=n_cells):
+            wt = math.sqrt(w)
             time_rows.append((i, float(self.prior_log_t[i]), wt, 1.0))
             power_rows.append((i, float(self.prior_log_p[i]), wt, 1.0))
         self.rows = [
@@ -313,7 +325,13 @@ def fit_params(
     if not cells:
         return [0.0] * N_PARAMS
     grid = _grid_parts(prior, cells)
-    grid_w = settings.prior_weight / len(grid)
+    grid_w = [settings.prior_weight / len(grid)] * len(grid)
+    anchors = _clock_anchors(prior, cells) if settings.clock_anchor_weight > 0 else []
+    if anchors:
+        grid += anchors
+        grid_w += [settings.prior_weight * settings.clock_anchor_weight / len(anchors)] * len(
+            anchors
+        )
     shape_r = math.sqrt(settings.shape_ridge)
     objective = _Objective(prior, cells, grid, grid_w, settings.ridge, shape_r)
     if start is not None:

@@ -506,7 +506,7 @@ def test_the_fits_residuals_are_the_models_own_predictions():
                 obs.append(o)
         cells = list(pool(obs, per).values())
         grid = online_fit._grid_parts(prior, cells)
-        grid_w, ridge, shape_r = 1.0 / len(grid), 1e-4, 1.4
+        grid_w, ridge, shape_r = [1.0 / len(grid)] * len(grid), 1e-4, 1.4
         objective = online_fit._Objective(prior, cells, grid, grid_w, ridge, shape_r)
         zs = np.array([[rng.gauss(0.0, 0.7) for _ in range(N_PARAMS)] for _ in range(6)])
         zs[0] = 0.0
@@ -518,7 +518,7 @@ def test_the_fits_residuals_are_the_models_own_predictions():
             def log_at(cfg, i, model=model, per=per):
                 return math.log(model.evaluate_parts(*config_parts(cfg, per))[i])
 
-            wt = math.sqrt(grid_w)
+            wt = math.sqrt(grid_w[0])
             times = [
                 math.sqrt(c.w_t) * (log_at(c.cfg, 0) - c.log_t)
                 for c in cells
