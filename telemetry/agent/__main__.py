@@ -22,6 +22,7 @@ import socket
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from telemetry.agent.client import AgentClient
 from telemetry.agent.loop import Agent, AgentConfig
@@ -75,6 +76,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="put the quarantined messages back in the spool, then run",
     )
     args = parser.parse_args(argv)
+    server = urlsplit(args.server)
+    if server.scheme not in ("http", "https") or not server.netloc:
+        # (the first request ended in a 35-line traceback)
+        parser.error(f"--server {args.server!r} is not an http(s) URL such as http://host:8000")
+    for path in (args.work_dir, args.work_dir / "spool"):
+        if path.exists() and not path.is_dir():
+            parser.error(f"--work-dir: {path} is not a directory")
     if not args.token:
         parser.error("--token (or WATTFLOW_AGENT_TOKEN) is required")
     if args.gpus < 1:

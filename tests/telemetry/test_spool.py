@@ -208,3 +208,32 @@ def test_the_agent_posts_samples_in_batches_the_server_takes(tmp_path):
     ]
     assert [ts for *_, ts in client.sent] == sorted(ts for *_, ts in client.sent)
     assert agent.buffer == []
+
+
+@pytest.mark.parametrize("server", ["notaurl", "ftp://x", "http://"])
+def test_the_agent_command_refuses_a_server_that_is_no_http_url(capsys, server):
+    from telemetry.agent.__main__ import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--server", server, "--token", "t"])
+
+    assert exit_info.value.code == 2
+    assert "is not an http(s) URL" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["work-dir", "spool"])
+def test_the_agent_command_refuses_a_work_dir_that_is_a_file(tmp_path, capsys, where):
+    from telemetry.agent.__main__ import parse_args
+
+    work = tmp_path / "agent"
+    if where == "spool":
+        work.mkdir()
+        (work / "spool").write_text("")
+    else:
+        work.write_text("")
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--server", "http://x", "--token", "t", "--work-dir", str(work)])
+
+    assert exit_info.value.code == 2
+    assert "is not a directory" in capsys.readouterr().err
