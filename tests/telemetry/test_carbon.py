@@ -77,6 +77,14 @@ def test_what_is_no_intensity_of_the_zone_is_refused_and_keeps_what_was_stored(
     assert list(CarbonIntensity.objects.values_list("pk", "ci_g_per_kwh")) == [(kept.pk, 147.66)]
 
 
+def test_a_leap_day_alone_onto_a_common_year_fails_with_one_line(db, tmp_path):
+    leap = tmp_path / "leap.csv"
+    leap.write_text(HEADER + "2024-02-29 00:00:00,ES,100\n")
+    with pytest.raises(CommandError, match=r"none of its hours falls on a date of 2023$"):
+        call_command("import_carbon", str(leap), "--zone", "ES", "--onto-year", "2023")
+    assert not CarbonIntensity.objects.exists()
+
+
 def test_a_file_that_is_not_text_fails_with_one_line(db, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_bytes(HEADER.encode() + b"\xff\xfe\n")

@@ -75,6 +75,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if onto_year is not None:
             points = replay_onto_year(points, onto_year)
+            if not points:  # (a file of 29 February only, onto a common year: an IndexError)
+                raise CommandError(f"{path}: none of its hours falls on a date of {onto_year}")
         rows = [
             CarbonIntensity(
                 zone=zone,
