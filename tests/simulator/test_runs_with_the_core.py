@@ -187,9 +187,14 @@ def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
         (["--policy", "fifo", "--budget-period-h", "1e308"], "'1e308' is more than 87600"),
         (["--policy", "fifo", "--measurement-noise", "1000"], "'1000' is more than 1"),
         (
-            ["--policy", "powerflow", "--policy-param", "clock_levels=2.5"],
-            "clock_levels takes a value like",
+            ["--policy", "powerflow", "--policy-param", "probe_extensions=2.5"],
+            "probe_extensions takes a value like",
         ),
+        (["--policy", "powerflow", "--policy-param", "clock_levels=2.5"], "at least 1, or None"),
+        (["--policy", "powerflow", "--policy-param", "clock_levels=0"], "at least 1, or None"),
+        (["--policy", "powerflow", "--policy-param", "restart_s=-100000"], "must be 0 or more"),
+        (["--policy", "greenflow", "--policy-param", "lag_release=-1"], "must be 0 or more"),
+        (["--policy", "powerflow", "--policy-param", "spend_ahead=-1"], "must be positive"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, argv, message):

@@ -333,6 +333,19 @@ class BudgetGreedy:
             raise ValueError("admission='marginal' needs rank='hesrpt' (their scores share a unit)")
         if starvation_s is not None and not starvation_s > 0:
             raise ValueError("starvation_s must be positive or None")
+        if clock_levels is not None and (type(clock_levels) is not int or clock_levels < 1):
+            raise ValueError("clock_levels must be a whole number, at least 1, or None")
+        # (a restart of -100,000 s made every resize look like a gain: average JCT 8x worse)
+        for name, value in (
+            ("restart_s", restart_s), ("min_gain", min_gain), ("clean_bias", clean_bias),
+            ("min_score", min_score), ("share_floor", share_floor),
+            ("period_reserve", period_reserve), ("lag_release", lag_release),
+            ("lag_deadband", lag_deadband),
+        ):  # fmt: skip
+            if isinstance(value, bool) or not value >= 0:
+                raise ValueError(f"{name} must be 0 or more")
+        if not spend_ahead > 0:
+            raise ValueError("spend_ahead must be positive")
         self.clock_levels = clock_levels
         self.admission = admission
         self.restart_s = restart_s
