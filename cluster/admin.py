@@ -161,6 +161,14 @@ class GpuAdmin(_AuditedDelete, admin.ModelAdmin):
     # samples themselves.
     readonly_fields = ["max_sm_clock_mhz", "reported_at", "retired_at", "latest_samples"]
 
+    def get_readonly_fields(self, request, obj=None):
+        # A GPU with history keeps its model (as registration and the API refuse a change):
+        # its allocations, ledger and learned models would move to another model's.
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and services.gpu_history(obj):
+            fields.append("model")
+        return fields
+
     @admin.action(description="Retire (gone from its node; keeps its history)")
     def retire(self, request, queryset):
         for gpu in queryset:

@@ -281,12 +281,16 @@ def set_allocation(
         # excludes a second set_allocation) rather than FOR UPDATE, so telemetry rows whose
         # foreign keys name these GPUs (dirty-hour marks, ledger rows) do not wait for the
         # whole round to commit; the rows are locked in id order.
-        list(
+        gpu_rows = list(
             Gpu.objects.select_for_update(no_key=True)
             .filter(pk__in=gpu_ids)
             .order_by("pk")
-            .values_list("pk", flat=True)
+            .values_list("pk", "retired_at")
         )
+        retired = sorted(pk for pk, retired_at in gpu_rows if retired_at is not None)
+        if retired:
+            # (retired after the round read the cluster, before it placed the job)
+            raise AllocationError(f"GPU(s) {retired} are retired")
         through = JobAllocation.gpus.through
         holders: dict[int, set[int]] = {}
         for gpu_id, holder in (

@@ -111,7 +111,14 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
             "model",
         )
     }
-    foreign = sorted(u for u, (node_id, *_) in registered.items() if node_id != node.pk)
+    # A GPU retired from another node may come back on this one (a board moved between
+    # servers): only one in service elsewhere is another node's.
+    away = set(
+        Gpu.objects.filter(uuid__in=uuids, retired_at__isnull=False).values_list("uuid", flat=True)
+    )
+    foreign = sorted(
+        u for u, (node_id, *_) in registered.items() if node_id != node.pk and u not in away
+    )
     if foreign:
         raise NotYourNode(f"GPU(s) {', '.join(foreign)} are registered to another node")
     # A GPU that disappeared keeps its record (its allocations and ledger are history); if a

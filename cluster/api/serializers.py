@@ -439,7 +439,8 @@ class NodeSerializer(serializers.ModelSerializer):
         ]
 
     def get_gpu_count(self, node: Node) -> int:
-        return node.gpus.count()
+        """The GPUs in service (retired ones are history)."""
+        return sum(1 for gpu in node.gpus.all() if gpu.retired_at is None)
 
     def get_has_agent_token(self, node: Node) -> bool:
         return bool(node.agent_token_hash)

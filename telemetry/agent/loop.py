@@ -95,9 +95,15 @@ class Agent:
         than its ``TELEMETRY_MAX_BATCH_SAMPLES`` (20,000 by default) whole, and the spool
         then quarantined every sample of a node sampled fast (8 GPUs at 1 ms)."""
         rows, self.buffer = self.buffer, []
+        sent = True
         for start in range(0, len(rows), MAX_SAMPLES_PER_POST):
-            batch = rows[start : start + MAX_SAMPLES_PER_POST]
-            self.client.deliver("samples", {"samples": [r.to_wire() for r in batch]})
+            body = {"samples": [r.to_wire() for r in rows[start : start + MAX_SAMPLES_PER_POST]]}
+            if sent:
+                sent = self.client.deliver("samples", body)
+            else:
+                # The server did not take the last one: the rest wait in the spool, not each
+                # retrying its head (five server errors in one tick quarantined it).
+                self.client.spool.put("samples", body)
 
     def heartbeat_body(self, now: datetime) -> dict[str, Any]:
         """The heartbeat, with the spool's state: how much waits for the server and how much

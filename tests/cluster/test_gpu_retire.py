@@ -159,3 +159,68 @@ def test_a_gpus_model_with_history_cannot_be_patched(api_client, admin_user, mak
     assert "cannot change" in response.json()["model"][0]
     gpu.refresh_from_db()
     assert gpu.model != "H100"
+
+
+def test_the_nodes_api_counts_the_gpus_in_service(api_client, admin_user, make_node):
+    node = make_node(gpus=2)
+    retire_gpu(node.gpus.order_by("index").first(), actor=None)
+
+    rows = api_client(admin_user).get("/api/nodes/").json()["results"]
+
+    assert [(row["name"], row["gpu_count"]) for row in rows] == [(node.name, 1)]
+
+
+def test_a_round_does_not_place_a_job_on_a_gpu_retired_since_it_read_the_cluster(
+    make_node, make_job, member, team
+):
+    from cluster.services import AllocationError
+
+    gpu = make_node(gpus=1).gpus.get()
+    job = make_job(owner=member, team=team, total_iterations=1000)
+    transition_job(job, to=JobState.RUNNING, at=AT)
+    retire_gpu(gpu, actor=None)
+
+    with pytest.raises(AllocationError, match=r"are retired"):
+        set_allocation(job, gpus=[gpu], batch_size=job.global_batch_size, at=AT)
+    assert not job.allocations.exists()
+
+
+def test_seed_demo_brings_its_retired_gpu_back_and_renames_no_other(db, settings, tmp_path):
+    import io
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    settings.WATTFLOW_VAR_DIR = tmp_path
+    call_command("seed_demo", stdout=io.StringIO())
+    demo = Gpu.objects.get(uuid="GPU-sim-node-01-0")
+    retire_gpu(demo, actor=None)
+    call_command("seed_demo", stdout=io.StringIO())
+    demo.refresh_from_db()
+    assert demo.retired_at is None
+    # given another GPU in service at a demo GPU's index
+    retire_gpu(demo, actor=None)
+    Gpu.objects.create(
+        node=demo.node, index=0, uuid="GPU-real", model="A100", memory_mb=1,
+        default_power_limit_w=400, min_power_limit_w=100, max_power_limit_w=400,
+    )  # fmt: skip
+    with pytest.raises(CommandError, match=r"holds GPU-real, not the demo's GPU-sim-node-01-0"):
+        call_command("seed_demo", stdout=io.StringIO())
+    assert Gpu.objects.get(uuid="GPU-real").index == 0
+
+
+def test_a_gpu_retired_from_one_node_registers_on_another(make_node, team):
+    first, second = make_node("node-01", gpus=1), make_node("node-02", gpus=0)
+    board = first.gpus.get()
+    _spent(board, team)
+    now = timezone.now()
+    # in service on node-01, it is node-01's
+    from telemetry.services import NotYourNode
+
+    with pytest.raises(NotYourNode):
+        register_gpus(second, [_wire(board.uuid, 0)], now=now)
+    # retired there (the board moved), node-02 registers it, history and all
+    retire_gpu(board, actor=None)
+    register_gpus(second, [_wire(board.uuid, 0)], now=now)
+    board.refresh_from_db()
+    assert (board.node_id, board.retired_at, board.ledger.count()) == (second.pk, None, 1)

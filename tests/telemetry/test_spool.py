@@ -190,6 +190,7 @@ def test_the_agent_posts_samples_in_batches_the_server_takes(tmp_path):
 
         def deliver(self, kind, body):
             self.sent.append((kind, len(body["samples"]), body["samples"][0]["ts"]))
+            return True
 
     backend = SimulatedBackend(node_name="n", n_gpus=4, gpu_model="A100")
     client = Recorder()
@@ -237,3 +238,37 @@ def test_the_agent_command_refuses_a_work_dir_that_is_a_file(tmp_path, capsys, w
 
     assert exit_info.value.code == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_samples_the_server_did_not_take_wait_in_the_spool_behind_it(tmp_path):
+    # (each batch's delivery retried the spool's head first: during an outage the head
+    # met five server errors in one tick and was quarantined)
+    from datetime import UTC, datetime, timedelta
+
+    from telemetry.agent.loop import MAX_SAMPLES_PER_POST, Agent, AgentConfig
+    from telemetry.agent.simulated import SimulatedBackend
+
+    class Spooled(list):
+        def put(self, kind, body):
+            self.append(body)
+
+    class Down:
+        def __init__(self):
+            self.tries, self.spool = 0, Spooled()
+
+        def deliver(self, kind, body):
+            self.tries += 1
+            self.spool.put(kind, body)
+            return False
+
+    backend = SimulatedBackend(node_name="n", n_gpus=4, gpu_model="A100")
+    client = Down()
+    agent = Agent(backend, client, AgentConfig(node_name="n", work_dir=tmp_path))
+    start = datetime(2026, 12, 6, tzinfo=UTC)
+    for i in range(3 * MAX_SAMPLES_PER_POST // 4):
+        agent.buffer.extend(backend.read(start + timedelta(seconds=i)))
+
+    agent.post_samples()
+
+    assert client.tries == 1
+    assert [len(body["samples"]) for body in client.spool] == [MAX_SAMPLES_PER_POST] * 3

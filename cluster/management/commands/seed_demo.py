@@ -36,7 +36,7 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 from tqdm import tqdm
@@ -212,13 +212,23 @@ class Command(BaseCommand):
                 },
             )
             for index in range(GPUS_PER_NODE):
+                # The UUIDs the simulated agent (`--simulate`) reports for this node, so its
+                # registration updates these rows instead of replacing them; by UUID, as the
+                # agent registers (a demo GPU retired since is back in service; a GPU of
+                # another UUID at its index is refused, not renamed).
+                uuid = f"GPU-sim-{node.name}-{index}"
+                taken = Gpu.objects.in_service().filter(node=node, index=index).exclude(uuid=uuid)
+                if taken.exists():
+                    raise CommandError(
+                        f"{node.name}'s GPU index {index} holds {taken.get().uuid}, not the "
+                        f"demo's {uuid}: retire it first"
+                    )
                 Gpu.objects.update_or_create(
-                    node=node,
-                    index=index,
+                    uuid=uuid,
                     defaults={
-                        # The UUIDs the simulated agent (`--simulate`) reports for this node,
-                        # so its registration updates these rows instead of replacing them.
-                        "uuid": f"GPU-sim-{node.name}-{index}",
+                        "node": node,
+                        "index": index,
+                        "retired_at": None,
                         "model": GPU_MODEL,
                         "memory_mb": GPU_MEMORY_MB,
                         "default_power_limit_w": GPU_DEFAULT_POWER_LIMIT_W,

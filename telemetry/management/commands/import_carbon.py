@@ -17,6 +17,7 @@ from django.db import transaction
 from tqdm import tqdm
 
 from scheduling.core.carbon_data import (
+    YEARS,
     CarbonDataError,
     HourlyPoint,
     read_electricity_maps_csv,
@@ -67,8 +68,8 @@ class Command(BaseCommand):
         zone = zone.strip()
         if not zone or len(zone) > 32 or not zone.isprintable():
             raise CommandError("--zone must be 1 to 32 printable characters")
-        if onto_year is not None and not 1970 <= onto_year <= 9998:
-            raise CommandError("--onto-year must be a year between 1970 and 9998")
+        if onto_year is not None and not YEARS[0] <= onto_year < YEARS[1]:
+            raise CommandError(f"--onto-year must be a year between {YEARS[0]} and {YEARS[1] - 1}")
         try:
             points = read_electricity_maps_csv(path, kind=kind, zone=zone)
         except CarbonDataError as exc:
