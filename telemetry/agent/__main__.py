@@ -21,7 +21,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from telemetry.agent.client import AgentClient
@@ -37,8 +37,16 @@ from telemetry.agent.spool import DEFAULT_MAX_SERVER_ERRORS, Rejected, Spool
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A bad argument is one line on stderr and exit 2 (argparse prints its whole usage
+    first, 14 lines here); ``--help`` still shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m telemetry.agent", description=__doc__)
+    parser = _OneLineParser(prog="python -m telemetry.agent", description=__doc__)
     parser.add_argument("--server", required=True, help="e.g. http://127.0.0.1:8000")
     parser.add_argument("--token", default=os.environ.get("WATTFLOW_AGENT_TOKEN", ""))
     parser.add_argument("--name", default=socket.gethostname(), help="node name to register")

@@ -174,6 +174,7 @@ def test_the_agent_command_refuses_an_interval_out_of_its_range(capsys, option, 
     err = capsys.readouterr().err
     assert f"{option} must be " in err
     assert "finite" in err or "between 0.1 and 3600 seconds" in err
+    assert err.count("\n") == 1  # (argparse printed its 14-line usage first)
 
 
 def test_the_agent_posts_samples_in_batches_the_server_takes(tmp_path):
