@@ -309,13 +309,22 @@ def _zeus_cases(*, gpu_out: bool) -> list[Case]:
 
 # --- Perseus (SM clock, one GPU) ---------------------------------------------------------
 
-# The power-limit range of each Perseus GPU: the catalog's A100 (datasheet), the A40's from
-# Zeus' sweeps on it. The replays run at set clocks and the default limit; the range only
-# places the prior's pseudo-observations at the lowest limit.
-PERSEUS_LIMITS_W = {"A100": (100.0, 400.0), "A40": (100.0, 300.0)}
+
+def _perseus_limits_w() -> dict[str, tuple[float, float]]:
+    """The power-limit range of each Perseus GPU: the catalog's A100, the A40's from Zeus'
+    sweeps on it. The replays run at set clocks and the default limit; the range only
+    places the prior's pseudo-observations at the lowest limit."""
+    a100 = load_catalog().gpus["A100"]
+    a40 = [r.power_limit_w for r in perf_data.read_zeus() if r.gpu == "a40"]
+    return {
+        "A100": (a100.power_limit_min_w, a100.power_limit_max_w),
+        "A40": (min(a40), max(a40)),
+    }
 
 
-def _perseus_prior(name: str, fits: Sequence, clocks: Sequence[int], gpu: str) -> FittedPerfModel:
+def _perseus_prior(
+    name: str, fits: Sequence, clocks: Sequence[int], gpu: str, limits_w: tuple[float, float]
+) -> FittedPerfModel:
     """The clock shape of another model's passes on the same GPU (the medians of their
     fits, as the catalog's A100 takes them from every pass): one GPU, the time all
     compute, the draw independent of the batch. Its level is one pass's (the median fit's
@@ -325,8 +334,8 @@ def _perseus_prior(name: str, fits: Sequence, clocks: Sequence[int], gpu: str) -
         idle_power_w=0.0,
         gpus_per_node=1,
         clocks_mhz=tuple(clocks),
-        power_limit_min_w=PERSEUS_LIMITS_W[gpu][0],
-        power_limit_max_w=PERSEUS_LIMITS_W[gpu][1],
+        power_limit_min_w=limits_w[0],
+        power_limit_max_w=limits_w[1],
         dvfs=DvfsParams(
             max_clock_mhz=max(clocks),
             min_clock_mhz=min(clocks),
@@ -362,7 +371,8 @@ def _perseus_cases() -> list[Case]:
     from scheduling.fitting.perf_fit import fit_clock_series
 
     rows = perf_data.read_perseus()
-    top = {g: max(r.clock_mhz for r in rows if r.gpu_model == g) for g in PERSEUS_LIMITS_W}
+    limits_w = _perseus_limits_w()
+    top = {g: max(r.clock_mhz for r in rows if r.gpu_model == g) for g in limits_w}
     series: dict[tuple, list] = defaultdict(list)
     for r in rows:
         series[(r.model, r.gpu_model, r.stage, r.instruction)].append(r)
@@ -393,7 +403,7 @@ def _perseus_cases() -> list[Case]:
         # the median of the other model's forward and backward fits on this GPU.
         other = {k: f for k, f in fits.items() if k[1] == gpu and k[0] != model}
         source = "+".join(sorted({k[0] for k in other}))  # the models the prior is from
-        prior = _perseus_prior(source, list(other.values()), clocks, gpu)
+        prior = _perseus_prior(source, list(other.values()), clocks, gpu, limits_w[gpu])
         cases.append(Case(f"perseus_{gpu}", f"{model}/stage{stage}", configs, truth, [prior]))
     return cases
 

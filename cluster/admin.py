@@ -31,29 +31,46 @@ class MembershipInline(admin.TabularInline):
     autocomplete_fields = ["user"]
 
 
+class _AuditedDelete:
+    """Deleting goes through the audited service (``delete_service``), which refuses an
+    object with history (``history``; the service raises ``refused``): such an object
+    offers no delete, and the bulk delete reports each refusal."""
+
+    delete_service: Callable
+    history: Callable
+    refused: type[Exception] = services.GpuInUse
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and self.history(obj):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def each(self, request, objects, service: Callable) -> None:
+        """``service`` on each object, a refusal reported on the page."""
+        for obj in objects:
+            try:
+                service(obj, actor=request.user)
+            except self.refused as exc:
+                self.message_user(request, str(exc), level=messages.ERROR)
+
+    def delete_model(self, request, obj):
+        self.each(request, [obj], self.delete_service)
+
+    def delete_queryset(self, request, queryset):
+        self.each(request, queryset, self.delete_service)
+
+
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(_AuditedDelete, admin.ModelAdmin):
+    # a team whose jobs or energy records name it is not deleted
+    delete_service = staticmethod(services.delete_team)
+    history = staticmethod(services.team_history)
+    refused = services.TeamInUse
+
     list_display = ["name", "slug", "created_at"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
-
-    # Deleting goes through the audited service; a team whose jobs or energy records name
-    # it is not deleted (the service refuses it; the admin offers no delete for it).
-    def has_delete_permission(self, request, obj=None):
-        if obj is not None and (obj.jobs.exists() or obj.energy_ledger.exists()):
-            return False
-        return super().has_delete_permission(request, obj)
-
-    def delete_model(self, request, obj):
-        services.delete_team(obj, actor=request.user)
-
-    def delete_queryset(self, request, queryset):
-        for team in queryset:
-            try:
-                services.delete_team(team, actor=request.user)
-            except services.TeamInUse as exc:
-                self.message_user(request, str(exc), level=messages.ERROR)
 
 
 @admin.register(Membership)
@@ -75,30 +92,6 @@ class GpuInline(admin.TabularInline):
     # Deleting a GPU would delete its history with it: the GPU's own page deletes one that
     # has none, or retires it, through the audited services.
     can_delete = False
-
-
-class _AuditedDelete:
-    """Deleting goes through the audited service (``delete_service``), which refuses an
-    object with history (``history``; ``cluster.services.GpuInUse``): such an object offers
-    no delete, and the bulk delete reports each refusal."""
-
-    delete_service: Callable
-    history: Callable
-
-    def has_delete_permission(self, request, obj=None):
-        if obj is not None and self.history(obj):
-            return False
-        return super().has_delete_permission(request, obj)
-
-    def delete_model(self, request, obj):
-        try:
-            self.delete_service(obj, actor=request.user)
-        except services.GpuInUse as exc:
-            self.message_user(request, str(exc), level=messages.ERROR)
-
-    def delete_queryset(self, request, queryset):
-        for obj in queryset:
-            self.delete_model(request, obj)
 
 
 @admin.register(Node)
@@ -171,11 +164,7 @@ class GpuAdmin(_AuditedDelete, admin.ModelAdmin):
 
     @admin.action(description="Retire (gone from its node; keeps its history)")
     def retire(self, request, queryset):
-        for gpu in queryset:
-            try:
-                services.retire_gpu(gpu, actor=request.user)
-            except services.GpuInUse as exc:
-                self.message_user(request, str(exc), level=messages.ERROR)
+        self.each(request, queryset, services.retire_gpu)
 
     @admin.display(description=f"latest {LATEST_SAMPLES} samples")
     def latest_samples(self, gpu: Gpu) -> str:

@@ -692,15 +692,22 @@ class TeamInUse(Exception):
     """A team whose jobs or energy records name it cannot be deleted."""
 
 
+def team_history(team: Team) -> str | None:
+    """What names the team (None: nothing): its jobs, else its energy records."""
+    jobs = Job.objects.filter(team=team).count()
+    if jobs:
+        return f"{jobs} job(s)"
+    return "energy records" if team.energy_ledger.exists() else None
+
+
 def delete_team(team: Team, *, actor, at: datetime | None = None) -> None:
     """Delete a team with no jobs and no energy records, and its budgets, each recorded in
     the audit log, in one transaction. Raises ``TeamInUse`` otherwise: those records stay
     attributed to it."""
     with transaction.atomic():
         locked = Team.objects.select_for_update().get(pk=team.pk)
-        jobs = Job.objects.filter(team=locked).count()
-        if jobs or locked.energy_ledger.exists():
-            what = f"{jobs} job(s)" if jobs else "energy records"
+        what = team_history(locked)
+        if what:
             raise TeamInUse(
                 f"Team {locked.name} has {what} that stay attributed to it: a team with "
                 "jobs or energy use cannot be deleted."

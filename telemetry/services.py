@@ -98,13 +98,14 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
     maximum SM clock below the clocks it would be stored with, or a model other than the
     one the UUID is registered as (``RegistrationRejected``)."""
     uuids = [g["uuid"] for g in gpus]
-    # What is registered under these UUIDs, in one query: whose node, the clocks, the limit,
-    # the model.
+    # What is registered under these UUIDs, in one query: whose node, whether retired, the
+    # clocks, the limit, the model.
     registered = {
         row[0]: row[1:]
         for row in Gpu.objects.filter(uuid__in=uuids).values_list(
             "uuid",
             "node_id",
+            "retired_at",
             "max_sm_clock_mhz",
             "supported_sm_clocks_mhz",
             "power_limit_w",
@@ -113,11 +114,10 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
     }
     # A GPU retired from another node may come back on this one (a board moved between
     # servers): only one in service elsewhere is another node's.
-    away = set(
-        Gpu.objects.filter(uuid__in=uuids, retired_at__isnull=False).values_list("uuid", flat=True)
-    )
     foreign = sorted(
-        u for u, (node_id, *_) in registered.items() if node_id != node.pk and u not in away
+        u
+        for u, (node_id, retired_at, *_) in registered.items()
+        if node_id != node.pk and retired_at is None
     )
     if foreign:
         raise NotYourNode(f"GPU(s) {', '.join(foreign)} are registered to another node")
@@ -136,12 +136,13 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
             f"GPU index(es) {taken} belong to GPUs no longer reported; an admin retires them "
             "first (POST /api/gpus/<id>/retire/)"
         )
-    conflicts = _clock_conflicts(gpus, {u: (top, c) for u, (_, top, c, _, _) in registered.items()})
+    clocks = {u: (top, c) for u, (_, _, top, c, _, _) in registered.items()}
+    conflicts = _clock_conflicts(gpus, clocks)
     for i, errors in _model_changes(gpus, {u: r[-1] for u, r in registered.items()}).items():
         conflicts.setdefault(i, {}).update(errors)
     if conflicts:
         raise RegistrationRejected({"gpus": [conflicts.get(i, {}) for i in range(len(gpus))]})
-    current_limits = {u: limit for u, (_, _, _, limit, _) in registered.items()}
+    current_limits = {u: limit for u, (*_, limit, _) in registered.items()}
     result = []
     with transaction.atomic():
         # The node row first, then its GPUs: the order of the scheduling round (liveness locks
