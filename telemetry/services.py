@@ -19,9 +19,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 
-from cluster.choices import JobState
+from cluster.choices import AuditAction, JobState
 from cluster.models import Gpu, Job, JobAllocation, Node, sm_clock_conflict
-from cluster.services import InvalidTransition, transition_job
+from cluster.services import InvalidTransition, record_audit, transition_job
 from scheduling.core.goodput import efficiency, iterations_per_submitted
 from telemetry.agent.backends import gpu_model_key
 from telemetry.choices import ExitReason, JobEventKind
@@ -92,11 +92,22 @@ def _model_changes(gpus: list[dict[str, Any]], stored: dict[str, str]) -> dict[i
     return errors
 
 
+class _NodeAgent:
+    """The actor named in the audit log for a change a node's agent makes: its token speaks
+    for its node, not for a user."""
+
+    is_authenticated = False
+
+    def __init__(self, node: Node) -> None:
+        self.username = f"agent of {node.name}"
+
+
 def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> list[Gpu]:
     """Create or update the node's GPUs by UUID (idempotent: re-registering changes only what
     changed). A UUID already registered to another node is refused, nothing stored; so is a
     maximum SM clock below the clocks it would be stored with, or a model other than the
-    one the UUID is registered as (``RegistrationRejected``)."""
+    one the UUID is registered as (``RegistrationRejected``). A retired GPU reported again is
+    back in service, recorded in the audit log as its retirement was (``retire_gpu``)."""
     uuids = [g["uuid"] for g in gpus]
     # What is registered under these UUIDs, in one query: whose node, whether retired, the
     # clocks, the limit, the model.
@@ -148,6 +159,16 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
         # The node row first, then its GPUs: the order of the scheduling round (liveness locks
         # nodes, set_allocation GPUs later), so the two cannot wait on each other in a cycle.
         Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+        # The retired GPUs reported again, read under lock (a concurrent retire or
+        # registration waits) before parking moves their indices: what the audit says they
+        # were. Bringing one back into service undoes an admin's audited retirement, and
+        # changes the cluster's capacity as much, so it is audited the same way.
+        returning = {
+            g.uuid: {"gpu": str(g), "uuid": g.uuid, "retired_at": g.retired_at.isoformat()}
+            for g in Gpu.objects.select_for_update(of=("self",))
+            .select_related("node")
+            .filter(uuid__in=uuids, retired_at__isnull=False)
+        }
         # Park the node's reported GPUs on free indices first, so a renumbering among them
         # (indices swapped after a reboot) does not trip the (node, index) unique constraint.
         Gpu.objects.filter(node=node, uuid__in=uuids).update(index=F("index") + 10000)
@@ -178,6 +199,16 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
             gpu, _ = Gpu.objects.update_or_create(
                 uuid=g["uuid"], defaults=values, create_defaults={"memory_mb": 0, **values}
             )
+            if gpu.uuid in returning:
+                record_audit(
+                    actor=_NodeAgent(node),
+                    action=AuditAction.UPDATED,
+                    object_type="gpu",
+                    object_id=gpu.pk,
+                    before=returning[gpu.uuid],
+                    after={"gpu": str(gpu), "uuid": gpu.uuid, "retired_at": None},
+                    at=now,
+                )
             result.append(gpu)
         # Node.gpu_model is the admin's description (e.g. A100-SXM4-40GB); left as it is.
     return result

@@ -224,3 +224,38 @@ def test_a_gpu_retired_from_one_node_registers_on_another(make_node, team):
     register_gpus(second, [_wire(board.uuid, 0)], now=now)
     board.refresh_from_db()
     assert (board.node_id, board.retired_at, board.ledger.count()) == (second.pk, None, 1)
+
+
+def test_a_retired_gpu_registered_again_is_audited_as_retiring_is(make_node):
+    node = make_node("node-01", gpus=1)
+    board = node.gpus.get()
+    retire_gpu(board, actor=None, at=AT)
+    retired_at = Gpu.objects.get(pk=board.pk).retired_at
+    now = AT + timedelta(hours=1)
+
+    register_gpus(node, [_wire(board.uuid, 0)], now=now)
+
+    entries = AuditEntry.objects.filter(object_type="gpu", object_id=str(board.pk))
+    back = entries.get(at=now)
+    assert (back.action, back.actor_id, back.actor_username) == (
+        AuditAction.UPDATED, None, "agent of node-01",
+    )  # fmt: skip
+    assert back.before == {"gpu": "node-01/gpu0", "uuid": board.uuid,
+                           "retired_at": retired_at.isoformat()}  # fmt: skip
+    assert back.after == {"gpu": "node-01/gpu0", "uuid": board.uuid, "retired_at": None}
+    # and registering it again, in service, audits nothing more
+    register_gpus(node, [_wire(board.uuid, 0)], now=now + timedelta(minutes=1))
+    assert entries.count() == 2
+
+
+def test_a_gpu_retired_on_one_node_and_registered_on_another_is_audited_with_both(make_node):
+    first, second = make_node("node-01", gpus=1), make_node("node-02", gpus=0)
+    board = first.gpus.get()
+    retire_gpu(board, actor=None, at=AT)
+
+    register_gpus(second, [_wire(board.uuid, 3)], now=AT + timedelta(hours=1))
+
+    back = AuditEntry.objects.get(object_type="gpu", at=AT + timedelta(hours=1))
+    assert (back.actor_username, back.before["gpu"], back.after["gpu"]) == (
+        "agent of node-02", "node-01/gpu0", "node-02/gpu3",
+    )  # fmt: skip
