@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import F
+
 from cluster.models import Gpu
 from scheduling import workload_profiles
 from scheduling.choices import PerfModelKind
@@ -66,9 +68,17 @@ def kind_of(source: str) -> PerfModelKind:
 
 
 def nvml_by_model(gpu_models: Iterable[str] | None = None) -> dict[str, NvmlGpu]:
-    """GPU model -> what NVML reported of it (one ``Gpu`` row per model); all models present,
-    or only ``gpu_models``."""
-    rows = Gpu.objects.order_by("model", "pk").distinct("model")
+    """GPU model -> what NVML reported of it (one ``Gpu`` row per model); all models
+    registered, or only ``gpu_models``.
+
+    The row is a GPU in service (the first registered) where the model has one: its power
+    range and clocks are what jobs of that model run with now. A retired GPU's figures are
+    of a board that left (another revision, an older driver's range), and the oldest row,
+    which this took before, was often one. A model known only from retired GPUs keeps the
+    most recently retired one's figures: a job that names it still gets a prior."""
+    rows = Gpu.objects.order_by("model", F("retired_at").desc(nulls_first=True), "pk").distinct(
+        "model"
+    )
     if gpu_models is not None:
         rows = rows.filter(model__in=list(gpu_models))
     return workload_profiles.nvml_gpus(rows)

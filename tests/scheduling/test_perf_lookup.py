@@ -287,3 +287,28 @@ def test_a_job_that_names_only_its_size_is_sized_alike_by_the_round_and_the_what
     assert by_size == pytest.approx(by_name, rel=1e-12)
     assert unhinted[0] != pytest.approx(by_size[0], rel=1e-3)
     assert unhinted[1] != pytest.approx(by_size[1], rel=1e-3)
+
+
+def test_nvml_figures_come_from_a_gpu_in_service_before_a_retired_one(db):
+    from cluster.services import retire_gpu
+
+    # given an A40 registered first and retired (an older board: another power range and
+    # clocks), and the A40 in service that replaced it
+    old = _node("a40-01", "A40", gpus=1, max_w=250).gpus.get()
+    Gpu.objects.filter(pk=old.pk).update(supported_sm_clocks_mhz=[1500, 900])
+    retire_gpu(old, actor=None)
+    _node("a40-02", "A40", gpus=1, max_w=300)
+    # and an L40S known only from retired GPUs: the one retired last is the newer evidence
+    now = timezone.now()
+    first = _node("l40s-01", "L40S", gpus=1, max_w=300).gpus.get()
+    retire_gpu(_node("l40s-02", "L40S", gpus=1, max_w=350).gpus.get(), actor=None, at=now)
+    retire_gpu(first, actor=None, at=now - timedelta(days=30))
+
+    nvml = perf_lookup.nvml_by_model()
+
+    # then the A40's figures are the GPU in service's
+    a40 = nvml["A40"]
+    assert (a40.max_power_limit_w, a40.clocks_mhz) == (300.0, (1410, 1200))
+    # and the L40S, with none in service, still has its retired GPU's (its jobs get a prior)
+    assert nvml["L40S"].max_power_limit_w == 350.0
+    assert perf_lookup.nvml_by_model(["A40"]).keys() == {"A40"}
