@@ -162,6 +162,12 @@ def sm_clock_conflict(
     )
 
 
+def sm_clocks_in_order(clocks) -> list[int]:
+    """A GPU's SM clock list as it is stored: highest first, each once (as NVML lists them
+    per memory clock, and as the agent's registration always stored them)."""
+    return sorted(set(clocks or ()), reverse=True)
+
+
 class GpuQuerySet(models.QuerySet):
     def in_service(self) -> "GpuQuerySet":
         """GPUs not retired: the cluster's capacity, and what its pages show as present."""
@@ -195,10 +201,14 @@ class Gpu(models.Model):
     min_power_limit_w = models.PositiveIntegerField()
     max_power_limit_w = models.PositiveIntegerField()
     supported_sm_clocks_mhz = ArrayField(
-        models.PositiveIntegerField(),
+        models.PositiveIntegerField(
+            validators=[MinValueValidator(1), MaxValueValidator(v.MAX_SM_CLOCK_MHZ)]
+        ),
         default=list,
         blank=True,
-        help_text="SM clocks the GPU can be locked at, as its agent reports them at registration.",
+        validators=[v.sm_clock_count],
+        help_text="SM clocks the GPU can be locked at, as its agent reports them at "
+        "registration; stored highest first, each once.",
     )
     max_sm_clock_mhz = models.PositiveIntegerField(
         null=True,
@@ -255,6 +265,12 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index}"
+
+    def save(self, *args, **kwargs) -> None:
+        # One order on every write path (registration, the API, the admin, seed_demo): a
+        # list patched as [1005, 1410, 1200, 1410] was stored so, and read as another GPU's.
+        self.supported_sm_clocks_mhz = sm_clocks_in_order(self.supported_sm_clocks_mhz)
+        super().save(*args, **kwargs)
 
     def clean(self) -> None:
         errors = {}

@@ -42,6 +42,9 @@ MIN_WARN_FRACTION = 0.01
 # A job's parameter-count hint: from a tiny MLP (1,000) to 100 trillion, 500x GPT-3's 175 billion.
 MIN_PARAM_COUNT = 1_000
 MAX_PARAM_COUNT = 10**14
+# A GPU's SM clocks: real ones lie in about 100..3,500 MHz; NVML lists a few hundred steps.
+MAX_SM_CLOCK_MHZ = 100_000
+MAX_SM_CLOCKS = 1_024
 
 
 def period_bound_errors(start, end) -> dict[str, str]:
@@ -126,3 +129,7 @@ submission_key = RegexValidator(r"\A[\x21-\x7e]{1,128}\Z", SUBMISSION_KEY_MESSAG
 # Multi-line text (a command, a log line) keeps format characters: only names refuse them.
 multi_line = NoControlCharacters(allowed="\n\r\t", format_characters=True)
 command_length = MaxLengthValidator(MAX_COMMAND_CHARS)
+# (the list's own validator; each clock is bounded by the array's base field)
+sm_clock_count = MaxLengthValidator(
+    MAX_SM_CLOCKS, "Ensure this list has at most %(limit_value)d clocks (it has %(show_value)d)."
+)

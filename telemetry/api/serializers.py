@@ -8,8 +8,8 @@ from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
 from cluster.api.serializers import NumberFloatField
-from cluster.models import sm_clock_conflict
-from cluster.validators import multi_line, single_line
+from cluster.models import sm_clock_conflict, sm_clocks_in_order
+from cluster.validators import MAX_SM_CLOCK_MHZ, MAX_SM_CLOCKS, multi_line, single_line
 from scheduling.core.goodput import MAX_NOISE_SCALE, ratio_beyond_measurement
 from telemetry.agent.backends import gpu_model_key
 from telemetry.choices import ExitReason, JobEventKind
@@ -57,14 +57,14 @@ class GpuRegistrationSerializer(serializers.Serializer):
     max_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
     max_sm_clock_mhz = serializers.IntegerField(
         min_value=1,
-        max_value=100000,
+        max_value=MAX_SM_CLOCK_MHZ,
         required=False,
         allow_null=True,
         help_text="Highest SM clock. Null or absent: unknown; a registered value is kept.",
     )
     supported_sm_clocks_mhz = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=100000),
-        max_length=1024,
+        child=serializers.IntegerField(min_value=1, max_value=MAX_SM_CLOCK_MHZ),
+        max_length=MAX_SM_CLOCKS,
         required=False,
         allow_null=True,
         help_text="SM clocks the GPU can be locked at. Null, empty or absent: unknown; "
@@ -89,8 +89,8 @@ class GpuRegistrationSerializer(serializers.Serializer):
             conflict = sm_clock_conflict(attrs.get("max_sm_clock_mhz"), clocks)
             if conflict:
                 raise serializers.ValidationError({"supported_sm_clocks_mhz": conflict})
-            # Stored highest first, once each (NVML lists them so, per memory clock).
-            attrs["supported_sm_clocks_mhz"] = sorted(set(clocks), reverse=True)
+            # Stored highest first, once each (as every write of a GPU stores them).
+            attrs["supported_sm_clocks_mhz"] = sm_clocks_in_order(clocks)
         return attrs
 
 

@@ -126,3 +126,63 @@ def test_member_cannot_issue_tokens(api_client, member, make_node):
     assert response.status_code == 403
     node.refresh_from_db()
     assert node.agent_token_hash == ""
+
+
+def test_a_patched_clock_list_is_stored_highest_first_once_each_as_registration_stores_it(
+    api_client, admin_user, make_node
+):
+    gpu = make_node("node-01", gpus=1).gpus.get()
+
+    response = api_client(admin_user).patch(
+        f"/api/gpus/{gpu.pk}/", {"supported_sm_clocks_mhz": [1005, 1410, 1200, 1410]},
+        format="json",
+    )  # fmt: skip
+
+    assert response.status_code == 200, response.content
+    assert response.json()["supported_sm_clocks_mhz"] == [1410, 1200, 1005]
+    assert Gpu.objects.get(pk=gpu.pk).supported_sm_clocks_mhz == [1410, 1200, 1005]
+
+
+def test_a_created_gpus_clock_list_is_stored_highest_first(api_client, admin_user, make_node):
+    node = make_node("node-01", gpus=0)
+    payload = {
+        "node": node.pk, "index": 0, "uuid": "GPU-new", "model": "A100", "memory_mb": 40960,
+        "default_power_limit_w": 400, "min_power_limit_w": 100, "max_power_limit_w": 400,
+        "supported_sm_clocks_mhz": [210, 1410, 810, 210],
+    }  # fmt: skip
+
+    response = api_client(admin_user).post("/api/gpus/", payload, format="json")
+
+    assert response.status_code == 201, response.content
+    assert Gpu.objects.get(uuid="GPU-new").supported_sm_clocks_mhz == [1410, 810, 210]
+
+
+@pytest.mark.parametrize(
+    "clocks",
+    [[1410, 0], [1410, -5], [1410, 1_000_000], [1410, "NaN"], [1410, 1200.5], [1] * 1025],
+)
+def test_a_clock_list_with_an_impossible_clock_is_a_400_naming_the_field(
+    api_client, admin_user, make_node, clocks
+):
+    gpu = make_node("node-01", gpus=1).gpus.get()
+
+    response = api_client(admin_user).patch(
+        f"/api/gpus/{gpu.pk}/", {"supported_sm_clocks_mhz": clocks}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert list(response.json()) == ["supported_sm_clocks_mhz"]
+    assert Gpu.objects.get(pk=gpu.pk).supported_sm_clocks_mhz == [1410, 1200, 1005]
+
+
+def test_a_clock_list_longer_than_an_agent_may_register_says_so(api_client, admin_user, make_node):
+    gpu = make_node("node-01", gpus=1).gpus.get()
+
+    response = api_client(admin_user).patch(
+        f"/api/gpus/{gpu.pk}/", {"supported_sm_clocks_mhz": list(range(1, 1026))}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "supported_sm_clocks_mhz": ["Ensure this list has at most 1024 clocks (it has 1025)."]
+    }
