@@ -4,9 +4,13 @@ else the shipped ``perf_catalog.json``) knows is predicted from its measured mod
 name, and any GPU model the catalog lacks, from an estimate (``perf_lookup.model_for``, the
 lookup the rounds and predictions use: the catalog workload the job says it ``resembles``,
 else the first one on that GPU model), marked ``estimated`` wherever it is shown, which the
-job's telemetry then corrects. The one rule here: a ``resembles`` hint must name a catalog
-workload, since it is what the estimate is taken from."""
+job's telemetry then corrects. Two rules here: a ``resembles`` hint must name a catalog
+workload, since it is what the estimate is taken from; and a name that is a near miss of a
+catalog workload (``near_miss``) needs a hint, since it is likelier a typo than a new
+workload, and an estimate refuses nothing at submit (``scheduling.feasibility``)."""
 
+import difflib
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -37,20 +41,73 @@ def catalog_name(workload: str, known: Sequence[str] | None = None) -> str:
     return by_fold.get(workload.strip().casefold(), workload)
 
 
+# How alike (difflib's ratio of the two names, separators and case dropped) a name must be
+# to a catalog workload to read as a typo of it: "resnt50" is 0.93 of "resnet50", "bart" 0.75
+# of "bert". Names whose digits differ (resnet18, vgg19, gpt3) are another size or version,
+# never a typo.
+NEAR_MISS_RATIO = 0.85
+_SEPARATORS = re.compile(r"[\s_-]+")
+
+
+def _folded(name: str) -> str:
+    return _SEPARATORS.sub("", name.casefold())
+
+
+def near_miss(workload: str, known: Sequence[str]) -> str | None:
+    """The catalog workload that ``workload`` (not one of ``known``) is likely a typo of:
+    the one it equals once case, spaces, ``-`` and ``_`` are dropped (``resnet_50`` is
+    ``resnet50``), else the closest with the same digits whose likeness is at least
+    ``NEAR_MISS_RATIO``; None for a name far from all of them."""
+    if workload in known:
+        return None
+    folded = {_folded(k): k for k in known}
+    typed = _folded(workload)
+    if typed in folded:
+        return folded[typed]
+    digits = re.sub(r"\D", "", typed)
+    alike = [f for f in folded if re.sub(r"\D", "", f) == digits]
+    close = difflib.get_close_matches(typed, alike, n=1, cutoff=NEAR_MISS_RATIO)
+    return folded[close[0]] if close else None
+
+
+def _learned(workload: str) -> bool:
+    """Whether earlier jobs of ``workload`` taught the cluster a model of it (a workload
+    profile): then it is a workload of its own, and the submit checks trust that model."""
+    from scheduling.models import WorkloadProfile  # the scheduling app's models
+
+    return WorkloadProfile.objects.filter(workload=workload).exists()
+
+
 def workload_errors(
     workload: str,
     gpu_model: str = "",
     *,
     resembles: str = "",
+    param_count: int | None = None,
     known: Sequence[str] | None = None,
 ) -> dict[str, str]:
-    """Per-field messages for the workload and its hint. Any workload name and any GPU model
-    are accepted (see above); ``workload`` and ``gpu_model`` stay parameters for the callers
-    that pass them. ``known`` as for ``catalog_name``."""
+    """Per-field messages for the workload and its hints, for the job form and the API alike.
+    Any workload name and any GPU model are accepted (see above), but for a near miss of a
+    catalog workload (``near_miss``) given with neither hint (``resembles``,
+    ``param_count``): read as a new workload, its typo (``resnet_50``) was sized by an
+    estimate and passed every submit check a catalog workload gets (the longest job
+    allowed, budgets that could never pay for it). A name the cluster has learned a model
+    of is its own workload. ``gpu_model`` stays a parameter for the callers that pass it.
+    ``known`` as for ``catalog_name``."""
+    known = known_workloads() if known is None else known
     if resembles:
-        known = known_workloads() if known is None else known
         if resembles not in known:
             return {
                 "resembles": f"Not a catalog workload: {resembles!r}; known: {', '.join(known)}."
             }
+        return {}
+    if param_count is not None:
+        return {}
+    meant = near_miss(workload, known)
+    if meant is not None and not _learned(workload):
+        return {
+            "workload": f"{workload!r} is not a catalog workload; did you mean {meant!r}? To "
+            "submit a new workload, give resembles=... (the catalog workload it is most like) "
+            "or param_count."
+        }
     return {}

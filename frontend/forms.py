@@ -108,7 +108,10 @@ class JobSubmitForm(forms.Form):
         workload = cleaned.get("workload")
         if workload:
             errors = workload_errors(
-                workload, resembles=cleaned.get("resembles") or "", known=self.known_workloads
+                workload,
+                resembles=cleaned.get("resembles") or "",
+                param_count=cleaned.get("param_count"),
+                known=self.known_workloads,
             )
             for field, message in errors.items():
                 self.add_error(field if field in self.fields else None, message)

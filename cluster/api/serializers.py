@@ -299,6 +299,7 @@ class JobSerializer(_NumbersOnly):
             attrs["workload"],
             attrs.get("gpu_model", ""),
             resembles=attrs.get("resembles", ""),
+            param_count=attrs.get("param_count"),
             known=self._known_workloads,
         )
         if errors:

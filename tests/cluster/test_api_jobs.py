@@ -306,3 +306,73 @@ def test_allocation_history_endpoint(api_client, make_job, make_node, member, te
         ([gpus[0].pk], None, "2026-03-01T00:00:00Z", "2026-03-02T00:00:00Z"),
         ([gpus[0].pk, gpus[1].pk], 1200, "2026-03-02T00:00:00Z", None),
     ]
+
+
+def _near_miss(typed: str, meant: str) -> str:
+    return (
+        f"{typed!r} is not a catalog workload; did you mean {meant!r}? To submit a new "
+        "workload, give resembles=... (the catalog workload it is most like) or param_count."
+    )
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("resnet_50", "resnet50"),  # the probe's: separators
+        ("ResNet-50", "resnet50"),
+        ("yolo v3", "yolov3"),
+        ("resnt50", "resnet50"),  # a letter dropped: a close match
+        ("imagnet", "imagenet"),
+    ],
+)
+def test_a_near_miss_of_a_catalog_workload_without_hints_is_a_400_naming_it(
+    api_client, member, team, typed, meant
+):
+    response = api_client(member).post("/api/jobs/", {**SUBMIT, "workload": typed}, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {"workload": [_near_miss(typed, meant)]}
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "stored"),
+    [
+        # new names far from every catalog key, or another size/version of one
+        ({"workload": "llama-3b"}, "llama-3b"),
+        ({"workload": "resnet18"}, "resnet18"),
+        ({"workload": "vgg19"}, "vgg19"),
+        ({"workload": "bart"}, "bart"),
+        # a near miss that says what it is like, or how large it is, is a new workload
+        ({"workload": "resnet_50", "resembles": "resnet50"}, "resnet_50"),
+        ({"workload": "resnet_50", "param_count": 25_000_000}, "resnet_50"),
+        # a catalog key in another case is that key, as before
+        ({"workload": "ResNet50"}, "resnet50"),
+    ],
+)
+def test_a_new_workload_or_a_hinted_near_miss_is_accepted(api_client, member, team, change, stored):
+    response = api_client(member).post("/api/jobs/", {**SUBMIT, **change}, format="json")
+
+    assert response.status_code == 201, response.json()
+    assert Job.objects.get().workload == stored
+
+
+def test_a_near_miss_the_cluster_has_learned_a_model_for_is_accepted(api_client, member, team):
+    # given earlier (hinted) jobs taught the cluster a model of "resnet_50" on A100
+    from django.utils import timezone
+
+    from scheduling.models import WorkloadProfile
+    from scheduling.workload_profiles import model_to_params
+
+    WorkloadProfile.objects.create(
+        workload="resnet_50", gpu_model="A100", version=1, prior="catalog resnet50@A100",
+        params=model_to_params(perf_catalog().get("resnet50", "A100")), n_observations=9,
+        jobs=1, created_at=timezone.now(),
+    )  # fmt: skip
+
+    # then it is a workload of its own, checked by its learned model, hints or not
+    response = api_client(member).post(
+        "/api/jobs/", {**SUBMIT, "workload": "resnet_50"}, format="json"
+    )
+
+    assert response.status_code == 201, response.json()

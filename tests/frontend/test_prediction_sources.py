@@ -193,3 +193,27 @@ def test_a_parameter_count_below_the_minimum_is_a_400_with_its_field(client_for,
 
     assert response.status_code == 400
     assert "param_count" in response.json()["errors"]
+
+
+def test_the_job_form_refuses_a_near_miss_of_a_catalog_workload_beside_its_field(
+    client_for, member, team
+):
+    form = {
+        "name": "typo", "team": team.pk, "workload": "resnet_50", "gpus": 1,
+        "batch_size": 32, "iterations": 100, "priority": 0,
+    }  # fmt: skip
+
+    response = client_for(member).post(reverse("frontend:job-new"), form)
+
+    assert response.status_code == 400
+    assert response.context["form"].errors["workload"] == [
+        "'resnet_50' is not a catalog workload; did you mean 'resnet50'? To submit a new "
+        "workload, give resembles=... (the catalog workload it is most like) or param_count."
+    ]
+    assert not Job.objects.exists()
+    # and with a hint it is a new workload
+    response = client_for(member).post(
+        reverse("frontend:job-new"), {**form, "resembles": "resnet50"}
+    )
+    assert response.status_code == 302, response.context["form"].errors
+    assert Job.objects.get().workload == "resnet_50"
