@@ -18,30 +18,49 @@ gives every job that command (the demo on Slurm: ``scripts/demo_slurm_job.py``).
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 from pathlib import Path
 
 import requests
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from tqdm import tqdm
 
 from cluster.models import Membership, Team
 from config.auth import fresh_token
+from config.commands import OneLineCommand
 from scheduling.simulator.traces import TraceError, read_elasticflow_trace
 
 DEFAULT_TRACE = Path(settings.BASE_DIR) / "data" / "trace" / "elasticflow_philly_876.csv"
 
 
-def _positive(kind):
+# A job at most 1000x its traced iterations (1e308 overflowed turning iterations into an
+# integer, after the server had been waited for); the default work scale is 1 / speedup, so
+# the speed-up is at least its inverse (and a slower one would not sleep: 1e-300 overflowed).
+MAX_WORK_SCALE = 1000.0
+MIN_SPEEDUP = 1.0 / MAX_WORK_SCALE
+
+
+def _positive(kind, *, lower: float = 0.0, upper: float = math.inf):
+    """An argument type: a finite ``kind`` above 0 (at least ``lower``, at most ``upper``),
+    refused with a message that says so (argparse's own says "invalid float value")."""
+    what = "a whole number" if kind is int else "a finite number"
+
     def parse(text: str):
-        value = kind(text)
+        try:
+            value = kind(text)
+        except ValueError:
+            value = math.nan
         if not (value > 0 and math.isfinite(value)):
-            raise ValueError(text)
+            raise argparse.ArgumentTypeError(f"must be {what} > 0, got {text}")
+        if value < lower:
+            raise argparse.ArgumentTypeError(f"must be at least {lower:g}, got {text}")
+        if value > upper:
+            raise argparse.ArgumentTypeError(f"must be at most {upper:g}, got {text}")
         return value
 
-    parse.__name__ = kind.__name__
     return parse
 
 
@@ -63,18 +82,18 @@ def submission_schedule(
     return dues, shifted_s
 
 
-class Command(BaseCommand):
+class Command(OneLineCommand):
     help = "Submit jobs of a real trace through the REST API at a chosen speed-up."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--server", default="http://127.0.0.1:8000")
         parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-        parser.add_argument("--speedup", type=_positive(float), default=1000.0)
+        parser.add_argument("--speedup", type=_positive(float, lower=MIN_SPEEDUP), default=1000.0)
         parser.add_argument(
             "--work-scale",
-            type=_positive(float),
+            type=_positive(float, upper=MAX_WORK_SCALE),
             default=None,
-            help="multiply each job's iterations by this (default: 1 / speedup)",
+            help="multiply each job's iterations by this, at most 1000 (default: 1 / speedup)",
         )
         parser.add_argument("--max-wait-s", type=_positive(float), default=None)
         parser.add_argument("--limit", type=_positive(int), default=None, help="first N jobs")
@@ -137,6 +156,12 @@ class Command(BaseCommand):
                     f"{response.text[:200]}"
                 )
             bar.set_postfix(submitted=submitted, refused=rejected)
+        if not submitted:
+            # Every job came back 400: nothing was replayed, whatever the loop printed.
+            raise CommandError(
+                f"the server refused all {rejected} jobs of {opts['trace']} "
+                "(each refusal is printed above); nothing was submitted"
+            )
         self.stdout.write(
             f"replayed {len(jobs)} jobs in {time.monotonic() - start:.0f} s: {submitted} "
             f"submitted, {rejected} refused; speed-up {speedup:g}, work scale {work_scale:g}"
