@@ -401,6 +401,13 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "filters": {"refusals": {"()": "config.log_filters.RefusalsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"django.request": {"filters": ["refusals"]}},
+    "loggers": {
+        "django.request": {"filters": ["refusals"]},
+        # axes.apps logs only its "AXES: BEGIN version ..." banner, at INFO, as each process
+        # starts: every manage.py command printed it before its own output or one-line
+        # error. Its warnings still show; the lockouts and failed logins are other axes.*
+        # loggers, kept at the root's level.
+        "axes.apps": {"level": "WARNING"},
+    },
     "root": {"handlers": ["console"], "level": env_str("DJANGO_LOG_LEVEL", "INFO")},
 }

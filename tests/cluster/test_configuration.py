@@ -2,8 +2,11 @@
 Channels layer really talks to Redis."""
 
 import logging
+import os
+import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -14,6 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
 from config.log_filters import RefusalsWithoutTraceback
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_env_helpers_parse_and_default(monkeypatch):
@@ -110,3 +115,29 @@ def test_a_refused_request_logs_one_line_and_a_server_error_its_traceback(client
         failed = logging.LogRecord("django.request", logging.ERROR, "", 0, "x", (), sys.exc_info())
     failed.status_code = 500
     assert RefusalsWithoutTraceback().filter(failed) and failed.exc_info is not None
+
+
+def test_a_failing_command_prints_its_one_line_error_and_nothing_else():
+    # given the default log level (INFO), at which axes announced itself as each process
+    # started
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_LOG_LEVEL"}
+
+    # when a management command is given a bad argument
+    result = subprocess.run(
+        [sys.executable, "manage.py", "replay_trace", "--work-scale", "nan"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    # then its stderr is its one-line error, without the "AXES: BEGIN version" line
+    assert result.returncode == 2
+    assert result.stderr == (
+        "replay_trace: error: argument --work-scale: must be a finite number > 0, got nan\n"
+    )
+    assert result.stdout == ""
+
+
+def test_axes_still_logs_failed_logins_at_info():
+    # only the start-up banner's logger is raised to WARNING; the handlers that log failed
+    # logins and lockouts keep the root's level
+    assert not logging.getLogger("axes.apps").isEnabledFor(logging.INFO)
+    assert logging.getLogger("axes.handlers.database").isEnabledFor(logging.INFO)
