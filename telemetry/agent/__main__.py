@@ -202,6 +202,13 @@ def _run(args: argparse.Namespace) -> int:
     try:
         agent.run()
     except Rejected as exc:
+        if exc.status == 404:
+            # No agent API at that URL: a --server with a path, or another site.
+            sys.stderr.write(
+                f"agent: {exc}: no agent API there; is --server {args.server} the site's "
+                "root (such as http://host:8000)?\n"
+            )
+            return 1
         # The server refused the registration (bad token, GPUs of another node): retrying
         # cannot help, so stop with one line saying why.
         sys.stderr.write(f"agent: {args.server} refused the registration: {exc}\n")

@@ -8,7 +8,9 @@ is spooled, new messages queue behind it. A message the server refuses is quaran
 
 from __future__ import annotations
 
+import html
 import logging
+import re
 from typing import Any
 
 import requests
@@ -30,6 +32,26 @@ def _refused_positions(exc: Rejected, samples: Any) -> set[int]:
     if not isinstance(named, dict):
         return set()
     return {int(k) for k in named if isinstance(k, str) and k.isdigit() and int(k) < len(samples)}
+
+
+# A non-JSON error body (an HTML page from a wrong --server path, a proxy's error page) is
+# summed up in one line of at most this many characters: the whole page used to be printed.
+MAX_PAGE_LINE_CHARS = 120
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+
+
+def _page_line(text: str) -> str:
+    """One line for a non-JSON body: an HTML page's title, else its first non-blank line,
+    cut to ``MAX_PAGE_LINE_CHARS``."""
+    title = _TITLE.search(text)
+    if title:
+        line = html.unescape(title.group(1))
+    else:
+        line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = " ".join(line.split())
+    if len(line) > MAX_PAGE_LINE_CHARS:
+        line = line[: MAX_PAGE_LINE_CHARS - 3] + "..."
+    return line
 
 
 ENDPOINTS = {
@@ -77,11 +99,12 @@ class AgentClient:
                 f"{method} {url}: HTTP {response.status_code}", status=response.status_code
             )
         if response.status_code >= 400:
-            reason = response.text[:MAX_REASON_CHARS]
             try:
                 data = response.json()
+                reason = response.text[:MAX_REASON_CHARS]
             except ValueError:
                 data = None
+                reason = _page_line(response.text) or response.reason or ""
             raise Rejected(
                 f"{method} {url}: HTTP {response.status_code} {reason}",
                 status=response.status_code,
