@@ -193,9 +193,27 @@ def _usable(value) -> bool:
     )
 
 
+def _check_progress_file(path: Path) -> None:
+    """Raise ``ValueError`` now, naming the variable, if ``report`` could not write
+    ``path``: it writes a temporary file beside it and renames it over it, which failed
+    only at the first report (a directory there: IsADirectoryError mid-training)."""
+    name = f"WATTFLOW_PROGRESS_FILE={str(path)!r}"
+    if path.is_dir():
+        raise ValueError(f"{name} is a directory, not a file the job can overwrite")
+    if not path.parent.is_dir():
+        raise ValueError(f"{name}: its folder {str(path.parent)!r} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=path.parent)
+    except OSError as exc:
+        raise ValueError(f"{name}: cannot write in its folder: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
 def connect(env=None, *, handle_signals: bool = True, report_interval_s: float = 1.0) -> Job:
     """The job as the agent started it (``env``: default ``os.environ``). Raises
-    ``ValueError`` with the variable's name if the agent's numbers are unreadable."""
+    ``ValueError`` with the variable's name if the agent's numbers are unreadable or the
+    progress file cannot be written."""
     env = os.environ if env is None else env
     job = Job(
         job_id=env.get("WATTFLOW_JOB_ID"),
@@ -208,6 +226,8 @@ def connect(env=None, *, handle_signals: bool = True, report_interval_s: float =
         completed_iterations=_env_float(env, "WATTFLOW_COMPLETED_ITERATIONS", 0.0) or 0.0,
         report_interval_s=report_interval_s,
     )
+    if job.progress_file is not None:
+        _check_progress_file(job.progress_file)
     if handle_signals:
         job.handle_signals()
     return job

@@ -117,6 +117,33 @@ def test_unreadable_agent_numbers_name_their_variable(tmp_path, name, value):
         wf.connect(_env(tmp_path, **{name: value}), handle_signals=False)
 
 
+def test_connect_refuses_a_progress_file_that_is_a_directory(tmp_path):
+    # given a progress path that is a directory (report failed there, at the first step)
+    (tmp_path / "progress").mkdir()
+
+    # then connect refuses it, naming the variable, and writes nothing there
+    with pytest.raises(ValueError) as refused:
+        wf.connect(_env(tmp_path), handle_signals=False)
+    assert str(refused.value) == (
+        f"WATTFLOW_PROGRESS_FILE={str(tmp_path / 'progress')!r} is a directory, not a file "
+        "the job can overwrite"
+    )
+    assert list((tmp_path / "progress").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["progress"]
+
+
+def test_connect_refuses_a_progress_file_in_a_missing_folder(tmp_path):
+    progress = tmp_path / "gone" / "progress"
+
+    with pytest.raises(ValueError) as refused:
+        wf.connect(_env(tmp_path, WATTFLOW_PROGRESS_FILE=str(progress)), handle_signals=False)
+
+    assert str(refused.value) == (
+        f"WATTFLOW_PROGRESS_FILE={str(progress)!r}: its folder {str(progress.parent)!r} does "
+        "not exist"
+    )
+
+
 def test_report_writes_one_json_object_the_agent_understands(tmp_path):
     job = wf.connect(_env(tmp_path), handle_signals=False, report_interval_s=3600)
     before = time.time()
