@@ -8,7 +8,9 @@ A plain run simulates one policy (optionally under ``--energy-budget-kwh`` or
 ``--carbon-budget-kg``). ``--match-baseline a,b`` runs each baseline, then the policy
 with the baseline's energy (``--budget-kind carbon``: carbon) as its budget, and reports
 the average-JCT ratio. Results go to ``--out`` as CSV and JSON (and PNG with ``--plots``).
-Bad arguments exit with status 2 and one line saying what is wrong.
+Bad arguments exit with status 2 and one line saying what is wrong; a run that stopped
+early with jobs unfinished (nothing progressed for the stall limit) writes its results and
+exits with status 1 and one line saying which and why.
 """
 
 from __future__ import annotations
@@ -51,12 +53,20 @@ class UsageError(Exception):
     """Bad arguments or inputs; the message is the one line the user sees."""
 
 
+class StoppedEarly(Exception):
+    """A run stopped with jobs unfinished (its results are written but incomplete); the
+    message is the one line the user sees."""
+
+
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors, on one line
         raise UsageError(message)
 
 
-def _positive(kind, upper: float = math.inf):
+def _positive(kind, upper: float = math.inf, *, lower: float = 0.0, lower_is: str = ""):
+    """An argument type: a finite ``kind`` above 0, at least ``lower`` (``lower_is`` says
+    what that is) and at most ``upper``."""
+
     def parse(text: str):
         try:
             value = kind(text)
@@ -64,11 +74,20 @@ def _positive(kind, upper: float = math.inf):
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not (value > 0 and math.isfinite(value)):
             raise argparse.ArgumentTypeError(f"{text!r} must be a finite positive number")
+        if value < lower:
+            note = f" ({lower_is})" if lower_is else ""
+            raise argparse.ArgumentTypeError(f"{text!r} is less than {lower:g}{note}")
         if value > upper:
             raise argparse.ArgumentTypeError(f"{text!r} is more than {upper:g}")
         return value
 
     return parse
+
+
+# The smallest fixed budgets: one watt-hour, one gram. 1e-300 kWh was taken, and the
+# periods' line printed a share of it with 308 digits.
+MIN_ENERGY_BUDGET_KWH = 0.001
+MIN_CARBON_BUDGET_KG = 0.001
 
 
 def _non_negative(text: str) -> float:
@@ -103,8 +122,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", required=True, help="cluster spec (data/clusters/*.json)")
     parser.add_argument("--policy", required=True, help="policy name from the core's registry")
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--energy-budget-kwh", type=_positive(float), help="cluster energy budget")
-    budget.add_argument("--carbon-budget-kg", type=_positive(float), help="cluster carbon budget")
+    budget.add_argument(
+        "--energy-budget-kwh",
+        type=_positive(float, lower=MIN_ENERGY_BUDGET_KWH, lower_is="1 Wh"),
+        help="cluster energy budget (at least 0.001: 1 Wh)",
+    )
+    budget.add_argument(
+        "--carbon-budget-kg",
+        type=_positive(float, lower=MIN_CARBON_BUDGET_KG, lower_is="1 g"),
+        help="cluster carbon budget (at least 0.001: 1 g)",
+    )
     budget.add_argument(
         "--match-baseline",
         help="comma-separated baselines whose spend becomes the policy's budget",
@@ -276,6 +303,12 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     stdout = stdout or sys.stdout
     if args.budget_kind and not args.match_baseline:
         raise UsageError("--budget-kind only applies with --match-baseline")
+    if args.budget_period_h and not (args.energy_budget_kwh or args.carbon_budget_kg):
+        # A matched budget's period is the baseline's makespan x --horizon-factor; without
+        # any budget the option was ignored without a word.
+        raise UsageError(
+            "--budget-period-h only applies with --energy-budget-kwh or --carbon-budget-kg"
+        )
     if args.carbon_budget_kg and not args.carbon_zone:
         raise UsageError("--carbon-budget-kg needs --carbon-zone (carbon is zero without one)")
     if args.budget_period_h and args.round_length_s > args.budget_period_h * 3600.0:
@@ -355,6 +388,9 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     }
     # Per knowledge mode, the results by run name (plots show the first mode's).
     results: dict[str, dict[str, SimResult]] = {mode: {} for mode in modes}
+    # Runs that stopped with jobs unfinished, but not because those can never run on this
+    # cluster (named below as they are found; the run ended once only they were left).
+    stopped: list[tuple[str, SimResult]] = []
 
     def record(mode: str, name: str, result: SimResult, wall_s: float) -> None:
         summary = summarise(result)
@@ -372,6 +408,8 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             first[mode] = entry
             first["learned_vs_oracle"] = _ratios(first, entry)
         stdout.write(_line(f"{name} [{mode}]", summary, wall_s) + "\n")
+        if result.stopped_early and not result.never_runnable:
+            stopped.append((f"{name} [{mode}]", result))
         stuck = result.never_runnable
         if stuck:
             ids = sorted(stuck)
@@ -475,6 +513,16 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
         f"with less than {bound.min_energy_j / J_PER_KWH:.1f} kWh (contention-free bound)\n"
     )
     stdout.write(f"results in {out}/{stem}_*\n")
+    if stopped:
+        # A run that stopped early reads like a finished one in the table (its unfinished
+        # jobs aside): --restart-cost-s 1e12 stalled every resized job, and exited 0.
+        name, result = stopped[0]
+        unfinished = sum(1 for r in result.jobs if r.finish_s is None)
+        others = f" (and {len(stopped) - 1} other run(s))" if len(stopped) > 1 else ""
+        raise StoppedEarly(
+            f"{name} stopped early with {unfinished} of {len(result.jobs)} jobs unfinished"
+            f"{others}: {result.stopped_why}; its results are incomplete"
+        )
     return report
 
 
@@ -637,4 +685,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    except StoppedEarly as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
     return 0

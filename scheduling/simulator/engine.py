@@ -186,6 +186,7 @@ class Simulator:
         next_tick = 0.0
         last_activity_s = 0.0
         stopped_early = False
+        stopped_why = ""
         never_runnable: dict[str, str] = {}
         all_gpus = self.cluster.gpus
         idle_all_w = self._idle_all_w
@@ -193,6 +194,7 @@ class Simulator:
         while n_finished < n_total:
             if cfg.max_time_s is not None and t >= cfg.max_time_s:
                 stopped_early = True
+                stopped_why = f"it reached its time limit ({cfg.max_time_s:g} s)"
                 break
             # Arrivals up to now join the active set.
             while next_arrival < n_total and records[next_arrival].spec.submit_time_s <= t:
@@ -234,6 +236,7 @@ class Simulator:
                     # draw charged to the run, and name the jobs.
                     never_runnable = stuck
                     stopped_early = True
+                    stopped_why = "only jobs that can never run on this cluster were left"
                     break
             if t >= next_tick:
                 next_tick = math.floor(t / L) * L + L
@@ -299,6 +302,10 @@ class Simulator:
                 and self._renewed_before(last_activity_s, t)
             ):
                 stopped_early = True
+                stopped_why = (
+                    f"no job progressed for {(t - last_activity_s) / 86400:.3g} days (the "
+                    "stall limit): those left only restarted or could not run"
+                )
                 break
 
         end_s = max((r.finish_s for r in records if r.finish_s is not None), default=t)
@@ -314,6 +321,7 @@ class Simulator:
             busy_gpu_s=busy_gpu_s,
             end_s=end_s,
             stopped_early=stopped_early,
+            stopped_why=stopped_why,
             wait_codes=wait_codes,
             never_runnable=never_runnable,
             budget_periods=self.budgets.periods(),

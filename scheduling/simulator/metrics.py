@@ -72,6 +72,7 @@ def summarise(result: SimResult) -> dict[str, Any]:
         "n_finished": len(finished),
         "n_unfinished": len(jobs) - len(finished),
         "stopped_early": result.stopped_early,
+        "stopped_why": result.stopped_why or None,
         **_stats([r.jct_s for r in finished], "jct_s"),
         "makespan_s": makespan_s,
         **_stats([r.queueing_delay_s for r in started], "queueing_delay_s"),

@@ -136,6 +136,8 @@ class SimResult:
     end_s: float
     stopped_early: bool
     wait_codes: Counter[str] = field(default_factory=Counter)
+    # Why the run stopped with jobs unfinished, as the end of a sentence ("" if it did not).
+    stopped_why: str = ""
     # Jobs the run stopped without, because they can never run on this cluster under this
     # policy (job id -> the policy's reason); the run stops as soon as only they are left.
     never_runnable: dict[str, str] = field(default_factory=dict)

@@ -352,6 +352,11 @@ def read_trace(
     path = Path(path)
     data_dir = Path(data_dir)
     name = path.name
+    # Before the name: a missing file read "unknown trace format" when misspelt.
+    if not path.exists():
+        raise TraceError(f"trace {path} does not exist")
+    if path.is_dir():
+        raise TraceError(f"trace {path} is a folder, not a file")
     if name.startswith("elasticflow_"):
         return read_elasticflow_trace(path, max_gpus=max_gpus)
     if re.fullmatch(r"pollux_workload-\d+\.csv", name):

@@ -301,11 +301,15 @@ def test_a_budget_below_the_idle_floor_is_named_and_no_finished_job_prints_na(tm
     # plan, and no job ever fits it, so there is no average JCT to print (it was "nan").
     argv = ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "powerflow"]
     argv += ["--energy-budget-kwh", "3", "--budget-period-h", "6", "--max-jobs", "2"]
-    assert main([*argv, "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    assert main([*argv, "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    out = captured.out
     assert "idle GPUs alone draw 3.8 kWh a period, more than the 3 kWh budget" in out
     assert "avg JCT       n/a h  p99       n/a h" in out
     assert "nan" not in out
+    # the run stalls (no job ever fits), and says so on one line
+    assert captured.err.startswith("error: powerflow [oracle] stopped early with 2 of 2 jobs")
+    assert captured.err.count("\n") == 1
 
 
 def test_a_carbon_budget_below_the_idle_floor_is_named(tmp_path, capsys):
@@ -314,7 +318,7 @@ def test_a_carbon_budget_below_the_idle_floor_is_named(tmp_path, capsys):
     argv = ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "greenflow"]
     argv += ["--carbon-budget-kg", "0.001", "--carbon-zone", "ES", "--budget-period-h", "6"]
     argv += ["--max-jobs", "2", "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)]
-    assert main(argv) == 0
+    assert main(argv) == 1  # stopped early: no job fits 1 g
     out = capsys.readouterr().out
     assert "idle GPUs alone emit" in out
     assert "in the first period, more than the 0.001 kg budget" in out
@@ -499,3 +503,72 @@ def test_a_cluster_too_large_to_build_is_refused(tmp_path, capsys):
     argv = ["--trace", str(TRACE), "--cluster", str(cluster), "--policy", "fifo"]
     assert main([*argv, "--no-progress", "--out", str(tmp_path / "out")]) == 2
     assert "at most 65,536 are simulated" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["--energy-budget-kwh", "1e-300"],  # its share printed with 308 digits
+            "argument --energy-budget-kwh: '1e-300' is less than 0.001 (1 Wh)",
+        ),
+        (
+            ["--carbon-budget-kg", "1e-9", "--carbon-zone", "ES"],
+            "argument --carbon-budget-kg: '1e-9' is less than 0.001 (1 g)",
+        ),
+        (
+            ["--budget-period-h", "5"],  # was ignored without a word
+            "--budget-period-h only applies with --energy-budget-kwh or --carbon-budget-kg",
+        ),
+        (
+            ["--budget-period-h", "5", "--match-baseline", "fifo"],
+            "--budget-period-h only applies with --energy-budget-kwh or --carbon-budget-kg",
+        ),
+    ],
+)
+def test_a_budget_too_small_or_a_period_without_one_exits_2_with_one_line(
+    tmp_path, capsys, argv, line
+):
+    out = tmp_path / "out"
+    base = ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "fifo"]
+
+    assert main([*base, *argv, "--no-progress", "--out", str(out)]) == 2
+
+    assert capsys.readouterr().err == f"error: {line}\n"
+    assert not out.exists()
+
+
+def test_a_missing_trace_file_is_named_as_missing(tmp_path, capsys):
+    # (it read "unknown trace format 'nope.csv'")
+    missing = tmp_path / "elasticflow_nope.csv"
+    argv = ["--trace", str(missing), "--cluster", str(CLUSTER), "--policy", "fifo"]
+
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+
+    assert capsys.readouterr().err == f"error: trace {missing} does not exist\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_that_stops_early_says_why_on_one_line_and_exits_1(tmp_path, capsys):
+    # given a restart cost no job outlives: elastic starts 5 jobs, and the ones it resizes
+    # restart for ever, so nothing progresses for the stall limit (a week)
+    argv = ["--trace", str(DATA / "trace" / "pollux_workload-2.csv"), "--cluster", str(CLUSTER)]
+    argv += ["--policy", "elastic", "--restart-cost-s", "1e12", "--max-jobs", "5"]
+
+    # when it runs, it exits 1 (it printed its table and exited 0; stopped_early only in
+    # the JSON)
+    status = main([*argv, "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)])
+
+    # then one line says which run stopped early and why, and its results are still written
+    captured = capsys.readouterr()
+    assert status == 1
+    assert captured.err == (
+        "error: elastic [oracle] stopped early with 3 of 5 jobs unfinished: no job progressed "
+        "for 7 days (the stall limit): those left only restarted or could not run; its "
+        "results are incomplete\n"
+    )
+    (summary_file,) = tmp_path.glob("*_elastic_summary.json")
+    summary = json.loads(summary_file.read_text())["summary"]
+    assert summary["stopped_early"] is True
+    assert summary["stopped_why"].startswith("no job progressed for 7 days")
+    assert (tmp_path / "pollux_workload-2_n16g4_t4_report.json").exists()

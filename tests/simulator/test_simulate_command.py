@@ -115,21 +115,27 @@ def _powerflow_teams_on_8_t4s(tmp_path: Path, *budget: str) -> str:
     """PowerFlow on the first 60 pollux_workload-1 jobs on 2 x 4 T4, a team per workload,
     with ``budget``'s options; what the command printed."""
     out = StringIO()
-    call_command(
-        "simulate",
-        "--trace", str(DATA / "trace" / "pollux_workload-1.csv"),
-        "--cluster", str(_small_t4_cluster(tmp_path)), "--policy", "powerflow", *budget,
-        "--team-budgets", "--team-rule", "workload", "--knowledge", "oracle",
-        "--max-jobs", "60", "--no-progress", "--out", str(tmp_path),
-        stdout=out,
-    )  # fmt: skip
+    try:
+        call_command(
+            "simulate",
+            "--trace", str(DATA / "trace" / "pollux_workload-1.csv"),
+            "--cluster", str(_small_t4_cluster(tmp_path)), "--policy", "powerflow", *budget,
+            "--team-budgets", "--team-rule", "workload", "--knowledge", "oracle",
+            "--max-jobs", "60", "--no-progress", "--out", str(tmp_path),
+            stdout=out,
+        )  # fmt: skip
+    except CommandError as exc:
+        exc.printed = out.getvalue()  # a run that stopped early still printed its lines
+        raise
     return out.getvalue()
 
 
 def test_a_team_whose_jobs_drew_nothing_under_the_baseline_gets_nothing(tmp_path):
     # given 60 pollux jobs on 8 T4s, under fifo 19 of them ask for more GPUs than there are
     # (imagenet's and bert's among them: those teams draw nothing), and team budgets matched
-    printed = _powerflow_teams_on_8_t4s(tmp_path, "--match-baseline", "fifo")
+    with pytest.raises(CommandError) as stopped:
+        _powerflow_teams_on_8_t4s(tmp_path, "--match-baseline", "fifo")
+    printed = stopped.value.printed
     (line,) = json.loads((tmp_path / "pollux_workload-1_n2g4_t4_report.json").read_text())[
         "comparisons"
     ]
@@ -146,6 +152,13 @@ def test_a_team_whose_jobs_drew_nothing_under_the_baseline_gets_nothing(tmp_path
     # and no ratio is printed over different sets of finished jobs (it read 0.404x)
     assert line["baseline_unfinished_jobs"] == 19 and line["avg_jct_ratio"] is None
     assert "avg JCT ratio n/a (fifo left 19 job(s) unfinished)" in printed
+    # and the two jobs no budget pays for stall PowerFlow's run, which says so and fails
+    assert str(stopped.value) == (
+        "powerflow@fifo-energy [oracle] stopped early with 2 of 60 jobs unfinished: no job "
+        "progressed for 7 days (the stall limit): those left only restarted or could not "
+        "run; its results are incomplete"
+    )
+    assert stopped.value.returncode == 1
 
 
 def test_a_fixed_budget_split_by_team_pays_for_each_teams_jobs_whole_gpus(tmp_path):

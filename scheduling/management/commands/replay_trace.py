@@ -110,7 +110,9 @@ class Command(OneLineCommand):
     def handle(self, *args, **opts) -> None:
         try:
             jobs = read_elasticflow_trace(opts["trace"])
-        except (TraceError, OSError) as exc:
+        except TraceError as exc:
+            raise CommandError(str(exc)) from None  # it names the trace already
+        except OSError as exc:
             raise CommandError(f"cannot read trace {opts['trace']}: {exc}") from None
         if opts["limit"]:
             jobs = jobs[: opts["limit"]]

@@ -2,7 +2,7 @@
 
 A thin wrapper: the arguments and the work are those of ``python -m scheduling.simulator``
 (:mod:`scheduling.simulator.cli`), which needs no Django; errors become one-line
-``CommandError``s (non-zero exit).
+``CommandError``s (exit status 1).
 """
 
 from __future__ import annotations
@@ -26,3 +26,5 @@ class Command(OneLineCommand):
             cli.execute(argparse.Namespace(**options), stdout=self.stdout)
         except cli.UsageError as exc:
             raise CommandError(str(exc)) from None
+        except cli.StoppedEarly as exc:
+            raise CommandError(str(exc), returncode=1) from None
