@@ -25,7 +25,10 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_args import positive_int  # noqa: E402
+
 from scheduling.core.goodput import load_curves  # noqa: E402
+from scheduling.core.registry import policy_names  # noqa: E402
 from scheduling.core.types import J_PER_KWH  # noqa: E402
 from scheduling.fitting import goodput_fit  # noqa: E402
 from scheduling.simulator.bounds import scenario_bound  # noqa: E402
@@ -158,8 +161,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default="pollux_workload-1")
     parser.add_argument("--cluster", default="n16g4_t4")
-    parser.add_argument("--policies", nargs="+", default=["elastic", "powerflow", "zeus"])
-    parser.add_argument("--max-batch-factor", type=int, default=4)
+    parser.add_argument(
+        "--policies", nargs="+", choices=policy_names(), default=["elastic", "powerflow", "zeus"]
+    )
+    parser.add_argument("--max-batch-factor", type=positive_int, default=4)
     args = parser.parse_args()
     if "elastic" not in args.policies:
         args.policies.insert(0, "elastic")

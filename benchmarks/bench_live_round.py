@@ -27,6 +27,11 @@ from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench_args import positive_int  # noqa: E402
+
+from scheduling.core.registry import policy_names  # noqa: E402
+
 TRACE = ROOT / "data" / "trace" / "elasticflow_philly_876.csv"
 
 
@@ -45,10 +50,10 @@ def scratch_database_url(database: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database", default="wattflow_bench_live_round")
-    parser.add_argument("--nodes", type=int, default=4)
-    parser.add_argument("--jobs", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--policy", default="powerflow")
+    parser.add_argument("--nodes", type=positive_int, default=4)
+    parser.add_argument("--jobs", type=positive_int, default=200)
+    parser.add_argument("--rounds", type=positive_int, default=6)
+    parser.add_argument("--policy", choices=policy_names(), default="powerflow")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 

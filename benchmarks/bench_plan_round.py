@@ -39,9 +39,11 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_args import non_negative_int, positive_int  # noqa: E402
+
 from scheduling.core.online_model import N_PARAMS, OnlinePerfModel  # noqa: E402
 from scheduling.core.perf_models import load_catalog  # noqa: E402
-from scheduling.core.registry import get_policy  # noqa: E402
+from scheduling.core.registry import get_policy, policy_names  # noqa: E402
 from scheduling.core.round import plan_round  # noqa: E402
 from scheduling.core.types import (  # noqa: E402
     Allocation,
@@ -183,15 +185,15 @@ def prior_models(snap: Snapshot, catalog, how: str) -> dict[tuple[str, str], Onl
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--policy", default="powerflow")
-    p.add_argument("--jobs", type=int, default=1000, help="jobs, about half running")
+    p.add_argument("--policy", choices=policy_names(), default="powerflow")
+    p.add_argument("--jobs", type=positive_int, default=1000, help="jobs, about half running")
     p.add_argument(
         "--running",
-        type=int,
+        type=positive_int,
         default=None,
         help="instead of --jobs: this many jobs, all running while GPUs last",
     )
-    p.add_argument("--waiting", type=int, default=0, help="more jobs, all waiting")
+    p.add_argument("--waiting", type=non_negative_int, default=0, help="more jobs, all waiting")
     p.add_argument("--profile", default=None, help="write cProfile statistics here")
     p.add_argument(
         "--priors",
@@ -207,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="plan every repeat as a policy's first round (no state carried over)",
     )
-    p.add_argument("--switches", type=int, default=8)
-    p.add_argument("--nodes-per-switch", type=int, default=16)
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--switches", type=positive_int, default=8)
+    p.add_argument("--nodes-per-switch", type=positive_int, default=16)
+    p.add_argument("--gpus-per-node", type=positive_int, default=8)
+    p.add_argument("--repeats", type=positive_int, default=30)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 

@@ -10,6 +10,7 @@ Prints one line per queue and budget kind.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +26,11 @@ QUEUES = [("pollux_workload-1.csv", 0, 16), ("pollux_workload-3.csv", 40, 16),
           ("pollux_workload-6.csv", 100, 12)]  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    # No options; --help says what it runs instead of running it.
+    argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args(argv)
     data = ROOT / "data"
     for trace, first, n in QUEUES:
         scenario = load_scenario(data / "trace" / trace, data / "clusters" / "n16g4_t4.json")

@@ -19,6 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_args import policy_list  # noqa: E402
+
 from scheduling.core.policies.budget_greedy import BudgetGreedy  # noqa: E402
 from scheduling.core.policies.elastic import Elastic  # noqa: E402
 from scheduling.simulator.compare import budget_from  # noqa: E402
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cluster", default="data/clusters/n16g8_a100.json")
     p.add_argument("--arrival-scale", type=float, default=None)
     p.add_argument("--max-jobs", type=int, default=None)
-    p.add_argument("--baselines", default="elastic")
+    p.add_argument("--baselines", type=policy_list, default="elastic")
     p.add_argument("--params", default="{}", help="PowerFlow parameters as JSON")
     args = p.parse_args(argv)
     try:
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         arrival_scale=args.arrival_scale,
         max_jobs=args.max_jobs,
     )
-    for base in args.baselines.split(","):
+    for base in args.baselines:
         for v in STATS.values():
             v.clear()
         t = time.perf_counter()

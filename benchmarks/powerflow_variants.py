@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_args import policy_list  # noqa: E402
+
 from scheduling.simulator.compare import budget_from, in_period  # noqa: E402
 from scheduling.simulator.metrics import summarise  # noqa: E402
 from scheduling.simulator.scenario import load_scenario, run_policy  # noqa: E402
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cluster", required=True)
     p.add_argument("--arrival-scale", type=float, default=None)
     p.add_argument("--max-jobs", type=int, default=None)
-    p.add_argument("--baselines", default="elastic,fifo_lowclock")
+    p.add_argument("--baselines", type=policy_list, default="elastic,fifo_lowclock")
     p.add_argument("--variants", default='{"base": {}}', help="name -> PowerFlow parameters")
     p.add_argument("--cache", default=None, help="folder to keep the baselines' runs in")
     args = p.parse_args(argv)
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         max_jobs=args.max_jobs,
     )
     tag = f"{Path(args.trace).stem}_{args.arrival_scale}_{args.max_jobs}"
-    for base in args.baselines.split(","):
+    for base in args.baselines:
         cached = Path(args.cache) / f"{tag}_{base}.pkl" if args.cache else None
         if cached is not None and cached.exists():
             base_result = pickle.loads(cached.read_bytes())

@@ -1,0 +1,59 @@
+"""The benchmark scripts refuse a bad argument before any work, with argparse's error line
+(``--repeats 0`` ended in an IndexError after building a 1,024-GPU cluster, an unknown
+policy in a KeyError), and ``--help`` prints help (``bench_whatif.py`` ran instead)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(script: str, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *argv],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "line"),
+    [
+        (
+            "bench_plan_round.py",
+            ["--repeats", "0"],
+            "bench_plan_round.py: error: argument --repeats: '0' must be at least 1",
+        ),
+        (
+            "bench_plan_round.py",
+            ["--policy", "slowest"],
+            "bench_plan_round.py: error: argument --policy: invalid choice: 'slowest' (choose "
+            "from 'eaco', 'elastic', 'fifo', 'fifo_lowclock', 'greenflow', 'netdelay', 'ones', "
+            "'powerflow', 'tiresias', 'zeus')",
+        ),
+        (
+            "instrument_rounds.py",
+            ["--baselines", "elastic,slowest"],
+            "instrument_rounds.py: error: argument --baselines: 'elastic,slowest': unknown "
+            "slowest; known: eaco, elastic, fifo, fifo_lowclock, greenflow, netdelay, ones, "
+            "powerflow, tiresias, zeus",
+        ),
+    ],
+)
+def test_a_benchmark_refuses_a_bad_argument_before_any_work(script, argv, line):
+    result = _bench(script, *argv)
+
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == line
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_bench_whatif_help_prints_help_instead_of_running():
+    result = _bench("bench_whatif.py", "--help")
+
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: bench_whatif.py [-h]\n")
+    assert "jobs 0-15" not in result.stdout  # no queue was replayed
