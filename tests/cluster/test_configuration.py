@@ -141,3 +141,32 @@ def test_axes_still_logs_failed_logins_at_info():
     # logins and lockouts keep the root's level
     assert not logging.getLogger("axes.apps").isEnabledFor(logging.INFO)
     assert logging.getLogger("axes.handlers.database").isEnabledFor(logging.INFO)
+
+
+@pytest.mark.parametrize(
+    ("app", "name"),
+    [
+        ("cluster", "seed_demo"),
+        ("frontend", "demo_screenshots"),
+        ("scheduling", "fit_perf_models"),
+        ("scheduling", "perf_model_report"),
+        ("scheduling", "replay_trace"),
+        ("scheduling", "simulate"),
+        ("scheduling", "slurm_check"),
+        ("telemetry", "import_carbon"),
+    ],
+)
+def test_every_project_command_refuses_a_bad_argument_with_one_line(app, name, capsys):
+    from django.core.management import load_command_class
+
+    # when a command of this project is given an option it does not have
+    with pytest.raises(SystemExit) as exited:
+        load_command_class(app, name).run_from_argv(["manage.py", name, "--bogus"])
+
+    # then it exits 2 with argparse's error on one line (the option, or a required one it
+    # lacks), not the whole usage first
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{name}: error: ") and err.endswith("\n")
+    assert err.count("\n") == 1 and "usage:" not in err
+    assert "--bogus" in err or "the following arguments are required" in err

@@ -36,13 +36,14 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import transaction
 from django.utils import timezone
 from tqdm import tqdm
 
 from cluster.choices import HardLimitAction, NodeStatus, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
+from config.commands import OneLineCommand
 from config.env import env_float, env_int
 from scheduling.adapters import current_catalog
 from scheduling.core.carbon_data import carbon_file
@@ -144,7 +145,7 @@ def demo_period(now: datetime, span_s: float) -> tuple[datetime, datetime]:
     return start, end
 
 
-class Command(BaseCommand):
+class Command(OneLineCommand):
     help = "Load demo teams, users, a 4x8 A100 cluster, agent tokens and budgets (idempotent)."
 
     def handle(self, *args, **options) -> None:

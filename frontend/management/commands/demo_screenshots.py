@@ -11,20 +11,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db.models import Count
 from tqdm import tqdm
 
 from cluster.choices import JobState
 from cluster.management.commands.seed_demo import USERS
 from cluster.models import Job
+from config.commands import OneLineCommand
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1366, "height": 768}
 PASSWORDS = {u.username: u.password for u in USERS}
 
 
-class Command(BaseCommand):
+class Command(OneLineCommand):
     help = "Screenshot the pages of a running demo as its users (Playwright, Chromium)."
 
     def add_arguments(self, parser):

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils import timezone
 from tqdm import tqdm
 
+from config.commands import OneLineCommand
 from scheduling.core.perf_models import CATALOG_PATH, save_catalog
 from scheduling.fitting import perf_data
 from scheduling.fitting.perf_report import (
@@ -34,7 +35,7 @@ def data_dir_arg(value: str) -> Path:
     return path
 
 
-class Command(BaseCommand):
+class Command(OneLineCommand):
     help = "Refit the performance models from data/perf, write the catalog JSON, store profiles."
 
     def add_arguments(self, parser) -> None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from tqdm import tqdm
 
+from config.commands import OneLineCommand
 from scheduling.fitting import perf_data
 from scheduling.fitting.perf_report import (
     CROSS_VALIDATIONS,
@@ -24,7 +25,7 @@ from scheduling.fitting.perf_report import (
 from scheduling.management.commands.fit_perf_models import data_dir_arg
 
 
-class Command(BaseCommand):
+class Command(OneLineCommand):
     help = "Print held-out errors of the performance models per data set; write parity PNGs."
 
     def add_arguments(self, parser) -> None:

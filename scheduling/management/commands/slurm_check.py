@@ -2,14 +2,15 @@
 what it lacks, and whether Wattflow's partition and nodes are there. Exits non-zero with one
 line when Slurm cannot be reached."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from cluster.models import Node
+from config.commands import OneLineCommand
 from scheduling.executors.slurm import SlurmExecutor
 from scheduling.executors.slurm_cli import SlurmError
 
 
-class Command(BaseCommand):
+class Command(OneLineCommand):
     help = "Check the Slurm the Slurm executor is configured for (WATTFLOW_SLURM_*)."
 
     def handle(self, *args, **options):

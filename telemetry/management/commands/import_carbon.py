@@ -12,10 +12,11 @@ rows are marked *estimated*, because they are not that year's measurements.
 
 from datetime import datetime, timedelta
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import transaction
 from tqdm import tqdm
 
+from config.commands import OneLineCommand
 from scheduling.core.carbon_data import (
     YEARS,
     CarbonDataError,
@@ -50,7 +51,7 @@ def replay_onto_year(points: tuple[HourlyPoint, ...], year: int) -> list[HourlyP
     return [moved[start] for start in sorted(moved)]
 
 
-class Command(BaseCommand):
+class Command(OneLineCommand):
     help = "Import hourly grid carbon intensity from an Electricity Maps CSV file."
 
     def add_arguments(self, parser):
