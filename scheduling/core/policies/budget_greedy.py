@@ -260,6 +260,7 @@ class BudgetGreedy:
         hesrpt_exp: float | None = 0.5,
         fixed_price: float | None = None,
         prior_box: str = "minimum",
+        unmeasured_risk: bool = True,
         keep_hedge: bool = True,
         prediction_margin: float = 0.05,
         in_period_cost: bool = True,
@@ -321,6 +322,10 @@ class BudgetGreedy:
           per gram) in each round where its free remainder covers the work's minimum,
           so that a run shows what one price over the whole period gives; chosen after
           the fact, it is an oracle (docs/benchmarks.md, "One price for the whole period").
+        - ``unmeasured_risk``: a running job's price hull counts, at a GPU count beyond
+          the most its learned model has measured, the worst case of the round that
+          measures it (the extra GPUs' draw for a round with no speedup, and the restart
+          back); see ``_Round._risk_terms``.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -397,6 +402,7 @@ class BudgetGreedy:
         if prior_box not in ("minimum", "requested"):
             raise ValueError(f"prior_box must be 'minimum' or 'requested', not {prior_box!r}")
         self.prior_box = prior_box
+        self.unmeasured_risk = unmeasured_risk
 
     # --- state carried between rounds -------------------------------------------
 
@@ -815,14 +821,51 @@ class _Round:
             )
         restart = self.policy.restart_s
         same, other = parts
-        return (
-            lower_hull(
-                [(c * r, t * r, tag) for c, t, tag in same]
-                + [(c * r, t * r + restart, tag) for c, t, tag in other]
-            ),
-            1.0,
-            ("job", j),
-        )
+        measured = self._measured_gpus(j, ran)
+        if measured is None:
+            return (
+                lower_hull(
+                    [(c * r, t * r, tag) for c, t, tag in same]
+                    + [(c * r, t * r + restart, tag) for c, t, tag in other]
+                ),
+                1.0,
+                ("job", j),
+            )
+        # Beyond the counts its model has measured, a point costs the worst case of the
+        # round that measures it as well (``_measured_gpus``): the extra GPUs drawing for
+        # a round that buys nothing. Hulled after, since that cost is not per iteration.
+        sizes, round_s = self.opts[j][0], self.round_s
+        pts = [(c * r, t * r, tag) for c, t, tag in same]
+        for c, t, tag in self._unit_points(j, key):
+            n = sizes[tag[0]]
+            if n == ran:
+                continue
+            cost = c * r
+            if n > measured and t > 0:
+                cost += (n - measured) * c / (n * t) * min(round_s, t * r)
+            pts.append((cost, t * r + restart, tag))
+        return lower_hull(pts), 1.0, ("job", j)
+
+    def _measured_gpus(self, j: int, ran: int) -> int | None:
+        """The most GPUs running job j's learned model has measured it on (at least its
+        running and smallest count), or None where its model is not learned (a catalog
+        model knows every count) or ``unmeasured_risk`` is off.
+
+        A learned model predicts a count the job never ran at from its prior's shape,
+        which can be far off (ncf on T4s: measured on one GPU, predicted at 10 ms and
+        0.44 J an iteration on four, where four take 21 ms and 0.90 J). Priced as
+        predicted, such a count looked faster and no costlier: under a team budget with
+        no slack every ncf job moved there, each paid a round at twice the energy per
+        iteration and the restarts there and back before its model knew better, and the
+        team's last jobs waited for the next period (docs/benchmarks.md, "A GPU count the
+        job has not run at, priced at its worst case"). So ``hull_of`` prices a count
+        beyond what was measured with the worst case of the round that measures it."""
+        if not self.policy.unmeasured_risk:
+            return None
+        measured = getattr(self.jobs[j].perf, "max_measured_gpus", None)
+        if measured is None:
+            return None
+        return max(measured, ran, self.opts[j][0][0])
 
     def _unit_points(self, j: int, key: tuple) -> list[tuple[float, float, tuple[int, int, int]]]:
         """``points`` of one remaining iteration of job j, restart aside (energy only;
