@@ -468,12 +468,23 @@ def node_history(node: Node, gpus: Iterable[Gpu] | None = None) -> str | None:
     return "job events" if node.job_events.exists() else None
 
 
+def _lock_gpu(gpu: Gpu) -> Gpu:
+    """``gpu`` read under lock, its node's row locked first: the order of registration
+    (``telemetry.services.register_gpus``) and of the rounds (nodes, then GPUs). Locked in
+    one statement with its node, the GPU's row could be taken first, and a retire beside
+    an agent's registration of the same node could wait on each other in a cycle (the
+    database then aborts one of them)."""
+    node_id = Gpu.objects.filter(pk=gpu.pk).values_list("node_id", flat=True).get()
+    list(Node.objects.select_for_update().filter(pk=node_id).values_list("pk", flat=True))
+    return Gpu.objects.select_for_update(of=("self",)).select_related("node").get(pk=gpu.pk)
+
+
 def retire_gpu(gpu: Gpu, *, actor, at: datetime | None = None) -> Gpu:
     """Take a GPU that left its node out of service, keeping its history: it is no longer
     capacity, and its index is free for the GPU that replaces it. Raises ``GpuInUse`` while
     a job runs on it. Retiring a retired GPU changes nothing."""
     with transaction.atomic():
-        locked = Gpu.objects.select_for_update().select_related("node").get(pk=gpu.pk)
+        locked = _lock_gpu(gpu)
         if locked.retired_at is not None:
             return locked
         if locked.allocations.filter(ended_at__isnull=True).exists():
@@ -503,7 +514,7 @@ def delete_gpu(gpu: Gpu, *, actor, at: datetime | None = None) -> None:
     """Delete a GPU that has no history (one registered by mistake), recorded in the audit
     log. Raises ``GpuInUse`` otherwise: a GPU with history is retired (``retire_gpu``)."""
     with transaction.atomic():
-        locked = Gpu.objects.select_for_update().select_related("node").get(pk=gpu.pk)
+        locked = _lock_gpu(gpu)
         history = gpu_history(locked)
         if history:
             raise GpuInUse(

@@ -259,3 +259,35 @@ def test_a_gpu_retired_on_one_node_and_registered_on_another_is_audited_with_bot
     assert (back.actor_username, back.before["gpu"], back.after["gpu"]) == (
         "agent of node-02", "node-01/gpu0", "node-02/gpu3",
     )  # fmt: skip
+
+
+def _locking(sql: str) -> str | None:
+    """The table a ``SELECT ... FOR UPDATE`` statement locks first (None: no lock)."""
+    if "FOR UPDATE" not in sql or "FROM" not in sql:
+        return None
+    return sql.split("FROM", 1)[1].split()[0].strip('"')
+
+
+@pytest.mark.parametrize("action", ["retire", "delete"])
+def test_retiring_or_deleting_a_gpu_locks_its_node_before_it_as_registration_does(
+    make_node, action
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from cluster.services import delete_gpu
+
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    with CaptureQueriesContext(connection) as queries:
+        if action == "retire":
+            retire_gpu(gpu, actor=None, at=AT)
+        else:
+            delete_gpu(gpu, actor=None, at=AT)
+
+    locks = [t for t in (_locking(q["sql"]) for q in queries.captured_queries) if t]
+    # the node's row first, then the GPU's alone (registration: the node, then its GPUs)
+    assert locks[:2] == ["cluster_node", "cluster_gpu"]
+    gpu_lock = next(
+        q["sql"] for q in queries.captured_queries if _locking(q["sql"]) == "cluster_gpu"
+    )
+    assert 'FOR UPDATE OF "cluster_gpu"' in gpu_lock
