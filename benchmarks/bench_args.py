@@ -9,26 +9,22 @@ import argparse
 from scheduling.core.registry import policy_names
 
 
-def positive_int(text: str) -> int:
-    """A whole number of at least 1 (repeats, runs, jobs, nodes)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+def _whole_at_least(low: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r} {what}")
+        return value
+
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """A whole number of at least 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return value
+# A whole number of at least 1 (repeats, runs, jobs, nodes), and of at least 0.
+positive_int = _whole_at_least(1, "must be at least 1")
+non_negative_int = _whole_at_least(0, "must not be negative")
 
 
 def policy_list(text: str) -> list[str]:
