@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 
-from cluster.choices import TERMINAL_JOB_STATES, AuditAction, JobState
+from cluster.choices import AuditAction, JobState
 from cluster.models import Gpu, Job, JobAllocation, Node, sm_clock_conflict
 from cluster.services import InvalidTransition, record_audit, transition_job
 from scheduling.core.goodput import efficiency, iterations_per_submitted
@@ -436,8 +436,7 @@ def _check_events(
 
 def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime) -> int:
     """Store the agent's job events (each once, by ``event_id``) and apply the new ones:
-    progress raises ``completed_iterations`` (never lowers it) of a job not yet finished
-    (completed, failed or cancelled: its count is final); an exit of the job's current
+    progress raises ``completed_iterations`` (never lowers it); an exit of the job's current
     allocation completes or fails the job. Returns how many events were new.
 
     The whole batch is checked first (``_check_events``): a refused batch stores nothing. A
@@ -612,14 +611,9 @@ def _apply(event: JobEvent) -> None:
         _store_gradient_statistics(event)
     if event.iterations is not None:
         done = _submitted_iterations(event)
-        # A finished job's record is final: a report that waited in a spool and arrives
-        # after the job was cancelled (or ended otherwise) is kept as its event, with its
-        # times (the workload's learned model reads them; energy is charged from the GPUs'
-        # samples until the allocation closed, whatever the count), but moves no count. A
-        # cancelled job showed 100 % done after its agent's late "completed" exit.
-        Job.objects.filter(pk=event.job_id, completed_iterations__lt=done).exclude(
-            state__in=TERMINAL_JOB_STATES
-        ).update(completed_iterations=done)
+        Job.objects.filter(pk=event.job_id, completed_iterations__lt=done).update(
+            completed_iterations=done
+        )
     if event.kind != JobEventKind.EXITED:
         return
     job = Job.objects.get(pk=event.job_id)

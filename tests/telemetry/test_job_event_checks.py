@@ -176,39 +176,6 @@ def test_progress_after_the_allocation_ended_is_refused_but_earlier_progress_cou
     assert (job.state, job.completed_iterations) == (JobState.PAUSED, 450.0)
 
 
-def test_a_cancelled_jobs_progress_stays_as_it_was_cancelled_whatever_reports_arrive_late(
-    started, agent_node, agent_client
-):
-    # given the job reported 400 iterations, then its owner cancelled it 30 s ago
-    client = agent_client(agent_node[1])
-    alloc_id = started.current_allocation_id
-    cancelled = timezone.now() - timedelta(seconds=30)
-    reported = _event(
-        started, "progress", iterations=400.0, ts=cancelled - timedelta(seconds=60)
-    )  # fmt: skip
-    assert _post(client, reported).status_code == 200
-    cluster_services.cancel_job(started, at=cancelled)
-    # when reports stamped before the cancel arrive from the agent's spool: it did all its
-    # work, and exited "completed"
-    spooled = _event(
-        started, "progress", allocation_id=alloc_id, iterations=1000.0,
-        ts=cancelled - timedelta(seconds=10),
-    )  # fmt: skip
-    exited = _completed(started, allocation_id=alloc_id, ts=cancelled - timedelta(seconds=5))
-    response = _post(client, spooled, exited)
-
-    # then they are accepted and kept (what the agent reported, with its times)
-    assert response.json() == {"received": 2, "new": 2}
-    assert sorted(JobEvent.objects.values_list("iterations", flat=True)) == [
-        400.0, 1000.0, 1000.0,
-    ]  # fmt: skip
-    # but the cancelled job is as it was when cancelled, not 100 % done
-    job = Job.objects.get(pk=started.pk)
-    assert (job.state, job.completed_iterations, job.finished_at) == (
-        JobState.CANCELLED, 400.0, cancelled,
-    )  # fmt: skip
-
-
 def test_one_bad_event_refuses_the_whole_batch(started, agent_node, agent_client):
     good = _event(started, "progress", iterations=500.0)
     bad = _completed(started, allocation_id=999999)
