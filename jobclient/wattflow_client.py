@@ -148,7 +148,7 @@ class Job:
         seconds: call this after every step, written or not, and the time is the step's),
         optionally the gradient statistics (both or neither; non-finite or negative ones
         are left out). At most one write per ``report_interval_s`` unless ``force``; True
-        if it wrote. The file is replaced atomically, so the agent never reads half of it."""
+        if it wrote. The agent never takes half of it (``_write_progress``)."""
         if isinstance(iterations, bool) or not (
             isinstance(iterations, int | float) and math.isfinite(iterations)
         ):
@@ -171,16 +171,7 @@ class Job:
         if _usable(grad_sqr) and _usable(grad_var):
             data["grad_sqr"] = float(grad_sqr)
             data["grad_var"] = float(grad_var)
-        text = json.dumps(data)
-        folder = self.progress_file.parent
-        fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=folder)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text + "\n")
-            os.replace(tmp, self.progress_file)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _write_progress(self.progress_file, json.dumps(data) + "\n")
         return True
 
 
@@ -193,21 +184,45 @@ def _usable(value) -> bool:
     )
 
 
+def _write_progress(path: Path, text: str) -> None:
+    """Write ``text`` as the progress file: a temporary file beside it renamed over it,
+    so the agent never reads half of it; where the job may not write in the folder (the
+    Slurm handoff folder is root's, and the Prolog gives the job only its own file), the
+    file in place with one write (a read between the truncation and the write sees no
+    whole JSON object, which the agent reads again at its next tick)."""
+    if not os.access(path.parent, os.W_OK):
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _check_progress_file(path: Path) -> None:
     """Raise ``ValueError`` now, naming the variable, if ``report`` could not write
-    ``path``: it writes a temporary file beside it and renames it over it, which failed
-    only at the first report (a directory there: IsADirectoryError mid-training)."""
+    ``path`` (``_write_progress``): it failed only at the first report (a directory there:
+    IsADirectoryError mid-training)."""
     name = f"WATTFLOW_PROGRESS_FILE={str(path)!r}"
     if path.is_dir():
         raise ValueError(f"{name} is a directory, not a file the job can overwrite")
     if not path.parent.is_dir():
         raise ValueError(f"{name}: its folder {str(path.parent)!r} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=path.parent)
-    except OSError as exc:
-        raise ValueError(f"{name}: cannot write in its folder: {exc.strerror or exc}") from None
-    os.close(fd)
-    os.unlink(tmp)
+    if os.access(path.parent, os.W_OK):
+        return
+    if not os.access(path, os.W_OK):
+        raise ValueError(
+            f"{name}: the job may write neither in its folder nor "
+            f"{'the file' if path.exists() else 'a file there (there is none yet)'}"
+        )
 
 
 def connect(env=None, *, handle_signals: bool = True, report_interval_s: float = 1.0) -> Job:

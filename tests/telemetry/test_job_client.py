@@ -144,6 +144,89 @@ def test_connect_refuses_a_progress_file_in_a_missing_folder(tmp_path):
     )
 
 
+# A job under Slurm: the handoff folder is root's (mode 0755, docs/slurm-node.md) and the
+# Prolog gives the job's user its own progress file only. As root every folder is
+# writable, so the job runs as nobody where the tests run as root.
+_HANDOFF_JOB = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import wattflow_client as wf
+env = {"WATTFLOW_PROGRESS_FILE": sys.argv[2], "WATTFLOW_BATCH_SIZE": "32"}
+try:
+    job = wf.connect(env, handle_signals=False)
+except ValueError as exc:
+    print("refused:", exc)
+    raise SystemExit(0)
+job.report(7, force=True)
+job.report(9, force=True)
+print("wrote")
+"""
+
+
+def _as_job_user() -> tuple[str, dict]:
+    """The Python and the user the job runs as: nobody, with the system's Python 3 (the
+    client needs nothing else; the venv's lives under root's home), where the tests run as
+    root; else this user and this Python."""
+    if os.geteuid() != 0:
+        return sys.executable, {}
+    import pwd
+    import shutil
+
+    nobody = pwd.getpwnam("nobody")
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    assert python, "a system python3 to run the job as nobody"
+    return python, {"user": nobody.pw_uid, "group": nobody.pw_gid}
+
+
+@pytest.mark.parametrize("has_file", [True, False], ids=["its-file", "no-file"])
+def test_a_job_writes_its_own_file_in_a_folder_it_may_not_write_in(has_file):
+    import shutil
+    import subprocess
+    import tempfile
+
+    python, user = _as_job_user()
+    # not under tmp_path: pytest keeps that in a folder only its user may enter
+    base = Path(tempfile.mkdtemp(prefix="wattflow-handoff-"))
+    try:
+        os.chmod(base, 0o755)
+        lib = base / "lib"
+        lib.mkdir(mode=0o755)
+        shutil.copy(ROOT / "jobclient" / "wattflow_client.py", lib)
+        folder = base / "handoff" / "node-01"
+        folder.mkdir(parents=True)
+        for d in (base / "handoff", folder):
+            os.chmod(d, 0o755)
+        progress = folder / "42.progress"
+        if has_file:  # as the Prolog leaves it: the job's user owns its file
+            progress.touch(mode=0o644)
+            if user:
+                os.chown(progress, user["user"], user["group"])
+        elif not user:
+            os.chmod(folder, 0o555)
+
+        done = subprocess.run(
+            [python, "-c", _HANDOFF_JOB, str(lib), str(progress)],
+            capture_output=True, text=True, timeout=60, **user,
+        )  # fmt: skip
+
+        assert done.returncode == 0, done.stderr
+        if has_file:
+            assert done.stdout.strip() == "wrote"
+            assert json.loads(progress.read_text())["iterations"] == 9.0
+            assert sorted(p.name for p in folder.iterdir()) == ["42.progress"]  # no temp file
+        else:
+            assert done.stdout.strip() == (
+                f"refused: WATTFLOW_PROGRESS_FILE={str(progress)!r}: the job may write "
+                "neither in its folder nor a file there (there is none yet)"
+            )
+    finally:
+        os.chmod(base, 0o755)
+        for d in base.rglob("*"):
+            if d.is_dir():
+                os.chmod(d, 0o755)
+        shutil.rmtree(base)
+
+
 def test_report_writes_one_json_object_the_agent_understands(tmp_path):
     job = wf.connect(_env(tmp_path), handle_signals=False, report_interval_s=3600)
     before = time.time()
