@@ -171,6 +171,15 @@ class PredictForm(forms.Form):
                 f"A batch of {batch} is smaller than the {gpus} GPU(s): each GPU computes "
                 "at least one sample a step."
             )
+        # a near miss of a catalog workload without a hint, as the submit answers it
+        errors.update(
+            workload_errors(
+                data["workload"],
+                resembles=data.get("resembles") or "",
+                param_count=data.get("param_count"),
+                known=self.known_workloads,
+            )
+        )
         return errors
 
     def __init__(self, *args, teams=None, **kwargs):

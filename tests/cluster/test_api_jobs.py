@@ -343,6 +343,13 @@ def test_a_near_miss_of_a_catalog_workload_without_hints_is_a_400_naming_it(
         ({"workload": "resnet18"}, "resnet18"),
         ({"workload": "vgg19"}, "vgg19"),
         ({"workload": "bart"}, "bart"),
+        # letters added to a catalog key: a model of its own, not a typo
+        ({"workload": "resnext50"}, "resnext50"),
+        ({"workload": "se-resnet50"}, "se-resnet50"),
+        ({"workload": "resnet50d"}, "resnet50d"),
+        ({"workload": "yolov3s"}, "yolov3s"),
+        ({"workload": "gpt2_l"}, "gpt2_l"),
+        ({"workload": "xbert"}, "xbert"),
         # a near miss that says what it is like, or how large it is, is a new workload
         ({"workload": "resnet_50", "resembles": "resnet50"}, "resnet_50"),
         ({"workload": "resnet_50", "param_count": 25_000_000}, "resnet_50"),

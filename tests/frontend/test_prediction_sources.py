@@ -195,6 +195,24 @@ def test_a_parameter_count_below_the_minimum_is_a_400_with_its_field(client_for,
     assert "param_count" in response.json()["errors"]
 
 
+def test_the_prediction_refuses_a_near_miss_as_the_submit_does(client_for, member):
+    # a prediction for "resnet_50" that the submit then refuses would mislead
+    response = client_for(member).get(
+        reverse("frontend:job-predict"), {**QUERY, "workload": "resnet_50"}
+    )
+    assert response.status_code == 400
+    assert response.json()["errors"]["workload"] == [
+        "'resnet_50' is not a catalog workload; did you mean 'resnet50'? To submit a new "
+        "workload, give resembles=... (the catalog workload it is most like) or param_count."
+    ]
+    # and with a hint it is predicted, as an estimate
+    response = client_for(member).get(
+        reverse("frontend:job-predict"),
+        {**QUERY, "workload": "resnet_50", "resembles": "resnet50"},
+    )
+    assert response.status_code == 200, response.json()
+
+
 def test_the_job_form_refuses_a_near_miss_of_a_catalog_workload_beside_its_field(
     client_for, member, team
 ):
