@@ -474,9 +474,29 @@ def _lock_gpu(gpu: Gpu) -> Gpu:
     one statement with its node, the GPU's row could be taken first, and a retire beside
     an agent's registration of the same node could wait on each other in a cycle (the
     database then aborts one of them)."""
-    node_id = Gpu.objects.filter(pk=gpu.pk).values_list("node_id", flat=True).get()
-    list(Node.objects.select_for_update().filter(pk=node_id).values_list("pk", flat=True))
-    return Gpu.objects.select_for_update(of=("self",)).select_related("node").get(pk=gpu.pk)
+    while True:
+        try:
+            # a savepoint: rolled back, it lets go of the rows it locked
+            with transaction.atomic():
+                node_id = Gpu.objects.filter(pk=gpu.pk).values_list("node_id", flat=True).get()
+                nodes = Node.objects.select_for_update().filter(pk=node_id)
+                list(nodes.values_list("pk", flat=True))
+                locked = (
+                    Gpu.objects.select_for_update(of=("self",))
+                    .select_related("node")
+                    .get(pk=gpu.pk)
+                )
+                if locked.node_id != node_id:
+                    # a registration moved the (retired) board to another node between
+                    # the two reads: let go of both and lock its node and it again
+                    raise _Moved
+            return locked
+        except _Moved:
+            continue
+
+
+class _Moved(Exception):
+    """``_lock_gpu``'s GPU moved to another node while it was being locked."""
 
 
 def retire_gpu(gpu: Gpu, *, actor, at: datetime | None = None) -> Gpu:
