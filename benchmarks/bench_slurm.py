@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_live_round import _scratch_url  # noqa: E402
+from bench_live_round import scratch_database_url  # noqa: E402
 
 JOB_SCRIPT = "trap 'exit 0' TERM\nsleep 600 & wait\n"
 
@@ -90,7 +90,7 @@ def main() -> None:
 
 
 def _run(args, slurm_env: dict[str, str]) -> None:
-    os.environ["DATABASE_URL"] = _scratch_url(args.database)
+    os.environ["DATABASE_URL"] = scratch_database_url(args.database)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("DJANGO_LOG_LEVEL", "WARNING")
     os.environ["WATTFLOW_EXECUTOR"] = "slurm"
