@@ -1,5 +1,5 @@
 """A learned job's GPU counts beyond what its model has measured are priced at the worst
-case of the round that would measure them (``budget_greedy._Round._risk_terms``).
+case of the round that would measure them (``budget_greedy._Round._measured_gpus``).
 
 On philly_week's first 120 jobs with team budgets, ncf jobs measured on one T4 were
 predicted to scale perfectly (their prior's shape): four GPUs looked four times faster at

@@ -324,8 +324,9 @@ class BudgetGreedy:
           the fact, it is an oracle (docs/benchmarks.md, "One price for the whole period").
         - ``unmeasured_risk``: a running job's price hull counts, at a GPU count beyond
           the most its learned model has measured, the worst case of the round that
-          measures it (the extra GPUs' draw for a round with no speedup, and the restart
-          back); see ``_Round._risk_terms``.
+          measures it: the extra GPUs' draw for a round with no speedup (energy prices
+          only: measured for GreenFlow's carbon price too and not kept); see
+          ``_Round._measured_gpus``.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
