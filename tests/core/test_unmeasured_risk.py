@@ -32,11 +32,12 @@ class Learned(AnalyticModel):
 CATALOG = Catalog(AnalyticModel("w"))
 
 
-def _gpus(model, limit_j: float, **policy) -> int:
-    """GPUs the plan gives job "a" (3,600 iterations, 1 to 4 GPUs, running on one), paid
-    by team t's ``limit_j`` over a day."""
+def _gpus(model, limit_j: float, *, waiting: bool = False, **policy) -> int:
+    """GPUs the plan gives job "a" (3,600 iterations, 1 to 4 GPUs, running on one or, with
+    ``waiting``, stopped), paid by team t's ``limit_j`` over a day."""
     a = job("a", min_gpus=1, max_gpus=4)
-    a = running(a, ("s0n0/0",), clock=1000)
+    if not waiting:
+        a = running(a, ("s0n0/0",), clock=1000)
     budget = Budget("b", "t", 0.0, 86_400.0, energy_limit_j=limit_j)
     snap = snapshot(
         make_cluster(1, 1, 8),
@@ -79,3 +80,12 @@ def test_the_risk_is_paid_where_the_budget_has_room_for_it():
     # the rest for later arrivals); a budget that could never bind grows it to four
     assert _gpus(Learned("w"), 600_000.0) == 2
     assert _gpus(Learned("w"), 1e9) == 4
+
+
+def test_a_stopped_job_waiting_to_restart_pays_the_risk_as_a_running_one_does():
+    # (a review: a paused or preempted job was priced on the shared hulls, as measured)
+    assert _gpus(Learned("w"), TIGHT_J, waiting=True) == 1
+    assert _gpus(Learned("w"), TIGHT_J, waiting=True, unmeasured_risk=False) == 4
+    # one that never ran has measured nothing to price beyond: as predicted (a prior
+    # alone, ``estimated``, is held to its smallest count by the prior box instead)
+    assert _gpus(Learned("w", max_measured_gpus=0), TIGHT_J, waiting=True) == 4

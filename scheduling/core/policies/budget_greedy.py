@@ -809,6 +809,20 @@ class _Round:
         )
         ran = self.running_n[j]
         if not ran:
+            # A waiting job that has run (stopped, preempted) has measured counts too:
+            # beyond them it pays the round's risk (``_measured_gpus``), on a hull of its
+            # own. One that never ran has measured nothing: its prior holds it to its
+            # smallest count until it is observed (the prior box), and a long queue of such
+            # jobs shares a few per-iteration hulls.
+            measured = self._measured_gpus(j, 0)
+            if measured:
+                sizes = self.opts[j][0]
+                risk = self._round_risk
+                pts = [
+                    (c * r + risk(sizes[tag[0]], c, t, r, measured), t * r, tag)
+                    for c, t, tag in self._unit_points(j, key)
+                ]
+                return lower_hull(pts), 1.0, ("job", j)
             hull = self.unit_hulls.get(key)
             if hull is None:
                 hull = self.unit_hulls[key] = lower_hull(self._unit_points(j, key))
@@ -835,17 +849,21 @@ class _Round:
         # Beyond the counts its model has measured, a point costs the worst case of the
         # round that measures it as well (``_measured_gpus``): the extra GPUs drawing for
         # a round that buys nothing. Hulled after, since that cost is not per iteration.
-        sizes, round_s = self.opts[j][0], self.round_s
+        sizes = self.opts[j][0]
         pts = [(c * r, t * r, tag) for c, t, tag in same]
         for c, t, tag in self._unit_points(j, key):
             n = sizes[tag[0]]
-            if n == ran:
-                continue
-            cost = c * r
-            if n > measured and t > 0:
-                cost += (n - measured) * c / (n * t) * min(round_s, t * r)
-            pts.append((cost, t * r + restart, tag))
+            if n != ran:
+                pts.append((c * r + self._round_risk(n, c, t, r, measured), t * r + restart, tag))
         return lower_hull(pts), 1.0, ("job", j)
+
+    def _round_risk(self, n: int, c: float, t: float, r: float, measured: float) -> float:
+        """What a count of ``n`` GPUs beyond the ``measured`` ones risks, for a point of
+        ``c`` cost and ``t`` seconds an iteration and ``r`` iterations left: its extra
+        GPUs drawing for the round that measures it, with no speedup (``_measured_gpus``)."""
+        if n <= measured or t <= 0.0:
+            return 0.0
+        return (n - measured) * c / (n * t) * min(self.round_s, t * r)
 
     def _measured_gpus(self, j: int, ran: int) -> int | None:
         """The most GPUs running job j's learned model has measured it on (at least its
@@ -864,6 +882,8 @@ class _Round:
         if not self.policy.unmeasured_risk:
             return None
         measured = getattr(self.jobs[j].perf, "max_measured_gpus", None)
+        if not measured and not ran:
+            return None  # a waiting job that never ran: its prior box holds it
         if measured is None:
             return None
         return max(measured, ran, self.opts[j][0][0])
