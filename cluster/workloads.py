@@ -56,16 +56,21 @@ def _folded(name: str) -> str:
 def near_miss(workload: str, known: Sequence[str]) -> str | None:
     """The catalog workload that ``workload`` (not one of ``known``) is likely a typo of:
     the one it equals once case, spaces, ``-`` and ``_`` are dropped (``resnet_50`` is
-    ``resnet50``), else the closest with the same digits, no shorter than ``workload``,
-    whose likeness is at least ``NEAR_MISS_RATIO``; None for a name far from all of them."""
+    ``resnet50``), or with one letter struck twice (``resnett50``), else the closest with
+    the same digits, no shorter than ``workload``, whose likeness is at least
+    ``NEAR_MISS_RATIO``; None for a name far from all of them."""
     if workload in known:
         return None
     folded = {_folded(k): k for k in known}
     typed = _folded(workload)
     if typed in folded:
         return folded[typed]
-    # A typo drops, swaps or changes letters; a name with letters added (resnext50,
-    # seresnet50, resnet50d, yolov3s, xbert) is more likely a model of its own.
+    # A letter struck twice (resnett50, berrt) is the one added letter that is a typo.
+    for i in range(1, len(typed)):
+        if typed[i] == typed[i - 1] and typed[:i] + typed[i + 1 :] in folded:
+            return folded[typed[:i] + typed[i + 1 :]]
+    # Otherwise a typo drops, swaps or changes letters; a name with letters added
+    # (resnext50, seresnet50, resnet50d, yolov3s, xbert) is more likely a model of its own.
     digits = re.sub(r"\D", "", typed)
     alike = [f for f in folded if re.sub(r"\D", "", f) == digits and len(f) >= len(typed)]
     close = difflib.get_close_matches(typed, alike, n=1, cutoff=NEAR_MISS_RATIO)

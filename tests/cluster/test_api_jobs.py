@@ -323,6 +323,8 @@ def _near_miss(typed: str, meant: str) -> str:
         ("yolo v3", "yolov3"),
         ("resnt50", "resnet50"),  # a letter dropped: a close match
         ("imagnet", "imagenet"),
+        ("resnett50", "resnet50"),  # a letter struck twice
+        ("berrt", "bert"),
     ],
 )
 def test_a_near_miss_of_a_catalog_workload_without_hints_is_a_400_naming_it(
