@@ -186,25 +186,35 @@ def _usable(value) -> bool:
 
 def _write_progress(path: Path, text: str) -> None:
     """Write ``text`` as the progress file: a temporary file beside it renamed over it,
-    so the agent never reads half of it; where the job may not write in the folder (the
-    Slurm handoff folder is root's, and the Prolog gives the job only its own file), the
-    file in place with one write (a read between the truncation and the write sees no
-    whole JSON object, which the agent reads again at its next tick)."""
-    if not os.access(path.parent, os.W_OK):
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
+    so the agent never reads half of it; where the job may not do that (the Slurm handoff
+    folder is root's, and the Prolog gives the job only its own file), the file in place
+    (a read before the write ends sees no whole JSON object, and the agent reads again at
+    its next tick)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=path.parent)
+    except PermissionError:
+        _write_in_place(path, text)
         return
-    fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
+    except PermissionError:  # a sticky folder, the file another user's: in place
+        Path(tmp).unlink(missing_ok=True)
+        _write_in_place(path, text)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_in_place(path: Path, text: str) -> None:
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
 
 
 def _check_progress_file(path: Path) -> None:
@@ -216,13 +226,19 @@ def _check_progress_file(path: Path) -> None:
         raise ValueError(f"{name} is a directory, not a file the job can overwrite")
     if not path.parent.is_dir():
         raise ValueError(f"{name}: its folder {str(path.parent)!r} does not exist")
-    if os.access(path.parent, os.W_OK):
-        return
-    if not os.access(path, os.W_OK):
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=path.parent)
+    except PermissionError:
+        if path.is_file() and os.access(path, os.W_OK):
+            return  # written in place
         raise ValueError(
             f"{name}: the job may write neither in its folder nor "
             f"{'the file' if path.exists() else 'a file there (there is none yet)'}"
-        )
+        ) from None
+    except OSError as exc:
+        raise ValueError(f"{name}: cannot write in its folder: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def connect(env=None, *, handle_signals: bool = True, report_interval_s: float = 1.0) -> Job:

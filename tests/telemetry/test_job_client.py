@@ -201,7 +201,7 @@ def test_a_job_writes_its_own_file_in_a_folder_it_may_not_write_in(has_file):
             progress.touch(mode=0o644)
             if user:
                 os.chown(progress, user["user"], user["group"])
-        elif not user:
+        if not user:  # as the job's user, the folder must be closed to it
             os.chmod(folder, 0o555)
 
         done = subprocess.run(
