@@ -176,6 +176,30 @@ def test_progress_after_the_allocation_ended_is_refused_but_earlier_progress_cou
     assert (job.state, job.completed_iterations) == (JobState.PAUSED, 450.0)
 
 
+def test_a_cancelled_jobs_progress_reported_before_the_cancel_counts_and_it_stays_cancelled(
+    started, agent_node, agent_client
+):
+    # given the job cancelled a minute ago while its agent's last reports waited in a spool
+    ended = timezone.now() - timedelta(minutes=1)
+    cluster_services.transition_job(started, to=JobState.CANCELLED, at=ended)
+    alloc_id = JobAllocation.objects.get(job=started).pk
+    spooled = _event(
+        started, "progress", allocation_id=alloc_id, iterations=1000.0,
+        ts=ended - timedelta(seconds=5),
+    )  # fmt: skip
+    done = _event(
+        started, "exited", allocation_id=alloc_id, reason="completed", exit_status=0,
+        iterations=1000.0, ts=ended - timedelta(seconds=2),
+    )  # fmt: skip
+
+    # when they arrive, stamped before the cancel
+    assert _post(agent_client(agent_node[1]), spooled, done).json() == {"received": 2, "new": 2}
+
+    # then the work they report counts (it was done), and the job stays cancelled
+    job = Job.objects.get(pk=started.pk)
+    assert (job.state, job.completed_iterations) == (JobState.CANCELLED, 1000.0)
+
+
 def test_one_bad_event_refuses_the_whole_batch(started, agent_node, agent_client):
     good = _event(started, "progress", iterations=500.0)
     bad = _completed(started, allocation_id=999999)

@@ -322,11 +322,11 @@ class BudgetGreedy:
           per gram) in each round where its free remainder covers the work's minimum,
           so that a run shows what one price over the whole period gives; chosen after
           the fact, it is an oracle (docs/benchmarks.md, "One price for the whole period").
-        - ``unmeasured_risk``: a running job's price hull counts, at a GPU count beyond
-          the most its learned model has measured, the worst case of the round that
-          measures it: the extra GPUs' draw for a round with no speedup (energy prices
-          only: measured for GreenFlow's carbon price too and not kept); see
-          ``_Round._measured_gpus``.
+        - ``unmeasured_risk``: the price hull of a job that has run (running, or
+          stopped and waiting) counts, at a GPU count beyond the most its learned model
+          has measured, the worst case of the round that measures it: the extra GPUs'
+          draw for a round with no speedup (energy prices only: measured for GreenFlow's
+          carbon price too and not kept); see ``_Round._measured_gpus``.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -792,7 +792,9 @@ class _Round:
         iterations, so a waiting job's hull is that of one iteration (a long queue needs
         few hulls); a running job's adds the restart to every other GPU count, so it is
         the hull of two shared ones, its own count's and the others' (moved by the
-        restart), each scaled."""
+        restart), each scaled. A job whose learned model has measured it (running, or
+        stopped and waiting) also pays the risk of the counts beyond what it measured
+        (``_measured_gpus``), on a hull of its own."""
         jv = self.jobs[j]
         job = jv.job
         r = job.remaining_iters
@@ -866,9 +868,10 @@ class _Round:
         return (n - measured) * c / (n * t) * min(self.round_s, t * r)
 
     def _measured_gpus(self, j: int, ran: int) -> int | None:
-        """The most GPUs running job j's learned model has measured it on (at least its
-        running and smallest count), or None where its model is not learned (a catalog
-        model knows every count) or ``unmeasured_risk`` is off.
+        """The most GPUs job j's learned model has measured it on (at least its running
+        count ``ran`` and its smallest), or None where its model is not learned (a
+        catalog model knows every count), it has measured nothing and does not run, or
+        ``unmeasured_risk`` is off.
 
         A learned model predicts a count the job never ran at from its prior's shape,
         which can be far off (ncf on T4s: measured on one GPU, predicted at 10 ms and
