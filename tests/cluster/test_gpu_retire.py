@@ -198,6 +198,15 @@ def test_seed_demo_brings_its_retired_gpu_back_and_renames_no_other(db, settings
     call_command("seed_demo", stdout=io.StringIO())
     demo.refresh_from_db()
     assert demo.retired_at is None
+    # audited as a registration's return is, and a rerun with it in service adds nothing
+    back = (
+        AuditEntry.objects.filter(object_type="gpu", object_id=str(demo.pk)).order_by("pk").last()
+    )
+    assert (back.actor_username, back.after["retired_at"]) == ("seed_demo", None)
+    assert back.before["retired_at"] is not None
+    count = AuditEntry.objects.filter(object_type="gpu").count()
+    call_command("seed_demo", stdout=io.StringIO())
+    assert AuditEntry.objects.filter(object_type="gpu").count() == count
     # given another GPU in service at a demo GPU's index
     retire_gpu(demo, actor=None)
     Gpu.objects.create(

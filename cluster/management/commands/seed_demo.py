@@ -41,8 +41,9 @@ from django.db import transaction
 from django.utils import timezone
 from tqdm import tqdm
 
-from cluster.choices import HardLimitAction, NodeStatus, Role
+from cluster.choices import AuditAction, HardLimitAction, NodeStatus, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
+from cluster.services import record_audit
 from config.commands import OneLineCommand
 from config.env import env_float, env_int
 from scheduling.adapters import current_catalog
@@ -145,6 +146,13 @@ def demo_period(now: datetime, span_s: float) -> tuple[datetime, datetime]:
     return start, end
 
 
+class _SeedDemo:
+    """The actor named in the audit log for what this command changes."""
+
+    username = "seed_demo"
+    is_authenticated = False
+
+
 class Command(OneLineCommand):
     help = "Load demo teams, users, a 4x8 A100 cluster, agent tokens and budgets (idempotent)."
 
@@ -224,7 +232,11 @@ class Command(OneLineCommand):
                         f"{node.name}'s GPU index {index} holds {taken.get().uuid}, not the "
                         f"demo's {uuid}: retire it first"
                     )
-                Gpu.objects.update_or_create(
+                back = Gpu.objects.filter(uuid=uuid, retired_at__isnull=False).first()
+                before = back and {
+                    "gpu": str(back), "uuid": uuid, "retired_at": back.retired_at.isoformat()
+                }  # fmt: skip
+                gpu, _ = Gpu.objects.update_or_create(
                     uuid=uuid,
                     defaults={
                         "node": node,
@@ -238,6 +250,16 @@ class Command(OneLineCommand):
                         "supported_sm_clocks_mhz": clocks,
                     },
                 )
+                if before:
+                    # back in service, audited as an agent's registration audits it
+                    record_audit(
+                        actor=_SeedDemo(),
+                        action=AuditAction.UPDATED,
+                        object_type="gpu",
+                        object_id=gpu.pk,
+                        before=before,
+                        after={"gpu": str(gpu), "uuid": uuid, "retired_at": None},
+                    )
             nodes.append(node)
         return nodes
 
