@@ -84,15 +84,28 @@ def _stored_budgets(alias: str) -> list:
     return problems
 
 
+def _clock_list_bounds(clocks) -> str | None:
+    """What a stored clock list breaks of today's bounds (None: nothing): an edit of the
+    GPU, in the admin or the API, would be refused for it."""
+    from cluster.validators import MAX_SM_CLOCK_MHZ, MAX_SM_CLOCKS
+
+    if len(clocks) > MAX_SM_CLOCKS:
+        return f"it lists {len(clocks)} SM clocks, more than {MAX_SM_CLOCKS}"
+    out = [c for c in clocks if not 1 <= c <= MAX_SM_CLOCK_MHZ]
+    if out:
+        return f"SM clocks outside 1..{MAX_SM_CLOCK_MHZ} MHz: {', '.join(map(str, out[:5]))}"
+    return None
+
+
 def _stored_gpu_clocks(alias: str) -> list:
-    """GPUs whose maximum SM clock is below a clock of their list: the scheduler may assign
-    the listed clock and the agent cap it, a run unlike the one predicted."""
+    """GPUs whose maximum SM clock is below a clock of their list (the scheduler may assign
+    the listed clock and the agent cap it, a run unlike the one predicted), or whose list
+    breaks today's bounds (stored before them; any edit of the GPU would be refused)."""
     from cluster.models import Gpu, sm_clock_conflict
 
     problems = []
     gpus = (
         Gpu.objects.using(alias)
-        .filter(max_sm_clock_mhz__isnull=False)
         .exclude(supported_sm_clocks_mhz=[])
         .select_related("node")
         .order_by("pk")
@@ -100,7 +113,10 @@ def _stored_gpu_clocks(alias: str) -> list:
     conflicts = [
         (gpu, why)
         for gpu in gpus
-        if (why := sm_clock_conflict(gpu.max_sm_clock_mhz, gpu.supported_sm_clocks_mhz))
+        if (
+            why := _clock_list_bounds(gpu.supported_sm_clocks_mhz)
+            or sm_clock_conflict(gpu.max_sm_clock_mhz, gpu.supported_sm_clocks_mhz)
+        )
     ]
     for gpu, why in conflicts[:MAX_NAMED]:
         problems.append(

@@ -102,6 +102,28 @@ def test_the_check_names_a_gpu_whose_max_clock_is_below_its_clock_list(make_node
     assert "max_sm_clock_mhz 1000 MHz is below 1410 MHz" in message
 
 
+@pytest.mark.parametrize(
+    ("clocks", "said"),
+    [
+        ([1410, 0], "SM clocks outside 1..100000 MHz: 0"),
+        ([250_000, 1410], "SM clocks outside 1..100000 MHz: 250000"),
+        (list(range(2000, 3025)), "it lists 1025 SM clocks, more than 1024"),
+    ],
+)
+def test_the_check_names_a_gpu_whose_stored_clock_list_breaks_todays_bounds(
+    make_node, clocks, said
+):
+    # given a list stored before the bounds (an update bypasses the model's validation)
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    Gpu.objects.filter(pk=gpu.pk).update(supported_sm_clocks_mhz=clocks, max_sm_clock_mhz=None)
+
+    (message,) = _warnings("cluster.W002")
+
+    assert message.startswith("GPU node-01/gpu0 (#") and message.endswith(said)
+    # reported, not rewritten
+    assert Gpu.objects.get(pk=gpu.pk).supported_sm_clocks_mhz == clocks
+
+
 def test_the_check_names_a_name_with_a_direction_control(make_node):
     Team.objects.create(name="Tiny\u202eynit", slug="tiny")
     node = make_node("node-01", gpus=1)
