@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 
+from django import forms
 from django.contrib import admin, messages
 from django.http import Http404
 from django.utils import timezone
@@ -21,6 +22,7 @@ from cluster.models import (
     Node,
     Team,
 )
+from cluster.workloads import workload_errors
 
 LATEST_SAMPLES = 10
 
@@ -207,8 +209,34 @@ class JobAllocationInline(admin.TabularInline):
     show_change_link = True
 
 
+class JobAdminForm(forms.ModelForm):
+    """A queued job's workload changed in the admin passes the submit's workload check: a
+    near miss of a catalog workload without a hint is refused (``workload_errors``)."""
+
+    class Meta:
+        model = Job
+        fields = "__all__"  # noqa: DJ007 - the admin's own field choice applies on top
+
+    def clean(self):
+        cleaned = super().clean()
+        if "workload" in self.changed_data and cleaned.get("workload"):
+
+            def value(name):  # a hint the admin shows read-only is the stored one
+                return cleaned[name] if name in cleaned else getattr(self.instance, name)
+
+            errors = workload_errors(
+                cleaned["workload"],
+                resembles=value("resembles") or "",
+                param_count=value("param_count"),
+            )
+            for field, message in errors.items():
+                self.add_error(field if field in self.fields else "workload", message)
+        return cleaned
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
+    form = JobAdminForm
     list_display = [
         "id",
         "name",

@@ -116,3 +116,24 @@ def test_an_admin_save_writes_only_what_the_form_changed(
     assert response.status_code == 302
     stored = Job.objects.get(pk=job.pk)
     assert (stored.name, stored.state) == ("renamed", JobState.CANCELLED)
+
+
+def test_a_queued_jobs_workload_changed_to_a_near_miss_is_refused(
+    client, admin_user, make_job, member, team
+):
+    job = make_job(owner=member, team=team, workload="resnet50", total_iterations=1000)
+    client.force_login(admin_user)
+
+    response = _change(client, job, workload="resnet_50")
+
+    assert response.status_code == 200  # the form again, with the error
+    assert (
+        response.context["adminform"]
+        .form.errors["workload"][0]
+        .startswith("'resnet_50' is not a catalog workload; did you mean 'resnet50'?")
+    )
+    assert Job.objects.get(pk=job.pk).workload == "resnet50"
+    # a new workload far from every key is accepted, as at submit
+    response = _change(client, job, workload="llama-3b")
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Job.objects.get(pk=job.pk).workload == "llama-3b"
