@@ -475,28 +475,16 @@ def _lock_gpu(gpu: Gpu) -> Gpu:
     an agent's registration of the same node could wait on each other in a cycle (the
     database then aborts one of them)."""
     while True:
-        try:
-            # a savepoint: rolled back, it lets go of the rows it locked
-            with transaction.atomic():
-                node_id = Gpu.objects.filter(pk=gpu.pk).values_list("node_id", flat=True).get()
-                nodes = Node.objects.select_for_update().filter(pk=node_id)
-                list(nodes.values_list("pk", flat=True))
-                locked = (
-                    Gpu.objects.select_for_update(of=("self",))
-                    .select_related("node")
-                    .get(pk=gpu.pk)
-                )
-                if locked.node_id != node_id:
-                    # a registration moved the (retired) board to another node between
-                    # the two reads: let go of both and lock its node and it again
-                    raise _Moved
+        sid = transaction.savepoint()  # rolled back, it lets go of the rows it locked
+        node_id = Gpu.objects.filter(pk=gpu.pk).values_list("node_id", flat=True).get()
+        list(Node.objects.select_for_update().filter(pk=node_id).values_list("pk", flat=True))
+        locked = Gpu.objects.select_for_update(of=("self",)).select_related("node").get(pk=gpu.pk)
+        if locked.node_id == node_id:
+            transaction.savepoint_commit(sid)
             return locked
-        except _Moved:
-            continue
-
-
-class _Moved(Exception):
-    """``_lock_gpu``'s GPU moved to another node while it was being locked."""
+        # a registration moved the (retired) board to another node between the two reads:
+        # let go of both and lock its node and it again
+        transaction.savepoint_rollback(sid)
 
 
 def retire_gpu(gpu: Gpu, *, actor, at: datetime | None = None) -> Gpu:
@@ -514,20 +502,41 @@ def retire_gpu(gpu: Gpu, *, actor, at: datetime | None = None) -> Gpu:
             )
         locked.retired_at = at or timezone.now()
         locked.save(update_fields=["retired_at"])
-        record_audit(
-            actor=actor,
-            action=AuditAction.UPDATED,
-            object_type="gpu",
-            object_id=locked.pk,
-            before={"gpu": str(locked), "uuid": locked.uuid, "retired_at": None},
-            after={
-                "gpu": str(locked),
-                "uuid": locked.uuid,
-                "retired_at": locked.retired_at.isoformat(),
-            },
-            at=at,
-        )
+        record_retirement(locked, before=retirement(locked, None), actor=actor, at=at)
     return locked
+
+
+def retirement(gpu: Gpu, retired_at: datetime | None) -> dict:
+    """What the audit log records of a GPU's retirement: the GPU, its UUID and when it was
+    retired (None: in service)."""
+    return {
+        "gpu": str(gpu),
+        "uuid": gpu.uuid,
+        "retired_at": retired_at.isoformat() if retired_at else None,
+    }
+
+
+def record_retirement(gpu: Gpu, *, before: dict, actor, at: datetime | None = None) -> None:
+    """Audit a GPU retired or brought back into service (``before``: ``retirement`` of it
+    as it was; the record after is the GPU as it is now)."""
+    record_audit(
+        actor=actor,
+        action=AuditAction.UPDATED,
+        object_type="gpu",
+        object_id=gpu.pk,
+        before=before,
+        after=retirement(gpu, gpu.retired_at),
+        at=at,
+    )
+
+
+class NamedActor:
+    """The actor the audit log names for a change no user made (an agent, a command)."""
+
+    is_authenticated = False
+
+    def __init__(self, username: str) -> None:
+        self.username = username
 
 
 def delete_gpu(gpu: Gpu, *, actor, at: datetime | None = None) -> None:

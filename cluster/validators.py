@@ -18,22 +18,27 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator, RegexValidator
 from django.utils.deconstruct import deconstructible
 
+from scheduling.core.carbon_data import YEARS
+
+# re-exported: the budget model's and the stored-rows check's bounds, the simulator's too
+from scheduling.core.types import MIN_CARBON_LIMIT_KG, MIN_ENERGY_LIMIT_KWH  # noqa: F401
+
 # Sanity bounds (see the module docstring); the docs (docs/reliability.md) list them.
 MAX_GPUS_PER_JOB = 65_536
 MAX_BATCH_SIZE = 2**24
 MAX_ITERATIONS = 10**12
 MAX_ENERGY_LIMIT_KWH = 1e9  # 1 TWh a period: a 100,000-GPU cluster uses ~0.05 TWh a month
 MAX_CARBON_LIMIT_KG = 1e9
-# The smallest limits: 1 Wh and 1 g CO2e. Below them a limit is no budget but a typing error,
-# and a denormal one (5e-324 kWh) made used / limit overflow to inf: every read of the
+# The smallest limits, MIN_ENERGY_LIMIT_KWH and MIN_CARBON_LIMIT_KG (from the core, which
+# the simulator shares): 1 Wh and 1 g CO2e. Below them a limit is no budget but a typing
+# error, and a denormal one (5e-324 kWh) made used / limit overflow to inf: every read of the
 # budget's usage (API, pages, /metrics) answered 500 once the team had used a joule.
-MIN_ENERGY_LIMIT_KWH = 0.001
-MIN_CARBON_LIMIT_KG = 0.001
-# A budget's period lies within these (an end is exclusive, so 2100-01-01 itself may end one).
+# A budget's period lies within these (an end is exclusive, so 2100-01-01 itself may end one),
+# the years whose carbon intensities are taken (``carbon_data.YEARS``).
 # Years 1..9999 were stored: the scheduler paced a limit over 8,000 years (0.1 J a round for
 # 100 kWh, so every job of the team waited), or from year 1 (its catch-up released it all).
-EARLIEST_BUDGET_START = datetime(2000, 1, 1, tzinfo=UTC)
-LATEST_BUDGET_END = datetime(2100, 1, 1, tzinfo=UTC)
+EARLIEST_BUDGET_START = datetime(YEARS[0], 1, 1, tzinfo=UTC)
+LATEST_BUDGET_END = datetime(YEARS[1], 1, 1, tzinfo=UTC)
 MAX_COMMAND_CHARS = 8_192
 # Learning rates of real training runs lie in about 1e-7..10; ONES scales them by batch ratios.
 MIN_LEARNING_RATE = 1e-12

@@ -19,9 +19,15 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 
-from cluster.choices import AuditAction, JobState
+from cluster.choices import JobState
 from cluster.models import Gpu, Job, JobAllocation, Node, sm_clock_conflict
-from cluster.services import InvalidTransition, record_audit, transition_job
+from cluster.services import (
+    InvalidTransition,
+    NamedActor,
+    record_retirement,
+    retirement,
+    transition_job,
+)
 from scheduling.core.goodput import efficiency, iterations_per_submitted
 from telemetry.agent.backends import gpu_model_key
 from telemetry.choices import ExitReason, JobEventKind
@@ -92,16 +98,6 @@ def _model_changes(gpus: list[dict[str, Any]], stored: dict[str, str]) -> dict[i
     return errors
 
 
-class _NodeAgent:
-    """The actor named in the audit log for a change a node's agent makes: its token speaks
-    for its node, not for a user."""
-
-    is_authenticated = False
-
-    def __init__(self, node: Node) -> None:
-        self.username = f"agent of {node.name}"
-
-
 def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> list[Gpu]:
     """Create or update the node's GPUs by UUID (idempotent: re-registering changes only what
     changed). A UUID already registered to another node is refused, nothing stored; so is a
@@ -164,7 +160,7 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
         # were. Bringing one back into service undoes an admin's audited retirement, and
         # changes the cluster's capacity as much, so it is audited the same way.
         returning = {
-            g.uuid: {"gpu": str(g), "uuid": g.uuid, "retired_at": g.retired_at.isoformat()}
+            g.uuid: retirement(g, g.retired_at)
             for g in Gpu.objects.select_for_update(of=("self",))
             .select_related("node")
             .filter(uuid__in=uuids, retired_at__isnull=False)
@@ -200,15 +196,9 @@ def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> l
                 uuid=g["uuid"], defaults=values, create_defaults={"memory_mb": 0, **values}
             )
             if gpu.uuid in returning:
-                record_audit(
-                    actor=_NodeAgent(node),
-                    action=AuditAction.UPDATED,
-                    object_type="gpu",
-                    object_id=gpu.pk,
-                    before=returning[gpu.uuid],
-                    after={"gpu": str(gpu), "uuid": gpu.uuid, "retired_at": None},
-                    at=now,
-                )
+                # (a node's token speaks for its node, not for a user)
+                agent = NamedActor(f"agent of {node.name}")
+                record_retirement(gpu, before=returning[gpu.uuid], actor=agent, at=now)
             result.append(gpu)
         # Node.gpu_model is the admin's description (e.g. A100-SXM4-40GB); left as it is.
     return result

@@ -29,7 +29,7 @@ ZONE_COLUMN = "Zone Id"
 # Above any grid's intensity, direct or life-cycle (a lignite plant alone is about 1,100 to
 # 1,200 gCO2eq/kWh): a larger value is no measurement (a row of 1e308 replaced a stored hour).
 MAX_CI_G_PER_KWH = 2000.0
-# The hours a budget can fall in (``cluster.validators``: periods within 2000..2100).
+# The years whose hours are taken, and a budget's period may fall in (``cluster.validators``).
 YEARS = (2000, 2100)
 
 

@@ -185,6 +185,13 @@ class HardLimitAction(StrEnum):
     NOTIFY_ONLY = "notify_only"  # nothing is held back; the budget is only reported
 
 
+# The smallest budget limits that the service stores and the simulator takes: a watt-hour,
+# a gram (a denormal 5e-324 kWh made used / limit overflow; 1e-300 kWh printed a share of
+# 308 digits).
+MIN_ENERGY_LIMIT_KWH = 0.001
+MIN_CARBON_LIMIT_KG = 0.001
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
     """A team's (or, with ``team=None``, the cluster's) budget for one period.

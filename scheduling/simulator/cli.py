@@ -29,7 +29,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from scheduling.core.carbon_data import CarbonDataError
-from scheduling.core.types import G_PER_KG, J_PER_KWH
+from scheduling.core.types import G_PER_KG, J_PER_KWH, MIN_CARBON_LIMIT_KG, MIN_ENERGY_LIMIT_KWH
 from scheduling.simulator.bounds import scenario_bound
 from scheduling.simulator.cluster_spec import ClusterSpecError
 from scheduling.simulator.compare import KINDS, Comparison, budgets_from
@@ -84,12 +84,6 @@ def _positive(kind, upper: float = math.inf, *, lower: float = 0.0, lower_is: st
     return parse
 
 
-# The smallest fixed budgets: one watt-hour, one gram. 1e-300 kWh was taken, and the
-# periods' line printed a share of it with 308 digits.
-MIN_ENERGY_BUDGET_KWH = 0.001
-MIN_CARBON_BUDGET_KG = 0.001
-
-
 def _non_negative(text: str) -> float:
     try:
         value = float(text)
@@ -124,12 +118,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument(
         "--energy-budget-kwh",
-        type=_positive(float, lower=MIN_ENERGY_BUDGET_KWH, lower_is="1 Wh"),
+        type=_positive(float, lower=MIN_ENERGY_LIMIT_KWH, lower_is="1 Wh"),
         help="cluster energy budget (at least 0.001: 1 Wh)",
     )
     budget.add_argument(
         "--carbon-budget-kg",
-        type=_positive(float, lower=MIN_CARBON_BUDGET_KG, lower_is="1 g"),
+        type=_positive(float, lower=MIN_CARBON_LIMIT_KG, lower_is="1 g"),
         help="cluster carbon budget (at least 0.001: 1 g)",
     )
     budget.add_argument(

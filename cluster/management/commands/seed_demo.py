@@ -41,9 +41,9 @@ from django.db import transaction
 from django.utils import timezone
 from tqdm import tqdm
 
-from cluster.choices import AuditAction, HardLimitAction, NodeStatus, Role
+from cluster.choices import HardLimitAction, NodeStatus, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
-from cluster.services import record_audit
+from cluster.services import NamedActor, record_retirement, retirement
 from config.commands import OneLineCommand
 from config.env import env_float, env_int
 from scheduling.adapters import current_catalog
@@ -146,13 +146,6 @@ def demo_period(now: datetime, span_s: float) -> tuple[datetime, datetime]:
     return start, end
 
 
-class _SeedDemo:
-    """The actor named in the audit log for what this command changes."""
-
-    username = "seed_demo"
-    is_authenticated = False
-
-
 class Command(OneLineCommand):
     help = "Load demo teams, users, a 4x8 A100 cluster, agent tokens and budgets (idempotent)."
 
@@ -233,9 +226,7 @@ class Command(OneLineCommand):
                         f"demo's {uuid}: retire it first"
                     )
                 back = Gpu.objects.filter(uuid=uuid, retired_at__isnull=False).first()
-                before = back and {
-                    "gpu": str(back), "uuid": uuid, "retired_at": back.retired_at.isoformat()
-                }  # fmt: skip
+                before = back and retirement(back, back.retired_at)
                 gpu, _ = Gpu.objects.update_or_create(
                     uuid=uuid,
                     defaults={
@@ -250,16 +241,8 @@ class Command(OneLineCommand):
                         "supported_sm_clocks_mhz": clocks,
                     },
                 )
-                if before:
-                    # back in service, audited as an agent's registration audits it
-                    record_audit(
-                        actor=_SeedDemo(),
-                        action=AuditAction.UPDATED,
-                        object_type="gpu",
-                        object_id=gpu.pk,
-                        before=before,
-                        after={"gpu": str(gpu), "uuid": uuid, "retired_at": None},
-                    )
+                if before:  # back in service, audited as an agent's registration audits it
+                    record_retirement(gpu, before=before, actor=NamedActor("seed_demo"))
             nodes.append(node)
         return nodes
 
