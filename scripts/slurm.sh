@@ -10,7 +10,7 @@
 # default socket), a private MariaDB (base+5), slurmdbd (base+1), slurmctld (base), one slurmd
 # per node with 8 placeholder GPUs each, slurmrestd with JWT (base+4). The nodes are n1 and n2
 # (base+2, base+3) unless WATTFLOW_SLURM_NODES names others ("node-01 node-02 node-03 node-04"
-# for the demo: the 1st and 2nd on base+2 and base+3, the k-th after them on base+4+k).
+# for the demo: the 1st and 2nd on base+2 and base+3, the later ones on base+6, base+7, ...).
 # Wattflow's Prolog, Epilog and TaskProlog (deploy/slurm/) are configured with the handoff
 # directory STATE_DIR/handoff, which node agents in monitor mode read (--handoff-dir).
 # No systemd unit is started or left enabled. Must run as root (it installs packages,
