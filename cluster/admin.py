@@ -83,8 +83,21 @@ class MembershipAdmin(admin.ModelAdmin):
     autocomplete_fields = ["user", "team"]
 
 
+class GpuInlineForm(forms.ModelForm):
+    """A GPU row of its node's page. A GPU with history keeps its model, as on its own page
+    (``GpuAdmin.get_readonly_fields``) and over the API: the inline changed it (a probe set a
+    GPU with ledger rows from A100 to H100), moving its allocations, ledger and learned
+    models to another model's predictions."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None and services.gpu_history(self.instance):
+            self.fields["model"].disabled = True
+
+
 class GpuInline(admin.TabularInline):
     model = Gpu
+    form = GpuInlineForm
     extra = 0
     fields = [
         "index", "uuid", "model", "memory_mb", "power_limit_w", "sm_clock_mhz", "reported_at",

@@ -161,6 +161,51 @@ def test_a_gpus_model_with_history_cannot_be_patched(api_client, admin_user, mak
     assert gpu.model != "H100"
 
 
+def _node_page_post(node, gpu, **gpu_fields) -> dict:
+    """The node's admin change form as posted, with its one GPU row changed by ``gpu_fields``."""
+    row = {
+        "id": gpu.pk, "node": node.pk, "index": gpu.index, "uuid": gpu.uuid,
+        "model": gpu.model, "memory_mb": gpu.memory_mb, "power_limit_w": "",
+        "sm_clock_mhz": "", **gpu_fields,
+    }  # fmt: skip
+    return {
+        "name": node.name, "switch_label": node.switch_label, "rack_label": node.rack_label,
+        "gpu_model": node.gpu_model, "status": node.status,
+        "gpus-TOTAL_FORMS": "1", "gpus-INITIAL_FORMS": "1",
+        "gpus-MIN_NUM_FORMS": "0", "gpus-MAX_NUM_FORMS": "1000",
+        **{f"gpus-0-{name}": value for name, value in row.items()},
+    }  # fmt: skip
+
+
+def test_a_gpus_model_with_history_cannot_be_changed_on_its_nodes_admin_page(
+    client, admin_user, make_node, team
+):
+    # (the GPU's own admin page shows it read-only; the node page's GPU rows changed it)
+    node = make_node(gpus=1)
+    gpu = node.gpus.get()
+    _spent(gpu, team)
+    client.force_login(admin_user)
+
+    response = client.post(
+        f"/admin/cluster/node/{node.pk}/change/", _node_page_post(node, gpu, model="H100")
+    )
+
+    assert response.status_code == 302
+    gpu.refresh_from_db()
+    assert gpu.model == "A100"
+    # a GPU without history is still corrected there
+    spare = Gpu.objects.create(
+        node=make_node("node-02", gpus=0), index=0, uuid="GPU-spare", model="A100",
+        memory_mb=40960, default_power_limit_w=400, min_power_limit_w=100, max_power_limit_w=400,
+    )  # fmt: skip
+    client.post(
+        f"/admin/cluster/node/{spare.node.pk}/change/",
+        _node_page_post(spare.node, spare, model="H100"),
+    )
+    spare.refresh_from_db()
+    assert spare.model == "H100"
+
+
 def test_the_nodes_api_counts_the_gpus_in_service(api_client, admin_user, make_node):
     node = make_node(gpus=2)
     retire_gpu(node.gpus.order_by("index").first(), actor=None)
