@@ -291,6 +291,22 @@ class Gpu(models.Model):
         clocks = sm_clock_conflict(self.max_sm_clock_mhz, self.supported_sm_clocks_mhz)
         if clocks:
             errors["supported_sm_clocks_mhz"] = clocks
+        if self.pk is not None:
+            # A GPU a job runs on stays on its node under its UUID, as retiring it waits
+            # (``services.retire_gpu``): moved by an edit (the API, the admin), its node's
+            # agent lost the job and had its exit refused (403), and the other node's agent
+            # was told to run the job on a GPU it does not have.
+            stored = Gpu.objects.filter(pk=self.pk).values_list("node_id", "uuid").first()
+            if (
+                stored is not None
+                and stored != (self.node_id, self.uuid)
+                and self.allocations.filter(ended_at__isnull=True).exists()
+            ):
+                field = "node" if stored[0] != self.node_id else "uuid"
+                errors[field] = (
+                    "The GPU runs a job now: drain its node and change this once the job has "
+                    "moved or ended."
+                )
         if errors:
             raise ValidationError(errors)
 

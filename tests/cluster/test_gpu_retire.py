@@ -118,6 +118,36 @@ def test_a_gpu_that_runs_a_job_is_not_retired(
     assert gpu.retired_at is None
 
 
+@pytest.mark.parametrize(
+    ("field", "change"), [("node", lambda other: other.pk), ("uuid", lambda other: "GPU-new")]
+)
+def test_a_gpu_that_runs_a_job_is_not_moved_or_renamed(
+    api_client, admin_user, make_node, make_job, member, team, field, change
+):
+    # (moved, node-01's agent lost the job and had its exit refused, 403, and node-02's was
+    # told to run it on a GPU it does not have)
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    other = make_node("node-02", gpus=1)
+    job = make_job(owner=member, team=team, total_iterations=1000)
+    transition_job(job, to=JobState.RUNNING, at=AT)
+    set_allocation(job, gpus=[gpu], batch_size=job.global_batch_size, at=AT)
+
+    response = api_client(admin_user).patch(
+        f"/api/gpus/{gpu.pk}/", {field: change(other), "index": 5}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert "runs a job now" in response.json()[field][0]
+    stored = Gpu.objects.get(pk=gpu.pk)
+    assert (stored.node.name, stored.uuid, stored.index) == ("node-01", "GPU-node-01-0", 0)
+    # once the job has ended the GPU may move (a board moved between servers)
+    transition_job(job, to=JobState.COMPLETED, at=AT + timedelta(hours=1))
+    response = api_client(admin_user).patch(
+        f"/api/gpus/{gpu.pk}/", {field: change(other), "index": 5}, format="json"
+    )
+    assert response.status_code == 200
+
+
 def _wire(uuid, index, model="A100"):
     return {
         "uuid": uuid, "index": index, "model": model, "memory_mb": 40960,
