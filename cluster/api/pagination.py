@@ -19,6 +19,8 @@ class StrictPageNumberPagination(PageNumberPagination):
         if number in self.last_page_strings:
             return number
         text = str(number)
-        if not (text.isascii() and text.isdigit() and int(text) >= 1):
+        # Read as digits, not converted: int() of more than 4,300 digits raises ValueError
+        # (Python's limit on integer strings), which answered 500 on every list.
+        if not (text.isascii() and text.isdigit() and text.lstrip("0")):
             raise ValidationError({self.page_query_param: [PAGE_MESSAGE]})
         return number

@@ -149,7 +149,7 @@ def test_cancel_of_a_finished_job_is_a_documented_409(api_client, member, team, 
     assert response.json()["detail"]
 
 
-@pytest.mark.parametrize("page", ["-1", "0", "abc", "1.5", "٣"])
+@pytest.mark.parametrize("page", ["-1", "0", "000", "abc", "1.5", "٣"])
 def test_malformed_page_numbers_answer_400(api_client, member, team, make_job, page):
     make_job(owner=member, team=team)
     response = api_client(member).get("/api/jobs/", {"page": page})
@@ -164,3 +164,11 @@ def test_pages_past_the_last_stay_404_and_last_works(api_client, member, team, m
     last = client.get("/api/jobs/", {"page": "last"})
     assert last.status_code == 200
     assert [j["id"] for j in last.json()["results"]] == [job.pk]
+
+
+@pytest.mark.parametrize("url", ["/api/jobs/", "/api/budgets/", "/api/telemetry/ledger/"])
+def test_a_page_number_of_thousands_of_digits_is_past_the_last_page(api_client, member, url):
+    # (more than Python's 4,300-digit limit on converting integer strings: it was a 500)
+    response = api_client(member).get(url, {"page": "1" * 4400})
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Invalid page."}
