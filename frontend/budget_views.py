@@ -115,7 +115,10 @@ def _amount(value) -> float:
     average JCT would stand in the figure for a replay's."""
     if isinstance(value, bool):
         raise ValueError("not a number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # a JSON integer past any float (1 and 400 zeros): was a 500
+        raise ValueError("not a finite number") from None
     if not math.isfinite(number) or number < 0:
         raise ValueError("not a finite number >= 0")
     return number

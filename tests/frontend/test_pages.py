@@ -452,6 +452,8 @@ def test_whatif_replays_the_team_queue_and_returns_the_figure(
     [
         ("done", "[[NaN, null]]"),
         ("done", "[[1e999, 5]]"),
+        ("done", "[[1" + "0" * 400 + ", 5]]"),  # an integer past any float: was a 500
+        ("done", "[[10, 1" + "0" * 400 + "]]"),
         ("done", "[[10, -5]]"),
         ("done", "[[true, 5]]"),
         ("done", "[" * 50_000 + "]" * 50_000),  # RecursionError in the decoder: was a 500
