@@ -48,6 +48,8 @@ from typing import Any, NamedTuple
 from scheduling.core.goodput import ratio_beyond_measurement
 
 LOG_TAIL_BYTES = 4000
+# The largest count the server takes (``telemetry.api.serializers.MAX_ITERATIONS``, 2^63 - 1).
+MAX_ITERATIONS = float(2**63 - 1)
 
 
 def job_gpu_count(assignment: dict[str, Any], gpu_indices: Sequence[int]) -> int:
@@ -81,8 +83,9 @@ def parse_progress(text: str) -> Progress | None:
             count = float(text.splitlines()[-1])
         except ValueError:
             return None
-        # nan, inf or a negative count the server refuses, and its whole batch with it
-        return Progress(count) if math.isfinite(count) and count >= 0 else None
+        # nan, inf, a negative count or one past the server's bound: the server refuses
+        # it, and its whole batch with it
+        return Progress(count) if _count(count) else None
     try:
         data = json.loads(text)
         count = data["iterations"]
@@ -91,7 +94,7 @@ def parse_progress(text: str) -> Progress | None:
         iterations = float(count)
     except (ValueError, KeyError, TypeError, OverflowError):
         return None
-    if not math.isfinite(iterations) or iterations < 0:
+    if not _count(iterations):
         return None
     sqr, var = _statistic(data.get("grad_sqr")), _statistic(data.get("grad_var"))
     at = _statistic(data.get("ts"))
@@ -100,6 +103,13 @@ def parse_progress(text: str) -> Progress | None:
         # refuses as no measurement: the count goes on without it)
         return Progress(iterations, at=at)
     return Progress(iterations, sqr, var, at)
+
+
+def _count(iterations: float) -> bool:
+    """Whether the server takes ``iterations`` as a count. One it refuses is refused with the
+    exit event that carries it too: a job that wrote 1e19 and ended had its exit quarantined
+    by the agent, and stayed running on the server, holding its GPUs."""
+    return math.isfinite(iterations) and 0 <= iterations <= MAX_ITERATIONS
 
 
 def _statistic(value: Any) -> float | None:

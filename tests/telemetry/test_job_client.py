@@ -64,12 +64,25 @@ EXAMPLE = ROOT / "jobclient" / "train_logreg.py"
         ("nan", None),  # the server refuses these, and the batch they come in
         ("inf", None),
         ("-3", None),
+        # past the server's bound (2^63 - 1): refused there, with the exit that carried it
+        # (the job stayed running, its exit quarantined)
+        ("1e19", None),
+        ('{"iterations": 1e19}', None),
+        ('{"iterations": 1' + "0" * 400 + "}", None),
+        ("9223372036854775807", Progress(float(2**63 - 1))),
         ("", None),
         ("abc", None),
     ],
 )
 def test_the_agent_reads_both_progress_formats(text, expected):
     assert parse_progress(text) == expected
+
+
+def test_the_agent_bounds_counts_as_the_server_does():
+    from telemetry.agent.jobs import MAX_ITERATIONS
+    from telemetry.api.serializers import MAX_ITERATIONS as SERVER_MAX_ITERATIONS
+
+    assert MAX_ITERATIONS == SERVER_MAX_ITERATIONS
 
 
 # --- the client --------------------------------------------------------------------------
