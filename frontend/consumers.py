@@ -14,6 +14,8 @@ ones) before any later message is handled; a deactivated or deleted user's socke
 
 from __future__ import annotations
 
+import json
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
@@ -75,6 +77,19 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=ACCESS_REVOKED)
             return
         await self.send_json({"type": "groups", "groups": allowed})
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        # What the page never sends (a binary frame, text that is not JSON or not an object)
+        # is ignored as an unknown type is: it raised, and the socket was closed with 1011
+        # and a traceback logged.
+        if text_data is None:
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            return
+        if isinstance(content, dict):
+            await self.receive_json(content, **kwargs)
 
     async def receive_json(self, content, **kwargs):
         # The page only listens; a ping keeps proxies from closing an idle socket.

@@ -141,6 +141,26 @@ def test_an_admin_joins_the_admin_group_and_sees_every_decision(admin_user, team
     assert sorted(len(m["payload"]["decisions"]) for m in received) == [0, 2]
 
 
+def test_a_frame_the_page_never_sends_is_ignored_and_the_socket_stays_open(member):
+    # (text that is not JSON, JSON that is not an object, a binary frame: each raised in the
+    # consumer, which closed the socket with 1011 and logged a traceback)
+    headers = headers_for(member)
+
+    async def scenario():
+        ws = communicator(headers)
+        await ws.connect(timeout=10)
+        await ws.receive_json_from(timeout=5)
+        for frame in ("not json", "[1]", '"ping"', "[" * 100_000):
+            await ws.send_to(text_data=frame)
+        await ws.send_to(bytes_data=b"\x00")
+        await ws.send_json_to({"type": "ping"})
+        pong = await ws.receive_json_from(timeout=5)
+        await ws.disconnect()
+        return pong
+
+    assert async_to_sync(scenario)() == {"type": "pong"}
+
+
 def test_a_disconnected_socket_leaves_its_groups(member, team):
     headers = headers_for(member)
 
