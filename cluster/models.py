@@ -274,14 +274,18 @@ class Gpu(models.Model):
 
     def clean(self) -> None:
         errors = {}
-        if not (0 < self.min_power_limit_w <= self.default_power_limit_w <= self.max_power_limit_w):
+        # A limit left empty or refused by its own field is None here (the admin's add page
+        # runs clean() after such a field error): compared, it was a TypeError, a 500.
+        low, high = self.min_power_limit_w, self.max_power_limit_w
+        default = self.default_power_limit_w
+        if None not in (low, default, high) and not (0 < low <= default <= high):
             errors["default_power_limit_w"] = "Power limits must satisfy 0 < min <= default <= max."
-        if self.power_limit_w is not None and not (
-            self.min_power_limit_w <= self.power_limit_w <= self.max_power_limit_w
+        if (
+            self.power_limit_w is not None
+            and None not in (low, high)
+            and not (low <= self.power_limit_w <= high)
         ):
-            errors["power_limit_w"] = (
-                f"Must be between {self.min_power_limit_w} and {self.max_power_limit_w} W."
-            )
+            errors["power_limit_w"] = f"Must be between {low} and {high} W."
         if (
             self.sm_clock_mhz is not None
             and self.supported_sm_clocks_mhz

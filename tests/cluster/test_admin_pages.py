@@ -159,3 +159,25 @@ def test_the_gpu_page_shows_its_latest_samples(admin_client, every_model_has_a_r
     assert "Latest 10 samples" in html
     newest = GpuSample.objects.filter(gpu=gpu).order_by("-ts").first()
     assert newest.ts.isoformat(timespec="seconds") in html
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("min_power_limit_w", ""), ("default_power_limit_w", "abc"), ("max_power_limit_w", "-5")],
+)
+def test_a_gpu_added_with_a_power_limit_missing_or_refused_is_a_form_error(
+    admin_client, field, value
+):
+    # (clean() compared the missing limit, None, with the others: a TypeError, a 500)
+    node = Node.objects.create(name="node-09", switch_label="switch-1", gpu_model="A100")
+    data = {
+        "node": node.pk, "index": "0", "uuid": "GPU-added", "model": "A100", "memory_mb": "40960",
+        "default_power_limit_w": "300", "min_power_limit_w": "100", "max_power_limit_w": "400",
+        "power_limit_w": "250", "supported_sm_clocks_mhz": "", "sm_clock_mhz": "",
+    }  # fmt: skip
+
+    response = admin_client.post(reverse("admin:cluster_gpu_add"), {**data, field: value})
+
+    assert response.status_code == 200
+    assert field in response.context["adminform"].form.errors
+    assert not Gpu.objects.filter(uuid="GPU-added").exists()
