@@ -108,6 +108,12 @@ class GpuInline(admin.TabularInline):
     # has none, or retires it, through the audited services.
     can_delete = False
 
+    def has_add_permission(self, request, obj=None):
+        # A row here has no power limits, which a GPU must have: "Add another GPU" was a
+        # 500 (a null power limit) on every save. Agents register GPUs; an admin adds one
+        # on the GPU's own page, which has every field.
+        return False
+
 
 @admin.register(Node)
 class NodeAdmin(_AuditedDelete, admin.ModelAdmin):

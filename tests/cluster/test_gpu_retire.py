@@ -236,6 +236,23 @@ def test_a_gpus_model_with_history_cannot_be_changed_on_its_nodes_admin_page(
     assert spare.model == "H100"
 
 
+def test_the_nodes_admin_page_offers_no_gpu_row_to_add(client, admin_user, make_node):
+    # (a row has no power limits: saving one added there was a 500, a null power limit)
+    node = make_node(gpus=1)
+    gpu = node.gpus.get()
+    client.force_login(admin_user)
+
+    data = _node_page_post(node, gpu)
+    data.update({
+        "gpus-TOTAL_FORMS": "2", "gpus-1-node": node.pk, "gpus-1-index": "1",
+        "gpus-1-uuid": "GPU-added-here", "gpus-1-model": "A100", "gpus-1-memory_mb": "40960",
+    })  # fmt: skip
+    response = client.post(f"/admin/cluster/node/{node.pk}/change/", data)
+
+    assert response.status_code == 302  # the node saved, the extra row not taken
+    assert not Gpu.objects.filter(uuid="GPU-added-here").exists()
+
+
 def test_the_nodes_api_counts_the_gpus_in_service(api_client, admin_user, make_node):
     node = make_node(gpus=2)
     retire_gpu(node.gpus.order_by("index").first(), actor=None)
