@@ -62,6 +62,23 @@ def client_address(request) -> str | None:
         return remote
 
 
+# The length of the username axes stores with each failed login (``AccessAttempt.username``).
+AXES_USERNAME_LENGTH = 255
+
+
+def client_username(request, credentials=None) -> str | None:
+    """The username failed logins are counted by (``AXES_USERNAME_CALLABLE``): axes' own
+    choice (the credentials, else the posted ``username``), cut to the length its records
+    hold. A longer one (no user has one: usernames are at most 150 characters) failed the
+    record's insert, and every login path answered 500."""
+    if credentials:
+        username = credentials.get("username")
+    else:
+        data = getattr(request, "data", request.POST)
+        username = data.get("username") if hasattr(data, "get") else None
+    return username[:AXES_USERNAME_LENGTH] if isinstance(username, str) else username
+
+
 def lockout_message(request) -> str:
     cool_off = get_cool_off(request)
     minutes = max(1, round(cool_off.total_seconds() / 60)) if cool_off else None

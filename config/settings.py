@@ -192,6 +192,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "config.auth.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "config.auth.client_address"
+AXES_USERNAME_CALLABLE = "config.auth.client_username"
 # Reverse proxies in front of the web server whose X-Forwarded-For entry is trusted for the
 # login throttle's address (0 = none: the connection's address; compose: 1).
 WATTFLOW_TRUSTED_PROXY_COUNT = env_int("WATTFLOW_TRUSTED_PROXY_COUNT", 0)

@@ -69,6 +69,21 @@ def test_failures_on_one_path_lock_the_other(member):
     )
 
 
+def test_a_username_longer_than_axes_stores_is_a_failed_login_and_counted(db, settings):
+    # (axes stores 255 characters of the username: a longer one failed its insert, a 500
+    # on all three paths)
+    long_name = "u" * 1000
+    assert login_page(Client(), "x", username=long_name).status_code == 200
+    assert token_endpoint(APIClient(), "x", username=long_name).status_code == 400
+    admin = Client().post("/admin/login/", {"username": long_name, "password": "x"})
+    assert admin.status_code == 200
+
+    # and it is counted like any other: the pair is locked at the limit
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        token_endpoint(APIClient(), "x", username=long_name)
+    assert token_endpoint(APIClient(), "x", username=long_name).status_code == 429
+
+
 def test_the_lock_is_per_username_and_address(member, make_user, team):
     make_user("walt_member", team=team)
     for i in range(10):
