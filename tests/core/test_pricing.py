@@ -276,6 +276,61 @@ def test_a_budget_behind_its_line_counts_its_reserve_at_the_fastest_cost(
     assert plan.policy_state["price"]["b"] == pytest.approx(price)
 
 
+@pytest.mark.parametrize(("scaling", "bounds"), [(1.2, (2**0.2, 8**0.2)), (1.0, (1.0, 1.0))])
+def test_the_markup_is_what_the_jobs_configurations_cost_over_their_targets(scaling, bounds):
+    # On a model that scales better than linearly, an iteration on 8 GPUs costs 2**0.2
+    # times less than on 4 and 8**0.2 times less than on 1: both jobs' price target is
+    # all 8 GPUs at the lowest clock, and the cluster has 8. What they got (4 and 1 GPUs)
+    # costs between 2**0.2 and 8**0.2 times their targets' cost for the same progress.
+    # A model that scales linearly costs the same on any count: no markup.
+    budget = Budget("b", "t", 0.0, 30_000.0, energy_limit_j=300_000.0)
+    jobs = [job(name, iters=600.0, max_gpus=8) for name in ("a", "b")]
+    catalog = Catalog(AnalyticModel("w", scaling=scaling))
+    snap = snapshot(make_cluster(1, 1, 8), jobs, catalog=catalog, budgets=(budget,))
+    policy = get_policy("powerflow", **ABOVE_IDLE)
+    plan = plan_round(snap, policy=policy, now=1500.0)
+    assert 0.0 < plan.policy_state["price"]["b"] < float("inf")
+    got, planned = plan.policy_state["price_markup"]["b"]
+    assert bounds[0] - 1e-9 <= got / planned <= bounds[1] + 1e-9
+    # the next round decays the sums it carries, by 0.9 a round
+    carried = replace(snap, policy_state={"price_markup": {"b": [10.0, 5.0]}})
+    again = plan_round(carried, policy=policy, now=1500.0).policy_state["price_markup"]["b"]
+    assert again == pytest.approx([got + 9.0, planned + 4.5])
+
+
+@pytest.mark.parametrize(
+    ("limit_j", "used_j", "params", "clock", "price"),
+    [
+        # 20 kJ of 120 kJ spent at the period's start: 17% ahead of its straight line,
+        # past the dead band (3%) and the release's width (10%), so the share of the
+        # test above, 97,133 J, is divided by the whole markup, 2: 48,566 J pays the
+        # cheapest point only (45,000 J; the next costs 78,750 J).
+        (120_000.0, 20_000.0, {}, 1000, 200 / 33_750),
+        (120_000.0, 20_000.0, {"markup_decay": 0.0}, 1500, 100 / 41_250),
+        # On its line the budget has room for the difference: the share stands.
+        (100_000.0, 0.0, {}, 1500, 100 / 41_250),
+    ],
+)
+def test_a_budget_ahead_of_its_line_divides_its_share_by_its_markup(
+    limit_j, used_j, params, clock, price
+):
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=limit_j, energy_used_j=used_j)
+    markup = {"price_markup": {"b": [2.0, 1.0]}}  # the jobs got twice what was planned
+    snap = snapshot(
+        make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,), policy_state=markup
+    )
+    policy = get_policy("powerflow", period_reserve=0.0, **params, **ABOVE_IDLE)
+    plan = plan_round(snap, policy=policy, now=0.0)
+    assert plan.allocations["a"].sm_clock_mhz == clock
+    assert plan.policy_state["price"]["b"] == pytest.approx(price)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, True])
+def test_the_markup_decay_is_a_share_below_one(bad):
+    with pytest.raises(ValueError, match="markup_decay"):
+        get_policy("powerflow", markup_decay=bad)
+
+
 # A cluster budget pays the idle floor of corekit's 8 GPUs (50 W each: 400 W). The hours
 # seen: a day at 300 g/kWh, then 23 at 100 (the hour now is the last seen, at 100), so
 # the mean past the 1 h forecast is (24 x 300 + 23 x 100) / 47 = 202 g/kWh and the

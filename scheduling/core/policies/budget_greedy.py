@@ -95,7 +95,12 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    the reserve alone left a quarter of it over; a tight one, whose spending stays on its
    line, keeps its reserve. The share is at least ``share_floor`` times ``Cmin`` while
    the free remainder allows (the forecast is noisy and the cheapest configurations save
-   the most time per joule). The round's allowance is then what the targets (or minimum
+   the most time per joule). A budget spending ahead of its straight line (by more than
+   ``lag_deadband``, fully at ``lag_release`` more) divides that share by its markup,
+   what its jobs' configurations have lately cost for their progress over what their
+   targets would have (``markup_decay``): the targets of a burst can need more GPUs
+   than the cluster has, and on fewer GPUs each iteration can cost more than the price
+   planned. The round's allowance is then what the targets (or minimum
    configurations, whichever is more) take this round, so a job at its minimum is never
    held back while the free remainder covers the present work's minimum; when it does
    not, lambda is infinite and the even-share allowance above applies again. Where every
@@ -264,6 +269,7 @@ class BudgetGreedy:
         keep_hedge: bool = True,
         prediction_margin: float = 0.05,
         in_period_cost: bool = True,
+        markup_decay: float = 0.9,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -311,6 +317,12 @@ class BudgetGreedy:
           the period ends (``budget_price.in_period_points``) instead of getting an
           infinite price, which held jobs longer than a period at their minimum however
           little of the budget they used (docs/benchmarks.md, "A contract sweep").
+        - ``markup_decay`` (0: off): a budget spending ahead of its straight line counts
+          what the GPUs could not give its jobs: where a job runs on fewer GPUs than its
+          price target (the cheapest configurations of a burst can need more GPUs than
+          the cluster has), each unit of its progress costs more than the price
+          planned, by the markup ``_Round._markup`` measures (decayed by this factor a
+          round), and the budget's share is divided by it (``budget_price``).
         - ``starvation_s`` (None: no bound): a waiting job that has waited this long
           since it last changed is admitted right after the running jobs, earliest
           submitted first (within a priority),
@@ -393,6 +405,9 @@ class BudgetGreedy:
             raise ValueError("prediction_margin must be at least 0 and below 1")
         self.prediction_margin = prediction_margin
         self.in_period_cost = in_period_cost
+        if isinstance(markup_decay, bool) or not 0.0 <= markup_decay < 1.0:
+            raise ValueError("markup_decay must be at least 0 and below 1")
+        self.markup_decay = markup_decay
         self.starvation_s = starvation_s
         self.hesrpt_exp = hesrpt_exp
         if fixed_price is not None and (
@@ -1598,6 +1613,34 @@ class _Round:
 
     # --- stage 6: the decision ----------------------------------------------------
 
+    def _markup(self) -> dict[str, list[float]]:
+        """Per priced budget, decayed sums over its rounds of what its granted jobs'
+        configurations cost for the progress they make in the round, and of what their
+        price targets would have cost for the same progress (``markup_decay``): where the
+        GPUs cannot give a job its target (fewer GPUs than the target's, which cost
+        more per iteration), the work costs more than the price planned."""
+        prev = self.ctx.policy_state.get("price_markup", {})
+        acc = [[0.0, 0.0] for _ in self.budgets]
+        for j in self.cfg:
+            box = self.target.get(j)
+            est, _, cost = self.cur[j]
+            if box is None or est.remaining_s <= 0.0:
+                continue
+            # the share of its remaining work the job does this round, at the
+            # configuration it got and at its target
+            done = min(self.round_s / est.remaining_s, 1.0)
+            target_cost = self.evaluate(j, *box)[2]
+            for bi, _ in self.pays[j]:
+                if 0.0 < self.prices[bi] < math.inf:
+                    acc[bi][0] += cost * done
+                    acc[bi][1] += target_cost * done
+        d = self.policy.markup_decay
+        out = {}
+        for bi, b in enumerate(self.budgets):
+            got, planned = prev.get(b.budget_id, (0.0, 0.0))
+            out[b.budget_id] = [d * got + acc[bi][0], d * planned + acc[bi][1]]
+        return out
+
     def decision(self) -> PolicyDecision:
         ctx, jobs, opts, budgets = self.ctx, self.jobs, self.opts, self.budgets
         grants = []
@@ -1632,6 +1675,8 @@ class _Round:
                 prior=self.probe_unpaid.get(j), short=short,
             )  # fmt: skip
         state = dict(self.new_state)
+        if self.policy.markup_decay > 0 and self.prices:
+            state["price_markup"] = self._markup()
         if self.probes:
             state["prior_probes"] = self.probes
         # The next plan is due when the first probe that runs on ends.

@@ -91,6 +91,22 @@ def _behind_weight(lag: float, deadband: float) -> float:
     return min(max(lag / deadband, 0.0), 1.0)
 
 
+def _markup(state: Mapping[str, Any], budget_id: str, lag: float, policy: BudgetGreedy) -> float:
+    """What a unit of the budget's planned spending costs as its jobs run
+    (``_Round._markup``: their configurations' cost over their targets', at least 1),
+    counted as its spending runs ahead of its straight line: none within
+    ``lag_deadband`` of it, all of it at ``lag_release`` further ahead. A budget ahead of
+    its line spends faster than it was given; one on or behind it has room for the
+    difference. Measured in docs/benchmarks.md ("Work that costs more than its
+    price planned")."""
+    got, planned = state.get("price_markup", {}).get(budget_id, (0.0, 0.0))
+    if not (got > planned > 0.0):
+        return 1.0
+    return 1.0 + (got / planned - 1.0) * _behind_weight(
+        -lag - policy.lag_deadband, policy.lag_release
+    )
+
+
 def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     """Set each priced budget's price (``rnd.prices``, by budget index: 0 unpriced,
     infinite when the funds do not cover the work's minimum), the jobs' target
@@ -289,6 +305,8 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             continue
         share = free * pmin / (pmin + future) if pmin + future > 0 else free
         share = max(share, min(free, pmin * policy.share_floor))
+        if policy.markup_decay > 0:
+            share /= _markup(state, b.budget_id, rnd.lags[b_i], policy)
         keys = list(weight[b_i])
         price[b_i] = price_for_share(
             [shared[k] for k in keys], share, [weight[b_i][k] for k in keys]
