@@ -139,14 +139,16 @@ def no_model_error(
 
 
 def _sorted(jobs: list[Job], path: Path) -> tuple[Job, ...]:
-    """The jobs by submit time (stable: equal times keep their file order), once each: a
-    job id seen twice is refused, since every record of a run is kept by job id."""
+    """The jobs by submit time, equal times by job id, once each: a job id seen twice is
+    refused, since every record of a run is kept by job id. (Equal times once kept their
+    file order, so shuffling a trace's rows changed a learned run's JCTs and the jobs
+    ``--max-jobs`` kept.)"""
     seen: Counter[str] = Counter(j.job_id for j in jobs)
     twice = sorted(job_id for job_id, n in seen.items() if n > 1)
     if twice:
         shown = ", ".join(repr(job_id) for job_id in twice[:5]) + (" ..." if len(twice) > 5 else "")
         raise TraceError(f"{path.name}: job id(s) {shown} appear more than once")
-    return tuple(sorted(jobs, key=lambda j: j.submit_time_s))
+    return tuple(sorted(jobs, key=lambda j: (j.submit_time_s, j.job_id)))
 
 
 def read_elasticflow_trace(

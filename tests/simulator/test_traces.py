@@ -211,6 +211,20 @@ def test_a_job_id_seen_twice_is_refused_by_name(tmp_path):
         read_trace(dup, data_dir=DATA)
 
 
+def test_jobs_submitted_at_the_same_time_come_in_job_id_order_whatever_the_rows_order(tmp_path):
+    # Equal submit times kept their file order, so shuffling a trace's rows changed which
+    # job the engine met first: a learned run's JCTs moved, and --max-jobs kept other jobs.
+    rows = ["b,5,vgg16,256,1,10", "a,5,vgg16,256,1,10", "c,0,vgg16,256,1,10", "d,5,vgg16,256,1,9"]
+    orders = []
+    for n, order in enumerate((rows, rows[::-1], rows[2:] + rows[:2])):
+        path = tmp_path / f"elasticflow_{n}.csv"
+        path.write_text(
+            "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n" + "\n".join(order)
+        )
+        orders.append([j.job_id for j in read_trace(path, data_dir=DATA)])
+    assert orders == [["c", "a", "b", "d"]] * 3
+
+
 def test_philly_week_on_a_gpu_the_catalog_lacks_models_for_is_refused_by_name():
     # The reader needs each model's speed on the cluster's GPU; on the A100 the catalog has
     # no ncf, and the UnknownPerfModelError (a KeyError) escaped the CLI as a traceback.
