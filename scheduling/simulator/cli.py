@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from scheduling.core.carbon_data import CarbonDataError
 from scheduling.core.types import G_PER_KG, J_PER_KWH, MIN_CARBON_LIMIT_KG, MIN_ENERGY_LIMIT_KWH
-from scheduling.simulator.bounds import scenario_bound
+from scheduling.simulator.bounds import JctBound, scenario_bound
 from scheduling.simulator.cluster_spec import ClusterSpecError
 from scheduling.simulator.compare import KINDS, Comparison, budgets_from
 from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult
@@ -47,6 +47,12 @@ from scheduling.simulator.scenario import (
     with_teams_by_workload,
 )
 from scheduling.simulator.traces import TraceError
+
+# The most rounds the longest job may need alone at its fastest: the engine plans every
+# round a job is active, so a job of 1e12 iterations (or of a batch of 1e9) ran for hours,
+# as did 0.01 s rounds, without a word. 10^5 rounds of 300 s are 347 days; the traces' longest
+# jobs take 24.
+MAX_ROUNDS = 100_000
 
 
 class UsageError(Exception):
@@ -352,6 +358,8 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
         raise UsageError(str(exc)) from None
     if not scenario.jobs:
         raise UsageError("the trace has no jobs")
+    bound = scenario_bound(scenario)
+    _check_rounds(bound, args.round_length_s)
     if not args.out.strip():
         raise UsageError("--out must name a folder")
     out = Path(args.out)
@@ -361,7 +369,6 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
         raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
     progress = not args.no_progress
     stem = f"{Path(args.trace).stem}_{scenario.spec.name}"
-    bound = scenario_bound(scenario)
     modes = ("learned", "oracle") if args.knowledge == "both" else (args.knowledge,)
     scenarios = {mode: replace(scenario, config=replace(config, knowledge=mode)) for mode in modes}
     report: dict[str, Any] = {
@@ -518,6 +525,19 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             f"{others}: {result.stopped_why}; its results are incomplete"
         )
     return report
+
+
+def _check_rounds(bound: JctBound, round_length_s: float) -> None:
+    """Refuse a run whose longest job alone, at its fastest, spans more than ``MAX_ROUNDS``
+    rounds: every policy's run of it would take at least that many."""
+    longest = max(bound.jobs, key=lambda f: f.time_s[0])
+    rounds = longest.time_s[0] / round_length_s
+    if rounds > MAX_ROUNDS:
+        raise UsageError(
+            f"job {longest.job_id} needs at least {longest.time_s[0] / 86400:.3g} days at its "
+            f"fastest on this cluster, {rounds:.3g} rounds of {round_length_s:g} s: more than "
+            f"the {MAX_ROUNDS:,} a run may plan (a longer --round-length-s, or less work)"
+        )
 
 
 def _ratios(learned: dict[str, Any], oracle: dict[str, Any]) -> dict[str, float | None]:

@@ -538,6 +538,41 @@ def test_a_budget_too_small_or_a_period_without_one_exits_2_with_one_line(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("row", "argv", "line"),
+    [
+        # a job of 1e12 iterations (within the trace's bound) ran for hours, a round a step
+        (
+            "0,0,resnet50,64,1,1e12",
+            [],
+            r"error: job 0 needs at least 5.\d+e\+05 days at its fastest on this cluster, "
+            r"1.\d+e\+08 rounds of 300 s: more than the 100,000 a run may plan \(",
+        ),
+        # as did an ordinary job in 0.01 s rounds
+        (
+            "0,0,resnet50,64,1,100000",
+            ["--round-length-s", "0.01"],
+            r"error: job 0 needs at least 0.05\d+ days at its fastest on this cluster, "
+            r"4.\d+e\+05 rounds of 0.01 s: more than the 100,000 a run may plan \(",
+        ),
+    ],
+)
+def test_a_run_of_more_rounds_than_can_be_simulated_exits_2_before_it_starts(
+    tmp_path, capsys, row, argv, line
+):
+    trace = tmp_path / "elasticflow_long.csv"
+    trace.write_text(f"job_id,submit_time,model_name,batch_size,num_gpu,iteration\n{row}\n")
+    cluster = DATA / "clusters" / "n16g8_a100.json"
+    out = tmp_path / "out"
+    base = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "fifo"]
+
+    assert main([*base, *argv, "--no-progress", "--out", str(out)]) == 2
+
+    err = capsys.readouterr().err
+    assert re.match(line, err) and err.count("\n") == 1
+    assert not out.exists()
+
+
 def test_a_missing_trace_file_is_named_as_missing(tmp_path, capsys):
     # (it read "unknown trace format 'nope.csv'")
     missing = tmp_path / "elasticflow_nope.csv"
