@@ -105,6 +105,15 @@ def _number(
     return number
 
 
+def _job_id(row: dict[str, str], column: str, path: Path, line_no: int) -> str:
+    """The column's job id, or a ``TraceError`` naming the line where it is blank: a job
+    without one ran, and its row of the results named no job."""
+    job_id = row.get(column) or ""
+    if not job_id.strip():
+        raise TraceError(f"{path.name}:{line_no}: {column}={job_id!r} is blank (a job id)")
+    return job_id
+
+
 def has_model(catalog: PerfCatalog, workload: str, gpu_model: str) -> bool:
     """Whether the catalog, the simulator's ground truth, can run ``workload`` on
     ``gpu_model`` (the ``PerfCatalog`` protocol has ``get`` only)."""
@@ -161,7 +170,7 @@ def read_elasticflow_trace(
         n_gpus = _number(row, "num_gpu", path, line_no, int, positive=True)
         jobs.append(
             Job(
-                job_id=row["job_id"],
+                job_id=_job_id(row, "job_id", path, line_no),
                 workload=row["model_name"],
                 team=team,
                 submit_time_s=_number(row, "submit_time", path, line_no),
@@ -201,7 +210,7 @@ def read_pollux_workload(
         n_gpus = _number(row, "num_replicas", path, line_no, int, positive=True)
         jobs.append(
             Job(
-                job_id=row["name"],
+                job_id=_job_id(row, "name", path, line_no),
                 workload=workload,
                 team=team,
                 submit_time_s=_number(row, "time", path, line_no),

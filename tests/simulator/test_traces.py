@@ -182,6 +182,9 @@ def test_unknown_or_broken_traces_are_refused_with_one_line(tmp_path):
         ("0,0,vgg16,0,1,10", r":2: batch_size='0' must be positive"),
         ("0,0,vgg16,256,0,10", r":2: num_gpu='0' must be positive"),
         ("0,0,vgg16,256,1,0", r":2: iteration='0' must be positive"),
+        # a job without an id ran, and its row of the results named no job
+        (",0,vgg16,256,1,10", r":2: job_id='' is blank \(a job id\)"),
+        ("  ,0,vgg16,256,1,10", r":2: job_id='  ' is blank \(a job id\)"),
         ("0,-5,vgg16,256,1,10", r":2: submit_time='-5' is negative"),
         ("0,0,vgg16,0.5,1,10", r":2: batch_size='0.5' is not a whole number"),
         ("0,0,vgg16,256.9,1,10", r":2: batch_size='256.9' is not a whole number"),
