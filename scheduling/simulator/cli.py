@@ -429,6 +429,13 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 if base not in results[mode]:
                     result, wall = _run(scenarios[mode], base, budgets=(), progress=progress)
                     record(mode, base, result, wall)
+                if all(r.first_start_s is None for r in results[mode][base].jobs):
+                    # Its run ended where it began, and a budget period ending at its end
+                    # stopped the comparison with a traceback (ValueError).
+                    raise UsageError(
+                        f"--match-baseline {base} started no job on this cluster, so it sets "
+                        f"no budget to match ({results[mode][base].stopped_why or 'none ran'})"
+                    )
                 budgets = budgets_from(
                     results[mode][base],
                     kind,

@@ -573,6 +573,27 @@ def test_a_run_of_more_rounds_than_can_be_simulated_exits_2_before_it_starts(
     assert not out.exists()
 
 
+def test_a_baseline_that_starts_no_job_is_one_line_not_a_traceback(tmp_path, capsys):
+    # fifo never starts a job asking for 2 GPUs of a 1-GPU cluster: its run ended where it
+    # began, and the budget period ending there stopped --match-baseline with a ValueError
+    trace = tmp_path / "pollux_workload-9.csv"
+    trace.write_text("name,time,application,num_replicas,batch_size\nx-0,0,cifar10,2,2048\n")
+    cluster = tmp_path / "c.json"
+    cluster.write_text(
+        '{"name": "one", "gpu_model": "T4", "switches": 1, "nodes_per_switch": 1, '
+        '"gpus_per_node": 1}'
+    )
+    argv = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "powerflow"]
+    argv += ["--match-baseline", "fifo", "--knowledge", "oracle", "--no-progress"]
+
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+
+    assert capsys.readouterr().err == (
+        "error: --match-baseline fifo started no job on this cluster, so it sets no budget to "
+        "match (only jobs that can never run on this cluster were left)\n"
+    )
+
+
 def test_a_missing_trace_file_is_named_as_missing(tmp_path, capsys):
     # (it read "unknown trace format 'nope.csv'")
     missing = tmp_path / "elasticflow_nope.csv"
