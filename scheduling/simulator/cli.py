@@ -102,7 +102,7 @@ def _non_negative(text: str) -> float:
 
 def _noise(text: str) -> float:
     """A log-normal sigma: 1 already spreads a measurement over 0.37-2.7x of the truth (1000
-    overflowed the first observation)."""
+    overflowed the first observation, and the first co-located pair)."""
     value = _non_negative(text)
     if value > 1.0:
         raise argparse.ArgumentTypeError(f"{text!r} is more than 1 (a log-normal sigma)")
@@ -182,7 +182,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--colocation-noise",
-        type=_non_negative,
+        type=_noise,
         default=0.0,
         help="sigma of seeded log-normal noise on co-located throughput (GPU sharing)",
     )

@@ -232,6 +232,34 @@ def test_cli_refuses_non_positive_congestion(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_cli_refuses_a_colocation_noise_that_overflows(tmp_path, capsys):
+    from scheduling.simulator.cli import main
+
+    # Given ten 1-GPU jobs EaCO pairs on 2 GPUs, a sigma of 1000 ended the run with an
+    # OverflowError (exp of the first pair's draw) and a traceback
+    trace = tmp_path / "elasticflow_pairs.csv"
+    trace.write_text(
+        "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n"
+        + "".join(f"{i},{10 * i},resnet50_cifar10,64,1,20000\n" for i in range(10))
+    )
+    cluster = tmp_path / "c.json"
+    cluster.write_text(
+        '{"name": "two", "gpu_model": "A100", "switches": 1, "nodes_per_switch": 1, '
+        '"gpus_per_node": 2}'
+    )
+    out = tmp_path / "none"
+    argv = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "eaco"]
+    argv += ["--knowledge", "oracle", "--no-progress", "--out", str(out)]
+
+    assert main([*argv, "--colocation-noise", "1000"]) == 2
+
+    assert capsys.readouterr().err == (
+        "error: argument --colocation-noise: '1000' is more than 1 (a log-normal sigma)\n"
+    )
+    assert not out.exists()
+    assert main([*argv, "--colocation-noise", "1"]) == 0
+
+
 def test_job_rows_carry_communication_overhead_and_shared_time():
     from scheduling.simulator.metrics import job_rows
 
