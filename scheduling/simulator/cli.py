@@ -53,6 +53,8 @@ from scheduling.simulator.traces import TraceError
 # as did 0.01 s rounds, without a word. 10^5 rounds of 300 s are 347 days; the traces' longest
 # jobs take 24.
 MAX_ROUNDS = 100_000
+# The largest --congestion: spread jobs' communication 100 times as long as measured.
+MAX_CONGESTION = 100.0
 
 
 class UsageError(Exception):
@@ -176,7 +178,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replan-on-events", action="store_true")
     parser.add_argument(
         "--congestion",
-        type=_positive(float),
+        # (1e300 made spread jobs crawl and a 25-job run never end; the benchmarks use 4)
+        type=_positive(float, upper=MAX_CONGESTION),
         default=1.0,
         help="factor on inter-node communication time of spread jobs (default 1: as measured)",
     )

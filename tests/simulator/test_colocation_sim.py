@@ -207,7 +207,15 @@ def test_cli_passes_congestion_to_the_engine_and_reports_overhead(tmp_path):
     assert high["comm_overhead_gpu_h"] > low["comm_overhead_gpu_h"] > 0.0
 
 
-def test_cli_refuses_non_positive_congestion(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        ("0", "'0' must be a finite positive number"),
+        # spread jobs crawled: a 25-job elastic run on 15 one-GPU nodes never ended
+        ("1e300", "'1e300' is more than 100"),
+    ],
+)
+def test_cli_refuses_non_positive_or_absurd_congestion(tmp_path, capsys, value, line):
     from scheduling.simulator.cli import main
 
     out = tmp_path / "none"
@@ -220,15 +228,13 @@ def test_cli_refuses_non_positive_congestion(tmp_path, capsys):
             "--policy",
             "fifo",
             "--congestion",
-            "0",
+            value,
             "--out",
             str(out),
         ]
     )
     assert code == 2
-    assert capsys.readouterr().err == (
-        "error: argument --congestion: '0' must be a finite positive number\n"
-    )
+    assert capsys.readouterr().err == f"error: argument --congestion: {line}\n"
     assert not out.exists()
 
 
