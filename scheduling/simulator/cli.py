@@ -447,6 +447,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                     idle_w=powered_idle_w(scenarios[mode]),
                     intensity=scenarios[mode].intensity,
                 )
+                _check_period(budgets[0], args.round_length_s, args.horizon_factor, base)
                 result, wall = _run(
                     scenarios[mode], args.policy, budgets=budgets, progress=progress, params=params
                 )
@@ -535,6 +536,21 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             f"{others}: {result.stopped_why}; its results are incomplete"
         )
     return report
+
+
+def _check_period(budget: BudgetSpec, round_length_s: float, factor: float, base: str) -> None:
+    """Refuse a matched budget period shorter than a round, as such a ``--budget-period-h``
+    is refused: a round plans for its whole length, so no job fitted a period's budget.
+    ``--horizon-factor 0.001`` gave 12 s periods to 300 s rounds and the run never ended;
+    a one-job trace fifo ran in 66 s stalled powerflow for a simulated week (50 s), then
+    exited 1."""
+    period_s = budget.period_end_s - budget.period_start_s
+    if round_length_s > period_s:
+        raise UsageError(
+            f"the matched budget period is {period_s:.3g} s (--horizon-factor {factor:g} x "
+            f"{base}'s run), shorter than a round (--round-length-s {round_length_s:g}): a "
+            "round must fit in a period"
+        )
 
 
 def _check_rounds(bound: JctBound, round_length_s: float) -> None:

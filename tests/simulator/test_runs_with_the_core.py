@@ -594,6 +594,48 @@ def test_a_baseline_that_starts_no_job_is_one_line_not_a_traceback(tmp_path, cap
     )
 
 
+@pytest.mark.parametrize(
+    ("trace", "argv", "line"),
+    [
+        # periods of 12 s against 300 s rounds: no job fitted a period, the run never ended
+        (
+            DATA / "trace" / "pollux_workload-8.csv",
+            ["--max-jobs", "25", "--horizon-factor", "0.001"],
+            r"the matched budget period is 11\.\d s \(--horizon-factor 0\.001 x fifo's run\)",
+        ),
+        # one job fifo runs in 144 s: powerflow stalled a simulated week, then exited 1
+        (
+            "one",
+            [],
+            r"the matched budget period is 1\d\d s \(--horizon-factor 1 x fifo's run\)",
+        ),
+    ],
+)
+def test_a_matched_budget_period_shorter_than_a_round_exits_2(tmp_path, capsys, trace, argv, line):
+    cluster = CLUSTER
+    if trace == "one":
+        trace = tmp_path / "elasticflow_one.csv"
+        trace.write_text(
+            "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n0,0,resnet50,64,1,1000\n"
+        )
+        cluster = tmp_path / "c.json"
+        cluster.write_text(
+            '{"name": "one", "gpu_model": "A100", "switches": 1, "nodes_per_switch": 1, '
+            '"gpus_per_node": 1}'
+        )
+    args = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "powerflow"]
+    args += ["--match-baseline", "fifo", "--knowledge", "oracle", "--no-progress"]
+
+    assert main([*args, *argv, "--out", str(tmp_path / "out")]) == 2
+
+    err = capsys.readouterr().err
+    assert re.match(
+        f"error: {line}, shorter than a round \\(--round-length-s 300\\): a round "
+        "must fit in a period\n$",
+        err,
+    )
+
+
 def test_a_missing_trace_file_is_named_as_missing(tmp_path, capsys):
     # (it read "unknown trace format 'nope.csv'")
     missing = tmp_path / "elasticflow_nope.csv"
