@@ -79,7 +79,7 @@ def read_cluster_spec(path: str | Path, *, gpu_model: str | None = None) -> Clus
     path = Path(path)
     source = path.name
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not JSON
     except OSError as exc:
         raise ClusterSpecError(f"cannot read cluster spec {path}: {exc.strerror}") from exc
     if path.suffix == ".csv":

@@ -48,7 +48,9 @@ class TraceError(ValueError):
 
 def _rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        # utf-8-sig: a CSV saved with a byte-order mark (a spreadsheet's "CSV UTF-8") read
+        # its first column as "\ufeffjob_id", and was refused as missing job_id.
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
             missing = set(required) - set(reader.fieldnames or ())
             if missing:

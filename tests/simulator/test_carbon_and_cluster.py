@@ -83,6 +83,17 @@ def test_elasticflow_cluster_csv_needs_a_gpu_model():
         read_cluster_spec(DATA / "trace" / "cluster_n16g8.csv")
 
 
+def test_a_cluster_spec_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
+    # It was "not valid JSON (Unexpected UTF-8 BOM ...)", and the CSV's first column missing.
+    plain = DATA / "clusters" / "n16g4_t4.json"
+    (tmp_path / "bom.json").write_text("\ufeff" + plain.read_text(), encoding="utf-8")
+    csv_text = (DATA / "trace" / "cluster_n16g8.csv").read_text()
+    (tmp_path / "bom.csv").write_text("\ufeff" + csv_text, encoding="utf-8")
+
+    assert read_cluster_spec(tmp_path / "bom.json") == read_cluster_spec(plain)
+    assert read_cluster_spec(tmp_path / "bom.csv", gpu_model="A100").n_gpus == 128
+
+
 def test_malformed_cluster_specs_are_refused(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(

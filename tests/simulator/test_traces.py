@@ -228,6 +228,17 @@ def test_jobs_submitted_at_the_same_time_come_in_job_id_order_whatever_the_rows_
     assert orders == [["c", "a", "b", "d"]] * 3
 
 
+def test_a_trace_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
+    # A spreadsheet's "CSV UTF-8" starts with one: it was refused as missing job_id.
+    text = "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n0,0,vgg16,256,1,10\n"
+    (tmp_path / "elasticflow_bom.csv").write_text("\ufeff" + text, encoding="utf-8")
+    (tmp_path / "elasticflow_plain.csv").write_text(text, encoding="utf-8")
+
+    bom = read_trace(tmp_path / "elasticflow_bom.csv", data_dir=DATA)
+
+    assert bom == read_trace(tmp_path / "elasticflow_plain.csv", data_dir=DATA)
+
+
 def test_philly_week_on_a_gpu_the_catalog_lacks_models_for_is_refused_by_name():
     # The reader needs each model's speed on the cluster's GPU; on the A100 the catalog has
     # no ncf, and the UnknownPerfModelError (a KeyError) escaped the CLI as a traceback.
