@@ -14,6 +14,7 @@ from scheduling.core.types import Budget, CarbonSignal
 from tests.core.corekit import (
     AnalyticModel,
     Catalog,
+    PriorOnly,
     job,
     make_cluster,
     random_snapshot,
@@ -323,6 +324,26 @@ def test_a_budget_ahead_of_its_line_divides_its_share_by_its_markup(
     plan = plan_round(snap, policy=policy, now=0.0)
     assert plan.allocations["a"].sm_clock_mhz == clock
     assert plan.policy_state["price"]["b"] == pytest.approx(price)
+
+
+def test_a_job_only_its_prior_knows_adds_nothing_to_the_markup():
+    # The price gives job a the middle clock (the test above's share), and it runs there:
+    # it costs what the price planned. Known only by its prior, its target is its prior
+    # box, whose clock is the top one: compared with the box, the job's 78,750 J counted
+    # as 0.66 of the 120,000 J "planned", lowering the budget's markup below what its
+    # other jobs cost over their targets.
+    budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=100_000.0)
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        [job("a", iters=600.0)],
+        budgets=(budget,),
+        job_perf={("a", "A100"): PriorOnly("w")},
+    )
+    policy = get_policy("powerflow", period_reserve=0.0, **ABOVE_IDLE)
+    plan = plan_round(snap, policy=policy, now=0.0)
+    assert plan.allocations["a"].sm_clock_mhz == 1500
+    assert plan.policy_state["price"]["b"] == pytest.approx(100 / 41_250)
+    assert plan.policy_state["price_markup"]["b"] == [0.0, 0.0]
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.0, True])

@@ -1618,13 +1618,17 @@ class _Round:
         configurations cost for the progress they make in the round, and of what their
         price targets would have cost for the same progress (``markup_decay``): where the
         GPUs cannot give a job its target (fewer GPUs than the target's, which cost
-        more per iteration), the work costs more than the price planned."""
+        more per iteration), the work costs more than the price planned. A job only its
+        prior knows is left out: its target is its prior box (any clock) or a probe's
+        minimum, which bound what it may take, not what the price planned for it, and
+        against the box's top clock a job at the price's own clock counted as costing
+        less than planned."""
         prev = self.ctx.policy_state.get("price_markup", {})
         acc = [[0.0, 0.0] for _ in self.budgets]
         for j in self.cfg:
             box = self.target.get(j)
             est, _, cost = self.cur[j]
-            if box is None or est.remaining_s <= 0.0:
+            if box is None or est.remaining_s <= 0.0 or prior_only(self.jobs[j]):
                 continue
             # the share of its remaining work the job does this round, at the
             # configuration it got and at its target
