@@ -2,6 +2,7 @@
 
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
@@ -15,6 +16,10 @@ from django.utils import timezone
 from cluster import validators as v
 from cluster.choices import AuditAction, HardLimitAction, JobState, NodeStatus, Role, WaitCode
 from scheduling.core.goodput import load_curves
+
+# How long after a job leaves a node its agent is told to stop it (``stop`` in its
+# assignments) and may still send the job's last events.
+RECENT_STOP = timedelta(hours=1)
 
 
 def finite_check(field: str, *, nullable: bool = False) -> models.CheckConstraint:
@@ -300,16 +305,21 @@ class Gpu(models.Model):
             # (``services.retire_gpu``): moved by an edit (the API, the admin), its node's
             # agent lost the job and had its exit refused (403), and the other node's agent
             # was told to run the job on a GPU it does not have.
+            # A job that left it within ``RECENT_STOP`` counts too: its node's agent may
+            # still hold the job's last events (refused, 403, once the GPU is elsewhere).
             stored = Gpu.objects.filter(pk=self.pk).values_list("node_id", "uuid").first()
+            recent = timezone.now() - RECENT_STOP
             if (
                 stored is not None
                 and stored != (self.node_id, self.uuid)
-                and self.allocations.filter(ended_at__isnull=True).exists()
+                and self.allocations.filter(
+                    Q(ended_at__isnull=True) | Q(ended_at__gte=recent)
+                ).exists()
             ):
                 field = "node" if stored[0] != self.node_id else "uuid"
                 errors[field] = (
-                    "The GPU runs a job now: drain its node and change this once the job has "
-                    "moved or ended."
+                    "The GPU runs a job now or ran one within the hour: drain its node and "
+                    "change this an hour after the job has moved or ended."
                 )
         if errors:
             raise ValidationError(errors)

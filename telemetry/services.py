@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 
 from cluster.choices import JobState
-from cluster.models import Gpu, Job, JobAllocation, Node, sm_clock_conflict
+from cluster.models import RECENT_STOP, Gpu, Job, JobAllocation, Node, sm_clock_conflict
 from cluster.services import (
     InvalidTransition,
     NamedActor,
@@ -322,7 +322,7 @@ def assignments_for(node: Node, *, now: datetime) -> dict[str, Any]:
         )
     running = {a["job_id"] for a in assignments}
     recently_ended = (
-        JobAllocation.objects.filter(ended_at__gte=now - timedelta(hours=1), gpus__node=node)
+        JobAllocation.objects.filter(ended_at__gte=now - RECENT_STOP, gpus__node=node)
         .exclude(job_id__in=running)
         .values_list("job_id", flat=True)
         .distinct()

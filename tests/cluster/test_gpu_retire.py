@@ -148,6 +148,32 @@ def test_a_gpu_that_runs_a_job_is_not_moved_or_renamed(
     assert response.status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("ended_ago", "status"), [(timedelta(minutes=10), 400), (timedelta(hours=2), 200)]
+)
+def test_a_gpu_whose_job_ended_within_the_hour_is_not_moved(
+    api_client, admin_user, make_node, make_job, member, team, ended_ago, status
+):
+    # Within the hour its node's agent is told to stop the job and may still send the
+    # job's last events, which the server refuses (403) once the GPU is on another node.
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    other = make_node("node-02", gpus=1)
+    job = make_job(owner=member, team=team, total_iterations=1000)
+    now = timezone.now()
+    transition_job(job, to=JobState.RUNNING, at=now - timedelta(hours=3))
+    set_allocation(job, gpus=[gpu], batch_size=job.global_batch_size, at=now - timedelta(hours=3))
+    transition_job(job, to=JobState.COMPLETED, at=now - ended_ago)
+
+    response = api_client(admin_user).patch(
+        f"/api/gpus/{gpu.pk}/", {"node": other.pk, "index": 5}, format="json"
+    )
+
+    assert response.status_code == status
+    assert Gpu.objects.get(pk=gpu.pk).node == (other if status == 200 else gpu.node)
+    if status == 400:
+        assert "within the hour" in response.json()["node"][0]
+
+
 def _wire(uuid, index, model="A100"):
     return {
         "uuid": uuid, "index": index, "model": model, "memory_mb": 40960,
