@@ -573,16 +573,22 @@ def test_a_run_of_more_rounds_than_can_be_simulated_exits_2_before_it_starts(
     assert not out.exists()
 
 
+def _one_gpu_cluster(tmp_path, gpu_model: str):
+    """A cluster spec of one node with one GPU of ``gpu_model``, written under tmp_path."""
+    cluster = tmp_path / "c.json"
+    cluster.write_text(
+        f'{{"name": "one", "gpu_model": "{gpu_model}", "switches": 1, "nodes_per_switch": 1, '
+        '"gpus_per_node": 1}'
+    )
+    return cluster
+
+
 def test_a_baseline_that_starts_no_job_is_one_line_not_a_traceback(tmp_path, capsys):
     # fifo never starts a job asking for 2 GPUs of a 1-GPU cluster: its run ended where it
     # began, and the budget period ending there stopped --match-baseline with a ValueError
     trace = tmp_path / "pollux_workload-9.csv"
     trace.write_text("name,time,application,num_replicas,batch_size\nx-0,0,cifar10,2,2048\n")
-    cluster = tmp_path / "c.json"
-    cluster.write_text(
-        '{"name": "one", "gpu_model": "T4", "switches": 1, "nodes_per_switch": 1, '
-        '"gpus_per_node": 1}'
-    )
+    cluster = _one_gpu_cluster(tmp_path, "T4")
     argv = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "powerflow"]
     argv += ["--match-baseline", "fifo", "--knowledge", "oracle", "--no-progress"]
 
@@ -618,11 +624,7 @@ def test_a_matched_budget_period_shorter_than_a_round_exits_2(tmp_path, capsys, 
         trace.write_text(
             "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n0,0,resnet50,64,1,1000\n"
         )
-        cluster = tmp_path / "c.json"
-        cluster.write_text(
-            '{"name": "one", "gpu_model": "A100", "switches": 1, "nodes_per_switch": 1, '
-            '"gpus_per_node": 1}'
-        )
+        cluster = _one_gpu_cluster(tmp_path, "A100")
     args = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "powerflow"]
     args += ["--match-baseline", "fifo", "--knowledge", "oracle", "--no-progress"]
 
