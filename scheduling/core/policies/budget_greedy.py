@@ -587,6 +587,7 @@ class _Round:
         self._caps: list[tuple[float | None, float | None]] | None = None  # _unpayable
         self._gpu_specs = getattr(ctx.snapshot.perf, "gpus", {})  # catalog GPU models
         self.mins: dict[int, Evaluation] = {}
+        self.box_evals: dict[tuple[int, tuple[int, int, int]], Evaluation] = {}
         # Jobs whose step an allowance refused, with the budget that refused it, and the
         # budgets whose spending a step has lowered since (``upgrade``).
         self.budget_blocked_steps: dict[int, int] = {}
@@ -749,6 +750,14 @@ class _Round:
         t, c = self.rank(j, n, est.remaining_s, est.power_w)
         return est, t, c
 
+    def box_eval(self, j: int, box: tuple[int, int, int]) -> Evaluation:
+        """Job j's evaluation at configuration ``box`` (memoised: the price's allowance and
+        the markup both read a job's target)."""
+        hit = self.box_evals.get((j, box))
+        if hit is None:
+            hit = self.box_evals[j, box] = self.evaluate(j, *box)
+        return hit
+
     def min_eval(self, j: int) -> Evaluation:
         """Job j's evaluation at its minimum configuration (memoised)."""
         hit = self.mins.get(j)
@@ -900,9 +909,8 @@ class _Round:
         if not self.policy.unmeasured_risk:
             return None
         measured = getattr(self.jobs[j].perf, "max_measured_gpus", None)
-        if not measured and not ran:
-            return None  # a waiting job that never ran: its prior box holds it
-        if measured is None:
+        # (a waiting job that never ran has measured nothing: its prior box holds it)
+        if measured is None or not (measured or ran):
             return None
         return max(measured, ran, self.opts[j][0][0])
 
@@ -1633,7 +1641,7 @@ class _Round:
             # the share of its remaining work the job does this round, at the
             # configuration it got and at its target
             done = min(self.round_s / est.remaining_s, 1.0)
-            target_cost = self.evaluate(j, *box)[2]
+            target_cost = self.box_eval(j, box)[2]
             for bi, _ in self.pays[j]:
                 if 0.0 < self.prices[bi] < math.inf:
                     acc[bi][0] += cost * done

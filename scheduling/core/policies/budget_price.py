@@ -121,7 +121,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     ``rnd.candidates`` (the jobs that the GPUs could admit this round) get targets and
     count towards the allowance; every job counts towards the price."""
     ctx, jobs, opts, pays = rnd.ctx, rnd.jobs, rnd.opts, rnd.pays
-    evaluate, hull_of, deltas, min_eval = rnd.evaluate, rnd.hull_of, rnd.deltas, rnd.min_eval
+    box_eval, hull_of, deltas, min_eval = rnd.box_eval, rnd.hull_of, rnd.deltas, rnd.min_eval
     candidates, floor_w, curve = rnd.candidates, rnd.floor_w, rnd.curve
     allow_e, allow_c, idle_floor_j, to_g = rnd.allow_e, rnd.allow_c, rnd.idle_floor_j, rnd.to_g
     target, price_out = rnd.target, rnd.prices
@@ -334,7 +334,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     for j, box in target.items():
         n0 = opts[j][0][0]
         d_min = deltas(j, None, min_eval(j)[0], 0, n0)
-        est_t, _, _ = evaluate(j, *box)
+        est_t, _, _ = box_eval(j, box)
         d_tgt = deltas(j, None, est_t, 0, opts[j][0][box[0]])
         for bi, is_cluster in pays[j]:
             k = 1 if is_cluster else 0
