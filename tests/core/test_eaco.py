@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -136,6 +137,9 @@ def test_separated_job_without_free_gpus_waits_as_preempted():
     assert set(plan.allocations) == {"h"}
     assert plan.waiting["g"].code == WaitCode.PREEMPTED
     assert "separated" in plan.waiting["g"].message
+    assert "exceed the tolerance" in plan.waiting["g"].message
+    # The reason is shown to the waiting job's team: the co-runner is not named.
+    assert not re.search(r"\bh\b", plan.waiting["g"].message), plan.waiting["g"].message
 
 
 def test_history_overrides_the_measured_pair():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -95,6 +96,10 @@ def test_after_its_timer_a_sensitive_job_preempts_a_less_sensitive_one():
     plan = plan_round(snap, policy=CONGESTED, now=NOW)
     assert plan.allocations["s"].gpu_ids == ("s0n0/0", "s0n0/1", "s0n0/2", "s0n0/3")
     assert plan.waiting["f0"].code == WaitCode.PREEMPTED
+    # A user sees the reason their job waits; it must not name another (maybe
+    # another team's) job.
+    assert "job can run on one node" in plan.waiting["f0"].message
+    assert not re.search(r"\bs\b", plan.waiting["f0"].message), plan.waiting["f0"].message
     assert plan.allocations["f1"].gpu_ids == ("s0n1/0",)
     assert plan.policy_state["victims"] == ["f0"]
 

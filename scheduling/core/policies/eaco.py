@@ -136,8 +136,7 @@ class Eaco:
                 if obs[0] > host.job.slowdown_tolerance or obs[1] > guest.job.slowdown_tolerance:
                     for extra in members[1:]:
                         separated[extra.job.job_id] = (
-                            f"observed slowdowns {obs[0]:.0%} / {obs[1]:.0%} with "
-                            f"{host.job.job_id} exceed the tolerance"
+                            f"observed slowdowns {obs[0]:.0%} / {obs[1]:.0%} exceed the tolerance"
                         )
 
         # Running jobs keep their GPUs (a pair that is not separated stays paired).
@@ -188,8 +187,8 @@ class Eaco:
             if job.job_id in separated:
                 return WaitReason(
                     WaitCode.PREEMPTED,
-                    f"Waiting: separated from its co-runner ({separated[job.job_id]}); "
-                    f"no {n} free {jv.gpu_model} GPU(s) to run alone.",
+                    "Waiting: separated from the job it shared GPUs with "
+                    f"({separated[job.job_id]}); no {n} free {jv.gpu_model} GPU(s) to run alone.",
                 )
             return behind_in_queue(pos, n, jv.gpu_model, free.count(jv.gpu_model))
 

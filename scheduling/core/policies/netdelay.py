@@ -181,11 +181,11 @@ class NetDelay:
             return behind_in_queue(pos, n, jv.gpu_model, free.count(jv.gpu_model))
 
         waiting = serve_queue(ctx, by_priority(pending), start)
-        for v, by in preempted.items():
+        for v in preempted:
             waiting[v] = WaitReason(
                 WaitCode.PREEMPTED,
-                f"Waiting: preempted so that the more network-sensitive job {by} can run "
-                "on one node; it resumes when GPUs free up.",
+                "Waiting: preempted so that a more network-sensitive job can run on one "
+                "node; it resumes when GPUs free up.",
             )
         grants = tuple(
             Grant(jid, len(ids), views[jid].job.global_batch, views[jid].gpu_model, gpu_ids=ids)
