@@ -9,7 +9,7 @@ from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import ArrayField, DateTimeRangeField, RangeOperators
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.db.models import F, Func, Q
 from django.utils import timezone
 
@@ -308,6 +308,21 @@ class Gpu(models.Model):
             # A job that left it within ``RECENT_STOP`` counts too: its node's agent may
             # still hold the job's last events (refused, 403, once the GPU is elsewhere).
             stored = Gpu.objects.filter(pk=self.pk).values_list("node_id", "uuid").first()
+            if (
+                stored is not None
+                and stored != (self.node_id, self.uuid)
+                and transaction.get_connection().in_atomic_block
+            ):
+                # Under the row lock ``set_allocation`` takes, held to the edit's commit: a
+                # round placing a job here between this check and the save waits for the
+                # edit, or the edit for the round and then sees its job. (Every edit path
+                # runs this inside a transaction: the admin's change views and the API's.)
+                stored = (
+                    Gpu.objects.select_for_update(no_key=True)
+                    .filter(pk=self.pk)
+                    .values_list("node_id", "uuid")
+                    .first()
+                )
             recent = timezone.now() - RECENT_STOP
             if (
                 stored is not None

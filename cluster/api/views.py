@@ -298,6 +298,12 @@ class GpuViewSet(viewsets.ModelViewSet):
     queryset = Gpu.objects.select_related("node")
     filterset_fields = ["node", "model"]
 
+    def update(self, request, *args, **kwargs):
+        # Validated and saved in one transaction: ``Gpu.clean`` locks a GPU being moved or
+        # renamed, so no round places a job on it between the check and the save.
+        with transaction.atomic():
+            return super().update(request, *args, **kwargs)
+
     def perform_destroy(self, instance):
         try:
             services.delete_gpu(instance, actor=self.request.user)

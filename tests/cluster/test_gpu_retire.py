@@ -4,9 +4,12 @@ them with it (a probe's node delete took a team's budget usage from 9,600 J to 0
 that left its node is retired instead: it keeps its history, gives up its index and is no
 capacity; its node's agent can register the GPU that replaces it."""
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -146,6 +149,58 @@ def test_a_gpu_that_runs_a_job_is_not_moved_or_renamed(
         f"/api/gpus/{gpu.pk}/", {field: change(other), "index": 5}, format="json"
     )
     assert response.status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("field", "change"), [("node", lambda other: other.pk), ("uuid", lambda other: "GPU-new")]
+)
+def test_a_round_placing_a_job_while_the_gpu_is_moved_is_seen_by_the_edit(
+    api_client, admin_user, make_node, make_job, member, team, field, change
+):
+    # The round's transaction has placed the job (the GPU's row locked, not yet committed)
+    # when the edit checks: the check waits for the round's commit and then refuses. It
+    # read the uncommitted state before, found no job, and moved the GPU from under it.
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    other = make_node("node-02", gpus=1)
+    job = make_job(owner=member, team=team, total_iterations=1000)
+    transition_job(job, to=JobState.RUNNING, at=AT)
+    client = api_client(admin_user)
+    placed, release, outcome = threading.Event(), threading.Event(), {}
+
+    def round_places_the_job():
+        try:
+            with transaction.atomic():
+                set_allocation(job, gpus=[gpu], batch_size=job.global_batch_size, at=AT)
+                placed.set()
+                release.wait(timeout=10)
+        finally:
+            connection.close()
+
+    def admin_moves_the_gpu():
+        try:
+            outcome["response"] = client.patch(
+                f"/api/gpus/{gpu.pk}/", {field: change(other), "index": 5}, format="json"
+            )
+        finally:
+            connection.close()
+
+    rounds = threading.Thread(target=round_places_the_job)
+    rounds.start()
+    assert placed.wait(timeout=10)
+    edit = threading.Thread(target=admin_moves_the_gpu)
+    edit.start()
+    time.sleep(1.0)  # the edit reaches its check while the round holds the GPU
+    release.set()
+    rounds.join(timeout=10)
+    edit.join(timeout=10)
+
+    response = outcome["response"]
+    assert response.status_code == 400, response.content
+    assert "runs a job now" in response.json()[field][0]
+    stored = Gpu.objects.get(pk=gpu.pk)
+    assert (stored.node.name, stored.uuid) == ("node-01", "GPU-node-01-0")
+    assert job.allocations.get(ended_at__isnull=True).gpus.get() == stored
 
 
 @pytest.mark.parametrize(
