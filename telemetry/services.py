@@ -98,12 +98,29 @@ def _model_changes(gpus: list[dict[str, Any]], stored: dict[str, str]) -> dict[i
     return errors
 
 
+# Key of the advisory lock that makes agent registrations one at a time ("wfreg" in ASCII);
+# they are rare (an agent's start), so one key for all is enough.
+REGISTRATION_LOCK_KEY = 0x7766726567
+
+
 def register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> list[Gpu]:
     """Create or update the node's GPUs by UUID (idempotent: re-registering changes only what
     changed). A UUID already registered to another node is refused, nothing stored; so is a
     maximum SM clock below the clocks it would be stored with, or a model other than the
     one the UUID is registered as (``RegistrationRejected``). A retired GPU reported again is
-    back in service, recorded in the audit log as its retirement was (``retire_gpu``)."""
+    back in service, recorded in the audit log as its retirement was (``retire_gpu``).
+
+    Registrations take ``REGISTRATION_LOCK_KEY`` first and check under it: checked before,
+    two nodes registering one UUID at once both saw it free, both answered 200, and the GPU
+    ended on whichever wrote last, moved off the node that had registered it
+    (tests/telemetry/test_registration_race.py)."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REGISTRATION_LOCK_KEY])
+        return _register_gpus(node, gpus, now=now)
+
+
+def _register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> list[Gpu]:
     uuids = [g["uuid"] for g in gpus]
     # What is registered under these UUIDs, in one query: whose node, whether retired, the
     # clocks, the limit, the model.
