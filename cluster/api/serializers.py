@@ -14,7 +14,7 @@ from rest_framework.validators import UniqueTogetherValidator
 from cluster import services
 from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
-from cluster.queries import can_manage_budgets_of, is_team_member
+from cluster.queries import can_manage_budgets_of, teams_visible_to
 from cluster.workloads import catalog_name, known_workloads, workload_errors
 from scheduling.choices import PerfModelKind
 from scheduling.feasibility import submit_refusals
@@ -84,15 +84,20 @@ class TeamSlugField(serializers.SlugRelatedField):
     def __init__(self, **kwargs):
         super().__init__(slug_field="slug", queryset=Team.objects.all(), **kwargs)
 
+    def get_queryset(self):
+        # The teams the field knows are the ones the user may see: it also lists them as the
+        # choices of the browsable API's form (``Accept: text/html``), which offered every
+        # team's slug and name to a member of one.
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        if user is None:
+            return Team.objects.all()
+        return teams_visible_to(user)
+
     def to_internal_value(self, data):
         if not isinstance(data, str) or not data.isprintable() or len(data) > 50:
             self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:50])
-        team = super().to_internal_value(data)
-        request = self.context.get("request")
-        user = getattr(request, "user", None)
-        if user is not None and not user.is_staff and not is_team_member(user, team):
-            self.fail("does_not_exist", slug_name=self.slug_field, value=data)
-        return team
+        return super().to_internal_value(data)
 
 
 class JobAllocationSerializer(serializers.ModelSerializer):

@@ -1,6 +1,7 @@
 """Budgets and teams over REST: leads manage their team's budgets, members read, others see
 nothing; teams are read by their members and written by admins."""
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -383,3 +384,22 @@ def test_a_team_with_jobs_is_not_deleted_and_an_empty_one_is_with_its_budgets_au
         ("budget", "deleted"),
         ("team", "deleted"),
     ]
+
+
+@pytest.mark.parametrize("url", ["/api/budgets/", "/api/jobs/"])
+def test_the_browsable_apis_form_offers_only_the_users_teams(
+    api_client, member, other_team, admin_user, url
+):
+    # The HTML form a browser gets for the list (Accept: text/html) has a <select> of the
+    # teams the field accepts: it listed every team's slug and name to a member of one team.
+    Team.objects.create(name="Secret Project X", slug="secret-x")
+    page = api_client(member).get(url, HTTP_ACCEPT="text/html")
+    assert page.status_code == 200
+    options = re.findall(r'<option value="([^"]*)"', page.content.decode())
+    assert "vision" in options
+    assert "language" not in options and "secret-x" not in options
+    assert b"Secret Project X" not in page.content
+    everything = api_client(admin_user).get(url, HTTP_ACCEPT="text/html").content.decode()
+    assert {"vision", "language", "secret-x"} <= set(
+        re.findall(r'<option value="([^"]*)"', everything)
+    )
