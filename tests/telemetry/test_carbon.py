@@ -6,6 +6,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from io import StringIO
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -234,3 +235,44 @@ def test_a_missing_hour_warns_once_per_zone_and_hour_not_every_round(db, caplog)
             intensity_for_hour("BR", hour.replace(minute=minute))
     warnings = [r for r in caplog.records if "carbon provider failed" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def test_a_replay_onto_a_year_keeps_the_hours_measured_there(db):
+    # A measured hour (the HTTP provider's, or a file of that year) stays; an estimate of
+    # the same replay or of the static fallback is replaced. Before: the replay overwrote
+    # the measurement with 2022's value, marked estimated.
+    measured = CarbonIntensity.objects.create(
+        zone="ES",
+        hour=datetime(2026, 11, 25, 13, tzinfo=UTC),
+        ci_g_per_kwh=111.0,
+        source=CarbonSource.HTTP,
+        estimated=False,
+    )
+    guessed = CarbonIntensity.objects.create(
+        zone="ES",
+        hour=datetime(2026, 11, 25, 14, tzinfo=UTC),
+        ci_g_per_kwh=222.0,
+        source=CarbonSource.HTTP,
+        estimated=True,
+    )
+    out = StringIO()
+    call_command("import_carbon", ES_FILE, "--zone", "ES", "--onto-year", "2026", stdout=out)
+    measured.refresh_from_db()
+    assert (measured.ci_g_per_kwh, measured.estimated, measured.source) == (
+        111.0,
+        False,
+        CarbonSource.HTTP,
+    )
+    assert "imported 8759 hours" in out.getvalue()
+    assert "kept 1 measured hour(s)" in out.getvalue()
+    assert CarbonIntensity.objects.filter(zone="ES").count() == 8760
+    guessed.refresh_from_db()
+    points = {p.start: p for p in read_electricity_maps_csv(ES_FILE)}
+    assert (guessed.ci_g_per_kwh, guessed.estimated, guessed.source) == (
+        points[datetime(2022, 11, 25, 14, tzinfo=UTC)].ci_g_per_kwh,
+        True,
+        CarbonSource.IMPORTED,
+    )
+    # a file of the year itself (a measurement) still replaces what is stored
+    call_command("import_carbon", ES_FILE, "--zone", "ES", stdout=StringIO())
+    assert CarbonIntensity.objects.filter(zone="ES", hour__year=2022).count() == 8760

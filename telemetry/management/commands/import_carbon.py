@@ -7,13 +7,16 @@ live service and the simulator read the files alike.
 ``--onto-year`` replays the file's year onto another one, hour for hour on the same calendar
 date and hour of day (the demo runs today on the shipped 2022 measurements: the seasonal and
 daily shape is real, the year is not). A 29 February the file lacks repeats the 28th; the
-rows are marked *estimated*, because they are not that year's measurements.
+rows are marked *estimated*, because they are not that year's measurements. A replay never
+replaces an hour stored as a measurement (``estimated`` false: an imported file of that year,
+or what the HTTP provider fetched): it overwrote them with another year's values, and the
+accounting of any hour re-booked later priced its energy with them.
 """
 
 from datetime import datetime, timedelta
 
 from django.core.management.base import CommandError
-from django.db import transaction
+from django.db import connection, transaction
 from tqdm import tqdm
 
 from config.commands import OneLineCommand
@@ -90,17 +93,52 @@ class Command(OneLineCommand):
             for p in points
         ]
         # One transaction: a failure half-way leaves what was stored before untouched.
+        stored = 0
         with transaction.atomic():
             for start in tqdm(
                 range(0, len(rows), _CHUNK), desc=f"import {zone}", unit="chunk", disable=None
             ):
-                CarbonIntensity.objects.bulk_create(
-                    rows[start : start + _CHUNK],
-                    update_conflicts=True,
-                    unique_fields=["zone", "hour"],
-                    update_fields=["ci_g_per_kwh", "estimated", "source"],
-                )
+                chunk = rows[start : start + _CHUNK]
+                if onto_year is None:
+                    CarbonIntensity.objects.bulk_create(
+                        chunk,
+                        update_conflicts=True,
+                        unique_fields=["zone", "hour"],
+                        update_fields=["ci_g_per_kwh", "estimated", "source"],
+                    )
+                    stored += len(chunk)
+                else:
+                    stored += _upsert_estimates(zone, chunk)
+        kept = len(rows) - stored
         self.stdout.write(
-            f"imported {len(rows)} hours for {zone}: "
+            f"imported {stored} hours for {zone}: "
             f"{points[0].start.isoformat()} .. {points[-1].start.isoformat()}"
+            + (f"; kept {kept} measured hour(s) stored before" if kept else "")
         )
+
+
+_TABLE = CarbonIntensity._meta.db_table
+# Insert or replace, but replace only an estimate: the condition is checked on the row under
+# its lock, so a measurement stored meanwhile (the HTTP provider) is kept too.
+_UPSERT_ESTIMATES_SQL = f"""
+INSERT INTO {_TABLE} (zone, hour, ci_g_per_kwh, estimated, source)
+SELECT %s, u.hour, u.ci, true, %s FROM unnest(%s::timestamptz[], %s::float8[]) AS u(hour, ci)
+ON CONFLICT (zone, hour) DO UPDATE
+    SET ci_g_per_kwh = EXCLUDED.ci_g_per_kwh, estimated = true, source = EXCLUDED.source
+    WHERE {_TABLE}.estimated
+"""
+
+
+def _upsert_estimates(zone: str, rows: list[CarbonIntensity]) -> int:
+    """Store ``rows`` (estimates) except over a stored measurement; returns how many were."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _UPSERT_ESTIMATES_SQL,
+            [
+                zone,
+                CarbonSource.IMPORTED,
+                [r.hour for r in rows],
+                [r.ci_g_per_kwh for r in rows],
+            ],
+        )
+        return cursor.rowcount
