@@ -448,7 +448,8 @@ def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime
 
     The whole batch is checked first (``_check_events``): a refused batch stores nothing. A
     replayed event (its ``event_id`` already stored for this node) is not checked again, so
-    a replay of an accepted event is always accepted, and applied nothing more.
+    a replay of an accepted event is always accepted, and applied nothing more; an
+    ``event_id`` stored (or earlier in the batch) with other contents refuses the batch.
 
     Lock order: every event's transaction takes the node row (``FOR KEY SHARE``, which the
     foreign key of ``JobEvent.node`` takes at commit anyway) before the job row, the order the
@@ -457,13 +458,31 @@ def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime
     (tests/telemetry/test_job_event_locks.py).
     """
     ids: dict[uuid.UUID, tuple[int, dict[str, Any]]] = {}
+    changed: dict[int, dict[str, list[str]]] = {}
     for position, e in enumerate(events):
-        # one event twice in a batch is taken once
-        ids.setdefault(uuid.UUID(str(e["event_id"])), (position, e))
+        # one event twice in a batch is taken once, if it is the same event
+        event_id = uuid.UUID(str(e["event_id"]))
+        first = ids.setdefault(event_id, (position, e))
+        differ = _differing_fields(first[1], e)
+        if differ:
+            changed[position] = _changed_error(event_id, differ, f"event {first[0]} of this batch")
     stored = dict(JobEvent.objects.filter(event_id__in=ids).values_list("event_id", "node_id"))
     others = sorted(str(i) for i, node_id in stored.items() if node_id != node.pk)
     if others:
         raise NotYourNode(f"event(s) {', '.join(others)} were reported by another node")
+    # A replay (a lost acknowledgement) is the same event again; one with other contents is
+    # not: answered 200 "new: 0", it was dropped without a word (a "completed" sent under a
+    # progress report's id never completed the job, and the agent deleted it from its spool).
+    if stored:
+        for row in JobEvent.objects.filter(event_id__in=stored).values("event_id", *_EVENT_CONTENT):
+            for position, e in enumerate(events):
+                if uuid.UUID(str(e["event_id"])) != row["event_id"] or position in changed:
+                    continue
+                differ = _differing_fields(row, e)
+                if differ:
+                    changed[position] = _changed_error(row["event_id"], differ, "it was accepted")
+    if changed:
+        raise EventsRejected({"events": [changed.get(i, {}) for i in range(len(events))]})
     todo = [pair for event_id, pair in ids.items() if event_id not in stored]
     fresh = _check_events(
         node,
@@ -499,6 +518,35 @@ def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime
                 new += 1
                 _apply(event)
     return new
+
+
+# What an event says. Its time is not compared: a stored time may have been clamped.
+_EVENT_CONTENT = (
+    "job_id", "allocation_id", "kind", "iterations", "grad_sqr", "grad_var", "exit_status",
+    "reason", "log_tail",
+)  # fmt: skip
+
+
+def _differing_fields(stored: dict[str, Any], sent: dict[str, Any]) -> list[str]:
+    """The fields of ``_EVENT_CONTENT`` whose values differ between two reports of an event
+    (an absent reason or log tail is stored blank)."""
+    blank_is_none = {"reason", "log_tail"}
+    return [
+        f
+        for f in _EVENT_CONTENT
+        if (stored.get(f) or "" if f in blank_is_none else stored.get(f))
+        != (sent.get(f) or "" if f in blank_is_none else sent.get(f))
+    ]
+
+
+def _changed_error(event_id: uuid.UUID, fields: list[str], before: str) -> dict[str, list[str]]:
+    return {
+        "event_id": [
+            f"Event {event_id} differs from the one with this id ({before}) in "
+            f"{', '.join(fields)}: an event is reported once; another report needs an "
+            "event_id of its own."
+        ]
+    }
 
 
 def _lock_node_then_job(node_id: int, job_id: int) -> bool:

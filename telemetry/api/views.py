@@ -153,7 +153,8 @@ class JobEventsView(AgentView):
             200: s.JobEventResultSerializer,
             400: OpenApiResponse(
                 description="Per-event errors (unknown allocation, not the job's, a time "
-                "outside the allocation); nothing stored."
+                "outside the allocation, an event_id sent before with other contents); "
+                "nothing stored."
             ),
             403: _REFUSED,
         },

@@ -236,6 +236,41 @@ def test_a_replay_of_an_accepted_event_is_accepted_after_the_allocation_closed(
     assert Job.objects.get(pk=started.pk).state == JobState.COMPLETED
 
 
+def test_an_event_id_sent_again_with_other_contents_is_a_400_and_changes_nothing(
+    started, agent_node, agent_client
+):
+    # An event_id names one report. Sent again with other contents (here a "completed"
+    # under a progress report's id), it was answered 200 "new: 0" and dropped: the agent
+    # took it as delivered and the job never completed. Now a 400 the agent quarantines.
+    client = agent_client(agent_node[1])
+    progress = _event(started, "progress", iterations=300.0)
+    assert _post(client, progress).json() == {"received": 1, "new": 1}
+    reused = {**_completed(started), "event_id": progress["event_id"]}
+    response = _post(client, reused)
+    assert response.status_code == 400
+    (error,) = response.json()["events"][0]["event_id"]
+    assert "it was accepted" in error and "kind" in error and "iterations" in error
+    job = Job.objects.get(pk=started.pk)
+    assert (job.state, job.completed_iterations) == (JobState.RUNNING, 300.0)
+    assert JobEvent.objects.count() == 1
+    # the same event again, its time aside (a stored time may have been clamped), is a replay
+    again = {**progress, "ts": (timezone.now() - timedelta(seconds=1)).isoformat()}
+    assert _post(client, again).json() == {"received": 1, "new": 0}
+
+
+def test_one_event_id_twice_in_a_batch_with_other_contents_is_a_400(
+    started, agent_node, agent_client
+):
+    progress = _event(started, "progress", iterations=300.0)
+    other = {**progress, "iterations": 900.0}
+    response = _post(agent_client(agent_node[1]), progress, other)
+    assert response.status_code == 400
+    assert response.json()["events"][0] == {}
+    (error,) = response.json()["events"][1]["event_id"]
+    assert "event 0 of this batch" in error and "iterations" in error
+    assert _nothing_stored(started)
+
+
 def test_another_nodes_event_id_is_refused(started, agent_node, other_node, agent_client):
     event = _event(started, "progress", iterations=10.0)
     assert _post(agent_client(agent_node[1]), event).status_code == 200
