@@ -92,23 +92,17 @@ def job_buddy_sizes(job: Any, node_gpus: int, capacity: int) -> tuple[int, ...]:
 Loc = tuple[int, int]  # (virtual node, position in it)
 
 
-class FreeGpus:
-    """The free/used state of a round's schedulable GPUs, by (virtual) node and per model.
+class _Layout:
+    """The schedulable GPUs of a cluster by virtual node (one per node and GPU model, in
+    cluster order; GPUs in index order): what ``FreeGpus`` starts every round from. Built
+    once per cluster object; a 4,096-GPU simulated cluster spent most of each round
+    rebuilding it."""
 
-    Virtual node ``v`` (an int, cluster order; one per node and GPU model) has
-    ``name[v]`` (its node's name), ``switch[v]``, ``model[v]`` and ``gpu_ids[v]`` in
-    index order; ``is_free[v][p]`` says whether position ``p`` is free. ``free`` counts
-    the free GPUs per model; it starts at the GPUs counted, or at ``counts`` when given
-    (a round's ``capacity``, for policies that reserve GPUs by count).
-    """
-
-    def __init__(self, cluster: Cluster, counts: Mapping[str, int] | None = None) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.name: list[str] = []
         self.gpu_ids: list[list[str]] = []
         self.model: list[str] = []
         self.switch: list[str] = []
-        self.is_free: list[list[bool]] = []
-        self.free_count: list[int] = []
         self.where: dict[str, Loc] = {}
         self.by_model: dict[str, list[int]] = {}
         for node in cluster.nodes:
@@ -124,11 +118,49 @@ class FreeGpus:
                 self.gpu_ids.append([g.gpu_id for g in gpus])
                 self.model.append(model)
                 self.switch.append(node.switch)
-                self.is_free.append([True] * len(gpus))
-                self.free_count.append(len(gpus))
                 self.by_model.setdefault(model, []).append(v)
                 for pos, g in enumerate(gpus):
                     self.where[g.gpu_id] = (v, pos)
+
+
+# The last cluster's layout. A cluster is immutable (frozen, tuples all the way down) and the
+# simulator passes the same object every round; the live service builds a new one per round,
+# which misses. Holding the cluster keeps its id from being reused by another object.
+_last_layout: tuple[Cluster, _Layout] | None = None
+
+
+def _layout_of(cluster: Cluster) -> _Layout:
+    global _last_layout
+    last = _last_layout
+    if last is not None and last[0] is cluster:
+        return last[1]
+    layout = _Layout(cluster)
+    _last_layout = (cluster, layout)
+    return layout
+
+
+class FreeGpus:
+    """The free/used state of a round's schedulable GPUs, by (virtual) node and per model.
+
+    Virtual node ``v`` (an int, cluster order; one per node and GPU model) has
+    ``name[v]`` (its node's name), ``switch[v]``, ``model[v]`` and ``gpu_ids[v]`` in
+    index order; ``is_free[v][p]`` says whether position ``p`` is free. ``free`` counts
+    the free GPUs per model; it starts at the GPUs counted, or at ``counts`` when given
+    (a round's ``capacity``, for policies that reserve GPUs by count).
+    """
+
+    def __init__(self, cluster: Cluster, counts: Mapping[str, int] | None = None) -> None:
+        layout = _layout_of(cluster)
+        # The layout's lists and dicts are shared between rounds and only read here.
+        self.name: list[str] = layout.name
+        self.gpu_ids: list[list[str]] = layout.gpu_ids
+        self.model: list[str] = layout.model
+        self.switch: list[str] = layout.switch
+        self.where: dict[str, Loc] = layout.where
+        self.by_model: dict[str, list[int]] = layout.by_model
+        # What a round changes, fresh:
+        self.is_free: list[list[bool]] = [[True] * len(ids) for ids in layout.gpu_ids]
+        self.free_count: list[int] = [len(ids) for ids in layout.gpu_ids]
         if counts is None:
             counts = {m: sum(len(self.gpu_ids[v]) for v in vs) for m, vs in self.by_model.items()}
         self.free: dict[str, int] = dict(counts)

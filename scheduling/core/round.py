@@ -101,17 +101,7 @@ _STRICTNESS = {
 
 def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, WaitReason]]:
     cache = PerfCache(snapshot.perf, snapshot.job_perf, snapshot.idle_power_w)
-    capacity: dict[str, int] = {}
-    node_gpus: dict[str, int] = {}
-    for node in snapshot.cluster.nodes:
-        if not node.schedulable:
-            continue
-        per_model: dict[str, int] = {}
-        for g in node.gpus:
-            per_model[g.model] = per_model.get(g.model, 0) + 1
-        for model, count in per_model.items():
-            capacity[model] = capacity.get(model, 0) + count
-            node_gpus[model] = max(node_gpus.get(model, 0), count)
+    capacity, node_gpus = (dict(d) for d in snapshot.cluster.schedulable_capacity)
     # A job that names no GPU model runs on the most plentiful one with a perf model.
     models_by_size = sorted(capacity, key=lambda m: (-capacity[m], m))
     budgets = active_budgets(snapshot.budgets, now)
@@ -191,7 +181,7 @@ def _keeps_gpus(job: Job, cluster: Cluster) -> bool:
     drained or silent node is stopped as ``pause_jobs`` would)."""
     if job.allocation is None:
         return False
-    ok = {g.gpu_id for g in cluster.schedulable_gpus}
+    ok = cluster.schedulable_model_of
     return all(gid in ok for gid in job.allocation.gpu_ids)
 
 
@@ -259,7 +249,7 @@ def sharing_limit(policy: Policy) -> int:
 
 def _check_explicit(ctx: RoundContext, policy: Policy, decision: PolicyDecision) -> set[str]:
     """Validate grants that name their GPUs; return the distinct GPUs they use."""
-    model_of = {g.gpu_id: g.model for g in ctx.free_cluster.schedulable_gpus}
+    model_of = ctx.free_cluster.schedulable_model_of
     holders: dict[str, int] = {}
     limit = sharing_limit(policy)
     for g in decision.grants:
@@ -297,7 +287,7 @@ def allocate(ctx: RoundContext, policy: Policy) -> PolicyDecision:
         if not g.gpu_ids:
             used[g.gpu_model] = used.get(g.gpu_model, 0) + g.n_gpus
     # Named GPUs count once however many jobs time-slice them.
-    model_of = {g.gpu_id: g.model for g in ctx.snapshot.cluster.gpus}
+    model_of = ctx.snapshot.cluster.model_of
     for gid in _check_explicit(ctx, policy, decision):
         used[model_of[gid]] = used.get(model_of[gid], 0) + 1
     for model, n in used.items():
@@ -427,17 +417,18 @@ def _finish(
         busy_gpus.update(a.gpu_ids)
         for bid in jv.budget_ids:
             busy_by_budget[bid] = busy_by_budget.get(bid, 0.0) + est.round_energy_j
-    used_nodes = {
-        node.name
-        for node in snapshot.cluster.nodes
-        if any(g.gpu_id in busy_gpus for g in node.gpus)
-    }
+    idle_w_of: dict[str, float] = {}  # (looked up once a model: clusters are large)
     for node in snapshot.cluster.nodes:
-        if not node.schedulable or (snapshot.power_off_idle_nodes and node.name not in used_nodes):
+        if not node.schedulable:
+            continue
+        if snapshot.power_off_idle_nodes and not any(g.gpu_id in busy_gpus for g in node.gpus):
             continue
         for g in node.gpus:
             if g.gpu_id not in busy_gpus:
-                total_j += ctx.idle_power_w(g.model) * round_s
+                idle_w = idle_w_of.get(g.model)
+                if idle_w is None:
+                    idle_w = idle_w_of[g.model] = ctx.idle_power_w(g.model)
+                total_j += idle_w * round_s
     idle_j = total_j - busy_j
     energy_by_budget: dict[str, float] = {}
     co2_by_budget: dict[str, float] = {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Protocol
 
 J_PER_KWH = 3.6e6
@@ -97,13 +98,42 @@ class Node:
 class Cluster:
     nodes: tuple[Node, ...]
 
-    @property
+    # Computed once per cluster (it is immutable): the simulator asks every round.
+    @cached_property
     def gpus(self) -> tuple[Gpu, ...]:
         return tuple(g for n in self.nodes for g in n.gpus)
 
-    @property
+    @cached_property
     def schedulable_gpus(self) -> tuple[Gpu, ...]:
         return tuple(g for n in self.nodes if n.schedulable for g in n.gpus)
+
+    # The dicts below are shared by every round that plans on this cluster: read only.
+    @cached_property
+    def model_of(self) -> dict[str, str]:
+        """GPU id -> GPU model, every GPU."""
+        return {g.gpu_id: g.model for g in self.gpus}
+
+    @cached_property
+    def schedulable_model_of(self) -> dict[str, str]:
+        """GPU id -> GPU model, the schedulable GPUs."""
+        return {g.gpu_id: g.model for g in self.schedulable_gpus}
+
+    @cached_property
+    def schedulable_capacity(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Over the schedulable nodes, in node order: the GPUs of each model, and the most
+        GPUs of each model on one node."""
+        capacity: dict[str, int] = {}
+        node_gpus: dict[str, int] = {}
+        for node in self.nodes:
+            if not node.schedulable:
+                continue
+            per_model: dict[str, int] = {}
+            for g in node.gpus:
+                per_model[g.model] = per_model.get(g.model, 0) + 1
+            for model, count in per_model.items():
+                capacity[model] = capacity.get(model, 0) + count
+                node_gpus[model] = max(node_gpus.get(model, 0), count)
+        return capacity, node_gpus
 
 
 # --- jobs -----------------------------------------------------------------------

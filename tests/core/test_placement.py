@@ -6,6 +6,7 @@ import pytest
 from corekit import make_cluster
 
 from scheduling.core.placement import (
+    FreeGpus,
     PlacementRequest,
     buddy_sizes,
     place_buddy,
@@ -163,3 +164,26 @@ def test_other_gpu_model_is_never_used(placer):
     result = placer(cluster, [req("a", 1)])
     assert result.gpu_ids == {}
     assert result.failed == ("a",)
+
+
+def test_rounds_on_one_cluster_share_its_layout_but_never_its_free_state():
+    # The simulator plans every round on the same cluster object: its layout is built once
+    # (a 4,096-GPU cluster spent most of each round rebuilding it), what is free is not.
+    cluster = make_cluster(1, 2, 4)
+    first = FreeGpus(cluster)
+    taken = first.take(["s0n0/0", "s0n0/1", "s0n1/3"])
+    second = FreeGpus(cluster)
+    assert second.gpu_ids is first.gpu_ids and second.where is first.where
+    assert taken == ("s0n0/0", "s0n0/1", "s0n1/3")
+    assert first.count("A100") == 5 and second.count("A100") == 8
+    assert first.free_ids(0) == ["s0n0/2", "s0n0/3"]
+    assert second.free_ids(0) == ["s0n0/0", "s0n0/1", "s0n0/2", "s0n0/3"]
+    assert second.is_free is not first.is_free
+    assert second.buckets is not first.buckets
+    # an equal but distinct cluster (the live service builds one a round) is laid out alike
+    third = FreeGpus(make_cluster(1, 2, 4))
+    assert third.gpu_ids == first.gpu_ids and third.count("A100") == 8
+    assert cluster.schedulable_capacity == ({"A100": 8}, {"A100": 4})
+    assert (
+        cluster.model_of == cluster.schedulable_model_of == {g.gpu_id: "A100" for g in cluster.gpus}
+    )
