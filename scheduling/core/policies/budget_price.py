@@ -53,16 +53,17 @@ def in_period_points(hull: Hull, scale: float, left_s: float) -> Hull:
 
 
 class _Hulls(dict):
-    """Hulls by key. An in-period cut (``in_period_points``) is kept as its points and made
-    a hull when first looked up: a long queue has a cut per job, and where the price is
-    infinite nothing needs them but their cheapest cost, which needs no hull."""
+    """Hulls by key. An in-period cut (``in_period_points``) is kept as what makes it (the
+    hull, scale and time left) and made a hull when first looked up: a long queue has a
+    cut per job, and where the price is infinite nothing needs them but their cheapest
+    cost, which needs neither the cut's points nor its hull."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._points: dict[Hashable, Hull] = {}
+        self._cuts: dict[Hashable, tuple[Hull, float, float]] = {}
 
     def __missing__(self, key: Hashable) -> Hull:
-        hull = self[key] = lower_hull(self._points[key])
+        hull = self[key] = lower_hull(in_period_points(*self._cuts[key]))
         return hull
 
     def cut_key(self, hull: Hull, key: Hashable, scale: float, left_s: float) -> Hashable:
@@ -72,14 +73,16 @@ class _Hulls(dict):
         if hull[0][1] * scale <= left_s:  # the cheapest point, the slowest, finishes in time
             return key
         cut = ("in_period", key, scale, left_s)
-        if cut not in self._points:  # every cut, made a hull or not
-            self._points[cut] = in_period_points(hull, scale, left_s)
+        if cut not in self._cuts:  # every cut, made a hull or not
+            self._cuts[cut] = (hull, scale, left_s)
         return cut
 
     def cheapest(self, key: Hashable) -> float:
         """The cost of the hull's cheapest point (the least cost of its points)."""
-        if key in self._points:  # a cut: its least cost, hull or not
-            return min(c for c, _, _ in self._points[key])
+        cut = self._cuts.get(key)
+        if cut is not None:  # a cut: the least of its points' costs, as in_period_points
+            hull, scale, left_s = cut
+            return min(c * min(1.0, left_s / (t * scale)) for c, t, _ in hull)
         return self[key][0][0]
 
 
