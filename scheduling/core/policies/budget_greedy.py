@@ -1004,6 +1004,9 @@ class _Round:
         starve_s, now = policy.starvation_s, self.ctx.now_s
         by_length = policy.admission != "fifo" or policy.rank == "hesrpt"
         predict = self.ctx.cache.predict
+        # The batch and seconds per iteration at the minimum, by options and perf model
+        # (a long queue has few of each).
+        min_iter: dict[tuple[int, int], tuple[int, float]] = {}
         keys = []
         for j, jv in enumerate(jobs):
             job = jv.job
@@ -1015,12 +1018,17 @@ class _Round:
             else:
                 group = 2
             if by_length:
-                sizes, clocks, batches, b0 = opts[j]
                 # RoundContext.remaining_and_power at the minimum, inlined: every job
                 # of a long queue needs it for the order
-                iter_s, _ = predict(jv.perf, sizes[0], batches[b0], clocks[0], None)
+                shape = (id(opts[j]), id(jv.perf))
+                hit = min_iter.get(shape)
+                if hit is None:
+                    sizes, clocks, batches, b0 = opts[j]
+                    iter_s, _ = predict(jv.perf, sizes[0], batches[b0], clocks[0], None)
+                    hit = min_iter[shape] = (batches[b0], iter_s)
+                batch, iter_s = hit
                 self.min_s[j] = (
-                    job.remaining_iters * job.global_batch / batches[b0] * iter_s
+                    job.remaining_iters * job.global_batch / batch * iter_s
                 ) * job.iter_time_scale
             # Running jobs first, then a higher priority first (``by_priority`` with the
             # running kept ahead, in the same key).
