@@ -1007,7 +1007,10 @@ class _Round:
         # The batch and seconds per iteration at the minimum, by options and perf model
         # (a long queue has few of each).
         min_iter: dict[tuple[int, int], tuple[int, float]] = {}
-        keys = []
+        # Sort keys by class (running or not, priority, group): a class's jobs are sorted
+        # on the rest of the key alone, in the same order as on the whole key, without
+        # comparing the class's equal leading fields at every comparison of a long queue.
+        classes: dict[tuple[int, int, int], list[tuple]] = {}
         for j, jv in enumerate(jobs):
             job = jv.job
             if job.allocation is not None:
@@ -1034,11 +1037,18 @@ class _Round:
             # running kept ahead, in the same key).
             ahead, prio = (0, 0) if group == 0 else (1, -job.priority)
             if policy.admission == "fifo" or group == 1:
-                keys.append((ahead, prio, min(group, 1), 0.0, job.submit_time_s, job.job_id, j))
+                cls, length = (ahead, prio, min(group, 1)), 0.0
             else:
-                keys.append((ahead, prio, group, self.min_s[j], job.submit_time_s, job.job_id, j))
-        keys.sort()
-        self.order_ = [k[-1] for k in keys]
+                cls, length = (ahead, prio, group), self.min_s[j]
+            rows = classes.get(cls)
+            if rows is None:
+                rows = classes[cls] = []
+            rows.append((length, job.submit_time_s, job.job_id, j))
+        self.order_ = []
+        for cls in sorted(classes):
+            rows = classes[cls]
+            rows.sort()
+            self.order_.extend(row[-1] for row in rows)
         # The jobs the GPUs could admit at their minimum: only they can run this round,
         # so only they need target configurations. A job that a budget cannot pay for
         # at any allowance this round (a spent team budget) takes no GPUs here: it would
