@@ -702,7 +702,8 @@ class _Round:
                     (b_index[bid], budgets[b_index[bid]].team is None) for bid in jv.budget_ids
                 )
         self.pays = [payer_memo[jv.budget_ids] for jv in jobs]
-        self.job_idle_w = [ctx.idle_power_w(jv.gpu_model) for jv in jobs]
+        idle_of = {m: ctx.idle_power_w(m) for m in {jv.gpu_model for jv in jobs}}
+        self.job_idle_w = [idle_of[jv.gpu_model] for jv in jobs]
         # The idle draw a job's cost leaves out (``cost_above_idle`` None): only while idle
         # GPUs stay powered and every budget that pays for the job is the cluster's, which
         # pays the idle GPUs anyway. A team budget pays the whole draw of its jobs' GPUs
@@ -712,11 +713,16 @@ class _Round:
         # team's period budget at three times its straight line (docs/benchmarks.md,
         # "Team budgets pay the idle draw"). True / False: above idle / the whole draw
         # for every job.
+        # Once per set of payers (a long queue has few).
         forced = policy.cost_above_idle
         powered = not ctx.snapshot.power_off_idle_nodes
+        above_idle = {
+            ids: bool(forced) or (forced is None and powered and all(c for _, c in pays))
+            for ids, pays in payer_memo.items()
+        }
         self.cost_idle_w = [
-            idle_w if forced or (forced is None and powered and all(c for _, c in pays)) else 0.0
-            for idle_w, pays in zip(self.job_idle_w, self.pays, strict=True)
+            idle_w if above_idle[jv.budget_ids] else 0.0
+            for idle_w, jv in zip(self.job_idle_w, jobs, strict=True)
         ]
         self.running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
         # What a job's round energy counts against the allowances, per predicted joule:
