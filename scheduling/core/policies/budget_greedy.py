@@ -597,17 +597,19 @@ class _Round:
         self.running_hulls: dict[tuple, tuple[list, list]] = {}
         self.unit_points: dict[tuple, list] = {}
         # Probes of jobs known only by their prior: earlier ones (still active) and new.
-        active = {job.job_id for job in ctx.snapshot.jobs}
-        self.probes: dict[str, dict[str, Any]] = {
-            job_id: dict(rec)
-            for job_id, rec in ctx.policy_state.get("prior_probes", {}).items()
-            if job_id in active
-        }
-        # A probe is used up once its job ran; one granted but never started (its block
-        # was not placed, the executor failed) leaves the job free to be probed again.
-        for job in ctx.snapshot.jobs:
-            if job.allocation is not None and job.job_id in self.probes:
-                self.probes[job.job_id]["ran"] = True
+        self.probes: dict[str, dict[str, Any]] = {}
+        earlier = ctx.policy_state.get("prior_probes", {})
+        if earlier:  # (most rounds have none: no pass over a long queue for them)
+            active = {job.job_id for job in ctx.snapshot.jobs}
+            self.probes = {
+                job_id: dict(rec) for job_id, rec in earlier.items() if job_id in active
+            }
+            # A probe is used up once its job ran; one granted but never started (its
+            # block was not placed, the executor failed) leaves the job free to be
+            # probed again.
+            for job in ctx.snapshot.jobs:
+                if job.allocation is not None and job.job_id in self.probes:
+                    self.probes[job.job_id]["ran"] = True
 
     # --- inputs -------------------------------------------------------------------
 
@@ -725,6 +727,8 @@ class _Round:
             for idle_w, jv in zip(self.job_idle_w, jobs, strict=True)
         ]
         self.running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
+        # (read by the order and the price: a property, computed once)
+        self.remaining_iters = [jv.job.remaining_iters for jv in jobs]
         # What a job's round energy counts against the allowances, per predicted joule:
         # more than 1 for an estimate (``prediction_margin``): a learned model, or any model
         # where the snapshot's are not exact (the service's catalog models too).
@@ -827,7 +831,7 @@ class _Round:
         (``_measured_gpus``), on a hull of its own."""
         jv = self.jobs[j]
         job = jv.job
-        r = job.remaining_iters
+        r = self.remaining_iters[j]
         if self.policy.cost == "carbon" or r <= 0.0:
             return lower_hull(self.points(j)), 1.0, ("job", j)
         key = (
@@ -1037,7 +1041,7 @@ class _Round:
                     hit = min_iter[shape] = (batches[b0], iter_s)
                 batch, iter_s = hit
                 self.min_s[j] = (
-                    job.remaining_iters * job.global_batch / batch * iter_s
+                    self.remaining_iters[j] * job.global_batch / batch * iter_s
                 ) * job.iter_time_scale
             # Running jobs first, then a higher priority first (``by_priority`` with the
             # running kept ahead, in the same key).
