@@ -601,9 +601,7 @@ class _Round:
         earlier = ctx.policy_state.get("prior_probes", {})
         if earlier:  # (most rounds have none: no pass over a long queue for them)
             active = {job.job_id for job in ctx.snapshot.jobs}
-            self.probes = {
-                job_id: dict(rec) for job_id, rec in earlier.items() if job_id in active
-            }
+            self.probes = {job_id: dict(rec) for job_id, rec in earlier.items() if job_id in active}
             # A probe is used up once its job ran; one granted but never started (its
             # block was not placed, the executor failed) leaves the job free to be
             # probed again.
