@@ -17,6 +17,7 @@ from typing import Any
 from scheduling.core.carbon_data import carbon_file, read_electricity_maps_csv
 from scheduling.core.goodput import with_noise_scales
 from scheduling.core.types import Cluster, Job, PerfCatalog, Plan, Snapshot
+from scheduling.simulator import numerics
 from scheduling.simulator.carbon import ConstantIntensity, HourlyIntensity
 from scheduling.simulator.cluster_spec import ClusterSpec, read_cluster_spec
 from scheduling.simulator.engine import (
@@ -127,6 +128,7 @@ def load_scenario(
         "restart_cost_s": config.restart_cost_s,
         "power_off_idle_nodes": config.power_off_idle_nodes,
         "replan_on_events": config.replan_on_events,
+        "numerics": numerics.describe(),
     }
     return Scenario(
         name=f"{Path(trace).stem}@{spec.name}",
