@@ -285,12 +285,21 @@ def set_allocation(
             Gpu.objects.select_for_update(no_key=True)
             .filter(pk__in=gpu_ids)
             .order_by("pk")
-            .values_list("pk", "retired_at")
+            .values_list("pk", "retired_at", "node_id", "uuid")
         )
-        retired = sorted(pk for pk, retired_at in gpu_rows if retired_at is not None)
+        retired = sorted(pk for pk, retired_at, _, _ in gpu_rows if retired_at is not None)
         if retired:
             # (retired after the round read the cluster, before it placed the job)
             raise AllocationError(f"GPU(s) {retired} are retired")
+        # Moved or renamed (an admin's edit, ``Gpu.clean``) after the round read the cluster:
+        # the edit saw no job on the GPU, since none was placed yet, and the plan was made
+        # for the node and UUID the round read (one node for the job; that node's agent).
+        read = {gpu.pk: (gpu.node_id, gpu.uuid) for gpu in gpu_list}
+        moved = sorted(pk for pk, _, node_id, uuid in gpu_rows if read[pk] != (node_id, uuid))
+        if moved:
+            raise AllocationError(
+                f"GPU(s) {moved} were moved or renamed after the round read the cluster"
+            )
         through = JobAllocation.gpus.through
         holders: dict[int, set[int]] = {}
         for gpu_id, holder in (

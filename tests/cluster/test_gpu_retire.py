@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from cluster.choices import AuditAction, JobState
 from cluster.models import AuditEntry, Gpu, Node, gpus_in_service
-from cluster.services import retire_gpu, set_allocation, transition_job
+from cluster.services import AllocationError, retire_gpu, set_allocation, transition_job
 from scheduling.adapters import cluster_from_rows
 from telemetry.models import EnergyLedgerEntry
 from telemetry.services import GpuIndexTaken, register_gpus
@@ -473,3 +473,29 @@ def test_retiring_or_deleting_a_gpu_locks_its_node_before_it_as_registration_doe
         q["sql"] for q in queries.captured_queries if _locking(q["sql"]) == "cluster_gpu"
     )
     assert 'FOR UPDATE OF "cluster_gpu"' in gpu_lock
+
+
+@pytest.mark.parametrize(
+    ("field", "change"), [("node", lambda other: other.pk), ("uuid", lambda other: "GPU-new")]
+)
+def test_a_round_that_read_the_gpu_before_it_moved_does_not_place_a_job_on_it(
+    api_client, admin_user, make_node, make_job, member, team, field, change
+):
+    # The round reads the cluster, plans, then places: an edit committed in between finds
+    # no job on the GPU (none is placed yet) and moves it. The placement must not then put
+    # the job on the GPU where it is now: node-01's agent was planned for, node-02's (or a
+    # UUID no board has) would be told to run it.
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    other = make_node("node-02", gpus=1)
+    job = make_job(owner=member, team=team, total_iterations=1000)
+    transition_job(job, to=JobState.RUNNING, at=AT)
+    read_by_the_round = Gpu.objects.get(pk=gpu.pk)
+
+    response = api_client(admin_user).patch(
+        f"/api/gpus/{gpu.pk}/", {field: change(other), "index": 5}, format="json"
+    )
+    assert response.status_code == 200
+
+    with pytest.raises(AllocationError, match="moved or renamed"):
+        set_allocation(job, gpus=[read_by_the_round], batch_size=job.global_batch_size, at=AT)
+    assert not job.allocations.exists()
