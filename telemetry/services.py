@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
 from cluster.choices import JobState
@@ -167,6 +167,28 @@ def _register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> 
     if conflicts:
         raise RegistrationRejected({"gpus": [conflicts.get(i, {}) for i in range(len(gpus))]})
     current_limits = {u: limit for u, (*_, limit, _) in registered.items()}
+    try:
+        return _store_gpus(node, gpus, uuids, current_limits, now=now)
+    except IntegrityError as exc:
+        if "gpu_unique_node_index" not in str(exc):
+            raise
+        # An admin put another GPU at a reported index after the check above (the check and
+        # the write are not under one lock with the admin's edit): the same answer as the
+        # check's, not a 500; the agent's next registration reads the index as it is now.
+        raise GpuIndexTaken(
+            "a GPU index this node reports was given to another GPU while it registered; "
+            "the next registration reads it again"
+        ) from None
+
+
+def _store_gpus(
+    node: Node,
+    gpus: list[dict[str, Any]],
+    uuids: list[str],
+    current_limits: dict[str, int | None],
+    *,
+    now: datetime,
+) -> list[Gpu]:
     result = []
     with transaction.atomic():
         # The node row first, then its GPUs: the order of the scheduling round (liveness locks

@@ -43,3 +43,36 @@ def test_two_nodes_registering_one_uuid_at_once_one_is_refused(make_node, agent_
         assert gpu.node_id == winner.pk
         loser = answers[[a.status_code for a in answers].index(403)]
         assert "another node" in loser.json()["detail"]
+
+
+def test_an_index_given_to_another_gpu_while_an_agent_registers_is_a_409(
+    make_node, agent_client, monkeypatch
+):
+    # An admin puts another GPU at an index the agent reports between the registration's
+    # index check and its write (modelled by doing it from inside the check's last step):
+    # the unique (node, index) constraint refused the write, and the agent got a 500.
+    from telemetry import services
+
+    node = make_node("node-a", gpus=1)
+    client = agent_client(node.issue_agent_token())
+    registered = node.gpus.get()
+    checks = services._clock_conflicts
+
+    def admin_edits_meanwhile(*args, **kwargs):
+        Gpu.objects.create(
+            node=node, index=1, uuid="GPU-admin-added", model="A100", memory_mb=1,
+            default_power_limit_w=400, min_power_limit_w=100, max_power_limit_w=400,
+        )  # fmt: skip
+        return checks(*args, **kwargs)
+
+    monkeypatch.setattr(services, "_clock_conflicts", admin_edits_meanwhile)
+    body = {"gpus": [_gpu(registered.uuid, 0), _gpu("GPU-new-board", 1)]}
+    answer = client.post("/api/agent/register/", body, format="json")
+
+    assert answer.status_code == 409, answer.content
+    assert "while it registered" in answer.json()["gpus"][0]
+    assert not Gpu.objects.filter(uuid="GPU-new-board").exists()
+    assert Gpu.objects.get(pk=registered.pk).index == 0
+    monkeypatch.undo()
+    # the agent's next registration reads the index as it is now
+    assert client.post("/api/agent/register/", body, format="json").status_code == 200
