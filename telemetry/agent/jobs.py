@@ -92,7 +92,9 @@ def parse_progress(text: str) -> Progress | None:
         if isinstance(count, bool | str):
             return None  # not a count (true was read as 1; the server refuses booleans)
         iterations = float(count)
-    except (ValueError, KeyError, TypeError, OverflowError):
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+        # (RecursionError: brackets nested past the parser's depth, which raised out of
+        # the agent's tick and kept every other job's progress and exit unreported)
         return None
     if not _count(iterations):
         return None
@@ -229,5 +231,7 @@ def read_progress(path: Path) -> Progress | None:
     try:
         text = path.read_text()
     except OSError:  # not there (yet), or not a readable file
+        return None
+    except UnicodeDecodeError:  # bytes that are not text: the job's fault, not the tick's
         return None
     return parse_progress(text)

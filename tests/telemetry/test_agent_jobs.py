@@ -246,3 +246,20 @@ def test_what_a_round_of_assignments_did_is_reported_when_a_later_step_raises(ag
     # then the first job's exit is reported all the same (else it stayed assigned, stopped)
     assert [e[:2] for e in _spooled_events(tmp_path)] == [("started", None), ("exited", "stopped")]
     agent.shutdown(NOW)
+
+
+def test_a_job_whose_progress_file_is_garbage_still_has_its_exit_reported(agent, tmp_path):
+    # The progress file was read with errors only an OSError away from the tick: a job
+    # that wrote bytes that are not UTF-8 made every tick raise before its exit (and any
+    # other job's progress) was reported, and the runner had already forgotten it, so the
+    # server kept it running on its GPUs.
+    agent, fake = agent
+    garbage = "printf '\\377\\376' > \"$WATTFLOW_PROGRESS_FILE\"; exit 0"
+    agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0"], command=garbage)]}, NOW)
+    wait_for(
+        lambda: agent.jobs[7].poll() is not None, timeout_s=20.0, what="the job process to exit"
+    )
+    assert (tmp_path / "jobs" / "7" / "progress").read_bytes() == b"\xff\xfe"
+    events = agent.watch_jobs(NOW)
+    assert [(e["kind"], e["exit_status"], e["iterations"]) for e in events] == [("exited", 0, None)]
+    agent.shutdown(NOW)

@@ -22,7 +22,7 @@ from test_nvml_backend import FakeNvml, _device
 
 from telemetry.agent.backends import NvmlBackend
 from telemetry.agent.client import AgentClient
-from telemetry.agent.jobs import Progress, parse_progress
+from telemetry.agent.jobs import Progress, parse_progress, read_progress
 from telemetry.agent.loop import Agent, AgentConfig
 from telemetry.agent.spool import Spool
 
@@ -76,6 +76,17 @@ EXAMPLE = ROOT / "jobclient" / "train_logreg.py"
 )
 def test_the_agent_reads_both_progress_formats(text, expected):
     assert parse_progress(text) == expected
+
+
+def test_a_progress_file_nested_too_deep_or_not_text_is_unreadable_not_a_fault(tmp_path):
+    # A job's file is the job's: JSON nested past Python's recursion limit raised
+    # RecursionError, and bytes that are not UTF-8 UnicodeDecodeError, out of the agent's
+    # tick, which then reported no other job's progress or exit on the node.
+    nested = '{"iterations": 5, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert parse_progress(nested) is None
+    path = tmp_path / "progress"
+    path.write_bytes(b'\xff\xfe{"iterations": 5}')
+    assert read_progress(path) is None
 
 
 def test_the_agent_bounds_counts_as_the_server_does():
