@@ -149,6 +149,47 @@ def test_fit_perf_models_rejects_an_output_folder_that_does_not_exist(tmp_path):
     assert PerfProfile.objects.count() == 0
 
 
+@pytest.mark.parametrize("version", ["v" * 33, "7\x1b[2J", "release 7"])
+def test_fit_perf_models_refuses_a_version_the_profiles_cannot_store_before_fitting(
+    tmp_path, version
+):
+    # A version past PerfProfile.version's 32 characters was written into the catalog JSON
+    # (by default the shipped one) after minutes of fitting, then refused by the database
+    # with a traceback: the file and the rows disagreed.
+    target = tmp_path / "c.json"
+    with pytest.raises(CommandError, match="--catalog-version .*1 to 32 printable"):
+        _run("fit_perf_models", "--skip-validation", "--output", str(target),
+             "--catalog-version", version)  # fmt: skip
+
+    assert list(tmp_path.iterdir()) == []
+    assert PerfProfile.objects.count() == 0
+
+
+def test_fit_perf_models_refuses_an_output_that_is_a_folder_before_fitting(tmp_path):
+    # It was IsADirectoryError after the fits, leaving "<folder>.partial" beside the folder.
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(CommandError, match="is a folder, not a file"):
+        _run("fit_perf_models", "--skip-validation", "--output", str(folder))
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert PerfProfile.objects.count() == 0
+
+
+def test_fit_perf_models_writes_no_file_when_the_profiles_are_refused(tmp_path, monkeypatch):
+    from django.db import DatabaseError
+
+    def refuse(catalog, *, fitted_at):
+        raise DatabaseError("the database refused the rows")
+
+    monkeypatch.setattr(PerfProfile.objects, "upsert_catalog", refuse)
+    target = tmp_path / "c.json"
+    with pytest.raises(DatabaseError):
+        _run("fit_perf_models", "--skip-validation", "--output", str(target))
+
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_report_prints_the_table_and_writes_the_parity_png(tmp_path):
     out = _run("perf_model_report", "--dataset", "elasticflow_a100", "--out-dir", str(tmp_path))
 

@@ -3,15 +3,18 @@
 Thin: the fitting and validation are ``scheduling.fitting.perf_report.fit_and_validate``.
 Writes the catalog JSON (by default the one shipped in the repository) and upserts one
 ``PerfProfile`` row per model. If anything fails, neither the JSON nor the database is
-touched: the file is written only after every fit succeeded, then the rows in one
-transaction.
+touched: the arguments are checked before any fit, and once every fit succeeded the rows
+are written in one transaction that commits only after the file was written.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 from django.core.management.base import CommandError
+from django.db import transaction
 from django.utils import timezone
 from tqdm import tqdm
 
@@ -26,6 +29,10 @@ from scheduling.fitting.perf_report import (
 )
 from scheduling.models import PerfProfile
 
+# What PerfProfile.version holds (32 characters); printable ASCII without spaces, as pages
+# and logs show it ("profile v2").
+VERSION = re.compile(r"[!-~]{1,32}")
+
 
 def data_dir_arg(value: str) -> Path:
     """The ``--data-dir`` check both perf commands share."""
@@ -33,6 +40,30 @@ def data_dir_arg(value: str) -> Path:
     if not (path / "perf").is_dir():
         raise CommandError(f"--data-dir {value}: no perf/ folder there (expected the repo's data/)")
     return path
+
+
+def output_arg(value: str) -> Path:
+    """A file ``save_catalog`` can write (through ``<name>.partial`` beside it): checked
+    before the fits, which take minutes (a folder, or one the user may not write in, was a
+    traceback after them, and a folder left ``<folder>.partial`` beside it)."""
+    output = Path(value)
+    if output.is_dir():
+        raise CommandError(f"--output {output}: is a folder, not a file")
+    if not output.parent.is_dir():
+        raise CommandError(f"--output {output}: folder {output.parent} does not exist")
+    if not os.access(output.parent, os.W_OK | os.X_OK):
+        raise CommandError(f"--output {output}: folder {output.parent} is not writable")
+    return output
+
+
+def version_arg(value: str | None) -> str | None:
+    """The catalog version as ``PerfProfile`` stores it: a longer one (or one with a
+    control character) was written into the JSON, then refused by the database."""
+    if value is not None and not VERSION.fullmatch(value):
+        raise CommandError(
+            f"--catalog-version {value!r}: 1 to 32 printable ASCII characters, no spaces"
+        )
+    return value
 
 
 class Command(OneLineCommand):
@@ -57,9 +88,8 @@ class Command(OneLineCommand):
 
     def handle(self, *args, **options) -> None:
         data_dir = data_dir_arg(options["data_dir"])
-        output = Path(options["output"])
-        if not output.parent.is_dir():
-            raise CommandError(f"--output {output}: folder {output.parent} does not exist")
+        output = output_arg(options["output"])
+        version = version_arg(options["catalog_version"] or None)
         validate = not options["skip_validation"]
         bar = tqdm(total=count_fit_steps(data_dir, validate=validate), desc="fitting", unit="fit")
 
@@ -69,18 +99,26 @@ class Command(OneLineCommand):
 
         try:
             catalog, results = fit_and_validate(
-                data_dir, progress=step, validate=validate, version=options["catalog_version"]
+                data_dir, progress=step, validate=validate, version=version
             )
         except (OSError, ValueError, KeyError) as exc:
             raise CommandError(f"fitting from {data_dir} failed: {exc}") from None
         finally:
             bar.close()
-        save_catalog(catalog, output)
+        # The rows first, in a transaction the file's write ends: a refused row leaves the
+        # file as it was, a file that cannot be written leaves no rows.
+        with transaction.atomic():
+            if not options["no_db"]:
+                counts = PerfProfile.objects.upsert_catalog(catalog, fitted_at=timezone.now())
+            try:
+                save_catalog(catalog, output)
+            except OSError as exc:
+                output.with_name(output.name + ".partial").unlink(missing_ok=True)
+                raise CommandError(f"--output {output}: {exc.strerror or exc}") from None
         self.stdout.write(
             f"wrote {output} (version {catalog.version}, {len(catalog.models())} models)"
         )
         if results:
             self.stdout.write(format_table(summarise(results)))
         if not options["no_db"]:
-            created, updated = PerfProfile.objects.upsert_catalog(catalog, fitted_at=timezone.now())
-            self.stdout.write(f"perf profiles: {created} created, {updated} updated")
+            self.stdout.write("perf profiles: {} created, {} updated".format(*counts))
