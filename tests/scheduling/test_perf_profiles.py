@@ -210,6 +210,20 @@ def test_report_rejects_an_unknown_data_set(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_report_refuses_an_out_dir_under_a_file_before_validating(tmp_path, monkeypatch):
+    # It validated (minutes for every data set), then mkdir raised NotADirectoryError.
+    import scheduling.management.commands.perf_model_report as report
+
+    def never(*args, **kwargs):
+        raise AssertionError("validated before checking --out-dir")
+
+    monkeypatch.setattr(report, "cross_validate", never)
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(CommandError, match="a-file is a file, not a folder"):
+        _run("perf_model_report", "--dataset", "elasticflow_a100", "--out-dir",
+             str(tmp_path / "a-file" / "plots"))  # fmt: skip
+
+
 def test_admin_lists_profiles_read_only(admin_client):
     PerfProfile.objects.upsert_catalog(load_catalog(), fitted_at=FITTED_AT)
     row = PerfProfile.objects.get(workload="gpt2", gpu_model="A100")

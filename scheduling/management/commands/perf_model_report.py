@@ -7,6 +7,7 @@ Thin: the cross-validation is ``scheduling.fitting.perf_report``. Prints one lin
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from django.conf import settings
@@ -23,6 +24,18 @@ from scheduling.fitting.perf_report import (
     write_parity_plots,
 )
 from scheduling.management.commands.fit_perf_models import data_dir_arg
+
+
+def out_dir_check(out_dir: Path) -> None:
+    """Refuse, before the validation runs, a folder the plots could not be written in: one
+    under a file was a ``NotADirectoryError`` traceback after it."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CommandError(f"--out-dir {out_dir} is a file, not a folder")
+    existing = next(p for p in (out_dir, *out_dir.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise CommandError(f"--out-dir {out_dir}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CommandError(f"--out-dir {out_dir}: {existing} is not writable")
 
 
 class Command(OneLineCommand):
@@ -49,8 +62,8 @@ class Command(OneLineCommand):
     def handle(self, *args, **options) -> None:
         data_dir = data_dir_arg(options["data_dir"])
         out_dir = Path(options["out_dir"])
-        if not options["no_plots"] and out_dir.exists() and not out_dir.is_dir():
-            raise CommandError(f"--out-dir {out_dir} is a file, not a folder")
+        if not options["no_plots"]:
+            out_dir_check(out_dir)
         datasets = options["dataset"] or list(CROSS_VALIDATIONS)
         with tqdm(total=len(datasets), desc="validating", unit="data set") as bar:
 
@@ -69,5 +82,9 @@ class Command(OneLineCommand):
                 format_table(summarise(results, key=lambda h: f"{h.dataset}:{h.workload}"))
             )
         if not options["no_plots"]:
-            for path in write_parity_plots(results, out_dir):
+            try:
+                written = write_parity_plots(results, out_dir)
+            except OSError as exc:
+                raise CommandError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
+            for path in written:
                 self.stdout.write(f"wrote {path}")
