@@ -75,10 +75,14 @@ def job_list(request):
     )
     query = request.GET.copy()
     query.pop("page", None)
+    # A filter the form refuses (a state or workload it does not offer, a team the user is
+    # not in, a name past 100 characters) lists nothing: said beside the field, with a 400,
+    # as the reports page does; it read "No jobs match." with a 200.
     return render(
         request,
         "frontend/job_list.html",
         {"form": form, "page_obj": page, "query": query.urlencode(), "page": "jobs"},
+        status=400 if form.is_bound and form.errors else 200,
     )
 
 

@@ -255,6 +255,41 @@ def test_job_list_shows_only_visible_jobs_and_filters(
     assert [j.pk for j in filtered.context["page_obj"]] == [mine.pk]
 
 
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        ({"state": "sleeping"}, "state"),
+        ({"team": "abc"}, "team"),
+        ({"workload": "never-submitted"}, "workload"),
+        ({"q": "x" * 101}, "q"),
+    ],
+)
+def test_a_filter_the_job_list_cannot_apply_is_a_400_beside_its_field(
+    client_for, member, team, make_job, query, field
+):
+    # It was a 200 reading "No jobs match." (a bookmarked filter of a state that was renamed,
+    # a team the user left): as if the filter had run and found nothing.
+    make_job(owner=member, team=team, name="vision-a")
+    response = client_for(member).get(reverse("frontend:job-list"), query)
+
+    assert response.status_code == 400
+    assert list(response.context["page_obj"]) == []
+    assert response.context["form"].errors[field]
+    page = response.content.decode()
+    assert 'class="errorlist"' in page
+    assert "No jobs match." not in page
+
+
+def test_a_team_filter_of_another_team_lists_nothing_of_it(
+    client_for, member, outsider, team, other_team, make_job
+):
+    make_job(owner=outsider, team=other_team, name="language-a")
+    response = client_for(member).get(reverse("frontend:job-list"), {"team": other_team.pk})
+
+    assert response.status_code == 400
+    assert b"language-a" not in response.content
+
+
 def test_job_detail_is_404_outside_the_users_teams(client_for, member, outsider, team, make_job):
     job = make_job(owner=member, team=team)
     assert (
