@@ -18,6 +18,7 @@ and advances the job by the perf model, the process agent runs it. Outside Wattf
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -45,6 +46,22 @@ def loss_and_accuracy(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[floa
     z = x @ w
     loss = float(np.mean(np.logaddexp(0.0, z) - y * z))
     return loss, float(np.mean((z > 0) == (y > 0.5)))
+
+
+def save_checkpoint(path: Path, **arrays) -> None:
+    """Write the checkpoint beside ``path`` and rename it over it: written in place, a save
+    cut short (a full disk, the agent's SIGKILL after its grace period) destroyed the last
+    good checkpoint and left a truncated one that every restart failed to load."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with open(partial, "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             import time
 
             time.sleep(args.step_delay_s)
-    np.savez(str(ckpt), w=w, samples_done=samples_done)
+    save_checkpoint(ckpt, w=w, samples_done=samples_done)
     job.report(it, grad_sqr=noise.grad_sqr, grad_var=noise.grad_var, force=True)
     loss, acc = loss_and_accuracy(w, x, y)
     scale = noise.noise_scale(batch)

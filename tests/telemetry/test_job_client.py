@@ -251,6 +251,42 @@ def test_a_job_writes_its_own_file_in_a_folder_it_may_not_write_in(has_file):
         shutil.rmtree(base)
 
 
+def test_the_examples_checkpoint_survives_a_save_cut_short(tmp_path, monkeypatch):
+    # The example saved with np.savez onto its checkpoint: a save cut short (a full disk,
+    # the agent's SIGKILL after the grace period) left a truncated file in place of the last
+    # good one, and every restart of the job then failed loading it.
+    import numpy as np
+    import train_logreg
+
+    ckpt_dir = tmp_path / "ckpt"
+    env = {"WATTFLOW_CHECKPOINT_DIR": str(ckpt_dir), "WATTFLOW_TOTAL_ITERATIONS": "20"}
+    monkeypatch.setattr(os, "environ", {**os.environ, **env})
+    connect = wf.connect
+    # (the test's own process: no SIGTERM handler left behind)
+    monkeypatch.setattr(wf, "connect", lambda: connect(handle_signals=False))
+    assert train_logreg.main([]) == 0
+    good = (ckpt_dir / "logreg.npz").read_bytes()
+
+    real_savez = np.savez
+
+    def disk_full(file, **arrays):
+        real_savez(file, **arrays)
+        if hasattr(file, "truncate"):
+            file.truncate(100)
+        else:
+            Path(file).write_bytes(Path(file).read_bytes()[:100])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(train_logreg.np, "savez", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        train_logreg.main([])
+
+    assert (ckpt_dir / "logreg.npz").read_bytes() == good
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["logreg.npz"]
+    monkeypatch.setattr(train_logreg.np, "savez", real_savez)
+    assert train_logreg.main([]) == 0  # it resumes from the last good checkpoint
+
+
 def test_report_writes_one_json_object_the_agent_understands(tmp_path):
     job = wf.connect(_env(tmp_path), handle_signals=False, report_interval_s=3600)
     before = time.time()
