@@ -150,9 +150,14 @@ class Job:
         are left out). At most one write per ``report_interval_s`` unless ``force``; True
         if it wrote. The agent never takes half of it (``_write_progress``)."""
         if isinstance(iterations, bool) or not (
-            isinstance(iterations, int | float) and math.isfinite(iterations)
+            isinstance(iterations, int | float) and _finite(iterations)
         ):
-            raise ValueError(f"iterations must be a finite number, not {iterations!r}")
+            shown = (
+                "an integer past any float"
+                if isinstance(iterations, int) and not isinstance(iterations, bool)
+                else repr(iterations)[:40]
+            )
+            raise ValueError(f"iterations must be a finite number, not {shown}")
         if iterations < 0:
             raise ValueError("iterations must not be negative")
         if self._reached is None or self._reached[0] != iterations:
@@ -173,6 +178,15 @@ class Job:
             data["grad_var"] = float(grad_var)
         _write_progress(self.progress_file, json.dumps(data) + "\n")
         return True
+
+
+def _finite(value: int | float) -> bool:
+    """``math.isfinite`` that says False for an int past any float (10**400), where
+    ``math.isfinite`` raised OverflowError out of ``report``, not the documented ValueError."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _usable(value) -> bool:

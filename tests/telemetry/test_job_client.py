@@ -307,6 +307,9 @@ def test_report_writes_one_json_object_the_agent_understands(tmp_path):
         job.report(math.inf, force=True)
     with pytest.raises(ValueError):  # the server refuses true as a count; so does the client
         job.report(True, force=True)
+    with pytest.raises(ValueError, match="finite"):  # an int past any float: OverflowError
+        job.report(10**400, force=True)
+    assert json.loads((tmp_path / "progress").read_text())["iterations"] == 132.0
 
 
 def test_a_report_forced_after_the_checkpoint_save_carries_the_last_steps_time(tmp_path):
