@@ -18,6 +18,7 @@ and advances the job by the perf model, the process agent runs it. Outside Wattf
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -64,16 +65,44 @@ def save_checkpoint(path: Path, **arrays) -> None:
         raise
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return value
+
+
+def _finite(low: float, *, open_low: bool):
+    def parse(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value) or value < low or (open_low and value == low):
+            bound = f"above {low:g}" if open_low else f"{low:g} or more"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number {bound}")
+        return value
+
+    return parse
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not the usage first
+        self.exit(2, f"train_logreg: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=float, help="total, if the agent gives none")
-    parser.add_argument("--batch-size", type=int, default=64, help="if the agent gives none")
-    parser.add_argument("--lr", type=float, default=0.05)
+    parser = _OneLineParser(description=__doc__.splitlines()[0])
+    positive = _finite(0.0, open_low=True)
+    parser.add_argument("--iterations", type=positive, help="total, if the agent gives none")
+    parser.add_argument(
+        "--batch-size", type=_positive_int, default=64, help="if the agent gives none"
+    )
+    parser.add_argument("--lr", type=positive, default=0.05)
     parser.add_argument("--parts", type=int, default=4, help="parts per batch (>= 2)")
-    parser.add_argument("--features", type=int, default=32)
-    parser.add_argument("--examples", type=int, default=20000)
+    parser.add_argument("--features", type=_positive_int, default=32)
+    parser.add_argument("--examples", type=_positive_int, default=20000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--step-delay-s", type=float, default=0.0, help="sleep per step")
+    parser.add_argument(
+        "--step-delay-s", type=_finite(0.0, open_low=False), default=0.0, help="sleep per step"
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -90,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"train_logreg: batch {batch} cannot be split into {args.parts} parts\n")
         return 2
     x, y = make_data(args.seed, args.examples, args.features)
-    ckpt = job.checkpoint_path("logreg.npz")
+    try:
+        ckpt = job.checkpoint_path("logreg.npz")
+    except ValueError as exc:
+        sys.stderr.write(f"train_logreg: {exc}\n")
+        return 2
     w = np.zeros(args.features)
     samples_done = 0.0
     if ckpt.exists():

@@ -109,8 +109,15 @@ class Job:
 
     # --- where things are ------------------------------------------------------------
     def checkpoint_path(self, name: str) -> Path:
-        """``name`` inside the checkpoint directory (created if missing)."""
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        """``name`` inside the checkpoint directory (created if missing). Raises
+        ``ValueError`` naming the variable if the directory cannot be made."""
+        try:
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file there (FileExistsError), no permission, ...
+            raise ValueError(
+                f"WATTFLOW_CHECKPOINT_DIR={str(self.checkpoint_dir)!r}: cannot be a directory "
+                f"for checkpoints: {exc.strerror or exc}"
+            ) from None
         return self.checkpoint_dir / name
 
     # --- when to stop ------------------------------------------------------------------
@@ -127,7 +134,12 @@ class Job:
         """True once the agent asked the job to stop (SIGTERM or the stop file)."""
         if self._stop_signalled:
             return True
-        return self.stop_file is not None and self.stop_file.exists()
+        if self.stop_file is None:
+            return False
+        try:
+            return self.stop_file.exists()
+        except OSError:  # a path the job cannot look at (too long, a folder it may not read)
+            return False  # the agent's SIGTERM still stops it
 
     def finished(self, iterations: float) -> bool:
         """True when ``iterations`` (at ``batch_size``) reach the work the server assigned."""
@@ -273,6 +285,11 @@ def connect(env=None, *, handle_signals: bool = True, report_interval_s: float =
     )
     if job.progress_file is not None:
         _check_progress_file(job.progress_file)
+    if job.checkpoint_dir.exists() and not job.checkpoint_dir.is_dir():
+        # (found at the first save otherwise, after the first stretch of training)
+        raise ValueError(
+            f"WATTFLOW_CHECKPOINT_DIR={str(job.checkpoint_dir)!r} is a file, not a directory"
+        )
     if handle_signals:
         job.handle_signals()
     return job

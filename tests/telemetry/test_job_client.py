@@ -10,6 +10,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -447,3 +448,44 @@ def test_the_example_checkpoints_on_stop_and_resumes_under_the_process_agent(age
     assert final["iterations"] == 150.0
     assert "resumed from" in final["log_tail"]
     assert "done at iteration 150 (batch 64)" in final["log_tail"]
+
+
+def test_a_checkpoint_dir_that_is_a_file_is_refused_at_connect_naming_the_variable(tmp_path):
+    # (it was a FileExistsError traceback at the first save, after the first stretch of work)
+    (tmp_path / "ckpt").write_text("not a directory")
+    with pytest.raises(ValueError, match="WATTFLOW_CHECKPOINT_DIR=.*is a file"):
+        wf.connect(_env(tmp_path, WATTFLOW_CHECKPOINT_DIR=str(tmp_path / "ckpt")),
+                   handle_signals=False)  # fmt: skip
+    # a directory that cannot be made (under a file) names the variable too
+    job = wf.connect(
+        _env(tmp_path, WATTFLOW_CHECKPOINT_DIR=str(tmp_path / "ckpt" / "below")),
+        handle_signals=False,
+    )
+    with pytest.raises(ValueError, match="WATTFLOW_CHECKPOINT_DIR=.*cannot be a directory"):
+        job.checkpoint_path("w.npz")
+
+
+def test_a_stop_file_the_job_cannot_look_at_is_not_a_stop(tmp_path):
+    too_long = tmp_path / ("x" * 300) / "stop"  # ENAMETOOLONG: exists() raised
+    job = wf.connect(_env(tmp_path, WATTFLOW_STOP_FILE=str(too_long)), handle_signals=False)
+    assert job.should_stop() is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--iterations", "nan"], "--iterations: 'nan' is not a finite number above 0"),
+        (["--iterations", "0"], "--iterations: '0' is not a finite number above 0"),
+        (["--examples", "0"], "--examples: '0' is not a whole number of 1 or more"),
+        (["--lr", "inf"], "--lr: 'inf' is not a finite number above 0"),
+        (["--step-delay-s", "-1"], "--step-delay-s: '-1' is not a finite number 0 or more"),
+    ],
+)
+def test_the_example_refuses_arguments_it_cannot_train_with(tmp_path, argv, message):
+    # (--iterations nan exited 0 at iteration 0; --examples 0 was a traceback)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), *argv], capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "WATTFLOW_CHECKPOINT_DIR": str(tmp_path / "ckpt")}, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == f"train_logreg: argument {message}\n"
