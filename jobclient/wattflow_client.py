@@ -159,8 +159,8 @@ class Job:
         from ``completed_iterations``), when that count was first reported (``ts``, Unix
         seconds: call this after every step, written or not, and the time is the step's),
         optionally the gradient statistics (both or neither; non-finite or negative ones
-        are left out). At most one write per ``report_interval_s`` unless ``force``; True
-        if it wrote. The agent never takes half of it (``_write_progress``)."""
+        are left out, as is such a ``samples``). At most one write per
+        ``report_interval_s`` unless ``force``; True if it wrote. The agent never takes half of it (``_write_progress``)."""
         if isinstance(iterations, bool) or not (
             isinstance(iterations, int | float) and _finite(iterations)
         ):
@@ -183,7 +183,7 @@ class Job:
         data: dict[str, float] = {"iterations": float(iterations), "ts": self._reached[1]}
         if samples is None and self.batch_size is not None:
             samples = iterations * self.batch_size
-        if samples is not None:
+        if _usable(samples):  # (NaN was written as NaN, which is not JSON)
             data["samples"] = float(samples)
         if _usable(grad_sqr) and _usable(grad_var):
             data["grad_sqr"] = float(grad_sqr)
@@ -205,7 +205,7 @@ def _usable(value) -> bool:
     return (
         isinstance(value, int | float)
         and not isinstance(value, bool)
-        and math.isfinite(value)
+        and _finite(value)
         and value >= 0
     )
 

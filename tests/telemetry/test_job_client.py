@@ -489,3 +489,12 @@ def test_the_example_refuses_arguments_it_cannot_train_with(tmp_path, argv, mess
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr == f"train_logreg: argument {message}\n"
+
+
+def test_samples_or_gradient_statistics_that_are_not_finite_are_left_out(tmp_path):
+    job = wf.connect(_env(tmp_path), handle_signals=False)
+    assert job.report(5, samples=math.nan, grad_sqr=10**400, grad_var=1.0, force=True)
+    written = json.loads((tmp_path / "progress").read_text())  # strict JSON: no NaN
+    assert set(written) == {"iterations", "ts"} and written["iterations"] == 5.0
+    assert job.report(6, samples=-1.0, force=True)
+    assert "samples" not in json.loads((tmp_path / "progress").read_text())
