@@ -160,7 +160,8 @@ class Job:
         seconds: call this after every step, written or not, and the time is the step's),
         optionally the gradient statistics (both or neither; non-finite or negative ones
         are left out, as is such a ``samples``). At most one write per
-        ``report_interval_s`` unless ``force``; True if it wrote. The agent never takes half of it (``_write_progress``)."""
+        ``report_interval_s`` unless ``force``; True if it wrote. The agent never takes
+        half of it (``_write_progress``)."""
         if isinstance(iterations, bool) or not (
             isinstance(iterations, int | float) and _finite(iterations)
         ):
