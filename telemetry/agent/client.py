@@ -89,6 +89,13 @@ class AgentClient:
         self.session.headers["Authorization"] = f"Token {token}"
 
     def request(self, method: str, endpoint: str, body: dict[str, Any] | None = None) -> Any:
+        if endpoint not in ENDPOINTS:
+            # A spooled message of another agent version (a downgrade after an upgrade):
+            # refused, so the spool keeps it aside (a KeyError here blocked its head for good).
+            raise Rejected(
+                f"{method} {endpoint}: no such endpoint in this agent",
+                reason=f"unknown endpoint {endpoint!r} (spooled by another agent version?)",
+            )
         url = self.base + ENDPOINTS[endpoint]
         try:
             response = self.session.request(method, url, json=body, timeout=self.timeout_s)

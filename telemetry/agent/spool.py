@@ -157,6 +157,11 @@ class Spool:
             try:
                 message = json.loads(path.read_text())
                 endpoint, body = message["endpoint"], message["body"]
+                # (a list body, from a hand edit or another agent version, raised out of
+                # every later replay: the node sent no heartbeat again and the samples of
+                # each post were dropped)
+                if not isinstance(endpoint, str) or not isinstance(body, dict):
+                    raise TypeError("not an endpoint name and a JSON object body")
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 # A file this spool cannot read (disk trouble, hand-edited) must not block
                 # the queue either; keep it aside as it is.
@@ -168,7 +173,7 @@ class Spool:
             except ServerUnreachable as exc:
                 if not exc.counts_against_message:
                     return delivered
-                errors = int(message.get("server_errors", 0)) + 1
+                errors = _count(message.get("server_errors")) + 1
                 if errors < self.max_server_errors:
                     self._write(path, {**message, "server_errors": errors})
                     return delivered
@@ -214,6 +219,11 @@ class Spool:
             path.unlink()
             moved += 1
         return moved
+
+
+def _count(value: Any) -> int:
+    """A stored count of server errors; one that is no count (hand-edited) counts as 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _seq(path: Path) -> int:

@@ -273,3 +273,76 @@ def test_samples_the_server_did_not_take_wait_in_the_spool_behind_it(tmp_path):
 
     assert client.tries == 1
     assert [len(body["samples"]) for body in client.spool] == [MAX_SAMPLES_PER_POST] * 3
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"endpoint": "progress-v2", "body": {"events": []}},  # a newer agent's endpoint
+        {"endpoint": "samples", "body": []},  # a body that is no object
+        {"endpoint": "events", "body": ["x"]},
+        {"endpoint": 7, "body": {}},
+    ],
+)
+def test_a_spooled_message_of_another_shape_is_quarantined_and_the_tick_goes_on(tmp_path, record):
+    # (it raised out of every replay, so out of every tick before its heartbeat: the node
+    # went silent, its running jobs were re-queued, and each post's samples were dropped)
+    from datetime import UTC, datetime
+
+    from telemetry.agent.client import AgentClient
+    from telemetry.agent.loop import Agent, AgentConfig
+    from telemetry.agent.runners import make_runner
+    from telemetry.agent.simulated import SimulatedBackend
+
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    (spool_dir / "000000000000-x.json").write_text(json.dumps(record))
+    posted = []
+
+    class Answer:
+        status_code, content, text, reason = 200, b"{}", "{}", "OK"
+
+        def json(self):
+            return {}
+
+    class Server:
+        headers: dict = {}
+
+        def request(self, method, url, json=None, timeout=None):
+            posted.append(url.rsplit("/api/agent/", 1)[1])
+            return Answer()
+
+    client = AgentClient("http://server", "t", Spool(spool_dir))
+    client.session = Server()
+    backend = SimulatedBackend(node_name="n", n_gpus=1, gpu_model="A100")
+    agent = Agent(
+        backend,
+        client,
+        AgentConfig(node_name="n", work_dir=tmp_path),
+        runner=make_runner("none", backend, work_dir=tmp_path, stop_grace_s=1),
+    )
+
+    agent.tick(datetime(2026, 12, 6, tzinfo=UTC))
+
+    assert posted == ["samples/", "heartbeat/"]
+    assert len(client.spool) == 0
+    [kept] = (spool_dir / "quarantine").iterdir()
+    kept_record = json.loads(kept.read_text())  # kept, for a person to read
+    assert {k: kept_record[k] for k in ("endpoint", "body")} == {
+        k: record[k] for k in ("endpoint", "body")
+    }
+
+
+def test_a_spooled_count_of_server_errors_that_is_no_count_counts_as_none(tmp_path):
+    (tmp_path / "000000000000-events.json").write_text(
+        json.dumps({"endpoint": "events", "body": {"n": 0}, "server_errors": "two"})
+    )
+    spool = Spool(tmp_path, max_server_errors=2)
+
+    def failing(endpoint, body):
+        raise ServerUnreachable("HTTP 500", status=500)
+
+    assert spool.replay(failing) == 0  # (was: ValueError out of the replay, every time)
+    assert len(spool) == 1
+    assert spool.replay(failing) == 0
+    assert spool.quarantine_status().count == 1
