@@ -99,7 +99,10 @@ class AgentClient:
         url = self.base + ENDPOINTS[endpoint]
         try:
             response = self.session.request(method, url, json=body, timeout=self.timeout_s)
-        except (requests.ConnectionError, requests.Timeout) as exc:
+        except requests.RequestException as exc:
+            # Not only ConnectionError and Timeout: a connection cut while the answer came
+            # (ChunkedEncodingError, a server restarting mid-reply) raised out of the tick,
+            # and the batch it carried, samples or a job's exit, was in no spool.
             raise ServerUnreachable(f"{method} {url}: {exc.__class__.__name__}") from exc
         if response.status_code >= 500:
             raise ServerUnreachable(
@@ -118,7 +121,14 @@ class AgentClient:
                 reason=reason,
                 data=data,
             )
-        return response.json() if response.content else None
+        try:
+            return response.json() if response.content else None
+        except ValueError as exc:  # (a 2xx that is no JSON: a proxy's page, a cut answer)
+            raise ServerUnreachable(
+                f"{method} {url}: HTTP {response.status_code} with an answer that is no JSON: "
+                f"{_page_line(response.text)}",
+                status=response.status_code,
+            ) from exc
 
     def post(self, endpoint: str, body: dict[str, Any]) -> Any:
         return self.request("POST", endpoint, body)

@@ -346,3 +346,50 @@ def test_a_spooled_count_of_server_errors_that_is_no_count_counts_as_none(tmp_pa
     assert len(spool) == 1
     assert spool.replay(failing) == 0
     assert spool.quarantine_status().count == 1
+
+
+@pytest.mark.parametrize("fault", ["cut", "not_json"])
+def test_a_job_exit_whose_answer_is_cut_off_waits_in_the_spool(tmp_path, fault):
+    # (a connection cut while the answer came, ChunkedEncodingError, or a 2xx that is no
+    # JSON raised out of the delivery: the exit was in no spool, the runner had already
+    # forgotten the job, and the server showed it running on its GPUs for good)
+    import requests
+
+    from telemetry.agent.client import AgentClient
+
+    class Answer:
+        status_code, reason = 200, "OK"
+
+        def __init__(self, text):
+            self.text, self.content = text, text.encode()
+
+        def json(self):
+            import json as json_module
+
+            return json_module.loads(self.text)
+
+    class Server:
+        headers: dict = {}
+        up = False
+        posted: list = []
+
+        def request(self, method, url, json=None, timeout=None):
+            if not self.up:
+                if fault == "cut":
+                    raise requests.exceptions.ChunkedEncodingError("Connection broken")
+                return Answer("<html><title>Portal</title></html>")
+            self.posted.append(json)
+            return Answer('{"new": 1}')
+
+    spool = Spool(tmp_path)
+    client = AgentClient("http://server", "t", spool)
+    client.session = server = Server()
+    exit_event = {"events": [{"event_id": "e1", "job_id": 1, "kind": "exited"}]}
+
+    assert client.deliver("events", exit_event) is False
+    assert len(spool) == 1
+
+    server.up = True
+    assert client.deliver("samples", {"samples": []}) is True
+    assert server.posted == [exit_event, {"samples": []}]
+    assert len(spool) == 0 and spool.quarantine_status().count == 0
