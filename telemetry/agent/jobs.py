@@ -121,6 +121,59 @@ def _statistic(value: Any) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+def _process_start(pid: int) -> str | None:
+    """The start time of a live process (``/proc/<pid>/stat``, in clock ticks since boot),
+    which tells it from a later process given the same id; None when there is none (or
+    only a zombie), or no ``/proc`` to ask."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def stop_orphans(work_dir: Path, grace_s: float) -> list[int]:
+    """Stop the job processes an earlier agent on this work dir started and left running
+    (it was killed, or crashed: a job runs in its own session, so it outlives the agent).
+    The new agent knows nothing of them, so it started each assigned job a second time on
+    the same GPUs and checkpoint, and a job no longer assigned ran on for good on GPUs the
+    scheduler gave to others. Each gets SIGTERM (it checkpoints), then SIGKILL after
+    ``grace_s``; the server's assignment starts it again from its checkpoint. Returns the
+    ids of the jobs stopped."""
+    found: dict[int, int] = {}
+    for pid_file in sorted((work_dir / "jobs").glob(f"*/{PID_FILE}")):
+        try:
+            record = json.loads(pid_file.read_text())
+            job_id, pid, start = int(pid_file.parent.name), int(record["pid"]), record["start"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pid_file.unlink(missing_ok=True)
+            continue
+        # the same process that job started (not a later one given its id)
+        if start is not None and _process_start(pid) == start:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+                found[job_id] = pid
+            except (ProcessLookupError, PermissionError):
+                pass
+        pid_file.unlink(missing_ok=True)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_process_start(p) for p in found.values()):
+        time.sleep(0.05)
+    for pid in found.values():
+        if _process_start(pid) is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    return sorted(found)
+
+
+PID_FILE = "pid"
+
+
 class ProcessJob:
     def __init__(self, assignment: dict[str, Any], gpu_indices: list[int], work_dir: Path) -> None:
         self.assignment = assignment
@@ -130,6 +183,7 @@ class ProcessJob:
         self.progress_file = self.dir / "progress"
         self.log_file = self.dir / "log.txt"
         self.stop_file = self.dir / "stop"
+        self.pid_file = self.dir / PID_FILE
         self.checkpoint_dir = Path(assignment.get("checkpoint_dir") or self.dir / "checkpoint")
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         self.gpu_indices = gpu_indices
@@ -178,6 +232,14 @@ class ProcessJob:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        # Which process runs the job, for an agent started after this one died
+        # (``stop_orphans``).
+        record = {"pid": self.process.pid, "start": _process_start(self.process.pid)}
+        self.pid_file.write_text(json.dumps(record))
+
+    def forget(self) -> None:
+        """The job's process has ended: no later agent need stop it."""
+        self.pid_file.unlink(missing_ok=True)
 
     def poll(self) -> int | None:
         return None if self.process is None else self.process.poll()

@@ -17,13 +17,16 @@ by the loop through the backend, never by a runner.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from telemetry.agent.backends import GpuBackend
-from telemetry.agent.jobs import ProcessJob, Progress, job_gpu_count
+from telemetry.agent.jobs import ProcessJob, Progress, job_gpu_count, stop_orphans
 from telemetry.agent.simulated import PerfModelUnavailable, SimJob, SimulatedBackend
+
+log = logging.getLogger(__name__)
 
 RUNNER_NAMES = ("process", "simulated", "none")
 
@@ -88,6 +91,10 @@ class ProcessRunner:
         self.work_dir = work_dir
         self.stop_grace_s = stop_grace_s
         self.jobs: dict[int, ProcessJob] = {}
+        # Jobs an earlier agent left running (it was killed): stopped before any starts
+        # again, so no job runs twice on its GPUs and none runs on unknown to the agent.
+        for job_id in stop_orphans(work_dir, stop_grace_s):
+            log.warning("stopped job %s, left running by an earlier agent", job_id)
 
     def running(self) -> dict[int, tuple[int, ...]]:
         return {job_id: tuple(job.gpu_indices) for job_id, job in self.jobs.items()}
@@ -111,6 +118,7 @@ class ProcessRunner:
     def stop(self, job_id: int) -> JobExit:
         job = self.jobs.pop(job_id)
         status = job.stop(self.stop_grace_s)
+        job.forget()
         return JobExit(status, job.iterations(), job.log_tail(), tuple(job.gpu_indices))
 
     def progress(self, job_id: int) -> Progress | None:
@@ -122,6 +130,7 @@ class ProcessRunner:
         if status is None:
             return None
         del self.jobs[job_id]
+        job.forget()
         return JobExit(status, job.iterations(), job.log_tail(), tuple(job.gpu_indices))
 
 

@@ -263,3 +263,35 @@ def test_a_job_whose_progress_file_is_garbage_still_has_its_exit_reported(agent,
     events = agent.watch_jobs(NOW)
     assert [(e["kind"], e["exit_status"], e["iterations"]) for e in events] == [("exited", 0, None)]
     agent.shutdown(NOW)
+
+
+@pytest.mark.parametrize("assigned", [True, False])
+def test_a_job_an_agent_killed_left_running_is_stopped_by_the_next_agent(agent, tmp_path, assigned):
+    # (a job runs in its own session, so it outlives an agent that is SIGKILLed; the next
+    # agent knew nothing of it: it started the still-assigned job a second time on the same
+    # GPUs and checkpoint, and a job no longer assigned ran on, unknown, on GPUs the
+    # scheduler gave to others)
+    first_agent, fake = agent
+    first_agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0"])]}, NOW)
+    orphan = first_agent.jobs[7]
+    wait_for(lambda: orphan.iterations() == 5.0, timeout_s=20.0, what="the job at iteration 5")
+
+    # the agent dies without its shutdown; a new one starts on the same work dir
+    client = AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
+    config = AgentConfig(node_name="n", work_dir=tmp_path, stop_grace_s=10.0)
+    second_agent = Agent(NvmlBackend(nvml=fake), client, config)
+    try:
+        # the orphan was stopped as any stopped job is: it checkpointed and exited 0
+        assert orphan.process.wait(timeout=1) == 0
+        assignments = [_assignment(tmp_path, 1, ["GPU-0"])] if assigned else []
+        second_agent.reconcile({"assignments": assignments}, NOW)
+        if assigned:
+            [again] = second_agent.jobs.values()
+            # one process of the job, resumed from what the stopped one saved
+            wait_for(lambda: again.iterations() == 10.0, timeout_s=20.0, what="the restart")
+        else:
+            assert second_agent.jobs == {}
+    finally:
+        second_agent.shutdown(NOW)
+        if orphan.process.poll() is None:
+            orphan.process.kill()
