@@ -279,6 +279,7 @@ class SlurmExecutor(Executor):
                     continue
             to_stop.append(row)
         running = [r.slurm_job_id for r in to_stop if r.slurm_job_id in active]
+        failed: set[int] = set()
         if running:
             try:
                 self.cli.cancel(running)
@@ -289,9 +290,15 @@ class SlurmExecutor(Executor):
                         self.cli.cancel([slurm_id])
                     except SlurmError as exc:
                         report.errors.append(str(exc))
+                        failed.add(slurm_id)
         # Marked whether or not it was still running: its end is Wattflow's doing either way.
-        SlurmJob.objects.filter(pk__in=[r.pk for r in to_stop]).update(cancel_requested_at=now)
-        report.stopped.extend(running)
+        # Not one whose scancel failed (timed out, slurmctld busy): marked, it was never
+        # cancelled again, and ran on in Slurm on GPUs Wattflow counted free. Unmarked, the
+        # next carry-out tries again (or marks it, once it has ended).
+        SlurmJob.objects.filter(
+            pk__in=[r.pk for r in to_stop if r.slurm_job_id not in failed]
+        ).update(cancel_requested_at=now)
+        report.stopped.extend(i for i in running if i not in failed)
 
     def _submit(
         self, allocations: list[JobAllocation], *, now: datetime, report: ExecutionReport
