@@ -235,7 +235,10 @@ class ProcessJob:
         # Which process runs the job, for an agent started after this one died
         # (``stop_orphans``).
         record = {"pid": self.process.pid, "start": _process_start(self.process.pid)}
-        self.pid_file.write_text(json.dumps(record))
+        try:
+            self.pid_file.write_text(json.dumps(record))
+        except OSError:
+            pass  # (a full disk) the job runs; only a later agent could not find it
 
     def forget(self) -> None:
         """The job's process has ended: no later agent need stop it."""

@@ -295,3 +295,26 @@ def test_a_job_an_agent_killed_left_running_is_stopped_by_the_next_agent(agent, 
         second_agent.shutdown(NOW)
         if orphan.process.poll() is None:
             orphan.process.kill()
+
+
+def test_a_pid_file_that_cannot_be_written_does_not_lose_the_started_job(
+    agent, tmp_path, monkeypatch
+):
+    # (the process was started before the write: raising then would leave it running with
+    # no agent that knows it)
+    from pathlib import Path
+
+    agent, _ = agent
+    real = Path.write_text
+
+    def full_disk(self, *args, **kwargs):
+        if self.name == "pid":
+            raise OSError(28, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    agent.reconcile({"assignments": [_assignment(tmp_path, 1, ["GPU-0"])]}, NOW)
+    try:
+        assert list(agent.jobs) == [7]
+    finally:
+        agent.shutdown(NOW)
