@@ -135,7 +135,13 @@ class Agent:
         self.buffer.extend(self.backend.read(now))
         if _due(self._last_post, now, self.config.post_interval_s):
             self._last_post = now
-            self.post_samples()
+            try:
+                self.post_samples()
+            except OSError as exc:
+                # The spool cannot keep them (a full disk): those samples are lost, but the
+                # heartbeat below still goes, or the node would fall silent and its running
+                # jobs be re-queued while they run.
+                log.error("cannot spool samples, dropped: %s", exc)
         if _due(self._last_heartbeat, now, self.config.heartbeat_interval_s):
             self._last_heartbeat = now
             try:

@@ -393,3 +393,56 @@ def test_a_job_exit_whose_answer_is_cut_off_waits_in_the_spool(tmp_path, fault):
     assert client.deliver("samples", {"samples": []}) is True
     assert server.posted == [exit_event, {"samples": []}]
     assert len(spool) == 0 and spool.quarantine_status().count == 0
+
+
+def test_a_full_disk_drops_the_samples_it_cannot_spool_but_not_the_heartbeat(tmp_path):
+    # (with messages waiting, a new post goes to the spool; on a full disk that raised out
+    # of the tick before its heartbeat, and the node fell silent while its jobs ran)
+    import errno
+    from datetime import UTC, datetime
+
+    from telemetry.agent.client import AgentClient
+    from telemetry.agent.loop import Agent, AgentConfig
+    from telemetry.agent.runners import make_runner
+    from telemetry.agent.simulated import SimulatedBackend
+
+    class FullDisk(Spool):
+        def put(self, endpoint, body, server_errors=0):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    backlog = {"endpoint": "samples", "body": {"samples": []}, "server_errors": 0}
+    (spool_dir / "000000000000-x.json").write_text(json.dumps(backlog))
+    posted = []
+
+    class Answer:
+        status_code, content, text, reason = 503, b"{}", "{}", "Service Unavailable"
+
+        def json(self):
+            return {}
+
+    class Server:  # answers the heartbeat; the replay of the backlog gets a 503
+        headers: dict = {}
+
+        def request(self, method, url, json=None, timeout=None):
+            posted.append(url.rsplit("/api/agent/", 1)[1])
+            answer = Answer()
+            if posted[-1] == "heartbeat/":
+                answer.status_code, answer.reason = 200, "OK"
+            return answer
+
+    client = AgentClient("http://server", "t", FullDisk(spool_dir))
+    client.session = Server()
+    backend = SimulatedBackend(node_name="n", n_gpus=1, gpu_model="A100")
+    agent = Agent(
+        backend,
+        client,
+        AgentConfig(node_name="n", work_dir=tmp_path),
+        runner=make_runner("none", backend, work_dir=tmp_path, stop_grace_s=1),
+    )
+
+    agent.tick(datetime(2026, 12, 6, tzinfo=UTC))
+
+    assert posted[-1] == "heartbeat/"
+    assert agent.buffer == []  # dropped, not kept to grow without bound
