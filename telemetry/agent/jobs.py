@@ -153,6 +153,13 @@ def stop_orphans(work_dir: Path, grace_s: float) -> list[int]:
             continue
         # the same process that job started (not a later one given its id)
         if start is not None and _process_start(pid) == start:
+            # The stop file first, as ``ProcessJob.stop`` does: a job whose launcher
+            # swallows SIGTERM checkpoints on it (docs/job_client.md), and was SIGKILLed
+            # after the grace period without a checkpoint.
+            try:
+                (pid_file.parent / "stop").touch()
+            except OSError:
+                pass
             try:
                 os.killpg(pid, signal.SIGTERM)
                 found[job_id] = pid

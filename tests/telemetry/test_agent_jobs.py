@@ -318,3 +318,37 @@ def test_a_pid_file_that_cannot_be_written_does_not_lose_the_started_job(
         assert list(agent.jobs) == [7]
     finally:
         agent.shutdown(NOW)
+
+
+def test_an_orphan_whose_launcher_swallows_sigterm_is_stopped_by_the_stop_file(tmp_path):
+    # (the stop file is the documented order for jobs whose launcher swallows signals,
+    # docs/job_client.md; the next agent sent SIGTERM only, so such a job was SIGKILLed
+    # after the grace period, without its checkpoint)
+    import signal as signal_module
+    import time
+
+    from telemetry.agent.jobs import ProcessJob, stop_orphans
+
+    script = tmp_path / "deaf.py"
+    script.write_text(
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "open(os.environ['WATTFLOW_PROGRESS_FILE'] + '.up', 'w').close()\n"
+        "while not os.path.exists(os.environ['WATTFLOW_STOP_FILE']):\n"
+        "    time.sleep(0.02)\n"
+        "open('saved', 'w').close()\n"
+    )
+    job = ProcessJob(_assignment(tmp_path, 1, ["GPU-0"], command=f"{sys.executable} {script}"),
+                     [0], tmp_path)  # fmt: skip
+    job.start()
+    try:
+        wait_for(lambda: (job.dir / "progress.up").exists(), timeout_s=20.0, what="the job")
+        started = time.monotonic()
+        assert stop_orphans(tmp_path, grace_s=5.0) == [7]
+        assert job.process.wait(timeout=5) == 0  # it saved and exited, not SIGKILLed
+        assert (job.dir / "saved").exists()
+        assert time.monotonic() - started < 4.0
+    finally:
+        if job.process.poll() is None:
+            job.process.send_signal(signal_module.SIGKILL)
+            job.process.wait()
