@@ -53,8 +53,10 @@ class ServerUnreachable(Exception):
     @property
     def counts_against_message(self) -> bool:
         """True for a server that answered with an error of its own (500 and the like), not
-        for one that is away."""
-        return self.status is not None and self.status not in AWAY_STATUSES
+        for one that is away. A 2xx that is no JSON (a captive portal's or a proxy's page, not
+        the server's answer) says nothing against the message: counted, every message met
+        during such a page was quarantined after ``max_server_errors`` tries."""
+        return self.status is not None and self.status >= 500 and self.status not in AWAY_STATUSES
 
 
 class Rejected(Exception):

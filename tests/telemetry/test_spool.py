@@ -446,3 +446,33 @@ def test_a_full_disk_drops_the_samples_it_cannot_spool_but_not_the_heartbeat(tmp
 
     assert posted[-1] == "heartbeat/"
     assert agent.buffer == []  # dropped, not kept to grow without bound
+
+
+def test_a_portal_page_for_longer_than_the_error_bound_quarantines_nothing(tmp_path):
+    # (a 2xx that is no JSON counted against the message as a server error: a captive
+    # portal or proxy page answering 200 for a few minutes quarantined message after
+    # message, each one the server would have taken once it was back)
+    from telemetry.agent.client import AgentClient
+
+    class Page:
+        status_code, reason = 200, "OK"
+        text = "<html><title>Portal</title></html>"
+        content = text.encode()
+
+        def json(self):
+            raise ValueError("not JSON")
+
+    class Portal:
+        headers: dict = {}
+
+        def request(self, method, url, json=None, timeout=None):
+            return Page()
+
+    spool = Spool(tmp_path, max_server_errors=3)
+    client = AgentClient("http://server", "t", spool)
+    client.session = Portal()
+    assert client.deliver("events", {"events": [{"event_id": "e1"}]}) is False
+    for _ in range(10):
+        client.deliver("samples", {"samples": []})
+    assert spool.quarantine_status().count == 0
+    assert len(spool) == 11
