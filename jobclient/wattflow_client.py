@@ -286,7 +286,10 @@ def connect(env=None, *, handle_signals: bool = True, report_interval_s: float =
     )
     if job.progress_file is not None:
         _check_progress_file(job.progress_file)
-    if job.checkpoint_dir.exists() and not job.checkpoint_dir.is_dir():
+    # Only the agent's folder: outside Wattflow the default ``checkpoint`` may be a file of
+    # the script's own (TensorFlow's checkpoint index is one), which it need never use here.
+    named = bool(env.get("WATTFLOW_CHECKPOINT_DIR"))
+    if named and job.checkpoint_dir.exists() and not job.checkpoint_dir.is_dir():
         # (found at the first save otherwise, after the first stretch of training)
         raise ValueError(
             f"WATTFLOW_CHECKPOINT_DIR={str(job.checkpoint_dir)!r} is a file, not a directory"

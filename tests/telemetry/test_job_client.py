@@ -498,3 +498,12 @@ def test_samples_or_gradient_statistics_that_are_not_finite_are_left_out(tmp_pat
     assert set(written) == {"iterations", "ts"} and written["iterations"] == 5.0
     assert job.report(6, samples=-1.0, force=True)
     assert "samples" not in json.loads((tmp_path / "progress").read_text())
+
+
+def test_connect_outside_wattflow_beside_a_file_named_checkpoint(tmp_path, monkeypatch):
+    # (no WATTFLOW_CHECKPOINT_DIR: the default "checkpoint" here is the script's own file,
+    # TensorFlow's index say; connect raised, naming a variable nobody set)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
+    job = wf.connect({}, handle_signals=False)
+    assert not job.should_stop()
