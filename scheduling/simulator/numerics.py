@@ -55,6 +55,9 @@ def pinned_environ(
     pinned or asked to stay native, or a CPU the pinned kernels do not run on."""
     if environ.get(ENV) in (PINNED, NATIVE):
         return None
+    if environ.get("NPY_ENABLE_CPU_FEATURES"):
+        # numpy refuses both at once (ImportError): the user's choice of kernels stands
+        return None
     if machine.lower() not in ("x86_64", "amd64") or not _NEEDS <= flags:
         return None
     return {**environ, **PINNED_ENV, ENV: PINNED}

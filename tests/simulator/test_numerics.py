@@ -86,3 +86,10 @@ def test_the_command_reports_the_kernels_it_ran_on(tmp_path):
     assert features.strip() in ("AVX512F False", "AVX512F None")
     native, _ = _simulate(tmp_path, WATTFLOW_NUMERICS="native")
     assert native["numerics"].startswith("native")
+
+
+def test_a_user_choice_of_numpy_features_is_not_pinned_over():
+    # numpy refuses NPY_ENABLE_CPU_FEATURES and NPY_DISABLE_CPU_FEATURES together with an
+    # ImportError: pinned over, the command could not start at all
+    env = {"NPY_ENABLE_CPU_FEATURES": "AVX2"}
+    assert numerics.pinned_environ(env, machine="x86_64", flags=V3) is None
