@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import signal
 import tempfile
@@ -203,8 +204,9 @@ def _finite(value: int | float) -> bool:
 
 
 def _usable(value) -> bool:
+    # numbers.Real: numpy's and torch's scalars (np.int64, np.float32) are counts too
     return (
-        isinstance(value, int | float)
+        isinstance(value, numbers.Real)
         and not isinstance(value, bool)
         and _finite(value)
         and value >= 0

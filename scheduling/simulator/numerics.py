@@ -8,12 +8,17 @@ learned team-budget run gave 1.566x, 1.587x, 1.723x or 1.792x against its baseli
 kernels as the only difference (docs/benchmarks.md, "The numeric path").
 
 So ``python -m scheduling.simulator`` runs with the kernels of an x86-64-v3 CPU without
-AVX-512 (AVX2 and FMA: Intel since Haswell, AMD since Zen): on a CPU with AVX-512 it starts
-itself again, once, with numpy's AVX-512 loops off and OpenBLAS on its Haswell kernels, so
-the same command gives the same figures on any such machine. Elsewhere (no AVX2 or FMA, not
-x86) it runs as it is and says so. ``WATTFLOW_NUMERICS=native`` keeps the CPU's own kernels.
-Only the command re-executes; the simulator imported as a library (the tests, ``manage.py
-simulate``) runs with whatever numpy the process loaded, and ``describe`` says which.
+AVX-512 (AVX2 and FMA: Intel since Haswell, AMD since Zen): on any x86-64 CPU with AVX2 and
+FMA it starts itself again, once, with numpy's AVX-512 loops off and OpenBLAS on its Haswell
+kernels (OpenBLAS picks other kernels for other CPUs, AMD's Zen among them), so the same
+command gives the same figures on any such machine with the same numpy and OpenBLAS (the
+versions ``requirements.txt`` pins). Elsewhere (no AVX2 or FMA, not x86, or a user's own
+``NPY_ENABLE_CPU_FEATURES``, which numpy refuses beside the setting used here) it runs as it
+is and says so. The pinned settings replace a user's own ``OPENBLAS_CORETYPE`` and
+``NPY_DISABLE_CPU_FEATURES``; ``WATTFLOW_NUMERICS=native`` keeps the CPU's own kernels. Only
+the command re-executes; the simulator imported as a library (the tests, ``manage.py
+simulate``, the benchmark scripts that load a scenario themselves) runs with whatever numpy
+the process loaded, and ``describe`` says which.
 """
 
 from __future__ import annotations
@@ -71,11 +76,31 @@ def reexec_pinned() -> None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, sys.orig_argv, env)
+    # (argv[0] as the interpreter's path: a bare "python" could resolve elsewhere on PATH)
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
 def describe(environ: Mapping[str, str] = os.environ) -> str:
-    """The kernels this process runs with, for a run's report."""
-    if environ.get(ENV) == PINNED and all(environ.get(k) == v for k, v in PINNED_ENV.items()):
+    """The kernels this process runs with, for a run's report: pinned only where the
+    settings are in place and numpy, asked, has no AVX-512 loop switched on (a numpy that
+    names its groups otherwise, as later versions do, would keep them and is not pinned)."""
+    if (
+        environ.get(ENV) == PINNED
+        and all(environ.get(k) == v for k, v in PINNED_ENV.items())
+        and not _numpy_avx512_on()
+    ):
         return f"{PINNED} (numpy without AVX-512, OpenBLAS Haswell)"
     return f"{NATIVE} ({platform.machine() or 'unknown'})"
+
+
+def _numpy_avx512_on() -> bool:
+    """Whether numpy dispatches to any AVX-512 (or x86-64-v4) loop in this process: a
+    dispatch target it was built with that the CPU has and the settings left on."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__ as targets
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # (another numpy layout: cannot tell, so not claimed pinned)
+        return True
+    return any(
+        features.get(name) and (name.startswith("AVX512") or name == "X86_V4") for name in targets
+    )

@@ -99,6 +99,10 @@ class AgentClient:
         url = self.base + ENDPOINTS[endpoint]
         try:
             response = self.session.request(method, url, json=body, timeout=self.timeout_s)
+        except requests.exceptions.InvalidJSONError as exc:
+            # A body that is no JSON (a NaN in it) is this message's fault, not an outage:
+            # retried, it would sit at the head of the spool for good.
+            raise Rejected(f"{method} {url}: {exc}", reason=str(exc)[:200]) from exc
         except requests.RequestException as exc:
             # Not only ConnectionError and Timeout: a connection cut while the answer came
             # (ChunkedEncodingError, a server restarting mid-reply) raised out of the tick,

@@ -40,7 +40,16 @@ def test_the_command_starts_again_pinned_only_where_the_pinned_kernels_run(
     assert env["WATTFLOW_NUMERICS"] == "x86-64-v3"
     assert env["OPENBLAS_CORETYPE"] == "Haswell"
     assert "AVX512F" in env["NPY_DISABLE_CPU_FEATURES"].split(",")
+
+
+def test_a_run_is_called_pinned_only_where_numpy_has_no_avx512_loop_on(monkeypatch):
+    env = {"WATTFLOW_NUMERICS": "x86-64-v3", **numerics.PINNED_ENV}
+    monkeypatch.setattr(numerics, "_numpy_avx512_on", lambda: False)
     assert numerics.describe(env).startswith("x86-64-v3")
+    assert numerics.describe({}).startswith("native")
+    # the settings in place but numpy still on AVX-512 (a numpy naming its groups otherwise)
+    monkeypatch.setattr(numerics, "_numpy_avx512_on", lambda: True)
+    assert numerics.describe(env).startswith("native")
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):

@@ -507,3 +507,14 @@ def test_connect_outside_wattflow_beside_a_file_named_checkpoint(tmp_path, monke
     (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
     job = wf.connect({}, handle_signals=False)
     assert not job.should_stop()
+
+
+def test_numpy_scalars_are_counts_and_statistics_too(tmp_path):
+    import numpy as np
+
+    job = wf.connect(_env(tmp_path), handle_signals=False)
+    stats = {"grad_sqr": np.float32(1.5), "grad_var": np.float32(0.5)}
+    assert job.report(5, samples=np.int64(640), **stats, force=True)
+    written = json.loads((tmp_path / "progress").read_text())
+    assert written["samples"] == 640.0
+    assert (written["grad_sqr"], written["grad_var"]) == (1.5, 0.5)

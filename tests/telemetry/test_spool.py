@@ -476,3 +476,17 @@ def test_a_portal_page_for_longer_than_the_error_bound_quarantines_nothing(tmp_p
         client.deliver("samples", {"samples": []})
     assert spool.quarantine_status().count == 0
     assert len(spool) == 11
+
+
+def test_a_message_that_is_no_json_is_quarantined_not_retried_for_good(tmp_path):
+    # (requests refuses a body with a NaN before sending; read as an outage, the message
+    # would have stayed at the head of the spool, retried every tick)
+    from telemetry.agent.client import AgentClient
+
+    client = AgentClient("http://127.0.0.1:9", "t", Spool(tmp_path / "spool"))
+    assert client.deliver("events", {"events": [{"iterations": float("nan")}]}) is True
+    assert len(client.spool) == 0
+    [kept] = (tmp_path / "spool" / "quarantine").iterdir()
+    assert json.loads(kept.read_text())["reason"] == (
+        "Out of range float values are not JSON compliant"
+    )
