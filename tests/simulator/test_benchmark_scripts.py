@@ -34,6 +34,11 @@ def _bench(script: str, *argv: str) -> subprocess.CompletedProcess:
             "'powerflow', 'tiresias', 'zeus')",
         ),
         (
+            "plan_round_rounds.py",
+            ["--rounds", "0"],
+            "plan_round_rounds.py: error: argument --rounds: '0' must be at least 1",
+        ),
+        (
             "instrument_rounds.py",
             ["--baselines", "elastic,slowest"],
             "instrument_rounds.py: error: argument --baselines: 'elastic,slowest': unknown "
@@ -57,3 +62,10 @@ def test_bench_whatif_help_prints_help_instead_of_running():
     assert result.returncode == 0
     assert result.stdout.startswith("usage: bench_whatif.py [-h]\n")
     assert "jobs 0-15" not in result.stdout  # no queue was replayed
+
+
+def test_plan_round_rounds_plans_the_long_queue_and_exits_0():
+    result = _bench("plan_round_rounds.py", "--rounds", "1", "--running", "50", "--waiting", "200")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
