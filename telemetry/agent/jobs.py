@@ -166,16 +166,44 @@ def stop_orphans(work_dir: Path, grace_s: float) -> list[int]:
             except (ProcessLookupError, PermissionError):
                 pass
         pid_file.unlink(missing_ok=True)
+    # Each group while any of its processes lives (a leader that exits on SIGTERM may leave
+    # children that ignore it); a group's id is not given to another while it has members.
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_process_start(p) for p in found.values()):
+    while time.monotonic() < deadline and any(_group_alive(p) for p in found.values()):
         time.sleep(0.05)
     for pid in found.values():
-        if _process_start(pid) is not None:
+        if _group_alive(pid):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
     return sorted(found)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` still has a process that is not a zombie (a zombie
+    leader the agent has not reaped yet counts as gone)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # Members exist; any but zombies? (/proc: every process whose group is pgid)
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 PID_FILE = "pid"
@@ -275,9 +303,11 @@ class ProcessJob:
             os.killpg(self.process.pid, signal.SIGTERM)
         except ProcessLookupError:
             return self.process.wait()
+        # The whole group, not only its leader: a child that ignores SIGTERM (a data loader,
+        # a launcher's worker) ran on, holding the GPUs, after the leader exited.
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            if self.process.poll() is not None and not _group_alive(self.process.pid):
                 return self.process.returncode
             time.sleep(0.05)
         try:

@@ -352,3 +352,44 @@ def test_an_orphan_whose_launcher_swallows_sigterm_is_stopped_by_the_stop_file(t
         if job.process.poll() is None:
             job.process.send_signal(signal_module.SIGKILL)
             job.process.wait()
+
+
+def test_a_stop_ends_the_jobs_whole_group_not_only_its_leader(tmp_path):
+    # (a child that ignores SIGTERM, as a data loader or a launcher's worker may, ran on
+    # holding the GPUs after the job's leader had exited on it)
+    import os
+    import signal as signal_module
+
+    from telemetry.agent.jobs import ProcessJob
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        'open("child.up", "w").close(); time.sleep(120)\'])\n'
+        "open('child.pid', 'w').write(str(child.pid))\n"
+        "time.sleep(120)\n"
+    )
+    job = ProcessJob(_assignment(tmp_path, 1, ["GPU-0"], command=f"{sys.executable} {script}"),
+                     [0], tmp_path)  # fmt: skip
+    job.start()
+    try:
+        wait_for(lambda: (job.dir / "child.up").exists(), timeout_s=20.0, what="the child")
+        child = int((job.dir / "child.pid").read_text())
+        job.stop(grace_s=1.0)
+        # the child is gone (reaped by init once killed): no process of the group is left
+        wait_for(lambda: not _alive(child), timeout_s=10.0, what="the child ended")
+    finally:
+        try:
+            os.killpg(job.process.pid, signal_module.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
