@@ -52,10 +52,16 @@ def telemetry_figures(summary: dict) -> dict:
     }
 
 
-def _minute_shares(team_id: int, hour: datetime, now: datetime) -> list[tuple[datetime, float]]:
-    """(end of each minute of ``hour`` before ``now``, share of the hour's energy used by
-    then) from the team's ledger minutes (``EnergyLedgerEntry.minutes_j``); empty where
-    none are kept. The hour's own total (its part inside the period) is spread by them."""
+def _minute_shares(
+    team_id: int, hour: datetime, now: datetime, *, start: datetime, end: datetime
+) -> list[tuple[datetime, float]]:
+    """(end of each minute of ``hour`` inside the period [start, end) and before ``now``,
+    share of the hour's energy inside the period used by then) from the team's ledger minutes
+    (``EnergyLedgerEntry.minutes_j``); empty where none are kept. Each minute counts by the
+    share of its seconds inside the period, as ``telemetry.usage`` counts an edge hour, so
+    the hour's own total (its part inside the period) is spread by them. (Spread by the whole
+    hour's minutes, a period starting at 14:30 was drawn using energy from 14:01 on, before
+    it began, with its points out of time order.)"""
     per_minute: list[float] = []
     for minutes in EnergyLedgerEntry.objects.filter(team_id=team_id, hour=hour).values_list(
         "minutes_j", flat=True
@@ -64,16 +70,22 @@ def _minute_shares(team_id: int, hour: datetime, now: datetime) -> list[tuple[da
             if k == len(per_minute):
                 per_minute.append(0.0)
             per_minute[k] += joules
-    total = sum(per_minute)
+    inside = []
+    for k, joules in enumerate(per_minute):
+        at = hour + k * MINUTE
+        inside_s = (min(at + MINUTE, end) - max(at, start)).total_seconds()
+        inside.append(joules * min(max(inside_s, 0.0) / MINUTE.total_seconds(), 1.0))
+    total = sum(inside)
     if not total > 0.0:
         return []
     shares, so_far = [], 0.0
-    for k, joules in enumerate(per_minute):
+    for k, joules in enumerate(inside):
         at = hour + (k + 1) * MINUTE
-        if at >= now:
+        if at >= now or at > end:
             break
         so_far += joules
-        shares.append((at, so_far / total))
+        if at > start:
+            shares.append((at, so_far / total))
     return shares
 
 
@@ -88,13 +100,17 @@ def budget_progress(budget: Budget, *, now: datetime) -> dict:
         if hour + STEP > now:
             # The hour running now, by its minutes: drawn at its end (now), a limit
             # crossed in it was marked at the page's refresh (a live probe).
-            for at, share in _minute_shares(budget.team_id, hour, now):
+            shares = _minute_shares(
+                budget.team_id, hour, now, start=budget.period_start, end=budget.period_end
+            )
+            for at, share in shares:
                 energy_cum.append((at, (energy_j + share * hour_energy_j) / J_PER_KWH))
                 carbon_cum.append((at, (co2_g + share * hour_co2_g) / G_PER_KG))
         energy_j += hour_energy_j
         co2_g += hour_co2_g
-        # A ledger hour is complete at its end; plot the running total there, capped at now.
-        at = min(hour + STEP, now)
+        # A ledger hour is complete at its end; plot the running total there, capped at now
+        # and at the period's end (a period ending at 15:38 has used its last at 15:38).
+        at = min(hour + STEP, now, budget.period_end)
         energy_cum.append((at, energy_j / J_PER_KWH))
         carbon_cum.append((at, co2_g / G_PER_KG))
     # A spent pause_jobs budget's jobs wait for the next period: nothing more to project.

@@ -3,7 +3,7 @@ the API and /metrics report the same numbers, uncapped above 100 %; and accounti
 changed usage to the team's open dashboards through the real Channels stack and Redis."""
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from agent_samples import series
@@ -171,3 +171,34 @@ def test_accounting_pushes_the_changed_budget_to_the_teams_dashboards_only(
     assert energy["percent"] == pytest.approx(100 * 6000.0 / J_PER_KWH)
     assert outsider_got_nothing
     assert replay_pushed_nothing
+
+
+def test_the_burn_chart_of_a_period_starting_inside_the_running_hour_starts_with_it(
+    agent_node, member, team, make_job
+):
+    # given a vision job drawing 100 W on GPU 0 from 14:00, its budget starting at 14:30,
+    # and the page read at 14:45 (15 minutes of the period: 90 kJ, less the last second)
+    node, _ = agent_node
+    gpu = Gpu.objects.get(uuid="GPU-node-01-0")
+    hour = datetime(2026, 1, 10, 14, 0, tzinfo=UTC)
+    now = hour + timedelta(minutes=45)
+    job = make_job(owner=member, team=team)
+    cluster_services.start_job(job, gpus=[gpu], batch_size=256, at=hour)
+    ingest_batch(node, {"samples": series(gpu.uuid, hour, 45 * 60, power_w=100.0)}, now=now)
+    process_dirty_hours()
+    budget = Budget.objects.create(
+        team=team, period_start=hour + timedelta(minutes=30), period_end=hour + timedelta(hours=5),
+        energy_limit_kwh=1.0,
+    )  # fmt: skip
+    # when the page draws its burn chart
+    page = budget_progress(budget, now=now)
+    used = page["figures"]["energy"]["data"][0]
+    points = [(datetime.fromisoformat(x), y) for x, y in zip(used["x"], used["y"], strict=True)]
+    # then it starts at the period's start, in time order, and at 14:40 shows the ten minutes
+    # drawn since 14:30 (it drew the energy of 14:00..14:29 before the period, out of order)
+    times = [t for t, _ in points]
+    assert times == sorted(times)
+    assert times[0] == budget.period_start
+    assert dict(points)[hour + timedelta(minutes=40)] == pytest.approx(60_000 / J_PER_KWH, abs=1e-6)
+    assert points[-1] == (now, pytest.approx(89_900 / J_PER_KWH, abs=1e-6))
+    assert page["limits"][0]["used"] == pytest.approx(89_900 / J_PER_KWH)
