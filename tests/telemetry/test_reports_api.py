@@ -95,3 +95,37 @@ def test_gpu_minutes_filter_by_node_and_time(agent_node, other_node, api_client,
         ("2026-11-22T03:01:00Z", 6001.0),
         ("2026-11-22T03:02:00Z", 6002.0),
     ]
+
+
+def test_adjacent_hour_ranges_count_each_hour_once(agent_node, team, api_client, admin_user):
+    # given one GPU idle at 100 W over three hours: 360 kJ in each hour's ledger row
+    gpu = Gpu.objects.get(uuid="GPU-node-01-0")
+    for h in range(3):
+        EnergyLedgerEntry.objects.create(
+            gpu=gpu, hour=T0 + timedelta(hours=h), energy_j=360_000.0, co2_g=10.0,
+            ci_g_per_kwh=100.0, zone="ES",
+        )  # fmt: skip
+    admin = api_client(admin_user)
+
+    def total(after, before, path="/api/telemetry/ledger/totals/"):
+        params = {"hour_after": after.isoformat(), "hour_before": before.isoformat()}
+        return admin.get(path, params).json()["energy_j"]
+
+    # when the first hour and the next two are asked for as two adjacent ranges
+    first = total(T0, T0 + timedelta(hours=1))
+    rest = total(T0 + timedelta(hours=1), T0 + timedelta(hours=3))
+    # then each hour is in one of them ("before" is exclusive: the row of the hour starting
+    # at 04:00 was drawn after 04:00), and they add up to the whole
+    assert (first, rest) == (360_000.0, 720_000.0)
+    assert first + rest == total(T0, T0 + timedelta(hours=3)) == 1_080_000.0
+    # and the minute rollups' range is half-open alike: 03:00 and 03:01, not 03:02
+    for m in range(3):
+        GpuMinute.objects.create(
+            gpu=gpu, minute=T0 + timedelta(minutes=m), samples=60, power_avg_w=100.0,
+            power_max_w=100.0, util_avg_pct=None, energy_j=6000.0,
+        )  # fmt: skip
+    minutes = admin.get(
+        "/api/telemetry/gpu-minutes/",
+        {"minute_after": T0.isoformat(), "minute_before": (T0 + timedelta(minutes=2)).isoformat()},
+    ).json()["results"]
+    assert [r["minute"] for r in minutes] == ["2026-11-22T03:00:00Z", "2026-11-22T03:01:00Z"]
