@@ -276,10 +276,21 @@ def process_dirty_hours(
 
 
 def delete_expired_samples(*, now: datetime | None = None) -> int:
-    """Drop raw samples older than the retention window, keeping any whose hour (or the next,
-    whose first interval they bound) still waits for accounting."""
+    """Drop raw samples older than the retention window (of the hours a sample ingestion
+    still accepts could have recomputed, none), keeping any whose hour (or the next, whose
+    first interval they bound) still waits for accounting."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.TELEMETRY_RETENTION_S)
+    # Whole hours only, and the hour before with the sample bounding its first interval: a
+    # sample ingestion still accepts (not older than the retention window) marks its hour,
+    # and the one before when it lies near its start, and each is recomputed whole from the
+    # samples. Cut at the window itself, a late sample in an hour half deleted re-booked that
+    # hour from its other half (360 kJ fell to 180 kJ in the ledger, the budgets and reports).
+    oldest = now - timedelta(seconds=settings.TELEMETRY_RETENTION_S)
+    cutoff = (
+        oldest.replace(minute=0, second=0, microsecond=0)
+        - timedelta(hours=1)
+        - timedelta(seconds=settings.TELEMETRY_MAX_GAP_S)
+    )
     pending = DirtyHour.objects.filter(hour__lt=cutoff + timedelta(hours=1)).order_by("hour")
     first_pending = pending.values_list("hour", flat=True).first()
     if first_pending is not None:

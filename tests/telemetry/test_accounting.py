@@ -199,3 +199,27 @@ def test_retention_deletes_old_samples_but_not_unaccounted_ones(agent_node, gpu0
     assert delete_expired_samples(now=T0 + timedelta(hours=1)) == 0
     assert delete_expired_samples(now=T0 + timedelta(hours=5)) == 5
     assert GpuHour.objects.filter(gpu=gpu0, hour=HOUR).exists()  # rollups stay
+
+
+def test_a_late_sample_after_retention_ran_leaves_its_hours_ledger_whole(
+    agent_node, gpu0, settings
+):
+    # given a GPU at 100 W from 03:00 to 04:00:19, accounted (360 kJ in the 03:00 hour)
+    settings.TELEMETRY_RETENTION_S = 24 * 3600
+    node, _ = agent_node
+    samples = series(gpu0.uuid, HOUR, 3620, power_w=100.0)
+    ingest_batch(node, {"samples": samples}, now=HOUR + timedelta(hours=2))
+    process_dirty_hours()
+    booked = EnergyLedgerEntry.objects.get(gpu=gpu0, hour=HOUR).energy_j
+    assert booked == pytest.approx(360_000.0)
+    # when retention runs a day and 30 minutes later, and then a sample the agent held
+    # back arrives, stamped 04:00:40 (inside the window, near its hour's start: it marks
+    # the 03:00 hour too)
+    later = HOUR + timedelta(days=1, minutes=30)
+    delete_expired_samples(now=later)
+    late = series(gpu0.uuid, HOUR + timedelta(hours=1, seconds=40), 1, power_w=100.0)
+    ingest_batch(node, {"samples": late}, now=later)
+    process_dirty_hours()
+    # then the 03:00 hour is recomputed from all its samples, not from the half retention
+    # left of it (it fell to 180 kJ)
+    assert EnergyLedgerEntry.objects.get(gpu=gpu0, hour=HOUR).energy_j == pytest.approx(booked)

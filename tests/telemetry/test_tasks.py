@@ -43,11 +43,12 @@ def test_beat_runs_accounting_and_retention_with_expiry_equal_to_the_interval():
 def test_the_tasks_account_and_clean_up(agent_node, settings):
     node, _ = agent_node
     gpu = Gpu.objects.get(uuid="GPU-node-01-0")
-    start = timezone.now().replace(minute=30, second=0, microsecond=0) - timedelta(hours=3)
+    start = timezone.now().replace(minute=30, second=0, microsecond=0) - timedelta(hours=4)
     ingest_batch(node, {"samples": series(gpu.uuid, start, 5, power_w=100.0)})
     assert process_dirty_hours_task.apply().get() == 1
     assert not DirtyHour.objects.exists()
     assert GpuHour.objects.get(gpu=gpu).energy_j == 400.0
+    # (retention drops whole hours, the hour before the window kept too: 4 h back, not 3)
     settings.TELEMETRY_RETENTION_S = 2 * 3600
     assert delete_expired_samples_task.apply().get() == 5
     assert not GpuSample.objects.exists()
