@@ -163,12 +163,14 @@ class Job:
         are left out, as is such a ``samples``). At most one write per
         ``report_interval_s`` unless ``force``; True if it wrote. The agent never takes
         half of it (``_write_progress``)."""
+        # numbers.Real, as for the statistics: a count kept in numpy (np.int64, np.float32)
+        # raised ValueError out of the training loop
         if isinstance(iterations, bool) or not (
-            isinstance(iterations, int | float) and _finite(iterations)
+            isinstance(iterations, numbers.Real) and _finite(iterations)
         ):
             shown = (
                 "an integer past any float"
-                if isinstance(iterations, int) and not isinstance(iterations, bool)
+                if isinstance(iterations, numbers.Integral) and not isinstance(iterations, bool)
                 else repr(iterations)[:40]
             )
             raise ValueError(f"iterations must be a finite number, not {shown}")

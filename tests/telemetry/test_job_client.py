@@ -518,3 +518,18 @@ def test_numpy_scalars_are_counts_and_statistics_too(tmp_path):
     written = json.loads((tmp_path / "progress").read_text())
     assert written["samples"] == 640.0
     assert (written["grad_sqr"], written["grad_var"]) == (1.5, 0.5)
+
+
+def test_a_numpy_count_is_a_count(tmp_path):
+    # (the statistics took numpy scalars, the count itself raised ValueError out of the
+    # training loop: a step counter kept as np.int64, or read from an array)
+    import numpy as np
+
+    job = wf.connect(_env(tmp_path), handle_signals=False)
+    for count in (np.int64(5), np.float32(6.0)):
+        assert job.report(count, force=True)
+        assert json.loads((tmp_path / "progress").read_text())["iterations"] == float(count)
+    with pytest.raises(ValueError, match="finite"):
+        job.report(np.float64("nan"), force=True)
+    with pytest.raises(ValueError, match="negative"):
+        job.report(np.int64(-1), force=True)
