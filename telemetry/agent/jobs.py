@@ -275,6 +275,15 @@ class ProcessJob:
         except OSError:
             pass  # (a full disk) the job runs; only a later agent could not find it
 
+    def end_group(self) -> None:
+        """SIGKILL what is left of the job's process group once its leader has exited (a
+        group with members keeps its id, so this reaches no other process)."""
+        if self.process is not None and _group_alive(self.process.pid):
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def forget(self) -> None:
         """The job's process has ended: no later agent need stop it."""
         self.pid_file.unlink(missing_ok=True)

@@ -70,6 +70,10 @@ class Agent:
         self.slurm_jobs: dict[int, Handoff] = {}  # Slurm job id -> its handoff (monitor mode)
         self.index_by_uuid = {g.uuid: g.index for g in backend.gpus()}
         self.buffer: list[Reading] = []
+        # Job events the spool could not keep (a full disk): sent first at the next try. An
+        # exit lost here left its job running on the server for good (the agent had already
+        # forgotten it).
+        self.unsent_events: list[dict[str, Any]] = []
         self.allocation_of: dict[int, int] = {}  # job id -> allocation id it runs under
         self.last_iterations: dict[int, float] = {}
         self._last_progress_at: dict[int, datetime] = {}
@@ -117,8 +121,16 @@ class Agent:
         }
 
     def send_events(self, events: list[dict[str, Any]]) -> None:
-        if events:
+        events = self.unsent_events + events
+        if not events:
+            return
+        try:
             self.client.deliver("events", {"events": events})
+        except OSError as exc:
+            self.unsent_events = events
+            log.error("cannot spool %d job event(s), kept to send again: %s", len(events), exc)
+            return
+        self.unsent_events = []
 
     def _event(self, now: datetime, job_id: int, kind: str, **fields: Any) -> dict[str, Any]:
         return {

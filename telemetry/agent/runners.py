@@ -130,6 +130,9 @@ class ProcessRunner:
         if status is None:
             return None
         del self.jobs[job_id]
+        # What the job left in its group (a daemon, a worker that outlived its launcher)
+        # would run on, on GPUs the scheduler gives to the next job, known to no agent.
+        job.end_group()
         job.forget()
         return JobExit(status, job.iterations(), job.log_tail(), tuple(job.gpu_indices))
 

@@ -393,3 +393,27 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+def test_what_a_job_that_ended_on_its_own_left_in_its_group_is_ended(tmp_path):
+    # (a daemon or a worker that outlived its launcher ran on, on GPUs the scheduler gave
+    # to the next job, known to no agent)
+    from telemetry.agent.runners import ProcessRunner
+
+    script = tmp_path / "leaves.py"
+    script.write_text(
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        'open("child.up", "w").close(); time.sleep(120)\'])\n'
+        "open('child.pid', 'w').write(str(child.pid))\n"
+        "import os, time\n"
+        "while not os.path.exists('child.up'):\n"
+        "    time.sleep(0.02)\n"
+    )
+    runner = ProcessRunner(tmp_path, stop_grace_s=1.0)
+    runner.start(_assignment(tmp_path, 1, ["GPU-0"], command=f"{sys.executable} {script}"), [0])
+    job = runner.jobs[7]
+    wait_for(lambda: runner.ended(7) is not None, timeout_s=20.0, what="the leader's exit")
+    child = int((job.dir / "child.pid").read_text())
+    wait_for(lambda: not _alive(child), timeout_s=10.0, what="the left child ended")

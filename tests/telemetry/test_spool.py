@@ -490,3 +490,38 @@ def test_a_message_that_is_no_json_is_quarantined_not_retried_for_good(tmp_path)
     assert json.loads(kept.read_text())["reason"] == (
         "Out of range float values are not JSON compliant"
     )
+
+
+def test_job_events_the_spool_cannot_keep_are_sent_at_the_next_try(tmp_path):
+    # (an exit event raised out of the tick on a full disk and was gone: the agent had
+    # already forgotten the job, so the server kept it running on its GPUs)
+    import errno
+
+    from telemetry.agent.loop import Agent, AgentConfig
+    from telemetry.agent.runners import make_runner
+    from telemetry.agent.simulated import SimulatedBackend
+
+    class Client:
+        def __init__(self):
+            self.full, self.sent = True, []
+
+        def deliver(self, endpoint, body):
+            if self.full:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.sent.append([e["event_id"] for e in body["events"]])
+            return True
+
+    backend = SimulatedBackend(node_name="n", n_gpus=1, gpu_model="A100")
+    client = Client()
+    agent = Agent(
+        backend,
+        client,
+        AgentConfig(node_name="n", work_dir=tmp_path),
+        runner=make_runner("none", backend, work_dir=tmp_path, stop_grace_s=1),
+    )
+    agent.send_events([{"event_id": "exit-1"}])  # nothing raised, nothing lost
+    assert agent.unsent_events == [{"event_id": "exit-1"}]
+    client.full = False
+    agent.send_events([{"event_id": "progress-2"}])
+    assert client.sent == [["exit-1", "progress-2"]]  # the kept one first, in order
+    assert agent.unsent_events == []
