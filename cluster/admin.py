@@ -142,11 +142,15 @@ class NodeAdmin(_AuditedDelete, admin.ModelAdmin):
     inlines = [GpuInline]
     actions = ["issue_agent_tokens"]
 
-    @admin.action(description="Issue new agent tokens (shown once)")
+    # Every action here asks for "change": Django offers an action without
+    # ``allowed_permissions`` to whoever may view the list, so a view-only staff user could
+    # issue tokens (each agent locked out, the new tokens shown to them), retire GPUs and
+    # cancel any team's jobs.
+    @admin.action(description="Issue new agent tokens (shown once)", permissions=["change"])
     def issue_agent_tokens(self, request, queryset):
         now = timezone.now()
         for node in queryset:
-            token = node.issue_agent_token(at=now)
+            token = services.issue_agent_token(node, actor=request.user, at=now)
             self.message_user(request, f"{node.name}: {token}", level=messages.WARNING)
 
 
@@ -183,7 +187,9 @@ class GpuAdmin(_AuditedDelete, admin.ModelAdmin):
             fields.append("model")
         return fields
 
-    @admin.action(description="Retire (gone from its node; keeps its history)")
+    @admin.action(
+        description="Retire (gone from its node; keeps its history)", permissions=["change"]
+    )
     def retire(self, request, queryset):
         self.each(request, queryset, services.retire_gpu)
 
@@ -339,7 +345,7 @@ class JobAdmin(admin.ModelAdmin):
         if changed:
             obj.save(update_fields=[*changed, "updated_at"])
 
-    @admin.action(description="Cancel selected jobs")
+    @admin.action(description="Cancel selected jobs", permissions=["change"])
     def cancel_jobs(self, request, queryset):
         now = timezone.now()
         cancelled, refused = 0, []

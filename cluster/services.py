@@ -435,6 +435,26 @@ def _set_node_status(node: Node, *, old: str, new: str, actor=None) -> Node:
     return node
 
 
+def issue_agent_token(node: Node, *, actor, at: datetime | None = None) -> str:
+    """Issue the node a new agent token (the old one stops working) and record who did it
+    and when in the audit log, in one transaction; returns the raw token. The entry holds
+    neither the token nor its hash. (Unaudited, a locked-out agent had no trace of why.)"""
+    at = at or timezone.now()
+    with transaction.atomic():
+        before = audit_snapshot(node, ["name", "agent_token_issued_at"])
+        token = node.issue_agent_token(at=at)
+        record_audit(
+            actor=actor,
+            action=AuditAction.UPDATED,
+            object_type="node",
+            object_id=node.pk,
+            before=before,
+            after=audit_snapshot(node, ["name", "agent_token_issued_at"]),
+            at=at,
+        )
+    return token
+
+
 def drain_node(node: Node, *, actor=None) -> Node:
     """Stop placing new work on a healthy node (running jobs finish or are moved by rounds)."""
     return _set_node_status(node, old=NodeStatus.HEALTHY, new=NodeStatus.DRAINING, actor=actor)

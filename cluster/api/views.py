@@ -286,7 +286,7 @@ class NodeViewSet(viewsets.ModelViewSet):
     def issue_token(self, request, pk=None):
         """Issue a new agent token for the node (the old one stops working). Shown once."""
         node = self.get_object()
-        token = node.issue_agent_token(at=timezone.now())
+        token = services.issue_agent_token(node, actor=request.user)
         return Response({"token": token}, status=status.HTTP_201_CREATED)
 
 
