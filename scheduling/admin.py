@@ -74,12 +74,24 @@ class SchedulerSettingsAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:
         with transaction.atomic():
-            old = SchedulerSettings.objects.filter(pk=SchedulerSettings.SINGLETON_PK).first()
+            old = (
+                SchedulerSettings.objects.select_for_update()
+                .filter(pk=SchedulerSettings.SINGLETON_PK)
+                .first()
+            )
             before = audit_snapshot(old, _AUDITED_SETTINGS) if old else None
-            if old is not None and old.policy != obj.policy:
-                # The last policy's timers and history mean nothing to the new one.
-                obj.policy_state = {}
-            super().save_model(request, obj, form, change)
+            if old is None:
+                super().save_model(request, obj, form, change)
+            else:
+                # Only what the form changed: the whole row as read at the post wrote back
+                # the policy state of an earlier round over the one a round stored since.
+                fields = {f for f in form.changed_data if f in _AUDITED_SETTINGS}
+                if old.policy != obj.policy:
+                    # The last policy's timers and history mean nothing to the new one.
+                    obj.policy_state = {}
+                    fields.add("policy_state")
+                obj.save(update_fields=[*sorted(fields), "updated_at"])
+                obj.refresh_from_db()
             record_audit(
                 actor=request.user,
                 action=AuditAction.UPDATED if old else AuditAction.CREATED,

@@ -381,7 +381,9 @@ def run_scheduling_round(
         _record_waiting(plan, rows, round_row, now=now)
         _record_exploration(plan, rows, now=now)
         if policy_name == config.policy:
-            SchedulerSettings.objects.filter(pk=config.pk).update(
+            # Only while the policy is still the one that planned: an admin who switched it
+            # during this round reset the state for the new policy (it was handed this one's).
+            SchedulerSettings.objects.filter(pk=config.pk, policy=policy_name).update(
                 policy_state=_json_safe(plan.policy_state)
             )
         # Counts after the plan was carried out: a change that lost a race, or a running job a
