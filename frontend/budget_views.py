@@ -29,6 +29,12 @@ from telemetry.usage import budget_usage
 WHATIF_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 
+ENDED_PERIOD = (
+    "This period has ended: the what-if replays the queue from now, so it needs a period "
+    "that has not."
+)
+
+
 def managed_teams(user):
     return Team.objects.all() if user.is_staff else teams_led_by(user)
 
@@ -149,6 +155,10 @@ def budget_whatif(request):
         return JsonResponse({"errors": {"proposed": ["Must be a finite number >= 0."]}}, status=400)
     data = form.cleaned_data
     now = timezone.now()
+    if data["period_end"] <= now:
+        # The replay starts now: an ended period was stretched to end a round from now and
+        # renewed at that length (a day's budget that ended ten days ago, every 11 days).
+        return JsonResponse({"errors": {"period_end": [ENDED_PERIOD]}}, status=400)
     # The proposed (unsaved) budget's use so far, computed as for every stored budget.
     usage = budget_usage(
         Budget(team=data["team"], period_start=data["period_start"], period_end=data["period_end"])

@@ -530,6 +530,32 @@ def test_whatif_refuses_a_period_the_budget_could_not_have(
     assert not Budget.objects.exists()
 
 
+def test_whatif_refuses_a_period_that_has_ended(
+    client_for, lead, member, team, make_node, make_job
+):
+    # The replay starts now: an ended period was stretched to end 5 minutes from now, and
+    # its next periods renewed at that stretched length, so a 50 kWh-a-day budget that ended
+    # ten days ago was replayed as 50 kWh every eleven days (a far longer JCT than it gives).
+    Node.objects.filter(pk=make_node("node-01", gpus=1).pk).update(last_heartbeat_at=timezone.now())
+    make_job(owner=member, team=team)
+    now = timezone.now()
+    data = _whatif_data(
+        team,
+        period_start=(now - timedelta(days=11)).strftime("%Y-%m-%dT%H:%M"),
+        period_end=(now - timedelta(days=10)).strftime("%Y-%m-%dT%H:%M"),
+    )
+
+    response = client_for(lead).post(reverse("frontend:budget-whatif"), data)
+
+    assert response.status_code == 400
+    assert response.json()["errors"] == {
+        "period_end": [
+            "This period has ended: the what-if replays the queue from now, "
+            "so it needs a period that has not."
+        ]
+    }
+
+
 # --- reports and nodes ----------------------------------------------------------------------
 
 
