@@ -690,7 +690,13 @@ def _save_budget_audited(
     else:
         budget.save()
     if before is not None:
+        alert_before = _alert_snapshot(budget)
         _follow_alert(budget, before, after)
+        alert_after = _alert_snapshot(budget)
+        if alert_before != alert_after:
+            # What the leads had been told, and to whom, withdrawn or changed by this edit
+            # (a withdrawn alert left no trace: the entry showed only a raised limit).
+            before["alert"], after["alert"] = alert_before, alert_after
     record_audit(
         actor=actor,
         action=AuditAction.CREATED if before is None else AuditAction.UPDATED,

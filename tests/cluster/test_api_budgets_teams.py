@@ -314,6 +314,37 @@ def test_a_budgets_alert_follows_its_edits_and_is_kept_in_the_audit_when_deleted
     assert entry.before["energy_limit_kwh"] == 5000.0
 
 
+def test_an_edit_that_withdraws_or_changes_a_budgets_alert_says_so_in_its_audit_entry(
+    api_client, lead, budgets, team
+):
+    # given a spent budget whose alert was e-mailed to its lead
+    budget = budgets["vision"]
+    BudgetAlert.objects.create(
+        budget=budget, team=team, at=START, action=budget.hard_limit_action,
+        energy_used_kwh=1200.0, energy_limit_kwh=1000.0, carbon_used_kg=0.0,
+        emailed_to=["liam@example.com"], emailed_at=START,
+    )  # fmt: skip
+    url = f"/api/budgets/{budget.pk}/"
+    client = api_client(lead)
+
+    # when only its action changes, the entry says the alert's action changed with it
+    assert client.patch(url, {"hard_limit_action": "pause_jobs"}, format="json").status_code == 200
+    changed = AuditEntry.objects.get()
+    assert (changed.before["alert"]["action"], changed.after["alert"]["action"]) == (
+        budget.hard_limit_action,
+        "pause_jobs",
+    )
+
+    # when a raised limit withdraws the alert, the entry keeps what the alert said and to whom
+    # (it went without a trace: the audit showed a limit raised, not an alert withdrawn)
+    assert client.patch(url, {"energy_limit_kwh": 5000.0}, format="json").status_code == 200
+    assert not BudgetAlert.objects.exists()
+    entry = AuditEntry.objects.order_by("pk").last()
+    assert entry.before["alert"]["emailed_to"] == ["liam@example.com"]
+    assert entry.after["alert"] is None
+    assert entry.changed_fields == ["alert", "energy_limit_kwh"]
+
+
 def test_a_spent_budget_whose_period_is_cut_short_keeps_its_alert(
     api_client, lead, budgets, team, make_node
 ):
