@@ -1,16 +1,20 @@
 """Django admin for every cluster model. State changes of jobs still go through services."""
 
 from collections.abc import Callable
+from datetime import datetime
+from decimal import Decimal
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import models as db_models
+from django.db import transaction
 from django.http import Http404
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from cluster import services
 from cluster.admin_readonly import ReadOnlyAdmin, RecordAdmin
-from cluster.choices import JobState
+from cluster.choices import AuditAction, JobState
 from cluster.models import (
     AuditEntry,
     Budget,
@@ -25,6 +29,68 @@ from cluster.models import (
 from cluster.workloads import workload_errors
 
 LATEST_SAMPLES = 10
+
+
+def _plain(value):
+    """A form value as the audit log stores it (JSON): an object by its key, a time as text."""
+    if isinstance(value, db_models.Model):
+        return value.pk
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def _audit_form(request, form, *, created: bool, deleted: bool = False) -> None:
+    """One audit entry for what an admin form (a page or an inline row) changed: the fields
+    it changed, before and after; a new object with what it was given; a deleted row with
+    what it held."""
+    obj = form.instance
+    if deleted:
+        action, names = AuditAction.DELETED, [n for n in form.fields if n != "DELETE"]
+    else:
+        action = AuditAction.CREATED if created else AuditAction.UPDATED
+        names = list(form.changed_data)
+        if not names and not created:
+            return
+    names = [n for n in names if n in form.fields]
+    before = None if created else {n: _plain(form.initial.get(n)) for n in names}
+    after = None if deleted else {n: _plain(form.cleaned_data.get(n)) for n in names}
+    team = obj if isinstance(obj, Team) else getattr(obj, "team", None)
+    services.record_audit(
+        actor=request.user,
+        action=action,
+        object_type=obj._meta.model_name,
+        object_id=obj.pk,
+        team=team if isinstance(team, Team) else None,
+        before=before,
+        after=after,
+    )
+
+
+class _AuditedEdits:
+    """Every change made on the page and in its inline rows lands in the audit log (a
+    team's memberships: who was made its lead; a node's status and labels; a GPU's limits):
+    they were saved without a trace."""
+
+    def save_model(self, request, obj, form, change):
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            _audit_form(request, form, created=not change)
+
+    def save_formset(self, request, form, formset, change):
+        with transaction.atomic():
+            rows = [r for r in formset.forms if getattr(r, "cleaned_data", None)]
+            deleted = [r for r in rows if formset.can_delete and formset._should_delete_form(r)]
+            changed = [
+                (r, r.instance.pk is None) for r in rows if r not in deleted and r.has_changed()
+            ]
+            for row in deleted:  # (recorded while the row still has its key)
+                _audit_form(request, row, created=False, deleted=True)
+            super().save_formset(request, form, formset, change)
+            for row, created in changed:
+                _audit_form(request, row, created=created)
 
 
 class MembershipInline(admin.TabularInline):
@@ -63,7 +129,7 @@ class _AuditedDelete:
 
 
 @admin.register(Team)
-class TeamAdmin(_AuditedDelete, admin.ModelAdmin):
+class TeamAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
     # a team whose jobs or energy records name it is not deleted
     delete_service = staticmethod(services.delete_team)
     history = staticmethod(services.team_history)
@@ -76,7 +142,7 @@ class TeamAdmin(_AuditedDelete, admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(_AuditedEdits, admin.ModelAdmin):
     list_display = ["user", "team", "role"]
     list_filter = ["role", "team"]
     search_fields = ["user__username", "team__name"]
@@ -116,7 +182,7 @@ class GpuInline(admin.TabularInline):
 
 
 @admin.register(Node)
-class NodeAdmin(_AuditedDelete, admin.ModelAdmin):
+class NodeAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
     delete_service = staticmethod(services.delete_node)
     history = staticmethod(services.node_history)
 
@@ -155,7 +221,7 @@ class NodeAdmin(_AuditedDelete, admin.ModelAdmin):
 
 
 @admin.register(Gpu)
-class GpuAdmin(_AuditedDelete, admin.ModelAdmin):
+class GpuAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
     delete_service = staticmethod(services.delete_gpu)
     history = staticmethod(services.gpu_history)
     actions = ["retire"]

@@ -1,0 +1,107 @@
+"""Every change an admin makes to a team, a membership, a node or a GPU lands in the audit
+log: making someone a team's lead (a permission), a node's status, a GPU's limit were
+saved without a trace."""
+
+from cluster.choices import AuditAction, Role
+from cluster.models import AuditEntry, Membership
+
+
+def _entries(object_type):
+    return list(
+        AuditEntry.objects.filter(object_type=object_type)
+        .order_by("pk")
+        .values("action", "object_id", "before", "after", "actor__username", "team__slug")
+    )
+
+
+def _team_page(team, membership, **row):
+    """The team's admin change form as posted, with its one membership row changed."""
+    fields = {"id": membership.pk, "team": team.pk, "user": membership.user_id,
+              "role": membership.role, **row}  # fmt: skip
+    day, time = team.created_at.strftime("%Y-%m-%d"), team.created_at.strftime("%H:%M:%S")
+    return {
+        "name": team.name, "slug": team.slug,
+        "created_at_0": day, "created_at_1": time,
+        "initial-created_at_0": day, "initial-created_at_1": time,
+        "memberships-TOTAL_FORMS": "1", "memberships-INITIAL_FORMS": "1",
+        "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000",
+        **{f"memberships-0-{name}": value for name, value in fields.items()},
+    }  # fmt: skip
+
+
+def test_making_a_member_the_teams_lead_on_its_page_is_audited(client, admin_user, member, team):
+    client.force_login(admin_user)
+    membership = Membership.objects.get(user=member, team=team)
+
+    response = client.post(
+        f"/admin/cluster/team/{team.pk}/change/", _team_page(team, membership, role=Role.LEAD)
+    )
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert Membership.objects.get(pk=membership.pk).role == Role.LEAD
+    assert _entries("membership") == [
+        {
+            "action": AuditAction.UPDATED, "object_id": str(membership.pk),
+            "before": {"role": Role.MEMBER}, "after": {"role": Role.LEAD},
+            "actor__username": admin_user.username, "team__slug": team.slug,
+        }
+    ]  # fmt: skip
+    # nothing of the team itself changed: no entry for it
+    assert _entries("team") == []
+
+
+def test_removing_a_membership_on_the_teams_page_is_audited(client, admin_user, member, team):
+    client.force_login(admin_user)
+    membership = Membership.objects.get(user=member, team=team)
+
+    response = client.post(
+        f"/admin/cluster/team/{team.pk}/change/", _team_page(team, membership, DELETE="on")
+    )
+
+    assert response.status_code == 302
+    assert not Membership.objects.filter(pk=membership.pk).exists()
+    [entry] = _entries("membership")
+    assert entry["action"] == AuditAction.DELETED
+    assert entry["before"]["user"] == member.pk and entry["before"]["role"] == Role.MEMBER
+    assert entry["after"] is None
+
+
+def test_a_membership_added_on_its_own_page_is_audited(client, admin_user, make_user, team):
+    client.force_login(admin_user)
+    user = make_user("nina_new")
+
+    response = client.post(
+        "/admin/cluster/membership/add/", {"user": user.pk, "team": team.pk, "role": Role.LEAD}
+    )
+
+    assert response.status_code == 302
+    [entry] = _entries("membership")
+    assert entry["action"] == AuditAction.CREATED
+    assert entry["after"] == {"user": user.pk, "team": team.pk, "role": Role.LEAD}
+    assert entry["before"] is None and entry["team__slug"] == team.slug
+
+
+def test_a_nodes_labels_changed_on_its_page_are_audited(client, admin_user, make_node):
+    node = make_node("node-01", gpus=0)
+    client.force_login(admin_user)
+    page = {
+        "name": node.name, "switch_label": node.switch_label, "rack_label": "rack-9",
+        "gpu_model": node.gpu_model, "status": node.status,
+        "gpus-TOTAL_FORMS": "0", "gpus-INITIAL_FORMS": "0",
+        "gpus-MIN_NUM_FORMS": "0", "gpus-MAX_NUM_FORMS": "1000",
+    }  # fmt: skip
+
+    response = client.post(f"/admin/cluster/node/{node.pk}/change/", page)
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert _entries("node") == [
+        {
+            "action": AuditAction.UPDATED, "object_id": str(node.pk),
+            "before": {"rack_label": "rack-1"}, "after": {"rack_label": "rack-9"},
+            "actor__username": admin_user.username, "team__slug": None,
+        }
+    ]  # fmt: skip
+    # a save that changes nothing writes nothing
+    page["rack_label"] = "rack-9"
+    client.post(f"/admin/cluster/node/{node.pk}/change/", page)
+    assert len(_entries("node")) == 1
