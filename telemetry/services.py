@@ -168,7 +168,7 @@ def _register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> 
         raise RegistrationRejected({"gpus": [conflicts.get(i, {}) for i in range(len(gpus))]})
     current_limits = {u: limit for u, (*_, limit, _) in registered.items()}
     try:
-        return _store_gpus(node, gpus, uuids, current_limits, now=now)
+        return _store_gpus(node, gpus, current_limits, now=now)
     except IntegrityError as exc:
         if "gpu_unique_node_index" not in str(exc):
             raise
@@ -184,11 +184,11 @@ def _register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> 
 def _store_gpus(
     node: Node,
     gpus: list[dict[str, Any]],
-    uuids: list[str],
     current_limits: dict[str, int | None],
     *,
     now: datetime,
 ) -> list[Gpu]:
+    uuids = [g["uuid"] for g in gpus]
     result = []
     with transaction.atomic():
         # The node row first, then its GPUs: the order of the scheduling round (liveness locks

@@ -121,18 +121,25 @@ def _statistic(value: Any) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+def _live_stat(stat_file: Path) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None
+    when the process is gone, a zombie, or cannot be read."""
+    try:
+        stat = stat_file.read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return fields
+
+
 def _process_start(pid: int) -> str | None:
     """The start time of a live process (``/proc/<pid>/stat``, in clock ticks since boot),
     which tells it from a later process given the same id; None when there is none (or
     only a zombie), or no ``/proc`` to ask."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
-        return None
-    return fields[19]
+    fields = _live_stat(Path(f"/proc/{pid}/stat"))
+    return fields[19] if fields is not None and len(fields) >= 20 else None
 
 
 def stop_orphans(work_dir: Path, grace_s: float) -> list[int]:
@@ -193,16 +200,12 @@ def _group_alive(pgid: int) -> bool:
     proc = Path("/proc")
     if not proc.is_dir():
         return True
+    group = str(pgid)
     for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
+        if entry.name.isdigit():
+            fields = _live_stat(entry / "stat")
+            if fields is not None and len(fields) > 2 and fields[2] == group:
+                return True
     return False
 
 

@@ -362,15 +362,7 @@ def test_a_stop_ends_the_jobs_whole_group_not_only_its_leader(tmp_path):
 
     from telemetry.agent.jobs import ProcessJob
 
-    script = tmp_path / "parent.py"
-    script.write_text(
-        "import os, subprocess, sys, time\n"
-        "child = subprocess.Popen([sys.executable, '-c', "
-        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        'open("child.up", "w").close(); time.sleep(120)\'])\n'
-        "open('child.pid', 'w').write(str(child.pid))\n"
-        "time.sleep(120)\n"
-    )
+    script = _leaves_a_deaf_child(tmp_path / "parent.py", then="time.sleep(120)\n")
     job = ProcessJob(_assignment(tmp_path, 1, ["GPU-0"], command=f"{sys.executable} {script}"),
                      [0], tmp_path)  # fmt: skip
     job.start()
@@ -387,6 +379,19 @@ def test_a_stop_ends_the_jobs_whole_group_not_only_its_leader(tmp_path):
             pass
 
 
+def _leaves_a_deaf_child(script, *, then: str):
+    """A job script that starts a child ignoring SIGTERM (it writes ``child.up`` and its id
+    to ``child.pid``), then runs ``then``."""
+    script.write_text(
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        'open("child.up", "w").close(); time.sleep(120)\'])\n'
+        "open('child.pid', 'w').write(str(child.pid))\n" + then
+    )
+    return script
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = open(f"/proc/{pid}/stat").read()
@@ -400,16 +405,8 @@ def test_what_a_job_that_ended_on_its_own_left_in_its_group_is_ended(tmp_path):
     # to the next job, known to no agent)
     from telemetry.agent.runners import ProcessRunner
 
-    script = tmp_path / "leaves.py"
-    script.write_text(
-        "import subprocess, sys\n"
-        "child = subprocess.Popen([sys.executable, '-c', "
-        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        'open("child.up", "w").close(); time.sleep(120)\'])\n'
-        "open('child.pid', 'w').write(str(child.pid))\n"
-        "import os, time\n"
-        "while not os.path.exists('child.up'):\n"
-        "    time.sleep(0.02)\n"
+    script = _leaves_a_deaf_child(
+        tmp_path / "leaves.py", then="while not os.path.exists('child.up'):\n    time.sleep(0.02)\n"
     )
     runner = ProcessRunner(tmp_path, stop_grace_s=1.0)
     runner.start(_assignment(tmp_path, 1, ["GPU-0"], command=f"{sys.executable} {script}"), [0])

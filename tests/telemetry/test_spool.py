@@ -289,38 +289,10 @@ def test_a_spooled_message_of_another_shape_is_quarantined_and_the_tick_goes_on(
     # went silent, its running jobs were re-queued, and each post's samples were dropped)
     from datetime import UTC, datetime
 
-    from telemetry.agent.client import AgentClient
-    from telemetry.agent.loop import Agent, AgentConfig
-    from telemetry.agent.runners import make_runner
-    from telemetry.agent.simulated import SimulatedBackend
-
     spool_dir = tmp_path / "spool"
     spool_dir.mkdir()
     (spool_dir / "000000000000-x.json").write_text(json.dumps(record))
-    posted = []
-
-    class Answer:
-        status_code, content, text, reason = 200, b"{}", "{}", "OK"
-
-        def json(self):
-            return {}
-
-    class Server:
-        headers: dict = {}
-
-        def request(self, method, url, json=None, timeout=None):
-            posted.append(url.rsplit("/api/agent/", 1)[1])
-            return Answer()
-
-    client = AgentClient("http://server", "t", Spool(spool_dir))
-    client.session = Server()
-    backend = SimulatedBackend(node_name="n", n_gpus=1, gpu_model="A100")
-    agent = Agent(
-        backend,
-        client,
-        AgentConfig(node_name="n", work_dir=tmp_path),
-        runner=make_runner("none", backend, work_dir=tmp_path, stop_grace_s=1),
-    )
+    agent, client, posted = _agent_on_a_server(tmp_path, Spool(spool_dir), lambda path: 200)
 
     agent.tick(datetime(2026, 12, 6, tzinfo=UTC))
 
@@ -401,11 +373,6 @@ def test_a_full_disk_drops_the_samples_it_cannot_spool_but_not_the_heartbeat(tmp
     import errno
     from datetime import UTC, datetime
 
-    from telemetry.agent.client import AgentClient
-    from telemetry.agent.loop import Agent, AgentConfig
-    from telemetry.agent.runners import make_runner
-    from telemetry.agent.simulated import SimulatedBackend
-
     class FullDisk(Spool):
         def put(self, endpoint, body, server_errors=0):
             raise OSError(errno.ENOSPC, "No space left on device")
@@ -414,32 +381,9 @@ def test_a_full_disk_drops_the_samples_it_cannot_spool_but_not_the_heartbeat(tmp
     spool_dir.mkdir()
     backlog = {"endpoint": "samples", "body": {"samples": []}, "server_errors": 0}
     (spool_dir / "000000000000-x.json").write_text(json.dumps(backlog))
-    posted = []
-
-    class Answer:
-        status_code, content, text, reason = 503, b"{}", "{}", "Service Unavailable"
-
-        def json(self):
-            return {}
-
-    class Server:  # answers the heartbeat; the replay of the backlog gets a 503
-        headers: dict = {}
-
-        def request(self, method, url, json=None, timeout=None):
-            posted.append(url.rsplit("/api/agent/", 1)[1])
-            answer = Answer()
-            if posted[-1] == "heartbeat/":
-                answer.status_code, answer.reason = 200, "OK"
-            return answer
-
-    client = AgentClient("http://server", "t", FullDisk(spool_dir))
-    client.session = Server()
-    backend = SimulatedBackend(node_name="n", n_gpus=1, gpu_model="A100")
-    agent = Agent(
-        backend,
-        client,
-        AgentConfig(node_name="n", work_dir=tmp_path),
-        runner=make_runner("none", backend, work_dir=tmp_path, stop_grace_s=1),
+    # (the server answers the heartbeat; the replay of the backlog gets a 503)
+    agent, _, posted = _agent_on_a_server(
+        tmp_path, FullDisk(spool_dir), lambda path: 200 if path == "heartbeat/" else 503
     )
 
     agent.tick(datetime(2026, 12, 6, tzinfo=UTC))
@@ -497,10 +441,6 @@ def test_job_events_the_spool_cannot_keep_are_sent_at_the_next_try(tmp_path):
     # already forgotten the job, so the server kept it running on its GPUs)
     import errno
 
-    from telemetry.agent.loop import Agent, AgentConfig
-    from telemetry.agent.runners import make_runner
-    from telemetry.agent.simulated import SimulatedBackend
-
     class Client:
         def __init__(self):
             self.full, self.sent = True, []
@@ -511,17 +451,56 @@ def test_job_events_the_spool_cannot_keep_are_sent_at_the_next_try(tmp_path):
             self.sent.append([e["event_id"] for e in body["events"]])
             return True
 
-    backend = SimulatedBackend(node_name="n", n_gpus=1, gpu_model="A100")
     client = Client()
-    agent = Agent(
-        backend,
-        client,
-        AgentConfig(node_name="n", work_dir=tmp_path),
-        runner=make_runner("none", backend, work_dir=tmp_path, stop_grace_s=1),
-    )
+    agent = _agent(tmp_path, client)
     agent.send_events([{"event_id": "exit-1"}])  # nothing raised, nothing lost
     assert agent.unsent_events == [{"event_id": "exit-1"}]
     client.full = False
     agent.send_events([{"event_id": "progress-2"}])
     assert client.sent == [["exit-1", "progress-2"]]  # the kept one first, in order
     assert agent.unsent_events == []
+
+
+def _agent(tmp_path, client):
+    """A telemetry-only agent (no jobs) on one simulated GPU, speaking through ``client``."""
+    from telemetry.agent.loop import Agent, AgentConfig
+    from telemetry.agent.runners import make_runner
+    from telemetry.agent.simulated import SimulatedBackend
+
+    backend = SimulatedBackend(node_name="n", n_gpus=1, gpu_model="A100")
+    return Agent(
+        backend,
+        client,
+        AgentConfig(node_name="n", work_dir=tmp_path),
+        runner=make_runner("none", backend, work_dir=tmp_path, stop_grace_s=1),
+    )
+
+
+def _agent_on_a_server(tmp_path, spool, status_of):
+    """``_agent`` with a real client whose server answers each path (``samples/``,
+    ``heartbeat/``, ...) with ``status_of(path)`` and an empty JSON object; returns the
+    agent, its client and the paths posted, in order."""
+    from telemetry.agent.client import AgentClient
+
+    posted = []
+
+    class Answer:
+        content, text = b"{}", "{}"
+
+        def __init__(self, status):
+            self.status_code = status
+            self.reason = "OK" if status < 400 else "Service Unavailable"
+
+        def json(self):
+            return {}
+
+    class Server:
+        headers: dict = {}
+
+        def request(self, method, url, json=None, timeout=None):
+            posted.append(url.rsplit("/api/agent/", 1)[1])
+            return Answer(status_of(posted[-1]))
+
+    client = AgentClient("http://server", "t", spool)
+    client.session = Server()
+    return _agent(tmp_path, client), client, posted
