@@ -305,8 +305,15 @@ class ProcessJob:
 
     def stop(self, grace_s: float) -> int | None:
         """SIGTERM the group, wait up to ``grace_s`` for the checkpoint, then SIGKILL."""
+        self.ask_to_stop()
+        return self.end_stop(time.monotonic() + grace_s)
+
+    def ask_to_stop(self) -> None:
+        """The stop file, then SIGTERM to the job's whole group (it checkpoints and exits);
+        ``end_stop`` waits for it. Split so that a node's jobs stopped together share one
+        grace period (``ProcessRunner.stop_many``)."""
         if self.process is None or self.process.poll() is not None:
-            return self.poll()
+            return
         try:
             self.stop_file.touch()
         except OSError:
@@ -314,17 +321,30 @@ class ProcessJob:
         try:
             os.killpg(self.process.pid, signal.SIGTERM)
         except ProcessLookupError:
-            return self.process.wait()
+            pass
+
+    def stopped(self) -> bool:
+        """Whether the job's leader has exited and no process of its group is left."""
+        return (
+            self.process is None
+            or self.process.poll() is not None
+            and not _group_alive(self.process.pid)
+        )
+
+    def end_stop(self, deadline: float) -> int | None:
+        """Wait until ``deadline`` (``time.monotonic()``) for the group asked to stop to
+        end, then SIGKILL what is left of it; the exit status."""
+        if self.process is None:
+            return None
         # The whole group, not only its leader: a child that ignores SIGTERM (a data loader,
         # a launcher's worker) ran on, holding the GPUs, after the leader exited.
-        deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            if self.process.poll() is not None and not _group_alive(self.process.pid):
-                return self.process.returncode
+            if self.stopped():
+                return self.process.wait()
             time.sleep(0.05)
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
         return self.process.wait()
 

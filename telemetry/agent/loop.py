@@ -190,11 +190,11 @@ class Agent:
     def _reconcile(self, answer: dict[str, Any], now: datetime, events: list) -> None:
         wanted = {int(a["job_id"]): a for a in answer.get("assignments", [])}
         stop = {int(j) for j in answer.get("stop", [])}
-        resized = False
+        ending: dict[int, str] = {}  # jobs to stop, and why: stopped together, below
         for job_id in sorted(self.running_job_ids()):
             assignment = wanted.get(job_id)
             if job_id in stop or assignment is None:
-                events.append(self.stop_job(job_id, now, reason="stopped"))
+                ending[job_id] = "stopped"
             elif assignment["allocation_id"] != self.allocation_of[job_id]:
                 if self._same_shape(job_id, assignment):
                     # Only clock or power limit changed: retune in place, no restart. The
@@ -205,9 +205,9 @@ class Agent:
                     self._set_allocation(job_id, assignment["allocation_id"])
                     self._last_progress_ts[job_id] = now
                 else:
-                    events.append(self.stop_job(job_id, now, reason="resized"))
-                    resized = True
-        if resized:
+                    ending[job_id] = "resized"
+        events.extend(self.stop_jobs(ending, now))
+        if "resized" in ending.values():
             wanted, stop = self._refetch_after_resize(events, wanted, stop)
             events.clear()
         for job_id, assignment in sorted(wanted.items()):
@@ -289,13 +289,30 @@ class Agent:
         return [self._event(now, job_id, "started", gpu_uuids=assignment["gpu_uuids"])]
 
     def stop_job(self, job_id: int, now: datetime, *, reason: str) -> dict[str, Any]:
-        ended = self.runner.stop(job_id)
-        event = self._event(
-            now, job_id, "exited", reason=reason, exit_status=ended.status,
-            iterations=ended.iterations, log_tail=ended.log_tail,
-        )  # fmt: skip
-        self._release(job_id, ended.gpu_indices)
-        return event
+        return self.stop_jobs({job_id: reason}, now)[0]
+
+    def stop_jobs(self, reasons: dict[int, str], now: datetime) -> list[dict[str, Any]]:
+        """Stop these jobs together (one grace period for all: ``JobRunner.stop_many``) and
+        give each its exit event, with its reason."""
+        if not reasons:
+            return []
+        exits = self.runner.stop_many(sorted(reasons))
+        events = []
+        for job_id in sorted(reasons):
+            ended = exits[job_id]
+            events.append(
+                self._event(
+                    now,
+                    job_id,
+                    "exited",
+                    reason=reasons[job_id],
+                    exit_status=ended.status,
+                    iterations=ended.iterations,
+                    log_tail=ended.log_tail,
+                )  # fmt: skip
+            )
+            self._release(job_id, ended.gpu_indices)
+        return events
 
     def _set_allocation(self, job_id: int, allocation_id: int) -> None:
         """The job now runs under ``allocation_id``; a new allocation's first progress
@@ -475,9 +492,7 @@ class Agent:
     def shutdown(self, now: datetime) -> None:
         """Stop jobs (they checkpoint), put back what was set on the GPUs, flush what is
         buffered."""
-        events = [
-            self.stop_job(j, now, reason="agent_exit") for j in sorted(self.running_job_ids())
-        ]
+        events = self.stop_jobs(dict.fromkeys(self.running_job_ids(), "agent_exit"), now)
         for gpu in self.backend.gpus():
             self.backend.restore_defaults(gpu.index)
         self.post_samples()

@@ -18,6 +18,7 @@ by the loop through the backend, never by a runner.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -71,6 +72,11 @@ class JobRunner(Protocol):
         """Stop a running job (it checkpoints) and say how it ended."""
         ...
 
+    def stop_many(self, job_ids: list[int]) -> dict[int, JobExit]:
+        """Stop these running jobs together, each as ``stop`` does, and say how each ended:
+        a node's jobs stopped at once share one grace period, not one each after another."""
+        ...
+
     def progress(self, job_id: int) -> Progress | None:
         """What the job reports done: iterations and, when it measured them, its gradient
         statistics (None: nothing yet)."""
@@ -116,10 +122,26 @@ class ProcessRunner:
         return None  # the GPU settings are the whole change; the process runs on
 
     def stop(self, job_id: int) -> JobExit:
-        job = self.jobs.pop(job_id)
-        status = job.stop(self.stop_grace_s)
-        job.forget()
-        return JobExit(status, job.iterations(), job.log_tail(), tuple(job.gpu_indices))
+        return self.stop_many([job_id])[job_id]
+
+    def stop_many(self, job_ids: list[int]) -> dict[int, JobExit]:
+        # Every job is asked first, then all are waited for until one deadline: stopped one
+        # after another, a node's eight jobs that each take the whole grace period to save
+        # (or ignore SIGTERM) kept the agent from its heartbeat for eight grace periods.
+        jobs = [self.jobs.pop(job_id) for job_id in job_ids]
+        for job in jobs:
+            job.ask_to_stop()
+        deadline = time.monotonic() + self.stop_grace_s
+        while time.monotonic() < deadline and not all(job.stopped() for job in jobs):
+            time.sleep(0.05)
+        exits = {}
+        for job in jobs:
+            status = job.end_stop(deadline)
+            job.forget()
+            exits[job.job_id] = JobExit(
+                status, job.iterations(), job.log_tail(), tuple(job.gpu_indices)
+            )
+        return exits
 
     def progress(self, job_id: int) -> Progress | None:
         return self.jobs[job_id].progress()
@@ -192,6 +214,9 @@ class SimulatedRunner:
             return JobExit(None, None, "", ())
         return JobExit(0, job.done_iters, "", job.gpu_indices)
 
+    def stop_many(self, job_ids: list[int]) -> dict[int, JobExit]:
+        return {job_id: self.stop(job_id) for job_id in job_ids}
+
     def progress(self, job_id: int) -> Progress | None:
         # A simulated job measures no gradients.
         job = self.backend.jobs[job_id]
@@ -222,6 +247,11 @@ class NoneRunner:
 
     def stop(self, job_id: int) -> JobExit:
         raise KeyError(job_id)
+
+    def stop_many(self, job_ids: list[int]) -> dict[int, JobExit]:
+        if job_ids:
+            raise KeyError(job_ids[0])
+        return {}
 
     def progress(self, job_id: int) -> Progress | None:
         raise KeyError(job_id)

@@ -414,3 +414,48 @@ def test_what_a_job_that_ended_on_its_own_left_in_its_group_is_ended(tmp_path):
     wait_for(lambda: runner.ended(7) is not None, timeout_s=20.0, what="the leader's exit")
     child = int((job.dir / "child.pid").read_text())
     wait_for(lambda: not _alive(child), timeout_s=10.0, what="the left child ended")
+
+
+def test_jobs_stopped_together_share_one_grace_period(tmp_path):
+    # (stopped one after another, four jobs that ignore SIGTERM kept the agent four grace
+    # periods from its next heartbeat, and a node of eight such jobs eight)
+    import time
+
+    fake = FakeNvml([_device(f"GPU-{i}", energy_mj=0) for i in range(4)])
+    client = AgentClient(f"http://127.0.0.1:{free_port()}", "t", Spool(tmp_path / "spool"))
+    config = AgentConfig(node_name="n", work_dir=tmp_path, stop_grace_s=3.0)
+    agent = Agent(NvmlBackend(nvml=fake), client, config)
+    script = tmp_path / "deaf.py"
+    script.write_text(
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "open(os.environ['WATTFLOW_PROGRESS_FILE'] + '.up', 'w').close()\n"
+        "time.sleep(120)\n"
+    )
+    command = f"{sys.executable} {script}"
+    assignments = [
+        _assignment(tmp_path, 10 + i, [f"GPU-{i}"], job_id=20 + i, command=command)
+        for i in range(4)
+    ]
+    agent.reconcile({"assignments": assignments}, NOW)
+    jobs = [agent.jobs[20 + i] for i in range(4)]
+    try:
+        for job in jobs:
+            wait_for(lambda job=job: (job.dir / "progress.up").exists(), timeout_s=20.0,
+                     what="a job up")  # fmt: skip
+        started = time.monotonic()
+        agent.reconcile({"assignments": []}, NOW + timedelta(seconds=1))
+        took = time.monotonic() - started
+        # every job was SIGKILLed after the one grace period, and reported stopped
+        assert not agent.running_job_ids()
+        assert all(job.process.returncode == -9 for job in jobs)
+        exits = [e for e in _spooled_events(tmp_path) if e[0] == "exited"]
+        assert [(kind, reason, status) for kind, reason, _, status in exits] == [
+            ("exited", "stopped", -9)
+        ] * 4
+        assert 3.0 <= took < 9.0  # one grace period, not four (12 s)
+    finally:
+        for job in jobs:
+            if job.process.poll() is None:
+                job.process.kill()
+                job.process.wait()
