@@ -16,9 +16,9 @@ versions ``requirements.txt`` pins). Elsewhere (no AVX2 or FMA, not x86, or a us
 ``NPY_ENABLE_CPU_FEATURES``, which numpy refuses beside the setting used here) it runs as it
 is and says so. The pinned settings replace a user's own ``OPENBLAS_CORETYPE`` and
 ``NPY_DISABLE_CPU_FEATURES``; ``WATTFLOW_NUMERICS=native`` keeps the CPU's own kernels. Only
-the command re-executes; the simulator imported as a library (the tests, ``manage.py
-simulate``, the benchmark scripts that load a scenario themselves) runs with whatever numpy
-the process loaded, and ``describe`` says which.
+the commands re-execute (``python -m scheduling.simulator`` and ``manage.py simulate``); the
+simulator imported as a library (the tests, the benchmark scripts that load a scenario
+themselves) runs with whatever numpy the process loaded, and ``describe`` says which.
 """
 
 from __future__ import annotations

@@ -59,8 +59,9 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     assert numerics.cpu_flags(tmp_path / "missing") == frozenset()
 
 
-def _simulate(tmp_path: Path, **env: str) -> tuple[dict, str]:
-    out = tmp_path / env.get("WATTFLOW_NUMERICS", "default")
+def _simulate(tmp_path: Path, *, command: tuple[str, ...] = ("-m", "scheduling.simulator"),
+              **env: str) -> tuple[dict, str]:  # fmt: skip
+    out = tmp_path / (env.get("WATTFLOW_NUMERICS", "default") + "-" + command[-1])
     probe = (
         "import numpy._core._multiarray_umath as m; "
         "print('AVX512F', m.__cpu_features__.get('AVX512F'))"
@@ -68,7 +69,7 @@ def _simulate(tmp_path: Path, **env: str) -> tuple[dict, str]:
     inherited = {k: v for k, v in os.environ.items() if k not in ("WATTFLOW_NUMERICS",)}
     child_env = {**inherited, "PYTHONPATH": str(ROOT), **env}
     subprocess.run(
-        [sys.executable, "-m", "scheduling.simulator", "--trace",
+        [sys.executable, *command, "--trace",
          str(ROOT / "data/trace/pollux_workload-1.csv"), "--cluster",
          str(ROOT / "data/clusters/n16g4_t4.json"), "--policy", "fifo", "--max-jobs", "3",
          "--knowledge", "oracle", "--no-progress", "--out", str(out)],
@@ -95,6 +96,9 @@ def test_the_command_reports_the_kernels_it_ran_on(tmp_path):
     assert features.strip() in ("AVX512F False", "AVX512F None")
     native, _ = _simulate(tmp_path, WATTFLOW_NUMERICS="native")
     assert native["numerics"].startswith("native")
+    # and so does the same command inside Django (it ran on the CPU's own kernels before)
+    managed, _ = _simulate(tmp_path, command=("manage.py", "simulate"))
+    assert managed["numerics"].startswith("x86-64-v3 (numpy without AVX-512")
 
 
 def test_a_user_choice_of_numpy_features_is_not_pinned_over():
