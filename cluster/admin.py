@@ -161,9 +161,34 @@ class GpuInlineForm(forms.ModelForm):
             self.fields["model"].disabled = True
 
 
+class GpuInlineFormSet(forms.BaseInlineFormSet):
+    """The node page's GPU rows. Each renamed GPU's check (``Gpu.clean``) takes its row lock,
+    in the page's order (by index); a round placing a job takes its GPUs' locks in id order
+    (``services.set_allocation``), so a page renaming two GPUs whose ids run against their
+    indexes (a replaced board) could wait on a round that waited on it (the database then
+    aborts one of them). The renamed rows are locked here first, together, in id order."""
+
+    def full_clean(self):
+        if self.is_bound and transaction.get_connection().in_atomic_block:
+            renamed = sorted(
+                form.instance.pk
+                for form in self.forms
+                if form.instance.pk is not None and "uuid" in form.changed_data
+            )
+            if len(renamed) > 1:
+                list(
+                    Gpu.objects.select_for_update(no_key=True)
+                    .filter(pk__in=renamed)
+                    .order_by("pk")
+                    .values_list("pk", flat=True)
+                )
+        super().full_clean()
+
+
 class GpuInline(admin.TabularInline):
     model = Gpu
     form = GpuInlineForm
+    formset = GpuInlineFormSet
     extra = 0
     fields = [
         "index", "uuid", "model", "memory_mb", "power_limit_w", "sm_clock_mhz", "reported_at",

@@ -2,6 +2,8 @@
 log: making someone a team's lead (a permission), a node's status, a GPU's limit were
 saved without a trace."""
 
+import re
+
 from cluster.choices import AuditAction, Role
 from cluster.models import AuditEntry, Membership
 
@@ -105,3 +107,52 @@ def test_a_nodes_labels_changed_on_its_page_are_audited(client, admin_user, make
     page["rack_label"] = "rack-9"
     client.post(f"/admin/cluster/node/{node.pk}/change/", page)
     assert len(_entries("node")) == 1
+
+
+def test_gpus_renamed_together_on_their_nodes_page_are_locked_in_id_order(
+    client, admin_user, make_node
+):
+    # (each rename locked its GPU's row in the page's order, by index, while a round locks a
+    # job's GPUs in id order: a page renaming two GPUs whose ids run against their indexes
+    # could wait on a round that waited on it)
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from cluster.models import Gpu
+
+    node = make_node("node-01", gpus=2)
+    low, high = Gpu.objects.filter(node=node).order_by("pk")
+    Gpu.objects.filter(pk=low.pk).update(index=7)  # the replaced board: index 0, a later id
+    Gpu.objects.filter(pk=high.pk).update(index=0)
+    Gpu.objects.filter(pk=low.pk).update(index=1)
+    client.force_login(admin_user)
+    page = {
+        "name": node.name, "switch_label": node.switch_label, "rack_label": node.rack_label,
+        "gpu_model": node.gpu_model, "status": node.status,
+        "gpus-TOTAL_FORMS": "2", "gpus-INITIAL_FORMS": "2",
+        "gpus-MIN_NUM_FORMS": "0", "gpus-MAX_NUM_FORMS": "1000",
+    }  # fmt: skip
+    for row, gpu in enumerate(Gpu.objects.filter(node=node).order_by("index")):
+        page.update({
+            f"gpus-{row}-id": gpu.pk, f"gpus-{row}-node": node.pk, f"gpus-{row}-index": gpu.index,
+            f"gpus-{row}-uuid": f"GPU-renamed-{gpu.index}", f"gpus-{row}-model": gpu.model,
+            f"gpus-{row}-memory_mb": gpu.memory_mb, f"gpus-{row}-power_limit_w": "",
+            f"gpus-{row}-sm_clock_mhz": "",
+        })  # fmt: skip
+
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(f"/admin/cluster/node/{node.pk}/change/", page)
+
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert set(Gpu.objects.filter(node=node).values_list("uuid", flat=True)) == {
+        "GPU-renamed-0", "GPU-renamed-1"
+    }  # fmt: skip
+    locks = [
+        q["sql"] for q in queries.captured_queries
+        if "FOR NO KEY UPDATE" in q["sql"] and '"cluster_gpu"' in q["sql"]
+    ]  # fmt: skip
+    # the first GPU lock takes both renamed rows, in id order, before any one row's check
+    assert locks, "no GPU row was locked"
+    taken = re.search(r" IN \(([^)]*)\) ORDER BY ", locks[0])
+    assert taken, locks[0]
+    assert [int(pk) for pk in taken.group(1).split(",")] == [low.pk, high.pk]
