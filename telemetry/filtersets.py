@@ -61,7 +61,15 @@ class LedgerFilterSet(django_filters.FilterSet):
         help_text="Use hour_after (from, inclusive) / hour_before (to, exclusive): ISO 8601 "
         "with time zone."
     )
+    idle = django_filters.TypedChoiceFilter(
+        field_name="job",
+        lookup_expr="isnull",
+        choices=[("true", "true"), ("false", "false")],
+        coerce=lambda value: value == "true",
+        help_text="true: only the rows of idle GPUs' draw, which belong to no job (admins "
+        "see them); false: only jobs' rows, as the reports page counts.",
+    )
 
     class Meta:
         model = EnergyLedgerEntry
-        fields = ["job", "team", "gpu", "hour"]
+        fields = ["job", "team", "gpu", "hour", "idle"]

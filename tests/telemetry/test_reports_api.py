@@ -129,3 +129,19 @@ def test_adjacent_hour_ranges_count_each_hour_once(agent_node, team, api_client,
         {"minute_after": T0.isoformat(), "minute_before": (T0 + timedelta(minutes=2)).isoformat()},
     ).json()["results"]
     assert [r["minute"] for r in minutes] == ["2026-11-22T03:00:00Z", "2026-11-22T03:01:00Z"]
+
+
+def test_an_admin_can_leave_the_idle_rows_out_of_the_totals(ledger, api_client, personas):
+    # (an admin's totals always counted the idle GPUs' rows, which the reports page leaves
+    # out, and no filter could tell the two apart)
+    admin = api_client(personas["admin"])
+    everything = admin.get("/api/telemetry/ledger/totals/").json()["energy_j"]
+    jobs = admin.get("/api/telemetry/ledger/totals/", {"idle": "false"}).json()["energy_j"]
+    idle = admin.get("/api/telemetry/ledger/totals/", {"idle": "true"}).json()["energy_j"]
+    assert (everything, jobs, idle) == (12.6e6, 10.8e6, 1.8e6)
+    assert _energies(admin.get("/api/telemetry/ledger/", {"idle": "true"})) == [1.8e6]
+    # a member has no idle rows to see
+    member = api_client(personas["member"])
+    assert member.get("/api/telemetry/ledger/totals/", {"idle": "true"}).json()["energy_j"] == 0
+    bad = admin.get("/api/telemetry/ledger/totals/", {"idle": "maybe"})
+    assert bad.status_code == 400 and "idle" in bad.json()
