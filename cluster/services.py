@@ -691,7 +691,7 @@ def _save_budget_audited(
         budget.save()
     if before is not None:
         alert_before = _alert_snapshot(budget)
-        _follow_alert(budget, before, after)
+        _follow_alert(budget, before, after, at)
         alert_after = _alert_snapshot(budget)
         if alert_before != alert_after:
             # What the leads had been told, and to whom, withdrawn or changed by this edit
@@ -714,7 +714,7 @@ def _budget_columns() -> set[str]:
     return {f.name for f in Budget._meta.concrete_fields}
 
 
-def _follow_alert(budget: Budget, before: dict, after: dict) -> None:
+def _follow_alert(budget: Budget, before: dict, after: dict, at: datetime | None) -> None:
     """Keep a budget's alert true to the edited budget. Where its team changed: gone (the
     new team's round announces it to the new team's leads). Where its limits or period
     changed: kept (with the ledger's use now, the new limits and action, raised within the
@@ -722,7 +722,7 @@ def _follow_alert(budget: Budget, before: dict, after: dict) -> None:
     again if it becomes spent). Deleted whatever it said, a spent budget whose period was
     cut short was found again after its end, and its leads were told, falsely, that no
     round could act on it (a live probe). Its action the budget's new one where only that
-    changed."""
+    changed, e-mailed again while the period runs."""
     alerts = BudgetAlert.objects.filter(budget_id=budget.pk)
     if any(before[f] != after[f] for f in _ALERT_SCOPE_FIELDS):
         alert = alerts.first()
@@ -747,7 +747,16 @@ def _follow_alert(budget: Budget, before: dict, after: dict) -> None:
         alert.at = min(alert.at, budget.period_end - timedelta(microseconds=1))
         alert.save()
     elif before["hard_limit_action"] != after["hard_limit_action"]:
-        alerts.update(action=budget.hard_limit_action)
+        # What the leads were told the scheduler does no longer holds (jobs that went on
+        # are now paused, or the other way): while the period runs they are told again.
+        # (The alert kept being shown with the new action, but the e-mail that said "this
+        # budget only notifies" was the last word the other leads had.)
+        changed = alerts.exclude(action=budget.hard_limit_action)
+        if budget.period_end > (at or timezone.now()):
+            changed.filter(at__lt=budget.period_end).update(
+                action=budget.hard_limit_action, emailed_at=None
+            )
+        changed.update(action=budget.hard_limit_action)
 
 
 def _alert_snapshot(budget: Budget) -> dict | None:

@@ -220,5 +220,6 @@ def _body(alert: BudgetAlert) -> str:
         f"{budget.period_end:%Y-%m-%d %H:%M} UTC {found} "
         f"{alert.at:%Y-%m-%d %H:%M} UTC: {describe(alert)}.\n\n"
         f"{alert.consequence}\n\n"
-        "You receive this as a lead of the team. Wattflow sends it once per budget period.\n"
+        "You receive this as a lead of the team. Wattflow sends it once per budget period, "
+        "and again if the budget's action at its limit is changed while the period runs.\n"
     )

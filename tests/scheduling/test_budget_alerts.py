@@ -334,3 +334,37 @@ def test_an_ended_budget_within_its_limit_or_long_ended_alerts_nobody(
 
     assert not BudgetAlert.objects.exists()
     assert mail.outbox == []
+
+
+def test_a_spent_budget_whose_action_changes_mails_its_leads_again(
+    cluster, people, team, make_job, django_capture_on_commit_callbacks
+):
+    # (the leads were told "this budget only notifies"; a lead switched it to pause_jobs and
+    # the team's jobs stopped, with no word to the other leads)
+    budget = _budget(team, HardLimitAction.NOTIFY_ONLY)
+    job = _job(make_job, people["member"], team)
+    _spend(team, job, hour=T0 - timedelta(hours=2), kwh=1.2)
+    _round(T0, django_capture_on_commit_callbacks)
+    assert len(mail.outbox) == 1
+
+    # when a lead changes what the budget does at its limit, inside its period
+    cluster_services.save_budget(
+        budget, actor=people["lead"], at=T0 + MINUTE / 2,
+        changes={"hard_limit_action": HardLimitAction.PAUSE_JOBS},
+    )  # fmt: skip
+    _round(T0 + MINUTE, django_capture_on_commit_callbacks)
+
+    # then the job is paused, and the leads are told so once
+    job.refresh_from_db()
+    assert job.state != JobState.RUNNING
+    assert len(mail.outbox) == 2
+    assert "Running jobs are paused" in mail.outbox[1].body
+    assert BudgetAlert.objects.get().action == HardLimitAction.PAUSE_JOBS
+    _round(T0 + 2 * MINUTE, django_capture_on_commit_callbacks)
+    assert len(mail.outbox) == 2
+    # an edit of something else (a warning fraction) sends nothing
+    cluster_services.save_budget(
+        budget, actor=people["lead"], at=T0 + 2 * MINUTE, changes={"warn_fraction": 0.5}
+    )
+    _round(T0 + 3 * MINUTE, django_capture_on_commit_callbacks)
+    assert len(mail.outbox) == 2
