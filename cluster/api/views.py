@@ -4,7 +4,12 @@ cluster.services; the rules live there, not here."""
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import exceptions, mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -160,6 +165,17 @@ class JobViewSet(
         return Response(JobAllocationSerializer(history, many=True).data)
 
 
+def _destroy_schema(conflict: str):
+    """A delete that answers 409 when history names the object (a client generated from a
+    schema without it raised on the refusal as on an unknown status)."""
+    return extend_schema_view(
+        destroy=extend_schema(
+            responses={204: None, 409: OpenApiResponse(ErrorSerializer, description=conflict)}
+        )
+    )
+
+
+@_destroy_schema("The team has jobs or energy use, which stay attributed to it.")
 class TeamViewSet(viewsets.ModelViewSet):
     """Teams you belong to, with their members and roles; admins see and edit all."""
 
@@ -218,6 +234,9 @@ class BudgetViewSet(viewsets.ModelViewSet):
             raise exceptions.NotFound() from None
 
 
+@_destroy_schema(
+    "Its GPUs have history (allocations, samples, energy): drain it and retire them instead."
+)
 class NodeViewSet(viewsets.ModelViewSet):
     """GPU servers of the cluster (admins only)."""
 
@@ -290,6 +309,7 @@ class NodeViewSet(viewsets.ModelViewSet):
         return Response({"token": token}, status=status.HTTP_201_CREATED)
 
 
+@_destroy_schema("The GPU has history (allocations, samples, energy): retire it instead.")
 class GpuViewSet(viewsets.ModelViewSet):
     """GPUs with their power and clock ranges (admins only), retired ones included."""
 

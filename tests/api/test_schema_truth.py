@@ -172,3 +172,30 @@ def test_a_page_number_of_thousands_of_digits_is_past_the_last_page(api_client, 
     response = api_client(member).get(url, {"page": "1" * 4400})
     assert response.status_code == 404
     assert response.json() == {"detail": "Invalid page."}
+
+
+@pytest.mark.parametrize(
+    ("path", "operation"),
+    [
+        ("/api/teams/{slug}/", "delete"),
+        ("/api/nodes/{id}/", "delete"),
+        ("/api/gpus/{id}/", "delete"),
+    ],
+)
+def test_deletes_refused_for_what_history_names_document_409(schema, path, operation):
+    # A team with jobs, a node or GPU with allocations or energy answer 409: a generated
+    # client that raises on undocumented statuses broke on it.
+    responses = schema["paths"][path][operation]["responses"]
+    assert "409" in responses
+    body = responses["409"]["content"]["application/json"]["schema"]
+    assert body["$ref"] in ("#/components/schemas/ApiError", "#/components/schemas/Error")
+
+
+def test_a_refused_team_delete_answers_a_status_the_schema_documents(
+    schema, api_client, admin_user, member, team, make_job
+):
+    make_job(owner=member, team=team)
+    response = api_client(admin_user).delete(f"/api/teams/{team.slug}/")
+    assert response.status_code == 409
+    assert str(response.status_code) in schema["paths"]["/api/teams/{slug}/"]["delete"]["responses"]
+    assert response.json()["detail"]
