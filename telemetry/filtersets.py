@@ -6,22 +6,31 @@ import django_filters
 from cluster.queries import jobs_visible_to
 from telemetry.models import EnergyLedgerEntry, GpuHour, GpuMinute
 
+# ``<bucket>_after`` .. ``<bucket>_before`` is [after, before): a row is a bucket (a minute, an
+# hour) starting at its time, so the bucket starting at ``before`` was drawn after it.
+# Inclusive (django-filter's range default), ``hour_after=14:00&hour_before=15:00`` summed two
+# hours, and two adjacent ranges counted their shared hour twice (a day's totals by the API
+# were 25 hours, not the reports page's 24). Two filters, not one range filter: a range
+# filter's errors are keyed by its own name ("hour"), which names no parameter the client
+# sent (``?hour_after=yesterday`` answered ``{"hour": [...]}``).
 
-class HalfOpenRangeFilter(django_filters.IsoDateTimeFromToRangeFilter):
-    """``<name>_after`` .. ``<name>_before`` as [after, before): a row is a bucket (a minute,
-    an hour) starting at its time, so the bucket starting at ``before`` was drawn after it.
-    Inclusive (django-filter's default), ``hour_after=14:00&hour_before=15:00`` summed two
-    hours, and two adjacent ranges counted their shared hour twice (a day's totals by the API
-    were 25 hours, not the reports page's 24)."""
 
-    def filter(self, qs, value):
-        if not value:
-            return qs
-        if value.start is not None:
-            qs = self.get_method(qs)(**{f"{self.field_name}__gte": value.start})
-        if value.stop is not None:
-            qs = self.get_method(qs)(**{f"{self.field_name}__lt": value.stop})
-        return qs.distinct() if self.distinct else qs
+def _from(field: str, bucket: str) -> django_filters.IsoDateTimeFilter:
+    return django_filters.IsoDateTimeFilter(
+        field_name=field,
+        lookup_expr="gte",
+        help_text=f"{bucket.capitalize()}s starting at or after this time (inclusive): ISO 8601 "
+        "with time zone.",
+    )
+
+
+def _to(field: str, bucket: str) -> django_filters.IsoDateTimeFilter:
+    return django_filters.IsoDateTimeFilter(
+        field_name=field,
+        lookup_expr="lt",
+        help_text=f"{bucket.capitalize()}s starting before this time (exclusive): ISO 8601 with "
+        "time zone.",
+    )
 
 
 def _visible_jobs(request):
@@ -32,35 +41,29 @@ def _visible_jobs(request):
 
 class GpuMinuteFilterSet(django_filters.FilterSet):
     node = django_filters.CharFilter(field_name="gpu__node__name", help_text="Node name.")
-    minute = HalfOpenRangeFilter(
-        help_text="Use minute_after (from, inclusive) / minute_before (to, exclusive): ISO "
-        "8601 with time zone."
-    )
+    minute_after = _from("minute", "minute")
+    minute_before = _to("minute", "minute")
 
     class Meta:
         model = GpuMinute
-        fields = ["gpu", "node", "minute"]
+        fields = ["gpu", "node", "minute_after", "minute_before"]
 
 
 class GpuHourFilterSet(django_filters.FilterSet):
     node = django_filters.CharFilter(field_name="gpu__node__name", help_text="Node name.")
-    hour = HalfOpenRangeFilter(
-        help_text="Use hour_after (from, inclusive) / hour_before (to, exclusive): ISO 8601 "
-        "with time zone."
-    )
+    hour_after = _from("hour", "hour")
+    hour_before = _to("hour", "hour")
 
     class Meta:
         model = GpuHour
-        fields = ["gpu", "node", "hour"]
+        fields = ["gpu", "node", "hour_after", "hour_before"]
 
 
 class LedgerFilterSet(django_filters.FilterSet):
     job = django_filters.ModelChoiceFilter(queryset=_visible_jobs, help_text="Job id.")
     team = django_filters.CharFilter(field_name="team__slug", help_text="Team slug.")
-    hour = HalfOpenRangeFilter(
-        help_text="Use hour_after (from, inclusive) / hour_before (to, exclusive): ISO 8601 "
-        "with time zone."
-    )
+    hour_after = _from("hour", "hour")
+    hour_before = _to("hour", "hour")
     idle = django_filters.TypedChoiceFilter(
         field_name="job",
         lookup_expr="isnull",
@@ -72,4 +75,4 @@ class LedgerFilterSet(django_filters.FilterSet):
 
     class Meta:
         model = EnergyLedgerEntry
-        fields = ["job", "team", "gpu", "hour", "idle"]
+        fields = ["job", "team", "gpu", "hour_after", "hour_before", "idle"]

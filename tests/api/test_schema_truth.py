@@ -199,3 +199,26 @@ def test_a_refused_team_delete_answers_a_status_the_schema_documents(
     assert response.status_code == 409
     assert str(response.status_code) in schema["paths"]["/api/teams/{slug}/"]["delete"]["responses"]
     assert response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("path", "param"),
+    [
+        ("/api/telemetry/ledger/", "hour_after"),
+        ("/api/telemetry/ledger/", "hour_before"),
+        ("/api/telemetry/ledger/totals/", "hour_after"),
+        ("/api/telemetry/ledger/totals/", "hour_before"),
+        ("/api/telemetry/gpu-hours/", "hour_after"),
+        ("/api/telemetry/gpu-minutes/", "minute_after"),
+        ("/api/telemetry/gpu-minutes/", "minute_before"),
+    ],
+)
+def test_a_bad_time_filter_is_refused_under_the_parameter_sent(
+    schema, api_client, member, path, param
+):
+    # The errors were keyed by the range's own name ("hour"), a parameter the schema does
+    # not have, so a client could not tell which of its two values was wrong.
+    assert param in {p["name"] for p in schema["paths"][path]["get"]["parameters"]}
+    response = api_client(member).get(path, {param: "yesterday"})
+    assert response.status_code == 400
+    assert list(response.json()) == [param]
