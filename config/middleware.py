@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpResponseBadRequest, JsonResponse
 
+from config.views import not_found
+
 
 class RequestBodyLimitMiddleware:
     """Refuse a body longer than ``WATTFLOW_MAX_REQUEST_BODY_BYTES`` with 413, from its
@@ -61,3 +63,26 @@ class QueryStringNulMiddleware:
                 content_type="text/plain; charset=utf-8",
             )
         return self.get_response(request)
+
+
+class ApiNotFoundMiddleware:
+    """A path under ``/api/`` that matches no route answers the API's JSON 404
+    (``config.views.not_found``) with DEBUG on too.
+
+    ``handler404`` serves only with DEBUG off; with it on (the default: ``make run``, a
+    developer's runserver) Django answers its HTML debug page, and a client reading the
+    documented error body got HTML. A 404 from a view that was reached (a missing object, a
+    page past the end) has a ``resolver_match`` and is left as the view made it."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            response.status_code == 404
+            and request.path.startswith("/api/")
+            and getattr(request, "resolver_match", None) is None
+        ):
+            return not_found(request)
+        return response

@@ -94,6 +94,8 @@ MIDDLEWARE = [
     "config.middleware.RequestBodyLimitMiddleware",
     # A NUL in a query string is a 400 for every page (PostgreSQL cannot hold it).
     "config.middleware.QueryStringNulMiddleware",
+    # A path under /api/ that no route matches: the API's JSON 404, with DEBUG on too.
+    "config.middleware.ApiNotFoundMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

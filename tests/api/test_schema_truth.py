@@ -174,6 +174,18 @@ def test_a_page_number_of_thousands_of_digits_is_past_the_last_page(api_client, 
     assert response.json() == {"detail": "Invalid page."}
 
 
+@pytest.mark.parametrize("url", ["/api/no-such-thing/", "/api/jobs/1/nope/"])
+def test_unknown_api_urls_answer_json_404_with_debug_on_too(api_client, admin_user, settings, url):
+    # DEBUG is on by default (``make run``, a developer's runserver), where Django answers a
+    # path no route matches with its HTML debug page, not ``handler404``: a client that
+    # reads the documented error body got HTML.
+    settings.DEBUG = True
+    response = api_client(admin_user).get(url)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "Not found."}
+
+
 @pytest.mark.parametrize(
     ("path", "operation"),
     [
