@@ -183,6 +183,8 @@ class ExplorationSerializer(serializers.Serializer):
 
 
 class JobSerializer(_NumbersOnly):
+    """A training job: what was submitted, its state, and why it waits (``pending_*``)."""
+
     team = TeamSlugField()
     owner = serializers.CharField(source="owner.username", read_only=True)
     min_gpus = serializers.IntegerField(min_value=1, default=1)
@@ -379,6 +381,8 @@ class BudgetUsageSerializer(serializers.Serializer):
 
 
 class BudgetSerializer(_NumbersOnly):
+    """A team's energy and/or carbon limit over a period, and what it has used."""
+
     team = TeamSlugField()
     usage = serializers.SerializerMethodField()
 

@@ -234,3 +234,12 @@ def test_a_bad_time_filter_is_refused_under_the_parameter_sent(
     response = api_client(member).get(path, {param: "yesterday"})
     assert response.status_code == 400
     assert list(response.json()) == [param]
+
+
+@pytest.mark.parametrize("component", ["Job", "JobRequest", "Budget", "PatchedBudgetRequest"])
+def test_components_describe_the_resource_not_the_serializer_base(schema, component):
+    # Job and Budget inherited the docstring of their serializers' base class, so the
+    # schema (and Swagger UI) described a job as "A ModelSerializer whose model float
+    # fields refuse booleans."
+    description = schema["components"]["schemas"][component]["description"]
+    assert "Serializer" not in description
