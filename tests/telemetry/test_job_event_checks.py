@@ -455,3 +455,18 @@ def test_a_completed_exit_with_a_failing_status_is_a_400(started, agent_node, ag
     assert response.status_code == 400
     assert "status 0" in str(response.json())
     assert _nothing_stored(started)
+
+
+def test_progress_stamped_within_the_clock_skew_after_the_end_is_clamped_to_the_end(
+    started, agent_node, agent_client
+):
+    # docs/telemetry.md: only progress stamped more than TELEMETRY_MAX_CLOCK_SKEW_S (60 s)
+    # after its allocation ended is refused; an agent clock ahead of the server's within
+    # that skew is taken at the end (it said "after the end is a 400").
+    ended = timezone.now() - timedelta(seconds=30)
+    cluster_services.transition_job(started, to=JobState.PAUSED, at=ended)
+    alloc = JobAllocation.objects.get(job=started)
+    late = _event(started, "progress", allocation_id=alloc.pk, iterations=300.0)
+    assert _post(agent_client(agent_node[1]), late).json() == {"received": 1, "new": 1}
+    assert JobEvent.objects.get().ts == alloc.ended_at
+    assert Job.objects.get(pk=started.pk).completed_iterations == 300.0
