@@ -259,7 +259,9 @@ class JobEventSerializer(serializers.Serializer):
         min_value=0,
         required=False,
         allow_null=True,
-        help_text="Squared norm of the gradient (AdaptDL's grad_sqr), with a progress event.",
+        help_text="Squared norm of the gradient (AdaptDL's grad_sqr), with a progress event "
+        f"and grad_var: above 0, and grad_var / grad_sqr at most {MAX_NOISE_SCALE:g} (a 400 on "
+        "grad_sqr otherwise).",
     )
     grad_var = FiniteFloatField(
         min_value=0,

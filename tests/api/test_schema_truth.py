@@ -243,3 +243,13 @@ def test_components_describe_the_resource_not_the_serializer_base(schema, compon
     # fields refuse booleans."
     description = schema["components"]["schemas"][component]["description"]
     assert "Serializer" not in description
+
+
+def test_the_gradient_statistics_bounds_are_in_the_schema(schema):
+    # (the schema said only "minimum: 0", and a generated client's grad_sqr of 0 got a 400)
+    component = next(
+        c for name, c in schema["components"]["schemas"].items()
+        if name.endswith("Request") and "grad_sqr" in c.get("properties", {})
+    )  # fmt: skip
+    text = component["properties"]["grad_sqr"]["description"]
+    assert "above 0" in text and "1e+12" in text
