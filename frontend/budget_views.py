@@ -29,6 +29,10 @@ from telemetry.usage import budget_usage
 WHATIF_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 
+FUTURE_PERIOD = (
+    "This period starts later: it is replayed as if it started now, at its length, on the "
+    "team's queue as it is now."
+)
 ENDED_PERIOD = (
     "This period has ended: the what-if replays the queue from now, so it needs a period "
     "that has not."
@@ -159,17 +163,22 @@ def budget_whatif(request):
         # The replay starts now: an ended period was stretched to end a round from now and
         # renewed at that length (a day's budget that ended ten days ago, every 11 days).
         return JsonResponse({"errors": {"period_end": [ENDED_PERIOD]}}, status=400)
+    start, end, note = data["period_start"], data["period_end"], ""
+    if start > now:
+        # The replay starts now, on the queue as it is now. A later period was replayed from
+        # now to its end, its limit spread over the wait as well (a day's budget a week
+        # ahead paced as eight days'): it is replayed as if it started now, at its length.
+        start, end = now, now + (end - start)
+        note = FUTURE_PERIOD
     # The proposed (unsaved) budget's use so far, computed as for every stored budget.
-    usage = budget_usage(
-        Budget(team=data["team"], period_start=data["period_start"], period_end=data["period_end"])
-    )
+    usage = budget_usage(Budget(team=data["team"], period_start=start, period_end=end))
     used = usage.energy_kwh if data["kind"] == "energy" else usage.co2_kg
     result = whatif_average_jct_s(
         team=data["team"],
         kind=data["kind"],
         limit=data["limit"],
-        period_start=data["period_start"],
-        period_end=data["period_end"],
+        period_start=start,
+        period_end=end,
         now=now,
         used=used,
     )
@@ -188,6 +197,7 @@ def budget_whatif(request):
             "schedulable_gpus": result.schedulable_gpus,
             "n_finished": result.n_finished,
             "used": used,
+            "note": note,
             "points": points,
             "figure": figures.whatif_figure(points, unit=unit, proposed=proposed),
         }

@@ -556,6 +556,32 @@ def test_whatif_refuses_a_period_that_has_ended(
     }
 
 
+def test_whatif_of_a_later_period_replays_it_as_if_it_started_now(
+    client_for, lead, member, team, make_node, make_job
+):
+    # (a day's budget a week ahead was replayed from now to its end: its limit spread over
+    # eight days, renewed every eight, as if the team had an eighth of it a day)
+    Node.objects.filter(pk=make_node("node-01", gpus=1).pk).update(last_heartbeat_at=timezone.now())
+    make_job(owner=member, team=team, total_iterations=20_000)
+    now = timezone.now()
+    at = lambda t: t.strftime("%Y-%m-%dT%H:%M")  # noqa: E731
+    later = _whatif_data(
+        team, limit="1", period_start=at(now + timedelta(days=7)),
+        period_end=at(now + timedelta(days=8)),
+    )  # fmt: skip
+    today = _whatif_data(
+        team, limit="1", period_start=at(now), period_end=at(now + timedelta(days=1))
+    )
+
+    answer = client_for(lead).post(reverse("frontend:budget-whatif"), later).json()
+    same = client_for(lead).post(reverse("frontend:budget-whatif"), today).json()
+
+    assert answer["note"].startswith("This period starts later")
+    assert same["note"] == ""
+    assert answer["n_finished"] == same["n_finished"] == 1
+    assert answer["raw_avg_jct_s"] == pytest.approx(same["raw_avg_jct_s"], rel=0.01)
+
+
 # --- reports and nodes ----------------------------------------------------------------------
 
 

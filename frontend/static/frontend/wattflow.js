@@ -280,6 +280,7 @@
       let done = [];
       let never = [];
       let unfinished = [];
+      let note = "";
       for (let i = 0; i < factors.length; i++) {
         statusEl.textContent = "Simulating " + (i + 1) + " of " + factors.length + "…";
         const body = new URLSearchParams({
@@ -300,6 +301,7 @@
         }
         done = answer.points;
         never = answer.never_run || [];
+        note = answer.note ? " " + answer.note : "";
         if ((answer.unfinished || []).length) unfinished = answer.unfinished;
         progress.value = i + 1;
         plot("fig-whatif", answer.figure);
@@ -325,7 +327,7 @@
         : "";
       statusEl.textContent = "Done: " + done.length + " budgets simulated; each point is the best " +
         "predicted at or under its budget. A gap means not every job finishes within 30 days." +
-        blank + left;
+        note + blank + left;
       button.disabled = false;
     }
 
