@@ -465,6 +465,9 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["state", "submitted_at"], name="job_state_submitted_idx"),
             models.Index(fields=["team", "state"], name="job_team_state_idx"),
+            # The job list's order (the page, the API, the admin): without it an admin's
+            # first page sorted all 100,000 jobs of a large cluster's history (420 ms).
+            models.Index(fields=["-submitted_at", "-id"], name="job_submitted_id_idx"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -65,7 +65,13 @@ def report_rows(start: date, end: date) -> dict[str, list[dict]]:
     teams = {t.pk: t for t in Team.objects.all()}
     users = {u.pk: u for u in get_user_model().objects.all()}
     per_job = usage_by("job", lo, hi)
-    jobs = Job.objects.in_bulk([r["job"] for r in per_job])
+    # Each job's team and owner in the same query: read per row, they were two queries a
+    # job (186,000 for a month of a 100-node cluster's 93,000 jobs).
+    jobs = (
+        Job.objects.select_related("team", "owner")
+        .only("name", "team__name", "owner__username")
+        .in_bulk([r["job"] for r in per_job])
+    )
 
     def row(key, name, r, **extra):
         return {
@@ -135,16 +141,32 @@ def reports_csv(request):
             content_type="text/plain",
         )
     start, end = report_period(form, today=timezone.now().date())
-    response = HttpResponse(content_type="text/csv")
+    rows = report_rows(start, end)
+    # Streamed a row at a time: a month of a large cluster is ~100,000 job rows, which were
+    # written into one response body in memory before the first byte was sent.
+    response = StreamingHttpResponse(_csv_lines(rows, start, end), content_type="text/csv")
     response["Content-Disposition"] = (
         f'attachment; filename="wattflow-energy-{start.isoformat()}-{end.isoformat()}.csv"'
     )
+    return response
+
+
+class _Line:
+    """A file-like sink that keeps the last line written (for a streamed CSV)."""
+
+    def write(self, text: str) -> None:
+        self.text = text
+
+
+def _csv_lines(rows: dict[str, list[dict]], start: date, end: date):
+    line = _Line()
     # Job, team and user names are typed by users: no cell may become a formula.
-    writer = SafeWriter(response)
+    writer = SafeWriter(line)
     writer.writerow(
         ["level", "key", "name", "team", "owner", "energy_kwh", "co2_kg", "start", "end"]
     )
-    for level, level_rows in report_rows(start, end).items():
+    yield line.text
+    for level, level_rows in rows.items():
         for r in level_rows:
             writer.writerow(
                 [
@@ -159,7 +181,7 @@ def reports_csv(request):
                     end.isoformat(),
                 ]
             )
-    return response
+            yield line.text
 
 
 @admin_required

@@ -19,7 +19,7 @@ from cluster import services
 from cluster.models import Budget, Team
 from cluster.queries import budgets_visible_to, can_manage_budgets_of, teams_led_by
 from frontend import figures
-from frontend.dashboard import budget_progress
+from frontend.dashboard import progress_of
 from frontend.forms import BudgetForm, WhatIfForm
 from frontend.predictions import whatif_average_jct_s
 from scheduling.simulator import whatif
@@ -48,9 +48,11 @@ def budget_list(request):
     now = timezone.now()
     budgets = budgets_visible_to(request.user).select_related("team")
     rows = []
-    for budget in budgets.order_by("team__name", "-period_start"):
-        row = budget_progress(budget, now=now)
-        row["can_edit"] = can_manage_budgets_of(request.user, budget.team)
+    budgets = list(budgets.order_by("team__name", "-period_start"))
+    # can_manage_budgets_of, for every row in one query (it was one a row).
+    led = set(managed_teams(request.user).values_list("pk", flat=True))
+    for budget, row in zip(budgets, progress_of(budgets, now=now), strict=True):
+        row["can_edit"] = budget.team_id in led
         row["active"] = budget.period_start <= now < budget.period_end
         rows.append(row)
     return render(

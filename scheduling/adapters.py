@@ -37,7 +37,7 @@ from scheduling.models import JobSchedulingState
 from scheduling.perf_lookup import current_catalog
 from telemetry.carbon import carbon_signal
 from telemetry.models import GpuSample
-from telemetry.usage import budget_usage
+from telemetry.usage import budget_usages
 
 
 def _s(when: datetime | None) -> float | None:
@@ -188,8 +188,8 @@ def budgets_from_rows(budgets: Iterable[Budget]) -> tuple[core.Budget, ...]:
     """Budgets with what their ledgers say is spent and what to do once they are spent
     (the core's ``round.admit`` honours ``hard_limit_action``; every budget is paced)."""
     result = []
-    for b in budgets:
-        used = budget_usage(b)
+    budgets = list(budgets)
+    for b, used in zip(budgets, budget_usages(budgets), strict=True):
         result.append(
             core.Budget(
                 budget_id=str(b.pk),

@@ -45,7 +45,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from cluster.models import Gpu, Node, Team
 from telemetry.live import LIVE_WINDOW_S
 from telemetry.models import EnergyLedgerEntry, GpuHour, GpuSample
-from telemetry.usage import budget_usage, running_budgets
+from telemetry.usage import budget_usages, running_budgets
 
 # The labels of NVIDIA's dcgm-exporter on its per-GPU series, in its spelling.
 GPU_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
@@ -145,8 +145,9 @@ def budget_series(now: datetime):
     by_team = {}
     for budget in running_budgets(now=now):
         by_team.setdefault(budget.team.slug, budget)
-    for slug, budget in sorted(by_team.items()):
-        usage = budget_usage(budget)
+    ordered = sorted(by_team.items())
+    usages = budget_usages([budget for _, budget in ordered])
+    for (slug, _), usage in zip(ordered, usages, strict=True):
         for kind, limit in (("energy_joules", usage.energy), ("co2_grams", usage.carbon)):
             if limit is None:
                 continue

@@ -404,7 +404,9 @@ class BudgetSerializer(_NumbersOnly):
 
     @extend_schema_field(BudgetUsageSerializer)
     def get_usage(self, budget: Budget) -> dict:
-        usage = budget_usage(budget).as_dict()
+        # A list's page reads them all at once (``BudgetViewSet.list``).
+        usage = self.context.get("usages", {}).get(budget.pk) or budget_usage(budget)
+        usage = usage.as_dict()
         return {k: usage[k] for k in ("energy_used_j", "co2_used_g", "estimated", "limits")}
 
     def validate_team(self, team: Team) -> Team:

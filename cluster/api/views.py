@@ -37,6 +37,7 @@ from cluster.queries import (
     teams_visible_to,
 )
 from cluster.validators import submission_key
+from telemetry.usage import budget_usages
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -207,6 +208,18 @@ class BudgetViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         return budgets_visible_to(self.request.user).select_related("team")
+
+    def list(self, request, *args, **kwargs):
+        # The page's usage in two queries (``budget_usages``), not two a budget.
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        rows = list(queryset) if page is None else page
+        context = {
+            **self.get_serializer_context(),
+            "usages": {u.budget_id: u for u in budget_usages(rows)},
+        }
+        data = self.get_serializer(rows, many=True, context=context).data
+        return Response(data) if page is None else self.get_paginated_response(data)
 
     # Budget changes over the API go through the same audited services as the pages'.
     def perform_create(self, serializer):

@@ -70,7 +70,7 @@ def test_the_reports_csv_writes_user_typed_names_as_text(admin_user):
     )
 
     assert response.status_code == 200
-    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
     job = next(r for r in rows if r["level"] == "job" and "HYPERLINK" in r["name"])
     assert job["name"] == "'" + bert.name
     assert job["team"] == "'+Language" and job["owner"] == "'@otto"

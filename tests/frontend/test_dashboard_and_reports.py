@@ -112,14 +112,15 @@ def test_report_and_csv_rows_are_the_ledger_per_team_user_and_job(scene):
     assert sorted(by_job) == ["bert-finetune", "finished-3", "resnet50-sweep"]
     assert by_job["bert-finetune"] == pytest.approx(ledger_kwh(job=scene.jobs["bert"]))
     csv_text = client.get(reverse("frontend:reports-csv"), {"start": start, "end": day})
-    parsed = list(csv.DictReader(io.StringIO(csv_text.content.decode())))
+    csv_body = b"".join(csv_text.streaming_content).decode()
+    parsed = list(csv.DictReader(io.StringIO(csv_body)))
     assert [r["level"] for r in parsed] == ["team"] * 2 + ["user"] * 2 + ["job"] * 3
     assert {r["start"] for r in parsed} == {start} and {r["end"] for r in parsed} == {day}
     # a period before the scene holds nothing
     empty = client.get(
         reverse("frontend:reports-csv"), {"start": "2020-01-01", "end": "2020-01-31"}
     )
-    assert empty.content.decode().splitlines()[1:] == []
+    assert b"".join(empty.streaming_content).decode().splitlines()[1:] == []
 
 
 def test_small_amounts_read_in_their_own_digits_on_the_report_and_the_job_page(scene):
