@@ -162,7 +162,8 @@ class HeartbeatResultSerializer(serializers.Serializer):
 
 
 class SampleSerializer(serializers.Serializer):
-    """One reading of one GPU. Nullable fields are values the agent could not read."""
+    """One reading of one GPU. Nullable fields are values the agent could not read; left out,
+    they are null (``telemetry.ingest``, which this describes: it validates samples itself)."""
 
     gpu_uuid = serializers.CharField()
     ts = serializers.DateTimeField(
@@ -170,13 +171,15 @@ class SampleSerializer(serializers.Serializer):
     )
     power_w = serializers.FloatField(min_value=0, max_value=2000)
     energy_j = serializers.FloatField(
-        min_value=0, allow_null=True, help_text="Cumulative NVML energy counter, J."
+        min_value=0, allow_null=True, required=False, help_text="Cumulative NVML energy counter, J."
     )
-    util_pct = serializers.FloatField(min_value=0, max_value=100, allow_null=True)
-    mem_used_mib = serializers.FloatField(min_value=0, allow_null=True)
-    temp_c = serializers.FloatField(min_value=-50, max_value=150, allow_null=True)
-    sm_clock_mhz = serializers.IntegerField(min_value=0, allow_null=True)
-    power_limit_w = serializers.FloatField(min_value=0, max_value=2000, allow_null=True)
+    util_pct = serializers.FloatField(min_value=0, max_value=100, allow_null=True, required=False)
+    mem_used_mib = serializers.FloatField(min_value=0, allow_null=True, required=False)
+    temp_c = serializers.FloatField(min_value=-50, max_value=150, allow_null=True, required=False)
+    sm_clock_mhz = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    power_limit_w = serializers.FloatField(
+        min_value=0, max_value=2000, allow_null=True, required=False
+    )
 
 
 class SampleBatchSerializer(serializers.Serializer):

@@ -253,3 +253,9 @@ def test_the_gradient_statistics_bounds_are_in_the_schema(schema):
     )  # fmt: skip
     text = component["properties"]["grad_sqr"]["description"]
     assert "above 0" in text and "1e+12" in text
+
+
+def test_a_samples_unreadable_values_may_be_left_out_as_the_server_takes_them(schema):
+    # (the schema required every nullable reading, while ingest takes a sample without them)
+    component = schema["components"]["schemas"]["SampleRequest"]
+    assert sorted(component["required"]) == ["gpu_uuid", "power_w", "ts"]

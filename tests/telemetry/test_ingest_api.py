@@ -228,3 +228,19 @@ def test_samples_across_an_hour_boundary_mark_both_hours(agent_node, agent_clien
 def test_the_fixed_now_helper_is_utc():
     # guards the helpers above: ISO strings they produce carry the UTC offset
     assert sample("x", datetime(2026, 1, 1, tzinfo=UTC))["ts"] == "2026-01-01T00:00:00+00:00"
+
+
+def test_a_sample_with_only_its_required_readings_is_stored_with_the_rest_null(
+    agent_node, agent_client, now
+):
+    # what the schema says a sample needs (gpu_uuid, ts, power_w): the readings an agent
+    # could not take may be left out, and are stored as unknown
+    node, token = agent_node
+    bare = {"gpu_uuid": "GPU-node-01-0", "ts": (now - timedelta(seconds=5)).isoformat(),
+            "power_w": 120.0}  # fmt: skip
+    response = agent_client(token).post(URL, {"samples": [bare]}, format="json")
+    assert response.status_code == 200, response.json()
+    stored = GpuSample.objects.get()
+    assert (stored.power_w, stored.energy_j, stored.util_pct, stored.sm_clock_mhz) == (
+        120.0, None, None, None,
+    )  # fmt: skip
