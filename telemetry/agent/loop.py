@@ -22,7 +22,13 @@ from telemetry.agent.backends import GpuBackend, Reading
 from telemetry.agent.client import AgentClient
 from telemetry.agent.jobs import ProcessJob, read_progress
 from telemetry.agent.monitor import HandoffWatcher
-from telemetry.agent.runners import CannotStart, JobRunner, default_runner_name, make_runner
+from telemetry.agent.runners import (
+    CannotStart,
+    JobExit,
+    JobRunner,
+    default_runner_name,
+    make_runner,
+)
 from telemetry.agent.slurm_handoff import Handoff
 from telemetry.agent.spool import Rejected, ServerUnreachable
 
@@ -297,22 +303,18 @@ class Agent:
         if not reasons:
             return []
         exits = self.runner.stop_many(sorted(reasons))
-        events = []
-        for job_id in sorted(reasons):
-            ended = exits[job_id]
-            events.append(
-                self._event(
-                    now,
-                    job_id,
-                    "exited",
-                    reason=reasons[job_id],
-                    exit_status=ended.status,
-                    iterations=ended.iterations,
-                    log_tail=ended.log_tail,
-                )  # fmt: skip
-            )
-            self._release(job_id, ended.gpu_indices)
-        return events
+        return [
+            self._exited(now, job_id, reasons[job_id], exits[job_id]) for job_id in sorted(reasons)
+        ]
+
+    def _exited(self, now: datetime, job_id: int, reason: str, ended: JobExit) -> dict[str, Any]:
+        """The exit event of a job that ended (``ended``), its GPUs released."""
+        event = self._event(
+            now, job_id, "exited", reason=reason, exit_status=ended.status,
+            iterations=ended.iterations, log_tail=ended.log_tail,
+        )  # fmt: skip
+        self._release(job_id, ended.gpu_indices)
+        return event
 
     def _set_allocation(self, job_id: int, allocation_id: int) -> None:
         """The job now runs under ``allocation_id``; a new allocation's first progress
@@ -404,18 +406,8 @@ class Agent:
             ended = self.runner.ended(job_id)
             if ended is not None:
                 self.finished_allocations.add(self.allocation_of.get(job_id))
-                events.append(
-                    self._event(
-                        now,
-                        job_id,
-                        "exited",
-                        reason="completed" if ended.status == 0 else "failed",
-                        exit_status=ended.status,
-                        iterations=ended.iterations,
-                        log_tail=ended.log_tail,
-                    )  # fmt: skip
-                )
-                self._release(job_id, ended.gpu_indices)
+                reason = "completed" if ended.status == 0 else "failed"
+                events.append(self._exited(now, job_id, reason, ended))
         return events
 
     def _progress(
