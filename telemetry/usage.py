@@ -182,18 +182,23 @@ def budget_usages(budgets: Iterable[Budget]) -> list[BudgetUsage]:
         .order_by("team_id", "hour")
     ):
         per_team.setdefault(row["team_id"], []).append(row)
-    edges = {b.pk: _edge_hours(b) for b in budgets}
+    # By position, not id: unsaved budgets (the what-if's) all have none, and each took the
+    # edge hours of the last one.
+    edges = [_edge_hours(b) for b in budgets]
     edge_where = Q()
-    for b in budgets:
-        if edges[b.pk]:
-            edge_where |= Q(team_id=b.team_id, hour__in=edges[b.pk])
+    for b, hours in zip(budgets, edges, strict=True):
+        if hours:
+            edge_where |= Q(team_id=b.team_id, hour__in=hours)
     edge_rows: dict[tuple[int, datetime], list[tuple]] = {}
     if edge_where:
         for team_id, *row in EnergyLedgerEntry.objects.filter(edge_where).values_list(
             "team_id", "hour", "energy_j", "co2_g", "ci_g_per_kwh", "minutes_j"
         ):
             edge_rows.setdefault((team_id, row[0]), []).append(tuple(row))
-    return [_usage(b, per_team.get(b.team_id, ()), edges[b.pk], edge_rows) for b in budgets]
+    return [
+        _usage(b, per_team.get(b.team_id, ()), hours, edge_rows)
+        for b, hours in zip(budgets, edges, strict=True)
+    ]
 
 
 def _usage(
