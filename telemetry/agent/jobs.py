@@ -311,8 +311,10 @@ class ProcessJob:
     def ask_to_stop(self) -> None:
         """The stop file, then SIGTERM to the job's whole group (it checkpoints and exits);
         ``end_stop`` waits for it. Split so that a node's jobs stopped together share one
-        grace period (``ProcessRunner.stop_many``)."""
-        if self.process is None or self.process.poll() is not None:
+        grace period (``ProcessRunner.stop_many``). A job whose leader has exited is asked
+        too while its group lives: a worker left behind that saves on SIGTERM was told
+        nothing, waited out the whole grace period and was SIGKILLed unsaved."""
+        if self.stopped():
             return
         try:
             self.stop_file.touch()
@@ -320,8 +322,8 @@ class ProcessJob:
             pass  # the signal is the order; the file only helps jobs that poll
         try:
             os.killpg(self.process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        except (ProcessLookupError, PermissionError):
+            pass  # gone, or none of it ours to signal: ``end_stop``'s SIGKILL is tried too
 
     def stopped(self) -> bool:
         """Whether the job's leader has exited and no process of its group is left."""
@@ -355,7 +357,9 @@ class ProcessJob:
                 size = log.tell()
                 log.seek(max(0, size - LOG_TAIL_BYTES))
                 return log.read().decode(errors="replace")
-        except FileNotFoundError:
+        except OSError:
+            # Not there, or not a readable file (the job's own directory: it may have made
+            # it one): the exit is reported without a tail, never lost for it.
             return ""
 
 

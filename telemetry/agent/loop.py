@@ -212,7 +212,7 @@ class Agent:
                     self._last_progress_ts[job_id] = now
                 else:
                     ending[job_id] = "resized"
-        events.extend(self.stop_jobs(ending, now))
+        self.stop_jobs(ending, now, into=events)
         if "resized" in ending.values():
             wanted, stop = self._refetch_after_resize(events, wanted, stop)
             events.clear()
@@ -295,26 +295,40 @@ class Agent:
         return [self._event(now, job_id, "started", gpu_uuids=assignment["gpu_uuids"])]
 
     def stop_job(self, job_id: int, now: datetime, *, reason: str) -> dict[str, Any]:
-        return self.stop_jobs({job_id: reason}, now)[0]
+        events = self.stop_jobs({job_id: reason}, now)
+        if not events:
+            raise RuntimeError(f"job {job_id} could not be stopped (logged); it still runs")
+        return events[0]
 
-    def stop_jobs(self, reasons: dict[int, str], now: datetime) -> list[dict[str, Any]]:
+    def stop_jobs(
+        self, reasons: dict[int, str], now: datetime, *, into: list | None = None
+    ) -> list[dict[str, Any]]:
         """Stop these jobs together (one grace period for all: ``JobRunner.stop_many``) and
-        give each its exit event, with its reason."""
+        give each its exit event, with its reason, appended to ``into`` (returned) before
+        any GPU is put back, so that what was stopped is reported even if a later step
+        raises (the runner has forgotten them all). A job whose stop failed gets none: it
+        still runs, and the next round stops it again."""
+        events = [] if into is None else into
         if not reasons:
-            return []
+            return events
         exits = self.runner.stop_many(sorted(reasons))
-        return [
-            self._exited(now, job_id, reasons[job_id], exits[job_id]) for job_id in sorted(reasons)
-        ]
+        events.extend(
+            self._exit_event(now, job_id, reasons[job_id], exits[job_id])
+            for job_id in sorted(exits)
+        )
+        for job_id in sorted(exits):
+            self._release(job_id, exits[job_id].gpu_indices)
+        return events
 
-    def _exited(self, now: datetime, job_id: int, reason: str, ended: JobExit) -> dict[str, Any]:
-        """The exit event of a job that ended (``ended``), its GPUs released."""
-        event = self._event(
+    def _exit_event(
+        self, now: datetime, job_id: int, reason: str, ended: JobExit
+    ) -> dict[str, Any]:
+        """The exit event of a job that ended (``ended``); its GPUs are the caller's to
+        release (``_release``), once the event is kept."""
+        return self._event(
             now, job_id, "exited", reason=reason, exit_status=ended.status,
             iterations=ended.iterations, log_tail=ended.log_tail,
         )  # fmt: skip
-        self._release(job_id, ended.gpu_indices)
-        return event
 
     def _set_allocation(self, job_id: int, allocation_id: int) -> None:
         """The job now runs under ``allocation_id``; a new allocation's first progress
@@ -407,7 +421,8 @@ class Agent:
             if ended is not None:
                 self.finished_allocations.add(self.allocation_of.get(job_id))
                 reason = "completed" if ended.status == 0 else "failed"
-                events.append(self._exited(now, job_id, reason, ended))
+                events.append(self._exit_event(now, job_id, reason, ended))
+                self._release(job_id, ended.gpu_indices)
         return events
 
     def _progress(

@@ -74,7 +74,8 @@ class JobRunner(Protocol):
 
     def stop_many(self, job_ids: list[int]) -> dict[int, JobExit]:
         """Stop these running jobs together, each as ``stop`` does, and say how each ended:
-        a node's jobs stopped at once share one grace period, not one each after another."""
+        a node's jobs stopped at once share one grace period, not one each after another.
+        A job whose stop failed is left out, and still running: it is stopped again later."""
         ...
 
     def progress(self, job_id: int) -> Progress | None:
@@ -122,25 +123,42 @@ class ProcessRunner:
         return None  # the GPU settings are the whole change; the process runs on
 
     def stop(self, job_id: int) -> JobExit:
-        return self.stop_many([job_id])[job_id]
+        exits = self.stop_many([job_id])
+        if job_id not in exits:
+            raise RuntimeError(f"job {job_id} could not be stopped (logged); it still runs")
+        return exits[job_id]
 
     def stop_many(self, job_ids: list[int]) -> dict[int, JobExit]:
         # Every job is asked first, then all are waited for until one deadline: stopped one
         # after another, a node's eight jobs that each take the whole grace period to save
         # (or ignore SIGTERM) kept the agent from its heartbeat for eight grace periods.
-        jobs = [self.jobs.pop(job_id) for job_id in job_ids]
+        # A job is forgotten only once it has ended: one stop that raised lost every job of
+        # the call (none reported, none known, a still-assigned one started again on its
+        # GPUs, those after it never SIGKILLed).
+        jobs = [self.jobs[job_id] for job_id in job_ids]
         for job in jobs:
-            job.ask_to_stop()
+            try:
+                job.ask_to_stop()
+            except Exception:  # noqa: BLE001 - the others are stopped all the same
+                log.exception("job %s: asking it to stop failed", job.job_id)
         deadline = time.monotonic() + self.stop_grace_s
         while time.monotonic() < deadline and not all(job.stopped() for job in jobs):
             time.sleep(0.05)
         exits = {}
         for job in jobs:
-            status = job.end_stop(deadline)
-            job.forget()
+            try:
+                status = job.end_stop(deadline)
+            except Exception:  # noqa: BLE001 - kept, and stopped again at the next round
+                log.exception("job %s: cannot stop it; kept, to be stopped again", job.job_id)
+                continue
+            del self.jobs[job.job_id]
             exits[job.job_id] = JobExit(
                 status, job.iterations(), job.log_tail(), tuple(job.gpu_indices)
             )
+            try:
+                job.forget()
+            except OSError as exc:  # a pid file left: a later agent finds the id reused
+                log.warning("job %s: cannot remove its pid file: %s", job.job_id, exc)
         return exits
 
     def progress(self, job_id: int) -> Progress | None:

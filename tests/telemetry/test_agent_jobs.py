@@ -459,3 +459,108 @@ def test_jobs_stopped_together_share_one_grace_period(tmp_path):
             if job.process.poll() is None:
                 job.process.kill()
                 job.process.wait()
+
+
+def test_a_stop_after_the_leader_exited_asks_what_is_left_of_its_group_to_save(tmp_path):
+    # (with the leader gone, nothing was signalled: a worker that saves on SIGTERM was left
+    # to wait out the whole grace period and was SIGKILLed, its checkpoint never written)
+    import time
+
+    from telemetry.agent.runners import ProcessRunner
+
+    script = tmp_path / "leaves.py"
+    script.write_text(
+        "import subprocess, sys, os, time\n"
+        "subprocess.Popen([sys.executable, '-c', "
+        "'import signal, sys, time\\n"
+        "def save(*_):\\n"
+        '    open("child.saved", "w").close()\\n'
+        "    sys.exit(0)\\n"
+        "signal.signal(signal.SIGTERM, save)\\n"
+        'open("child.up", "w").close()\\n'
+        "time.sleep(120)\\n'])\n"
+        "while not os.path.exists('child.up'):\n    time.sleep(0.02)\n"
+    )
+    runner = ProcessRunner(tmp_path, stop_grace_s=10.0)
+    runner.start(_assignment(tmp_path, 1, ["GPU-0"], command=f"{sys.executable} {script}"), [0])
+    job = runner.jobs[7]
+    wait_for(lambda: job.process.poll() is not None, timeout_s=20.0, what="the leader's exit")
+
+    started = time.monotonic()
+    ended = runner.stop(7)
+
+    assert ended.status == 0  # the leader's own
+    assert (job.dir / "child.saved").exists()
+    assert time.monotonic() - started < 5.0  # not the whole 10 s grace
+
+
+def _saves_on_sigterm(tmp_path, job_id, gpu, *, before_ready=""):
+    """An assignment of a job that checkpoints on SIGTERM (``JOB``), running ``before_ready``
+    first; it writes ``progress.up`` once ready."""
+    script = tmp_path / f"job{job_id}.py"
+    script.write_text(
+        JOB.replace(
+            'print("ready", flush=True)',
+            before_ready + "open(os.environ['WATTFLOW_PROGRESS_FILE'] + '.up', 'w').close()",
+        )
+    )
+    return _assignment(
+        tmp_path, 100 + job_id, [gpu], job_id=job_id, command=f"{sys.executable} {script}",
+        checkpoint_dir=str(tmp_path / f"ckpt{job_id}"),
+    )  # fmt: skip
+
+
+def test_a_job_whose_log_cannot_be_read_is_still_reported_stopped_with_the_others(agent, tmp_path):
+    # (its log.txt made a directory by the job: the error raised out of the stop, and every job
+    # stopped with it was forgotten unreported, its GPUs kept assigned by the server)
+    agent, _ = agent
+    odd = "os.remove('log.txt'); os.mkdir('log.txt')\n"
+    agent.reconcile(
+        {"assignments": [_saves_on_sigterm(tmp_path, 20, "GPU-0"),
+                         _saves_on_sigterm(tmp_path, 21, "GPU-1", before_ready=odd),
+                         _saves_on_sigterm(tmp_path, 22, "GPU-2")]},
+        NOW,
+    )  # fmt: skip
+    jobs = [agent.jobs[j] for j in (20, 21, 22)]
+    for job in jobs:
+        wait_for(lambda job=job: (job.dir / "progress.up").exists(), timeout_s=20.0,
+                 what="a job up")  # fmt: skip
+
+    agent.reconcile({"assignments": []}, NOW + timedelta(seconds=1))
+
+    assert not agent.running_job_ids()
+    assert [job.process.returncode for job in jobs] == [0, 0, 0]
+    exits = [e for e in _spooled_events(tmp_path) if e[0] == "exited"]
+    assert [(reason, status) for _, reason, _, status in exits] == [("stopped", 0)] * 3
+
+
+def test_a_job_whose_stop_fails_is_kept_and_the_others_are_reported(agent, tmp_path):
+    # (one failure raised out of the stop of all: none was reported, all were forgotten, and
+    # a job still assigned was started a second time on its GPUs)
+    agent, _ = agent
+    agent.reconcile(
+        {"assignments": [_saves_on_sigterm(tmp_path, j, f"GPU-{j - 20}") for j in (20, 21, 22)]},
+        NOW,
+    )
+    jobs = {j: agent.jobs[j] for j in (20, 21, 22)}
+    for job in jobs.values():
+        wait_for(lambda job=job: (job.dir / "progress.up").exists(), timeout_s=20.0,
+                 what="a job up")  # fmt: skip
+
+    def fails(deadline):
+        raise RuntimeError("a fault while waiting for the job")
+
+    jobs[21].end_stop = fails
+    agent.reconcile({"assignments": []}, NOW + timedelta(seconds=1))
+
+    # the two others are stopped and reported; the one whose stop failed is still known
+    assert agent.running_job_ids() == {21}
+    assert [e[:2] for e in _spooled_events(tmp_path) if e[0] == "exited"] == [
+        ("exited", "stopped")
+    ] * 2
+    # and is stopped at the next round
+    del jobs[21].end_stop
+    agent.reconcile({"assignments": []}, NOW + timedelta(seconds=6))
+    assert not agent.running_job_ids()
+    assert len([e for e in _spooled_events(tmp_path) if e[0] == "exited"]) == 3
+    assert jobs[21].process.returncode == 0
