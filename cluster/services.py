@@ -741,22 +741,30 @@ def _follow_alert(budget: Budget, before: dict, after: dict, at: datetime | None
         alert.energy_limit_kwh = budget.energy_limit_kwh
         alert.carbon_used_kg = used.co2_g / G_PER_KG
         alert.carbon_limit_kg = budget.carbon_limit_kg
-        alert.action = budget.hard_limit_action
         # Raised in the period as it stood: a period cut to end before then does not make
         # it an alert found after the period ("no round could act on it").
         alert.at = min(alert.at, budget.period_end - timedelta(microseconds=1))
+        if alert.action != budget.hard_limit_action and _mailed_again(alert, budget, at):
+            # (an action changed in the same edit as a limit: the alert took it unmailed)
+            alert.emailed_at = None
+        alert.action = budget.hard_limit_action
         alert.save()
     elif before["hard_limit_action"] != after["hard_limit_action"]:
         # What the leads were told the scheduler does no longer holds (jobs that went on
         # are now paused, or the other way): while the period runs they are told again.
         # (The alert kept being shown with the new action, but the e-mail that said "this
         # budget only notifies" was the last word the other leads had.)
-        changed = alerts.exclude(action=budget.hard_limit_action)
-        if budget.period_end > (at or timezone.now()):
-            changed.filter(at__lt=budget.period_end).update(
-                action=budget.hard_limit_action, emailed_at=None
-            )
-        changed.update(action=budget.hard_limit_action)
+        for alert in alerts.exclude(action=budget.hard_limit_action):
+            if _mailed_again(alert, budget, at):
+                alert.emailed_at = None
+            alert.action = budget.hard_limit_action
+            alert.save(update_fields=["action", "emailed_at"])
+
+
+def _mailed_again(alert: BudgetAlert, budget: Budget, at: datetime | None) -> bool:
+    """Whether an alert whose action changes is e-mailed again: while the period runs, if it
+    was raised in it (one found after its period is shown, not acted on)."""
+    return budget.period_end > (at or timezone.now()) and alert.at < budget.period_end
 
 
 def _alert_snapshot(budget: Budget) -> dict | None:

@@ -368,3 +368,32 @@ def test_a_spent_budget_whose_action_changes_mails_its_leads_again(
     )
     _round(T0 + 3 * MINUTE, django_capture_on_commit_callbacks)
     assert len(mail.outbox) == 2
+
+
+def test_an_action_changed_with_a_limit_in_one_edit_mails_the_leads_again(
+    cluster, people, team, make_job, django_capture_on_commit_callbacks
+):
+    # (changed alone, the action was mailed again; changed in the same edit as a limit, the
+    # alert took the new action and nobody was told: the e-mail's "this budget only
+    # notifies" stayed the leads' last word while the team's jobs were paused)
+    budget = _budget(team, HardLimitAction.NOTIFY_ONLY)
+    job = _job(make_job, people["member"], team)
+    _spend(team, job, hour=T0 - timedelta(hours=2), kwh=1.2)
+    _round(T0, django_capture_on_commit_callbacks)
+    assert len(mail.outbox) == 1
+
+    cluster_services.save_budget(
+        budget, actor=people["lead"], at=T0 + MINUTE / 2,
+        changes={"hard_limit_action": HardLimitAction.PAUSE_JOBS, "energy_limit_kwh": 1.1},
+    )  # fmt: skip
+    _round(T0 + MINUTE, django_capture_on_commit_callbacks)
+
+    assert len(mail.outbox) == 2
+    assert "Running jobs are paused" in mail.outbox[1].body
+    assert "energy 1.2 of 1.1 kWh" in mail.outbox[1].subject
+    # a limit changed alone (still spent) is not mailed again
+    cluster_services.save_budget(
+        budget, actor=people["lead"], at=T0 + 2 * MINUTE, changes={"energy_limit_kwh": 1.05}
+    )
+    _round(T0 + 3 * MINUTE, django_capture_on_commit_callbacks)
+    assert len(mail.outbox) == 2
