@@ -163,22 +163,24 @@ class GpuInlineForm(forms.ModelForm):
 
 class GpuInlineFormSet(forms.BaseInlineFormSet):
     """The node page's GPU rows. Each renamed GPU's check (``Gpu.clean``) takes its row lock,
-    in the page's order (by index); a round placing a job takes its GPUs' locks in id order
-    (``services.set_allocation``), so a page renaming two GPUs whose ids run against their
-    indexes (a replaced board) could wait on a round that waited on it (the database then
-    aborts one of them). The renamed rows are locked here first, together, in id order."""
+    and each changed GPU's UPDATE its row lock, in the page's order (by index); a round
+    placing a job takes its GPUs' locks in id order (``services.set_allocation``), so a page
+    changing two GPUs whose ids run against their indexes (a replaced board) could wait on a
+    round that waited on it (the database then aborts one of them). The changed rows (a new
+    UUID, limit or clock) are locked here first, together, in id order; locking only the
+    renamed ones left two changed power limits to lock in the page's order."""
 
     def full_clean(self):
         if self.is_bound and transaction.get_connection().in_atomic_block:
-            renamed = sorted(
+            changed = sorted(
                 form.instance.pk
                 for form in self.forms
-                if form.instance.pk is not None and "uuid" in form.changed_data
+                if form.instance.pk is not None and form.has_changed()
             )
-            if len(renamed) > 1:
+            if len(changed) > 1:
                 list(
                     Gpu.objects.select_for_update(no_key=True)
-                    .filter(pk__in=renamed)
+                    .filter(pk__in=changed)
                     .order_by("pk")
                     .values_list("pk", flat=True)
                 )

@@ -156,3 +156,54 @@ def test_gpus_renamed_together_on_their_nodes_page_are_locked_in_id_order(
     taken = re.search(r" IN \(([^)]*)\) ORDER BY ", locks[0])
     assert taken, locks[0]
     assert [int(pk) for pk in taken.group(1).split(",")] == [low.pk, high.pk]
+
+
+def test_gpus_whose_limits_change_together_on_their_nodes_page_are_locked_in_id_order(
+    client, admin_user, make_node
+):
+    # (only renamed GPUs were locked first: rows whose power limit or clock changed were
+    # locked by their UPDATEs, in the page's order by index, against a round's id order)
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from cluster.models import Gpu
+
+    node = make_node("node-01", gpus=2)
+    low, high = Gpu.objects.filter(node=node).order_by("pk")
+    Gpu.objects.filter(pk=low.pk).update(index=7)  # the replaced board: index 0, a later id
+    Gpu.objects.filter(pk=high.pk).update(index=0)
+    Gpu.objects.filter(pk=low.pk).update(index=1)
+    client.force_login(admin_user)
+    page = {
+        "name": node.name, "switch_label": node.switch_label, "rack_label": node.rack_label,
+        "gpu_model": node.gpu_model, "status": node.status,
+        "gpus-TOTAL_FORMS": "2", "gpus-INITIAL_FORMS": "2",
+        "gpus-MIN_NUM_FORMS": "0", "gpus-MAX_NUM_FORMS": "1000",
+    }  # fmt: skip
+    for row, gpu in enumerate(Gpu.objects.filter(node=node).order_by("index")):
+        page.update({
+            f"gpus-{row}-id": gpu.pk, f"gpus-{row}-node": node.pk, f"gpus-{row}-index": gpu.index,
+            f"gpus-{row}-uuid": gpu.uuid, f"gpus-{row}-model": gpu.model,
+            f"gpus-{row}-memory_mb": gpu.memory_mb, f"gpus-{row}-power_limit_w": "250",
+            f"gpus-{row}-sm_clock_mhz": "",
+        })  # fmt: skip
+
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(f"/admin/cluster/node/{node.pk}/change/", page)
+
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert set(Gpu.objects.filter(node=node).values_list("power_limit_w", flat=True)) == {250}
+    gpu_writes = [
+        q["sql"] for q in queries.captured_queries
+        if '"cluster_gpu"' in q["sql"]
+        and ("FOR NO KEY UPDATE" in q["sql"] or q["sql"].startswith("UPDATE"))
+    ]  # fmt: skip
+    # the first GPU row lock or write takes both changed rows, in id order
+    assert gpu_writes, "no GPU row was locked"
+    assert "FOR NO KEY UPDATE" in gpu_writes[0], gpu_writes[0]
+    # (ordered by the id: the selected column 1 is the id)
+    taken = re.search(
+        r'"cluster_gpu"\."id" AS "pk" .* IN \(([^)]*)\) ORDER BY 1 ASC', gpu_writes[0]
+    )
+    assert taken, gpu_writes[0]
+    assert sorted(int(pk) for pk in taken.group(1).split(",")) == [low.pk, high.pk]
