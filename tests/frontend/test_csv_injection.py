@@ -79,3 +79,34 @@ def test_the_reports_csv_writes_user_typed_names_as_text(admin_user):
     # Energy and carbon are still plain numbers.
     assert all(float(r["energy_kwh"]) >= 0 and not r["energy_kwh"].startswith("'") for r in rows)
     assert not any(cell.startswith(("=", "+", "-", "@")) for r in rows for cell in r.values())
+
+
+def test_the_reports_csv_streams_under_asgi_as_safely(admin_user):
+    # (under ASGI, which daphne serves the site with, Django reads a synchronous iterator
+    # whole into a list before it sends a byte, with a warning each time: the CSV was not
+    # streamed where it is served)
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    scene = build_scene()
+    bert = scene.jobs["bert"]
+    bert.name = "=1+1"
+    bert.save(update_fields=["name"])
+    client = AsyncClient()
+    client.force_login(admin_user)
+    start = (scene.now - timedelta(days=2)).date().isoformat()
+    query = {"start": start, "end": scene.now.date().isoformat()}
+
+    response = async_to_sync(client.get)(reverse("frontend:reports-csv"), query)
+
+    assert response.status_code == 200
+    assert response.is_async  # served as it is read, not read whole first
+
+    async def read(content):
+        return [part async for part in content]
+
+    parts = async_to_sync(read)(response.streaming_content)
+    rows = list(csv.DictReader(io.StringIO(b"".join(parts).decode())))
+    assert [r["level"] for r in rows] == ["team"] * 2 + ["user"] * 2 + ["job"] * 3
+    assert next(r for r in rows if r["level"] == "job" and "1+1" in r["name"])["name"] == "'=1+1"
+    assert len(parts) == 1 + len(rows)  # a part a line
