@@ -153,7 +153,7 @@ def test_gpus_renamed_together_on_their_nodes_page_are_locked_in_id_order(
     ]  # fmt: skip
     # the first GPU lock takes both renamed rows, in id order, before any one row's check
     assert locks, "no GPU row was locked"
-    taken = re.search(r" IN \(([^)]*)\) ORDER BY ", locks[0])
+    taken = re.search(r'"cluster_gpu"\."id" AS "pk" .* IN \(([^)]*)\) ORDER BY 1 ASC', locks[0])
     assert taken, locks[0]
     assert [int(pk) for pk in taken.group(1).split(",")] == [low.pk, high.pk]
 
