@@ -658,7 +658,31 @@ class Simulator:
         learned online can be wrong by far (a model taught on one GPU count, run on
         another); the watch holds the contract by what is drawn, not by what was
         predicted. A cluster budget's idle GPUs draw on after its jobs stop: a period
-        whose idle floor alone exceeds it is not kept (the CLI says so)."""
+        whose idle floor alone exceeds it is not kept (the CLI says so).
+
+        ``ends_run``: every job finishes in this stretch and none is to come, so the run,
+        and its charging, ends at the last completion and no idle floor is set aside;
+        unless some budget stops the stretch first: then the run goes on, and the
+        stretch is watched as any other, with the cluster budgets' floors set aside."""
+        crossings = self._crossings(plans, t0, t_end, ends_run=ends_run)
+        if ends_run and crossings:
+            crossings = self._crossings(plans, t0, t_end, ends_run=False)
+        if not crossings:
+            return t_end
+        first = min(t for t, _, _ in crossings)
+        for t_x, i, k in crossings:
+            if t_x <= first + 1e-6:  # spent at the stretch's end (others are not, yet)
+                self.budgets.stop(i, k)
+        # A microsecond early: the float sums that charge the stretch must not put the
+        # period a hair over the limit the watch stopped it at.
+        return max(t0, first - 1e-6)
+
+    def _crossings(
+        self, plans: list[tuple], t0: float, t_end: float, *, ends_run: bool
+    ) -> list[tuple[float, int, int]]:
+        """(instant, budget index, period) of every ``pause_jobs`` period in force that
+        the stretch's draw would take to its limit before ``t_end`` (see
+        ``_hard_limit_watch``)."""
         ledger = self.budgets
         idle_w_of, power_off = self._idle_w, self.config.power_off_idle_nodes
         # by team, each allocated job's (start, finish, busy draw, idle draw of its GPUs):
@@ -690,7 +714,8 @@ class Simulator:
             # alone exceeds its limit cannot be kept by stopping anything (the CLI says
             # so); there the watch stops at the limit itself. In the run's last stretch
             # (every job finishes in it, none is to come) nothing is set aside: the run,
-            # and its charging, ends at the last completion.
+            # and its charging, ends at the last completion (unless a budget stops the
+            # stretch first: ``_hard_limit_watch`` then looks again with the floors).
             floor_w = 0.0
             if b.team is None and not ends_run:
                 floor_w = self._reserved_floor_w(b, k)
@@ -717,15 +742,7 @@ class Simulator:
                 t_x = min(t_x, _crossing(steps, t_end, left_c, self.intensity.co2_g))
             if t_x < t_end:
                 crossings.append((t_x, i, k))
-        if not crossings:
-            return t_end
-        first = min(t for t, _, _ in crossings)
-        for t_x, i, k in crossings:
-            if t_x <= first + 1e-6:  # spent at the stretch's end (others are not, yet)
-                ledger.stop(i, k)
-        # A microsecond early: the float sums that charge the stretch must not put the
-        # period a hair over the limit the watch stopped it at.
-        return max(t0, first - 1e-6)
+        return crossings
 
     def _reserved_floor_w(self, b, k: int) -> float:
         """The idle draw a cluster budget's period ``k`` keeps for its rest: every GPU's idle

@@ -543,6 +543,25 @@ def test_nothing_is_set_aside_in_the_runs_last_stretch():
     assert result.budget_periods[0].energy_j == pytest.approx(250.0 * 400.0, abs=1e-3)
 
 
+def test_a_last_stretch_another_budget_stops_sets_the_cluster_floor_aside():
+    # A (40 iterations, 80 s) would end the run in its first round, so no floor was set
+    # aside; but the team's 7 kJ stop A at 35 s, the run goes on, and the idle GPUs then
+    # drew on the cluster's 503 kJ period to its end: 505.25 kJ, 100.45% of it (found by
+    # the budget-contract fuzz, seed 225). The cluster's 3 kJ above its 500 kJ floor are
+    # spent first, at 20 s (A: 150 W above it): A runs 20 s a period, and ends at 15,020.
+    budgets = [
+        BudgetSpec(period_end_s=5000.0, energy_limit_j=7.0e3, team="t", budget_id="team"),
+        BudgetSpec(period_end_s=5000.0, energy_limit_j=5.03e5, budget_id="cluster"),
+    ]
+    result, planner = _watched(budgets, iters=40.0, max_time_s=30000.0)
+    stops = [t for t, spent in planner.seen if spent]
+    assert stops[0] == pytest.approx(20.0, abs=1e-4)
+    assert planner.spent_ids[1] == {"cluster"}
+    assert result.jobs[0].finish_s == pytest.approx(15020.0, abs=1e-4)
+    for period in result.budget_periods:
+        assert period.share <= 1.0, period
+
+
 @pytest.mark.parametrize("action", [HardLimitAction.HOLD_QUEUE, HardLimitAction.NOTIFY_ONLY])
 def test_budgets_that_keep_their_jobs_running_are_not_stopped(action):
     # hold_queue keeps running jobs on their GPUs, notify_only holds nothing back: the
