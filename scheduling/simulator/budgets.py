@@ -117,6 +117,24 @@ class BudgetPeriod:
         return max(shares) if shares else None
 
 
+def idle_floor_exceeds(period: BudgetPeriod, idle_w: float, intensity) -> bool:
+    """Whether ``period`` is one no plan could keep: a cluster budget's period whose powered
+    idle GPUs alone (``idle_w``, 0 when idle nodes power off; carbon at ``intensity``) draw
+    more than its energy or carbon limit over the whole period. A team budget pays its
+    jobs' GPUs only, so stopping them keeps it: never. The command line names such
+    periods (``cli._overspent``), and the engine's watch sets no idle floor aside in them
+    (``Simulator._reserved_floor_w``)."""
+    if period.team is not None or idle_w <= 0.0:
+        return False
+    if period.energy_limit_j is not None and idle_w * (period.end_s - period.start_s) > (
+        period.energy_limit_j
+    ):
+        return True
+    return period.co2_limit_g is not None and (
+        intensity.co2_g(idle_w, period.start_s, period.end_s) > period.co2_limit_g
+    )
+
+
 class BudgetLedger:
     """Spend per (budget, period); a stretch is charged to the period it started in (the
     engine never lets one cross a period boundary).

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from scheduling.core.carbon_data import CarbonDataError
 from scheduling.core.types import G_PER_KG, J_PER_KWH, MIN_CARBON_LIMIT_KG, MIN_ENERGY_LIMIT_KWH
 from scheduling.simulator.bounds import JctBound, scenario_bound
+from scheduling.simulator.budgets import idle_floor_exceeds
 from scheduling.simulator.cluster_spec import ClusterSpecError
 from scheduling.simulator.compare import KINDS, Comparison, budgets_from
 from scheduling.simulator.engine import BudgetSpec, SimConfig, SimResult
@@ -616,14 +617,8 @@ def _overspent(periods: list, idle_w: float, scenario: Scenario) -> str:
     over = [p for p in periods if p.share is not None and p.share > 1.0]
     if not over:
         return ""
-    floored = 0
-    for p in over:
-        if p.team is not None:
-            continue  # a team's budget pays its jobs, not the idle GPUs
-        if (p.energy_limit_j and idle_w * (p.end_s - p.start_s) > p.energy_limit_j) or (
-            p.co2_limit_g and scenario.intensity.co2_g(idle_w, p.start_s, p.end_s) > p.co2_limit_g
-        ):
-            floored += 1
+    # (a team's budget pays its jobs, not the idle GPUs: never floored)
+    floored = sum(1 for p in over if idle_floor_exceeds(p, idle_w, scenario.intensity))
     text = f"; {len(over)} period(s) over"
     if floored:
         text += (

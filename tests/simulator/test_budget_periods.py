@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from scheduling.core.round import active_budgets
-from scheduling.simulator.budgets import BudgetLedger, BudgetSpec
+from scheduling.simulator.budgets import BudgetLedger, BudgetPeriod, BudgetSpec, idle_floor_exceeds
+from scheduling.simulator.carbon import ConstantIntensity
 
 
 def test_a_period_end_belongs_to_the_next_period_and_the_next_boundary_is_ahead():
@@ -66,3 +67,19 @@ def test_at_every_period_end_the_core_sees_the_next_period_in_force():
                 assert len(in_force) == len(specs), (k, t)
                 period = k if t == end else k - 1
                 assert {b.budget_id for b in in_force} == {s.period_id(period) for s in specs}
+
+
+def test_a_period_is_floored_only_where_the_cluster_idle_draw_alone_exceeds_its_limit():
+    # 100 W idle over a 1,000 s period is 100 kJ; at a constant 360 g/kWh, 10 g.
+    intensity = ConstantIntensity(360.0)
+
+    def period(team=None, energy=None, co2=None):
+        return BudgetPeriod("b", team, 1000.0, 2000.0, energy, co2, 0.0, 0.0)
+
+    assert idle_floor_exceeds(period(energy=99_999.0), 100.0, intensity)
+    assert not idle_floor_exceeds(period(energy=100_001.0), 100.0, intensity)
+    assert idle_floor_exceeds(period(energy=1e9, co2=9.9), 100.0, intensity)
+    assert not idle_floor_exceeds(period(co2=10.1), 100.0, intensity)
+    # a team's budget pays its jobs' GPUs, and idle nodes powered off draw nothing
+    assert not idle_floor_exceeds(period(team="a", energy=1.0), 100.0, intensity)
+    assert not idle_floor_exceeds(period(energy=1.0), 0.0, intensity)
