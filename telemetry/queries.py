@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 
 from cluster.models import Gpu
 from scheduling.core.types import J_PER_KWH
@@ -64,20 +64,26 @@ def latest_gpu_readings(*, now: datetime, max_age_s: float = 120.0) -> list[GpuR
     return readings
 
 
-def usage_by(field: str, start: datetime, end: datetime, *, team_ids=None) -> list[dict]:
+def usage_query(field: str, start: datetime, end: datetime, *, team_ids=None) -> QuerySet:
     """Ledger totals grouped by ``field`` (``team``, ``job`` or ``job__owner``) for hours in
-    [start, end): dicts with the key, ``energy_j`` and ``co2_g``, largest energy first. Idle
-    energy (no job) is left out. ``team_ids`` restricts to those teams."""
+    [start, end), unevaluated: rows of the key, ``energy_j`` and ``co2_g``, largest energy
+    first (ties by key, so pages of it are stable). Idle energy (no job) is left out.
+    ``team_ids`` restricts to those teams."""
     if field not in ("team", "job", "job__owner"):
         raise ValueError(f"cannot group usage by {field!r}")
     rows = EnergyLedgerEntry.objects.filter(hour__gte=start, hour__lt=end, job__isnull=False)
     if team_ids is not None:
         rows = rows.filter(team_id__in=team_ids)
-    return list(
+    return (
         rows.values(field)
         .annotate(energy_j=Sum("energy_j"), co2_g=Sum("co2_g"))
         .order_by("-energy_j", field)
     )
+
+
+def usage_by(field: str, start: datetime, end: datetime, *, team_ids=None) -> list[dict]:
+    """``usage_query``'s rows, all of them."""
+    return list(usage_query(field, start, end, team_ids=team_ids))
 
 
 def intensity_series(zone: str, start: datetime, end: datetime) -> list[tuple[datetime, float]]:

@@ -64,6 +64,77 @@ def test_reports_page_and_csv_read_jobs_in_a_fixed_number_of_queries(
     assert counts[0] == counts[1]
 
 
+def test_the_reports_page_lists_jobs_a_page_at_a_time_and_keeps_every_total(
+    admin_user, team, other_team, make_user, make_node, make_job, monkeypatch
+):
+    # A month of a 100-node cluster is 93,000 jobs: listed whole, the page was 15 MB and
+    # took over a minute. Jobs come a page at a time (largest energy first); the team and
+    # user rows, the total and the CSV export still count every job.
+    from frontend import admin_views
+
+    monkeypatch.setattr(admin_views, "REPORT_JOBS_PER_PAGE", 2, raising=False)
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    now = timezone.now()
+    hour = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    owners = [
+        (make_user("ann", team=team), team),
+        (make_user("bob", team=other_team), other_team),
+        (make_user("cy", team=team), team),
+    ]
+    for k in range(5):
+        owner, owner_team = owners[k % 3]
+        job = make_job(owner=owner, team=owner_team, name=f"job-{k}")
+        _ledger(gpu, job, owner_team, hour, energy_j=3.6e6 * (k + 1))
+    # idle energy and a job's energy before the period are no one's in this report
+    EnergyLedgerEntry.objects.create(
+        gpu=gpu,
+        hour=hour,
+        team=None,
+        job=None,
+        energy_j=9e9,
+        co2_g=1.0,
+        ci_g_per_kwh=1.0,
+        zone="ES",
+        minutes_j=[],
+    )
+    _ledger(gpu, Job.objects.first(), team, hour - timedelta(days=40), energy_j=7e9)
+    period = {"start": (now - timedelta(days=29)).date(), "end": now.date()}
+    in_period = EnergyLedgerEntry.objects.filter(
+        job__isnull=False, hour__gte=hour - timedelta(days=1)
+    )
+    ledger_kwh = sum(in_period.values_list("energy_j", flat=True)) / 3.6e6
+    ledger_kg = sum(in_period.values_list("co2_g", flat=True)) / 1000
+    client = Client()
+    client.force_login(admin_user)
+    seen = []
+    for number in (1, 2, 3):
+        response = client.get(reverse("frontend:reports"), {**period, "page": number})
+        assert response.status_code == 200
+        html = response.content.decode()
+        table = html[
+            html.index('id="report-job"') : html.index("</table>", html.index('id="report-job"'))
+        ]
+        shown = response.context["rows"]["job"]
+        assert len(shown) == table.count("<tr>") - 1 == (2 if number < 3 else 1)
+        assert response.context["job_page"].paginator.num_pages == 3
+        seen += shown
+        rows, total = response.context["rows"], response.context["total"]
+        assert sum(r["energy_kwh"] for r in rows["team"]) == pytest.approx(ledger_kwh)
+        assert sum(r["energy_kwh"] for r in rows["user"]) == pytest.approx(ledger_kwh)
+        assert (total["energy_kwh"], total["co2_kg"]) == (
+            pytest.approx(ledger_kwh),
+            pytest.approx(ledger_kg),
+        )
+    # every job once over the pages, largest first; their sum is the ledger's
+    assert [r["name"] for r in seen] == [f"job-{k}" for k in range(4, -1, -1)]
+    assert sum(r["energy_kwh"] for r in seen) == pytest.approx(ledger_kwh)
+    assert "page=2#report-job" in client.get(reverse("frontend:reports"), period).content.decode()
+    csv_lines = b"".join(
+        client.get(reverse("frontend:reports-csv"), period).streaming_content
+    ).decode()
+    assert sum(line.startswith("job,") for line in csv_lines.splitlines()) == 5
+
+
 def test_the_csv_export_streams_its_rows(admin_user, team, member, make_node, make_job):
     gpu = make_node("node-01", gpus=1).gpus.get()
     hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
