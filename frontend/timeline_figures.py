@@ -28,6 +28,10 @@ DIRTY_FILL = "rgba(213, 94, 0, 0.11)"  # Okabe-Ito vermilion, light
 CLEAN_SWATCH = "rgba(0, 158, 115, 0.45)"
 DIRTY_SWATCH = "rgba(213, 94, 0, 0.4)"
 ROLLING_JOBS = 10  # the rolling average of JCT spans this many completions
+# At most this many points a trace of the JCT and queue figures: a week of a 100-node
+# cluster is 20,000 completions and a day 14,000 queue steps, a 3 MB dashboard that no
+# 1,400-pixel-wide chart can show. Below it every job and every step is drawn.
+MAX_POINTS = 600
 
 
 def tertiles(values: Sequence[float]) -> tuple[float, float]:
@@ -156,8 +160,32 @@ def grid_intensity_figure(
     }
 
 
+def _thin_steps(
+    points: Sequence[tuple[datetime, int, int]], limit: int
+) -> list[tuple[datetime, int, int]]:
+    """At most ``limit`` + 2 of ``points`` (steps in time order): the first, then the last
+    step of each of ``limit`` equal slices of the time span, then the last: exact values at
+    the times drawn; steps within a slice (a span / ``limit`` wide) are not drawn."""
+    if len(points) <= limit + 2:
+        return list(points)
+    first, last = points[0][0], points[-1][0]
+    width = (last - first) / limit
+    kept, slot = [points[0]], 0
+    for point in points[1:-1]:
+        k = min(int((point[0] - first) / width), limit - 1)
+        if k == slot and len(kept) > 1:
+            kept[-1] = point
+        else:
+            kept.append(point)
+            slot = k
+    kept.append(points[-1])
+    return kept
+
+
 def queue_running_figure(points: Sequence[tuple[datetime, int, int]], *, scope: str) -> dict:
-    """Jobs waiting and running as steps, from the first event on (nothing before data)."""
+    """Jobs waiting and running as steps, from the first event on (nothing before data);
+    over ``MAX_POINTS`` steps, the state at the last step of each of ``MAX_POINTS`` slices."""
+    points = _thin_steps(points, MAX_POINTS)
     x = [_iso(t) for t, _, _ in points]
     return {
         "data": [
@@ -189,14 +217,23 @@ def queue_running_figure(points: Sequence[tuple[datetime, int, int]], *, scope: 
 def jct_figure(completions: Sequence[tuple[datetime, float]], *, scope: str) -> dict:
     """Completed jobs' JCT: the empirical CDF (left) and each job at its finish time with the
     rolling mean of the last ``ROLLING_JOBS`` completions (right), in hours.
-    ``completions`` are (finished_at, jct_s)."""
+    ``completions`` are (finished_at, jct_s). Over ``MAX_POINTS`` jobs, the CDF is drawn at
+    ``MAX_POINTS`` evenly spaced ranks, one job in ``k`` is drawn (every ``k``-th by finish
+    time) and the rolling mean spans ``k`` jobs if that is more; the title counts them all."""
     done = sorted(completions)
     hours = [jct / 3600.0 for _, jct in done]
     ordered = sorted(hours)
     n = len(ordered)
+    every = max(1, -(-n // MAX_POINTS))  # ceil(n / MAX_POINTS)
+    span = max(ROLLING_JOBS, every)
+    # The CDF's steps at these ranks (all of them up to MAX_POINTS jobs), the last always.
+    ranks = sorted({min(n, -(-(i + 1) * n // MAX_POINTS)) for i in range(MAX_POINTS)})
+    ranks = ranks if n > MAX_POINTS else list(range(1, n + 1))
+    # Every k-th job by finish time, ending at the last one.
+    drawn = list(range((n - 1) % every, n, every))
     rolling = []
-    for i in range(n):
-        window = hours[max(0, i + 1 - ROLLING_JOBS) : i + 1]
+    for i in drawn:
+        window = hours[max(0, i + 1 - span) : i + 1]
         rolling.append(round(sum(window) / len(window), 4))
     title = f"JCT of completed jobs ({scope})"
     if n:
@@ -208,8 +245,8 @@ def jct_figure(completions: Sequence[tuple[datetime, float]], *, scope: str) -> 
                 "type": "scatter",
                 "mode": "lines",
                 # A leading 0 at the shortest JCT, so the first step rises from the axis.
-                "x": [round(h, 4) for h in ordered[:1] + ordered],
-                "y": [0.0] * min(n, 1) + [round((i + 1) / n, 4) for i in range(n)],
+                "x": [round(h, 4) for h in ordered[:1] + [ordered[r - 1] for r in ranks]],
+                "y": [0.0] * min(n, 1) + [round(r / n, 4) for r in ranks],
                 "name": "share finished within (CDF)",
                 "line": {"color": JCT_COLOUR, "shape": "hv", "width": 2},
                 "hovertemplate": "%{y:.0%} within %{x:.2f} h<extra></extra>",
@@ -217,9 +254,9 @@ def jct_figure(completions: Sequence[tuple[datetime, float]], *, scope: str) -> 
             {
                 "type": "scatter",
                 "mode": "markers",
-                "x": [_iso(t) for t, _ in done],
-                "y": [round(h, 4) for h in hours],
-                "name": "one job",
+                "x": [_iso(done[i][0]) for i in drawn],
+                "y": [round(hours[i], 4) for i in drawn],
+                "name": "one job" if every == 1 else f"one job in {every}",
                 "xaxis": "x2",
                 "yaxis": "y2",
                 "marker": {"color": JCT_COLOUR, "size": 5, "opacity": 0.45},
@@ -228,9 +265,9 @@ def jct_figure(completions: Sequence[tuple[datetime, float]], *, scope: str) -> 
             {
                 "type": "scatter",
                 "mode": "lines",
-                "x": [_iso(t) for t, _ in done],
+                "x": [_iso(done[i][0]) for i in drawn],
                 "y": rolling,
-                "name": f"rolling mean of {ROLLING_JOBS}",
+                "name": f"rolling mean of {span}",
                 "xaxis": "x2",
                 "yaxis": "y2",
                 "line": {"color": OKABE_ITO["black"], "width": 2},

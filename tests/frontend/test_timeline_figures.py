@@ -79,6 +79,52 @@ def test_jct_rolling_mean_spans_the_last_ten_completions():
     assert rolling[-1] == pytest.approx(sum(range(3, 13)) / 10)
 
 
+def _jct_sizes(n: int) -> tuple[int, ...]:
+    done = [(T0 + i * timedelta(seconds=30), 60.0 + (i * 7919) % 86400) for i in range(n)]
+    fig = tf.jct_figure(done, scope="all teams")
+    return tuple(len(trace["x"]) for trace in fig["data"])
+
+
+def test_the_jct_figure_draws_a_bounded_number_of_points_of_every_job():
+    # A week of a 100-node cluster is 20,000 completions: the figure was 1.8 MB of the
+    # dashboard's 3 MB, a point per job three times over.
+    limit = getattr(tf, "MAX_POINTS", 600)  # (absent before it was bounded)
+    assert max(_jct_sizes(10 * limit)) <= limit + 1
+    assert _jct_sizes(10 * limit) == _jct_sizes(40 * limit)
+    n = 10 * limit + 7
+    done = [(T0 + i * timedelta(seconds=30), 60.0 + (i * 7919) % 86400) for i in range(n)]
+    fig = tf.jct_figure(done, scope="all teams")
+    cdf, dots, rolling = fig["data"]
+    hours = sorted(jct / 3600 for _, jct in done)
+    # the title still counts every job; the CDF's points lie on the whole CDF, to the last
+    assert fig["layout"]["title"]["text"].startswith(f"JCT of completed jobs (all teams): {n} jobs")
+    assert (cdf["x"][-1], cdf["y"][-1]) == (round(hours[-1], 4), 1.0)
+    for x, y in zip(cdf["x"][1:], cdf["y"][1:], strict=True):
+        below = sum(h <= x + 5e-5 for h in hours)
+        assert abs(below / n - y) <= 1 / n + 1e-4
+    # one job in every (11 of 6,007): each drawn point is a job, the last one last
+    every = -(-n // limit)  # ceil
+    assert dots["name"] == f"one job in {every}" and rolling["name"] == f"rolling mean of {every}"
+    assert dots["x"][-1] == done[-1][0].isoformat()
+    assert dots["y"][-1] == round(done[-1][1] / 3600, 4)
+    window = [jct / 3600 for _, jct in done[-every:]]
+    assert rolling["y"][-1] == pytest.approx(sum(window) / every, abs=1e-4)
+
+
+def test_the_queue_figure_draws_the_state_at_the_end_of_each_slice_past_its_limit():
+    limit = getattr(tf, "MAX_POINTS", 600)  # (absent before it was bounded)
+    steps = [(T0 + k * timedelta(seconds=6), k % 7, k % 5) for k in range(20 * limit)]
+    fig = tf.queue_running_figure(steps, scope="all teams")
+    queued, running = fig["data"]
+    assert len(queued["x"]) <= limit + 2
+    by_time = {t.isoformat(): (q, r) for t, q, r in steps}
+    # every point drawn is a real step (its exact state), the first and the last kept
+    assert [by_time[x] for x in queued["x"]] == list(zip(queued["y"], running["y"], strict=True))
+    assert (queued["x"][0], queued["x"][-1]) == (steps[0][0].isoformat(), steps[-1][0].isoformat())
+    # a short series is drawn whole
+    assert len(tf.queue_running_figure(steps[:limit], scope="s")["data"][0]["x"]) == limit
+
+
 def test_job_timeline_puts_each_allocation_on_its_gpu_count_row_with_energy_below():
     now = T0 + 3 * H
     allocations = [
