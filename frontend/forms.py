@@ -202,7 +202,14 @@ class JobFilterForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = teams
         # The catalog's workloads and any other name the teams' jobs use (any name is allowed).
-        named = Job.objects.filter(team__in=teams).values_list("workload", flat=True).distinct()
+        # No order (the model's, -submitted_at and -id, joined the DISTINCT: 100,000 rows
+        # read for the 8 names of a large cluster's jobs, 1.5 s of the admin's job list).
+        named = (
+            Job.objects.filter(team__in=teams)
+            .order_by()
+            .values_list("workload", flat=True)
+            .distinct()
+        )
         names = sorted(set(known_workloads()) | set(named))
         self.fields["workload"].choices = [("", "any workload"), *((w, w) for w in names)]
 

@@ -294,7 +294,8 @@ class JobSerializer(_NumbersOnly):
         key = gpu_model_key(value)
         if not key:
             return key
-        registered = Gpu.objects.values_list("model", flat=True).distinct()
+        # No order: the model's (node name, index) made the DISTINCT one row a GPU.
+        registered = Gpu.objects.order_by().values_list("model", flat=True).distinct()
         return next((m for m in registered if m.casefold() == key.casefold()), key)
 
     def validate(self, attrs: dict) -> dict:
