@@ -667,6 +667,154 @@ def round_(args) -> None:
                     say(f"    {float(q['time']) * 1000:7.1f} ms {q['sql'][:300]}")
 
 
+# The round's steps as ``run_scheduling_round`` calls them (module, attribute, phase): read
+# (what the plan is built from) or write (what the round stores). Wrapped by ``steady`` to
+# count each one's queries and time.
+ROUND_STEPS = (
+    ("scheduling.services", "_account_budgets_near_their_limits", "read"),
+    ("scheduling.services", "mark_silent_nodes", "read"),
+    ("scheduling.services", "refresh_ended_allocations", "read"),
+    ("scheduling.services", "refresh_online_models", "read"),
+    ("scheduling.workload_profiles", "fold_finished_jobs", "read"),
+    ("scheduling.adapters", "build_snapshot", "read"),
+    ("scheduling.services", "plan_round", "plan"),
+    ("scheduling.budget_alerts", "record_spent", "write"),
+    ("scheduling.budget_alerts", "record_overruns", "write"),
+    ("scheduling.budget_alerts", "unsent", "write"),
+    ("scheduling.services", "_record_round", "write"),
+    ("scheduling.services", "_apply", "write"),
+    ("scheduling.services", "_record_waiting", "write"),
+    ("scheduling.services", "_record_exploration", "write"),
+    ("scheduling.services", "round_summary", "write"),
+)
+
+
+def _wrap_steps(stats: dict, ctx) -> list:
+    """Wrap ``ROUND_STEPS`` to add each call's queries, SQL and wall time to ``stats``;
+    returns what to put back."""
+    import importlib
+
+    undo = []
+    for module_name, attr, phase in ROUND_STEPS:
+        module = importlib.import_module(module_name)
+        original = getattr(module, attr)
+
+        def wrapped(*a, _f=original, _key=(phase, attr), **kw):
+            n0, t0 = len(ctx.captured_queries), time.perf_counter()
+            try:
+                return _f(*a, **kw)
+            finally:
+                row = stats.setdefault(_key, [0, 0.0, 0.0])
+                queries = ctx.captured_queries[n0:]
+                row[0] += len(queries)
+                row[1] += sum(float(q["time"]) for q in queries)
+                row[2] += time.perf_counter() - t0
+
+        setattr(module, attr, wrapped)
+        undo.append((module, attr, original))
+    return undo
+
+
+def _seq_scans(queries) -> None:
+    """Print each distinct read of ``queries`` that touches more than 10,000 rows of one
+    table (EXPLAIN ANALYZE: rows a scan returned plus those its filter removed): the reads
+    that grow with the history rather than with live jobs."""
+    import re
+
+    seen = set()
+    for q in queries:
+        sql = q["sql"]
+        if not sql.startswith("SELECT"):
+            continue
+        shape = re.sub(r"\d+", "N", sql)
+        if shape in seen:
+            continue
+        seen.add(shape)
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN ANALYZE " + sql)
+            plan = [row[0] for row in cursor.fetchall()]
+        table, touched = None, 0
+        for line in [*plan, "-> end"]:
+            scan = re.search(
+                r"Scan (?:using \w+ )?on (\w+).*actual time=\S+ rows=(\d+) loops=(\d+)", line
+            )
+            removed = re.search(r"Rows Removed by (?:Filter|Index Recheck): (\d+)", line)
+            if removed and table:
+                touched += int(removed.group(1))
+                continue
+            if "->" in line or scan:
+                if table and touched > 10_000:
+                    where = sql.find(" WHERE ")
+                    say(f"    {touched:8d} rows of {table}: {sql[:70]} ...{sql[where:][:200]}")
+                table, touched = None, 0
+            if scan:
+                table, touched = scan.group(1), int(scan.group(2)) * int(scan.group(3))
+
+
+def steady(args) -> None:
+    """A steady round on the filled history, rolled back: nodes heard from now, a first
+    forced round makes the running jobs what the planner keeps, then ``--repeat`` more
+    rounds a round length apart are measured, step by step (read and write phases)."""
+    from django.test.utils import CaptureQueriesContext
+
+    from cluster.choices import ACTIVE_JOB_STATES
+    from scheduling.models import SchedulerSettings
+    from scheduling.services import run_scheduling_round
+
+    interval = timedelta(seconds=SchedulerSettings.load().round_interval_s)
+    try:
+        with transaction.atomic():
+            now = timezone.now()
+            Node.objects.update(last_heartbeat_at=now + interval * (args.repeat + 2))
+            t = time.perf_counter()
+            first = run_scheduling_round(now=now, force=True)
+            say(
+                f"settling round: {len(first.plan.changes)} changes, "
+                f"{time.perf_counter() - t:.1f} s"
+            )
+            for k in range(1, args.repeat + 1):
+                at = now + k * interval
+                stats: dict = {}
+                reset_queries()
+                with CaptureQueriesContext(connection) as ctx:
+                    undo = _wrap_steps(stats, ctx)
+                    try:
+                        t = time.perf_counter()
+                        result = run_scheduling_round(now=at, force=True)
+                        elapsed = time.perf_counter() - t
+                    finally:
+                        for module, attr, original in undo:
+                            setattr(module, attr, original)
+                active = Job.objects.filter(state__in=ACTIVE_JOB_STATES).count()
+                running = Job.objects.filter(state=JobState.RUNNING).count()
+                db_ms = sum(float(q["time"]) for q in ctx.captured_queries) * 1000
+                say(
+                    f"round {k}: {active} active jobs ({running} running), "
+                    f"{len(result.plan.changes)} changes: {len(ctx.captured_queries)} q, "
+                    f"{elapsed * 1000:.0f} ms ({db_ms:.0f} ms in SQL)"
+                )
+                for phase in ("read", "plan", "write"):
+                    rows = [(a, v) for (p, a), v in stats.items() if p == phase]
+                    q = sum(v[0] for _, v in rows)
+                    sql = sum(v[1] for _, v in rows) * 1000
+                    wall = sum(v[2] for _, v in rows) * 1000
+                    say(f"  {phase:5} {q:5d} q {wall:8.0f} ms ({sql:6.0f} ms SQL)")
+                    for attr, (n, sql_s, wall_s) in rows:
+                        say(
+                            f"    {attr:38} {n:5d} q {wall_s * 1000:8.0f} ms "
+                            f"({sql_s * 1000:6.0f} ms SQL)"
+                        )
+                if args.slow_sql:
+                    for q in ctx.captured_queries:
+                        if float(q["time"]) * 1000 >= args.slow_sql:
+                            say(f"    {float(q['time']) * 1000:7.1f} ms {q['sql'][:400]}")
+                if args.explain:
+                    _seq_scans(ctx.captured_queries)
+            raise _RolledBack
+    except _RolledBack:
+        pass
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -692,6 +840,12 @@ def main() -> None:
     r = sub.add_parser("round", help="time one forced scheduling round (rolled back)")
     r.add_argument("--repeat", type=int, default=2)
     r.add_argument("--slow-sql", type=float, default=0.0, help="print queries over this many ms")
+    st = sub.add_parser(
+        "steady", help="time steady rounds after a settling one, by step (rolled back)"
+    )
+    st.add_argument("--repeat", type=int, default=2)
+    st.add_argument("--slow-sql", type=float, default=0.0, help="print queries over this many ms")
+    st.add_argument("--explain", action="store_true", help="print reads that scan a big table")
     args = parser.parse_args()
     if args.command == "fill":
         with transaction.atomic():
@@ -699,6 +853,9 @@ def main() -> None:
     elif args.command == "round":
         settings.DEBUG = False
         round_(args)
+    elif args.command == "steady":
+        settings.DEBUG = False
+        steady(args)
     else:
         settings.DEBUG = False
         measure(args)

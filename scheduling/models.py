@@ -339,6 +339,17 @@ class JobSchedulingState(models.Model):
 
     class Meta:
         verbose_name = "job scheduling state"
+        indexes = [
+            # The states not yet folded into a profile that have a model to fold: what
+            # ``workload_profiles.fold_finished_jobs`` looks for every round. Without it the
+            # round read every job's state (94,000 rows of a large cluster's history, most
+            # of them finished jobs with no model, which are never folded).
+            models.Index(
+                fields=["job"],
+                name="schedstate_unfolded_idx",
+                condition=models.Q(profile_version__isnull=True) & ~models.Q(online_params={}),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"job {self.job_id}: {self.observation_count()} observations"

@@ -52,6 +52,7 @@ from django.utils import timezone
 
 from cluster import services as cluster_services
 from cluster.choices import (
+    ACTIVE_JOB_STATES,
     TERMINAL_JOB_STATES,
     WAITING_JOB_STATES,
     HardLimitAction,
@@ -388,7 +389,8 @@ def run_scheduling_round(
             )
         # Counts after the plan was carried out: a change that lost a race, or a running job a
         # hold_queue budget lets finish, is counted as it is, not as planned.
-        counts = Job.objects.aggregate(
+        # (Of the active jobs only: over every job, each round read the whole history.)
+        counts = Job.objects.filter(state__in=ACTIVE_JOB_STATES).aggregate(
             queued=Count("pk", filter=Q(state=JobState.QUEUED)),
             running=Count("pk", filter=Q(state=JobState.RUNNING)),
             waiting=Count("pk", filter=Q(pending_round=round_row, state__in=WAITING_JOB_STATES)),
