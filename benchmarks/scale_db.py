@@ -20,6 +20,11 @@ writes, with ``bulk_create`` and, for the telemetry tables, PostgreSQL's COPY:
   per-minute energy), GPU hours for the period, GPU minutes for the last ``--minute-hours``
   and raw 1 Hz samples for the last ``--sample-minutes``.
 
+``steady`` (rolled back) marks every node heard from, runs one forced round that makes the
+running jobs what the planner keeps, then times ``--repeat`` more rounds step by step (the
+read steps, the plan, the write steps: queries, SQL and wall time of each); ``--explain``
+prints each distinct read that touches over 10,000 rows of one table (EXPLAIN ANALYZE).
+
 ``measure`` logs in as ``admin``, ``lead01`` (lead of team-01) and ``t01_member1`` and gets
 every page and every API list and detail, printing the SQL query count and the median wall
 time of each (Django's test client, in process, with ``CaptureQueriesContext``). The largest
