@@ -36,18 +36,11 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (
-    Case,
-    CharField,
     Count,
-    DateTimeField,
     F,
     Q,
     Sum,
-    TextField,
-    Value,
-    When,
 )
-from django.db.models.functions import Cast
 from django.utils import timezone
 
 from cluster import services as cluster_services
@@ -639,8 +632,11 @@ def _record_waiting(
     why a job waits), for jobs still queued or paused; and on each running job a spent
     ``hold_queue`` budget keeps where it runs (``plan.held``), why it would otherwise wait.
 
-    One statement whatever the queue's length (a CASE per column); a round with hundreds of
-    waiting jobs must not cost hundreds of round trips. Returns how many jobs it marked.
+    One statement whatever the queue's length; a round with hundreds of waiting jobs must
+    not cost hundreds of round trips. The values go as four arrays joined by id, not as a
+    CASE per column with a branch per job: Django took 3 s to compile that statement for a
+    large cluster's 1,550 waiting jobs (three CASEs of 1,550 branches each), PostgreSQL 0.5 s
+    to run it. Returns how many jobs it marked.
     """
     held = {int(job_id): reason for job_id, reason in plan.held.items()}
     # A running job a spent hold_queue budget kept says why it would wait (the pages show it
@@ -652,27 +648,28 @@ def _record_waiting(
         return 0
     waiting = {int(job_id): reason for job_id, reason in plan.waiting.items()}
 
-    def case(values: dict[int, Any], field) -> Case:
-        return Case(
-            *(When(pk=pk, then=Value(value, output_field=field)) for pk, value in values.items()),
-            output_field=field,
-        )
-
     def mark(reasons: dict[int, core.WaitReason], states) -> int:
         if not reasons:
             return 0
-        return Job.objects.filter(pk__in=list(reasons), state__in=states).update(
-            pending_reason_code=case(
-                {pk: WaitCode(str(r.code)).value for pk, r in reasons.items()}, CharField()
-            ),
-            pending_reason=case({pk: r.message for pk, r in reasons.items()}, TextField()),
-            # Cast: with every branch NULL PostgreSQL would type the CASE as text.
-            pending_until=Cast(
-                case({pk: _until(r) for pk, r in reasons.items()}, DateTimeField()),
-                DateTimeField(),
-            ),
-            pending_round=round_row,
-        )
+        ids = list(reasons)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Job._meta.db_table} AS job SET pending_reason_code = reason.code, "
+                "pending_reason = reason.message, pending_until = reason.until, "
+                "pending_round_id = %s "
+                "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::timestamptz[]) "
+                "AS reason (id, code, message, until) "
+                "WHERE job.id = reason.id AND job.state = ANY(%s::text[])",
+                [
+                    round_row.pk,
+                    ids,
+                    [WaitCode(str(reasons[pk].code)).value for pk in ids],
+                    [reasons[pk].message for pk in ids],
+                    [_until(reasons[pk]) for pk in ids],
+                    sorted(str(state) for state in states),
+                ],
+            )
+            return cursor.rowcount
 
     mark(held, (JobState.RUNNING,))
     return mark(waiting, WAITING_JOB_STATES)
