@@ -116,7 +116,8 @@ def report_rows(start: date, end: date, *, jobs: bool = True) -> dict[str, list[
 
 @admin_required
 def reports(request):
-    form = ReportPeriodForm(request.GET or None)
+    # A page of jobs alone (?page=2) is the default period's, not a period left blank.
+    form = ReportPeriodForm(request.GET if {"start", "end"} & set(request.GET) else None)
     start, end = report_period(form, today=timezone.now().date())
     if not form.is_bound:
         form = ReportPeriodForm(initial={"start": start, "end": end})

@@ -130,6 +130,10 @@ def test_the_reports_page_lists_jobs_a_page_at_a_time_and_keeps_every_total(
     assert [r["name"] for r in seen] == [f"job-{k}" for k in range(4, -1, -1)]
     assert sum(r["energy_kwh"] for r in seen) == pytest.approx(ledger_kwh)
     assert "page=2#report-job" in client.get(reverse("frontend:reports"), period).content.decode()
+    # a page alone is the default period's (the last 30 days, as here)
+    alone = client.get(reverse("frontend:reports"), {"page": 3})
+    assert alone.status_code == 200
+    assert [r["name"] for r in alone.context["rows"]["job"]] == ["job-0"]
     csv_lines = b"".join(
         client.get(reverse("frontend:reports-csv"), period).streaming_content
     ).decode()
