@@ -2,6 +2,7 @@
 (``--repeats 0`` ended in an IndexError after building a 1,024-GPU cluster, an unknown
 policy in a KeyError), and ``--help`` prints help (``bench_whatif.py`` ran instead)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -68,4 +69,41 @@ def test_plan_round_rounds_plans_the_long_queue_and_exits_0():
     result = _bench("plan_round_rounds.py", "--rounds", "1", "--running", "50", "--waiting", "200")
 
     assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+
+
+def test_plan_identity_digests_do_not_depend_on_the_hash_seed():
+    # ONES's carried population follows string hashing: without the script's fixed seed
+    # these two processes wrote different digests of the same plans.
+    runs = [
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "benchmarks" / "plan_identity.py"),
+                "--only",
+                "ones-1k-energy",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )  # fmt: skip
+        for seed in ("1", "2")
+    ]
+
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    lines = runs[0].stdout.splitlines()
+    assert [line.split(" plan=")[0] for line in lines] == [
+        f"ones-1k-energy-catalog round={r}" for r in range(3)
+    ]
+    assert runs[1].stdout == runs[0].stdout
+
+
+def test_plan_identity_refuses_a_filter_that_matches_no_case():
+    result = _bench("plan_identity.py", "--only", "no-such-case")
+
+    assert result.returncode == 2
+    assert result.stderr == "no case matches 'no-such-case'\n"
     assert result.stdout == ""
