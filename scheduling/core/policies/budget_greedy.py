@@ -692,18 +692,6 @@ class _Round:
         b_index = {b.budget_id: i for i, b in enumerate(budgets)}
         self.jobs = jobs = list(ctx.jobs)
         opts_memo: dict = {}
-        self.opts = [policy._options(ctx, jv, opts_memo) for jv in jobs]
-        # (budget index, is it cluster-wide) of each job's payers; jobs of one team share
-        # the tuple (long queues).
-        payer_memo: dict[tuple[str, ...], tuple[tuple[int, bool], ...]] = {}
-        for jv in jobs:
-            if jv.budget_ids not in payer_memo:
-                payer_memo[jv.budget_ids] = tuple(
-                    (b_index[bid], budgets[b_index[bid]].team is None) for bid in jv.budget_ids
-                )
-        self.pays = [payer_memo[jv.budget_ids] for jv in jobs]
-        idle_of = {m: ctx.idle_power_w(m) for m in {jv.gpu_model for jv in jobs}}
-        self.job_idle_w = [idle_of[jv.gpu_model] for jv in jobs]
         # The idle draw a job's cost leaves out (``cost_above_idle`` None): only while idle
         # GPUs stay powered and every budget that pays for the job is the cluster's, which
         # pays the idle GPUs anyway. A team budget pays the whole draw of its jobs' GPUs
@@ -713,29 +701,73 @@ class _Round:
         # team's period budget at three times its straight line (docs/benchmarks.md,
         # "Team budgets pay the idle draw"). True / False: above idle / the whole draw
         # for every job.
-        # Once per set of payers (a long queue has few).
         forced = policy.cost_above_idle
         powered = not ctx.snapshot.power_off_idle_nodes
-        above_idle = {
-            ids: bool(forced) or (forced is None and powered and all(c for _, c in pays))
-            for ids, pays in payer_memo.items()
-        }
-        self.cost_idle_w = [
-            idle_w if above_idle[jv.budget_ids] else 0.0
-            for idle_w, jv in zip(self.job_idle_w, jobs, strict=True)
-        ]
-        self.running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
-        # (read by the order and the price: a property, computed once)
-        self.remaining_iters = [jv.job.remaining_iters for jv in jobs]
         # What a job's round energy counts against the allowances, per predicted joule:
         # more than 1 for an estimate (``prediction_margin``): a learned model, or any model
         # where the snapshot's are not exact (the service's catalog models too).
         learned = 1.0 + policy.prediction_margin
         exact = ctx.snapshot.exact_perf
         estimated = (OnlinePerfModel, BlendedPerfModel)
-        self.margin = [
-            1.0 if exact and not isinstance(jv.perf, estimated) else learned for jv in jobs
-        ]
+        # Everything above depends only on a job's shape (its GPU and perf model, sizes,
+        # batches, scales and payers): worked out once per shape, as a long queue has
+        # few, and looked up per job.
+        payer_memo: dict[tuple[str, ...], tuple[tuple[int, bool], ...]] = {}
+        idle_of: dict[str, float] = {}
+        shapes: dict[tuple, tuple] = {}
+        rows = []
+        for jv in jobs:
+            job = jv.job
+            shape = (
+                jv.gpu_model, id(jv.perf), job.min_gpus, job.max_gpus, job.global_batch,
+                job.min_batch, job.max_batch, job.noise_scale, job.iter_time_scale,
+                job.power_scale, jv.budget_ids,
+            )  # fmt: skip
+            row = shapes.get(shape)
+            if row is None:
+                opts = policy._options(ctx, jv, opts_memo)
+                # (budget index, is it cluster-wide) of the job's payers
+                pays = payer_memo.get(jv.budget_ids)
+                if pays is None:
+                    pays = payer_memo[jv.budget_ids] = tuple(
+                        (b_index[bid], budgets[b_index[bid]].team is None) for bid in jv.budget_ids
+                    )
+                idle_w = idle_of.get(jv.gpu_model)
+                if idle_w is None:
+                    idle_w = idle_of[jv.gpu_model] = ctx.idle_power_w(jv.gpu_model)
+                above_idle = bool(forced) or (
+                    forced is None and powered and all(c for _, c in pays)
+                )
+                cost_idle_w = idle_w if above_idle else 0.0
+                margin = 1.0 if exact and not isinstance(jv.perf, estimated) else learned
+                # ``hull_of``'s key: jobs with the same one share a per-iteration hull
+                hull_key = (
+                    id(opts), id(jv.perf), job.global_batch, job.noise_scale,
+                    job.iter_time_scale, job.power_scale, cost_idle_w,
+                )  # fmt: skip
+                row = shapes[shape] = (
+                    opts,
+                    pays,
+                    idle_w,
+                    cost_idle_w,
+                    margin,
+                    hull_key,
+                    len(shapes),
+                )
+            rows.append(row)
+        self.opts = [row[0] for row in rows]
+        # the fewest GPUs any job starts on: with none free, no job further down fits
+        self.least_n0 = min((o[0][0] for o in opts_memo.values()), default=0)
+        self.pays = [row[1] for row in rows]
+        self.job_idle_w = [row[2] for row in rows]
+        self.cost_idle_w = [row[3] for row in rows]
+        self.margin = [row[4] for row in rows]
+        self.hull_key = [row[5] for row in rows]
+        self.running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
+        # (read by the order and the price: a property, computed once)
+        self.remaining_iters = [jv.job.remaining_iters for jv in jobs]
+        # the most GPUs each perf model has measured (``_measured_gpus``), by id
+        self._max_measured: dict[int, int | None] = {}
 
     # --- the cost model -----------------------------------------------------------
 
@@ -827,20 +859,10 @@ class _Round:
         restart), each scaled. A job whose learned model has measured it (running, or
         stopped and waiting) also pays the risk of the counts beyond what it measured
         (``_measured_gpus``), on a hull of its own."""
-        jv = self.jobs[j]
-        job = jv.job
         r = self.remaining_iters[j]
         if self.policy.cost == "carbon" or r <= 0.0:
             return lower_hull(self.points(j)), 1.0, ("job", j)
-        key = (
-            id(self.opts[j]),
-            id(jv.perf),
-            job.global_batch,
-            job.noise_scale,
-            job.iter_time_scale,
-            job.power_scale,
-            self.cost_idle_w[j],
-        )
+        key = self.hull_key[j]
         ran = self.running_n[j]
         if not ran:
             # A waiting job that has run (stopped, preempted) has measured counts too:
@@ -916,7 +938,11 @@ class _Round:
         beyond what was measured with the worst case of the round that measures it."""
         if not self.policy.unmeasured_risk:
             return None
-        measured = getattr(self.jobs[j].perf, "max_measured_gpus", None)
+        perf = self.jobs[j].perf
+        known = self._max_measured
+        measured = known.get(id(perf), -1)
+        if measured == -1:  # (a property over the model's cells: once a model a round)
+            measured = known[id(perf)] = getattr(perf, "max_measured_gpus", None)
         # (a waiting job that never ran has measured nothing: its prior box holds it)
         if measured is None or not (measured or ran):
             return None
@@ -1063,10 +1089,15 @@ class _Round:
         # be refused at admission, and the jobs behind it, left without targets or
         # allowance, waited on idle GPUs whatever their own budgets held.
         probe = dict(self.ledger.free)
+        left = sum(probe.values())  # GPUs still free of any model
+        takes_one = self.least_n0 >= 1
         for j in self.order_:
+            if not left and takes_one:
+                break  # every GPU is taken: no job further down the queue fits
             model, n0 = jobs[j].gpu_model, opts[j][0][0]
             if probe.get(model, 0) >= n0 and not self._unpayable(j):
                 probe[model] -= n0
+                left -= n0
                 self.candidates.add(j)
 
     def _room(self, bi: int, joules: float) -> bool:
@@ -1184,7 +1215,12 @@ class _Round:
             return
         # admit_one's first test inlined: behind full GPUs a long queue only waits
         free, jobs, opts = self.ledger.free, self.jobs, self.opts
-        for j in self.order_:
+        takes_one = self.least_n0 >= 1
+        for k, j in enumerate(self.order_):
+            if takes_one and not any(free.values()):
+                # every GPU is taken (admission only takes): the rest of the queue waits
+                self.gpu_blocked.extend(self.order_[k:])
+                break
             if free.get(jobs[j].gpu_model, 0) < opts[j][0][0]:
                 self.gpu_blocked.append(j)
                 continue
