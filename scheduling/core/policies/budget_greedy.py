@@ -763,6 +763,8 @@ class _Round:
         self.cost_idle_w = [row[3] for row in rows]
         self.margin = [row[4] for row in rows]
         self.hull_key = [row[5] for row in rows]
+        self.shape_of = [row[6] for row in rows]
+        self.submit_s = [jv.job.submit_time_s for jv in jobs]
         self.running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
         # (read by the order and the price: a property, computed once)
         self.remaining_iters = [jv.job.remaining_iters for jv in jobs]
@@ -913,6 +915,21 @@ class _Round:
                 pts.append((c * r + self._round_risk(n, c, t, r, measured), t * r + restart, tag))
         return lower_hull(pts), 1.0, ("job", j)
 
+    def waiting_hull(self, j: int) -> tuple[list, Any] | None:
+        """``hull_of``'s shared hull and key for job j, a waiting job with work left, if
+        the greedy ranks by energy and its model has measured nothing: the same for every
+        waiting job of its shape (``shape_of``) with work left, whose hull is it times its
+        remaining iterations. None where ``hull_of`` makes such a job a hull of its own."""
+        if self.policy.cost == "carbon":
+            return None
+        if self._measured_gpus(j, 0):
+            return None
+        key = self.hull_key[j]
+        hull = self.unit_hulls.get(key)
+        if hull is None:
+            hull = self.unit_hulls[key] = lower_hull(self._unit_points(j, key))
+        return hull, key
+
     def _round_risk(self, n: int, c: float, t: float, r: float, measured: float) -> float:
         """What a count of ``n`` GPUs beyond the ``measured`` ones risks, for a point of
         ``c`` cost and ``t`` seconds an iteration and ``r`` iterations left: its extra
@@ -1037,10 +1054,12 @@ class _Round:
         jobs, opts, policy = self.jobs, self.opts, self.policy
         starve_s, now = policy.starvation_s, self.ctx.now_s
         by_length = policy.admission != "fifo" or policy.rank == "hesrpt"
+        fifo = policy.admission == "fifo"
         predict = self.ctx.cache.predict
-        # The batch and seconds per iteration at the minimum, by options and perf model
-        # (a long queue has few of each).
-        min_iter: dict[tuple[int, int], tuple[int, float]] = {}
+        # The batch and seconds per iteration at the minimum, by shape (a long queue has
+        # few; the options and perf model are the shape's).
+        min_iter: dict[int, tuple[int, float]] = {}
+        shape_of, remaining, min_s = self.shape_of, self.remaining_iters, self.min_s
         # Sort keys by class (running or not, priority, group): a class's jobs are sorted
         # on the rest of the key alone, in the same order as on the whole key, without
         # comparing the class's equal leading fields at every comparison of a long queue.
@@ -1057,32 +1076,27 @@ class _Round:
             if by_length:
                 # RoundContext.remaining_and_power at the minimum, inlined: every job
                 # of a long queue needs it for the order
-                shape = (id(opts[j]), id(jv.perf))
-                hit = min_iter.get(shape)
+                hit = min_iter.get(shape_of[j])
                 if hit is None:
                     sizes, clocks, batches, b0 = opts[j]
                     iter_s, _ = predict(jv.perf, sizes[0], batches[b0], clocks[0], None)
-                    hit = min_iter[shape] = (batches[b0], iter_s)
-                batch, iter_s = hit
-                self.min_s[j] = (
-                    self.remaining_iters[j] * job.global_batch / batch * iter_s
-                ) * job.iter_time_scale
+                    hit = min_iter[shape_of[j]] = (batches[b0], iter_s)
+                min_s[j] = (remaining[j] * job.global_batch / hit[0] * hit[1]) * job.iter_time_scale
             # Running jobs first, then a higher priority first (``by_priority`` with the
             # running kept ahead, in the same key).
-            ahead, prio = (0, 0) if group == 0 else (1, -job.priority)
-            if policy.admission == "fifo" or group == 1:
-                cls, length = (ahead, prio, min(group, 1)), 0.0
+            if group == 0:
+                cls = (0, 0, 0)
             else:
-                cls, length = (ahead, prio, group), self.min_s[j]
+                cls = (1, -job.priority, 1 if fifo or group == 1 else 2)
             rows = classes.get(cls)
             if rows is None:
                 rows = classes[cls] = []
-            rows.append((length, job.submit_time_s, job.job_id, j))
+            rows.append((0.0 if fifo or group == 1 else min_s[j], job.submit_time_s, job.job_id, j))
         self.order_ = []
         for cls in sorted(classes):
             rows = classes[cls]
             rows.sort()
-            self.order_.extend(row[-1] for row in rows)
+            self.order_ += [row[3] for row in rows]
         # The jobs the GPUs could admit at their minimum: only they can run this round,
         # so only they need target configurations. A job that a budget cannot pay for
         # at any allowance this round (a spent team budget) takes no GPUs here: it would

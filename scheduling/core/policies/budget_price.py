@@ -123,7 +123,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     share the hull, so a long queue of similar jobs is priced by few hulls. Only
     ``rnd.candidates`` (the jobs that the GPUs could admit this round) get targets and
     count towards the allowance; every job counts towards the price."""
-    ctx, jobs, opts, pays = rnd.ctx, rnd.jobs, rnd.opts, rnd.pays
+    ctx, jobs, opts, pays, running_n = rnd.ctx, rnd.jobs, rnd.opts, rnd.pays, rnd.running_n
     box_eval, hull_of, deltas, min_eval = rnd.box_eval, rnd.hull_of, rnd.deltas, rnd.min_eval
     candidates, floor_w, curve = rnd.candidates, rnd.floor_w, rnd.curve
     allow_e, allow_c, idle_floor_j, to_g = rnd.allow_e, rnd.allow_c, rnd.idle_floor_j, rnd.to_g
@@ -153,6 +153,11 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     groups: dict[tuple[Any, Hashable], tuple[Hull, Hashable, list[int], list[int], list]] = {}
     arrived: list[int] = []
     mine_of: dict[tuple[tuple[int, bool], ...], list[int]] = {}
+    # A waiting job that has measured nothing has its shape's hull times its remaining
+    # iterations, in its shape's group (``_Round.waiting_hull``): found once a shape.
+    shape_of, remaining, waiting_hull = rnd.shape_of, rnd.remaining_iters, rnd.waiting_hull
+    by_shape: dict[int, tuple | None] = {}
+    submit_s = rnd.submit_s
     for j in range(len(jobs)):
         p = pays[j]
         mine = mine_of.get(p)
@@ -160,13 +165,32 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             mine = mine_of[p] = [bi for bi, _ in p if priced[bi]]
         if not mine:
             continue
-        hj = hulls[j] = hull_of(j)
-        g = groups.get((p, hj[2]))
-        if g is None:
-            g = groups[p, hj[2]] = (hj[0], hj[2], mine, [], [])
-        g[3].append(j)
-        g[4].append(hj[1])
-        if prev_now is None or jobs[j].job.submit_time_s > prev_now:
+        r = remaining[j]
+        known = None
+        if r > 0.0 and not running_n[j]:
+            shape = shape_of[j]
+            known = by_shape.get(shape, False)
+            if known is False:
+                known = waiting_hull(j)
+                if known is not None:
+                    g = groups.get((p, known[1]))
+                    if g is None:
+                        g = groups[p, known[1]] = (known[0], known[1], mine, [], [])
+                    known = (known[0], known[1], g)
+                by_shape[shape] = known
+        if known is not None:
+            h, key, g = known
+            hulls[j] = (h, r, key)
+            g[3].append(j)
+            g[4].append(r)
+        else:
+            hj = hulls[j] = hull_of(j)
+            g = groups.get((p, hj[2]))
+            if g is None:
+                g = groups[p, hj[2]] = (hj[0], hj[2], mine, [], [])
+            g[3].append(j)
+            g[4].append(hj[1])
+        if prev_now is None or submit_s[j] > prev_now:
             arrived.append(j)
     # Per budget, its jobs' hulls by key with their summed scales (jobs that share a
     # hull are priced as one), and its groups of jobs.
