@@ -41,7 +41,8 @@ class PerfCache:
     ) -> None:
         self._catalog = catalog
         self._job_perf = dict(job_perf or {})
-        self._learned_jobs = {job_id for job_id, _ in self._job_perf}
+        # ids of the jobs with a learned model of their own (read only)
+        self.learned_jobs = frozenset(job_id for job_id, _ in self._job_perf)
         self._models: dict[tuple[str, str], PerfModel | None] = {}
         self._pred: dict[tuple, tuple[float, float]] = {}
         self._idle: dict[str, float] = dict(idle_power_w or {})
@@ -54,7 +55,7 @@ class PerfCache:
 
     def has_own_model(self, job: Job) -> bool:
         """Whether the job has a learned model of its own on some GPU model."""
-        return job.job_id in self._learned_jobs
+        return job.job_id in self.learned_jobs
 
     def model_for(self, job: Job, gpu_model: str) -> PerfModel | None:
         """The job's own learned model on ``gpu_model`` if it has one, else the catalog's."""

@@ -117,8 +117,9 @@ def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, Wa
     # A job without a learned model resolves as every job of its workload, GPU model and
     # least GPU count does (queues are long).
     resolved: dict[tuple[str, str | None, int], tuple] = {}
+    learned = cache.learned_jobs
     for job in snapshot.jobs:
-        if cache.has_own_model(job):
+        if learned and job.job_id in learned:  # cache.has_own_model(job), inlined
             model, perf, reason = _resolve_model(job, models_by_size, capacity, cache)
         else:
             shape = (job.workload, job.gpu_model, job.min_gpus)

@@ -576,6 +576,8 @@ class _Round:
         self.starving: set[int] = set()  # waiting past starvation_s
         self.min_s = [0.0] * len(self.jobs)  # remaining time at the minimum (by_length)
         self.deferred: list[int] = []  # admitted by the greedy (admission="marginal")
+        # How far down ``order_`` any job was admitted: the rest all wait behind full GPUs.
+        self.admitted_in: int | None = None
         self.weights: dict[int, float] = {}  # hesrpt: share of jobs not shorter
         self.scaling: dict[int, float] = {}  # hesrpt: the last size step's exponent
         self.sorted_min_s: list[float] | None = None
@@ -755,16 +757,15 @@ class _Round:
                     len(shapes),
                 )
             rows.append(row)
-        self.opts = [row[0] for row in rows]
+        # (read only, by job index: the rows' columns)
+        (
+            self.opts, self.pays, self.job_idle_w, self.cost_idle_w, self.margin,
+            self.hull_key, self.shape_of,
+        ) = zip(*rows, strict=True) if rows else ((),) * 7  # fmt: skip
         # the fewest GPUs any job starts on: with none free, no job further down fits
         self.least_n0 = min((o[0][0] for o in opts_memo.values()), default=0)
-        self.pays = [row[1] for row in rows]
-        self.job_idle_w = [row[2] for row in rows]
-        self.cost_idle_w = [row[3] for row in rows]
-        self.margin = [row[4] for row in rows]
-        self.hull_key = [row[5] for row in rows]
-        self.shape_of = [row[6] for row in rows]
         self.submit_s = [jv.job.submit_time_s for jv in jobs]
+        self.job_ids = [jv.job.job_id for jv in jobs]
         self.running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
         # (read by the order and the price: a property, computed once)
         self.remaining_iters = [jv.job.remaining_iters for jv in jobs]
@@ -1234,6 +1235,7 @@ class _Round:
             if takes_one and not any(free.values()):
                 # every GPU is taken (admission only takes): the rest of the queue waits
                 self.gpu_blocked.extend(self.order_[k:])
+                self.admitted_in = k
                 break
             if free.get(jobs[j].gpu_model, 0) < opts[j][0][0]:
                 self.gpu_blocked.append(j)
@@ -1557,7 +1559,7 @@ class _Round:
         self.heap: list[tuple] = []
         self.budget_blocked_steps.clear()
         self.spend_fell.clear()
-        for j in self.order_:
+        for j in self.order_[: self.admitted_in]:
             if j in self.cfg:
                 self._push(j)
         for j in self.deferred:
@@ -1733,7 +1735,7 @@ class _Round:
         ctx, jobs, opts, budgets = self.ctx, self.jobs, self.opts, self.budgets
         grants = []
         granted: list[tuple[JobView, int, float]] = []
-        for j in self.order_:
+        for j in self.order_[: self.admitted_in]:
             if j not in self.cfg:
                 continue
             sizes, clocks, batches, _ = opts[j]
@@ -1744,18 +1746,23 @@ class _Round:
         waiting: dict[str, WaitReason] = {}
         forecast = FreeForecast(ctx, granted)
         behind: dict[tuple[str, int], WaitReason] = {}  # one per GPU model and count
+        by_shape: dict[int, WaitReason] = {}  # (a shape's jobs share model and count)
+        shape_of, job_ids = self.shape_of, self.job_ids
         for j in self.gpu_blocked:
-            jv = jobs[j]
-            n0 = opts[j][0][0]
-            reason = behind.get((jv.gpu_model, n0))
+            reason = by_shape.get(shape_of[j])
             if reason is None:
-                reason = behind[jv.gpu_model, n0] = WaitReason(
-                    WaitCode.BEHIND_IN_QUEUE,
-                    f"Waiting: the {ctx.capacity[jv.gpu_model]} {jv.gpu_model} GPUs are all "
-                    f"given to jobs ranked ahead of it; it needs {n0}.",
-                    until_s=forecast.at(jv, n0),
-                )
-            waiting[jv.job.job_id] = reason
+                jv = jobs[j]
+                n0 = opts[j][0][0]
+                reason = behind.get((jv.gpu_model, n0))
+                if reason is None:
+                    reason = behind[jv.gpu_model, n0] = WaitReason(
+                        WaitCode.BEHIND_IN_QUEUE,
+                        f"Waiting: the {ctx.capacity[jv.gpu_model]} {jv.gpu_model} GPUs are "
+                        f"all given to jobs ranked ahead of it; it needs {n0}.",
+                        until_s=forecast.at(jv, n0),
+                    )
+                by_shape[shape_of[j]] = reason
+            waiting[job_ids[j]] = reason
         for j, bi in self.budget_blocked.items():
             short = bool(self.prices) and math.isinf(self.prices[bi])
             waiting[jobs[j].job.job_id] = self.policy._over_allowance(

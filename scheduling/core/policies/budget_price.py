@@ -60,10 +60,10 @@ class _Hulls(dict):
 
     def __init__(self) -> None:
         super().__init__()
-        self._cuts: dict[Hashable, tuple[Hull, float, float]] = {}
+        self.cuts: dict[Hashable, tuple[Hull, float, float]] = {}
 
     def __missing__(self, key: Hashable) -> Hull:
-        hull = self[key] = lower_hull(in_period_points(*self._cuts[key]))
+        hull = self[key] = lower_hull(in_period_points(*self.cuts[key]))
         return hull
 
     def cut_key(self, hull: Hull, key: Hashable, scale: float, left_s: float) -> Hashable:
@@ -73,13 +73,13 @@ class _Hulls(dict):
         if hull[0][1] * scale <= left_s:  # the cheapest point, the slowest, finishes in time
             return key
         cut = ("in_period", key, scale, left_s)
-        if cut not in self._cuts:  # every cut, made a hull or not
-            self._cuts[cut] = (hull, scale, left_s)
+        if cut not in self.cuts:  # every cut, made a hull or not
+            self.cuts[cut] = (hull, scale, left_s)
         return cut
 
     def cheapest(self, key: Hashable) -> float:
         """The cost of the hull's cheapest point (the least cost of its points)."""
-        cut = self._cuts.get(key)
+        cut = self.cuts.get(key)
         if cut is not None:  # a cut: the least of its points' costs, as in_period_points
             hull, scale, left_s = cut
             return min(c * min(1.0, left_s / (t * scale)) for c, t, _ in hull)
@@ -226,8 +226,8 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             cap = least_n * left_of[b_i]
             if least_nt * top <= cap:  # every job's least use ends before the period
                 gpu_s[b_i] += least_nt * total
-            else:
-                gpu_s[b_i] += sum(min(least_nt * scale, cap) for scale in scales)
+            else:  # (min(least_nt * scale, cap) per scale, without a call per scale)
+                gpu_s[b_i] += sum([cap if cap < x else x for x in [least_nt * s for s in scales]])
             w = weight[b_i]
             w[key] = w.get(key, 0.0) + total
             members[b_i].append(g)
@@ -312,13 +312,20 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             # hours) got an infinite price and ran at its minimum however little of the
             # budget it used. Price this budget on in-period costs instead.
             cut_w: dict[Hashable, float] = {}
+            cuts = shared.cuts
             for h, key, _, _, scales in members[b_i]:
                 slowest = h[0][1]  # the cheapest point's time: a job cut at all is cut there
                 if slowest * max(scales) <= left_s:
                     cut_w[key] = cut_w.get(key, 0.0) + sum(scales)
                     continue
                 for scale in scales:
-                    k2 = shared.cut_key(h, key, scale, left_s)
+                    # shared.cut_key(h, key, scale, left_s), inlined (a long queue's jobs)
+                    if slowest * scale <= left_s:
+                        k2 = key
+                    else:
+                        k2 = ("in_period", key, scale, left_s)
+                        if k2 not in cuts:
+                            cuts[k2] = (h, scale, left_s)
                     cut_w[k2] = cut_w.get(k2, 0.0) + scale
             cut_at[b_i] = left_s
             weight[b_i] = cut_w
