@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from scheduling.core.goodput import iters_to_finish, useful_samples_per_iter
@@ -145,6 +146,11 @@ class RoundContext:
     held: Mapping[str, WaitReason] = field(default_factory=dict)
     # The cluster the policy may hand out: the snapshot's, less the pinned GPUs.
     cluster: Cluster | None = None
+
+    @cached_property
+    def views_by_id(self) -> dict[str, JobView]:
+        """The admitted jobs' views by job id (read only; the round's stages share it)."""
+        return {jv.job.job_id: jv for jv in self.jobs}
 
     @property
     def free_cluster(self) -> Cluster:

@@ -117,9 +117,18 @@ def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, Wa
     # A job without a learned model resolves as every job of its workload, GPU model and
     # least GPU count does (queues are long).
     resolved: dict[tuple[str, str | None, int], tuple] = {}
+    # The same per (workload, GPU model, least GPU count, team), for the common case: an
+    # admitted job that nothing holds, whose view needs only the model, perf and payers.
+    free_to_run: dict[tuple[str, str | None, int, str], tuple] = {}
     learned = cache.learned_jobs
     for job in snapshot.jobs:
-        if learned and job.job_id in learned:  # cache.has_own_model(job), inlined
+        own = learned and job.job_id in learned  # cache.has_own_model(job), inlined
+        if not own:
+            hit = free_to_run.get((job.workload, job.gpu_model, job.min_gpus, job.team))
+            if hit is not None:
+                views.append(JobView(job, *hit))
+                continue
+        if own:
             model, perf, reason = _resolve_model(job, models_by_size, capacity, cache)
         else:
             shape = (job.workload, job.gpu_model, job.min_gpus)
@@ -156,6 +165,12 @@ def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, Wa
             continue
         # positional: a frozen view takes a third longer to make by keywords, one per job
         views.append(JobView(job, model, perf, pay_ids))
+        if not own:
+            free_to_run[job.workload, job.gpu_model, job.min_gpus, job.team] = (
+                model,
+                perf,
+                pay_ids,
+            )
     free_cluster = snapshot.cluster
     if pinned:
         pinned_gpus = {gid for jv in pinned for gid in jv.job.allocation.gpu_ids}
@@ -274,7 +289,7 @@ def _check_explicit(ctx: RoundContext, policy: Policy, decision: PolicyDecision)
 
 def allocate(ctx: RoundContext, policy: Policy) -> PolicyDecision:
     decision = policy.allocate(ctx)
-    admitted = {jv.job.job_id: jv for jv in ctx.jobs}
+    admitted = ctx.views_by_id
     used: dict[str, int] = {}
     seen: set[str] = set()
     for g in decision.grants:
@@ -309,13 +324,13 @@ def allocate(ctx: RoundContext, policy: Policy) -> PolicyDecision:
 def place(
     ctx: RoundContext, decision: PolicyDecision, *, placement: str | None
 ) -> tuple[dict[str, Allocation], dict[str, WaitReason]]:
-    jobs = {jv.job.job_id: jv.job for jv in ctx.jobs}
+    views = ctx.views_by_id
     requests = []
     named = {gid for g in decision.grants for gid in g.gpu_ids}
     for g in decision.grants:
         if g.gpu_ids:
             continue
-        cur = jobs[g.job_id].allocation
+        cur = views[g.job_id].job.allocation
         requests.append(
             PlacementRequest(g.job_id, g.n_gpus, g.gpu_model, cur.gpu_ids if cur else ())
         )
@@ -395,7 +410,9 @@ def _finish(
     snapshot = ctx.snapshot
     round_s = snapshot.round_length_s
     ci = snapshot.carbon.ci_g_per_kwh
-    views = {jv.job.job_id: jv for jv in (*ctx.jobs, *ctx.pinned)}
+    views = ctx.views_by_id
+    if ctx.pinned:
+        views = {**views, **{jv.job.job_id: jv for jv in ctx.pinned}}
     busy_by_budget: dict[str, float] = {}
     total_j = 0.0
     busy_j = 0.0
