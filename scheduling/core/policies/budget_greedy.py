@@ -718,6 +718,8 @@ class _Round:
         idle_of: dict[str, float] = {}
         shapes: dict[tuple, tuple] = {}
         rows = []
+        self.shape_first: list[int] = []  # by shape: its first job's index
+        shape_first = self.shape_first
         for jv in jobs:
             job = jv.job
             shape = (
@@ -756,6 +758,7 @@ class _Round:
                     hull_key,
                     len(shapes),
                 )
+                shape_first.append(len(rows))
             rows.append(row)
         # (read only, by job index: the rows' columns)
         (
@@ -1053,7 +1056,7 @@ class _Round:
         budgets aside: only they can run this round, so only they need target
         configurations."""
         jobs, opts, policy = self.jobs, self.opts, self.policy
-        starve_s, now = policy.starvation_s, self.ctx.now_s
+        starve_s = policy.starvation_s
         by_length = policy.admission != "fifo" or policy.rank == "hesrpt"
         fifo = policy.admission == "fifo"
         predict = self.ctx.cache.predict
@@ -1061,43 +1064,33 @@ class _Round:
         # few; the options and perf model are the shape's).
         min_iter: dict[int, tuple[int, float]] = {}
         shape_of, remaining, min_s = self.shape_of, self.remaining_iters, self.min_s
-        # Sort keys by class (running or not, priority, group): a class's jobs are sorted
-        # on the rest of the key alone, in the same order as on the whole key, without
-        # comparing the class's equal leading fields at every comparison of a long queue.
-        classes: dict[tuple[int, int, int], list[tuple]] = {}
-        for j, jv in enumerate(jobs):
-            job = jv.job
-            if job.allocation is not None:
-                group = 0
-            elif starve_s is not None and now - waiting_since_s(job) >= starve_s:
-                group = 1  # earliest submitted first, whatever its length
-                self.starving.add(j)
-            else:
-                group = 2
-            if by_length:
-                # RoundContext.remaining_and_power at the minimum, inlined: every job
-                # of a long queue needs it for the order
-                hit = min_iter.get(shape_of[j])
-                if hit is None:
-                    sizes, clocks, batches, b0 = opts[j]
-                    iter_s, _ = predict(jv.perf, sizes[0], batches[b0], clocks[0], None)
-                    hit = min_iter[shape_of[j]] = (batches[b0], iter_s)
-                min_s[j] = (remaining[j] * job.global_batch / hit[0] * hit[1]) * job.iter_time_scale
-            # Running jobs first, then a higher priority first (``by_priority`` with the
-            # running kept ahead, in the same key).
-            if group == 0:
-                cls = (0, 0, 0)
-            else:
-                cls = (1, -job.priority, 1 if fifo or group == 1 else 2)
-            rows = classes.get(cls)
-            if rows is None:
-                rows = classes[cls] = []
-            rows.append((0.0 if fifo or group == 1 else min_s[j], job.submit_time_s, job.job_id, j))
-        self.order_ = []
-        for cls in sorted(classes):
-            rows = classes[cls]
-            rows.sort()
-            self.order_ += [row[3] for row in rows]
+        n = len(jobs)
+        if by_length:
+            # RoundContext.remaining_and_power at the minimum, inlined: every job of a
+            # long queue needs it for the order; the prediction is its shape's
+            for shape, j in enumerate(self.shape_first):
+                sizes, clocks, batches, b0 = opts[j]
+                iter_s, _ = predict(jobs[j].perf, sizes[0], batches[b0], clocks[0], None)
+                min_iter[shape] = (batches[b0], iter_s)
+            self.min_s = min_s = [
+                (r * jv.job.global_batch / hit[0] * hit[1]) * jv.job.iter_time_scale
+                for r, jv, hit in zip(remaining, jobs, [min_iter[s] for s in shape_of], strict=True)
+            ]
+        length = [0.0] * n if fifo or not by_length else min_s
+        running = [jv.job.allocation is not None for jv in jobs]
+        if starve_s is None and not any(
+            jv.job.priority for jv, run in zip(jobs, running, strict=True) if not run
+        ):
+            # Two classes, running jobs and waiting jobs of one priority: each sorted
+            # on the rest of its key (length, submit time, id, index).
+            keys = list(zip(length, self.submit_s, self.job_ids, range(n), strict=True))
+            ahead = [k for k, run in zip(keys, running, strict=True) if run]
+            behind = [k for k, run in zip(keys, running, strict=True) if not run]
+            ahead.sort()
+            behind.sort()
+            self.order_ = [k[3] for k in ahead] + [k[3] for k in behind]
+        else:
+            self._order_by_class(length, running)
         # The jobs the GPUs could admit at their minimum: only they can run this round,
         # so only they need target configurations. A job that a budget cannot pay for
         # at any allowance this round (a spent team budget) takes no GPUs here: it would
@@ -1114,6 +1107,38 @@ class _Round:
                 probe[model] -= n0
                 left -= n0
                 self.candidates.add(j)
+
+    def _order_by_class(self, length: list[float], running: list[bool]) -> None:
+        """``order_`` by class (running or not, priority, group): a class's jobs are sorted
+        on the rest of the key alone, in the same order as on the whole key, without
+        comparing the class's equal leading fields at every comparison of a long queue."""
+        starve_s, now = self.policy.starvation_s, self.ctx.now_s
+        fifo = self.policy.admission == "fifo"
+        classes: dict[tuple[int, int, int], list[tuple]] = {}
+        for j, jv in enumerate(self.jobs):
+            job = jv.job
+            if running[j]:
+                group = 0
+            elif starve_s is not None and now - waiting_since_s(job) >= starve_s:
+                group = 1  # earliest submitted first, whatever its length
+                self.starving.add(j)
+            else:
+                group = 2
+            # Running jobs first, then a higher priority first (``by_priority`` with the
+            # running kept ahead, in the same key).
+            if group == 0:
+                cls = (0, 0, 0)
+            else:
+                cls = (1, -job.priority, 1 if fifo or group == 1 else 2)
+            rows = classes.get(cls)
+            if rows is None:
+                rows = classes[cls] = []
+            rows.append((0.0 if group == 1 else length[j], job.submit_time_s, job.job_id, j))
+        self.order_ = []
+        for cls in sorted(classes):
+            rows = classes[cls]
+            rows.sort()
+            self.order_ += [row[3] for row in rows]
 
     def _room(self, bi: int, joules: float) -> bool:
         """Whether budget ``bi``'s cap (``_budget_caps``) holds ``joules`` more this round."""
