@@ -500,7 +500,9 @@ def explore_round(
     policy ``explores``."""
     snapshot = ctx.snapshot
     before = snapshot.exploration
-    records = {j.job_id: before[j.job_id] for j in snapshot.jobs if j.job_id in before}
+    records = (
+        {j.job_id: before[j.job_id] for j in snapshot.jobs if j.job_id in before} if before else {}
+    )
     frac = snapshot.exploration_budget_frac
     if frac is None or not explores or not decision.grants:
         return decision, records

@@ -374,10 +374,9 @@ def place(
 
 def diff(jobs: tuple[Job, ...], allocations: Mapping[str, Allocation]) -> tuple[Change, ...]:
     changes = []
-    for job in jobs:
+    # (a long queue's waiting jobs, neither running nor given GPUs, passed over at once)
+    for job in [j for j in jobs if j.allocation is not None or j.job_id in allocations]:
         before, after = job.allocation, allocations.get(job.job_id)
-        if before is None and after is None:
-            continue
         if before is None:
             kind = ChangeKind.START
         elif after is None:

@@ -147,6 +147,9 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         for b_i, b in enumerate(budgets)
     ]
     hulls: dict[int, tuple[Hull, float, Hashable]] = {}
+    # A waiting job of a shared hull: (hull, key, group) by job index (its scale is its
+    # remaining iterations), in place of an entry in ``hulls``.
+    by_job: list[tuple | None] = [None] * len(jobs)
     shared = _Hulls()
     # Jobs by their payers and hull: (hull, key, priced payers, jobs, scales). A long
     # queue is a few groups of many jobs, and most of what follows is per group.
@@ -179,8 +182,8 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                     known = (known[0], known[1], g)
                 by_shape[shape] = known
         if known is not None:
-            h, key, g = known
-            hulls[j] = (h, r, key)
+            g = known[2]
+            by_job[j] = known  # its hull: (known[0], r, known[1]), made where needed
             g[3].append(j)
             g[4].append(r)
         else:
@@ -232,7 +235,8 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             w[key] = w.get(key, 0.0) + total
             members[b_i].append(g)
     for j in arrived:
-        h, scale, _ = hulls[j]
+        hj = hulls.get(j)
+        h, scale = (by_job[j][0], remaining[j]) if hj is None else hj[:2]
         # Arrivals' cheapest cost by octave of their time at it: the sums of C, C * T
         # and C / T.
         c0, t0 = h[0][0] * scale, max(h[0][1] * scale, 1.0)
@@ -352,8 +356,9 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     # (A module function, not a closure: names a closure captures become cells, and this
     # function's loops over every job read them about 10% slower.)
     choose = functools.partial(
-        _choose, hulls=hulls, mine_of=mine_of, pays=pays, price=price, cut_at=cut_at,
-        shared=shared, chosen=chosen, hour_hull=rnd.hour_hull if at_hour else None,
+        _choose, hulls=hulls, by_job=by_job, remaining=remaining, mine_of=mine_of, pays=pays,
+        price=price, cut_at=cut_at, shared=shared, chosen=chosen,
+        hour_hull=rnd.hour_hull if at_hour else None,
     )  # fmt: skip
     rnd.price_choice = choose  # for a job admitted later without being a candidate
     for j in candidates:
@@ -498,6 +503,8 @@ def _choose(
     j: int,
     *,
     hulls: Mapping[int, tuple[Hull, float, Hashable]],
+    by_job: Sequence[tuple | None],
+    remaining: Sequence[float],
     mine_of: Mapping[Any, list[int]],
     pays: Sequence[Any],
     price: Sequence[float],
@@ -508,9 +515,14 @@ def _choose(
 ) -> tuple[int, int, int] | None:
     """Job j's target at its budgets' prices (None: no priced budget pays for it);
     ``hour_hull``: a carbon price's hour hull, where it chooses on it (``hour_price``)."""
-    if j not in hulls:
-        return None
-    h, scale, key = hulls[j]
+    hj = hulls.get(j)
+    if hj is None:
+        shared_hull = by_job[j]
+        if shared_hull is None:
+            return None  # no priced budget pays for it
+        h, scale, key = shared_hull[0], remaining[j], shared_hull[1]
+    else:
+        h, scale, key = hj
     payers = mine_of[pays[j]]
     lam = max(price[bi] for bi in payers)
     if hour_hull is not None and 0.0 < lam < math.inf:
