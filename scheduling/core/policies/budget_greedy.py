@@ -771,7 +771,10 @@ class _Round:
         self.job_ids = [jv.job.job_id for jv in jobs]
         self.running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
         # (read by the order and the price: a property, computed once)
-        self.remaining_iters = [jv.job.remaining_iters for jv in jobs]
+        # (Job.remaining_iters, max(total - done, 0.0), inlined: a call per job of a queue)
+        self.remaining_iters = [
+            0.0 if 0.0 > (r := jv.job.total_iters - jv.job.done_iters) else r for jv in jobs
+        ]
         # the most GPUs each perf model has measured (``_measured_gpus``), by id
         self._max_measured: dict[int, int | None] = {}
 
