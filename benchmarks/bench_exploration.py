@@ -3,7 +3,7 @@ power limit of a workload it has never seen, within a bounded cost?
 
     nice .venv/bin/python benchmarks/bench_exploration.py [--budget 0.03] [--step 0.01]
         [--fill-budget] [--known noise-aware|model|observed|fitted] [--only workload|gpu]
-        [--noise SIGMA] [--seed N] [--misses]
+        [--noise SIGMA] [--seed N] [--misses] [--idle split|lowest|catalog]
 
 For every Zeus power-limit sweep (GPU x workload x batch size), a job of that workload and
 batch starts at the default (highest) limit with the prior of ``bench_online_model``
@@ -213,7 +213,14 @@ def main() -> int:
     parser.add_argument("--fill-margin", type=float, default=float("inf"),
                         help="fill only with limits predicted within this share of the least "
                         "energy known")  # fmt: skip
+    parser.add_argument(
+        "--idle",
+        choices=bom.IDLE_MODES,
+        default=bom.IDLE,
+        help="what the job's draw is read against (bench_online_model's --idle)",
+    )
     args = parser.parse_args()
+    bom.IDLE = args.idle
     if not (0 < args.budget < 1 and 0 < args.step < 1):
         parser.error("--budget and --step must be between 0 and 1")
     assert perf_data.ZEUS_GPUS  # the data these cases come from

@@ -2,7 +2,7 @@
 (``scheduling/core/online_model.py``) learns a job the catalog has never seen.
 
     nice .venv/bin/python benchmarks/bench_online_model.py [--steps 1 5 20] [--json out.json]
-        [--weight 60] [--network-level 0.5]
+        [--weight 60] [--network-level 0.5] [--idle split|lowest|catalog]
 
 ``--network-level`` sets how much of a job's time level moves its prior's all-reduce
 (``online_model.NETWORK_LEVEL``, whose value is the default; 1 is the rule before 6 Dec).
@@ -28,7 +28,9 @@ already observed and on configurations never observed (median and max relative e
   candidates, chosen on time and draw, the draw's level included. Each candidate's compute
   time is split into fixed and per-sample parts, and its draw's batch shape set, from the
   job's own draw at the default limit (``draw_shaped_prior``: the busy fraction between the
-  least and the most loading candidate's draw; ``--draw-split``, ``--no-draw-shape``).
+  GPU's idle draw as the live service estimates it and the most loading candidate's draw,
+  the draw's shape from the least loading candidate's draw; ``--idle``, ``--draw-split``,
+  ``--no-draw-shape``).
   The job starts at its median batch at the default (highest) power limit, steps the limit
   down 25 W at a time (Zeus' just-in-time profiling), then moves to the other batches,
   nearest first.
@@ -108,6 +110,14 @@ DRAW_SPLIT = "draw"
 # round pools every progress interval and NVML sample of a configuration, dozens a minute.
 WEIGHT = 1.0
 DRAW_SHAPE = True  # --no-draw-shape: keep the candidate's draw-versus-batch shape
+# --idle: what a job's draw is read against where the data measured no idle draw (the Zeus
+# GPUs). "split" (the default since 7 Dec 2026): the time's split against the GPU's idle draw
+# as the live service estimates it for a GPU model the catalog lacks
+# (``catalog_idle_estimate_w``), the draw's batch shape from the least loading candidate's
+# draw (``draw_shaped_prior``'s ``floor_w``); "lowest" (before): both against the least
+# loading candidate's draw; "catalog": both against the estimated idle draw.
+IDLE_MODES = ("split", "lowest", "catalog")
+IDLE = "split"
 
 
 def param_counts() -> dict[str, float]:
@@ -418,9 +428,16 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
     prior_share = DRAW_SPLIT_MODES[DRAW_SPLIT]
     if case.draw_level and prior_share is not None:
         # The GPU's idle and busy-maximum draw: the spec's idle where known, else the least
-        # loading candidate's draw; the most loading candidate's (Zeus specs know no idle).
+        # loading candidate's draw (``--idle``); the most loading candidate's (Zeus specs
+        # know no idle).
         low_w, high_w = draw_range_w(case.candidates)
         idle_w = case.candidates[0].gpu.idle_power_w or low_w
+        floor_w = None
+        if IDLE != "lowest":
+            # The GPU's idle as the live service estimates it; with "split" the draw's
+            # batch shape still starts from the least loading candidate's draw.
+            floor_w = low_w if IDLE == "split" else None
+            idle_w = catalog_idle_estimate_w(case.candidates[0].gpu.power_limit_max_w)
         out = [
             draw_shaped_prior(
                 c,
@@ -429,6 +446,7 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
                 busy_max_w=high_w,
                 prior_share=prior_share,
                 draw_shape=DRAW_SHAPE,
+                floor_w=floor_w,
             )
             for c in out
         ]
@@ -443,6 +461,22 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
                 for c in out
             ]
     return out
+
+
+def catalog_idle_estimate_w(max_limit_w: float) -> float:
+    """The idle draw the live service assumes for a GPU model the catalog lacks, whose
+    highest power limit is ``max_limit_w``: the catalog GPU nearest by highest limit, its
+    idle draw x the ratio of the highest limits (``workload_profiles.gpu_draw_range_w``,
+    ``nearest_catalog_gpu``, ``_estimated_for``; pure here, no Django)."""
+    from scheduling.core.context import catalog_idle_power_w
+
+    catalog = load_catalog()
+    near = min(
+        sorted(catalog.gpus),
+        key=lambda g: (abs(math.log(catalog.gpus[g].power_limit_max_w / max_limit_w)), g),
+    )
+    ratio = max_limit_w / catalog.gpus[near].power_limit_max_w
+    return catalog_idle_power_w(catalog, near) * ratio
 
 
 def _hint(case: Case, candidates: Sequence[FittedPerfModel]) -> str | None:
@@ -557,7 +591,7 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def main() -> int:
-    global PARAMS, BY_WORKLOAD, DRAW_SPLIT, DRAW_SHAPE, WEIGHT
+    global PARAMS, BY_WORKLOAD, DRAW_SPLIT, DRAW_SHAPE, WEIGHT, IDLE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--baseline", action="store_true", help="also score refine_scales")
@@ -571,6 +605,7 @@ def main() -> int:
         "--draw-split", choices=list(DRAW_SPLIT_MODES), default=DRAW_SPLIT, help="(above)"
     )
     parser.add_argument("--no-draw-shape", action="store_true", help="(above)")
+    parser.add_argument("--idle", choices=IDLE_MODES, default=IDLE, help="(above)")
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per configuration")
     parser.add_argument(
         "--network-level",
@@ -586,6 +621,7 @@ def main() -> int:
         parser.error("--weight must be a finite positive number")
     WEIGHT = args.weight
     DRAW_SHAPE = not args.no_draw_shape
+    IDLE = args.idle
     PARAMS, BY_WORKLOAD, DRAW_SPLIT = args.params, args.by_workload, args.draw_split
     if any(k < 1 for k in args.steps):
         parser.error("--steps must be positive")

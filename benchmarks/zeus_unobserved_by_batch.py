@@ -1,12 +1,13 @@
 """Zeus leave one workload out after 5 observations: where the never-observed error lies.
 
-    nice .venv/bin/python benchmarks/zeus_unobserved_by_batch.py
+    nice .venv/bin/python benchmarks/zeus_unobserved_by_batch.py [--idle split|lowest|catalog]
 
 Scores the replays of ``bench_online_model`` (its Zeus cases and ``fit_case``) and splits
 each never-observed configuration by its per-GPU batch relative to the one batch the job
 ran at in its first 5 observations; "power" is the error of the draw alone.
 """
 
+import argparse
 import statistics
 import sys
 from collections import defaultdict
@@ -15,6 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_online_model as b  # noqa: E402
 
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--idle", choices=b.IDLE_MODES, default=b.IDLE, help="bench_online_model's")
+b.IDLE = parser.parse_args().idle
 cases = b._zeus_cases(gpu_out=False)
 rows = defaultdict(list)
 for case in cases:

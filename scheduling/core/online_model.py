@@ -735,6 +735,7 @@ def draw_shaped_prior(
     busy_max_w: float,
     prior_share: float = 0.0,
     draw_shape: bool = False,
+    floor_w: float | None = None,
 ) -> FittedPerfModel:
     """``prior`` with its compute time's split into fixed and per-sample parts taken from the
     job's own draw (``draw_busy_fraction``) instead of from the prior's workload.
@@ -747,7 +748,20 @@ def draw_shaped_prior(
     time at ``b0`` is the prior's, so nothing that was predicted at the observed batch
     changes; only how the time bends away from it. ``prior_share`` in [0, 1] averages the
     draw's split with the prior's in logit space (0: the draw's alone). Without a draw at
-    the default limit, ``prior`` is returned unchanged."""
+    the default limit, ``prior`` is returned unchanged.
+
+    ``floor_w`` (None: ``idle_w``, one reading for both): the least any workload draws on
+    this GPU, the floor the draw's batch shape starts from. A GPU that runs a job's light
+    work (lookups, copies, kernels that wait on memory, with its clocks up) draws more than
+    at rest but no more as that work grows with the batch. The share of the time the GPU
+    works at all, ``u`` (the time's split), is read against its idle draw; the share of
+    that work that loads it beyond the floor, ``heavy``, is the job's draw above the floor
+    as a share of the span above it, over ``u``. The draw then rises with the per-sample
+    share of the time (``batch_half = alpha_c / beta_c``, as with one reading) from the
+    floor towards ``floor + (busy_max - floor) x heavy``, never past it, and is the job's
+    own at ``b0``. A job at the floor is predicted a flat draw with a time that still grows
+    per sample (ncf on an A40: 84 W at every batch from 8 to 32,768, its time x16 from 512
+    to 32,768); docs/benchmarks.md, "Two readings of one draw"."""
     found = draw_busy_fraction(prior, observations, idle_w=idle_w, busy_max_w=busy_max_w)
     if found is None:
         return prior
@@ -769,10 +783,23 @@ def draw_shaped_prior(
     if draw_shape:
         # The same reading for the draw: busy a share b / (b + alpha_c / beta_c) of the time,
         # so P(b) = idle + (busy_max - idle) x b / (b + batch_half), batch_half = alpha / beta.
+        half = throughput.alpha_c_s / throughput.beta_c_s
+        low_w, top_w = idle_w, busy_max_w
+        if floor_w is not None and floor_w != idle_w:
+            found = draw_busy_fraction(prior, observations, idle_w=floor_w, busy_max_w=busy_max_w)
+            if found is not None:
+                # Of the time the GPU works (u, read against its idle draw), the share
+                # that loads it more than the floor: the job's draw above the floor, as a
+                # share of the span above it, over u. That share of the per-sample work
+                # draws the busy maximum, the rest the floor, so the draw rises with the
+                # per-sample share of the time (batch_half alpha / beta, as the one reading
+                # has it) towards floor + (busy_max - floor) x heavy, never past it.
+                heavy = min(found[1] / u, 1.0) if u > 0 else 0.0
+                low_w, top_w = floor_w, floor_w + (busy_max_w - floor_w) * heavy
         power = PowerParams(
-            busy_max_w=busy_max_w,
-            batch_half=throughput.alpha_c_s / throughput.beta_c_s,
-            busy_floor_frac=min(max(idle_w / busy_max_w, 0.0), 1.0),
+            busy_max_w=top_w,
+            batch_half=half,
+            busy_floor_frac=min(max(low_w / top_w, 0.0), 1.0) if top_w > 0 else 1.0,
         )
     return FittedPerfModel(
         workload=prior.workload,

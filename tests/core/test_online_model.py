@@ -315,6 +315,57 @@ def test_the_fit_keeps_the_draws_batch_shape_after_five_reports_at_one_batch():
     assert without > 2.0 * t0
 
 
+def test_a_job_at_the_light_work_floor_gets_a_flat_draw_and_a_time_that_grows_per_sample():
+    # A GPU that runs a job's light work (lookups, copies, clocks up) draws more than at rest
+    # but no more as the batch grows: the time's split is read against the idle draw, the
+    # draw's batch shape against that floor (ncf on an A40: 84 W at every batch).
+    floor_w = 120.0
+    b0 = 64.0
+    t0 = PRIOR.iter_time_s(config_of(1, 1, b0))
+    seen = [drawing(floor_w, b0, iter_time_s=t0)]
+    at = {b: config_of(1, 1, b) for b in (8.0, b0, 512.0)}
+
+    def shaped(**floor):
+        return draw_shaped_prior(
+            PRIOR, seen, idle_w=IDLE_W, busy_max_w=BUSY_MAX_W, draw_shape=True, **floor
+        )
+
+    two = shaped(floor_w=floor_w)
+    u = (floor_w - IDLE_W) / (BUSY_MAX_W - IDLE_W)  # busy a share u above rest
+    assert two.iter_time_s(at[b0]) == pytest.approx(t0, rel=1e-9)
+    assert two.iter_time_s(at[512.0]) == pytest.approx(t0 * (1.0 + 7.0 * u), rel=1e-6)
+    assert two.power_w(at[b0]) == pytest.approx(floor_w, rel=0.01)
+    assert two.power_w(at[512.0]) == pytest.approx(floor_w, rel=0.01)
+    assert two.power_w(at[8.0]) == pytest.approx(floor_w, rel=0.01)
+    # One reading (the default, and floor_w at the idle draw): the draw rises with the time's
+    # per-sample share, 2.2x from 64 to 512 here; the time is the same.
+    one = shaped()
+    assert shaped(floor_w=IDLE_W).power_w(at[512.0]) == one.power_w(at[512.0])
+    assert one.power_w(at[512.0]) > 2.0 * one.power_w(at[b0])
+    assert one.iter_time_s(at[512.0]) == pytest.approx(two.iter_time_s(at[512.0]), rel=1e-9)
+    # Above the floor: of the time the GPU works (u), the share that loads it beyond the
+    # floor draws the busy maximum; the draw is the job's own at b0 and rises with the
+    # per-sample share of the time towards floor + span x that share, never past it.
+    mid_w = (floor_w + BUSY_MAX_W) / 2.0
+    above = draw_shaped_prior(
+        PRIOR,
+        [drawing(mid_w, b0, iter_time_s=t0)],
+        idle_w=IDLE_W,
+        busy_max_w=BUSY_MAX_W,
+        draw_shape=True,
+        floor_w=floor_w,
+    )
+    u = (mid_w - IDLE_W) / (BUSY_MAX_W - IDLE_W)
+    heavy = 0.5 / u
+    top_w = floor_w + (BUSY_MAX_W - floor_w) * heavy
+    assert above.power.busy_max_w == pytest.approx(top_w, rel=1e-9)
+    assert above.power_w(at[b0]) == pytest.approx(mid_w, rel=1e-6)
+    half = b0 * (1.0 - u) / u  # the time's alpha_c / beta_c
+    expected = floor_w + (top_w - floor_w) * 512.0 / (512.0 + half)
+    assert above.power_w(at[512.0]) == pytest.approx(expected, rel=1e-6)
+    assert above.power_w(config_of(1, 1, 1e7)) < top_w < BUSY_MAX_W
+
+
 def test_the_draw_range_is_the_least_and_most_loading_candidates_draw():
     low, high = draw_range_w([PRIOR, TRUTH])
     draws = [m.power_w(config_of(1, 1, float(b))) for m in (PRIOR, TRUTH) for b in m.batch_sizes]
