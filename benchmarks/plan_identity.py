@@ -21,8 +21,9 @@ For each round it writes one line: the case, the round, the SHA-256 of ``repr(pl
     PYTHONPATH=. .venv/bin/python benchmarks/plan_identity.py --out /tmp/ids-new.txt
     diff /tmp/ids-base.txt /tmp/ids-new.txt && echo identical
 
-It runs under ``PYTHONHASHSEED=0`` (it restarts itself so where it is not): ONES's carried
-population is ordered by string hashing, so its digests change from process to process.
+It runs under ``PYTHONHASHSEED=0`` (it restarts itself so where it is not), so that any
+order left to string hashing cannot make two runs differ (ONES's carried population was so
+ordered until 7 Dec: ``tests/core/test_ones_hash_seed.py``).
 ``--only SUBSTRING`` runs the cases whose name contains it; ``--list`` names them.
 """
 

@@ -294,7 +294,10 @@ class _Search:
         draws = [random() for _ in self.ids]
         position, floor, caps = self.position, self.floor, self.caps
         child = {}
-        for jid in a.keys() | b.keys():
+        # In queue order: a set's order follows the strings' hashes, which change from one
+        # process to the next (PYTHONHASHSEED), and the child's order is carried in the
+        # policy state to the next round.
+        for jid in sorted(a.keys() | b.keys(), key=position.__getitem__):
             n = (b if draws[position[jid]] < p else a).get(jid, 0)
             if n > 0:
                 child[jid] = min(max(n, floor[jid]), caps[jid])  # clip()
