@@ -111,13 +111,15 @@ DRAW_SPLIT = "draw"
 WEIGHT = 1.0
 DRAW_SHAPE = True  # --no-draw-shape: keep the candidate's draw-versus-batch shape
 # --idle: what a job's draw is read against where the data measured no idle draw (the Zeus
-# GPUs). "split" (the default since 7 Dec 2026): the time's split against the GPU's idle draw
+# GPUs). "catalog" (the default since 7 Dec 2026): both readings against the GPU's idle draw
 # as the live service estimates it for a GPU model the catalog lacks
-# (``catalog_idle_estimate_w``), the draw's batch shape from the least loading candidate's
-# draw (``draw_shaped_prior``'s ``floor_w``); "lowest" (before): both against the least
-# loading candidate's draw; "catalog": both against the estimated idle draw.
+# (``catalog_idle_estimate_w``), as the service's ``fit_prior`` reads a draw; "split": the
+# time's split so, the draw's batch shape from the least loading candidate's draw
+# (``draw_shaped_prior``'s ``floor_w``, which the service has no measure of and does not
+# pass); "lowest" (the rule before 7 Dec, which the service never used): both against the
+# least loading candidate's draw.
 IDLE_MODES = ("split", "lowest", "catalog")
-IDLE = "split"
+IDLE = "catalog"
 
 
 def param_counts() -> dict[str, float]:
