@@ -158,7 +158,9 @@ def reports(request):
 
 @admin_required
 def reports_csv(request):
-    form = ReportPeriodForm(request.GET or None)
+    # As the page: parameters other than the period's (a page link's ?page=2) leave it the
+    # default period's (they answered 400, the period's fields "required").
+    form = ReportPeriodForm(request.GET if {"start", "end"} & set(request.GET) else None)
     if form.is_bound and not form.is_valid():
         return HttpResponse(
             "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),

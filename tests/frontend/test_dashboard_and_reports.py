@@ -121,6 +121,10 @@ def test_report_and_csv_rows_are_the_ledger_per_team_user_and_job(scene):
         reverse("frontend:reports-csv"), {"start": "2020-01-01", "end": "2020-01-31"}
     )
     assert b"".join(empty.streaming_content).decode().splitlines()[1:] == []
+    # a page number alone is the default period's, as on the page (it was a 400)
+    paged = client.get(reverse("frontend:reports-csv"), {"page": "2"})
+    assert paged.status_code == 200
+    assert b"".join(paged.streaming_content).decode().startswith("level,key,name")
 
 
 def test_small_amounts_read_in_their_own_digits_on_the_report_and_the_job_page(scene):
