@@ -109,53 +109,77 @@ def test_a_nodes_labels_changed_on_its_page_are_audited(client, admin_user, make
     assert len(_entries("node")) == 1
 
 
-def test_gpus_renamed_together_on_their_nodes_page_are_locked_in_id_order(
-    client, admin_user, make_node
-):
-    # (each rename locked its GPU's row in the page's order, by index, while a round locks a
-    # job's GPUs in id order: a page renaming two GPUs whose ids run against their indexes
-    # could wait on a round that waited on it)
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
+def _replaced_board_page(node, **row):
+    """A node of two GPUs whose ids run against their indexes (a replaced board: index 0
+    has the later id), and its admin page as posted with ``row``'s fields changed on both
+    GPU rows (a callable of the GPU gives a field per GPU); the GPUs by id."""
     from cluster.models import Gpu
 
-    node = make_node("node-01", gpus=2)
     low, high = Gpu.objects.filter(node=node).order_by("pk")
-    Gpu.objects.filter(pk=low.pk).update(index=7)  # the replaced board: index 0, a later id
+    Gpu.objects.filter(pk=low.pk).update(index=7)
     Gpu.objects.filter(pk=high.pk).update(index=0)
     Gpu.objects.filter(pk=low.pk).update(index=1)
-    client.force_login(admin_user)
     page = {
         "name": node.name, "switch_label": node.switch_label, "rack_label": node.rack_label,
         "gpu_model": node.gpu_model, "status": node.status,
         "gpus-TOTAL_FORMS": "2", "gpus-INITIAL_FORMS": "2",
         "gpus-MIN_NUM_FORMS": "0", "gpus-MAX_NUM_FORMS": "1000",
     }  # fmt: skip
-    for row, gpu in enumerate(Gpu.objects.filter(node=node).order_by("index")):
-        page.update({
-            f"gpus-{row}-id": gpu.pk, f"gpus-{row}-node": node.pk, f"gpus-{row}-index": gpu.index,
-            f"gpus-{row}-uuid": f"GPU-renamed-{gpu.index}", f"gpus-{row}-model": gpu.model,
-            f"gpus-{row}-memory_mb": gpu.memory_mb, f"gpus-{row}-power_limit_w": "",
-            f"gpus-{row}-sm_clock_mhz": "",
-        })  # fmt: skip
+    for i, gpu in enumerate(Gpu.objects.filter(node=node).order_by("index")):
+        fields = {
+            "id": gpu.pk, "node": node.pk, "index": gpu.index, "uuid": gpu.uuid,
+            "model": gpu.model, "memory_mb": gpu.memory_mb, "power_limit_w": "",
+            "sm_clock_mhz": "",
+        }  # fmt: skip
+        fields.update({k: v(gpu) if callable(v) else v for k, v in row.items()})
+        page.update({f"gpus-{i}-{k}": v for k, v in fields.items()})
+    return page, (low, high)
+
+
+def _gpu_statements(client, node, page, *, writes: bool):
+    """POST the node's page; its statements that lock (or, with ``writes``, update) GPU
+    rows, in order."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as queries:
         response = client.post(f"/admin/cluster/node/{node.pk}/change/", page)
-
     assert response.status_code == 302, response.content.decode()[:3000]
+    return [
+        q["sql"] for q in queries.captured_queries
+        if '"cluster_gpu"' in q["sql"]
+        and ("FOR NO KEY UPDATE" in q["sql"] or writes and q["sql"].startswith("UPDATE"))
+    ]  # fmt: skip
+
+
+def _locked_together_in_id_order(statements, gpus) -> None:
+    """The first statement locks both GPUs' rows in one, ordered by the id it selects."""
+    assert statements, "no GPU row was locked"
+    taken = re.search(
+        r'"cluster_gpu"\."id" AS "pk" .* IN \(([^)]*)\) ORDER BY 1 ASC', statements[0]
+    )
+    assert taken, statements[0]
+    assert sorted(int(pk) for pk in taken.group(1).split(",")) == [g.pk for g in gpus]
+
+
+def test_gpus_renamed_together_on_their_nodes_page_are_locked_in_id_order(
+    client, admin_user, make_node
+):
+    # (each rename locked its GPU's row in the page's order, by index, while a round locks a
+    # job's GPUs in id order: a page renaming two GPUs whose ids run against their indexes
+    # could wait on a round that waited on it)
+    from cluster.models import Gpu
+
+    node = make_node("node-01", gpus=2)
+    page, gpus = _replaced_board_page(node, uuid=lambda gpu: f"GPU-renamed-{gpu.index}")
+    client.force_login(admin_user)
+
+    locks = _gpu_statements(client, node, page, writes=False)
+
     assert set(Gpu.objects.filter(node=node).values_list("uuid", flat=True)) == {
         "GPU-renamed-0", "GPU-renamed-1"
     }  # fmt: skip
-    locks = [
-        q["sql"] for q in queries.captured_queries
-        if "FOR NO KEY UPDATE" in q["sql"] and '"cluster_gpu"' in q["sql"]
-    ]  # fmt: skip
-    # the first GPU lock takes both renamed rows, in id order, before any one row's check
-    assert locks, "no GPU row was locked"
-    taken = re.search(r'"cluster_gpu"\."id" AS "pk" .* IN \(([^)]*)\) ORDER BY 1 ASC', locks[0])
-    assert taken, locks[0]
-    assert [int(pk) for pk in taken.group(1).split(",")] == [low.pk, high.pk]
+    _locked_together_in_id_order(locks, gpus)
 
 
 def test_gpus_whose_limits_change_together_on_their_nodes_page_are_locked_in_id_order(
@@ -163,47 +187,14 @@ def test_gpus_whose_limits_change_together_on_their_nodes_page_are_locked_in_id_
 ):
     # (only renamed GPUs were locked first: rows whose power limit or clock changed were
     # locked by their UPDATEs, in the page's order by index, against a round's id order)
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     from cluster.models import Gpu
 
     node = make_node("node-01", gpus=2)
-    low, high = Gpu.objects.filter(node=node).order_by("pk")
-    Gpu.objects.filter(pk=low.pk).update(index=7)  # the replaced board: index 0, a later id
-    Gpu.objects.filter(pk=high.pk).update(index=0)
-    Gpu.objects.filter(pk=low.pk).update(index=1)
+    page, gpus = _replaced_board_page(node, power_limit_w="250")
     client.force_login(admin_user)
-    page = {
-        "name": node.name, "switch_label": node.switch_label, "rack_label": node.rack_label,
-        "gpu_model": node.gpu_model, "status": node.status,
-        "gpus-TOTAL_FORMS": "2", "gpus-INITIAL_FORMS": "2",
-        "gpus-MIN_NUM_FORMS": "0", "gpus-MAX_NUM_FORMS": "1000",
-    }  # fmt: skip
-    for row, gpu in enumerate(Gpu.objects.filter(node=node).order_by("index")):
-        page.update({
-            f"gpus-{row}-id": gpu.pk, f"gpus-{row}-node": node.pk, f"gpus-{row}-index": gpu.index,
-            f"gpus-{row}-uuid": gpu.uuid, f"gpus-{row}-model": gpu.model,
-            f"gpus-{row}-memory_mb": gpu.memory_mb, f"gpus-{row}-power_limit_w": "250",
-            f"gpus-{row}-sm_clock_mhz": "",
-        })  # fmt: skip
 
-    with CaptureQueriesContext(connection) as queries:
-        response = client.post(f"/admin/cluster/node/{node.pk}/change/", page)
+    writes = _gpu_statements(client, node, page, writes=True)
 
-    assert response.status_code == 302, response.content.decode()[:3000]
     assert set(Gpu.objects.filter(node=node).values_list("power_limit_w", flat=True)) == {250}
-    gpu_writes = [
-        q["sql"] for q in queries.captured_queries
-        if '"cluster_gpu"' in q["sql"]
-        and ("FOR NO KEY UPDATE" in q["sql"] or q["sql"].startswith("UPDATE"))
-    ]  # fmt: skip
-    # the first GPU row lock or write takes both changed rows, in id order
-    assert gpu_writes, "no GPU row was locked"
-    assert "FOR NO KEY UPDATE" in gpu_writes[0], gpu_writes[0]
-    # (ordered by the id: the selected column 1 is the id)
-    taken = re.search(
-        r'"cluster_gpu"\."id" AS "pk" .* IN \(([^)]*)\) ORDER BY 1 ASC', gpu_writes[0]
-    )
-    assert taken, gpu_writes[0]
-    assert sorted(int(pk) for pk in taken.group(1).split(",")) == [low.pk, high.pk]
+    assert "FOR NO KEY UPDATE" in writes[0], writes[0]  # a lock before any write
+    _locked_together_in_id_order(writes, gpus)
