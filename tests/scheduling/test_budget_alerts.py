@@ -336,8 +336,19 @@ def test_an_ended_budget_within_its_limit_or_long_ended_alerts_nobody(
     assert mail.outbox == []
 
 
+@pytest.mark.parametrize(
+    ("change", "then_quiet"),
+    [
+        # the action alone; then a warning fraction changes: nothing to tell
+        ({}, {"warn_fraction": 0.5}),
+        # the action with a limit (the alert took the new action, and nobody was told: its
+        # e-mail's "this budget only notifies" stayed the leads' last word while the team's
+        # jobs were paused); then a limit alone, still spent: nothing to tell
+        ({"energy_limit_kwh": 1.1}, {"energy_limit_kwh": 1.05}),
+    ],
+)
 def test_a_spent_budget_whose_action_changes_mails_its_leads_again(
-    cluster, people, team, make_job, django_capture_on_commit_callbacks
+    cluster, people, team, make_job, django_capture_on_commit_callbacks, change, then_quiet
 ):
     # (the leads were told "this budget only notifies"; a lead switched it to pause_jobs and
     # the team's jobs stopped, with no word to the other leads)
@@ -350,50 +361,22 @@ def test_a_spent_budget_whose_action_changes_mails_its_leads_again(
     # when a lead changes what the budget does at its limit, inside its period
     cluster_services.save_budget(
         budget, actor=people["lead"], at=T0 + MINUTE / 2,
-        changes={"hard_limit_action": HardLimitAction.PAUSE_JOBS},
+        changes={"hard_limit_action": HardLimitAction.PAUSE_JOBS, **change},
     )  # fmt: skip
     _round(T0 + MINUTE, django_capture_on_commit_callbacks)
 
-    # then the job is paused, and the leads are told so once
+    # then the job is paused, and the leads are told so once, with the limit as it is
     job.refresh_from_db()
     assert job.state != JobState.RUNNING
     assert len(mail.outbox) == 2
     assert "Running jobs are paused" in mail.outbox[1].body
+    limit = change.get("energy_limit_kwh", 1)
+    assert f"energy 1.2 of {limit:g} kWh" in mail.outbox[1].subject
     assert BudgetAlert.objects.get().action == HardLimitAction.PAUSE_JOBS
     _round(T0 + 2 * MINUTE, django_capture_on_commit_callbacks)
     assert len(mail.outbox) == 2
-    # an edit of something else (a warning fraction) sends nothing
     cluster_services.save_budget(
-        budget, actor=people["lead"], at=T0 + 2 * MINUTE, changes={"warn_fraction": 0.5}
-    )
-    _round(T0 + 3 * MINUTE, django_capture_on_commit_callbacks)
-    assert len(mail.outbox) == 2
-
-
-def test_an_action_changed_with_a_limit_in_one_edit_mails_the_leads_again(
-    cluster, people, team, make_job, django_capture_on_commit_callbacks
-):
-    # (changed alone, the action was mailed again; changed in the same edit as a limit, the
-    # alert took the new action and nobody was told: the e-mail's "this budget only
-    # notifies" stayed the leads' last word while the team's jobs were paused)
-    budget = _budget(team, HardLimitAction.NOTIFY_ONLY)
-    job = _job(make_job, people["member"], team)
-    _spend(team, job, hour=T0 - timedelta(hours=2), kwh=1.2)
-    _round(T0, django_capture_on_commit_callbacks)
-    assert len(mail.outbox) == 1
-
-    cluster_services.save_budget(
-        budget, actor=people["lead"], at=T0 + MINUTE / 2,
-        changes={"hard_limit_action": HardLimitAction.PAUSE_JOBS, "energy_limit_kwh": 1.1},
-    )  # fmt: skip
-    _round(T0 + MINUTE, django_capture_on_commit_callbacks)
-
-    assert len(mail.outbox) == 2
-    assert "Running jobs are paused" in mail.outbox[1].body
-    assert "energy 1.2 of 1.1 kWh" in mail.outbox[1].subject
-    # a limit changed alone (still spent) is not mailed again
-    cluster_services.save_budget(
-        budget, actor=people["lead"], at=T0 + 2 * MINUTE, changes={"energy_limit_kwh": 1.05}
+        budget, actor=people["lead"], at=T0 + 2 * MINUTE, changes=then_quiet
     )
     _round(T0 + 3 * MINUTE, django_capture_on_commit_callbacks)
     assert len(mail.outbox) == 2
