@@ -114,10 +114,15 @@ def report_rows(start: date, end: date, *, jobs: bool = True) -> dict[str, list[
     return rows
 
 
+def _period_form(request) -> ReportPeriodForm:
+    """The report's period as asked: parameters other than the period's (a page link's
+    ?page=2) leave it unbound, the default period's, not a period left blank (a 400)."""
+    return ReportPeriodForm(request.GET if {"start", "end"} & set(request.GET) else None)
+
+
 @admin_required
 def reports(request):
-    # A page of jobs alone (?page=2) is the default period's, not a period left blank.
-    form = ReportPeriodForm(request.GET if {"start", "end"} & set(request.GET) else None)
+    form = _period_form(request)
     start, end = report_period(form, today=timezone.now().date())
     if not form.is_bound:
         form = ReportPeriodForm(initial={"start": start, "end": end})
@@ -158,9 +163,7 @@ def reports(request):
 
 @admin_required
 def reports_csv(request):
-    # As the page: parameters other than the period's (a page link's ?page=2) leave it the
-    # default period's (they answered 400, the period's fields "required").
-    form = ReportPeriodForm(request.GET if {"start", "end"} & set(request.GET) else None)
+    form = _period_form(request)
     if form.is_bound and not form.is_valid():
         return HttpResponse(
             "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),

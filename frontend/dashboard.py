@@ -55,7 +55,7 @@ def telemetry_figures(summary: dict) -> dict:
 def running_hour_minutes(budgets, *, now: datetime) -> dict[int, list[list[float]]]:
     """Per team of ``budgets``, its ledger rows' ``minutes_j`` of the hour running at ``now``
     (what ``_minute_shares`` spreads), in one query for them all."""
-    hour = now.replace(minute=0, second=0, microsecond=0)
+    hour = hour_floor(now)
     team_ids = {b.team_id for b in budgets}
     out: dict[int, list[list[float]]] = {team_id: [] for team_id in team_ids}
     if team_ids:
@@ -138,7 +138,7 @@ def budget_progress(
                 end=budget.period_end,
                 # (the prefetch is of the hour running now; another hour is read here)
                 rows=minutes.get(budget.team_id)
-                if minutes is not None and hour == now.replace(minute=0, second=0, microsecond=0)
+                if minutes is not None and hour == hour_floor(now)
                 else None,
             )
             for at, share in shares:
