@@ -3,7 +3,7 @@ estimate for a GPU model the catalog lacks, and its online model learning six wo
 it has never profiled on that GPU.
 
     nice .venv/bin/python benchmarks/bench_device_sweep.py [--steps 1 3 5] [--cold] [--weight 1]
-        [--json OUT]
+        [--no-known] [--floor-share S] [--floor-cap] [--json OUT]
 
 1. What NVML reported (``sweep.json`` ``gpu``) as ``workload_profiles.NvmlGpu``: the nearest
    catalog GPU (``nearest_catalog_gpu``), the prior's carried GPU spec (``_estimated_for``:
@@ -23,6 +23,10 @@ it has never profiled on that GPU.
    and 5 observations: median and max relative error of iteration time and of energy per
    iteration (``energy_j / iterations``) on configurations observed and never observed.
    An observation's draw is the run's energy counter delta / seconds.
+
+The other five workloads' measured draws stand for the profiles the service would have of
+them on the GPU (``workload_profiles.measured_on_gpu``), what ``fit_prior`` reads a floor and
+busy maximum from (``--no-known``: none, as for the first workload on a new GPU model).
 
 ``prior_for`` first asks the database for a workload profile; these jobs have none, so the
 lookup is answered None here and no database is queried.
@@ -170,8 +174,12 @@ def observation(run: dict) -> om.Observation:
     )
 
 
-def live_models(workload: str, runs: list[dict], steps: list[int], catalog, nvml, cold: bool):
-    """Step -> the job's model after that many observations, as the live service has it."""
+def live_models(
+    workload: str, runs: list[dict], steps: list[int], catalog, nvml, cold: bool, known=None
+):
+    """Step -> the job's model after that many observations, as the live service has it,
+    with ``known`` the models of other workloads whose draws it has measured on the GPU
+    (``workload_profiles.measured_on_gpu``)."""
     prior, source = wp.prior_for(workload, nvml.model, catalog=catalog, nvml=nvml)
     models = {0: om.OnlinePerfModel(prior=prior, params=[0.0] * om.N_PARAMS, workload=workload)}
     stored: list[om.Observation] = []
@@ -180,7 +188,9 @@ def live_models(workload: str, runs: list[dict], steps: list[int], catalog, nvml
     for k, run in enumerate(runs[: max(steps)], start=1):
         accepted = wp.screen(0, [observation(run)], gpu=prior.gpu)
         pooled = om.pooled_observations(stored + accepted, prior.gpu.gpus_per_node)
-        shaped = wp.fit_prior(workload, prior, source, pooled, catalog=catalog, nvml=nvml)
+        shaped = wp.fit_prior(
+            workload, prior, source, pooled, catalog=catalog, nvml=nvml, known=known
+        )
         fit = online_fit.fit_online(shaped, pooled, workload=workload, start=None if cold else last)
         stored, last = pooled, list(fit.params)
         # What job_models rebuilds from the stored prior, parameters and observations.
@@ -279,11 +289,29 @@ def main() -> int:
     parser.add_argument("--cold", action="store_true", help="a cold fit at every observation")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per config")
+    parser.add_argument(
+        "--floor-share",
+        type=float,
+        default=om.FLOOR_SHARE,
+        help="online_model.FLOOR_SHARE: the light-work floor from idle (0) to the least draw (1)",
+    )
+    parser.add_argument(
+        "--floor-cap", action="store_true", help="online_model.FLOOR_CAP = True (the capped rule)"
+    )
+    parser.add_argument(
+        "--no-known",
+        action="store_true",
+        help="no other workload measured on the GPU (default: the other five's draws)",
+    )
     args = parser.parse_args()
     if not (args.weight > 0 and math.isfinite(args.weight)):
         parser.error("--weight must be a finite positive number")
     global WEIGHT
     WEIGHT = args.weight
+    if not (math.isfinite(args.floor_share) and 0.0 <= args.floor_share <= 1.0):
+        parser.error("--floor-share must be between 0 and 1")
+    om.FLOOR_SHARE = args.floor_share
+    om.FLOOR_CAP = args.floor_cap
     if any(k < 1 for k in args.steps):
         parser.error("--steps must be positive")
     steps = sorted(set(args.steps))
@@ -297,11 +325,20 @@ def main() -> int:
     for r in sweep["runs"]:
         by_workload.setdefault(r["workload"], []).append(r)
     rows, per_batch, sources = [], [], {}
+    # The draws the service has measured of the other workloads on the GPU once their jobs
+    # ran, what their profiles were fitted to (``workload_profiles.measured_on_gpu``;
+    # ``--no-known``: none, the first workload on the GPU).
+    measured = {
+        w: [counter_w(r) for r in runs] for w, runs in by_workload.items() if not args.no_known
+    }
     for workload in tqdm(sorted(by_workload), desc="replay", unit="workload", file=sys.stderr):
         runs = replay(by_workload[workload])
         if max(steps) >= len(runs):
             parser.error(f"{workload}: {len(runs)} configurations, --steps must leave one unseen")
-        models, source, drift = live_models(workload, runs, steps, catalog, nvml, args.cold)
+        known = {w: d for w, d in measured.items() if w != workload}
+        models, source, drift = live_models(
+            workload, runs, steps, catalog, nvml, args.cold, known=known
+        )
         sources[workload] = source
         say(
             f"{workload}: prior {source}; replay batches {[r['batch'] for r in runs]}; "
@@ -313,7 +350,9 @@ def main() -> int:
     print_errors(rows, steps[-1])
     print_per_batch(per_batch, steps[-1])
     print_verdict(rows, per_batch, steps[-1])
-    result.update(priors=sources, errors=rows, per_batch=per_batch, cold=args.cold)
+    result.update(
+        priors=sources, errors=rows, per_batch=per_batch, cold=args.cold, known=not args.no_known
+    )
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -2,7 +2,7 @@
 (``scheduling/core/online_model.py``) learns a job the catalog has never seen.
 
     nice .venv/bin/python benchmarks/bench_online_model.py [--steps 1 5 20] [--json out.json]
-        [--weight 60] [--network-level 0.5] [--idle split|lowest|catalog]
+        [--weight 60] [--network-level 0.5] [--idle split|lowest|catalog] [--floor-pool K]
 
 ``--network-level`` sets how much of a job's time level moves its prior's all-reduce
 (``online_model.NETWORK_LEVEL``, whose value is the default; 1 is the rule before 6 Dec).
@@ -54,6 +54,7 @@ x batch / 100,000 samples: the level is unknown and is learned from the first ob
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -76,10 +77,13 @@ from scheduling.core.online_model import (  # noqa: E402
     batch_matched_prior,
     draw_range_w,
     draw_shaped_prior,
+    light_work_span_w,
+    model_draws_w,
     nearest_prior,
     param_scaled_prior,
 )
 from scheduling.core.perf_models import (  # noqa: E402
+    Catalog,
     DvfsParams,
     FittedPerfModel,
     GpuSpec,
@@ -111,15 +115,21 @@ DRAW_SPLIT = "draw"
 WEIGHT = 1.0
 DRAW_SHAPE = True  # --no-draw-shape: keep the candidate's draw-versus-batch shape
 # --idle: what a job's draw is read against where the data measured no idle draw (the Zeus
-# GPUs). "catalog" (the default since 7 Dec 2026): both readings against the GPU's idle draw
-# as the live service estimates it for a GPU model the catalog lacks
-# (``catalog_idle_estimate_w``), as the service's ``fit_prior`` reads a draw; "split": the
-# time's split so, the draw's batch shape from the least loading candidate's draw
-# (``draw_shaped_prior``'s ``floor_w``, which the service has no measure of and does not
-# pass); "lowest" (the rule before 7 Dec, which the service never used): both against the
-# least loading candidate's draw.
+# GPUs). "split" (the default since 8 Dec 2026, as the service's ``fit_prior`` reads a
+# draw since then): the time's split against the GPU's idle draw as the live service
+# estimates it for a GPU model the catalog lacks (``catalog_idle_estimate_w``), the draw's
+# batch shape from the floor and busy maximum of the other workloads measured on the GPU
+# (``measured_draw_span_w`` of the candidates, or of each ``--floor-pool`` subset of them;
+# with too few, as the service: no floor, the nearest catalog GPU's busy maximum carried
+# over, ``catalog_busy_estimate_w``); "catalog" (the service before 8 Dec): the idle
+# estimate and no floor, the most loading candidate's draw as the busy maximum; "lowest"
+# (the rule before 7 Dec, which the service never used): both against the least loading
+# candidate's draw.
 IDLE_MODES = ("split", "lowest", "catalog")
-IDLE = "catalog"
+IDLE = "split"
+# --floor-pool K: score each Zeus case once per K-subset of its other workloads as the
+# ones the service has measured on the GPU (``FLOOR_MIN_WORKLOADS`` or more set the floor).
+FLOOR_POOL: int | None = None
 
 
 def param_counts() -> dict[str, float]:
@@ -149,6 +159,9 @@ class Case:
     # choosing one: for a hidden GPU, whose candidates are the workload's own fits on the
     # other GPUs, which a few same-batch observations cannot tell apart.
     blend: bool = False
+    # The other workloads whose draws the service has measured on the GPU model
+    # (``--floor-pool``); None: every candidate's.
+    pool: tuple[str, ...] | None = None
 
 
 def say(line: str) -> None:
@@ -437,9 +450,18 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
         floor_w = None
         if IDLE != "lowest":
             # The GPU's idle as the live service estimates it; with "split" the draw's
-            # batch shape still starts from the least loading candidate's draw.
-            floor_w = low_w if IDLE == "split" else None
-            idle_w = catalog_idle_estimate_w(case.candidates[0].gpu.power_limit_max_w)
+            # batch shape from the draws measured on the GPU, as ``fit_prior`` reads them.
+            max_limit_w = case.candidates[0].gpu.power_limit_max_w
+            idle_w = catalog_idle_estimate_w(max_limit_w)
+            if IDLE == "split":
+                pool = {
+                    c.workload: model_draws_w(c)
+                    for c in case.candidates
+                    if case.pool is None or c.workload in case.pool
+                }
+                floor_w, high_w = light_work_span_w(
+                    idle_w, catalog_busy_estimate_w(max_limit_w), pool
+                )
         out = [
             draw_shaped_prior(
                 c,
@@ -465,6 +487,27 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
     return out
 
 
+def _nearest_catalog_gpu(max_limit_w: float) -> tuple[Catalog, str, float]:
+    """(catalog, the catalog GPU nearest by highest limit, the ratio of the highest
+    limits), as ``workload_profiles.nearest_catalog_gpu`` picks it."""
+    catalog = load_catalog()
+    near = min(
+        sorted(catalog.gpus),
+        key=lambda g: (abs(math.log(catalog.gpus[g].power_limit_max_w / max_limit_w)), g),
+    )
+    return catalog, near, max_limit_w / catalog.gpus[near].power_limit_max_w
+
+
+def catalog_busy_estimate_w(max_limit_w: float) -> float:
+    """The busy maximum the live service reads a draw against on a GPU model the catalog
+    lacks, with too few workloads measured on it: the nearest catalog GPU's most loading
+    model's draw x the ratio of the highest limits (``workload_profiles.gpu_draw_range_w``)."""
+    catalog, near, ratio = _nearest_catalog_gpu(max_limit_w)
+    span = draw_range_w([m for m in catalog.models() if m.gpu_model == near])
+    assert span is not None
+    return span[1] * ratio
+
+
 def catalog_idle_estimate_w(max_limit_w: float) -> float:
     """The idle draw the live service assumes for a GPU model the catalog lacks, whose
     highest power limit is ``max_limit_w``: the catalog GPU nearest by highest limit, its
@@ -472,13 +515,25 @@ def catalog_idle_estimate_w(max_limit_w: float) -> float:
     ``nearest_catalog_gpu``, ``_estimated_for``; pure here, no Django)."""
     from scheduling.core.context import catalog_idle_power_w
 
-    catalog = load_catalog()
-    near = min(
-        sorted(catalog.gpus),
-        key=lambda g: (abs(math.log(catalog.gpus[g].power_limit_max_w / max_limit_w)), g),
-    )
-    ratio = max_limit_w / catalog.gpus[near].power_limit_max_w
+    catalog, near, ratio = _nearest_catalog_gpu(max_limit_w)
     return catalog_idle_power_w(catalog, near) * ratio
+
+
+def _floor_pools(cases: list[Case], k: int | None) -> list[Case]:
+    """Each draw-level case once per ``k``-subset of its candidates' workloads (``--floor-
+    pool``): the workloads the service has measured on the GPU. None: the cases as given."""
+    if k is None:
+        return cases
+    out = []
+    for case in cases:
+        if not case.draw_level:
+            out.append(case)
+            continue
+        names = sorted({c.workload for c in case.candidates})
+        if k > len(names):
+            raise SystemExit(f"--floor-pool {k}: {case.dataset} has {len(names)} workloads")
+        out += [replace(case, pool=sub) for sub in itertools.combinations(names, k)]
+    return out
 
 
 def _hint(case: Case, candidates: Sequence[FittedPerfModel]) -> str | None:
@@ -608,6 +663,22 @@ def main() -> int:
     )
     parser.add_argument("--no-draw-shape", action="store_true", help="(above)")
     parser.add_argument("--idle", choices=IDLE_MODES, default=IDLE, help="(above)")
+    parser.add_argument("--floor-pool", type=int, help="(above; with --idle split)")
+    parser.add_argument(
+        "--floor-min",
+        type=int,
+        default=online_model.FLOOR_MIN_WORKLOADS,
+        help="online_model.FLOOR_MIN_WORKLOADS: the fewest workloads measured that set a floor",
+    )
+    parser.add_argument(
+        "--floor-share",
+        type=float,
+        default=online_model.FLOOR_SHARE,
+        help="online_model.FLOOR_SHARE: the light-work floor from idle (0) to the least draw (1)",
+    )
+    parser.add_argument(
+        "--floor-cap", action="store_true", help="online_model.FLOOR_CAP = True (the capped rule)"
+    )
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per configuration")
     parser.add_argument(
         "--network-level",
@@ -624,13 +695,22 @@ def main() -> int:
     WEIGHT = args.weight
     DRAW_SHAPE = not args.no_draw_shape
     IDLE = args.idle
+    if args.floor_pool is not None and not 0 <= args.floor_pool:
+        parser.error("--floor-pool must be 0 or more")
+    if not (math.isfinite(args.floor_share) and 0.0 <= args.floor_share <= 1.0):
+        parser.error("--floor-share must be between 0 and 1")
+    online_model.FLOOR_SHARE = args.floor_share
+    if args.floor_min < 1:
+        parser.error("--floor-min must be 1 or more")
+    online_model.FLOOR_MIN_WORKLOADS = args.floor_min
+    online_model.FLOOR_CAP = args.floor_cap
     PARAMS, BY_WORKLOAD, DRAW_SPLIT = args.params, args.by_workload, args.draw_split
     if any(k < 1 for k in args.steps):
         parser.error("--steps must be positive")
     workload_out = (
         _throughput_cases("elasticflow_a100", "A100", perf_data.read_elasticflow())
         + _throughput_cases("pollux_t4", "T4", perf_data.read_pollux())
-        + _zeus_cases(gpu_out=False)
+        + _floor_pools(_zeus_cases(gpu_out=False), args.floor_pool)
         + _perseus_cases()
     )
     gpu_out = _zeus_cases(gpu_out=True)

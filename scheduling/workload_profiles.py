@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -363,6 +363,7 @@ def fit_prior(
     *,
     catalog: Catalog,
     nvml: NvmlGpu | None = None,
+    known: Mapping[str, Sequence[float]] | None = None,
 ) -> FittedPerfModel:
     """The model a job's ``observations`` are fitted against, given ``prior_for``'s
     ``(prior, source)``: the prior itself, except where it is another workload's catalog
@@ -371,8 +372,12 @@ def fit_prior(
     top clock (``online_model.draw_shaped_prior``, the kept variant of the benchmark: the
     draw's split alone, with its shape), read against the GPU model's idle and busy maximum
     (``gpu_draw_range_w``): a job that draws idle power waits on its input, and its time is
-    flat in batch. Nothing changes at the batch it was measured at; without such a draw
-    the prior is returned unchanged.
+    flat in batch. Where enough other workloads' draws were measured on the GPU model
+    (``known``, by default ``measured_on_gpu``: its catalog models and profiles;
+    ``online_model.measured_draw_span_w``), the least of them is the floor the draw's batch
+    shape starts from and the most the busy maximum: light work draws more than idle.
+    Nothing changes at the batch it was measured at; without such a draw the prior is
+    returned unchanged.
 
     This is the one place the shaping happens: ``record_observations`` stores its result as
     the fit's prior, and every rebuild reads that back (``stored_prior``), so the round,
@@ -384,9 +389,49 @@ def fit_prior(
     if span is None:
         return prior
     idle_w, busy_max_w = span
+    if known is None:
+        known = measured_on_gpu(prior.gpu_model, catalog=catalog, exclude=workload)
+    # Draws measured on this GPU model by enough other workloads: the least says where light
+    # work sits (above idle, with the clocks up), the most is the busy maximum.
+    floor_w, busy_max_w = om.light_work_span_w(idle_w, busy_max_w, known)
     return om.draw_shaped_prior(
-        prior, observations, idle_w=idle_w, busy_max_w=busy_max_w, draw_shape=True
+        prior,
+        observations,
+        idle_w=idle_w,
+        busy_max_w=busy_max_w,
+        draw_shape=True,
+        floor_w=floor_w,
     )
+
+
+def measured_on_gpu(
+    gpu_model: str, *, catalog: Catalog, exclude: str = ""
+) -> dict[str, list[float]]:
+    """Workload (but ``exclude``) -> its draws of one GPU measured on ``gpu_model`` at the
+    default limit and top clock: the catalog's models on it (at their batch sizes) and the
+    NVML draws the newest profile of each workload was fitted to (on several GPUs the draw
+    counts the all-reduce's waiting; one GPU's draws only). What ``fit_prior`` reads a
+    job's light-work floor from (``online_model.measured_draw_span_w``)."""
+    out = {
+        m.workload: om.model_draws_w(m)
+        for m in catalog.models()
+        if m.gpu_model == gpu_model and m.workload != exclude
+    }
+    newest = (
+        WorkloadProfile.objects.filter(gpu_model=gpu_model)
+        .exclude(workload=exclude)
+        .order_by("workload", "-version")
+        .distinct("workload")
+        .only("workload", "params")
+    )
+    for profile in newest:
+        gpu = model_from_params(profile.params).gpu
+        stored = (profile.params.get("fit") or {}).get("observations", ())
+        seen = (om.observation_from_dict(d) for d in stored if d.get("power_w"))
+        draws = [o.power_w for o in seen if o.n_gpus == 1 and om.at_default_power(o, gpu)]
+        if draws:
+            out.setdefault(profile.workload, []).extend(draws)
+    return out
 
 
 def stored_prior(entry: Mapping[str, Any]) -> FittedPerfModel:

@@ -677,7 +677,7 @@ def batch_matched_prior(
     return rescale_batch(prior, typical_local_batch / local_batch)
 
 
-def _at_default_power(obs: Observation, gpu: GpuSpec) -> bool:
+def at_default_power(obs: Observation, gpu: GpuSpec) -> bool:
     """True for an observation the GPU ran at its top clock and default (highest) limit."""
     clock_ok = obs.sm_clock_mhz is None or obs.sm_clock_mhz >= gpu.dvfs.max_clock_mhz
     limit_ok = obs.power_limit_w is None or obs.power_limit_w >= gpu.power_limit_max_w
@@ -708,7 +708,7 @@ def draw_busy_fraction(
     weights: dict[float, float] = {}
     logs: dict[float, list] = {}
     for obs in observations:
-        if obs.power_w is None or not _at_default_power(obs, prior.gpu):
+        if obs.power_w is None or not at_default_power(obs, prior.gpu):
             continue
         b = obs.local_batch
         weights[b] = weights.get(b, 0.0) + obs.weight
@@ -796,6 +796,10 @@ def draw_shaped_prior(
                 # has it) towards floor + (busy_max - floor) x heavy, never past it.
                 heavy = min(found[1] / u, 1.0) if u > 0 else 0.0
                 low_w, top_w = floor_w, floor_w + (busy_max_w - floor_w) * heavy
+                if not FLOOR_CAP and 0.0 < found[1]:
+                    # Uncapped: from the floor towards the busy maximum itself, at the batch
+                    # where the job's draw above the floor is half of the span above it.
+                    top_w, half = busy_max_w, b0 * (1.0 - found[1]) / found[1]
         power = PowerParams(
             busy_max_w=top_w,
             batch_half=half,
@@ -810,6 +814,73 @@ def draw_shaped_prior(
         errors=prior.errors,
         sources={**prior.sources, "draw_busy_fraction": f"{u:.4g}"},
     )
+
+
+# The fewest other workloads whose draws were measured on a GPU model before their least
+# draw is read as the floor of a job's light work there and their most as its busy maximum
+# (``measured_draw_span_w``). docs/benchmarks.md, "The floor, read live": from 1 to 5 other
+# workloads on the Zeus GPUs; with one, its most draw as the busy maximum put the time's
+# never-observed error on the A40 and the RTX6000 past 15%.
+FLOOR_MIN_WORKLOADS = 2
+
+
+def measured_draw_span_w(
+    draws: Mapping[str, Sequence[float]], *, min_workloads: int = FLOOR_MIN_WORKLOADS
+) -> tuple[float, float] | None:
+    """(floor, busy maximum) of one GPU model from ``draws``: workload -> draws of one GPU
+    measured at its default limit and top clock, for other workloads than the job's (its
+    catalog models' at their batch sizes, ``draw_range_w``; its profiles' measured draws):
+    the least and the most, what ``draw_shaped_prior`` reads a job's draw against as
+    ``floor_w`` and ``busy_max_w``. None with fewer than ``min_workloads`` workloads with a
+    finite positive draw, or no span: too few to say where light work sits (one heavy
+    workload alone would read every job as light, one light one every job as heavy)."""
+    kept = {w: [d for d in ds if math.isfinite(d) and d > 0] for w, ds in draws.items()}
+    kept = {w: ds for w, ds in kept.items() if ds}
+    if len(kept) < max(min_workloads, 1):
+        return None
+    low = min(min(ds) for ds in kept.values())
+    high = max(max(ds) for ds in kept.values())
+    return (low, high) if high > low else None
+
+
+# Whether a job's draw read against a light-work floor is capped at the share of the span
+# above the floor that it loads at its batch (``draw_shaped_prior``); False: it rises
+# towards the busy maximum at its own batch shape (docs/benchmarks.md, "The floor, read
+# live").
+FLOOR_CAP = False
+
+# Where between the GPU's idle draw and the least draw measured on it (``measured_draw_
+# span_w``) a job's light work is put (``light_work_span_w``): 1 at the least draw.
+FLOOR_SHARE = 1.0
+
+
+def light_work_span_w(
+    idle_w: float,
+    busy_max_w: float,
+    draws: Mapping[str, Sequence[float]],
+    *,
+    share: float | None = None,
+    min_workloads: int | None = None,
+) -> tuple[float | None, float]:
+    """(floor, busy maximum) a job's draw is read against by ``draw_shaped_prior``, given
+    the GPU model's estimated ``idle_w`` and ``busy_max_w`` and ``draws`` of other workloads
+    measured on it (``measured_draw_span_w``): with enough of them, the floor is ``share``
+    (``FLOOR_SHARE``) of the way from idle to their least draw and the busy maximum their
+    most; else no floor (None: the idle draw) and ``busy_max_w``."""
+    span = measured_draw_span_w(
+        draws, min_workloads=FLOOR_MIN_WORKLOADS if min_workloads is None else min_workloads
+    )
+    if span is None:
+        return None, busy_max_w
+    low_w, high_w = span
+    floor_w = idle_w + (FLOOR_SHARE if share is None else share) * (low_w - idle_w)
+    return (floor_w if floor_w > idle_w else None), high_w
+
+
+def model_draws_w(model: FittedPerfModel) -> list[float]:
+    """``model``'s draws on one GPU at its own batch sizes, top clock, default limit (what
+    ``draw_range_w`` spans)."""
+    return [model.power_w(config_of(1, 1, float(b))) for b in (model.batch_sizes or (32,))]
 
 
 def draw_range_w(candidates: Sequence[FittedPerfModel]) -> tuple[float, float] | None:

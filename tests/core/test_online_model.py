@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from scheduling.core import online_model
 from scheduling.core.online_fit import fit_online
 from scheduling.core.online_model import (
     NETWORK_LEVEL,
@@ -343,9 +344,19 @@ def test_a_job_at_the_light_work_floor_gets_a_flat_draw_and_a_time_that_grows_pe
     assert shaped(floor_w=IDLE_W).power_w(at[512.0]) == one.power_w(at[512.0])
     assert one.power_w(at[512.0]) > 2.0 * one.power_w(at[b0])
     assert one.iter_time_s(at[512.0]) == pytest.approx(two.iter_time_s(at[512.0]), rel=1e-9)
-    # Above the floor: of the time the GPU works (u), the share that loads it beyond the
-    # floor draws the busy maximum; the draw is the job's own at b0 and rises with the
-    # per-sample share of the time towards floor + span x that share, never past it.
+
+
+@pytest.mark.parametrize("cap", [False, True])
+def test_a_job_above_the_floor_draws_its_own_at_its_batch_and_rises_with_the_batch(
+    cap, monkeypatch
+):
+    # Of the time the GPU works (u, read against idle), the job's draw above the floor is a
+    # share u_f of the span above it. The draw is the job's own at b0 and rises with the
+    # batch: uncapped (the default, FLOOR_CAP False) towards the busy maximum, half way there
+    # at b0 (1 - u_f) / u_f; capped, at the time's batch shape towards floor + span x u_f / u.
+    monkeypatch.setattr(online_model, "FLOOR_CAP", cap)
+    floor_w, b0 = 120.0, 64.0
+    t0 = PRIOR.iter_time_s(config_of(1, 1, b0))
     mid_w = (floor_w + BUSY_MAX_W) / 2.0
     above = draw_shaped_prior(
         PRIOR,
@@ -356,14 +367,39 @@ def test_a_job_at_the_light_work_floor_gets_a_flat_draw_and_a_time_that_grows_pe
         floor_w=floor_w,
     )
     u = (mid_w - IDLE_W) / (BUSY_MAX_W - IDLE_W)
-    heavy = 0.5 / u
-    top_w = floor_w + (BUSY_MAX_W - floor_w) * heavy
+    if cap:
+        top_w = floor_w + (BUSY_MAX_W - floor_w) * 0.5 / u
+        half = b0 * (1.0 - u) / u  # the time's alpha_c / beta_c
+    else:
+        top_w, half = BUSY_MAX_W, b0  # u_f = 0.5
     assert above.power.busy_max_w == pytest.approx(top_w, rel=1e-9)
-    assert above.power_w(at[b0]) == pytest.approx(mid_w, rel=1e-6)
-    half = b0 * (1.0 - u) / u  # the time's alpha_c / beta_c
+    assert above.power_w(config_of(1, 1, b0)) == pytest.approx(mid_w, rel=1e-6)
     expected = floor_w + (top_w - floor_w) * 512.0 / (512.0 + half)
-    assert above.power_w(at[512.0]) == pytest.approx(expected, rel=1e-6)
-    assert above.power_w(config_of(1, 1, 1e7)) < top_w < BUSY_MAX_W
+    assert above.power_w(config_of(1, 1, 512.0)) == pytest.approx(expected, rel=1e-6)
+    assert above.power_w(config_of(1, 1, 1e7)) == pytest.approx(top_w, rel=1e-4)
+    low = floor_w + (top_w - floor_w) / (1.0 + half)  # one sample per GPU: near the floor
+    assert above.power_w(config_of(1, 1, 1.0)) == pytest.approx(low, rel=1e-6)
+    assert low < floor_w * 1.04
+    assert (top_w < BUSY_MAX_W) is cap
+
+
+def test_the_floor_and_busy_maximum_come_from_enough_other_workloads_measured_draws():
+    draws = {"a": [150.0, 190.0], "b": [200.0], "c": [260.0, float("nan"), -1.0]}
+    assert online_model.measured_draw_span_w(draws) == (150.0, 260.0)
+    assert online_model.measured_draw_span_w({k: draws[k] for k in "ab"}) == (150.0, 200.0)
+    # one workload is too few (a heavy one alone would read every job as light); a workload
+    # with no usable draw does not count; nor do draws that span nothing
+    assert online_model.measured_draw_span_w({"a": draws["a"]}) is None
+    assert online_model.measured_draw_span_w({"a": draws["a"], "c": [float("inf")]}) is None
+    assert online_model.measured_draw_span_w({"a": [100.0], "b": [100.0]}) is None
+    # the floor is FLOOR_SHARE of the way from idle to the least draw; too few: no floor and
+    # the estimate's busy maximum
+    light = online_model.light_work_span_w
+    assert light(50.0, 300.0, draws) == (150.0, 260.0)
+    assert light(50.0, 300.0, draws, share=0.5) == (100.0, 260.0)
+    assert light(50.0, 300.0, draws, share=0.0) == (None, 260.0)
+    assert light(160.0, 300.0, draws) == (None, 260.0)  # the least draw below idle
+    assert light(50.0, 300.0, {"a": [150.0]}) == (None, 300.0)
 
 
 def test_the_draw_range_is_the_least_and_most_loading_candidates_draw():

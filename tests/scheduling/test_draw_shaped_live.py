@@ -197,3 +197,107 @@ def test_the_next_job_starts_from_the_profile_and_is_not_reshaped_by_its_own_dra
     profile = WorkloadProfile.objects.get(workload="loader-bound", version=1)
     assert entry["prior_params"] == {k: profile.params[k] for k in ("model", "gpu")}
     assert bend(model) == pytest.approx(1.0, abs=0.01)
+
+
+def _a40_profile(workload: str, draws_w, *, limit_w: float | None = None, n_gpus: int = 1):
+    """A profile of ``workload`` on the A40 fitted to NVML draws ``draws_w`` at per-GPU
+    batches 32, 64, ... on ``n_gpus`` GPUs at ``limit_w`` (None: the default limit)."""
+    seen = [
+        Observation(
+            n_gpus=n_gpus, n_nodes=1, local_batch=32.0 * 2**i, power_w=w, power_limit_w=limit_w
+        )
+        for i, w in enumerate(draws_w)
+    ]
+    model = wp._estimated_for(CATALOG.get(workload, "A100"), A40)
+    fit = {"observations": [om.observation_to_dict(o) for o in seen]}
+    WorkloadProfile.objects.create(
+        workload=workload, gpu_model="A40", version=1, prior=f"catalog {workload}@A100",
+        params=wp.model_to_params(model) | {"fit": fit}, created_at=T0,
+    )  # fmt: skip
+
+
+# Three workloads' draws measured on the A40: light work sits at 150 W, the most is 280 W.
+A40_DRAWS = {"resnet50_cifar10": (150.0, 190.0, 230.0), "deepspeech2": (200.0, 210.0)} | {
+    "bert": (260.0, 280.0)
+}
+FLOOR_W, TOP_W = 150.0, 280.0
+
+
+def _a40_profiles(**how) -> None:
+    for workload, draws in A40_DRAWS.items():
+        _a40_profile(workload, draws, **how)
+
+
+def _a40_job(make_job, member, team, draw_w: float) -> om.OnlinePerfModel:
+    """A job of an unknown workload on an A40 drawing ``draw_w`` at ``B0``."""
+    job = make_job(
+        owner=member, team=team, workload="embedding-lookups", gpu_model="A40",
+        min_gpus=1, max_gpus=1,
+    )  # fmt: skip
+    prior, _ = wp.prior_for("embedding-lookups", "A40", catalog=CATALOG, nvml=A40)
+    return record(job, reports(prior, draw_w), gpu_model="A40", nvml=A40)
+
+
+def test_the_draws_other_workloads_showed_on_a_gpu_model_set_where_light_work_sits(
+    make_job, member, team
+):
+    # given three workloads whose jobs' NVML draws at the default limit taught profiles on
+    # the A40 (the least 150 W, the most 280 W), and a job of an unknown workload there
+    make_a40_node(heartbeat=T0)
+    _a40_profiles()
+    known = wp.measured_on_gpu("A40", catalog=CATALOG, exclude="embedding-lookups")
+    assert {w: tuple(d) for w, d in known.items()} == A40_DRAWS
+    assert om.measured_draw_span_w(known) == (FLOOR_W, TOP_W)
+
+    # when it draws the floor, its draw is the floor at every batch (light work draws no
+    # more as the batch grows), while its time still grows with the batch
+    light = _a40_job(make_job, member, team, FLOOR_W)
+    for b in (B0 / 4, B0, 4 * B0, 16 * B0):
+        assert light.power_w(at(b)) == pytest.approx(FLOOR_W, rel=0.01)
+    assert bend(light) > 1.05
+
+    # and a job drawing half way up the span rises from the floor towards the most measured
+    mid_w = (FLOOR_W + TOP_W) / 2
+    mid = _a40_job(make_job, member, team, mid_w)
+    assert mid.power_w(at(B0)) == pytest.approx(mid_w, rel=0.01)
+    assert 0.9 * TOP_W < mid.power_w(at(16 * B0)) < 1.01 * TOP_W
+    assert FLOOR_W < mid.power_w(at(B0 / 16)) < 1.1 * FLOOR_W
+
+
+@pytest.mark.parametrize(
+    "how", [{"limit_w": 200.0}, {"n_gpus": 2}], ids=["capped limit", "several GPUs"]
+)
+def test_draws_not_of_one_gpu_at_its_default_limit_or_too_few_workloads_set_no_floor(
+    make_job, member, team, how
+):
+    # given the three profiles, fitted to draws at a capped limit or on two GPUs each (not
+    # what one GPU draws at its default)
+    make_a40_node(heartbeat=T0)
+    _a40_profiles(**how)
+    assert wp.measured_on_gpu("A40", catalog=CATALOG) == {}
+
+    # when a job drawing 150 W reports, its draw is read against the estimated idle (37.5 W)
+    # alone: it falls well below 150 W at small batches
+    model = _a40_job(make_job, member, team, FLOOR_W)
+    assert model.power_w(at(B0 / 16)) < 0.8 * FLOOR_W
+    # and one workload measured is too few to say where light work sits
+    assert om.measured_draw_span_w({"bert": A40_DRAWS["bert"]}) is None
+
+
+def test_on_a_catalog_gpu_the_catalogs_own_models_set_the_floor(make_job, member, team):
+    # given a job of an unknown workload on an A100 drawing the least any catalog model draws
+    # there (resnet50_cifar10 at 64 per GPU, 200 W, four times the 50 W idle)
+    known = wp.measured_on_gpu("A100", catalog=CATALOG, exclude="light")
+    floor_w, busy_w = om.measured_draw_span_w(known)
+    assert (floor_w, busy_w) == pytest.approx(om.draw_range_w(CATALOG_A100))
+    job = make_job(owner=member, team=team, workload="light", resembles="resnet50")
+
+    # when its reports are recorded
+    model = record(job, reports(CATALOG.get("resnet50", "A100"), floor_w))
+
+    # then its draw stays at that floor as the batch grows and shrinks
+    for b in (B0 / 8, 8 * B0):
+        assert model.power_w(at(b)) == pytest.approx(floor_w, rel=0.01)
+
+
+CATALOG_A100 = [m for m in CATALOG.models() if m.gpu_model == "A100"]
