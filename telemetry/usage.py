@@ -32,6 +32,7 @@ from django.db.models import Q, Sum
 from cluster.models import Budget
 from config import events
 from scheduling.core.types import G_PER_KG, J_PER_KWH
+from telemetry.carbon import hour_floor
 from telemetry.models import EnergyLedgerEntry
 
 MINUTE = timedelta(minutes=1)
@@ -147,7 +148,8 @@ def budget_usage(budget: Budget) -> BudgetUsage:
 
 
 def _first_hour(budget: Budget) -> datetime:
-    return budget.period_start.replace(minute=0, second=0, microsecond=0)
+    # The ledger's hours are UTC hours: a bound at +05:30 has its own on the half hour.
+    return hour_floor(budget.period_start)
 
 
 def _edge_hours(budget: Budget) -> set[datetime]:
@@ -155,7 +157,7 @@ def _edge_hours(budget: Budget) -> set[datetime]:
     committed in between would count whole)."""
     start, end = budget.period_start, budget.period_end
     first = _first_hour(budget)
-    last = end.replace(minute=0, second=0, microsecond=0)
+    last = hour_floor(end)
     return {h for h, inside in ((first, first < start), (last, last < end)) if inside}
 
 

@@ -7,7 +7,7 @@ ledger rows with and without minutes."""
 import math
 import random
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db.models import Sum
@@ -202,3 +202,28 @@ def test_unsaved_budgets_read_together_each_keep_their_own_period(team, make_nod
 
     assert [u.energy_j for u in halves] == [30 * 1000.0, 10 * 1000.0]
     assert halves == [budget_usage(first_half), budget_usage(last_ten)]
+
+
+def test_a_period_given_in_another_utc_offset_is_read_on_the_ledgers_utc_hours(team, make_node):
+    # given a ledger of 1 kJ a minute over two UTC hours, and one period from 00:15 to 01:45
+    # UTC given once in UTC and once at +05:30 (05:45 to 07:15 there: its hours fall on the
+    # half hour)
+    node = make_node("node-01", gpus=1)
+    for hour in (T0, T0 + HOUR):
+        EnergyLedgerEntry.objects.create(
+            gpu=Gpu.objects.get(node=node), hour=hour, team=team, energy_j=60 * 1000.0,
+            co2_g=60 * 1000.0 / J_PER_KWH * 100.0, ci_g_per_kwh=100.0, zone="ES",
+            minutes_j=[1000.0] * 60,
+        )  # fmt: skip
+    india = timezone(timedelta(hours=5, minutes=30))
+    start, end = T0 + 15 * MINUTE, T0 + 105 * MINUTE
+    in_utc = Budget(team=team, period_start=start, period_end=end)
+    offset = Budget(
+        team=team, period_start=start.astimezone(india), period_end=end.astimezone(india)
+    )
+
+    # when both are read, then each is the 90 minutes inside, on the UTC hours
+    both = budget_usages([in_utc, offset])
+    assert [u.energy_j for u in both] == [90 * 1000.0, 90 * 1000.0]
+    co2 = pytest.approx(45e3 / J_PER_KWH * 100.0)
+    assert both[0].hourly == both[1].hourly == ((T0, 45e3, co2), (T0 + HOUR, 45e3, co2))
