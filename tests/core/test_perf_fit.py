@@ -7,7 +7,7 @@ import copy
 import json
 
 import pytest
-from support.fits import catalog_approx, pop_unidentified
+from support.fits import catalog_approx, pop_unidentified, reuse_zeus_fits
 
 from scheduling.core.perf_models import CATALOG_PATH, catalog_to_dict, load_catalog
 from scheduling.core.types import GpuConfig
@@ -33,6 +33,12 @@ from scheduling.fitting.perf_report import (
 )
 
 TOL = TARGET_MEDIAN_ERROR
+
+
+@pytest.fixture(autouse=True)
+def _zeus_fitted_once(monkeypatch):
+    # the catalog builds here share one set of Zeus fits (support/fits.py says why it holds)
+    reuse_zeus_fits(monkeypatch)
 
 
 @pytest.fixture(scope="module")

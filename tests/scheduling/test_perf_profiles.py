@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
-from support.fits import catalog_approx, pop_unidentified
+from support.fits import catalog_approx, pop_unidentified, reuse_zeus_fits
 
 from scheduling.core.perf_models import CATALOG_PATH, catalog_to_dict, load_catalog
 from scheduling.core.types import GpuConfig
@@ -19,6 +19,13 @@ from scheduling.models import PerfProfile
 pytestmark = pytest.mark.django_db
 
 FITTED_AT = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def _zeus_fitted_once(monkeypatch):
+    # fit_perf_models runs three times here on the same data: one set of Zeus fits per
+    # process (support/fits.py says why that holds)
+    reuse_zeus_fits(monkeypatch)
 
 
 def _run(*args) -> str:
