@@ -273,6 +273,10 @@ class LearnedKnowledge:
         out: dict[tuple[str, str], PerfModel] = {}
         for job in jobs:
             for gpu_model in gpu_models:
+                if not self.catalog.has(job.workload, gpu_model):
+                    # The truth cannot advance the job there: no GPU model to offer (a
+                    # prior from another workload would size it for one, and the run stop).
+                    continue
                 learning = self._learning.get((job.job_id, gpu_model))
                 if learning is not None:
                     model = learning.model

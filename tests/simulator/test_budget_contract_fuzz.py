@@ -176,8 +176,9 @@ def build_jobs(rng: random.Random, cluster: Cluster) -> tuple[Job, ...]:
             job = replace(job, min_batch=batch, max_batch=2 * batch)
         if any((workload, batch) not in templates()[m] for m in capacity):
             # The catalog, the simulator's truth, cannot run it on every GPU model here:
-            # it asks for the one it has (a learned model's prior would otherwise size it
-            # for a GPU the simulator has no truth of, a crash, not a budget question).
+            # it asks for the one it has. (A learned model's prior once sized such a job
+            # for a GPU the simulator has no truth of, a crash; the knowledge no longer
+            # offers that GPU model, and the pin keeps each seed's scenario as it was.)
             job = replace(job, gpu_model=model)
         jobs.append(job)
     return with_noise_scales(jobs)

@@ -317,3 +317,45 @@ def test_a_job_seen_in_a_configuration_its_fit_lacks_is_refitted():
     # the same configuration again adds weight, not a configuration: no refit
     run_on(4)
     assert knowledge.n_fits == fits + 1
+
+
+@pytest.mark.parametrize("knowledge", ["learned", "oracle"])
+@pytest.mark.parametrize("policy", ["fifo", "elastic", "powerflow"])
+def test_on_two_gpu_models_no_job_is_placed_where_the_truth_lacks_its_workload(policy, knowledge):
+    # given a cluster of A100s and T4s and jobs of gpt2 and resnet50, which the catalog (the
+    # simulator's truth) has on the A100 only, free to run on either model; learned knowledge
+    # would size them from a prior on the T4 too (another workload's), a model the simulator
+    # has no truth to advance them by
+    from scheduling.core.perf_models import load_catalog
+    from scheduling.core.types import Cluster, Gpu, Job, Node
+    from scheduling.simulator.engine import Simulator
+    from scheduling.simulator.scenario import core_planner
+
+    catalog = load_catalog()
+    assert not catalog.has("gpt2", "T4") and not catalog.has("resnet50", "T4")
+    nodes = tuple(
+        Node(name=n, switch="s0", gpus=tuple(Gpu(f"{n}/{i}", n, i, model) for i in range(k)))
+        for n, model, k in (("t4", "T4", 8), ("a100", "A100", 2))
+    )
+    jobs = [
+        Job(job_id=f"{w}{k}", workload=w, team="t", submit_time_s=60.0 * k, total_iters=20000.0,
+            global_batch=b, requested_gpus=2, min_gpus=1, max_gpus=4)
+        for k, (w, b) in enumerate([("gpt2", 128), ("resnet50", 128)] * 4)
+    ]  # fmt: skip
+    config = SimConfig(knowledge=knowledge, measurement_noise=0.05, seed=1)
+    inner, placed = core_planner(policy), set()
+
+    def planner(snapshot, now):
+        plan = inner(snapshot, now)
+        placed.update(g.split("/")[0] for a in plan.allocations.values() for g in a.gpu_ids)
+        return plan
+
+    sim = Simulator(
+        jobs, cluster=Cluster(nodes=nodes), catalog=catalog, planner=planner, config=config
+    )
+
+    # when it runs, then every job finishes, on A100s only
+    result = sim.run()
+    assert len(result.jobs) == len(jobs)
+    assert all(r.finish_s is not None for r in result.jobs)
+    assert placed == {"a100"}
