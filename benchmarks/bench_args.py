@@ -38,3 +38,45 @@ def policy_list(text: str) -> list[str]:
             f"known: {', '.join(known)}"
         )
     return names
+
+
+def fraction(text: str) -> float:
+    """A finite number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
+    return value
+
+
+def add_floor_args(parser: argparse.ArgumentParser) -> None:
+    """The light-work floor's three constants (``online_model.FLOOR_MIN_WORKLOADS``,
+    ``FLOOR_SHARE``, ``FLOOR_CAP``; docs/benchmarks.md, "The floor, read live"), for the
+    benchmarks that read a job's draw as the service does; ``apply_floor_args`` sets them."""
+    from scheduling.core import online_model as om
+
+    parser.add_argument(
+        "--floor-min",
+        type=positive_int,
+        default=om.FLOOR_MIN_WORKLOADS,
+        help="online_model.FLOOR_MIN_WORKLOADS: the fewest workloads measured that set a floor",
+    )
+    parser.add_argument(
+        "--floor-share",
+        type=fraction,
+        default=om.FLOOR_SHARE,
+        help="online_model.FLOOR_SHARE: the light-work floor from idle (0) to the least draw (1)",
+    )
+    parser.add_argument(
+        "--floor-cap", action="store_true", help="online_model.FLOOR_CAP = True (the capped rule)"
+    )
+
+
+def apply_floor_args(args: argparse.Namespace) -> None:
+    from scheduling.core import online_model as om
+
+    om.FLOOR_MIN_WORKLOADS = args.floor_min
+    om.FLOOR_SHARE = args.floor_share
+    om.FLOOR_CAP = args.floor_cap

@@ -51,6 +51,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from bench_args import add_floor_args, apply_floor_args  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from scheduling import workload_profiles as wp  # noqa: E402
@@ -289,15 +290,7 @@ def main() -> int:
     parser.add_argument("--cold", action="store_true", help="a cold fit at every observation")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per config")
-    parser.add_argument(
-        "--floor-share",
-        type=float,
-        default=om.FLOOR_SHARE,
-        help="online_model.FLOOR_SHARE: the light-work floor from idle (0) to the least draw (1)",
-    )
-    parser.add_argument(
-        "--floor-cap", action="store_true", help="online_model.FLOOR_CAP = True (the capped rule)"
-    )
+    add_floor_args(parser)
     parser.add_argument(
         "--no-known",
         action="store_true",
@@ -308,10 +301,7 @@ def main() -> int:
         parser.error("--weight must be a finite positive number")
     global WEIGHT
     WEIGHT = args.weight
-    if not (math.isfinite(args.floor_share) and 0.0 <= args.floor_share <= 1.0):
-        parser.error("--floor-share must be between 0 and 1")
-    om.FLOOR_SHARE = args.floor_share
-    om.FLOOR_CAP = args.floor_cap
+    apply_floor_args(args)
     if any(k < 1 for k in args.steps):
         parser.error("--steps must be positive")
     steps = sorted(set(args.steps))

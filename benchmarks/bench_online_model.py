@@ -648,6 +648,9 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def main() -> int:
+    # Here, not at the top: tests and bench_exploration import this file as a module.
+    from bench_args import add_floor_args, apply_floor_args, non_negative_int
+
     global PARAMS, BY_WORKLOAD, DRAW_SPLIT, DRAW_SHAPE, WEIGHT, IDLE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 20])
@@ -663,22 +666,8 @@ def main() -> int:
     )
     parser.add_argument("--no-draw-shape", action="store_true", help="(above)")
     parser.add_argument("--idle", choices=IDLE_MODES, default=IDLE, help="(above)")
-    parser.add_argument("--floor-pool", type=int, help="(above; with --idle split)")
-    parser.add_argument(
-        "--floor-min",
-        type=int,
-        default=online_model.FLOOR_MIN_WORKLOADS,
-        help="online_model.FLOOR_MIN_WORKLOADS: the fewest workloads measured that set a floor",
-    )
-    parser.add_argument(
-        "--floor-share",
-        type=float,
-        default=online_model.FLOOR_SHARE,
-        help="online_model.FLOOR_SHARE: the light-work floor from idle (0) to the least draw (1)",
-    )
-    parser.add_argument(
-        "--floor-cap", action="store_true", help="online_model.FLOOR_CAP = True (the capped rule)"
-    )
+    parser.add_argument("--floor-pool", type=non_negative_int, help="(above; with --idle split)")
+    add_floor_args(parser)
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per configuration")
     parser.add_argument(
         "--network-level",
@@ -695,14 +684,7 @@ def main() -> int:
     WEIGHT = args.weight
     DRAW_SHAPE = not args.no_draw_shape
     IDLE = args.idle
-    if args.floor_pool is not None and not 0 <= args.floor_pool:
-        parser.error("--floor-pool must be 0 or more")
-    if not (math.isfinite(args.floor_share) and 0.0 <= args.floor_share <= 1.0):
-        parser.error("--floor-share must be between 0 and 1")
-    online_model.FLOOR_SHARE = args.floor_share
-    if args.floor_min < 1:
-        parser.error("--floor-min must be 1 or more")
-    online_model.FLOOR_MIN_WORKLOADS = args.floor_min
+    apply_floor_args(args)
     online_model.FLOOR_CAP = args.floor_cap
     PARAMS, BY_WORKLOAD, DRAW_SPLIT = args.params, args.by_workload, args.draw_split
     if any(k < 1 for k in args.steps):

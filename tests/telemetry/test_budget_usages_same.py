@@ -186,15 +186,19 @@ def test_many_budgets_read_at_once_are_each_what_one_read_alone_gave(
                 assert math.isclose(a.used, b.used, rel_tol=1e-12, abs_tol=1e-9)
 
 
-def test_unsaved_budgets_read_together_each_keep_their_own_period(team, make_node):
-    # (keyed by id, every unsaved budget took the hours the last one starts or ends inside)
-    node = make_node("node-01", gpus=1)
+def _kilojoule_a_minute(team, node) -> None:
+    """The ledger of ``team`` on ``node``'s GPU: 1 kJ a minute over T0's hour and the next."""
     for hour in (T0, T0 + HOUR):
         EnergyLedgerEntry.objects.create(
             gpu=Gpu.objects.get(node=node), hour=hour, team=team, energy_j=60 * 1000.0,
             co2_g=60 * 1000.0 / J_PER_KWH * 100.0, ci_g_per_kwh=100.0, zone="ES",
             minutes_j=[1000.0] * 60,
         )  # fmt: skip
+
+
+def test_unsaved_budgets_read_together_each_keep_their_own_period(team, make_node):
+    # (keyed by id, every unsaved budget took the hours the last one starts or ends inside)
+    _kilojoule_a_minute(team, make_node("node-01", gpus=1))
     first_half = Budget(team=team, period_start=T0, period_end=T0 + 30 * MINUTE)
     last_ten = Budget(team=team, period_start=T0 + 110 * MINUTE, period_end=T0 + 3 * HOUR)
 
@@ -208,13 +212,7 @@ def test_a_period_given_in_another_utc_offset_is_read_on_the_ledgers_utc_hours(t
     # given a ledger of 1 kJ a minute over two UTC hours, and one period from 00:15 to 01:45
     # UTC given once in UTC and once at +05:30 (05:45 to 07:15 there: its hours fall on the
     # half hour)
-    node = make_node("node-01", gpus=1)
-    for hour in (T0, T0 + HOUR):
-        EnergyLedgerEntry.objects.create(
-            gpu=Gpu.objects.get(node=node), hour=hour, team=team, energy_j=60 * 1000.0,
-            co2_g=60 * 1000.0 / J_PER_KWH * 100.0, ci_g_per_kwh=100.0, zone="ES",
-            minutes_j=[1000.0] * 60,
-        )  # fmt: skip
+    _kilojoule_a_minute(team, make_node("node-01", gpus=1))
     india = timezone(timedelta(hours=5, minutes=30))
     start, end = T0 + 15 * MINUTE, T0 + 105 * MINUTE
     in_utc = Budget(team=team, period_start=start, period_end=end)
