@@ -270,6 +270,7 @@ class BudgetGreedy:
         prediction_margin: float = 0.05,
         in_period_cost: bool = True,
         markup_decay: float = 0.9,
+        slow_price: float | None = None,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -339,6 +340,10 @@ class BudgetGreedy:
           has measured, the worst case of the round that measures it: the extra GPUs'
           draw for a round with no speedup (energy prices only: measured for GreenFlow's
           carbon price too and not kept); see ``_Round._measured_gpus``.
+        - ``slow_price`` (None: off): the re-solved price is lowered towards a slow
+          price while the budget's spending lags its line, fully at ``lag_deadband``
+          behind; the slow price is a dual-ascent step on that lag, by up to a factor e
+          per this share of the period (``budget_price._slow_price``).
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -415,6 +420,11 @@ class BudgetGreedy:
         ):
             raise ValueError("fixed_price must be a finite price >= 0 or None")
         self.fixed_price = fixed_price
+        if slow_price is not None and (
+            isinstance(slow_price, bool) or not (math.isfinite(slow_price) and slow_price > 0)
+        ):
+            raise ValueError("slow_price must be a positive share of the period or None")
+        self.slow_price = slow_price
         if prior_box not in ("minimum", "requested"):
             raise ValueError(f"prior_box must be 'minimum' or 'requested', not {prior_box!r}")
         self.prior_box = prior_box

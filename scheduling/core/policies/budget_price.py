@@ -247,6 +247,10 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             cell[0] += c0
             cell[1] += c0 * t0
             cell[2] += c0 / t0
+    # The slow price's state by budget (``_slow_price``), carried whether or not it moves.
+    slow: dict[str, list[float]] = {
+        k: [float(x) for x in v] for k, v in state.get("slow_price", {}).items()
+    }
     # The budgets that price on in-period costs (below), with the time left they cut at.
     cut_at: dict[int, float] = {}
     price = [0.0] * len(budgets)
@@ -349,6 +353,12 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         price[b_i] = price_for_share(
             [shared[k] for k in keys], share, [weight[b_i][k] for k in keys]
         )
+        if policy.slow_price is not None:
+            price[b_i] = _slow_price(
+                slow.get(b.budget_id), slow, b, now=ctx.now_s, solved=price[b_i],
+                hulls=[shared[k] for k in keys], lag=rnd.lags[b_i],
+                tau=policy.slow_price, deadband=policy.lag_deadband,
+            )  # fmt: skip
     price_out[:] = price
     chosen: dict[tuple[Hashable, float], tuple[int, int, int]] = {}  # (hull, price) -> box
     at_hour = policy.cost == "carbon" and policy.hour_price
@@ -413,12 +423,79 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         "price_prev_now": ctx.now_s,
         "price_arrivals": arrivals,
         "price_arrival_times": hist,
+        **({"slow_price": slow} if slow else {}),
         "price": {
             b.budget_id: p
             for b, p, is_priced in zip(budgets, price, priced, strict=True)
             if is_priced and math.isfinite(p)
         },
     }
+
+
+def _slow_price(
+    rec: list[float] | None,
+    out: dict[str, list[float]],
+    b: Any,
+    *,
+    now: float,
+    solved: float,
+    hulls: Sequence[Hull],
+    lag: float,
+    tau: float,
+    deadband: float,
+) -> float:
+    """The budget's price with ``BudgetGreedy``'s ``slow_price`` (``tau``): the re-solved
+    price (``solved``), lowered towards a slow price while the spending lags its line.
+    The slow price's state is updated in ``out`` (by budget: the period's start, the
+    log of the slow price and when it was last moved).
+
+    The re-solved price answers each round's forecast of the arrivals, so it cannot tell
+    a generous budget from a tight one: on Philly at ``elastic``'s energy it ran from 0
+    to 3.2e-4 s/J and left 11% of the budget unspent, where one constant price did
+    better (docs/benchmarks.md, "The price, not the per-job choices"). The slow price is
+    a dual-ascent step on the spending against its line (``lag``, the share of the limit
+    by which spending lags it: a straight line, or for a carbon cluster budget the line
+    corrected for its idle floor's carbon, ``_Round._lags``): the log of the price moves
+    by ``-lag / deadband``, clipped to [-1, 1], times the time since it last moved over
+    ``tau`` of the period, so it falls by up to a factor e every ``tau`` of the period
+    while the budget is behind its line by ``deadband`` or more and rises as fast while
+    it is as far ahead. It starts at the re-solved price and stays within the present
+    jobs' hulls' range of prices (half the flattest step's slope, where every job is at
+    its fastest, to twice the steepest's, where every job is at its cheapest), so that it
+    never winds up beyond what changes a choice; below the flattest step the price is 0.
+
+    The slow price only ever lowers the re-solved one, and only as far as the budget is
+    behind its line (not at all on or ahead of it, all the way at ``deadband`` behind;
+    the log of the price interpolated between): a tight budget stays on its line and
+    keeps the re-solved price, so a price that fell in a quiet spell does not spend early
+    what its later work needs. Measured in docs/benchmarks.md ("A slow budget price"):
+    lowered unconditionally, Philly at ``fifo_lowclock``'s energy ran 0.67x instead of
+    1.42x, its budget spent early."""
+    slopes = [(p[1] - q[1]) / (q[0] - p[0]) for h in hulls for p, q in zip(h, h[1:])]  # noqa: B905
+    key = b.budget_id
+    if not slopes or not math.isfinite(solved):
+        if rec is not None:  # it does not move while it is not used
+            out[key] = [rec[0], rec[1], now]
+        return solved
+    lo, hi = max(min(slopes), 1e-300) / 2.0, max(slopes) * 2.0
+    if rec is None or rec[0] != b.period_start_s:
+        log_lam = math.log(min(max(solved, lo), hi))
+    else:
+        log_lam = rec[1]
+        dt = now - rec[2]
+        span = b.period_end_s - b.period_start_s
+        if dt > 0.0 and span > 0.0:
+            step = min(max(-lag / max(deadband, 1e-3), -1.0), 1.0)
+            log_lam += step * dt / (tau * span)
+        log_lam = min(max(log_lam, math.log(lo)), math.log(hi))
+    out[key] = [b.period_start_s, log_lam, now]
+    lam = math.exp(log_lam)
+    w = _behind_weight(lag, deadband)
+    if w <= 0.0 or solved <= lam * (1.0 + 1e-9):  # (exp(log(x)) may miss x by a bit)
+        return solved
+    if w < 1.0:
+        lam = math.exp((1.0 - w) * math.log(solved) + w * log_lam)
+    return 0.0 if lam < 2.0 * lo else lam
 
 
 def _finish_short(
