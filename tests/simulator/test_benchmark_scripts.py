@@ -46,6 +46,11 @@ def _bench(script: str, *argv: str) -> subprocess.CompletedProcess:
             "slowest; known: eaco, elastic, fifo, fifo_lowclock, greenflow, netdelay, ones, "
             "powerflow, tiresias, zeus",
         ),
+        (
+            "budget_variants.py",
+            ["--trace", "t.csv", "--cluster", "c.json", "--budget-kind", "carbon"],
+            "budget_variants.py: error: a carbon budget needs --carbon-zone",
+        ),
     ],
 )
 def test_a_benchmark_refuses_a_bad_argument_before_any_work(script, argv, line):
