@@ -1,6 +1,7 @@
 """The slow budget price (``slow_price``, ``budget_price._slow_price``): a dual-ascent step
 on the spending's lag behind its line, which only ever lowers the re-solved price, and only
-as far as the budget is behind that line (docs/benchmarks.md, "A slow budget price")."""
+as far as the budget is behind that line beyond the deadband (docs/benchmarks.md, "A slow
+budget price (issue 13, point 1)")."""
 
 from __future__ import annotations
 
@@ -54,11 +55,14 @@ def test_behind_its_line_the_price_falls_by_e_per_tau_of_the_period_down_to_0():
 def test_a_smaller_lag_moves_it_in_proportion_and_lowers_the_price_less():
     state: dict = {}
     _step(state, 0.0, START, lag=0.5)
-    # half the deadband behind: half a step, and the log of the price half-way between
-    # the re-solved price and the slow one
-    got = _step(state, 150.0, START, lag=0.015)
+    # half the deadband behind: half a step, and within the deadband the price stays
+    assert _step(state, 150.0, START, lag=0.015) == START
     assert math.exp(state["b"][1]) == pytest.approx(START / math.sqrt(math.e))
-    assert got == pytest.approx(START / math.e**0.25)
+    # one and a half deadbands behind: a whole step, and the log of the price half-way
+    # between the re-solved price and the slow one
+    got = _step(state, 300.0, START, lag=0.045)
+    assert math.exp(state["b"][1]) == pytest.approx(START / math.e**1.5)
+    assert got == pytest.approx(START / math.e**0.75)
 
 
 def test_on_or_ahead_of_its_line_a_budget_keeps_the_re_solved_price():
@@ -68,6 +72,7 @@ def test_on_or_ahead_of_its_line_a_budget_keeps_the_re_solved_price():
     _step(state, 0.0, START, lag=0.5)
     _step(state, 150.0, START, lag=0.5)  # fallen to START / e
     assert _step(state, 150.0, START, lag=0.0) == START
+    assert _step(state, 150.0, START, lag=0.03) == START  # within the deadband
     assert _step(state, 150.0, START, lag=-0.2) == START
     assert _step(state, 150.0, START, lag=0.5) == pytest.approx(START / math.e)
 
@@ -108,7 +113,7 @@ def test_slow_price_must_be_a_positive_share():
 
 def _plan(used_j: float, **params):
     # Half-way through the period; the slow price was set 300 s ago at 1e-6 s/J.
-    budget = Budget("b", "t", 0.0, SPAN, energy_limit_j=200_000.0, energy_used_j=used_j)
+    budget = Budget("b", "t", 0.0, SPAN, energy_limit_j=150_000.0, energy_used_j=used_j)
     state = {"price_prev_now": 1200.0, "slow_price": {"b": [0.0, math.log(1e-6), 1200.0]}}
     snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,),
                     policy_state=state)  # fmt: skip
@@ -117,14 +122,14 @@ def _plan(used_j: float, **params):
 
 
 def test_a_budget_behind_its_line_runs_its_job_at_the_slow_price():
-    # 200 kJ, 90 kJ of it spent half-way through (5% behind the line): the 110 kJ left
+    # 150 kJ, 60 kJ of it spent half-way through (10% behind the line): the 90 kJ left
     # pays the job's middle point (78,750 J), not its fastest (120,000 J), so the
     # re-solved price runs it at 1500 MHz; the slow price, fallen below the flattest
     # step, at its fastest this round.
-    solved = _plan(90_000.0, slow_price=None)
+    solved = _plan(60_000.0, slow_price=None)
     assert solved.allocations["a"].sm_clock_mhz == 1500
     assert solved.policy_state["price"]["b"] == pytest.approx(FLAT)
-    slow = _plan(90_000.0, slow_price=TAU)
+    slow = _plan(60_000.0, slow_price=TAU)
     assert slow.allocations["a"].sm_clock_mhz == 2000
     assert slow.policy_state["price"]["b"] == 0.0
     assert slow.policy_state["slow_price"]["b"][2] == 1500.0

@@ -1,7 +1,7 @@
-"""The slow budget price over a whole run (docs/benchmarks.md, "A slow budget price"): a
-generous budget (``elastic``'s energy) is spent to within a few percent by its period's
-end, where the re-solved price left 11.5% of it; a tight one (``fifo_lowclock``'s) is
-never exceeded and its jobs end no later."""
+"""The slow budget price over a whole run (docs/benchmarks.md, "A slow budget price
+(issue 13, point 1)"): on pollux_workload-2 at 0.25, a generous budget (``elastic``'s
+energy) is spent to within 5% by its period's end, where the re-solved price left 9.6% of
+it; a tight one (``fifo_lowclock``'s) is never exceeded and its jobs end no later."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from scheduling.simulator.metrics import summarise
 from scheduling.simulator.scenario import load_scenario, powered_idle_w, run_policy
 
 DATA = Path(__file__).resolve().parents[2] / "data"
-TRACE = DATA / "trace" / "pollux_workload-3.csv"
+TRACE = DATA / "trace" / "pollux_workload-2.csv"
 CLUSTER = DATA / "clusters" / "n16g4_t4.json"
 
 
@@ -34,10 +34,10 @@ def _matched(scenario, baseline, **params):
 def test_a_generous_budget_is_spent_by_the_period_s_end(scenario):
     _, resolved, resolved_share, _ = _matched(scenario, "elastic", slow_price=None)
     base, slow, share, period = _matched(scenario, "elastic", slow_price=0.05)
-    assert resolved_share < 0.9  # 88.5%: the re-solved price alone
-    assert 0.93 < share <= 1.0  # 95.2%
+    assert resolved_share < 0.91  # 90.4%: the re-solved price alone
+    assert 0.94 < share <= 1.0  # 95.2%
     assert period["candidate_periods_over_budget"] == 0
-    assert slow["avg_jct_s"] < 0.95 * resolved["avg_jct_s"]
+    assert slow["avg_jct_s"] < 0.97 * resolved["avg_jct_s"]  # 1.156x -> 1.211x elastic's
     assert slow["avg_jct_s"] < base["avg_jct_s"]  # ahead of elastic at its energy
 
 

@@ -341,9 +341,10 @@ class BudgetGreedy:
           draw for a round with no speedup (energy prices only: measured for GreenFlow's
           carbon price too and not kept); see ``_Round._measured_gpus``.
         - ``slow_price`` (None: off): the re-solved price is lowered towards a slow
-          price while the budget's spending lags its line, fully at ``lag_deadband``
-          behind; the slow price is a dual-ascent step on that lag, by up to a factor e
-          per this share of the period (``budget_price._slow_price``).
+          price while the budget's spending lags its line by more than
+          ``lag_deadband``, fully at twice that; the slow price is a dual-ascent step on
+          that lag, by up to a factor e per this share of the period
+          (``budget_price._slow_price``).
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".

@@ -465,12 +465,15 @@ def _slow_price(
     never winds up beyond what changes a choice; below the flattest step the price is 0.
 
     The slow price only ever lowers the re-solved one, and only as far as the budget is
-    behind its line (not at all on or ahead of it, all the way at ``deadband`` behind;
-    the log of the price interpolated between): a tight budget stays on its line and
-    keeps the re-solved price, so a price that fell in a quiet spell does not spend early
-    what its later work needs. Measured in docs/benchmarks.md ("A slow budget price"):
-    lowered unconditionally, Philly at ``fifo_lowclock``'s energy ran 0.67x instead of
-    1.42x, its budget spent early."""
+    behind its line beyond ``deadband`` (not at all within ``deadband`` of it or ahead,
+    all the way at twice ``deadband`` behind; the log of the price interpolated
+    between): a tight budget stays near its line and keeps the re-solved price, so a
+    price that fell in a quiet spell does not spend early what its later work needs.
+    Measured in docs/benchmarks.md ("A slow budget price (issue 13, point 1)"): lowered
+    all the way from ``deadband`` behind, Philly at ``fifo_lowclock``'s energy ran
+    1.450x -> 1.301x (0.5) and GreenFlow at its carbon 1.353x -> 0.828x (1.0), their
+    budgets spent early; lowered without the lag at all, PowerFlow at 1.0 ran 0.672x.
+    """
     slopes = [(p[1] - q[1]) / (q[0] - p[0]) for h in hulls for p, q in zip(h, h[1:])]  # noqa: B905
     key = b.budget_id
     if not slopes or not math.isfinite(solved):
@@ -490,7 +493,7 @@ def _slow_price(
         log_lam = min(max(log_lam, math.log(lo)), math.log(hi))
     out[key] = [b.period_start_s, log_lam, now]
     lam = math.exp(log_lam)
-    w = _behind_weight(lag, deadband)
+    w = _behind_weight(lag - deadband, deadband)
     if w <= 0.0 or solved <= lam * (1.0 + 1e-9):  # (exp(log(x)) may miss x by a bit)
         return solved
     if w < 1.0:
