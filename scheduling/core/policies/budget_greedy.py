@@ -344,7 +344,11 @@ class BudgetGreedy:
           price while the budget's spending lags its line by more than
           ``lag_deadband``, fully at twice that; the slow price is a dual-ascent step on
           that lag, by up to a factor e per this share of the period
-          (``budget_price._slow_price``).
+          (``budget_price._slow_price``). Off by default: measured in docs/benchmarks.md
+          ("A slow budget price (issue 13, point 1)"), at 0.05 it spent more of a
+          generous budget and was never slower on pollux 1-8, but on Philly 876 GreenFlow
+          at ``fifo_lowclock``'s carbon lost 1.3-5.4% and PowerFlow against ``elastic``
+          0.5% at arrival scales 0.5 and 0.25.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
