@@ -756,12 +756,14 @@ def draw_shaped_prior(
     at rest but no more as that work grows with the batch. The share of the time the GPU
     works at all, ``u`` (the time's split), is read against its idle draw; the share of
     that work that loads it beyond the floor, ``heavy``, is the job's draw above the floor
-    as a share of the span above it, over ``u``. The draw then rises with the per-sample
-    share of the time (``batch_half = alpha_c / beta_c``, as with one reading) from the
-    floor towards ``floor + (busy_max - floor) x heavy``, never past it, and is the job's
-    own at ``b0``. A job at the floor is predicted a flat draw with a time that still grows
-    per sample (ncf on an A40: 84 W at every batch from 8 to 32,768, its time x16 from 512
-    to 32,768); docs/benchmarks.md, "Two readings of one draw"."""
+    as a share of the span above it, ``u_f``, over ``u``. With ``FLOOR_CAP`` the draw rises
+    with the per-sample share of the time (``batch_half = alpha_c / beta_c``, as with one
+    reading) from the floor towards ``floor + (busy_max - floor) x heavy``, never past it;
+    without (the default since 7 Dec 2026) it rises from the floor towards the busy maximum
+    itself, half way at ``b0 (1 - u_f) / u_f``. Either way it is the job's own at ``b0``. A
+    job at the floor is predicted a flat draw with a time that still grows per sample (ncf
+    on an A40: 84 W at every batch from 8 to 32,768, its time x16 from 512 to 32,768);
+    docs/benchmarks.md, "Two readings of one draw" and "The floor, read live"."""
     found = draw_busy_fraction(prior, observations, idle_w=idle_w, busy_max_w=busy_max_w)
     if found is None:
         return prior
