@@ -754,16 +754,18 @@ def draw_shaped_prior(
     this GPU, the floor the draw's batch shape starts from. A GPU that runs a job's light
     work (lookups, copies, kernels that wait on memory, with its clocks up) draws more than
     at rest but no more as that work grows with the batch. The share of the time the GPU
-    works at all, ``u`` (the time's split), is read against its idle draw; the share of
-    that work that loads it beyond the floor, ``heavy``, is the job's draw above the floor
-    as a share of the span above it, ``u_f``, over ``u``. With ``FLOOR_CAP`` the draw rises
-    with the per-sample share of the time (``batch_half = alpha_c / beta_c``, as with one
-    reading) from the floor towards ``floor + (busy_max - floor) x heavy``, never past it;
-    without (the default since 7 Dec 2026) it rises from the floor towards the busy maximum
-    itself, half way at ``b0 (1 - u_f) / u_f``. Either way it is the job's own at ``b0``. A
-    job at the floor is predicted a flat draw with a time that still grows per sample (ncf
-    on an A40: 84 W at every batch from 8 to 32,768, its time x16 from 512 to 32,768);
-    docs/benchmarks.md, "Two readings of one draw" and "The floor, read live"."""
+    works at all, ``u`` (the time's split), is read against its idle draw; the job's draw
+    while it computes (``idle + (busy_max - idle) x u``: on several GPUs without the
+    all-reduce's wait) is read against the floor, a share ``u_f`` of the span above it (a
+    job drawing less than the floor is the least loading workload seen: its own draw is
+    the floor). By default (``FLOOR_CAP`` False) the draw rises from the floor towards
+    ``busy_max`` itself, half way at ``b0 (1 - u_f) / u_f``; capped, it rises with the
+    per-sample share of the time (``batch_half = alpha_c / beta_c``, as with one reading)
+    towards ``floor + (busy_max - floor) x u_f / u``, never past it. Either way it is the
+    job's own at ``b0``, on any GPU count. A job at the floor is predicted a flat draw
+    with a time that still grows per sample (ncf on an A40: 84 W at every batch from 8 to
+    32,768, its time x16 from 512 to 32,768); docs/benchmarks.md, "Two readings of one
+    draw" and "The floor, read live"."""
     found = draw_busy_fraction(prior, observations, idle_w=idle_w, busy_max_w=busy_max_w)
     if found is None:
         return prior
@@ -788,20 +790,26 @@ def draw_shaped_prior(
         half = throughput.alpha_c_s / throughput.beta_c_s
         low_w, top_w = idle_w, busy_max_w
         if floor_w is not None and floor_w != idle_w:
-            found = draw_busy_fraction(prior, observations, idle_w=floor_w, busy_max_w=busy_max_w)
-            if found is not None:
-                # Of the time the GPU works (u, read against its idle draw), the share
-                # that loads it more than the floor: the job's draw above the floor, as a
-                # share of the span above it, over u. That share of the per-sample work
-                # draws the busy maximum, the rest the floor, so the draw rises with the
-                # per-sample share of the time (batch_half alpha / beta, as the one reading
-                # has it) towards floor + (busy_max - floor) x heavy, never past it.
-                heavy = min(found[1] / u, 1.0) if u > 0 else 0.0
-                low_w, top_w = floor_w, floor_w + (busy_max_w - floor_w) * heavy
-                if not FLOOR_CAP and 0.0 < found[1]:
-                    # Uncapped: from the floor towards the busy maximum itself, at the batch
-                    # where the job's draw above the floor is half of the span above it.
-                    top_w, half = busy_max_w, b0 * (1.0 - found[1]) / found[1]
+            # The job's draw while its GPU computes (on several GPUs, without the all-reduce's
+            # wait, which the model puts at the idle draw): idle + span x u. Read against the
+            # floor from there, so that the draw is the job's own at b0 on any GPU count; a
+            # job that draws less than the floor is the least loading workload seen, its draw
+            # the floor.
+            busy_w = idle_w + (busy_max_w - idle_w) * u
+            floor_w = min(floor_w, busy_w)
+            u_f = (busy_w - floor_w) / (busy_max_w - floor_w) if busy_max_w > floor_w else 0.0
+            u_f = min(max(u_f, 0.0), 1.0)
+            # Capped (FLOOR_CAP): of the time the GPU works (u, read against its idle draw),
+            # the share that loads it more than the floor, heavy = u_f / u, draws the busy
+            # maximum, the rest the floor, so the draw rises with the per-sample share of the
+            # time (batch_half alpha / beta, as the one reading has it) towards floor +
+            # (busy_max - floor) x heavy, never past it.
+            heavy = min(u_f / u, 1.0) if u > 0 else 0.0
+            low_w, top_w = floor_w, floor_w + (busy_max_w - floor_w) * heavy
+            if not FLOOR_CAP and 0.0 < u_f:
+                # Uncapped: from the floor towards the busy maximum itself, at the batch
+                # where the job's draw above the floor is half of the span above it.
+                top_w, half = busy_max_w, b0 * (1.0 - u_f) / u_f
         power = PowerParams(
             busy_max_w=top_w,
             batch_half=half,

@@ -383,6 +383,32 @@ def test_a_job_above_the_floor_draws_its_own_at_its_batch_and_rises_with_the_bat
     assert (top_w < BUSY_MAX_W) is cap
 
 
+@pytest.mark.parametrize("cap", [False, True])
+@pytest.mark.parametrize(
+    ("draw_w", "n"),
+    [(90.0, 1), (100.0, 1), (200.0, 1), (130.0, 2), (200.0, 2), (300.0, 2), (200.0, 8)],
+)
+def test_read_against_a_floor_the_draw_is_the_jobs_own_at_its_batch(draw_w, n, cap, monkeypatch):
+    # Whatever the floor, the draw at the batch the job was measured at is what it drew: on
+    # several GPUs too (where its GPUs wait on the all-reduce at the model's idle draw), and
+    # for a job that draws less than the floor (the least loading workload yet: flat at its
+    # own draw, not at the floor).
+    monkeypatch.setattr(online_model, "FLOOR_CAP", cap)
+    b0, floor_w = 64.0, 120.0
+    seen = [drawing(draw_w, b0, n=n)]
+    one = draw_shaped_prior(PRIOR, seen, idle_w=IDLE_W, busy_max_w=BUSY_MAX_W, draw_shape=True)
+    two = draw_shaped_prior(
+        PRIOR, seen, idle_w=IDLE_W, busy_max_w=BUSY_MAX_W, draw_shape=True, floor_w=floor_w
+    )
+    cfg = config_of(n, 1, b0)
+    assert one.power_w(cfg) == pytest.approx(draw_w, rel=1e-6)  # the one reading already is
+    assert two.power_w(cfg) == pytest.approx(draw_w, rel=1e-6)
+    assert two.iter_time_s(cfg) == pytest.approx(one.iter_time_s(cfg), rel=1e-12)
+    if draw_w < floor_w and n == 1:
+        for b in (1.0, 512.0, 1e6):  # below the floor: flat at its own draw
+            assert two.power_w(config_of(1, 1, b)) == pytest.approx(draw_w, rel=1e-6)
+
+
 def test_the_floor_and_busy_maximum_come_from_enough_other_workloads_measured_draws():
     draws = {"a": [150.0, 190.0], "b": [200.0], "c": [260.0, float("nan"), -1.0]}
     assert online_model.measured_draw_span_w(draws) == (150.0, 260.0)
