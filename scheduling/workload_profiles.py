@@ -30,6 +30,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import JSONField
+from django.db.models.expressions import RawSQL
 
 from cluster.choices import JobState
 from cluster.models import Job
@@ -389,7 +391,14 @@ def fit_prior(
     if span is None:
         return prior
     idle_w, busy_max_w = span
+    observations = list(observations)
     if known is None:
+        # Only for a job with a draw to read (``draw_busy_fraction``): the query reads every
+        # other workload's newest profile on the GPU model.
+        if not any(
+            o.power_w is not None and om.at_default_power(o, prior.gpu) for o in observations
+        ):
+            return prior
         known = measured_on_gpu(prior.gpu_model, catalog=catalog, exclude=workload)
     # Draws measured on this GPU model by enough other workloads: the least says where light
     # work sits (above idle, with the clocks up), the most is the busy maximum.
@@ -402,6 +411,19 @@ def fit_prior(
         draw_shape=True,
         floor_w=floor_w,
     )
+
+
+# The power_w of a profile's stored fit observations (``profile_params``) on one GPU at its
+# default limit and top clock (``online_model.at_default_power``, against the profile's
+# own GPU spec): a jsonpath over ``params``.
+_ONE_GPU_DEFAULT_DRAWS = """jsonb_path_query_array(
+    "scheduling_workloadprofile"."params" -> 'fit' -> 'observations',
+    '$[*] ? (@.n_gpus == 1 && @.power_w > 0
+             && (@.power_limit_w == null || @.power_limit_w >= $lim)
+             && (@.sm_clock_mhz == null || @.sm_clock_mhz >= $clk)).power_w',
+    jsonb_build_object(
+        'lim', "scheduling_workloadprofile"."params" -> 'gpu' -> 'power_limit_max_w',
+        'clk', "scheduling_workloadprofile"."params" -> 'gpu' -> 'dvfs' -> 'max_clock_mhz'))"""
 
 
 def measured_on_gpu(
@@ -417,20 +439,21 @@ def measured_on_gpu(
         for m in catalog.models()
         if m.gpu_model == gpu_model and m.workload != exclude
     }
+    # The draws are picked out by PostgreSQL (``_ONE_GPU_DEFAULT_DRAWS``), not read with each
+    # newest profile's models and observations: this runs for every job of an unknown
+    # workload each round it reports a draw, inside the round's transaction.
     newest = (
         WorkloadProfile.objects.filter(gpu_model=gpu_model)
         .exclude(workload=exclude)
         .order_by("workload", "-version")
         .distinct("workload")
-        .only("workload", "params")
+        .annotate(draws=RawSQL(_ONE_GPU_DEFAULT_DRAWS, (), output_field=JSONField()))
+        .values_list("workload", "draws")
     )
-    for profile in newest:
-        gpu = model_from_params(profile.params).gpu
-        stored = (profile.params.get("fit") or {}).get("observations", ())
-        seen = (om.observation_from_dict(d) for d in stored if d.get("power_w"))
-        draws = [o.power_w for o in seen if o.n_gpus == 1 and om.at_default_power(o, gpu)]
-        if draws:
-            out.setdefault(profile.workload, []).extend(draws)
+    for workload, draws in newest:
+        kept = [float(d) for d in draws or () if isinstance(d, int | float)]
+        if kept:
+            out.setdefault(workload, []).extend(kept)
     return out
 
 

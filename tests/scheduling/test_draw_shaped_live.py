@@ -3,6 +3,7 @@ from its own draw (``workload_profiles.fit_prior``, ``online_model.draw_shaped_p
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -301,3 +302,90 @@ def test_on_a_catalog_gpu_the_catalogs_own_models_set_the_floor(make_job, member
 
 
 CATALOG_A100 = [m for m in CATALOG.models() if m.gpu_model == "A100"]
+
+
+def test_a_job_drawing_less_than_every_other_workload_is_predicted_its_own_draw_at_its_batch(
+    make_job, member, team
+):
+    # given a job of an unknown workload on an A100 whose draw (100 W) is below the least any
+    # catalog model draws there (the 200 W floor): lighter work than any measured
+    known = wp.measured_on_gpu("A100", catalog=CATALOG, exclude="lighter")
+    floor_w, _ = om.measured_draw_span_w(known)
+    assert floor_w > 150.0
+    job = make_job(owner=member, team=team, workload="lighter", resembles="resnet50")
+
+    # when its reports are recorded
+    model = record(job, reports(CATALOG.get("resnet50", "A100"), 100.0))
+
+    # then it is predicted the draw it was measured at, at that batch (not the floor's)
+    assert model.power_w(at(B0)) == pytest.approx(100.0, rel=0.01)
+    assert model.power_w(at(B0 / 8)) <= 100.0 * 1.01
+
+
+def test_a_job_on_several_gpus_above_the_floor_is_predicted_its_own_draw_at_its_batch(
+    make_job, member, team
+):
+    # given a job of an unknown workload on two A100s drawing 260 W a GPU, between the
+    # catalog's floor and busy maximum there (its GPUs wait part of each iteration on the
+    # all-reduce, at the idle draw)
+    job = make_job(owner=member, team=team, workload="two-gpu", resembles="resnet50", min_gpus=2)
+    prior = CATALOG.get("resnet50", "A100")
+    common = dict(n_gpus=2, n_nodes=1, local_batch=B0)
+    t_s = prior.iter_time_s(at(B0, 2))
+    seen = [Observation(iter_time_s=t_s, **common)] * 3 + [
+        Observation(power_w=260.0, **common)
+    ] * 10
+
+    # when its reports are recorded
+    model = record(job, seen)
+
+    # then it is predicted the draw it was measured at, on two GPUs at its batch
+    assert model.power_w(at(B0, 2)) == pytest.approx(260.0, rel=0.01)
+
+
+def _profile(workload: str, version: int, seen, *, gpu_model: str = "A40") -> None:
+    model = wp._estimated_for(CATALOG.get("bert", "A100"), A40)
+    fit = {"observations": [om.observation_to_dict(o) for o in seen]}
+    WorkloadProfile.objects.create(
+        workload=workload, gpu_model=gpu_model, version=version, prior="catalog bert@A100",
+        params=wp.model_to_params(model) | {"fit": fit}, created_at=T0,
+    )  # fmt: skip
+
+
+def test_the_draws_measured_are_each_workloads_newest_profiles_of_one_gpu_at_its_default(db):
+    # given profiles on the A40 (highest limit 300 W, top clock 1740 MHz): two versions of
+    # one workload, the job's own workload's, one on another GPU model, and draws at the
+    # highest limit set explicitly, at the top clock set, below it, on two GPUs, capped
+    def drew(w, **how):
+        return Observation(n_nodes=1, local_batch=64.0, power_w=w, **({"n_gpus": 1} | how))
+
+    _profile("a", 1, [drew(100.0), drew(400.0)])
+    _profile("a", 2, [drew(150.0), drew(170.0, power_limit_w=300.0)])
+    _profile("b", 1, [drew(200.0, sm_clock_mhz=1740), drew(90.0, sm_clock_mhz=1500)])
+    _profile("b", 2, [drew(210.0), drew(80.0, n_gpus=2), drew(70.0, power_limit_w=250.0)])
+    _profile("job", 1, [drew(60.0)])
+    _profile("c", 1, [drew(50.0)], gpu_model="V100")
+    _profile("d", 1, [Observation(n_gpus=1, n_nodes=1, local_batch=64.0, iter_time_s=0.1)])
+
+    known = wp.measured_on_gpu("A40", catalog=CATALOG, exclude="job")
+
+    # then only the newest version of each other workload counts, one GPU's draws at the
+    # default limit (explicit or not) and top clock (explicit or not)
+    assert {w: sorted(d) for w, d in known.items()} == {"a": [150.0, 170.0], "b": [210.0]}
+
+
+def test_a_job_without_a_draw_at_the_default_does_not_read_the_other_workloads_profiles(
+    make_job, member, team, django_assert_num_queries
+):
+    # given a job of an unknown workload whose reports carry no draw at the default limit
+    prior, source = wp.prior_for("embedding-lookups", "A40", catalog=CATALOG, nvml=A40)
+    timed = [o for o in reports(prior, FLOOR_W) if o.power_w is None]
+    capped = [replace(o, power_limit_w=200.0) for o in reports(prior, FLOOR_W) if o.power_w]
+
+    # when its prior is shaped, no query is made: there is no draw to read against a floor
+    for seen in (timed, timed + capped):
+        with django_assert_num_queries(0):
+            shaped = wp.fit_prior(
+                "embedding-lookups", prior, source, seen, catalog=CATALOG, nvml=A40
+            )
+        assert shaped is prior
