@@ -19,13 +19,13 @@ import bisect
 import itertools
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count
+from django.db import connection
 
 from cluster.choices import ACTIVE_JOB_STATES, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node, gpus_in_service
@@ -336,19 +336,60 @@ def _sample_instants(
     reported. The agents of a job's several nodes sample on their own clocks, so no instant
     has them all: their samples are matched in order (each GPU's k-th), at the latest of
     the k-th instants."""
-    window = GpuSample.objects.filter(gpu__in=[g.pk for g in gpus], ts__gt=since, ts__lte=until)
-    if len({g.node_id for g in gpus}) < 2:
-        return [
-            (row["ts"], row["p"])
-            for row in window.values("ts").annotate(p=Avg("power_w"), n=Count("gpu")).order_by("ts")
-            if row["n"] == len(gpus)
-        ]
-    per_gpu: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
-    for gpu_id, ts, power_w in window.order_by("ts").values_list("gpu_id", "ts", "power_w"):
-        per_gpu[gpu_id].append((ts, power_w))
-    if len(per_gpu) < len(gpus) or min(len(v) for v in per_gpu.values()) < 2:
-        return []
-    return _matched_samplings(list(per_gpu.values()))
+    return _sample_instants_of([(gpus, since)], until=until)[0]
+
+
+def _sample_instants_of(
+    items: list[tuple[list[Gpu], datetime]], *, until: datetime
+) -> list[list[tuple[datetime, float]]]:
+    """``_sample_instants`` of each (GPUs, since) up to ``until``: at most two queries
+    (the jobs on one node, averaged per instant in the database as before; those on
+    several, each GPU's samples)."""
+    out: list[list[tuple[datetime, float]]] = [[] for _ in items]
+    one_node = [k for k, (gpus, _) in enumerate(items) if len({g.node_id for g in gpus}) < 2]
+    several = [k for k, (gpus, _) in enumerate(items) if len({g.node_id for g in gpus}) >= 2]
+    table = GpuSample._meta.db_table
+
+    def window(keys: list[int], select: str, rest: str) -> list[tuple]:
+        ks = [k for k in keys for _ in items[k][0]]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT w.k, {select} FROM {table} AS s "
+                "JOIN unnest(%s::int[], %s::bigint[], %s::timestamptz[]) AS w (k, gpu_id, since) "
+                "ON s.gpu_id = w.gpu_id AND s.ts > w.since "
+                f"WHERE s.ts <= %s AND s.ts > %s {rest}",
+                [
+                    ks,
+                    [g.pk for k in keys for g in items[k][0]],
+                    [items[k][1] for k in ks],
+                    until,
+                    min(items[k][1] for k in keys),
+                ],
+            )
+            return cursor.fetchall()
+
+    if one_node:
+        for k, ts, p, n in window(
+            one_node,
+            "s.ts, AVG(s.power_w), COUNT(s.gpu_id)",
+            "GROUP BY w.k, s.ts ORDER BY w.k, s.ts",
+        ):
+            if n == len(items[k][0]):
+                out[k].append((ts, p))
+    if several:
+        per_gpu: dict[int, dict[int, list[tuple[datetime, float]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        for k, gpu_id, ts, power_w in window(
+            several, "s.gpu_id, s.ts, s.power_w", "ORDER BY w.k, s.ts"
+        ):
+            per_gpu[k][gpu_id].append((ts, power_w))
+        for k in several:
+            series = per_gpu.get(k, {})
+            if len(series) < len(items[k][0]) or min(len(v) for v in series.values()) < 2:
+                continue
+            out[k] = _matched_samplings(list(series.values()))
+    return out
 
 
 def _matched_samplings(
@@ -410,36 +451,87 @@ def observed_measurements(
     ``workload_profiles.record_observations`` refuses the absurd ones.
     """
     alloc = allocation if allocation is not None else job.current_allocation
-    if alloc is None:
-        return None
-    gpus = list(alloc.gpus.all())
-    if not gpus:
-        return None
-    training = observations.training_since(job.pk, alloc, read_until=state.observed_until)
-    if training is None:
-        return None
-    since = max(training, state.observed_until) if state.observed_until else training
-    newest = observations.newest_progress_at(job.pk, alloc.pk, now=now)
-    if newest is None or newest <= since:
-        return None  # nothing new (a stalled job costs no sample scan)
+    return next(observed_measurements_of([(job, state, alloc)], now=now))
+
+
+def observed_measurements_of(
+    items: list[tuple[Job, JobSchedulingState, JobAllocation | None]], *, now: datetime
+) -> Iterator[Measurements | None]:
+    """``observed_measurements`` of each (job, state, allocation) in their order, in a few
+    queries whatever their number: each read of all of them at once (reports, samples, the
+    GPUs' other allocations) before the first is yielded, then each job's measurements
+    apart as it is taken (what is logged of one is logged as the caller folds it, as
+    before). Only a job not yet read past its warm-up and continuing another allocation
+    looks up its history (``observations.training_since_of``)."""
+    live = []  # (index, job, state, allocation, gpus)
+    for k, (job, state, alloc) in enumerate(items):
+        gpus = [] if alloc is None else list(alloc.gpus.all())
+        if gpus:
+            live.append((k, job, state, alloc, gpus))
+    trainings = observations.training_since_of(
+        [(job.pk, alloc, state.observed_until) for _, job, state, alloc, _ in live]
+    )
+    newest_of = observations.newest_progress_of(
+        [(job.pk, alloc.pk) for _, job, _, alloc, _ in live], now=now
+    )
+    fresh = []  # (index, job, allocation, gpus, since, newest)
+    for (k, job, state, alloc, gpus), training in zip(live, trainings, strict=True):
+        if training is None:
+            continue
+        since = max(training, state.observed_until) if state.observed_until else training
+        newest = newest_of.get((job.pk, alloc.pk))
+        if newest is None or newest <= since:
+            continue  # nothing new (a stalled job costs no sample scan)
+        fresh.append((k, job, alloc, gpus, since, newest))
     # While another job shares the GPUs, speed and power are the pair's: they feed the
     # observed slowdown, not the job's own model (see scheduling/observations.py).
-    shared = observations.shared_periods(job.pk, [g.pk for g in gpus], since=since, now=now)
+    shared_of = observations.shared_periods_of(
+        [(job.pk, [g.pk for g in gpus], since) for _, job, _, gpus, since, _ in fresh], now=now
+    )
     # Up to now, not to the newest report: on several nodes the sampling that completes the
     # newest report's may be stamped just after it.
-    instants = _sample_instants(gpus, since=since, until=now)
-    # The agent posts progress at once and buffers samples for its post interval, so the
-    # newest progress reports run ahead of the samples: read both only up to the newest
-    # sampling of all the job's GPUs, and what is still on its way is read next round.
-    # Samples that lag the progress by more than SAMPLE_LAG_S hold nothing back.
-    if instants and (newest - instants[-1][0]).total_seconds() <= SAMPLE_LAG_S:
-        horizon = instants[-1][0]
-    elif not instants and (newest - since).total_seconds() <= SAMPLE_LAG_S:
-        return None  # no sampling of all its GPUs yet: wait for them
-    else:
-        horizon = newest
-    iter_times, last_progress = observations.progress_iter_times(
-        job.pk, alloc.pk, since=since, now=horizon, exclude=shared,
+    instants_of = _sample_instants_of(
+        [(gpus, since) for _, _, _, gpus, since, _ in fresh], until=now
+    )
+    read = []  # (index, job, allocation, gpus, since, horizon, shared, instants)
+    for (k, job, alloc, gpus, since, newest), shared, instants in zip(
+        fresh, shared_of, instants_of, strict=True
+    ):
+        # The agent posts progress at once and buffers samples for its post interval, so the
+        # newest progress reports run ahead of the samples: read both only up to the newest
+        # sampling of all the job's GPUs, and what is still on its way is read next round.
+        # Samples that lag the progress by more than SAMPLE_LAG_S hold nothing back.
+        if instants and (newest - instants[-1][0]).total_seconds() <= SAMPLE_LAG_S:
+            horizon = instants[-1][0]
+        elif not instants and (newest - since).total_seconds() <= SAMPLE_LAG_S:
+            continue  # no sampling of all its GPUs yet: wait for them
+        else:
+            horizon = newest
+        read.append((k, job, alloc, gpus, since, horizon, shared, instants))
+    progress_of = observations.progress_reports_of(
+        [(job.pk, alloc.pk, since, horizon) for _, job, alloc, _, since, horizon, _, _ in read]
+    )
+    reports = {
+        k: (job, alloc, gpus, shared, instants, progress)
+        for (k, job, alloc, gpus, _, _, shared, instants), progress in zip(
+            read, progress_of, strict=True
+        )
+    }
+    for k in range(len(items)):
+        yield None if k not in reports else _measurements(*reports[k])
+
+
+def _measurements(
+    job: Job,
+    alloc: JobAllocation,
+    gpus: list[Gpu],
+    shared: list[observations.Period],
+    instants: list[tuple[datetime, float]],
+    progress: list[tuple[int, datetime, float | None]],
+) -> Measurements | None:
+    """One allocation's observations from its reports and samples read."""
+    iter_times, last_progress = observations.iter_times_of(
+        job.pk, alloc.pk, progress, exclude=shared,
         most=observations.most_iterations(job, alloc.batch_size),
     )  # fmt: skip
     if last_progress is None:

@@ -24,7 +24,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import F, Q, Window
+from django.db import connection
+from django.db.models import F, Max, Q, Window
 from django.db.models.functions import RowNumber
 
 from cluster.choices import JobState
@@ -75,21 +76,47 @@ def _first_two_reports(job_id: int, allocation_id: int) -> tuple[datetime | None
     """The latest of each reporting node's first progress report of the allocation, and
     of their second (``warmed_up_at``; None where a node that reported has not reported
     twice), in one query."""
+    return first_two_reports_of([(job_id, allocation_id)])[(job_id, allocation_id)]
+
+
+AllocationKey = tuple[int, int]  # (job id, allocation id)
+
+
+def first_two_reports_of(
+    keys: Iterable[AllocationKey],
+) -> dict[AllocationKey, tuple[datetime | None, datetime | None]]:
+    """``_first_two_reports`` of each (job, allocation), all in one query."""
+    keys = set(keys)
+    if not keys:
+        return {}
     firsts = (
         JobEvent.objects.filter(
-            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS
+            job_id__in={j for j, _ in keys},
+            allocation_id__in={a for _, a in keys},
+            kind=JobEventKind.PROGRESS,
         )
-        .annotate(rank=Window(RowNumber(), partition_by=[F("node_id")], order_by=F("ts").asc()))
+        .annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=[F("job_id"), F("allocation_id"), F("node_id")],
+                order_by=F("ts").asc(),
+            )
+        )
         .filter(rank__lte=2)
-        .values_list("node_id", "rank", "ts")
+        .values_list("job_id", "allocation_id", "node_id", "rank", "ts")
     )
-    ranked: tuple[dict, dict] = ({}, {})
-    for node_id, rank, ts in firsts:
-        ranked[rank - 1][node_id] = ts
-    first, second = ranked
-    if not first:
-        return None, None
-    return max(first.values()), (max(second.values()) if len(second) == len(first) else None)
+    ranked: dict[AllocationKey, tuple[dict, dict]] = {key: ({}, {}) for key in keys}
+    for job_id, allocation_id, node_id, rank, ts in firsts:
+        if (job_id, allocation_id) in ranked:
+            ranked[job_id, allocation_id][rank - 1][node_id] = ts
+    out = {}
+    for key, (first, second) in ranked.items():
+        if not first:
+            out[key] = (None, None)
+        else:
+            warm = max(second.values()) if len(second) == len(first) else None
+            out[key] = (max(first.values()), warm)
+    return out
 
 
 def training_since(
@@ -105,12 +132,40 @@ def training_since(
     minutes, 2 reports each) the job taught nothing at all. ``read_until``: how far its
     telemetry was read already; past the warm-up, which start it is changes nothing and
     the allocation's history is not looked up (every round, for every running job)."""
-    first, warm = _first_two_reports(job_id, allocation.pk)
-    if first is None:
-        return None
-    if warm is not None and read_until is not None and read_until >= warm:
-        return warm
-    return first if _warm_retune(job_id, allocation) else warm
+    return training_since_of([(job_id, allocation, read_until)])[0]
+
+
+def training_since_of(
+    items: list[tuple[int, JobAllocation, datetime | None]],
+) -> list[datetime | None]:
+    """``training_since`` of each (job id, allocation, read_until): the reports of all in
+    one query; only an allocation not yet read past its warm-up looks up its history."""
+    reports = first_two_reports_of((job_id, alloc.pk) for job_id, alloc, _ in items)
+    out: list[datetime | None] = []
+    unread = []  # (index, job id, allocation): not read past its warm-up
+    for job_id, allocation, read_until in items:
+        first, warm = reports[job_id, allocation.pk]
+        if first is None:
+            out.append(None)
+        elif warm is not None and read_until is not None and read_until >= warm:
+            out.append(warm)
+        else:
+            out.append(warm)
+            unread.append((len(out) - 1, job_id, allocation))
+    # A retune continues an allocation that ended as it started: only those allocations'
+    # histories are looked up, one by one (the round's retunes, not its running jobs).
+    if unread:
+        continued: dict[tuple[int, datetime], set[int]] = defaultdict(set)
+        for job_id, ended_at, pk in JobAllocation.objects.filter(
+            job_id__in={job_id for _, job_id, _ in unread},
+            ended_at__in={alloc.started_at for *_, alloc in unread},
+        ).values_list("job_id", "ended_at", "pk"):
+            continued[job_id, ended_at].add(pk)
+        for k, job_id, allocation in unread:
+            before = continued.get((job_id, allocation.started_at), set()) - {allocation.pk}
+            if before and _warm_retune(job_id, allocation):
+                out[k] = reports[job_id, allocation.pk][0]
+    return out
 
 
 def _warm_retune(job_id: int, allocation: JobAllocation, *, depth: int = 20) -> bool:
@@ -138,14 +193,29 @@ def _warm_retune(job_id: int, allocation: JobAllocation, *, depth: int = 20) -> 
 
 def newest_progress_at(job_id: int, allocation_id: int, *, now: datetime) -> datetime | None:
     """The allocation's latest progress report at or before ``now`` (None: none)."""
-    return (
+    return newest_progress_of([(job_id, allocation_id)], now=now).get((job_id, allocation_id))
+
+
+def newest_progress_of(
+    keys: Iterable[AllocationKey], *, now: datetime
+) -> dict[AllocationKey, datetime]:
+    """``newest_progress_at`` of each (job, allocation) that has a report, in one query."""
+    keys = set(keys)
+    if not keys:
+        return {}
+    rows = (
         JobEvent.objects.filter(
-            job_id=job_id, allocation_id=allocation_id, kind=JobEventKind.PROGRESS, ts__lte=now
+            job_id__in={j for j, _ in keys},
+            allocation_id__in={a for _, a in keys},
+            kind=JobEventKind.PROGRESS,
+            ts__lte=now,
         )
-        .order_by("-ts")
-        .values_list("ts", flat=True)
-        .first()
+        .order_by()
+        .values("job_id", "allocation_id")
+        .annotate(newest=Max("ts"))
+        .values_list("job_id", "allocation_id", "newest")
     )
+    return {(j, a): ts for j, a, ts in rows if (j, a) in keys}
 
 
 Period = tuple[datetime, datetime]
@@ -154,14 +224,36 @@ Period = tuple[datetime, datetime]
 def shared_periods(job_id: int, gpu_ids: Iterable[int], *, since: datetime, now: datetime):
     """The stretches of [since, now] in which another job's allocation held one of the GPUs
     (from the allocations' scheduler times, which cover the agents' start-up too)."""
+    return shared_periods_of([(job_id, list(gpu_ids), since)], now=now)[0]
+
+
+def shared_periods_of(
+    items: list[tuple[int, list[int], datetime]], *, now: datetime
+) -> list[list[Period]]:
+    """``shared_periods`` of each (job id, GPU ids, since), all in one query."""
+    if not items:
+        return []
     rows = (
-        JobAllocation.objects.filter(gpus__in=list(gpu_ids), started_at__lt=now)
-        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=since))
-        .exclude(job_id=job_id)
-        .values_list("started_at", "ended_at")
+        JobAllocation.objects.filter(
+            gpus__in={g for _, gpu_ids, _ in items for g in gpu_ids}, started_at__lt=now
+        )
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=min(since for *_, since in items)))
+        .values_list("gpus", "job_id", "started_at", "ended_at")
         .distinct()
     )
-    return [(max(start, since), min(end or now, now)) for start, end in rows]
+    by_gpu: dict[int, list[tuple[int, datetime, datetime | None]]] = defaultdict(list)
+    for gpu_id, other, start, end in rows:
+        by_gpu[gpu_id].append((other, start, end))
+    out = []
+    for job_id, gpu_ids, since in items:
+        held = dict.fromkeys(
+            (start, end)
+            for g in gpu_ids
+            for other, start, end in by_gpu.get(g, ())
+            if other != job_id and (end is None or end > since)
+        )
+        out.append([(max(start, since), min(end or now, now)) for start, end in held])
+    return out
 
 
 def overlaps(t0: datetime, t1: datetime, periods: Iterable[Period]) -> bool:
@@ -201,18 +293,57 @@ def progress_iter_times(
     interval's time over its iterations entered the fit as a speed (a report of 50,000
     iterations of a 1,000-iteration job, a second after 200, was learned as 70 times the
     speed measured)."""
-    exclude = list(exclude)
-    progress = list(
-        JobEvent.objects.filter(
-            job_id=job_id,
-            allocation_id=allocation_id,
-            kind=JobEventKind.PROGRESS,
-            ts__gte=since,
-            ts__lte=now,
+    progress = progress_reports_of([(job_id, allocation_id, since, now)])[0]
+    return iter_times_of(job_id, allocation_id, progress, exclude=exclude, most=most)
+
+
+def progress_reports_of(
+    items: list[tuple[int, int, datetime, datetime]],
+) -> list[list[tuple[int, datetime, float | None]]]:
+    """The progress reports (node id, time, count) in time order of each (job id,
+    allocation id, since, until) in [since, until], all in one query."""
+    if not items:
+        return []
+    table = JobEvent._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT w.k, e.node_id, e.ts, e.iterations FROM {table} AS e "
+            "JOIN unnest(%s::int[], %s::bigint[], %s::bigint[], %s::timestamptz[], "
+            "%s::timestamptz[]) AS w (k, job_id, allocation_id, since, until) "
+            "ON e.job_id = w.job_id AND e.allocation_id = w.allocation_id "
+            "AND e.ts >= w.since AND e.ts <= w.until "
+            "WHERE e.kind = %s AND e.job_id = ANY(%s::bigint[]) "
+            "AND e.ts >= %s AND e.ts <= %s "
+            "ORDER BY w.k, e.ts",
+            [
+                list(range(len(items))),
+                [job_id for job_id, *_ in items],
+                [allocation_id for _, allocation_id, *_ in items],
+                [since for *_, since, _ in items],
+                [until for *_, until in items],
+                str(JobEventKind.PROGRESS.value),
+                sorted({job_id for job_id, *_ in items}),
+                min(since for *_, since, _ in items),
+                max(until for *_, until in items),
+            ],
         )
-        .order_by("ts")
-        .values_list("node_id", "ts", "iterations")
-    )
+        rows = cursor.fetchall()
+    out: list[list[tuple[int, datetime, float | None]]] = [[] for _ in items]
+    for k, node_id, ts, iterations in rows:
+        out[k].append((node_id, ts, iterations))
+    return out
+
+
+def iter_times_of(
+    job_id: int,
+    allocation_id: int,
+    progress: list[tuple[int, datetime, float | None]],
+    *,
+    exclude: Iterable[Period] = (),
+    most: float = math.inf,
+) -> tuple[list[float], datetime | None]:
+    """``progress_iter_times`` of reports read already (node id, time, count; time order)."""
+    exclude = list(exclude)
     by_node: dict[int, list[tuple[datetime, float | None]]] = defaultdict(list)
     for node_id, ts, iterations in progress:
         by_node[node_id].append((ts, iterations))

@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -245,9 +246,8 @@ def refresh_online_models(rows: list[Job], *, catalog, now: datetime) -> int:
         [JobSchedulingState(job_id=job.pk) for job in rows], ignore_conflicts=True
     )
     states = JobSchedulingState.objects.in_bulk([job.pk for job in rows])
-    return sum(
-        _fold_telemetry(job, states[job.pk], job.current_allocation, catalog=catalog, now=now)
-        for job in rows
+    return _fold_telemetry_of(
+        [(job, states[job.pk], job.current_allocation) for job in rows], catalog=catalog, now=now
     )
 
 
@@ -284,37 +284,61 @@ def refresh_ended_allocations(*, catalog, now: datetime) -> int:
         [JobSchedulingState(job_id=a.job_id) for a in ended], ignore_conflicts=True
     )
     states = JobSchedulingState.objects.in_bulk([a.job_id for a in ended])
+    # Each job's allocations in the order they ended: its k-th of them in the k-th wave,
+    # read with every other job's k-th (a job's next read starts where its last ended).
+    waves: list[list[JobAllocation]] = []
+    count: dict[int, int] = defaultdict(int)
+    for alloc in ended:
+        k = count[alloc.job_id]
+        count[alloc.job_id] += 1
+        if k == len(waves):
+            waves.append([])
+        waves[k].append(alloc)
     moved = 0
-    for alloc in ended:  # each job's in the order they ended
-        state = states[alloc.job_id]
-        moved += _fold_telemetry(alloc.job, state, alloc, catalog=catalog, now=now)
-        if (now - alloc.ended_at).total_seconds() <= adapters.SAMPLE_LAG_S:
-            continue  # its last samples may be on their way: read again next round
-        JobSchedulingState.objects.filter(pk=state.pk).filter(
-            Q(observed_until__isnull=True) | Q(observed_until__lt=alloc.ended_at)
-        ).update(observed_until=alloc.ended_at)
-        state.observed_until = max(state.observed_until or alloc.ended_at, alloc.ended_at)
+    for wave in waves:
+        moved += _fold_telemetry_of(
+            [(alloc.job, states[alloc.job_id], alloc) for alloc in wave], catalog=catalog, now=now
+        )
+        read = [a for a in wave if (now - a.ended_at).total_seconds() > adapters.SAMPLE_LAG_S]
+        if not read:
+            continue  # (the rest: their last samples may be on their way, read next round)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {JobSchedulingState._meta.db_table} AS state "
+                "SET observed_until = ended.at "
+                "FROM unnest(%s::bigint[], %s::timestamptz[]) AS ended (id, at) "
+                f"WHERE state.{JobSchedulingState._meta.pk.column} = ended.id "
+                "AND (state.observed_until IS NULL OR state.observed_until < ended.at)",
+                [[states[a.job_id].pk for a in read], [a.ended_at for a in read]],
+            )
+        for alloc in read:
+            state = states[alloc.job_id]
+            state.observed_until = max(state.observed_until or alloc.ended_at, alloc.ended_at)
     return moved
 
 
-def _fold_telemetry(
-    job: Job, state: JobSchedulingState, alloc: JobAllocation | None, *, catalog, now: datetime
-) -> bool:
-    """Fold ``alloc``'s telemetry since ``state.observed_until`` into the job's online
-    model; whether a model was refitted."""
-    found = adapters.observed_measurements(job, state, now=now, allocation=alloc)
-    if found is None:
-        return False
-    model = workload_profiles.record_observations(
-        job,
-        state,
-        gpu_model=found.gpu_model,
-        observations=found.observations,
-        until=found.until,
-        catalog=catalog,
-        nvml=workload_profiles.nvml_gpus(alloc.gpus.all()).get(found.gpu_model),
-    )
-    return model is not None
+def _fold_telemetry_of(
+    items: list[tuple[Job, JobSchedulingState, JobAllocation | None]], *, catalog, now: datetime
+) -> int:
+    """Fold each allocation's telemetry since its ``state.observed_until`` into its job's
+    online model (a job once at most): read for all at once, then recorded job by job in
+    their order; how many models were refitted."""
+    found_of = adapters.observed_measurements_of(items, now=now)
+    refitted = 0
+    for (job, state, alloc), found in zip(items, found_of, strict=True):
+        if found is None:
+            continue
+        model = workload_profiles.record_observations(
+            job,
+            state,
+            gpu_model=found.gpu_model,
+            observations=found.observations,
+            until=found.until,
+            catalog=catalog,
+            nvml=workload_profiles.nvml_gpus(alloc.gpus.all()).get(found.gpu_model),
+        )
+        refitted += model is not None
+    return refitted
 
 
 def run_scheduling_round(

@@ -1,0 +1,276 @@
+"""A round reads the running jobs' telemetry, and that of the allocations that ended since,
+in a number of queries that does not grow with the jobs (docs/benchmarks.md, "What the
+round's time still is": 802 queries for 800 running jobs, 254-267 for the ended
+allocations), and learns from it what it learned job by job."""
+
+import logging
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from cluster import services as cluster_services
+from cluster.models import Gpu, Job, JobAllocation, Node
+from scheduling import adapters, services
+from scheduling.models import JobSchedulingState
+from telemetry.models import GpuSample, JobEvent
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
+NOW = T0 + timedelta(minutes=2)
+LATER = T0 + timedelta(hours=2)
+TELEMETRY = (JobEvent._meta.db_table, GpuSample._meta.db_table, JobAllocation._meta.db_table)
+
+
+def _node(name: str, gpus: int) -> Node:
+    node = Node.objects.create(
+        name=name, switch_label="switch-1", rack_label="rack-1", gpu_model="A100"
+    )
+    Gpu.objects.bulk_create(
+        Gpu(node=node, index=k, uuid=f"GPU-{name}-{k}", model="A100", memory_mb=40960,
+            default_power_limit_w=400, min_power_limit_w=100, max_power_limit_w=400,
+            supported_sm_clocks_mhz=[1410, 1200, 1005])
+        for k in range(gpus)
+    )  # fmt: skip
+    return node
+
+
+def _job(make_job, member, team, gpus: list[Gpu], *, at=T0, total=100_000, most=0) -> Job:
+    job = make_job(owner=member, team=team, min_gpus=len(gpus), max_gpus=most or len(gpus),
+                   global_batch_size=256, min_batch_size=256, max_batch_size=256,
+                   total_iterations=total)  # fmt: skip
+    cluster_services.start_job(job, gpus=gpus, batch_size=256, at=at)
+    job.refresh_from_db()
+    return job
+
+
+def _progress(job: Job, node: Node, at: datetime, iterations: float, alloc_id=None) -> None:
+    JobEvent.objects.create(
+        event_id=uuid.uuid4(), node=node, job=job,
+        allocation_id=alloc_id or job.current_allocation_id, kind="progress", ts=at,
+        iterations=iterations, received_at=at,
+    )  # fmt: skip
+
+
+def _samples(gpu: Gpu, first: datetime, seconds: range, watts: float, shift=0.0) -> None:
+    GpuSample.objects.bulk_create(
+        GpuSample(gpu=gpu, ts=first + timedelta(seconds=k + shift), power_w=watts + k % 3)
+        for k in seconds
+    )
+
+
+def _training(job: Job, node: Node, gpus: list[Gpu], *, pace=0.1, watts=300.0, upto=40):
+    """Reports every 5 s from 1 s (``pace`` s an iteration) and 1 Hz samples up to
+    ``upto`` s of each of ``gpus``."""
+    start = T0 + timedelta(seconds=1)
+    for k in range(0, upto + 1, 5):
+        _progress(job, node, start + timedelta(seconds=k), k / pace)
+    for g in gpus:
+        _samples(g, start, range(upto + 1), watts)
+
+
+def _running(make_job, member, team, n: int, *, telemetry: bool) -> list[Job]:
+    """``n`` jobs running on one GPU each of a node of theirs, each training with
+    telemetry (at its own pace) or not reporting yet."""
+    jobs = []
+    for k in range(n):
+        node = _node(f"n{n}-{k}", 1)
+        gpus = list(node.gpus.all())
+        job = _job(make_job, member, team, gpus)
+        if telemetry:
+            _training(job, node, gpus, pace=0.05 + 0.01 * k, watts=200.0 + 10 * k)
+        jobs.append(job)
+    return jobs
+
+
+def _rows() -> list[Job]:
+    return list(
+        Job.objects.filter(state="running")
+        .select_related("current_allocation")
+        .prefetch_related("current_allocation__gpus")
+        .order_by("pk")
+    )
+
+
+def _reads(queries) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if any(t in q["sql"] for t in TELEMETRY)]
+
+
+@pytest.mark.parametrize("telemetry", [False, True])
+def test_the_running_jobs_telemetry_is_read_in_queries_that_do_not_grow_with_them(
+    make_job, member, team, telemetry
+):
+    # given 3 running jobs, then 12, with no report yet or training with reports and samples
+    catalog = adapters.current_catalog()
+    counts = []
+    for n in (3, 12):
+        with transaction.atomic():
+            _running(make_job, member, team, n, telemetry=telemetry)
+            rows = _rows()
+            # when a round folds their telemetry
+            with CaptureQueriesContext(connection) as queries:
+                refitted = services.refresh_online_models(rows, catalog=catalog, now=NOW)
+            assert refitted == (n if telemetry else 0)
+            counts.append((len(_reads(queries)), len(queries.captured_queries) - 2 * refitted))
+            transaction.set_rollback(True)
+    # then the reads of their telemetry are as many for 12 as for 3 (before: 3 and 12 with
+    # no report yet, 15 and 60 training), and so is the rest but each refitted model's
+    # stored fit (one query to write it, one for its workload's profile)
+    assert counts[0] == counts[1]
+
+
+def test_the_ended_allocations_are_read_in_queries_that_do_not_grow_with_them(
+    make_job, member, team
+):
+    # given 3 jobs, then 12, each ended an hour ago (one of them resized before: two ended
+    # allocations), a third of them with telemetry
+    catalog = adapters.current_catalog()
+    counts = []
+    for n in (3, 12):
+        with transaction.atomic():
+            jobs = []
+            for k in range(n):
+                node = _node(f"e{n}-{k}", 2)
+                gpus = list(node.gpus.all())
+                job = _job(make_job, member, team, gpus[:1], most=2)
+                if k % 3 == 0:
+                    _training(job, node, gpus[:1], pace=0.05 + 0.01 * k)
+                if k == 1:
+                    cluster_services.set_allocation(
+                        job, gpus=gpus, batch_size=256, at=T0 + timedelta(seconds=50)
+                    )
+                    job.refresh_from_db()
+                cluster_services.transition_job(job, to="completed", at=LATER - timedelta(hours=1))
+                jobs.append(job)
+            with CaptureQueriesContext(connection) as queries:
+                refitted = services.refresh_ended_allocations(catalog=catalog, now=LATER)
+            assert refitted == len(range(0, n, 3))
+            counts.append((len(_reads(queries)), len(queries.captured_queries) - 2 * refitted))
+            for job in jobs:  # every one read to its end
+                assert JobSchedulingState.objects.get(job=job).observed_until == (
+                    JobAllocation.objects.filter(job=job).latest("ended_at").ended_at
+                )
+            transaction.set_rollback(True)
+    # then as many reads for 12 as for 3 (before: 2 more each)
+    assert counts[0] == counts[1]
+
+
+def _mix(make_job, member, team) -> list[Job]:
+    """Running and ended jobs of every kind a round reads."""
+    one = _node("one", 4)
+    g1 = list(one.gpus.all())
+    a, b = _node("a", 1), _node("b", 1)
+    ga, gb = a.gpus.get(), b.gpus.get()
+    jobs = []
+    # training on one GPU, on two of a node, on two nodes sampling at their own instants
+    jobs.append(_job(make_job, member, team, g1[:1]))
+    _training(jobs[-1], one, g1[:1], pace=0.1, watts=300.0)
+    GpuSample.objects.filter(gpu=g1[0], ts=T0 + timedelta(seconds=21)).update(power_w=9000.0)
+    jobs.append(_job(make_job, member, team, g1[1:3]))
+    _training(jobs[-1], one, g1[1:3], pace=0.2, watts=250.0)
+    jobs.append(_job(make_job, member, team, [ga, gb]))
+    start = T0 + timedelta(seconds=1)
+    for k in range(0, 41, 5):
+        _progress(jobs[-1], a, start + timedelta(seconds=k), 10.0 * k)
+        _progress(jobs[-1], b, start + timedelta(seconds=k + 0.4), 10.0 * k + 3)
+    _samples(ga, start, range(41), 300.0)
+    _samples(gb, start, range(41), 200.0, shift=0.4)
+    # one that reported once (not warm yet), one with no report, one whose samples lag
+    jobs.append(_job(make_job, member, team, g1[3:4]))
+    _progress(jobs[-1], one, start, 0.0)
+    _samples(g1[3], start, range(10), 280.0)
+    other = _node("other", 3)
+    g2 = list(other.gpus.all())
+    jobs.append(_job(make_job, member, team, g2[:1]))
+    jobs.append(_job(make_job, member, team, g2[1:2]))
+    _training(jobs[-1], other, [], pace=0.1)
+    _samples(g2[1], start, range(12), 310.0)
+    # one sharing its GPU with another job from 38 s, whose count goes past its work at 36 s
+    jobs.append(_job(make_job, member, team, g2[2:3], total=300))
+    _training(jobs[-1], other, g2[2:3], pace=0.1)
+    guest = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
+                     min_batch_size=256, max_batch_size=256, total_iterations=100_000)  # fmt: skip
+    cluster_services.start_job(guest, gpus=g2[2:3], batch_size=256,
+                               at=T0 + timedelta(seconds=38), max_jobs_per_gpu=2)  # fmt: skip
+    jobs.append(guest)
+    # ended: one that trained and finished an hour ago, one that trained, was resized and
+    # finished a moment ago (its last samples may be on their way), one with no report
+    third = _node("third", 4)
+    g3 = list(third.gpus.all())
+    done = _job(make_job, member, team, g3[:1])
+    _training(done, third, g3[:1], pace=0.3)
+    cluster_services.transition_job(done, to="completed", at=T0 + timedelta(seconds=45))
+    resized = _job(make_job, member, team, g3[1:2], most=2)
+    _training(resized, third, g3[1:2], pace=0.1, upto=30)
+    first_alloc = resized.current_allocation_id
+    cluster_services.set_allocation(resized, gpus=g3[1:3], batch_size=256,
+                                    at=T0 + timedelta(seconds=32))  # fmt: skip
+    resized.refresh_from_db()
+    for k in range(35, 90, 5):
+        _progress(resized, third, start + timedelta(seconds=k), 2000 + 10.0 * k)
+    for g in g3[1:3]:
+        _samples(g, start + timedelta(seconds=33), range(60), 330.0)
+    assert first_alloc != resized.current_allocation_id
+    cluster_services.transition_job(resized, to="completed", at=NOW - timedelta(seconds=5))
+    silent = _job(make_job, member, team, g3[3:4])
+    cluster_services.transition_job(silent, to="failed", at=T0 + timedelta(seconds=30))
+    return [*jobs, done, resized, silent]
+
+
+def _learned(jobs: list[Job]) -> list[tuple]:
+    states = JobSchedulingState.objects.in_bulk([j.pk for j in jobs])
+    return [
+        (j.pk, s.observed_until, s.observations, s.online_params)
+        for j in jobs
+        if (s := states.get(j.pk)) is not None
+    ]
+
+
+def test_reading_all_jobs_at_once_learns_what_reading_each_alone_does(
+    make_job, member, team, caplog
+):
+    # given running and ended jobs of every kind (see _mix), read twice by rounds: at 2
+    # minutes (some samples lag), then at 3 after more reports and samples came
+    jobs = _mix(make_job, member, team)
+    catalog = adapters.current_catalog()
+
+    def rounds(each: bool) -> tuple[list[tuple], list[tuple], list[str]]:
+        caplog.clear()
+        refitted = []
+        for now in (NOW, NOW + timedelta(minutes=1)):
+            if now != NOW:
+                for job in jobs[:2]:
+                    node = job.current_allocation.gpus.first().node
+                    _progress(job, node, T0 + timedelta(seconds=60), 1000.0)
+                    _progress(job, node, T0 + timedelta(seconds=70), 1100.0)
+                    for g in job.current_allocation.gpus.all():
+                        _samples(g, T0 + timedelta(seconds=42), range(30), 320.0)
+            ended = services.refresh_ended_allocations(catalog=catalog, now=now)
+            rows = _rows()
+            if each:
+                running = sum(
+                    services.refresh_online_models([job], catalog=catalog, now=now) for job in rows
+                )
+            else:
+                running = services.refresh_online_models(rows, catalog=catalog, now=now)
+            refitted.append((ended, running))
+        logs = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+        return refitted, _learned(jobs), logs
+
+    # when the running jobs are read all at once, and (rolled back) one by one
+    with caplog.at_level(logging.INFO), transaction.atomic():
+        each = rounds(each=True)
+        transaction.set_rollback(True)
+    with caplog.at_level(logging.INFO):
+        together = rounds(each=False)
+
+    # then both learned the same, the same models refitted, the same refusals logged
+    assert together == each
+    refitted, learned, logs = together
+    assert refitted == [(3, 5), (0, 2)]
+    assert len(learned) == 11  # (all but the guest and the job that never reported ran)
+    assert any("above the job's whole work" in message for *_, message in logs)
+    assert any("observation refused" in message for *_, message in logs)
