@@ -105,6 +105,7 @@ PARAM_COUNTS = ROOT / "data" / "perf" / "param_counts.csv"
 PARAM_MODES = ("off", "beta", "comm", "nearest", "nearest+beta")
 PARAMS = "off"
 BY_WORKLOAD = False  # --by-workload: one row per (data set, workload)
+BY_POOL = False  # --by-pool: one row per (data set, --floor-pool subset)
 # --draw-split: where candidates share the job's GPU model (``Case.draw_level``), how the
 # compute time's fixed / per-sample split at the job's batch is set (``draw_shaped_prior``):
 # "off" the candidate's own; "draw" from the job's draw alone; "blend" the logit mean of both.
@@ -604,6 +605,8 @@ def score(cases: list[Case], steps: Sequence[int], predictor, label: str) -> dic
                 seen = [replace(o, weight=WEIGHT) for o in seen]
             predict = predictor(case, seen)
             key = f"{case.dataset}/{case.workload}" if BY_WORKLOAD else case.dataset
+            if BY_POOL and case.pool is not None:
+                key = f"{case.dataset}/{'+'.join(case.pool)}"
             for i, (obs, (t_true, e_true)) in enumerate(zip(case.configs, case.truth, strict=True)):
                 where = "observed" if i < k else "unobserved"
                 t_pred, e_pred = predict(obs)
@@ -651,7 +654,7 @@ def main() -> int:
     # Here, not at the top: tests and bench_exploration import this file as a module.
     from bench_args import add_floor_args, apply_floor_args, non_negative_int
 
-    global PARAMS, BY_WORKLOAD, DRAW_SPLIT, DRAW_SHAPE, WEIGHT, IDLE
+    global PARAMS, BY_WORKLOAD, BY_POOL, DRAW_SPLIT, DRAW_SHAPE, WEIGHT, IDLE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--baseline", action="store_true", help="also score refine_scales")
@@ -661,6 +664,11 @@ def main() -> int:
     )
     parser.add_argument("--no-gpu-out", action="store_true", help="skip leave one GPU out")
     parser.add_argument("--by-workload", action="store_true", help="a row per workload")
+    parser.add_argument(
+        "--by-pool",
+        action="store_true",
+        help="a row per --floor-pool subset (the median of its cases)",
+    )
     parser.add_argument(
         "--draw-split", choices=list(DRAW_SPLIT_MODES), default=DRAW_SPLIT, help="(above)"
     )
@@ -687,6 +695,7 @@ def main() -> int:
     apply_floor_args(args)
     online_model.FLOOR_CAP = args.floor_cap
     PARAMS, BY_WORKLOAD, DRAW_SPLIT = args.params, args.by_workload, args.draw_split
+    BY_POOL = args.by_pool
     if any(k < 1 for k in args.steps):
         parser.error("--steps must be positive")
     workload_out = (
