@@ -3,7 +3,7 @@ estimate for a GPU model the catalog lacks, and its online model learning six wo
 it has never profiled on that GPU.
 
     nice .venv/bin/python benchmarks/bench_device_sweep.py [--steps 1 3 5] [--cold] [--weight 1]
-        [--no-known] [--floor-share S] [--floor-cap] [--json OUT]
+        [--no-known | --context-floor mean|counter] [--floor-share S] [--floor-cap] [--json OUT]
 
 1. What NVML reported (``sweep.json`` ``gpu``) as ``workload_profiles.NvmlGpu``: the nearest
    catalog GPU (``nearest_catalog_gpu``), the prior's carried GPU spec (``_estimated_for``:
@@ -296,6 +296,13 @@ def main() -> int:
         action="store_true",
         help="no other workload measured on the GPU (default: the other five's draws)",
     )
+    parser.add_argument(
+        "--context-floor",
+        choices=("mean", "counter"),
+        help="not built in the service: the floor is the GPU's draw with a CUDA context open "
+        "and no work (sweep.json idle: its mean sample or energy counter), the busy maximum "
+        "the carried estimate, instead of other workloads' draws",
+    )
     args = parser.parse_args()
     if not (args.weight > 0 and math.isfinite(args.weight)):
         parser.error("--weight must be a finite positive number")
@@ -326,6 +333,12 @@ def main() -> int:
         if max(steps) >= len(runs):
             parser.error(f"{workload}: {len(runs)} configurations, --steps must leave one unseen")
         known = {w: d for w, d in measured.items() if w != workload}
+        if args.context_floor:
+            # What an agent could measure from a job's first minutes on a new GPU model.
+            idle = sweep["idle"]
+            ctx_w = idle["mean_power_w"] if args.context_floor == "mean" else counter_w(idle)
+            _, carried_busy_w = wp.gpu_draw_range_w(catalog, nvml.model, nvml)
+            known = {"(context open)": [ctx_w], "(carried busy maximum)": [carried_busy_w]}
         models, source, drift = live_models(
             workload, runs, steps, catalog, nvml, args.cold, known=known
         )
