@@ -33,6 +33,20 @@ from scheduling.simulator.metrics import summarise  # noqa: E402
 from scheduling.simulator.scenario import load_scenario, powered_idle_w, run_policy  # noqa: E402
 
 
+def cached_run(scenario, policy: str, cache: str | None, tag: str):
+    """``run_policy(scenario, policy)``, kept in ``cache``/``tag``_``policy``.pkl (None: not
+    kept) and read back from there when it is: a baseline's run is the same for every
+    variant measured against it."""
+    cached = Path(cache) / f"{tag}_{policy}.pkl" if cache else None
+    if cached is not None and cached.exists():
+        return pickle.loads(cached.read_bytes())
+    result = run_policy(scenario, policy)
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_bytes(pickle.dumps(result))
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", required=True, nargs="+")
@@ -67,14 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             f"_{args.carbon_zone}"
         )
         for base in args.baselines:
-            cached = Path(args.cache) / f"{tag}_{base}.pkl" if args.cache else None
-            if cached is not None and cached.exists():
-                base_result = pickle.loads(cached.read_bytes())
-            else:
-                base_result = run_policy(scenario, base)
-                if cached is not None:
-                    cached.parent.mkdir(parents=True, exist_ok=True)
-                    cached.write_bytes(pickle.dumps(base_result))
+            base_result = cached_run(scenario, base, args.cache, tag)
             bs = summarise(base_result)
             budgets = budgets_from(
                 base_result,

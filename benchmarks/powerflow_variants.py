@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench_args import policy_list  # noqa: E402
+from budget_variants import cached_run  # noqa: E402
 
 from scheduling.simulator.compare import budget_from, in_period  # noqa: E402
 from scheduling.simulator.metrics import summarise  # noqa: E402
@@ -51,14 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     tag = f"{Path(args.trace).stem}_{args.arrival_scale}_{args.max_jobs}"
     for base in args.baselines:
-        cached = Path(args.cache) / f"{tag}_{base}.pkl" if args.cache else None
-        if cached is not None and cached.exists():
-            base_result = pickle.loads(cached.read_bytes())
-        else:
-            base_result = run_policy(scenario, base)
-            if cached is not None:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                cached.write_bytes(pickle.dumps(base_result))
+        base_result = cached_run(scenario, base, args.cache, tag)
         bs = summarise(base_result)
         for name, params in variants.items():
             t = time.perf_counter()
