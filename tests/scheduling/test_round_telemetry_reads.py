@@ -3,6 +3,7 @@ in a number of queries that does not grow with the jobs (docs/benchmarks.md, "Wh
 round's time still is": 802 queries for 800 running jobs, 254-267 for the ended
 allocations), and learns from it what it learned job by job."""
 
+import json
 import logging
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from cluster import services as cluster_services
 from cluster.models import Gpu, Job, JobAllocation, Node
-from scheduling import adapters, services
+from scheduling import adapters, observations, services
 from scheduling.models import JobSchedulingState
 from telemetry.models import GpuSample, JobEvent
 
@@ -274,3 +275,46 @@ def test_reading_all_jobs_at_once_learns_what_reading_each_alone_does(
     assert len(learned) == 11  # (all but the guest and the job that never reported ran)
     assert any("above the job's whole work" in message for *_, message in logs)
     assert any("observation refused" in message for *_, message in logs)
+
+
+def _rows_read(sql: str, params, table: str) -> float:
+    """How many of ``table``'s rows the plan of ``sql`` read (EXPLAIN ANALYZE)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+
+    def walk(node) -> float:
+        own = 0.0
+        if node.get("Relation Name") == table:
+            rows = node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)
+            own = rows * node.get("Actual Loops", 1)
+        return own + sum(walk(child) for child in node.get("Plans", ()))
+
+    return walk(plan[0]["Plan"])
+
+
+def test_the_newest_reports_are_looked_up_not_found_among_every_report(make_job, member, team):
+    # given 3 running jobs with 3,000 progress reports each
+    jobs = _running(make_job, member, team, 3, telemetry=False)
+    table = JobEvent._meta.db_table
+    with connection.cursor() as cursor:
+        for job in jobs:
+            node = job.current_allocation.gpus.first().node
+            cursor.execute(
+                f"INSERT INTO {table} (event_id, node_id, job_id, allocation_id, kind, ts, "
+                "iterations, received_at, reason, log_tail) "
+                "SELECT gen_random_uuid(), %s, %s, %s, 'progress', "
+                "%s + g * interval '1 s', g, %s, '', '' FROM generate_series(1, 3000) g",
+                [node.pk, job.pk, job.current_allocation_id, T0, T0],
+            )
+        cursor.execute(f"ANALYZE {table}")
+    keys = [(job.pk, job.current_allocation_id) for job in jobs]
+    # when the round looks up their newest reports
+    with CaptureQueriesContext(connection) as queries:
+        newest = observations.newest_progress_of(keys, now=LATER)
+    # then each is its last, and the lookup read a few reports, not all 9,000 (before:
+    # a maximum over every report of every allocation, 9,000 rows read each round)
+    assert newest == {key: T0 + timedelta(seconds=3000) for key in keys}
+    (query,) = queries.captured_queries
+    assert _rows_read(query["sql"], None, table) < 100
