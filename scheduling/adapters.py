@@ -459,7 +459,8 @@ def observed_measurements_of(
 ) -> Iterator[Measurements | None]:
     """``observed_measurements`` of each (job, state, allocation) in their order, in a few
     queries whatever their number: each read of all of them at once (reports, samples, the
-    GPUs' other allocations) before the first is yielded, then each job's measurements
+    GPUs' other allocations; those spanning more than ``READ_SPAN_GPU_S`` in runs that do
+    not) before the first of them is yielded, then each job's measurements
     apart as it is taken (what is logged of one is logged as the caller folds it, as
     before). Only a job not yet read past its warm-up and continuing another allocation
     looks up its history (``observations.training_since_of``)."""
@@ -483,19 +484,60 @@ def observed_measurements_of(
         if newest is None or newest <= since:
             continue  # nothing new (a stalled job costs no sample scan)
         fresh.append((k, job, alloc, gpus, since, newest))
+    # Read a bounded span of samples at a time (``READ_SPAN_GPU_S``): every job's minutes
+    # since the last round at once, but after a long pause (each job unread for hours) a
+    # few jobs at a time, as the per-job reads held one job's hours at a time.
+    done = 0  # items yielded so far
+    for chunk in _read_chunks(fresh, now=now):
+        reports = _read_chunk(chunk, now=now)
+        for k in range(done, chunk[-1][0] + 1):
+            yield None if k not in reports else _measurements(*reports[k])
+        done = chunk[-1][0] + 1
+    for _ in range(done, len(items)):
+        yield None
+
+
+# The most GPU-seconds of samples (about as many rows at 1 Hz; a few times fewer progress
+# reports) one read of ``observed_measurements_of`` spans: a round's jobs, each read since
+# the round before, take one read; jobs unread for hours (after the scheduler was paused a
+# day, 800 one-node jobs would be 800 x 86,400 = 69 million rows at 1 Hz) go a few at a time.
+READ_SPAN_GPU_S = 2_000_000.0
+
+
+def _read_chunks(fresh: list[tuple], *, now: datetime) -> Iterator[list[tuple]]:
+    """``fresh`` (index, job, allocation, gpus, since, newest) in order, in runs whose
+    GPU-seconds since their ``since`` sum to at most ``READ_SPAN_GPU_S`` (a job alone
+    where it spans more)."""
+    chunk: list[tuple] = []
+    span = 0.0
+    for entry in fresh:
+        gpus, since = entry[3], entry[4]
+        cost = len(gpus) * max((now - since).total_seconds(), 0.0)
+        if chunk and span + cost > READ_SPAN_GPU_S:
+            yield chunk
+            chunk, span = [], 0.0
+        chunk.append(entry)
+        span += cost
+    if chunk:
+        yield chunk
+
+
+def _read_chunk(chunk: list[tuple], *, now: datetime) -> dict[int, tuple]:
+    """The reads of a run of ``_read_chunks``: by index, ``_measurements``'s arguments
+    (none for a job whose samples it waits for)."""
     # While another job shares the GPUs, speed and power are the pair's: they feed the
     # observed slowdown, not the job's own model (see scheduling/observations.py).
     shared_of = observations.shared_periods_of(
-        [(job.pk, [g.pk for g in gpus], since) for _, job, _, gpus, since, _ in fresh], now=now
+        [(job.pk, [g.pk for g in gpus], since) for _, job, _, gpus, since, _ in chunk], now=now
     )
     # Up to now, not to the newest report: on several nodes the sampling that completes the
     # newest report's may be stamped just after it.
     instants_of = _sample_instants_of(
-        [(gpus, since) for _, _, _, gpus, since, _ in fresh], until=now
+        [(gpus, since) for _, _, _, gpus, since, _ in chunk], until=now
     )
     read = []  # (index, job, allocation, gpus, since, horizon, shared, instants)
     for (k, job, alloc, gpus, since, newest), shared, instants in zip(
-        fresh, shared_of, instants_of, strict=True
+        chunk, shared_of, instants_of, strict=True
     ):
         # The agent posts progress at once and buffers samples for its post interval, so the
         # newest progress reports run ahead of the samples: read both only up to the newest
@@ -517,8 +559,7 @@ def observed_measurements_of(
             read, progress_of, strict=True
         )
     }
-    for k in range(len(items)):
-        yield None if k not in reports else _measurements(*reports[k])
+    return reports
 
 
 def _measurements(

@@ -213,7 +213,9 @@ def _key(found):
 
 # (most seeds measure several of their allocations, up to 7 of 9; about one in four none)
 @pytest.mark.parametrize("seed", range(40))
-def test_the_batch_reads_find_what_each_jobs_own_reads_did(make_job, member, team, seed):
+def test_the_batch_reads_find_what_each_jobs_own_reads_did(
+    make_job, member, team, seed, monkeypatch
+):
     # given a random small cluster's jobs, allocations and telemetry
     rng = random.Random(seed)
     items = _scenario(rng, make_job, member, team, f"d{seed}")
@@ -223,3 +225,7 @@ def test_the_batch_reads_find_what_each_jobs_own_reads_did(make_job, member, tea
     # then each finds what the per-job reads found
     expected = [_reference(job, state, alloc, now) for job, state, alloc in items]
     assert [_key(f) for f in batch] == [_key(f) for f in expected]
+    # and so does each read in runs of a few jobs (``adapters.READ_SPAN_GPU_S``)
+    monkeypatch.setattr(adapters, "READ_SPAN_GPU_S", 600.0)
+    runs = list(adapters.observed_measurements_of(items, now=now))
+    assert [_key(f) for f in runs] == [_key(f) for f in expected]

@@ -318,3 +318,25 @@ def test_the_newest_reports_are_looked_up_not_found_among_every_report(make_job,
     assert newest == {key: T0 + timedelta(seconds=3000) for key in keys}
     (query,) = queries.captured_queries
     assert _rows_read(query["sql"], None, table) < 100
+
+
+def test_jobs_unread_for_long_are_read_a_bounded_span_at_a_time(
+    make_job, member, team, monkeypatch
+):
+    # given 3 running jobs training on a GPU each, 40 s of samples unread
+    jobs = _running(make_job, member, team, 3, telemetry=True)
+    rows = _rows()
+    JobSchedulingState.objects.bulk_create([JobSchedulingState(job=job) for job in jobs])
+    states = JobSchedulingState.objects.in_bulk([job.pk for job in jobs], field_name="job_id")
+    items = [(job, states[job.pk], job.current_allocation) for job in rows]
+    together = list(adapters.observed_measurements_of(items, now=NOW))
+    # when the reads may span less than two jobs' samples
+    monkeypatch.setattr(adapters, "READ_SPAN_GPU_S", 150.0, raising=False)
+    with CaptureQueriesContext(connection) as queries:
+        apart = list(adapters.observed_measurements_of(items, now=NOW))
+    # then the samples are read a job at a time (before: all at once, however long unread;
+    # after a day's pause 800 one-node jobs' 69 million rows), and found the same
+    samples = [q for q in queries.captured_queries if GpuSample._meta.db_table in q["sql"]]
+    assert len(samples) == 3
+    assert all(found is not None for found in together)
+    assert apart == together
