@@ -328,23 +328,16 @@ class Measurements:
     until: datetime
 
 
-def _sample_instants(
-    gpus: list[Gpu], *, since: datetime, until: datetime
-) -> list[tuple[datetime, float]]:
-    """(instant, mean draw of the GPUs) for each sampling of all ``gpus`` in (since, until].
-    One agent reads all its node's GPUs at one instant: those instants at which every GPU
-    reported. The agents of a job's several nodes sample on their own clocks, so no instant
-    has them all: their samples are matched in order (each GPU's k-th), at the latest of
-    the k-th instants."""
-    return _sample_instants_of([(gpus, since)], until=until)[0]
-
-
 def _sample_instants_of(
     items: list[tuple[list[Gpu], datetime]], *, until: datetime
 ) -> list[list[tuple[datetime, float]]]:
-    """``_sample_instants`` of each (GPUs, since) up to ``until``: at most two queries
-    (the jobs on one node, averaged per instant in the database as before; those on
-    several, each GPU's samples)."""
+    """For each (GPUs, since) of ``items``, (instant, mean draw of the GPUs) for each
+    sampling of all of them in (since, until], in at most two queries (the jobs on one node,
+    averaged per instant in the database; those on several, each GPU's samples). One agent
+    reads all its node's GPUs at one instant: those instants at which every GPU reported.
+    The agents of a job's several nodes sample on their own clocks, so no instant has them
+    all: their samples are matched in order (each GPU's k-th), at the latest of the k-th
+    instants."""
     out: list[list[tuple[datetime, float]]] = [[] for _ in items]
     one_node = [k for k, (gpus, _) in enumerate(items) if len({g.node_id for g in gpus}) < 2]
     several = [k for k, (gpus, _) in enumerate(items) if len({g.node_id for g in gpus}) >= 2]
@@ -425,16 +418,12 @@ def _matched_samplings(
 SAMPLE_LAG_S = 120.0
 
 
-def observed_measurements(
-    job: Job,
-    state: JobSchedulingState,
-    *,
-    now: datetime,
-    allocation: JobAllocation | None = None,
-) -> Measurements | None:
-    """The telemetry of the job's current allocation (or of ``allocation``, one that has
-    ended) since ``state.observed_until`` as observations for its online model; None when
-    there is nothing new.
+def observed_measurements_of(
+    items: list[tuple[Job, JobSchedulingState, JobAllocation | None]], *, now: datetime
+) -> Iterator[Measurements | None]:
+    """For each (job, state, allocation) of ``items``, in their order, the telemetry of the
+    allocation (the job's current one, or one that has ended) since ``state.observed_until``
+    as observations for its online model; None when there is nothing new.
 
     Iteration times come from consecutive progress reports of this allocation; power from
     the mean draw of its GPUs per sample instant. Both are taken while the job trains at
@@ -449,18 +438,10 @@ def observed_measurements(
     started (monitor mode) send none. Stretches in which another job shared the GPUs are
     left out (they are its observed slowdown). Values are passed on as measured;
     ``workload_profiles.record_observations`` refuses the absurd ones.
-    """
-    alloc = allocation if allocation is not None else job.current_allocation
-    return next(observed_measurements_of([(job, state, alloc)], now=now))
 
-
-def observed_measurements_of(
-    items: list[tuple[Job, JobSchedulingState, JobAllocation | None]], *, now: datetime
-) -> Iterator[Measurements | None]:
-    """``observed_measurements`` of each (job, state, allocation) in their order, in a few
-    queries whatever their number: each read of all of them at once (reports, samples, the
-    GPUs' other allocations; those spanning more than ``READ_SPAN_GPU_S`` in runs that do
-    not) before the first of them is yielded, then each job's measurements
+    Read in a few queries whatever their number: each read of all of them at once (reports,
+    samples, the GPUs' other allocations; those spanning more than ``READ_SPAN_GPU_S`` in
+    runs that do not) before the first of them is yielded, then each job's measurements
     apart as it is taken (what is logged of one is logged as the caller folds it, as
     before). Only a job not yet read past its warm-up and continuing another allocation
     looks up its history (``observations.training_since_of``)."""

@@ -1,7 +1,7 @@
 """What telemetry says about running jobs, read for the round: the iteration times of an
 allocation from its agent's progress reports, and the slowdown of jobs that share GPUs.
 
-Both the online model (``adapters.observed_measurements``, ``workload_profiles``) and
+Both the online model (``adapters.observed_measurements_of``, ``workload_profiles``) and
 EaCO's early observation (``Job.observed_slowdown``) read iteration times through
 ``progress_iter_times``, so the two agree on what was measured.
 
@@ -119,11 +119,12 @@ def first_two_reports_of(
     return out
 
 
-def training_since(
-    job_id: int, allocation: JobAllocation, *, read_until: datetime | None = None
-) -> datetime | None:
-    """When the allocation's reports start to show the job's steady pace: its
-    ``warmed_up_at``, or for a retune in place of a warm job, its first report on every node.
+def training_since_of(
+    items: list[tuple[int, JobAllocation, datetime | None]],
+) -> list[datetime | None]:
+    """For each (job id, allocation, read_until) of ``items``, when the allocation's reports
+    start to show the job's steady pace: its ``warmed_up_at``, or for a retune in place of a
+    warm job, its first report on every node.
 
     A retune gives the job a new allocation of the same GPUs and batch, following the last
     without a gap: the agent changes the clock or power limit and the process runs on,
@@ -131,15 +132,8 @@ def training_since(
     budget that retuned a job every round or two (a live probe: 26 allocations in 9.5
     minutes, 2 reports each) the job taught nothing at all. ``read_until``: how far its
     telemetry was read already; past the warm-up, which start it is changes nothing and
-    the allocation's history is not looked up (every round, for every running job)."""
-    return training_since_of([(job_id, allocation, read_until)])[0]
-
-
-def training_since_of(
-    items: list[tuple[int, JobAllocation, datetime | None]],
-) -> list[datetime | None]:
-    """``training_since`` of each (job id, allocation, read_until): the reports of all in
-    one query; only an allocation not yet read past its warm-up looks up its history."""
+    the allocation's history is not looked up (every round, for every running job). The
+    reports of all are read in one query."""
     reports = first_two_reports_of((job_id, alloc.pk) for job_id, alloc, _ in items)
     out: list[datetime | None] = []
     unread = []  # (index, job id, allocation): not read past its warm-up
@@ -191,15 +185,11 @@ def _warm_retune(job_id: int, allocation: JobAllocation, *, depth: int = 20) -> 
     return False
 
 
-def newest_progress_at(job_id: int, allocation_id: int, *, now: datetime) -> datetime | None:
-    """The allocation's latest progress report at or before ``now`` (None: none)."""
-    return newest_progress_of([(job_id, allocation_id)], now=now).get((job_id, allocation_id))
-
-
 def newest_progress_of(
     keys: Iterable[AllocationKey], *, now: datetime
 ) -> dict[AllocationKey, datetime]:
-    """``newest_progress_at`` of each (job, allocation) that has a report, in one query:
+    """The latest progress report at or before ``now`` of each (job, allocation) that has
+    one, in one query:
     each allocation's newest report is looked up on its own (``jobevent_job_ts_idx``
     read backwards from ``now``, as the per-job query did), not found by a maximum over
     every report of every allocation (which read all of them each round: 0.28-0.34 s for
@@ -230,16 +220,12 @@ def newest_progress_of(
 Period = tuple[datetime, datetime]
 
 
-def shared_periods(job_id: int, gpu_ids: Iterable[int], *, since: datetime, now: datetime):
-    """The stretches of [since, now] in which another job's allocation held one of the GPUs
-    (from the allocations' scheduler times, which cover the agents' start-up too)."""
-    return shared_periods_of([(job_id, list(gpu_ids), since)], now=now)[0]
-
-
 def shared_periods_of(
     items: list[tuple[int, list[int], datetime]], *, now: datetime
 ) -> list[list[Period]]:
-    """``shared_periods`` of each (job id, GPU ids, since), all in one query."""
+    """For each (job id, GPU ids, since) of ``items``, the stretches of [since, now] in which
+    another job's allocation held one of the GPUs (from the allocations' scheduler times,
+    which cover the agents' start-up too), all in one query."""
     if not items:
         return []
     rows = (

@@ -253,7 +253,7 @@ def _store_gpus(
 # the simulator count it, with the job's noise scale at the time), so the two counts convert
 # here, in one place: assignments go out at the allocation's batch and progress comes back to
 # submitted-batch iterations. ``JobEvent.iterations`` keeps what the agent reported
-# (allocation batch), which is what ``observed_measurements`` hands the job's online model as
+# (allocation batch), which is what ``observed_measurements_of`` hands the job's online model as
 # its iteration time at that batch.
 
 # Float noise of a round trip (x * a / b * b / a) is rounded away at this many decimals, so a

@@ -206,7 +206,7 @@ class Agent:
                     # Only clock or power limit changed: retune in place, no restart. The
                     # process runs on, so a count it reached after this moment is timed by
                     # its own clock from the first report on (the server learns a retune
-                    # from its first interval: ``observations.training_since``).
+                    # from its first interval: ``observations.training_since_of``).
                     self._apply_settings(assignment)
                     self._set_allocation(job_id, assignment["allocation_id"])
                     self._last_progress_ts[job_id] = now

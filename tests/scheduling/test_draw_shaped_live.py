@@ -33,7 +33,7 @@ def at(local_batch: float, n: int = 1) -> om.GpuConfig:
 
 def reports(prior, power_w: float, *, slower: float = 1.5) -> list[Observation]:
     """What the service reads of one running job at ``B0`` on one GPU, default limit and top
-    clock: three progress reports and ten NVML samples, apart (``observed_measurements``)."""
+    clock: three progress reports and ten NVML samples, apart (``observed_measurements_of``)."""
     common = dict(n_gpus=1, n_nodes=1, local_batch=B0)
     t_s = prior.iter_time_s(at(B0)) * slower
     return [Observation(iter_time_s=t_s, **common)] * 3 + [
