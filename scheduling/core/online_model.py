@@ -835,17 +835,20 @@ FLOOR_MIN_WORKLOADS = 2
 
 
 def measured_draw_span_w(
-    draws: Mapping[str, Sequence[float]], *, min_workloads: int = FLOOR_MIN_WORKLOADS
+    draws: Mapping[str, Sequence[float]], *, min_workloads: int | None = None
 ) -> tuple[float, float] | None:
     """(floor, busy maximum) of one GPU model from ``draws``: workload -> draws of one GPU
     measured at its default limit and top clock, for other workloads than the job's (its
     catalog models' at their batch sizes, ``draw_range_w``; its profiles' measured draws):
     the least and the most, what ``draw_shaped_prior`` reads a job's draw against as
     ``floor_w`` and ``busy_max_w``. None with fewer than ``min_workloads`` workloads with a
-    finite positive draw, or no span: too few to say where light work sits (one heavy
-    workload alone would read every job as light, one light one every job as heavy)."""
+    finite positive draw (None: ``FLOOR_MIN_WORKLOADS``, read at the call), or no span: too
+    few to say where light work sits (one heavy workload alone would read every job as
+    light, one light one every job as heavy)."""
     kept = {w: [d for d in ds if math.isfinite(d) and d > 0] for w, ds in draws.items()}
     kept = {w: ds for w, ds in kept.items() if ds}
+    if min_workloads is None:
+        min_workloads = FLOOR_MIN_WORKLOADS
     if len(kept) < max(min_workloads, 1):
         return None
     low = min(min(ds) for ds in kept.values())
@@ -870,16 +873,13 @@ def light_work_span_w(
     draws: Mapping[str, Sequence[float]],
     *,
     share: float | None = None,
-    min_workloads: int | None = None,
 ) -> tuple[float | None, float]:
     """(floor, busy maximum) a job's draw is read against by ``draw_shaped_prior``, given
     the GPU model's estimated ``idle_w`` and ``busy_max_w`` and ``draws`` of other workloads
     measured on it (``measured_draw_span_w``): with enough of them, the floor is ``share``
     (``FLOOR_SHARE``) of the way from idle to their least draw and the busy maximum their
     most; else no floor (None: the idle draw) and ``busy_max_w``."""
-    span = measured_draw_span_w(
-        draws, min_workloads=FLOOR_MIN_WORKLOADS if min_workloads is None else min_workloads
-    )
+    span = measured_draw_span_w(draws)
     if span is None:
         return None, busy_max_w
     low_w, high_w = span
@@ -897,9 +897,7 @@ def draw_range_w(candidates: Sequence[FittedPerfModel]) -> tuple[float, float] |
     """(lowest, highest) draw the candidates predict on one GPU at their own batch sizes,
     top clock, default limit: the least and the most a known workload loads this GPU.
     The lowest stands for the idle draw where the GPU model's is unknown (0 in its spec)."""
-    draws = [
-        m.power_w(config_of(1, 1, float(b))) for m in candidates for b in (m.batch_sizes or (32,))
-    ]
+    draws = [w for m in candidates for w in model_draws_w(m)]
     if not draws:
         return None
     return min(draws), max(draws)
