@@ -6,7 +6,7 @@ it has never profiled on that GPU.
         [--no-known | --context-floor mean|counter] [--floor-share S] [--floor-cap] [--json OUT]
 
 1. What NVML reported (``sweep.json`` ``gpu``) as ``workload_profiles.NvmlGpu``: the nearest
-   catalog GPU (``nearest_catalog_gpu``), the prior's carried GPU spec (``_estimated_for``:
+   catalog GPU (``nearest_catalog_gpu``), the prior's carried GPU spec (``estimated_for``:
    power-limit range, clocks, idle draw) and the (idle, busy maximum) draw a job's draw is
    read against (``gpu_draw_range_w``), next to what the H100 drew: idle at rest (the
    ``nvml_check`` readings in ``device_log.txt``), idle with a CUDA context open

@@ -70,6 +70,7 @@ sys.path.insert(0, str(ROOT))
 from tqdm import tqdm  # noqa: E402
 
 from scheduling.core import online_model  # noqa: E402
+from scheduling.core.gpu_estimates import NvmlGpu, gpu_draw_range_w  # noqa: E402
 from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
     BlendedPerfModel,
@@ -83,7 +84,6 @@ from scheduling.core.online_model import (  # noqa: E402
     param_scaled_prior,
 )
 from scheduling.core.perf_models import (  # noqa: E402
-    Catalog,
     DvfsParams,
     FittedPerfModel,
     GpuSpec,
@@ -118,11 +118,11 @@ DRAW_SHAPE = True  # --no-draw-shape: keep the candidate's draw-versus-batch sha
 # --idle: what a job's draw is read against where the data measured no idle draw (the Zeus
 # GPUs). "split" (the default since 8 Dec 2026, as the service's ``fit_prior`` reads a
 # draw since then): the time's split against the GPU's idle draw as the live service
-# estimates it for a GPU model the catalog lacks (``catalog_idle_estimate_w``), the draw's
+# estimates it for a GPU model the catalog lacks (``service_draw_range_w``), the draw's
 # batch shape from the floor and busy maximum of the other workloads measured on the GPU
 # (``measured_draw_span_w`` of the candidates, or of each ``--floor-pool`` subset of them;
 # with too few, as the service: no floor, the nearest catalog GPU's busy maximum carried
-# over, ``catalog_busy_estimate_w``); "catalog" (the service before 8 Dec): the idle
+# over, ``service_draw_range_w``); "catalog" (the service before 8 Dec): the idle
 # estimate and no floor, the most loading candidate's draw as the busy maximum; "lowest"
 # (the rule before 7 Dec, which the service never used): both against the least loading
 # candidate's draw.
@@ -452,17 +452,14 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
         if IDLE != "lowest":
             # The GPU's idle as the live service estimates it; with "split" the draw's
             # batch shape from the draws measured on the GPU, as ``fit_prior`` reads them.
-            max_limit_w = case.candidates[0].gpu.power_limit_max_w
-            idle_w = catalog_idle_estimate_w(max_limit_w)
+            idle_w, carried_busy_w = service_draw_range_w(case.candidates[0].gpu.power_limit_max_w)
             if IDLE == "split":
                 pool = {
                     c.workload: model_draws_w(c)
                     for c in case.candidates
                     if case.pool is None or c.workload in case.pool
                 }
-                floor_w, high_w = light_work_span_w(
-                    idle_w, catalog_busy_estimate_w(max_limit_w), pool
-                )
+                floor_w, high_w = light_work_span_w(idle_w, carried_busy_w, pool)
         out = [
             draw_shaped_prior(
                 c,
@@ -488,36 +485,15 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
     return out
 
 
-def _nearest_catalog_gpu(max_limit_w: float) -> tuple[Catalog, str, float]:
-    """(catalog, the catalog GPU nearest by highest limit, the ratio of the highest
-    limits), as ``workload_profiles.nearest_catalog_gpu`` picks it."""
-    catalog = load_catalog()
-    near = min(
-        sorted(catalog.gpus),
-        key=lambda g: (abs(math.log(catalog.gpus[g].power_limit_max_w / max_limit_w)), g),
-    )
-    return catalog, near, max_limit_w / catalog.gpus[near].power_limit_max_w
-
-
-def catalog_busy_estimate_w(max_limit_w: float) -> float:
-    """The busy maximum the live service reads a draw against on a GPU model the catalog
-    lacks, with too few workloads measured on it: the nearest catalog GPU's most loading
-    model's draw x the ratio of the highest limits (``workload_profiles.gpu_draw_range_w``)."""
-    catalog, near, ratio = _nearest_catalog_gpu(max_limit_w)
-    span = draw_range_w([m for m in catalog.models() if m.gpu_model == near])
+def service_draw_range_w(max_limit_w: float) -> tuple[float, float]:
+    """(idle, busy maximum) the live service reads a job's draw against on a GPU model the
+    catalog lacks whose highest power limit is ``max_limit_w``, with too few workloads
+    measured on it: the nearest catalog GPU's, carried over by the ratio of the highest
+    limits (``gpu_estimates.gpu_draw_range_w``, the service's own function)."""
+    gpu = NvmlGpu("uncatalogued", max_limit_w, max_limit_w, max_limit_w)
+    span = gpu_draw_range_w(load_catalog(), gpu.model, gpu)
     assert span is not None
-    return span[1] * ratio
-
-
-def catalog_idle_estimate_w(max_limit_w: float) -> float:
-    """The idle draw the live service assumes for a GPU model the catalog lacks, whose
-    highest power limit is ``max_limit_w``: the catalog GPU nearest by highest limit, its
-    idle draw x the ratio of the highest limits (``workload_profiles.gpu_draw_range_w``,
-    ``nearest_catalog_gpu``, ``_estimated_for``; pure here, no Django)."""
-    from scheduling.core.context import catalog_idle_power_w
-
-    catalog, near, ratio = _nearest_catalog_gpu(max_limit_w)
-    return catalog_idle_power_w(catalog, near) * ratio
+    return span
 
 
 def _floor_pools(cases: list[Case], k: int | None) -> list[Case]:

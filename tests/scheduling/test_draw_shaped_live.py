@@ -209,7 +209,7 @@ def _a40_profile(workload: str, draws_w, *, limit_w: float | None = None, n_gpus
         )
         for i, w in enumerate(draws_w)
     ]
-    model = wp._estimated_for(CATALOG.get(workload, "A100"), A40)
+    model = wp.estimated_for(CATALOG.get(workload, "A100"), A40)
     fit = {"observations": [om.observation_to_dict(o) for o in seen]}
     WorkloadProfile.objects.create(
         workload=workload, gpu_model="A40", version=1, prior=f"catalog {workload}@A100",
@@ -344,7 +344,7 @@ def test_a_job_on_several_gpus_above_the_floor_is_predicted_its_own_draw_at_its_
 
 
 def _profile(workload: str, version: int, seen, *, gpu_model: str = "A40") -> None:
-    model = wp._estimated_for(CATALOG.get("bert", "A100"), A40)
+    model = wp.estimated_for(CATALOG.get("bert", "A100"), A40)
     fit = {"observations": [om.observation_to_dict(o) for o in seen]}
     WorkloadProfile.objects.create(
         workload=workload, gpu_model=gpu_model, version=version, prior="catalog bert@A100",
