@@ -98,7 +98,7 @@ def catalog_idle_power_w(catalog: PerfCatalog, gpu_model: str) -> float:
     (0 where the catalog has none on it). The rounds charge idle GPUs with it where the
     snapshot gives no other (``Snapshot.idle_power_w``: the service's, for GPU models the
     catalog has no model on), and the live online model reads a job's draw against it
-    (``workload_profiles.gpu_draw_range_w``)."""
+    (``gpu_estimates.gpu_draw_range_w``)."""
     values = [
         m.idle_power_w
         for w in catalog.workloads()
