@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -34,7 +35,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from cluster.choices import Role
-from cluster.models import Budget, BudgetAlert, Membership
+from cluster.models import Budget, BudgetAlert, Membership, Team
 from cluster.queries import teams_led_by
 from scheduling.core import types as core
 from scheduling.core.round import active_budgets
@@ -50,9 +51,58 @@ OVERRUN_LOOKBACK = timedelta(minutes=15)
 AFTER_PERIOD_SHOWN = timedelta(days=1)
 
 
+def record(budgets: Iterable[core.Budget], *, now: datetime) -> int:
+    """The round's alerts: ``record_spent`` of the snapshot's budgets, then
+    ``record_overruns``; returns how many were created. Call it inside the round's
+    transaction. The teams of both are locked first, together and in pk order, as an edit
+    locks its teams (locked in two passes, an edit moving a budget between a team of each
+    could deadlock with the round)."""
+    budgets = tuple(budgets)
+    candidates = _spent_ids(budgets, now=now)
+    _lock_teams(
+        {
+            *Budget.objects.filter(pk__in=candidates).values_list("team_id", flat=True),
+            *_ended_without_alert(now).values_list("team_id", flat=True),
+        }
+    )
+    return record_spent(budgets, now=now) + record_overruns(now=now)
+
+
+def _spent_ids(budgets: tuple[core.Budget, ...], *, now: datetime) -> set[int]:
+    return {
+        int(b.budget_id)
+        for b in active_budgets(budgets, now.timestamp())
+        if b.exhausted and b.team is not None
+    }
+
+
+def _ended_without_alert(now: datetime) -> QuerySet[Budget]:
+    return Budget.objects.filter(
+        period_end__lte=now, period_end__gt=now - OVERRUN_LOOKBACK, alert__isnull=True
+    )
+
+
+def _lock_teams(team_ids: set[int]) -> None:
+    list(
+        Team.objects.select_for_update(no_key=True)
+        .filter(pk__in=team_ids)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
 def record_spent(budgets: Iterable[core.Budget], *, now: datetime) -> int:
     """Create the alert of each budget in force at ``now`` whose limit is reached and that has
-    none yet; returns how many were created. Call it inside the round's transaction."""
+    none yet; returns how many were created. Call it inside the round's transaction.
+
+    The alert follows the budget as stored, read under the locks an edit takes (its team's,
+    then its row; ``_lock_budgets``): an edit committed since the round's snapshot gives the
+    alert its action and limits (none, if the snapshot's use no longer reaches them; none
+    either where its team or period changed: the next round reads its ledger anew), and an
+    edit that comes later waits for the round's commit, then finds the alert and keeps it
+    true (``cluster.services.save_budget``). Without the locks, an edit committed between
+    this read and the round's commit found no alert to follow, and the round's kept the old
+    action."""
     spent = {
         int(b.budget_id): b
         for b in active_budgets(tuple(budgets), now.timestamp())
@@ -61,37 +111,72 @@ def record_spent(budgets: Iterable[core.Budget], *, now: datetime) -> int:
     if not spent:
         return 0
     known = set(BudgetAlert.objects.filter(budget_id__in=spent).values_list("budget_id", flat=True))
-    alerts = [
-        BudgetAlert(
-            budget=row,
-            team_id=row.team_id,
-            at=now,
-            action=row.hard_limit_action,
-            energy_used_kwh=spent[row.pk].energy_used_j / core.J_PER_KWH,
-            energy_limit_kwh=row.energy_limit_kwh,
-            carbon_used_kg=spent[row.pk].co2_used_g / core.G_PER_KG,
-            carbon_limit_kg=row.carbon_limit_kg,
+    alerts = []
+    for row in _lock_budgets(Budget.objects.filter(pk__in=set(spent) - known)):
+        read = spent[row.pk]
+        if (
+            row.team.slug != read.team
+            or row.period_start.timestamp() != read.period_start_s
+            or row.period_end.timestamp() != read.period_end_s
+        ):
+            continue  # its ledger is another: the next round reads it
+        stored = _as_stored(read, row)
+        if not stored.exhausted:
+            continue  # a limit raised since the snapshot: not spent as it stands
+        alerts.append(
+            BudgetAlert(
+                budget=row,
+                team_id=row.team_id,
+                at=now,
+                action=row.hard_limit_action,
+                energy_used_kwh=stored.energy_used_j / core.J_PER_KWH,
+                energy_limit_kwh=row.energy_limit_kwh,
+                carbon_used_kg=stored.co2_used_g / core.G_PER_KG,
+                carbon_limit_kg=row.carbon_limit_kg,
+            )
         )
-        for row in Budget.objects.filter(pk__in=set(spent) - known).order_by("pk")
-    ]
     # The round lock keeps rounds apart; the unique budget column holds regardless.
     BudgetAlert.objects.bulk_create(alerts, ignore_conflicts=True)
     return len(alerts)
 
 
+def _as_stored(read: core.Budget, row: Budget) -> core.Budget:
+    """The snapshot's budget with the limits and action stored now (its use as read)."""
+    return replace(
+        read,
+        energy_limit_j=None
+        if row.energy_limit_kwh is None
+        else row.energy_limit_kwh * core.J_PER_KWH,
+        co2_limit_g=None if row.carbon_limit_kg is None else row.carbon_limit_kg * core.G_PER_KG,
+        hard_limit_action=core.HardLimitAction(row.hard_limit_action),
+    )
+
+
+def _lock_budgets(budgets: QuerySet[Budget]) -> list[Budget]:
+    """The budgets of ``budgets`` as stored, locked until the round commits, in pk order.
+
+    Locked as an edit locks them (``cluster.services.save_budget``: the teams in pk order,
+    then the budget's row), so that a round and an edit queue instead of deadlocking (the
+    alert's insert checks its team's row, which an edit holding the team would block). No
+    key update locks: jobs and ledger rows naming the team or budget are still inserted
+    meanwhile. A budget moved to another team between the two reads is left out (its
+    team's round announces it)."""
+    team_ids = set(budgets.values_list("team_id", flat=True))
+    if not team_ids:
+        return []
+    _lock_teams(team_ids)
+    rows = budgets.select_for_update(no_key=True, of=("self",)).select_related("team")
+    return [row for row in rows.order_by("pk") if row.team_id in team_ids]
+
+
 def record_overruns(*, now: datetime) -> int:
     """Create the alert of each budget that ended within ``OVERRUN_LOOKBACK`` before ``now``
     with none, whose ledger shows a limit reached (accounted after its last round); returns
-    how many were created. Call it inside the round's transaction."""
-    ended = (
-        Budget.objects.filter(
-            period_end__lte=now, period_end__gt=now - OVERRUN_LOOKBACK, alert__isnull=True
-        )
-        .select_related("team")
-        .order_by("pk")
-    )
+    how many were created. Call it inside the round's transaction. Read under the locks an
+    edit takes, as ``record_spent`` reads (an edit waits for the round's commit, then keeps
+    the alert true)."""
     alerts = []
-    for row in ended:
+    for row in _lock_budgets(_ended_without_alert(now)):
         used = budget_usage(row)
         if not any(limit.over_hard for limit in used.limits):
             continue

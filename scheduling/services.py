@@ -390,8 +390,7 @@ def run_scheduling_round(
         # A budget spent now, or found spent after its period ended (its last minutes were
         # accounted after its last round), is announced to its team's leads once; e-mail
         # after the commit (and again after a later round if it failed).
-        budget_alerts.record_spent(rows.snapshot.budgets, now=now)
-        budget_alerts.record_overruns(now=now)
+        budget_alerts.record(rows.snapshot.budgets, now=now)
         if budget_alerts.unsent(now=now).exists():
             transaction.on_commit(lambda: budget_alerts.send_pending(now=now), robust=True)
         round_row = _record_round(rows, plan, now=now, requeued=len(requeued))
