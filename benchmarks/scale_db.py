@@ -552,6 +552,7 @@ def targets(who: str) -> list[tuple[str, str]]:
         ("api /api/budgets/", "/api/budgets/"),
         ("api /api/budgets/<id>/", f"/api/budgets/{budget.pk}/"),
         ("api /api/telemetry/ledger/", "/api/telemetry/ledger/"),
+        ("api /api/telemetry/ledger/ (a middle page)", _ledger_middle_page()),
         ("api /api/telemetry/ledger/?job=", f"/api/telemetry/ledger/?job={job.pk}"),
         ("api /api/telemetry/ledger/totals/", "/api/telemetry/ledger/totals/"),
         (
@@ -582,10 +583,34 @@ def targets(who: str) -> list[tuple[str, str]]:
             ("admin /admin/cluster/job/<id>/", f"/admin/cluster/job/{job.pk}/change/"),
             ("admin /admin/scheduling/schedulinground/", "/admin/scheduling/schedulinground/"),
             ("admin /admin/telemetry/energyledgerentry/", "/admin/telemetry/energyledgerentry/"),
+            (
+                "admin /admin/telemetry/energyledgerentry/?p=99",
+                "/admin/telemetry/energyledgerentry/?p=99",
+            ),
         ]
     if who != "member":
         rows.append(("page /budgets/<id>/edit/", f"/budgets/{budget.pk}/edit/"))
     return rows
+
+
+def _ledger_middle_page() -> str:
+    """The API's ledger page after the row in the middle of the ledger's order (a cursor
+    as its ``next`` links give)."""
+    from urllib.parse import urlsplit
+
+    from rest_framework.pagination import Cursor
+    from rest_framework.test import APIRequestFactory
+
+    from telemetry.api.reports import LedgerPagination
+    from telemetry.models import EnergyLedgerEntry
+
+    order = LedgerPagination.ordering
+    rows = EnergyLedgerEntry.objects.order_by(*order)
+    row = rows[rows.count() // 2]
+    pagination = LedgerPagination()
+    pagination.base_url = APIRequestFactory().get("/api/telemetry/ledger/").build_absolute_uri()
+    url = pagination.encode_cursor(Cursor(0, False, tuple(getattr(row, f) for f in order)))
+    return f"{urlsplit(url).path}?{urlsplit(url).query}"
 
 
 def measure(args) -> None:

@@ -10,12 +10,14 @@ and Django's admin refuses models with a composite primary key. The GPU's admin 
 latest samples of that GPU instead (``cluster/admin.py``).
 
 The tables behind these pages grow by the hour, so no page asks for a full count or for the
-distinct dates of a table: date filters are the fixed ranges of ``DateFieldListFilter``.
+distinct dates of a table: date filters are the fixed ranges of ``DateFieldListFilter``. The
+ledger's list, the longest, counts at most ``BoundedCountPaginator.limit`` rows and reads its
+order from an index.
 """
 
 from django.contrib import admin
 
-from cluster.admin_readonly import ReadOnlyAdmin
+from cluster.admin_readonly import BoundedCountPaginator, ReadOnlyAdmin
 from scheduling.core.types import J_PER_KWH
 from telemetry.models import (
     CarbonIntensity,
@@ -54,7 +56,11 @@ class EnergyLedgerEntryAdmin(ReadOnlyAdmin):
     list_filter = [("hour", admin.DateFieldListFilter), "team", "ci_estimated"]
     list_select_related = ["gpu__node", "job", "team"]
     search_fields = ["job__name", "gpu__uuid", "gpu__node__name"]
-    ordering = ["-hour", "gpu", "job"]
+    # Newest first, read backwards from the ledger's (hour, gpu, id) index: ordered by the
+    # GPU's and job's own orderings, every page joined and sorted the whole ledger. Counted
+    # up to a bound (the page says "more than" past it).
+    ordering = ["-hour", "-gpu_id", "-id"]
+    paginator = BoundedCountPaginator
 
     @admin.display(description="energy (kWh)", ordering="energy_j")
     def energy_kwh(self, obj: EnergyLedgerEntry) -> str:

@@ -150,6 +150,8 @@ class EnergyLedgerEntry(models.Model):
         indexes = [
             models.Index(fields=["team", "hour"], name="ledger_team_hour_idx"),
             models.Index(fields=["job", "hour"], name="ledger_job_hour_idx"),
+            # The order of the API's pages (keyset) and, read backwards, the admin's list.
+            models.Index(fields=["hour", "gpu", "id"], name="ledger_hour_gpu_id_idx"),
         ]
 
     def __str__(self) -> str:

@@ -11,6 +11,7 @@ from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from cluster.api.pagination import KeysetPagination
 from cluster.queries import teams_visible_to
 from scheduling.core.types import J_PER_KWH
 from telemetry.filtersets import GpuHourFilterSet, GpuMinuteFilterSet, LedgerFilterSet
@@ -63,12 +64,22 @@ class GpuHourViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     filterset_class = GpuHourFilterSet
 
 
+class LedgerPagination(KeysetPagination):
+    """The ledger by hour, GPU and row id: the ``ledger_hour_gpu_id_idx`` index's order."""
+
+    ordering = ("hour", "gpu_id", "id")
+
+
 class LedgerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """The ledger's rows, oldest hour first, a page at a time by cursor (``next`` and
+    ``previous`` links; no count: the ledger grows by a row per GPU and job each hour)."""
+
     serializer_class = LedgerEntrySerializer
     filterset_class = LedgerFilterSet
+    pagination_class = LedgerPagination
 
     def get_queryset(self):
-        rows = EnergyLedgerEntry.objects.select_related("team").order_by("hour", "gpu_id", "job_id")
+        rows = EnergyLedgerEntry.objects.select_related("team").order_by(*LedgerPagination.ordering)
         visible = Q(team__in=teams_visible_to(self.request.user))
         if self.request.user.is_staff:
             visible |= Q(team__isnull=True)

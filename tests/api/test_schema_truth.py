@@ -166,12 +166,23 @@ def test_pages_past_the_last_stay_404_and_last_works(api_client, member, team, m
     assert [j["id"] for j in last.json()["results"]] == [job.pk]
 
 
-@pytest.mark.parametrize("url", ["/api/jobs/", "/api/budgets/", "/api/telemetry/ledger/"])
+@pytest.mark.parametrize("url", ["/api/jobs/", "/api/budgets/"])
 def test_a_page_number_of_thousands_of_digits_is_past_the_last_page(api_client, member, url):
     # (more than Python's 4,300-digit limit on converting integer strings: it was a 500)
     response = api_client(member).get(url, {"page": "1" * 4400})
     assert response.status_code == 404
     assert response.json() == {"detail": "Invalid page."}
+
+
+def test_the_ledger_pages_by_cursor_and_refuses_one_it_did_not_give(api_client, member, schema):
+    # (the ledger has no page numbers: counted and sorted per page, they cost ~1 s on a
+    # 100,000-job database; tests/telemetry/test_ledger_pages.py)
+    operation = schema["paths"]["/api/telemetry/ledger/"]["get"]
+    assert "cursor" in {p["name"] for p in operation["parameters"]}
+    assert "page" not in {p["name"] for p in operation["parameters"]}
+    response = api_client(member).get("/api/telemetry/ledger/", {"cursor": "1" * 4400})
+    assert response.status_code == 400
+    assert list(response.json()) == ["cursor"]
 
 
 @pytest.mark.parametrize("url", ["/api/no-such-thing/", "/api/jobs/1/nope/"])
