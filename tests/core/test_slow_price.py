@@ -141,3 +141,29 @@ def test_a_budget_on_its_line_keeps_the_re_solved_price():
         on_line.policy_state["price"]["b"]
         == _plan(100_000.0, slow_price=None).policy_state["price"]["b"]
     )
+
+
+def test_the_slow_price_of_a_budget_gone_from_the_round_is_dropped():
+    # given the state of the round before: the present budget's slow price, and that of a
+    # budget whose period has ended (a long-running service sees a new one every period)
+    budget = Budget("b", "t", 0.0, SPAN, energy_limit_j=150_000.0, energy_used_j=60_000.0)
+    present = {"b": [0.0, math.log(1e-6), 1200.0]}
+    ended = {"ended": [-SPAN, math.log(1e-6), -600.0]}
+    policy = get_policy("powerflow", period_reserve=0.0, cost_above_idle=True, slow_price=TAU)
+
+    def plan(slow):
+        state = {"price_prev_now": 1200.0, "slow_price": slow}
+        snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,),
+                        policy_state=state)  # fmt: skip
+        return plan_round(snap, policy=policy, now=1500.0)
+
+    # when a round plans with it
+    both = plan({**present, **ended})
+
+    # then only the present budget's slow price is carried, moved to this round
+    assert set(both.policy_state["slow_price"]) == {"b"}
+    assert both.policy_state["slow_price"]["b"][2] == 1500.0
+    # and the round plans as it does without the ended budget's state
+    alone = plan(present)
+    assert both.policy_state == alone.policy_state
+    assert both.allocations == alone.allocations

@@ -247,9 +247,13 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             cell[0] += c0
             cell[1] += c0 * t0
             cell[2] += c0 / t0
-    # The slow price's state by budget (``_slow_price``), carried whether or not it moves.
+    # The slow price's state by budget (``_slow_price``), carried whether or not it moves,
+    # for the round's budgets only: a budget gone (its period ended, or deleted) never
+    # prices again (a later period is a budget of its own, or starts again at the
+    # re-solved price), and kept, a long-running service carried one more a period.
+    present = {b.budget_id for b in budgets}
     slow: dict[str, list[float]] = {
-        k: [float(x) for x in v] for k, v in state.get("slow_price", {}).items()
+        k: [float(x) for x in v] for k, v in state.get("slow_price", {}).items() if k in present
     }
     # The budgets that price on in-period costs (below), with the time left they cut at.
     cut_at: dict[int, float] = {}
