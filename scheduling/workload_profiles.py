@@ -338,18 +338,23 @@ def measured_on_gpu(
     default limit and top clock: the catalog's models on it (at their batch sizes) and the
     NVML draws the newest profile of each workload was fitted to (on several GPUs the draw
     counts the all-reduce's waiting; one GPU's draws only). What ``fit_prior`` reads a
-    job's light-work floor from (``online_model.measured_draw_span_w``)."""
-    out = {
-        m.workload: om.model_draws_w(m)
-        for m in catalog.models()
-        if m.gpu_model == gpu_model and m.workload != exclude
-    }
+    job's light-work floor from (``online_model.measured_draw_span_w``).
+
+    A workload is all the names the catalog's aliases make one (``Catalog.same_workload``),
+    keyed by the first of them: an imagenet job's floor pool counted resnet50's profile as
+    another workload's draws (its own network's), and a third workload's pool counted the
+    two names as two workloads."""
+    excluded = catalog.same_workload(exclude) if exclude else frozenset()
+    out: dict[str, list[float]] = {}
+    for m in catalog.models():
+        if m.gpu_model == gpu_model and m.workload not in excluded:
+            out.setdefault(min(catalog.same_workload(m.workload)), []).extend(om.model_draws_w(m))
     # The draws are picked out by PostgreSQL (``_ONE_GPU_DEFAULT_DRAWS``), not read with each
     # newest profile's models and observations: this runs for every job of an unknown
     # workload each round it reports a draw, inside the round's transaction.
     newest = (
         WorkloadProfile.objects.filter(gpu_model=gpu_model)
-        .exclude(workload=exclude)
+        .exclude(workload__in=excluded)
         .order_by("workload", "-version")
         .distinct("workload")
         .annotate(draws=RawSQL(_ONE_GPU_DEFAULT_DRAWS, (), output_field=JSONField()))
@@ -358,7 +363,7 @@ def measured_on_gpu(
     for workload, draws in newest:
         kept = [float(d) for d in draws or () if isinstance(d, int | float)]
         if kept:
-            out.setdefault(workload, []).extend(kept)
+            out.setdefault(min(catalog.same_workload(workload)), []).extend(kept)
     return out
 
 

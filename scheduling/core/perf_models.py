@@ -406,6 +406,13 @@ class Catalog:
         self._aliases = dict(aliases or {})
         for (workload, gpu_model), target in self._aliases.items():
             self._models.setdefault((workload, gpu_model), self._models[(target, gpu_model)])
+        # The names each alias joins, on whatever GPU model it was declared (it says two
+        # names are one network on one data set), closed under chains of aliases.
+        self._same: dict[str, frozenset[str]] = {}
+        for (workload, _), target in sorted(self._aliases.items()):
+            joined = self.same_workload(workload) | self.same_workload(target)
+            for name in joined:
+                self._same[name] = joined
 
     def get(self, workload: str, gpu_model: str) -> FittedPerfModel:
         try:
@@ -434,6 +441,12 @@ class Catalog:
 
     def aliases(self) -> dict[tuple[str, str], str]:
         return dict(self._aliases)
+
+    def same_workload(self, workload: str) -> frozenset[str]:
+        """``workload`` and every name an alias makes it one with, on any GPU model
+        (``imagenet`` and ``resnet50``): one workload, whichever name a job or profile
+        gives it."""
+        return self._same.get(workload, frozenset((workload,)))
 
 
 # --- JSON -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from scheduling.core.perf_models import (
+    Catalog,
     DvfsParams,
     UnknownPerfModelError,
     energy_to_finish_j,
@@ -231,3 +232,21 @@ def test_a_power_limit_maps_to_the_clock_whose_peak_draw_fits_under_it():
     assert dvfs.ratio_for_limit(70.0, 100.0) == 0.5  # r = sqrt(0.12) = 0.35 < floor
     assert dvfs.time_factor(0.5) == pytest.approx(0.2 + 0.8 / 0.5)
     assert dvfs.power_factor(0.5) == pytest.approx(0.5 + 0.5 * 0.25)
+
+
+def test_names_an_alias_joins_are_one_workload_on_every_gpu_model():
+    catalog = load_catalog()
+    # the catalog declares imagenet as resnet50 on the A100; they are one workload anywhere
+    assert catalog.same_workload("imagenet") == {"imagenet", "resnet50"}
+    assert catalog.same_workload("resnet50") == {"imagenet", "resnet50"}
+    assert catalog.same_workload("bert") == {"bert"}
+    assert catalog.same_workload("never-heard-of") == {"never-heard-of"}
+    # and chains of aliases, declared on different GPU models, join all their names
+    model = catalog.get("resnet50", "A100")
+    chained = Catalog(
+        [model],
+        version="t",
+        gpus=catalog.gpus,
+        aliases={("imagenet", "A100"): "resnet50", ("rn50", "A100"): "imagenet"},
+    )
+    assert chained.same_workload("rn50") == {"imagenet", "resnet50", "rn50"}

@@ -389,3 +389,27 @@ def test_a_job_without_a_draw_at_the_default_does_not_read_the_other_workloads_p
                 "embedding-lookups", prior, source, seen, catalog=CATALOG, nvml=A40
             )
         assert shaped is prior
+
+
+def test_a_workloads_catalog_aliases_are_not_other_workloads_in_its_floor_pool(db):
+    # given profiles on the A40 of resnet50 (light: 150 W at its smallest batch) and bert
+    # (260-280 W); the catalog aliases imagenet to resnet50 (Pollux's imagenet is ResNet-50
+    # on ImageNet, ElasticFlow's resnet50 on the A100)
+    assert CATALOG.aliases()[("imagenet", "A100")] == "resnet50"
+    _a40_profile("resnet50", (150.0, 190.0))
+    _a40_profile("bert", (260.0, 280.0))
+
+    # when an imagenet job's floor pool is read, resnet50's draws are its own network's:
+    # one other workload (bert) is too few to set a floor
+    known = wp.measured_on_gpu("A40", catalog=CATALOG, exclude="imagenet")
+    assert {w: tuple(d) for w, d in known.items()} == {"bert": (260.0, 280.0)}
+    assert om.measured_draw_span_w(known) is None
+
+    # and for a job of a third workload, imagenet's profile beside resnet50's is one
+    # workload measured twice, not two
+    WorkloadProfile.objects.filter(workload="bert").delete()
+    _a40_profile("imagenet", (170.0, 200.0))
+    known = wp.measured_on_gpu("A40", catalog=CATALOG, exclude="embedding-lookups")
+    assert len(known) == 1
+    assert sorted(next(iter(known.values()))) == [150.0, 170.0, 190.0, 200.0]
+    assert om.measured_draw_span_w(known) is None
