@@ -36,6 +36,9 @@ class StrictPageNumberPagination(PageNumberPagination):
 
 
 CURSOR_MESSAGE = "Not a cursor this list gave: follow the 'next' and 'previous' links."
+KEYSET_PAGE_MESSAGE = (
+    "This list is paged by cursor, not by page number: follow the 'next' and 'previous' links."
+)
 
 
 class KeysetPagination(CursorPagination):
@@ -59,6 +62,10 @@ class KeysetPagination(CursorPagination):
     ordering: tuple[str, ...] = ("pk",)
 
     def paginate_queryset(self, queryset, request, view=None):
+        if "page" in request.query_params:
+            # A client written for the page numbers every other list uses would otherwise
+            # read the first page again for each ``page`` and never see the rest.
+            raise ValidationError({"page": [KEYSET_PAGE_MESSAGE]})
         self.request = request
         self.base_url = request.build_absolute_uri()
         self.page_size = self.get_page_size(request)

@@ -111,6 +111,16 @@ def test_a_cursor_the_list_did_not_give_is_refused_naming_it(ledger, api_client,
     assert list(response.json()) == ["cursor"]
 
 
+@pytest.mark.parametrize("page", ["2", "1", "last"])
+def test_a_page_number_is_refused_on_the_cursor_paged_ledger(ledger, api_client, personas, page):
+    # A client written for the page numbers of the other lists would read the first page
+    # again for every number and never see the rest: it is told instead.
+    response = api_client(personas["admin"]).get("/api/telemetry/ledger/", {"page": page})
+    assert response.status_code == 400
+    assert list(response.json()) == ["page"]
+    assert "cursor" in response.json()["page"][0]
+
+
 def _explained(queries):
     """The plan of each query of the ledger, sequential scans and sorts priced out (the
     test's tables are too small for the planner to prefer an index): a plan that still
