@@ -6,6 +6,8 @@ catalog lacks: the catalog GPU nearest to it, a catalog model carried onto it, a
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scheduling.core import online_model as om
@@ -111,3 +113,114 @@ def gpu_draw_range_w(
     if span is None:
         return None
     return (idle_w or span[0]), span[1]
+
+
+@dataclass(frozen=True)
+class MeasuredSpan:
+    """A GPU model whose light-work floor and busy maximum were measured (the draws of
+    ``online_model.FLOOR_MIN_WORKLOADS`` or more workloads, ``measured_draw_span_w``), with
+    its idle draw and highest power limit: a reference that ``estimated_floor_w`` carries
+    to a GPU model with too few workloads measured."""
+
+    gpu_model: str
+    idle_w: float
+    max_limit_w: float
+    floor_w: float
+    busy_max_w: float
+
+    def floor_share(self) -> float | None:
+        """The floor's share of the span from idle to the highest limit (None: no span)."""
+        span_w = self.max_limit_w - self.idle_w
+        if not (math.isfinite(span_w) and span_w > 0 and math.isfinite(self.floor_w)):
+            return None
+        return min(max((self.floor_w - self.idle_w) / span_w, 0.0), 1.0)
+
+
+def measured_span(
+    gpu_model: str, idle_w: float, max_limit_w: float, draws: Mapping[str, Sequence[float]]
+) -> MeasuredSpan | None:
+    """``gpu_model``'s ``MeasuredSpan`` from the draws of other workloads measured on it
+    (``online_model.measured_draw_span_w``); None with too few."""
+    span = om.measured_draw_span_w(draws)
+    if span is None:
+        return None
+    return MeasuredSpan(gpu_model, idle_w, max_limit_w, span[0], span[1])
+
+
+def estimated_floor_w(
+    idle_w: float,
+    max_limit_w: float,
+    references: Iterable[MeasuredSpan],
+    *,
+    own: Mapping[str, Sequence[float]] | None = None,
+) -> float | None:
+    """The light-work floor of a GPU model with fewer than ``FLOOR_MIN_WORKLOADS`` other
+    workloads measured on it, estimated from the GPU models where enough were
+    (``references``): the median of their floors' shares of the span from their idle draw
+    to their highest power limit, put on this GPU's span (``idle_w`` to ``max_limit_w``,
+    what NVML reports). ``own``: draws of the workloads measured on this GPU model, too few
+    for a floor of their own; the floor is no higher than the least of them (the floor is
+    the least any workload draws). None: no reference, or a floor at the idle draw."""
+    shares = sorted(s for r in references if (s := r.floor_share()) is not None)
+    span_w = max_limit_w - idle_w
+    if not shares or not (math.isfinite(span_w) and span_w > 0):
+        return None
+    floor_w = idle_w + statistics.median(shares) * span_w
+    drawn = [d for ds in (own or {}).values() for d in ds if math.isfinite(d) and d > 0]
+    if drawn:
+        floor_w = min(floor_w, min(drawn))
+    return floor_w if floor_w > idle_w else None
+
+
+# Whether a GPU model with too few other workloads measured on it gets a light-work floor
+# estimated from the catalog's GPU models (``light_work_span_or_estimate_w``), and whether
+# the job's own draws cap that estimate (``job_draws``). Both off: measured, not kept
+# (docs/benchmarks.md, "A floor for the first jobs on a new GPU model": it meets 15% on the
+# Zeus A40 and RTX6000 and breaks the H100's energy, whose light work draws a third of the
+# share); the benchmarks turn them on (``--floor-estimate``, ``--job-cap``).
+ESTIMATE_FLOOR = False
+ESTIMATE_JOB_CAP = False
+
+
+def catalog_spans(catalog: Catalog, *, exclude: str = "") -> list[MeasuredSpan]:
+    """Each catalog GPU model's ``MeasuredSpan``: its catalog models' draws (``exclude``'s
+    left out) at their batch sizes, its catalog idle draw, its highest power limit."""
+    out = []
+    for gpu_model, spec in sorted(catalog.gpus.items()):
+        draws = {
+            m.workload: om.model_draws_w(m)
+            for m in catalog.models()
+            if m.gpu_model == gpu_model and m.workload != exclude
+        }
+        idle_w = catalog_idle_power_w(catalog, gpu_model)
+        span = measured_span(gpu_model, idle_w, spec.power_limit_max_w, draws)
+        if span is not None:
+            out.append(span)
+    return out
+
+
+def light_work_span_or_estimate_w(
+    idle_w: float,
+    busy_max_w: float,
+    max_limit_w: float,
+    draws: Mapping[str, Sequence[float]],
+    references: Sequence[MeasuredSpan],
+    *,
+    job_draws: Sequence[float] = (),
+) -> tuple[float | None, float, str | None]:
+    """(floor, busy maximum, what the floor was estimated from) a job's draw is read against
+    on a GPU model: with enough other workloads measured on it, their least and most draw
+    (``online_model.light_work_span_w``; estimated from: None); with fewer, the floor
+    ``estimated_floor_w`` from ``references`` (none: no floor) and the carried
+    ``busy_max_w``. ``job_draws``: the job's own draws of one GPU at the default limit and
+    top clock; the estimate is no higher than the least of them either (the job is a
+    workload measured on the GPU too: one that draws less at a smaller batch is not at a
+    floor above that)."""
+    floor_w, high_w = om.light_work_span_w(idle_w, busy_max_w, draws)
+    if om.measured_draw_span_w(draws) is not None or not references:
+        return floor_w, high_w, None
+    own = {**draws, "(the job)": list(job_draws)} if job_draws else draws
+    floor_w = estimated_floor_w(idle_w, max_limit_w, references, own=own)
+    if floor_w is None:
+        return None, busy_max_w, None
+    return floor_w, busy_max_w, ",".join(r.gpu_model for r in references)

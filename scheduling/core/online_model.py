@@ -736,6 +736,7 @@ def draw_shaped_prior(
     prior_share: float = 0.0,
     draw_shape: bool = False,
     floor_w: float | None = None,
+    floor_source: str | None = None,
 ) -> FittedPerfModel:
     """``prior`` with its compute time's split into fixed and per-sample parts taken from the
     job's own draw (``draw_busy_fraction``) instead of from the prior's workload.
@@ -765,7 +766,10 @@ def draw_shaped_prior(
     job's own at ``b0``, on any GPU count. A job at the floor is predicted a flat draw
     with a time that still grows per sample (ncf on an A40: 84 W at every batch from 8 to
     32,768, its time x16 from 512 to 32,768); docs/benchmarks.md, "Two readings of one
-    draw" and "The floor, read live"."""
+    draw" and "The floor, read live". ``floor_source``: what an estimated ``floor_w`` was
+    carried from (``gpu_estimates.light_work_span_or_estimate_w``), kept with its value in
+    the prior's sources as ``light_work_floor``."""
+    given_floor_w = floor_w
     found = draw_busy_fraction(prior, observations, idle_w=idle_w, busy_max_w=busy_max_w)
     if found is None:
         return prior
@@ -815,6 +819,9 @@ def draw_shaped_prior(
             batch_half=half,
             busy_floor_frac=min(max(low_w / top_w, 0.0), 1.0) if top_w > 0 else 1.0,
         )
+    sources = {**prior.sources, "draw_busy_fraction": f"{u:.4g}"}
+    if floor_source is not None and given_floor_w is not None:
+        sources["light_work_floor"] = f"{given_floor_w:.4g} W, estimated from {floor_source}"
     return FittedPerfModel(
         workload=prior.workload,
         gpu=prior.gpu,
@@ -822,7 +829,7 @@ def draw_shaped_prior(
         throughput=throughput,
         power=power,
         errors=prior.errors,
-        sources={**prior.sources, "draw_busy_fraction": f"{u:.4g}"},
+        sources=sources,
     )
 
 
