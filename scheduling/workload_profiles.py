@@ -35,12 +35,14 @@ from django.db.models.expressions import RawSQL
 
 from cluster.choices import JobState
 from cluster.models import Job
-from scheduling.core import online_fit, profiles
+from scheduling.core import gpu_estimates, online_fit, profiles
 from scheduling.core import online_model as om
 from scheduling.core.gpu_estimates import (
     NvmlGpu,
+    catalog_spans,
     estimated_for,
     gpu_draw_range_w,
+    light_work_span_or_estimate_w,
     nearest_catalog_gpu,
 )
 from scheduling.core.perf_models import (
@@ -307,7 +309,23 @@ def fit_prior(
         known = measured_on_gpu(prior.gpu_model, catalog=catalog, exclude=workload)
     # Draws measured on this GPU model by enough other workloads: the least says where light
     # work sits (above idle, with the clocks up), the most is the busy maximum.
-    floor_w, busy_max_w = om.light_work_span_w(idle_w, busy_max_w, known)
+    # With too few, no floor; or, where ``gpu_estimates.ESTIMATE_FLOOR`` is on (off: measured,
+    # not kept), a floor estimated from the catalog's GPU models, marked in the prior's
+    # sources (``light_work_span_or_estimate_w``).
+    references = catalog_spans(catalog, exclude=workload) if gpu_estimates.ESTIMATE_FLOOR else []
+    job_draws = [
+        o.power_w
+        for o in observations
+        if o.power_w is not None and o.n_gpus == 1 and om.at_default_power(o, prior.gpu)
+    ]
+    floor_w, busy_max_w, estimated = light_work_span_or_estimate_w(
+        idle_w,
+        busy_max_w,
+        prior.gpu.power_limit_max_w,
+        known,
+        references,
+        job_draws=job_draws if gpu_estimates.ESTIMATE_JOB_CAP else (),
+    )
     return om.draw_shaped_prior(
         prior,
         observations,
@@ -315,6 +333,7 @@ def fit_prior(
         busy_max_w=busy_max_w,
         draw_shape=True,
         floor_w=floor_w,
+        floor_source=estimated,
     )
 
 

@@ -413,3 +413,43 @@ def test_a_workloads_catalog_aliases_are_not_other_workloads_in_its_floor_pool(d
     assert len(known) == 1
     assert sorted(next(iter(known.values()))) == [150.0, 170.0, 190.0, 200.0]
     assert om.measured_draw_span_w(known) is None
+
+
+@pytest.mark.parametrize("estimate", [False, True], ids=["kept off", "estimate on"])
+def test_a_first_job_on_an_uncatalogued_gpu_gets_the_estimated_floor_only_when_turned_on(
+    make_job, member, team, monkeypatch, estimate
+):
+    # given an A40 with no other workload measured on it, and a job drawing 90 W there
+    # (ncf draws 84-90 W at every batch on a Zeus A40: light work with the clocks up)
+    from scheduling.core import gpu_estimates
+
+    monkeypatch.setattr(gpu_estimates, "ESTIMATE_FLOOR", estimate)
+    make_a40_node(heartbeat=T0)
+    assert wp.measured_on_gpu("A40", catalog=CATALOG) == {}
+    draw_w = 90.0
+
+    # when its reports are recorded
+    job = make_job(
+        owner=member, team=team, workload="embedding-lookups", gpu_model="A40",
+        min_gpus=1, max_gpus=1,
+    )  # fmt: skip
+    prior, _ = wp.prior_for("embedding-lookups", "A40", catalog=CATALOG, nvml=A40)
+    model = record(job, reports(prior, draw_w), gpu_model="A40", nvml=A40)
+    stored = wp.stored_prior(JobSchedulingState.objects.get(job=job).online_params["A40"])
+
+    if not estimate:
+        # then by default (measured, not kept: docs/benchmarks.md, "A floor for the first
+        # jobs on a new GPU model") it is read against the estimated idle alone, its draw
+        # rising with the batch, and no floor is recorded
+        assert model.power_w(at(16 * B0)) > 1.5 * draw_w
+        assert "light_work_floor" not in stored.sources
+        return
+    # then, turned on, the floor carried from the catalog's GPUs (A100, T4) is above its
+    # draw: it is read as light work, its draw flat at its own, and the stored prior says
+    # the floor was estimated and from what
+    for b in (B0 / 8, B0, 16 * B0):
+        assert model.power_w(at(b)) == pytest.approx(draw_w, rel=0.02)
+    assert stored.sources["light_work_floor"].endswith("W, estimated from A100,T4")
+    floor_w = float(stored.sources["light_work_floor"].split()[0])
+    spans = gpu_estimates.catalog_spans(CATALOG, exclude="embedding-lookups")
+    assert floor_w == pytest.approx(gpu_estimates.estimated_floor_w(37.5, 300.0, spans), rel=1e-3)
