@@ -3,7 +3,8 @@ estimate for a GPU model the catalog lacks, and its online model learning six wo
 it has never profiled on that GPU.
 
     nice .venv/bin/python benchmarks/bench_device_sweep.py [--steps 1 3 5] [--cold] [--weight 1]
-        [--no-known | --context-floor mean|counter] [--floor-share S] [--floor-cap] [--json OUT]
+        [--no-known | --context-floor mean|counter | --known-one] [--floor-share S] [--floor-cap]
+        [--floor-estimate [--job-cap] [--estimate-share S]] [--json OUT]
 
 1. What NVML reported (``sweep.json`` ``gpu``) as ``workload_profiles.NvmlGpu``: the nearest
    catalog GPU (``nearest_catalog_gpu``), the prior's carried GPU spec (``estimated_for``:
@@ -55,7 +56,7 @@ from bench_args import add_floor_args, apply_floor_args  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from scheduling import workload_profiles as wp  # noqa: E402
-from scheduling.core import online_fit  # noqa: E402
+from scheduling.core import gpu_estimates, online_fit  # noqa: E402
 from scheduling.core import online_model as om  # noqa: E402
 from scheduling.core.perf_models import load_catalog  # noqa: E402
 
@@ -292,9 +293,31 @@ def main() -> int:
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per config")
     add_floor_args(parser)
     parser.add_argument(
+        "--floor-estimate",
+        action="store_true",
+        help="gpu_estimates.ESTIMATE_FLOOR = True: with too few workloads measured, the floor "
+        "estimated from the catalog's GPU models (measured, not kept)",
+    )
+    parser.add_argument(
+        "--estimate-share",
+        type=float,
+        help="diagnostic, with --floor-estimate: the estimated floor at this share of the "
+        "GPU's idle-to-limit span (every catalog GPU's floor share replaced by it)",
+    )
+    parser.add_argument(
+        "--job-cap",
+        action="store_true",
+        help="gpu_estimates.ESTIMATE_JOB_CAP = True: the job's own draws cap the estimate",
+    )
+    parser.add_argument(
         "--no-known",
         action="store_true",
         help="no other workload measured on the GPU (default: the other five's draws)",
+    )
+    parser.add_argument(
+        "--known-one",
+        action="store_true",
+        help="each other workload alone as the one measured on the GPU (a row per pair)",
     )
     parser.add_argument(
         "--context-floor",
@@ -309,6 +332,12 @@ def main() -> int:
     global WEIGHT
     WEIGHT = args.weight
     apply_floor_args(args)
+    gpu_estimates.ESTIMATE_FLOOR = args.floor_estimate
+    gpu_estimates.ESTIMATE_JOB_CAP = args.job_cap
+    if args.estimate_share is not None:
+        # fit_prior's references, replaced by one GPU model whose floor sits at that share.
+        fixed = [gpu_estimates.MeasuredSpan("fixed", 0.0, 1.0, args.estimate_share, 1.0)]
+        wp.catalog_spans = lambda catalog, exclude="": fixed
     if any(k < 1 for k in args.steps):
         parser.error("--steps must be positive")
     steps = sorted(set(args.steps))
@@ -339,17 +368,24 @@ def main() -> int:
             ctx_w = idle["mean_power_w"] if args.context_floor == "mean" else counter_w(idle)
             _, carried_busy_w = wp.gpu_draw_range_w(catalog, nvml.model, nvml)
             known = {"(context open)": [ctx_w], "(carried busy maximum)": [carried_busy_w]}
-        models, source, drift = live_models(
-            workload, runs, steps, catalog, nvml, args.cold, known=known
-        )
-        sources[workload] = source
-        say(
-            f"{workload}: prior {source}; replay batches {[r['batch'] for r in runs]}; "
-            f"model rebuilt from storage vs fitted: {drift:.1e} max relative energy difference"
-        )
-        r, b = score(workload, runs, models)
-        rows += r
-        per_batch += b
+        # ``--known-one``: each other workload alone as the one measured on the GPU (a row
+        # per pair, ``workload|measured``).
+        pools = {workload: known}
+        if args.known_one:
+            pools = {f"{workload}|{w}": {w: d} for w, d in sorted(known.items())}
+        for label, pool in pools.items():
+            models, source, drift = live_models(
+                workload, runs, steps, catalog, nvml, args.cold, known=pool
+            )
+            sources[workload] = source
+            say(
+                f"{label}: prior {source}; replay batches {[r['batch'] for r in runs]}; "
+                f"model rebuilt from storage vs fitted: {drift:.1e} max relative energy "
+                "difference"
+            )
+            r, b = score(label, runs, models)
+            rows += r
+            per_batch += b
     print_errors(rows, steps[-1])
     print_per_batch(per_batch, steps[-1])
     print_verdict(rows, per_batch, steps[-1])

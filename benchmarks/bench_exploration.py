@@ -219,8 +219,21 @@ def main() -> int:
         default=bom.IDLE,
         help="what the job's draw is read against (bench_online_model's --idle)",
     )
+    parser.add_argument(
+        "--floor-pool",
+        type=int,
+        help="bench_online_model's --floor-pool: each case once per K-subset of the other "
+        "workloads as the ones measured on the GPU (0: none, the first job on it)",
+    )
+    parser.add_argument(
+        "--floor-estimate",
+        choices=bom.FLOOR_ESTIMATES,
+        default=bom.FLOOR_ESTIMATE,
+        help="bench_online_model's --floor-estimate",
+    )
     args = parser.parse_args()
     bom.IDLE = args.idle
+    bom.FLOOR_ESTIMATE = args.floor_estimate
     if not (0 < args.budget < 1 and 0 < args.step < 1):
         parser.error("--budget and --step must be between 0 and 1")
     assert perf_data.ZEUS_GPUS  # the data these cases come from
@@ -230,7 +243,7 @@ def main() -> int:
     for name, gpu_out in (("leave one workload out", False), ("leave one GPU out", True)):
         if args.only is not None and gpu_out != (args.only == "gpu"):
             continue
-        cases = bom._zeus_cases(gpu_out=gpu_out)
+        cases = bom._floor_pools(bom._zeus_cases(gpu_out=gpu_out), args.floor_pool)
         results = run(cases, args.budget, args.step, args.known, args.fill_budget,
                       args.noise, args.seed)  # fmt: skip
         report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}, "

@@ -3,6 +3,7 @@
 
     nice .venv/bin/python benchmarks/bench_online_model.py [--steps 1 5 20] [--json out.json]
         [--weight 60] [--network-level 0.5] [--idle split|lowest|catalog] [--floor-pool K]
+        [--floor-estimate off|catalog|all|zeus [--job-cap] [--estimate-share S]]
 
 ``--network-level`` sets how much of a job's time level moves its prior's all-reduce
 (``online_model.NETWORK_LEVEL``, whose value is the default; 1 is the rule before 6 Dec).
@@ -69,16 +70,24 @@ sys.path.insert(0, str(ROOT))
 
 from tqdm import tqdm  # noqa: E402
 
-from scheduling.core import online_model  # noqa: E402
-from scheduling.core.gpu_estimates import NvmlGpu, gpu_draw_range_w  # noqa: E402
+from scheduling.core import gpu_estimates, online_model  # noqa: E402
+from scheduling.core.gpu_estimates import (  # noqa: E402
+    MeasuredSpan,
+    NvmlGpu,
+    catalog_spans,
+    gpu_draw_range_w,
+    light_work_span_or_estimate_w,
+    measured_span,
+)
 from scheduling.core.online_fit import fit_online  # noqa: E402
 from scheduling.core.online_model import (  # noqa: E402
     BlendedPerfModel,
     Observation,
+    at_default_power,
     batch_matched_prior,
     draw_range_w,
     draw_shaped_prior,
-    light_work_span_w,
+    measured_draw_span_w,
     model_draws_w,
     nearest_prior,
     param_scaled_prior,
@@ -131,6 +140,21 @@ IDLE = "split"
 # --floor-pool K: score each Zeus case once per K-subset of its other workloads as the
 # ones the service has measured on the GPU (``FLOOR_MIN_WORKLOADS`` or more set the floor).
 FLOOR_POOL: int | None = None
+# --floor-estimate: with fewer than ``FLOOR_MIN_WORKLOADS`` other workloads measured on the
+# job's GPU (``--floor-pool 0|1``), the floor estimated from other GPU models' measured
+# floors (``gpu_estimates.estimated_floor_w``): "off" none (the idle draw, the service before
+# 7 Dec's tenth pass); "catalog" the catalog's GPU models (A100, T4) as references; "all"
+# those and the other Zeus GPUs (their five other workloads' draws), as a cluster that has
+# already run three other uncatalogued GPU models would have them; "zeus" the other Zeus
+# GPUs alone. ``--job-cap``: the job's own draws at the default limit cap the estimate.
+FLOOR_ESTIMATES = ("off", "catalog", "all", "zeus")
+FLOOR_ESTIMATE = "off"
+# --estimate-share S (diagnostic, with --floor-estimate other than off): the references
+# replaced by one whose floor sits at that share of the idle-to-limit span.
+ESTIMATE_SHARE: float | None = None
+ESTIMATE_OWN = True  # --no-estimate-own: the one workload measured does not cap the floor
+# The Zeus GPUs' fitted draws, GPU -> (highest limit, workload -> draws): the references.
+ZEUS_DRAWS: dict[str, tuple[float, dict[str, list[float]]]] = {}
 
 
 def param_counts() -> dict[str, float]:
@@ -319,6 +343,9 @@ def _zeus_cases(*, gpu_out: bool) -> list[Case]:
                 for (g, w), fit in sorted(fits.items())
                 if g == gpu and w != workload
             ]
+            ZEUS_DRAWS.setdefault(gpu, (limits[gpu][1], {}))[1].update(
+                {c.workload: model_draws_w(c) for c in candidates}
+            )
             cases.append(
                 Case(
                     f"zeus_{gpu}",
@@ -459,7 +486,22 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
                     for c in case.candidates
                     if case.pool is None or c.workload in case.pool
                 }
-                floor_w, high_w = light_work_span_w(idle_w, carried_busy_w, pool)
+                # As ``fit_prior``: with too few workloads measured, the floor estimated from
+                # other GPU models' (``--floor-estimate``; the service's: the catalog's).
+                floor_w, high_w, _ = light_work_span_or_estimate_w(
+                    idle_w,
+                    carried_busy_w,
+                    case.candidates[0].gpu.power_limit_max_w,
+                    pool if ESTIMATE_OWN or measured_draw_span_w(pool) else {},
+                    _references(case),
+                    job_draws=[
+                        o.power_w
+                        for o in seen
+                        if o.power_w is not None and at_default_power(o, case.candidates[0].gpu)
+                    ]
+                    if gpu_estimates.ESTIMATE_JOB_CAP
+                    else (),
+                )
         out = [
             draw_shaped_prior(
                 c,
@@ -483,6 +525,30 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
                 for c in out
             ]
     return out
+
+
+def _references(case: Case) -> list:
+    """The GPU models whose floor a case's estimate is carried from (``--floor-estimate``),
+    none of them with the held-out workload measured: the catalog's GPUs (their models,
+    the catalog's idle draw) and, with "all", the other Zeus GPUs (the service's idle
+    estimate for them)."""
+    refs = []
+    if FLOOR_ESTIMATE == "off":
+        return refs
+    if ESTIMATE_SHARE is not None:
+        return [MeasuredSpan("fixed", 0.0, 1.0, ESTIMATE_SHARE, 1.0)]
+    if FLOOR_ESTIMATE in ("catalog", "all"):
+        refs += catalog_spans(load_catalog(), exclude=case.workload)
+    if FLOOR_ESTIMATE in ("all", "zeus"):
+        own = case.dataset.removeprefix("zeus_")
+        for g, (max_w, by_w) in sorted(ZEUS_DRAWS.items()):
+            if g == own:
+                continue
+            draws = {w: d for w, d in by_w.items() if w != case.workload}
+            ref = measured_span(g, service_draw_range_w(max_w)[0], max_w, draws)
+            if ref is not None:
+                refs.append(ref)
+    return refs
 
 
 def service_draw_range_w(max_limit_w: float) -> tuple[float, float]:
@@ -631,6 +697,7 @@ def main() -> int:
     from bench_args import add_floor_args, apply_floor_args, non_negative_int
 
     global PARAMS, BY_WORKLOAD, BY_POOL, DRAW_SPLIT, DRAW_SHAPE, WEIGHT, IDLE
+    global FLOOR_ESTIMATE, ESTIMATE_OWN, ESTIMATE_SHARE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--baseline", action="store_true", help="also score refine_scales")
@@ -651,6 +718,24 @@ def main() -> int:
     parser.add_argument("--no-draw-shape", action="store_true", help="(above)")
     parser.add_argument("--idle", choices=IDLE_MODES, default=IDLE, help="(above)")
     parser.add_argument("--floor-pool", type=non_negative_int, help="(above; with --idle split)")
+    parser.add_argument(
+        "--floor-estimate", choices=FLOOR_ESTIMATES, default=FLOOR_ESTIMATE, help="(above)"
+    )
+    parser.add_argument(
+        "--estimate-share",
+        type=float,
+        help="diagnostic: the estimated floor at this share of the idle-to-limit span",
+    )
+    parser.add_argument(
+        "--job-cap",
+        action="store_true",
+        help="gpu_estimates.ESTIMATE_JOB_CAP = True: the job's own draws cap the estimate",
+    )
+    parser.add_argument(
+        "--no-estimate-own",
+        action="store_true",
+        help="the one workload measured on the GPU does not cap the estimated floor",
+    )
     add_floor_args(parser)
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per configuration")
     parser.add_argument(
@@ -672,6 +757,10 @@ def main() -> int:
     online_model.FLOOR_CAP = args.floor_cap
     PARAMS, BY_WORKLOAD, DRAW_SPLIT = args.params, args.by_workload, args.draw_split
     BY_POOL = args.by_pool
+    FLOOR_ESTIMATE, ESTIMATE_OWN = args.floor_estimate, not args.no_estimate_own
+    gpu_estimates.ESTIMATE_JOB_CAP = args.job_cap
+    if args.estimate_share is not None:
+        ESTIMATE_SHARE = args.estimate_share
     if any(k < 1 for k in args.steps):
         parser.error("--steps must be positive")
     workload_out = (
