@@ -104,7 +104,7 @@ def before_after(trace: str, cluster: str, policies: list[str], factor: int) -> 
             max_batch_factor=factor,
             batch_efficiency=model,
         )
-        bounds[model] = scenario_bound(scenario).avg_jct_s
+        bounds[model] = scenario_bound(scenario, ones_batches="ones" in policies).avg_jct_s
         baseline = None
         for policy in policies:
             budget = None

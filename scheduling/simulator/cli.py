@@ -362,7 +362,8 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
         raise UsageError(str(exc)) from None
     if not scenario.jobs:
         raise UsageError("the trace has no jobs")
-    bound = scenario_bound(scenario)
+    # ``ones`` grows batches that other policies keep: its runs get a bound with those.
+    bound = scenario_bound(scenario, ones_batches="ones" in [args.policy, *_baselines(args)])
     _check_rounds(bound, args.round_length_s)
     if not args.out.strip():
         raise UsageError("--out must name a folder")

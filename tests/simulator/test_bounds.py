@@ -154,3 +154,34 @@ def test_the_report_carries_the_bound_and_the_best_possible_ratio(tmp_path, caps
     out = capsys.readouterr().out
     assert "no policy can beat avg JCT" in out
     assert f"no policy could exceed {line['best_possible_ratio']:.3f}x" in out
+
+
+def test_no_job_of_a_ones_run_beats_its_own_contention_free_time(tmp_path):
+    # ONES grows a job's global batch with its GPUs (its per-GPU batch is fixed) even where
+    # the job names no batch range; ncf's T4 iteration takes about as long at batch 256 as
+    # at 64, so on 4 GPUs it does about four times the useful samples per second. The bound
+    # knew only the submitted batch: this job finished in 942 s against a "fastest" of
+    # 1,395 s (an independent sweep on its own traces). The bound of a run of ones has
+    # ones' batches; the one of runs without it keeps each job's batch in its range.
+    trace = tmp_path / "elasticflow_ncf.csv"
+    trace.write_text(
+        "job_id,submit_time,model_name,batch_size,num_gpu,iteration\nk2,0,ncf,64,1,200000\n"
+    )
+    cluster = tmp_path / "n1g4_t4.json"
+    cluster.write_text(
+        json.dumps({"gpu_model": "T4", "switches": 1, "nodes_per_switch": 1, "gpus_per_node": 4})
+    )
+    scenario = load_scenario(trace, cluster, config=SimConfig(knowledge="oracle"))
+    (frontier,) = scenario_bound(scenario, ones_batches=True).jobs
+    (record,) = run_policy(scenario, "ones").jobs
+    assert record.jct_s is not None
+    assert record.jct_s >= frontier.wait_s + frontier.time_s[0]
+    (fixed,) = scenario_bound(scenario).jobs
+    assert fixed.time_s[0] == pytest.approx(200000 * 0.00697, rel=0.01)  # batch 64, 1 GPU
+    # The simulator's report of a run of ones carries that bound.
+    out = tmp_path / "out"
+    args = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "ones"]
+    assert main([*args, "--knowledge", "oracle", "--no-progress", "--out", str(out)]) == 0
+    (path,) = out.glob("*_report.json")
+    report = json.loads(path.read_text())
+    assert report["bound"]["avg_jct_s"] <= report["runs"]["ones"]["avg_jct_s"]
