@@ -55,7 +55,19 @@ def _rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
             missing = set(required) - set(reader.fieldnames or ())
             if missing:
                 raise TraceError(f"{path.name}: missing column(s) {sorted(missing)}")
-            return list(reader)
+            rows = []
+            for line_no, row in enumerate(reader, start=2):
+                extra = row.get(None)  # type: ignore[call-overload]
+                if extra:
+                    # The reader drops a longer row's tail: "1,000" iterations ran as 1.
+                    width = len(reader.fieldnames or ())
+                    shown = ",".join(map(str, extra))
+                    raise TraceError(
+                        f"{path.name}:{line_no}: {width + len(extra)} fields where the header "
+                        f"has {width} (extra: {shown!r})"
+                    )
+                rows.append(row)
+            return rows
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror}") from exc
 

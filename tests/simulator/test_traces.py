@@ -192,6 +192,9 @@ def test_unknown_or_broken_traces_are_refused_with_one_line(tmp_path):
         # finite but absurd: the run never ended, one budget period per step
         ("0,1e308,vgg16,256,1,10", r":2: submit_time='1e308' is more than 3.15576e\+09"),
         ("0,0,vgg16,256,1,1e308", r":2: iteration='1e308' is more than 1e\+12"),
+        # a row longer than the header: the fields past it were dropped without a word, so
+        # an iteration count written with a thousands separator ran as 1 iteration
+        ("0,0,vgg16,256,1,1,000", r":2: 7 fields where the header has 6 \(extra: '000'\)"),
     ],
 )
 def test_a_trace_row_the_scheduler_cannot_use_is_refused_by_line(tmp_path, row, message):
