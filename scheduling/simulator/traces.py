@@ -119,6 +119,19 @@ def _number(
     return number
 
 
+def _check_batch_covers_gpus(
+    batch: int, n_gpus: int, path: Path, line_no: int, columns: tuple[str, str]
+) -> None:
+    """Refuse a global batch smaller than the GPUs the row asks for: each GPU computes at
+    least one sample a step (the live service refuses such a job too). A batch of 2 on 4
+    GPUs was read and run by ``fifo`` on its 4 GPUs at the perf model's extrapolation."""
+    if batch < n_gpus:
+        raise TraceError(
+            f"{path.name}:{line_no}: {columns[0]}={batch} is smaller than {columns[1]}={n_gpus}: "
+            "each GPU computes at least one sample a step"
+        )
+
+
 def _job_id(row: dict[str, str], column: str, path: Path, line_no: int) -> str:
     """The column's job id, or a ``TraceError`` naming the line where it is blank: a job
     without one ran, and its row of the results named no job."""
@@ -182,6 +195,8 @@ def read_elasticflow_trace(
     jobs = []
     for line_no, row in enumerate(_rows(path, columns), start=2):
         n_gpus = _number(row, "num_gpu", path, line_no, int, positive=True)
+        batch = _number(row, "batch_size", path, line_no, int, positive=True)
+        _check_batch_covers_gpus(batch, n_gpus, path, line_no, ("batch_size", "num_gpu"))
         jobs.append(
             Job(
                 job_id=_job_id(row, "job_id", path, line_no),
@@ -189,7 +204,7 @@ def read_elasticflow_trace(
                 team=team,
                 submit_time_s=_number(row, "submit_time", path, line_no),
                 total_iters=_number(row, "iteration", path, line_no, positive=True),
-                global_batch=_number(row, "batch_size", path, line_no, int, positive=True),
+                global_batch=batch,
                 requested_gpus=n_gpus,
                 min_gpus=1,
                 max_gpus=max(max_gpus, n_gpus),
@@ -222,6 +237,7 @@ def read_pollux_workload(
         if key not in iters_cache:
             iters_cache[key] = pollux_total_iters(perf_dir, workload, batch)
         n_gpus = _number(row, "num_replicas", path, line_no, int, positive=True)
+        _check_batch_covers_gpus(batch, n_gpus, path, line_no, ("batch_size", "num_replicas"))
         jobs.append(
             Job(
                 job_id=_job_id(row, "name", path, line_no),

@@ -195,6 +195,8 @@ def test_unknown_or_broken_traces_are_refused_with_one_line(tmp_path):
         # a row longer than the header: the fields past it were dropped without a word, so
         # an iteration count written with a thousands separator ran as 1 iteration
         ("0,0,vgg16,256,1,1,000", r":2: 7 fields where the header has 6 \(extra: '000'\)"),
+        # a batch smaller than the GPUs asked for: fifo ran 2 samples a step on 4 GPUs
+        ("0,0,vgg16,2,4,10", r":2: batch_size=2 is smaller than num_gpu=4: each GPU computes"),
     ],
 )
 def test_a_trace_row_the_scheduler_cannot_use_is_refused_by_line(tmp_path, row, message):
@@ -255,6 +257,10 @@ def test_pollux_rows_need_at_least_one_gpu(tmp_path):
     pollux = tmp_path / "pollux_workload-9.csv"
     pollux.write_text("name,time,application,num_replicas,batch_size\ncifar10-0,1,cifar10,0,128\n")
     with pytest.raises(TraceError, match=r"pollux_workload-9.csv:2: num_replicas='0' must be"):
+        read_trace(pollux, data_dir=DATA)
+    # A batch smaller than its GPUs: each GPU computes at least one sample a step.
+    pollux.write_text("name,time,application,num_replicas,batch_size\nbert-0,1,bert,16,12\n")
+    with pytest.raises(TraceError, match=r"-9.csv:2: batch_size=12 is smaller than num_replicas"):
         read_trace(pollux, data_dir=DATA)
 
 
