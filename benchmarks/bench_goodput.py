@@ -104,7 +104,11 @@ def before_after(trace: str, cluster: str, policies: list[str], factor: int) -> 
             max_batch_factor=factor,
             batch_efficiency=model,
         )
-        bounds[model] = scenario_bound(scenario, ones_batches="ones" in policies).avg_jct_s
+        bounds[model] = scenario_bound(
+            scenario,
+            ones_batches="ones" in policies,
+            budgeted=any(p in BUDGETED for p in policies),
+        ).avg_jct_s
         baseline = None
         for policy in policies:
             budget = None

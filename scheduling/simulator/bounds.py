@@ -6,7 +6,10 @@ without simulating any policy, by relaxing everything that makes jobs wait on ea
 other:
 
 * every job has the whole cluster to itself from the first instant a plan can start it
-  (the next round boundary after its arrival, or its arrival with ``replan_on_events``);
+  (the next round boundary after its arrival, or its arrival with ``replan_on_events`` or
+  any budget: a budgeted run also plans at each period's start and end, where a probe of a
+  prior-only job ends and where the hard-limit watch stops a stretch, none of them on the
+  rounds' grid);
 * it may run any configuration the core can grant: any GPU count from its ``min_gpus`` to
   ``max_gpus`` (capped by the GPUs of its model), any batch of its allowed range, any
   clock the GPU supports, no clock at all (the default, highest), or a power limit every
@@ -243,6 +246,7 @@ def jct_bound(
     replan_on_events: bool = False,
     power_off_idle_nodes: bool = False,
     ones_batches: bool = False,
+    budgeted: bool = False,
 ) -> JctBound:
     """Bounds for ``jobs`` on a cluster whose schedulable nodes hold
     ``node_gpus_by_model[model]`` GPUs each (see the module docstring).
@@ -251,6 +255,7 @@ def jct_bound(
     its ``gpu_model``); a job none can run is left out of the bound (the simulator
     reports such jobs as unfinished). ``ones_batches``: also the batches ``ones`` gives
     (see the module docstring), for a bound that runs of ``ones`` cannot beat either.
+    ``budgeted``: for runs under any budget, whose plans also come between rounds.
     """
     configurations: dict[tuple, list[tuple[float, int, float]]] = {}
     per_work: dict[tuple, tuple[tuple[float, ...], tuple[float, ...]]] = {}
@@ -298,7 +303,7 @@ def jct_bound(
         if not points:
             continue
         start = job.submit_time_s
-        if not replan_on_events:
+        if not (replan_on_events or budgeted):
             start = math.ceil(start / round_length_s) * round_length_s
         times, energies = _pareto(points)
         frontiers.append(
@@ -312,9 +317,12 @@ def jct_bound(
     return JctBound(jobs=tuple(frontiers), idle_power_w=cluster_idle_w)
 
 
-def scenario_bound(scenario: Scenario, *, ones_batches: bool = False) -> JctBound:
+def scenario_bound(
+    scenario: Scenario, *, ones_batches: bool = False, budgeted: bool = False
+) -> JctBound:
     """:func:`jct_bound` for a loaded scenario, with the engine's settings and idle power
-    (``ones_batches``: where the runs include ``ones``)."""
+    (``ones_batches``: where the runs include ``ones``; ``budgeted``: where some run has a
+    budget)."""
     node_gpus: dict[str, list[int]] = {}
     for node in scenario.cluster.nodes:
         if not node.schedulable:
@@ -333,4 +341,5 @@ def scenario_bound(scenario: Scenario, *, ones_batches: bool = False) -> JctBoun
         replan_on_events=config.replan_on_events,
         power_off_idle_nodes=config.power_off_idle_nodes,
         ones_batches=ones_batches,
+        budgeted=budgeted,
     )

@@ -362,8 +362,13 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
         raise UsageError(str(exc)) from None
     if not scenario.jobs:
         raise UsageError("the trace has no jobs")
-    # ``ones`` grows batches that other policies keep: its runs get a bound with those.
-    bound = scenario_bound(scenario, ones_batches="ones" in [args.policy, *_baselines(args)])
+    # ``ones`` grows batches that other policies keep: its runs get a bound with those. A
+    # budgeted run plans between rounds too (period edges, probes, the hard-limit watch).
+    bound = scenario_bound(
+        scenario,
+        ones_batches="ones" in [args.policy, *_baselines(args)],
+        budgeted=bool(args.energy_budget_kwh or args.carbon_budget_kg or args.match_baseline),
+    )
     _check_rounds(bound, args.round_length_s)
     if not args.out.strip():
         raise UsageError("--out must name a folder")
