@@ -324,6 +324,29 @@ def test_a_carbon_budget_below_the_idle_floor_is_named(tmp_path, capsys):
     assert "in the first period, more than the 0.001 kg budget" in out
 
 
+def test_a_matched_period_over_by_the_idle_floor_alone_is_named(tmp_path, capsys):
+    # --horizon-factor 0.3 gives each period 30% of tiresias' carbon, nearly all of it six
+    # idle A100s' draw; BR's grid in the third period makes that draw alone 2.97 kg against
+    # 2.90. The comparison's line said "worst period 102.2% of its budget" and nothing
+    # else, where a fixed budget's line names such periods (an independent sweep).
+    trace = tmp_path / "elasticflow_two.csv"
+    trace.write_text(
+        "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n"
+        "f1,0.0,imagenet,128,4,50\nf2,1539856.3,inception3,512,4,20000\n"
+    )
+    cluster = tmp_path / "n3g2_a100.json"
+    cluster.write_text(
+        '{"gpu_model": "A100", "switches": 1, "nodes_per_switch": 3, "gpus_per_node": 2}'
+    )
+    argv = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "greenflow"]
+    argv += ["--carbon-zone", "BR", "--match-baseline", "tiresias", "--horizon-factor", "0.3"]
+    argv += ["--knowledge", "oracle", "--no-progress", "--out", str(tmp_path / "out")]
+    main(argv)  # (GreenFlow holds the late job for good: the idle floor's reserve)
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "vs tiresias" in x]
+    assert "worst period 102.2" in line
+    assert "1 period(s) over, 1 of them where the idle GPUs alone drew more" in line
+
+
 def test_policy_params_reach_the_candidate_only_and_are_reported(tmp_path):
     def run(out, *params):
         argv = [
