@@ -136,6 +136,19 @@ class Simulator:
         if len({b.budget_id for b in specs}) != len(specs):
             raise SimulationError("budget ids are not unique")
         self.budgets = BudgetLedger(specs)
+        # Teams a budget gives nothing in every period (matched team budgets give a team
+        # whose jobs drew nothing under the baseline a budget of nothing): their jobs wait
+        # for good, as a job too big for the cluster does.
+        self._unfunded_teams = frozenset(
+            b.team
+            for b in specs
+            if b.team is not None
+            and b.renews
+            and b.hard_limit_action != HardLimitAction.NOTIFY_ONLY
+            and any(
+                limit is not None and limit <= 0.0 for limit in (b.energy_limit_j, b.co2_limit_g)
+            )
+        )
         self.progress = progress
         self._colocation = colocation  # ColocationModel; loaded when a plan first shares
         self._noise: dict[tuple[str, str], float] = {}
@@ -229,7 +242,7 @@ class Simulator:
             self._apply(plan, active, t)
             stuck: dict[str, str] = {}
             if next_arrival >= n_total:
-                stuck = _never_runnable(plan, active)
+                stuck = _never_runnable(plan, active, self._unfunded_teams)
                 if stuck and len(stuck) == len(active):
                     # The simulated cluster never changes: a job too big for it under this
                     # policy waits for good. Stop here, not after a stall limit of idle
@@ -823,16 +836,24 @@ def _crossing(
     return t1
 
 
-def _never_runnable(plan: Plan, active: Mapping[str, JobRecord]) -> dict[str, str]:
+def _never_runnable(
+    plan: Plan, active: Mapping[str, JobRecord], unfunded_teams: frozenset[str] = frozenset()
+) -> dict[str, str]:
     """Job id -> the plan's reason, for the active jobs that wait for GPUs the cluster
     does not have (``no_matching_gpu``): the simulated cluster never changes, so they
-    never run."""
+    never run; and for those that wait on a used-up budget of a team that every period
+    gives nothing (``unfunded_teams``)."""
     stuck = {}
     for job_id, rec in active.items():
         reason = plan.waiting.get(job_id)
         if rec.allocation is None and reason is not None:
             if reason.code == WaitCode.NO_MATCHING_GPU:
                 stuck[job_id] = reason.message
+            elif reason.code == WaitCode.BUDGET_EXHAUSTED and rec.spec.team in unfunded_teams:
+                stuck[job_id] = (
+                    f"Waiting: team {rec.spec.team}'s budget is nothing in every period "
+                    "(matched, its jobs drew nothing under the baseline)."
+                )
     return stuck
 
 

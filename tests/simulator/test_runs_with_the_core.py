@@ -13,7 +13,12 @@ import pytest
 from scheduling.simulator.cli import main
 from scheduling.simulator.compare import matched_budget
 from scheduling.simulator.engine import BudgetSpec, SimConfig
-from scheduling.simulator.scenario import core_planner, load_scenario, run_policy
+from scheduling.simulator.scenario import (
+    core_planner,
+    load_scenario,
+    run_policy,
+    with_teams_by_workload,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 TRACE = DATA / "trace" / "pollux_workload-1.csv"
@@ -695,3 +700,33 @@ def test_a_run_that_stops_early_says_why_on_one_line_and_exits_1(tmp_path, capsy
     assert summary["stopped_early"] is True
     assert summary["stopped_why"].startswith("no job progressed for 7 days")
     assert (tmp_path / "pollux_workload-2_n16g4_t4_report.json").exists()
+
+
+def test_a_job_whose_team_budget_is_nothing_in_every_period_is_named_never_runnable(tmp_path):
+    # Matched team budgets give a team whose jobs drew nothing under the baseline (there,
+    # too big for the cluster) a budget of nothing, renewed as nothing every period: its
+    # jobs never run. The run went on to the stall limit (7 to 60 simulated days of idle
+    # draw) and ended "stopped early: no job progressed", exit 1, naming no job (an
+    # independent sweep); it now stops when only such jobs are left, and names them.
+    trace = tmp_path / "elasticflow_two_teams.csv"
+    trace.write_text(
+        "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n"
+        "a,0,resnet50,64,1,2000\nb,0,bert,64,1,2000\n"
+    )
+    cluster = tmp_path / "n1g2_a100.json"
+    cluster.write_text(
+        '{"gpu_model": "A100", "switches": 1, "nodes_per_switch": 1, "gpus_per_node": 2}'
+    )
+    scenario = with_teams_by_workload(
+        load_scenario(trace, cluster, config=SimConfig(knowledge="oracle"))
+    )
+    budgets = (
+        BudgetSpec(period_end_s=3600.0, energy_limit_j=1e7, team="resnet50", budget_id="r"),
+        BudgetSpec(period_end_s=3600.0, energy_limit_j=0.0, team="bert", budget_id="b"),
+    )
+    result = run_policy(scenario, "fifo", budgets=budgets)
+    finished = {r.spec.job_id: r.finish_s for r in result.jobs}
+    assert finished["a"] is not None and finished["b"] is None
+    assert list(result.never_runnable) == ["b"]
+    assert "team bert's budget is nothing in every period" in result.never_runnable["b"]
+    assert result.end_s == finished["a"]  # no stall of idle draw after the last finish
