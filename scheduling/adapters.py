@@ -549,7 +549,7 @@ def _measurements(
     gpus: list[Gpu],
     shared: list[observations.Period],
     instants: list[tuple[datetime, float]],
-    progress: list[tuple[int, datetime, float | None]],
+    progress: list[observations.Report],
 ) -> Measurements | None:
     """One allocation's observations from its reports and samples read."""
     iter_times, last_progress = observations.iter_times_of(

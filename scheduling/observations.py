@@ -292,17 +292,21 @@ def progress_iter_times(
     return iter_times_of(job_id, allocation_id, progress, exclude=exclude, most=most)
 
 
+Report = tuple[int, datetime, float | None, bool]  # node id, time, count, time clamped
+
+
 def progress_reports_of(
     items: list[tuple[int, int, datetime, datetime]],
-) -> list[list[tuple[int, datetime, float | None]]]:
-    """The progress reports (node id, time, count) in time order of each (job id,
-    allocation id, since, until) in [since, until], all in one query."""
+) -> list[list[Report]]:
+    """The progress reports (node id, time, count, whether the server clamped the time:
+    ``JobEvent.clamped``) in time order of each (job id, allocation id, since, until) in
+    [since, until], all in one query."""
     if not items:
         return []
     table = JobEvent._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT w.k, e.node_id, e.ts, e.iterations FROM {table} AS e "
+            f"SELECT w.k, e.node_id, e.ts, e.iterations, e.clamped FROM {table} AS e "
             "JOIN unnest(%s::int[], %s::bigint[], %s::bigint[], %s::timestamptz[], "
             "%s::timestamptz[]) AS w (k, job_id, allocation_id, since, until) "
             "ON e.job_id = w.job_id AND e.allocation_id = w.allocation_id "
@@ -323,32 +327,43 @@ def progress_reports_of(
             ],
         )
         rows = cursor.fetchall()
-    out: list[list[tuple[int, datetime, float | None]]] = [[] for _ in items]
-    for k, node_id, ts, iterations in rows:
-        out[k].append((node_id, ts, iterations))
+    out: list[list[Report]] = [[] for _ in items]
+    for k, node_id, ts, iterations, clamped in rows:
+        out[k].append((node_id, ts, iterations, clamped))
     return out
 
 
 def iter_times_of(
     job_id: int,
     allocation_id: int,
-    progress: list[tuple[int, datetime, float | None]],
+    progress: list[Report],
     *,
     exclude: Iterable[Period] = (),
     most: float = math.inf,
 ) -> tuple[list[float], datetime | None]:
-    """``progress_iter_times`` of reports read already (node id, time, count; time order)."""
+    """``progress_iter_times`` of reports read already (``progress_reports_of``'s, in time
+    order).
+
+    A report whose time the server clamped (``JobEvent.clamped``: stamped before its
+    allocation's start or after its end within the clock skew, or ahead of the server's
+    clock) keeps its place in the order of counts, but bounds no interval: its time is not
+    when the job reached its count. Taken as one, an agent clock 30 s behind the server's
+    put two reports on the allocation's start, and the interval from there to the next
+    report read 2 s for 10 s of work (a live probe: the job learned 0.67 s an iteration
+    where its reports said 1 s)."""
     exclude = list(exclude)
-    by_node: dict[int, list[tuple[datetime, float | None]]] = defaultdict(list)
-    for node_id, ts, iterations in progress:
-        by_node[node_id].append((ts, iterations))
+    by_node: dict[int, list[tuple[datetime, float | None, bool]]] = defaultdict(list)
+    for node_id, ts, iterations, clamped in progress:
+        by_node[node_id].append((ts, iterations, clamped))
     iter_times = []
     beyond = dropped = 0
     for node_reports in by_node.values():
         runs = _in_order(node_reports)
-        dropped += sum(i is not None for _, i in node_reports) - sum(map(len, runs))
+        dropped += sum(i is not None for _, i, _ in node_reports) - sum(map(len, runs))
         pairs = (pair for run in runs for pair in zip(run, run[1:], strict=False))
-        for (t0, i0), (t1, i1) in pairs:
+        for (t0, i0, clamped0), (t1, i1, clamped1) in pairs:
+            if clamped0 or clamped1:
+                continue
             if i0 is None or i1 is None or i1 <= i0 or overlaps(t0, t1, exclude):
                 continue
             if i1 > most:
@@ -370,31 +385,33 @@ def iter_times_of(
     return iter_times, (progress[-1][1] if progress else None)
 
 
-def _in_order(reports: list[tuple[datetime, float | None]]) -> list[list[tuple[datetime, float]]]:
+def _in_order(
+    reports: list[tuple[datetime, float | None, bool]],
+) -> list[list[tuple[datetime, float, bool]]]:
     """One node's progress reports (in time order) as runs between reports without a count,
     each without the fewest reports that break its order: an allocation's count never
     falls, so a report above a later one, or below an earlier one, is out of order (stamped
     before it was counted, or counted wrong). Kept, one made an interval of a few
     hundredths of a second with its neighbour that the fit read as a speed 2.5 times the
     job's (a live probe). The runs' longest non-decreasing subsequences are kept."""
-    runs: list[list[tuple[datetime, float]]] = []
-    current: list[tuple[datetime, float]] = []
-    for ts, iterations in reports:
+    runs: list[list[tuple[datetime, float, bool]]] = []
+    current: list[tuple[datetime, float, bool]] = []
+    for ts, iterations, clamped in reports:
         if iterations is None:
             runs.append(current)
             current = []
         else:
-            current.append((ts, iterations))
+            current.append((ts, iterations, clamped))
     runs.append(current)
     return [_longest_rising(run) for run in runs if run]
 
 
-def _longest_rising(run: list[tuple[datetime, float]]) -> list[tuple[datetime, float]]:
+def _longest_rising(run: list[tuple[datetime, float, bool]]) -> list[tuple[datetime, float, bool]]:
     """The longest subsequence of ``run`` whose counts never fall (the earliest such)."""
     tails: list[float] = []  # the least last count of a subsequence of each length
     tail_at: list[int] = []  # its index in ``run``
     before = [-1] * len(run)
-    for k, (_, iterations) in enumerate(run):
+    for k, (_, iterations, _) in enumerate(run):
         pos = bisect.bisect_right(tails, iterations)
         if pos == len(tails):
             tails.append(iterations)

@@ -455,7 +455,7 @@ def _check_events(
                 e["job_id"], e["kind"], ts, clamped, alloc["pk"], alloc["started_at"],
                 alloc["ended_at"],
             )  # fmt: skip
-        checked.append({**e, "ts": clamped})
+        checked.append({**e, "ts": clamped, "clamped": clamped != ts})
     if errors:
         # One entry per event of the request, as the serializer reports field errors: {} for
         # an event without fault.
@@ -534,6 +534,7 @@ def record_job_events(node: Node, events: list[dict[str, Any]], *, now: datetime
                     "reason": e.get("reason") or "",
                     "log_tail": e.get("log_tail") or "",
                     "received_at": now,
+                    "clamped": e.get("clamped", False),
                 },
             )
             if created:

@@ -110,7 +110,7 @@ def _reference(job, state, alloc, now):
             job_id=job.pk, allocation_id=alloc.pk, kind="progress", ts__gte=since, ts__lte=horizon
         )
         .order_by("ts", "node_id")
-        .values_list("node_id", "ts", "iterations")
+        .values_list("node_id", "ts", "iterations", "clamped")
     )
     return adapters._measurements(job, alloc, gpus, shared, instants, progress)
 
