@@ -195,8 +195,8 @@ class GpuInline(admin.TabularInline):
     fields = [
         "index", "uuid", "model", "memory_mb", "power_limit_w", "sm_clock_mhz", "reported_at",
     ]  # fmt: skip
-    readonly_fields = ["reported_at", "retired_at"]
-    fields = [*fields, "retired_at"]
+    readonly_fields = ["reported_at", "retired_at", "missing_since"]
+    fields = [*fields, "retired_at", "missing_since"]
     # Deleting a GPU would delete its history with it: the GPU's own page deletes one that
     # has none, or retires it, through the audited services.
     can_delete = False
@@ -264,13 +264,16 @@ class GpuAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
         "max_sm_clock_mhz",
         "reported_at",
         "retired_at",
+        "missing_since",
     ]
     list_filter = ["model", "node__switch_label", ("retired_at", admin.EmptyFieldListFilter)]
     search_fields = ["uuid", "node__name"]
     list_select_related = ["node"]
     # Written by the agent (its registration: maximum clock; its newest sample), and the
     # samples themselves.
-    readonly_fields = ["max_sm_clock_mhz", "reported_at", "retired_at", "latest_samples"]
+    readonly_fields = [
+        "max_sm_clock_mhz", "reported_at", "retired_at", "missing_since", "latest_samples",
+    ]  # fmt: skip
 
     def get_readonly_fields(self, request, obj=None):
         # A GPU with history keeps its model (as registration and the API refuse a change):

@@ -190,7 +190,8 @@ class Gpu(models.Model):
     A GPU that left its node is retired (``retired_at``), not deleted: its allocations,
     samples and ledger rows are history that budgets and reports count. A retired GPU gives
     up its index (a new GPU may register there), is no capacity and is not shown as present;
-    registering its UUID again puts it back in service."""
+    registering its UUID again puts it back in service. A GPU its node's agent registers
+    without (``missing_since``) keeps its index and record, but rounds do not plan on it."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField(help_text="NVML device index on the node.")
@@ -240,6 +241,13 @@ class Gpu(models.Model):
         null=True,
         blank=True,
         help_text="When an admin retired it (gone from its node); null: in service.",
+    )
+    missing_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Since when its node's agent registers without it (its agent cannot run "
+        "jobs on it, so rounds do not plan on it); null: reported. Reported again, it is "
+        "planned on again; gone for good, an admin retires it.",
     )
 
     objects = GpuQuerySet.as_manager()

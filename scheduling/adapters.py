@@ -67,12 +67,15 @@ def node_is_live(node: Node, *, now: datetime, timeout_s: float) -> bool:
 
 def cluster_from_rows(nodes: Iterable[Node], *, now: datetime, timeout_s: float) -> core.Cluster:
     """Nodes (with ``gpus`` prefetched) as the core's cluster. Nodes without GPUs are left out;
-    an unhealthy, draining or silent node is present but not schedulable."""
+    an unhealthy, draining or silent node is present but not schedulable. A GPU its node's
+    agent registered without (``Gpu.missing_since``) is left out: the agent cannot run a
+    job there, and a job still holding it is not kept on it (``round._keeps_gpus``)."""
     result = []
     for node in nodes:
         gpus = tuple(
             core.Gpu(gpu_id=g.uuid, node=node.name, index=g.index, model=g.model)
             for g in sorted(node.gpus.all(), key=lambda g: g.index)
+            if g.missing_since is None
         )
         if gpus:
             result.append(

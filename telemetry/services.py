@@ -216,6 +216,7 @@ def _store_gpus(
                 "min_power_limit_w": round(g["min_power_limit_w"]),
                 "max_power_limit_w": round(g["max_power_limit_w"]),
                 "retired_at": None,  # reported again: it is back on its node
+                "missing_since": None,
             }
             # What the agent could not read (None, or no clocks) keeps what is registered.
             if g.get("memory_mb") is not None:
@@ -239,6 +240,23 @@ def _store_gpus(
                 agent = NamedActor(f"agent of {node.name}")
                 record_retirement(gpu, before=returning[gpu.uuid], actor=agent, at=now)
             result.append(gpu)
+        # The node's GPUs in service that the agent no longer reports: it cannot run a job on
+        # them ("assigned to GPUs not on this node"), so rounds must not plan on them (a
+        # live probe: an agent restarted with 4 of its 8 GPUs, and jobs put on the other 4
+        # stayed "running" for good, never started). Their records and indices stay until
+        # they are reported again or an admin retires them.
+        gone = list(
+            Gpu.objects.in_service()
+            .filter(node=node, missing_since__isnull=True)
+            .exclude(uuid__in=uuids)
+            .values_list("uuid", flat=True)
+        )
+        if gone:
+            Gpu.objects.filter(uuid__in=gone).update(missing_since=now)
+            log.warning(
+                "node %s registered without GPU(s) %s: not planned on until reported again",
+                node.name, ", ".join(sorted(gone)),
+            )  # fmt: skip
         # Node.gpu_model is the admin's description (e.g. A100-SXM4-40GB); left as it is.
     return result
 
