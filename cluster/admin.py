@@ -272,7 +272,8 @@ class GpuAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
     # Written by the agent (its registration: maximum clock; its newest sample), and the
     # samples themselves.
     readonly_fields = [
-        "max_sm_clock_mhz", "reported_at", "retired_at", "missing_since", "latest_samples",
+        "max_sm_clock_mhz", "reported_at", "retired_at", "node_since", "missing_since",
+        "latest_samples",
     ]  # fmt: skip
 
     def get_readonly_fields(self, request, obj=None):

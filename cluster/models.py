@@ -242,6 +242,13 @@ class Gpu(models.Model):
         blank=True,
         help_text="When an admin retired it (gone from its node); null: in service.",
     )
+    node_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When it came onto its node from another (a board moved); null: it has "
+        "been on this node since it was registered. Its node's agent speaks for it only "
+        "from then on: older samples and events of it are its old node's time.",
+    )
     missing_since = models.DateTimeField(
         null=True,
         blank=True,
@@ -283,7 +290,26 @@ class Gpu(models.Model):
         # One order on every write path (registration, the API, the admin, seed_demo): a
         # list patched as [1005, 1410, 1200, 1410] was stored so, and read as another GPU's.
         self.supported_sm_clocks_mhz = sm_clocks_in_order(self.supported_sm_clocks_mhz)
+        # A GPU saved onto another node than the one it was read on (another node's agent
+        # registered it, an admin moved it) is that node's from now: before, the new node's
+        # token posted samples stamped while the GPU ran its old node's jobs, and they were
+        # charged to those jobs (``telemetry.ingest``, ``telemetry.services``).
+        # (A caller that knows when, as registration does, sets ``node_since`` itself.)
+        loaded_node, loaded_since = getattr(self, "_loaded_node", (None, None))
+        if loaded_node is not None and self.node_id != loaded_node:
+            if self.node_since == loaded_since:
+                self.node_since = timezone.now()
+            update_fields = kwargs.get("update_fields")
+            if update_fields is not None:
+                kwargs["update_fields"] = {*update_fields, "node_since"}
         super().save(*args, **kwargs)
+        self._loaded_node = (self.node_id, self.node_since)
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        gpu = super().from_db(db, field_names, values)
+        gpu._loaded_node = (gpu.__dict__.get("node_id"), gpu.__dict__.get("node_since"))
+        return gpu
 
     def clean(self) -> None:
         errors = {}

@@ -102,10 +102,13 @@ def validate_batch(
     now: datetime,
     own_gpus: dict[str, int] | None = None,
     own_limits: dict[int, float] | None = None,
+    own_since: dict[int, datetime] | None = None,
 ) -> list[tuple]:
     """Rows ready for :func:`store_and_mark`, or BatchRejected. Checks the envelope, every
     sample's fields, units and ranges, timestamps (not older than the retention window, not
-    more than TELEMETRY_MAX_FUTURE_S ahead) and that each GPU is this node's."""
+    more than TELEMETRY_MAX_FUTURE_S ahead) and that each GPU is this node's, and was at
+    the sample's time (``own_since``: pk -> ``Gpu.node_since`` of the GPUs that moved here;
+    a sample from before is its old node's time, a 403)."""
     if not isinstance(payload, dict) or not isinstance(payload.get("samples"), list):
         raise BatchRejected({"samples": ["A list of samples is required."]})
     samples = payload["samples"]
@@ -145,6 +148,32 @@ def validate_batch(
     # charge it either (a probe's 1,900 W on a 350 W L40S were charged to its team).
     if own_limits is None:
         own_limits = dict(Gpu.objects.filter(node=node).values_list("pk", "max_power_limit_w"))
+    if own_since is None:
+        own_since = dict(
+            Gpu.objects.filter(node=node, node_since__isnull=False).values_list("pk", "node_since")
+        )
+    # A GPU that moved here (a board retired on another node and registered by this one's
+    # agent) is this node's from its arrival: a sample stamped before is of the time it ran
+    # its old node's jobs, and was charged to them on this node's word (a live probe: 9 kJ
+    # added to another team's job). Refused as another node's GPU is.
+    if own_since:
+        before = sorted(
+            {
+                s["gpu_uuid"]
+                for s in samples
+                if isinstance(s, dict)
+                and isinstance(s.get("gpu_uuid"), str)
+                and known.get(s["gpu_uuid"], (None,))[0] in own_since
+                and _stamped_before(s.get("ts"), own_since[known[s["gpu_uuid"]][0]])
+            }
+        )
+        if before:
+            arrivals = ", ".join(f"{u} at {own_since[known[u][0]].isoformat()}" for u in before)
+            message = (
+                f"Samples stamped before their GPU came onto this node ({arrivals}): that "
+                "time is its old node's."
+            )
+            raise BatchRejected({"samples": [message]}, status=403)
     top_w = {pk: MAX_POWER_FACTOR * float(w) for pk, w in own_limits.items()}
     oldest = now - timedelta(seconds=settings.TELEMETRY_RETENTION_S)
     newest = now + timedelta(seconds=settings.TELEMETRY_MAX_FUTURE_S)
@@ -212,6 +241,16 @@ def validate_batch(
             ]
         raise BatchRejected(body)
     return rows
+
+
+def _stamped_before(ts: Any, since: datetime) -> bool:
+    """Whether ``ts`` (a sample's, as sent) is a time with a UTC offset before ``since``; a
+    malformed time is left to the sample loop's message."""
+    try:
+        parsed = datetime.fromisoformat(ts) if isinstance(ts, str) else None
+    except ValueError:
+        return False
+    return parsed is not None and parsed.tzinfo is not None and parsed < since
 
 
 _TABLE = GpuSample._meta.db_table
@@ -354,6 +393,7 @@ def ingest_batch(
     now: datetime | None = None,
     own_gpus: dict[str, int] | None = None,
     own_limits: dict[int, float] | None = None,
+    own_since: dict[int, datetime] | None = None,
 ) -> IngestResult:
     """Validate and store one agent batch; BatchRejected leaves the database untouched.
     ``own_gpus`` (UUID -> pk of the node's GPUs) and ``own_limits`` (pk -> highest power
@@ -361,7 +401,9 @@ def ingest_batch(
     Samples already stored are skipped (duplicates); those among them whose values differ
     from the stored sample are counted as ``conflicts`` (the stored one is kept)."""
     now = now or timezone.now()
-    rows = validate_batch(node, payload, now=now, own_gpus=own_gpus, own_limits=own_limits)
+    rows = validate_batch(
+        node, payload, now=now, own_gpus=own_gpus, own_limits=own_limits, own_since=own_since
+    )
     inserted = store_and_mark(rows, now=now)
     conflicts = count_conflicts(rows) if inserted < len(rows) else 0
     record_reported_settings(rows)

@@ -167,8 +167,10 @@ def _register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> 
     if conflicts:
         raise RegistrationRejected({"gpus": [conflicts.get(i, {}) for i in range(len(gpus))]})
     current_limits = {u: limit for u, (*_, limit, _) in registered.items()}
+    # GPUs registered on another node before (retired there): this node's from now on.
+    moved = {u for u, (node_id, *_) in registered.items() if node_id != node.pk}
     try:
-        return _store_gpus(node, gpus, current_limits, now=now)
+        return _store_gpus(node, gpus, current_limits, moved=moved, now=now)
     except IntegrityError as exc:
         if "gpu_unique_node_index" not in str(exc):
             raise
@@ -186,6 +188,7 @@ def _store_gpus(
     gpus: list[dict[str, Any]],
     current_limits: dict[str, int | None],
     *,
+    moved: set[str] = frozenset(),
     now: datetime,
 ) -> list[Gpu]:
     uuids = [g["uuid"] for g in gpus]
@@ -218,6 +221,9 @@ def _store_gpus(
                 "retired_at": None,  # reported again: it is back on its node
                 "missing_since": None,
             }
+            if g["uuid"] in moved:
+                # Its samples and events from before are its old node's (``Gpu.node_since``).
+                values["node_since"] = now
             # What the agent could not read (None, or no clocks) keeps what is registered.
             if g.get("memory_mb") is not None:
                 values["memory_mb"] = g["memory_mb"]
@@ -416,8 +422,15 @@ def _check_events(
             "pk", "job_id", "started_at", "ended_at"
         )
     }
+    # An allocation is this node's if it holds a GPU that was on this node when it started:
+    # a GPU that moved here later (``Gpu.node_since``) ran it for its old node, whose
+    # reports they are (a node's token reported on another node's past job).
     here = set(
-        JobAllocation.objects.filter(pk__in=allocations, gpus__node=node)
+        JobAllocation.objects.filter(
+            Q(gpus__node=node)
+            & (Q(gpus__node_since__isnull=True) | Q(gpus__node_since__lte=F("started_at"))),
+            pk__in=allocations,
+        )
         .values_list("pk", flat=True)
         .distinct()
     )

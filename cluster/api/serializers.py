@@ -482,11 +482,14 @@ class GpuSerializer(serializers.ModelSerializer):
             "sm_clock_mhz",
             "reported_at",
             "retired_at",
+            "node_since",
             "missing_since",
         ]
         # What only the agent knows: its registration and newest sample write these;
         # retiring is its own action (``/retire/``), audited.
-        read_only_fields = ["id", "max_sm_clock_mhz", "reported_at", "retired_at", "missing_since"]
+        read_only_fields = [
+            "id", "max_sm_clock_mhz", "reported_at", "retired_at", "node_since", "missing_since",
+        ]  # fmt: skip
         # One GPU in service per (node, index): a retired one has given its index up (the
         # constraint's condition names the read-only ``retired_at``, which DRF's own
         # validator for it would read from the request).

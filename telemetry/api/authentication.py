@@ -29,8 +29,9 @@ class AgentUser:
 
 
 def node_for_token(raw_token: str) -> Node | None:
-    """The token's node with ``own_gpus`` (UUID -> pk of its GPUs) and ``own_gpu_limits``
-    (pk -> highest power limit, W) fetched in the same query: every telemetry batch needs
+    """The token's node with ``own_gpus`` (UUID -> pk of its GPUs), ``own_gpu_limits``
+    (pk -> highest power limit, W) and ``own_gpu_since`` (pk -> when a GPU that moved here
+    arrived: ``Gpu.node_since``) fetched in the same query: every telemetry batch needs
     them, and round trips are most of a small batch's cost."""
     if not raw_token:
         return None
@@ -42,12 +43,16 @@ def node_for_token(raw_token: str) -> Node | None:
             gpu_limits=ArrayAgg(
                 "gpus__max_power_limit_w", filter=Q(gpus__isnull=False), default=Value([])
             ),
+            gpu_since=ArrayAgg("gpus__node_since", filter=Q(gpus__isnull=False), default=Value([])),
         )
         .first()
     )
     if node is not None:
         node.own_gpus = dict(zip(node.gpu_uuids, node.gpu_pks, strict=True))
         node.own_gpu_limits = dict(zip(node.gpu_pks, node.gpu_limits, strict=True))
+        node.own_gpu_since = {
+            pk: since for pk, since in zip(node.gpu_pks, node.gpu_since, strict=True) if since
+        }
     return node
 
 

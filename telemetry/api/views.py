@@ -123,6 +123,7 @@ class SamplesView(AgentView):
                 request.data,
                 own_gpus=self.node.own_gpus,
                 own_limits=self.node.own_gpu_limits,
+                own_since=self.node.own_gpu_since,
             )
         except BatchRejected as exc:
             return Response(exc.errors, status=exc.status)

@@ -1,0 +1,82 @@
+"""A GPU that moved to another node (retired on one, registered by another's agent) is that
+node's from when it arrived: its new node's token cannot write samples or job events into the
+time it ran on its old node.
+
+Found by a probe of the live service: node-01's GPU ran a job of team vision; an admin
+retired it (allowed once the job had stopped) and node-02's agent registered it. node-02's
+token then posted 60 samples of 599 W stamped during the job's run on node-01: all stored,
+and the job's ledger went from 17,700 J to 26,745 J, charged to vision's budget by a node
+that never ran it."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db.models import Sum
+from django.utils import timezone
+
+from cluster import services as cluster_services
+from cluster.choices import JobState
+from cluster.models import Gpu, JobAllocation
+from telemetry.models import GpuSample, JobEvent
+
+
+def _gpu(g: Gpu, index: int) -> dict:
+    return {
+        "uuid": g.uuid, "index": index, "model": g.model, "memory_mb": g.memory_mb,
+        "default_power_limit_w": g.default_power_limit_w,
+        "min_power_limit_w": g.min_power_limit_w, "max_power_limit_w": g.max_power_limit_w,
+    }  # fmt: skip
+
+
+@pytest.fixture
+def moved(agent_node, other_node, agent_client, make_job, member, team, admin_user):
+    """A job ran on node-01's GPU 0 from 10 to 5 minutes ago; the GPU was then retired and
+    node-02's agent registered it (at index 2, beside its own two)."""
+    node, _ = agent_node
+    node2, raw2 = other_node
+    board = Gpu.objects.get(node=node, index=0)
+    job = make_job(owner=member, team=team)
+    start = timezone.now() - timedelta(minutes=10)
+    cluster_services.start_job(job, gpus=[board], batch_size=256, at=start)
+    cluster_services.transition_job(job, to=JobState.PAUSED, at=start + timedelta(minutes=5))
+    cluster_services.retire_gpu(board, actor=admin_user)
+    own = list(Gpu.objects.filter(node=node2).order_by("index"))
+    body = {"gpus": [_gpu(g, g.index) for g in own] + [_gpu(board, 2)]}
+    assert agent_client(raw2).post("/api/agent/register/", body, format="json").status_code == 200
+    return job, JobAllocation.objects.get(job=job), board, agent_client(raw2)
+
+
+def test_the_new_node_cannot_post_samples_from_before_the_gpu_arrived(moved):
+    job, alloc, board, client2 = moved
+    during = [
+        {"gpu_uuid": board.uuid, "ts": (alloc.started_at + timedelta(seconds=k)).isoformat(),
+         "power_w": 599.0, "util_pct": 100.0}
+        for k in range(60)
+    ]  # fmt: skip
+    response = client2.post("/api/agent/samples/", {"samples": during}, format="json")
+    # before: 200, all 60 stored and charged to the job node-01 ran
+    assert response.status_code == 403
+    assert board.uuid in str(response.json())
+    assert not GpuSample.objects.filter(gpu=board).exists()
+
+    # its samples from since it arrived are its own
+    now = [{"gpu_uuid": board.uuid, "ts": timezone.now().isoformat(), "power_w": 80.0}]
+    response = client2.post("/api/agent/samples/", {"samples": now}, format="json")
+    assert response.status_code == 200
+    assert GpuSample.objects.filter(gpu=board).aggregate(p=Sum("power_w"))["p"] == 80.0
+
+
+def test_the_new_node_cannot_report_on_an_allocation_from_before_the_gpu_arrived(moved):
+    job, alloc, board, client2 = moved
+    event = {
+        "event_id": str(uuid.uuid4()), "job_id": job.pk, "allocation_id": alloc.pk,
+        "kind": "progress", "ts": (alloc.started_at + timedelta(minutes=1)).isoformat(),
+        "iterations": 900.0,
+    }  # fmt: skip
+    response = client2.post("/api/agent/job-events/", {"events": [event]}, format="json")
+    # before: 200, and the job's count rose to 900 of its 1,000 on node-02's word
+    assert response.status_code == 403
+    assert not JobEvent.objects.exists()
+    job.refresh_from_db()
+    assert job.completed_iterations == 0.0
