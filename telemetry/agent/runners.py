@@ -107,8 +107,15 @@ class ProcessRunner:
         return {job_id: tuple(job.gpu_indices) for job_id, job in self.jobs.items()}
 
     def start(self, assignment: dict[str, Any], gpu_indices: list[int]) -> None:
-        job = ProcessJob(assignment, gpu_indices, self.work_dir)
-        job.start()
+        try:
+            job = ProcessJob(assignment, gpu_indices, self.work_dir)
+            job.start()
+        except OSError as exc:
+            # Its folders hold what the job itself put there (a named pipe for its log, a
+            # folder for its progress file, a file for its checkpoint folder): raised out of
+            # the tick, the start was tried again every tick and the job never reported; it
+            # fails, with the reason.
+            raise CannotStart(f"cannot prepare the job's files: {exc}") from exc
         self.jobs[job.job_id] = job
 
     def same_shape(self, job_id: int, assignment: dict[str, Any], gpu_indices: list[int]) -> bool:
