@@ -215,6 +215,8 @@ def _group_alive(pgid: int) -> bool:
 
 
 PID_FILE = "pid"
+# The agent's own secrets in its environment (``telemetry.agent.__main__``), kept from jobs.
+AGENT_SECRETS = ("WATTFLOW_AGENT_TOKEN",)
 
 
 class ProcessJob:
@@ -235,6 +237,11 @@ class ProcessJob:
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
+        # The agent's token speaks for the node (its samples, every allocation on it: other
+        # teams' jobs too); it is the agent's, not the job's. Inherited, every job had it,
+        # and a script that printed its environment sent it to its team in its log tail.
+        for name in AGENT_SECRETS:
+            env.pop(name, None)
         env.update({str(k): str(v) for k, v in (self.assignment.get("env") or {}).items()})
         env.update(
             {
