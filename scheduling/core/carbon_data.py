@@ -51,9 +51,9 @@ def read_electricity_maps_csv(
 
     ``kind`` is ``"direct"`` or ``"lca"``; ``zone``, where given, is the zone the rows must
     name (their ``Zone Id``, where the file has one). Raises :class:`CarbonDataError` with
-    one line naming the problem for a missing column, an empty or unparsable value, an
-    intensity beyond ``MAX_CI_G_PER_KWH``, an hour outside ``YEARS``, another zone's row, or
-    rows that are not one hour apart.
+    one line naming the problem for a missing column, an empty or unparsable value, a time
+    that is not the start of an hour, an intensity beyond ``MAX_CI_G_PER_KWH``, an hour
+    outside ``YEARS``, another zone's row, or rows that are not one hour apart.
     """
     if kind not in CI_COLUMNS:
         raise CarbonDataError(
@@ -83,6 +83,13 @@ def _read_points(
             ci = float(row[column])
         except (TypeError, ValueError) as exc:
             raise CarbonDataError(f"{path.name}:{line_no}: bad value ({exc})") from exc
+        if start.minute or start.second:
+            # Rows are hours (every reader prices an instant by its hour's start): a row on
+            # a half hour was imported as an hour that accounting never found, while the
+            # round's forecast read it as an hour of its own, 30 minutes off.
+            raise CarbonDataError(
+                f"{path.name}:{line_no}: {row[DATETIME_COLUMN]} is not the start of an hour"
+            )
         if not math.isfinite(ci) or ci < 0:
             raise CarbonDataError(
                 f"{path.name}:{line_no}: intensity {ci} is not a non-negative number"

@@ -63,6 +63,11 @@ HEADER = "Datetime (UTC),Zone Id,Carbon Intensity gCO₂eq/kWh (direct)\n"
         ("0001-01-01 00:00:00,ES,100", "ES", r"^bad.csv:2: hour 0001-01-01 00:00 is outside"),
         ("2022-01-01 00:00:00,NO,30", "ES", r"^bad.csv:2: a row of zone NO, not ES"),
         ("2022-01-01 00:00:00,ES,100", "E\tS", r"^--zone must be 1 to 32 printable"),
+        # (a probe: a file whose rows fell on half hours was imported, 1 "hour" each, which
+        # accounting never found, it prices the hour from its start, while the round's
+        # forecast took them as hours of their own, 30 minutes off)
+        ("2022-01-01 00:30:00,ES,0", "ES", r"^bad.csv:2: 2022-01-01 00:30:00 is not the start"),
+        ("2022-01-01 00:00:01,ES,0", "ES", r"^bad.csv:2: 2022-01-01 00:00:01 is not the start"),
     ],
 )
 def test_what_is_no_intensity_of_the_zone_is_refused_and_keeps_what_was_stored(
