@@ -80,3 +80,22 @@ def test_the_new_node_cannot_report_on_an_allocation_from_before_the_gpu_arrived
     assert not JobEvent.objects.exists()
     job.refresh_from_db()
     assert job.completed_iterations == 0.0
+
+
+def test_a_gpu_an_admin_moves_is_its_new_nodes_from_the_move(make_node, api_client, admin_user):
+    # (a GPU without history: one that ran a job within the hour is not moved at all)
+    old, new = make_node("node-01", gpus=1), make_node("node-02", gpus=1)
+    board = Gpu.objects.get(node=old)
+    before = timezone.now()
+    response = api_client(admin_user).patch(
+        f"/api/gpus/{board.pk}/", {"node": new.pk, "index": 5}, format="json"
+    )
+    assert response.status_code == 200
+    board.refresh_from_db()
+    assert board.node_id == new.pk
+    assert board.node_since is not None and board.node_since >= before
+    # an edit that leaves the node as it is keeps the time
+    since = board.node_since
+    api_client(admin_user).patch(f"/api/gpus/{board.pk}/", {"memory_mb": 1}, format="json")
+    board.refresh_from_db()
+    assert board.node_since == since
