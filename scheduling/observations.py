@@ -298,9 +298,9 @@ Report = tuple[int, datetime, float | None, bool]  # node id, time, count, time 
 def progress_reports_of(
     items: list[tuple[int, int, datetime, datetime]],
 ) -> list[list[Report]]:
-    """The progress reports (node id, time, count, whether the server clamped the time:
-    ``JobEvent.clamped``) in time order of each (job id, allocation id, since, until) in
-    [since, until], all in one query."""
+    """The progress reports (node id, time, count, whether the server clamped the time onto
+    the allocation's bounds: ``JobEvent.clamped``) in time order of each (job id,
+    allocation id, since, until) in [since, until], all in one query."""
     if not items:
         return []
     table = JobEvent._meta.db_table
@@ -344,13 +344,13 @@ def iter_times_of(
     """``progress_iter_times`` of reports read already (``progress_reports_of``'s, in time
     order).
 
-    A report whose time the server clamped (``JobEvent.clamped``: stamped before its
-    allocation's start or after its end within the clock skew, or ahead of the server's
-    clock) keeps its place in the order of counts, but bounds no interval: its time is not
-    when the job reached its count. Taken as one, an agent clock 30 s behind the server's
-    put two reports on the allocation's start, and the interval from there to the next
-    report read 2 s for 10 s of work (a live probe: the job learned 0.67 s an iteration
-    where its reports said 1 s)."""
+    A report whose time the server clamped onto its allocation's bounds
+    (``JobEvent.clamped``: stamped before the start or after the end within the clock skew)
+    keeps its place in the order of counts, but bounds no interval: its time is not when
+    the job reached its count. Taken as one, an agent clock 30 s behind the server's put two
+    reports on the allocation's start, and the interval from there to the next report read
+    2 s for 10 s of work (a live probe: the job learned 0.67 s an iteration where its
+    reports said 1 s)."""
     exclude = list(exclude)
     by_node: dict[int, list[tuple[datetime, float | None, bool]]] = defaultdict(list)
     for node_id, ts, iterations, clamped in progress:

@@ -207,9 +207,10 @@ class JobEvent(models.Model):
     log_tail = models.TextField(blank=True)
     received_at = models.DateTimeField()
     # The agent's time lay outside the allocation (before its start or after its end, within
-    # the clock skew) or ahead of the server's clock, and ``ts`` is where the server put it:
-    # the count stands, but the time is not when the job reached it, so the intervals it
-    # bounds are no measurement of the job's speed (``scheduling.observations``).
+    # the clock skew), and ``ts`` is the bound the server put it on: the count stands, but
+    # the time is not when the job reached it, so the intervals it bounds are no measurement
+    # of the job's speed (``scheduling.observations``). (A time ahead of the server's clock,
+    # taken at its arrival, is not marked.)
     clamped = models.BooleanField(default=False, db_default=False)
 
     class Meta:

@@ -1,13 +1,15 @@
-"""A progress report whose time the server clamped (stamped before its allocation started, or
-after it ended, within the clock skew; or ahead of the server's clock) keeps its count, but
-its time is the server's, not when the job reached that count: the intervals it bounds are
-no measurement of the job's speed.
+"""A progress report whose time the server clamped onto its allocation's bounds (stamped
+before it started, or after it ended, within the clock skew) keeps its count, but its time is
+the server's, not when the job reached that count: the intervals it bounds are no
+measurement of the job's speed. (One ahead of the server's clock, taken at its arrival, each
+at its own time, still teaches.)
 
 Found by a probe of the live service: an agent whose clock ran 30 s behind the server's
 (within the 60 s ``TELEMETRY_MAX_CLOCK_SKEW_S``) had its first reports clamped onto the
 allocation's start; the interval from the last of them to the next report read 2 s for 10 s
 of work, and the job's learned iteration time came out 0.67 s where every report said 1 s."""
 
+import time
 import uuid
 from datetime import timedelta
 
@@ -95,3 +97,21 @@ def test_a_spooled_report_clamped_onto_the_end_teaches_no_speed(started, agent_n
     # then the clamped report bounds no interval (before: 0.5 s an iteration, twice the
     # job's speed, from the 5 s left of its 10 s once clamped)
     assert times == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_reports_of_an_agent_clock_slightly_ahead_still_teach(started, agent_node, agent_client):
+    # given an agent whose clock is 2 s ahead of the server's: each report, stamped ahead
+    # of the server's now, is taken at its arrival (each at its own time, in order)
+    alloc = JobAllocation.objects.get(pk=started.current_allocation_id)
+    client = agent_client(agent_node[1])
+    for k in range(4):
+        if k:
+            time.sleep(0.3)
+        event = _progress(started, timezone.now() + timedelta(seconds=2), 10.0 * (k + 1))
+        assert client.post(URL, {"events": [event]}, format="json").status_code == 200
+    # then their intervals are read (their arrival times are the server's best word on
+    # when; only a clamp onto an allocation's bound, which puts several reports at one
+    # instant, bounds none): ~0.03 s an iteration, three intervals
+    times, _ = progress_iter_times(started.pk, alloc.pk, since=alloc.started_at, now=timezone.now())
+    assert len(times) == 3
+    assert all(0.02 < t < 0.2 for t in times)
