@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("telemetry", "0005_ledger_minutes"),
+        ("telemetry", "0006_ledger_hour_gpu_id_index"),
     ]
 
     operations = [
