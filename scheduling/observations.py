@@ -25,8 +25,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import F, Q, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Q
 
 from cluster.choices import JobState
 from cluster.models import Job, JobAllocation
@@ -85,30 +84,55 @@ AllocationKey = tuple[int, int]  # (job id, allocation id)
 def first_two_reports_of(
     keys: Iterable[AllocationKey],
 ) -> dict[AllocationKey, tuple[datetime | None, datetime | None]]:
-    """``_first_two_reports`` of each (job, allocation), all in one query."""
-    keys = set(keys)
+    """``_first_two_reports`` of each (job, allocation), all in one query.
+
+    Each node's two first reports are looked up on the index of progress reports by
+    (job, allocation, node, time) (``jobevent_progress_node_ts_idx``): the nodes that
+    reported by a skip scan (the next node after the last, one index probe each), then each
+    node's first two. Rows read: a few per node, however long the job has run. (Before: a
+    window over every report of every allocation, 0.73-1.1 s a round for 200 allocations
+    of 10,000 reports each.)"""
+    keys = sorted(set(keys))
     if not keys:
         return {}
-    firsts = (
-        JobEvent.objects.filter(
-            job_id__in={j for j, _ in keys},
-            allocation_id__in={a for _, a in keys},
-            kind=JobEventKind.PROGRESS,
-        )
-        .annotate(
-            rank=Window(
-                RowNumber(),
-                partition_by=[F("job_id"), F("allocation_id"), F("node_id")],
-                order_by=F("ts").asc(),
-            )
-        )
-        .filter(rank__lte=2)
-        .values_list("job_id", "allocation_id", "node_id", "rank", "ts")
+    table = JobEvent._meta.db_table
+    # A literal, not a parameter, so that the planner matches the partial index's condition
+    # whatever the binding.
+    progress = JobEventKind.PROGRESS.value
+    of_node = (
+        f"FROM {table} AS e WHERE e.job_id = n.job_id AND e.allocation_id = n.allocation_id "
+        f"AND e.kind = '{progress}'"
     )
+    # Each lookup is ordered by the index's whole key, which no other index of the table
+    # serves: ordered by the node alone (``min(node_id)``, ``node_id > ...``) the planner
+    # took the node_id index where the table's statistics made it look selective, and
+    # read every report of the nodes after (9,015 rows for 9,000 reports in a test).
+    in_order = "ORDER BY e.job_id, e.allocation_id, e.node_id, e.ts"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH RECURSIVE nodes (job_id, allocation_id, node_id) AS ("
+            "SELECT n.job_id, n.allocation_id, "
+            f"(SELECT e.node_id {of_node} {in_order} LIMIT 1) "
+            "FROM unnest(%s::bigint[], %s::bigint[]) AS n (job_id, allocation_id) "
+            "UNION ALL "
+            "SELECT n.job_id, n.allocation_id, "
+            f"(SELECT e.node_id {of_node} AND (e.job_id, e.allocation_id, e.node_id) > "
+            f"(n.job_id, n.allocation_id, n.node_id) {in_order} LIMIT 1) "
+            "FROM nodes AS n WHERE n.node_id IS NOT NULL"
+            ") "
+            "SELECT n.job_id, n.allocation_id, n.node_id, firsts.ts FROM nodes AS n "
+            "CROSS JOIN LATERAL ("
+            f"SELECT e.ts {of_node} AND e.node_id = n.node_id {in_order} LIMIT 2"
+            ") AS firsts "
+            "WHERE n.node_id IS NOT NULL "
+            "ORDER BY n.job_id, n.allocation_id, n.node_id, firsts.ts",
+            [[j for j, _ in keys], [a for _, a in keys]],
+        )
+        rows = cursor.fetchall()
     ranked: dict[AllocationKey, tuple[dict, dict]] = {key: ({}, {}) for key in keys}
-    for job_id, allocation_id, node_id, rank, ts in firsts:
-        if (job_id, allocation_id) in ranked:
-            ranked[job_id, allocation_id][rank - 1][node_id] = ts
+    for job_id, allocation_id, node_id, ts in rows:
+        first, second = ranked[job_id, allocation_id]
+        (second if node_id in first else first)[node_id] = ts
     out = {}
     for key, (first, second) in ranked.items():
         if not first:
@@ -146,43 +170,84 @@ def training_since_of(
         else:
             out.append(warm)
             unread.append((len(out) - 1, job_id, allocation))
-    # A retune continues an allocation that ended as it started: only those allocations'
-    # histories are looked up, one by one (the round's retunes, not its running jobs).
+    # A retune continues an allocation that ended as it started: only the allocations not
+    # read past their warm-up look up their histories (not the round's running jobs).
     if unread:
-        continued: dict[tuple[int, datetime], set[int]] = defaultdict(set)
-        for job_id, ended_at, pk in JobAllocation.objects.filter(
-            job_id__in={job_id for _, job_id, _ in unread},
-            ended_at__in={alloc.started_at for *_, alloc in unread},
-        ).values_list("job_id", "ended_at", "pk"):
-            continued[job_id, ended_at].add(pk)
-        for k, job_id, allocation in unread:
-            before = continued.get((job_id, allocation.started_at), set()) - {allocation.pk}
-            if before and _warm_retune(job_id, allocation):
+        warm_of = warm_retunes([(job_id, allocation) for _, job_id, allocation in unread])
+        for (k, job_id, allocation), warm in zip(unread, warm_of, strict=True):
+            if warm:
                 out[k] = reports[job_id, allocation.pk][0]
     return out
 
 
-def _warm_retune(job_id: int, allocation: JobAllocation, *, depth: int = 20) -> bool:
-    """Whether ``allocation`` continues, without a gap and on the same GPUs and batch, a
-    chain of allocations of which one had warmed up (``warmed_up_at``)."""
-    gpus: set[int] | None = None
-    current = allocation
-    for _ in range(depth):
-        before = (
-            JobAllocation.objects.filter(job_id=job_id, ended_at=current.started_at)
-            .exclude(pk=current.pk)
-            .first()
+# How many allocations back a retune's history is walked (``warm_retunes``).
+RETUNE_DEPTH = 20
+
+
+def warm_retunes(
+    items: list[tuple[int, JobAllocation]], *, depth: int = RETUNE_DEPTH
+) -> list[bool]:
+    """For each (job id, allocation) of ``items``, whether the allocation continues, without
+    a gap and on the same GPUs and batch, a chain of allocations of which one had warmed up
+    (``warmed_up_at``), looking ``depth`` allocations back at most. The allocations' GPUs
+    must be prefetched (the callers' are).
+
+    Read in three queries whatever the chains' lengths (before: three a step back, one job
+    at a time): the chains (each allocation's predecessor, the one of the job that ended as
+    it started, the earliest started where several did, until the batch changes), their
+    GPUs, and their first two reports."""
+    if not items:
+        return []
+    table = JobAllocation._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH RECURSIVE chain (k, depth, job_id, id, started_at, batch_size, want) AS ("
+            "SELECT w.k, 0, w.job_id, w.id, w.started_at, w.batch_size, w.batch_size "
+            "FROM unnest(%s::int[], %s::bigint[], %s::bigint[], %s::timestamptz[], %s::int[]) "
+            "AS w (k, job_id, id, started_at, batch_size) "
+            "UNION ALL "
+            "SELECT c.k, c.depth + 1, c.job_id, b.id, b.started_at, b.batch_size, c.want "
+            "FROM chain AS c CROSS JOIN LATERAL ("
+            f"SELECT a.id, a.started_at, a.batch_size FROM {table} AS a "
+            "WHERE a.job_id = c.job_id AND a.ended_at = c.started_at AND a.id <> c.id "
+            "ORDER BY a.started_at, a.id LIMIT 1"
+            ") AS b "
+            "WHERE c.depth < %s AND c.batch_size = c.want"
+            ") "
+            "SELECT k, depth, id, batch_size FROM chain WHERE depth > 0 ORDER BY k, depth",
+            [
+                list(range(len(items))),
+                [job_id for job_id, _ in items],
+                [alloc.pk for _, alloc in items],
+                [alloc.started_at for _, alloc in items],
+                [alloc.batch_size for _, alloc in items],
+                depth,
+            ],
         )
-        if before is None or before.batch_size != allocation.batch_size:
-            return False
-        if gpus is None:
-            gpus = {g.pk for g in allocation.gpus.all()}  # (prefetched by the callers)
-        if set(before.gpus.values_list("pk", flat=True)) != gpus:
-            return False
-        if warmed_up_at(job_id, before.pk) is not None:
-            return True
-        current = before
-    return False
+        chains: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for k, _, pk, batch_size in cursor.fetchall():
+            chains[k].append((pk, batch_size))
+    gpus_of: dict[int, set[int]] = defaultdict(set)
+    for pk, gpu_id in JobAllocation.gpus.through.objects.filter(
+        joballocation_id__in={pk for chain in chains.values() for pk, _ in chain}
+    ).values_list("joballocation_id", "gpu_id"):
+        gpus_of[pk].add(gpu_id)
+    # (more than the walks below may reach: each chain is read to its batch's end at most)
+    reports = first_two_reports_of(
+        (items[k][0], pk) for k, chain in chains.items() for pk, _ in chain
+    )
+    out = []
+    for k, (job_id, allocation) in enumerate(items):
+        gpus = {g.pk for g in allocation.gpus.all()}
+        warm = False
+        for pk, batch_size in chains.get(k, ()):
+            if batch_size != allocation.batch_size or gpus_of[pk] != gpus:
+                break
+            if reports[job_id, pk][1] is not None:
+                warm = True
+                break
+        out.append(warm)
+    return out
 
 
 def newest_progress_of(

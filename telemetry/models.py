@@ -215,7 +215,17 @@ class JobEvent(models.Model):
 
     class Meta:
         ordering = ["job", "ts"]
-        indexes = [models.Index(fields=["job", "ts"], name="jobevent_job_ts_idx")]
+        indexes = [
+            models.Index(fields=["job", "ts"], name="jobevent_job_ts_idx"),
+            # Each node's first two progress reports of an allocation, looked up by the round
+            # for every running job (``scheduling.observations.first_two_reports_of``)
+            # without reading the allocation's other reports.
+            models.Index(
+                fields=["job", "allocation_id", "node", "ts"],
+                condition=Q(kind="progress"),
+                name="jobevent_progress_node_ts_idx",
+            ),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(kind__in=JobEventKind.values), name="jobevent_kind_valid"

@@ -1,11 +1,14 @@
 """The batched telemetry reads (``adapters.observed_measurements_of``) against the per-job
-reads they replaced (commit 16d5dce's parent), kept here as the reference, on random small
-clusters: jobs on one node or several, GPUs shared between jobs, retunes that continue an
-allocation, allocations that ended, states read to random points, a job listed twice."""
+reads they replaced (commit 16d5dce's parent; the retunes' history walk and the first two
+reports as they were at fd24eea), kept here as the reference, on random small clusters:
+jobs on one node or several, GPUs shared between jobs, retunes that continue an allocation
+(chains of up to five, the batch or GPUs changing on the way), allocations that ended,
+states read to random points, a job listed twice."""
 
 import random
 import uuid
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,8 +16,10 @@ from django.db.models import Avg, Count, F, Q, Window
 from django.db.models.functions import RowNumber
 
 from cluster.models import Gpu, Job, JobAllocation, Node
-from scheduling import adapters, observations
-from scheduling.models import JobSchedulingState
+from scheduling import adapters
+from scheduling import workload_profiles as wp
+from scheduling.core.perf_models import FittedPerfModel
+from scheduling.models import JobSchedulingState, WorkloadProfile
 from telemetry.models import GpuSample, JobEvent
 
 pytestmark = pytest.mark.django_db
@@ -41,13 +46,34 @@ def _ref_first_two(job_id, allocation_id):
     return max(first.values()), (max(second.values()) if len(second) == len(first) else None)
 
 
+def _ref_warm_retune(job_id, allocation, *, depth=20):
+    gpus = None
+    current = allocation
+    for _ in range(depth):
+        before = (
+            JobAllocation.objects.filter(job_id=job_id, ended_at=current.started_at)
+            .exclude(pk=current.pk)
+            .first()
+        )
+        if before is None or before.batch_size != allocation.batch_size:
+            return False
+        if gpus is None:
+            gpus = {g.pk for g in allocation.gpus.all()}
+        if set(before.gpus.values_list("pk", flat=True)) != gpus:
+            return False
+        if _ref_first_two(job_id, before.pk)[1] is not None:
+            return True
+        current = before
+    return False
+
+
 def _ref_training_since(job_id, allocation, read_until):
     first, warm = _ref_first_two(job_id, allocation.pk)
     if first is None:
         return None
     if warm is not None and read_until is not None and read_until >= warm:
         return warm
-    return first if observations._warm_retune(job_id, allocation) else warm
+    return first if _ref_warm_retune(job_id, allocation) else warm
 
 
 def _ref_shared(job_id, gpu_ids, since, now):
@@ -146,14 +172,18 @@ def _scenario(rng: random.Random, make_job, member, team, tag: str):
         else:
             a, b = rng.sample(list(by_node), 2)
             gpus = [rng.choice(by_node[a]), rng.choice(by_node[b])]
+        workload, resembles = rng.choice(
+            [("resnet50", ""), ("bert", ""), ("bert", ""), ("mystery", "resnet50")]
+        )
         job = make_job(owner=member, team=team, min_gpus=1, max_gpus=4,
                        global_batch_size=256, min_batch_size=128, max_batch_size=512,
-                       total_iterations=10_000_000)  # fmt: skip
-        # one to three allocations back to back (or with a gap), the last maybe running
+                       total_iterations=10_000_000, workload=workload,
+                       resembles=resembles)  # fmt: skip
+        # one to five allocations back to back (or with a gap), the last maybe running
         allocs = []
         start = T0 + timedelta(seconds=rng.randint(0, 60))
-        for _ in range(rng.randint(1, 3)):
-            span = timedelta(seconds=rng.randint(20, 400))
+        for _ in range(rng.randint(1, 5)):
+            span = timedelta(seconds=rng.randint(20, 300))
             alloc = JobAllocation.objects.create(
                 job=job, batch_size=rng.choice([256, 256, 512]), started_at=start,
                 ended_at=start + span,
@@ -199,6 +229,19 @@ def _scenario(rng: random.Random, make_job, member, team, tag: str):
         job = Job.objects.select_related("current_allocation").get(pk=job.pk)
         for alloc in JobAllocation.objects.filter(job=job).prefetch_related("gpus"):
             items.append((job, state, alloc))
+    # the newest of two profiles of bert on the A100, or none
+    if rng.random() < 0.5:
+        base = adapters.current_catalog().get("bert", "A100")
+        for version in (1, 2):
+            tp = replace(base.throughput, alpha_c_s=base.throughput.alpha_c_s * (1 + version))
+            WorkloadProfile.objects.create(
+                workload="bert", gpu_model="A100", version=version, prior="catalog bert@A100",
+                params=wp.model_to_params(
+                    FittedPerfModel(workload="bert", gpu=base.gpu, batch_sizes=base.batch_sizes,
+                                    throughput=tp, power=base.power)
+                ),
+                n_observations=9, jobs=1, created_at=T0,
+            )  # fmt: skip
     rng.shuffle(items)
     if items:
         items.append(items[0])  # a job listed twice

@@ -340,3 +340,75 @@ def test_jobs_unread_for_long_are_read_a_bounded_span_at_a_time(
     assert len(samples) == 3
     assert all(found is not None for found in together)
     assert apart == together
+
+
+def test_each_nodes_first_two_reports_are_looked_up_not_found_among_every_report(
+    make_job, member, team
+):
+    # given 3 running jobs on two nodes each, with 1,500 progress reports a node
+    jobs = []
+    for k in range(3):
+        a, b = _node(f"first-a{k}", 1), _node(f"first-b{k}", 1)
+        jobs.append(_job(make_job, member, team, [a.gpus.get(), b.gpus.get()]))
+    table = JobEvent._meta.db_table
+    with connection.cursor() as cursor:
+        for job in jobs:
+            for shift, gpu in enumerate(job.current_allocation.gpus.all()):
+                cursor.execute(
+                    f"INSERT INTO {table} (event_id, node_id, job_id, allocation_id, kind, ts, "
+                    "iterations, received_at, reason, log_tail) "
+                    "SELECT gen_random_uuid(), %s, %s, %s, 'progress', "
+                    "%s + (2 * g + %s) * interval '1 s', g, %s, '', '' "
+                    "FROM generate_series(1, 1500) g",
+                    [gpu.node_id, job.pk, job.current_allocation_id, T0, shift, T0],
+                )
+        cursor.execute(f"ANALYZE {table}")
+    keys = [(job.pk, job.current_allocation_id) for job in jobs]
+    # when the round looks up each node's first two reports
+    with CaptureQueriesContext(connection) as queries:
+        firsts = observations.first_two_reports_of(keys)
+    # then each allocation's are the later node's first and second, in one query that read
+    # a few reports, not all 9,000 (before: a window over every report of every allocation)
+    assert firsts == {key: (T0 + timedelta(seconds=3), T0 + timedelta(seconds=5)) for key in keys}
+    (query,) = queries.captured_queries
+    assert _rows_read(query["sql"], None, table) < 100
+
+
+def _chain(make_job, member, team, node: Node, length: int) -> tuple[Job, JobAllocation]:
+    """A job retuned ``length - 1`` times in place, back to back: its first allocation
+    warmed up (two reports), each later one reported once; its last is running."""
+    gpus = list(node.gpus.all())
+    job = _job(make_job, member, team, gpus)
+    first = job.current_allocation
+    _progress(job, node, T0 + timedelta(seconds=1), 0.0)
+    _progress(job, node, T0 + timedelta(seconds=6), 50.0)
+    at = T0 + timedelta(seconds=10)
+    for k in range(1, length):
+        cluster_services.set_allocation(
+            job, gpus=gpus, batch_size=256, at=at, sm_clock_mhz=1410 if k % 2 else 1200
+        )
+        job.refresh_from_db()
+        _progress(job, node, at + timedelta(seconds=1), 100.0 * k)
+        at += timedelta(seconds=10)
+    assert JobAllocation.objects.filter(job=job).count() == length
+    assert job.current_allocation_id != first.pk
+    return job, JobAllocation.objects.prefetch_related("gpus").get(pk=job.current_allocation_id)
+
+
+def test_a_retunes_history_is_read_in_queries_that_do_not_grow_with_its_length(
+    make_job, member, team
+):
+    # given a job retuned in place once, then one retuned seven times, each warmed up in
+    # its first allocation only
+    counts = []
+    for length in (2, 8):
+        job, alloc = _chain(make_job, member, team, _node(f"chain{length}", 1), length)
+        # when the round asks from when its running allocation shows its steady pace
+        with CaptureQueriesContext(connection) as queries:
+            (since,) = observations.training_since_of([(job.pk, alloc, None)])
+        # then from its first report (it continues a warm job), found in as many queries
+        # for the long history as for the short one (before: three more a step back)
+        first = JobEvent.objects.filter(allocation_id=alloc.pk).values_list("ts", flat=True)
+        assert since == first.get()
+        counts.append(len(queries.captured_queries))
+    assert counts[0] == counts[1]
