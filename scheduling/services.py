@@ -322,13 +322,23 @@ def _fold_telemetry_of(
 ) -> int:
     """Fold each allocation's telemetry since its ``state.observed_until`` into its job's
     online model (a job once at most): read for all at once, then recorded job by job in
-    their order; how many models were refitted."""
+    their order, and the new states written together; how many models were refitted."""
     found_of = adapters.observed_measurements_of(items, now=now)
+    profiles = None
+    writes = workload_profiles.StateWrites()
     refitted = 0
     for (job, state, alloc), found in zip(items, found_of, strict=True):
         if found is None:
             continue
-        model = workload_profiles.record_observations(
+        if profiles is None:
+            # The newest profiles the jobs' priors may come from, read for all at the first
+            # job with something to fold: each job's workload and the one it resembles, on
+            # its GPUs' models.
+            profiles = workload_profiles.latest_profiles(
+                {w for job, _, _ in items for w in (job.workload, job.resembles or "")},
+                {g.model for *_, a in items if a is not None for g in a.gpus.all()},
+            )
+        model = workload_profiles.refit_observations(
             job,
             state,
             gpu_model=found.gpu_model,
@@ -336,8 +346,11 @@ def _fold_telemetry_of(
             until=found.until,
             catalog=catalog,
             nvml=workload_profiles.nvml_gpus(alloc.gpus.all()).get(found.gpu_model),
+            writes=writes,
+            newest=profiles,
         )
         refitted += model is not None
+    writes.save()
     return refitted
 
 

@@ -95,6 +95,34 @@ def latest_profile(workload: str, gpu_model: str) -> WorkloadProfile | None:
     )
 
 
+# (workload, GPU model) -> its newest profile (None: none), read ahead for many jobs
+Profiles = Mapping[tuple[str, str], "WorkloadProfile | None"]
+
+
+def latest_profiles(workloads: Iterable[str], gpu_models: Iterable[str]) -> dict:
+    """``latest_profile`` of every pair of ``workloads`` and ``gpu_models``, in one query
+    (``Profiles``: a pair without a profile maps to None)."""
+    workloads, gpu_models = set(workloads) - {""}, set(gpu_models)
+    out: dict[tuple[str, str], WorkloadProfile | None] = {
+        (w, g): None for w in workloads for g in gpu_models
+    }
+    if out:
+        for profile in (
+            WorkloadProfile.objects.filter(workload__in=workloads, gpu_model__in=gpu_models)
+            .order_by("workload", "gpu_model", "-version")
+            .distinct("workload", "gpu_model")
+        ):
+            out[profile.workload, profile.gpu_model] = profile
+    return out
+
+
+def _latest(newest: Profiles | None, workload: str, gpu_model: str) -> WorkloadProfile | None:
+    """``latest_profile``, from ``newest`` where it was read ahead."""
+    if newest is not None and (workload, gpu_model) in newest:
+        return newest[workload, gpu_model]
+    return latest_profile(workload, gpu_model)
+
+
 @dataclass(frozen=True)
 class JobHints:
     """What a job's submitter said of an unprofiled workload, for its prior (``prior_for``):
@@ -135,19 +163,27 @@ def prior_for(
 
 
 def _prior_and_mark(
-    workload: str, gpu_model: str, *, catalog: Catalog, nvml: NvmlGpu | None, hints: JobHints
+    workload: str,
+    gpu_model: str,
+    *,
+    catalog: Catalog,
+    nvml: NvmlGpu | None,
+    hints: JobHints,
+    newest: Profiles | None = None,
 ) -> tuple[FittedPerfModel, str, bool] | None:
     """``prior_for``'s (prior, source), and whether the prior is measured, not a guess: the
     catalog's own model of the workload, or a profile whose measurements tell the compute
     split (``profiles.knows_split``)."""
-    profile = latest_profile(workload, gpu_model)
+    profile = _latest(newest, workload, gpu_model)
     if profile is not None:
         # the split from the stored measurements' batches alone: the fit is not rebuilt
         stored = (profile.params.get("fit") or {}).get("observations", ())
         timed = (d["local_batch"] for d in stored if d.get("iter_time_s") is not None)
         measured = profiles.batches_tell_split(timed)
         return model_from_params(profile.params), f"profile v{profile.version}", measured
-    found = _unprofiled_prior(workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints)
+    found = _unprofiled_prior(
+        workload, gpu_model, catalog=catalog, nvml=nvml, hints=hints, newest=newest
+    )
     if found is None:
         return None
     return *found, found[1] == catalog_source(workload, gpu_model)
@@ -160,7 +196,13 @@ def catalog_source(workload: str, gpu_model: str) -> str:
 
 
 def _unprofiled_prior(
-    workload: str, gpu_model: str, *, catalog: Catalog, nvml: NvmlGpu | None, hints: JobHints
+    workload: str,
+    gpu_model: str,
+    *,
+    catalog: Catalog,
+    nvml: NvmlGpu | None,
+    hints: JobHints,
+    newest: Profiles | None = None,
 ) -> tuple[FittedPerfModel, str] | None:
     """``prior_for`` where the workload has no profile on ``gpu_model``: the catalog's model,
     else the resembled workload's catalog model on it, else its profile on it, else a
@@ -176,7 +218,7 @@ def _unprofiled_prior(
         # What jobs of the resembled workload taught on this GPU model beats its catalog
         # model carried from another GPU (a live probe: a job like resnet50 on an L40S
         # started from the A100 catalog model beside a learned resnet50@L40S profile).
-        kin = latest_profile(resembles, gpu_model)
+        kin = _latest(newest, resembles, gpu_model)
         if kin is not None:
             label = f"{ESTIMATED_FROM_PROFILE} {resembles}@{gpu_model} v{kin.version}"
             return model_from_params(kin.params), label
@@ -422,11 +464,60 @@ def record_observations(
     refit its model; ``observed_until`` moves to ``until`` either way (refused measurements
     are not read again). ``nvml``: what NVML reports of the GPU model, for one the catalog
     lacks. Returns the refitted model (None: no prior for the GPU model)."""
+    writes = StateWrites()
+    model = refit_observations(
+        job, state, gpu_model=gpu_model, observations=observations, until=until,
+        catalog=catalog, nvml=nvml, writes=writes,
+    )  # fmt: skip
+    writes.save()
+    return model
+
+
+class StateWrites:
+    """What ``refit_observations`` stores of each job's state, written together by
+    ``save`` (one statement for the states refitted, one for those only read on): a round
+    wrote each refitted model with its own query (800 running jobs: 800 queries)."""
+
+    UNTIL = ("observed_until",)
+    FIT = ("observations", "online_params", "observed_until")
+
+    def __init__(self) -> None:
+        self._fields: dict[int, dict[str, Any]] = {}  # state pk -> field -> value
+
+    def add(self, pk: int, **values: Any) -> None:
+        # (a job folded twice: its later values win, field by field, as its writes did)
+        self._fields.setdefault(pk, {}).update(values)
+
+    def save(self) -> None:
+        groups: dict[tuple[str, ...], list[JobSchedulingState]] = {}
+        for pk, values in self._fields.items():
+            fields = self.FIT if len(values) > 1 else self.UNTIL
+            groups.setdefault(fields, []).append(JobSchedulingState(pk=pk, **values))
+        for fields, rows in groups.items():
+            JobSchedulingState.objects.bulk_update(rows, fields)
+        self._fields.clear()
+
+
+def refit_observations(
+    job: Job,
+    state: JobSchedulingState,
+    *,
+    gpu_model: str,
+    observations: Iterable[om.Observation],
+    until: datetime,
+    catalog: Catalog,
+    nvml: NvmlGpu | None = None,
+    writes: StateWrites,
+    newest: Profiles | None = None,
+) -> om.OnlinePerfModel | None:
+    """``record_observations``, its write left to ``writes`` (``StateWrites.save``) and its
+    profile lookups to ``newest`` where they were read ahead (``latest_profiles``)."""
     found = _prior_and_mark(
-        job.workload, gpu_model, catalog=catalog, nvml=nvml, hints=JobHints.of(job)
-    )
+        job.workload, gpu_model, catalog=catalog, nvml=nvml, hints=JobHints.of(job),
+        newest=newest,
+    )  # fmt: skip
     if found is None:
-        JobSchedulingState.objects.filter(pk=state.pk).update(observed_until=until)
+        writes.add(state.pk, observed_until=until)
         return None
     prior, source, measured = found
     accepted = screen(job.pk, observations, gpu=prior.gpu)
@@ -453,9 +544,7 @@ def record_observations(
             # the rule the moves were fitted under (``learned_models`` refits another's)
             "network_level": om.NETWORK_LEVEL,
         }
-    JobSchedulingState.objects.filter(pk=state.pk).update(
-        observations=stored_obs, online_params=stored_params, observed_until=until
-    )
+    writes.add(state.pk, observations=stored_obs, online_params=stored_params, observed_until=until)
     state.observations, state.online_params, state.observed_until = (
         stored_obs,
         stored_params,

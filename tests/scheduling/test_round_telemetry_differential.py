@@ -3,7 +3,9 @@ reads they replaced (commit 16d5dce's parent; the retunes' history walk and the 
 reports as they were at fd24eea), kept here as the reference, on random small clusters:
 jobs on one node or several, GPUs shared between jobs, retunes that continue an allocation
 (chains of up to five, the batch or GPUs changing on the way), allocations that ended,
-states read to random points, a job listed twice."""
+states read to random points, a job listed twice. And the round's fold of them
+(``services._fold_telemetry_of``: the states written together, the profiles read ahead)
+against each job's stored fit written by its own query, as before."""
 
 import random
 import uuid
@@ -12,11 +14,12 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import transaction
 from django.db.models import Avg, Count, F, Q, Window
 from django.db.models.functions import RowNumber
 
 from cluster.models import Gpu, Job, JobAllocation, Node
-from scheduling import adapters
+from scheduling import adapters, services
 from scheduling import workload_profiles as wp
 from scheduling.core.perf_models import FittedPerfModel
 from scheduling.models import JobSchedulingState, WorkloadProfile
@@ -272,3 +275,63 @@ def test_the_batch_reads_find_what_each_jobs_own_reads_did(
     monkeypatch.setattr(adapters, "READ_SPAN_GPU_S", 600.0)
     runs = list(adapters.observed_measurements_of(items, now=now))
     assert [_key(f) for f in runs] == [_key(f) for f in expected]
+
+
+def _stored(items):
+    states = JobSchedulingState.objects.in_bulk([job.pk for job, _, _ in items])
+    return {
+        pk: (s.observed_until, s.observations, s.online_params) for pk, s in sorted(states.items())
+    }
+
+
+def _fresh(items):
+    """``items`` with each job's state as stored (a fold moves the states it is given)."""
+    states = JobSchedulingState.objects.in_bulk([job.pk for job, _, _ in items])
+    return [(job, states[job.pk], alloc) for job, _, alloc in items]
+
+
+def _ref_fold(items, *, catalog, now):
+    """The fold as it was: each job's fit stored by its own query, its profile looked up
+    on its own."""
+    refitted = 0
+    found_of = adapters.observed_measurements_of(items, now=now)
+    for (job, state, alloc), found in zip(items, found_of, strict=True):
+        if found is None:
+            continue
+        nvml = wp.nvml_gpus(alloc.gpus.all()).get(found.gpu_model)
+        prior = wp._prior_and_mark(
+            job.workload, found.gpu_model, catalog=catalog, nvml=nvml, hints=wp.JobHints.of(job)
+        )
+        if prior is None:
+            JobSchedulingState.objects.filter(pk=state.pk).update(observed_until=found.until)
+            continue
+        model = wp.refit_observations(
+            job, state, gpu_model=found.gpu_model, observations=found.observations,
+            until=found.until, catalog=catalog, nvml=nvml, writes=wp.StateWrites(),
+        )  # fmt: skip
+        JobSchedulingState.objects.filter(pk=state.pk).update(
+            observations=state.observations,
+            online_params=state.online_params,
+            observed_until=state.observed_until,
+        )
+        refitted += model is not None
+    return refitted
+
+
+@pytest.mark.parametrize("seed", range(0, 40, 3))
+def test_the_round_stores_what_each_jobs_own_write_stored(make_job, member, team, seed):
+    # given a random small cluster's jobs (each once, at one of its allocations)
+    rng = random.Random(seed)
+    items = _scenario(rng, make_job, member, team, f"f{seed}")
+    once = list({job.pk: (job, state, alloc) for job, state, alloc in items}.values())
+    now = T0 + timedelta(seconds=rng.randint(120, 800))
+    catalog = adapters.current_catalog()
+    # when each job's fit is stored by its own query (rolled back), then by the round's fold
+    with transaction.atomic():
+        expected_refitted = _ref_fold(_fresh(once), catalog=catalog, now=now)
+        expected = _stored(once)
+        transaction.set_rollback(True)
+    refitted = services._fold_telemetry_of(_fresh(once), catalog=catalog, now=now)
+    # then the same states are stored
+    assert refitted == expected_refitted
+    assert _stored(once) == expected
