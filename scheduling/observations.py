@@ -28,7 +28,7 @@ from django.db import connection
 from django.db.models import Q
 
 from cluster.choices import JobState
-from cluster.models import Job, JobAllocation
+from cluster.models import Gpu, Job, JobAllocation
 from scheduling import perf_lookup
 from scheduling.choices import PerfModelKind
 from scheduling.core import types as core
@@ -86,60 +86,103 @@ def first_two_reports_of(
 ) -> dict[AllocationKey, tuple[datetime | None, datetime | None]]:
     """``_first_two_reports`` of each (job, allocation), all in one query.
 
-    Each node's two first reports are looked up on the index of progress reports by
-    (job, allocation, node, time) (``jobevent_progress_node_ts_idx``): the nodes that
-    reported by a skip scan (the next node after the last, one index probe each), then each
-    node's first two. Rows read: a few per node, however long the job has run. (Before: a
-    window over every report of every allocation, 0.73-1.1 s a round for 200 allocations
-    of 10,000 reports each.)"""
+    Each node's first two reports are looked up on the index of progress reports by (job,
+    allocation, node, time) (``jobevent_progress_node_ts_idx``), a few index entries
+    each, however long the job has run (before: a window over every report of every
+    allocation, 0.73-1.1 s a round for 200 allocations of 10,000 reports each). The nodes
+    looked up are those of the allocation's GPUs, the only ones whose agents may report
+    it (``telemetry.services``); that no other node did is checked in the same query
+    (``_reporting_nodes``), and an allocation another node reported is read by a scan of
+    its reporting nodes instead, as every one was: the same results either way."""
     keys = sorted(set(keys))
     if not keys:
         return {}
-    table = JobEvent._meta.db_table
-    # A literal, not a parameter, so that the planner matches the partial index's condition
-    # whatever the binding.
-    progress = JobEventKind.PROGRESS.value
-    of_node = (
-        f"FROM {table} AS e WHERE e.job_id = n.job_id AND e.allocation_id = n.allocation_id "
-        f"AND e.kind = '{progress}'"
-    )
-    # Each lookup is ordered by the index's whole key, which no other index of the table
-    # serves: ordered by the node alone (``min(node_id)``, ``node_id > ...``) the planner
-    # took the node_id index where the table's statistics made it look selective, and
-    # read every report of the nodes after (9,015 rows for 9,000 reports in a test).
-    in_order = "ORDER BY e.job_id, e.allocation_id, e.node_id, e.ts"
+    through = JobAllocation.gpus.through._meta.db_table
+    gpu_table = Gpu._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH w (job_id, allocation_id) AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[])), "
+            "n (job_id, allocation_id, node_id) AS ("
+            "SELECT DISTINCT w.job_id, w.allocation_id, g.node_id FROM w "
+            f"JOIN {through} AS ag ON ag.joballocation_id = w.allocation_id "
+            f"JOIN {gpu_table} AS g ON g.id = ag.gpu_id) "
+            # each GPU node's first two reports
+            "SELECT n.job_id, n.allocation_id, n.node_id, e.ts FROM n CROSS JOIN LATERAL ("
+            f"SELECT e.ts {_OF_NODE} AND e.node_id = n.node_id {_IN_ORDER} LIMIT 2) AS e "
+            "UNION ALL "
+            # the first reporting node, and the one after each GPU node: all GPU nodes, or
+            # none, where no other node reported
+            "SELECT n.job_id, n.allocation_id, e.node_id, NULL FROM w AS n CROSS JOIN LATERAL ("
+            f"SELECT e.node_id {_OF_NODE} {_IN_ORDER} LIMIT 1) AS e "
+            "UNION ALL "
+            "SELECT n.job_id, n.allocation_id, e.node_id, NULL FROM n CROSS JOIN LATERAL ("
+            f"SELECT e.node_id {_OF_NODE} AND {_AFTER_NODE} {_IN_ORDER} LIMIT 1) AS e",
+            [[j for j, _ in keys], [a for _, a in keys]],
+        )
+        rows = cursor.fetchall()
+    reports: dict[AllocationKey, dict[int, list[datetime]]] = {key: {} for key in keys}
+    found: dict[AllocationKey, set[int]] = defaultdict(set)
+    for job_id, allocation_id, node_id, ts in rows:
+        if ts is None:
+            found[job_id, allocation_id].add(node_id)
+        else:
+            reports[job_id, allocation_id].setdefault(node_id, []).append(ts)
+    others = [key for key, nodes in found.items() if nodes - set(reports[key])]
+    if others:
+        reports.update(_reporting_nodes(others))
+    out = {}
+    for key, by_node in reports.items():
+        if not by_node:
+            out[key] = (None, None)
+            continue
+        firsts = [sorted(ts)[0] for ts in by_node.values()]
+        seconds = [sorted(ts)[1] for ts in by_node.values() if len(ts) > 1]
+        warm = max(seconds) if len(seconds) == len(firsts) else None
+        out[key] = (max(firsts), warm)
+    return out
+
+
+# The lookups of one allocation's (``n``'s) progress reports on their index. A literal
+# kind, not a parameter, so that the planner matches the partial index's condition
+# whatever the binding; each ordered by the index's whole key, which no other index of the
+# table serves: ordered by the node alone (``min(node_id)``, ``node_id > ...``) the
+# planner took the node_id index where the table's statistics made it look selective, and
+# read every report of the nodes after (9,015 rows for 9,000 reports in a test).
+_OF_NODE = (
+    f"FROM {JobEvent._meta.db_table} AS e WHERE e.job_id = n.job_id "
+    f"AND e.allocation_id = n.allocation_id AND e.kind = '{JobEventKind.PROGRESS.value}'"
+)
+_IN_ORDER = "ORDER BY e.job_id, e.allocation_id, e.node_id, e.ts"
+_AFTER_NODE = "(e.job_id, e.allocation_id, e.node_id) > (n.job_id, n.allocation_id, n.node_id)"
+
+
+def _reporting_nodes(keys: list[AllocationKey]) -> dict[AllocationKey, dict[int, list[datetime]]]:
+    """The first two reports of each node that reported each (job, allocation) of ``keys``,
+    whatever its GPUs: the nodes found one after another on the index (a recursive scan,
+    whose row estimates are ten times the allocations' and would have the planner compile
+    the query, 0.2-0.3 s for 800 allocations: only for allocations that need it)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH RECURSIVE nodes (job_id, allocation_id, node_id) AS ("
             "SELECT n.job_id, n.allocation_id, "
-            f"(SELECT e.node_id {of_node} {in_order} LIMIT 1) "
+            f"(SELECT e.node_id {_OF_NODE} {_IN_ORDER} LIMIT 1) "
             "FROM unnest(%s::bigint[], %s::bigint[]) AS n (job_id, allocation_id) "
             "UNION ALL "
             "SELECT n.job_id, n.allocation_id, "
-            f"(SELECT e.node_id {of_node} AND (e.job_id, e.allocation_id, e.node_id) > "
-            f"(n.job_id, n.allocation_id, n.node_id) {in_order} LIMIT 1) "
+            f"(SELECT e.node_id {_OF_NODE} AND {_AFTER_NODE} {_IN_ORDER} LIMIT 1) "
             "FROM nodes AS n WHERE n.node_id IS NOT NULL"
             ") "
-            "SELECT n.job_id, n.allocation_id, n.node_id, firsts.ts FROM nodes AS n "
+            "SELECT n.job_id, n.allocation_id, n.node_id, e.ts FROM nodes AS n "
             "CROSS JOIN LATERAL ("
-            f"SELECT e.ts {of_node} AND e.node_id = n.node_id {in_order} LIMIT 2"
-            ") AS firsts "
-            "WHERE n.node_id IS NOT NULL "
-            "ORDER BY n.job_id, n.allocation_id, n.node_id, firsts.ts",
+            f"SELECT e.ts {_OF_NODE} AND e.node_id = n.node_id {_IN_ORDER} LIMIT 2"
+            ") AS e "
+            "WHERE n.node_id IS NOT NULL",
             [[j for j, _ in keys], [a for _, a in keys]],
         )
         rows = cursor.fetchall()
-    ranked: dict[AllocationKey, tuple[dict, dict]] = {key: ({}, {}) for key in keys}
+    out: dict[AllocationKey, dict[int, list[datetime]]] = {key: {} for key in keys}
     for job_id, allocation_id, node_id, ts in rows:
-        first, second = ranked[job_id, allocation_id]
-        (second if node_id in first else first)[node_id] = ts
-    out = {}
-    for key, (first, second) in ranked.items():
-        if not first:
-            out[key] = (None, None)
-        else:
-            warm = max(second.values()) if len(second) == len(first) else None
-            out[key] = (max(first.values()), warm)
+        out[job_id, allocation_id].setdefault(node_id, []).append(ts)
     return out
 
 

@@ -19,7 +19,7 @@ from django.db.models import Avg, Count, F, Q, Window
 from django.db.models.functions import RowNumber
 
 from cluster.models import Gpu, Job, JobAllocation, Node
-from scheduling import adapters, services
+from scheduling import adapters, observations, services
 from scheduling import workload_profiles as wp
 from scheduling.core.perf_models import FittedPerfModel
 from scheduling.models import JobSchedulingState, WorkloadProfile
@@ -335,3 +335,44 @@ def test_the_round_stores_what_each_jobs_own_write_stored(make_job, member, team
     # then the same states are stored
     assert refitted == expected_refitted
     assert _stored(once) == expected
+
+
+@pytest.mark.parametrize("foreign", ["first", "between", "last", "only"])
+def test_reports_from_a_node_that_holds_none_of_the_gpus_are_ranked_as_before(
+    make_job, member, team, foreign
+):
+    # given allocations on GPUs of two nodes, one of them also reported by a third node
+    # (which the agents' API refuses, but a row written another way is still read)
+    nodes = [
+        Node.objects.create(name=f"{foreign}-n{k}", switch_label="s", rack_label="r")
+        for k in range(3)
+    ]
+    other = nodes.pop({"first": 0, "between": 1}.get(foreign, 2))  # (first, between or last)
+    a, b = nodes
+    gpus = []
+    for node in (a, b):
+        gpus.append(Gpu.objects.create(node=node, index=0, uuid=f"GPU-{foreign}-{node.pk}",
+                                       model="A100", memory_mb=40960, default_power_limit_w=400,
+                                       min_power_limit_w=100, max_power_limit_w=400))  # fmt: skip
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=4)
+    alloc = JobAllocation.objects.create(job=job, batch_size=256, started_at=T0)
+    alloc.gpus.set(gpus)
+    twin = JobAllocation.objects.create(job=job, batch_size=256, started_at=T0, ended_at=T0)
+    twin.gpus.set(gpus)
+    reporters = {"only": [other]}.get(foreign, [a, b, other])
+    for k, node in enumerate(reporters):
+        for s in range(3 if node == other else 2):
+            at = T0 + timedelta(seconds=10 * s + k)
+            JobEvent.objects.create(event_id=uuid.uuid4(), node=node, job=job,
+                                    allocation_id=alloc.pk, kind="progress", ts=at,
+                                    received_at=at, iterations=float(s))  # fmt: skip
+    JobEvent.objects.create(event_id=uuid.uuid4(), node=a, job=job, allocation_id=twin.pk,
+                            kind="progress", ts=T0, received_at=T0, iterations=0.0)  # fmt: skip
+    # when the first two reports of each node are read
+    found = observations.first_two_reports_of([(job.pk, alloc.pk), (job.pk, twin.pk)])
+    # then they are what the window over every report found
+    assert found == {
+        (job.pk, alloc.pk): _ref_first_two(job.pk, alloc.pk),
+        (job.pk, twin.pk): _ref_first_two(job.pk, twin.pk),
+    }
+    assert found[job.pk, alloc.pk][0] == T0 + timedelta(seconds=len(reporters) - 1)
