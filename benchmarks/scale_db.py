@@ -20,6 +20,11 @@ writes, with ``bulk_create`` and, for the telemetry tables, PostgreSQL's COPY:
   per-minute energy), GPU hours for the period, GPU minutes for the last ``--minute-hours``
   and raw 1 Hz samples for the last ``--sample-minutes``.
 
+``reports`` (after ``fill``) has the running jobs report their progress, as agents do:
+each node of each open allocation every ``--every`` seconds from its start to now (the
+count rising to 90% of the job's work), so that a round reads each one's first two
+reports and its newest; the fill leaves them none.
+
 ``steady`` (rolled back) marks every node heard from, runs one forced round that makes the
 running jobs what the planner keeps, then times ``--repeat`` more rounds step by step (the
 read steps, the plan, the write steps: queries, SQL and wall time of each); ``--explain``
@@ -845,6 +850,36 @@ def steady(args) -> None:
         pass
 
 
+def reports(args) -> None:
+    """Progress reports of the open allocations (see the module docstring)."""
+    from telemetry.models import JobEvent
+
+    if JobEvent.objects.filter(kind="progress").exists():
+        sys.exit("reports: this database has progress reports already")
+    t0 = time.perf_counter()
+    gpus = JobAllocation.gpus.through._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {JobEvent._meta.db_table} (event_id, node_id, job_id, "
+            "allocation_id, kind, ts, iterations, received_at, reason, log_tail) "
+            "SELECT gen_random_uuid(), n.node_id, a.job_id, a.id, 'progress', t, "
+            "0.9 * j.total_iterations * extract(epoch FROM t - a.started_at) "
+            "/ greatest(extract(epoch FROM now() - a.started_at), 1), t, '', '' "
+            f"FROM {JobAllocation._meta.db_table} AS a "
+            f"JOIN {Job._meta.db_table} AS j ON j.id = a.job_id "
+            "JOIN (SELECT DISTINCT ag.joballocation_id, g.node_id "
+            f"FROM {gpus} AS ag JOIN {Gpu._meta.db_table} AS g ON g.id = ag.gpu_id) AS n "
+            "ON n.joballocation_id = a.id "
+            "CROSS JOIN LATERAL generate_series(a.started_at + interval '1 second', now(), "
+            "%s * interval '1 second') AS t "
+            "WHERE a.ended_at IS NULL",
+            [args.every],
+        )
+        added = cursor.rowcount
+        cursor.execute(f"ANALYZE {JobEvent._meta.db_table}")
+    log(f"{added} progress reports in {time.perf_counter() - t0:.0f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -876,8 +911,13 @@ def main() -> None:
     st.add_argument("--repeat", type=int, default=2)
     st.add_argument("--slow-sql", type=float, default=0.0, help="print queries over this many ms")
     st.add_argument("--explain", action="store_true", help="print reads that scan a big table")
+    rp = sub.add_parser("reports", help="the running jobs' progress reports (after fill)")
+    rp.add_argument("--every", type=float, default=5.0, help="seconds between a node's reports")
     args = parser.parse_args()
-    if args.command == "fill":
+    if args.command == "reports":
+        with transaction.atomic():
+            reports(args)
+    elif args.command == "fill":
         with transaction.atomic():
             fill(args)
     elif args.command == "round":
