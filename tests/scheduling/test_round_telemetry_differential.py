@@ -369,8 +369,11 @@ def test_reports_from_a_node_that_holds_none_of_the_gpus_are_ranked_as_before(
     JobEvent.objects.create(event_id=uuid.uuid4(), node=a, job=job, allocation_id=twin.pk,
                             kind="progress", ts=T0, received_at=T0, iterations=0.0)  # fmt: skip
     # when the first two reports of each node are read
-    found = observations.first_two_reports_of([(job.pk, alloc.pk), (job.pk, twin.pk)])
-    # then they are what the window over every report found
+    keys = [(job.pk, alloc.pk), (job.pk, twin.pk)]
+    found = observations.first_two_reports_of(keys)
+    given = observations.first_two_reports_of(keys, gpu_nodes=dict.fromkeys(keys, {a.pk, b.pk}))
+    # then they are what the window over every report found, the GPUs' nodes given or not
+    assert given == found
     assert found == {
         (job.pk, alloc.pk): _ref_first_two(job.pk, alloc.pk),
         (job.pk, twin.pk): _ref_first_two(job.pk, twin.pk),
