@@ -127,8 +127,8 @@ def first_two_reports_of(
             "SELECT n.job_id, n.allocation_id, e.node_id, NULL FROM w AS n CROSS JOIN LATERAL ("
             f"SELECT e.node_id {_OF_NODE} {_IN_ORDER} LIMIT 1) AS e "
             "UNION ALL "
-            "SELECT n.job_id, n.allocation_id, e.node_id, NULL FROM n CROSS JOIN LATERAL ("
-            f"SELECT e.node_id {_OF_NODE} AND {_AFTER_NODE} {_IN_ORDER} LIMIT 1) AS e",
+            f"SELECT n.job_id, n.allocation_id, e.node_id, NULL FROM n CROSS JOIN LATERAL "
+            f"({_NEXT_NODE}) AS e WHERE e.job_id = n.job_id AND e.allocation_id = n.allocation_id",
             params,
         )
         rows = cursor.fetchall()
@@ -165,7 +165,17 @@ _OF_NODE = (
     f"AND e.allocation_id = n.allocation_id AND e.kind = '{JobEventKind.PROGRESS.value}'"
 )
 _IN_ORDER = "ORDER BY e.job_id, e.allocation_id, e.node_id, e.ts"
-_AFTER_NODE = "(e.job_id, e.allocation_id, e.node_id) > (n.job_id, n.allocation_id, n.node_id)"
+# The next index entry of another node than ``n``'s, whatever its allocation (the caller
+# keeps it if it is ``n``'s): with the allocation's equalities beside it, the index scan
+# started at the allocation's first entry and stepped over every report of the nodes up to
+# ``n``'s (0.2-0.5 ms a node of 4,000-36,000 reports on the scale DB); on its own, the row
+# comparison is where the scan starts.
+_NEXT_NODE = (
+    f"SELECT e.job_id, e.allocation_id, e.node_id FROM {JobEvent._meta.db_table} AS e "
+    f"WHERE e.kind = '{JobEventKind.PROGRESS.value}' "
+    "AND (e.job_id, e.allocation_id, e.node_id) > (n.job_id, n.allocation_id, n.node_id) "
+    f"{_IN_ORDER} LIMIT 1"
+)
 
 
 def _reporting_nodes(keys: list[AllocationKey]) -> dict[AllocationKey, dict[int, list[datetime]]]:
@@ -181,7 +191,8 @@ def _reporting_nodes(keys: list[AllocationKey]) -> dict[AllocationKey, dict[int,
             "FROM unnest(%s::bigint[], %s::bigint[]) AS n (job_id, allocation_id) "
             "UNION ALL "
             "SELECT n.job_id, n.allocation_id, "
-            f"(SELECT e.node_id {_OF_NODE} AND {_AFTER_NODE} {_IN_ORDER} LIMIT 1) "
+            f"(SELECT e.node_id FROM ({_NEXT_NODE}) AS e "
+            "WHERE e.job_id = n.job_id AND e.allocation_id = n.allocation_id) "
             "FROM nodes AS n WHERE n.node_id IS NOT NULL"
             ") "
             "SELECT n.job_id, n.allocation_id, n.node_id, e.ts FROM nodes AS n "
