@@ -324,7 +324,8 @@ def build_snapshot(
 class Measurements:
     """What telemetry measured of a job's current allocation since it was last read: one
     observation per iteration interval and one per power-sample instant, in the
-    allocation's configuration; ``until`` is the instant they cover."""
+    allocation's configuration; ``until`` is the instant they cover (none: a stretch read
+    that measured nothing of the job's own)."""
 
     gpu_model: str
     observations: list[online_model.Observation]
@@ -565,7 +566,13 @@ def _measurements(
         p for ts, p in instants if ts <= last_progress and not observations.overlaps(ts, ts, shared)
     ]
     if not iter_times and not powers:
-        return None
+        # Read, but nothing of it is the job's own (every interval and sample shared with
+        # another job, or refused): what is covered still ends at the last report read, so
+        # that the next read starts there. (Left where it was, a job that shared its GPUs
+        # for days had every round read the whole cluster's samples since it started: the
+        # samples are read from the earliest point of the round's jobs, with no index on
+        # the GPU.)
+        return Measurements(gpu_model=gpus[0].model, observations=[], until=last_progress)
     config = {
         "n_gpus": len(gpus),
         "n_nodes": len({g.node_id for g in gpus}),

@@ -330,6 +330,10 @@ def _fold_telemetry_of(
     for (job, state, alloc), found in zip(items, found_of, strict=True):
         if found is None:
             continue
+        if not found.observations:  # (read, nothing of its own: read on from there)
+            writes.add(state.pk, observed_until=found.until)
+            state.observed_until = found.until
+            continue
         if profiles is None:
             # The newest profiles the jobs' priors may come from, read for all at the first
             # job with something to fold: each job's workload and the one it resembles, on

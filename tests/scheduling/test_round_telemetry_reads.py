@@ -441,3 +441,35 @@ def test_a_retunes_history_is_read_in_queries_that_do_not_grow_with_its_length(
         assert since == first.get()
         counts.append(len(queries.captured_queries))
     assert counts[0] == counts[1]
+
+
+def test_a_job_that_shares_its_gpu_throughout_is_read_from_where_the_last_read_ended(
+    make_job, member, team
+):
+    # given a job training on a GPU that another job has shared since it started: every
+    # interval and sample of it is the pair's (its observed slowdown), none its own
+    node = _node("shared", 1)
+    gpus = list(node.gpus.all())
+    job = _job(make_job, member, team, gpus)
+    guest = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
+                     min_batch_size=256, max_batch_size=256, total_iterations=100_000)  # fmt: skip
+    cluster_services.start_job(guest, gpus=gpus, batch_size=256, at=T0, max_jobs_per_gpu=2)
+    _training(job, node, gpus, pace=0.1)
+    catalog = adapters.current_catalog()
+    marks = []
+    for now, more in ((NOW, 0), (NOW + timedelta(minutes=1), 40)):
+        if more:  # 40 s more of reports and samples
+            for k in range(45, 45 + more, 5):
+                _progress(job, node, T0 + timedelta(seconds=1 + k), k / 0.1)
+            _samples(gpus[0], T0 + timedelta(seconds=42), range(more), 300.0)
+        # when a round reads it
+        refitted = services.refresh_online_models(
+            [r for r in _rows() if r.pk == job.pk], catalog=catalog, now=now
+        )
+        state = JobSchedulingState.objects.get(job=job)
+        marks.append((refitted, state.observed_until, state.observations))
+    # then it learns nothing, but the next read starts at the last report read, as after a
+    # read that measured something (before: at its warm-up every round, and with it every
+    # round's read of the cluster's samples, however long the two shared the GPU)
+    newest = [T0 + timedelta(seconds=41), T0 + timedelta(seconds=81)]
+    assert marks == [(0, newest[0], {}), (0, newest[1], {})]
