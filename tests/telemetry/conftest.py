@@ -1,15 +1,11 @@
 """Fixtures of the telemetry tests: nodes with agent tokens, agent clients, sample batches."""
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 import pytest
 from rest_framework.test import APIClient
 
 from cluster.models import Node
-
-# A fixed "now" for tests that pass time in; ingestion tests use the real clock.
-T0 = datetime(2026, 11, 22, 3, 0, 0, tzinfo=UTC)
 
 
 @pytest.fixture

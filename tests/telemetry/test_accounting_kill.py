@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from agent_samples import series
-from conftest import T0
 from django.db import connection
+from telemetry_clock import T0
 
 from cluster.models import Gpu
 from telemetry.accounting import process_dirty_hours

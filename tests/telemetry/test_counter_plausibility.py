@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 from agent_samples import series
-from conftest import T0
+from telemetry_clock import T0
 
 from cluster import services as cluster_services
 from cluster.models import Budget, Gpu

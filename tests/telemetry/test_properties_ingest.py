@@ -15,10 +15,10 @@ from datetime import timedelta
 
 import pytest
 from agent_samples import sample
-from conftest import T0
 from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from telemetry_clock import T0
 
 from cluster import services as cluster_services
 from cluster.models import Gpu

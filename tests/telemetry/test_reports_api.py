@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 import pytest
-from conftest import T0
+from telemetry_clock import T0
 
 from cluster.models import Gpu
 from telemetry.models import EnergyLedgerEntry, GpuMinute
