@@ -4,6 +4,7 @@ The command runs on pinned floating-point kernels (:mod:`scheduling.simulator.nu
 so that its figures are the same on every x86-64-v3 machine.
 """
 
+import os
 import sys
 
 from scheduling.simulator.numerics import reexec_pinned
@@ -12,4 +13,12 @@ reexec_pinned()
 
 from scheduling.simulator.cli import main  # noqa: E402
 
-sys.exit(main())
+try:
+    code = main()
+    sys.stdout.flush()
+except BrokenPipeError:
+    # The reader went away (``| head``): no traceback, and none at exit when Python
+    # flushes what is left to the closed pipe.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    code = 1
+sys.exit(code)

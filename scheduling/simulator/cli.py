@@ -103,6 +103,14 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _share_below_one(text: str) -> float:
+    """A share of a job's predicted JCT, from 0 up to (not including) 1."""
+    value = _non_negative(text)
+    if value >= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be below 1 (a share of the JCT)")
+    return value
+
+
 def _noise(text: str) -> float:
     """A log-normal sigma: 1 already spreads a measurement over 0.37-2.7x of the truth (1000
     overflowed the first observation, and the first co-located pair)."""
@@ -207,7 +215,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--exploration-budget",
-        type=_non_negative,
+        type=_share_below_one,
         default=0.03,
         help="learned: share of a job's predicted JCT that exploring power limits may cost, "
         "for policies that explore (zeus); 0 turns it off (default 0.03)",

@@ -192,6 +192,10 @@ def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
         (["--policy", "fifo", "--budget-period-h", "1e308"], "'1e308' is more than 87600"),
         (["--policy", "fifo", "--measurement-noise", "1000"], "'1000' is more than 1"),
         (
+            ["--policy", "fifo", "--exploration-budget", "50"],
+            "--exploration-budget: '50' must be below 1",
+        ),
+        (
             ["--policy", "powerflow", "--policy-param", "probe_extensions=2.5"],
             "probe_extensions takes a value like",
         ),
