@@ -55,8 +55,8 @@ def test_the_new_node_cannot_post_samples_from_before_the_gpu_arrived(moved):
         for k in range(60)
     ]  # fmt: skip
     response = client2.post("/api/agent/samples/", {"samples": during}, format="json")
-    # before: 200, all 60 stored and charged to the job node-01 ran
-    assert response.status_code == 403
+    # before: 200, all 60 stored and charged to the job node-01 ran (each sample refused)
+    assert response.status_code == 400
     assert board.uuid in str(response.json())
     assert not GpuSample.objects.filter(gpu=board).exists()
 
@@ -99,3 +99,30 @@ def test_a_gpu_an_admin_moves_is_its_new_nodes_from_the_move(make_node, api_clie
     api_client(admin_user).patch(f"/api/gpus/{board.pk}/", {"memory_mb": 1}, format="json")
     board.refresh_from_db()
     assert board.node_since == since
+
+
+def test_a_clock_behind_costs_the_moved_gpus_early_samples_not_the_nodes_batch(moved, other_node):
+    # given node-02's agent, its clock 2 s behind the server's, posting its first batch after
+    # it registered the moved board: its own GPU's samples and the board's, stamped (by
+    # the agent's clock) just before the server's time of the registration
+    job, alloc, board, client2 = moved
+    node2, _ = other_node
+    own = Gpu.objects.get(node=node2, index=0)
+    board.refresh_from_db()
+    early = board.node_since - timedelta(seconds=2)
+    batch = [
+        {"gpu_uuid": own.uuid, "ts": early.isoformat(), "power_w": 90.0},
+        {"gpu_uuid": board.uuid, "ts": early.isoformat(), "power_w": 80.0},
+        {"gpu_uuid": own.uuid, "ts": (early + timedelta(seconds=1)).isoformat(), "power_w": 91.0},
+    ]
+    response = client2.post("/api/agent/samples/", {"samples": batch}, format="json")
+    # then the refusal names the board's early sample alone (the agent quarantines the
+    # samples a 400 names and posts the rest, ``AgentClient._send_samples``; a refusal of the
+    # batch as a whole, the 403 before, quarantined the node's own GPU's samples with it)
+    assert response.status_code == 400
+    assert set(response.json()["samples"]) == {"1"}
+    assert board.uuid in str(response.json())
+    rest = [s for i, s in enumerate(batch) if i != 1]
+    assert client2.post("/api/agent/samples/", {"samples": rest}, format="json").status_code == 200
+    assert GpuSample.objects.filter(gpu=own).count() == 2
+    assert not GpuSample.objects.filter(gpu=board).exists()
