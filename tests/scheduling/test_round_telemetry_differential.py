@@ -204,11 +204,20 @@ def _scenario(rng: random.Random, make_job, member, team, tag: str):
             pace = rng.uniform(0.02, 0.2)
             for node_id in {g.node_id for g in a_gpus}:
                 t = alloc.started_at + timedelta(seconds=rng.uniform(0.5, 8))
+                if rng.random() < 0.3:
+                    # a report stamped before the start (an agent clock behind), clamped
+                    # onto it by the server (``JobEvent.clamped``), maybe the first two
+                    JobEvent.objects.create(
+                        event_id=uuid.uuid4(), node_id=node_id, job=job, allocation_id=alloc.pk,
+                        kind="progress", ts=alloc.started_at, received_at=t, clamped=True,
+                        iterations=rng.choice([0.0, 3.0]),
+                    )  # fmt: skip
                 while t < end and rng.random() > 0.03:
                     JobEvent.objects.create(
                         event_id=uuid.uuid4(), node_id=node_id, job=job, allocation_id=alloc.pk,
                         kind="progress", ts=t, received_at=t,
                         iterations=(t - alloc.started_at).total_seconds() / pace,
+                        clamped=rng.random() < 0.05,
                     )  # fmt: skip
                     t += timedelta(seconds=rng.choice([2, 3, 5, 5, 7]))
             for g in a_gpus:
