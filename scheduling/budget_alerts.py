@@ -56,16 +56,18 @@ def record(budgets: Iterable[core.Budget], *, now: datetime) -> int:
     ``record_overruns``; returns how many were created. Call it inside the round's
     transaction. The teams of both are locked first, together and in pk order, as an edit
     locks its teams (locked in two passes, an edit moving a budget between a team of each
-    could deadlock with the round)."""
+    could deadlock with the round). Only those teams: a budget of another team found by the
+    reads after the lock (committed meanwhile, or moved) is left to the next round, whose
+    first lock takes its team in order (locked behind the teams held, it deadlocked with an
+    edit that held it and waited on one of them)."""
     budgets = tuple(budgets)
     candidates = _spent_ids(budgets, now=now)
-    _lock_teams(
-        {
-            *Budget.objects.filter(pk__in=candidates).values_list("team_id", flat=True),
-            *_ended_without_alert(now).values_list("team_id", flat=True),
-        }
-    )
-    return record_spent(budgets, now=now) + record_overruns(now=now)
+    locked = {
+        *Budget.objects.filter(pk__in=candidates).values_list("team_id", flat=True),
+        *_ended_without_alert(now).values_list("team_id", flat=True),
+    }
+    _lock_teams(locked)
+    return record_spent(budgets, now=now, locked=locked) + record_overruns(now=now, locked=locked)
 
 
 def _spent_ids(budgets: tuple[core.Budget, ...], *, now: datetime) -> set[int]:
@@ -91,7 +93,9 @@ def _lock_teams(team_ids: set[int]) -> None:
     )
 
 
-def record_spent(budgets: Iterable[core.Budget], *, now: datetime) -> int:
+def record_spent(
+    budgets: Iterable[core.Budget], *, now: datetime, locked: set[int] | None = None
+) -> int:
     """Create the alert of each budget in force at ``now`` whose limit is reached and that has
     none yet; returns how many were created. Call it inside the round's transaction.
 
@@ -112,7 +116,7 @@ def record_spent(budgets: Iterable[core.Budget], *, now: datetime) -> int:
         return 0
     known = set(BudgetAlert.objects.filter(budget_id__in=spent).values_list("budget_id", flat=True))
     alerts = []
-    for row in _lock_budgets(Budget.objects.filter(pk__in=set(spent) - known)):
+    for row in _lock_budgets(Budget.objects.filter(pk__in=set(spent) - known), locked=locked):
         read = spent[row.pk]
         if (
             row.team.slug != read.team
@@ -152,7 +156,7 @@ def _as_stored(read: core.Budget, row: Budget) -> core.Budget:
     )
 
 
-def _lock_budgets(budgets: QuerySet[Budget]) -> list[Budget]:
+def _lock_budgets(budgets: QuerySet[Budget], *, locked: set[int] | None = None) -> list[Budget]:
     """The budgets of ``budgets`` as stored, locked until the round commits, in pk order.
 
     Locked as an edit locks them (``cluster.services.save_budget``: the teams in pk order,
@@ -162,21 +166,28 @@ def _lock_budgets(budgets: QuerySet[Budget]) -> list[Budget]:
     meanwhile. A budget moved to another team between the two reads is left out (its
     team's round announces it)."""
     team_ids = set(budgets.values_list("team_id", flat=True))
+    if locked is not None:
+        team_ids &= locked  # (``record``'s teams, held already: no team locked behind them)
     if not team_ids:
         return []
-    _lock_teams(team_ids)
-    rows = budgets.select_for_update(no_key=True, of=("self",)).select_related("team")
+    if locked is None:
+        _lock_teams(team_ids)
+    rows = (
+        budgets.filter(team_id__in=team_ids)
+        .select_for_update(no_key=True, of=("self",))
+        .select_related("team")
+    )
     return [row for row in rows.order_by("pk") if row.team_id in team_ids]
 
 
-def record_overruns(*, now: datetime) -> int:
+def record_overruns(*, now: datetime, locked: set[int] | None = None) -> int:
     """Create the alert of each budget that ended within ``OVERRUN_LOOKBACK`` before ``now``
     with none, whose ledger shows a limit reached (accounted after its last round); returns
     how many were created. Call it inside the round's transaction. Read under the locks an
     edit takes, as ``record_spent`` reads (an edit waits for the round's commit, then keeps
     the alert true)."""
     alerts = []
-    for row in _lock_budgets(_ended_without_alert(now)):
+    for row in _lock_budgets(_ended_without_alert(now), locked=locked):
         used = budget_usage(row)
         if not any(limit.over_hard for limit in used.limits):
             continue
