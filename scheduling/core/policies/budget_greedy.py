@@ -491,8 +491,7 @@ class BudgetGreedy:
         rnd.order()
         rnd.price()
         rnd.admit()
-        if self.keep_running:
-            rnd.keep_running_sizes()
+        rnd.keep_running_sizes(None if self.keep_running else rnd.pinned)
         rnd.upgrade()
         return rnd.decision()
 
@@ -785,6 +784,25 @@ class _Round:
         self.submit_s = [jv.job.submit_time_s for jv in jobs]
         self.job_ids = [jv.job.job_id for jv in jobs]
         self.running_n = [jv.job.allocation.n_gpus if jv.job.allocation else 0 for jv in jobs]
+        # Running jobs changed within two restarts (a resize still loading its checkpoint,
+        # or one that has computed less than its restart since): they keep their GPU count
+        # this round unless admission needs their GPUs (``keep_running_sizes``, ``_push``).
+        # Without it a job whose two counts the price alternately favoured was resized every
+        # round and, with restarts longer than a round, never progressed (docs/benchmarks.md,
+        # "The simulator on a reviewer's own inputs": 2,096 resizes, stopped as stalled).
+        settle_s = 2.0 * self.policy.restart_s
+        now_s = ctx.now_s
+        self.pinned = (
+            {
+                j
+                for j, jv in enumerate(jobs)
+                if jv.job.allocation is not None
+                and jv.job.last_change_s is not None
+                and now_s - jv.job.last_change_s < settle_s
+            }
+            if settle_s > 0
+            else set()
+        )
         # (read by the order and the price: a property, computed once)
         # (Job.remaining_iters, max(total - done, 0.0), inlined: a call per job of a queue)
         self.remaining_iters = [
@@ -1560,16 +1578,23 @@ class _Round:
 
     # --- stage 4 (keep_running only): running jobs return to their size first -----
 
-    def keep_running_sizes(self) -> None:
+    def keep_running_sizes(self, only: set[int] | None = None) -> None:
+        """Running jobs return to their running GPU count where the GPUs allow: every one
+        (``keep_running``), or those in ``only`` (the jobs still settling after a change,
+        ``pinned``), whatever the price's target."""
+        if only is not None and not only:
+            return
         for j in self.order_:
             if j not in self.cfg or not self.running_n[j]:
+                continue
+            if only is not None and j not in only:
                 continue
             sizes = self.opts[j][0]
             if self.running_n[j] not in sizes:
                 continue
             si_run = sizes.index(self.running_n[j])
             box = self.target.get(j)
-            if si_run == 0 or (box is not None and si_run > box[0]):
+            if si_run == 0 or (only is None and box is not None and si_run > box[0]):
                 continue
             if not self.ledger.fits(self.jobs[j], sizes[si_run] - sizes[0]):
                 continue
@@ -1655,6 +1680,8 @@ class _Round:
             new_cfg[kind] = nxt
             if box is not None and new_cfg[kind] > box[kind]:
                 continue  # beyond what the price makes worth its cost
+            if kind == _SIZE and j in self.pinned and sizes[nxt] > self.running_n[j]:
+                continue  # still settling after its last change: no resize
             if (
                 kind == _SIZE
                 # heSRPT with its own exponent per step: a size step's score sets it
