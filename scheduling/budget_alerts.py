@@ -127,21 +127,24 @@ def record_spent(
         stored = _as_stored(read, row)
         if not stored.exhausted:
             continue  # a limit raised since the snapshot: not spent as it stands
-        alerts.append(
-            BudgetAlert(
-                budget=row,
-                team_id=row.team_id,
-                at=now,
-                action=row.hard_limit_action,
-                energy_used_kwh=stored.energy_used_j / core.J_PER_KWH,
-                energy_limit_kwh=row.energy_limit_kwh,
-                carbon_used_kg=stored.co2_used_g / core.G_PER_KG,
-                carbon_limit_kg=row.carbon_limit_kg,
-            )
-        )
+        alerts.append(_alert(row, now, energy_j=stored.energy_used_j, co2_g=stored.co2_used_g))
     # The round lock keeps rounds apart; the unique budget column holds regardless.
     BudgetAlert.objects.bulk_create(alerts, ignore_conflicts=True)
     return len(alerts)
+
+
+def _alert(row: Budget, now: datetime, *, energy_j: float, co2_g: float) -> BudgetAlert:
+    """The alert of budget ``row`` at ``now``: its stored action and limits, the use given."""
+    return BudgetAlert(
+        budget=row,
+        team_id=row.team_id,
+        at=now,
+        action=row.hard_limit_action,
+        energy_used_kwh=energy_j / core.J_PER_KWH,
+        energy_limit_kwh=row.energy_limit_kwh,
+        carbon_used_kg=co2_g / core.G_PER_KG,
+        carbon_limit_kg=row.carbon_limit_kg,
+    )
 
 
 def _as_stored(read: core.Budget, row: Budget) -> core.Budget:
@@ -197,18 +200,7 @@ def record_overruns(*, now: datetime, locked: set[int] | None = None) -> int:
             row.team_id,
             ", ".join(f"{limit.kind} {limit.percent:.1f}%" for limit in used.limits),
         )
-        alerts.append(
-            BudgetAlert(
-                budget=row,
-                team_id=row.team_id,
-                at=now,
-                action=row.hard_limit_action,
-                energy_used_kwh=used.energy_j / core.J_PER_KWH,
-                energy_limit_kwh=row.energy_limit_kwh,
-                carbon_used_kg=used.co2_g / core.G_PER_KG,
-                carbon_limit_kg=row.carbon_limit_kg,
-            )
-        )
+        alerts.append(_alert(row, now, energy_j=used.energy_j, co2_g=used.co2_g))
     BudgetAlert.objects.bulk_create(alerts, ignore_conflicts=True)
     return len(alerts)
 
