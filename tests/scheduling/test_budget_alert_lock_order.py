@@ -9,12 +9,11 @@ was held, while an edit moving a budget between the two held the lower and waite
 higher: a deadlock, which PostgreSQL broke by aborting one of them (the round, or the edit).
 Three connections on the real PostgreSQL: the round is paused after its first lock."""
 
-import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection, transaction
+from connection_threads import in_another_connection
+from django.db import transaction
 
 from cluster import services as cluster_services
 from cluster.models import Budget
@@ -23,40 +22,6 @@ from scheduling import budget_alerts
 T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _in_another_connection(work):
-    """Run ``work`` in a thread with its own connection; return once it has finished or is
-    waiting on a lock, with the thread and the list its outcome lands in."""
-    outcome: list[object] = []
-    backend: list[int] = []
-    started = threading.Event()
-
-    def run():
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                backend.append(cursor.fetchone()[0])
-            started.set()
-            work()
-            outcome.append("saved")
-        except Exception as exc:  # the outcome under test, asserted by the caller
-            outcome.append(exc)
-        finally:
-            started.set()
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    assert started.wait(timeout=10)
-    deadline = time.monotonic() + 20
-    while thread.is_alive() and time.monotonic() < deadline:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", [backend[0]])
-            if cursor.fetchone()[0]:
-                break
-        time.sleep(0.02)
-    return thread, outcome
 
 
 def test_a_team_found_after_the_rounds_lock_is_not_locked_behind_the_others(
@@ -84,7 +49,7 @@ def test_a_team_found_after_the_rounds_lock_is_not_locked_behind_the_others(
         # lower team, and another edit moves the lower team's budget to the higher team
         # (it holds the lower team and waits on the higher, which the round holds)
         others.append(
-            _in_another_connection(
+            in_another_connection(
                 lambda: cluster_services.save_budget(
                     Budget(
                         team=low,
@@ -99,7 +64,7 @@ def test_a_team_found_after_the_rounds_lock_is_not_locked_behind_the_others(
         )
         others[0][0].join(timeout=30)
         others.append(
-            _in_another_connection(
+            in_another_connection(
                 lambda: cluster_services.save_budget(
                     Budget.objects.get(pk=moving.pk),
                     actor=admin_user,

@@ -7,12 +7,10 @@ round's alert kept the old hard-limit action (or, its limit raised, announced a 
 was no longer spent). Two connections on the real PostgreSQL: the edit runs in a thread of
 its own while the round is paused at a chosen stage."""
 
-import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from connection_threads import in_another_connection
 
 from cluster import services as cluster_services
 from cluster.choices import HardLimitAction, JobState, Role
@@ -49,37 +47,10 @@ def spent(scheduler_settings, make_node, make_user, make_job, team, member):
 
 def _edit_in_another_connection(budget, lead, changes):
     """Start the edit in a thread with its own connection; return once it has committed or
-    is waiting on a lock held by this connection's transaction (the round's). Returns the
-    thread and the list its outcome lands in."""
-    outcome: list[object] = []
-    backend: list[int] = []
-    started = threading.Event()
-
-    def edit():
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                backend.append(cursor.fetchone()[0])
-            started.set()
-            cluster_services.save_budget(budget, actor=lead, at=T0, changes=changes)
-            outcome.append("saved")
-        except Exception as exc:  # the outcome under test, asserted by the caller
-            outcome.append(exc)
-        finally:
-            started.set()
-            connection.close()
-
-    thread = threading.Thread(target=edit)
-    thread.start()
-    assert started.wait(timeout=10)
-    deadline = time.monotonic() + 20
-    while thread.is_alive() and time.monotonic() < deadline:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", [backend[0]])
-            if cursor.fetchone()[0]:
-                break  # waits for the round: it goes on when the round commits
-        time.sleep(0.02)
-    return thread, outcome
+    is waiting on a lock held by this connection's transaction (the round's)."""
+    return in_another_connection(
+        lambda: cluster_services.save_budget(budget, actor=lead, at=T0, changes=changes)
+    )
 
 
 def test_an_action_edited_after_the_round_read_the_budget_is_the_alerts_action(spent, monkeypatch):
