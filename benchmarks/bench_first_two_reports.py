@@ -21,6 +21,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from bench_args import positive_int  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.db.models import F, Window  # noqa: E402
 from django.db.models.functions import RowNumber  # noqa: E402
@@ -72,10 +73,12 @@ def window_first_two(keys):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--allocations", type=int, default=200)
-    parser.add_argument("--reports", type=int, default=10_000, help="per allocation")
-    parser.add_argument("--nodes", type=int, default=1, help="reporting nodes an allocation")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--allocations", type=positive_int, default=200)
+    parser.add_argument("--reports", type=positive_int, default=10_000, help="per allocation")
+    parser.add_argument(
+        "--nodes", type=positive_int, default=1, help="reporting nodes an allocation"
+    )
+    parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--explain", action="store_true", help="print the new read's plan")
     args = parser.parse_args()
     table = JobEvent._meta.db_table
