@@ -355,18 +355,17 @@ def fit_prior(
     # not kept), a floor estimated from the catalog's GPU models, marked in the prior's
     # sources (``light_work_span_or_estimate_w``).
     references = catalog_spans(catalog, exclude=workload) if gpu_estimates.ESTIMATE_FLOOR else []
-    job_draws = [
-        o.power_w
-        for o in observations
-        if o.power_w is not None and o.n_gpus == 1 and om.at_default_power(o, prior.gpu)
-    ]
+    job_draws = (
+        [
+            o.power_w
+            for o in observations
+            if o.power_w is not None and o.n_gpus == 1 and om.at_default_power(o, prior.gpu)
+        ]
+        if references and gpu_estimates.ESTIMATE_JOB_CAP
+        else ()
+    )
     floor_w, busy_max_w, estimated = light_work_span_or_estimate_w(
-        idle_w,
-        busy_max_w,
-        prior.gpu.power_limit_max_w,
-        known,
-        references,
-        job_draws=job_draws if gpu_estimates.ESTIMATE_JOB_CAP else (),
+        idle_w, busy_max_w, prior.gpu.power_limit_max_w, known, references, job_draws=job_draws
     )
     return om.draw_shaped_prior(
         prior,

@@ -216,8 +216,8 @@ def light_work_span_or_estimate_w(
     top clock; the estimate is no higher than the least of them either (the job is a
     workload measured on the GPU too: one that draws less at a smaller batch is not at a
     floor above that)."""
-    floor_w, high_w = om.light_work_span_w(idle_w, busy_max_w, draws)
-    if om.measured_draw_span_w(draws) is not None or not references:
+    if not references or om.measured_draw_span_w(draws) is not None:
+        floor_w, high_w = om.light_work_span_w(idle_w, busy_max_w, draws)
         return floor_w, high_w, None
     own = {**draws, "(the job)": list(job_draws)} if job_draws else draws
     floor_w = estimated_floor_w(idle_w, max_limit_w, references, own=own)
