@@ -492,6 +492,14 @@ def _text(value: str | bytes) -> str:
 # RTX 6000" -> RTX6000). Model codes are written together, as the catalog writes them; a name
 # with an ordinary word left is kept spaced as NVML spells it ("RTX 6000 Ada Generation" is
 # not the RTX6000).
+#
+# The PCIe form factor is the one board token kept, as a ``-PCIe`` suffix ("NVIDIA
+# A100-PCIE-40GB" -> A100-PCIe): a PCIe board of a model that also comes as SXM is another
+# card to schedule, with its own power range and speed (an A100 PCIe: 250-300 W TDP against
+# the SXM4's 400 W, which is the board the catalog's A100 was measured on; an H100 PCIe:
+# 350 W against 700 W). Keyed as the SXM model it was sized by the SXM4's catalog entry
+# and called measured; as a model of its own it gets the estimated prior any GPU model the
+# catalog lacks gets (``scheduling.core.gpu_estimates``), from the range NVML reports.
 _BRANDS = frozenset({"NVIDIA", "TESLA", "QUADRO", "GEFORCE", "GRID"})
 _BOARD_TOKEN = re.compile(
     r"\d+(\.\d+)?[GT]B|SXM\d*|PCIE|HBM\d*E?|NVL|NVLINK|DGXS|FHHL|LS|PASSIVE|\d+[QCAB]",
@@ -506,13 +514,24 @@ def _code_like(word: str) -> bool:
     )
 
 
+PCIE_SUFFIX = "-PCIe"
+
+
 def gpu_model_key(product_name: str) -> str:
-    """Map an NVML product name (``NVIDIA A100-SXM4-40GB``) to a GPU model key (``A100``)."""
+    """Map an NVML product name (``NVIDIA A100-SXM4-40GB``) to a GPU model key (``A100``;
+    ``A100-PCIe`` for ``NVIDIA A100-PCIE-40GB``). A key maps to itself."""
     name = product_name.strip()
     words = re.split(r"[\s\-]+", name.split(" MIG ")[0])
     kept = [w for w in words if w and w.upper() not in _BRANDS and not _BOARD_TOKEN.fullmatch(w)]
     if not kept:
         return name
+    suffix = PCIE_SUFFIX if any(w.upper() == "PCIE" for w in words) else ""
     if all(_code_like(w) for w in kept):
-        return "".join(kept)
-    return " ".join(kept)
+        return "".join(kept) + suffix
+    return " ".join(kept) + suffix
+
+
+def is_pcie_split(before: str, after: str) -> bool:
+    """True where GPU model key ``after`` is ``before``'s PCIe board: a GPU registered under
+    ``before`` by a server that dropped the form factor (see ``PCIE_SUFFIX``)."""
+    return not before.endswith(PCIE_SUFFIX) and after == before + PCIE_SUFFIX

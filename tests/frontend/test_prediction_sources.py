@@ -235,3 +235,40 @@ def test_the_job_form_refuses_a_near_miss_of_a_catalog_workload_beside_its_field
     )
     assert response.status_code == 302, response.context["form"].errors
     assert Job.objects.get().workload == "resnet_50"
+
+
+def _register(node: Node, product_name: str, *, max_w: int) -> None:
+    """The node's agent registers 4 GPUs NVML names ``product_name`` (the name as NVML
+    gives it: the server maps it to the model key)."""
+    from rest_framework.test import APIClient
+
+    agent = APIClient()
+    agent.credentials(HTTP_AUTHORIZATION=f"Token {node.issue_agent_token()}")
+    gpus = [
+        {"uuid": f"GPU-{node.name}-{i}", "index": i, "model": product_name, "memory_mb": 40960,
+         "default_power_limit_w": max_w, "min_power_limit_w": 150, "max_power_limit_w": max_w,
+         "supported_sm_clocks_mhz": [1410, 1200, 1005]}
+        for i in range(4)
+    ]  # fmt: skip
+    response = agent.post("/api/agent/register/", {"gpus": gpus}, format="json")
+    assert response.status_code == 200, response.content
+
+
+def test_an_a100_pcie_is_not_the_catalogs_sxm4_a100_and_is_called_estimated(client_for, member):
+    # given a node of A100 PCIe boards (250 W; the catalog's A100 is the 400 W SXM4)
+    node = Node.objects.create(name="pcie-01", switch_label="s1", rack_label="r1", gpu_model="x")
+    _register(node, "NVIDIA A100-PCIE-40GB", max_w=250)
+
+    body = _predict(client_for, member)
+
+    # then they are a GPU model of their own, predicted from an estimate carried from the
+    # SXM4 A100 onto their reported power range (before: keyed "A100", called "catalog")
+    assert set(Gpu.objects.values_list("model", flat=True)) == {"A100-PCIe"}
+    assert body["gpu_model"] == "A100-PCIe"
+    assert (body["model_kind"], body["model_source"]) == (
+        "estimated",
+        "estimated from catalog resnet50@A100",
+    )
+    sxm4 = load_catalog().get("resnet50", "A100")
+    assert body["power_w"] < sxm4.power_w(CFG)
+    assert body["power_w"] <= 250.0

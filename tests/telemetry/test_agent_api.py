@@ -493,3 +493,27 @@ def test_a_product_name_stored_by_an_older_agent_registers_as_its_key(agent_node
     response = agent_client(token).post("/api/agent/register/", body, format="json")
     assert response.status_code == 200, response.json()
     assert Gpu.objects.get(uuid="GPU-node-01-0").model == "A100"
+
+
+def test_a_pcie_board_registered_as_the_sxm_model_moves_to_its_own_model(agent_node, agent_client):
+    # given A100 PCIe boards registered as "A100" (before the server kept the form factor,
+    # both boards were keyed as the catalog's 400 W SXM4 A100)
+    node, token = agent_node
+    # when their agent registers them again under their NVML name
+    body = {
+        "gpus": [
+            _gpu("GPU-node-01-0", 0, model="NVIDIA A100-PCIE-40GB"),
+            _gpu("GPU-node-01-1", 1, model="NVIDIA A100 80GB PCIe"),
+        ]
+    }
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    # then it is no model change refused (the old key only lacked the form factor): both
+    # are the A100-PCIe from now on
+    assert response.status_code == 200, response.json()
+    models = set(Gpu.objects.filter(node=node).values_list("model", flat=True))
+    assert models == {"A100-PCIe"}
+    # and a board registered as the PCIe model cannot turn back into the SXM4 one
+    body = {"gpus": [_gpu("GPU-node-01-0", 0), _gpu("GPU-node-01-1", 1)]}
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    assert response.status_code == 400
+    assert set(Gpu.objects.filter(node=node).values_list("model", flat=True)) == {"A100-PCIe"}

@@ -431,8 +431,13 @@ def test_a_gpu_nvml_cannot_describe_is_left_out_and_the_others_run(fake, caplog)
         ("Tesla V100-SXM2-16GB", "V100"),
         ("NVIDIA A40", "A40"),
         ("Quadro RTX 6000", "RTX6000"),
-        ("Tesla P100-PCIE-16GB", "P100"),
-        ("NVIDIA A100 80GB PCIe", "A100"),
+        # a PCIe board is a model of its own: another power range (an A100 PCIe: 250-300 W
+        # against the SXM4's 400 W) and speed than the SXM board the catalog measured
+        ("Tesla P100-PCIE-16GB", "P100-PCIe"),
+        ("NVIDIA A100 80GB PCIe", "A100-PCIe"),
+        ("NVIDIA A100-PCIE-40GB", "A100-PCIe"),
+        ("NVIDIA A100-PCIE-40GB MIG 1g.5gb", "A100-PCIe"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
         ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "A100"),
         ("NVIDIA H100 80GB HBM3", "H100"),  # what the H100 machines here reported
         ("NVIDIA H100 NVL", "H100"),
@@ -443,7 +448,7 @@ def test_a_gpu_nvml_cannot_describe_is_left_out_and_the_others_run(fake, caplog)
         ("NVIDIA A10G", "A10G"),
         ("NVIDIA GeForce RTX 4090", "RTX4090"),
         ("NVIDIA RTX A6000", "RTXA6000"),
-        ("Tesla V100S-PCIE-32GB", "V100S"),  # not a V100: 250 W, other clocks
+        ("Tesla V100S-PCIE-32GB", "V100S-PCIe"),  # not a V100: 250 W, other clocks
         ("Tesla V100-DGXS-32GB", "V100"),
         ("Tesla V100-FHHL-16GB", "V100"),
         ("Tesla V100-SXM2-32GB-LS", "V100"),
@@ -452,7 +457,7 @@ def test_a_gpu_nvml_cannot_describe_is_left_out_and_the_others_run(fake, caplog)
         ("GRID V100-16Q", "V100"),
         ("GRID T4-16Q", "T4"),
         ("NVIDIA A100-40C", "A100"),
-        ("NVIDIA A800 80GB PCIe", "A800"),
+        ("NVIDIA A800 80GB PCIe", "A800-PCIe"),
         ("NVIDIA GeForce RTX 3090 Ti", "RTX3090Ti"),
         ("NVIDIA GeForce GTX 1080 Ti", "GTX1080Ti"),
         ("NVIDIA Graphics Device", "Graphics Device"),
