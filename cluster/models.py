@@ -178,6 +178,12 @@ class GpuQuerySet(models.QuerySet):
         """GPUs not retired: the cluster's capacity, and what its pages show as present."""
         return self.filter(retired_at__isnull=True)
 
+    def reported(self) -> "GpuQuerySet":
+        """GPUs in service that their node's agent reports (``missing_since`` null): what the
+        rounds plan on (``scheduling.adapters.cluster_from_rows``), so what a job can be
+        offered. A lost GPU still counts in ``in_service``: its record and index stay."""
+        return self.in_service().filter(missing_since__isnull=True)
+
 
 def gpus_in_service() -> models.Prefetch:
     """``prefetch_related`` of a node's GPUs that are not retired (``node.gpus.all()``)."""

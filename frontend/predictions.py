@@ -74,7 +74,8 @@ def cluster_gpu_model_for(workload: str, *, catalog=None, hints: JobHints = NO_H
     first GPU model."""
     catalog = catalog or perf_lookup.current_catalog()
     present: dict[str, int] = {}
-    for model in Gpu.objects.in_service().values_list("model", flat=True):
+    # The GPUs the rounds can plan on: a lost GPU (``Gpu.missing_since``) runs nothing.
+    for model in Gpu.objects.reported().values_list("model", flat=True):
         present[model] = present.get(model, 0) + 1
     found = perf_lookup.models_on(
         workload,

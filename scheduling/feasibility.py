@@ -5,8 +5,10 @@ Two rules, each a lower bound so that no job that could run is refused:
 - **GPUs.** A job is placed on GPUs of one model (``scheduling.core.placement``), so it needs
   ``min_gpus`` GPUs of its model (or, with no model named, of the largest group of a model
   with a performance model for its workload: ``scheduling.perf_lookup.model_for``, the lookup
-  the rounds use, so an estimate counts as the round would size the job by it). While no GPU
-  is registered at all (a cluster whose agents have not started) the rule waits for the
+  the rounds use, so an estimate counts as the round would size the job by it), counting
+  only those the rounds plan on: a GPU its agent no longer reports (``Gpu.missing_since``)
+  counts again once reported, and the refusal says how many are lost. While no GPU is
+  registered at all (a cluster whose agents have not started) the rule waits for the
   hardware rather than guess.
 - **Energy and carbon.** The least energy the job's GPUs could draw for its iterations: any
   GPU model it may run on whose model is measured or learned (an estimate is a prior the
@@ -53,7 +55,14 @@ def _amount(value: float) -> str:
 
 
 def _gpu_counts() -> dict[str, int]:
-    return dict(Gpu.objects.in_service().values_list("model").annotate(n=Count("id")))
+    """GPU model -> GPUs of it the rounds can plan on (``Gpu.objects.reported``)."""
+    return dict(Gpu.objects.reported().values_list("model").annotate(n=Count("id")))
+
+
+def _lost_gpus(gpu_models) -> int:
+    """GPUs of ``gpu_models`` registered and in service that their agent no longer reports."""
+    lost = Gpu.objects.in_service().filter(missing_since__isnull=False)
+    return lost.filter(model__in=list(gpu_models)).count()
 
 
 def _gpu_counts_for(
@@ -161,6 +170,14 @@ def submit_refusals(
                 f"runs on one GPU model); this job needs at least {min_gpus}, so it could "
                 "never start."
             )
+            # GPUs lost from their agent's registration count only once it reports them
+            # again (the rounds plan on none of them before): said, so the user knows.
+            lost = _lost_gpus([gpu_model] if gpu_model else usable or counts)
+            if lost:
+                errors["min_gpus"] += (
+                    f" {lost} more are registered but not reported by their node's agent; "
+                    "they count again once it reports them."
+                )
     if any(usable.values()):
         gpus_by_model = {m: n for m, n in usable.items() if n}
     elif gpu_model:

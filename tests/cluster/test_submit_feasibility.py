@@ -223,3 +223,23 @@ def test_an_ordinary_job_passes(api_client, member, team, make_node, team_budget
     response = _post(api_client, member, min_gpus=1, max_gpus=8, total_iterations=50_000)
 
     assert response.status_code == 201, response.content
+
+
+def test_gpus_their_agent_no_longer_reports_are_not_offered(api_client, member, team, make_node):
+    # given 16 A100s, 4 of which node-02's agent registered without (lost: the rounds do
+    # not plan on them until reported again)
+    make_node("node-01", gpus=8)
+    node2 = make_node("node-02", gpus=8)
+    node2.gpus.filter(index__gte=4).update(missing_since=timezone.now())
+
+    refused = _post(api_client, member, min_gpus=13, max_gpus=13, total_iterations=100)
+    accepted = _post(api_client, member, min_gpus=12, max_gpus=12, total_iterations=100)
+
+    # then a job needs the 12 reported ones (before: 16 counted, a 16-GPU job accepted to
+    # wait), and the message says where the other 4 are
+    assert refused.status_code == 400, refused.content
+    message = refused.json()["min_gpus"][0]
+    assert message.startswith("The cluster has 12 GPUs that can run bert together"), message
+    assert "4 more are registered but not reported by their node's agent" in message, message
+    assert accepted.status_code == 201, accepted.content
+    assert list(Job.objects.values_list("min_gpus", flat=True)) == [12]

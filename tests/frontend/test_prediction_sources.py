@@ -272,3 +272,22 @@ def test_an_a100_pcie_is_not_the_catalogs_sxm4_a100_and_is_called_estimated(clie
     sxm4 = load_catalog().get("resnet50", "A100")
     assert body["power_w"] < sxm4.power_w(CFG)
     assert body["power_w"] <= 250.0
+
+
+def test_the_prediction_runs_on_gpus_their_agent_still_reports(client_for, member, make_node):
+    # given 8 A100s whose agent no longer reports them, beside 4 reported T4s
+    make_node("node-01", gpus=8)
+    Gpu.objects.update(missing_since=datetime(2026, 12, 1, tzinfo=UTC))
+    node = Node.objects.create(name="t4-01", switch_label="s2", rack_label="r1", gpu_model="T4")
+    for index in range(4):
+        Gpu.objects.create(
+            node=node, index=index, uuid=f"GPU-t4-{index}", model="T4", memory_mb=15360,
+            default_power_limit_w=70, min_power_limit_w=60, max_power_limit_w=70,
+        )  # fmt: skip
+
+    body = _predict(client_for, member)
+
+    # then the panel predicts the job on the T4s the rounds can plan on (before: on the lost
+    # A100s, the larger group counted)
+    assert body["gpu_model"] == "T4"
+    assert body["model_source"].endswith("@T4"), body["model_source"]
