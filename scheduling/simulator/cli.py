@@ -427,15 +427,20 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             first[mode] = entry
             first["learned_vs_oracle"] = _ratios(first, entry)
         stdout.write(_line(f"{name} [{mode}]", summary, wall_s) + "\n")
-        if result.stopped_early and not result.never_runnable:
+        if result.stopped_with_runnable_jobs:
             stopped.append((f"{name} [{mode}]", result))
         stuck = result.never_runnable
         if stuck:
             ids = sorted(stuck)
             shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+            when = (
+                "it stalled with other jobs left"
+                if result.stopped_with_runnable_jobs
+                else "the run stopped when only they were left"
+            )
             stdout.write(
                 f"  {len(ids)} job(s) can never run on this cluster under {name} ({shown}); "
-                f"the run stopped when only they were left. Job {ids[0]}: {stuck[ids[0]]}\n"
+                f"{when}. Job {ids[0]}: {stuck[ids[0]]}\n"
             )
 
     baselines = _baselines(args)

@@ -201,6 +201,7 @@ class Simulator:
         stopped_early = False
         stopped_why = ""
         never_runnable: dict[str, str] = {}
+        only_never_runnable_left = False
         all_gpus = self.cluster.gpus
         idle_all_w = self._idle_all_w
 
@@ -248,6 +249,7 @@ class Simulator:
                     # policy waits for good. Stop here, not after a stall limit of idle
                     # draw charged to the run, and name the jobs.
                     never_runnable = stuck
+                    only_never_runnable_left = True
                     stopped_early = True
                     stopped_why = "only jobs that can never run on this cluster were left"
                     break
@@ -319,10 +321,16 @@ class Simulator:
                     f"no job progressed for {(t - last_activity_s) / 86400:.3g} days (the "
                     "stall limit): those left only restarted or could not run"
                 )
+                # Among those left, the jobs the cluster can never run (too big for it, a
+                # team funded with nothing) are named as when only they are left: a stall
+                # said nothing of them, though nothing the run did could have helped them.
+                never_runnable = stuck
+                if stuck:
+                    stopped_why += f"; {_named(stuck)}"
                 break
 
         end_s = max((r.finish_s for r in records if r.finish_s is not None), default=t)
-        if stopped_early and not never_runnable:
+        if stopped_early and not only_never_runnable_left:
             end_s = t
         return SimResult(
             jobs=records,
@@ -855,6 +863,14 @@ def _never_runnable(
                     "(matched, its jobs drew nothing under the baseline)."
                 )
     return stuck
+
+
+def _named(stuck: Mapping[str, str], shown: int = 5) -> str:
+    """The clause naming ``stuck``, the first ``shown`` of them by id, with their reasons."""
+    ids = sorted(stuck)
+    named = ", ".join(f"{i}: {stuck[i]}" for i in ids[:shown])
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return f"{len(ids)} job(s) can never run on this cluster ({named}{more})"
 
 
 def _budget_price(state: Mapping[str, Any]) -> float | None:

@@ -139,9 +139,18 @@ class SimResult:
     # Why the run stopped with jobs unfinished, as the end of a sentence ("" if it did not).
     stopped_why: str = ""
     # Jobs the run stopped without, because they can never run on this cluster under this
-    # policy (job id -> the policy's reason); the run stops as soon as only they are left.
+    # policy (job id -> the policy's reason); the run stops as soon as only they are left,
+    # and a run that stalls with others left names them too.
     never_runnable: dict[str, str] = field(default_factory=dict)
     budget_periods: list[Any] = field(default_factory=list)  # budgets.BudgetPeriod, by start
+
+    @property
+    def stopped_with_runnable_jobs(self) -> bool:
+        """Stopped early (a stall, the time limit) with a job left that is not named
+        ``never_runnable``: its results are incomplete. A run that stopped once only
+        never-runnable jobs were left is complete."""
+        unfinished = {r.spec.job_id for r in self.jobs if r.finish_s is None}
+        return self.stopped_early and not unfinished <= set(self.never_runnable)
 
 
 class _PerfCache:

@@ -329,6 +329,39 @@ def _one_job(planner, *, budgets=(), iters: float = 10.0, **config) -> Simulator
     )
 
 
+def _never_and_too_big(snapshot: Snapshot, now: float) -> Plan:
+    """Job A waits for ever on something that may change (no model yet); job B asks for
+    more GPUs than the cluster has."""
+    reasons = {
+        "A": WaitReason(WaitCode.NO_PERF_MODEL, "no model"),
+        "B": WaitReason(WaitCode.NO_MATCHING_GPU, "Waiting: it asks for 4 X GPU(s), 2 here."),
+    }
+    return Plan(allocations={}, waiting={j.job_id: reasons[j.job_id] for j in snapshot.jobs})
+
+
+def test_a_stalled_run_names_the_jobs_too_big_for_the_cluster():
+    # given a job that stalls the run beside one that can never fit the cluster
+    jobs = (toy_job("A", 0.0, 10.0), toy_job("B", 0.0, 10.0))
+    sim = Simulator(
+        jobs, cluster=CLUSTER, catalog=Catalog(), planner=_never_and_too_big,
+        config=SimConfig(round_length_s=100.0, stall_limit_s=1000.0),
+    )  # fmt: skip
+
+    result = sim.run()
+
+    # then it stops at the stall limit as before (A could have run: a stall, not a clean
+    # end), and names B with the policy's reason (before: never_runnable empty, B unnamed)
+    assert result.stopped_early
+    assert result.end_s == 1000.0
+    assert result.never_runnable == {"B": "Waiting: it asks for 4 X GPU(s), 2 here."}
+    assert result.stopped_why.startswith("no job progressed for 0.0116 days (the stall limit)")
+    assert result.stopped_why.endswith(
+        "; 1 job(s) can never run on this cluster (B: Waiting: it asks for 4 X GPU(s), 2 here.)"
+    )
+    assert summarise(result)["never_runnable"] == result.never_runnable
+    assert result.stopped_with_runnable_jobs  # A is left too: the CLI still exits 1
+
+
 def test_jobs_nothing_will_run_end_the_run_as_unfinished():
     result = _one_job(_never).run()
     assert result.stopped_early
