@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from scheduling.core.csv_rows import rows_of
+
 DATETIME_COLUMN = "Datetime (UTC)"
 CI_COLUMNS = {
     "direct": "Carbon Intensity gCO₂eq/kWh (direct)",
@@ -77,7 +79,8 @@ def _read_points(
     missing = {DATETIME_COLUMN, column} - set(reader.fieldnames or ())
     if missing:
         raise CarbonDataError(f"{path.name}: missing column(s) {sorted(missing)}")
-    for line_no, row in enumerate(reader, start=2):
+    # (a longer row's tail would be dropped, the row imported as if whole)
+    for line_no, row in rows_of(reader, path.name, CarbonDataError):
         try:
             start = datetime.strptime(row[DATETIME_COLUMN], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
             ci = float(row[column])

@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from scheduling.core.csv_rows import rows_of
 from scheduling.core.types import Cluster, Gpu, Node
 
 # The most GPUs a simulated cluster has: 64 times the largest cluster the benchmarks use
@@ -83,7 +84,9 @@ def read_cluster_spec(path: str | Path, *, gpu_model: str | None = None) -> Clus
     except OSError as exc:
         raise ClusterSpecError(f"cannot read cluster spec {path}: {exc.strerror}") from exc
     if path.suffix == ".csv":
-        rows = list(csv.DictReader(text.splitlines()))
+        # (a longer row's tail would be dropped: "2,4,8,16" ran as 2 x 4 x 8 GPUs)
+        reader = csv.DictReader(text.splitlines())
+        rows = [row for _, row in rows_of(reader, source, ClusterSpecError)]
         if len(rows) != 1:
             raise ClusterSpecError(f"{source}: expected exactly one row, found {len(rows)}")
         row = rows[0]

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
+from scheduling.core.csv_rows import rows_of
 from scheduling.core.types import GpuConfig, Job, PerfCatalog
 
 DEFAULT_TEAM = "default"
@@ -55,19 +56,8 @@ def _rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
             missing = set(required) - set(reader.fieldnames or ())
             if missing:
                 raise TraceError(f"{path.name}: missing column(s) {sorted(missing)}")
-            rows = []
-            for line_no, row in enumerate(reader, start=2):
-                extra = row.get(None)  # type: ignore[call-overload]
-                if extra:
-                    # The reader drops a longer row's tail: "1,000" iterations ran as 1.
-                    width = len(reader.fieldnames or ())
-                    shown = ",".join(map(str, extra))
-                    raise TraceError(
-                        f"{path.name}:{line_no}: {width + len(extra)} fields where the header "
-                        f"has {width} (extra: {shown!r})"
-                    )
-                rows.append(row)
-            return rows
+            # (a longer row's tail would be dropped: "1,000" iterations ran as 1)
+            return [row for _, row in rows_of(reader, path.name, TraceError)]
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror}") from exc
 

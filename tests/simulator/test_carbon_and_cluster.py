@@ -117,3 +117,28 @@ def test_malformed_cluster_specs_are_refused(tmp_path):
     )
     with pytest.raises(ClusterSpecError, match="gpu_model must be one GPU model name"):
         read_cluster_spec(bad)
+
+
+def test_an_elasticflow_cluster_row_longer_than_its_header_is_refused(tmp_path):
+    # (its tail was dropped: one field too many ran as the cluster its first fields say)
+    header = "num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
+    bad = tmp_path / "cluster_long.csv"
+    bad.write_text(header + "1,16,8,64,256,4\n")
+    said = r"^cluster_long.csv:2: 6 fields where the header has 5 \(extra: '4'\)$"
+    with pytest.raises(ClusterSpecError, match=said):
+        read_cluster_spec(bad, gpu_model="A100")
+    # the same row at the header's width reads
+    (tmp_path / "ok.csv").write_text(header + "1,16,8,64,256\n")
+    assert read_cluster_spec(tmp_path / "ok.csv", gpu_model="A100").n_gpus == 128
+
+
+def test_an_electricity_maps_row_longer_than_its_header_is_refused(tmp_path):
+    # (its tail was dropped and the hour read as if whole)
+    bad = tmp_path / "em_XX.csv"
+    bad.write_text(
+        "Datetime (UTC),Carbon Intensity gCO₂eq/kWh (direct)\n"
+        "2022-01-01 00:00:00,100\n2022-01-01 01:00:00,100,200\n"
+    )
+    said = r"^em_XX.csv:3: 3 fields where the header has 2 \(extra: '200'\)$"
+    with pytest.raises(CarbonDataError, match=said):
+        read_electricity_maps_csv(bad)

@@ -68,6 +68,8 @@ HEADER = "Datetime (UTC),Zone Id,Carbon Intensity gCO₂eq/kWh (direct)\n"
         # forecast took them as hours of their own, 30 minutes off)
         ("2022-01-01 00:30:00,ES,0", "ES", r"^bad.csv:2: 2022-01-01 00:30:00 is not the start"),
         ("2022-01-01 00:00:01,ES,0", "ES", r"^bad.csv:2: 2022-01-01 00:00:01 is not the start"),
+        # (a row longer than the header was imported, its tail dropped)
+        ("2022-01-01 00:00:00,ES,100,7", "ES", r"^bad.csv:2: 4 fields where the header has 3"),
     ],
 )
 def test_what_is_no_intensity_of_the_zone_is_refused_and_keeps_what_was_stored(
