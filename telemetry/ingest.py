@@ -3,7 +3,8 @@
 A batch is all-or-nothing: one bad sample rejects the batch with per-field messages
 (``{"samples": {"3": {"power_w": [...]}}}``) and nothing is stored. A sample naming a GPU of
 another node is a permission error (HTTP 403), not a validation one: the token speaks only for
-its own node.
+its own node. A GPU that moved to another node (``Gpu.node_since``) is the exception: its old
+node's spooled samples of it are refused one by one (400), so the agent keeps its other GPUs'.
 
 Validation is a plain loop over dicts rather than a DRF serializer per sample: at 20,000
 samples per second a serializer's per-field machinery is most of the cost. The serializers in
@@ -130,18 +131,28 @@ def validate_batch(
     # Only a name that could be a stored UUID is looked up: PostgreSQL refuses NUL in a query
     # parameter (a 500), and the sample loop below reports every unknown name as such.
     strangers = [u for u in uuids if u not in own and u.isprintable() and len(u) <= 64]
+    moved_away: dict[str, datetime] = {}
     if strangers:
-        known.update(
-            (uuid, (pk, node_id))
-            for uuid, pk, node_id in Gpu.objects.filter(uuid__in=strangers).values_list(
-                "uuid", "pk", "node_id"
-            )
-        )
-    foreign = sorted(u for u, (_, node_id) in known.items() if node_id != node.pk)
+        for uuid, pk, node_id, since in Gpu.objects.filter(uuid__in=strangers).values_list(
+            "uuid", "pk", "node_id", "node_since"
+        ):
+            known[uuid] = (pk, node_id)
+            if since is not None:
+                moved_away[uuid] = since
+    foreign = sorted(
+        u for u, (_, node_id) in known.items() if node_id != node.pk and u not in moved_away
+    )
     if foreign:
         raise BatchRejected(
             {"samples": [f"GPU(s) {', '.join(foreign)} belong to another node."]}, status=403
         )
+    # A GPU of another node that moved there (``Gpu.node_since``) may have been this node's:
+    # its agent's spool still holds samples of it from before the move. They are refused
+    # one by one (a 400 naming them, so the agent posts its other GPUs' samples again);
+    # refused as a batch (a 403), the agent quarantined every GPU's samples with them.
+    # Nothing of another node's GPU is stored either way: the old node is not recorded, so
+    # its word for the time before the move cannot be told from any other node's.
+    moved_away = {u: t for u, t in moved_away.items() if known[u][1] != node.pk}
 
     # What each GPU can draw at most: a reading far above it is no measurement (the
     # learned models refuse it, ``online_model.refusal_reason``), and the ledger must not
@@ -170,6 +181,11 @@ def validate_batch(
                 field_errors["gpu_uuid"] = ["A GPU UUID (text) is required."]
             elif gpu is None:
                 field_errors["gpu_uuid"] = ["Unknown GPU: register it first."]
+            elif gpu_uuid in moved_away:
+                field_errors["gpu_uuid"] = [
+                    f"GPU {gpu_uuid} moved to another node "
+                    f"({moved_away[gpu_uuid].isoformat()}): this node no longer speaks for it."
+                ]
             ts = sample.get("ts")
             try:
                 ts = datetime.fromisoformat(ts) if isinstance(ts, str) else None

@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 from django.db.models import Sum
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from cluster import services as cluster_services
 from cluster.choices import JobState
@@ -126,3 +127,47 @@ def test_a_clock_behind_costs_the_moved_gpus_early_samples_not_the_nodes_batch(m
     assert client2.post("/api/agent/samples/", {"samples": rest}, format="json").status_code == 200
     assert GpuSample.objects.filter(gpu=own).count() == 2
     assert not GpuSample.objects.filter(gpu=board).exists()
+
+
+def test_the_old_nodes_spooled_batch_loses_only_the_moved_gpus_samples(moved, agent_node):
+    # given node-01's agent posting, after the move, a spooled batch of its samples from
+    # the job's run: its GPU 1's and the moved board's
+    job, alloc, board, _ = moved
+    node1, raw1 = agent_node
+    client1 = APIClient()
+    client1.credentials(HTTP_AUTHORIZATION=f"Token {raw1}")
+    stayed = Gpu.objects.get(node=node1, index=1)
+    at = [alloc.started_at + timedelta(seconds=k) for k in range(3)]
+    batch = [
+        {"gpu_uuid": stayed.uuid, "ts": at[0].isoformat(), "power_w": 90.0},
+        {"gpu_uuid": board.uuid, "ts": at[0].isoformat(), "power_w": 300.0},
+        {"gpu_uuid": stayed.uuid, "ts": at[1].isoformat(), "power_w": 91.0},
+        {"gpu_uuid": board.uuid, "ts": at[2].isoformat(), "power_w": 301.0},
+    ]
+
+    response = client1.post("/api/agent/samples/", {"samples": batch}, format="json")
+
+    # then the refusal names the board's samples alone, by position (before: a 403 for the
+    # batch as a whole, and the agent quarantined its GPU 1's samples with them)
+    assert response.status_code == 400, response.content
+    assert set(response.json()["samples"]) == {"1", "3"}
+    assert "moved to another node" in str(response.json()["samples"]["1"]["gpu_uuid"])
+    assert not GpuSample.objects.exists()
+    # and the rest, posted again as the agent does, is stored
+    rest = [s for i, s in enumerate(batch) if i not in (1, 3)]
+    assert client1.post("/api/agent/samples/", {"samples": rest}, format="json").status_code == 200
+    assert GpuSample.objects.filter(gpu=stayed).count() == 2
+    assert not GpuSample.objects.filter(gpu=board).exists()
+
+
+def test_a_gpu_of_another_node_that_never_moved_still_refuses_the_batch(agent_node, other_node):
+    # (the token speaks for its own node: naming a GPU that was never its own is a 403)
+    _, raw1 = agent_node
+    node2, _ = other_node
+    client1 = APIClient()
+    client1.credentials(HTTP_AUTHORIZATION=f"Token {raw1}")
+    theirs = Gpu.objects.get(node=node2, index=0)
+    sample = {"gpu_uuid": theirs.uuid, "ts": timezone.now().isoformat(), "power_w": 90.0}
+    response = client1.post("/api/agent/samples/", {"samples": [sample]}, format="json")
+    assert response.status_code == 403
+    assert not GpuSample.objects.exists()
