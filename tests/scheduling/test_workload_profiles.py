@@ -7,10 +7,11 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from rest_framework.test import APIClient
 
 from cluster.choices import JobState
-from cluster.models import Job
-from scheduling import adapters, services
+from cluster.models import Gpu, Job, Node
+from scheduling import adapters, perf_lookup, services
 from scheduling import workload_profiles as wp
 from scheduling.core import profiles
 from scheduling.core.online_model import Observation, config_of
@@ -535,3 +536,35 @@ def test_a_fit_stored_under_the_old_all_reduce_rule_is_refitted_when_read(
     assert abs(stale.iter_time_s(eight) / fresh.iter_time_s(eight) - 1) > 0.05
     # and the measured configuration stays as measured
     assert model.iter_time_s(one) == pytest.approx(seen[0].iter_time_s, rel=0.02)
+
+
+def test_the_api_calls_a_job_on_an_a100_pcie_estimated_not_the_sxm4_catalog(
+    make_job, member, team, client
+):
+    # given A100 PCIe boards (250 W) registered by their agent under their NVML name, and a
+    # job that measured itself twice on them
+    node = Node.objects.create(name="pcie-01", switch_label="s1", rack_label="r1", gpu_model="x")
+    agent = APIClient()
+    agent.credentials(HTTP_AUTHORIZATION=f"Token {node.issue_agent_token()}")
+    board = {
+        "uuid": "GPU-pcie-0", "index": 0, "model": "NVIDIA A100-PCIE-40GB", "memory_mb": 40960,
+        "default_power_limit_w": 250, "min_power_limit_w": 150, "max_power_limit_w": 250,
+        "supported_sm_clocks_mhz": [1410, 1200, 1005],
+    }  # fmt: skip
+    response = agent.post("/api/agent/register/", {"gpus": [board]}, format="json")
+    assert response.status_code == 200, response.content
+    gpu_model = Gpu.objects.get(uuid="GPU-pcie-0").model
+    job = make_job(owner=member, team=team)
+    state = JobSchedulingState.objects.create(job=job)
+    seen = dataclasses.replace(_obs(1.0), power_w=200.0)
+    wp.record_observations(
+        job, state, gpu_model=gpu_model, observations=[seen, seen], until=T0,
+        catalog=CATALOG, nvml=perf_lookup.nvml_by_model([gpu_model]).get(gpu_model),
+    )  # fmt: skip
+    client.force_login(member)
+
+    # then the API says its model started from an estimate carried from the SXM4's catalog
+    # model onto the PCIe board (before: keyed A100, "catalog resnet50@A100", measured)
+    (model,) = client.get(f"/api/jobs/{job.pk}/").json()["models"]
+    assert (model["gpu_model"], model["prior_kind"]) == ("A100-PCIe", "estimated")
+    assert model["prior"] == "estimated from catalog resnet50@A100"
