@@ -29,7 +29,7 @@ from cluster.services import (
     transition_job,
 )
 from scheduling.core.goodput import efficiency, iterations_per_submitted
-from telemetry.agent.backends import gpu_model_key, is_pcie_split
+from telemetry.agent.backends import gpu_model_key, is_board_split
 from telemetry.choices import ExitReason, JobEventKind
 from telemetry.models import GpuSample, JobEvent
 
@@ -85,14 +85,15 @@ def _model_changes(gpus: list[dict[str, Any]], stored: dict[str, str]) -> dict[i
     would move the GPU's allocations, ledger and every job's learned model to another
     GPU model's predictions. (A stored product name, from agents older than the model key,
     counts as its key. A GPU registered under the key of an SXM model that now reports
-    its PCIe board, "A100" -> "A100-PCIe", is no change: a server that dropped the form
-    factor stored it so; it moves to its own model.)"""
+    its board of its own, "A100" -> "A100-PCIe", "V100" -> "V100-FHHL", "H100" ->
+    "H100-NVL", is no change: a server that dropped the board token stored it so; it
+    moves to its own model, once: ``is_board_split``.)"""
     errors = {}
     for i, g in enumerate(gpus):
         before = stored.get(g["uuid"])
         if before is None or gpu_model_key(before) == g["model"]:
             continue
-        if is_pcie_split(gpu_model_key(before), g["model"]):
+        if is_board_split(gpu_model_key(before), g["model"]):
             log.warning(
                 "GPU %s: registered as %s, a %s board: its model from now on",
                 g["uuid"], before, g["model"],

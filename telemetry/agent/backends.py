@@ -493,13 +493,26 @@ def _text(value: str | bytes) -> str:
 # with an ordinary word left is kept spaced as NVML spells it ("RTX 6000 Ada Generation" is
 # not the RTX6000).
 #
-# The PCIe form factor is the one board token kept, as a ``-PCIe`` suffix ("NVIDIA
-# A100-PCIE-40GB" -> A100-PCIe): a PCIe board of a model that also comes as SXM is another
-# card to schedule, with its own power range and speed (an A100 PCIe: 250-300 W TDP against
-# the SXM4's 400 W, which is the board the catalog's A100 was measured on; an H100 PCIe:
-# 350 W against 700 W). Keyed as the SXM model it was sized by the SXM4's catalog entry
-# and called measured; as a model of its own it gets the estimated prior any GPU model the
-# catalog lacks gets (``scheduling.core.gpu_estimates``), from the range NVML reports.
+# Three board tokens are kept, each as a suffix, because each names a card with another
+# power range (and so other speeds and draws) than the model's SXM board, which is the one a
+# catalog entry or a profile of the bare key was measured on:
+# - the PCIe form factor, ``-PCIe`` ("NVIDIA A100-PCIE-40GB" -> A100-PCIe): an A100 PCIe
+#   is 250-300 W against the SXM4's 400 W (the catalog's A100), an H100 PCIe 350 W against
+#   700 W;
+# - the full-height half-length board, ``-FHHL`` ("Tesla V100-FHHL-16GB" -> V100-FHHL): a
+#   150 W card against the V100 SXM2's 300 W and the V100 PCIe's 250 W;
+# - the NVL board, ``-NVL`` ("NVIDIA H100 NVL" -> H100-NVL): a 350-400 W dual-slot PCIe
+#   card with 94 GB, against the H100 SXM's 700 W and 80 GB (and not the 350 W, 80 GB
+#   H100 PCIe either).
+# Keyed as the bare model, such a board shared everything the service keeps by GPU model
+# with the SXM one: its catalog entry, called measured; the learned workload profiles; the
+# NVML power range the round reads from the model's first registered GPU (a 150 W FHHL
+# board offered the SXM2's 300 W limits, or the other way round); its idle draw; and jobs
+# asking for the model were placed on either. As a model of its own it gets the estimated
+# prior any GPU model the catalog lacks gets (``scheduling.core.gpu_estimates``), from the
+# range NVML reports. The other board tokens stay dropped: they name memory sizes, vGPU
+# profiles and MIG slices of one board, or boards with the SXM board's power (a V100-DGXS
+# is an SXM2 V100 at 300 W in a DGX Station).
 _BRANDS = frozenset({"NVIDIA", "TESLA", "QUADRO", "GEFORCE", "GRID"})
 _BOARD_TOKEN = re.compile(
     r"\d+(\.\d+)?[GT]B|SXM\d*|PCIE|HBM\d*E?|NVL|NVLINK|DGXS|FHHL|LS|PASSIVE|\d+[QCAB]",
@@ -515,23 +528,31 @@ def _code_like(word: str) -> bool:
 
 
 PCIE_SUFFIX = "-PCIe"
+# NVML's token (upper case) -> the key's suffix, in the order one is looked for: a name
+# keeps one suffix, the first of these its words hold.
+BOARD_SUFFIXES = {"PCIE": PCIE_SUFFIX, "FHHL": "-FHHL", "NVL": "-NVL"}
 
 
 def gpu_model_key(product_name: str) -> str:
     """Map an NVML product name (``NVIDIA A100-SXM4-40GB``) to a GPU model key (``A100``;
-    ``A100-PCIe`` for ``NVIDIA A100-PCIE-40GB``). A key maps to itself."""
+    ``A100-PCIe`` for ``NVIDIA A100-PCIE-40GB``, ``V100-FHHL``, ``H100-NVL``: see
+    ``BOARD_SUFFIXES``). A key maps to itself."""
     name = product_name.strip()
     words = re.split(r"[\s\-]+", name.split(" MIG ")[0])
     kept = [w for w in words if w and w.upper() not in _BRANDS and not _BOARD_TOKEN.fullmatch(w)]
     if not kept:
         return name
-    suffix = PCIE_SUFFIX if any(w.upper() == "PCIE" for w in words) else ""
+    tokens = {w.upper() for w in words}
+    suffix = next((s for token, s in BOARD_SUFFIXES.items() if token in tokens), "")
     if all(_code_like(w) for w in kept):
         return "".join(kept) + suffix
     return " ".join(kept) + suffix
 
 
-def is_pcie_split(before: str, after: str) -> bool:
-    """True where GPU model key ``after`` is ``before``'s PCIe board: a GPU registered under
-    ``before`` by a server that dropped the form factor (see ``PCIE_SUFFIX``)."""
-    return not before.endswith(PCIE_SUFFIX) and after == before + PCIE_SUFFIX
+def is_board_split(before: str, after: str) -> bool:
+    """True where GPU model key ``after`` is ``before``'s board of its own (``A100`` ->
+    ``A100-PCIe``, ``V100`` -> ``V100-FHHL``, ``H100`` -> ``H100-NVL``): a GPU registered
+    under ``before`` by a server that dropped the board token (see ``BOARD_SUFFIXES``). Once
+    moved, a board does not move back, nor to another board."""
+    suffixes = BOARD_SUFFIXES.values()
+    return not before.endswith(tuple(suffixes)) and any(after == before + s for s in suffixes)

@@ -517,3 +517,38 @@ def test_a_pcie_board_registered_as_the_sxm_model_moves_to_its_own_model(agent_n
     response = agent_client(token).post("/api/agent/register/", body, format="json")
     assert response.status_code == 400
     assert set(Gpu.objects.filter(node=node).values_list("model", flat=True)) == {"A100-PCIe"}
+
+
+@pytest.mark.parametrize(
+    ("stored", "product_name", "key"),
+    [
+        ("V100", "Tesla V100-FHHL-16GB", "V100-FHHL"),  # a 150 W card, not the 300 W SXM2
+        ("H100", "NVIDIA H100 NVL", "H100-NVL"),  # 350-400 W, 94 GB, not the 700 W SXM
+    ],
+)
+def test_an_fhhl_or_nvl_board_registered_as_the_sxm_model_moves_to_its_own_model_once(
+    agent_node, agent_client, stored, product_name, key
+):
+    # given boards registered under the bare model's key (before the server kept the FHHL
+    # and NVL boards apart, they shared the SXM board's key, power range and profiles)
+    node, token = agent_node
+    Gpu.objects.filter(node=node).update(model=stored)
+    # when their agent registers them again under their NVML name
+    body = {
+        "gpus": [
+            _gpu("GPU-node-01-0", 0, model=product_name),
+            _gpu("GPU-node-01-1", 1, model=product_name),
+        ]
+    }
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    # then it is no model change refused: both are the board's own model from now on
+    assert response.status_code == 200, response.json()
+    assert set(Gpu.objects.filter(node=node).values_list("model", flat=True)) == {key}
+    # and once moved, a board goes neither back to the bare key nor to another board
+    for other in (stored, f"{stored}-PCIe"):
+        body = {
+            "gpus": [_gpu("GPU-node-01-0", 0, model=other), _gpu("GPU-node-01-1", 1, model=other)]
+        }
+        response = agent_client(token).post("/api/agent/register/", body, format="json")
+        assert response.status_code == 400
+        assert set(Gpu.objects.filter(node=node).values_list("model", flat=True)) == {key}

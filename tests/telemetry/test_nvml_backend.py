@@ -440,7 +440,9 @@ def test_a_gpu_nvml_cannot_describe_is_left_out_and_the_others_run(fake, caplog)
         ("NVIDIA H100 PCIe", "H100-PCIe"),
         ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "A100"),
         ("NVIDIA H100 80GB HBM3", "H100"),  # what the H100 machines here reported
-        ("NVIDIA H100 NVL", "H100"),
+        # the NVL board (350-400 W, 94 GB) is not the 700 W SXM H100 nor the H100 PCIe
+        ("NVIDIA H100 NVL", "H100-NVL"),
+        ("H100-NVL", "H100-NVL"),
         # models the catalog lacks keep their own model code, not the product name
         ("NVIDIA H200", "H200"),  # what the H200 machine here reported
         ("NVIDIA GH200 480GB", "GH200"),
@@ -450,7 +452,10 @@ def test_a_gpu_nvml_cannot_describe_is_left_out_and_the_others_run(fake, caplog)
         ("NVIDIA RTX A6000", "RTXA6000"),
         ("Tesla V100S-PCIE-32GB", "V100S-PCIe"),  # not a V100: 250 W, other clocks
         ("Tesla V100-DGXS-32GB", "V100"),
-        ("Tesla V100-FHHL-16GB", "V100"),
+        # a 150 W card, not the 300 W SXM2 V100 (nor the 250 W V100 PCIe)
+        ("Tesla V100-FHHL-16GB", "V100-FHHL"),
+        ("V100-FHHL", "V100-FHHL"),
+        ("Tesla V100-PCIE-16GB", "V100-PCIe"),
         ("Tesla V100-SXM2-32GB-LS", "V100"),
         ("Quadro RTX 6000 Passive", "RTX6000"),
         # vGPU guests: the profile suffix is not the model
