@@ -587,6 +587,17 @@ def targets(who: str) -> list[tuple[str, str]]:
             ("admin /admin/cluster/job/", "/admin/cluster/job/"),
             ("admin /admin/cluster/job/<id>/", f"/admin/cluster/job/{job.pk}/change/"),
             ("admin /admin/scheduling/schedulinground/", "/admin/scheduling/schedulinground/"),
+            ("admin /admin/scheduling/rounddecision/", "/admin/scheduling/rounddecision/"),
+            (
+                "admin /admin/scheduling/jobschedulingstate/",
+                "/admin/scheduling/jobschedulingstate/",
+            ),
+            ("admin /admin/cluster/joballocation/", "/admin/cluster/joballocation/"),
+            ("admin /admin/cluster/auditentry/", "/admin/cluster/auditentry/"),
+            ("admin /admin/telemetry/jobevent/", "/admin/telemetry/jobevent/"),
+            ("admin /admin/telemetry/gpuminute/", "/admin/telemetry/gpuminute/"),
+            ("admin /admin/telemetry/gpuhour/", "/admin/telemetry/gpuhour/"),
+            ("admin /admin/cluster/gpu/<id>/ (samples)", f"/admin/cluster/gpu/{gpu.pk}/change/"),
             ("admin /admin/telemetry/energyledgerentry/", "/admin/telemetry/energyledgerentry/"),
             (
                 "admin /admin/telemetry/energyledgerentry/?p=99",

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from cluster import services
-from cluster.admin_readonly import ReadOnlyAdmin, RecordAdmin
+from cluster.admin_readonly import BoundedCountPaginator, ReadOnlyAdmin, RecordAdmin
 from cluster.choices import AuditAction, JobState
 from cluster.models import (
     AuditEntry,
@@ -375,6 +375,10 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ["name", "owner__username", "workload"]
     date_hierarchy = "submitted_at"
     list_select_related = ["team", "owner"]
+    # Jobs are never deleted: the list counts what its filters select up to a bound, and
+    # not the whole table a second time (``RecordAdmin``).
+    paginator = BoundedCountPaginator
+    show_full_result_count = False
     autocomplete_fields = ["owner", "team"]
     # The state machine is enforced by cluster.services; the admin shows but never edits state.
     readonly_fields = [
@@ -475,6 +479,9 @@ class JobAllocationAdmin(ReadOnlyAdmin):
     list_filter = ["ended_at"]
     search_fields = ["job__name"]
     list_select_related = ["job"]
+    # Newest first, on the primary key: the model's order (job, start) is the jobs' order
+    # (-submitted_at), a join and sort of every allocation.
+    ordering = ["-id"]
 
 
 @admin.register(Budget)
@@ -522,6 +529,8 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
     list_display = ["at", "actor_username", "action", "object_type", "object_id", "team"]
     list_filter = ["action", "object_type", "team"]
+    # The team may be null, so the admin does not join it by itself: a query a row.
+    list_select_related = ["team"]
     search_fields = ["actor_username", "object_id"]
     date_hierarchy = "at"
 

@@ -166,7 +166,10 @@ class RoundDecisionAdmin(RecordAdmin):
     list_filter = ["action", "applied"]
     list_select_related = ["round", "job"]
     search_fields = ["job__name", "=job__id", "reason_code"]
-    show_full_result_count = False
+    # Newest first, on the primary key (a round writes its decisions as it ends): the
+    # model's order (round, id) is the rounds' (-started_at), a join and sort of every
+    # decision.
+    ordering = ["-id"]
 
     @admin.display(description="GPUs")
     def gpu_count(self, obj: RoundDecision) -> int:

@@ -10,14 +10,15 @@ and Django's admin refuses models with a composite primary key. The GPU's admin 
 latest samples of that GPU instead (``cluster/admin.py``).
 
 The tables behind these pages grow by the hour, so no page asks for a full count or for the
-distinct dates of a table: date filters are the fixed ranges of ``DateFieldListFilter``. The
-ledger's list, the longest, counts at most ``BoundedCountPaginator.limit`` rows and reads its
-order from an index.
+distinct dates of a table: date filters are the fixed ranges of ``DateFieldListFilter``. Every
+list counts at most ``BoundedCountPaginator.limit`` rows (``RecordAdmin``) and reads its order
+from an index: the ledger's (hour, GPU, id), the others' primary key (rows are written as
+they arrive or are accounted, so the newest written come first).
 """
 
 from django.contrib import admin
 
-from cluster.admin_readonly import BoundedCountPaginator, ReadOnlyAdmin
+from cluster.admin_readonly import ReadOnlyAdmin
 from scheduling.core.types import J_PER_KWH
 from telemetry.models import (
     CarbonIntensity,
@@ -58,9 +59,8 @@ class EnergyLedgerEntryAdmin(ReadOnlyAdmin):
     search_fields = ["job__name", "gpu__uuid", "gpu__node__name"]
     # Newest first, read backwards from the ledger's (hour, gpu, id) index: ordered by the
     # GPU's and job's own orderings, every page joined and sorted the whole ledger. Counted
-    # up to a bound (the page says "more than" past it).
+    # up to a bound (the page says "more than" past it; ``RecordAdmin``).
     ordering = ["-hour", "-gpu_id", "-id"]
-    paginator = BoundedCountPaginator
 
     @admin.display(description="energy (kWh)", ordering="energy_j")
     def energy_kwh(self, obj: EnergyLedgerEntry) -> str:
@@ -78,7 +78,10 @@ class JobEventAdmin(ReadOnlyAdmin):
     list_filter = ["kind", "reason", ("ts", admin.DateFieldListFilter), "node"]
     list_select_related = ["job", "node"]
     search_fields = ["job__name", "=job__id", "=event_id"]
-    ordering = ["-ts", "-id"]
+    # Newest received first, on the primary key: ordered by ``ts`` (no index of its own),
+    # every page sorted all events (1.6 million progress reports of 250 running jobs on
+    # the scale database: 2.2-2.6 s a page). A column's header still sorts by it.
+    ordering = ["-id"]
 
 
 @admin.register(GpuHour)
@@ -89,7 +92,9 @@ class GpuHourAdmin(ReadOnlyAdmin):
     list_filter = [("hour", admin.DateFieldListFilter), "gpu__node"]
     list_select_related = ["gpu__node"]
     search_fields = ["gpu__uuid", "gpu__node__name"]
-    ordering = ["-hour", "gpu"]
+    # Newest accounted first, on the primary key (the unique index is (GPU, hour)): by
+    # hour and GPU every page sorted the table (0.25-0.29 s for 135,200 rows).
+    ordering = ["-id"]
 
 
 @admin.register(GpuMinute)
@@ -100,7 +105,8 @@ class GpuMinuteAdmin(ReadOnlyAdmin):
     list_filter = [("minute", admin.DateFieldListFilter), "gpu__node"]
     list_select_related = ["gpu__node"]
     search_fields = ["gpu__uuid", "gpu__node__name"]
-    ordering = ["-minute", "gpu"]
+    # As the hours' (1.4-1.5 s a page for a day's 1,152,000 minutes of 800 GPUs).
+    ordering = ["-id"]
 
 
 @admin.register(DirtyHour)
