@@ -225,6 +225,17 @@ class JobEvent(models.Model):
                 condition=Q(kind="progress"),
                 name="jobevent_progress_node_ts_idx",
             ),
+            # Each allocation's newest progress report, read backwards from the round's
+            # time (``scheduling.observations.newest_progress_of``). Neither index above
+            # serves it: by (job, time) an ended allocation's newest is found under every
+            # report of the job's later ones; by (job, allocation, node, time) every report
+            # of the allocation is read and sorted (0.45-1.2 s a round for the scale
+            # database's 250 running allocations of 6,440 reports each).
+            models.Index(
+                fields=["job", "allocation_id", "ts"],
+                condition=Q(kind="progress"),
+                name="jobevent_progress_alloc_ts_idx",
+            ),
         ]
         constraints = [
             models.CheckConstraint(
