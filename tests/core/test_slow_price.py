@@ -167,3 +167,34 @@ def test_the_slow_price_of_a_budget_gone_from_the_round_is_dropped():
     alone = plan(present)
     assert both.policy_state == alone.policy_state
     assert both.allocations == alone.allocations
+
+
+def test_the_arrivals_of_a_budget_gone_from_the_round_are_dropped():
+    # given the state of the round before: the present budget's arrivals (their cheapest
+    # cost since 0 s, and by octave of their time), and those of 40 budgets whose periods
+    # have ended (a long-running service sees one a team a period)
+    budget = Budget("b", "t", 0.0, SPAN, energy_limit_j=150_000.0, energy_used_j=60_000.0)
+    present = {"b": [45_000.0, 0.0]}
+    present_times = {"b": {"9": [45_000.0, 45_000.0 * 900.0, 45_000.0 / 900.0]}}
+    ended = {f"ended-{k}": [90_000.0, -SPAN] for k in range(40)}
+    ended_times = {f"ended-{k}": {"10": [90_000.0, 9e7, 90.0]} for k in range(40)}
+    policy = get_policy("powerflow", period_reserve=0.0, cost_above_idle=True)
+
+    def plan(arrivals, times):
+        state = {"price_prev_now": 1200.0, "price_arrivals": arrivals,
+                 "price_arrival_times": times}  # fmt: skip
+        snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=600.0)], budgets=(budget,),
+                        policy_state=state)  # fmt: skip
+        return plan_round(snap, policy=policy, now=1500.0)
+
+    # when a round plans with it
+    both = plan({**present, **ended}, {**present_times, **ended_times})
+
+    # then only the present budget's arrivals are carried (before: all 41, for ever)
+    assert set(both.policy_state["price_arrivals"]) == {"b"}
+    assert set(both.policy_state["price_arrival_times"]) == {"b"}
+    assert both.policy_state["price_arrivals"]["b"] == [45_000.0, 0.0]
+    # and the round plans as it does without the ended budgets' state
+    alone = plan(present, present_times)
+    assert both.policy_state == alone.policy_state
+    assert both.allocations == alone.allocations

@@ -137,10 +137,20 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         return {}
     state = ctx.policy_state
     prev_now = state.get("price_prev_now")
-    arrivals = {k: [float(x) for x in v] for k, v in state.get("price_arrivals", {}).items()}
+    # The arrivals' state by budget (their cheapest cost since the budget was first priced,
+    # and its spread by octave of their time), for the round's budgets only, as the slow
+    # price's below: a budget gone (its period ended, or deleted) never prices again, and
+    # kept, the state grew by a budget a team a period for as long as the service ran
+    # (every round reads and writes it back whole). The pacer reads each present budget's
+    # arrivals since it was first priced, all within its period: nothing else to drop.
+    present = {b.budget_id for b in budgets}
+    arrivals = {
+        k: [float(x) for x in v] for k, v in state.get("price_arrivals", {}).items() if k in present
+    }
     hist = {
         k: {t: [float(x) for x in cell] for t, cell in v.items()}
         for k, v in state.get("price_arrival_times", {}).items()
+        if k in present
     }
     recs = [
         arrivals.setdefault(b.budget_id, [0.0, ctx.now_s]) if priced[b_i] else None
@@ -251,7 +261,6 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     # for the round's budgets only: a budget gone (its period ended, or deleted) never
     # prices again (a later period is a budget of its own, or starts again at the
     # re-solved price), and kept, a long-running service carried one more a period.
-    present = {b.budget_id for b in budgets}
     slow: dict[str, list[float]] = {
         k: [float(x) for x in v] for k, v in state.get("slow_price", {}).items() if k in present
     }
