@@ -364,6 +364,40 @@ def test_an_allocations_newest_report_is_one_index_entry_whatever_the_jobs_other
         assert _rows_read(query["sql"], None, table) < 10
 
 
+def test_a_stalled_jobs_catch_up_reads_its_own_gpus_samples_not_the_clusters(
+    make_job, member, team
+):
+    # given two jobs' GPUs sampled at 1 Hz for 1,000 s: one job read 10 s ago, the other
+    # (stalled, then resumed) not since the start
+    stalled_node, steady_node = _node("n-stalled", 2), _node("n-steady", 2)
+    for gpu in [*stalled_node.gpus.all(), *steady_node.gpus.all()]:
+        _samples(gpu, T0, range(1, 1001), 300.0)
+    until = T0 + timedelta(seconds=1000)
+    items = [
+        (list(steady_node.gpus.all()), until - timedelta(seconds=10)),
+        (list(stalled_node.gpus.all()), T0),
+    ]
+    table = GpuSample._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {table}")
+    # when the round reads their samplings
+    with CaptureQueriesContext(connection) as queries:
+        found = adapters._sample_instants_of(items, until=until)
+    # then each job has its own samplings of its window
+    assert [len(f) for f in found] == [10, 1000]
+    assert found[0][0] == (T0 + timedelta(seconds=991), 300.0 + 991 % 3)
+    # and the read touched the jobs' own samples, 2 x (10 + 1,000) rows, not every GPU's
+    # since the stalled job's start (before: 4,000, the steady job's GPUs' 990 seconds
+    # more each, as the scale database read 443,868 rows for one stalled job's 9 minutes)
+    # whichever join the planner picks (here, nested loops priced out, as the scale
+    # database's statistics made them: there a hash join over a BRIN scan of the span)
+    (query,) = queries.captured_queries
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_nestloop = off")
+        assert _rows_read(query["sql"], None, table) <= 2 * (10 + 1000)
+
+
 def test_jobs_unread_for_long_are_read_a_bounded_span_at_a_time(
     make_job, member, team, monkeypatch
 ):
