@@ -326,6 +326,7 @@ def _fold_telemetry_of(
     found_of = adapters.observed_measurements_of(items, now=now)
     profiles = None
     writes = workload_profiles.StateWrites()
+    draws = workload_profiles.MeasuredDraws(catalog)
     refitted = 0
     for (job, state, alloc), found in zip(items, found_of, strict=True):
         if found is None:
@@ -352,6 +353,7 @@ def _fold_telemetry_of(
             nvml=workload_profiles.nvml_gpus(alloc.gpus.all()).get(found.gpu_model),
             writes=writes,
             newest=profiles,
+            draws=draws,
         )
         refitted += model is not None
     writes.save()

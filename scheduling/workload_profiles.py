@@ -315,6 +315,7 @@ def fit_prior(
     catalog: Catalog,
     nvml: NvmlGpu | None = None,
     known: Mapping[str, Sequence[float]] | None = None,
+    draws: MeasuredDraws | None = None,
 ) -> FittedPerfModel:
     """The model a job's ``observations`` are fitted against, given ``prior_for``'s
     ``(prior, source)``: the prior itself, except where it is another workload's catalog
@@ -333,7 +334,8 @@ def fit_prior(
     This is the one place the shaping happens: ``record_observations`` stores its result as
     the fit's prior, and every rebuild reads that back (``stored_prior``), so the round,
     the refit and the first profile version cannot disagree, and a catalog that changes
-    later does not move an earlier fit's prior."""
+    later does not move an earlier fit's prior. ``draws``: where a round folds many jobs,
+    what ``measured_on_gpu`` reads, read once a GPU model for all of them."""
     if not estimated_from_another_workload(workload, source):
         return prior
     span = gpu_draw_range_w(catalog, prior.gpu_model, nvml)
@@ -348,7 +350,10 @@ def fit_prior(
             o.power_w is not None and om.at_default_power(o, prior.gpu) for o in observations
         ):
             return prior
-        known = measured_on_gpu(prior.gpu_model, catalog=catalog, exclude=workload)
+        if draws is None:
+            known = measured_on_gpu(prior.gpu_model, catalog=catalog, exclude=workload)
+        else:
+            known = draws.on(prior.gpu_model, exclude=workload)
     # Draws measured on this GPU model by enough other workloads: the least says where light
     # work sits (above idle, with the clocks up), the most is the busy maximum.
     # With too few, no floor; or, where ``gpu_estimates.ESTIMATE_FLOOR`` is on (off: measured,
@@ -404,27 +409,58 @@ def measured_on_gpu(
     keyed by the first of them: an imagenet job's floor pool counted resnet50's profile as
     another workload's draws (its own network's), and a third workload's pool counted the
     two names as two workloads."""
-    excluded = catalog.same_workload(exclude) if exclude else frozenset()
-    out: dict[str, list[float]] = {}
+    return _without(_measured_on([gpu_model], catalog=catalog)[gpu_model], exclude, catalog)
+
+
+def _measured_on(gpu_models: Iterable[str], *, catalog: Catalog) -> dict[str, dict[str, list]]:
+    """GPU model -> ``measured_on_gpu`` of it, every workload's, in one query."""
+    gpu_models = set(gpu_models)
+    out: dict[str, dict[str, list[float]]] = {g: {} for g in gpu_models}
     for m in catalog.models():
-        if m.gpu_model == gpu_model and m.workload not in excluded:
-            out.setdefault(min(catalog.same_workload(m.workload)), []).extend(om.model_draws_w(m))
+        if m.gpu_model in gpu_models:
+            key = min(catalog.same_workload(m.workload))
+            out[m.gpu_model].setdefault(key, []).extend(om.model_draws_w(m))
     # The draws are picked out by PostgreSQL (``_ONE_GPU_DEFAULT_DRAWS``), not read with each
-    # newest profile's models and observations: this runs for every job of an unknown
-    # workload each round it reports a draw, inside the round's transaction.
+    # newest profile's models and observations: this runs inside the round's transaction.
     newest = (
-        WorkloadProfile.objects.filter(gpu_model=gpu_model)
-        .exclude(workload__in=excluded)
-        .order_by("workload", "-version")
-        .distinct("workload")
+        WorkloadProfile.objects.filter(gpu_model__in=gpu_models)
+        .order_by("gpu_model", "workload", "-version")
+        .distinct("gpu_model", "workload")
         .annotate(draws=RawSQL(_ONE_GPU_DEFAULT_DRAWS, (), output_field=JSONField()))
-        .values_list("workload", "draws")
+        .values_list("gpu_model", "workload", "draws")
     )
-    for workload, draws in newest:
+    for gpu_model, workload, draws in newest:
         kept = [float(d) for d in draws or () if isinstance(d, int | float)]
         if kept:
-            out.setdefault(min(catalog.same_workload(workload)), []).extend(kept)
+            out[gpu_model].setdefault(min(catalog.same_workload(workload)), []).extend(kept)
     return out
+
+
+def _without(
+    known: Mapping[str, list[float]], exclude: str, catalog: Catalog
+) -> dict[str, list[float]]:
+    """``known`` but the workload ``exclude`` is (all its names are one key: the least of
+    them, ``Catalog.same_workload``, whose names no other workload's share)."""
+    if not exclude:
+        return {k: list(v) for k, v in known.items()}
+    dropped = min(catalog.same_workload(exclude))
+    return {k: list(v) for k, v in known.items() if k != dropped}
+
+
+class MeasuredDraws:
+    """``measured_on_gpu`` for the jobs a round folds: each GPU model's draws read once, at
+    the first job that needs them (each job of an unknown workload with a draw at the
+    default limit read them with a query of its own, every round: an N+1 of the fold).
+    The profiles it reads are not written while a round folds."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+        self._by_gpu: dict[str, dict[str, list[float]]] = {}
+
+    def on(self, gpu_model: str, *, exclude: str = "") -> dict[str, list[float]]:
+        if gpu_model not in self._by_gpu:
+            self._by_gpu.update(_measured_on([gpu_model], catalog=self._catalog))
+        return _without(self._by_gpu[gpu_model], exclude, self._catalog)
 
 
 def stored_prior(entry: Mapping[str, Any]) -> FittedPerfModel:
@@ -508,9 +544,11 @@ def refit_observations(
     nvml: NvmlGpu | None = None,
     writes: StateWrites,
     newest: Profiles | None = None,
+    draws: MeasuredDraws | None = None,
 ) -> om.OnlinePerfModel | None:
-    """``record_observations``, its write left to ``writes`` (``StateWrites.save``) and its
-    profile lookups to ``newest`` where they were read ahead (``latest_profiles``)."""
+    """``record_observations``, its write left to ``writes`` (``StateWrites.save``), its
+    profile lookups to ``newest`` where they were read ahead (``latest_profiles``) and
+    its GPU model's measured draws to ``draws`` (``fit_prior``)."""
     found = _prior_and_mark(
         job.workload, gpu_model, catalog=catalog, nvml=nvml, hints=JobHints.of(job),
         newest=newest,
@@ -525,7 +563,9 @@ def refit_observations(
     stored_params = dict(state.online_params or {})
     model = None
     if pooled:
-        prior = fit_prior(job.workload, prior, source, pooled, catalog=catalog, nvml=nvml)
+        prior = fit_prior(
+            job.workload, prior, source, pooled, catalog=catalog, nvml=nvml, draws=draws
+        )
         # Warm start from the last fit against the same prior: a round's refit is then a few
         # steps (~0.02 s) instead of a cold fit (~0.3 s). A draw-shaped prior moves as reports
         # come in; the fit still ends near where a cold one does (resnet50-like job on an

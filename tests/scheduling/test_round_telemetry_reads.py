@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 
 from cluster import services as cluster_services
 from cluster.models import Gpu, Job, JobAllocation, Node
-from scheduling import adapters, observations, services
-from scheduling.models import JobSchedulingState
+from scheduling import adapters, observations, services, workload_profiles
+from scheduling.models import JobSchedulingState, WorkloadProfile
 from telemetry.models import GpuSample, JobEvent
 
 pytestmark = pytest.mark.django_db
@@ -121,6 +121,70 @@ def test_the_running_jobs_telemetry_is_read_in_queries_that_do_not_grow_with_the
     # no report yet, 15 and 60 training), and so are all the queries, the refitted models'
     # stored fits and their workloads' profiles too (before: two queries a refitted model)
     assert counts[0] == counts[1]
+
+
+def test_the_draws_other_workloads_measured_are_read_once_for_all_jobs_of_new_workloads(
+    make_job, member, team
+):
+    # given 2 running jobs, then 6, of workloads the catalog lacks (each resembling
+    # resnet50), training with draws at the default limit: each fit's prior reads the
+    # draws other workloads measured on the A100 (``measured_on_gpu``)
+    catalog = adapters.current_catalog()
+    counts, fits = [], []
+    for n in (2, 6):
+        with transaction.atomic():
+            for k in range(n):
+                node = _node(f"new-{n}-{k}", 1)
+                gpus = list(node.gpus.all())
+                job = make_job(owner=member, team=team, workload=f"new-net-{k}",
+                               resembles="resnet50", min_gpus=1, max_gpus=1,
+                               global_batch_size=256, min_batch_size=256, max_batch_size=256,
+                               total_iterations=100_000)  # fmt: skip
+                cluster_services.start_job(job, gpus=gpus, batch_size=256, at=T0)
+                job.refresh_from_db()
+                _training(job, node, gpus, pace=0.05 + 0.01 * k, watts=200.0 + 10 * k)
+            rows = _rows()
+            # when a round folds their telemetry
+            with CaptureQueriesContext(connection) as queries:
+                refitted = services.refresh_online_models(rows, catalog=catalog, now=NOW)
+            assert refitted == n
+            draws = [q for q in queries.captured_queries if "jsonb_path_query_array" in q["sql"]]
+            counts.append((len(draws), len(queries.captured_queries)))
+            states = JobSchedulingState.objects.filter(job__in=rows).order_by("job_id")
+            fits.append([s.online_params["A100"]["prior_params"] for s in states])
+            transaction.set_rollback(True)
+    # then the draws are read once a round, not once a job (before: 2 and 6 reads), and
+    # the round's queries are as many for 6 jobs as for 2
+    assert counts[0] == counts[1]
+    assert counts[0][0] == 1
+    # and the first two jobs' priors are the same either way
+    assert fits[0] == fits[1][:2]
+
+
+def test_the_draws_read_once_are_each_jobs_own_read_of_them(make_job, member, team):
+    # given profiles of three workloads on the A100, two of them one workload by the
+    # catalog's aliases (imagenet is resnet50)
+    catalog = adapters.current_catalog()
+    fit = {
+        "observations": [
+            {"n_gpus": 1, "power_w": w, "power_limit_w": None, "sm_clock_mhz": None}
+            for w in (250.0, 260.0)
+        ]
+    }
+    for version, workload in enumerate(("imagenet", "resnet50", "new-net"), start=1):
+        prior = catalog.get("resnet50", "A100")
+        WorkloadProfile.objects.create(
+            workload=workload, gpu_model="A100", version=version, n_observations=2, created_at=T0,
+            params={**workload_profiles.model_to_params(prior), "fit": fit},
+        )  # fmt: skip
+    draws = workload_profiles.MeasuredDraws(catalog)
+    # then what the round reads once is, job by job, what each job's own read was
+    for exclude in ("", "imagenet", "resnet50", "new-net", "other"):
+        own = workload_profiles.measured_on_gpu("A100", catalog=catalog, exclude=exclude)
+        assert draws.on("A100", exclude=exclude) == own
+    assert draws.on("A100")["new-net"] == [250.0, 260.0]
+    assert "new-net" not in draws.on("A100", exclude="new-net")
+    assert "imagenet" not in draws.on("A100", exclude="resnet50")
 
 
 def test_the_ended_allocations_are_read_in_queries_that_do_not_grow_with_them(
