@@ -451,7 +451,9 @@ def progress_reports_of(
             "AND e.ts >= w.since AND e.ts <= w.until "
             "WHERE e.kind = %s AND e.job_id = ANY(%s::bigint[]) "
             "AND e.ts >= %s AND e.ts <= %s "
-            "ORDER BY w.k, e.ts",
+            # (ties in time by node: the order of a node's first interval among the
+            # others' must not depend on the plan, or the fits differ in the last digit)
+            "ORDER BY w.k, e.ts, e.node_id, e.id",
             [
                 list(range(len(items))),
                 [job_id for job_id, *_ in items],
