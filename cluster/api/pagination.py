@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from base64 import urlsafe_b64decode, urlsafe_b64encode
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q
@@ -129,8 +129,20 @@ class KeysetPagination(CursorPagination):
                 self.model._meta.get_field(field).to_python(value)
                 for field, value in zip(self.ordering, values, strict=True)
             )
-        except (ValueError, TypeError, UnicodeError, DjangoValidationError):
+            if any(v is None or (isinstance(v, datetime) and v.tzinfo is None) for v in key):
+                raise ValueError(encoded)
+            # In UTC, as the filters compare (``filter_backend``): Python takes offsets up to
+            # 23:59, PostgreSQL only to 15:59, and year 1 at +05:00 is no UTC time at all.
+            key = tuple(v.astimezone(UTC) if isinstance(v, datetime) else v for v in key)
+        except (
+            ValueError,
+            TypeError,
+            UnicodeError,
+            DjangoValidationError,
+            # Infinity for an id (JSON as Python reads it), a datetime with no UTC
+            # equivalent, brackets nested past the parser's depth: each was a 500
+            OverflowError,
+            RecursionError,
+        ):
             raise ValidationError({self.cursor_query_param: [CURSOR_MESSAGE]}) from None
-        if any(v is None or (isinstance(v, datetime) and v.tzinfo is None) for v in key):
-            raise ValidationError({self.cursor_query_param: [CURSOR_MESSAGE]})
         return Cursor(offset=0, reverse=bool(reverse), position=key)

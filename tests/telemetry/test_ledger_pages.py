@@ -5,9 +5,11 @@ on a 100,000-job database, 838,980 rows; docs/benchmarks.md). The API now pages 
 position (``cluster.api.pagination.KeysetPagination``), the admin counts at most
 ``BoundedCountPaginator.limit`` rows, and both read their order from an index."""
 
+import json
 import re
-from base64 import urlsafe_b64encode
-from datetime import UTC, datetime, timedelta
+from base64 import urlsafe_b64decode, urlsafe_b64encode
+from datetime import UTC, datetime, timedelta, timezone
+from urllib.parse import unquote
 
 import pytest
 from django.db import connection
@@ -95,6 +97,10 @@ def test_a_filtered_ledger_page_keeps_its_filter_on_the_next(ledger, api_client,
     )
 
 
+def _cursor(position: bytes) -> str:
+    return urlsafe_b64encode(b"[0, " + position + b"]").decode()
+
+
 @pytest.mark.parametrize(
     "cursor",
     [
@@ -103,6 +109,12 @@ def test_a_filtered_ledger_page_keeps_its_filter_on_the_next(ledger, api_client,
         urlsafe_b64encode(b'[0, ["2026-11-22T03:00:00", 1, 1]]').decode(),  # naive
         urlsafe_b64encode(b'[2, ["2026-11-22T03:00:00+00:00", 1, 1]]').decode(),
         urlsafe_b64encode(b'[0, ["tuesday", 1, 1]]').decode(),
+        # found by probing (each a 500): an id no integer holds (OverflowError), an hour
+        # with no UTC equivalent, brackets past the parser's depth (RecursionError)
+        pytest.param(_cursor(b'["2026-11-22T03:00:00+00:00", Infinity, 1]'), id="inf-gpu"),
+        pytest.param(_cursor(b'["2026-11-22T03:00:00+00:00", 1, -Infinity]'), id="inf-id"),
+        pytest.param(_cursor(b'["0001-01-01T00:00:00+05:00", 1, 1]'), id="before-year-1"),
+        pytest.param(urlsafe_b64encode(b"[" * 50_000 + b"]" * 50_000).decode(), id="nested-50000"),
     ],
 )
 def test_a_cursor_the_list_did_not_give_is_refused_naming_it(ledger, api_client, personas, cursor):
@@ -189,3 +201,27 @@ def test_the_admins_ledger_list_counts_a_short_ledger_exactly(ledger, admin_clie
     assert response.context["cl"].result_count == 16
     html = response.content.decode()
     assert f"16 {PLURAL}" in html and "more than" not in html
+
+
+def test_a_cursor_at_another_utc_offset_reads_the_same_page(
+    ledger, api_client, personas, monkeypatch
+):
+    # given pages of 5 and the cursor of the first page's next link, its hour at -18:14
+    # (Python takes offsets to 23:59, PostgreSQL to 15:59: as sent, it was a 500)
+    monkeypatch.setattr("telemetry.api.reports.LedgerPagination.page_size", 5)
+    client = api_client(personas["admin"])
+    link = client.get("/api/telemetry/ledger/").json()["next"]
+    encoded = re.search(r"cursor=([^&]+)", link).group(1)
+    reverse, (hour, gpu, pk) = json.loads(urlsafe_b64decode(unquote(encoded)))
+    shifted = datetime.fromisoformat(hour).astimezone(timezone(-timedelta(hours=18, minutes=14)))
+    other = [reverse, [shifted.isoformat(), gpu, pk]]
+
+    # when the list is asked from each
+    pages = [
+        client.get("/api/telemetry/ledger/", {"cursor": c}).json()["results"]
+        for c in (unquote(encoded), urlsafe_b64encode(json.dumps(other).encode()).decode())
+    ]
+
+    # then both name one position: the same rows
+    assert pages[0] == pages[1]
+    assert len(pages[0]) == 5
