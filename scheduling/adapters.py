@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -146,7 +146,11 @@ def job_from_row(
     iter_time_scale: float = 1.0,
     power_scale: float = 1.0,
     observed_slowdown: float | None = None,
+    model_gpus: Mapping[str, int] | None = None,
 ) -> core.Job:
+    """The job as the core sees it. ``model_gpus``: the cluster's GPUs in service per GPU
+    model (schedulable or not), which caps the request a fixed-size policy honours
+    (``fixed_size_request``); None: the top of the job's range, uncapped."""
     return core.Job(
         job_id=str(job.pk),
         workload=job.workload,
@@ -154,8 +158,7 @@ def job_from_row(
         submit_time_s=job.submitted_at.timestamp(),
         total_iters=float(job.total_iterations),
         global_batch=job.global_batch_size,
-        # The API asks for a range; the request a fixed-size policy honours is its top.
-        requested_gpus=job.max_gpus,
+        requested_gpus=fixed_size_request(job, model_gpus),
         min_gpus=job.min_gpus,
         max_gpus=job.max_gpus,
         min_batch=job.min_batch_size,
@@ -177,6 +180,20 @@ def job_from_row(
         # Reported gradient statistics (calibrated), else the workload's learned curve.
         noise_scale=job.noise_scale,
     )
+
+
+def fixed_size_request(job: Job, model_gpus: Mapping[str, int] | None) -> int:
+    """The GPU count a fixed-size policy (fifo, tiresias, zeus, ...) runs ``job`` at. The API
+    asks for a range; its top is the request, or what the cluster has of the job's GPU
+    model (any model: the largest) where the top is more and the bottom fits. Uncapped, a
+    job of "1 to 256 GPUs", accepted on a 32-GPU cluster because its minimum fits, waited
+    for good under every fixed-size policy as too big (a live probe). The cluster's GPUs
+    in service, not only the schedulable ones: a drained node makes the job wait, not
+    shrink."""
+    if not model_gpus:
+        return job.max_gpus
+    have = model_gpus.get(job.gpu_model, 0) if job.gpu_model else max(model_gpus.values())
+    return have if job.min_gpus <= have < job.max_gpus else job.max_gpus
 
 
 def allocation_from_row(alloc: JobAllocation) -> core.Allocation:
@@ -269,6 +286,7 @@ def build_snapshot(
     job_perf.update(workload_profiles.prior_models(rows, nvml, catalog=perf, skip=list(job_perf)))
     # EaCO's early observation: co-located jobs' slowdowns as telemetry measured them.
     slowdowns = observations.observed_slowdowns(rows, catalog=perf, now=now)
+    model_gpus = Counter(g.model for n in cluster.nodes for g in n.gpus)
     jobs = []
     for row in rows:
         alloc = None
@@ -288,6 +306,7 @@ def build_snapshot(
                 iter_time_scale=state.iter_time_scale if state else 1.0,
                 power_scale=state.power_scale if state else 1.0,
                 observed_slowdown=slowdowns.get(row.pk),
+                model_gpus=model_gpus,
             )
         )
     budget_rows = list(
