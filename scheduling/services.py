@@ -512,8 +512,12 @@ def _apply(
     plan: core.Plan, rows: adapters.SnapshotRows, round_row: SchedulingRound, *, now: datetime
 ) -> tuple[int, int, list[RoundDecision]]:
     """Carry out the plan's changes; returns (applied, failed, decisions). A change that loses
-    a race (job moved, GPUs taken) is recorded with its error and the round goes on. Resizes
-    that trade GPUs with each other are retried once the others have moved."""
+    a race (job moved, GPUs taken) is recorded with its error and the round goes on. A change
+    whose GPUs another change of the plan frees is retried once the others have moved, pass
+    after pass while a pass applies anything: a chain of resizes each taking the GPU the
+    next one leaves needs as many passes as it is long in the wrong order (three passes
+    failed the end of a chain of four, found by a live probe). Only changes no order can
+    make (a swap) fail."""
     pending = adapters.allocation_changes(plan, rows)
     # Why each start, resize or retune happened (a stop's reason is its wait reason).
     model_of = gpu_models(rows.snapshot)
@@ -526,7 +530,7 @@ def _apply(
     decisions: list[RoundDecision] = []
     applied = failed = 0
     errors: dict[int, str] = {}
-    for _attempt in range(3):
+    while pending:
         retry = []
         for change in pending:
             try:
@@ -548,10 +552,10 @@ def _apply(
             errors.pop(change.job.pk, None)
             decisions.append(_decision(round_row, change, why, applied=True))
             applied += 1
-        if not retry or len(retry) == len(pending):
-            pending = retry
-            break
+        progress = len(retry) < len(pending)
         pending = retry
+        if not progress:
+            break
     for change in pending:
         decisions.append(
             _decision(round_row, change, why, applied=False, error=errors.get(change.job.pk, ""))
