@@ -36,6 +36,7 @@ from scheduling.core.perf_models import Catalog
 from scheduling.workload_profiles import JobHints
 from telemetry.choices import JobEventKind
 from telemetry.models import JobEvent
+from telemetry.services import most_iterations
 
 log = logging.getLogger(__name__)
 
@@ -391,17 +392,6 @@ def shared_periods_of(
 
 def overlaps(t0: datetime, t1: datetime, periods: Iterable[Period]) -> bool:
     return any(t0 < end and t1 > start for start, end in periods)
-
-
-def most_iterations(job: Job, batch_size: int) -> float:
-    """The most iterations at ``batch_size`` a progress report of ``job`` can count: all its
-    work recounted at that batch under any noise scale (the agent was told its count with
-    the noise scale of its start, and the job's has moved since: at a batch above the
-    submitted one at most the submitted count, below it at most that count times the
-    batches' ratio; ``telemetry.services.iterations_at_batch``), with 1% and one step to
-    spare for rounding and a last partial step."""
-    whole = float(job.total_iterations) * max(1.0, job.global_batch_size / batch_size)
-    return whole * 1.01 + 1.0
 
 
 def progress_iter_times(

@@ -320,6 +320,18 @@ def iterations_at_batch(
     return round(iterations * useful_from / useful_to, _ITERATION_DECIMALS)
 
 
+def most_iterations(job: Job, batch_size: int) -> float:
+    """The most iterations at ``batch_size`` a progress report of ``job`` can count: all its
+    work recounted at that batch under any noise scale (the agent was told its count with
+    the noise scale of its start, and the job's has moved since: at a batch above the
+    submitted one at most the submitted count, below it at most that count times the
+    batches' ratio; ``iterations_at_batch``), with 1% and one step to
+    spare for rounding and a last partial step. A report counting more is no progress: it
+    counts nothing and enters no fit."""
+    whole = float(job.total_iterations) * max(1.0, job.global_batch_size / batch_size)
+    return whole * 1.01 + 1.0
+
+
 def allocation_factor(job: Job, alloc: JobAllocation | None) -> float:
     """Iterations at ``alloc``'s batch per iteration at ``job``'s submitted batch: the factor
     fixed when the allocation started (``JobAllocation.iterations_per_submitted``), so that
@@ -662,6 +674,26 @@ def _store_gradient_statistics(event: JobEvent) -> None:
     )
 
 
+def _plausible_count(event: JobEvent) -> bool:
+    """Whether the event's count can be the job's progress (``most_iterations``). Capped at
+    the job's total instead, one report of 1e18 (a script writing its samples as its
+    iterations once) made a job that had done 150 of 2,000 iterations "2000 of 2000", and
+    its next start told it that it had finished: it exited 0, completed with its work
+    undone (a live probe). The event is stored and applied otherwise (an exit still ends
+    the job); refused, the agent would quarantine an exit with it, and the job would hold
+    its GPUs."""
+    job = Job.objects.select_related("current_allocation").get(pk=event.job_id)
+    most = most_iterations(job, _batch_of(event, job))
+    if event.iterations <= most:
+        return True
+    log.warning(
+        "job %s: %s event counts %g iterations, more than all its work (%.0f at its batch): "
+        "the count is not applied",
+        event.job_id, event.kind, event.iterations, most,
+    )  # fmt: skip
+    return False
+
+
 def _submitted_iterations(event: JobEvent) -> float:
     """The event's iteration count (at its allocation's batch) at the job's submitted batch,
     with the factor its allocation was told its work in (``allocation_factor``).
@@ -733,7 +765,7 @@ def _exit_time(event: JobEvent) -> datetime:
 def _apply(event: JobEvent) -> None:
     if event.grad_sqr is not None and event.grad_var is not None:
         _store_gradient_statistics(event)
-    if event.iterations is not None:
+    if event.iterations is not None and _plausible_count(event):
         done = _submitted_iterations(event)
         Job.objects.filter(pk=event.job_id, completed_iterations__lt=done).update(
             completed_iterations=done

@@ -18,7 +18,8 @@ from telemetry.choices import ExitReason, JobEventKind
 # database error (500) later.
 _BIGINT_MAX = 2**63 - 1
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-# The largest job (Job.total_iterations is a bigint); progress beyond a job's total is capped.
+# The largest job (Job.total_iterations is a bigint); progress beyond a job's total is capped,
+# and beyond all its work with some to spare counts nothing (``services.most_iterations``).
 MAX_ITERATIONS = float(_BIGINT_MAX)
 
 
