@@ -140,12 +140,17 @@ def predict_job(
     )
 
 
-def _whatif_jobs(team: Team) -> list[core.Job]:
-    """The team's active jobs as the live round's adapter sees them, moved to time 0 (now)
-    and stopped: the replay starts every one of them from its completed iterations."""
+def _whatif_jobs(team: Team, cluster: core.Cluster) -> list[core.Job]:
+    """The team's active jobs as the live round's adapter sees them on ``cluster`` (a range
+    topping its GPUs asks for what it has), moved to time 0 (now) and stopped: the replay
+    starts every one of them from its completed iterations."""
     rows = Job.objects.filter(team=team, state__in=ACTIVE_JOB_STATES).select_related("team")
+    model_gpus = adapters.gpus_by_model(cluster)
     return [
-        replace(adapters.job_from_row(job, allocation=None), submit_time_s=0.0)
+        replace(
+            adapters.job_from_row(job, allocation=None, model_gpus=model_gpus),
+            submit_time_s=0.0,
+        )
         for job in rows.order_by("submitted_at", "pk")
     ]
 
@@ -197,8 +202,8 @@ def whatif_average_jct_s(
     """
     if kind not in ("energy", "carbon"):
         raise ValueError(f"unknown budget kind {kind!r}")
-    jobs = _whatif_jobs(team)
     cluster = _whatif_cluster(now)
+    jobs = _whatif_jobs(team, cluster)
     n_gpus = len(cluster.schedulable_gpus)
     if not jobs or not n_gpus:
         # Nothing to replay, or nowhere to run it: no simulation can say more.

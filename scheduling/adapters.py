@@ -182,6 +182,11 @@ def job_from_row(
     )
 
 
+def gpus_by_model(cluster: core.Cluster) -> Counter[str]:
+    """The cluster's GPUs per GPU model, schedulable or not (``fixed_size_request``)."""
+    return Counter(g.model for n in cluster.nodes for g in n.gpus)
+
+
 def fixed_size_request(job: Job, model_gpus: Mapping[str, int] | None) -> int:
     """The GPU count a fixed-size policy (fifo, tiresias, zeus, ...) runs ``job`` at. The API
     asks for a range; its top is the request, or what the cluster has of the job's GPU
@@ -286,7 +291,7 @@ def build_snapshot(
     job_perf.update(workload_profiles.prior_models(rows, nvml, catalog=perf, skip=list(job_perf)))
     # EaCO's early observation: co-located jobs' slowdowns as telemetry measured them.
     slowdowns = observations.observed_slowdowns(rows, catalog=perf, now=now)
-    model_gpus = Counter(g.model for n in cluster.nodes for g in n.gpus)
+    model_gpus = gpus_by_model(cluster)
     jobs = []
     for row in rows:
         alloc = None

@@ -68,3 +68,18 @@ def test_the_fixed_size_request_is_the_top_of_the_range_where_the_cluster_has_it
     # range itself is kept (elastic policies still see 2 to 64)
     assert requested[str(within.pk)] == (4, 1, 4)
     assert requested[str(above.pk)] == (8, 2, 64)
+
+
+def test_the_what_if_reads_the_request_the_round_reads(two_live_nodes, make_job, member, team):
+    # given a job of 2 to 64 GPUs on 8 A100s
+    from frontend.predictions import _whatif_cluster, _whatif_jobs
+
+    job = _submit(make_job, member, team, min_gpus=2, max_gpus=64)
+
+    # when the budget what-if reads the team's jobs, and the round its snapshot
+    replayed = _whatif_jobs(team, _whatif_cluster(T0))
+    rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
+
+    # then both see the same request: the cluster's 8
+    assert [j.requested_gpus for j in replayed] == [8]
+    assert [j.requested_gpus for j in rows.snapshot.jobs if j.job_id == str(job.pk)] == [8]
