@@ -641,11 +641,37 @@ _APPLY_ORDER = {
 }
 
 
+def settings_the_gpus_take(
+    gpus: Iterable[Gpu], *, sm_clock_mhz: int | None, power_limit_w: int | None
+) -> tuple[int | None, int | None]:
+    """The SM clock and power limit ``gpus`` run at when told ``sm_clock_mhz`` and
+    ``power_limit_w``, as the agent applies them (``telemetry.agent.backends.
+    capped_settings``): a clock no higher than the lowest registered maximum (or highest
+    lockable clock), a limit within the range every GPU reported. The core plans from the
+    catalog's GPU model (an A100's 1410 MHz, 100-400 W), and a GPU that reported less
+    ran at what it can do while its allocation said the plan's: its job's time and draw
+    were learned at settings it never ran at (a live probe)."""
+    gpus = list(gpus)
+    if sm_clock_mhz is not None:
+        tops = [g.max_sm_clock_mhz or max(g.supported_sm_clocks_mhz or [0]) for g in gpus]
+        tops = [t for t in tops if t]
+        if tops and sm_clock_mhz > min(tops):
+            sm_clock_mhz = min(tops)
+    if power_limit_w is not None and gpus:
+        low = max(g.min_power_limit_w for g in gpus)
+        high = min(g.max_power_limit_w for g in gpus)
+        if low <= high:
+            power_limit_w = min(max(power_limit_w, low), high)
+    return sm_clock_mhz, power_limit_w
+
+
 def allocation_changes(plan: core.Plan, rows: SnapshotRows) -> list[RowChange]:
     """The plan's changes as row changes, stops first, then resizes, retunes, starts.
 
     The database keeps power limits in whole watts; a retune whose only difference is the
-    rounding of the limit is no change and is dropped (else every round would retune).
+    rounding of the limit is no change and is dropped (else every round would retune). A
+    clock or limit the GPUs cannot take is recorded as what they will run at
+    (``settings_the_gpus_take``), so a retune the GPUs cannot follow is no change either.
     """
     result = []
     for change in plan.changes:
@@ -656,12 +682,17 @@ def allocation_changes(plan: core.Plan, rows: SnapshotRows) -> list[RowChange]:
                 RowChange(job=job, kind=change.kind, reason=plan.waiting.get(change.job_id))
             )
             continue
-        limit = None if after.power_limit_w is None else round(after.power_limit_w)
+        gpus = tuple(rows.gpus[g] for g in after.gpu_ids)
+        clock, limit = settings_the_gpus_take(
+            gpus,
+            sm_clock_mhz=after.sm_clock_mhz,
+            power_limit_w=None if after.power_limit_w is None else round(after.power_limit_w),
+        )
         if change.kind == core.ChangeKind.RETUNE and change.before is not None:
             before = change.before
             if (before.global_batch, before.sm_clock_mhz, before.power_limit_w) == (
                 after.global_batch,
-                after.sm_clock_mhz,
+                clock,
                 None if limit is None else float(limit),
             ):
                 continue
@@ -669,9 +700,9 @@ def allocation_changes(plan: core.Plan, rows: SnapshotRows) -> list[RowChange]:
             RowChange(
                 job=job,
                 kind=change.kind,
-                gpus=tuple(rows.gpus[g] for g in after.gpu_ids),
+                gpus=gpus,
                 batch_size=after.global_batch,
-                sm_clock_mhz=after.sm_clock_mhz,
+                sm_clock_mhz=clock,
                 power_limit_w=limit,
             )
         )
