@@ -599,9 +599,16 @@ def _record_exploration(plan: core.Plan, rows: adapters.SnapshotRows, *, now: da
 
 
 def _until(reason: core.WaitReason | None) -> datetime | None:
+    """When the policy expects the job to start; None where it does not say, or where its
+    forecast lies past any date (behind a job predicted to run for 10^12 iterations of a
+    2^24 batch, Tiresias forecast the year 974,114,704, and the ValueError failed every
+    round: a live probe)."""
     if reason is None or reason.until_s is None:
         return None
-    return datetime.fromtimestamp(reason.until_s, tz=UTC)
+    try:
+        return datetime.fromtimestamp(reason.until_s, tz=UTC)
+    except (OverflowError, OSError, ValueError):  # past year 9999, or not finite
+        return None
 
 
 def _apply_one(
