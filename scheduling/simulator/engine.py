@@ -215,6 +215,10 @@ class Simulator:
                 rec = records[next_arrival]
                 active[rec.spec.job_id] = rec
                 next_arrival += 1
+                # A stall is counted from the last arrival at the earliest: a job that came
+                # after weeks in which nothing ran (a job before it stuck, or none there) is
+                # given its own stall limit, not stopped at its first round.
+                last_activity_s = max(last_activity_s, rec.spec.submit_time_s)
             if not active:
                 # Nothing to schedule: jump to the first planning instant after the next
                 # arrival, integrating the idle cluster's power over the gap exactly.
