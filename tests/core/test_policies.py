@@ -163,9 +163,11 @@ def test_priced_powerflow_admits_what_the_remaining_budget_covers():
 
 
 def test_powerflow_waits_over_allowance_when_even_the_minimum_does_not_fit():
-    # 1 GPU at 1000 MHz costs 30 kJ a round; the allowance is 20 kJ
+    # 1 GPU at 1000 MHz costs 30 kJ a round; the allowance is 20 kJ; the job's whole cost
+    # there, 150 kJ, fits a period (a job larger than every period runs in parts:
+    # test_run_in_parts.py)
     budget = Budget("b", "t", 0.0, 3000.0, energy_limit_j=200_000.0)
-    snap = snapshot(make_cluster(1, 1, 8), [job("a")], budgets=(budget,))
+    snap = snapshot(make_cluster(1, 1, 8), [job("a", iters=1000.0)], budgets=(budget,))
     plan = plan_round(snap, policy=PF, now=0.0)
     assert plan.allocations == {}
     assert plan.waiting["a"].code == WaitCode.OVER_ROUND_ALLOWANCE

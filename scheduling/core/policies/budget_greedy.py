@@ -199,7 +199,14 @@ from scheduling.core.placement import job_buddy_sizes
 from scheduling.core.policies.base import FreeForecast, GpuLedger, prior_only, waiting_since_s
 from scheduling.core.policies.budget_price import price_round
 from scheduling.core.pricing import lower_hull
-from scheduling.core.types import J_PER_KWH, Grant, PolicyDecision, WaitCode, WaitReason
+from scheduling.core.types import (
+    J_PER_KWH,
+    Grant,
+    HardLimitAction,
+    PolicyDecision,
+    WaitCode,
+    WaitReason,
+)
 
 _SIZE, _CLOCK, _BATCH, _ADMIT = 0, 1, 2, 3  # kinds of greedy step
 _DOMINANT = 1e12  # score of a step that is faster and no costlier
@@ -271,6 +278,7 @@ class BudgetGreedy:
         in_period_cost: bool = True,
         markup_decay: float = 0.9,
         slow_price: float | None = None,
+        run_in_parts: bool = True,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -324,6 +332,12 @@ class BudgetGreedy:
           the cluster has), each unit of its progress costs more than the price
           planned, by the markup ``_Round._markup`` measures (decayed by this factor a
           round), and the budget's share is divided by it (``budget_price``).
+        - ``run_in_parts`` (on): a job whose least whole cost is more than one whole period
+          of a ``pause_jobs`` budget can pay runs at its minimum configuration on what the
+          period has left, after every other job was admitted, and the hard-limit watch
+          pauses it at the limit; the next periods pay the rest (``_Round.admit_parts``).
+          Off, such a job never started (docs/benchmarks.md, "A job larger than a
+          period").
         - ``starvation_s`` (None: no bound): a waiting job that has waited this long
           since it last changed is admitted right after the running jobs, earliest
           submitted first (within a priority),
@@ -434,6 +448,7 @@ class BudgetGreedy:
             raise ValueError(f"prior_box must be 'minimum' or 'requested', not {prior_box!r}")
         self.prior_box = prior_box
         self.unmeasured_risk = unmeasured_risk
+        self.run_in_parts = run_in_parts
 
     # --- state carried between rounds -------------------------------------------
 
@@ -596,6 +611,10 @@ class _Round:
         self.scaling: dict[int, float] = {}  # hesrpt: the last size step's exponent
         self.sorted_min_s: list[float] | None = None
         self.budget_blocked: dict[int, int] = {}
+        self.parts: list[int] = []  # budget-blocked jobs larger than a period (admit_parts)
+        # Jobs begun in parts (by job id, carried while they are active): they go on in
+        # parts to their end, also once what is left of them fits a period.
+        self.in_parts: set[str] = set(ctx.policy_state.get("run_in_parts", ()))
         self.blocked_alone: set[int] = set()  # of those, over the allowance on their own
         self.probe_unpaid: dict[int, str] = {}  # jobs whose first probe did not fit: why
         self._reserved: list[float] | None = None  # probe_reserved, once a round
@@ -1288,6 +1307,7 @@ class _Round:
                     self.deferred.append(j)
                 else:
                     self.admit_one(j)
+            self.admit_parts()
             return
         # admit_one's first test inlined: behind full GPUs a long queue only waits
         free, jobs, opts = self.ledger.free, self.jobs, self.opts
@@ -1302,6 +1322,166 @@ class _Round:
                 self.gpu_blocked.append(j)
                 continue
             self.admit_one(j)
+        self.admit_parts()
+
+    def admit_parts(self) -> None:
+        """Admit, at their minimum configuration and after every other job, the jobs
+        that a budget held back although no whole period of it can pay them
+        (``_part_charges``): each is charged its round, and the hard-limit watch pauses it
+        where the period's funds run out; the next periods pay the rest.
+
+        Priced on its whole cost, such a job never started: no period's free funds cover
+        it, so its price is infinite and its round's cost more than any allowance, while
+        under ``fifo`` or ``tiresias`` it finishes over several periods, each paused at
+        its limit (docs/benchmarks.md, "A job larger than a period"). It comes after the
+        others so that a job the period can finish is not left without funds by one it
+        cannot."""
+        if not self.parts:
+            return
+        self.part_spent: dict[int, float] = {}  # by budget: the rounds of parts admitted
+        others: dict[int, float] = {}  # by budget: what the other jobs need to finish
+        for j in self.parts:
+            jv, n0 = self.jobs[j], self.opts[j][0][0]
+            if not self.ledger.fits(jv, n0):
+                continue  # still budget-blocked: its reason stays
+            est = self.min_eval(j)[0]
+            for bi, _ in self.pays[j]:
+                if bi not in others:
+                    others[bi] = self._others_need(bi)
+            charges = self._part_charges(j, est, *self.deltas(j, None, est, 0, n0), others)
+            if not charges:
+                continue  # the jobs admitted before it spent what it would run on
+            self.ledger.take(jv, n0)
+            for bi, joules in charges.items():
+                self.spent_e[bi] += joules
+                self.part_spent[bi] = self.part_spent.get(bi, 0.0) + joules
+                # The round's allowance is what it is predicted to take, the part's whole
+                # round included: the watch, not the allowance, stops the part where the
+                # period's funds run out.
+                if self.allow_e[bi] is not None:
+                    self.allow_e[bi] = max(self.allow_e[bi], self.spent_e[bi])
+                if self.allow_c[bi] is not None:
+                    self.allow_c[bi] = max(self.allow_c[bi], self.spent_e[bi] * self.to_g)
+            self.cfg[j] = [0, 0, self.opts[j][3]]
+            self.cur[j] = self.mins[j]
+            self.target[j] = (0, 0, self.opts[j][3])  # it runs at its minimum: no upgrade
+            self.budget_blocked.pop(j, None)
+            self.blocked_alone.discard(j)
+            self.in_parts.add(jv.job.job_id)
+        if self.in_parts:
+            # (every active job, also those a spent budget holds back before the policy)
+            active = {job.job_id for job in self.ctx.snapshot.jobs}
+            kept = sorted(self.in_parts & active)
+            if kept:
+                self.new_state["run_in_parts"] = kept
+
+    def _whole_j(self, j: int, est: Estimate, is_cluster: bool) -> float:
+        """Job j's whole remaining cost at its minimum configuration to a team budget (its
+        GPUs' whole draw and the restart a start costs it) or a cluster budget (the draw
+        above idle: the cluster pays its idle GPUs anyway), in joules."""
+        n0 = self.opts[j][0][0]
+        whole = est.remaining_energy_j * self.margin[j]
+        if is_cluster:
+            return whole - n0 * self.job_idle_w[j] * est.remaining_s * self.margin[j]
+        return whole + self.restart_j(j, n0)
+
+    def _others_need(self, bi: int) -> float:
+        """What the jobs paying budget ``bi`` that do not run in parts need to finish, at
+        their minimum configurations (joules; summed only until it reaches what the budget
+        has left, where no part is paid anyway): a part is paid only from what is left
+        beyond it, so that the period's funds finish the jobs they can before any goes to
+        a job that no period can finish."""
+        b = self.budgets[bi]
+        left = math.inf
+        if b.energy_limit_j is not None:
+            left = b.energy_remaining_j
+        if b.co2_limit_g is not None and self.to_g > 0:
+            left = min(left, b.co2_remaining_g / self.to_g)
+        need = 0.0
+        for j in range(len(self.jobs)):
+            if self.jobs[j].job.job_id in self.in_parts:
+                continue
+            for b_j, is_cluster in self.pays[j]:
+                if b_j == bi:
+                    whole = self._whole_j(j, self.min_eval(j)[0], is_cluster)
+                    if not self._larger(bi, whole):  # (a job in parts does not come first)
+                        need += whole
+                    break
+            if need >= left:
+                break
+        return need
+
+    def _larger(self, bi: int, whole_j: float) -> bool:
+        """Whether ``whole_j`` (a job's whole remaining cost at its minimum, joules) is more
+        than a whole period of budget ``bi`` pays: its limit less a cluster budget's idle
+        floor over the period (the carbon at the recent mean intensity, the cost at now's)."""
+        b = self.budgets[bi]
+        fw = self.floor_w[bi]
+        span = b.period_end_s - b.period_start_s
+        if b.energy_limit_j is not None and whole_j > b.energy_limit_j - fw * span:
+            return True
+        if b.co2_limit_g is not None and self.to_g > 0:
+            floor_g = fw * span * self.curve.tail_ci / J_PER_KWH
+            return whole_j * self.to_g > b.co2_limit_g - floor_g
+        return False
+
+    def _part_charges(
+        self,
+        j: int,
+        est: Estimate,
+        d_team: float,
+        d_cluster: float,
+        others: dict[int, float],
+    ) -> dict[int, float] | None:
+        """What each budget paying for job j is charged this round if it runs at its
+        minimum configuration in parts (``admit_parts``), or None where it may not: every
+        budget whose allowance would not take its round (``d_team`` / ``d_cluster``) must
+        pause its jobs at its limit (``pause_jobs``: the watch then stops the job there),
+        be unable to pay the job's whole remaining cost at its minimum in any whole period
+        (its limit less a cluster budget's idle floor over the period; a job it can pay
+        waits for a period that pays it all) unless the job was begun in parts (it goes on
+        so to its end: stopped once what is left of it fits a period, it would pay one
+        more restart), and have funds left beyond the job's restart, so that the part
+        makes progress. Each budget is charged the job's round."""
+        if not self.pays[j]:
+            return None
+        charges: dict[int, float] = {}
+        to_g = self.to_g
+        restart = self.restart_j(j, self.opts[j][0][0])
+        begun = self.jobs[j].job.job_id in self.in_parts
+        for bi, is_cluster in self.pays[j]:
+            d = d_cluster if is_cluster else d_team
+            b = self.budgets[bi]
+            fits_e = self.allow_e[bi] is None or self.spent_e[bi] + d <= self.allow_e[bi] * (
+                1 + 1e-12
+            )
+            fits_c = self.allow_c[bi] is None or (self.spent_e[bi] + d) * to_g <= self.allow_c[
+                bi
+            ] * (1 + 1e-12)
+            if fits_e and fits_c:
+                charges[bi] = d
+                continue
+            if b.hard_limit_action != HardLimitAction.PAUSE_JOBS:
+                return None
+            fw = self.floor_w[bi]
+            # The job's whole remaining cost at its minimum (against a whole period's pay).
+            whole = self._whole_j(j, est, is_cluster)
+            fixed = 0.0 if is_cluster else restart
+            after_s = max(b.period_end_s - self.ctx.now_s - self.round_s, 0.0)
+            room = math.inf
+            # What it has left beyond the idle floor to the period's end (a cluster's, this
+            # round's included), what the jobs not in parts need to finish (they come
+            # first) and the parts admitted before this one.
+            taken = self.spent_before[bi] + others[bi] + self.part_spent.get(bi, 0.0)
+            if b.energy_limit_j is not None:
+                room = b.energy_remaining_j - fw * after_s - taken
+            if b.co2_limit_g is not None and to_g > 0:
+                keep = self.curve.co2_g(fw, after_s) if fw and after_s else 0.0
+                room = min(room, (b.co2_remaining_g - keep) / to_g - taken)
+            if not (begun or self._larger(bi, whole)) or not room > fixed:
+                return None
+            charges[bi] = d
+        return charges
 
     def admit_one(self, j: int) -> bool:
         """Admit job j at its minimum configuration if the GPUs and its budgets allow
@@ -1323,6 +1503,8 @@ class _Round:
             self.budget_blocked[j] = bi
             if self.spent_e[bi] <= self.spent_before[bi]:  # no job ahead of it spent any
                 self.blocked_alone.add(j)
+            if self.policy.run_in_parts and not prior_only(jv):
+                self.parts.append(j)  # perhaps run in parts (``admit_parts``)
             return False
         ledger.take(jv, n0)
         self.spend(j, d_team, d_cluster)
