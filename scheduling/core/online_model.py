@@ -80,6 +80,7 @@ from scheduling.core.perf_models import (
     GpuSpec,
     PowerParams,
     ThroughputParams,
+    config_parts,
 )
 from scheduling.core.types import GpuConfig
 
@@ -388,6 +389,7 @@ class OnlinePerfModel:
         "_time_corr",
         "_power_corr",
         "_cells",
+        "_energy_line",
     )
 
     def __init__(
@@ -422,6 +424,9 @@ class OnlinePerfModel:
         self._time_corr = dict(time_corr or {})
         self._power_corr = dict(power_corr or {})
         self._cells = dict(cells or {})
+        self._energy_line = (
+            busy_energy_line(self._cells.values(), self.base) if ENERGY_BOUND else None
+        )
 
     def __repr__(self) -> str:
         return (
@@ -446,12 +451,16 @@ class OnlinePerfModel:
         return config_key(cfg, gpus_per_node=self.base.gpu.gpus_per_node)
 
     def iter_time_s(self, cfg: GpuConfig) -> float:
+        if self._energy_line is not None:
+            return self.time_and_power(cfg)[0]
         t = self.base.iter_time_s(cfg)
         if self._time_corr:
             t *= math.exp(self._time_corr.get(self._key(cfg), 0.0))
         return t
 
     def power_w(self, cfg: GpuConfig) -> float:
+        if self._energy_line is not None:
+            return self.time_and_power(cfg)[1]
         p = self.base.power_w(cfg)
         if self._power_corr:
             p *= math.exp(self._power_corr.get(self._key(cfg), 0.0))
@@ -459,6 +468,8 @@ class OnlinePerfModel:
 
     def time_and_power(self, cfg: GpuConfig) -> tuple[float, float]:
         """(``iter_time_s``, ``power_w``) of ``cfg``, the configuration keyed once."""
+        if self._energy_line is not None and self._key(cfg) not in self._cells:
+            return self._energy_bounded(cfg)
         t, p = self.base.time_and_power(cfg)
         if self._time_corr or self._power_corr:
             key = self._key(cfg)
@@ -469,12 +480,37 @@ class OnlinePerfModel:
         return t, p
 
     def energy_per_iter_j(self, cfg: GpuConfig) -> float:
-        return max(cfg.n_gpus, 1) * self.power_w(cfg) * self.iter_time_s(cfg)
+        t, p = self.time_and_power(cfg)
+        return max(cfg.n_gpus, 1) * p * t
 
     def fitted_energy_per_iter_j(self, cfg: GpuConfig) -> float:
         """Energy per iteration on the fitted equations alone (no per-configuration
         correction): what the fit pooled over every configuration says."""
         return self.base.energy_per_iter_j(cfg)
+
+    def _energy_bounded(self, cfg: GpuConfig) -> tuple[float, float]:
+        """(time, draw) of a configuration the job has not measured: above the largest
+        per-GPU batch it measured, its compute time at least the energy bound at its batch
+        (``busy_energy_line``); at or below it, the fitted equations'."""
+        base = self.base
+        n_gpus, n_nodes, b, clock, limit = config_parts(cfg, base.gpu.gpus_per_node)
+        compute_s, compute_w = base.compute_parts(b, clock, limit)
+        e0_j, e1_j, measured_b = self._energy_line
+        if b <= measured_b:
+            return base.combine_parts(n_gpus, n_nodes, compute_s, compute_w)
+        idle_w, top_w = base.idle_power_w, base.gpu.power_limit_max_w
+        top_s, top_draw_w = base.compute_parts(b, None, None)
+        bound_s = (e0_j + e1_j * b) / (top_w - idle_w)
+        if bound_s > top_s:
+            # More work than the GPU can draw for in the equations' time: slower by the
+            # ratio at every clock and limit, drawing at the top clock what the work needs
+            # over that time (the highest limit), never more than the limit it runs under.
+            compute_s *= bound_s / top_s
+            if top_draw_w > idle_w:
+                compute_w = idle_w + (compute_w - idle_w) * (top_w - idle_w) / (top_draw_w - idle_w)
+            cap_w = top_w if limit is None else min(limit, top_w)
+            compute_w = min(compute_w, max(cap_w, idle_w))
+        return base.combine_parts(n_gpus, n_nodes, compute_s, compute_w)
 
     @property
     def max_measured_gpus(self) -> int:
@@ -501,6 +537,61 @@ class Measured:
     log_p: float
     w_p: float
     ss_p: float
+
+
+# Whether a job's unmeasured configurations are held to the energy its measured ones say
+# their work takes (``busy_energy_line``); docs/benchmarks.md, "The energy a batch needs".
+ENERGY_BOUND = True
+
+
+def busy_energy_line(
+    cells: Iterable[_Cell], base: FittedPerfModel
+) -> tuple[float, float, float] | None:
+    """(e0 J, e1 J per sample, the largest per-GPU batch measured): the energy one GPU
+    spends above its idle draw per iteration, ``(P - idle) x T``, as a line in the per-GPU
+    batch, fitted (weighted least squares, both coefficients at least 0) to the job's own
+    measurements at its top clock and default limit; None with fewer than two per-GPU
+    batches so measured, or no slope.
+
+    The work of an iteration grows with its samples, and so does the energy the GPU spends
+    on it above idle; the GPU cannot draw more than its highest limit, so an iteration at
+    per-GPU batch ``b`` takes at least ``(e0 + e1 b) / (limit - idle)``. The bound is read
+    above the largest batch measured only, where the work outgrows anything the GPU was
+    seen to do: below the measured batches the line's intercept is an extrapolation that
+    the fixed part of an iteration need not follow (a V100's resnet50 measured at 64-192,
+    carried to batch 8, was held 5 % too slow). A job whose time is
+    flat over the batches it ran (a launch floor) while its draw climbs (the H100's lstm:
+    258 -> 523 W from 128 to 512 at 9.4-11.3 ms) shows the GPU filling; the line says when
+    it is full and the time must turn up (15.5 ms at 1024), which the fitted time, flat,
+    and the fitted draw, saturating below what the job drew, do not."""
+    idle_w, gpu = base.idle_power_w, base.gpu
+    pts: dict[float, list[float]] = {}
+    for c in cells:
+        if c.log_t is None or c.log_p is None:
+            continue
+        clock, limit = c.cfg.sm_clock_mhz, c.cfg.power_limit_w
+        if clock is not None and clock < gpu.dvfs.max_clock_mhz:
+            continue
+        if limit is not None and limit < gpu.power_limit_max_w:
+            continue
+        b = max(c.cfg.global_batch, 1) / max(c.cfg.n_gpus, 1)
+        w = min(c.w_t, c.w_p)
+        acc = pts.setdefault(b, [0.0, 0.0])
+        acc[0] += w * (math.exp(c.log_p) - idle_w) * math.exp(c.log_t)
+        acc[1] += w
+    xs = [(b, e / w, w) for b, (e, w) in pts.items() if w > 0]
+    if len(xs) < 2 or not gpu.power_limit_max_w > idle_w:
+        return None
+    sw = sum(w for _, _, w in xs)
+    mx = sum(w * x for x, _, w in xs) / sw
+    my = sum(w * y for _, y, w in xs) / sw
+    sxx = sum(w * (x - mx) ** 2 for x, _, w in xs)
+    e1 = max(sum(w * (x - mx) * (y - my) for x, y, w in xs) / sxx, 0.0) if sxx > 0 else 0.0
+    e0 = my - e1 * mx
+    if e0 < 0.0:  # the line through the origin instead
+        e0 = 0.0
+        e1 = max(sum(w * x * y for x, y, w in xs) / sum(w * x * x for x, _, w in xs), 0.0)
+    return (e0, e1, max(x for x, _, _ in xs)) if e1 > 0.0 else None
 
 
 class BlendedPerfModel:
