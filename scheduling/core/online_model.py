@@ -550,8 +550,9 @@ def busy_energy_line(
     """(e0 J, e1 J per sample, the largest per-GPU batch measured): the energy one GPU
     spends above its idle draw per iteration, ``(P - idle) x T``, as a line in the per-GPU
     batch, fitted (weighted least squares, both coefficients at least 0) to the job's own
-    measurements at its top clock and default limit; None with fewer than two per-GPU
-    batches so measured, or no slope.
+    measurements on one GPU at its top clock and default limit (on several, the draw counts
+    the all-reduce's waiting, as ``measured_draw_span_w``'s draws leave out); None with fewer
+    than two per-GPU batches so measured, or no slope.
 
     The work of an iteration grows with its samples, and so does the energy the GPU spends
     on it above idle; the GPU cannot draw more than its highest limit, so an iteration at
@@ -567,14 +568,14 @@ def busy_energy_line(
     idle_w, gpu = base.idle_power_w, base.gpu
     pts: dict[float, list[float]] = {}
     for c in cells:
-        if c.log_t is None or c.log_p is None:
+        if c.log_t is None or c.log_p is None or c.cfg.n_gpus != 1:
             continue
         clock, limit = c.cfg.sm_clock_mhz, c.cfg.power_limit_w
         if clock is not None and clock < gpu.dvfs.max_clock_mhz:
             continue
         if limit is not None and limit < gpu.power_limit_max_w:
             continue
-        b = max(c.cfg.global_batch, 1) / max(c.cfg.n_gpus, 1)
+        b = float(max(c.cfg.global_batch, 1))
         w = min(c.w_t, c.w_p)
         acc = pts.setdefault(b, [0.0, 0.0])
         acc[0] += w * (math.exp(c.log_p) - idle_w) * math.exp(c.log_t)

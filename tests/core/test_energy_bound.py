@@ -85,6 +85,12 @@ def test_the_energy_line_is_the_jobs_draw_above_idle_times_its_time():
         1,
     ).values()
     assert busy_energy_line(capped, PRIOR) == line
+    # nor one on several GPUs, whose draw counts the all-reduce's waiting
+    spread = [
+        replace(o, n_gpus=4, n_nodes=1, local_batch=2048.0)
+        for o in _observations({2048: (1e-2, 600.0)})
+    ]
+    assert busy_energy_line(pool(_observations(points) + spread, 1).values(), PRIOR) == line
 
 
 def test_a_job_measured_at_one_batch_is_predicted_as_without_the_bound(monkeypatch):
