@@ -390,6 +390,7 @@ class OnlinePerfModel:
         "_power_corr",
         "_cells",
         "_energy_line",
+        "_bounded",
     )
 
     def __init__(
@@ -427,6 +428,7 @@ class OnlinePerfModel:
         self._energy_line = (
             busy_energy_line(self._cells.values(), self.base) if ENERGY_BOUND else None
         )
+        self._bounded: dict[GpuConfig, tuple[float, float]] = {}
 
     def __repr__(self) -> str:
         return (
@@ -469,7 +471,12 @@ class OnlinePerfModel:
     def time_and_power(self, cfg: GpuConfig) -> tuple[float, float]:
         """(``iter_time_s``, ``power_w``) of ``cfg``, the configuration keyed once."""
         if self._energy_line is not None and self._key(cfg) not in self._cells:
-            return self._energy_bounded(cfg)
+            hit = self._bounded.get(cfg)
+            if hit is None:
+                if len(self._bounded) >= _BOUNDED_CACHE_LIMIT:
+                    self._bounded.clear()
+                hit = self._bounded[cfg] = self._energy_bounded(cfg)
+            return hit
         t, p = self.base.time_and_power(cfg)
         if self._time_corr or self._power_corr:
             key = self._key(cfg)
@@ -542,6 +549,7 @@ class Measured:
 # Whether a job's unmeasured configurations are held to the energy its measured ones say
 # their work takes (``busy_energy_line``); docs/benchmarks.md, "The energy a batch needs".
 ENERGY_BOUND = True
+_BOUNDED_CACHE_LIMIT = 1 << 14  # bounded predictions remembered per model before a reset
 
 
 def busy_energy_line(
