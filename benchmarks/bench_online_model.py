@@ -135,6 +135,10 @@ DRAW_SHAPE = True  # --no-draw-shape: keep the candidate's draw-versus-batch sha
 # estimate and no floor, the most loading candidate's draw as the busy maximum; "lowest"
 # (the rule before 7 Dec, which the service never used): both against the least loading
 # candidate's draw.
+# --carried-busy-above (diagnostic, measured and not kept: docs/benchmarks.md, "The energy a
+# batch needs"): with a measured floor, a job whose own draw exceeds the measured most reads
+# its split against the larger of that and the carried busy maximum.
+CARRIED_BUSY_ABOVE = False
 IDLE_MODES = ("split", "lowest", "catalog")
 IDLE = "split"
 # --floor-pool K: score each Zeus case once per K-subset of its other workloads as the
@@ -502,6 +506,16 @@ def _candidates(case: Case, seen: Sequence[Observation]) -> list[FittedPerfModel
                     if gpu_estimates.ESTIMATE_JOB_CAP
                     else (),
                 )
+        if CARRIED_BUSY_ABOVE and IDLE == "split" and floor_w is not None:
+            # --carried-busy-above: a job drawing more than every workload measured reads
+            # its split against the carried busy maximum where that is higher.
+            own_w = [
+                o.power_w
+                for o in seen
+                if o.power_w is not None and at_default_power(o, case.candidates[0].gpu)
+            ]
+            if own_w and max(own_w) > high_w:
+                high_w = max(high_w, carried_busy_w)
         out = [
             draw_shaped_prior(
                 c,
@@ -697,7 +711,7 @@ def main() -> int:
     from bench_args import add_floor_args, apply_floor_args, non_negative_int
 
     global PARAMS, BY_WORKLOAD, BY_POOL, DRAW_SPLIT, DRAW_SHAPE, WEIGHT, IDLE
-    global FLOOR_ESTIMATE, ESTIMATE_OWN, ESTIMATE_SHARE
+    global FLOOR_ESTIMATE, ESTIMATE_OWN, ESTIMATE_SHARE, CARRIED_BUSY_ABOVE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--baseline", action="store_true", help="also score refine_scales")
@@ -737,6 +751,11 @@ def main() -> int:
         help="the one workload measured on the GPU does not cap the estimated floor",
     )
     add_floor_args(parser)
+    parser.add_argument(
+        "--carried-busy-above",
+        action="store_true",
+        help="diagnostic: a job drawing above the measured most reads the carried busy maximum",
+    )
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per configuration")
     parser.add_argument(
         "--network-level",
@@ -757,6 +776,7 @@ def main() -> int:
     online_model.FLOOR_CAP = args.floor_cap
     PARAMS, BY_WORKLOAD, DRAW_SPLIT = args.params, args.by_workload, args.draw_split
     BY_POOL = args.by_pool
+    CARRIED_BUSY_ABOVE = args.carried_busy_above
     FLOOR_ESTIMATE, ESTIMATE_OWN = args.floor_estimate, not args.no_estimate_own
     gpu_estimates.ESTIMATE_JOB_CAP = args.job_cap
     if args.estimate_share is not None:
