@@ -788,6 +788,16 @@ def _fold_one(job, state, gpu_model, obs, *, now) -> WorkloadProfile | None:
         # the catalog's own model of the workload is measured: the first job joins it
         measured_prior=before is None and entry["prior"] == catalog_source(job.workload, gpu_model),
     )
+    if fit.job_scale < 1.0:
+        logger.info(
+            "job %s: its share of profile %s@%s cut to %.3g of its weight cap: it would have "
+            "moved predictions the profile had measured by more than %gx",
+            job.pk,
+            job.workload,
+            gpu_model,
+            fit.job_scale,
+            profiles.MAX_JOB_MOVE,
+        )
     try:
         with transaction.atomic():
             if latest is not None and "fit" in latest.params:

@@ -45,6 +45,22 @@ MAX_JOB_WEIGHT = 0.25
 # kept and the model stands.
 REFIT_MOVE = 0.01
 REFIT_GROWTH = 2.0
+# A finished job moves its profile's predictions at the configurations that the profile
+# had measured before it (other jobs, or a measured prior) by at most this factor, in
+# iteration time and in draw (``fold``). The weight cap alone bounds a job's share, not
+# its effect: the fit is in logs, so a job e-fold off moves a measured configuration by
+# about its error to the power MAX_JOB_WEIGHT (1,000x off: 5.6x), and a job that alone
+# measured 8 GPUs bent the model's scaling to it and moved 4 GPUs, which three other jobs
+# measured, 11.9x (docs/benchmarks.md, "Independent probes of the live service, fourth
+# pass"). 2 is what the weight cap gives a job 16x off: honest jobs (and a workload whose
+# real speed is several times its prior's) stay below it and are not slowed; past it a
+# job's share shrinks until its effect is the bound. Configurations that only the job
+# measured are not bounded: there it teaches the profile.
+MAX_JOB_MOVE = 2.0
+# How finely the shrunk share is searched (``_within_move``): halvings of the log of the
+# share between 1 and MIN_JOB_SCALE of what the weight cap let in.
+MIN_JOB_SCALE = 1e-4
+MOVE_SEARCH_STEPS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +76,9 @@ class ProfileFit:
     unpooled_weight: float = 0.0
     # the measurements' weight when ``params`` were fitted (0: unknown, refit at the next fold)
     fitted_weight: float = 0.0
+    # the share of its capped weight that the last folded job kept under ``MAX_JOB_MOVE``
+    # (1: not shrunk); not stored, for the caller to log
+    job_scale: float = 1.0
 
 
 def unpooled(model: FittedPerfModel, n_observations: float) -> ProfileFit:
@@ -102,11 +121,33 @@ def bounded(
     cap = max_job_weight / (1.0 - max_job_weight) * held
     if n_job <= cap:
         return list(observations)
-    f = cap / n_job
+    return _scaled(observations, cap / n_job)
+
+
+def _scaled(observations: Sequence[Observation], f: float) -> list[Observation]:
+    """``observations`` weighing ``f`` times as much."""
     return [
         replace(o, weight=o.weight * f, log_t_ss=o.log_t_ss * f, log_p_ss=o.log_p_ss * f)
         for o in observations
     ]
+
+
+def _largest_shift(
+    before: FittedPerfModel, after: FittedPerfModel, held: Sequence[Observation]
+) -> float:
+    """How far (in log) ``after`` predicts from ``before`` at the configurations of
+    ``held``: the largest, over them, of the iteration time where they hold one and of the
+    draw where they hold one."""
+    out = 0.0
+    for o in held:
+        cfg = o.config()
+        t0, p0 = before.time_and_power(cfg)
+        t1, p1 = after.time_and_power(cfg)
+        if o.iter_time_s is not None:
+            out = max(out, abs(math.log(t1 / t0)))
+        if o.power_w is not None:
+            out = max(out, abs(math.log(p1 / p0)))
+    return out
 
 
 def _move(model: FittedPerfModel, joining: Sequence[Observation], pooled: Sequence[Observation]):
@@ -164,6 +205,7 @@ def fold(
     refit_growth: float = REFIT_GROWTH,
     refit_move: float = REFIT_MOVE,
     measured_prior: bool = False,
+    max_job_move: float = MAX_JOB_MOVE,
 ) -> ProfileFit:
     """``profile`` with a finished job's ``observations`` folded in (a new profile from
     the job's ``prior`` where there is none). ``job_params``: the job's own fit from
@@ -175,9 +217,12 @@ def fold(
     measurements would move the profile's prediction at one of their configurations by
     more than ``refit_move`` (in log, ``_move``), or when the measurements reach
     ``refit_growth`` times their weight at the last fit; else they join and the model
-    stands. A workload's thousandth job, measured where its profile was and as
-    predicted, moves the fit by a thousandth, and a refit per job was half of a learned
-    simulation's fitting (docs/benchmarks.md, "The simulator on philly_week, learned").
+    stands. A refit moves the profile's predictions at the configurations it had measured
+    by at most ``max_job_move`` (a factor, ``_within_move``): past it the job's share
+    shrinks, and ``job_scale`` on the result says by how much. A workload's thousandth
+    job, measured where its profile was and as predicted, moves the fit by a thousandth,
+    and a refit per job was half of a learned simulation's fitting (docs/benchmarks.md,
+    "The simulator on philly_week, learned").
 
     ``measured_prior``: the prior is a measured model of this very workload on this GPU
     (the catalog's). The first job then joins it as it would join a profile, with a
@@ -193,7 +238,7 @@ def fold(
         pooled = tuple(pooled_observations(observations, prior.gpu.gpus_per_node))
         if job_params is None:
             job_params = online_fit.fit_params(prior, pooled, settings=settings)
-        params, base = tuple(job_params), prior
+        params, base, scale = tuple(job_params), prior, 1.0
     else:
         base, held = profile.base, profile.observations
         new_config = not {o.key for o in observations} <= {o.key for o in held}
@@ -209,7 +254,63 @@ def fold(
             # Configurations the profile has measured, and measurements that would
             # barely move it: they join, the model stands (as a job's does between refits).
             return replace(profile, observations=pooled)
-        start = profile.params or None
-        params = tuple(online_fit.fit_params(base, pooled, settings=settings, start=start))
+        pooled, params, scale = _within_move(
+            profile.model,
+            base,
+            held,
+            joining,
+            workload=workload,
+            settings=settings,
+            start=profile.params or None,
+            max_job_move=max_job_move,
+        )
     model = apply_params(base, params, workload=workload)
-    return ProfileFit(base, pooled, params, model, fitted_weight=_time_weight(pooled))
+    return ProfileFit(
+        base, pooled, params, model, fitted_weight=_time_weight(pooled), job_scale=scale
+    )
+
+
+def _within_move(
+    before: FittedPerfModel,
+    base: FittedPerfModel,
+    held: Sequence[Observation],
+    joining: Sequence[Observation],
+    *,
+    workload: str,
+    settings: FitSettings,
+    start: Sequence[float] | None,
+    max_job_move: float,
+) -> tuple[tuple[Observation, ...], tuple[float, ...], float]:
+    """The refit of ``held`` with ``joining`` (a job's measurements, already within their
+    weight cap) at the largest share of them, ``scale``, that moves ``before``'s
+    predictions at ``held``'s configurations by at most ``max_job_move`` (a factor):
+    (pooled measurements, params, scale). The share is searched by halving its log
+    between 1 and ``MIN_JOB_SCALE`` (the move grows with it); a job that moves them too
+    far even at the smallest enters at that. Only a job past the bound costs more than
+    one fit."""
+    per_node = base.gpu.gpus_per_node
+    limit = math.log(max_job_move)
+
+    def refit(scale: float) -> tuple[tuple[Observation, ...], tuple[float, ...], bool]:
+        pooled = tuple(pooled_observations([*held, *_scaled(joining, scale)], per_node))
+        params = tuple(online_fit.fit_params(base, pooled, settings=settings, start=start))
+        after = apply_params(base, params, workload=workload)
+        shift = _largest_shift(before, after, held)
+        return pooled, params, shift <= limit  # NaN: past the bound
+
+    pooled, params, within = refit(1.0)
+    if within:
+        return pooled, params, 1.0
+    lo, hi = math.log(MIN_JOB_SCALE), 0.0  # hi is past the bound
+    best = None
+    for _ in range(MOVE_SEARCH_STEPS):
+        mid = 0.5 * (lo + hi)
+        pooled, params, within = refit(math.exp(mid))
+        if within:
+            lo, best = mid, (pooled, params, math.exp(mid))
+        else:
+            hi = mid
+    if best is None:
+        pooled, params, _ = refit(MIN_JOB_SCALE)
+        best = (pooled, params, MIN_JOB_SCALE)
+    return best

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -162,8 +163,111 @@ def test_a_first_job_joins_a_measured_prior_of_its_workload_with_a_bounded_share
     )
     taken = profiles.fold(None, TRUTH, [fast], workload="ncf")
     joined = profiles.fold(None, TRUTH, [fast], workload="ncf", measured_prior=True)
-    # then without the flag it is the profile (100x), with it it moves it by its share
+    # then without the flag it is the profile (100x); with it, it moves it by its share
+    # (100 ** 0.25: 3.2x) cut to the bound on one job's move where the prior measured
     assert 1.0 + _error(taken.model, 1) == pytest.approx(0.01, rel=0.05)
-    assert 1.0 + _error(joined.model, 1) == pytest.approx(0.01**profiles.MAX_JOB_WEIGHT, rel=0.05)
-    # and from there it is a profile like any other: the measured prior weighs 3 jobs' worth
-    assert sum(o.weight for o in joined.observations) == pytest.approx(200.0)
+    assert 1.0 / (1.0 + _error(joined.model, 1)) == pytest.approx(profiles.MAX_JOB_MOVE, rel=0.05)
+    assert joined.job_scale < 1.0
+    # and from there it is a profile like any other: the measured prior weighs 3 jobs' worth,
+    # the job what the bound left of its share
+    assert sum(o.weight for o in joined.observations) == pytest.approx(
+        150.0 + 50.0 * joined.job_scale
+    )
+
+
+def _honest_profile(prior, jobs: int = 3):
+    """A profile of ``prior``'s workload (its measured model) and ``jobs`` jobs measured as it
+    predicts at 1, 2 and 4 GPUs."""
+    profile = None
+    for _ in range(jobs):
+        honest = [_at(prior, n) for n in (1, 2, 4)]
+        profile = profiles.fold(
+            profile, prior, honest, workload="ncf", measured_prior=profile is None
+        )
+    return profile
+
+
+def _at(model, n_gpus: int, *, slower: float = 1.0, weight: float = 20.0) -> Observation:
+    cfg = config_of(n_gpus, 1, GLOBAL_BATCH / n_gpus)
+    return Observation(
+        n_gpus=n_gpus,
+        n_nodes=1,
+        local_batch=GLOBAL_BATCH / n_gpus,
+        iter_time_s=model.iter_time_s(cfg) * slower,
+        power_w=model.power_w(cfg),
+        weight=weight,
+    )
+
+
+def _moved(before, after, n_gpus: int) -> float:
+    cfg = config_of(n_gpus, 1, GLOBAL_BATCH / n_gpus)
+    return after.iter_time_s(cfg) / before.iter_time_s(cfg)
+
+
+@pytest.mark.parametrize("slower", [1000.0, 1e-3])
+def test_one_job_far_off_moves_configurations_the_profile_measured_at_most_the_bound(slower):
+    # given ncf's profile on the T4 from its catalog model and three honest jobs at 1, 2
+    # and 4 GPUs
+    profile = _honest_profile(TRUTH)
+    bound = profiles.MAX_JOB_MOVE
+
+    # when one job 1,000 times off there, with 1,000 measurements a configuration, is
+    # folded in (its weight is capped at a quarter; 1000 ** 0.25 moved it 5.6x)
+    job = [_at(TRUTH, n, slower=slower, weight=1000.0) for n in (1, 2, 4)]
+    after = profiles.fold(profile, TRUTH, job, workload="ncf")
+
+    # then each of them moves by at most the bound, and towards the job, up to it
+    for n in (1, 2, 4):
+        move = _moved(profile.model, after.model, n) ** (1 if slower > 1 else -1)
+        assert bound / 1.1 < move <= bound * 1.001
+    assert after.job_scale < 1.0
+
+
+def test_a_job_first_at_a_configuration_teaches_it_but_pulls_the_others_at_most_the_bound():
+    # given the same profile, measured at 1, 2 and 4 GPUs only
+    profile = _honest_profile(TRUTH)
+
+    # when one job measured only at 8 GPUs, 1,000 times slower than ncf, is folded in
+    job = [_at(TRUTH, 8, slower=1000.0, weight=1000.0)]
+    after = profiles.fold(profile, TRUTH, job, workload="ncf")
+
+    # then 1, 2 and 4 GPUs, which the other jobs measured, move by at most the bound (4 GPUs
+    # moved 11.9x on resnet50@A100), and 8 GPUs, which only it measured, moves further
+    moves = [_moved(profile.model, after.model, n) for n in (1, 2, 4)]
+    assert max(max(m, 1.0 / m) for m in moves) <= profiles.MAX_JOB_MOVE * 1.001
+    assert _moved(profile.model, after.model, 8) > profiles.MAX_JOB_MOVE
+    assert sorted({o.n_gpus for o in after.observations}) == [1, 2, 4, 8]
+
+
+def test_a_job_within_the_bound_moves_its_profile_as_its_share_says():
+    # a job 10x slower at the profile's configurations is not cut: its quarter share moves
+    # the profile 10 ** 0.25 = 1.78x, as before the bound
+    profile = _honest_profile(TRUTH)
+    job = [_at(TRUTH, n, slower=10.0, weight=1000.0) for n in (1, 2, 4)]
+    after = profiles.fold(profile, TRUTH, job, workload="ncf")
+    assert after.job_scale == 1.0
+    assert _moved(profile.model, after.model, 2) == pytest.approx(
+        10**profiles.MAX_JOB_WEIGHT, rel=0.02
+    )
+
+
+@pytest.mark.parametrize("slower", [10.0, 100.0])
+def test_consistent_jobs_of_a_slower_workload_move_the_profile_over_a_few_jobs(slower):
+    # given ncf's catalog model as the profile's measured prior, and a workload of that
+    # name that really runs ``slower`` times slower (a bigger model under the same name)
+    profile, moves = None, []
+    for _ in range(6):
+        job = [_at(TRUTH, n, slower=slower, weight=60.0) for n in (1, 2, 4)]
+        before = TRUTH if profile is None else profile.model
+        profile = profiles.fold(profile, TRUTH, job, workload="ncf", measured_prior=profile is None)
+        moves.append(_moved(before, profile.model, 2))
+
+    # then no job moves it past the bound, yet consistent jobs keep moving it: each
+    # job's move stays large (the jobs agree with each other, so the later ones are
+    # nearer the profile and are not cut), and after three jobs the profile is more than
+    # 3x slower, after six most of the way in log
+    assert all(1.0 < m <= profiles.MAX_JOB_MOVE * 1.001 for m in moves)
+    after3 = math.prod(moves[:3])
+    after6 = math.prod(moves)
+    assert after3 > 3.0
+    assert math.log(after6) > 0.6 * math.log(slower)

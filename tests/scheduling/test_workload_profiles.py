@@ -117,6 +117,30 @@ def test_one_job_moves_a_shared_profile_only_by_a_bounded_weight(make_job, membe
     assert latest.power_error == pytest.approx(0.0, abs=0.01)
 
 
+def test_one_job_far_off_moves_a_shared_profile_at_most_the_bound_and_is_logged(
+    make_job, member, team, caplog
+):
+    # given a profile learned from 1,000 observations at the catalog's speed
+    _job_with(make_job, member, team, [_obs(1.0, weight=1000.0)])
+    wp.fold_finished_jobs(now=T0)
+    before = wp.model_from_params(wp.latest_profile("resnet50", "A100").params)
+
+    # when a job with as many observations, 1,000 times slower (within what is refused),
+    # finishes and is folded: its capped fifth of the weight would move it 1000 ** 0.2 = 4x
+    slow = _job_with(make_job, member, team, [_obs(1000.0, weight=1000.0)])
+    caplog.set_level("INFO", logger=wp.logger.name)
+    wp.fold_finished_jobs(now=T0 + timedelta(minutes=1))
+
+    # then the profile moves towards it by the bound on one job's move, not more, and the
+    # cut is logged with the job
+    latest = wp.latest_profile("resnet50", "A100")
+    ratio = wp.model_from_params(latest.params).iter_time_s(CFG) / before.iter_time_s(CFG)
+    assert ratio == pytest.approx(profiles.MAX_JOB_MOVE, rel=0.05)
+    assert ratio <= profiles.MAX_JOB_MOVE * 1.001
+    assert (latest.version, latest.jobs, latest.n_observations) == (2, 2, 2000.0)
+    assert f"job {slow.pk}: its share of profile resnet50@A100 cut to" in caplog.text
+
+
 def test_a_profile_holds_its_jobs_measurements_and_learns_what_each_job_showed(
     make_job, member, team
 ):
