@@ -10,6 +10,11 @@ bounds), with 1,000 measurements per configuration (its share is capped at
 which the profile never measured. Printed: the profile's predicted iteration time after
 over before, at 1, 2, 4 and 8 GPUs.
 
+Then consistent jobs: a workload whose every job runs ``factor`` times the catalog's time
+at 1, 2 and 4 GPUs (a bigger model under the same name), folded one after another into
+a profile that starts from the catalog's model. Printed: the profile's prediction at
+2 GPUs over the catalog's after each of six jobs.
+
     .venv/bin/python benchmarks/bench_profile_share.py
 """
 
@@ -57,6 +62,18 @@ def moved(prior, factor: float, at_gpus: tuple[int, ...], honest_jobs: int = 3) 
     )
 
 
+def consistent(prior, factor: float, jobs: int = 6) -> str:
+    profile, out = None, []
+    for _ in range(jobs):
+        job = [measured(prior, n, factor=factor, weight=60.0) for n in (1, 2, 4)]
+        profile = profiles.fold(
+            profile, prior, job, workload="resnet50", measured_prior=profile is None
+        )
+        at = measured(prior, 2).config()
+        out.append(f"{profile.model.iter_time_s(at) / prior.iter_time_s(at):.3g}x")
+    return "  ".join(out)
+
+
 def main() -> None:
     prior = load_catalog().get("resnet50", "A100")
     out = sys.stdout
@@ -65,6 +82,10 @@ def main() -> None:
         for at_gpus in ((1, 2, 4), (8,)):
             shown = ",".join(map(str, at_gpus))
             out.write(f"job at {factor:g}x, at {shown} GPUs: {moved(prior, factor, at_gpus)}\n")
+    for factor in (0.1, 10.0, 30.0, 100.0):
+        out.write(
+            f"consistent jobs at {factor:g}x, 2 GPUs after 1..6: {consistent(prior, factor)}\n"
+        )
 
 
 if __name__ == "__main__":
