@@ -674,16 +674,16 @@ def _store_gradient_statistics(event: JobEvent) -> None:
     )
 
 
-def _plausible_count(event: JobEvent) -> bool:
+def _plausible_count(event: JobEvent, job: Job, alloc: JobAllocation | None) -> bool:
     """Whether the event's count can be the job's progress (``most_iterations``). Capped at
     the job's total instead, one report of 1e18 (a script writing its samples as its
     iterations once) made a job that had done 150 of 2,000 iterations "2000 of 2000", and
     its next start told it that it had finished: it exited 0, completed with its work
     undone (a live probe). The event is stored and applied otherwise (an exit still ends
     the job); refused, the agent would quarantine an exit with it, and the job would hold
-    its GPUs."""
-    job = Job.objects.select_related("current_allocation").get(pk=event.job_id)
-    most = most_iterations(job, _batch_of(event, job))
+    its GPUs. ``job`` and ``alloc`` (``_event_allocation``): read once for this and
+    ``_submitted_iterations``, for every report of every running job."""
+    most = most_iterations(job, alloc.batch_size if alloc is not None else job.global_batch_size)
     if event.iterations <= most:
         return True
     log.warning(
@@ -694,14 +694,13 @@ def _plausible_count(event: JobEvent) -> bool:
     return False
 
 
-def _submitted_iterations(event: JobEvent) -> float:
+def _submitted_iterations(event: JobEvent, job: Job, alloc: JobAllocation | None) -> float:
     """The event's iteration count (at its allocation's batch) at the job's submitted batch,
     with the factor its allocation was told its work in (``allocation_factor``).
 
     An event without an allocation (an agent that lost track of it) is taken at the job's
-    current allocation, else at the submitted batch."""
-    job = Job.objects.select_related("current_allocation").get(pk=event.job_id)
-    f = allocation_factor(job, _event_allocation(event, job))
+    current allocation, else at the submitted batch (``alloc``: ``_event_allocation``)."""
+    f = allocation_factor(job, alloc)
     done = event.iterations if f == 1.0 else round(event.iterations / f, _ITERATION_DECIMALS)
     # A job never did more than all its work (an agent counting a last partial step).
     return min(done, float(job.total_iterations))
@@ -765,11 +764,14 @@ def _exit_time(event: JobEvent) -> datetime:
 def _apply(event: JobEvent) -> None:
     if event.grad_sqr is not None and event.grad_var is not None:
         _store_gradient_statistics(event)
-    if event.iterations is not None and _plausible_count(event):
-        done = _submitted_iterations(event)
-        Job.objects.filter(pk=event.job_id, completed_iterations__lt=done).update(
-            completed_iterations=done
-        )
+    if event.iterations is not None:
+        job = Job.objects.select_related("current_allocation").get(pk=event.job_id)
+        alloc = _event_allocation(event, job)
+        if _plausible_count(event, job, alloc):
+            done = _submitted_iterations(event, job, alloc)
+            Job.objects.filter(pk=event.job_id, completed_iterations__lt=done).update(
+                completed_iterations=done
+            )
     if event.kind != JobEventKind.EXITED:
         return
     job = Job.objects.get(pk=event.job_id)

@@ -12,6 +12,8 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from cluster import services as cluster_services
@@ -93,3 +95,25 @@ def test_an_exit_with_an_absurd_count_still_ends_the_job(started, agent_node, ag
     job = Job.objects.get(pk=started.pk)
     assert job.state == JobState.FAILED
     assert job.completed_iterations == 400.0
+
+
+def test_a_progress_report_reads_its_job_and_allocation_once(started, agent_node, agent_client):
+    # given a job that reported 150 of its 1,000 iterations
+    client = agent_client(agent_node[1])
+    assert _post(client, started, "progress", 60, iterations=150.0).status_code == 200
+
+    # when it reports 160
+    with CaptureQueriesContext(connection) as queries:
+        assert _post(client, started, "progress", 30, iterations=160.0).status_code == 200
+
+    # then the count is applied, and the check of its plausibility read the job row and its
+    # allocation row no second time (it read each again: 2 more queries for every report
+    # of every running job)
+    assert Job.objects.get(pk=started.pk).completed_iterations == 160.0
+    sql = [q["sql"] for q in queries.captured_queries]
+    # (the whole row of each, by its primary key: what ``_apply`` reads)
+    job_row = 'SELECT "cluster_job"."id", "cluster_job"."owner_id"'
+    alloc_row = 'SELECT "cluster_joballocation"."id", "cluster_joballocation"."job_id", '
+    job_reads = [s for s in sql if s.startswith(job_row)]
+    alloc_reads = [s for s in sql if s.startswith(alloc_row + '"cluster_joballocation"."batch')]
+    assert (len(job_reads), len(alloc_reads)) == (1, 1)
