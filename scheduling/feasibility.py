@@ -60,9 +60,12 @@ def _gpu_counts() -> dict[str, int]:
 
 
 def _lost_gpus(gpu_models) -> int:
-    """GPUs of ``gpu_models`` registered and in service that their agent no longer reports."""
+    """GPUs of ``gpu_models`` (None: of any model) registered and in service that their
+    agent no longer reports."""
     lost = Gpu.objects.in_service().filter(missing_since__isnull=False)
-    return lost.filter(model__in=list(gpu_models)).count()
+    if gpu_models is not None:
+        lost = lost.filter(model__in=list(gpu_models))
+    return lost.count()
 
 
 def _gpu_counts_for(
@@ -161,7 +164,9 @@ def submit_refusals(
     catalog = perf_lookup.current_catalog()
     counts = _gpu_counts()
     usable = _gpu_counts_for(counts, workload, gpu_model, catalog, hints)
-    if counts:
+    # With none reported, the rule still counts where GPUs are registered (every one lost:
+    # an agent restarted seeing none): only a cluster with none waits for the hardware.
+    if counts or Gpu.objects.in_service().exists():
         offered = max(usable.values(), default=0)
         if min_gpus > offered:
             of = f"{gpu_model} " if gpu_model else ""
@@ -172,7 +177,7 @@ def submit_refusals(
             )
             # GPUs lost from their agent's registration count only once it reports them
             # again (the rounds plan on none of them before): said, so the user knows.
-            lost = _lost_gpus([gpu_model] if gpu_model else usable or counts)
+            lost = _lost_gpus([gpu_model] if gpu_model else usable or counts or None)
             if lost:
                 errors["min_gpus"] += (
                     f" {lost} more are registered but not reported by their node's agent; "

@@ -243,3 +243,24 @@ def test_gpus_their_agent_no_longer_reports_are_not_offered(api_client, member, 
     assert "4 more are registered but not reported by their node's agent" in message, message
     assert accepted.status_code == 201, accepted.content
     assert list(Job.objects.values_list("min_gpus", flat=True)) == [12]
+
+
+def test_a_cluster_whose_every_gpu_is_lost_offers_none_rather_than_any(
+    api_client, member, team, make_node
+):
+    # given 8 A100s, all of which the node's agent registered without (restarted seeing
+    # none: lost, the rounds plan on none of them until reported again)
+    node = make_node("node-01", gpus=8)
+    node.gpus.update(missing_since=timezone.now())
+
+    # when a job asks for 64 of them at least
+    response = _post(api_client, member, min_gpus=64, max_gpus=64, total_iterations=100)
+
+    # then it is refused as with some GPUs reported (the GPUs are registered: not the
+    # cluster whose agents have not started, for which the rule waits), and says where the 8
+    # are (before: no GPU reported counted as none registered, and any job was accepted)
+    assert response.status_code == 400, response.content
+    message = response.json()["min_gpus"][0]
+    assert message.startswith("The cluster has 0 GPUs that can run bert together"), message
+    assert "8 more are registered but not reported by their node's agent" in message, message
+    assert not Job.objects.exists()
