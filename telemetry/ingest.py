@@ -4,7 +4,8 @@ A batch is all-or-nothing: one bad sample rejects the batch with per-field messa
 (``{"samples": {"3": {"power_w": [...]}}}``) and nothing is stored. A sample naming a GPU of
 another node is a permission error (HTTP 403), not a validation one: the token speaks only for
 its own node. A GPU that moved to another node (``Gpu.node_since``) is the exception: its old
-node's spooled samples of it are refused one by one (400), so the agent keeps its other GPUs'.
+node's spooled samples of it, stamped before it arrived there, are refused one by one (400), so
+the agent keeps its other GPUs'; one stamped since is another node's GPU's (403).
 
 Validation is a plain loop over dicts rather than a DRF serializer per sample: at 20,000
 samples per second a serializer's per-field machinery is most of the cost. The serializers in
@@ -96,6 +97,16 @@ def gpus_of(node: Node) -> dict[str, int]:
     return dict(Gpu.objects.filter(node=node).values_list("uuid", "pk"))
 
 
+def _stamped_since(ts: Any, since: datetime) -> bool:
+    """Whether ``ts`` (a sample's, as sent) is a time at or after ``since``; a bad stamp is
+    not (the sample loop reports it)."""
+    try:
+        at = datetime.fromisoformat(ts) if isinstance(ts, str) else None
+    except ValueError:
+        return False
+    return at is not None and at.tzinfo is not None and at >= since
+
+
 def validate_batch(
     node: Node,
     payload: Any,
@@ -139,13 +150,6 @@ def validate_batch(
             known[uuid] = (pk, node_id)
             if since is not None:
                 moved_away[uuid] = since
-    foreign = sorted(
-        u for u, (_, node_id) in known.items() if node_id != node.pk and u not in moved_away
-    )
-    if foreign:
-        raise BatchRejected(
-            {"samples": [f"GPU(s) {', '.join(foreign)} belong to another node."]}, status=403
-        )
     # A GPU of another node that moved there (``Gpu.node_since``) may have been this node's:
     # its agent's spool still holds samples of it from before the move. They are refused
     # one by one (a 400 naming them, so the agent posts its other GPUs' samples again);
@@ -153,6 +157,25 @@ def validate_batch(
     # Nothing of another node's GPU is stored either way: the old node is not recorded, so
     # its word for the time before the move cannot be told from any other node's.
     moved_away = {u: t for u, t in moved_away.items() if known[u][1] != node.pk}
+    # A sample of it stamped since it arrived there is no spool's of before the move: this
+    # token speaks for another node's GPU, as of one that never moved.
+    since_arrival = {
+        s["gpu_uuid"]
+        for s in (samples if moved_away else ())
+        if isinstance(s, dict)
+        and isinstance(s.get("gpu_uuid"), str)
+        and s["gpu_uuid"] in moved_away
+        and _stamped_since(s.get("ts"), moved_away[s["gpu_uuid"]])
+    }
+    foreign = sorted(
+        u
+        for u, (_, node_id) in known.items()
+        if node_id != node.pk and (u not in moved_away or u in since_arrival)
+    )
+    if foreign:
+        raise BatchRejected(
+            {"samples": [f"GPU(s) {', '.join(foreign)} belong to another node."]}, status=403
+        )
 
     # What each GPU can draw at most: a reading far above it is no measurement (the
     # learned models refuse it, ``online_model.refusal_reason``), and the ledger must not

@@ -171,3 +171,28 @@ def test_a_gpu_of_another_node_that_never_moved_still_refuses_the_batch(agent_no
     response = client1.post("/api/agent/samples/", {"samples": [sample]}, format="json")
     assert response.status_code == 403
     assert not GpuSample.objects.exists()
+
+
+def test_a_moved_gpus_sample_stamped_since_it_arrived_refuses_the_old_nodes_batch(
+    moved, agent_node
+):
+    # given node-01's agent posting, after the move, its GPU 1's sample and one of the
+    # board stamped now: no spool's of before the move (the board was on node-02 then)
+    _, _, board, _ = moved
+    node1, raw1 = agent_node
+    client1 = APIClient()
+    client1.credentials(HTTP_AUTHORIZATION=f"Token {raw1}")
+    stayed = Gpu.objects.get(node=node1, index=1)
+    now = timezone.now().isoformat()
+    batch = [
+        {"gpu_uuid": stayed.uuid, "ts": now, "power_w": 90.0},
+        {"gpu_uuid": board.uuid, "ts": now, "power_w": 300.0},
+    ]
+
+    response = client1.post("/api/agent/samples/", {"samples": batch}, format="json")
+
+    # then it speaks for another node's GPU, as for one that never moved: a 403 (before:
+    # a 400 on that sample alone, the agent posting the rest as if its spool's leftovers)
+    assert response.status_code == 403, response.content
+    assert board.uuid in str(response.json())
+    assert not GpuSample.objects.exists()
