@@ -5,7 +5,8 @@ A batch is all-or-nothing: one bad sample rejects the batch with per-field messa
 another node is a permission error (HTTP 403), not a validation one: the token speaks only for
 its own node. A GPU that moved to another node (``Gpu.node_since``) is the exception: its old
 node's spooled samples of it, stamped before it arrived there, are refused one by one (400), so
-the agent keeps its other GPUs'; one stamped since is another node's GPU's (403).
+the agent keeps its other GPUs'; one stamped since (past a clock's allowed lead) is another
+node's GPU's (403).
 
 Validation is a plain loop over dicts rather than a DRF serializer per sample: at 20,000
 samples per second a serializer's per-field machinery is most of the cost. The serializers in
@@ -97,14 +98,14 @@ def gpus_of(node: Node) -> dict[str, int]:
     return dict(Gpu.objects.filter(node=node).values_list("uuid", "pk"))
 
 
-def _stamped_since(ts: Any, since: datetime) -> bool:
-    """Whether ``ts`` (a sample's, as sent) is a time at or after ``since``; a bad stamp is
-    not (the sample loop reports it)."""
+def _stamped_after(ts: Any, after: datetime) -> bool:
+    """Whether ``ts`` (a sample's, as sent) is a time after ``after``; a bad stamp is not
+    (the sample loop reports it)."""
     try:
         at = datetime.fromisoformat(ts) if isinstance(ts, str) else None
     except ValueError:
         return False
-    return at is not None and at.tzinfo is not None and at >= since
+    return at is not None and at.tzinfo is not None and at > after
 
 
 def validate_batch(
@@ -158,14 +159,18 @@ def validate_batch(
     # its word for the time before the move cannot be told from any other node's.
     moved_away = {u: t for u, t in moved_away.items() if known[u][1] != node.pk}
     # A sample of it stamped since it arrived there is no spool's of before the move: this
-    # token speaks for another node's GPU, as of one that never moved.
+    # token speaks for another node's GPU, as of one that never moved. (Since it arrived
+    # and the clock skew a stamp may carry ahead, ``TELEMETRY_MAX_FUTURE_S``: a GPU passed
+    # between two virtual machines moves in seconds, and the old node's last samples of
+    # it, stamped by a clock ahead, are still its spool's.)
+    skew = timedelta(seconds=settings.TELEMETRY_MAX_FUTURE_S)
     since_arrival = {
         s["gpu_uuid"]
         for s in (samples if moved_away else ())
         if isinstance(s, dict)
         and isinstance(s.get("gpu_uuid"), str)
         and s["gpu_uuid"] in moved_away
-        and _stamped_since(s.get("ts"), moved_away[s["gpu_uuid"]])
+        and _stamped_after(s.get("ts"), moved_away[s["gpu_uuid"]] + skew)
     }
     foreign = sorted(
         u

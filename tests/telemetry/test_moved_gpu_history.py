@@ -173,26 +173,39 @@ def test_a_gpu_of_another_node_that_never_moved_still_refuses_the_batch(agent_no
     assert not GpuSample.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("stamped_after_arrival_s", "status"),
+    [
+        # 9 minutes after it arrived on node-02: no spool's of before the move
+        (540, 403),
+        # 2 minutes after: a clock ahead (by less than TELEMETRY_MAX_FUTURE_S, 300 s) may
+        # have stamped the old node's last sample of it so; that sample alone is refused
+        (120, 400),
+    ],
+)
 def test_a_moved_gpus_sample_stamped_since_it_arrived_refuses_the_old_nodes_batch(
-    moved, agent_node
+    moved, agent_node, stamped_after_arrival_s, status
 ):
-    # given node-01's agent posting, after the move, its GPU 1's sample and one of the
-    # board stamped now: no spool's of before the move (the board was on node-02 then)
+    # given the board on node-02 since 10 minutes ago, and node-01's agent posting its
+    # GPU 1's sample with one of the board stamped after that
     _, _, board, _ = moved
+    arrived = timezone.now() - timedelta(minutes=10)
+    Gpu.objects.filter(pk=board.pk).update(node_since=arrived)
     node1, raw1 = agent_node
     client1 = APIClient()
     client1.credentials(HTTP_AUTHORIZATION=f"Token {raw1}")
     stayed = Gpu.objects.get(node=node1, index=1)
-    now = timezone.now().isoformat()
+    at = (arrived + timedelta(seconds=stamped_after_arrival_s)).isoformat()
     batch = [
-        {"gpu_uuid": stayed.uuid, "ts": now, "power_w": 90.0},
-        {"gpu_uuid": board.uuid, "ts": now, "power_w": 300.0},
+        {"gpu_uuid": stayed.uuid, "ts": at, "power_w": 90.0},
+        {"gpu_uuid": board.uuid, "ts": at, "power_w": 300.0},
     ]
 
     response = client1.post("/api/agent/samples/", {"samples": batch}, format="json")
 
-    # then it speaks for another node's GPU, as for one that never moved: a 403 (before:
-    # a 400 on that sample alone, the agent posting the rest as if its spool's leftovers)
-    assert response.status_code == 403, response.content
+    # then well after it arrived it speaks for another node's GPU, as for one that never
+    # moved: a 403 for the batch (before: a 400 on that sample alone, the agent posting the
+    # rest as if the board's were its spool's leftovers); nothing is stored either way
+    assert response.status_code == status, response.content
     assert board.uuid in str(response.json())
     assert not GpuSample.objects.exists()
