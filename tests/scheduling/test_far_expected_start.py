@@ -49,4 +49,5 @@ def test_a_start_forecast_past_any_date_is_recorded_as_none_and_the_round_goes_o
     assert waiting.state == JobState.QUEUED
     assert waiting.pending_reason_code != ""
     assert waiting.pending_until is None
+    assert waiting.pending_until is None
     assert Job.objects.get(pk=endless.pk).state == JobState.RUNNING
