@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
-from cluster.choices import JobState
+from cluster.choices import TERMINAL_JOB_STATES, JobState
 from cluster.models import RECENT_STOP, Gpu, Job, JobAllocation, Node, sm_clock_conflict
 from cluster.services import (
     InvalidTransition,
@@ -179,8 +179,17 @@ def _register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> 
     current_limits = {u: limit for u, (*_, limit, _) in registered.items()}
     # GPUs registered on another node before (retired there): this node's from now on.
     moved = {u for u, (node_id, *_) in registered.items() if node_id != node.pk}
+    # Boards that move from the bare model's key to their own ("A100" -> "A100-PCIe").
+    rekeyed = {
+        gpu_model_key(registered[g["uuid"]][-1]): g["model"]
+        for g in gpus
+        if g["uuid"] in registered
+        and is_board_split(gpu_model_key(registered[g["uuid"]][-1]), g["model"])
+    }
     try:
-        return _store_gpus(node, gpus, current_limits, moved=moved, now=now)
+        stored = _store_gpus(node, gpus, current_limits, moved=moved, now=now)
+        _repin_jobs(rekeyed)
+        return stored
     except IntegrityError as exc:
         if "gpu_unique_node_index" not in str(exc):
             raise
@@ -191,6 +200,29 @@ def _register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> 
             "a GPU index this node reports was given to another GPU while it registered; "
             "the next registration reads it again"
         ) from None
+
+
+def _repin_jobs(rekeyed: dict[str, str]) -> None:
+    """Jobs not yet ended that are pinned to a bare model key no GPU in service has any
+    longer (``rekeyed``: old key -> the boards' own key) ask for the boards' key from now
+    on. They were submitted while those boards were keyed so (a cluster of A100 PCIe boards
+    keyed "A100"); left on the bare key they waited for good ("needs 2 A100 GPU(s); the
+    cluster has 0 schedulable"), and a running one was stopped at the next round. Where
+    GPUs of the bare key are left (SXM boards beside the PCIe ones), the job keeps asking
+    for those. Ended jobs keep their record as it was."""
+    for old, new in rekeyed.items():
+        if Gpu.objects.in_service().filter(model=old).exists():
+            continue
+        repinned = (
+            Job.objects.filter(gpu_model=old)
+            .exclude(state__in=TERMINAL_JOB_STATES)
+            .update(gpu_model=new)
+        )
+        if repinned:
+            log.warning(
+                "%d job(s) pinned to %s, which no GPU has any longer, now ask for %s",
+                repinned, old, new,
+            )  # fmt: skip
 
 
 def _store_gpus(

@@ -552,3 +552,50 @@ def test_an_fhhl_or_nvl_board_registered_as_the_sxm_model_moves_to_its_own_model
         response = agent_client(token).post("/api/agent/register/", body, format="json")
         assert response.status_code == 400
         assert set(Gpu.objects.filter(node=node).values_list("model", flat=True)) == {key}
+
+
+def test_jobs_pinned_to_the_bare_key_follow_the_boards_when_none_is_left_under_it(
+    agent_node, other_node, agent_client, make_job, member, team
+):
+    # given jobs pinned to "A100" (waiting and finished) while the cluster's only A100s were
+    # PCIe boards keyed so, and a V100 job on another node's V100s
+    node, token = agent_node
+    other, _ = other_node
+    Gpu.objects.filter(node=other).update(model="V100")
+    waiting = make_job(owner=member, team=team, gpu_model="A100")
+    done = make_job(owner=member, team=team, gpu_model="A100")
+    Job.objects.filter(pk=done.pk).update(state=JobState.COMPLETED)
+    v100 = make_job(owner=member, team=team, gpu_model="V100")
+    # when the agent registers the boards under their own key
+    body = {
+        "gpus": [
+            _gpu("GPU-node-01-0", 0, model="NVIDIA A100-PCIE-40GB"),
+            _gpu("GPU-node-01-1", 1, model="NVIDIA A100-PCIE-40GB"),
+        ]
+    }
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    assert response.status_code == 200, response.json()
+    # then the waiting job is pinned to the boards it was submitted for (under the bare key
+    # it would wait for good: no A100 is left), the finished job keeps its record, and the
+    # other model's job is untouched
+    pinned = dict(Job.objects.values_list("pk", "gpu_model"))
+    assert pinned == {waiting.pk: "A100-PCIe", done.pk: "A100", v100.pk: "V100"}
+
+
+def test_jobs_pinned_to_the_bare_key_stay_while_boards_of_it_are_left(
+    agent_node, other_node, agent_client, make_job, member, team
+):
+    # given SXM A100s on another node beside the PCIe boards keyed as A100
+    node, token = agent_node
+    waiting = make_job(owner=member, team=team, gpu_model="A100")
+    # when the PCIe boards move to their own key
+    body = {
+        "gpus": [
+            _gpu("GPU-node-01-0", 0, model="NVIDIA A100-PCIE-40GB"),
+            _gpu("GPU-node-01-1", 1, model="NVIDIA A100-PCIE-40GB"),
+        ]
+    }
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    assert response.status_code == 200, response.json()
+    # then the job still asks for the A100s the cluster has
+    assert Job.objects.get(pk=waiting.pk).gpu_model == "A100"
