@@ -40,7 +40,9 @@ def test_without_a_learning_rate_the_batch_is_n_times_per_gpu():
 
 def test_caps_double_once_reached_up_to_four_times_the_request():
     pol = Ones()
-    snap = snapshot(make_cluster(1, 1, 8), [running(job("a", n=2), ("s0n0/0", "s0n0/1"))])
+    # (a max_gpus above 4x the request: the job allows what ONES would give it)
+    j = job("a", n=2, max_gpus=16)
+    snap = snapshot(make_cluster(1, 1, 8), [running(j, ("s0n0/0", "s0n0/1"))])
     ctx, _ = admit(snap, now=NOW)
     views = list(ctx.jobs)
     caps = pol.next_caps(views, {})
@@ -227,3 +229,27 @@ def test_padding_and_repair_never_store_a_waiting_job():
         for ind in plan.policy_state["ones"]["population"]["A100"]:
             assert ind and all(n > 0 for n in ind.values())
             assert sum(ind.values()) <= 16
+
+
+def test_a_job_is_never_grown_past_its_max_gpus():
+    # An independent sweep ran ``ones`` with ``--max-gpus 2``: jobs that asked 4 GPUs and
+    # may hold at most 4 were doubled to 8 and 16, and finished below their contention-free
+    # time, which takes ``max_gpus`` as the ceiling (as does the live job's contract).
+    pol = Ones()
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        [running(job("a", n=2, max_gpus=3), ("s0n0/0", "s0n0/1"))],
+        catalog=CAT,
+    )
+    ctx, _ = admit(snap, now=NOW)
+    assert pol.next_caps(list(ctx.jobs), {}) == {"a": 3}  # not 4: its max_gpus is 3
+    alone = snapshot(make_cluster(1, 1, 8), [job("b", n=2, max_gpus=2)], catalog=CAT)
+    state = None
+    for k in range(4):  # round after round, the cap would double each time it is reached
+        plan = plan_round(replace(alone, policy_state=state or {}), policy=pol, now=NOW + k)
+        state = plan.policy_state
+        b = plan.allocations["b"]
+        alone = replace(
+            alone, jobs=(replace(alone.jobs[0], allocation=b, started_s=NOW, last_change_s=0.0),)
+        )
+        assert b.n_gpus <= 2

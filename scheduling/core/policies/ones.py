@@ -33,11 +33,11 @@ Each round runs ``generations`` generations of:
 The best 16 of parents and children survive. The winner is laid out in **contiguous
 blocks with the fewest changes** from the running layout (``layout``). A job's size
 cap starts at its request and **doubles once reached**, up to ``cap_factor`` (4) times
-the request. **Reconfiguration waits** until a job has run an epoch since its last
-change (``epochs_per_job`` epochs make a job; the traces carry no data-set sizes, so
-this is our stand-in): until then its count is frozen in every individual. The random
-generator is seeded from ``seed`` and the round's generation counter, so a round is
-deterministic for its context.
+the request and never past the job's ``max_gpus``. **Reconfiguration waits** until a job
+has run an epoch since its last change (``epochs_per_job`` epochs make a job; the traces
+carry no data-set sizes, so this is our stand-in): until then its count is frozen in every
+individual. The random generator is seeded from ``seed`` and the round's generation
+counter, so a round is deterministic for its context.
 """
 
 from __future__ import annotations
@@ -150,7 +150,11 @@ class Ones:
         out = {}
         for jv in jobs:
             job = jv.job
-            limit = self.cap_factor * job.requested_gpus
+            # Up to cap_factor x the request, never past what the job allows: its
+            # max_gpus (the live job's request is its max_gpus, so there it never grows;
+            # the simulator's --max-gpus sets it). A max_gpus below the request is read
+            # as the request.
+            limit = min(self.cap_factor * job.requested_gpus, max(job.max_gpus, job.requested_gpus))
             cap = int(caps.get(job.job_id, job.requested_gpus))
             if job.allocation is not None and job.allocation.n_gpus >= cap:
                 cap = min(2 * cap, limit)  # reached: double, up to cap_factor x request
