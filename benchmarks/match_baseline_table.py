@@ -13,6 +13,7 @@ period's share, periods over budget, resizes
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -64,7 +65,9 @@ def rows(report: dict) -> list[str]:
             c.get("bound_avg_jct_s"),
         )
         share = "n/a"
-        if b_jct and k_jct and bound is not None and b_jct > bound:
+        # Averages over different sets of jobs do not compare (the ratio is n/a then too).
+        finished = not c["candidate_unfinished_jobs"] and not c.get("baseline_unfinished_jobs")
+        if finished and b_jct and k_jct and bound is not None and b_jct > bound:
             possible = c.get("best_possible_ratio")
             share = f"{100 * (b_jct - k_jct) / (b_jct - bound):.0f}% of {possible:.3f}x"
         lines.append(
@@ -77,12 +80,26 @@ def rows(report: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        sys.stderr.write(__doc__.strip().splitlines()[2] + "\n")
-        return 2
-    report = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    parser = argparse.ArgumentParser(
+        prog="match_baseline_table.py", description=__doc__.strip().splitlines()[0]
+    )
+    parser.add_argument("report", type=Path, help="OUT/<stem>_report.json of --match-baseline")
+    path = parser.parse_args(argv).report
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return _refuse(f"cannot read {path}: {exc}")
+    if not isinstance(report, dict) or not {"runs", "comparisons"} <= set(report):
+        return _refuse(f"{path} is not a simulator report (no 'runs' and 'comparisons')")
+    if not report["comparisons"]:
+        return _refuse(f"{path} has no comparison: it was written without --match-baseline")
     sys.stdout.write("\n".join(rows(report)) + "\n")
     return 0
+
+
+def _refuse(line: str) -> int:
+    sys.stderr.write(f"match_baseline_table.py: error: {line}\n")
+    return 2
 
 
 if __name__ == "__main__":

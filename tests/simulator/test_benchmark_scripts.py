@@ -2,6 +2,7 @@
 (``--repeats 0`` ended in an IndexError after building a 1,024-GPU cluster, an unknown
 policy in a KeyError), and ``--help`` prints help (``bench_whatif.py`` ran instead)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -112,3 +113,51 @@ def test_plan_identity_refuses_a_filter_that_matches_no_case():
     assert result.returncode == 2
     assert result.stderr == "no case matches 'no-such-case'\n"
     assert result.stdout == ""
+
+
+def test_match_baseline_table_says_one_line_for_help_a_missing_file_and_a_plain_report(
+    tmp_path,
+):
+    # An independent sweep: "--help" and a missing file ended in FileNotFoundError, a JSON
+    # that is no report in KeyError 'runs', and a report without --match-baseline printed
+    # a header and no row with exit 0.
+    assert _bench("match_baseline_table.py", "--help").stdout.startswith("usage: ")
+    missing = _bench("match_baseline_table.py", str(tmp_path / "none.json"))
+    plain = tmp_path / "plain_report.json"
+    plain.write_text(json.dumps({"runs": {"fifo": {}}, "comparisons": []}), encoding="utf-8")
+    other = tmp_path / "other.json"
+    other.write_text("{}", encoding="utf-8")
+
+    for result, words in (
+        (missing, "cannot read"),
+        (_bench("match_baseline_table.py", str(other)), "not a simulator report"),
+        (_bench("match_baseline_table.py", str(plain)), "no comparison"),
+    ):
+        assert result.returncode == 2
+        assert len(result.stderr.splitlines()) == 1 and words in result.stderr
+        assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_match_baseline_table_gives_no_share_of_the_gain_for_a_run_with_jobs_left():
+    # The candidate's average covers only the jobs it finished; the comparison's ratio is
+    # then n/a, and the share of the bound's gain (from the same averages) must be too.
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from match_baseline_table import rows
+
+    comparison = {
+        "kind": "energy", "baseline": "fifo", "candidate": "powerflow",
+        "avg_jct_ratio": None, "candidate_max_period_share": 0.9,
+        "candidate_energy_in_period_kwh": 1.0, "budget_energy_kwh": 2.0,
+        "candidate_energy_kwh": 1.0, "candidate_finished_in_period": True,
+        "candidate_unfinished_jobs": 3, "baseline_unfinished_jobs": 0,
+        "baseline_avg_jct_s": 7200.0, "candidate_avg_jct_s": 3600.0,
+        "bound_avg_jct_s": 1800.0, "best_possible_ratio": 4.0,
+        "candidate_periods_over_budget": 0,
+    }  # fmt: skip
+    run = {"avg_jct_s": 7200.0, "p99_jct_s": 9000.0, "energy_kwh": 2.0, "n_resizes": 0}
+    report = {"runs": {"fifo": run, "powerflow@fifo-energy": run}, "comparisons": [comparison]}
+
+    (row,) = rows(report)[2:]
+
+    assert row.endswith("| n/a |")
+    assert "3 unfinished" in row
