@@ -27,16 +27,35 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "n/a" if a is None or not b else f"{a / b:.3f}"
 
 
+class Refused(Exception):
+    """A folder the table cannot read; the message is one line."""
+
+
 def _runs(folder: Path) -> list[tuple[str, str, dict]]:
-    """(stem, run name, learned entry with its oracle beside it) for the folder's policy."""
+    """(stem, run name, learned entry with its oracle beside it) for the folder's policy.
+
+    Refuses a report that is not of ``--knowledge both`` (an oracle-only run's entry was
+    printed as the learned one) and a folder with no run of its policy (it printed a
+    header and nothing else)."""
     policy = folder.name
     found = []
     for report in sorted(folder.glob("*_report.json")):
         stem = report.name.removesuffix("_report.json")
-        runs = json.loads(report.read_text(encoding="utf-8"))["runs"]
-        for name, entry in runs.items():
+        data = json.loads(report.read_text(encoding="utf-8"))
+        modes = data.get("scenario", {}).get("knowledge")
+        for name, entry in data["runs"].items():
             if name == policy or name.startswith(policy + "@"):
+                if modes != ["learned", "oracle"]:
+                    raise Refused(
+                        f"{report}: knowledge {modes}, not a --knowledge both run (learned "
+                        "first, oracle beside it)"
+                    )
                 found.append((stem, name, entry))
+    if not found:
+        raise Refused(
+            f"{folder}: no run of {policy} (a folder is one --out of the simulator, named "
+            "after its policy)"
+        )
     return found
 
 
@@ -90,6 +109,11 @@ def main() -> None:
         help="one row per policy over all folders: median, min, max of avg JCT and energy l/o",
     )
     args = parser.parse_args()
+    try:
+        found = [(folder, _runs(folder)) for folder in args.folders]
+    except Refused as exc:
+        sys.stderr.write(f"knowledge_table.py: error: {exc}\n")
+        sys.exit(2)
     _emit(
         "| policy | avg JCT learned (h) | oracle (h) | l/o | p99 JCT learned / oracle (h) | "
         "energy learned / oracle (kWh) | makespan learned / oracle (h) | "
@@ -98,8 +122,8 @@ def main() -> None:
     _emit("|---|---|---|---|---|---|---|---|---|")
     details = []
     ratios: dict[str, list[tuple[float, float]]] = {}
-    for folder in args.folders:
-        for stem, name, learned in _runs(folder):
+    for folder, runs in found:
+        for stem, name, learned in runs:
             oracle = learned.get("oracle", {})
             _emit(
                 f"| {name} | {_h(learned['avg_jct_s'])} | {_h(oracle.get('avg_jct_s'))} | "

@@ -161,3 +161,30 @@ def test_match_baseline_table_gives_no_share_of_the_gain_for_a_run_with_jobs_lef
 
     assert row.endswith("| n/a |")
     assert "3 unfinished" in row
+
+
+def test_knowledge_table_refuses_what_is_not_a_learned_and_oracle_run(tmp_path):
+    # An independent sweep: an `--knowledge oracle` run was printed in the "learned" column
+    # beside an oracle of n/a (with --workloads, a FileNotFoundError), and a folder that
+    # does not exist, or holds no run of the policy it is named after, gave a header and
+    # exit 0.
+    entry = {"avg_jct_s": 3600.0, "p99_jct_s": 3600.0, "energy_kwh": 1.0, "makespan_s": 1.0}
+    entry |= {"n_unfinished": 0, "wall_s": 1.0, "knowledge": "oracle"}
+    oracle_only = tmp_path / "fifo"
+    oracle_only.mkdir()
+    (oracle_only / "t_c_report.json").write_text(
+        json.dumps({"scenario": {"knowledge": ["oracle"]}, "runs": {"fifo": entry}}),
+        encoding="utf-8",
+    )
+    empty = tmp_path / "zeus"
+    empty.mkdir()
+
+    for folder, words in (
+        (oracle_only, "not a --knowledge both run"),
+        (empty, "no run of zeus"),
+        (tmp_path / "elastic", "no run of elastic"),
+    ):
+        result = _bench("knowledge_table.py", str(folder))
+        assert result.returncode == 2, result.stdout
+        assert len(result.stderr.splitlines()) == 1 and words in result.stderr
+        assert "Traceback" not in result.stderr and result.stdout == ""
