@@ -57,7 +57,8 @@ to come (e.g. a workload without a perf model),
 once every budget has begun a new period since anything last ran and a round planned then
 ran nothing either (jobs a spent budget holds back wait for the next period's budget, and
 the idle GPUs meanwhile draw on the period they wait in; so with budgets in force a job
-nothing can run keeps the run going to the latest next period's start), or at
+nothing can run keeps the run going to the latest next period's start; a job a policy held
+back to pace its budget, to that renewed period's end), or at
 ``max_time_s``; unfinished jobs are reported as such, never dropped silently.
 Nothing here reads the clock, and the only randomness (co-location noise) is seeded
 per pair from ``SimConfig.seed``, so a run is a pure function of its inputs: the same
@@ -105,6 +106,11 @@ from scheduling.simulator.state import (  # noqa: F401 - re-exported for callers
     SimulationError,
     _PerfCache,
 )
+
+# Wait codes of a job a policy holds back to pace a budget that has some left (not this
+# round, or not this hour): it may start later in the same period, so the stall test gives
+# a renewed period its whole length first (``Simulator._renewed_before``).
+PACED_WAITS = frozenset({WaitCode.OVER_ROUND_ALLOWANCE, WaitCode.WAITING_FOR_CLEAN_HOUR})
 
 
 class Simulator:
@@ -198,6 +204,8 @@ class Simulator:
         t = 0.0
         next_tick = 0.0
         last_activity_s = 0.0
+        # Whether a round since then held a job back to pace its budget (see PACED_WAITS).
+        paced_since_activity = False
         stopped_early = False
         stopped_why = ""
         never_runnable: dict[str, str] = {}
@@ -244,6 +252,8 @@ class Simulator:
                     active[job_id].exploration = record
             for code in (w.code for w in plan.waiting.values()):
                 wait_codes[str(code)] += 1
+                if code in PACED_WAITS:
+                    paced_since_activity = True
             self._apply(plan, active, t)
             stuck: dict[str, str] = {}
             if next_arrival >= n_total:
@@ -311,6 +321,7 @@ class Simulator:
                 # spent on loading checkpoints each period, the hard-limit watch stopping
                 # them) would otherwise keep a run going for ever.
                 last_activity_s = t_end
+                paced_since_activity = False
             t = t_end
             if self.progress is not None:
                 self.progress(n_finished, t)
@@ -318,7 +329,7 @@ class Simulator:
                 active
                 and next_arrival >= n_total
                 and t - last_activity_s >= cfg.stall_limit_s
-                and self._renewed_before(last_activity_s, t)
+                and self._renewed_before(last_activity_s, t, paced=paced_since_activity)
             ):
                 stopped_early = True
                 stopped_why = (
@@ -525,14 +536,24 @@ class Simulator:
 
     # --- progress between planning instants ------------------------------------------------
 
-    def _renewed_before(self, last_activity_s: float, t: float) -> bool:
+    def _renewed_before(self, last_activity_s: float, t: float, *, paced: bool = False) -> bool:
         """True if a round planned after every budget began a new period since anything
         last ran (at ``last_activity_s``; 0: nothing ran yet) ended at ``t`` having run
         nothing either, or if no budget has a period ahead: jobs a spent budget holds back
         start when the next period's budget applies, so only then is a stall a stall. A
-        period that begins as the last stretch that ran ends began after it ran."""
+        period that begins as the last stretch that ran ends began after it ran.
+
+        ``paced``: a round since then held a job back to pace a budget (``PACED_WAITS``).
+        Such a policy may start it late in the renewed period, once the unspent allowance
+        has grown (PowerFlow with ``pricing=false`` held one 10.6 days into a period of
+        13.5, and the run stopped at the 7-day stall limit), so the renewed periods must
+        then have run their whole length, the longest budget's, first."""
         renewed_s = self.budgets.all_renewed_s(last_activity_s, at_t=last_activity_s > 0.0)
-        return renewed_s == math.inf or t > renewed_s
+        if renewed_s == math.inf:
+            return True
+        if paced:
+            renewed_s += max(b.period_s for b in self.budgets.specs)
+        return t > renewed_s
 
     def _advance(
         self, active: dict[str, JobRecord], t0: float, t1: float, last: bool, n_stuck: int = 0

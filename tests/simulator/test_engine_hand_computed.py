@@ -635,3 +635,49 @@ def test_a_job_that_only_restarts_ends_the_run_as_a_stall():
     assert result.stopped_early
     assert result.jobs[0].done_iters == pytest.approx(50.0)  # its fresh start's 100 s
     assert result.end_s == pytest.approx(1100.0)
+
+
+def _paced_until_3000_into_a_period(snapshot: Snapshot, now: float) -> Plan:
+    """A pacing policy: a job its period's allowance does not cover yet waits as
+    ``over_round_allowance`` until 3,000 s into the second period (as PowerFlow with
+    ``pricing=false`` holds a job until the unspent allowance has grown)."""
+    (budget,) = [b for b in snapshot.budgets if b.team is None]
+    if budget.budget_id.endswith("@1") and now - budget.period_start_s >= 3000.0:
+        return Plan(
+            allocations={j.job_id: Allocation(("n0/0",), 32) for j in snapshot.jobs}, waiting={}
+        )
+    return Plan(
+        allocations={},
+        waiting={
+            j.job_id: WaitReason(WaitCode.OVER_ROUND_ALLOWANCE, "not this round")
+            for j in snapshot.jobs
+        },
+    )
+
+
+def test_a_job_a_pacing_policy_holds_in_a_fresh_period_is_not_a_stall():
+    # An independent sweep: PowerFlow with pricing=false at fifo's energy (periods of 13.5
+    # days) held a job that arrived at the end of a period for 10.6 days into the next, and
+    # the run stopped after the 7-day stall limit, exit 1, with that job unfinished. A job
+    # waiting for its round's allowance gets the whole renewed period before the run
+    # calls it a stall (here the stall limit is 1,000 s and the period 5,000 s).
+    budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e9)
+    result = _one_job(_paced_until_3000_into_a_period, budgets=[budget]).run()
+    assert not result.stopped_early
+    assert result.jobs[0].finish_s == pytest.approx(8020.0)
+
+
+def test_a_job_paced_for_ever_still_ends_the_run_as_a_stall_after_a_whole_period():
+    def paced(snapshot: Snapshot, now: float) -> Plan:
+        return Plan(
+            allocations={},
+            waiting={
+                j.job_id: WaitReason(WaitCode.OVER_ROUND_ALLOWANCE, "no") for j in snapshot.jobs
+            },
+        )
+
+    budget = BudgetSpec(period_end_s=5000.0, energy_limit_j=1.0e9)
+    result = _one_job(paced, budgets=[budget], max_time_s=1.0e6).run()
+    assert result.stopped_early
+    assert result.jobs[0].finish_s is None
+    assert result.end_s == pytest.approx(10100.0)  # the first round after the whole period
