@@ -5,6 +5,9 @@ an unknown ``--policy`` in a KeyError)."""
 from __future__ import annotations
 
 import argparse
+import json
+import math
+from pathlib import Path
 
 from scheduling.core.registry import policy_names
 
@@ -80,3 +83,46 @@ def apply_floor_args(args: argparse.Namespace) -> None:
     om.FLOOR_MIN_WORKLOADS = args.floor_min
     om.FLOOR_SHARE = args.floor_share
     om.FLOOR_CAP = args.floor_cap
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0 (an arrival scale of -1 reached the trace code as a
+    traceback)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite positive number")
+    return value
+
+
+def policy_variants(parser: argparse.ArgumentParser, text: str, flag: str) -> dict:
+    """``text`` as JSON mapping names to constructor-parameter objects, else the parser's
+    error (a list ended in AttributeError after the baselines' runs)."""
+    try:
+        variants = json.loads(text)
+    except ValueError as exc:
+        parser.error(f"{flag} is not JSON: {exc}")
+    if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
+        parser.error(f"{flag} must map names to parameter objects")
+    return variants
+
+
+def scenario_or_error(parser: argparse.ArgumentParser, trace, cluster, **options):
+    """``load_scenario(trace, cluster, **options)``, or the parser's error line where the
+    inputs are refused (a trace, cluster or carbon file the simulator's command line
+    refuses with one line ended these scripts in a traceback; an empty trace in a
+    ValueError after its baselines had run)."""
+    from scheduling.core.carbon_data import CarbonDataError
+    from scheduling.simulator.cluster_spec import ClusterSpecError
+    from scheduling.simulator.scenario import load_scenario
+    from scheduling.simulator.traces import TraceError
+
+    try:
+        scenario = load_scenario(trace, cluster, **options)
+    except (TraceError, ClusterSpecError, CarbonDataError, ValueError) as exc:
+        parser.error(str(exc))
+    if not scenario.jobs:
+        parser.error(f"{Path(trace).name}: the trace has no jobs")
+    return scenario

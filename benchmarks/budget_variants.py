@@ -16,7 +16,6 @@ budget, periods over budget and the worst period's share. Several traces may be 
 from __future__ import annotations
 
 import argparse
-import json
 import pickle
 import sys
 import time
@@ -26,11 +25,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_args import policy_list  # noqa: E402
+from bench_args import (  # noqa: E402
+    policy_list,
+    policy_variants,
+    positive_float,
+    positive_int,
+    scenario_or_error,
+)
 
 from scheduling.simulator.compare import budgets_from, in_period  # noqa: E402
 from scheduling.simulator.metrics import summarise  # noqa: E402
-from scheduling.simulator.scenario import load_scenario, powered_idle_w, run_policy  # noqa: E402
+from scheduling.simulator.scenario import powered_idle_w, run_policy  # noqa: E402
 
 
 def cached_run(scenario, policy: str, cache: str | None, tag: str):
@@ -55,20 +60,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-kind", default="energy", choices=("energy", "carbon"))
     p.add_argument("--carbon-zone", default=None)
     p.add_argument("--knowledge", default="oracle", choices=("oracle", "learned"))
-    p.add_argument("--arrival-scale", type=float, default=None)
-    p.add_argument("--max-jobs", type=int, default=None)
+    p.add_argument("--arrival-scale", type=positive_float, default=None)
+    p.add_argument("--max-jobs", type=positive_int, default=None)
     p.add_argument("--baselines", type=policy_list, default="elastic,fifo_lowclock")
     p.add_argument("--variants", default='{"base": {}}', help="name -> policy parameters")
     p.add_argument("--cache", default=None, help="folder to keep the baselines' runs in")
     args = p.parse_args(argv)
     if args.budget_kind == "carbon" and not args.carbon_zone:
         p.error("a carbon budget needs --carbon-zone")
-    try:
-        variants = json.loads(args.variants)
-    except ValueError as exc:
-        p.error(f"--variants is not JSON: {exc}")
+    variants = policy_variants(p, args.variants, "--variants")
     for trace in args.trace:
-        scenario = load_scenario(
+        scenario = scenario_or_error(
+            p,
             ROOT / trace,
             ROOT / args.cluster,
             carbon_zone=args.carbon_zone,

@@ -19,13 +19,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_args import policy_list  # noqa: E402
+from bench_args import policy_list, positive_float, positive_int, scenario_or_error  # noqa: E402
 
 from scheduling.core.policies.budget_greedy import BudgetGreedy  # noqa: E402
 from scheduling.core.policies.elastic import Elastic  # noqa: E402
 from scheduling.simulator.compare import budget_from  # noqa: E402
 from scheduling.simulator.metrics import summarise  # noqa: E402
-from scheduling.simulator.scenario import load_scenario, run_policy  # noqa: E402
+from scheduling.simulator.scenario import run_policy  # noqa: E402
 
 STATS: dict[str, list[tuple]] = {"powerflow": [], "elastic": []}
 
@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", default="data/trace/elasticflow_philly_876.csv")
     p.add_argument("--cluster", default="data/clusters/n16g8_a100.json")
-    p.add_argument("--arrival-scale", type=float, default=None)
-    p.add_argument("--max-jobs", type=int, default=None)
+    p.add_argument("--arrival-scale", type=positive_float, default=None)
+    p.add_argument("--max-jobs", type=positive_int, default=None)
     p.add_argument("--baselines", type=policy_list, default="elastic")
     p.add_argument("--params", default="{}", help="PowerFlow parameters as JSON")
     args = p.parse_args(argv)
@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--params is not JSON: {exc}")
     _count_rounds(BudgetGreedy, "powerflow")
     _count_rounds(Elastic, "elastic")
-    scenario = load_scenario(
+    scenario = scenario_or_error(
+        p,
         ROOT / args.trace,
         ROOT / args.cluster,
         arrival_scale=args.arrival_scale,

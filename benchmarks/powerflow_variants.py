@@ -13,7 +13,6 @@ point 1 (C) used it to compare budget-price variants.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -21,29 +20,33 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_args import policy_list  # noqa: E402
+from bench_args import (  # noqa: E402
+    policy_list,
+    policy_variants,
+    positive_float,
+    positive_int,
+    scenario_or_error,
+)
 from budget_variants import cached_run  # noqa: E402
 
 from scheduling.simulator.compare import budget_from, in_period  # noqa: E402
 from scheduling.simulator.metrics import summarise  # noqa: E402
-from scheduling.simulator.scenario import load_scenario, run_policy  # noqa: E402
+from scheduling.simulator.scenario import run_policy  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", required=True)
     p.add_argument("--cluster", required=True)
-    p.add_argument("--arrival-scale", type=float, default=None)
-    p.add_argument("--max-jobs", type=int, default=None)
+    p.add_argument("--arrival-scale", type=positive_float, default=None)
+    p.add_argument("--max-jobs", type=positive_int, default=None)
     p.add_argument("--baselines", type=policy_list, default="elastic,fifo_lowclock")
     p.add_argument("--variants", default='{"base": {}}', help="name -> PowerFlow parameters")
     p.add_argument("--cache", default=None, help="folder to keep the baselines' runs in")
     args = p.parse_args(argv)
-    try:
-        variants = json.loads(args.variants)
-    except ValueError as exc:
-        p.error(f"--variants is not JSON: {exc}")
-    scenario = load_scenario(
+    variants = policy_variants(p, args.variants, "--variants")
+    scenario = scenario_or_error(
+        p,
         ROOT / args.trace,
         ROOT / args.cluster,
         arrival_scale=args.arrival_scale,

@@ -52,6 +52,41 @@ def _bench(script: str, *argv: str) -> subprocess.CompletedProcess:
             ["--trace", "t.csv", "--cluster", "c.json", "--budget-kind", "carbon"],
             "budget_variants.py: error: a carbon budget needs --carbon-zone",
         ),
+        # An independent sweep: these ended in tracebacks (ValueError after the baseline's
+        # run, TraceError, an arrival scale of -1 read by the trace code).
+        (
+            "budget_variants.py",
+            [
+                "--trace",
+                "benchmarks/sweep/elasticflow_empty.csv",
+                "--cluster",
+                "benchmarks/sweep/n4g6_t4.json",
+            ],
+            "budget_variants.py: error: elasticflow_empty.csv: the trace has no jobs",
+        ),
+        (
+            "powerflow_variants.py",
+            [
+                "--trace",
+                "benchmarks/sweep/elasticflow_t4mix18.csv",
+                "--cluster",
+                "benchmarks/sweep/h100_n2g8.json",
+            ],
+            "powerflow_variants.py: error: elasticflow_t4mix18.csv: the perf catalog has no "
+            "GPU model 'H100', so the simulator cannot run 'bert', 'cifar10', 'deepspeech2', "
+            "'imagenet', 'ncf' ... on it (its GPU models: A100, T4)",
+        ),
+        (
+            "instrument_rounds.py",
+            ["--arrival-scale", "-1"],
+            "instrument_rounds.py: error: argument --arrival-scale: '-1' must be a finite "
+            "positive number",
+        ),
+        (
+            "powerflow_variants.py",
+            ["--trace", "t.csv", "--cluster", "c.json", "--variants", "[1]"],
+            "powerflow_variants.py: error: --variants must map names to parameter objects",
+        ),
     ],
 )
 def test_a_benchmark_refuses_a_bad_argument_before_any_work(script, argv, line):
