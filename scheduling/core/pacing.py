@@ -127,7 +127,13 @@ class IntensityCurve:
     """
 
     def __init__(
-        self, *, now: float, ci_now: float, points: Sequence[tuple[float, float]], tail_ci: float
+        self,
+        *,
+        now: float,
+        ci_now: float,
+        points: Sequence[tuple[float, float]],
+        tail_ci: float,
+        drift: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         starts = [now]
         values = [ci_now]
@@ -148,17 +154,30 @@ class IntensityCurve:
         for i in range(len(starts) - 1):
             cum.append(cum[-1] + values[i] * (starts[i + 1] - starts[i]))
         self.cum = cum  # integral of ci from now to starts[i], in g/kWh * s
+        # Past the forecast the tail may drift (``intensity_drift``): by ``rate`` g/kWh a
+        # second from now, for at most ``span`` seconds (then it holds).
+        self.drift_rate, self.drift_span_s = drift
 
     def at(self, t: float) -> float:
         i = bisect.bisect_right(self.starts, t) - 1
-        return self.values[max(i, 0)]
+        value = self.values[max(i, 0)]
+        if self.drift_rate and t >= self.starts[-1]:
+            value += self.drift_rate * min(t - self.now, self.drift_span_s)
+        return value
 
     def integral(self, duration_s: float) -> float:
         """Integral of ci over [now, now + duration_s], in (g/kWh) * s."""
         t = self.now + duration_s
         i = bisect.bisect_right(self.starts, t) - 1
         i = max(i, 0)
-        return self.cum[i] + self.values[i] * (t - self.starts[i])
+        total = self.cum[i] + self.values[i] * (t - self.starts[i])
+        if self.drift_rate and t > self.starts[-1]:
+            # the drift's integral over the tail's part of [now, t]: of min(u, span) du,
+            # u the time from now, from the forecast's end to t
+            a, b, w = self.starts[-1] - self.now, duration_s, self.drift_span_s
+            ramp = (min(b, w) ** 2 - min(a, w) ** 2) / 2.0 + w * (max(b, w) - max(a, w))
+            total += self.drift_rate * ramp
+        return total
 
     def co2_g(self, power_w: float, duration_s: float) -> float:
         """Carbon of drawing ``power_w`` from now for ``duration_s``."""
@@ -240,6 +259,49 @@ def intensity_curve(
     return IntensityCurve(now=now, ci_now=carbon.ci_g_per_kwh, points=carbon.forecast, tail_ci=tail)
 
 
+DAY_S = 24 * HOUR_S
+
+
+def intensity_drift(
+    days: Sequence[Sequence[float]], *, today: int, min_days: int = 7, min_t: float = 0.0
+) -> tuple[float, float, float]:
+    """The upward drift of the grid's daily mean intensity: (its level today in g/kWh,
+    its rate in g/kWh a second, its span in seconds), the rate and span as
+    ``IntensityCurve``'s ``drift``. ``days`` are ``(day, sum of the hourly intensities
+    seen that day, how many)``, oldest first; the days before ``today`` with at least
+    half their hours seen count (today is not over). The rate is the least-squares slope
+    of their means against the day, the level that line's value today, the span as long
+    as they span (no further ahead than they look back): (0, 0, 0) with fewer than
+    ``min_days`` such days, or a slope that is not upward or less than ``min_t`` times
+    its standard error (the scatter of the days about the line explains it as well:
+    one dirty week among clean ones is not a season).
+
+    A cluster budget's idle floor is drawn to its period's end whatever the plan, and
+    past the 24 h forecast its carbon was priced at the mean of the last week: where the
+    grid grows dirtier over a period of months (California from June to September, 133
+    to 220 g/kWh by week), that underpriced the floor (45% of the limit against the 60%
+    the grid made it at a fifth of the period), so the free remainder the price shares out
+    looked half again as large as it was, the work bought cheap upgrades early, and the
+    dirty, busy weeks found the budget short (docs/benchmarks.md, "A drifting grid's
+    floor"). Only an upward drift counts: what the floor is underpriced by can overspend
+    the period at its end, what it is overpriced by is released as the days come in."""
+    seen = [(float(d), s / n) for d, s, n in days if d < today and n >= 12]
+    if len(seen) < max(min_days, 2):
+        return 0.0, 0.0, 0.0
+    mx = sum(d for d, _ in seen) / len(seen)
+    my = sum(m for _, m in seen) / len(seen)
+    sxx = sum((d - mx) ** 2 for d, _ in seen)
+    slope = sum((d - mx) * (m - my) for d, m in seen) / sxx  # g/kWh a day
+    if not slope > 0.0:
+        return 0.0, 0.0, 0.0
+    if min_t > 0.0:
+        scatter = sum((m - my - slope * (d - mx)) ** 2 for d, m in seen) / (len(seen) - 2)
+        if slope * slope * sxx < min_t * min_t * scatter:  # slope / its error < min_t
+            return 0.0, 0.0, 0.0
+    span_days = seen[-1][0] - seen[0][0] + 1.0
+    return my + slope * (today - mx), slope / DAY_S, span_days * DAY_S
+
+
 def paced_co2_allowance_g(
     budget: Budget,
     *,
@@ -251,16 +313,17 @@ def paced_co2_allowance_g(
     spend_ahead: float = 1.0,
     floor_w: float = 0.0,
     catch_up_s: float | None = None,
+    floor_curve: IntensityCurve | None = None,
 ) -> float | None:
     """This round's share of the budget's remaining carbon, weighted towards clean hours
     (``spend_ahead`` and ``floor_w`` as in ``paced_energy_allowance_j``; the floor's
-    carbon ahead is priced with the intensity curve)."""
+    carbon ahead is priced with ``floor_curve``, by default the intensity curve)."""
     remaining = budget.co2_remaining_g
     if remaining is None:
         return None
     left_s = max(budget.period_end_s - now, round_s)
     floor_now_g = floor_w * round_s * curve.at(now) / J_PER_KWH
-    committed_g = curve.co2_g(floor_w, left_s) if floor_w else 0.0
+    committed_g = (floor_curve or curve).co2_g(floor_w, left_s) if floor_w else 0.0
     free_g = max(remaining - committed_g, 0.0)
     expo = 1.0 - clean_bias
     # Weight of the round now, against the expected weight of the whole rest.

@@ -9,6 +9,7 @@ from scheduling.core.pacing import (
     committed_lag_share,
     dirtiest_day_ci,
     intensity_curve,
+    intensity_drift,
     lag_share,
     paced_co2_allowance_g,
     paced_energy_allowance_j,
@@ -220,3 +221,50 @@ def test_the_dirtiest_window_can_be_an_hour():
     history = [100.0] * 30 + [300.0] * 12 + [100.0] * 20
     signal = CarbonSignal(ci_g_per_kwh=100.0, forecast=((3600.0, 400.0),))
     assert dirtiest_day_ci(signal, now=0.0, history=history, hours=1) == 400.0
+
+
+def test_the_drift_is_the_slope_of_the_past_days_means_from_its_level_today():
+    # ten past days at 24 hours each, their means rising 2 g/kWh a day; today half seen
+    days = [(d, 24 * (100.0 + 2 * d), 24) for d in range(10)] + [(10, 12 * 500.0, 12)]
+    level, rate, span = intensity_drift(days, today=10, min_days=7)
+    assert rate * 86_400.0 == pytest.approx(2.0)  # today's partial day left out
+    assert level == pytest.approx(120.0)  # the line's value today, day 10
+    assert span == pytest.approx(10 * 86_400.0)
+
+
+def test_no_drift_from_too_few_days_a_falling_grid_or_days_mostly_unseen():
+    rising = [(d, 24 * (100.0 + 2 * d), 24) for d in range(6)]
+    assert intensity_drift(rising, today=6, min_days=7) == (0.0, 0.0, 0.0)
+    falling = [(d, 24 * (100.0 - 2 * d), 24) for d in range(10)]
+    assert intensity_drift(falling, today=10, min_days=7) == (0.0, 0.0, 0.0)
+    sparse = [(d, 6 * (100.0 + 2 * d), 6) for d in range(10)]  # 6 hours of 24 seen
+    assert intensity_drift(sparse, today=10, min_days=7) == (0.0, 0.0, 0.0)
+
+
+def test_a_drifting_tail_rises_from_now_for_its_span_then_holds():
+    # 1 h forecast at 100, then the tail at 200 rising 10 g/kWh an hour for 3 h from now
+    curve = IntensityCurve(
+        now=0.0, ci_now=100.0, points=(), tail_ci=200.0, drift=(10.0 / 3600.0, 3 * 3600.0)
+    )
+    assert curve.at(1800.0) == 100.0  # the forecast is not moved
+    assert curve.at(2 * 3600.0) == pytest.approx(220.0)
+    assert curve.at(10 * 3600.0) == pytest.approx(230.0)
+    flat = IntensityCurve(now=0.0, ci_now=100.0, points=(), tail_ci=200.0)
+    # past the forecast (1 h to 5 h from now): the ramp from 10 to 30, then 30 held
+    extra = (10 + 30) / 2 * 2 * 3600.0 + 30 * 2 * 3600.0
+    assert curve.integral(5 * 3600.0) == pytest.approx(flat.integral(5 * 3600.0) + extra)
+    assert curve.integral(3600.0) == pytest.approx(flat.integral(3600.0))
+
+
+def test_a_drift_its_days_scatter_explains_is_not_taken():
+    # 14 days at 100 g/kWh but for one dirty day at 200 near their end: an upward slope
+    # (about 2.0 g/kWh a day) about 1.1 times its standard error
+    means = [100.0] * 14
+    means[11] = 200.0
+    days = [(d, 24 * m, 24) for d, m in enumerate(means)]
+    level, rate, _ = intensity_drift(days, today=14, min_days=7, min_t=0.0)
+    assert rate * 86_400.0 == pytest.approx(1.978, abs=1e-3)
+    assert intensity_drift(days, today=14, min_days=7, min_t=3.0) == (0.0, 0.0, 0.0)
+    # a steady rise with a little scatter is taken
+    steady = [(d, 24 * (100.0 + 5 * d + (3 if d % 2 else -3)), 24) for d in range(14)]
+    assert intensity_drift(steady, today=14, min_days=7, min_t=3.0)[1] > 0.0

@@ -468,3 +468,47 @@ def test_a_free_budget_rations_the_round_only_beside_a_priced_one(b_limit_j, a_a
     assert (plan.policy_state["price"]["bb"] > 0.0) is (b_limit_j < 1e9)
     assert plan.energy_allowance_by_budget_j["ba"] == pytest.approx(a_allowance_j)
     assert plan.allocations["ja"].sm_clock_mhz == 2000
+
+
+def _plan_on_days(limit_g: float, slope: float, **params):
+    """One job on corekit's 8 GPUs (an idle floor of 400 W), a cluster carbon budget over
+    30 days, two days seen at 100 g/kWh in the last hours and, before today, 14 days
+    whose means moved by ``slope`` g/kWh a day to 100 + 13 x ``slope``."""
+    days = [[float(d), 24 * (100.0 + slope * (d + 13)), 24.0] for d in range(-14, 0)]
+    budget = Budget("c", None, 0.0, 30 * 86_400.0, co2_limit_g=limit_g)
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        [job("a", iters=600.0)],
+        budgets=(budget,),
+        carbon=CarbonSignal(ci_g_per_kwh=100.0),
+        policy_state={"ci_history": [100.0] * 47, "ci_hour": 0, "ci_days": days},
+    )
+    return plan_round(snap, policy=get_policy("greenflow", **params), now=0.0)
+
+
+def test_a_rising_grid_prices_the_idle_floor_on_its_drift():
+    # At the recent mean (100 g/kWh) the floor takes 400 W x 30 days = 28.8 kg of the
+    # 50 kg. The days' means rose 10 g/kWh a day to 220: their line stands at 230 today
+    # and, carried 14 days on (as far as they look back), at 370 from then; the floor's
+    # carbon on it, 97.1 kg, is more than the budget, so nothing but the floor may run.
+    # Without the drift the job runs.
+    assert "a" in _plan_on_days(50_000.0, 10.0).allocations
+    drifted = _plan_on_days(50_000.0, 10.0, floor_trend_days=14)
+    assert "a" not in drifted.allocations
+    assert drifted.co2_allowance_by_budget_g["c"] == pytest.approx(_FLOOR_ROUND_G)
+    # the days are carried for the next round (no new hour has begun: none added)
+    assert drifted.policy_state["ci_days"][-1] == [-1.0, 24 * 220.0, 24.0]
+    assert len(drifted.policy_state["ci_days"]) == 14
+
+
+def test_a_falling_grid_leaves_the_idle_floor_at_the_recent_mean():
+    plain = _plan_on_days(50_000.0, -10.0)
+    falling = _plan_on_days(50_000.0, -10.0, floor_trend_days=14)
+    assert falling.allocations == plain.allocations
+    assert falling.co2_allowance_by_budget_g == plain.co2_allowance_by_budget_g
+
+
+@pytest.mark.parametrize("bad", [6, 7.5, True, 0])
+def test_the_floor_trend_needs_a_week_of_days(bad):
+    with pytest.raises(ValueError, match="floor_trend_days"):
+        get_policy("greenflow", floor_trend_days=bad)

@@ -186,11 +186,13 @@ from scheduling.core.context import Estimate, JobView, RoundContext
 from scheduling.core.goodput import batch_choices, useful_samples_per_iter
 from scheduling.core.online_model import BlendedPerfModel, OnlinePerfModel
 from scheduling.core.pacing import (
+    DAY_S,
     HOUR_S,
     IntensityCurve,
     committed_lag_share,
     dirtiest_day_ci,
     intensity_curve,
+    intensity_drift,
     lag_share,
     paced_co2_allowance_g,
     paced_energy_allowance_j,
@@ -211,6 +213,7 @@ from scheduling.core.types import (
 _SIZE, _CLOCK, _BATCH, _ADMIT = 0, 1, 2, 3  # kinds of greedy step
 _DOMINANT = 1e12  # score of a step that is faster and no costlier
 HISTORY_HOURS = 168  # hourly intensities kept as the "recent distribution"
+TREND_MIN_DAYS = 7  # past days the idle floor's drift needs at least (floor_trend_days)
 HOLD_WITHIN_S = 12 * HOUR_S  # a cleaner hour further ahead is not worth naming
 CLEAN_MARGIN = 0.1  # a "cleaner hour" is at least this much cleaner than now
 RELAX_LAG = 0.1  # the score floor is 0 once spending lags its straight line by this
@@ -279,6 +282,8 @@ class BudgetGreedy:
         markup_decay: float = 0.9,
         slow_price: float | None = None,
         run_in_parts: bool = True,
+        floor_trend_days: int | None = None,
+        floor_trend_t: float = 3.0,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -363,6 +368,13 @@ class BudgetGreedy:
           generous budget and was never slower on pollux 1-8, but on Philly 876 GreenFlow
           at ``fifo_lowclock``'s carbon lost 1.3-5.4% and PowerFlow against ``elastic``
           0.5% at arrival scales 0.5 and 0.25.
+        - ``floor_trend_days`` (None: off): a carbon price prices a cluster budget's idle
+          floor past the forecast with the grid's upward drift, the least-squares slope
+          of the daily mean intensities of up to this many past days (at least
+          ``TREND_MIN_DAYS``), carried forward as far as they look back
+          (``pacing.intensity_drift``), where the slope is at least ``floor_trend_t``
+          times its standard error (0: any upward slope); the jobs' own carbon keeps the
+          flat tail.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -444,6 +456,17 @@ class BudgetGreedy:
         ):
             raise ValueError("slow_price must be a positive share of the period or None")
         self.slow_price = slow_price
+        if floor_trend_days is not None and (
+            type(floor_trend_days) is not int or floor_trend_days < TREND_MIN_DAYS
+        ):
+            raise ValueError(
+                f"floor_trend_days must be a whole number of days, at least {TREND_MIN_DAYS}, "
+                "or None"
+            )
+        self.floor_trend_days = floor_trend_days
+        if isinstance(floor_trend_t, bool) or not floor_trend_t >= 0:
+            raise ValueError("floor_trend_t must be 0 or more")
+        self.floor_trend_t = floor_trend_t
         if prior_box not in ("minimum", "requested"):
             raise ValueError(f"prior_box must be 'minimum' or 'requested', not {prior_box!r}")
         self.prior_box = prior_box
@@ -457,10 +480,24 @@ class BudgetGreedy:
         state = ctx.policy_state
         history = [float(c) for c in state.get("ci_history", [])]
         hour = math.floor((ctx.snapshot.epoch_s + ctx.now_s) / HOUR_S)
-        if state.get("ci_hour") != hour:
+        new = hour != state.get("ci_hour")
+        if new:
             history.append(ctx.ci_g_per_kwh)
             history = history[-HISTORY_HOURS:]
-        return history, {"ci_history": history, "ci_hour": hour}
+        kept: dict[str, Any] = {"ci_history": history, "ci_hour": hour}
+        if self.floor_trend_days is not None and self.cost == "carbon":
+            # Each day's hourly intensities summed, for the floor's drift: [day, sum, n].
+            days = [[float(x) for x in d] for d in state.get("ci_days", [])]
+            if new:
+                day = float(math.floor(hour * HOUR_S / DAY_S))
+                if days and days[-1][0] == day:
+                    days[-1][1] += ctx.ci_g_per_kwh
+                    days[-1][2] += 1.0
+                else:
+                    days.append([day, ctx.ci_g_per_kwh, 1.0])
+                days = days[-(self.floor_trend_days + 1) :]
+            kept["ci_days"] = days
+        return history, kept
 
     # --- per-job options ----------------------------------------------------------
 
@@ -587,6 +624,26 @@ class _Round:
             history=history,
             with_forecast=policy.cost == "carbon" and policy.pricing,
         )
+        # The curve a cluster budget's idle floor is priced on to its period's end: the
+        # same, or with the grid's upward drift past the forecast (``floor_trend_days``).
+        self.floor_curve = self.curve
+        days = self.new_state.get("ci_days")
+        if days:
+            today = math.floor((ctx.snapshot.epoch_s + ctx.now_s) / DAY_S)
+            level, rate, span_s = intensity_drift(
+                days, today=today, min_days=TREND_MIN_DAYS, min_t=policy.floor_trend_t
+            )
+            if rate > 0.0:
+                # past the forecast: the trend line's level today if above the recent
+                # mean, rising at its rate for as long as the days it was fitted on span
+                curve = self.curve
+                self.floor_curve = IntensityCurve(
+                    now=curve.now,
+                    ci_now=curve.values[0],
+                    points=ctx.snapshot.carbon.forecast,
+                    tail_ci=max(curve.tail_ci, level),
+                    drift=(rate, span_s),
+                )
         self.ci_now = ctx.ci_g_per_kwh
         self.round_s = ctx.round_length_s
         self._allowances(history)
@@ -673,6 +730,7 @@ class _Round:
                 clean_bias=policy.clean_bias,
                 spend_ahead=policy.spend_ahead,
                 floor_w=f,
+                floor_curve=self.floor_curve,
             )
             for b, f in zip(budgets, floor_w, strict=True)
         ]
@@ -713,7 +771,7 @@ class _Round:
                 # first seen after its period began: as if the intensity so far were now's
                 so_far = fw * (now - b.period_start_s) * self.ci_now / J_PER_KWH
             kept[b.budget_id] = [b.period_start_s, so_far, now, self.ci_now]
-            rest = self.curve.co2_g(fw, max(b.period_end_s - now, 0.0))
+            rest = self.floor_curve.co2_g(fw, max(b.period_end_s - now, 0.0))
             lags.append(
                 committed_lag_share(b, now, committed_so_far_g=so_far, committed_rest_g=rest)
             )
@@ -1215,7 +1273,7 @@ class _Round:
             if self.allow_e[bi] is not None:
                 cap_e = max(self.allow_e[bi], b.energy_remaining_j - fw * after_s)
             if self.allow_c[bi] is not None:
-                keep = self.curve.co2_g(fw, after_s) if fw and after_s else 0.0
+                keep = self.floor_curve.co2_g(fw, after_s) if fw and after_s else 0.0
                 cap_c = max(self.allow_c[bi], b.co2_remaining_g - keep)
             caps.append((cap_e, cap_c))
         return caps

@@ -125,7 +125,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     count towards the allowance; every job counts towards the price."""
     ctx, jobs, opts, pays, running_n = rnd.ctx, rnd.jobs, rnd.opts, rnd.pays, rnd.running_n
     box_eval, hull_of, deltas, min_eval = rnd.box_eval, rnd.hull_of, rnd.deltas, rnd.min_eval
-    candidates, floor_w, curve = rnd.candidates, rnd.floor_w, rnd.curve
+    candidates, floor_w, floor_curve = rnd.candidates, rnd.floor_w, rnd.floor_curve
     allow_e, allow_c, idle_floor_j, to_g = rnd.allow_e, rnd.allow_c, rnd.idle_floor_j, rnd.to_g
     target, price_out = rnd.target, rnd.prices
     budgets = ctx.budgets
@@ -277,7 +277,9 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         if policy.cost == "energy":
             free = b.energy_remaining_j - floor_w[b_i] * left_s
         else:
-            free = b.co2_remaining_g - (curve.co2_g(floor_w[b_i], left_s) if floor_w[b_i] else 0.0)
+            free = b.co2_remaining_g - (
+                floor_curve.co2_g(floor_w[b_i], left_s) if floor_w[b_i] else 0.0
+            )
         free_of[b_i] = free
         pmin = sum(shared[k][0][0] * w for k, w in weight[b_i].items())
         rate = rec[0] / max(ctx.now_s - rec[1], DEMAND_WINDOW_MIN_S)
@@ -428,7 +430,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             keep = floor_w[b_i] * after_s
             allow_e[b_i] = max(min(b.energy_remaining_j - keep, need[b_i]), 0.0)
         if policy.cost == "carbon" and allow_c[b_i] is not None:
-            keep = curve.co2_g(floor_w[b_i], after_s) if floor_w[b_i] and after_s else 0.0
+            keep = floor_curve.co2_g(floor_w[b_i], after_s) if floor_w[b_i] and after_s else 0.0
             need_g = need[b_i] * to_g if math.isfinite(need[b_i]) else math.inf
             allow_c[b_i] = max(min(b.co2_remaining_g - keep, need_g), 0.0)
     _finish_short(rnd, price, priced, free_of)
@@ -569,7 +571,7 @@ def _finish_short(
         if rnd.allow_e[b_i] is not None:
             room_e = b.energy_remaining_j - floor_w * after_s
         if rnd.allow_c[b_i] is not None:
-            keep = rnd.curve.co2_g(floor_w, after_s) if floor_w and after_s else 0.0
+            keep = rnd.floor_curve.co2_g(floor_w, after_s) if floor_w and after_s else 0.0
             room_c = b.co2_remaining_g - keep
         # the other kind's cost of a priced cost to finish, at this round's intensity
         rate = to_g if by_energy else (1.0 / to_g if to_g > 0 else 0.0)
