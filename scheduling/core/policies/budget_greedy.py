@@ -283,7 +283,7 @@ class BudgetGreedy:
         slow_price: float | None = None,
         run_in_parts: bool = True,
         floor_trend_days: int | None = None,
-        floor_trend_t: float = 3.0,
+        floor_trend_t: float = 0.0,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -372,9 +372,13 @@ class BudgetGreedy:
           floor past the forecast with the grid's upward drift, the least-squares slope
           of the daily mean intensities of up to this many past days (at least
           ``TREND_MIN_DAYS``), carried forward as far as they look back
-          (``pacing.intensity_drift``), where the slope is at least ``floor_trend_t``
-          times its standard error (0: any upward slope); the jobs' own carbon keeps the
-          flat tail.
+          (``pacing.intensity_drift``; with ``floor_trend_t`` above 0, only a slope at
+          least that many times its standard error); the jobs' own carbon keeps the
+          flat tail. Off by default: measured in docs/benchmarks.md ("A drifting grid's
+          floor"), at 56 days it takes GreenFlow on Philly 876 at ``fifo_lowclock``'s
+          carbon from 0.941x to 1.251x in US-CAL-CISO (a grid that grows dirtier from
+          June to September) but from 1.353x to 0.784x in ES (a dirty third week of June
+          read as a season); ``floor_trend_t=3`` gave 0.944x and 1.247x.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
