@@ -118,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         "--forecast-hours", type=int, default=None, help="the GreenFlow run's forecast (an oracle)"
     )
     args = p.parse_args(argv)
+    try:
+        params = json.loads(args.params)
+    except ValueError as exc:
+        p.error(f"--params is not JSON: {exc}")
+    if args.slices < 1:
+        p.error("--slices must be at least 1")
     scenario = load_scenario(
         ROOT / args.trace,
         ROOT / args.cluster,
@@ -138,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         scenario = replace(
             scenario, config=replace(scenario.config, forecast_hours=args.forecast_hours)
         )
-    result = run_policy(
-        scenario, "greenflow", budgets=budgets, policy_params=json.loads(args.params)
-    )
+    result = run_policy(scenario, "greenflow", budgets=budgets, policy_params=params)
     s, ip = summarise(result), in_period(result)
     ratio = summarise(base)["avg_jct_s"] / s["avg_jct_s"]
     first = [r for r in ROWS if r["start"] == ROWS[0]["start"]]
