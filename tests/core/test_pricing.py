@@ -512,3 +512,9 @@ def test_a_falling_grid_leaves_the_idle_floor_at_the_recent_mean():
 def test_the_floor_trend_needs_a_week_of_days(bad):
     with pytest.raises(ValueError, match="floor_trend_days"):
         get_policy("greenflow", floor_trend_days=bad)
+
+
+@pytest.mark.parametrize("bad", [-1.0, True])
+def test_the_floor_trend_gate_is_0_or_more_standard_errors(bad):
+    with pytest.raises(ValueError, match="floor_trend_t"):
+        get_policy("greenflow", floor_trend_days=14, floor_trend_t=bad)
