@@ -379,7 +379,8 @@ class BudgetGreedy:
           carbon from 0.941x to 1.251x in US-CAL-CISO (a grid that grows dirtier from
           June to September) but from 1.353x to 0.784x in ES (a dirty third week of June
           read as a season), and at ``elastic``'s carbon it was slower in both (0.974x ->
-          0.971x, 0.955x -> 0.924x); ``floor_trend_t=3`` gave 0.944x and 1.247x.
+          0.971x, 0.955x -> 0.924x) and at arrival scale 0.5 in both zones;
+          ``floor_trend_t=3`` gave 0.944x and 1.247x.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
