@@ -64,6 +64,33 @@ def can_manage_budgets_of(user, team: Team) -> bool:
     return _is_admin(user) or is_team_lead(user, team)
 
 
+# Who may raise a job's priority. ``Job.priority`` orders the jobs of *every* team in
+# each policy (``scheduling.core.policies.base``: a preemptive policy such as Tiresias
+# stops another team's running jobs for a higher one), so raising it above the default
+# pushes other teams' work aside. That is a decision for whoever answers for the team's
+# use of the cluster, its leads (as for its budgets), and for admins; a member may still
+# rank their own work *below* the default (a negative priority only yields), and a lead
+# can raise a member's job on request. Checked at submit (API and form); there is no
+# other edit path for a user (the job API has no PATCH; the admin is for admins).
+PRIORITY_DEFAULT = 0
+
+
+def can_raise_priority(user, team: Team) -> bool:
+    """Admins and the team's leads may give its jobs a priority above the default."""
+    return _is_admin(user) or is_team_lead(user, team)
+
+
+def priority_refusal(user, team: Team, priority: int | None) -> str | None:
+    """Why ``user`` may not submit a job of ``team`` at ``priority``; None if they may."""
+    if priority is None or priority <= PRIORITY_DEFAULT or can_raise_priority(user, team):
+        return None
+    return (
+        f"Only a lead of team {team.slug} or an admin may set a priority above "
+        f"{PRIORITY_DEFAULT}: it orders every team's jobs, so a higher one can stop another "
+        f"team's running jobs. Members may set {PRIORITY_DEFAULT} or lower."
+    )
+
+
 def can_cancel_job(user, job: Job) -> bool:
     """The owner, a lead of the job's team, or an admin may cancel it."""
     if _is_admin(user):

@@ -13,6 +13,7 @@ from django import forms
 
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Job, Team
+from cluster.queries import priority_refusal
 from cluster.services import BUDGET_AUDIT_FIELDS, audit_snapshot, submission_digest
 from cluster.validators import (
     EARLIEST_BUDGET_START,
@@ -82,15 +83,25 @@ class JobSubmitForm(forms.Form):
     )
     batch_size = forms.IntegerField(label="Global batch size", **_INT, max_value=MAX_BATCH_SIZE)
     iterations = forms.IntegerField(**_INT, max_value=MAX_ITERATIONS)
-    priority = forms.IntegerField(initial=0, min_value=-100, max_value=100)
+    priority = forms.IntegerField(
+        initial=0,
+        min_value=-100,
+        max_value=100,
+        help_text=(
+            "A higher priority starts first, ahead of every team's jobs, so only a lead of "
+            "the team or an admin may set more than 0; you may set 0 or lower to let your "
+            "team's other work go first."
+        ),
+    )
     # A key drawn when the form is shown: the same form posted twice (a double click, a
     # reload after a lost answer) queues one job (``cluster.services.submit_job_once``).
     submission_key = forms.CharField(
         required=False, widget=forms.HiddenInput, validators=[submission_key]
     )
 
-    def __init__(self, *args, teams, **kwargs):
+    def __init__(self, *args, teams, user=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.user = user
         if not self.is_bound:
             self.initial.setdefault("submission_key", uuid.uuid4().hex)
         self.fields["team"].queryset = teams
@@ -115,6 +126,11 @@ class JobSubmitForm(forms.Form):
             )
             for field, message in errors.items():
                 self.add_error(field if field in self.fields else None, message)
+        team, priority = cleaned.get("team"), cleaned.get("priority")
+        if team is not None:
+            refusal = priority_refusal(self.user, team, priority)
+            if refusal:
+                self.add_error("priority", refusal)
         return cleaned
 
     def request_digest(self) -> str:

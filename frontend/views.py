@@ -99,7 +99,7 @@ def job_new(request):
     teams = submittable_teams(request.user)
     if not teams.exists():
         raise PermissionDenied("You are in no team, so you cannot submit jobs.")
-    form = JobSubmitForm(request.POST or None, teams=teams)
+    form = JobSubmitForm(request.POST or None, teams=teams, user=request.user)
     if request.method == "POST" and form.is_valid():
         key, digest = form.cleaned_data["submission_key"], form.request_digest()
         try:

@@ -14,7 +14,7 @@ from rest_framework.validators import UniqueTogetherValidator
 from cluster import services
 from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
-from cluster.queries import can_manage_budgets_of, teams_visible_to
+from cluster.queries import can_manage_budgets_of, priority_refusal, teams_visible_to
 from cluster.workloads import catalog_name, known_workloads, workload_errors
 from scheduling.choices import PerfModelKind
 from scheduling.feasibility import submit_refusals
@@ -243,6 +243,18 @@ class JobSerializer(_NumbersOnly):
             "exploration",
             "models",
         ]
+        extra_kwargs = {
+            "priority": {
+                "help_text": (
+                    "Orders the jobs of every team a policy considers for starting: a "
+                    "higher one first (a preemptive policy such as tiresias may stop "
+                    "another team's running jobs for it). Default 0; from -100 to 100. "
+                    "Only a lead of the job's team or an admin may set more than 0 "
+                    "(400 naming this field otherwise); a member may rank their own "
+                    "work below the default."
+                )
+            }
+        }
         read_only_fields = [
             "id",
             "owner",
@@ -313,6 +325,12 @@ class JobSerializer(_NumbersOnly):
         if errors:
             raise serializers.ValidationError({field: [msg] for field, msg in errors.items()})
         run_model_clean(Job, attrs)
+        request = self.context.get("request")
+        refusal = priority_refusal(
+            getattr(request, "user", None), attrs["team"], attrs.get("priority")
+        )
+        if refusal:
+            raise serializers.ValidationError({"priority": [refusal]})
         errors = submit_refusals(
             team=attrs["team"],
             workload=attrs["workload"],
