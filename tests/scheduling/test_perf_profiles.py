@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -181,6 +183,45 @@ def test_fit_perf_models_refuses_an_output_that_is_a_folder_before_fitting(tmp_p
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert PerfProfile.objects.count() == 0
+
+
+def _no_fit(*args, **kwargs):
+    raise AssertionError("fit before the output was checked")
+
+
+@pytest.mark.skipif(not Path("/proc/version").is_file(), reason="needs Linux's /proc")
+def test_fit_perf_models_refuses_an_output_it_cannot_create_before_fitting(monkeypatch):
+    # /proc passes os.access for root, so the fits ran 32 s before the write failed
+    # (fourth probe of the live service).
+    import scheduling.management.commands.fit_perf_models as command
+
+    monkeypatch.setattr(command, "fit_and_validate", _no_fit)
+    with pytest.raises(CommandError, match=r"^--output /proc/version: cannot write "):
+        _run("fit_perf_models", "--skip-validation", "--output", "/proc/version")
+
+    assert PerfProfile.objects.count() == 0
+
+
+def test_fit_perf_models_refuses_an_output_that_is_not_a_regular_file(tmp_path, monkeypatch):
+    import scheduling.management.commands.fit_perf_models as command
+
+    monkeypatch.setattr(command, "fit_and_validate", _no_fit)
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(CommandError, match="is not a regular file"):
+        _run("fit_perf_models", "--skip-validation", "--output", str(pipe))
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_fit_perf_models_leaves_no_trace_of_its_write_check(tmp_path, monkeypatch):
+    import scheduling.management.commands.fit_perf_models as command
+
+    monkeypatch.setattr(command, "fit_and_validate", _no_fit)
+    with pytest.raises(AssertionError, match="fit before"):
+        _run("fit_perf_models", "--skip-validation", "--output", str(tmp_path / "c.json"))
+
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_fit_perf_models_writes_no_file_when_the_profiles_are_refused(tmp_path, monkeypatch):

@@ -54,6 +54,24 @@ def output_arg(value: str) -> Path:
         raise CommandError(f"--output {output}: folder {output.parent} does not exist")
     if not os.access(output.parent, os.W_OK | os.X_OK):
         raise CommandError(f"--output {output}: folder {output.parent} is not writable")
+    if output.exists() and not output.is_file():
+        # A device or a pipe: the write replaces it with a file (/dev/null, as root).
+        raise CommandError(f"--output {output}: is not a regular file")
+    # ``os.access`` answers for the mode bits, which root passes everywhere: /proc was
+    # "writable", and ``--output /proc/version`` fitted for 32 s before the write failed.
+    # So write what the save writes first, the ``.partial`` beside the output, and remove
+    # it (one left by an earlier run is the save's to overwrite, and stays).
+    partial = output.with_name(output.name + ".partial")
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        if not (partial.is_file() and os.access(partial, os.W_OK)):
+            raise CommandError(f"--output {output}: {partial} is in the way") from None
+    except OSError as exc:
+        raise CommandError(f"--output {output}: cannot write {partial}: {exc.strerror}") from None
+    else:
+        os.close(fd)
+        partial.unlink()
     return output
 
 
