@@ -33,6 +33,7 @@ from django.conf import settings
 
 from scheduling.core.carbon_data import (
     MAX_CI_G_PER_KWH,
+    MIN_CI_G_PER_KWH,
     CarbonDataError,
     carbon_file,
     read_electricity_maps_csv,
@@ -117,9 +118,9 @@ class HttpProvider:
             self._down_until[self.url] = time.monotonic() + self.BACKOFF_S
             raise CarbonUnavailable(f"{self.url}: {exc.__class__.__name__}: {exc}") from exc
         # json.loads takes Infinity and NaN: neither is an intensity (nor is a negative one).
-        if not (math.isfinite(ci) and 0 <= ci <= MAX_CI_G_PER_KWH):
+        if not (math.isfinite(ci) and MIN_CI_G_PER_KWH <= ci <= MAX_CI_G_PER_KWH):
             raise CarbonUnavailable(
-                f"{self.url}: intensity {ci:g} is not a number between 0 and "
+                f"{self.url}: intensity {ci:g} is not a number between {MIN_CI_G_PER_KWH:g} and "
                 f"{MAX_CI_G_PER_KWH:g} gCO2eq/kWh"
             )
         CarbonIntensity.objects.update_or_create(

@@ -31,6 +31,14 @@ ZONE_COLUMN = "Zone Id"
 # Above any grid's intensity, direct or life-cycle (a lignite plant alone is about 1,100 to
 # 1,200 gCO2eq/kWh): a larger value is no measurement (a row of 1e308 replaced a stored hour).
 MAX_CI_G_PER_KWH = 2000.0
+# Below any grid's hour: no grid is free of emissions (Electricity Maps' direct intensity
+# counts every fossil plant running at all, even as reserve), and the cleanest hour in the
+# four vendored zones is Norway's 1.75 direct (data/carbon/em_NO_2022_hourly.csv; the
+# others' least: BR 26.97, ES 40.28, US-CAL-CISO 53.11; LCA values are 25 and up). A floor
+# of 0.1, 17x under that, leaves room for cleaner grids (hydro- or geothermal-only hours),
+# while 0 and 1e-320 are no measurement: they priced every hour's carbon as free, and a
+# carbon-aware policy moved all its work there.
+MIN_CI_G_PER_KWH = 0.1
 # The years whose hours are taken, and a budget's period may fall in (``cluster.validators``).
 YEARS = (2000, 2100)
 
@@ -54,7 +62,8 @@ def read_electricity_maps_csv(
     ``kind`` is ``"direct"`` or ``"lca"``; ``zone``, where given, is the zone the rows must
     name (their ``Zone Id``, where the file has one). Raises :class:`CarbonDataError` with
     one line naming the problem for a missing column, an empty or unparsable value, a time
-    that is not the start of an hour, an intensity beyond ``MAX_CI_G_PER_KWH``, an hour
+    that is not the start of an hour, an intensity below ``MIN_CI_G_PER_KWH`` or beyond
+    ``MAX_CI_G_PER_KWH``, an hour
     outside ``YEARS``, another zone's row, or rows that are not one hour apart.
     """
     if kind not in CI_COLUMNS:
@@ -96,6 +105,12 @@ def _read_points(
         if not math.isfinite(ci) or ci < 0:
             raise CarbonDataError(
                 f"{path.name}:{line_no}: intensity {ci} is not a non-negative number"
+            )
+        if ci < MIN_CI_G_PER_KWH:
+            raise CarbonDataError(
+                f"{path.name}:{line_no}: intensity {row[column].strip()} gCO2eq/kWh is below "
+                "any grid's "
+                f"({MIN_CI_G_PER_KWH:g}; the cleanest vendored hour is 1.75)"
             )
         if ci > MAX_CI_G_PER_KWH:
             raise CarbonDataError(

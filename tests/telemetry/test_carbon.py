@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from io import StringIO
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -24,6 +25,16 @@ from telemetry.choices import CarbonSource
 from telemetry.models import CarbonIntensity
 
 ES_FILE = "data/carbon/em_ES_2022_hourly.csv"
+
+
+def test_the_floor_is_under_every_vendored_hour():
+    # The cleanest hour of the four zones' files, direct or LCA, is above the floor.
+    from scheduling.core.carbon_data import MIN_CI_G_PER_KWH
+
+    for path in sorted(Path(ES_FILE).parent.glob("em_*_hourly.csv")):
+        for kind in ("direct", "lca"):
+            points = read_electricity_maps_csv(path, kind=kind)
+            assert min(p.ci_g_per_kwh for p in points) >= 1.75 > MIN_CI_G_PER_KWH, path
 
 
 def test_import_carbon_loads_every_hour_of_the_file(db):
@@ -60,6 +71,11 @@ HEADER = "Datetime (UTC),Zone Id,Carbon Intensity gCO₂eq/kWh (direct)\n"
     [
         # (a row of 1e308 replaced a stored hour's 147.66 with it)
         ("2022-01-01 00:00:00,ES,1e308", "ES", r"^bad.csv:2: intensity 1e\+308 gCO2eq/kWh is"),
+        # (a probe: 0 and 1e-320 were imported, every such hour's carbon free; the floor
+        # is MIN_CI_G_PER_KWH, under the cleanest vendored hour, Norway's 1.75)
+        ("2022-01-01 00:00:00,ES,0", "ES", r"^bad.csv:2: intensity 0 gCO2eq/kWh is below"),
+        ("2022-01-01 00:00:00,ES,1e-320", "ES", r"^bad.csv:2: intensity 1e-320 gCO2eq/kWh is b"),
+        ("2022-01-01 00:00:00,ES,0.09", "ES", r"^bad.csv:2: intensity 0.09 gCO2eq/kWh is below"),
         ("0001-01-01 00:00:00,ES,100", "ES", r"^bad.csv:2: hour 0001-01-01 00:00 is outside"),
         ("2022-01-01 00:00:00,NO,30", "ES", r"^bad.csv:2: a row of zone NO, not ES"),
         ("2022-01-01 00:00:00,ES,100", "E\tS", r"^--zone must be 1 to 32 printable"),
@@ -151,7 +167,7 @@ def test_the_http_provider_fetches_once_and_stores_the_answer(db, intensity_serv
     assert CarbonIntensity.objects.get(zone="DE").source == CarbonSource.HTTP
 
 
-@pytest.mark.parametrize("answer", [float("inf"), float("nan"), -5.0, 1e308])
+@pytest.mark.parametrize("answer", [float("inf"), float("nan"), -5.0, 1e308, 0.0, 1e-320])
 def test_a_provider_answering_a_non_finite_or_negative_intensity_is_not_believed(
     db, intensity_server, answer
 ):
