@@ -200,7 +200,10 @@ class Gpu(models.Model):
     without (``missing_since``) keeps its index and record, but rounds do not plan on it."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
-    index = models.PositiveSmallIntegerField(help_text="NVML device index on the node.")
+    index = models.PositiveSmallIntegerField(
+        help_text=f"NVML device index on the node (0 to {v.MAX_GPU_INDEX}).",
+        validators=[MaxValueValidator(v.MAX_GPU_INDEX)],
+    )
     uuid = models.CharField(
         max_length=64,
         unique=True,

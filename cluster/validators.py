@@ -50,6 +50,10 @@ MAX_PARAM_COUNT = 10**14
 # A GPU's SM clocks: real ones lie in about 100..3,500 MHz; NVML lists a few hundred steps.
 MAX_SM_CLOCK_MHZ = 100_000
 MAX_SM_CLOCKS = 1_024
+# A GPU's NVML index on its node: 0..255, what an agent's registration has always taken
+# (a node holds a few to a few tens of GPUs; one byte leaves room for any). The model, so
+# the admin GPU API, the Django admin and registration all hold it (the API took 300).
+MAX_GPU_INDEX = 255
 
 
 def period_bound_errors(start, end) -> dict[str, str]:

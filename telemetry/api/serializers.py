@@ -9,7 +9,13 @@ from rest_framework import serializers
 
 from cluster.api.serializers import NumberFloatField
 from cluster.models import sm_clock_conflict, sm_clocks_in_order
-from cluster.validators import MAX_SM_CLOCK_MHZ, MAX_SM_CLOCKS, multi_line, single_line
+from cluster.validators import (
+    MAX_GPU_INDEX,
+    MAX_SM_CLOCK_MHZ,
+    MAX_SM_CLOCKS,
+    multi_line,
+    single_line,
+)
 from scheduling.core.goodput import MAX_NOISE_SCALE, ratio_beyond_measurement
 from telemetry.agent.backends import gpu_model_key
 from telemetry.choices import ExitReason, JobEventKind
@@ -40,7 +46,7 @@ class GpuRegistrationSerializer(serializers.Serializer):
     # No control characters: a terminal escape in a GPU's model or uuid was stored and
     # shown on the node pages (found by probing the API).
     uuid = serializers.CharField(max_length=64, validators=[single_line])
-    index = serializers.IntegerField(min_value=0, max_value=255)
+    index = serializers.IntegerField(min_value=0, max_value=MAX_GPU_INDEX)
     model = serializers.CharField(
         max_length=100,
         validators=[single_line],

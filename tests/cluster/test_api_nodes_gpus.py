@@ -64,6 +64,10 @@ def test_admin_filters_gpus_by_node(api_client, admin_user, make_node):
         ({"min_power_limit_w": 500}, "default_power_limit_w"),
         ({"sm_clock_mhz": 999}, "sm_clock_mhz"),
         ({"index": 0}, "non_field_errors"),  # (node, index) is taken
+        # (registration allows 0..255; the admin API took 300, fourth probe)
+        ({"index": 256}, "index"),
+        ({"index": 300}, "index"),
+        ({"index": -1}, "index"),
         ({"uuid": "GPU-node-01-0"}, "uuid"),  # taken
     ],
 )
@@ -87,6 +91,35 @@ def test_admin_gpu_validation_errors(api_client, admin_user, make_node, change, 
     assert response.status_code == 400
     assert list(response.json()) == [field]
     assert Gpu.objects.count() == 1
+
+
+def test_the_admin_api_and_registration_take_the_same_highest_index(
+    api_client, admin_user, make_node
+):
+    from telemetry.api.serializers import GpuRegistrationSerializer
+
+    node = make_node("node-01", gpus=1)
+    payload = {
+        "node": node.pk,
+        "index": 255,
+        "uuid": "GPU-new",
+        "model": "A100",
+        "memory_mb": 40960,
+        "default_power_limit_w": 400,
+        "min_power_limit_w": 100,
+        "max_power_limit_w": 400,
+        "supported_sm_clocks_mhz": [1410, 1200],
+    }
+    response = api_client(admin_user).post("/api/gpus/", payload, format="json")
+    assert response.status_code == 201, response.json()
+    registration = GpuRegistrationSerializer().fields["index"]
+    assert (registration.min_value, registration.max_value) == (0, 255)
+    gpu = Gpu.objects.get(uuid="GPU-new")
+    response = api_client(admin_user).patch(f"/api/gpus/{gpu.pk}/", {"index": 256}, format="json")
+    assert response.status_code == 400
+    assert list(response.json()) == ["index"]
+    gpu.refresh_from_db()
+    assert gpu.index == 255
 
 
 def test_admin_cannot_list_a_clock_above_the_registered_maximum(api_client, admin_user, make_node):
