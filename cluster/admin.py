@@ -231,6 +231,7 @@ class NodeAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
         "agent_spooled",
         "agent_quarantined",
         "agent_quarantine_reason",
+        "agent_clock_skew_s",
     ]
     inlines = [GpuInline]
     actions = ["issue_agent_tokens"]

@@ -107,6 +107,16 @@ class Node(models.Model):
     agent_quarantine_reason = models.CharField(
         max_length=500, blank=True, editable=False, help_text="Why the newest was refused."
     )
+    # The heartbeat's ``ts`` (the agent's clock when it sent it) less the server's clock when
+    # it arrived: a sample stamped more than TELEMETRY_MAX_FUTURE_S ahead is refused, and
+    # one stamped behind is charged to an earlier hour, so an admin needs to see it.
+    agent_clock_skew_s = models.FloatField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The agent's clock less the server's at its last heartbeat, in seconds "
+        "(positive: ahead; includes the heartbeat's transit, a few ms); null if it sent none.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -123,6 +133,12 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def clock_skew_too_large(self) -> bool:
+        """Whether the agent's clock is off by more than samples may be stamped ahead."""
+        skew = self.agent_clock_skew_s
+        return skew is not None and abs(skew) > settings.TELEMETRY_MAX_FUTURE_S
 
     def issue_agent_token(self, *, at=None) -> str:
         """Replace the node's agent token and return the new raw token (shown only now)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
@@ -259,7 +260,11 @@ def nodes(request):
                 "jobs": jobs_on.get(node.pk, 0),
             }
         )
-    return render(request, "frontend/nodes.html", {"rows": rows, "page": "nodes"})
+    return render(
+        request,
+        "frontend/nodes.html",
+        {"rows": rows, "page": "nodes", "max_future_s": settings.TELEMETRY_MAX_FUTURE_S},
+    )
 
 
 def _node_action(request, pk: int, action) -> HttpResponse:

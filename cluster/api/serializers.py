@@ -456,6 +456,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "agent_spooled",
             "agent_quarantined",
             "agent_quarantine_reason",
+            "agent_clock_skew_s",
             "gpu_count",
             "has_agent_token",
         ]
@@ -465,6 +466,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "agent_spooled",
             "agent_quarantined",
             "agent_quarantine_reason",
+            "agent_clock_skew_s",
             "gpu_count",
             "has_agent_token",
         ]

@@ -145,7 +145,13 @@ class AwareDateTimeField(serializers.DateTimeField):
 
 
 class HeartbeatSerializer(serializers.Serializer):
-    ts = AwareDateTimeField(required=False, help_text="Agent clock, for skew checks.")
+    ts = AwareDateTimeField(
+        required=False,
+        help_text="The agent's clock when it sent the heartbeat: the server stores its offset "
+        "from its own clock as the node's agent_clock_skew_s (the node API, the nodes page, "
+        "the admin) and logs a warning past TELEMETRY_MAX_FUTURE_S, the lead at which "
+        "samples are refused. Left out, the node's skew is unknown (null).",
+    )
     spooled = serializers.IntegerField(
         min_value=0, max_value=_INT_MAX, required=False, help_text="Messages in the spool."
     )

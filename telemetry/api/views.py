@@ -6,6 +6,9 @@ node (GPUs or jobs of another node: HTTP 403, nothing stored).
 
 from __future__ import annotations
 
+import logging
+
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
@@ -17,6 +20,8 @@ from telemetry import services
 from telemetry.api import serializers as s
 from telemetry.api.authentication import AgentTokenAuthentication, IsAgent
 from telemetry.ingest import BatchRejected, ingest_batch
+
+log = logging.getLogger(__name__)
 
 
 class AgentView(APIView):
@@ -90,7 +95,21 @@ class HeartbeatView(AgentView):
         data = s.HeartbeatSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         now = timezone.now()
-        fields = {"last_heartbeat_at": now}
+        fields = {"last_heartbeat_at": now, "agent_clock_skew_s": None}
+        ts = data.validated_data.get("ts")
+        if ts is not None:
+            # (years 1 and 9999 give about -/+ 3e11 s: a float, as every other clock reading)
+            skew_s = (ts - now).total_seconds()
+            fields["agent_clock_skew_s"] = skew_s
+            if abs(skew_s) > settings.TELEMETRY_MAX_FUTURE_S:
+                log.warning(
+                    "node %s: agent clock is %.0f s %s the server's (samples more than %d s "
+                    "ahead are refused)",
+                    self.node.name,
+                    abs(skew_s),
+                    "ahead of" if skew_s > 0 else "behind",
+                    settings.TELEMETRY_MAX_FUTURE_S,
+                )
         # Spool health from agents that report it (older agents send only ``ts``).
         for field, column in _SPOOL_HEALTH.items():
             if field in data.validated_data:

@@ -72,3 +72,41 @@ def test_the_nodes_page_shows_a_quarantine(agent_node, agent_client, client, adm
     assert 'data-quarantine="2"' in page
     assert "2 messages the server refused (newest: HTTP 400: &lt;b&gt;)" in page
     assert "3 messages waiting in the agent's spool" in page
+
+
+def test_the_heartbeats_ts_gives_the_nodes_clock_skew(
+    agent_node, agent_client, api_client, admin_user, client, caplog, settings
+):
+    # The heartbeat's ts, "for skew checks", was never read (fourth probe): stamps of 1970,
+    # 2999 and year 1 were all a 200 and left nothing. Now its offset from the server's
+    # clock is the node's agent_clock_skew_s, shown to admins, and a large one is logged.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    node, token = agent_node
+    beat = agent_client(token)
+    settings.TELEMETRY_MAX_FUTURE_S = 300
+    # given an agent whose clock is an hour ahead
+    assert _beat(beat, ts=(timezone.now() + timedelta(hours=1)).isoformat()).status_code == 200
+    skew = Node.objects.get(pk=node.pk).agent_clock_skew_s
+    assert 3590 < skew <= 3600
+    assert "node node-01: agent clock is 3600 s ahead of the server's" in caplog.text
+    # then the admin sees it in the node API and on the nodes page
+    listed = api_client(admin_user).get(f"/api/nodes/{node.pk}/").json()
+    assert listed["agent_clock_skew_s"] == pytest.approx(skew)
+    client.force_login(admin_user)
+    page = client.get(reverse("frontend:nodes")).content.decode()
+    assert 'data-clock-skew="3600"' in page
+    # and an agent a second behind is within bounds: stored, not logged, not flagged
+    caplog.clear()
+    assert _beat(beat, ts=(timezone.now() - timedelta(seconds=1)).isoformat()).status_code == 200
+    assert -2 < Node.objects.get(pk=node.pk).agent_clock_skew_s < 0
+    assert "agent clock" not in caplog.text
+    assert "data-clock-skew" not in client.get(reverse("frontend:nodes")).content.decode()
+    # a year-1 stamp is a skew too (about -6.4e10 s), not an error
+    assert _beat(beat, ts="0001-01-01T00:00:00+00:00").status_code == 200
+    assert Node.objects.get(pk=node.pk).agent_clock_skew_s < -6e10
+    # a heartbeat without ts leaves the skew unknown
+    assert _beat(beat, spooled=0).status_code == 200
+    assert Node.objects.get(pk=node.pk).agent_clock_skew_s is None
