@@ -29,27 +29,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scheduling.core.pacing import dirtiest_mean  # noqa: E402
 from scheduling.simulator.scenario import load_scenario  # noqa: E402
 
 HOUR_S = 3600.0
 DAY_S = 86400.0
 
 
-def _dirtiest(seq: list[float], hours: int) -> float:
-    if len(seq) <= hours:
-        return sum(seq) / len(seq)
-    window = sum(seq[:hours])
-    best = window
-    for i in range(hours, len(seq)):
-        window += seq[i] - seq[i - hours]
-        best = max(best, window)
-    return best / hours
-
-
 RULES = {
-    "dirtiest day, last week": lambda seen, fc: _dirtiest(seen[-168:] + fc, 24),
+    "dirtiest day, last week": lambda seen, fc: dirtiest_mean(seen[-168:] + fc, 24),
     "dirtiest hour, last week": lambda seen, fc: max(seen[-168:] + fc),
-    "dirtiest day since the start": lambda seen, fc: _dirtiest(seen + fc, 24),
+    "dirtiest day since the start": lambda seen, fc: dirtiest_mean(seen + fc, 24),
     "dirtiest hour since the start": lambda seen, fc: max(seen + fc),
 }
 

@@ -43,9 +43,7 @@ import sys
 from pathlib import Path
 
 from scheduling.simulator.bounds import scenario_bound
-from scheduling.simulator.cli import build_parser
-from scheduling.simulator.engine import SimConfig
-from scheduling.simulator.scenario import load_scenario, with_teams_by_workload
+from scheduling.simulator.cli import build_parser, scenario_of
 
 REL = 1e-6
 WALL = re.compile(r"\(\d+\.\d s\)")
@@ -85,34 +83,7 @@ def run_twice(argv: list[str], work: Path, timeout_s: float) -> list[dict]:
 
 def scenario_and_bound(argv: list[str]):
     args = build_parser().parse_args([*argv, "--out", "/nonexistent"])
-    config = SimConfig(
-        round_length_s=args.round_length_s,
-        restart_cost_s=args.restart_cost_s,
-        power_off_idle_nodes=args.power_off_idle_nodes,
-        replan_on_events=args.replan_on_events,
-        congestion=args.congestion,
-        colocation_noise=args.colocation_noise,
-        seed=args.seed,
-        measurement_noise=args.measurement_noise,
-        exploration_budget=args.exploration_budget or None,
-    )
-    scenario = load_scenario(
-        args.trace,
-        args.cluster,
-        data_dir=args.data_dir,
-        carbon_zone=args.carbon_zone,
-        carbon_kind=args.carbon_kind,
-        start=args.start,
-        seed=args.seed,
-        max_gpus=args.max_gpus,
-        max_batch_factor=args.max_batch_factor,
-        arrival_scale=args.arrival_scale,
-        batch_efficiency=args.batch_efficiency,
-        config=config,
-        max_jobs=args.max_jobs,
-    )
-    if args.team_rule == "workload":
-        scenario = with_teams_by_workload(scenario)
+    scenario = scenario_of(args)
     baselines = [b.strip() for b in (args.match_baseline or "").split(",") if b.strip()]
     bound = scenario_bound(
         scenario,

@@ -227,9 +227,15 @@ def dirtiest_day_ci(
     is reserved at, so that a period whose coming days are as dirty as its dirtiest
     recent day still pays it."""
     seq = [float(c) for c in history] + [ci for start, ci in carbon.forecast if start > now]
-    hours = max(int(hours), 1)
     if not seq:
         return carbon.ci_g_per_kwh
+    return dirtiest_mean(seq, hours)
+
+
+def dirtiest_mean(seq: Sequence[float], hours: int) -> float:
+    """The highest mean of ``hours`` consecutive values of ``seq`` (non-empty; the mean of
+    all of them where there are fewer)."""
+    hours = max(int(hours), 1)
     if len(seq) <= hours:
         return sum(seq) / len(seq)
     window = sum(seq[:hours])

@@ -310,6 +310,40 @@ def _line(name: str, summary: dict[str, Any], wall_s: float) -> str:
     )
 
 
+def scenario_of(args: argparse.Namespace) -> Scenario:
+    """The scenario the parsed arguments describe (the trace on the cluster, with the
+    run's settings and team rule); raises what the loaders raise on bad input."""
+    config = SimConfig(
+        round_length_s=args.round_length_s,
+        restart_cost_s=args.restart_cost_s,
+        power_off_idle_nodes=args.power_off_idle_nodes,
+        replan_on_events=args.replan_on_events,
+        congestion=args.congestion,
+        colocation_noise=args.colocation_noise,
+        seed=args.seed,
+        measurement_noise=args.measurement_noise,
+        exploration_budget=args.exploration_budget or None,
+    )
+    scenario = load_scenario(
+        args.trace,
+        args.cluster,
+        data_dir=args.data_dir,
+        carbon_zone=args.carbon_zone,
+        carbon_kind=args.carbon_kind,
+        start=args.start,
+        seed=args.seed,
+        max_gpus=args.max_gpus,
+        max_batch_factor=args.max_batch_factor,
+        arrival_scale=args.arrival_scale,
+        batch_efficiency=args.batch_efficiency,
+        config=config,
+        max_jobs=args.max_jobs,
+    )
+    if args.team_rule == "workload":
+        scenario = with_teams_by_workload(scenario)
+    return scenario
+
+
 def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[str, Any]:
     """Run what the arguments ask for; raises :class:`UsageError` with one line."""
     stdout = stdout or sys.stdout
@@ -338,34 +372,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     _check_policies([args.policy, *(_baselines(args) or [])])
     params = _policy_params(args.policy, args.policy_param or [])
     try:
-        config = SimConfig(
-            round_length_s=args.round_length_s,
-            restart_cost_s=args.restart_cost_s,
-            power_off_idle_nodes=args.power_off_idle_nodes,
-            replan_on_events=args.replan_on_events,
-            congestion=args.congestion,
-            colocation_noise=args.colocation_noise,
-            seed=args.seed,
-            measurement_noise=args.measurement_noise,
-            exploration_budget=args.exploration_budget or None,
-        )
-        scenario = load_scenario(
-            args.trace,
-            args.cluster,
-            data_dir=args.data_dir,
-            carbon_zone=args.carbon_zone,
-            carbon_kind=args.carbon_kind,
-            start=args.start,
-            seed=args.seed,
-            max_gpus=args.max_gpus,
-            max_batch_factor=args.max_batch_factor,
-            arrival_scale=args.arrival_scale,
-            batch_efficiency=args.batch_efficiency,
-            config=config,
-            max_jobs=args.max_jobs,
-        )
-        if args.team_rule == "workload":
-            scenario = with_teams_by_workload(scenario)
+        scenario = scenario_of(args)
     except (TraceError, ClusterSpecError, CarbonDataError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if not scenario.jobs:
@@ -388,7 +395,9 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
     progress = not args.no_progress
     stem = f"{Path(args.trace).stem}_{scenario.spec.name}"
     modes = ("learned", "oracle") if args.knowledge == "both" else (args.knowledge,)
-    scenarios = {mode: replace(scenario, config=replace(config, knowledge=mode)) for mode in modes}
+    scenarios = {
+        mode: replace(scenario, config=replace(scenario.config, knowledge=mode)) for mode in modes
+    }
     report: dict[str, Any] = {
         "scenario": {
             **scenario.meta,
