@@ -223,3 +223,35 @@ def test_knowledge_table_refuses_what_is_not_a_learned_and_oracle_run(tmp_path):
         assert result.returncode == 2, result.stdout
         assert len(result.stderr.splitlines()) == 1 and words in result.stderr
         assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+class _TwoHours:
+    """200 g/kWh in the first hour, 100 after (the ``HourlyIntensity.co2_g`` call)."""
+
+    def co2_g(self, power_w: float, t0_s: float, t1_s: float) -> float:
+        def integral(t: float) -> float:
+            return 200.0 * min(t, 3600.0) + 100.0 * max(t - 3600.0, 0.0)
+
+        return power_w * (integral(t1_s) - integral(t0_s)) / 3.6e6
+
+
+@pytest.mark.parametrize(
+    ("lam", "jct_s", "grams"),
+    [
+        (0.0, 3600.0, 200.0),  # free carbon: it starts at once, in the dirty hour
+        (50.0, 7200.0, 100.0),  # 100 g saved outweigh an hour's wait, not the period's
+        (1e6, 14400.0, 0.0),  # no gram is worth it: it waits for the next period
+    ],
+)
+def test_team_carbon_bound_starts_a_job_where_its_wait_and_priced_carbon_are_least(
+    lam, jct_s, grams
+):
+    # given one job of 1 kWh over an hour, arriving at 0, in a period of 3 h
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from team_carbon_bound import choose
+
+    jobs = [(0.0, [(3.6e6, 3600.0)])]
+
+    total_s, total_g = choose(jobs, lam, intensity=_TwoHours(), period_end_s=10800.0, step_s=3600.0)
+
+    assert (total_s, total_g) == pytest.approx((jct_s, grams))
