@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                 worst = ip["candidate_max_period_share"]
                 sys.stdout.write(
                     f"{tag} {args.policy} {base:<14} {name:<10} "
-                    f"ratio {bs['avg_jct_s'] / s['avg_jct_s']:.3f}x  "
-                    f"avg JCT {s['avg_jct_s'] / 3600:.3f} h  "
+                    f"ratio {_ratio(bs, s)}  "
+                    f"avg JCT {_hours(s['avg_jct_s'])}  "
                     f"spent {spent / limit:.1%}  in the period {inside / limit:.1%}  "
                     f"over {ip['candidate_periods_over_budget']}  "
                     f"worst {worst if worst is None else f'{worst:.4f}'}  "
@@ -119,6 +119,18 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 sys.stdout.flush()
     return 0
+
+
+def _ratio(base: dict, run: dict) -> str:
+    """The baseline's average JCT over the run's, or n/a where either left a job
+    unfinished: the averages are then over different jobs (and None where none finished)."""
+    if base["n_unfinished"] or run["n_unfinished"]:
+        return "n/a"
+    return f"{base['avg_jct_s'] / run['avg_jct_s']:.3f}x"
+
+
+def _hours(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds / 3600:.3f} h"
 
 
 if __name__ == "__main__":

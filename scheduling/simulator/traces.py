@@ -212,6 +212,31 @@ def pollux_total_iters(perf_dir: str | Path, workload: str, batch: int) -> float
     return float(rows[-1]["iteration"])
 
 
+def _check_pollux_run(
+    perf_dir: str | Path, workload: str, batch: int, path: Path, line_no: int
+) -> None:
+    """A row's (application, batch_size) must be one Pollux measured to its target: its
+    iterations are that run's. Refused naming the row and what was measured (a row at batch
+    100 read "cannot read trace .../validation-100.csv", which said nothing of why)."""
+    runs = Path(perf_dir) / "pollux_t4" / workload
+    if (runs / f"validation-{batch}.csv").is_file():
+        return
+    measured = sorted(
+        int(p.stem.removeprefix("validation-"))
+        for p in runs.glob("validation-*.csv")
+        if p.stem.removeprefix("validation-").isdigit()
+    )
+    if not measured:
+        raise TraceError(
+            f"{path.name}:{line_no}: application {workload!r} has no Pollux runs "
+            f"(none under {runs})"
+        )
+    raise TraceError(
+        f"{path.name}:{line_no}: {workload} has no Pollux run at batch_size={batch}; "
+        f"its measured batches are {', '.join(map(str, measured))}"
+    )
+
+
 def read_pollux_workload(
     path: str | Path, *, perf_dir: str | Path, max_gpus: int = 64, team: str = DEFAULT_TEAM
 ) -> tuple[Job, ...]:
@@ -223,11 +248,12 @@ def read_pollux_workload(
     ):
         workload = row["application"]
         batch = _number(row, "batch_size", path, line_no, int, positive=True)
-        key = (workload, batch)
-        if key not in iters_cache:
-            iters_cache[key] = pollux_total_iters(perf_dir, workload, batch)
         n_gpus = _number(row, "num_replicas", path, line_no, int, positive=True)
         _check_batch_covers_gpus(batch, n_gpus, path, line_no, ("batch_size", "num_replicas"))
+        key = (workload, batch)
+        if key not in iters_cache:
+            _check_pollux_run(perf_dir, workload, batch, path, line_no)
+            iters_cache[key] = pollux_total_iters(perf_dir, workload, batch)
         jobs.append(
             Job(
                 job_id=_job_id(row, "name", path, line_no),

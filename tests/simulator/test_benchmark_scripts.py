@@ -255,3 +255,24 @@ def test_team_carbon_bound_starts_a_job_where_its_wait_and_priced_carbon_are_lea
     total_s, total_g = choose(jobs, lam, intensity=_TwoHours(), period_end_s=10800.0, step_s=3600.0)
 
     assert (total_s, total_g) == pytest.approx((jct_s, grams))
+
+
+def test_budget_variants_gives_no_ratio_where_a_run_left_jobs_unfinished(monkeypatch):
+    # given the variant script's summary line helpers (loaded from its file)
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "budget_variants.py"
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec = importlib.util.spec_from_file_location("budget_variants", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    done = {"n_unfinished": 0, "avg_jct_s": 7200.0}
+    # when a baseline or a variant left a job unfinished (averages over other jobs, or
+    # none where none finished: a TypeError before)
+    left = {"n_unfinished": 2, "avg_jct_s": 3600.0}
+    nothing = {"n_unfinished": 5, "avg_jct_s": None}
+    # then the line says n/a instead of a ratio of averages over different jobs
+    assert module._ratio(done, left) == "n/a"
+    assert module._ratio(nothing, done) == "n/a"
+    assert module._ratio(done, {"n_unfinished": 0, "avg_jct_s": 3600.0}) == "2.000x"
+    assert module._hours(None) == "n/a"

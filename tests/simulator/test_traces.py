@@ -300,3 +300,22 @@ def test_a_philly_week_trace_spanning_centuries_is_refused_by_job(tmp_path):
     )
     with pytest.raises(TraceError, match="philly_week_far.csv: job philly-2 is submitted"):
         read_trace(bad, data_dir=DATA, catalog=load_catalog(), gpu_model="T4")
+
+
+def test_a_pollux_row_at_a_batch_pollux_never_ran_names_the_measured_batches(tmp_path):
+    # given Pollux rows at a batch cifar10 was never run at, and of an application it lacks
+    pollux = tmp_path / "pollux_workload-9.csv"
+    pollux.write_text(
+        "name,time,application,num_replicas,batch_size\ncifar10-0,1,cifar10,1,128\n"
+        "cifar10-1,2,cifar10,1,100\n"
+    )
+    # then the refusal names the row and the batches measured, not a file it could not open
+    measured = "128, 256, 512, 1024, 2048, 4096"
+    with pytest.raises(
+        TraceError,
+        match=rf"-9.csv:3: cifar10 has no Pollux run at batch_size=100; .* are {measured}",
+    ):
+        read_trace(pollux, data_dir=DATA)
+    pollux.write_text("name,time,application,num_replicas,batch_size\nx-0,1,resnet9,1,128\n")
+    with pytest.raises(TraceError, match=r"-9.csv:2: application 'resnet9' has no Pollux runs"):
+        read_trace(pollux, data_dir=DATA)
