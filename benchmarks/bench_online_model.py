@@ -4,9 +4,16 @@
     nice .venv/bin/python benchmarks/bench_online_model.py [--steps 1 5 20] [--json out.json]
         [--weight 60] [--network-level 0.5] [--idle split|lowest|catalog] [--floor-pool K]
         [--floor-estimate off|catalog|all|zeus [--job-cap] [--estimate-share S]]
+        [--explore-batch half|double] [--probe-common half|double]
 
 ``--network-level`` sets how much of a job's time level moves its prior's all-reduce
 (``online_model.NETWORK_LEVEL``, whose value is the default; 1 is the rule before 6 Dec).
+
+``--explore-batch`` puts a batch probe among a job's first five observations: the fifth is
+the same job at half (or double) its first global batch, at its first GPU count, power
+limit and clock, where the data measured it (``batch_probe``). ``--probe-common`` scores the
+never-observed configurations without that probe's and the one it displaces, with or
+without the probe, so that the two replays are scored on the same set.
 
 ``--weight`` counts each replayed configuration as that many measurements (1, the default:
 one each; a live round pools every progress interval and NVML sample of a configuration,
@@ -156,6 +163,17 @@ FLOOR_ESTIMATE = "off"
 # --estimate-share S (diagnostic, with --floor-estimate other than off): the references
 # replaced by one whose floor sits at that share of the idle-to-limit span.
 ESTIMATE_SHARE: float | None = None
+# --explore-batch half|double: one of a job's first observations is the same job at another
+# batch (a batch probe): the configuration at its first GPU count, power limit and clock at
+# half its first global batch (or double; the other where the data lack it) replaces
+# observation ``EXPLORE_AT`` + 1 (the fifth: after four limits on a Zeus GPU, after the
+# other GPU counts on ElasticFlow / Pollux), the rest moving one later. None: as replayed.
+EXPLORE_RULES = ("half", "double")
+EXPLORE_BATCH: str | None = None
+EXPLORE_AT = 4
+# --probe-common: the never-observed scores leave out the probe's configuration and the one
+# it displaces, with or without the probe, so that both replays are scored on the same set.
+PROBE_COMMON = False
 ESTIMATE_OWN = True  # --no-estimate-own: the one workload measured does not cap the floor
 # The Zeus GPUs' fitted draws, GPU -> (highest limit, workload -> draws): the references.
 ZEUS_DRAWS: dict[str, tuple[float, dict[str, list[float]]]] = {}
@@ -191,6 +209,8 @@ class Case:
     # The other workloads whose draws the service has measured on the GPU model
     # (``--floor-pool``); None: every candidate's.
     pool: tuple[str, ...] | None = None
+    # Positions in ``configs`` left out of the never-observed scores (``--probe-common``).
+    unscored: frozenset[int] = frozenset()
 
 
 def say(line: str) -> None:
@@ -593,6 +613,50 @@ def _floor_pools(cases: list[Case], k: int | None) -> list[Case]:
     return out
 
 
+def batch_probe(case: Case, rule: str, at: int = EXPLORE_AT, *, move: bool = True) -> Case:
+    """``case`` with its batch probe moved to observation ``at`` (0-based; ``--explore-
+    batch``): the first configuration after ``at`` that runs as the first observation does
+    (GPUs, nodes, power limit, clock) at ``rule``'s global batch, half or double the first's,
+    else the other. The case as given where neither is measured or one is already among
+    the first ``at + 1``. The probe's and the displaced configuration's positions are
+    ``unscored`` (used by ``--probe-common``); with ``move`` False the order is kept and
+    only they are marked (the replay without the probe, scored on the same set)."""
+    first = case.configs[0]
+    b0 = first.local_batch * first.n_gpus
+    targets = (b0 / 2, b0 * 2) if rule == "half" else (b0 * 2, b0 / 2)
+
+    def runs_as_first(o: Observation) -> bool:
+        return (
+            o.n_gpus == first.n_gpus
+            and o.n_nodes == first.n_nodes
+            and o.power_limit_w == first.power_limit_w
+            and o.sm_clock_mhz == first.sm_clock_mhz
+        )
+
+    for target in targets:
+        at_target = [
+            i
+            for i, o in enumerate(case.configs)
+            if runs_as_first(o) and abs(o.local_batch * o.n_gpus - target) < 0.5
+        ]
+        if not at_target:
+            continue
+        j = at_target[0]
+        if j <= at:
+            return case
+        if not move:
+            return replace(case, unscored=frozenset({at, j}))
+        order = list(range(len(case.configs)))
+        order.insert(at, order.pop(j))
+        return replace(
+            case,
+            configs=[case.configs[i] for i in order],
+            truth=[case.truth[i] for i in order],
+            unscored=frozenset({at, at + 1}),
+        )
+    return case
+
+
 def _hint(case: Case, candidates: Sequence[FittedPerfModel]) -> str | None:
     """The candidate nearest in parameter count (``--params nearest``), where known."""
     if not PARAMS.startswith("nearest") or case.blend:
@@ -665,6 +729,8 @@ def score(cases: list[Case], steps: Sequence[int], predictor, label: str) -> dic
                 key = f"{case.dataset}/{'+'.join(case.pool)}"
             for i, (obs, (t_true, e_true)) in enumerate(zip(case.configs, case.truth, strict=True)):
                 where = "observed" if i < k else "unobserved"
+                if where == "unobserved" and PROBE_COMMON and i in case.unscored:
+                    continue
                 t_pred, e_pred = predict(obs)
                 errors[key][k][where]["time"].append(abs(t_pred / t_true - 1.0))
                 if e_true is not None:
@@ -711,7 +777,8 @@ def main() -> int:
     from bench_args import add_floor_args, apply_floor_args, non_negative_int
 
     global PARAMS, BY_WORKLOAD, BY_POOL, DRAW_SPLIT, DRAW_SHAPE, WEIGHT, IDLE
-    global FLOOR_ESTIMATE, ESTIMATE_OWN, ESTIMATE_SHARE, CARRIED_BUSY_ABOVE
+    global FLOOR_ESTIMATE, ESTIMATE_OWN, ESTIMATE_SHARE, CARRIED_BUSY_ABOVE, EXPLORE_BATCH
+    global PROBE_COMMON
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--baseline", action="store_true", help="also score refine_scales")
@@ -756,6 +823,17 @@ def main() -> int:
         action="store_true",
         help="diagnostic: a job drawing above the measured most reads the carried busy maximum",
     )
+    parser.add_argument(
+        "--explore-batch",
+        choices=EXPLORE_RULES,
+        help="one of the first five observations at half / double the first batch (above)",
+    )
+    parser.add_argument(
+        "--probe-common",
+        choices=EXPLORE_RULES,
+        help="never-observed scores without that rule's probe and the configuration it "
+        "displaces, with or without --explore-batch (the same set both ways)",
+    )
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per configuration")
     parser.add_argument(
         "--network-level",
@@ -777,6 +855,10 @@ def main() -> int:
     PARAMS, BY_WORKLOAD, DRAW_SPLIT = args.params, args.by_workload, args.draw_split
     BY_POOL = args.by_pool
     CARRIED_BUSY_ABOVE = args.carried_busy_above
+    EXPLORE_BATCH = args.explore_batch
+    if args.probe_common is not None and EXPLORE_BATCH not in (None, args.probe_common):
+        parser.error("--probe-common names another rule than --explore-batch")
+    PROBE_COMMON = args.probe_common is not None
     FLOOR_ESTIMATE, ESTIMATE_OWN = args.floor_estimate, not args.no_estimate_own
     gpu_estimates.ESTIMATE_JOB_CAP = args.job_cap
     if args.estimate_share is not None:
@@ -790,6 +872,11 @@ def main() -> int:
         + _perseus_cases()
     )
     gpu_out = _zeus_cases(gpu_out=True)
+    rule = EXPLORE_BATCH or args.probe_common
+    if rule is not None:
+        move = EXPLORE_BATCH is not None
+        workload_out = [batch_probe(c, rule, move=move) for c in workload_out]
+        gpu_out = [batch_probe(c, rule, move=move) for c in gpu_out]
     result = {}
     sets = [("leave one workload out", workload_out), ("leave one GPU out", gpu_out)]
     for name, cases in sets[:1] if args.no_gpu_out else sets:

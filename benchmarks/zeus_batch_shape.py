@@ -3,7 +3,8 @@
 batch at five power limits, cannot show.
 
     nice .venv/bin/python benchmarks/zeus_batch_shape.py sharpness
-    nice .venv/bin/python benchmarks/zeus_batch_shape.py pools --gpu rtx6000 --floor-pool 2
+    nice .venv/bin/python benchmarks/zeus_batch_shape.py pools --gpu rtx6000 --floor-pool 2 \
+        [--explore-batch half|double]
 
 ``sharpness``: at each Zeus GPU's top limit, the time at every batch predicted from the time at
 the job's first batch ``b0`` and the busy share ``u`` its draw reads there (against the live
@@ -13,7 +14,8 @@ the model's sum): the median error over the other batches, per workload and pool
 
 ``pools``: ``bench_online_model.py --floor-pool K``'s Zeus cases on one GPU, after 5
 observations, a row per (measured pool, held-out workload): each held-out workload's own
-median never-observed error, and the prior it was given.
+median never-observed error, and the prior it was given. ``--explore-batch``: the fifth
+observation is the job at half / double its first batch (``bench_online_model.batch_probe``).
 """
 
 from __future__ import annotations
@@ -83,9 +85,11 @@ def sharpness() -> None:
         )
 
 
-def pools(gpu: str, k: int) -> None:
+def pools(gpu: str, k: int, explore_batch: str | None = None) -> None:
     cases = [c for c in bom._zeus_cases(gpu_out=False) if c.dataset == f"zeus_{gpu}"]
     for case in bom._floor_pools(cases, k):
+        if explore_batch is not None:  # the batch probe of bench_online_model --explore-batch
+            case = bom.batch_probe(case, explore_batch)
         seen = case.configs[:5]
         model = bom.fit_case(case, seen)
         et, ee = [], []
@@ -106,11 +110,12 @@ def main() -> int:
     p = sub.add_parser("pools", help="a row per (measured pool, held-out workload)")
     p.add_argument("--gpu", choices=perf_data.ZEUS_GPUS, required=True)
     p.add_argument("--floor-pool", type=int, default=2)
+    p.add_argument("--explore-batch", choices=bom.EXPLORE_RULES, help="the fifth at another batch")
     args = parser.parse_args()
     if args.what == "sharpness":
         sharpness()
     else:
-        pools(args.gpu, args.floor_pool)
+        pools(args.gpu, args.floor_pool, args.explore_batch)
     return 0
 
 
