@@ -130,3 +130,27 @@ def test_a_job_begun_in_parts_goes_on_once_what_is_left_of_it_fits_a_period(poli
     assert begun.policy_state["run_in_parts"] == ["big"]  # (a job no longer active is dropped)
     # and a job not begun so is paused, as before, to wait for a period that pays it whole
     assert plan({}).allocations == {}
+
+
+@pytest.mark.parametrize(("policy", "kind"), POLICIES)
+def test_a_job_begun_in_parts_stays_so_through_a_round_its_budget_pays_in_full(policy, kind):
+    # given a job begun in parts, running with 1,000 iterations left (147 kJ), in a fresh
+    # period of 1 MJ: this round's allowance pays it, so no job is held back
+    from tests.core.corekit import running
+
+    j = job("big", iters=10_000.0, workload="resnet50", gpu_model="A100", global_batch=256,
+            min_gpus=1, max_gpus=8, team="t")  # fmt: skip
+    j = replace(running(j, (CLUSTER.gpus[0].gpu_id,), clock=855), done_iters=9_000.0)
+
+    def plan(state, used_j):
+        snap = snapshot(CLUSTER, [j], catalog=CATALOG, budgets=(_budget(kind, 1.0e6, used_j),),
+                        carbon=CarbonSignal(ci_g_per_kwh=CI), policy_state=state)  # fmt: skip
+        return plan_round(snap, policy=get_policy(policy), now=3600.0)
+
+    paid = plan({"run_in_parts": ["big"]}, 0.0)
+    assert set(paid.allocations) == {"big"}
+    # then the state still names it, so that once the period's funds run short it goes on
+    # in parts rather than being paused to wait for a period that pays the rest whole
+    assert paid.policy_state.get("run_in_parts") == ["big"]
+    short = plan(paid.policy_state, 1.0e6 - 6.0e4)
+    assert set(short.allocations) == {"big"}

@@ -1400,8 +1400,6 @@ class _Round:
         its limit (docs/benchmarks.md, "A job larger than a period"). It comes after the
         others so that a job the period can finish is not left without funds by one it
         cannot."""
-        if not self.parts:
-            return
         self.part_spent: dict[int, float] = {}  # by budget: the rounds of parts admitted
         others: dict[int, float] = {}  # by budget: what the other jobs need to finish
         for j in self.parts:
@@ -1432,6 +1430,8 @@ class _Round:
             self.budget_blocked.pop(j, None)
             self.blocked_alone.discard(j)
             self.in_parts.add(jv.job.job_id)
+        # (also in a round that held no job back: a job begun in parts that its budget
+        # pays in full this round stays so, to its end)
         if self.in_parts:
             # (every active job, also those a spent budget holds back before the policy)
             active = {job.job_id for job in self.ctx.snapshot.jobs}
