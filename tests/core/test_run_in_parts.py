@@ -154,3 +154,27 @@ def test_a_job_begun_in_parts_stays_so_through_a_round_its_budget_pays_in_full(p
     assert paid.policy_state.get("run_in_parts") == ["big"]
     short = plan(paid.policy_state, 1.0e6 - 6.0e4)
     assert set(short.allocations) == {"big"}
+
+
+def test_a_part_leaves_the_idle_floor_priced_on_the_grids_drift():
+    # given a cluster carbon budget of a day with 1,900 g left, eight idle A100s (400 W,
+    # about 1,830 g to the period's end at the flat 200 g/kWh, about 2,340 g on the drift
+    # of ten past days rising from 100 to 235 g/kWh) and a job no period can pay
+    days = [[float(d), (250.0 + 15.0 * d) * 24, 24.0] for d in range(-10, 0)]
+    state = {"ci_days": days, "ci_history": [CI] * 24, "ci_hour": 0}
+    j = job("big", iters=1e6, workload="resnet50", gpu_model="A100", global_batch=256,
+            min_gpus=1, max_gpus=8, team="t")  # fmt: skip
+
+    def plan(**params):
+        budget = Budget("b", None, 0.0, DAY, co2_limit_g=1900.0)
+        snap = snapshot(CLUSTER, [j], catalog=CATALOG, budgets=(budget,),
+                        carbon=CarbonSignal(ci_g_per_kwh=CI), policy_state=state)  # fmt: skip
+        return plan_round(snap, policy=get_policy("greenflow", **params), now=3600.0)
+
+    # then with the floor priced flat a part runs on the 70 g the flat floor leaves
+    assert set(plan().allocations) == {"big"}
+    # and with it priced on the drift (floor_trend_days) none does: the floor needs more
+    # than the period has left, as the rest of the round prices it
+    drifting = plan(floor_trend_days=14)
+    assert drifting.allocations == {}
+    assert "big" in drifting.waiting

@@ -1540,7 +1540,7 @@ class _Round:
             if b.energy_limit_j is not None:
                 room = b.energy_remaining_j - fw * after_s - taken
             if b.co2_limit_g is not None and to_g > 0:
-                keep = self.curve.co2_g(fw, after_s) if fw and after_s else 0.0
+                keep = self.floor_curve.co2_g(fw, after_s) if fw and after_s else 0.0
                 room = min(room, (b.co2_remaining_g - keep) / to_g - taken)
             if not (begun or self._larger(bi, whole)) or not room > fixed:
                 return None
