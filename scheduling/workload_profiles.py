@@ -350,10 +350,8 @@ def fit_prior(
             o.power_w is not None and om.at_default_power(o, prior.gpu) for o in observations
         ):
             return prior
-        if draws is None:
-            known = measured_on_gpu(prior.gpu_model, catalog=catalog, exclude=workload)
-        else:
-            known = draws.on(prior.gpu_model, exclude=workload)
+        draws = draws or MeasuredDraws(catalog)
+        known = draws.on(prior.gpu_model, exclude=workload)
     # Draws measured on this GPU model by enough other workloads: the least says where light
     # work sits (above idle, with the clocks up), the most is the busy maximum.
     # With too few, no floor; or, where ``gpu_estimates.ESTIMATE_FLOOR`` is on (off: measured,
@@ -409,30 +407,29 @@ def measured_on_gpu(
     keyed by the first of them: an imagenet job's floor pool counted resnet50's profile as
     another workload's draws (its own network's), and a third workload's pool counted the
     two names as two workloads."""
-    return _without(_measured_on([gpu_model], catalog=catalog)[gpu_model], exclude, catalog)
+    return MeasuredDraws(catalog).on(gpu_model, exclude=exclude)
 
 
-def _measured_on(gpu_models: Iterable[str], *, catalog: Catalog) -> dict[str, dict[str, list]]:
-    """GPU model -> ``measured_on_gpu`` of it, every workload's, in one query."""
-    gpu_models = set(gpu_models)
-    out: dict[str, dict[str, list[float]]] = {g: {} for g in gpu_models}
+def _measured_on(gpu_model: str, *, catalog: Catalog) -> dict[str, list[float]]:
+    """``measured_on_gpu`` of ``gpu_model``, every workload's, in one query."""
+    out: dict[str, list[float]] = {}
     for m in catalog.models():
-        if m.gpu_model in gpu_models:
+        if m.gpu_model == gpu_model:
             key = min(catalog.same_workload(m.workload))
-            out[m.gpu_model].setdefault(key, []).extend(om.model_draws_w(m))
+            out.setdefault(key, []).extend(om.model_draws_w(m))
     # The draws are picked out by PostgreSQL (``_ONE_GPU_DEFAULT_DRAWS``), not read with each
     # newest profile's models and observations: this runs inside the round's transaction.
     newest = (
-        WorkloadProfile.objects.filter(gpu_model__in=gpu_models)
-        .order_by("gpu_model", "workload", "-version")
-        .distinct("gpu_model", "workload")
+        WorkloadProfile.objects.filter(gpu_model=gpu_model)
+        .order_by("workload", "-version")
+        .distinct("workload")
         .annotate(draws=RawSQL(_ONE_GPU_DEFAULT_DRAWS, (), output_field=JSONField()))
-        .values_list("gpu_model", "workload", "draws")
+        .values_list("workload", "draws")
     )
-    for gpu_model, workload, draws in newest:
+    for workload, draws in newest:
         kept = [float(d) for d in draws or () if isinstance(d, int | float)]
         if kept:
-            out[gpu_model].setdefault(min(catalog.same_workload(workload)), []).extend(kept)
+            out.setdefault(min(catalog.same_workload(workload)), []).extend(kept)
     return out
 
 
@@ -459,7 +456,7 @@ class MeasuredDraws:
 
     def on(self, gpu_model: str, *, exclude: str = "") -> dict[str, list[float]]:
         if gpu_model not in self._by_gpu:
-            self._by_gpu.update(_measured_on([gpu_model], catalog=self._catalog))
+            self._by_gpu[gpu_model] = _measured_on(gpu_model, catalog=self._catalog)
         return _without(self._by_gpu[gpu_model], exclude, self._catalog)
 
 
