@@ -79,7 +79,9 @@ def _clock_conflicts(
     return errors
 
 
-def _model_changes(gpus: list[dict[str, Any]], stored: dict[str, str]) -> dict[int, dict]:
+def _model_changes(
+    gpus: list[dict[str, Any]], stored: dict[str, str]
+) -> tuple[dict[int, dict], dict[str, str]]:
     """Per GPU of the request: a model other than the one its UUID is registered as. A
     board's UUID is its own, so its model never changes; a registration that says it did
     would move the GPU's allocations, ledger and every job's learned model to another
@@ -87,13 +89,15 @@ def _model_changes(gpus: list[dict[str, Any]], stored: dict[str, str]) -> dict[i
     counts as its key. A GPU registered under the key of an SXM model that now reports
     its board of its own, "A100" -> "A100-PCIe", "V100" -> "V100-FHHL", "H100" ->
     "H100-NVL", is no change: a server that dropped the board token stored it so; it
-    moves to its own model, once: ``is_board_split``.)"""
-    errors = {}
+    moves to its own model, once: ``is_board_split``.) Returns the errors by GPU and those
+    re-keyings (old key -> the board's own)."""
+    errors, rekeyed = {}, {}
     for i, g in enumerate(gpus):
         before = stored.get(g["uuid"])
         if before is None or gpu_model_key(before) == g["model"]:
             continue
         if is_board_split(gpu_model_key(before), g["model"]):
+            rekeyed[gpu_model_key(before)] = g["model"]
             log.warning(
                 "GPU %s: registered as %s, a %s board: its model from now on",
                 g["uuid"], before, g["model"],
@@ -105,7 +109,7 @@ def _model_changes(gpus: list[dict[str, Any]], stored: dict[str, str]) -> dict[i
                 "model does not change (a new board has a UUID of its own)."
             ]
         }
-    return errors
+    return errors, rekeyed
 
 
 # Key of the advisory lock that makes agent registrations one at a time ("wfreg" in ASCII);
@@ -172,20 +176,15 @@ def _register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> 
         )
     clocks = {u: (top, c) for u, (_, _, top, c, _, _) in registered.items()}
     conflicts = _clock_conflicts(gpus, clocks)
-    for i, errors in _model_changes(gpus, {u: r[-1] for u, r in registered.items()}).items():
+    # (boards that move from the bare model's key to their own: "A100" -> "A100-PCIe")
+    changes, rekeyed = _model_changes(gpus, {u: r[-1] for u, r in registered.items()})
+    for i, errors in changes.items():
         conflicts.setdefault(i, {}).update(errors)
     if conflicts:
         raise RegistrationRejected({"gpus": [conflicts.get(i, {}) for i in range(len(gpus))]})
     current_limits = {u: limit for u, (*_, limit, _) in registered.items()}
     # GPUs registered on another node before (retired there): this node's from now on.
     moved = {u for u, (node_id, *_) in registered.items() if node_id != node.pk}
-    # Boards that move from the bare model's key to their own ("A100" -> "A100-PCIe").
-    rekeyed = {
-        gpu_model_key(registered[g["uuid"]][-1]): g["model"]
-        for g in gpus
-        if g["uuid"] in registered
-        and is_board_split(gpu_model_key(registered[g["uuid"]][-1]), g["model"])
-    }
     try:
         stored = _store_gpus(node, gpus, current_limits, moved=moved, now=now)
         _repin_jobs(rekeyed)
