@@ -675,6 +675,7 @@ class _Round:
         self.sorted_min_s: list[float] | None = None
         self.budget_blocked: dict[int, int] = {}
         self.parts: list[int] = []  # budget-blocked jobs larger than a period (admit_parts)
+        self.part_spent: dict[int, float] = {}  # by budget: the rounds of parts admitted
         # Jobs begun in parts (by job id, carried while they are active): they go on in
         # parts to their end, also once what is left of them fits a period.
         self.in_parts: set[str] = set(ctx.policy_state.get("run_in_parts", ()))
@@ -1400,7 +1401,6 @@ class _Round:
         its limit (docs/benchmarks.md, "A job larger than a period"). It comes after the
         others so that a job the period can finish is not left without funds by one it
         cannot."""
-        self.part_spent: dict[int, float] = {}  # by budget: the rounds of parts admitted
         others: dict[int, float] = {}  # by budget: what the other jobs need to finish
         for j in self.parts:
             jv, n0 = self.jobs[j], self.opts[j][0][0]
