@@ -4,12 +4,23 @@ Python's JSON decoder raises ``RecursionError`` on about a thousand levels of ``
 of brackets), which DRF's parser does not catch: a 500 on every JSON endpoint, the
 anonymous token endpoint included (a live probe). Such a body, and any nested deeper than
 ``MAX_DEPTH`` (no Wattflow request nests more than a few levels), is a 400 parse error.
+
+One more, from a fifth probe. DRF refuses the tokens ``NaN`` and ``Infinity``, but a number
+past any float (``1e400``) was read as infinity: a 500 where it met a primary key
+(``int(inf)``), and a team named "inf" where a string was expected. It is refused as those
+tokens are.
 """
 
 from __future__ import annotations
 
+import codecs
+import json
+import math
+
+from django.conf import settings
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
+from rest_framework.utils.json import strict_constant
 
 MAX_DEPTH = 32
 DEPTH_MESSAGE = f"JSON parse error - nested more than {MAX_DEPTH} levels deep."
@@ -32,10 +43,25 @@ def too_deep(value, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
+def finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent, refused past any float (``1e400``)."""
+    value = float(text)
+    if not math.isfinite(value):
+        strict_constant(text)  # raises ValueError, DRF's own words for NaN and Infinity
+    return value
+
+
 class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            data = super().parse(stream, media_type, parser_context)
+            data = json.load(
+                codecs.getreader(encoding)(stream),
+                parse_constant=strict_constant,
+                parse_float=finite_float,
+            )
+        except ValueError as exc:  # (as DRF's parser words it)
+            raise ParseError(f"JSON parse error - {exc}") from None
         except RecursionError:
             raise ParseError(DEPTH_MESSAGE) from None
         if too_deep(data):

@@ -35,3 +35,30 @@ def test_depth_counts_lists_and_objects():
     assert not too_deep({"a": [1, {"b": [2]}]}, limit=4)
     assert too_deep({"a": [1, {"b": [2]}]}, limit=3)
     assert not too_deep("flat", limit=0)
+
+
+# A number past any float (1e400) was parsed to infinity where NaN and Infinity are refused
+# (a fifth live probe): a 500 on the GPU API's ``node`` (``int(inf)`` in the primary-key
+# lookup), and a team or a GPU UUID named "inf" from a number.
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1" + "0" * 400 + ".0"])
+def test_a_number_past_any_float_is_a_parse_error_not_infinity(api_client, admin_user, number):
+    client = api_client(admin_user)
+    node = client.post(
+        "/api/nodes/", {"name": "node-01", "switch_label": "s1", "gpu_model": "A100"}, format="json"
+    ).json()
+    gpu = (
+        '{"node": %s, "index": 0, "uuid": "GPU-1", "model": "A100", "memory_mb": 1, '
+        '"default_power_limit_w": 400, "min_power_limit_w": 100, "max_power_limit_w": 400}'
+    )
+    response = client.post("/api/gpus/", gpu % number, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert "out of range" in response.json()["detail"].lower()
+    team = client.post(
+        "/api/teams/", '{"name": ' + number + ', "slug": "x"}', content_type="application/json"
+    )
+    assert team.status_code == 400
+    from cluster.models import Gpu, Team
+
+    assert not Gpu.objects.exists() and not Team.objects.filter(slug="x").exists()
+    ok = client.post("/api/gpus/", gpu % node["id"], content_type="application/json")
+    assert ok.status_code == 201, ok.content
