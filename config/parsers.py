@@ -5,10 +5,12 @@ of brackets), which DRF's parser does not catch: a 500 on every JSON endpoint, t
 anonymous token endpoint included (a live probe). Such a body, and any nested deeper than
 ``MAX_DEPTH`` (no Wattflow request nests more than a few levels), is a 400 parse error.
 
-One more, from a fifth probe. DRF refuses the tokens ``NaN`` and ``Infinity``, but a number
+Two more, from a fifth probe. DRF refuses the tokens ``NaN`` and ``Infinity``, but a number
 past any float (``1e400``) was read as infinity: a 500 where it met a primary key
 (``int(inf)``), and a team named "inf" where a string was expected. It is refused as those
-tokens are.
+tokens are. And an object naming a key twice (``{"name": "a", "name": "b"}``) was read as
+its last value, silently: a body that two readers (a proxy, a log, this service) may read
+two ways. It is refused, naming the key.
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ def finite_float(text: str) -> float:
     return value
 
 
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object, refused if it names a key twice."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"the key {twice!r} is given more than once")
+    return data
+
+
 class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
@@ -59,6 +71,7 @@ class JSONParser(parsers.JSONParser):
                 codecs.getreader(encoding)(stream),
                 parse_constant=strict_constant,
                 parse_float=finite_float,
+                object_pairs_hook=unique_keys,
             )
         except ValueError as exc:  # (as DRF's parser words it)
             raise ParseError(f"JSON parse error - {exc}") from None

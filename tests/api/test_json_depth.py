@@ -62,3 +62,21 @@ def test_a_number_past_any_float_is_a_parse_error_not_infinity(api_client, admin
     assert not Gpu.objects.exists() and not Team.objects.filter(slug="x").exists()
     ok = client.post("/api/gpus/", gpu % node["id"], content_type="application/json")
     assert ok.status_code == 201, ok.content
+
+
+def test_a_key_given_twice_is_a_parse_error_not_the_last_one(api_client, admin_user, team):
+    # {"name": "a", "name": "b"} was read as "b": a body two readers (a proxy's log, an
+    # audit, Django) can read two ways. Refused, naming the key.
+    client = api_client(admin_user)
+    response = client.patch(
+        f"/api/teams/{team.slug}/", '{"name": "a", "name": "b"}', content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert "'name'" in response.json()["detail"]
+    team.refresh_from_db()
+    assert team.name not in ("a", "b")
+    inner = client.post(
+        "/api/budgets/", f'{{"team": "{team.slug}", "x": {{"a": 1, "a": 2}}}}',
+        content_type="application/json",
+    )  # fmt: skip
+    assert inner.status_code == 400 and "'a'" in inner.json()["detail"]
