@@ -497,12 +497,12 @@ def node_history(node: Node, gpus: Iterable[Gpu] | None = None) -> str | None:
     return "job events" if node.job_events.exists() else None
 
 
-def _lock_gpu(gpu: Gpu) -> Gpu:
+def lock_gpu(gpu: Gpu) -> Gpu:
     """``gpu`` read under lock, its node's row locked first: the order of registration
     (``telemetry.services.register_gpus``) and of the rounds (nodes, then GPUs). Locked in
     one statement with its node, the GPU's row could be taken first, and a retire beside
     an agent's registration of the same node could wait on each other in a cycle (the
-    database then aborts one of them)."""
+    database then aborts one of them). Raises ``Gpu.DoesNotExist`` if it is gone."""
     while True:
         sid = transaction.savepoint()  # rolled back, it lets go of the rows it locked
         node_id = Gpu.objects.filter(pk=gpu.pk).values_list("node_id", flat=True).get()
@@ -521,7 +521,7 @@ def retire_gpu(gpu: Gpu, *, actor, at: datetime | None = None) -> Gpu:
     capacity, and its index is free for the GPU that replaces it. Raises ``GpuInUse`` while
     a job runs on it. Retiring a retired GPU changes nothing."""
     with transaction.atomic():
-        locked = _lock_gpu(gpu)
+        locked = lock_gpu(gpu)
         if locked.retired_at is not None:
             return locked
         if locked.allocations.filter(ended_at__isnull=True).exists():
@@ -572,7 +572,7 @@ def delete_gpu(gpu: Gpu, *, actor, at: datetime | None = None) -> None:
     """Delete a GPU that has no history (one registered by mistake), recorded in the audit
     log. Raises ``GpuInUse`` otherwise: a GPU with history is retired (``retire_gpu``)."""
     with transaction.atomic():
-        locked = _lock_gpu(gpu)
+        locked = lock_gpu(gpu)
         history = gpu_history(locked)
         if history:
             raise GpuInUse(

@@ -3,6 +3,7 @@ cluster.services; the rules live there, not here."""
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -336,6 +337,20 @@ class GpuViewSet(viewsets.ModelViewSet):
         # renamed, so no round places a job on it between the check and the save.
         with transaction.atomic():
             return super().update(request, *args, **kwargs)
+
+    def get_object(self):
+        gpu = super().get_object()
+        if self.request.method in ("PUT", "PATCH"):
+            # Read again under its lock (its node's first, as a retire or a registration
+            # takes them), held to the edit's commit: the edit saves the whole row, and one
+            # read before a retire committed wrote ``retired_at`` back to empty (a live
+            # probe: 10 of 30 edits racing a retire, both 200, the GPU in service again),
+            # or inserted again a GPU deleted meanwhile.
+            try:
+                gpu = services.lock_gpu(gpu)
+            except Gpu.DoesNotExist:
+                raise Http404 from None
+        return gpu
 
     def perform_destroy(self, instance):
         try:

@@ -499,3 +499,100 @@ def test_a_round_that_read_the_gpu_before_it_moved_does_not_place_a_job_on_it(
     with pytest.raises(AllocationError, match="moved or renamed"):
         set_allocation(job, gpus=[read_by_the_round], batch_size=job.global_batch_size, at=AT)
     assert not job.allocations.exists()
+
+
+def _edit_waiting_after_its_read(monkeypatch, serializer, send):
+    """Run ``send()`` (an API edit) in a thread that stops after it has read the row
+    (in ``serializer.validate``) until released; returns (read, release, outcome, thread)."""
+    read, release, outcome = threading.Event(), threading.Event(), {}
+    validate = serializer.validate
+
+    def validate_then_wait(self, attrs):
+        read.set()
+        release.wait(timeout=10)
+        return validate(self, attrs)
+
+    monkeypatch.setattr(serializer, "validate", validate_then_wait)
+
+    def run():
+        try:
+            outcome["response"] = send()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert read.wait(timeout=10)
+    return release, outcome, thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_power_limit_edit_beside_a_retire_keeps_the_gpu_retired(
+    api_client, admin_user, make_node, monkeypatch
+):
+    # A live probe raced PATCH /api/gpus/<id>/ (a power limit) with POST .../retire/: in 10
+    # of 30 tries both answered 200 and the GPU was in service again, its retirement
+    # audited: the edit had read the row before the retire and saved all of it after.
+    from cluster.api.serializers import GpuSerializer
+
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    client = api_client(admin_user)
+    release, outcome, edit = _edit_waiting_after_its_read(
+        monkeypatch,
+        GpuSerializer,
+        lambda: client.patch(f"/api/gpus/{gpu.pk}/", {"power_limit_w": 300}, format="json"),
+    )
+    retired = {}
+
+    def retire():
+        try:
+            retired["response"] = api_client(admin_user).post(f"/api/gpus/{gpu.pk}/retire/")
+        finally:
+            connection.close()
+
+    retiring = threading.Thread(target=retire)
+    retiring.start()
+    time.sleep(1.0)  # the retire commits now, or waits for the edit's lock
+    release.set()
+    edit.join(timeout=10)
+    retiring.join(timeout=10)
+
+    assert outcome["response"].status_code == 200, outcome["response"].content
+    assert retired["response"].status_code == 200, retired["response"].content
+    stored = Gpu.objects.get(pk=gpu.pk)
+    assert stored.retired_at is not None
+    assert stored.power_limit_w == 300
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_edit_of_a_gpu_deleted_meanwhile_does_not_bring_it_back(
+    api_client, admin_user, make_node, monkeypatch
+):
+    # Django's save() of a row that is gone inserts it again.
+    from cluster.api.serializers import GpuSerializer
+
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    client = api_client(admin_user)
+    release, outcome, edit = _edit_waiting_after_its_read(
+        monkeypatch,
+        GpuSerializer,
+        lambda: client.patch(f"/api/gpus/{gpu.pk}/", {"power_limit_w": 300}, format="json"),
+    )
+    deleted = {}
+
+    def delete():
+        try:
+            deleted["response"] = api_client(admin_user).delete(f"/api/gpus/{gpu.pk}/")
+        finally:
+            connection.close()
+
+    deleting = threading.Thread(target=delete)
+    deleting.start()
+    time.sleep(1.0)
+    release.set()
+    edit.join(timeout=10)
+    deleting.join(timeout=10)
+
+    assert deleted["response"].status_code == 204
+    assert outcome["response"].status_code in (200, 404)
+    assert not Gpu.objects.filter(pk=gpu.pk).exists()
