@@ -30,7 +30,7 @@ from cluster.api.serializers import (
 )
 from cluster.choices import NodeStatus
 from cluster.filtersets import BudgetFilterSet, JobFilterSet
-from cluster.models import Budget, Gpu, Node
+from cluster.models import Budget, Gpu, Node, Team
 from cluster.queries import (
     budgets_visible_to,
     can_cancel_job,
@@ -187,6 +187,22 @@ class TeamViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         return teams_visible_to(self.request.user).prefetch_related("memberships__user")
+
+    def update(self, request, *args, **kwargs):
+        with transaction.atomic():
+            return super().update(request, *args, **kwargs)
+
+    def get_object(self):
+        team = super().get_object()
+        if self.request.method in ("PUT", "PATCH"):
+            # Read again under its lock, held to the edit's commit (``update``), as a delete
+            # takes it: the edit saves the whole row, and two edits of one team (its name,
+            # its slug) each wrote back the field the other changed, both 200 (a live
+            # probe), and an edit beside a delete inserted the team again.
+            team = Team.objects.select_for_update().filter(pk=team.pk).first()
+            if team is None:
+                raise Http404
+        return team
 
     def perform_destroy(self, instance):
         try:

@@ -434,3 +434,63 @@ def test_the_browsable_apis_form_offers_only_the_users_teams(
     assert {"vision", "language", "secret-x"} <= set(
         re.findall(r'<option value="([^"]*)"', everything)
     )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("other", ["rename", "delete"])
+def test_a_team_edit_beside_another_writer_loses_nothing(
+    api_client, admin_user, team, monkeypatch, other
+):
+    # A live probe raced two admins' PATCHes of one team, one its name and one its slug: in
+    # most of 20 tries both answered 200 and one change was gone (each saved the whole row
+    # it had read). Beside a delete, the edit's save inserted the team again.
+    import threading
+    import time
+
+    from django.db import connection
+
+    from cluster.api.serializers import TeamSerializer
+
+    read, release, outcome = threading.Event(), threading.Event(), {}
+    validate = TeamSerializer.validate
+
+    def validate_then_wait(self, attrs):
+        if attrs.get("name") == "Renamed":
+            read.set()
+            release.wait(timeout=10)
+        return validate(self, attrs)
+
+    monkeypatch.setattr(TeamSerializer, "validate", validate_then_wait)
+
+    def run(key, send):
+        try:
+            outcome[key] = send()
+        finally:
+            connection.close()
+
+    client = api_client(admin_user)
+    url = f"/api/teams/{team.slug}/"
+    first = threading.Thread(
+        target=run, args=("name", lambda: client.patch(url, {"name": "Renamed"}, format="json"))
+    )
+    first.start()
+    assert read.wait(timeout=10)
+    if other == "rename":
+        second_send = lambda: api_client(admin_user).patch(url, {"slug": "moved"}, format="json")  # noqa: E731
+    else:
+        second_send = lambda: api_client(admin_user).delete(url)  # noqa: E731
+    second = threading.Thread(target=run, args=("other", second_send))
+    second.start()
+    time.sleep(1.0)  # the second writer commits now, or waits for the edit's lock
+    release.set()
+    first.join(timeout=10)
+    second.join(timeout=10)
+
+    assert outcome["name"].status_code == 200, outcome["name"].content
+    if other == "rename":
+        assert outcome["other"].status_code == 200, outcome["other"].content
+        stored = Team.objects.get(pk=team.pk)
+        assert (stored.name, stored.slug) == ("Renamed", "moved")
+    else:
+        assert outcome["other"].status_code == 204
+        assert not Team.objects.filter(pk=team.pk).exists()
