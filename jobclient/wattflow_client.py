@@ -253,9 +253,13 @@ def _check_progress_file(path: Path) -> None:
     ``path`` (``_write_progress``): it failed only at the first report (a directory there:
     IsADirectoryError mid-training)."""
     name = f"WATTFLOW_PROGRESS_FILE={str(path)!r}"
-    if path.is_dir():
+    try:  # (a name too long for the file system raised OSError here, a traceback)
+        is_dir, folder = path.is_dir(), path.parent.is_dir()
+    except OSError as exc:
+        raise ValueError(f"{name}: cannot be looked at: {exc.strerror or exc}") from None
+    if is_dir:
         raise ValueError(f"{name} is a directory, not a file the job can overwrite")
-    if not path.parent.is_dir():
+    if not folder:
         raise ValueError(f"{name}: its folder {str(path.parent)!r} does not exist")
     try:
         fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=path.parent)
@@ -293,7 +297,14 @@ def connect(env=None, *, handle_signals: bool = True, report_interval_s: float =
     # Only the agent's folder: outside Wattflow the default ``checkpoint`` may be a file of
     # the script's own (TensorFlow's checkpoint index is one), which it need never use here.
     named = bool(env.get("WATTFLOW_CHECKPOINT_DIR"))
-    if named and job.checkpoint_dir.exists() and not job.checkpoint_dir.is_dir():
+    try:
+        is_file = named and job.checkpoint_dir.exists() and not job.checkpoint_dir.is_dir()
+    except OSError as exc:  # (a name too long for the file system: a traceback)
+        raise ValueError(
+            f"WATTFLOW_CHECKPOINT_DIR={str(job.checkpoint_dir)!r}: cannot be looked at: "
+            f"{exc.strerror or exc}"
+        ) from None
+    if is_file:
         # (found at the first save otherwise, after the first stretch of training)
         raise ValueError(
             f"WATTFLOW_CHECKPOINT_DIR={str(job.checkpoint_dir)!r} is a file, not a directory"

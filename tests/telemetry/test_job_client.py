@@ -533,3 +533,23 @@ def test_a_numpy_count_is_a_count(tmp_path):
         job.report(np.float64("nan"), force=True)
     with pytest.raises(ValueError, match="negative"):
         job.report(np.int64(-1), force=True)
+
+
+@pytest.mark.parametrize("name", ["WATTFLOW_PROGRESS_FILE", "WATTFLOW_CHECKPOINT_DIR"])
+def test_a_path_the_job_cannot_look_at_is_refused_at_connect_naming_the_variable(tmp_path, name):
+    # A name longer than the file system takes (ENAMETOOLONG): connect raised OSError from
+    # is_dir() / exists(), and the example died with a traceback (a fifth live probe).
+    too_long = tmp_path / ("x" * 300) / "progress"
+    with pytest.raises(ValueError, match=f"{name}=.*File name too long"):
+        wf.connect(_env(tmp_path, **{name: str(too_long)}), handle_signals=False)
+
+
+def test_the_example_says_so_in_one_line_and_exits_2(tmp_path):
+    env = {**os.environ, **_env(tmp_path, WATTFLOW_CHECKPOINT_DIR=str(tmp_path / ("x" * 300)))}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "jobclient" / "train_logreg.py"), "--examples", "100"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("train_logreg: WATTFLOW_CHECKPOINT_DIR=")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
