@@ -173,3 +173,14 @@ def test_every_project_command_refuses_a_bad_argument_with_one_line(app, name, c
     assert err.startswith(f"{name}: error: ") and err.endswith("\n")
     assert err.count("\n") == 1 and "usage:" not in err
     assert "--bogus" in err or "the following arguments are required" in err
+
+
+def test_demo_screenshots_refuses_an_output_folder_it_cannot_make_in_one_line(tmp_path):
+    # --out naming a file (or /proc/version) was a FileExistsError traceback (a fifth probe)
+    from django.core.management import CommandError, call_command
+
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    for out in (taken, taken / "below"):
+        with pytest.raises(CommandError, match=r"^--out .*: cannot make the folder: "):
+            call_command("demo_screenshots", server="http://127.0.0.1:1", out=str(out))

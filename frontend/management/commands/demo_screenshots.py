@@ -33,6 +33,13 @@ class Command(OneLineCommand):
         parser.add_argument("--out", default="docs/screenshots")
 
     def handle(self, *args, server: str, out: str, **options):
+        out_dir = Path(out)
+        try:  # (a file there was a FileExistsError traceback)
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CommandError(
+                f"--out {out}: cannot make the folder: {exc.strerror or exc}"
+            ) from None
         try:
             from playwright.sync_api import Error, sync_playwright
         except ImportError:
@@ -40,8 +47,6 @@ class Command(OneLineCommand):
         if not Path(CHROMIUM).exists():
             raise CommandError(f"{CHROMIUM} not found (scripts/bootstrap.sh installs it)")
         server = server.rstrip("/")
-        out_dir = Path(out)
-        out_dir.mkdir(parents=True, exist_ok=True)
         busiest = (
             Job.objects.annotate(n=Count("allocations"))
             .filter(n__gt=1)
