@@ -250,8 +250,19 @@ class AssignmentsSerializer(serializers.Serializer):
     stop = serializers.ListField(child=serializers.IntegerField(), help_text="Job ids.")
 
 
+class UuidStringField(serializers.UUIDField):
+    """DRF's UUIDField, refusing what is not a string: it read an int (and ``true``) as a
+    UUID's 128 bits, so 0, 1 and 2**63 were event ids (a live probe), and an agent counting
+    its events would have had them dropped as replays of another node's."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid", value=data)
+        return super().to_internal_value(data)
+
+
 class JobEventSerializer(serializers.Serializer):
-    event_id = serializers.UUIDField(help_text="Chosen by the agent; a replay is applied once.")
+    event_id = UuidStringField(help_text="Chosen by the agent; a replay is applied once.")
     job_id = serializers.IntegerField(min_value=1, max_value=_BIGINT_MAX)
     allocation_id = serializers.IntegerField(
         min_value=1,

@@ -470,3 +470,23 @@ def test_progress_stamped_within_the_clock_skew_after_the_end_is_clamped_to_the_
     assert _post(agent_client(agent_node[1]), late).json() == {"received": 1, "new": 1}
     assert JobEvent.objects.get().ts == alloc.ended_at
     assert Job.objects.get(pk=started.pk).completed_iterations == 300.0
+
+
+@pytest.mark.parametrize("event_id", [0, 1, 2**63, True, 1.5, ["x"]])
+def test_an_event_id_that_is_not_a_uuid_string_is_a_400(
+    started, agent_node, agent_client, event_id
+):
+    # 0, 2**63 and true were taken as the UUIDs 00000000-...-0000 and so on (DRF reads an
+    # int as a UUID's 128 bits), a fifth live probe: an agent counting its events 1, 2, 3
+    # would have its reports dropped as replays of another node's.
+    event = _event(started, "progress", iterations=10.0)
+    event["event_id"] = event_id
+    response = _post(agent_client(agent_node[1]), event)
+    assert response.status_code == 400
+    assert "event_id" in response.json()["events"][0]
+    assert _nothing_stored(started)
+    # the forms of a UUID string DRF reads stay readable
+    uid = uuid.uuid4()
+    for form in (str(uid), uid.hex, f"urn:uuid:{uid}"):
+        ok = _post(agent_client(agent_node[1]), {**event, "event_id": form})
+        assert ok.status_code == 200, ok.content
