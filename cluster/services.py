@@ -113,7 +113,14 @@ def submit_job(
     # The key's uniqueness is the database's to enforce (``submit_job_once`` answers a
     # collision); checked here, a racing duplicate would read as the client's bad input.
     job.full_clean(exclude=["idempotency_key", "request_digest"])
-    job.save()
+    with transaction.atomic():
+        # The team's row locked (as a team's delete and budget edits lock it) and read
+        # again: a submit beside the team's delete waited on the insert's foreign key
+        # check and then failed it, a 500 (a live probe). Now the job is queued before
+        # the delete looks for jobs (which then refuses), or refused here.
+        if not Team.objects.select_for_update(no_key=True).filter(pk=team.pk).exists():
+            raise ValidationError({"team": [f"Team {team.slug} no longer exists."]})
+        job.save()
     return job
 
 

@@ -347,7 +347,10 @@ class JobSerializer(_NumbersOnly):
         return attrs
 
     def create(self, validated_data: dict) -> Job:
-        return services.submit_job(owner=self.context["request"].user, **validated_data)
+        try:
+            return services.submit_job(owner=self.context["request"].user, **validated_data)
+        except DjangoValidationError as exc:  # (what changed since ``validate``: the team)
+            raise serializers.ValidationError(exc.message_dict) from None
 
 
 class MembershipSerializer(serializers.ModelSerializer):

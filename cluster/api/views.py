@@ -127,6 +127,8 @@ class JobViewSet(
                 )
         except services.IdempotencyKeyReused as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
+        except DjangoValidationError as exc:  # (the team deleted since ``is_valid``)
+            raise serializers.ValidationError(exc.message_dict) from None
         shown = self.get_queryset().filter(pk=job.pk).first()
         if shown is None:  # queued by you in a team you have left since
             return Response(

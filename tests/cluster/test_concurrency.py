@@ -65,3 +65,62 @@ def test_two_jobs_racing_for_the_same_gpus_have_one_winner(
     assert sorted(open_allocations.get().gpus.values_list("index", flat=True)) == [0, 1]
     holders = Job.objects.filter(current_allocation__isnull=False)
     assert holders.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("key", [None, "retry-1"])
+def test_a_job_submitted_while_its_team_is_deleted_is_a_400_naming_the_team(
+    api_client, member, team, key
+):
+    # A live probe raced POST /api/jobs/ with DELETE /api/teams/<slug>/ (a team with no
+    # jobs yet): 15 of 15 submits were a 500, the insert's foreign key check waiting on the
+    # delete's lock and then finding no team.
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    from cluster.models import Team
+
+    locked, release = threading.Event(), threading.Event()
+
+    def delete_team_slowly():
+        try:
+            with transaction.atomic():
+                Team.objects.select_for_update().get(pk=team.pk)
+                locked.set()
+                release.wait(timeout=10)
+                Team.objects.filter(pk=team.pk).delete()
+        finally:
+            connection.close()
+
+    deleting = threading.Thread(target=delete_team_slowly)
+    deleting.start()
+    assert locked.wait(timeout=10)
+    client = api_client(member)
+    client.raise_request_exception = False
+    outcome = {}
+
+    def submit():
+        try:
+            outcome["response"] = client.post(
+                "/api/jobs/",
+                {"name": "late", "team": team.slug, "workload": "resnet50",
+                 "global_batch_size": 128, "total_iterations": 100},
+                format="json",
+                **({} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}),
+            )  # fmt: skip
+        finally:
+            connection.close()
+
+    submitting = threading.Thread(target=submit)
+    submitting.start()
+    time.sleep(1.0)  # the submit waits on the team's row
+    release.set()
+    deleting.join(timeout=10)
+    submitting.join(timeout=10)
+
+    response = outcome["response"]
+    assert response.status_code == 400, response.content
+    assert "no longer exists" in response.json()["team"][0]
+    assert not Job.objects.exists()
