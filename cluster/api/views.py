@@ -370,6 +370,16 @@ class GpuViewSet(viewsets.ModelViewSet):
                 raise Http404 from None
         return gpu
 
+    def perform_create(self, serializer):
+        node = serializer.validated_data["node"]
+        with transaction.atomic():
+            # The node's row locked (as its delete locks it) and read again: a GPU added
+            # beside the node's delete waited on the insert's foreign key check and then
+            # failed it, a 500 (a live probe).
+            if not Node.objects.select_for_update(no_key=True).filter(pk=node.pk).exists():
+                raise serializers.ValidationError({"node": [f"Node {node.name} no longer exists."]})
+            serializer.save()
+
     def perform_destroy(self, instance):
         try:
             services.delete_gpu(instance, actor=self.request.user)

@@ -596,3 +596,61 @@ def test_an_edit_of_a_gpu_deleted_meanwhile_does_not_bring_it_back(
     assert deleted["response"].status_code == 204
     assert outcome["response"].status_code in (200, 404)
     assert not Gpu.objects.filter(pk=gpu.pk).exists()
+
+
+def _delete_node_when_released(node):
+    """A thread holding ``node``'s row lock (as ``delete_node`` does) until released, then
+    deleting it; returns (release, thread) once the lock is held."""
+    locked, release = threading.Event(), threading.Event()
+
+    def run():
+        try:
+            with transaction.atomic():
+                Node.objects.select_for_update().get(pk=node.pk)
+                locked.set()
+                release.wait(timeout=10)
+                Node.objects.filter(pk=node.pk).delete()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert locked.wait(timeout=10)
+    return release, thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_gpu_added_while_its_node_is_deleted_is_a_400_naming_the_node(
+    api_client, admin_user, make_node
+):
+    # A live probe raced POST /api/gpus/ with DELETE /api/nodes/<id>/: 4 of 12 were a 500,
+    # the insert's foreign key check waiting on the delete's lock and then finding no node.
+    node = make_node("node-09", gpus=0)
+    release, deleting = _delete_node_when_released(node)
+    client = api_client(admin_user)
+    client.raise_request_exception = False
+    outcome = {}
+
+    def add():
+        try:
+            outcome["response"] = client.post(
+                "/api/gpus/",
+                {"node": node.pk, "index": 0, "uuid": "GPU-late", "model": "A100",
+                 "memory_mb": 1, "default_power_limit_w": 400, "min_power_limit_w": 100,
+                 "max_power_limit_w": 400},
+                format="json",
+            )  # fmt: skip
+        finally:
+            connection.close()
+
+    adding = threading.Thread(target=add)
+    adding.start()
+    time.sleep(1.0)
+    release.set()
+    deleting.join(timeout=10)
+    adding.join(timeout=10)
+
+    response = outcome["response"]
+    assert response.status_code == 400, response.content
+    assert "no longer exists" in response.json()["node"][0]
+    assert not Gpu.objects.filter(uuid="GPU-late").exists()
