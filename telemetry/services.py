@@ -40,6 +40,10 @@ class NotYourNode(Exception):
     """The agent named a GPU or job that belongs to another node."""
 
 
+class NodeGone(Exception):
+    """The agent's node was deleted while its request was under way (its token with it)."""
+
+
 class GpuIndexTaken(Exception):
     """A reported GPU index is held by a registered GPU the agent no longer reports."""
 
@@ -237,7 +241,10 @@ def _store_gpus(
     with transaction.atomic():
         # The node row first, then its GPUs: the order of the scheduling round (liveness locks
         # nodes, set_allocation GPUs later), so the two cannot wait on each other in a cycle.
-        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+        if not Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now):
+            # deleted since the token was read (the update waited on the delete's lock): the
+            # GPUs' foreign key failed at the commit, a 500 (a live probe)
+            raise NodeGone(f"Node {node.name} was deleted: its token no longer speaks for it.")
         # The retired GPUs reported again, read under lock (a concurrent retire or
         # registration waits) before parking moves their indices: what the audit says they
         # were. Bringing one back into service undoes an admin's audited retirement, and

@@ -11,7 +11,7 @@ import logging
 from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import status
+from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -61,6 +61,8 @@ class RegisterView(AgentView):
             )
         except services.NotYourNode as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        except services.NodeGone as exc:  # (what its next request would hear)
+            raise exceptions.AuthenticationFailed(str(exc)) from None
         except services.GpuIndexTaken as exc:
             return Response({"gpus": [str(exc)]}, status=status.HTTP_409_CONFLICT)
         except services.RegistrationRejected as exc:
