@@ -385,6 +385,8 @@ class GpuViewSet(viewsets.ModelViewSet):
             services.delete_gpu(instance, actor=self.request.user)
         except services.GpuInUse as exc:
             raise HistoryConflict(str(exc)) from None
+        except Gpu.DoesNotExist:  # its node deleted meanwhile, with it (was a 500)
+            raise Http404 from None
 
     @extend_schema(request=None, responses={200: GpuSerializer, 409: ErrorSerializer})
     @action(detail=True, methods=["post"])
@@ -395,6 +397,8 @@ class GpuViewSet(viewsets.ModelViewSet):
             gpu = services.retire_gpu(self.get_object(), actor=request.user)
         except services.GpuInUse as exc:
             raise HistoryConflict(str(exc)) from None
+        except Gpu.DoesNotExist:  # its node deleted meanwhile, with it (was a 500)
+            raise Http404 from None
         return Response(GpuSerializer(gpu).data)
 
 

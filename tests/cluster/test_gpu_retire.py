@@ -654,3 +654,37 @@ def test_a_gpu_added_while_its_node_is_deleted_is_a_400_naming_the_node(
     assert response.status_code == 400, response.content
     assert "no longer exists" in response.json()["node"][0]
     assert not Gpu.objects.filter(uuid="GPU-late").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("action", ["delete", "retire"])
+def test_a_gpu_deleted_or_retired_while_its_node_is_deleted_is_a_404(
+    api_client, admin_user, make_node, action
+):
+    # A live probe raced DELETE /api/gpus/<id>/ with its node's delete: 2 of 12 were a 500
+    # (Gpu.DoesNotExist from the GPU's lock, taken after the node's).
+    node = make_node("node-09", gpus=1)
+    gpu = node.gpus.get()
+    release, deleting = _delete_node_when_released(node)
+    client = api_client(admin_user)
+    client.raise_request_exception = False
+    outcome = {}
+
+    def act():
+        try:
+            url = f"/api/gpus/{gpu.pk}/"
+            outcome["response"] = (
+                client.delete(url) if action == "delete" else client.post(url + "retire/")
+            )
+        finally:
+            connection.close()
+
+    acting = threading.Thread(target=act)
+    acting.start()
+    time.sleep(1.0)
+    release.set()
+    deleting.join(timeout=10)
+    acting.join(timeout=10)
+
+    assert outcome["response"].status_code == 404, outcome["response"].content
+    assert not Gpu.objects.filter(pk=gpu.pk).exists()
