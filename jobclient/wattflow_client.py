@@ -255,10 +255,16 @@ def _check_progress_file(path: Path) -> None:
     name = f"WATTFLOW_PROGRESS_FILE={str(path)!r}"
     try:  # (a name too long for the file system raised OSError here, a traceback)
         is_dir, folder = path.is_dir(), path.parent.is_dir()
+        other = path.exists() and not path.is_file()
     except OSError as exc:
         raise ValueError(f"{name}: cannot be looked at: {exc.strerror or exc}") from None
     if is_dir:
         raise ValueError(f"{name} is a directory, not a file the job can overwrite")
+    if other:
+        # A device, a FIFO or a socket: a report writes beside it and renames over it, so
+        # it was replaced by a regular file (a probe's /dev/null and /dev/full, run as
+        # root, were gone for the whole machine).
+        raise ValueError(f"{name} is not a regular file (a device or a pipe): it would be replaced")
     if not folder:
         raise ValueError(f"{name}: its folder {str(path.parent)!r} does not exist")
     try:

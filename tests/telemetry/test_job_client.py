@@ -10,6 +10,7 @@ import json
 import math
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -553,3 +554,13 @@ def test_the_example_says_so_in_one_line_and_exits_2(tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith("train_logreg: WATTFLOW_CHECKPOINT_DIR=")
     assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_a_progress_path_that_is_a_pipe_is_refused_and_left_as_it_is(tmp_path):
+    # report() writes beside the file and renames over it: a FIFO (or /dev/null, which a
+    # fifth probe's run as root replaced for the whole machine) became a regular file.
+    fifo = tmp_path / "progress"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="WATTFLOW_PROGRESS_FILE=.*not a regular file"):
+        wf.connect(_env(tmp_path, WATTFLOW_PROGRESS_FILE=str(fifo)), handle_signals=False)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
