@@ -24,6 +24,9 @@ query counts those whose values differ from the stored sample (``conflicts`` in 
 a retry stays idempotent, and a contradiction is reported rather than dropped silently.
 Another statement records each GPU's newest SM clock and power limit on its ``Gpu`` row
 (``record_reported_settings``).
+A GPU deleted between the batch's validation and its insert fails the marks' foreign key at
+the statement's commit (a 500 in 2 of 12 live races): the batch is then answered as its
+resend would be (``_refuse_vanished``), with no lock on this path to prevent the race.
 The other methods it was chosen against (``copy`` through a temporary table, ``bulk_create``)
 live in the benchmark that compared them (``benchmarks/bench_ingest.py``; numbers in
 docs/benchmarks.md).
@@ -44,6 +47,7 @@ from django.utils import timezone
 from cluster.models import Gpu, Node
 from scheduling.core.online_model import MAX_POWER_FACTOR
 from telemetry.models import DirtyHour, GpuSample
+from telemetry.services import NodeGone
 
 # field: (unit for messages, low, high, nullable). Ranges are physical sanity bounds, wide
 # enough for any current data-centre GPU, narrow enough to catch mW-for-W mistakes.
@@ -410,6 +414,33 @@ def record_reported_settings(rows: list[tuple]) -> int:
         return cursor.rowcount
 
 
+def _refuse_vanished(node: Node, rows: list[tuple]) -> None:
+    """After the insert failed its foreign key (a GPU of the batch deleted since it was
+    validated: the dirty-hour marks name it, checked at the statement's commit, which
+    waited on the delete's lock), answer as the agent's next request would be answered:
+    its node gone (its token with it), ``NodeGone``; else the samples of the GPUs gone
+    refused by position as an unknown GPU's, ``BatchRejected`` (400). Nothing of the batch
+    was stored (the statement is rolled back whole); what was stored before is untouched.
+    Returns if every GPU is still there (the caller raises the error)."""
+    if not Node.objects.filter(pk=node.pk).exists():
+        raise NodeGone(f"Node {node.name} was deleted: its token no longer speaks for it.")
+    named = {row[0] for row in rows}
+    gone = named - set(Gpu.objects.filter(pk__in=named).values_list("pk", flat=True))
+    if not gone:
+        return
+    refused = [str(i) for i, row in enumerate(rows) if row[0] in gone]
+    body: dict[str, Any] = {
+        "samples": {
+            i: {"gpu_uuid": ["Unknown GPU: register it first."]} for i in refused[:_MAX_REPORTED]
+        }
+    }
+    if len(refused) > _MAX_REPORTED:
+        body["non_field_errors"] = [
+            f"{len(refused)} samples are invalid; the first {_MAX_REPORTED} shown."
+        ]
+    raise BatchRejected(body)
+
+
 def ingest_batch(
     node: Node,
     payload: Any,
@@ -423,12 +454,20 @@ def ingest_batch(
     ``own_gpus`` (UUID -> pk of the node's GPUs) and ``own_limits`` (pk -> highest power
     limit) save a query each when the caller has them.
     Samples already stored are skipped (duplicates); those among them whose values differ
-    from the stored sample are counted as ``conflicts`` (the stored one is kept)."""
+    from the stored sample are counted as ``conflicts`` (the stored one is kept).
+    A GPU of the batch deleted while it is stored (``_refuse_vanished``): BatchRejected
+    naming its samples, or NodeGone when the node went with it; no lock is taken for it."""
     now = now or timezone.now()
     rows = validate_batch(
         node, payload, now=now, own_gpus=own_gpus, own_limits=own_limits, own_since=own_since
     )
-    inserted = store_and_mark(rows, now=now)
+    try:
+        inserted = store_and_mark(rows, now=now)
+    except psycopg.errors.ForeignKeyViolation:
+        if connection.in_atomic_block:  # (the caller's transaction is aborted: its to answer)
+            raise
+        _refuse_vanished(node, rows)
+        raise
     conflicts = count_conflicts(rows) if inserted < len(rows) else 0
     record_reported_settings(rows)
     return IngestResult(received=len(rows), inserted=inserted, conflicts=conflicts)

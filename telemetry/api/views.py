@@ -130,7 +130,10 @@ class SamplesView(AgentView):
         request=s.SampleBatchSerializer,
         responses={
             200: s.IngestResultSerializer,
-            400: OpenApiResponse(description="Per-sample field errors; nothing stored."),
+            400: OpenApiResponse(
+                description="Per-sample field errors (also the samples of a GPU deleted "
+                "while the batch was stored); nothing stored."
+            ),
             403: _REFUSED,
         },
         summary="Post a batch of GPU samples (all or nothing; idempotent on GPU and ts; "
@@ -148,6 +151,8 @@ class SamplesView(AgentView):
             )
         except BatchRejected as exc:
             return Response(exc.errors, status=exc.status)
+        except services.NodeGone as exc:  # deleted meanwhile (what its next request would hear)
+            raise exceptions.AuthenticationFailed(str(exc)) from None
         return Response(
             {
                 "received": result.received,

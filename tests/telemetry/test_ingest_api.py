@@ -244,3 +244,106 @@ def test_a_sample_with_only_its_required_readings_is_stored_with_the_rest_null(
     assert (stored.power_w, stored.energy_j, stored.util_pct, stored.sm_clock_mhz) == (
         120.0, None, None, None,
     )  # fmt: skip
+
+
+def _post_while_deleting(token, batch, delete):
+    """``batch`` posted while ``delete`` (a delete in its own transaction) holds its locks;
+    the delete commits a second later, while the batch's insert waits on it. The answer."""
+    import threading
+    import time
+
+    from django.db import connection, transaction
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    client.raise_request_exception = False
+    locked, release, outcome = threading.Event(), threading.Event(), {}
+
+    def deleting():
+        try:
+            with transaction.atomic():
+                delete()
+                locked.set()
+                release.wait(timeout=10)
+        finally:
+            connection.close()
+
+    def posting():
+        try:
+            outcome["response"] = client.post(URL, batch, format="json")
+        finally:
+            connection.close()
+
+    deleter = threading.Thread(target=deleting)
+    deleter.start()
+    assert locked.wait(timeout=10)
+    poster = threading.Thread(target=posting)
+    poster.start()
+    time.sleep(1.0)  # the batch's insert reaches the deleted GPU's row and waits on it
+    release.set()
+    deleter.join(timeout=10)
+    poster.join(timeout=10)
+    return outcome["response"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_beside_its_nodes_delete_is_a_401_not_a_500(make_node, now):
+    # A live probe raced a sample batch with DELETE /api/nodes/<id>/: 2 of 12 were a 500,
+    # the dirty-hour marks' foreign key failing at the commit, the GPUs deleted meanwhile.
+    # The node's token went with it: the agent hears what its next request would, a 401.
+    from cluster.models import Node
+    from cluster.services import delete_node
+
+    node = make_node("node-09", gpus=2)
+    token = node.issue_agent_token()
+    batch = {"samples": series("GPU-node-09-0", now - timedelta(seconds=10), 5)}
+
+    response = _post_while_deleting(token, batch, lambda: delete_node(node, actor=None))
+
+    assert response.status_code == 401, response.content
+    assert "deleted" in response.json()["detail"]
+    assert not Node.objects.filter(pk=node.pk).exists()
+    assert not GpuSample.objects.exists() and not DirtyHour.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_beside_its_gpus_delete_refuses_only_that_gpus_samples(make_node, now):
+    # The same race with DELETE /api/gpus/<id>/ of one of the batch's GPUs (one registered
+    # by mistake): the samples of that GPU are refused by position, as an unknown GPU's are
+    # (the agent quarantines them and posts the rest again), not a 500 for the batch.
+    from cluster.services import delete_gpu
+
+    node = make_node("node-09", gpus=2)
+    token = node.issue_agent_token()
+    kept, doomed = node.gpus.order_by("index")
+    client = _client(token)
+    # what was stored before stays as it was
+    earlier = series(kept.uuid, now - timedelta(seconds=60), 3)
+    assert client.post(URL, {"samples": earlier}, format="json").status_code == 200
+    batch = {
+        "samples": [
+            *series(kept.uuid, now - timedelta(seconds=10), 2),
+            *series(doomed.uuid, now - timedelta(seconds=10), 2),
+        ]
+    }
+
+    response = _post_while_deleting(token, batch, lambda: delete_gpu(doomed, actor=None))
+
+    assert response.status_code == 400, response.content
+    unknown = {"gpu_uuid": ["Unknown GPU: register it first."]}
+    assert response.json() == {"samples": {"2": unknown, "3": unknown}}
+    assert list(GpuSample.objects.order_by("ts").values_list("gpu_id", "ts")) == [
+        (kept.pk, now - timedelta(seconds=60 - i)) for i in range(3)
+    ]
+    # and the rest, posted again, is stored
+    again = client.post(URL, {"samples": batch["samples"][:2]}, format="json")
+    assert again.json() == {"received": 2, "inserted": 2, "duplicates": 0, "conflicts": 0}
+
+
+def _client(token):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
