@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import models as db_models
 from django.db import transaction
 from django.http import Http404
@@ -93,6 +94,35 @@ class _AuditedEdits:
                 _audit_form(request, row, created=created)
 
 
+class _EditedUnderLock:
+    """The change form's POST reads its object under lock (``lock``: the object read again
+    under its row lock, raising DoesNotExist when gone), held to the save's commit (Django
+    runs ``changeform_view`` in one transaction), as the API's edits do: the page saves the
+    whole row, and one read before a retire committed wrote ``retired_at`` back to empty,
+    or an edit beside a delete inserted the object again (fifth live probe).
+    (What the form itself posts is what the page showed: a change another writer made to a
+    field on the form while the page was open is still written over.)"""
+
+    lock: Callable
+
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if (
+            obj is None
+            or request.method != "POST"
+            or not transaction.get_connection().in_atomic_block
+        ):
+            return obj
+        try:
+            return self.lock(obj)
+        except ObjectDoesNotExist:
+            return None  # deleted meanwhile: the admin's "does not exist" page
+
+
+def _lock_team(team: Team) -> Team:
+    return Team.objects.select_for_update().get(pk=team.pk)
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 1
@@ -129,7 +159,8 @@ class _AuditedDelete:
 
 
 @admin.register(Team)
-class TeamAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
+class TeamAdmin(_EditedUnderLock, _AuditedEdits, _AuditedDelete, admin.ModelAdmin):
+    lock = staticmethod(_lock_team)  # (as its delete and the API's edit lock it)
     # a team whose jobs or energy records name it is not deleted
     delete_service = staticmethod(services.delete_team)
     history = staticmethod(services.team_history)
@@ -249,7 +280,8 @@ class NodeAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
 
 
 @admin.register(Gpu)
-class GpuAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
+class GpuAdmin(_EditedUnderLock, _AuditedEdits, _AuditedDelete, admin.ModelAdmin):
+    lock = staticmethod(services.lock_gpu)  # its node's row first, as a retire locks them
     delete_service = staticmethod(services.delete_gpu)
     history = staticmethod(services.gpu_history)
     actions = ["retire"]
