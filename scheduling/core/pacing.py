@@ -353,3 +353,12 @@ def paced_co2_allowance_g(
     paced = floor_now_g + free_g * min(1.0, spend_ahead * weight_now / total)
     lag = _lag(budget.co2_limit_g, budget.co2_used_g, budget, now)
     return min(remaining, paced + _catch_up(lag, round_s, catch_up_s))
+
+
+def upper_quantile(seq: Sequence[float], q: float) -> float:
+    """The value a share ``q`` of ``seq`` (non-empty) lies below: its ``int(q * n)``-th
+    smallest (the largest for ``q`` near 1). A cluster budget's idle floor priced past
+    the forecast at an upper quantile of the last week's hours rather than at their mean
+    hedges a grid that grows dirtier (``BudgetGreedy``'s ``floor_quantile``)."""
+    ranked = sorted(seq)
+    return ranked[min(int(q * len(ranked)), len(ranked) - 1)]

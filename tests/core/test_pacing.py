@@ -13,6 +13,7 @@ from scheduling.core.pacing import (
     lag_share,
     paced_co2_allowance_g,
     paced_energy_allowance_j,
+    upper_quantile,
 )
 from scheduling.core.types import Budget, CarbonSignal
 
@@ -268,3 +269,10 @@ def test_a_drift_its_days_scatter_explains_is_not_taken():
     # a steady rise with a little scatter is taken
     steady = [(d, 24 * (100.0 + 5 * d + (3 if d % 2 else -3)), 24) for d in range(14)]
     assert intensity_drift(steady, today=14, min_days=7, min_t=3.0)[1] > 0.0
+
+
+def test_an_upper_quantile_is_the_value_that_share_of_the_hours_lies_below():
+    hours = [float(h) for h in range(100, 0, -1)]  # 1..100, in any order
+    assert upper_quantile(hours, 0.6) == 61.0
+    assert upper_quantile(hours, 0.999) == 100.0
+    assert upper_quantile([5.0], 0.75) == 5.0

@@ -518,3 +518,40 @@ def test_the_floor_trend_needs_a_week_of_days(bad):
 def test_the_floor_trend_gate_is_0_or_more_standard_errors(bad):
     with pytest.raises(ValueError, match="floor_trend_t"):
         get_policy("greenflow", floor_trend_days=14, floor_trend_t=bad)
+
+
+def _plan_on_hours(limit_g: float, hours: list[float], **params):
+    """One job on corekit's 8 GPUs (an idle floor of 400 W), a cluster carbon budget over
+    30 days, the hours seen lately ``hours`` and the intensity now 100 g/kWh."""
+    budget = Budget("c", None, 0.0, 30 * 86_400.0, co2_limit_g=limit_g)
+    snap = snapshot(
+        make_cluster(1, 1, 8),
+        [job("a", iters=600.0)],
+        budgets=(budget,),
+        carbon=CarbonSignal(ci_g_per_kwh=100.0),
+        policy_state={"ci_history": hours, "ci_hour": 0},
+    )
+    return plan_round(snap, policy=get_policy("greenflow", **params), now=0.0)
+
+
+def test_the_idle_floor_priced_at_an_upper_quantile_of_the_week():
+    # A week of clean days (40 g/kWh, 12 h) and dirty nights (160, 12 h), the hour now at
+    # 100: the tail's mean is 100 g/kWh and the floor takes 400 W x 30 days = 28.8 kg of
+    # 35 kg. At the 0.6 quantile of those hours (160) it would take 46 kg, more than the
+    # budget, so nothing but the floor may run.
+    week = [40.0 if h % 24 < 12 else 160.0 for h in range(167)]
+    assert "a" in _plan_on_hours(35_000.0, week).allocations
+    hedged = _plan_on_hours(35_000.0, week, floor_quantile=0.6)
+    assert "a" not in hedged.allocations
+    assert hedged.co2_allowance_by_budget_g["c"] == pytest.approx(_FLOOR_ROUND_G)
+    # below the mean (0.4 quantile: 40 g/kWh), the floor keeps the mean: as without it
+    plain = _plan_on_hours(35_000.0, week)
+    low = _plan_on_hours(35_000.0, week, floor_quantile=0.4)
+    assert low.allocations == plain.allocations
+    assert low.co2_allowance_by_budget_g == plain.co2_allowance_by_budget_g
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.0, -0.5, True])
+def test_the_floor_quantile_is_a_share_between_0_and_1(bad):
+    with pytest.raises(ValueError, match="floor_quantile"):
+        get_policy("greenflow", floor_quantile=bad)

@@ -196,6 +196,7 @@ from scheduling.core.pacing import (
     lag_share,
     paced_co2_allowance_g,
     paced_energy_allowance_j,
+    upper_quantile,
 )
 from scheduling.core.placement import job_buddy_sizes
 from scheduling.core.policies.base import FreeForecast, GpuLedger, prior_only, waiting_since_s
@@ -284,6 +285,7 @@ class BudgetGreedy:
         run_in_parts: bool = True,
         floor_trend_days: int | None = None,
         floor_trend_t: float = 0.0,
+        floor_quantile: float | None = None,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -381,6 +383,14 @@ class BudgetGreedy:
           read as a season), and at ``elastic``'s carbon it was slower in both (0.974x ->
           0.971x, 0.955x -> 0.924x) and at arrival scale 0.5 in both zones;
           ``floor_trend_t=3`` gave 0.944x and 1.247x.
+        - ``floor_quantile`` (None: off): a carbon price prices a cluster budget's idle
+          floor past the forecast at this quantile of the hours its tail is the mean of
+          (the last week's and the forecast's; ``pacing.upper_quantile``) where that is
+          above their mean. Off by default: measured in docs/benchmarks.md ("The floor's
+          forecast, replayed"), at 0.6 it takes GreenFlow on Philly 876 at
+          ``fifo_lowclock``'s carbon from 0.941x to 1.223x in US-CAL-CISO (0.7: 1.268x)
+          but from 1.353x to 1.343x in ES (0.7: 1.310x), and at ``elastic``'s carbon it
+          was slower in both (0.974x -> 0.970x, 0.955x -> 0.949x).
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -473,6 +483,11 @@ class BudgetGreedy:
         if isinstance(floor_trend_t, bool) or not floor_trend_t >= 0:
             raise ValueError("floor_trend_t must be 0 or more")
         self.floor_trend_t = floor_trend_t
+        if floor_quantile is not None and (
+            isinstance(floor_quantile, bool) or not 0.0 < floor_quantile < 1.0
+        ):
+            raise ValueError("floor_quantile must be a share between 0 and 1, or None")
+        self.floor_quantile = floor_quantile
         if prior_box not in ("minimum", "requested"):
             raise ValueError(f"prior_box must be 'minimum' or 'requested', not {prior_box!r}")
         self.prior_box = prior_box
@@ -649,6 +664,20 @@ class _Round:
                     points=ctx.snapshot.carbon.forecast,
                     tail_ci=max(curve.tail_ci, level),
                     drift=(rate, span_s),
+                )
+        if policy.floor_quantile is not None and policy.cost == "carbon":
+            # past the forecast: an upper quantile of the hours the tail is the mean of
+            ahead = [ci for start, ci in ctx.snapshot.carbon.forecast if start > ctx.now_s]
+            recent = [*history, *ahead]
+            high = upper_quantile(recent, policy.floor_quantile) if recent else 0.0
+            floor = self.floor_curve
+            if high > floor.tail_ci:
+                self.floor_curve = IntensityCurve(
+                    now=floor.now,
+                    ci_now=floor.values[0],
+                    points=ctx.snapshot.carbon.forecast,
+                    tail_ci=high,
+                    drift=(floor.drift_rate, floor.drift_span_s),
                 )
         self.ci_now = ctx.ci_g_per_kwh
         self.round_s = ctx.round_length_s
