@@ -184,3 +184,17 @@ def test_demo_screenshots_refuses_an_output_folder_it_cannot_make_in_one_line(tm
     for out in (taken, taken / "below"):
         with pytest.raises(CommandError, match=r"^--out .*: cannot make the folder: "):
             call_command("demo_screenshots", server="http://127.0.0.1:1", out=str(out))
+
+
+def test_demo_screenshots_refusing_for_lack_of_chromium_makes_no_folder(tmp_path, monkeypatch):
+    # Its refusals change nothing on disk: the --out check made the folder before the
+    # Chromium check refused (an empty folder left behind by a command that took nothing).
+    from django.core.management import CommandError, call_command
+
+    from frontend.management.commands import demo_screenshots
+
+    monkeypatch.setattr(demo_screenshots, "CHROMIUM", str(tmp_path / "no-chromium"))
+    out = tmp_path / "shots" / "live"
+    with pytest.raises(CommandError, match="no-chromium not found"):
+        call_command("demo_screenshots", server="http://127.0.0.1:1", out=str(out))
+    assert not (tmp_path / "shots").exists()

@@ -25,6 +25,20 @@ VIEWPORT = {"width": 1366, "height": 768}
 PASSWORDS = {u.username: u.password for u in USERS}
 
 
+def _blocked_folder(path: Path) -> str | None:
+    """Why ``path`` cannot be made a folder (a file there, or a file where one of its parents
+    would be), found without making anything; None if nothing in the way."""
+    try:
+        for part in (path, *path.parents):
+            if part.exists():
+                if part.is_dir():
+                    return None
+                return "File exists" if part == path else f"{str(part)!r} is not a folder"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 class Command(OneLineCommand):
     help = "Screenshot the pages of a running demo as its users (Playwright, Chromium)."
 
@@ -34,18 +48,24 @@ class Command(OneLineCommand):
 
     def handle(self, *args, server: str, out: str, **options):
         out_dir = Path(out)
-        try:  # (a file there was a FileExistsError traceback)
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise CommandError(
-                f"--out {out}: cannot make the folder: {exc.strerror or exc}"
-            ) from None
+        # (a file there was a FileExistsError traceback) Refused first, as it was, but
+        # without making the folder: a refusal below (no Playwright, no Chromium) leaves
+        # the disk as it was.
+        blocked = _blocked_folder(out_dir)
+        if blocked:
+            raise CommandError(f"--out {out}: cannot make the folder: {blocked}")
         try:
             from playwright.sync_api import Error, sync_playwright
         except ImportError:
             raise CommandError("playwright is not installed (requirements-dev.txt)") from None
         if not Path(CHROMIUM).exists():
             raise CommandError(f"{CHROMIUM} not found (scripts/bootstrap.sh installs it)")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # (what only the attempt shows: no permission)
+            raise CommandError(
+                f"--out {out}: cannot make the folder: {exc.strerror or exc}"
+            ) from None
         server = server.rstrip("/")
         busiest = (
             Job.objects.annotate(n=Count("allocations"))
