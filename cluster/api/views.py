@@ -211,6 +211,8 @@ class TeamViewSet(viewsets.ModelViewSet):
             services.delete_team(instance, actor=self.request.user)
         except services.TeamInUse as exc:
             raise TeamConflict(str(exc)) from None
+        except Team.DoesNotExist:  # deleted by a racing delete, which answered 204 (was a 500)
+            raise Http404 from None
 
 
 class TeamConflict(exceptions.APIException):
@@ -331,6 +333,8 @@ class NodeViewSet(viewsets.ModelViewSet):
             services.delete_node(instance, actor=self.request.user)
         except services.GpuInUse as exc:
             raise HistoryConflict(str(exc)) from None
+        except Node.DoesNotExist:  # deleted by a racing delete, which answered 204 (was a 500)
+            raise Http404 from None
 
     @extend_schema(request=None, responses={201: AgentTokenSerializer})
     @action(detail=True, methods=["post"], url_path="issue-token")

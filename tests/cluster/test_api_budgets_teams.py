@@ -494,3 +494,45 @@ def test_a_team_edit_beside_another_writer_loses_nothing(
     else:
         assert outcome["other"].status_code == 204
         assert not Team.objects.filter(pk=team.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_team_deleted_twice_at_once_is_a_204_then_a_404(api_client, admin_user, team):
+    # The second of two deletes of one team read it before the first committed, then its
+    # lock (``services.delete_team``) found no row: Team.DoesNotExist, a 500.
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    locked, release, outcome = threading.Event(), threading.Event(), {}
+
+    def first():
+        try:
+            with transaction.atomic():
+                services.delete_team(team, actor=None)
+                locked.set()
+                release.wait(timeout=10)
+        finally:
+            connection.close()
+
+    def second():
+        try:
+            client = api_client(admin_user)
+            client.raise_request_exception = False
+            outcome["response"] = client.delete(f"/api/teams/{team.slug}/")
+        finally:
+            connection.close()
+
+    deleting = threading.Thread(target=first)
+    deleting.start()
+    assert locked.wait(timeout=10)
+    racing = threading.Thread(target=second)
+    racing.start()
+    time.sleep(1.0)  # the second delete waits on the team's lock
+    release.set()
+    deleting.join(timeout=10)
+    racing.join(timeout=10)
+
+    assert outcome["response"].status_code == 404, outcome["response"].content
+    assert not Team.objects.filter(pk=team.pk).exists()

@@ -688,3 +688,31 @@ def test_a_gpu_deleted_or_retired_while_its_node_is_deleted_is_a_404(
 
     assert outcome["response"].status_code == 404, outcome["response"].content
     assert not Gpu.objects.filter(pk=gpu.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_node_deleted_twice_at_once_is_a_204_then_a_404(api_client, admin_user, make_node):
+    # The second of two deletes of one node read it before the first committed, then its
+    # lock found no row: Node.DoesNotExist, a 500 (as the GPU's delete beside its node's
+    # was, ``GpuViewSet.perform_destroy``).
+    node = make_node("node-09", gpus=1)
+    release, deleting = _delete_node_when_released(node)
+    client = api_client(admin_user)
+    client.raise_request_exception = False
+    outcome = {}
+
+    def act():
+        try:
+            outcome["response"] = client.delete(f"/api/nodes/{node.pk}/")
+        finally:
+            connection.close()
+
+    acting = threading.Thread(target=act)
+    acting.start()
+    time.sleep(1.0)
+    release.set()
+    deleting.join(timeout=10)
+    acting.join(timeout=10)
+
+    assert outcome["response"].status_code == 404, outcome["response"].content
+    assert not Node.objects.filter(pk=node.pk).exists()
