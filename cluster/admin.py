@@ -199,7 +199,11 @@ class GpuInlineFormSet(forms.BaseInlineFormSet):
     changing two GPUs whose ids run against their indexes (a replaced board) could wait on a
     round that waited on it (the database then aborts one of them). The changed rows (a new
     UUID, limit or clock) are locked here first, together, in id order; locking only the
-    renamed ones left two changed power limits to lock in the page's order."""
+    renamed ones left two changed power limits to lock in the page's order.
+    The node's row is locked before them: the page saves it (``save_model``) after these
+    checks, and a GPU edit or a retire (``services.lock_gpu``) and a registration lock the
+    node first, then the GPU; locked at the save, a page and an edit of one of its GPUs
+    waited on each other (the database aborted one)."""
 
     def full_clean(self):
         if self.is_bound and transaction.get_connection().in_atomic_block:
@@ -208,6 +212,12 @@ class GpuInlineFormSet(forms.BaseInlineFormSet):
                 for form in self.forms
                 if form.instance.pk is not None and form.has_changed()
             )
+            if changed and self.instance.pk is not None:
+                list(
+                    Node.objects.select_for_update(no_key=True)
+                    .filter(pk=self.instance.pk)
+                    .values_list("pk", flat=True)
+                )
             if len(changed) > 1:
                 list(
                     Gpu.objects.select_for_update(no_key=True)

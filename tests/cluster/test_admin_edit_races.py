@@ -111,3 +111,79 @@ def test_a_team_page_saved_beside_the_teams_delete_does_not_bring_it_back(admin_
     assert response.status_code == 302
     assert response.url == reverse("admin:index")  # the admin's "does not exist" answer
     assert not Team.objects.exists()  # was inserted again, renamed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_node_page_changing_two_gpus_beside_a_gpu_edit_does_not_deadlock(
+    admin_user, make_node, monkeypatch
+):
+    # The node page locked its changed GPU rows (``GpuInlineFormSet``) and only then, at
+    # its save, its node's row; a GPU edit (the API's, the GPU page's: ``lock_gpu``) or a
+    # retire locks the node first, then the GPU. Side by side, each waited on the other and
+    # the database aborted one of them (a 500 on one side).
+    from cluster.admin import NodeAdmin
+    from cluster.services import lock_gpu
+
+    node = make_node(gpus=2)
+    first, second = node.gpus.order_by("index")
+    data = {
+        "name": node.name, "switch_label": node.switch_label, "rack_label": node.rack_label,
+        "gpu_model": node.gpu_model, "status": node.status,
+        "gpus-TOTAL_FORMS": "2", "gpus-INITIAL_FORMS": "2",
+        "gpus-MIN_NUM_FORMS": "0", "gpus-MAX_NUM_FORMS": "1000",
+    }  # fmt: skip
+    for i, gpu in enumerate((first, second)):
+        row = {
+            "id": gpu.pk, "node": node.pk, "index": gpu.index, "uuid": gpu.uuid,
+            "model": gpu.model, "memory_mb": gpu.memory_mb, "power_limit_w": "300",
+            "sm_clock_mhz": "",
+        }  # fmt: skip
+        data.update({f"gpus-{i}-{name}": value for name, value in row.items()})
+
+    validated, go, outcome = threading.Event(), threading.Event(), {}
+    save_model = NodeAdmin.save_model
+
+    def save_after_the_edit_started(self, request, obj, form, change):
+        validated.set()  # the page's rows are checked (and locked), its node not saved yet
+        go.wait(timeout=10)
+        return save_model(self, request, obj, form, change)
+
+    monkeypatch.setattr(NodeAdmin, "save_model", save_after_the_edit_started)
+    client = Client()
+    client.force_login(admin_user)
+
+    def posting():
+        try:
+            outcome["page"] = client.post(
+                reverse("admin:cluster_node_change", args=[node.pk]), data
+            )
+        except Exception as exc:  # noqa: BLE001 (the deadlock's victim, reported below)
+            outcome["page"] = exc
+        finally:
+            connection.close()
+
+    def editing():
+        try:
+            with transaction.atomic():
+                gpu = lock_gpu(first)
+                gpu.sm_clock_mhz = None
+                gpu.save(update_fields=["sm_clock_mhz"])
+            outcome["edit"] = "saved"
+        except Exception as exc:  # noqa: BLE001
+            outcome["edit"] = exc
+        finally:
+            connection.close()
+
+    page = threading.Thread(target=posting)
+    page.start()
+    assert validated.wait(timeout=10)
+    edit = threading.Thread(target=editing)
+    edit.start()
+    time.sleep(0.5)  # the edit takes the node's lock (or waits for the page's), then the GPU's
+    go.set()
+    page.join(timeout=20)
+    edit.join(timeout=20)
+
+    assert outcome["edit"] == "saved", outcome["edit"]
+    assert getattr(outcome["page"], "status_code", outcome["page"]) == 302
+    assert set(node.gpus.values_list("power_limit_w", flat=True)) == {300}
