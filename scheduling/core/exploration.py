@@ -58,6 +58,18 @@ models are learned, and the policy ``explores``): it keeps one JSON-safe record 
 the snapshot/plan (``Snapshot.exploration`` -> ``Plan.exploration``), overrides the power
 limit of a new job's grant while it explores, and for an elastic job ends with one probe at
 half its GPU count if the bound still allows. What a record holds is in ``new_record``.
+
+The batch probe (``BATCH_PROBE``, off by default; issue 12 points 2 and 4): a job seen at
+one per-GPU batch has a time model that is a guess at every other batch (docs/benchmarks.md,
+"A batch probe among a job's first five observations"). A job that may change its batch
+(its statistical efficiency known, its range allowing twice its batch ``b0``) and whose
+model has not measured two per-GPU batches runs one round at ``2 b0`` on the same GPUs at
+the default limit, once its limit search reached its measured minimum and before the fill
+stage and the probe of another GPU count. Its cost is the useful samples it loses
+(``_remaining_s`` counts statistical efficiency), taken only with ``BATCH_COST_MARGIN``
+to spare in the bound; the job then goes back to ``b0`` while it explores. A job that ran
+the probe and made no progress (the batch did not fit in memory, say) loses the round,
+and the batch is marked not runnable (``other_batch``): the hook gives it ``b0`` instead.
 """
 
 from __future__ import annotations
@@ -98,6 +110,13 @@ COST_MARGIN = 0.1
 # slope, bend) in the curve's own error at a limit (``_leverage``); 0: the curve taken as
 # exact, as before that error was counted.
 CURVE_PARAMS = 3
+# The batch probe (module docstring, "The batch probe"): one round at twice the job's
+# global batch, after the limit search and before its fill stage, for a job that may
+# change its batch. Off unless set (docs/benchmarks.md, "The batch probe, built").
+BATCH_PROBE = False
+# The probe's predicted cost is the model's prediction at a batch it never measured (what
+# the probe is for), so it is taken only if that cost, this share more, fits the bound.
+BATCH_COST_MARGIN = 1.0
 
 
 def fitted_energy_j(model: PerfModel, cfg: GpuConfig, limit_w: float) -> float:
@@ -473,8 +492,11 @@ def new_record(*, gpu_model: str, n_gpus: int, now_s: float, budget_frac: float)
     ``tried`` the finished probes ({limit_w, n_gpus, seconds, cost_s, energy_j}); ``probe``
     the one running now; ``spent_s`` seconds lost so far; ``budget_s`` the bound as last
     computed (``budget_frac`` x predicted completion time); ``result_w`` the limit chosen;
-    ``other_gpus`` the other GPU count tried (elastic jobs); ``reason`` why it stopped;
-    ``layout`` (once the job runs) its GPUs per node, largest first."""
+    ``other_gpus`` the other GPU count tried (elastic jobs); ``other_batch`` the batch
+    probe (``BATCH_PROBE``; absent until tried or judged: {batch, from_batch, n_gpus,
+    limit_w, since_s, seconds, cost_s, energy_j, runnable, reason}, ``runnable`` None where
+    it did not run); ``reason`` why it stopped; ``layout`` (once the job runs) its GPUs per
+    node, largest first."""
     return {
         "status": EXPLORING,
         "gpu_model": gpu_model,
@@ -512,6 +534,7 @@ def explore_round(
     for g in decision.grants:
         jv = views[g.job_id]
         rec = records.get(g.job_id)
+        g = _runnable(g, rec)
         if rec is None and jv.job.allocation is None and jv.job.done_iters <= 0 and not g.gpu_ids:
             rec = new_record(gpu_model=g.gpu_model, n_gpus=g.n_gpus, now_s=ctx.now_s,
                              budget_frac=frac)  # fmt: skip
@@ -547,6 +570,13 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     probe, rec["probe"] = rec["probe"], None
     a = job.allocation
     shape = rec.get("layout")
+    if probe is not None and "batch" in probe:
+        _close_batch_probe(ctx, jv, rec, probe, shape)
+        probe = None
+    # After a batch probe the job goes back to the batch its limits were explored at.
+    pin = _pinned_batch(rec)
+    if pin is not None:
+        batch = pin
     if probe is not None and a is not None and a.n_gpus == probe["n_gpus"]:
         ran_at = a.power_limit_w
         if ran_at is not None and abs(ran_at - probe["limit_w"]) < 0.5 and now > probe["since_s"]:
@@ -571,12 +601,16 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     rec["budget_s"] = rec["budget_frac"] * jct
     at_n = [t for t in tried if t["n_gpus"] == n]
     if not at_n and not any(t["n_gpus"] != n for t in tried):
-        return _probe(rec, g, n, limits[-1], now), _retune(g, n, limits[-1])
+        return _probe(rec, g, n, limits[-1], now), _retune(g, n, limits[-1], pin)
     if rec["other_gpus"] is None:
         measured, est = _measured(model, rec, batch)
         probes: dict[float, int] = {}
         for t in at_n:
             probes[t["limit_w"]] = probes.get(t["limit_w"], 0) + 1
+        if _batch_probe_on(ctx) and rec.get("other_batch") is None and g.n_gpus == n:
+            other = _batch_probe(ctx, jv, g, rec, limits, measured, shape, batch, jct)
+            if other is not None:
+                return rec, other
         step = next_step(
             model,
             _cfg(n, batch, shape),
@@ -593,7 +627,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             probes=probes,
         )
         if step.limit_w is not None:
-            return _probe(rec, g, n, step.limit_w, now), _retune(g, n, step.limit_w)
+            return _probe(rec, g, n, step.limit_w, now), _retune(g, n, step.limit_w, pin)
         rec["reason"] = step.reason
         other = _other_count(job, n)
         chosen = chosen_limit(model, _cfg(n, batch, shape), limits, set(measured), measured)
@@ -603,10 +637,152 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             cost = ctx.round_length_s * max(1.0 - t_ref / t_other, 0.0) if t_other > 0 else 0.0
             if cost <= _room_s(rec["budget_s"], rec["spent_s"]):
                 rec["other_gpus"] = other
-                return _probe(rec, g, other, chosen, now), _retune(g, other, chosen)
+                return _probe(rec, g, other, chosen, now), _retune(g, other, chosen, pin)
             rec["reason"] += "; another GPU count would exceed the exploration budget"
         return _finish(rec, model, limits, batch, rec["reason"]), g
     return _finish(rec, model, limits, batch, rec["reason"] or "explored"), g
+
+
+def _batch_probe_on(ctx: Any) -> bool:
+    on = getattr(ctx.snapshot, "exploration_batch_probe", None)
+    return BATCH_PROBE if on is None else bool(on)
+
+
+def _probe_batch(job: Any, model: PerfModel, batch: int) -> int | None:
+    """The global batch of a batch probe for ``job`` now running at ``batch``: twice it,
+    where the job may change its batch (its statistical efficiency is known, its per-GPU
+    batch is not fixed, its range allows twice ``batch``) and its model has not measured
+    two per-GPU batches at the default limit already (a profile pooled from earlier jobs
+    may have). None: no probe."""
+    if job.noise_scale is None or job.per_gpu_batch is not None or job.max_batch is None:
+        return None
+    if 2 * batch > job.max_batch:
+        return None
+    seen = getattr(model, "measured_batches", None)
+    if seen is None or len(seen()) >= 2:
+        return None
+    return 2 * batch
+
+
+def _batch_probe(
+    ctx: Any,
+    jv: Any,
+    g: Grant,
+    rec: dict,
+    limits: Sequence[float],
+    measured: Mapping[float, float],
+    shape: list[int] | None,
+    batch: int,
+    jct_s: float,
+) -> Grant | None:
+    """Start the batch probe (``BATCH_PROBE``) where it is due: the grant that runs it,
+    or None (the limit search goes on; where the probe will never run, ``other_batch``
+    says why). Due once the limit search, without its fill stage, has reached its
+    measured minimum (the fill stage would spend the room the probe needs). It runs one
+    round at ``2 x batch`` on the same GPUs at the default limit, if its cost (the useful
+    samples it loses: ``round x (1 - T(batch) / T(2 batch))`` with ``T`` the remaining
+    time, which counts statistical efficiency) with ``BATCH_COST_MARGIN`` fits the room
+    left in the bound."""
+    job, model = jv.job, jv.perf
+    b2 = _probe_batch(job, model, batch)
+    if b2 is None:
+        return None
+    n, now, top = rec["n_gpus"], ctx.now_s, limits[-1]
+    search = next_step(
+        model,
+        _cfg(n, batch, shape),
+        limits,
+        set(measured),
+        step_s=ctx.round_length_s,
+        spent_s=rec["spent_s"],
+        predicted_jct_s=jct_s,
+        budget_frac=rec["budget_frac"],
+        measured=measured,
+    )
+    if search.limit_w is not None:
+        return None  # the limit search is not over
+    t_ref = _remaining_s(ctx, jv, n, batch, top)
+    t_probe = _remaining_s(ctx, jv, n, b2, top)
+    cost = ctx.round_length_s * max(1.0 - t_ref / t_probe, 0.0) if t_probe > 0 else 0.0
+    entry = {
+        "batch": b2,
+        "from_batch": batch,
+        "n_gpus": n,
+        "limit_w": top,
+        "since_s": now,
+        "seconds": 0.0,
+        "cost_s": cost,
+        "energy_j": None,
+        "runnable": None,
+        "reason": "",
+    }
+    if cost * (1.0 + BATCH_COST_MARGIN) > rec["budget_s"] - rec["spent_s"]:
+        rec["other_batch"] = {**entry, "reason": "it would exceed the exploration budget"}
+        return None
+    rec["probe"] = {**entry, "done_iters": job.done_iters}
+    return _retune(g, n, top, b2)
+
+
+def _close_batch_probe(ctx: Any, jv: Any, rec: dict, probe: dict, shape) -> None:
+    """Record the batch probe that ran since the last round in ``other_batch``: its
+    measured configuration's predicted energy, and its cost (the useful samples lost at
+    the rates the model now predicts, with what the probe measured). A job that ran the
+    probe and made no progress (its count did not move and its model has no measurement
+    there: out of memory at the larger batch, say) lost the whole
+    round: the batch is marked not runnable, and no later grant of the round's hook gives
+    the job that batch or more (``_runnable``). A probe the job did not run (stopped,
+    resized or given another batch) is not tried again."""
+    job, model = jv.job, jv.perf
+    a = job.allocation
+    n, b0, b2, w = probe["n_gpus"], probe["from_batch"], probe["batch"], probe["limit_w"]
+    entry = {k: v for k, v in probe.items() if k != "done_iters"}
+    seconds = ctx.now_s - probe["since_s"]
+    ran = (
+        a is not None
+        and a.n_gpus == n
+        and a.global_batch == b2
+        and a.power_limit_w is not None
+        and abs(a.power_limit_w - w) < 0.5
+        and seconds > 0
+    )
+    at = replace(_cfg(n, b2, shape), power_limit_w=w)
+    measured_at = getattr(model, "measured", None)
+    # Progress: the job's count moved, or its reports there reached its model (live, the
+    # count the snapshot carries may lag the reports the model is fitted from).
+    progressed = job.done_iters > probe["done_iters"] or (
+        measured_at is not None and measured_at(at) is not None
+    )
+    if not ran:
+        entry.update(cost_s=0.0, reason="the job did not run the probe")
+    elif progressed:
+        t_ref = _remaining_s(ctx, jv, n, b0, w)
+        t_probe = _remaining_s(ctx, jv, n, b2, w)
+        cost = seconds * max(1.0 - t_ref / t_probe, 0.0) if t_probe > 0 else 0.0
+        energy = predicted_energy_j(model, _cfg(n, b2, shape), w)
+        entry.update(seconds=seconds, cost_s=cost, energy_j=energy, runnable=True)
+    else:
+        entry.update(seconds=seconds, cost_s=seconds, runnable=False,
+                     reason=f"no progress at batch {b2}")  # fmt: skip
+    rec["spent_s"] += entry["cost_s"]
+    rec["other_batch"] = entry
+
+
+def _pinned_batch(rec: dict | None) -> int | None:
+    """The batch an exploring job runs at after its batch probe ran (the one its limits
+    were explored at); None before, or where the probe did not run."""
+    other = rec.get("other_batch") if rec else None
+    if not other or other.get("runnable") is None:
+        return None
+    return int(other["from_batch"])
+
+
+def _runnable(g: Grant, rec: dict | None) -> Grant:
+    """``g`` back at the batch of the job's batch probe where that probe made no progress
+    and the grant asks for that batch or more."""
+    other = rec.get("other_batch") if rec else None
+    if other and other.get("runnable") is False and g.global_batch >= other["batch"]:
+        return replace(g, global_batch=int(other["from_batch"]))
+    return g
 
 
 def _measured(
@@ -660,9 +836,12 @@ def _probe(rec: dict, g: Grant, n: int, limit_w: float, now: float) -> dict:
     return rec
 
 
-def _retune(g: Grant, n: int, limit_w: float) -> Grant:
+def _retune(g: Grant, n: int, limit_w: float, batch: int | None = None) -> Grant:
     ids = g.gpu_ids if n == g.n_gpus else ()
-    return replace(g, n_gpus=n, power_limit_w=limit_w, sm_clock_mhz=None, gpu_ids=ids)
+    b = g.global_batch if batch is None else batch
+    return replace(
+        g, n_gpus=n, global_batch=b, power_limit_w=limit_w, sm_clock_mhz=None, gpu_ids=ids
+    )
 
 
 def _cfg(n: int, batch: int, layout: list[int] | None = None) -> GpuConfig:

@@ -524,6 +524,18 @@ class OnlinePerfModel:
         """The most GPUs an iteration time was measured on (0: none yet)."""
         return max((c.cfg.n_gpus for c in self._cells.values() if c.log_t is not None), default=0)
 
+    def measured_batches(self) -> frozenset[float]:
+        """The per-GPU batches an iteration time was measured at under the default limit
+        and the top clock (what a batch probe adds to: ``exploration.BATCH_PROBE``)."""
+        top = self.base.power_limits_w[1]
+        return frozenset(
+            c.cfg.global_batch / max(c.cfg.n_gpus, 1)
+            for c in self._cells.values()
+            if c.log_t is not None
+            and c.cfg.sm_clock_mhz is None
+            and (c.cfg.power_limit_w is None or c.cfg.power_limit_w >= top - 0.5)
+        )
+
     def measured(self, cfg: GpuConfig) -> Measured | None:
         """What was measured in ``cfg`` itself (None: nothing, or no time or no power)."""
         c = self._cells.get(self._key(cfg))
@@ -660,6 +672,9 @@ class BlendedPerfModel:
     @property
     def max_measured_gpus(self) -> int:
         return self.models[0].max_measured_gpus
+
+    def measured_batches(self) -> frozenset[float]:
+        return self.models[0].measured_batches()
 
     def measured(self, cfg: GpuConfig) -> Measured | None:
         """The measurements (the same observations fed every model)."""

@@ -300,6 +300,9 @@ class Snapshot:
     # the last Plan returned it.
     exploration_budget_frac: float | None = None
     exploration: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Whether exploring jobs that may change their batch run one round at twice it
+    # (``exploration.BATCH_PROBE``); None: that module's default.
+    exploration_batch_probe: bool | None = None
     # True: the perf models are what the jobs will do (an oracle simulation, where the
     # catalog advances the jobs). False: every prediction is an estimate, the catalog's
     # included (the service: a user's job of a catalog workload is not the catalog's run),
