@@ -365,6 +365,9 @@ WATTFLOW_DEFAULT_POLICY = env_str("WATTFLOW_DEFAULT_POLICY", "powerflow")
 # Share of a new job's predicted completion time that just-in-time exploration of power
 # limits may cost (policies that explore: zeus; scheduling/core/exploration.py); 0: off.
 WATTFLOW_EXPLORATION_BUDGET = env_float("WATTFLOW_EXPLORATION_BUDGET", 0.03)
+# A new job that may change its batch runs one round at twice it while exploring
+# (scheduling.core.exploration, "The batch probe"); off by default.
+WATTFLOW_EXPLORATION_BATCH_PROBE = env_bool("WATTFLOW_EXPLORATION_BATCH_PROBE", False)
 if not 0.0 <= WATTFLOW_EXPLORATION_BUDGET < 1.0:
     refuse_to_start("WATTFLOW_EXPLORATION_BUDGET must be in [0, 1).")
 # A node whose agent has not heart-beaten for this long is marked unhealthy and its jobs are

@@ -332,6 +332,7 @@ def build_snapshot(
         # Live, every model is an estimate, the catalog's included.
         exact_perf=False,
         exploration_budget_frac=settings.WATTFLOW_EXPLORATION_BUDGET or None,
+        exploration_batch_probe=settings.WATTFLOW_EXPLORATION_BATCH_PROBE,
         exploration={str(pk): s.exploration for pk, s in scales.items() if s.exploration},
     )
     return SnapshotRows(

@@ -575,10 +575,23 @@ def _record_exploration(plan: core.Plan, rows: adapters.SnapshotRows, *, now: da
             job__state__in=TERMINAL_JOB_STATES,
             job__finished_at__gte=now - ENDED_LOOKBACK,
             exploration__status=EXPLORING,
-        )
+        ).select_related("job")
     )
     for state in ended:
         state.exploration = {**state.exploration, "status": DONE, "reason": "the job ended"}
+        probe = state.exploration.get("probe") or {}
+        if "batch" in probe:
+            # It ended during its batch probe: a job that failed there did not run the
+            # batch (out of memory, say), which the record keeps (exploration.BATCH_PROBE).
+            failed = state.job.state == JobState.FAILED
+            state.exploration.update(
+                probe=None,
+                other_batch={
+                    **{k: v for k, v in probe.items() if k != "done_iters"},
+                    "runnable": False if failed else None,
+                    "reason": f"the job ended ({state.job.state}) during the probe",
+                },
+            )
     JobSchedulingState.objects.bulk_update(ended, ["exploration"])
     before = rows.snapshot.exploration
     changed = {

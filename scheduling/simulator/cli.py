@@ -221,6 +221,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "for policies that explore (zeus); 0 turns it off (default 0.03)",
     )
     parser.add_argument(
+        "--batch-probe",
+        action="store_true",
+        help="learned: a job exploring limits that may change its batch (known efficiency, "
+        "a range allowing twice its batch) runs one round at twice it (off by default)",
+    )
+    parser.add_argument(
         "--policy-param",
         action="append",
         metavar="NAME=VALUE",
@@ -323,6 +329,7 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
         seed=args.seed,
         measurement_noise=args.measurement_noise,
         exploration_budget=args.exploration_budget or None,
+        exploration_batch_probe=args.batch_probe,
     )
     scenario = load_scenario(
         args.trace,

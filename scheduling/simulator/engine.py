@@ -421,6 +421,7 @@ class Simulator:
                 self.config.exploration_budget if self.knowledge is not None else None
             ),
             exploration=self._exploration,
+            exploration_batch_probe=self.config.exploration_batch_probe,
             # Oracle knowledge: the catalog the policies see is what advances the jobs.
             exact_perf=self.knowledge is None and self.config.exact_perf,
         )

@@ -130,14 +130,18 @@ def job_rows(result: SimResult) -> list[dict[str, Any]]:
 
 def _exploration_cells(record) -> dict[str, Any]:
     """Seconds the job lost exploring, the power limits it tried (``/``-separated, in order;
-    ``xN`` marks a probe at another GPU count), the limit exploration chose and the larger
-    GPU counts it probed (``gpu_probe``; ``4>8/8>16``)."""
+    ``xN`` marks a probe at another GPU count; a batch probe it ran ends them, ``bB`` at
+    global batch ``B``, ``bB!`` where it made no progress), the limit exploration chose and
+    the larger GPU counts it probed (``gpu_probe``; ``4>8/8>16``)."""
     if not record:
         return dict.fromkeys(EXPLORATION_COLUMNS)
     tried = "/".join(
         f"{t['limit_w']:g}" + ("" if t["n_gpus"] == record["n_gpus"] else f"x{t['n_gpus']}")
         for t in record["tried"]
     )
+    other = record.get("other_batch")
+    if other and other.get("runnable") is not None:
+        tried += f"/b{other['batch']}" + ("" if other["runnable"] else "!")
     probes = "/".join(f"{p['from_gpus']}>{p['n_gpus']}" for p in record.get("gpu_probes", ()))
     return {
         "exploration_s": record["spent_s"],

@@ -43,6 +43,9 @@ class SimConfig:
     # learned: share of a job's predicted JCT that just-in-time exploration of power
     # limits may cost, for policies that explore (``core/exploration.py``); None: off.
     exploration_budget: float | None = 0.03
+    # learned: exploring jobs that may change their batch run one round at twice it
+    # (``core/exploration.py``, ``BATCH_PROBE``).
+    exploration_batch_probe: bool = False
     # False: policies treat even oracle knowledge as an estimate, as the service treats its
     # catalog (``Snapshot.exact_perf``); the budget what-if, which predicts the service.
     exact_perf: bool = True

@@ -194,3 +194,99 @@ def test_a_job_cancelled_while_exploring_is_not_shown_as_exploring(
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "Exploring:" not in page
     assert "Stopped: the job ended." in page
+
+
+def _tunable_resnet50(make_job, member, team):
+    """The job above, allowed up to twice its batch, with gradient statistics that give it
+    a small noise scale (so 128 teaches too little per sample and zeus keeps it at 64): it
+    may be probed at 128."""
+    job = make_job(owner=member, team=team, gpu_model="A100", min_gpus=1, max_gpus=1,
+                   global_batch_size=64, min_batch_size=64, max_batch_size=128,
+                   total_iterations=80_000)  # fmt: skip
+    Job.objects.filter(pk=job.pk).update(grad_sqr=1.0, grad_var=0.25, grad_batch_size=64)
+    job.refresh_from_db()
+    return job
+
+
+def _live_rounds(job, node, n_rounds, *, report=_telemetry, start=0):
+    batches, records = [], []
+    for k in range(start, start + n_rounds):
+        now = T0 + k * ROUND
+        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+        assert services.run_scheduling_round(now=now, force=True).ran
+        job.refresh_from_db()
+        if job.state != JobState.RUNNING:
+            break
+        batches.append(job.current_allocation.batch_size)
+        records.append(JobSchedulingState.objects.get(job=job).exploration)
+        report(job, node, now, now + ROUND)
+    return batches, records
+
+
+def test_with_the_batch_probe_on_a_live_job_runs_one_round_at_twice_its_batch(
+    zeus, settings, make_node, make_job, member, team
+):
+    # given the batch probe turned on, one A100 and a new job that may run up to 128
+    settings.WATTFLOW_EXPLORATION_BATCH_PROBE = True
+    node = make_node(gpus=1)
+    job = _tunable_resnet50(make_job, member, team)
+    assert job.noise_scale is not None
+    # when rounds run a minute apart, the job reporting what it does between them
+    batches, records = _live_rounds(job, node, 18)
+    # then it ran one round at 128 once its limits were explored, and went back to 64
+    assert batches.count(128) == 1 and batches[0] == 64
+    k = batches.index(128)
+    assert records[k]["probe"]["batch"] == 128
+    assert records[k]["probe"]["limit_w"] == 400.0
+    assert batches[k + 1] == 64
+    other = records[-1]["other_batch"]
+    assert (other["batch"], other["from_batch"], other["runnable"]) == (128, 64, True)
+    assert 0.0 <= other["cost_s"] <= records[-1]["spent_s"] <= records[-1]["budget_s"]
+    # the model learned the job at a second per-GPU batch from what it reported there
+    assert records[-1]["status"] == DONE
+
+
+def test_a_live_batch_probe_that_makes_no_progress_goes_back_and_is_marked(
+    zeus, settings, make_node, make_job, member, team
+):
+    settings.WATTFLOW_EXPLORATION_BATCH_PROBE = True
+    node = make_node(gpus=1)
+    job = _tunable_resnet50(make_job, member, team)
+
+    def stalls_at_128(job, node, t0, t1):  # the larger batch does not fit: no progress
+        if job.current_allocation.batch_size != 128:
+            _telemetry(job, node, t0, t1)
+
+    batches, records = _live_rounds(job, node, 18, report=stalls_at_128)
+    k = batches.index(128)
+    assert batches[k + 1 :] and set(batches[k + 1 :]) == {64}
+    other = records[-1]["other_batch"]
+    assert (other["runnable"], other["reason"]) == (False, "no progress at batch 128")
+    assert other["cost_s"] == pytest.approx(60.0)  # the whole round lost
+
+
+def test_a_job_that_fails_during_its_batch_probe_keeps_the_batch_marked(
+    zeus, settings, make_node, make_job, member, team
+):
+    settings.WATTFLOW_EXPLORATION_BATCH_PROBE = True
+    node = make_node(gpus=1)
+    job = _tunable_resnet50(make_job, member, team)
+    # rounds until one starts the batch probe
+    for k in range(18):
+        now = T0 + k * ROUND
+        Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
+        assert services.run_scheduling_round(now=now, force=True).ran
+        job.refresh_from_db()
+        if job.current_allocation.batch_size == 128:
+            break
+        _telemetry(job, node, now, now + ROUND)
+    assert JobSchedulingState.objects.get(job=job).exploration["probe"]["batch"] == 128
+    # when the job fails at that batch (out of memory, say) and the next round runs
+    cluster_services.transition_job(job, to=JobState.FAILED, at=now + ROUND / 2)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now + ROUND)
+    assert services.run_scheduling_round(now=now + ROUND, force=True).ran
+    # then its record is closed with the batch marked as not runnable
+    rec = JobSchedulingState.objects.get(job=job).exploration
+    assert rec["status"] == DONE and rec["probe"] is None
+    assert rec["other_batch"]["runnable"] is False
+    assert rec["other_batch"]["reason"] == "the job ended (failed) during the probe"

@@ -244,6 +244,32 @@ def test_learned_zeus_explores_power_limits_within_its_bound_and_records_it(scen
     assert "exploration_limits_w" in paths["jobs"].read_text().splitlines()[0]
 
 
+def test_learned_zeus_with_the_batch_probe_runs_jobs_once_at_twice_their_batch(tmp_path):
+    from scheduling.simulator.metrics import job_rows
+    from scheduling.simulator.traces import with_batch_range
+
+    # given jobs that may run up to twice their batch (and know their efficiency)
+    base = load_scenario(TRACE, CLUSTER, max_jobs=16)
+    scenario = replace(base, jobs=with_batch_range(base.jobs, 2))
+    assert all(j.noise_scale is not None for j in scenario.jobs)
+    off = _run(scenario, "zeus", knowledge="learned", measurement_noise=0.02)
+    on = _run(scenario, "zeus", knowledge="learned", measurement_noise=0.02,
+              exploration_batch_probe=True)  # fmt: skip
+    # then without the probe no record has one; with it some jobs ran one at twice their
+    # batch, each within its bound, and the per-job CSV marks it
+    assert not any("other_batch" in (r.exploration or {}) for r in off.jobs)
+    probed = [r.exploration for r in on.jobs if (r.exploration or {}).get("other_batch")]
+    ran = [rec for rec in probed if rec["other_batch"]["runnable"] is not None]
+    assert ran
+    for rec in ran:
+        other = rec["other_batch"]
+        assert other["batch"] == 2 * other["from_batch"]
+        assert other["runnable"] is True  # the simulator's jobs always fit
+        assert rec["spent_s"] <= rec["budget_s"] + 1e-9
+    marked = [row for row in job_rows(on) if "/b" in (row["exploration_limits_w"] or "")]
+    assert len(marked) == len(ran)
+
+
 @pytest.mark.parametrize(("policy", "knowledge"), [("zeus", "oracle"), ("fifo", "learned")])
 def test_exploration_leaves_oracle_runs_and_policies_that_do_not_explore_alone(
     scenario, policy, knowledge
