@@ -3,7 +3,7 @@ power limit of a workload it has never seen, within a bounded cost?
 
     nice .venv/bin/python benchmarks/bench_exploration.py [--budget 0.03] [--step 0.01]
         [--fill-budget] [--known noise-aware|model|observed|fitted] [--only workload|gpu]
-        [--noise SIGMA] [--seed N] [--misses] [--idle split|lowest|catalog]
+        [--noise SIGMA] [--seed N] [--misses] [--idle split|lowest|catalog] [--batch-probe]
 
 For every Zeus power-limit sweep (GPU x workload x batch size), a job of that workload and
 batch starts at the default (highest) limit with the prior of ``bench_online_model``
@@ -26,6 +26,13 @@ compares with the noise-free sweep's optimum. A sweep counts as found when the c
 is within one 25 W step of the measured energy-optimal limit. The cost is measured: the
 time the tried limits ran slower than the fastest limit tried before them, over the job's
 time at the chosen limit.
+
+``--batch-probe`` (``exploration.BATCH_PROBE``): once the search without its fill stage
+reaches a measured minimum, the job is observed once at twice its per-GPU batch at the
+default limit (the sweep at that batch, where Zeus measured it), one step long, before the
+search goes on. Its cost is the useful samples it loses at a noise scale of the batch
+itself (``goodput.efficiency``): ``step x max(1 - G(2b) / G(b), 0)``, ``G(b) = b / T(b) x
+E(b)``, from the measured times.
 """
 
 from __future__ import annotations
@@ -75,6 +82,7 @@ def run(
     fill: bool,
     noise: float = 0.0,
     seed: int = 0,
+    batch_probe: bool = False,
 ) -> dict:
     out: dict = defaultdict(list)
     for case in tqdm(cases, desc=cases[0].dataset[:8], unit="pair", file=sys.stderr):
@@ -100,6 +108,17 @@ def run(
                     power_w=o.power_w * math.exp(rng.gauss(0.0, noise)),
                 )
 
+            probe_rng = random.Random(f"{seed}:probe:{case.dataset}:{case.workload}:{batch}")
+
+            def observe_at(o: Observation, rng=probe_rng) -> Observation:
+                if noise <= 0:
+                    return o
+                return replace(
+                    o,
+                    iter_time_s=o.iter_time_s * math.exp(rng.gauss(0.0, noise)),
+                    power_w=o.power_w * math.exp(rng.gauss(0.0, noise)),
+                )
+
             seen = [observe(top)]
             probes = {top: 1}
             model = bom.fit_case(case, seen)
@@ -116,10 +135,29 @@ def run(
             known_j = {top: known_of(model, top, seen[0])}
             est = estimate(model, cfg, set(known_j)) if known == "noise-aware" else None
             spent_s = 0.0
+            double = {o.power_limit_w: o for o in by_batch.get(2 * batch, ())}
+            probe_obs = double.get(top) if batch_probe else None
+            probed = False
             for _ in range(MAX_STEPS):
                 if est is not None:
                     known_j = dict(est.known_j)
                 jct_s = model.iter_time_s(cfg) / step_frac  # a step is step_frac of the job
+                if probe_obs is not None and not probed:
+                    search = next_step(model, cfg, limits, set(known_j), step_s=step_frac * jct_s,
+                                       spent_s=spent_s, predicted_jct_s=jct_s,
+                                       budget_frac=budget, measured=known_j)  # fmt: skip
+                    if search.limit_w is None:
+                        probed = True
+                        t1, t2 = measured[top].iter_time_s, probe_obs.iter_time_s
+                        # goodput at a noise scale of the batch: E(2b) = 2/3
+                        ratio = (2 * batch / t2 * (2.0 / 3.0)) / (batch / t1)
+                        spent_s += step_frac * jct_s * max(1.0 - ratio, 0.0)
+                        seen.append(observe_at(probe_obs))
+                        model = bom.fit_case(case, seen)
+                        if known == "noise-aware":
+                            est = estimate(model, cfg, set(known_j))
+                            known_j = dict(est.known_j) if est is not None else known_j
+                        continue
                 step = next_step(model, cfg, limits, set(known_j), step_s=step_frac * jct_s,
                                  spent_s=spent_s, predicted_jct_s=jct_s, budget_frac=budget,
                                  measured=known_j, fill_budget=fill,
@@ -152,6 +190,8 @@ def run(
                     "cost_frac": spent_s / jct_s,
                     "energy_excess": energy[chosen] / energy[optimum] - 1.0,
                     "miss": (case.workload, batch, chosen, optimum),
+                    "probed": probed,
+                    "chosen": chosen,
                 }
             )
     return out
@@ -170,6 +210,7 @@ def report(title: str, results: dict) -> None:
 
 def _line(name: str, rows: list[dict]) -> None:
     found = sum(r["found"] for r in rows) / len(rows)
+    probed = sum(r.get("probed", False) for r in rows)
     tried = statistics.mean(r["tried"] for r in rows)
     probes = statistics.mean(r["probes"] for r in rows)
     cost = [r["cost_frac"] for r in rows]
@@ -178,6 +219,7 @@ def _line(name: str, rows: list[dict]) -> None:
         f"{name:18} {len(rows):>6} {100 * found:6.0f}% {tried:13.1f} {probes:7.1f} "
         f"{100 * statistics.mean(cost):7.2f}% ({100 * max(cost):5.2f}%) "
         f"{100 * statistics.mean(excess):12.2f}% ({100 * max(excess):5.1f}%)"
+        + (f"  batch probes {probed}" if probed else "")
     )
 
 
@@ -203,6 +245,12 @@ def main() -> int:
         help="after a measured minimum, keep measuring while the bound allows",
     )
     parser.add_argument("--only", choices=("workload", "gpu"), help="run one of the two priors")
+    parser.add_argument(
+        "--batch-probe",
+        action="store_true",
+        help="observe twice the batch at the default limit once the search reaches a "
+        "measured minimum (above)",
+    )
     parser.add_argument(
         "--curve-params",
         type=int,
@@ -231,6 +279,7 @@ def main() -> int:
         default=bom.FLOOR_ESTIMATE,
         help="bench_online_model's --floor-estimate",
     )
+    parser.add_argument("--dump", type=Path, help="write every sweep's result here (JSON)")
     args = parser.parse_args()
     bom.IDLE = args.idle
     bom.FLOOR_ESTIMATE = args.floor_estimate
@@ -245,11 +294,17 @@ def main() -> int:
             continue
         cases = bom._floor_pools(bom._zeus_cases(gpu_out=gpu_out), args.floor_pool)
         results = run(cases, args.budget, args.step, args.known, args.fill_budget,
-                      args.noise, args.seed)  # fmt: skip
+                      args.noise, args.seed, args.batch_probe)  # fmt: skip
         report(f"{name}: budget {args.budget:.0%} of JCT, steps of {args.step:.0%}, "
                f"known energy: {args.known}, fill budget: {args.fill_budget}, "
                f"noise {args.noise:g}, curve params {args.curve_params}",
                results)  # fmt: skip
+        if args.dump is not None:
+            import json
+
+            dumped = {d: [{**r, "miss": list(r["miss"])} for r in rows]
+                      for d, rows in results.items()}  # fmt: skip
+            args.dump.write_text(json.dumps(dumped) + "\n")
         if args.misses:
             for dataset, rows in sorted(results.items()):
                 for r in rows:

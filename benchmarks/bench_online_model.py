@@ -4,7 +4,7 @@
     nice .venv/bin/python benchmarks/bench_online_model.py [--steps 1 5 20] [--json out.json]
         [--weight 60] [--network-level 0.5] [--idle split|lowest|catalog] [--floor-pool K]
         [--floor-estimate off|catalog|all|zeus [--job-cap] [--estimate-share S]]
-        [--explore-batch half|double] [--probe-common half|double]
+        [--explore-batch half|double] [--probe-common half|double] [--probe-at N]
 
 ``--network-level`` sets how much of a job's time level moves its prior's all-reduce
 (``online_model.NETWORK_LEVEL``, whose value is the default; 1 is the rule before 6 Dec).
@@ -13,7 +13,10 @@
 the same job at half (or double) its first global batch, at its first GPU count, power
 limit and clock, where the data measured it (``batch_probe``). ``--probe-common`` scores the
 never-observed configurations without that probe's and the one it displaces, with or
-without the probe, so that the two replays are scored on the same set.
+without the probe, so that the two replays are scored on the same set. ``--probe-at 6``
+makes the probe the sixth observation instead (as the live probe comes, one more step after
+the limits: ``exploration.BATCH_PROBE``); scored after 6 with it against after 5 without,
+the probe is added, not substituted.
 
 ``--weight`` counts each replayed configuration as that many measurements (1, the default:
 one each; a live round pools every progress interval and NVML sample of a configuration,
@@ -787,6 +790,9 @@ def main() -> int:
         "--params", choices=PARAM_MODES, default="off", help="parameter-count prior (above)"
     )
     parser.add_argument("--no-gpu-out", action="store_true", help="skip leave one GPU out")
+    parser.add_argument(
+        "--zeus-only", action="store_true", help="leave one workload out on the Zeus GPUs only"
+    )
     parser.add_argument("--by-workload", action="store_true", help="a row per workload")
     parser.add_argument(
         "--by-pool",
@@ -834,6 +840,12 @@ def main() -> int:
         help="never-observed scores without that rule's probe and the configuration it "
         "displaces, with or without --explore-batch (the same set both ways)",
     )
+    parser.add_argument(
+        "--probe-at",
+        type=int,
+        default=EXPLORE_AT + 1,
+        help="the batch probe's observation (1-based; 5 the default, 6 as the live probe)",
+    )
     parser.add_argument("--weight", type=float, default=1.0, help="measurements per configuration")
     parser.add_argument(
         "--network-level",
@@ -863,20 +875,26 @@ def main() -> int:
     gpu_estimates.ESTIMATE_JOB_CAP = args.job_cap
     if args.estimate_share is not None:
         ESTIMATE_SHARE = args.estimate_share
+    if args.probe_at < 2:
+        parser.error("--probe-at must be at least 2")
     if any(k < 1 for k in args.steps):
         parser.error("--steps must be positive")
+    zeus = _floor_pools(_zeus_cases(gpu_out=False), args.floor_pool)
     workload_out = (
-        _throughput_cases("elasticflow_a100", "A100", perf_data.read_elasticflow())
+        zeus
+        if args.zeus_only
+        else _throughput_cases("elasticflow_a100", "A100", perf_data.read_elasticflow())
         + _throughput_cases("pollux_t4", "T4", perf_data.read_pollux())
-        + _floor_pools(_zeus_cases(gpu_out=False), args.floor_pool)
+        + zeus
         + _perseus_cases()
     )
     gpu_out = _zeus_cases(gpu_out=True)
     rule = EXPLORE_BATCH or args.probe_common
     if rule is not None:
         move = EXPLORE_BATCH is not None
-        workload_out = [batch_probe(c, rule, move=move) for c in workload_out]
-        gpu_out = [batch_probe(c, rule, move=move) for c in gpu_out]
+        at = args.probe_at - 1
+        workload_out = [batch_probe(c, rule, at, move=move) for c in workload_out]
+        gpu_out = [batch_probe(c, rule, at, move=move) for c in gpu_out]
     result = {}
     sets = [("leave one workload out", workload_out), ("leave one GPU out", gpu_out)]
     for name, cases in sets[:1] if args.no_gpu_out else sets:
