@@ -138,6 +138,31 @@ class GpuProbeSerializer(serializers.Serializer):
     )
 
 
+class ExplorationBatchProbeSerializer(serializers.Serializer):
+    """The batch probe (exploration.BATCH_PROBE): one round at a larger global batch on the
+    same GPUs at the default limit, once the limit search is over."""
+
+    batch = serializers.IntegerField(help_text="The global batch probed.")
+    from_batch = serializers.IntegerField(help_text="The batch the limits were explored at.")
+    n_gpus = serializers.IntegerField(help_text="GPUs it ran on.")
+    limit_w = serializers.FloatField(help_text="The power limit it ran at (W).")
+    since_s = serializers.FloatField(help_text="When it started (scheduler clock, s).")
+    seconds = serializers.FloatField(help_text="How long it ran (0: it did not run).")
+    cost_s = serializers.FloatField(
+        help_text="Seconds of completion time it cost (where it did not run because the "
+        "cost would not fit the bound: what it was predicted to cost)."
+    )
+    energy_j = serializers.FloatField(
+        allow_null=True, help_text="Energy per iteration there, as learned (J); null if unknown."
+    )
+    runnable = serializers.BooleanField(
+        allow_null=True,
+        help_text="true: the job made progress there; false: it did not (that batch is not "
+        "given again); null: not run (see reason).",
+    )
+    reason = serializers.CharField(allow_blank=True, help_text="Why not runnable or not run.")
+
+
 class JobModelSerializer(serializers.Serializer):
     """What the scheduler's model of a job is on one GPU model (``perf_lookup.job_models``)."""
 
@@ -179,6 +204,11 @@ class ExplorationSerializer(serializers.Serializer):
         many=True,
         default=list,
         help_text="Larger GPU counts tried for a round each on GPUs that stood idle.",
+    )
+    other_batch = ExplorationBatchProbeSerializer(
+        allow_null=True,
+        default=None,
+        help_text="The batch probe, once tried or judged; null otherwise (or off).",
     )
 
 

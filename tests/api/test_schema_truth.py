@@ -76,6 +76,18 @@ def test_fields_that_can_be_null_are_nullable(schema):
     assert not _nullable(schema, "Job", "team")
 
 
+def test_the_batch_probe_on_the_exploration_record_is_documented_and_nullable(schema):
+    # (exploration.BATCH_PROBE keeps it on the record; the API left it out)
+    assert _nullable(schema, "Exploration", "other_batch")
+    ref = schema["components"]["schemas"]["Exploration"]["properties"]["other_batch"]["allOf"]
+    probe = ref[0]["$ref"].rsplit("/", 1)[-1]
+    fields = schema["components"]["schemas"][probe]["properties"]
+    assert set(fields) >= {"batch", "from_batch", "n_gpus", "limit_w", "since_s", "seconds",
+                           "cost_s", "energy_j", "runnable", "reason"}  # fmt: skip
+    assert _nullable(schema, probe, "runnable") and _nullable(schema, probe, "energy_j")
+    assert not _nullable(schema, probe, "batch")
+
+
 def test_a_queued_job_and_an_idle_ledger_row_answer_null(
     api_client, member, admin_user, team, make_job, make_node
 ):

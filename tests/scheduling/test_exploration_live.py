@@ -167,6 +167,87 @@ def test_the_job_page_and_the_api_show_the_gpu_counts_a_job_probed(make_job, mem
     assert 'id="exploration-table"' not in page  # no power limit was tried
 
 
+def _record_with_batch_probe(other_batch: dict | None) -> dict:
+    """A record zeus leaves on a job whose limits it explored at batch 64, with the batch
+    probe (exploration.BATCH_PROBE) as ``other_batch`` where given."""
+    record = {
+        "status": DONE, "gpu_model": "A100", "n_gpus": 1, "started_s": 0.0,
+        "budget_frac": 0.03, "budget_s": 860.0, "spent_s": 301.0,
+        "tried": [{"limit_w": 400.0, "n_gpus": 1, "seconds": 60.0, "cost_s": 0.0,
+                   "energy_j": 21.5}],
+        "probe": None, "other_gpus": None, "result_w": 200.0,
+        "reason": "every limit is measured; the optimum is decided within 25 W",
+    }  # fmt: skip
+    if other_batch is not None:
+        record["other_batch"] = {
+            "batch": 128, "from_batch": 64, "n_gpus": 1, "limit_w": 400.0,
+            "since_s": 360.0, "seconds": 60.0, "cost_s": 17.8, "energy_j": 19.25,
+            "runnable": True, "reason": "", **other_batch,
+        }  # fmt: skip
+    return record
+
+
+@pytest.mark.parametrize(
+    "other_batch, line",
+    [
+        ({}, "batch probe: global batch 128 (from 64): ran 60 s, cost 18 s, runnable."),
+        (
+            {"energy_j": None, "runnable": False, "cost_s": 60.0,
+             "reason": "no progress at batch 128"},
+            "batch probe: global batch 128 (from 64): ran 60 s, cost 60 s, not runnable: "
+            "no progress at batch 128.",
+        ),
+        (
+            {"seconds": 0.0, "cost_s": 89.2, "energy_j": None, "runnable": None,
+             "reason": "it would exceed the exploration budget"},
+            "batch probe: global batch 128 (from 64): not run: it would exceed the "
+            "exploration budget (predicted cost 89 s).",
+        ),
+        (
+            # what services leaves on a job that failed during the probe: it never reported
+            {"seconds": 0.0, "cost_s": 17.8, "energy_j": None, "runnable": False,
+             "reason": "the job ended (failed) during the probe"},
+            "batch probe: global batch 128 (from 64): not runnable: the job ended (failed) "
+            "during the probe.",
+        ),
+    ],
+)  # fmt: skip
+def test_the_job_page_and_the_api_show_the_batch_probe(
+    other_batch, line, make_job, member, outsider, team, client
+):
+    job = _tunable_resnet50(make_job, member, team)
+    record = _record_with_batch_probe(other_batch)
+    JobSchedulingState.objects.update_or_create(job=job, defaults={"exploration": record})
+
+    client.force_login(member)
+    data = client.get(f"/api/jobs/{job.pk}/").json()["exploration"]
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+
+    assert data["other_batch"] == record["other_batch"]
+    assert line in " ".join(page.split())  # the template wraps and indents
+    assert 'id="exploration-batch-probe"' in page
+    assert 'id="exploration-table"' in page  # the limit search is still shown
+    # another team's user sees neither the job nor its probe
+    client.force_login(outsider)
+    assert client.get(f"/api/jobs/{job.pk}/").status_code == 404
+    assert client.get(f"/jobs/{job.pk}/").status_code == 404
+
+
+def test_a_record_without_a_batch_probe_shows_none(make_job, member, team, client):
+    job = _tunable_resnet50(make_job, member, team)
+    record = _record_with_batch_probe(None)
+    JobSchedulingState.objects.update_or_create(job=job, defaults={"exploration": record})
+
+    client.force_login(member)
+    data = client.get(f"/api/jobs/{job.pk}/").json()["exploration"]
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+
+    assert data["other_batch"] is None
+    assert data["result_w"] == 200.0
+    assert 'id="exploration-table"' in page
+    assert 'id="exploration-batch-probe"' not in page and "batch probe" not in page
+
+
 def test_a_job_cancelled_while_exploring_is_not_shown_as_exploring(
     zeus, make_node, make_job, member, team, client
 ):
