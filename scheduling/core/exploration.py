@@ -70,6 +70,9 @@ stage and the probe of another GPU count. Its cost is the useful samples it lose
 to spare in the bound; the job then goes back to ``b0`` while it explores. A job that ran
 the probe and made no progress (the batch did not fit in memory, say) loses the round,
 and the batch is marked not runnable (``other_batch``): the hook gives it ``b0`` instead.
+No progress is judged only after ``BATCH_PROBE_WAIT_S`` at the probe (live, a job restarts
+at a new batch and reports seconds later; rounds may be 10 s apart): until then the probe
+goes on.
 """
 
 from __future__ import annotations
@@ -117,6 +120,11 @@ BATCH_PROBE = False
 # The probe's predicted cost is the model's prediction at a batch it never measured (what
 # the probe is for), so it is taken only if that cost, this share more, fits the bound.
 BATCH_COST_MARGIN = 1.0
+# A batch probe that shows no progress is judged (the batch marked not runnable) only once
+# it has run this long: live, a job restarts at a new batch (the agent starts it with
+# ``WATTFLOW_BATCH_SIZE``) and its first reports come seconds later, while a round may come
+# every 10 s. Until then, where the policy keeps its GPU count, the probe goes on.
+BATCH_PROBE_WAIT_S = 120.0
 
 
 def fitted_energy_j(model: PerfModel, cfg: GpuConfig, limit_w: float) -> float:
@@ -571,7 +579,8 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     a = job.allocation
     shape = rec.get("layout")
     if probe is not None and "batch" in probe:
-        _close_batch_probe(ctx, jv, rec, probe, shape)
+        if _close_batch_probe(ctx, jv, g, rec, probe, shape):
+            return rec, _retune(g, probe["n_gpus"], probe["limit_w"], probe["batch"])
         probe = None
     # After a batch probe the job goes back to the batch its limits were explored at.
     pin = _pinned_batch(rec)
@@ -723,7 +732,7 @@ def _batch_probe(
     return _retune(g, n, top, b2)
 
 
-def _close_batch_probe(ctx: Any, jv: Any, rec: dict, probe: dict, shape) -> None:
+def _close_batch_probe(ctx: Any, jv: Any, g: Grant, rec: dict, probe: dict, shape) -> bool:
     """Record the batch probe that ran since the last round in ``other_batch``: its
     measured configuration's predicted energy, and its cost (the useful samples lost at
     the rates the model now predicts, with what the probe measured). A job that ran the
@@ -731,7 +740,10 @@ def _close_batch_probe(ctx: Any, jv: Any, rec: dict, probe: dict, shape) -> None
     there: out of memory at the larger batch, say) lost the whole
     round: the batch is marked not runnable, and no later grant of the round's hook gives
     the job that batch or more (``_runnable``). A probe the job did not run (stopped,
-    resized or given another batch) is not tried again."""
+    resized or given another batch) is not tried again. A probe that ran less than
+    ``BATCH_PROBE_WAIT_S`` with no progress yet is not judged: True, it stays open
+    (``rec["probe"]``) where the policy's grant ``g`` keeps its GPU count; otherwise it
+    ends unjudged, its seconds charged."""
     job, model = jv.job, jv.perf
     a = job.allocation
     n, b0, b2, w = probe["n_gpus"], probe["from_batch"], probe["batch"], probe["limit_w"]
@@ -754,6 +766,12 @@ def _close_batch_probe(ctx: Any, jv: Any, rec: dict, probe: dict, shape) -> None
     )
     if not ran:
         entry.update(cost_s=0.0, reason="the job did not run the probe")
+    elif not progressed and seconds < BATCH_PROBE_WAIT_S:
+        if g.n_gpus == n:
+            rec["probe"] = probe
+            return True
+        entry.update(seconds=seconds, cost_s=seconds,
+                     reason="the probe ended before it could show progress")  # fmt: skip
     elif progressed:
         t_ref = _remaining_s(ctx, jv, n, b0, w)
         t_probe = _remaining_s(ctx, jv, n, b2, w)
@@ -765,6 +783,7 @@ def _close_batch_probe(ctx: Any, jv: Any, rec: dict, probe: dict, shape) -> None
                      reason=f"no progress at batch {b2}")  # fmt: skip
     rec["spent_s"] += entry["cost_s"]
     rec["other_batch"] = entry
+    return False
 
 
 def _pinned_batch(rec: dict | None) -> int | None:

@@ -105,9 +105,9 @@ def test_a_probe_that_would_pass_the_bound_is_not_run_and_says_why(probe_on, mon
     assert other["reason"] == "it would exceed the exploration budget"
 
 
-def _probing(done_iters: float, *, at_batch: int = 128):
+def _probing(done_iters: float, *, at_batch: int = 128, now: float = 900.0):
     """A job that explored 400 W and 200 W at batch 64 and was given its batch probe at 128
-    at 600 s; the round at 900 s, with ``done_iters`` done since."""
+    at 600 s; the round at ``now`` (900 s), with ``done_iters`` done since."""
     cluster = make_cluster(nodes_per_switch=1)
     rec = new_record(gpu_model="A100", n_gpus=1, now_s=0.0, budget_frac=0.03)
     rec["tried"] = [
@@ -128,7 +128,7 @@ def _probing(done_iters: float, *, at_batch: int = 128):
     snap = snapshot(cluster, [j], catalog=CATALOG, exploration={"j1": rec},
                     job_perf={("j1", "A100"): fit_online(PRIOR, obs)},
                     exploration_budget_frac=0.03)  # fmt: skip
-    ctx, _ = admit(snap, now=900.0)
+    ctx, _ = admit(snap, now=now)
     return ctx
 
 
@@ -169,3 +169,37 @@ def test_a_probe_the_job_did_not_run_is_not_tried_again(probe_on):
     assert other["runnable"] is None and other["cost_s"] == 0.0
     assert other["reason"] == "the job did not run the probe"
     assert decision.grants[0].global_batch == 64
+
+
+def test_a_probe_too_young_to_show_progress_is_kept_not_judged(probe_on):
+    # given a round 20 s after the probe began (live rounds may come every 10 s, and a job
+    # restarts at a new batch and reports its progress some seconds later), no count moved
+    ctx = _probing(3000.0, now=620.0)
+    grant = Grant("j1", 1, 64, "A100", power_limit_w=300.0)
+    decision, records = explore_round(ctx, PolicyDecision((grant,), {}), explores=True)
+    # then the probe goes on at its batch and limit, not judged, nothing charged yet
+    g = decision.grants[0]
+    assert (g.global_batch, g.power_limit_w) == (128, 400.0)
+    rec = records["j1"]
+    assert "other_batch" not in rec and rec["spent_s"] == 0.0
+    assert rec["probe"]["batch"] == 128 and rec["probe"]["since_s"] == 600.0
+    assert rec["probe"]["done_iters"] == 3000.0
+    # and once it has run BATCH_PROBE_WAIT_S with no progress, it is judged
+    later = exploration.BATCH_PROBE_WAIT_S + 600.0
+    ctx2 = _probing(3000.0, now=later)
+    ctx2 = replace(ctx2, snapshot=replace(ctx2.snapshot, exploration={"j1": rec}))
+    decision, records = explore_round(ctx2, PolicyDecision((grant,), {}), explores=True)
+    other = records["j1"]["other_batch"]
+    assert (other["runnable"], other["seconds"]) == (False, exploration.BATCH_PROBE_WAIT_S)
+    assert decision.grants[0].global_batch == 64
+
+
+def test_a_young_probe_the_policy_resized_is_closed_not_kept(probe_on):
+    ctx = _probing(3000.0, now=620.0)
+    grant = Grant("j1", 2, 128, "A100", power_limit_w=300.0)  # the policy gives it two GPUs
+    _, records = explore_round(ctx, PolicyDecision((grant,), {}), explores=True)
+    # then the probe ends unjudged: its seconds are charged, the batch is not marked
+    assert records["j1"]["probe"] is None or "batch" not in records["j1"]["probe"]
+    other = records["j1"]["other_batch"]
+    assert other["runnable"] is None and other["cost_s"] == other["seconds"] == 20.0
+    assert other["reason"] == "the probe ended before it could show progress"

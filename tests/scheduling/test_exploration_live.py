@@ -339,11 +339,36 @@ def test_a_live_batch_probe_that_makes_no_progress_goes_back_and_is_marked(
             _telemetry(job, node, t0, t1)
 
     batches, records = _live_rounds(job, node, 18, report=stalls_at_128)
+    # it is judged once it has had BATCH_PROBE_WAIT_S (two 1-minute rounds) at 128
     k = batches.index(128)
-    assert batches[k + 1 :] and set(batches[k + 1 :]) == {64}
+    assert batches[k : k + 2] == [128, 128]
+    assert batches[k + 2 :] and set(batches[k + 2 :]) == {64}
     other = records[-1]["other_batch"]
     assert (other["runnable"], other["reason"]) == (False, "no progress at batch 128")
-    assert other["cost_s"] == pytest.approx(60.0)  # the whole round lost
+    assert other["cost_s"] == pytest.approx(120.0)  # the whole wait lost
+
+
+def test_a_live_batch_probe_whose_job_restarts_slowly_is_not_marked(
+    zeus, settings, make_node, make_job, member, team
+):
+    settings.WATTFLOW_EXPLORATION_BATCH_PROBE = True
+    node = make_node(gpus=1)
+    job = _tunable_resnet50(make_job, member, team)
+    seen: list[int] = []
+
+    def restarts_slowly(job, node, t0, t1):  # no report in its first round at a new batch
+        alloc = job.current_allocation
+        if alloc.batch_size == 128 and alloc.pk not in seen:
+            seen.append(alloc.pk)
+            return
+        _telemetry(job, node, t0, t1)
+
+    batches, records = _live_rounds(job, node, 18, report=restarts_slowly)
+    # then the probe waits for its reports, and the batch is measured, not marked
+    k = batches.index(128)
+    assert batches[k : k + 3] == [128, 128, 64]
+    other = records[-1]["other_batch"]
+    assert (other["batch"], other["runnable"]) == (128, True)
 
 
 def test_a_job_that_fails_during_its_batch_probe_keeps_the_batch_marked(
