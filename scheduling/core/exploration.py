@@ -69,7 +69,8 @@ stage and the probe of another GPU count. Its cost is the useful samples it lose
 (``_remaining_s`` counts statistical efficiency), taken only with ``BATCH_COST_MARGIN``
 to spare in the bound; the job then goes back to ``b0`` while it explores. A job that ran
 the probe and made no progress (the batch did not fit in memory, say) loses the round,
-and the batch is marked not runnable (``other_batch``): the hook gives it ``b0`` instead.
+and the batch is marked not runnable (``other_batch``): the hook gives it ``b0`` instead
+(per GPU: on more GPUs, a grant at the probe's per-GPU batch or more is scaled down).
 No progress is judged only after ``BATCH_PROBE_WAIT_S`` at the probe (live, a job restarts
 at a new batch and reports seconds later; rounds may be 10 s apart): until then the probe
 goes on.
@@ -542,7 +543,7 @@ def explore_round(
     for g in decision.grants:
         jv = views[g.job_id]
         rec = records.get(g.job_id)
-        g = _runnable(g, rec)
+        g = _runnable(g, rec, jv.job)
         if rec is None and jv.job.allocation is None and jv.job.done_iters <= 0 and not g.gpu_ids:
             rec = new_record(gpu_model=g.gpu_model, n_gpus=g.n_gpus, now_s=ctx.now_s,
                              budget_frac=frac)  # fmt: skip
@@ -739,7 +740,7 @@ def _close_batch_probe(ctx: Any, jv: Any, g: Grant, rec: dict, probe: dict, shap
     probe and made no progress (its count did not move and its model has no measurement
     there: out of memory at the larger batch, say) lost the whole
     round: the batch is marked not runnable, and no later grant of the round's hook gives
-    the job that batch or more (``_runnable``). A probe the job did not run (stopped,
+    the job that per-GPU batch or more (``_runnable``). A probe the job did not run (stopped,
     resized or given another batch) is not tried again. A probe that ran less than
     ``BATCH_PROBE_WAIT_S`` with no progress yet is not judged: True, it stays open
     (``rec["probe"]``) where the policy's grant ``g`` keeps its GPU count; otherwise it
@@ -795,13 +796,18 @@ def _pinned_batch(rec: dict | None) -> int | None:
     return int(other["from_batch"])
 
 
-def _runnable(g: Grant, rec: dict | None) -> Grant:
-    """``g`` back at the batch of the job's batch probe where that probe made no progress
-    and the grant asks for that batch or more."""
+def _runnable(g: Grant, rec: dict | None, job: Any) -> Grant:
+    """``g`` back at the per-GPU batch the job's batch probe started from where that probe
+    made no progress and the grant asks for its per-GPU batch or more (what did not fit
+    is a GPU's share: on more GPUs the same global batch may), not below ``min_batch``."""
     other = rec.get("other_batch") if rec else None
-    if other and other.get("runnable") is False and g.global_batch >= other["batch"]:
-        return replace(g, global_batch=int(other["from_batch"]))
-    return g
+    if not other or other.get("runnable") is not False:
+        return g
+    n = max(int(other["n_gpus"]), 1)
+    if g.global_batch * n < int(other["batch"]) * g.n_gpus:
+        return g
+    b = max(int(other["from_batch"]) * g.n_gpus // n, job.min_batch or 1)
+    return replace(g, global_batch=b)
 
 
 def _measured(

@@ -105,7 +105,7 @@ def test_a_probe_that_would_pass_the_bound_is_not_run_and_says_why(probe_on, mon
     assert other["reason"] == "it would exceed the exploration budget"
 
 
-def _probing(done_iters: float, *, at_batch: int = 128, now: float = 900.0):
+def _probing(done_iters: float, *, at_batch: int = 128, now: float = 900.0, **kw):
     """A job that explored 400 W and 200 W at batch 64 and was given its batch probe at 128
     at 600 s; the round at ``now`` (900 s), with ``done_iters`` done since."""
     cluster = make_cluster(nodes_per_switch=1)
@@ -120,7 +120,7 @@ def _probing(done_iters: float, *, at_batch: int = 128, now: float = 900.0):
                     "runnable": None, "reason": "", "done_iters": 3000.0}  # fmt: skip
     obs = [Observation(1, 1, 64.0, 0.1, 300.0, power_limit_w=w) for w in (400.0, 200.0)]
     j = replace(
-        _tunable(),
+        _tunable(**kw),
         allocation=Allocation((cluster.gpus[0].gpu_id,), at_batch, power_limit_w=400.0),
         started_s=0.0,
         done_iters=done_iters,
@@ -203,3 +203,29 @@ def test_a_young_probe_the_policy_resized_is_closed_not_kept(probe_on):
     other = records["j1"]["other_batch"]
     assert other["runnable"] is None and other["cost_s"] == other["seconds"] == 20.0
     assert other["reason"] == "the probe ended before it could show progress"
+
+
+@pytest.mark.parametrize(
+    ("n_gpus", "asked", "given"),
+    [
+        (1, 128, 64),  # the batch that made no progress: back to the one that ran
+        (1, 256, 64),
+        (4, 256, 256),  # 64 a GPU, as the job ran on one: kept
+        (2, 256, 128),  # 128 a GPU, as the probe that stalled: 64 a GPU instead
+        (4, 512, 256),
+    ],
+)
+def test_the_mark_of_a_stalled_probe_holds_per_gpu(probe_on, n_gpus, asked, given):
+    # given a probe at 128 on one GPU that made no progress (the batch did not fit a GPU)
+    ctx = _probing(3000.0, max_batch=512, max_gpus=4)
+    _, records = explore_round(
+        ctx, PolicyDecision((Grant("j1", 1, 128, "A100"),), {}), explores=True
+    )
+    assert records["j1"]["other_batch"]["runnable"] is False
+    done = {**records["j1"], "status": DONE}
+    ctx2 = replace(ctx, snapshot=replace(ctx.snapshot, exploration={"j1": done}))
+    # when the policy later gives the job more GPUs (or the same) at some batch
+    grant = Grant("j1", n_gpus, asked, "A100", power_limit_w=300.0)
+    decision, _ = explore_round(ctx2, PolicyDecision((grant,), {}), explores=True)
+    # then what is held back is the per-GPU batch that stalled, not the global one
+    assert decision.grants[0].global_batch == given
