@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -114,14 +114,26 @@ def submit_job(
     # collision); checked here, a racing duplicate would read as the client's bad input.
     job.full_clean(exclude=["idempotency_key", "request_digest"])
     with transaction.atomic():
-        # The team's row locked (as a team's delete and budget edits lock it) and read
-        # again: a submit beside the team's delete waited on the insert's foreign key
-        # check and then failed it, a 500 (a live probe). Now the job is queued before
-        # the delete looks for jobs (which then refuses), or refused here.
-        if not Team.objects.select_for_update(no_key=True).filter(pk=team.pk).exists():
+        # The team's row locked and read again: a submit beside the team's delete waited on
+        # the insert's foreign key check and then failed it, a 500 (a live probe). Now the
+        # job is queued before the delete looks for jobs (which then refuses), or refused
+        # here. FOR KEY SHARE, what the foreign key itself takes: it waits on a delete (and
+        # a budget edit's FOR UPDATE), not on the round's budget alerts (FOR NO KEY UPDATE)
+        # nor on another submit to the team.
+        if not _team_kept(team.pk):
             raise ValidationError({"team": [f"Team {team.slug} no longer exists."]})
         job.save()
     return job
+
+
+def _team_kept(team_pk: int) -> bool:
+    """Whether the team is there, its row held FOR KEY SHARE to the transaction's end (it
+    cannot be deleted meanwhile)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {Team._meta.db_table} WHERE id = %s FOR KEY SHARE", [team_pk]
+        )
+        return cursor.fetchone() is not None
 
 
 class IdempotencyKeyReused(Exception):

@@ -124,3 +124,50 @@ def test_a_job_submitted_while_its_team_is_deleted_is_a_400_naming_the_team(
     assert response.status_code == 400, response.content
     assert "no longer exists" in response.json()["team"][0]
     assert not Job.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_submit_does_not_wait_on_a_round_holding_its_team_for_budget_alerts(
+    api_client, member, team
+):
+    # The round's budget alerts hold a team's row FOR NO KEY UPDATE
+    # (scheduling.budget_alerts) while they are sent; a submit needs only that the team
+    # stays (what the job's foreign key takes, FOR KEY SHARE), so it must not queue behind
+    # them. It locked the team FOR NO KEY UPDATE itself and waited out the round.
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    from cluster.models import Team
+
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_for_alerts():
+        try:
+            with transaction.atomic():
+                list(Team.objects.select_for_update(no_key=True).filter(pk=team.pk))
+                locked.set()
+                release.wait(timeout=10)
+        finally:
+            connection.close()
+
+    holding = threading.Thread(target=hold_for_alerts)
+    holding.start()
+    assert locked.wait(timeout=10)
+    client = api_client(member)
+    try:
+        started = time.monotonic()
+        response = client.post(
+            "/api/jobs/",
+            {"name": "during-a-round", "team": team.slug, "workload": "resnet50",
+             "global_batch_size": 128, "total_iterations": 100},
+            format="json",
+        )  # fmt: skip
+        waited = time.monotonic() - started
+    finally:
+        release.set()
+        holding.join(timeout=10)
+    assert response.status_code == 201, response.content
+    assert waited < 5.0, f"the submit waited {waited:.1f} s on the round's lock"
+    assert Job.objects.filter(name="during-a-round", team=team).exists()
