@@ -119,10 +119,6 @@ class _EditedUnderLock:
             return None  # deleted meanwhile: the admin's "does not exist" page
 
 
-def _lock_team(team: Team) -> Team:
-    return Team.objects.select_for_update().get(pk=team.pk)
-
-
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 1
@@ -160,7 +156,7 @@ class _AuditedDelete:
 
 @admin.register(Team)
 class TeamAdmin(_EditedUnderLock, _AuditedEdits, _AuditedDelete, admin.ModelAdmin):
-    lock = staticmethod(_lock_team)  # (as its delete and the API's edit lock it)
+    lock = staticmethod(services.lock_team)  # (as its delete and the API's edit lock it)
     # a team whose jobs or energy records name it is not deleted
     delete_service = staticmethod(services.delete_team)
     history = staticmethod(services.team_history)

@@ -516,6 +516,12 @@ def node_history(node: Node, gpus: Iterable[Gpu] | None = None) -> str | None:
     return "job events" if node.job_events.exists() else None
 
 
+def lock_team(team: Team) -> Team:
+    """``team`` read again under its row lock (FOR UPDATE: a delete, a budget edit and an
+    edit of the team take it). Raises ``Team.DoesNotExist`` if it is gone."""
+    return Team.objects.select_for_update().get(pk=team.pk)
+
+
 def lock_gpu(gpu: Gpu) -> Gpu:
     """``gpu`` read under lock, its node's row locked first: the order of registration
     (``telemetry.services.register_gpus``) and of the rounds (nodes, then GPUs). Locked in
@@ -816,7 +822,7 @@ def delete_team(team: Team, *, actor, at: datetime | None = None) -> None:
     the audit log, in one transaction. Raises ``TeamInUse`` otherwise: those records stay
     attributed to it."""
     with transaction.atomic():
-        locked = Team.objects.select_for_update().get(pk=team.pk)
+        locked = lock_team(team)
         what = team_history(locked)
         if what:
             raise TeamInUse(

@@ -201,9 +201,10 @@ class TeamViewSet(viewsets.ModelViewSet):
             # takes it: the edit saves the whole row, and two edits of one team (its name,
             # its slug) each wrote back the field the other changed, both 200 (a live
             # probe), and an edit beside a delete inserted the team again.
-            team = Team.objects.select_for_update().filter(pk=team.pk).first()
-            if team is None:
-                raise Http404
+            try:
+                team = services.lock_team(team)
+            except Team.DoesNotExist:
+                raise Http404 from None
         return team
 
     def perform_destroy(self, instance):
