@@ -100,8 +100,7 @@ class _EditedUnderLock:
     runs ``changeform_view`` in one transaction), as the API's edits do: the page saves the
     whole row, and one read before a retire committed wrote ``retired_at`` back to empty,
     or an edit beside a delete inserted the object again (fifth live probe).
-    (What the form itself posts is what the page showed: a change another writer made to a
-    field on the form while the page was open is still written over.)"""
+    What the form posts is checked against the locked row by ``_RefusesStaleEdits``."""
 
     lock: Callable
 
@@ -117,6 +116,92 @@ class _EditedUnderLock:
             return self.lock(obj)
         except ObjectDoesNotExist:
             return None  # deleted meanwhile: the admin's "does not exist" page
+
+
+def _shown(value) -> str:
+    """A stored value as a refusal names it."""
+    return "empty" if value in (None, "") else str(value)
+
+
+class _SeenValuesForm(forms.BaseForm):
+    """A change page's form that carries the values it showed (each field's hidden
+    ``initial-`` input: Django's ``show_hidden_initial``), so what the admin changed is what
+    differs from them, not from the row as stored at the save. Under the page's row lock
+    (``_EditedUnderLock``) ``clean`` refuses a field the admin changed that another writer
+    (the API, an agent, a round, another admin) changed too since the page was rendered,
+    naming it; the row stays as it is. A field the admin left as shown is not written
+    (``_post_clean``): the other writer's change to it stays. The page posted every field
+    as it showed it, and the save wrote each back over whatever was stored meanwhile.
+    A post without a field's shown value (a script's) compares that field with the row
+    as stored, as before."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, field in self.fields.items():
+            if field.disabled:
+                continue
+            if self.is_bound and field.hidden_widget().value_omitted_from_data(
+                self.data, self.files, self.add_initial_prefix(name)
+            ):
+                continue
+            field.show_hidden_initial = True
+
+    def _changed_meanwhile(self) -> list[str]:
+        """The fields the admin changed whose stored value is no longer what the page
+        showed, nor what the admin chose."""
+        stale = []
+        for name in self.changed_data:
+            field, bound = self.fields[name], self[name]
+            if not field.show_hidden_initial:
+                continue
+            shown = self._widget_data_value(field.hidden_widget(), bound.html_initial_name)
+            # ``bound.initial``: the row as read under its lock (the form's instance)
+            if field.has_changed(bound.initial, shown) and field.has_changed(
+                bound.initial, bound.data
+            ):
+                stale.append(name)
+        return stale
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.instance.pk is None:
+            return cleaned
+        stale = self._changed_meanwhile()
+        for name in stale:
+            self.add_error(
+                name,
+                "Changed by someone else since this page was opened (now: "
+                f"{_shown(getattr(self.instance, name, None))}).",
+            )
+        if stale:
+            labels = ", ".join(str(self.fields[n].label or n) for n in stale)
+            raise forms.ValidationError(
+                f"Someone changed {labels} since you opened this page; nothing was saved. "
+                "Reload the page to see the change, then edit again.",
+                code="stale",
+            )
+        return cleaned
+
+    def _post_clean(self):
+        # A field left as the page showed it keeps the row's value (the form's instance is
+        # the locked row): Django puts every cleaned value on the instance here.
+        if self.instance.pk is not None:
+            for name in [n for n in self.cleaned_data if n not in self.changed_data]:
+                if self.fields[name].show_hidden_initial:
+                    del self.cleaned_data[name]
+        super()._post_clean()
+
+
+class _RefusesStaleEdits:
+    """The change page's form carries what it showed and refuses a stale edit
+    (``_SeenValuesForm``); with ``_EditedUnderLock`` before it, checked under the row's
+    lock."""
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if obj is None:
+            return form
+        return type(form)(form.__name__, (_SeenValuesForm, form), {})
 
 
 class MembershipInline(admin.TabularInline):
@@ -155,7 +240,9 @@ class _AuditedDelete:
 
 
 @admin.register(Team)
-class TeamAdmin(_EditedUnderLock, _AuditedEdits, _AuditedDelete, admin.ModelAdmin):
+class TeamAdmin(
+    _EditedUnderLock, _RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin
+):
     lock = staticmethod(services.lock_team)  # (as its delete and the API's edit lock it)
     # a team whose jobs or energy records name it is not deleted
     delete_service = staticmethod(services.delete_team)
@@ -169,7 +256,8 @@ class TeamAdmin(_EditedUnderLock, _AuditedEdits, _AuditedDelete, admin.ModelAdmi
 
 
 @admin.register(Membership)
-class MembershipAdmin(_AuditedEdits, admin.ModelAdmin):
+class MembershipAdmin(_EditedUnderLock, _RefusesStaleEdits, _AuditedEdits, admin.ModelAdmin):
+    lock = staticmethod(lambda m: Membership.objects.select_for_update().get(pk=m.pk))
     list_display = ["user", "team", "role"]
     list_filter = ["role", "team"]
     search_fields = ["user__username", "team__name"]
@@ -246,7 +334,12 @@ class GpuInline(admin.TabularInline):
 
 
 @admin.register(Node)
-class NodeAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
+class NodeAdmin(
+    _EditedUnderLock, _RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin
+):
+    # (FOR NO KEY UPDATE, as its GPU rows' check takes it: ``GpuInlineFormSet``; taken
+    # first, before its GPUs', as a GPU edit, a retire and a registration take them)
+    lock = staticmethod(lambda node: Node.objects.select_for_update(no_key=True).get(pk=node.pk))
     delete_service = staticmethod(services.delete_node)
     history = staticmethod(services.node_history)
 
@@ -286,7 +379,9 @@ class NodeAdmin(_AuditedEdits, _AuditedDelete, admin.ModelAdmin):
 
 
 @admin.register(Gpu)
-class GpuAdmin(_EditedUnderLock, _AuditedEdits, _AuditedDelete, admin.ModelAdmin):
+class GpuAdmin(
+    _EditedUnderLock, _RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin
+):
     lock = staticmethod(services.lock_gpu)  # its node's row first, as a retire locks them
     delete_service = staticmethod(services.delete_gpu)
     history = staticmethod(services.gpu_history)
@@ -396,7 +491,8 @@ class JobAdminForm(forms.ModelForm):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(_EditedUnderLock, _RefusesStaleEdits, admin.ModelAdmin):
+    lock = staticmethod(lambda job: Job.objects.select_for_update(no_key=True).get(pk=job.pk))
     form = JobAdminForm
     list_display = [
         "id",
@@ -524,7 +620,8 @@ class JobAllocationAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Budget)
-class BudgetAdmin(admin.ModelAdmin):
+class BudgetAdmin(_EditedUnderLock, _RefusesStaleEdits, admin.ModelAdmin):
+    lock = staticmethod(services.lock_budget)  # its team's row first, as an edit locks them
     list_display = [
         "team",
         "period_start",
@@ -540,8 +637,8 @@ class BudgetAdmin(admin.ModelAdmin):
     # Budget changes made here go through the same audited services as the API and pages.
     def save_model(self, request, obj, form, change):
         changes = None
-        # Only what the form changed, onto the row as stored (the admin's form compares with
-        # the row as read at the save, so a change made while it was open is not detected).
+        # Only what the form changed, onto the row as stored (the form refused a change to
+        # a field someone changed since the page was opened: ``_RefusesStaleEdits``).
         if change:
             columns = {f.name for f in Budget._meta.concrete_fields}
             changes = {f: getattr(obj, f) for f in form.changed_data if f in columns}

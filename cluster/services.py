@@ -858,6 +858,15 @@ def _locked_with_its_team(pk) -> Budget | None:
     raise BudgetGone(pk)  # moved three times in a row: treat as gone, the caller retries
 
 
+def lock_budget(budget: Budget) -> Budget:
+    """``budget`` read again under its row lock, its team's row locked first (as an edit
+    and a delete lock them). Raises ``Budget.DoesNotExist`` if it is gone."""
+    stored = _locked_with_its_team(budget.pk)
+    if stored is None:
+        raise Budget.DoesNotExist(f"Budget #{budget.pk} no longer exists.")
+    return stored
+
+
 class BudgetGone(Exception):
     """The budget was deleted by another writer first (the views answer 404)."""
 

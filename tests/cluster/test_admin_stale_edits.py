@@ -1,0 +1,233 @@
+"""A change page of the admin posts every field as it showed it: a change another writer
+(the API, an agent, a round, another admin) made to a field on the form while the page was
+open was written back over. The page now carries what it showed (each field's hidden
+``initial-`` value) and its save, under the row's lock, refuses a field it changed that
+was changed meanwhile, naming it, and leaves the other writer's changes to the fields it
+did not change (``cluster.admin._RefusesStaleEdits``)."""
+
+from datetime import timedelta
+from html.parser import HTMLParser
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from cluster.models import Budget, Gpu, Job, Membership, Node, Team
+
+
+class _FormValues(HTMLParser):
+    """What a browser posts for the page's change form (``<form id="<model>_form">``)."""
+
+    def __init__(self, form_id: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.form_id, self.inside, self.values = form_id, False, []
+        self.select: str | None = None
+        self.first_option: str | None = None
+        self.selected = False
+        self.textarea: str | None = None
+        self.text = ""
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "form":
+            self.inside = attrs.get("id") == self.form_id
+        if not self.inside:
+            return
+        name = attrs.get("name")
+        if tag == "input" and name:
+            kind = attrs.get("type", "text")
+            if kind in ("submit", "button", "image", "file", "reset"):
+                return
+            if kind in ("checkbox", "radio") and "checked" not in attrs:
+                return
+            self.values.append((name, attrs.get("value") or ("on" if kind == "checkbox" else "")))
+        elif tag == "select" and name:
+            self.select, self.first_option, self.selected = name, None, False
+        elif tag == "option" and self.select:
+            value = attrs.get("value") or ""
+            if self.first_option is None:
+                self.first_option = value
+            if "selected" in attrs:
+                self.values.append((self.select, value))
+                self.selected = True
+        elif tag == "textarea" and name:
+            self.textarea, self.text = name, ""
+
+    def handle_data(self, data):
+        if self.textarea:
+            self.text += data
+
+    def handle_endtag(self, tag):
+        if tag == "form":
+            self.inside = False
+        elif tag == "select" and self.select:
+            if not self.selected and self.first_option is not None:
+                self.values.append((self.select, self.first_option))
+            self.select = None
+        elif tag == "textarea" and self.textarea:
+            self.values.append((self.textarea, self.text.removeprefix("\n")))
+            self.textarea = None
+
+
+class _Session:
+    """An admin with the object's change page open in a browser."""
+
+    def __init__(self, user, obj) -> None:
+        self.client = Client()
+        self.client.force_login(user)
+        meta = obj._meta
+        self.url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
+        page = self.client.get(self.url)
+        assert page.status_code == 200
+        parser = _FormValues(f"{meta.model_name}_form")
+        parser.feed(page.content.decode())
+        self.values = parser.values
+
+    def save(self, **changes):
+        """The page posted with ``changes`` typed into it."""
+        data: dict[str, list[str]] = {}
+        for name, value in self.values:
+            data.setdefault(name, []).append(value)
+        for name, value in changes.items():
+            assert name in data, name
+            data[name] = [value]
+        return self.client.post(self.url, data)
+
+
+def _team(admin_user, make_node, make_job):
+    return Team.objects.create(name="Stale Vision", slug="stale-vision")
+
+
+def _node(admin_user, make_node, make_job):
+    return make_node("node-01", gpus=1)
+
+
+def _gpu(admin_user, make_node, make_job):
+    return make_node("node-01", gpus=1).gpus.get()
+
+
+def _job(admin_user, make_node, make_job):
+    team = Team.objects.create(name="Stale Vision", slug="stale-vision")
+    Membership.objects.create(user=admin_user, team=team)
+    return make_job(owner=admin_user, team=team)
+
+
+def _membership(admin_user, make_node, make_job):
+    team = Team.objects.create(name="Stale Vision", slug="stale-vision")
+    for slug in ("stale-a", "stale-b"):
+        Team.objects.create(name=slug, slug=slug)
+    return Membership.objects.create(user=admin_user, team=team)
+
+
+def _team_pk(slug: str):
+    return lambda: str(Team.objects.get(slug=slug).pk)
+
+
+def _budget(admin_user, make_node, make_job):
+    now = timezone.now().replace(microsecond=0)
+    return Budget.objects.create(
+        team=Team.objects.create(name="Stale Vision", slug="stale-vision"),
+        period_start=now - timedelta(days=1),
+        period_end=now + timedelta(days=1),
+        energy_limit_kwh=100.0,
+        carbon_limit_kg=50.0,
+    )
+
+
+# (the object, the field both admins change and its two values, the other field, its value,
+# and how the stored values read)
+CASES = {
+    "team": (_team, "name", "Stale A", "Stale B", "slug", "stale-2", str),
+    "node": (_node, "rack_label", "rack-7", "rack-8", "switch_label", "switch-9", str),
+    "gpu": (_gpu, "power_limit_w", "300", "250", "sm_clock_mhz", "1200", str),
+    "job": (_job, "name", "first", "second", "priority", "5", str),
+    "membership": (
+        _membership,
+        "team_id",
+        _team_pk("stale-a"),
+        _team_pk("stale-b"),
+        "role",
+        "lead",
+        str,
+    ),
+    "budget": (_budget, "energy_limit_kwh", "150", "175", "carbon_limit_kg", "70", float),
+}
+MODELS = {"team": Team, "node": Node, "gpu": Gpu, "job": Job, "membership": Membership}
+MODELS["budget"] = Budget
+
+
+def _stored(kind, obj, field, read):
+    return read(getattr(MODELS[kind].objects.get(pk=obj.pk), field))
+
+
+def _form_name(field: str) -> str:
+    return field.removesuffix("_id")
+
+
+def _value(value) -> str:
+    return value() if callable(value) else value
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", list(CASES))
+def test_a_save_of_a_field_changed_since_the_page_opened_is_refused(
+    kind, admin_user, make_node, make_job
+):
+    make, field, first, second, _, _, read = CASES[kind]
+    obj = make(admin_user, make_node, make_job)
+    first, second, name = _value(first), _value(second), _form_name(field)
+    one, two = _Session(admin_user, obj), _Session(admin_user, obj)
+
+    assert one.save(**{name: first}).status_code == 302
+    refused = two.save(**{name: second})
+
+    assert refused.status_code == 200  # the page again, with the refusal
+    errors = refused.context["adminform"].form.errors
+    assert "nothing was saved" in str(errors["__all__"])
+    label = str(refused.context["adminform"].form.fields[name].label)
+    assert label in str(errors["__all__"])  # names the field
+    assert name in errors
+    assert _stored(kind, obj, field, read) == read(first)  # was written over
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", list(CASES))
+def test_a_save_of_another_field_goes_through_and_keeps_the_change_made_meanwhile(
+    kind, admin_user, make_node, make_job
+):
+    make, field, first, _, other, value, read = CASES[kind]
+    obj = make(admin_user, make_node, make_job)
+    first = _value(first)
+    one, two = _Session(admin_user, obj), _Session(admin_user, obj)
+
+    assert one.save(**{_form_name(field): first}).status_code == 302
+    saved = two.save(**{other: value})
+
+    assert saved.status_code == 302, saved.context["adminform"].form.errors
+    assert _stored(kind, obj, field, read) == read(first)  # was written back to the old
+    assert _stored(kind, obj, other, read) == read(value)
+
+
+@pytest.mark.django_db
+def test_a_change_by_another_writer_than_the_admin_is_refused_too(admin_user, make_node):
+    # An agent's registration or the API's edit: the same refusal as another admin's save.
+    gpu = make_node("node-01", gpus=1).gpus.get()
+    page = _Session(admin_user, gpu)
+    Gpu.objects.filter(pk=gpu.pk).update(power_limit_w=280)
+
+    refused = page.save(power_limit_w="300")
+
+    assert refused.status_code == 200
+    assert "power limit" in str(refused.context["adminform"].form.errors["__all__"]).lower()
+    assert Gpu.objects.get(pk=gpu.pk).power_limit_w == 280
+
+
+@pytest.mark.django_db
+def test_the_same_change_made_meanwhile_is_no_conflict(admin_user, make_node):
+    node = make_node("node-01", gpus=1)
+    one, two = _Session(admin_user, node), _Session(admin_user, node)
+
+    assert one.save(rack_label="rack-7").status_code == 302
+    assert two.save(rack_label="rack-7").status_code == 302
+    assert Node.objects.get(pk=node.pk).rack_label == "rack-7"
