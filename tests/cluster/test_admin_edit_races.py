@@ -4,14 +4,14 @@ retire committed wrote ``retired_at`` back to empty; one beside a delete inserte
 object again (a fifth live probe: the API had the same race, fixed by ``services.lock_gpu``
 and ``TeamViewSet.get_object``)."""
 
-import threading
 import time
 
 import pytest
 from django.contrib.admin.sites import site
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import Client, RequestFactory
 from django.urls import reverse
+from support.races import Gate, in_thread, while_held
 
 from cluster.models import Gpu, Team
 from cluster.services import delete_team, retire_gpu
@@ -49,33 +49,8 @@ def _post_while(writer, user, url, data):
     it commits a second later, while the page's save waits on it. The answer."""
     client = Client()
     client.force_login(user)
-    locked, release, outcome = threading.Event(), threading.Event(), {}
-
-    def writing():
-        try:
-            with transaction.atomic():
-                writer()
-                locked.set()
-                release.wait(timeout=10)
-        finally:
-            connection.close()
-
-    def posting():
-        try:
-            outcome["response"] = client.post(url, data)
-        finally:
-            connection.close()
-
-    first = threading.Thread(target=writing)
-    first.start()
-    assert locked.wait(timeout=10)
-    second = threading.Thread(target=posting)
-    second.start()
-    time.sleep(1.0)  # the page's save reaches the row while the writer holds it
-    release.set()
-    first.join(timeout=10)
-    second.join(timeout=10)
-    return outcome["response"]
+    # (the page's save reaches the row while the writer holds it)
+    return while_held(writer, lambda: client.post(url, data))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -140,49 +115,33 @@ def test_a_node_page_changing_two_gpus_beside_a_gpu_edit_does_not_deadlock(
         }  # fmt: skip
         data.update({f"gpus-{i}-{name}": value for name, value in row.items()})
 
-    validated, go, outcome = threading.Event(), threading.Event(), {}
+    validated = Gate()
     save_model = NodeAdmin.save_model
 
     def save_after_the_edit_started(self, request, obj, form, change):
-        validated.set()  # the page's rows are checked (and locked), its node not saved yet
-        go.wait(timeout=10)
+        validated.pause()  # the page's rows are checked (and locked), its node not saved yet
         return save_model(self, request, obj, form, change)
 
     monkeypatch.setattr(NodeAdmin, "save_model", save_after_the_edit_started)
     client = Client()
     client.force_login(admin_user)
 
-    def posting():
-        try:
-            outcome["page"] = client.post(
-                reverse("admin:cluster_node_change", args=[node.pk]), data
-            )
-        except Exception as exc:  # noqa: BLE001 (the deadlock's victim, reported below)
-            outcome["page"] = exc
-        finally:
-            connection.close()
-
     def editing():
-        try:
-            with transaction.atomic():
-                gpu = lock_gpu(first)
-                gpu.sm_clock_mhz = None
-                gpu.save(update_fields=["sm_clock_mhz"])
-            outcome["edit"] = "saved"
-        except Exception as exc:  # noqa: BLE001
-            outcome["edit"] = exc
-        finally:
-            connection.close()
+        with transaction.atomic():
+            gpu = lock_gpu(first)
+            gpu.sm_clock_mhz = None
+            gpu.save(update_fields=["sm_clock_mhz"])
+        return "saved"
 
-    page = threading.Thread(target=posting)
-    page.start()
-    assert validated.wait(timeout=10)
-    edit = threading.Thread(target=editing)
-    edit.start()
+    # (an exception: the deadlock's victim, reported below)
+    page = in_thread(
+        lambda: client.post(reverse("admin:cluster_node_change", args=[node.pk]), data)
+    )
+    validated.wait_reached()
+    edit = in_thread(editing)
     time.sleep(0.5)  # the edit takes the node's lock (or waits for the page's), then the GPU's
-    go.set()
-    page.join(timeout=20)
-    edit.join(timeout=20)
+    validated.open()
+    outcome = {"page": page.outcome(timeout=20), "edit": edit.outcome(timeout=20)}
 
     assert outcome["edit"] == "saved", outcome["edit"]
     assert getattr(outcome["page"], "status_code", outcome["page"]) == 302

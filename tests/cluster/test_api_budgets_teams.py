@@ -444,47 +444,30 @@ def test_a_team_edit_beside_another_writer_loses_nothing(
     # A live probe raced two admins' PATCHes of one team, one its name and one its slug: in
     # most of 20 tries both answered 200 and one change was gone (each saved the whole row
     # it had read). Beside a delete, the edit's save inserted the team again.
-    import threading
-    import time
-
-    from django.db import connection
+    from support.races import Gate, beside_paused, in_thread
 
     from cluster.api.serializers import TeamSerializer
 
-    read, release, outcome = threading.Event(), threading.Event(), {}
+    read = Gate()
     validate = TeamSerializer.validate
 
     def validate_then_wait(self, attrs):
         if attrs.get("name") == "Renamed":
-            read.set()
-            release.wait(timeout=10)
+            read.pause()
         return validate(self, attrs)
 
     monkeypatch.setattr(TeamSerializer, "validate", validate_then_wait)
 
-    def run(key, send):
-        try:
-            outcome[key] = send()
-        finally:
-            connection.close()
-
     client = api_client(admin_user)
     url = f"/api/teams/{team.slug}/"
-    first = threading.Thread(
-        target=run, args=("name", lambda: client.patch(url, {"name": "Renamed"}, format="json"))
-    )
-    first.start()
-    assert read.wait(timeout=10)
+    first = in_thread(lambda: client.patch(url, {"name": "Renamed"}, format="json"))
     if other == "rename":
         second_send = lambda: api_client(admin_user).patch(url, {"slug": "moved"}, format="json")  # noqa: E731
     else:
         second_send = lambda: api_client(admin_user).delete(url)  # noqa: E731
-    second = threading.Thread(target=run, args=("other", second_send))
-    second.start()
-    time.sleep(1.0)  # the second writer commits now, or waits for the edit's lock
-    release.set()
-    first.join(timeout=10)
-    second.join(timeout=10)
+    # (the second writer commits meanwhile, or waits for the edit's lock)
+    named, other_answer = beside_paused(read, first, second_send)
+    outcome = {"name": named, "other": other_answer}
 
     assert outcome["name"].status_code == 200, outcome["name"].content
     if other == "rename":
@@ -500,39 +483,15 @@ def test_a_team_edit_beside_another_writer_loses_nothing(
 def test_a_team_deleted_twice_at_once_is_a_204_then_a_404(api_client, admin_user, team):
     # The second of two deletes of one team read it before the first committed, then its
     # lock (``services.delete_team``) found no row: Team.DoesNotExist, a 500.
-    import threading
-    import time
-
-    from django.db import connection, transaction
-
-    locked, release, outcome = threading.Event(), threading.Event(), {}
-
-    def first():
-        try:
-            with transaction.atomic():
-                services.delete_team(team, actor=None)
-                locked.set()
-                release.wait(timeout=10)
-        finally:
-            connection.close()
+    from support.races import while_held
 
     def second():
-        try:
-            client = api_client(admin_user)
-            client.raise_request_exception = False
-            outcome["response"] = client.delete(f"/api/teams/{team.slug}/")
-        finally:
-            connection.close()
+        client = api_client(admin_user)
+        client.raise_request_exception = False
+        return client.delete(f"/api/teams/{team.slug}/")
 
-    deleting = threading.Thread(target=first)
-    deleting.start()
-    assert locked.wait(timeout=10)
-    racing = threading.Thread(target=second)
-    racing.start()
-    time.sleep(1.0)  # the second delete waits on the team's lock
-    release.set()
-    deleting.join(timeout=10)
-    racing.join(timeout=10)
+    # (the second delete waits on the team's lock)
+    response = while_held(lambda: services.delete_team(team, actor=None), second)
 
-    assert outcome["response"].status_code == 404, outcome["response"].content
+    assert response.status_code == 404, response.content
     assert not Team.objects.filter(pk=team.pk).exists()

@@ -75,52 +75,25 @@ def test_a_job_submitted_while_its_team_is_deleted_is_a_400_naming_the_team(
     # A live probe raced POST /api/jobs/ with DELETE /api/teams/<slug>/ (a team with no
     # jobs yet): 15 of 15 submits were a 500, the insert's foreign key check waiting on the
     # delete's lock and then finding no team.
-    import threading
-    import time
-
-    from django.db import connection, transaction
+    from support.races import while_held
 
     from cluster.models import Team
 
-    locked, release = threading.Event(), threading.Event()
-
-    def delete_team_slowly():
-        try:
-            with transaction.atomic():
-                Team.objects.select_for_update().get(pk=team.pk)
-                locked.set()
-                release.wait(timeout=10)
-                Team.objects.filter(pk=team.pk).delete()
-        finally:
-            connection.close()
-
-    deleting = threading.Thread(target=delete_team_slowly)
-    deleting.start()
-    assert locked.wait(timeout=10)
     client = api_client(member)
     client.raise_request_exception = False
-    outcome = {}
 
-    def submit():
-        try:
-            outcome["response"] = client.post(
-                "/api/jobs/",
-                {"name": "late", "team": team.slug, "workload": "resnet50",
-                 "global_batch_size": 128, "total_iterations": 100},
-                format="json",
-                **({} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}),
-            )  # fmt: skip
-        finally:
-            connection.close()
-
-    submitting = threading.Thread(target=submit)
-    submitting.start()
-    time.sleep(1.0)  # the submit waits on the team's row
-    release.set()
-    deleting.join(timeout=10)
-    submitting.join(timeout=10)
-
-    response = outcome["response"]
+    # (the submit waits on the team's row, locked by its delete)
+    response = while_held(
+        lambda: Team.objects.select_for_update().get(pk=team.pk),
+        lambda: client.post(
+            "/api/jobs/",
+            {"name": "late", "team": team.slug, "workload": "resnet50",
+             "global_batch_size": 128, "total_iterations": 100},
+            format="json",
+            **({} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}),
+        ),
+        then=lambda: Team.objects.filter(pk=team.pk).delete(),
+    )  # fmt: skip
     assert response.status_code == 400, response.content
     assert "no longer exists" in response.json()["team"][0]
     assert not Job.objects.exists()
@@ -134,27 +107,13 @@ def test_a_submit_does_not_wait_on_a_round_holding_its_team_for_budget_alerts(
     # (scheduling.budget_alerts) while they are sent; a submit needs only that the team
     # stays (what the job's foreign key takes, FOR KEY SHARE), so it must not queue behind
     # them. It locked the team FOR NO KEY UPDATE itself and waited out the round.
-    import threading
     import time
 
-    from django.db import connection, transaction
+    from support.races import holding
 
     from cluster.models import Team
 
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_for_alerts():
-        try:
-            with transaction.atomic():
-                list(Team.objects.select_for_update(no_key=True).filter(pk=team.pk))
-                locked.set()
-                release.wait(timeout=10)
-        finally:
-            connection.close()
-
-    holding = threading.Thread(target=hold_for_alerts)
-    holding.start()
-    assert locked.wait(timeout=10)
+    alerts = holding(lambda: list(Team.objects.select_for_update(no_key=True).filter(pk=team.pk)))
     client = api_client(member)
     try:
         started = time.monotonic()
@@ -166,8 +125,7 @@ def test_a_submit_does_not_wait_on_a_round_holding_its_team_for_budget_alerts(
         )  # fmt: skip
         waited = time.monotonic() - started
     finally:
-        release.set()
-        holding.join(timeout=10)
+        alerts.release()
     assert response.status_code == 201, response.content
     assert waited < 5.0, f"the submit waited {waited:.1f} s on the round's lock"
     assert Job.objects.filter(name="during-a-round", team=team).exists()

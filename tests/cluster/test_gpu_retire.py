@@ -4,14 +4,12 @@ them with it (a probe's node delete took a team's budget usage from 9,600 J to 0
 that left its node is retired instead: it keeps its history, gives up its index and is no
 capacity; its node's agent can register the GPU that replaces it."""
 
-import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
+from support.races import Gate, beside_paused, in_thread, while_held
 
 from cluster.choices import AuditAction, JobState
 from cluster.models import AuditEntry, Gpu, Node, gpus_in_service
@@ -166,36 +164,14 @@ def test_a_round_placing_a_job_while_the_gpu_is_moved_is_seen_by_the_edit(
     job = make_job(owner=member, team=team, total_iterations=1000)
     transition_job(job, to=JobState.RUNNING, at=AT)
     client = api_client(admin_user)
-    placed, release, outcome = threading.Event(), threading.Event(), {}
 
-    def round_places_the_job():
-        try:
-            with transaction.atomic():
-                set_allocation(job, gpus=[gpu], batch_size=job.global_batch_size, at=AT)
-                placed.set()
-                release.wait(timeout=10)
-        finally:
-            connection.close()
-
-    def admin_moves_the_gpu():
-        try:
-            outcome["response"] = client.patch(
-                f"/api/gpus/{gpu.pk}/", {field: change(other), "index": 5}, format="json"
-            )
-        finally:
-            connection.close()
-
-    rounds = threading.Thread(target=round_places_the_job)
-    rounds.start()
-    assert placed.wait(timeout=10)
-    edit = threading.Thread(target=admin_moves_the_gpu)
-    edit.start()
-    time.sleep(1.0)  # the edit reaches its check while the round holds the GPU
-    release.set()
-    rounds.join(timeout=10)
-    edit.join(timeout=10)
-
-    response = outcome["response"]
+    # (the edit reaches its check while the round holds the GPU)
+    response = while_held(
+        lambda: set_allocation(job, gpus=[gpu], batch_size=job.global_batch_size, at=AT),
+        lambda: client.patch(
+            f"/api/gpus/{gpu.pk}/", {field: change(other), "index": 5}, format="json"
+        ),
+    )
     assert response.status_code == 400, response.content
     assert "runs a job now" in response.json()[field][0]
     stored = Gpu.objects.get(pk=gpu.pk)
@@ -503,27 +479,17 @@ def test_a_round_that_read_the_gpu_before_it_moved_does_not_place_a_job_on_it(
 
 def _edit_waiting_after_its_read(monkeypatch, serializer, send):
     """Run ``send()`` (an API edit) in a thread that stops after it has read the row
-    (in ``serializer.validate``) until released; returns (read, release, outcome, thread)."""
-    read, release, outcome = threading.Event(), threading.Event(), {}
+    (in ``serializer.validate``) until released; returns (the gate it waits at, the
+    thread)."""
+    read = Gate()
     validate = serializer.validate
 
     def validate_then_wait(self, attrs):
-        read.set()
-        release.wait(timeout=10)
+        read.pause()
         return validate(self, attrs)
 
     monkeypatch.setattr(serializer, "validate", validate_then_wait)
-
-    def run():
-        try:
-            outcome["response"] = send()
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    assert read.wait(timeout=10)
-    return release, outcome, thread
+    return read, in_thread(send)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -537,28 +503,18 @@ def test_a_power_limit_edit_beside_a_retire_keeps_the_gpu_retired(
 
     gpu = make_node("node-01", gpus=1).gpus.get()
     client = api_client(admin_user)
-    release, outcome, edit = _edit_waiting_after_its_read(
+    read, edit = _edit_waiting_after_its_read(
         monkeypatch,
         GpuSerializer,
         lambda: client.patch(f"/api/gpus/{gpu.pk}/", {"power_limit_w": 300}, format="json"),
     )
-    retired = {}
+    # (the retire commits meanwhile, or waits for the edit's lock)
+    edited, retired = beside_paused(
+        read, edit, lambda: api_client(admin_user).post(f"/api/gpus/{gpu.pk}/retire/")
+    )
 
-    def retire():
-        try:
-            retired["response"] = api_client(admin_user).post(f"/api/gpus/{gpu.pk}/retire/")
-        finally:
-            connection.close()
-
-    retiring = threading.Thread(target=retire)
-    retiring.start()
-    time.sleep(1.0)  # the retire commits now, or waits for the edit's lock
-    release.set()
-    edit.join(timeout=10)
-    retiring.join(timeout=10)
-
-    assert outcome["response"].status_code == 200, outcome["response"].content
-    assert retired["response"].status_code == 200, retired["response"].content
+    assert edited.status_code == 200, edited.content
+    assert retired.status_code == 200, retired.content
     stored = Gpu.objects.get(pk=gpu.pk)
     assert stored.retired_at is not None
     assert stored.power_limit_w == 300
@@ -573,50 +529,28 @@ def test_an_edit_of_a_gpu_deleted_meanwhile_does_not_bring_it_back(
 
     gpu = make_node("node-01", gpus=1).gpus.get()
     client = api_client(admin_user)
-    release, outcome, edit = _edit_waiting_after_its_read(
+    read, edit = _edit_waiting_after_its_read(
         monkeypatch,
         GpuSerializer,
         lambda: client.patch(f"/api/gpus/{gpu.pk}/", {"power_limit_w": 300}, format="json"),
     )
-    deleted = {}
+    edited, deleted = beside_paused(
+        read, edit, lambda: api_client(admin_user).delete(f"/api/gpus/{gpu.pk}/")
+    )
 
-    def delete():
-        try:
-            deleted["response"] = api_client(admin_user).delete(f"/api/gpus/{gpu.pk}/")
-        finally:
-            connection.close()
-
-    deleting = threading.Thread(target=delete)
-    deleting.start()
-    time.sleep(1.0)
-    release.set()
-    edit.join(timeout=10)
-    deleting.join(timeout=10)
-
-    assert deleted["response"].status_code == 204
-    assert outcome["response"].status_code in (200, 404)
+    assert deleted.status_code == 204
+    assert edited.status_code in (200, 404)
     assert not Gpu.objects.filter(pk=gpu.pk).exists()
 
 
-def _delete_node_when_released(node):
-    """A thread holding ``node``'s row lock (as ``delete_node`` does) until released, then
-    deleting it; returns (release, thread) once the lock is held."""
-    locked, release = threading.Event(), threading.Event()
-
-    def run():
-        try:
-            with transaction.atomic():
-                Node.objects.select_for_update().get(pk=node.pk)
-                locked.set()
-                release.wait(timeout=10)
-                Node.objects.filter(pk=node.pk).delete()
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    assert locked.wait(timeout=10)
-    return release, thread
+def _delete_node_while(node, call):
+    """``call()`` run in a thread while another transaction holds ``node``'s row lock (as
+    ``delete_node`` does), which deletes it a second later: what ``call`` returned."""
+    return while_held(
+        lambda: Node.objects.select_for_update().get(pk=node.pk),
+        call,
+        then=lambda: Node.objects.filter(pk=node.pk).delete(),
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -626,31 +560,20 @@ def test_a_gpu_added_while_its_node_is_deleted_is_a_400_naming_the_node(
     # A live probe raced POST /api/gpus/ with DELETE /api/nodes/<id>/: 4 of 12 were a 500,
     # the insert's foreign key check waiting on the delete's lock and then finding no node.
     node = make_node("node-09", gpus=0)
-    release, deleting = _delete_node_when_released(node)
     client = api_client(admin_user)
     client.raise_request_exception = False
-    outcome = {}
 
-    def add():
-        try:
-            outcome["response"] = client.post(
-                "/api/gpus/",
-                {"node": node.pk, "index": 0, "uuid": "GPU-late", "model": "A100",
-                 "memory_mb": 1, "default_power_limit_w": 400, "min_power_limit_w": 100,
-                 "max_power_limit_w": 400},
-                format="json",
-            )  # fmt: skip
-        finally:
-            connection.close()
+    response = _delete_node_while(
+        node,
+        lambda: client.post(
+            "/api/gpus/",
+            {"node": node.pk, "index": 0, "uuid": "GPU-late", "model": "A100",
+             "memory_mb": 1, "default_power_limit_w": 400, "min_power_limit_w": 100,
+             "max_power_limit_w": 400},
+            format="json",
+        ),
+    )  # fmt: skip
 
-    adding = threading.Thread(target=add)
-    adding.start()
-    time.sleep(1.0)
-    release.set()
-    deleting.join(timeout=10)
-    adding.join(timeout=10)
-
-    response = outcome["response"]
     assert response.status_code == 400, response.content
     assert "no longer exists" in response.json()["node"][0]
     assert not Gpu.objects.filter(uuid="GPU-late").exists()
@@ -665,28 +588,15 @@ def test_a_gpu_deleted_or_retired_while_its_node_is_deleted_is_a_404(
     # (Gpu.DoesNotExist from the GPU's lock, taken after the node's).
     node = make_node("node-09", gpus=1)
     gpu = node.gpus.get()
-    release, deleting = _delete_node_when_released(node)
     client = api_client(admin_user)
     client.raise_request_exception = False
-    outcome = {}
+    url = f"/api/gpus/{gpu.pk}/"
 
-    def act():
-        try:
-            url = f"/api/gpus/{gpu.pk}/"
-            outcome["response"] = (
-                client.delete(url) if action == "delete" else client.post(url + "retire/")
-            )
-        finally:
-            connection.close()
+    response = _delete_node_while(
+        node, lambda: client.delete(url) if action == "delete" else client.post(url + "retire/")
+    )
 
-    acting = threading.Thread(target=act)
-    acting.start()
-    time.sleep(1.0)
-    release.set()
-    deleting.join(timeout=10)
-    acting.join(timeout=10)
-
-    assert outcome["response"].status_code == 404, outcome["response"].content
+    assert response.status_code == 404, response.content
     assert not Gpu.objects.filter(pk=gpu.pk).exists()
 
 
@@ -696,23 +606,10 @@ def test_a_node_deleted_twice_at_once_is_a_204_then_a_404(api_client, admin_user
     # lock found no row: Node.DoesNotExist, a 500 (as the GPU's delete beside its node's
     # was, ``GpuViewSet.perform_destroy``).
     node = make_node("node-09", gpus=1)
-    release, deleting = _delete_node_when_released(node)
     client = api_client(admin_user)
     client.raise_request_exception = False
-    outcome = {}
 
-    def act():
-        try:
-            outcome["response"] = client.delete(f"/api/nodes/{node.pk}/")
-        finally:
-            connection.close()
+    response = _delete_node_while(node, lambda: client.delete(f"/api/nodes/{node.pk}/"))
 
-    acting = threading.Thread(target=act)
-    acting.start()
-    time.sleep(1.0)
-    release.set()
-    deleting.join(timeout=10)
-    acting.join(timeout=10)
-
-    assert outcome["response"].status_code == 404, outcome["response"].content
+    assert response.status_code == 404, response.content
     assert not Node.objects.filter(pk=node.pk).exists()

@@ -12,8 +12,8 @@ Three connections on the real PostgreSQL: the round is paused after its first lo
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from connection_threads import in_another_connection
 from django.db import transaction
+from support.races import in_another_connection
 
 from cluster import services as cluster_services
 from cluster.models import Budget

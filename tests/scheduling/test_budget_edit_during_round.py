@@ -10,7 +10,7 @@ its own while the round is paused at a chosen stage."""
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from connection_threads import in_another_connection
+from support.races import in_another_connection
 
 from cluster import services as cluster_services
 from cluster.choices import HardLimitAction, JobState, Role

@@ -606,45 +606,17 @@ def test_a_registration_beside_its_nodes_delete_is_a_401_not_a_500(make_node, ag
     # A live probe raced an agent's registration with DELETE /api/nodes/<id>/: 5 of 12 were
     # a 500, the new GPUs' foreign key failing at the commit, the node deleted meanwhile.
     # Its token went with the node: the agent hears what its next request would, a 401.
-    import threading
-    import time
-
-    from django.db import connection, transaction
+    from support.races import while_held
 
     node = make_node("node-09", gpus=0)
     client = agent_client(node.issue_agent_token())
     client.raise_request_exception = False
-    locked, release, outcome = threading.Event(), threading.Event(), {}
 
-    def delete_node_slowly():
-        try:
-            with transaction.atomic():
-                Node.objects.select_for_update().get(pk=node.pk)
-                locked.set()
-                release.wait(timeout=10)
-                Node.objects.filter(pk=node.pk).delete()
-        finally:
-            connection.close()
-
-    def register():
-        try:
-            outcome["response"] = client.post(
-                "/api/agent/register/", {"gpus": [_gpu("GPU-late", 0)]}, format="json"
-            )
-        finally:
-            connection.close()
-
-    deleting = threading.Thread(target=delete_node_slowly)
-    deleting.start()
-    assert locked.wait(timeout=10)
-    registering = threading.Thread(target=register)
-    registering.start()
-    time.sleep(1.0)
-    release.set()
-    deleting.join(timeout=10)
-    registering.join(timeout=10)
-
-    response = outcome["response"]
+    response = while_held(
+        lambda: Node.objects.select_for_update().get(pk=node.pk),
+        lambda: client.post("/api/agent/register/", {"gpus": [_gpu("GPU-late", 0)]}, format="json"),
+        then=lambda: Node.objects.filter(pk=node.pk).delete(),
+    )
     assert response.status_code == 401, response.content
     assert "deleted" in response.json()["detail"]
     assert not Gpu.objects.filter(uuid="GPU-late").exists()

@@ -249,42 +249,14 @@ def test_a_sample_with_only_its_required_readings_is_stored_with_the_rest_null(
 def _post_while_deleting(token, batch, delete):
     """``batch`` posted while ``delete`` (a delete in its own transaction) holds its locks;
     the delete commits a second later, while the batch's insert waits on it. The answer."""
-    import threading
-    import time
-
-    from django.db import connection, transaction
     from rest_framework.test import APIClient
+    from support.races import while_held
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     client.raise_request_exception = False
-    locked, release, outcome = threading.Event(), threading.Event(), {}
-
-    def deleting():
-        try:
-            with transaction.atomic():
-                delete()
-                locked.set()
-                release.wait(timeout=10)
-        finally:
-            connection.close()
-
-    def posting():
-        try:
-            outcome["response"] = client.post(URL, batch, format="json")
-        finally:
-            connection.close()
-
-    deleter = threading.Thread(target=deleting)
-    deleter.start()
-    assert locked.wait(timeout=10)
-    poster = threading.Thread(target=posting)
-    poster.start()
-    time.sleep(1.0)  # the batch's insert reaches the deleted GPU's row and waits on it
-    release.set()
-    deleter.join(timeout=10)
-    poster.join(timeout=10)
-    return outcome["response"]
+    # (the batch's insert reaches the deleted GPU's row and waits on it)
+    return while_held(delete, lambda: client.post(URL, batch, format="json"))
 
 
 @pytest.mark.django_db(transaction=True)
