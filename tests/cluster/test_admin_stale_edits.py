@@ -169,18 +169,24 @@ def _value(value) -> str:
     return value() if callable(value) else value
 
 
-@pytest.mark.django_db
-@pytest.mark.parametrize("kind", list(CASES))
-def test_a_save_of_a_field_changed_since_the_page_opened_is_refused(
-    kind, admin_user, make_node, make_job
-):
-    make, field, first, second, _, _, read = CASES[kind]
+@pytest.fixture(params=list(CASES))
+def opened_twice(request, db, admin_user, make_node, make_job):
+    """An object of each kind whose change page two admins opened, the first of whom has
+    saved its change: (the kind, the object, the second admin's page)."""
+    kind = request.param
+    make, field, first, *_ = CASES[kind]
     obj = make(admin_user, make_node, make_job)
-    first, second, name = _value(first), _value(second), _form_name(field)
     one, two = _Session(admin_user, obj), _Session(admin_user, obj)
+    assert one.save(**{_form_name(field): _value(first)}).status_code == 302
+    return kind, obj, two
 
-    assert one.save(**{name: first}).status_code == 302
-    refused = two.save(**{name: second})
+
+def test_a_save_of_a_field_changed_since_the_page_opened_is_refused(opened_twice):
+    kind, obj, two = opened_twice
+    _, field, first, second, _, _, read = CASES[kind]
+    name = _form_name(field)
+
+    refused = two.save(**{name: _value(second)})
 
     assert refused.status_code == 200  # the page again, with the refusal
     errors = refused.context["adminform"].form.errors
@@ -188,24 +194,17 @@ def test_a_save_of_a_field_changed_since_the_page_opened_is_refused(
     label = str(refused.context["adminform"].form.fields[name].label)
     assert label in str(errors["__all__"])  # names the field
     assert name in errors
-    assert _stored(kind, obj, field, read) == read(first)  # was written over
+    assert _stored(kind, obj, field, read) == read(_value(first))  # was written over
 
 
-@pytest.mark.django_db
-@pytest.mark.parametrize("kind", list(CASES))
-def test_a_save_of_another_field_goes_through_and_keeps_the_change_made_meanwhile(
-    kind, admin_user, make_node, make_job
-):
-    make, field, first, _, other, value, read = CASES[kind]
-    obj = make(admin_user, make_node, make_job)
-    first = _value(first)
-    one, two = _Session(admin_user, obj), _Session(admin_user, obj)
+def test_a_save_of_another_field_goes_through_and_keeps_the_change_made_meanwhile(opened_twice):
+    kind, obj, two = opened_twice
+    _, field, first, _, other, value, read = CASES[kind]
 
-    assert one.save(**{_form_name(field): first}).status_code == 302
     saved = two.save(**{other: value})
 
     assert saved.status_code == 302, saved.context["adminform"].form.errors
-    assert _stored(kind, obj, field, read) == read(first)  # was written back to the old
+    assert _stored(kind, obj, field, read) == read(_value(first))  # was written back
     assert _stored(kind, obj, other, read) == read(value)
 
 
