@@ -9,6 +9,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import models as db_models
 from django.db import transaction
+from django.forms.boundfield import BoundField
 from django.http import Http404
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -123,6 +124,27 @@ def _shown(value) -> str:
     return "empty" if value in (None, "") else str(value)
 
 
+class _SeenBoundField(BoundField):
+    """A field whose hidden ``initial-`` input, on a page shown again after a refusal,
+    keeps what the page first showed. Django keeps it only for a field of one input; a date
+    and time's two were rendered with what the admin had typed, so the page posted again
+    took that for unchanged and dropped it without a word."""
+
+    def as_widget(self, widget=None, attrs=None, only_initial=False):
+        hidden = widget or self.field.hidden_widget()
+        if not only_initial or not self.form.is_bound:
+            return super().as_widget(widget, attrs, only_initial)
+        attrs = self.build_widget_attrs(attrs or {}, hidden)
+        if self.auto_id and "id" not in hidden.attrs:
+            attrs.setdefault("id", self.html_initial_id)
+        return hidden.render(
+            name=self.html_initial_name,
+            value=self.form._widget_data_value(hidden, self.html_initial_name),
+            attrs=attrs,
+            renderer=self.form.renderer,
+        )
+
+
 class _SeenValuesForm(forms.BaseForm):
     """A change page's form that carries the values it showed (each field's hidden
     ``initial-`` input: Django's ``show_hidden_initial``), so what the admin changed is what
@@ -134,6 +156,8 @@ class _SeenValuesForm(forms.BaseForm):
     as it showed it, and the save wrote each back over whatever was stored meanwhile.
     A post without a field's shown value (a script's) compares that field with the row
     as stored, as before."""
+
+    bound_field_class = _SeenBoundField
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

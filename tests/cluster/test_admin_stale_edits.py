@@ -78,9 +78,14 @@ class _Session:
         self.client.force_login(user)
         meta = obj._meta
         self.url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
+        self.form_id = f"{meta.model_name}_form"
         page = self.client.get(self.url)
         assert page.status_code == 200
-        parser = _FormValues(f"{meta.model_name}_form")
+        self.shown(page)
+
+    def shown(self, page) -> None:
+        """The page as ``page`` shows it (the page answered to a post: a refusal)."""
+        parser = _FormValues(self.form_id)
         parser.feed(page.content.decode())
         self.values = parser.values
 
@@ -230,3 +235,23 @@ def test_the_same_change_made_meanwhile_is_no_conflict(admin_user, make_node):
     assert one.save(rack_label="rack-7").status_code == 302
     assert two.save(rack_label="rack-7").status_code == 302
     assert Node.objects.get(pk=node.pk).rack_label == "rack-7"
+
+
+@pytest.mark.django_db
+def test_a_refused_page_posted_again_is_refused_again(admin_user, make_node, make_job):
+    # The page shown with the refusal still carries what it first showed: a date and
+    # time's hidden values came back as what the admin had typed, so posting it again
+    # passed for "unchanged" and dropped the admin's edit without a word.
+    budget = _budget(admin_user, make_node, make_job)
+    page = _Session(admin_user, budget)
+    moved = budget.period_end + timedelta(hours=5)
+    Budget.objects.filter(pk=budget.pk).update(period_end=moved)
+
+    first = page.save(period_end_0=(budget.period_end + timedelta(days=1)).strftime("%Y-%m-%d"))
+    assert first.status_code == 200
+    page.shown(first)
+    again = page.save()
+
+    assert again.status_code == 200
+    assert "nothing was saved" in str(again.context["adminform"].form.errors["__all__"])
+    assert Budget.objects.get(pk=budget.pk).period_end == moved
