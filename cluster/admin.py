@@ -161,8 +161,10 @@ class _SeenValuesForm(forms.BaseForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if self.instance.pk is None:
+            return  # (a new object, or an inline's new row)
         for name, field in self.fields.items():
-            if field.disabled:
+            if field.disabled or field.widget.is_hidden:
                 continue
             if self.is_bound and field.hidden_widget().value_omitted_from_data(
                 self.data, self.files, self.add_initial_prefix(name)
@@ -288,11 +290,12 @@ class MembershipAdmin(_EditedUnderLock, _RefusesStaleEdits, _AuditedEdits, admin
     autocomplete_fields = ["user", "team"]
 
 
-class GpuInlineForm(forms.ModelForm):
+class GpuInlineForm(_SeenValuesForm, forms.ModelForm):
     """A GPU row of its node's page. A GPU with history keeps its model, as on its own page
     (``GpuAdmin.get_readonly_fields``) and over the API: the inline changed it (a probe set a
     GPU with ledger rows from A100 to H100), moving its allocations, ledger and learned
-    models to another model's predictions."""
+    models to another model's predictions. A row refuses a stale edit as the GPU's own page
+    does (``_SeenValuesForm``; the rows are read under lock, ``GpuInlineFormSet``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -305,35 +308,36 @@ class GpuInlineFormSet(forms.BaseInlineFormSet):
     and each changed GPU's UPDATE its row lock, in the page's order (by index); a round
     placing a job takes its GPUs' locks in id order (``services.set_allocation``), so a page
     changing two GPUs whose ids run against their indexes (a replaced board) could wait on a
-    round that waited on it (the database then aborts one of them). The changed rows (a new
-    UUID, limit or clock) are locked here first, together, in id order; locking only the
-    renamed ones left two changed power limits to lock in the page's order.
-    The node's row is locked before them: the page saves it (``save_model``) after these
-    checks, and a GPU edit or a retire (``services.lock_gpu``) and a registration lock the
-    node first, then the GPU; locked at the save, a page and an edit of one of its GPUs
-    waited on each other (the database aborted one)."""
+    round that waited on it (the database then aborts one of them). The rows are locked
+    here first, together, in id order (locking only the renamed ones left two changed power
+    limits to lock in the page's order), and read under those locks: each row's check of a
+    stale edit (``GpuInlineForm``) compares what the page showed with the row as it is.
+    All of the node's rows: which ones the page changed is known only once they are read.
+    The node's row is locked before them (``NodeAdmin.get_object`` has, at the post): the
+    page saves it (``save_model``) after these checks, and a GPU edit or a retire
+    (``services.lock_gpu``) and a registration lock the node first, then the GPU; locked at
+    the save, a page and an edit of one of its GPUs waited on each other (the database
+    aborted one)."""
 
-    def full_clean(self):
-        if self.is_bound and transaction.get_connection().in_atomic_block:
-            changed = sorted(
-                form.instance.pk
-                for form in self.forms
-                if form.instance.pk is not None and form.has_changed()
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if (
+            self.is_bound
+            and self.instance.pk is not None
+            and transaction.get_connection().in_atomic_block
+        ):
+            # (before the rows are read: the formset reads them when its forms are built)
+            list(
+                Node.objects.select_for_update(no_key=True)
+                .filter(pk=self.instance.pk)
+                .values_list("pk", flat=True)
             )
-            if changed and self.instance.pk is not None:
-                list(
-                    Node.objects.select_for_update(no_key=True)
-                    .filter(pk=self.instance.pk)
-                    .values_list("pk", flat=True)
-                )
-            if len(changed) > 1:
-                list(
-                    Gpu.objects.select_for_update(no_key=True)
-                    .filter(pk__in=changed)
-                    .order_by("pk")
-                    .values_list("pk", flat=True)
-                )
-        super().full_clean()
+            list(
+                Gpu.objects.select_for_update(no_key=True)
+                .filter(node=self.instance)
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
 
 
 class GpuInline(admin.TabularInline):

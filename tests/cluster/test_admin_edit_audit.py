@@ -153,13 +153,16 @@ def _gpu_statements(client, node, page, *, writes: bool):
 
 
 def _locked_together_in_id_order(statements, gpus) -> None:
-    """The first statement locks both GPUs' rows in one, ordered by the id it selects."""
+    """The first statement locks both GPUs' rows in one, ordered by the id it selects: the
+    node's rows (all of them, read under their locks for the page's check of stale edits,
+    ``GpuInlineFormSet``)."""
     assert statements, "no GPU row was locked"
     taken = re.search(
-        r'"cluster_gpu"\."id" AS "pk" .* IN \(([^)]*)\) ORDER BY 1 ASC', statements[0]
+        r'"cluster_gpu"\."id" AS "pk" .* "cluster_gpu"\."node_id" = (\d+) ORDER BY 1 ASC',
+        statements[0],
     )
     assert taken, statements[0]
-    assert sorted(int(pk) for pk in taken.group(1).split(",")) == [g.pk for g in gpus]
+    assert {g.node_id for g in gpus} == {int(taken.group(1))}
 
 
 def test_gpus_renamed_together_on_their_nodes_page_are_locked_in_id_order(

@@ -255,3 +255,27 @@ def test_a_refused_page_posted_again_is_refused_again(admin_user, make_node, mak
     assert again.status_code == 200
     assert "nothing was saved" in str(again.context["adminform"].form.errors["__all__"])
     assert Budget.objects.get(pk=budget.pk).period_end == moved
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("typed", "kept"), [("300", False), (None, True)])
+def test_a_gpu_row_of_its_nodes_page_refuses_a_stale_edit_and_keeps_the_others(
+    admin_user, make_node, typed, kept
+):
+    # The node page's GPU rows posted every value as shown too: a power limit set (by the
+    # API or the GPU's own page) while the node page was open went back to the old one.
+    node = make_node("node-01", gpus=2)
+    gpu = node.gpus.get(index=1)
+    page = _Session(admin_user, node)
+    Gpu.objects.filter(pk=gpu.pk).update(power_limit_w=280)
+
+    if typed is None:  # the admin changes another field of the row
+        answer = page.save(**{"gpus-1-sm_clock_mhz": "1200"})
+        assert answer.status_code == 302
+        assert Gpu.objects.get(pk=gpu.pk).sm_clock_mhz == 1200
+    else:
+        answer = page.save(**{"gpus-1-power_limit_w": typed})
+        assert answer.status_code == 200
+        errors = answer.context["inline_admin_formsets"][0].formset.errors[1]
+        assert "nothing was saved" in str(errors["__all__"]), errors
+    assert Gpu.objects.get(pk=gpu.pk).power_limit_w == 280  # was written back to empty
