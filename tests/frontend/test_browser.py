@@ -708,3 +708,33 @@ def test_the_round_table_says_why_each_start_and_retune_happened(scene, login, s
     assert cells(running.pk)[1] == "Retuned"
     assert cells(running.pk)[5] == "Fifo re-planned it: 1200 MHz → default clocks."
     shot(page, "dashboard_round_why")
+
+
+def test_two_admins_on_one_gpus_page_the_second_save_of_the_same_field_is_refused(
+    scene, login, server
+):
+    # Two admins open one GPU's change page; the first saves a power limit; the second's
+    # save of another power limit comes back refused, naming the field, and the first's
+    # value stays (it was written over: the page posted every field as it showed it).
+    from cluster.models import Gpu
+
+    gpu = Gpu.objects.filter(retired_at__isnull=True).order_by("pk").first()
+    middle = (gpu.min_power_limit_w + gpu.max_power_limit_w) // 2
+    first, second = (
+        (middle + 1, middle + 2) if gpu.power_limit_w != middle + 1 else (middle + 3, middle + 2)
+    )
+    url = f"{server}/admin/cluster/gpu/{gpu.pk}/change/"
+    one, two = login("ada_admin"), login("ada_admin")
+    for page in (one, two):
+        page.goto(url)
+
+    one.fill("#id_power_limit_w", str(first))
+    one.click("input[name=_save]")
+    one.wait_for_url(f"{server}/admin/cluster/gpu/")
+    two.fill("#id_power_limit_w", str(second))
+    two.click("input[name=_save]")
+
+    refusal = two.locator("ul.errorlist.nonfield").inner_text()
+    assert "nothing was saved" in refusal and "power limit" in refusal.lower(), refusal
+    shot(two, "admin_stale_edit_refused")
+    assert Gpu.objects.get(pk=gpu.pk).power_limit_w == first
