@@ -230,8 +230,36 @@ class _RefusesStaleEdits:
         return type(form)(form.__name__, (_SeenValuesForm, form), {})
 
 
+class MembershipInlineForm(_SeenValuesForm, forms.ModelForm):
+    """A membership row of its team's page: refuses a stale edit as the membership's own
+    page does, and a row left as shown keeps a change made meanwhile (a lead promoted on the
+    membership's page was demoted again by a team page opened before)."""
+
+
+class MembershipInlineFormSet(forms.BaseInlineFormSet):
+    """The team page's membership rows, read under their locks (in id order), after the
+    team's (``TeamAdmin.get_object``), so each row's check compares with the row as it is.
+    (A membership's own page locks only its row; it waits here, or this on it.)"""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if (
+            self.is_bound
+            and self.instance.pk is not None
+            and transaction.get_connection().in_atomic_block
+        ):
+            list(
+                Membership.objects.select_for_update(no_key=True)
+                .filter(team=self.instance)
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
+    form = MembershipInlineForm
+    formset = MembershipInlineFormSet
     extra = 1
     autocomplete_fields = ["user"]
 

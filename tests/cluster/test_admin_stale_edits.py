@@ -279,3 +279,18 @@ def test_a_gpu_row_of_its_nodes_page_refuses_a_stale_edit_and_keeps_the_others(
         errors = answer.context["inline_admin_formsets"][0].formset.errors[1]
         assert "nothing was saved" in str(errors["__all__"]), errors
     assert Gpu.objects.get(pk=gpu.pk).power_limit_w == 280  # was written back to empty
+
+
+@pytest.mark.django_db
+def test_a_team_page_keeps_a_lead_promoted_while_it_was_open(admin_user, make_user):
+    # The team page's membership rows posted every value as shown: saved to rename the
+    # team, it demoted a member promoted to lead on the membership's page meanwhile.
+    team = Team.objects.create(name="Stale Vision", slug="stale-vision")
+    membership = Membership.objects.create(user=make_user("bea"), team=team)
+    page = _Session(admin_user, team)
+    Membership.objects.filter(pk=membership.pk).update(role="lead")
+
+    assert page.save(name="Stale Vision 2").status_code == 302
+
+    assert Team.objects.get(pk=team.pk).name == "Stale Vision 2"
+    assert Membership.objects.get(pk=membership.pk).role == "lead"
