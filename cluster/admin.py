@@ -236,10 +236,16 @@ class MembershipInlineForm(_SeenValuesForm, forms.ModelForm):
     membership's page was demoted again by a team page opened before)."""
 
 
-class MembershipInlineFormSet(forms.BaseInlineFormSet):
-    """The team page's membership rows, read under their locks (in id order), after the
-    team's (``TeamAdmin.get_object``), so each row's check compares with the row as it is.
-    (A membership's own page locks only its row; it waits here, or this on it.)"""
+class _RowsReadUnderLock(forms.BaseInlineFormSet):
+    """A page's inline rows read under their locks, all of the object's rows (which ones
+    the page changed is known only once they are read), in id order, after ``lock_first``:
+    each row's check of a stale edit (``_SeenValuesForm``) compares what the page showed
+    with the row as it is. Taken before the rows are read: the formset reads them when its
+    forms are built."""
+
+    def lock_first(self) -> None:
+        """Rows to lock before the inline's (by default none: the page's ``get_object``
+        has locked its object)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -248,12 +254,18 @@ class MembershipInlineFormSet(forms.BaseInlineFormSet):
             and self.instance.pk is not None
             and transaction.get_connection().in_atomic_block
         ):
+            self.lock_first()
             list(
-                Membership.objects.select_for_update(no_key=True)
-                .filter(team=self.instance)
+                self.model.objects.select_for_update(no_key=True)
+                .filter(**{self.fk.name: self.instance})
                 .order_by("pk")
                 .values_list("pk", flat=True)
             )
+
+
+class MembershipInlineFormSet(_RowsReadUnderLock):
+    """The team page's membership rows, locked after the team's (``TeamAdmin.get_object``).
+    (A membership's own page locks only its row; it waits here, or this on it.)"""
 
 
 class MembershipInline(admin.TabularInline):
@@ -331,7 +343,7 @@ class GpuInlineForm(_SeenValuesForm, forms.ModelForm):
             self.fields["model"].disabled = True
 
 
-class GpuInlineFormSet(forms.BaseInlineFormSet):
+class GpuInlineFormSet(_RowsReadUnderLock):
     """The node page's GPU rows. Each renamed GPU's check (``Gpu.clean``) takes its row lock,
     and each changed GPU's UPDATE its row lock, in the page's order (by index); a round
     placing a job takes its GPUs' locks in id order (``services.set_allocation``), so a page
@@ -347,25 +359,12 @@ class GpuInlineFormSet(forms.BaseInlineFormSet):
     the save, a page and an edit of one of its GPUs waited on each other (the database
     aborted one)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if (
-            self.is_bound
-            and self.instance.pk is not None
-            and transaction.get_connection().in_atomic_block
-        ):
-            # (before the rows are read: the formset reads them when its forms are built)
-            list(
-                Node.objects.select_for_update(no_key=True)
-                .filter(pk=self.instance.pk)
-                .values_list("pk", flat=True)
-            )
-            list(
-                Gpu.objects.select_for_update(no_key=True)
-                .filter(node=self.instance)
-                .order_by("pk")
-                .values_list("pk", flat=True)
-            )
+    def lock_first(self) -> None:
+        list(
+            Node.objects.select_for_update(no_key=True)
+            .filter(pk=self.instance.pk)
+            .values_list("pk", flat=True)
+        )
 
 
 class GpuInline(admin.TabularInline):
