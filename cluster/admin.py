@@ -95,13 +95,13 @@ class _AuditedEdits:
                 _audit_form(request, row, created=created)
 
 
-class _EditedUnderLock:
+class EditedUnderLock:
     """The change form's POST reads its object under lock (``lock``: the object read again
     under its row lock, raising DoesNotExist when gone), held to the save's commit (Django
     runs ``changeform_view`` in one transaction), as the API's edits do: the page saves the
     whole row, and one read before a retire committed wrote ``retired_at`` back to empty,
     or an edit beside a delete inserted the object again (fifth live probe).
-    What the form posts is checked against the locked row by ``_RefusesStaleEdits``."""
+    What the form posts is checked against the locked row by ``RefusesStaleEdits``."""
 
     lock: Callable
 
@@ -149,7 +149,7 @@ class _SeenValuesForm(forms.BaseForm):
     """A change page's form that carries the values it showed (each field's hidden
     ``initial-`` input: Django's ``show_hidden_initial``), so what the admin changed is what
     differs from them, not from the row as stored at the save. Under the page's row lock
-    (``_EditedUnderLock``) ``clean`` refuses a field the admin changed that another writer
+    (``EditedUnderLock``) ``clean`` refuses a field the admin changed that another writer
     (the API, an agent, a round, another admin) changed too since the page was rendered,
     naming it; the row stays as it is. A field the admin left as shown is not written
     (``_post_clean``): the other writer's change to it stays. The page posted every field
@@ -166,11 +166,13 @@ class _SeenValuesForm(forms.BaseForm):
         for name, field in self.fields.items():
             if field.disabled or field.widget.is_hidden:
                 continue
-            if self.is_bound and field.hidden_widget().value_omitted_from_data(
-                self.data, self.files, self.add_initial_prefix(name)
-            ):
-                continue
-            field.show_hidden_initial = True
+            # (set either way: Django shows it for a field whose default is a callable)
+            field.show_hidden_initial = not (
+                self.is_bound
+                and field.hidden_widget().value_omitted_from_data(
+                    self.data, self.files, self.add_initial_prefix(name)
+                )
+            )
 
     def _changed_meanwhile(self) -> list[str]:
         """The fields the admin changed whose stored value is no longer what the page
@@ -218,9 +220,9 @@ class _SeenValuesForm(forms.BaseForm):
         super()._post_clean()
 
 
-class _RefusesStaleEdits:
+class RefusesStaleEdits:
     """The change page's form carries what it showed and refuses a stale edit
-    (``_SeenValuesForm``); with ``_EditedUnderLock`` before it, checked under the row's
+    (``_SeenValuesForm``); with ``EditedUnderLock`` before it, checked under the row's
     lock."""
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -307,7 +309,7 @@ class _AuditedDelete:
 
 @admin.register(Team)
 class TeamAdmin(
-    _EditedUnderLock, _RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin
+    EditedUnderLock, RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin
 ):
     lock = staticmethod(services.lock_team)  # (as its delete and the API's edit lock it)
     # a team whose jobs or energy records name it is not deleted
@@ -322,7 +324,7 @@ class TeamAdmin(
 
 
 @admin.register(Membership)
-class MembershipAdmin(_EditedUnderLock, _RefusesStaleEdits, _AuditedEdits, admin.ModelAdmin):
+class MembershipAdmin(EditedUnderLock, RefusesStaleEdits, _AuditedEdits, admin.ModelAdmin):
     lock = staticmethod(lambda m: Membership.objects.select_for_update().get(pk=m.pk))
     list_display = ["user", "team", "role"]
     list_filter = ["role", "team"]
@@ -390,7 +392,7 @@ class GpuInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(
-    _EditedUnderLock, _RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin
+    EditedUnderLock, RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin
 ):
     # (FOR NO KEY UPDATE, as its GPU rows' check takes it: ``GpuInlineFormSet``; taken
     # first, before its GPUs', as a GPU edit, a retire and a registration take them)
@@ -434,9 +436,7 @@ class NodeAdmin(
 
 
 @admin.register(Gpu)
-class GpuAdmin(
-    _EditedUnderLock, _RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin
-):
+class GpuAdmin(EditedUnderLock, RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin):
     lock = staticmethod(services.lock_gpu)  # its node's row first, as a retire locks them
     delete_service = staticmethod(services.delete_gpu)
     history = staticmethod(services.gpu_history)
@@ -546,7 +546,7 @@ class JobAdminForm(forms.ModelForm):
 
 
 @admin.register(Job)
-class JobAdmin(_EditedUnderLock, _RefusesStaleEdits, admin.ModelAdmin):
+class JobAdmin(EditedUnderLock, RefusesStaleEdits, admin.ModelAdmin):
     lock = staticmethod(lambda job: Job.objects.select_for_update(no_key=True).get(pk=job.pk))
     form = JobAdminForm
     list_display = [
@@ -675,7 +675,7 @@ class JobAllocationAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Budget)
-class BudgetAdmin(_EditedUnderLock, _RefusesStaleEdits, admin.ModelAdmin):
+class BudgetAdmin(EditedUnderLock, RefusesStaleEdits, admin.ModelAdmin):
     lock = staticmethod(services.lock_budget)  # its team's row first, as an edit locks them
     list_display = [
         "team",
@@ -693,7 +693,7 @@ class BudgetAdmin(_EditedUnderLock, _RefusesStaleEdits, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         changes = None
         # Only what the form changed, onto the row as stored (the form refused a change to
-        # a field someone changed since the page was opened: ``_RefusesStaleEdits``).
+        # a field someone changed since the page was opened: ``RefusesStaleEdits``).
         if change:
             columns = {f.name for f in Budget._meta.concrete_fields}
             changes = {f: getattr(obj, f) for f in form.changed_data if f in columns}

@@ -4,6 +4,7 @@ by ``manage.py fit_perf_models`` from the measurements, never by hand."""
 from django.contrib import admin
 from django.db import transaction
 
+from cluster.admin import EditedUnderLock, RefusesStaleEdits
 from cluster.admin_readonly import ReadOnlyAdmin, RecordAdmin
 from cluster.choices import AuditAction
 from cluster.services import audit_snapshot, record_audit
@@ -58,9 +59,14 @@ _AUDITED_SETTINGS = ["policy", "round_interval_s", "paused"]
 
 
 @admin.register(SchedulerSettings)
-class SchedulerSettingsAdmin(admin.ModelAdmin):
+class SchedulerSettingsAdmin(EditedUnderLock, RefusesStaleEdits, admin.ModelAdmin):
     """The singleton: admins change the policy, the round interval or pause rounds here; every
-    change lands in the audit log (object type ``scheduling_policy``) with before and after."""
+    change lands in the audit log (object type ``scheduling_policy``) with before and after.
+    A field changed by someone else since the page was opened is refused, and one left as
+    shown is not written (``RefusesStaleEdits``): a page opened before another admin switched
+    the policy, saved to change the interval, switched it back."""
+
+    lock = staticmethod(lambda s: SchedulerSettings.objects.select_for_update().get(pk=s.pk))
 
     list_display = ["policy", "round_interval_s", "paused", "updated_at"]
     fields = ["policy", "round_interval_s", "paused", "updated_at"]

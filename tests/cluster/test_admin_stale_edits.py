@@ -125,6 +125,21 @@ def _membership(admin_user, make_node, make_job):
     return Membership.objects.create(user=admin_user, team=team)
 
 
+def _settings(admin_user, make_node, make_job):
+    from scheduling.models import SchedulerSettings
+
+    SchedulerSettings.load()
+    SchedulerSettings.objects.filter(pk=1).update(policy="fifo", round_interval_s=60)
+    return SchedulerSettings.load()
+
+
+def _policy(n: int):
+    """The ``n``-th policy other than FIFO."""
+    from scheduling.core.registry import policy_names
+
+    return lambda: [name for name in policy_names() if name != "fifo"][n]
+
+
 def _team_pk(slug: str):
     return lambda: str(Team.objects.get(slug=slug).pk)
 
@@ -157,13 +172,20 @@ CASES = {
         str,
     ),
     "budget": (_budget, "energy_limit_kwh", "150", "175", "carbon_limit_kg", "70", float),
+    "settings": (_settings, "policy", _policy(0), _policy(1), "round_interval_s", "120", str),
 }
 MODELS = {"team": Team, "node": Node, "gpu": Gpu, "job": Job, "membership": Membership}
 MODELS["budget"] = Budget
 
 
+def _model(kind):
+    from scheduling.models import SchedulerSettings
+
+    return SchedulerSettings if kind == "settings" else MODELS[kind]
+
+
 def _stored(kind, obj, field, read):
-    return read(getattr(MODELS[kind].objects.get(pk=obj.pk), field))
+    return read(getattr(_model(kind).objects.get(pk=obj.pk), field))
 
 
 def _form_name(field: str) -> str:
