@@ -26,6 +26,7 @@ from frontend.dashboard import telemetry_figures
 
 UNAUTHENTICATED = 4401
 ACCESS_REVOKED = 4403
+NOT_FOUND = 4404
 
 
 @database_sync_to_async
@@ -110,3 +111,14 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(
             {"type": "telemetry", "payload": payload, "figures": telemetry_figures(payload)}
         )
+
+
+class NotFoundConsumer(AsyncJsonWebsocketConsumer):
+    """Every websocket path that no route names: the handshake is refused with 4404.
+
+    Channels' router raised ``ValueError`` for such a path, before the session is read: any
+    client could have daphne log a traceback per handshake (and the handshake failed as a
+    server error, not as a path that does not exist)."""
+
+    async def connect(self):
+        await self.close(code=NOT_FOUND)

@@ -18,7 +18,7 @@ from frontend.broadcast import (
     round_messages,
     team_group,
 )
-from frontend.consumers import UNAUTHENTICATED
+from frontend.consumers import NOT_FOUND, UNAUTHENTICATED
 
 # The consumer reads memberships and the session in worker threads, so the rows must be
 # committed: transaction=True.
@@ -83,6 +83,21 @@ def test_an_anonymous_socket_is_closed():
         return connected, code
 
     assert async_to_sync(scenario)() == (False, UNAUTHENTICATED)
+
+
+@pytest.mark.parametrize("path", ["/ws/other/", "/ws/dashboard/2/", "/ws/", "/ws/dashboard"])
+def test_a_socket_to_no_route_is_closed_as_not_found(member, path):
+    # Channels' router raised ValueError ("No route found"): daphne logged a traceback for
+    # every such handshake (anyone may open one: before the session is read) and failed it.
+    headers = headers_for(member)
+
+    async def scenario():
+        ws = WebsocketCommunicator(application, path, headers=headers)
+        connected, code = await ws.connect(timeout=10)
+        await ws.disconnect()
+        return connected, code
+
+    assert async_to_sync(scenario)() == (False, NOT_FOUND)
 
 
 def test_a_member_gets_their_teams_round_and_telemetry_but_not_another_teams(
