@@ -83,6 +83,8 @@ def read_cluster_spec(path: str | Path, *, gpu_model: str | None = None) -> Clus
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not JSON
     except OSError as exc:
         raise ClusterSpecError(f"cannot read cluster spec {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ClusterSpecError(f"{source}: not UTF-8 text ({exc.reason})") from exc
     if path.suffix == ".csv":
         # (a longer row's tail would be dropped: "2,4,8,16" ran as 2 x 4 x 8 GPUs)
         reader = csv.DictReader(text.splitlines())

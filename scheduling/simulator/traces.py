@@ -60,6 +60,9 @@ def _rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
             return [row for _, row in rows_of(reader, path.name, TraceError)]
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        # (it escaped `manage.py replay_trace`, `simulate` and the CLI as a traceback)
+        raise TraceError(f"{path.name}: not UTF-8 text ({exc.reason})") from exc
 
 
 # The largest submit time (100 years) and iteration count (the live service's bound) a

@@ -94,6 +94,13 @@ def test_a_cluster_spec_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
     assert read_cluster_spec(tmp_path / "bom.csv", gpu_model="A100").n_gpus == 128
 
 
+@pytest.mark.parametrize("name", ["latin1.json", "latin1.csv"])
+def test_a_cluster_spec_that_is_not_utf8_is_refused_in_one_line(tmp_path, name):
+    (tmp_path / name).write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ClusterSpecError, match=rf"^{name}: not UTF-8 text \(invalid"):
+        read_cluster_spec(tmp_path / name, gpu_model="A100")
+
+
 def test_malformed_cluster_specs_are_refused(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(

@@ -244,6 +244,17 @@ def test_a_trace_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
     assert bom == read_trace(tmp_path / "elasticflow_plain.csv", data_dir=DATA)
 
 
+def test_a_trace_that_is_not_utf8_is_refused_in_one_line(tmp_path):
+    # (a UnicodeDecodeError escaped `manage.py replay_trace` and the simulator as a traceback)
+    path = tmp_path / "elasticflow_latin1.csv"
+    path.write_bytes(
+        b"job_id,submit_time,model_name,batch_size,num_gpu,iteration\n0,0,vgg16\xff,256,1,10\n"
+    )
+
+    with pytest.raises(TraceError, match=r"^elasticflow_latin1.csv: not UTF-8 text \(invalid"):
+        read_trace(path, data_dir=DATA)
+
+
 def test_philly_week_on_a_gpu_the_catalog_lacks_models_for_is_refused_by_name():
     # The reader needs each model's speed on the cluster's GPU; on the A100 the catalog has
     # no ncf, and the UnknownPerfModelError (a KeyError) escaped the CLI as a traceback.
