@@ -134,11 +134,11 @@ def _stored_gpu_clocks(alias: str) -> list:
 @cache
 def _refused_characters() -> str:
     """A PostgreSQL bracket expression of what ``validators.single_line`` refuses: control
-    characters (NUL aside: PostgreSQL stores none) and format characters but the joiners."""
+    characters (NUL aside: PostgreSQL stores none) and ``validators.refused_in_names``."""
     chars = [
         chr(c)
         for c in range(1, sys.maxunicode + 1)
-        if unicodedata.category(chr(c)) in ("Cc", "Cf") and chr(c) not in v.JOINERS
+        if unicodedata.category(chr(c)) == "Cc" or v.refused_in_names(chr(c))
     ]
     return "[" + "".join(chars) + "]"
 

@@ -83,11 +83,30 @@ def _control_characters(value: str, allowed: str) -> list[str]:
 JOINERS = "\u200c\u200d"
 
 
-def _format_characters(value: str) -> list[str]:
-    """Unicode format characters (category Cf) in ``value`` but the joiners, as ``U+202E``."""
-    return sorted(
-        {f"U+{ord(c):04X}" for c in value if unicodedata.category(c) == "Cf" and c not in JOINERS}
+# Characters of other categories a name refuses as it refuses format characters: default-
+# ignorable ones that draw nothing (the combining grapheme joiner, a mark; the Hangul
+# fillers, letters drawn as a blank: "\u3164" is a team name that looks empty) and the
+# line and paragraph separators (Zl, Zp: a line break in scripts and many logs, in a
+# one-line name). A sixth probe stored each in team, job, node and workload names.
+# Variation selectors (emoji) and Mongolian ones (its spelling) stay accepted.
+INVISIBLE_LETTERS = "\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0"
+
+
+def refused_in_names(c: str) -> bool:
+    """Whether a name refuses the character ``c`` as invisible, line-breaking or a direction
+    control (control characters aside): format characters (Cf) but the joiners, the line
+    and paragraph separators, and ``INVISIBLE_LETTERS``."""
+    category = unicodedata.category(c)
+    return (
+        (category == "Cf" and c not in JOINERS)
+        or category in ("Zl", "Zp")
+        or c in INVISIBLE_LETTERS
     )
+
+
+def _format_characters(value: str) -> list[str]:
+    """What ``refused_in_names`` refuses in ``value``, as ``U+202E``."""
+    return sorted({f"U+{ord(c):04X}" for c in value if refused_in_names(c)})
 
 
 @deconstructible
@@ -98,8 +117,9 @@ class NoControlCharacters:
     Unless ``format_characters`` is true, refuse Unicode format characters too (category
     Cf) but the joiners (``JOINERS``): zero-width ones (U+200B, U+2060, U+FEFF) make two
     names that look alike differ, and direction controls (U+202A..U+202E, U+2066..U+2069,
-    U+200E, U+200F, U+061C) reorder what a page or a log shows. Letters, marks and digits
-    of any script stay accepted ("Équipe Zürich", "研究组", Arabic names)."""
+    U+200E, U+200F, U+061C) reorder what a page or a log shows; and the line separators and
+    invisible letters ``refused_in_names`` names. Letters, marks and digits of any script
+    stay accepted ("Équipe Zürich", "研究组", Arabic names)."""
 
     def __init__(self, allowed: str = "", format_characters: bool = False):
         self.allowed = allowed
@@ -118,7 +138,7 @@ class NoControlCharacters:
         invisible = [] if self.format_characters else _format_characters(value)
         if invisible:
             raise ValidationError(
-                "Contains an invisible or direction control character: %(chars)s.",
+                "Contains an invisible, line-breaking or direction control character: %(chars)s.",
                 code="format_characters",
                 params={"chars": ", ".join(invisible[:5])},
             )

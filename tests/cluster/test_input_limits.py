@@ -106,6 +106,13 @@ INVISIBLE = [
     ("\u2066", "U+2066"),  # left-to-right isolate
     ("\u200f", "U+200F"),  # right-to-left mark
     ("\u061c", "U+061C"),  # Arabic letter mark
+    # Not format characters, as invisible or as line-breaking (a sixth probe stored each):
+    ("\u2028", "U+2028"),  # line separator (a line break in pages' scripts and many logs)
+    ("\u2029", "U+2029"),  # paragraph separator
+    ("\u3164", "U+3164"),  # Hangul filler: a letter drawn as a blank
+    ("\u115f", "U+115F"),  # Hangul choseong filler
+    ("\uffa0", "U+FFA0"),  # halfwidth Hangul filler
+    ("\u034f", "U+034F"),  # combining grapheme joiner: a mark that draws nothing
 ]
 
 

@@ -137,6 +137,18 @@ def test_the_check_names_a_name_with_a_direction_control(make_node):
     assert any("node 'node-01'" in m and "rack_label" in m and "U+200B" in m for m in messages)
 
 
+def test_the_check_names_a_name_with_a_line_separator_or_a_filler(team):
+    # (stored before the API refused them, as a sixth probe did)
+    Team.objects.create(name="Vision\u2028Admins", slug="v2")
+    Team.objects.create(name="\u3164", slug="blank")
+
+    messages = _warnings("cluster.W003")
+
+    assert len(messages) == 2
+    assert any("U+2028" in m for m in messages)
+    assert any("U+3164" in m for m in messages)
+
+
 def test_the_checks_need_the_database_flag(team):
     _running_budget(team, energy_limit_kwh=5e-324)
 
