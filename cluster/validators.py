@@ -47,8 +47,11 @@ MIN_WARN_FRACTION = 0.01
 # A job's parameter-count hint: from a tiny MLP (1,000) to 100 trillion, 500x GPT-3's 175 billion.
 MIN_PARAM_COUNT = 1_000
 MAX_PARAM_COUNT = 10**14
-# A GPU's SM clocks: real ones lie in about 100..3,500 MHz; NVML lists a few hundred steps.
-MAX_SM_CLOCK_MHZ = 100_000
+# A GPU's SM clocks: real ones lie in about 100..3,500 MHz (the fastest NVML lists, a
+# GeForce's, a little over 3,100); NVML lists a few hundred steps. 4,000 leaves room for
+# any GPU to come; 100,000 took a 5,000 MHz clock on an A100 that registered no maximum
+# (the rounds would plan jobs at it; a sixth probe).
+MAX_SM_CLOCK_MHZ = 4_000
 MAX_SM_CLOCKS = 1_024
 # A GPU's NVML index on its node: 0..255, what an agent's registration has always taken
 # (a node holds a few to a few tens of GPUs; one byte leaves room for any). The model, so

@@ -208,6 +208,27 @@ def test_a_clock_list_with_an_impossible_clock_is_a_400_naming_the_field(
     assert Gpu.objects.get(pk=gpu.pk).supported_sm_clocks_mhz == [1410, 1200, 1005]
 
 
+def test_a_new_gpus_clock_no_gpu_runs_at_is_a_400_without_a_registered_maximum(
+    api_client, admin_user, make_node
+):
+    # (5,000 MHz on an A100 with no maximum registered was a 201: clocks to 100,000 MHz
+    # were taken, and the rounds would have planned jobs at it)
+    node = make_node("node-01", gpus=0)
+    payload = {
+        "node": node.pk, "index": 0, "uuid": "GPU-new", "model": "A100", "memory_mb": 40960,
+        "default_power_limit_w": 400, "min_power_limit_w": 100, "max_power_limit_w": 400,
+        "supported_sm_clocks_mhz": [5000, 1410],
+    }  # fmt: skip
+
+    response = api_client(admin_user).post("/api/gpus/", payload, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "supported_sm_clocks_mhz": {"0": ["Ensure this value is less than or equal to 4000."]}
+    }
+    assert not Gpu.objects.filter(uuid="GPU-new").exists()
+
+
 def test_a_clock_list_longer_than_an_agent_may_register_says_so(api_client, admin_user, make_node):
     gpu = make_node("node-01", gpus=1).gpus.get()
 

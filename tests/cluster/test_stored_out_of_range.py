@@ -105,8 +105,9 @@ def test_the_check_names_a_gpu_whose_max_clock_is_below_its_clock_list(make_node
 @pytest.mark.parametrize(
     ("clocks", "said"),
     [
-        ([1410, 0], "SM clocks outside 1..100000 MHz: 0"),
-        ([250_000, 1410], "SM clocks outside 1..100000 MHz: 250000"),
+        ([1410, 0], "SM clocks outside 1..4000 MHz: 0"),
+        ([250_000, 1410], "SM clocks outside 1..4000 MHz: 250000"),
+        ([5000, 1410], "SM clocks outside 1..4000 MHz: 5000"),
         (list(range(2000, 3025)), "it lists 1025 SM clocks, more than 1024"),
     ],
 )

@@ -96,6 +96,31 @@ def test_registering_a_gpu_of_another_node_is_refused(agent_node, other_node, ag
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
+        (
+            {"supported_sm_clocks_mhz": [5000, 1410], "max_sm_clock_mhz": None},
+            "supported_sm_clocks_mhz",
+        ),
+        ({"supported_sm_clocks_mhz": [1410], "max_sm_clock_mhz": 5000}, "max_sm_clock_mhz"),
+    ],
+)
+def test_a_clock_no_gpu_runs_at_is_refused_at_registration(
+    make_node, agent_client, overrides, field
+):
+    # (a 5,000 MHz clock on an A100, no maximum registered, was stored: 1 to 100,000 MHz
+    # were taken, and the rounds would have planned a job at 5,000 MHz)
+    node = make_node("node-09", gpus=0)
+    body = {"gpus": [_gpu("GPU-x0", 0, **overrides)]}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", body, format="json"
+    )
+    assert response.status_code == 400
+    assert list(response.json()["gpus"][0]) == [field]
+    assert not Gpu.objects.filter(node=node).exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
         ({"model": "A100\x1b[31m"}, "model"),
         ({"uuid": "GPU-\x1b[0m"}, "uuid"),
         ({"model": "A100\u202e"}, "model"),  # a direction override reorders the pages
