@@ -186,6 +186,20 @@ def test_demo_screenshots_refuses_an_output_folder_it_cannot_make_in_one_line(tm
             call_command("demo_screenshots", server="http://127.0.0.1:1", out=str(out))
 
 
+@pytest.mark.parametrize(
+    "server", ["", "not a url", "127.0.0.1:8000", "ftp://127.0.0.1", "http://", "http://[::1"]
+)
+def test_demo_screenshots_refuses_a_server_that_is_no_web_address_in_one_line(tmp_path, server):
+    # It started Chromium, drew its progress bar and then failed at the first page (or, for
+    # "http://[::1", raised ValueError from Playwright): a sixth probe.
+    from django.core.management import CommandError, call_command
+
+    out = tmp_path / "shots"
+    with pytest.raises(CommandError, match=r"^--server .*: not an http\(s\) address"):
+        call_command("demo_screenshots", server=server, out=str(out))
+    assert not out.exists()
+
+
 def test_demo_screenshots_refusing_for_lack_of_chromium_makes_no_folder(tmp_path, monkeypatch):
     # Its refusals change nothing on disk: the --out check made the folder before the
     # Chromium check refused (an empty folder left behind by a command that took nothing).

@@ -10,6 +10,7 @@ and looks, nothing else.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.management.base import CommandError
 from django.db.models import Count
@@ -47,6 +48,17 @@ class Command(OneLineCommand):
         parser.add_argument("--out", default="docs/screenshots")
 
     def handle(self, *args, server: str, out: str, **options):
+        # First, before the browser: a server that is no web address ("", "127.0.0.1:8000")
+        # started Chromium, drew the progress bar and failed at the first page.
+        try:
+            parts = urlsplit(server)
+            parts.port  # noqa: B018 (raises ValueError for a port that is not one)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CommandError(
+                f"--server {server!r}: not an http(s) address, e.g. http://127.0.0.1:8000"
+            )
         out_dir = Path(out)
         # (a file there was a FileExistsError traceback) Refused first, as it was, but
         # without making the folder: a refusal below (no Playwright, no Chromium) leaves
