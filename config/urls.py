@@ -3,9 +3,10 @@
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
 from config.auth_views import ObtainTokenView
+from config.views import SwaggerView
 from telemetry.metrics import metrics_view
 
 handler404 = "config.views.not_found"
@@ -15,7 +16,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/auth-token/", ObtainTokenView.as_view(), name="api-auth-token"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", SwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/agent/", include("telemetry.api.urls")),
     path("api/telemetry/", include("telemetry.api.report_urls")),
     path("metrics", metrics_view, name="metrics"),

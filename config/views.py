@@ -1,7 +1,8 @@
-"""Error views of the whole site."""
+"""Error views of the whole site, and the API docs page."""
 
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views import defaults
+from drf_spectacular.views import SpectacularSwaggerView
 
 
 def not_found(request, exception=None):
@@ -11,3 +12,14 @@ def not_found(request, exception=None):
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": "Not found."}, status=404)
     return defaults.page_not_found(request, exception)
+
+
+class SwaggerView(SpectacularSwaggerView):
+    """Swagger UI's page. OPTIONS answers the allowed methods with no body: DRF's own answer
+    (the view's metadata) went through the page's template renderer, which has no template
+    for it: ``TemplateDoesNotExist``, a 500 for anyone."""
+
+    def options(self, request, *args, **kwargs):
+        response = HttpResponse()
+        response["Allow"] = ", ".join(self.allowed_methods)
+        return response
