@@ -124,6 +124,9 @@ class ExpiringTokenAuthentication(TokenAuthentication):
     """DRF's token scheme (``Authorization: Token <key>``) with an optional lifetime."""
 
     def authenticate_credentials(self, key):
+        if "\x00" in key:
+            # PostgreSQL refuses NUL in text: the lookup was a DataError, a 500. No key has one.
+            raise exceptions.AuthenticationFailed("Invalid token.")
         user, token = super().authenticate_credentials(key)
         if token_expired(token):
             raise exceptions.AuthenticationFailed(

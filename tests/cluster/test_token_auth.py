@@ -47,3 +47,16 @@ def test_an_unknown_token_is_refused(db):
 
     assert response.status_code == 401
     assert response.json() == {"detail": "Invalid token."}
+
+
+def test_a_token_with_a_nul_is_refused_as_unknown(db):
+    # The key went to PostgreSQL, which refuses NUL in text: a DataError, a 500 on every
+    # API endpoint (a sixth probe, through the test client; daphne itself answers 400 to a
+    # header with a NUL, so this guards the view behind any other server).
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token 0123456789abcdef\x00")
+
+    response = client.get("/api/jobs/")
+
+    assert response.status_code == 401
+    assert response.json() == {"detail": "Invalid token."}
