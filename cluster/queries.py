@@ -144,13 +144,17 @@ def queue_and_running_series(
     ]
     if not rows:
         return []
+    submitted_of = {pk: submitted for pk, submitted, _ in rows}
+    # A round stamps what it starts with its own clock, taken before it read the queue: a job
+    # submitted while the round ran can start seconds "before" its submit. Counted from its
+    # submit, or it is running and not yet waiting, and the waiting count goes below zero.
     spans = [
-        (_at(started), _at(ended))
-        for started, ended in JobAllocation.objects.filter(
-            job_id__in=[pk for pk, _, _ in rows], started_at__lte=end
+        (max(_at(started), submitted_of[job_id]), _at(ended))
+        for job_id, started, ended in JobAllocation.objects.filter(
+            job_id__in=list(submitted_of), started_at__lte=end
         )
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
-        .values_list(_Epoch("started_at"), _Epoch("ended_at"))
+        .values_list("job_id", _Epoch("started_at"), _Epoch("ended_at"))
     ]
     first = max(start, min(submitted for _, submitted, _ in rows))
     active = running = 0

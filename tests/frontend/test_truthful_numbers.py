@@ -14,10 +14,10 @@ from frontend_scene import build_scene
 
 from cluster import services
 from cluster.choices import HardLimitAction, JobState
-from cluster.models import Budget, Job
+from cluster.models import Budget, Job, Node
 from cluster.queries import completed_jcts, queue_and_running_series
 from frontend.dashboard import dashboard_payload
-from scheduling.models import RoundDecision
+from scheduling.models import RoundDecision, SchedulerSettings
 from scheduling.services import run_scheduling_round
 from telemetry.models import CarbonIntensity
 
@@ -108,6 +108,36 @@ def test_a_paused_job_waits_again_in_the_queue_series(member, team, make_job, ma
         (t0 + timedelta(minutes=5), 0, 1),
         (t0 + timedelta(minutes=20), 1, 0),
         (end, 1, 0),
+    ]
+
+
+def test_a_job_submitted_while_a_round_ran_never_makes_the_queue_negative(
+    member, team, make_job, make_node
+):
+    # A new user's walkthrough of `make run`: the queue chart dipped to -1 waiting. A round
+    # stamps its starts with the clock it took before reading the queue, so a job submitted
+    # (committed) while the round ran started 2 s "before" its submit.
+    node = make_node(gpus=1)
+    t0 = timezone.now().replace(microsecond=0) - timedelta(hours=1)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=t0)
+    config = SchedulerSettings.load()
+    config.policy = "fifo"
+    config.save()
+    earlier = make_job(owner=member, team=team, name="earlier", at=t0 - timedelta(seconds=60))
+    services.cancel_job(earlier, at=t0 - timedelta(seconds=30))
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, at=t0 + timedelta(seconds=2))
+    assert run_scheduling_round(now=t0, force=True).ran
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert job.current_allocation.started_at < job.submitted_at  # the live stamps, as seen
+    end = t0 + timedelta(minutes=1)
+    series = queue_and_running_series(Job.objects.all(), start=t0 - timedelta(hours=1), end=end)
+    assert all(waiting >= 0 and running >= 0 for _, waiting, running in series), series
+    assert series == [
+        (earlier.submitted_at, 1, 0),
+        (t0 - timedelta(seconds=30), 0, 0),
+        (job.submitted_at, 0, 1),
+        (end, 0, 1),
     ]
 
 
