@@ -738,3 +738,24 @@ def test_two_admins_on_one_gpus_page_the_second_save_of_the_same_field_is_refuse
     assert "nothing was saved" in refusal and "power limit" in refusal.lower(), refusal
     shot(two, "admin_stale_edit_refused")
     assert Gpu.objects.get(pk=gpu.pk).power_limit_w == first
+
+
+def test_the_job_page_follows_its_job_without_a_reload(scene, login, server):
+    # A new user's walkthrough: after submitting by the form, the job page said "Queued, not
+    # allocated yet" for good, while the job started and finished; only a reload told.
+    page = login("vera_member")
+    running = scene.jobs["running"]
+    page.goto(f"{server}/jobs/{running.pk}/")
+    assert page.inner_text("#job-iterations") == "8200"
+    Job.objects.filter(pk=running.pk).update(completed_iterations=running.total_iterations / 2)
+    page.wait_for_function("document.getElementById('job-progress').textContent === '50.0'")
+    assert page.inner_text("#job-iterations") == str(running.total_iterations // 2)
+
+    queued = scene.jobs["vgg16-baseline"]
+    page.goto(f"{server}/jobs/{queued.pk}/")
+    assert page.inner_text(".state.big") == "Queued"
+    assert page.locator("#pending-reason").count() == 1
+    services.cancel_job(queued, at=timezone.now())
+    page.wait_for_function("document.querySelector('.state.big').textContent === 'Cancelled'")
+    assert page.locator("#pending-reason").count() == 0
+    assert "Wattflow.jobPage(" not in page.content()  # a finished job's page stops asking

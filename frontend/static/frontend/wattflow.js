@@ -256,6 +256,30 @@
     update();
   }
 
+  // --- job page: follows the job while it is not finished ----------------------------------------
+  // Polls the job's REST resource while the tab is shown: progress is updated in place; a new
+  // state, wait reason (its code) or allocation reloads the page (its tables and figures are drawn
+  // on the server). A finished job's page does not poll.
+  function jobPage(opts) {
+    const everyMs = opts.everyMs || 5000;
+    function check() {
+      if (document.hidden) return;
+      fetch(opts.url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then((r) => (r.ok ? r.json() : null))
+        .then((job) => {
+          if (!job) return;
+          const seen = [job.state, job.pending_reason_code,
+            job.current_allocation ? job.current_allocation.id : ""].join("|");
+          if (seen !== opts.seen) { location.reload(); return; }
+          const done = job.completed_iterations;
+          text("job-iterations", fmt(done, 0));
+          text("job-progress", Math.min(100, (100 * done) / opts.total).toFixed(1));
+        })
+        .catch(() => {});
+    }
+    setInterval(check, everyMs);
+  }
+
   // --- budget what-if -------------------------------------------------------------------------
   function whatIf() {
     const box = document.getElementById("whatif");
@@ -343,5 +367,5 @@
     });
   }
 
-  window.Wattflow = { plot, dashboard, jobForm, whatIf, confirmForms };
+  window.Wattflow = { plot, dashboard, jobForm, jobPage, whatIf, confirmForms };
 })();
