@@ -306,11 +306,14 @@ def _hours(seconds: float | None, width: int, digits: int) -> str:
     return f"{seconds / 3600:{width}.{digits}f}" if seconds else f"{'n/a':>{width}}"
 
 
-def _line(name: str, summary: dict[str, Any], wall_s: float) -> str:
+def _line(name: str, summary: dict[str, Any], wall_s: float, *, carbon: bool = True) -> str:
+    """One run's figures; ``carbon`` false (no ``--carbon-zone``: nothing prices a kWh) prints
+    its carbon as "n/a", not a 0.0 kg a reader takes for clean power."""
+    co2 = f"{summary['co2_kg']:9.1f} kg" if carbon else f"{'n/a':>9}   "
     return (
         f"{name:<28} avg JCT {_hours(summary['avg_jct_s'], 9, 3)} h  "
         f"p99 {_hours(summary['p99_jct_s'], 9, 2)} h  "
-        f"energy {summary['energy_kwh']:10.1f} kWh  carbon {summary['co2_kg']:9.1f} kg  "
+        f"energy {summary['energy_kwh']:10.1f} kWh  carbon {co2}  "
         f"util {summary['gpu_utilisation']:.3f}  unfinished {summary['n_unfinished']}  "
         f"({wall_s:.1f} s)"
     )
@@ -442,7 +445,9 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             first = report["runs"][name]
             first[mode] = entry
             first["learned_vs_oracle"] = _ratios(first, entry)
-        stdout.write(_line(f"{name} [{mode}]", summary, wall_s) + "\n")
+        stdout.write(
+            _line(f"{name} [{mode}]", summary, wall_s, carbon=bool(args.carbon_zone)) + "\n"
+        )
         if result.stopped_with_runnable_jobs:
             stopped.append((f"{name} [{mode}]", result))
         stuck = result.never_runnable
@@ -564,6 +569,8 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
         f"no policy can beat avg JCT {bound.avg_jct_s / 3600:.3f} h, nor finish every job "
         f"with less than {bound.min_energy_j / J_PER_KWH:.1f} kWh (contention-free bound)\n"
     )
+    if not args.carbon_zone:
+        stdout.write("carbon: n/a without --carbon-zone (a zone of data/carbon, e.g. ES)\n")
     stdout.write(f"results in {out}/{stem}_*\n")
     if stopped:
         # A run that stopped early reads like a finished one in the table (its unfinished

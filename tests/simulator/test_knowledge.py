@@ -385,3 +385,26 @@ def test_on_two_gpu_models_no_job_is_placed_where_the_truth_lacks_its_workload(p
     assert len(result.jobs) == len(jobs)
     assert all(r.finish_s is not None for r in result.jobs)
     assert placed == {"a100"}
+
+
+def test_without_a_carbon_zone_the_printed_carbon_is_not_a_zero(tmp_path):
+    # A new user's walkthrough: a run without --carbon-zone printed "carbon 0.0 kg" beside
+    # 25.2 kWh, which reads as clean power; nothing priced the kWh.
+    def printed(*extra):
+        args = build_parser().parse_args(
+            ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--max-jobs", "6",
+             "--policy", "fifo", "--knowledge", "oracle", "--no-progress",
+             "--out", str(tmp_path), *extra]
+        )  # fmt: skip
+        out = tmp_path / "stdout.txt"
+        with open(out, "w") as stdout:
+            execute(args, stdout=stdout)
+        return out.read_text()
+
+    text = printed()
+    (line,) = [x for x in text.splitlines() if x.startswith("fifo [oracle]")]
+    assert "carbon       n/a" in line and "0.0 kg" not in line
+    assert "carbon: n/a without --carbon-zone" in text
+    (priced,) = [x for x in printed("--carbon-zone", "ES").splitlines() if x.startswith("fifo")]
+    co2 = float(priced.split("carbon")[1].split("kg")[0])
+    assert co2 > 0
