@@ -635,6 +635,7 @@ def _write_comparison(
     """The comparison's line; ``over``: what :func:`_overspent` says of its periods."""
     ratio = line["avg_jct_ratio"]
     spent = "energy_kwh" if kind == "energy" else "co2_kg"
+    unit = "kWh" if kind == "energy" else "kg CO2e"
     possible = line["best_possible_ratio"]
     inside = line[
         "candidate_energy_in_period_kwh" if kind == "energy" else "candidate_co2_in_period_kg"
@@ -655,7 +656,7 @@ def _write_comparison(
         f"  [{mode}] {policy} vs {base} at {matched}: avg JCT ratio "
         f"{'n/a' + why if ratio is None else f'{ratio:.3f}x'}; spent "
         f"{inside:.1f} of {limit:.1f} "
-        f"{spent.split('_')[-1]} inside the period, {line['candidate_' + spent]:.1f} in "
+        f"{unit} inside the period, {line['candidate_' + spent]:.1f} in "
         f"all; worst period {_share(line['candidate_max_period_share'])} of its budget{over}; "
         f"no policy could exceed "
         f"{'n/a' if possible is None else f'{possible:.3f}x'}\n"

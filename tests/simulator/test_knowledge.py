@@ -408,3 +408,17 @@ def test_without_a_carbon_zone_the_printed_carbon_is_not_a_zero(tmp_path):
     (priced,) = [x for x in printed("--carbon-zone", "ES").splitlines() if x.startswith("fifo")]
     co2 = float(priced.split("carbon")[1].split("kg")[0])
     assert co2 > 0
+
+
+def test_a_matched_comparison_names_its_unit_as_the_run_lines_do(tmp_path):
+    # the walkthrough's comparison line read "spent 19.3 of 25.2 kwh inside the period"
+    args = build_parser().parse_args(
+        ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--max-jobs", "6",
+         "--policy", "powerflow", "--match-baseline", "fifo", "--knowledge", "oracle",
+         "--no-progress", "--out", str(tmp_path)]
+    )  # fmt: skip
+    out = tmp_path / "stdout.txt"
+    with open(out, "w") as stdout:
+        execute(args, stdout=stdout)
+    (line,) = [x for x in out.read_text().splitlines() if "at equal energy" in x]
+    assert " kWh inside the period" in line, line
