@@ -282,6 +282,8 @@ class BudgetForm(forms.ModelForm):
             "carbon_limit_kg": "Carbon hard limit (kg CO2e)",
             "hard_limit_action": "At the hard limit",
         }
+        # The model's help text is the unit the label already names (it serves the API).
+        help_texts = {"carbon_limit_kg": ""}
         widgets = {"period_start": _DATETIME, "period_end": _DATETIME}
 
     def __init__(self, *args, teams, **kwargs):

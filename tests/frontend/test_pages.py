@@ -793,3 +793,12 @@ def test_job_detail_shows_when_the_scheduler_expects_a_waiting_job_to_start(
     )
     page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk])).content.decode()
     assert f'<span id="wait-until">Expected around {until:%Y-%m-%d %H:%M} UTC.</span>' in page
+
+
+def test_the_budget_form_names_each_unit_once(client_for, lead, team):
+    # a new user's walkthrough: "Carbon hard limit (kg CO2e):" with "kg CO2e" again below it
+    page = client_for(lead).get(reverse("frontend:budget-new")).content.decode()
+    assert page.count("kg CO2e") == page.count("Carbon hard limit (kg CO2e)") + page.count(
+        "carbon (kg CO2e)"
+    )
+    assert 'id="id_carbon_limit_kg_helptext"' not in page
