@@ -214,6 +214,16 @@ def queue_running_figure(points: Sequence[tuple[datetime, int, int]], *, scope: 
     }
 
 
+def _span(hours: float) -> str:
+    """A JCT for a title: hours from one hour up, else minutes, else seconds (the demo's jobs,
+    sped up 1000x, take seconds: "0.01 h" and "0.00 h" said nothing)."""
+    if hours >= 1.0:
+        return f"{hours:.2f} h"
+    if hours * 60.0 >= 1.0:
+        return f"{hours * 60.0:.1f} min"
+    return f"{hours * 3600.0:.0f} s"
+
+
 def jct_figure(completions: Sequence[tuple[datetime, float]], *, scope: str) -> dict:
     """Completed jobs' JCT: the empirical CDF (left) and each job at its finish time with the
     rolling mean of the last ``ROLLING_JOBS`` completions (right), in hours.
@@ -238,7 +248,7 @@ def jct_figure(completions: Sequence[tuple[datetime, float]], *, scope: str) -> 
     title = f"JCT of completed jobs ({scope})"
     if n:
         median = ordered[(n - 1) // 2]
-        title += f": {n} jobs, median {median:.2f} h, mean {sum(hours) / n:.2f} h"
+        title += f": {n} jobs, median {_span(median)}, mean {_span(sum(hours) / n)}"
     return {
         "data": [
             {

@@ -73,6 +73,16 @@ def test_jct_figure_has_a_cdf_and_a_rolling_mean_in_hours():
     )
 
 
+def test_a_jct_title_of_seconds_or_minutes_says_them_not_a_rounded_zero():
+    # a new user's walkthrough of make run (jobs sped up 1000x): "median 0.01 h, mean 0.01 h"
+    done = [(T0 + i * H, jct) for i, jct in enumerate([10.0, 21.0, 30.0])]
+    title = tf.jct_figure(done, scope="all teams")["layout"]["title"]["text"]
+    assert title == "JCT of completed jobs (all teams): 3 jobs, median 21 s, mean 20 s"
+    done = [(T0, 90.0), (T0 + H, 1530.0)]
+    title = tf.jct_figure(done, scope="s")["layout"]["title"]["text"]
+    assert title.endswith("2 jobs, median 1.5 min, mean 13.5 min")
+
+
 def test_jct_rolling_mean_spans_the_last_ten_completions():
     done = [(T0 + i * H, 3600.0 * (i + 1)) for i in range(12)]
     rolling = tf.jct_figure(done, scope="s")["data"][2]["y"]
