@@ -802,3 +802,17 @@ def test_the_budget_form_names_each_unit_once(client_for, lead, team):
         "carbon (kg CO2e)"
     )
     assert 'id="id_carbon_limit_kg_helptext"' not in page
+
+
+def test_job_detail_says_utc_beside_every_time(client_for, member, team, make_job, make_node):
+    # a new user's walkthrough: "Submitted ... UTC" above "Started 2026-12-07 15:14:20"
+    node = make_node("node-01", gpus=1)
+    job = make_job(owner=member, team=team, min_gpus=1, max_gpus=1)
+    page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk])).content.decode()
+    assert "<dt>Started</dt><dd>—</dd>" in page and "<dt>Finished</dt><dd>—</dd>" in page
+    at = timezone.now().replace(microsecond=0)
+    services.start_job(job, gpus=list(node.gpus.all()), batch_size=256, at=at)
+    services.transition_job(job, to=JobState.COMPLETED, at=at + timedelta(seconds=30))
+    page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk])).content.decode()
+    assert f"<dt>Started</dt><dd>{at:%Y-%m-%d %H:%M:%S} UTC</dd>" in page
+    assert f"<dt>Finished</dt><dd>{at + timedelta(seconds=30):%Y-%m-%d %H:%M:%S} UTC</dd>" in page
