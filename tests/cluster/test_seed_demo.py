@@ -216,3 +216,34 @@ def test_seed_demo_in_late_december_also_imports_the_next_years_first_days(db, s
     with time_machine.travel(datetime(2026, 12, 31, 20, tzinfo=UTC), tick=False):
         call_command("seed_demo")
     assert CarbonIntensity.objects.filter(zone="ES", hour__year=2027).count() == 8760
+
+
+def test_seed_demo_again_within_the_hour_adds_what_the_teams_used_since_to_their_limits(
+    db, settings, tmp_path
+):
+    # A new user's walkthrough: make run, Ctrl-C, make run 30 minutes later opened vision's
+    # budget at 680 % used (the period starts at the hour and held the first run's jobs), so
+    # every vision job was paused from the first round.
+    from telemetry.models import EnergyLedgerEntry
+
+    settings.WATTFLOW_VAR_DIR = tmp_path
+    with time_machine.travel(datetime(2026, 3, 10, 15, 0, 5, tzinfo=UTC), tick=False):
+        call_command("seed_demo", stdout=io.StringIO())
+    first = {b.team.slug: b for b in Budget.objects.select_related("team")}
+    gpus = list(Gpu.objects.order_by("pk")[:2])
+    for gpu, slug, kwh, kg in ((gpus[0], "vision", 0.9, 0.2), (gpus[1], "language", 0.5, 0.11)):
+        EnergyLedgerEntry.objects.create(
+            gpu=gpu, hour=datetime(2026, 3, 10, 15, tzinfo=UTC),
+            team=Team.objects.get(slug=slug), energy_j=kwh * 3.6e6, co2_g=kg * 1000.0,
+            ci_g_per_kwh=kg / kwh * 1000.0, zone="ES",
+        )  # fmt: skip
+    out = io.StringIO()
+    with time_machine.travel(datetime(2026, 3, 10, 15, 30, 5, tzinfo=UTC), tick=False):
+        call_command("seed_demo", stdout=out)
+
+    later = {b.team.slug: b for b in Budget.objects.select_related("team")}
+    assert later["vision"].period_start == first["vision"].period_start
+    assert later["vision"].energy_limit_kwh == round(first["vision"].energy_limit_kwh + 0.9, 3)
+    assert later["language"].carbon_limit_kg == round(first["language"].carbon_limit_kg + 0.11, 4)
+    assert "plus the 0.9 kWh its jobs used since 15:00" in out.getvalue()
+    assert "plus the 0.11 kg CO2e its jobs used since 15:00" in out.getvalue()

@@ -17,7 +17,8 @@ Where the numbers come from:
   hour's intensity of ``TELEMETRY_CARBON_ZONE``, the zone the ledgers use. A team's budget is
   ``DEMO_BUDGET_SHARE`` of its jobs' predicted energy (vision, kWh) or carbon (language, kg
   CO2e), over a period that lasts until the replay has submitted its jobs (whole minutes; it
-  starts at the hour's start, as usage is counted in whole ledger hours). That is less than
+  starts at the hour's start, as usage is counted in whole ledger hours; a rerun within the
+  hour adds what the team used since then to the limit). That is less than
   the teams spend in the window, so pacing binds from the first minutes and the soft limits
   (80 %) are crossed within the period.
 - Grid carbon intensity: the shipped hourly 2022 series of ``TELEMETRY_CARBON_ZONE``
@@ -53,6 +54,7 @@ from scheduling.core.types import G_PER_KG, J_PER_KWH, GpuConfig
 from scheduling.management.commands.replay_trace import DEFAULT_TRACE, submission_schedule
 from scheduling.simulator.traces import read_elasticflow_trace
 from telemetry.carbon import intensity_for_hour
+from telemetry.usage import budget_usage
 
 DATA_DIR = Path(settings.BASE_DIR) / "data"
 PERSEUS_A100 = DATA_DIR / "perf" / "perseus" / "stage_profile_bloom+a100_sxm_bf16.csv"
@@ -283,6 +285,20 @@ class Command(OneLineCommand):
                 "hard_limit_action": HardLimitAction.HOLD_QUEUE,
             },
         }
+        # A rerun within the hour (make run, Ctrl-C, make run) keeps the period's start, so the
+        # period holds what the team's jobs drew since: the limit adds it, or the replay's
+        # share is spent before the replay begins (a live rerun opened at 680 % used).
+        used = {
+            slug: budget_usage(Budget(team=teams[slug], period_start=start, period_end=now))
+            for slug in wanted
+        }
+        wanted["vision"]["energy_limit_kwh"] = round(energy_kwh + used["vision"].energy_kwh, 3)
+        wanted["language"]["carbon_limit_kg"] = round(carbon_kg + used["language"].co2_kg, 4)
+        texts = {
+            "vision": f"{used['vision'].energy_kwh:.3g} kWh",
+            "language": f"{used['language'].co2_kg:.3g} kg CO2e",
+        }
+        self._used = {slug: texts[slug] for slug in wanted if used[slug].energy_j > 0}
         budgets = []
         for slug, values in wanted.items():
             team_end = self._make_room(teams[slug], start, end)
@@ -334,5 +350,11 @@ class Command(OneLineCommand):
             out.write(
                 f"  {budget.team.slug:<10} {limit}, {budget.period_start:%Y-%m-%d %H:%M} to "
                 f"{budget.period_end:%H:%M} UTC (the replay's submissions; "
-                f"{DEMO_BUDGET_SHARE:.0%} of its jobs' predicted need)"
+                f"{DEMO_BUDGET_SHARE:.0%} of its jobs' predicted need"
+                + (
+                    f", plus the {self._used[budget.team.slug]} its jobs used since "
+                    f"{budget.period_start:%H:%M})"
+                    if budget.team.slug in getattr(self, "_used", {})
+                    else ")"
+                )
             )
