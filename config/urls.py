@@ -6,7 +6,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 from config.auth_views import ObtainTokenView
-from config.views import SwaggerView
+from config.views import SwaggerView, no_favicon
 from telemetry.metrics import metrics_view
 
 handler404 = "config.views.not_found"
@@ -20,6 +20,7 @@ urlpatterns = [
     path("api/agent/", include("telemetry.api.urls")),
     path("api/telemetry/", include("telemetry.api.report_urls")),
     path("metrics", metrics_view, name="metrics"),
+    path("favicon.ico", no_favicon, name="favicon"),
     path("api/", include("cluster.api.urls")),
     path("", include("frontend.urls")),
     # Fallback until the dashboard claims "/": the frontend's own "" route above wins.

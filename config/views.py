@@ -1,4 +1,4 @@
-"""Error views of the whole site, and the API docs page."""
+"""Error views of the whole site, the API docs page, and its (absent) favicon."""
 
 from django.http import HttpResponse, JsonResponse
 from django.views import defaults
@@ -23,3 +23,12 @@ class SwaggerView(SpectacularSwaggerView):
         response = HttpResponse()
         response["Allow"] = ", ".join(self.allowed_methods)
         return response
+
+
+def no_favicon(request):
+    """``/favicon.ico``: none, said with 204. The site's pages declare none (``data:``), but
+    the admin's and Swagger UI's do not, and the browser's request logged a 404 in the
+    console of every such page (a new user's walkthrough)."""
+    response = HttpResponse(status=204)
+    response["Cache-Control"] = "max-age=86400"
+    return response

@@ -816,3 +816,10 @@ def test_job_detail_says_utc_beside_every_time(client_for, member, team, make_jo
     page = client_for(member).get(reverse("frontend:job-detail", args=[job.pk])).content.decode()
     assert f"<dt>Started</dt><dd>{at:%Y-%m-%d %H:%M:%S} UTC</dd>" in page
     assert f"<dt>Finished</dt><dd>{at + timedelta(seconds=30):%Y-%m-%d %H:%M:%S} UTC</dd>" in page
+
+
+def test_the_favicon_the_admin_and_swagger_pages_ask_for_is_not_a_404(client):
+    # a new user's walkthrough: /api/docs/ and /admin/ logged "Failed to load resource: 404"
+    response = client.get("/favicon.ico")
+    assert response.status_code == 204
+    assert response["Cache-Control"] == "max-age=86400"
