@@ -14,7 +14,7 @@ import csv
 import io
 import os
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -326,6 +326,11 @@ def test_dashboard_receives_a_live_round_and_pauses_while_hidden(scene, login, s
     # (queue_length: the jobs queued after the round, as scheduling.summaries builds it)
     assert "the cluster has 5 queued, 2 running" in page.inner_text("#round-head")
     page.wait_for_function("document.getElementById('kpi-queue').textContent === '2'")
+    # the pushed time reads as every other time on the site, not ISO's "2026-12-07T15:13:32"
+    # (the push's time, then the refresh's it triggered)
+    at = page.inner_text("#kpi-at")
+    shown = datetime.strptime(at + " +0000", "%Y-%m-%d %H:%M:%S %z")
+    assert shown >= scene.now, at
 
     # a hidden tab closes its socket and ignores rounds; coming back resyncs from the server
     page.evaluate(

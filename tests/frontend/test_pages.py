@@ -823,3 +823,12 @@ def test_the_favicon_the_admin_and_swagger_pages_ask_for_is_not_a_404(client):
     response = client.get("/favicon.ico")
     assert response.status_code == 204
     assert response["Cache-Control"] == "max-age=86400"
+
+
+def test_the_dashboards_last_update_reads_as_the_sites_other_times(client_for, member, team):
+    # a new user's walkthrough: "Last update 2026-12-07T15:13:32 UTC"
+    import re
+
+    page = client_for(member).get("/").content.decode()
+    (at,) = re.findall(r'id="kpi-at">([^<]*)<', page)
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", at), at

@@ -85,7 +85,7 @@
       text("kpi-queue", data.queue_now);
       text("kpi-running", data.running_now);
       if (data.grid_now) text("kpi-grid", fmt(data.grid_now.ci_g_per_kwh, 0));
-      text("kpi-at", data.at.slice(0, 19));
+      text("kpi-at", data.at.slice(0, 19).replace("T", " "));
     }
 
     function refresh() {
@@ -184,7 +184,7 @@
         if (msg.type === "telemetry") {
           // Redraw from the figures the server built for this push; no request needed.
           text("kpi-power", fmt(msg.payload.cluster_power_w, 0));
-          text("kpi-at", msg.payload.at.slice(0, 19));
+          text("kpi-at", msg.payload.at.slice(0, 19).replace("T", " "));
           plot("fig-power", msg.figures.power);
           plot("fig-heatmap", msg.figures.heatmap);
         }
