@@ -138,6 +138,7 @@ class EnergyLedgerEntry(models.Model):
     minutes_j = ArrayField(models.FloatField(), default=list, blank=True)
 
     class Meta:
+        verbose_name_plural = "energy ledger entries"
         ordering = ["hour", "gpu", "job"]
         constraints = [
             models.UniqueConstraint(
@@ -172,6 +173,7 @@ class CarbonIntensity(models.Model):
     estimated = models.BooleanField(default=False)
 
     class Meta:
+        verbose_name_plural = "carbon intensities"
         ordering = ["zone", "hour"]
         constraints = [
             models.UniqueConstraint(fields=["zone", "hour"], name="carbonintensity_unique"),

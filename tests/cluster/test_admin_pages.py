@@ -181,3 +181,10 @@ def test_a_gpu_added_with_a_power_limit_missing_or_refused_is_a_form_error(
     assert response.status_code == 200
     assert field in response.context["adminform"].form.errors
     assert not Gpu.objects.filter(uuid="GPU-added").exists()
+
+
+def test_the_admin_index_spells_every_models_plural(admin_client):
+    # a new user's walkthrough: "Carbon intensitys", "Energy ledger entrys" on /admin/
+    page = admin_client.get(reverse("admin:index")).content.decode()
+    assert "Carbon intensities" in page and "Energy ledger entries" in page
+    assert "ys<" not in page
