@@ -759,7 +759,14 @@ def test_the_job_page_follows_its_job_without_a_reload(scene, login, server):
     queued = scene.jobs["vgg16-baseline"]
     page.goto(f"{server}/jobs/{queued.pk}/")
     assert page.inner_text(".state.big") == "Queued"
-    assert page.locator("#pending-reason").count() == 1
+    assert "Waiting for 4 free GPUs on one node." in page.inner_text("#pending-reason")
+    page.wait_for_timeout(500)  # (its first answer, asked at once, has come)
+    Job.objects.filter(pk=queued.pk).update(
+        pending_reason_code="over_round_allowance", pending_reason="Paced by the budget."
+    )
+    page.wait_for_function(
+        "document.getElementById('pending-reason').textContent.includes('Paced by the budget.')"
+    )
     services.cancel_job(queued, at=timezone.now())
     page.wait_for_function("document.querySelector('.state.big').textContent === 'Cancelled'")
     assert page.locator("#pending-reason").count() == 0

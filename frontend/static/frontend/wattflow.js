@@ -259,24 +259,28 @@
   // --- job page: follows the job while it is not finished ----------------------------------------
   // Polls the job's REST resource while the tab is shown: progress is updated in place; a new
   // state, wait reason (its code) or allocation reloads the page (its tables and figures are drawn
-  // on the server). A finished job's page does not poll.
+  // on the server). The page names state and allocation; the wait code (never printed on a
+  // page: words are) is taken from the first answer, asked at once. A finished job's page
+  // does not poll.
   function jobPage(opts) {
     const everyMs = opts.everyMs || 5000;
+    let code = null;
     function check() {
       if (document.hidden) return;
       fetch(opts.url, { credentials: "same-origin", headers: { Accept: "application/json" } })
         .then((r) => (r.ok ? r.json() : null))
         .then((job) => {
           if (!job) return;
-          const seen = [job.state, job.pending_reason_code,
-            job.current_allocation ? job.current_allocation.id : ""].join("|");
-          if (seen !== opts.seen) { location.reload(); return; }
+          const seen = [job.state, job.current_allocation ? job.current_allocation.id : ""].join("|");
+          if (code === null) code = job.pending_reason_code;
+          if (seen !== opts.seen || code !== job.pending_reason_code) { location.reload(); return; }
           const done = job.completed_iterations;
           text("job-iterations", fmt(done, 0));
           text("job-progress", Math.min(100, (100 * done) / opts.total).toFixed(1));
         })
         .catch(() => {});
     }
+    check();
     setInterval(check, everyMs);
   }
 
