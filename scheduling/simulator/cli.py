@@ -333,6 +333,7 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
         measurement_noise=args.measurement_noise,
         exploration_budget=args.exploration_budget or None,
         exploration_batch_probe=args.batch_probe,
+        max_rounds=MAX_ROUNDS,
     )
     scenario = load_scenario(
         args.trace,

@@ -212,11 +212,19 @@ class Simulator:
         only_never_runnable_left = False
         all_gpus = self.cluster.gpus
         idle_all_w = self._idle_all_w
+        n_rounds = 0
 
         while n_finished < n_total:
             if cfg.max_time_s is not None and t >= cfg.max_time_s:
                 stopped_early = True
                 stopped_why = f"it reached its time limit ({cfg.max_time_s:g} s)"
+                break
+            if cfg.max_rounds is not None and n_rounds >= cfg.max_rounds:
+                stopped_early = True
+                stopped_why = (
+                    f"it planned {n_rounds:,} rounds, the most a run may, by "
+                    f"{t / 86400:.3g} simulated days (a longer --round-length-s, or less work)"
+                )
                 break
             # Arrivals up to now join the active set.
             while next_arrival < n_total and records[next_arrival].spec.submit_time_s <= t:
@@ -244,6 +252,7 @@ class Simulator:
                 continue
 
             plan = self.planner(self._snapshot(active, t), t)
+            n_rounds += 1
             # Timers and learned state a policy keeps between rounds ride in the plan.
             self._policy_state = plan.policy_state
             if plan.exploration:

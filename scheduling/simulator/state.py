@@ -32,6 +32,11 @@ class SimConfig:
     forecast_hours: int = 24
     stall_limit_s: float = 7 * 86400.0
     max_time_s: float | None = None
+    # The most rounds (planner calls) a run makes before it stops early: the command line
+    # refuses a job longer than its limit at the job's fastest, but a policy that keeps a
+    # job at its request (fifo at 1 GPU of 15) ran 15 times the rounds (a 10-year job: a
+    # million rounds, hours of wall time, no word). None: no limit.
+    max_rounds: int | None = None
     congestion: float = 1.0  # factor on inter-node communication time (1 = as measured)
     colocation_noise: float = 0.0  # sigma of log-normal noise on co-located throughput
     seed: int = 0  # for that noise and the measurement noise

@@ -734,3 +734,31 @@ def test_a_job_whose_team_budget_is_nothing_in_every_period_is_named_never_runna
     assert list(result.never_runnable) == ["b"]
     assert "team bert's budget is nothing in every period" in result.never_runnable["b"]
     assert result.end_s == finished["a"]  # no stall of idle draw after the last finish
+
+
+def test_a_run_that_plans_more_rounds_than_its_limit_stops_with_one_line(
+    tmp_path, capsys, monkeypatch
+):
+    # The refusal above takes a job at its fastest (elastic, 64 GPUs), but fifo keeps it at
+    # its request: a sweep's 10-year Philly job at 1 GPU of 15 passed the check and fifo
+    # then planned a million rounds (over 5 minutes of wall time without a word). Here
+    # 120,000 resnet50 iterations take 19 rounds at their fastest, 58 at 1 GPU.
+    monkeypatch.setattr("scheduling.simulator.cli.MAX_ROUNDS", 30)
+    trace = tmp_path / "elasticflow_long.csv"
+    trace.write_text(
+        "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n0,0,resnet50,64,1,120000\n"
+    )
+    cluster = DATA / "clusters" / "n16g8_a100.json"
+    out = tmp_path / "out"
+    base = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "fifo"]
+
+    rc = main([*base, "--knowledge", "oracle", "--no-progress", "--out", str(out)])
+
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.count("\n") == 1
+    assert re.match(
+        r"error: fifo \[oracle\] stopped early with 1 of 1 jobs unfinished: it planned 30 "
+        r"rounds, the most a run may, by 0.1\d+ simulated days \(",
+        err,
+    ), err
