@@ -48,6 +48,12 @@ class TraceError(ValueError):
 
 
 def _rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
+    return [row for _, row in _numbered_rows(path, required)]
+
+
+def _numbered_rows(path: Path, required: Iterable[str]) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) of each row: the file's line, where counting rows from 2 named
+    the wrong one after a blank line or a quoted field holding a line break."""
     try:
         # utf-8-sig: a CSV saved with a byte-order mark (a spreadsheet's "CSV UTF-8") read
         # its first column as "\ufeffjob_id", and was refused as missing job_id.
@@ -57,7 +63,7 @@ def _rows(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
             if missing:
                 raise TraceError(f"{path.name}: missing column(s) {sorted(missing)}")
             # (a longer row's tail would be dropped: "1,000" iterations ran as 1)
-            return [row for _, row in rows_of(reader, path.name, TraceError)]
+            return list(rows_of(reader, path.name, TraceError))
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
@@ -186,7 +192,7 @@ def read_elasticflow_trace(
     path = Path(path)
     columns = ("job_id", "submit_time", "model_name", "batch_size", "num_gpu", "iteration")
     jobs = []
-    for line_no, row in enumerate(_rows(path, columns), start=2):
+    for line_no, row in _numbered_rows(path, columns):
         n_gpus = _number(row, "num_gpu", path, line_no, int, positive=True)
         batch = _number(row, "batch_size", path, line_no, int, positive=True)
         _check_batch_covers_gpus(batch, n_gpus, path, line_no, ("batch_size", "num_gpu"))
@@ -246,8 +252,8 @@ def read_pollux_workload(
     path = Path(path)
     iters_cache: dict[tuple[str, int], float] = {}
     jobs = []
-    for line_no, row in enumerate(
-        _rows(path, ("name", "time", "application", "num_replicas", "batch_size")), 2
+    for line_no, row in _numbered_rows(
+        path, ("name", "time", "application", "num_replicas", "batch_size")
     ):
         workload = row["application"]
         batch = _number(row, "batch_size", path, line_no, int, positive=True)
@@ -309,10 +315,11 @@ def read_philly_week(
     The team of a job is its Philly virtual cluster.
     """
     path = Path(path)
-    rows = _rows(path, ("timestamp", "duration", "num_gpus", "gpu_time", "cluster"))
+    rows = _numbered_rows(path, ("timestamp", "duration", "num_gpus", "gpu_time", "cluster"))
     rng = random.Random(seed)
     parsed = []
-    for line_no, row in enumerate(rows, start=2):
+    # A job's id is its row's number (philly-1 the first), its messages name its line.
+    for number, (line_no, row) in enumerate(rows, start=1):
         try:
             submitted = datetime.strptime(row["timestamp"], "%Y-%m-%d %H:%M:%S")  # noqa: DTZ007 - zone-less local time; only differences are used
         except ValueError:
@@ -323,6 +330,7 @@ def read_philly_week(
         workload = philly_model_for(_number(row, "gpu_time", path, line_no), rng)
         parsed.append(
             (
+                number,
                 line_no,
                 submitted,
                 _number(row, "duration", path, line_no, positive=True),
@@ -333,10 +341,10 @@ def read_philly_week(
         )
     if not parsed:
         raise TraceError(f"{path.name}: no rows")
-    t0 = min(p[1] for p in parsed)
+    t0 = min(p[2] for p in parsed)
     speed: dict[tuple[str, int], float] = {}  # iterations per second at the request
     jobs = []
-    for line_no, submitted, duration_s, n_gpus, workload, cluster in parsed:
+    for number, line_no, submitted, duration_s, n_gpus, workload, cluster in parsed:
         if workload not in batches:
             raise TraceError(f"{path.name}:{line_no}: no batch size known for model {workload!r}")
         key = (workload, n_gpus)
@@ -350,7 +358,7 @@ def read_philly_week(
             )
         jobs.append(
             Job(
-                job_id=f"philly-{line_no - 1}",
+                job_id=f"philly-{number}",
                 workload=workload,
                 team=cluster,
                 submit_time_s=(submitted - t0).total_seconds(),

@@ -330,3 +330,57 @@ def test_a_pollux_row_at_a_batch_pollux_never_ran_names_the_measured_batches(tmp
     pollux.write_text("name,time,application,num_replicas,batch_size\nx-0,1,resnet9,1,128\n")
     with pytest.raises(TraceError, match=r"-9.csv:2: application 'resnet9' has no Pollux runs"):
         read_trace(pollux, data_dir=DATA)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        # blank lines (a spreadsheet's empty rows) before the bad row: it named line 3
+        (
+            "elasticflow_b.csv",
+            "job_id,submit_time,model_name,batch_size,num_gpu,iteration\n\n"
+            "0,0,vgg16,256,1,10\n\n\n1,0,vgg16,256,1,abc\n",
+            "elasticflow_b.csv:6: iteration='abc' is not a number",
+        ),
+        # a quoted job id holding a line break: it named line 3
+        (
+            "elasticflow_q.csv",
+            'job_id,submit_time,model_name,batch_size,num_gpu,iteration\n"a\nb",0,vgg16,256,1,10\n'
+            "1,0,vgg16,256,1,-5\n",
+            "elasticflow_q.csv:4: iteration='-5' is negative",
+        ),
+        (
+            "pollux_workload-9.csv",
+            "name,time,application,num_replicas,batch_size\n\ncifar10-0,1,cifar10,0,128\n",
+            "pollux_workload-9.csv:3: num_replicas='0' must be positive",
+        ),
+        (
+            "philly_week_b.csv",
+            "timestamp,duration,num_gpus,gpu_time,cluster\n\n2017-10-09 07:01:55,66,1,66,a\n"
+            "\n2017-10-09 07:01:55,-1,1,66,a\n",
+            "philly_week_b.csv:5: duration='-1' is negative",
+        ),
+    ],
+)
+def test_a_bad_row_after_blank_lines_or_a_line_break_is_named_by_its_own_line(
+    tmp_path, name, text, message
+):
+    (tmp_path / name).write_text(text, encoding="utf-8")
+
+    with pytest.raises(TraceError) as caught:
+        read_trace(tmp_path / name, data_dir=DATA, catalog=LinearCatalog(), gpu_model="T4")
+
+    assert str(caught.value) == message
+
+
+def test_philly_job_ids_count_rows_not_lines(tmp_path):
+    # blank lines do not move the ids (philly-N is the N-th row)
+    rows = "2017-10-09 07:01:55,66,1,66,a\n2017-10-09 07:03:55,66,1,66,a\n"
+    head = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+    (tmp_path / "philly_week_b.csv").write_text(head + "\n" + rows.replace("\n", "\n\n"))
+
+    jobs = read_trace(
+        tmp_path / "philly_week_b.csv", data_dir=DATA, catalog=LinearCatalog(), gpu_model="T4"
+    )
+
+    assert [j.job_id for j in jobs] == ["philly-1", "philly-2"]
