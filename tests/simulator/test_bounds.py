@@ -282,3 +282,34 @@ def test_a_wide_batch_range_is_a_grid_whose_neighbours_are_at_most_a_step_apart(
     assert grid[0] == 100 and grid[-1] == 4000 and 128 in grid and 96 not in grid
     assert all(up <= lo * BATCH_STEP + 1 for lo, up in zip(grid, grid[1:], strict=False))
     assert len(grid) < 60
+
+
+def test_a_jobs_least_gpu_energy_is_listed_once_per_configuration_set_not_per_job(monkeypatch):
+    # 50,000 one-iteration jobs on 4,096 GPUs: the bound listed every job's whole
+    # configuration set again (3,073 products a job), 240 of the run's 300 s. Count the
+    # products of n GPUs and a configuration's power: one per configuration, not per job.
+    import scheduling.simulator.bounds as bounds
+
+    products = []
+
+    class Watt(float):
+        def __rmul__(self, n):
+            products.append(n)
+            return float(self) * n
+
+    listed = bounds._configurations
+
+    def configurations(*args, **kw):
+        return [(t, n, Watt(p)) for t, n, p in listed(*args, **kw)]
+
+    monkeypatch.setattr(bounds, "_configurations", configurations)
+    jobs = [job(f"j{i}", submit=0.0, iters=3600.0, min_gpus=1, max_gpus=2) for i in range(50)]
+
+    bound = jct_bound(jobs, **TINY)
+
+    n_configurations = len(configurations(TINY["catalog"], jobs[0], "A100", (2,)))
+    products.clear()
+    bound_again = jct_bound(jobs, **TINY)
+    assert 0 < len(products) <= n_configurations
+    (first, *_) = bound.jobs
+    assert first.least_gpu_energy_j == bound_again.jobs[0].least_gpu_energy_j > 0
