@@ -722,6 +722,15 @@ def _policy_params(policy: str, items: list[str]) -> dict[str, Any]:
         if isinstance(value, float) and not math.isfinite(value):
             raise UsageError(f"--policy-param {name.strip()} must be a finite number, not {text}")
         params[name.strip()] = value
+    accepted = _constructor_params(policy)
+    unknown = sorted(set(params) - accepted) if accepted is not None else []
+    if unknown:
+        # (it read "BudgetGreedy.__init__() got an unexpected keyword argument ...": a
+        # class the user never named, and not what the policy does take)
+        raise UsageError(
+            f"bad --policy-param for {policy}: it takes no {', '.join(map(repr, unknown))}; "
+            f"its parameters: {', '.join(sorted(accepted))}"
+        )
     try:
         instance = get_policy(policy, **params)
     except (TypeError, ValueError) as exc:
@@ -745,6 +754,27 @@ def _policy_params(policy: str, items: list[str]) -> dict[str, Any]:
                 f"not {value!r}"
             )
     return params
+
+
+def _constructor_params(policy: str) -> set[str] | None:
+    """The keyword parameters policy ``policy``'s constructors name (its class's and its
+    bases': a ``**params`` passes the rest to its base), or None where the base-most one
+    takes ``**kwargs`` too (then any name may be meant)."""
+    from scheduling.core.registry import get_policy
+
+    names: set[str] = set()
+    open_ended = False
+    for klass in type(get_policy(policy)).__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        open_ended = False
+        for name, param in inspect.signature(init).parameters.items():
+            if param.kind is inspect.Parameter.VAR_KEYWORD:
+                open_ended = True
+            elif name != "self" and param.kind is not inspect.Parameter.VAR_POSITIONAL:
+                names.add(name)
+    return None if open_ended else names
 
 
 def _constructor_defaults(cls: type) -> dict[str, Any]:

@@ -181,7 +181,10 @@ def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
         ),
         (["--policy", "fifo", "--carbon-zone", "XX"], "cannot read carbon file"),
         (["--policy", "powerflow", "--policy-param", "pricing"], "takes NAME=VALUE"),
-        (["--policy", "powerflow", "--policy-param", "bogus=1"], "unexpected keyword"),
+        (
+            ["--policy", "powerflow", "--policy-param", "bogus=1"],
+            "bad --policy-param for powerflow: it takes no 'bogus'; its parameters: ",
+        ),
         (
             ["--policy", "powerflow", "--policy-param", "pricing=flase"],
             "pricing takes a value like",
