@@ -179,6 +179,61 @@ def _with(**params) -> Forecaster:
     return fn
 
 
+def bias_ratio(
+    seen: Sequence[float],
+    *,
+    lead_h: int = 25,
+    half_life_h: float | None = None,
+    prior_h: float = 168.0,
+    upward: bool = False,
+) -> float:
+    """The forecaster's own error so far in the period, as the factor its tail is scaled
+    by (a scratch option ``floor_bias`` of the policy, not merged; docs/benchmarks.md,
+    "The floor's forecast corrected by its own error"). ``seen`` is the period's hours
+    so far. The default tail made at
+    hour ``t`` is the mean of the last week's hours and the next 24 (``_mean_tail``);
+    every hour ``h`` that has passed was forecast, at a lead of at least ``lead_h``, by
+    the tails made at hours ``0..h - lead_h``: their mean is what the forecaster said
+    of ``h``. The ratio of the realized hours' sum to those forecasts' (the hours
+    weighted by ``0.5 ** (age / half_life_h)``, or alike with None) is shrunk towards 1
+    by the evidence, ``n / (n + prior_h)`` with ``n`` the weighted hours; ``upward``:
+    never below 1."""
+    m = len(seen)
+    if m <= lead_h + 24:
+        return 1.0
+    cum = [0.0]
+    for x in seen:
+        cum.append(cum[-1] + x)
+    # the tail made at hour t (of those whose next 24 h are all seen)
+    tails = []
+    for t in range(m - 24 + 1):
+        lo = max(0, t - 168)
+        tails.append((cum[t + 24] - cum[lo]) / (t + 24 - lo))
+    tcum = [0.0]
+    for x in tails:
+        tcum.append(tcum[-1] + x)
+    num = den = n = 0.0
+    decay = 0.5 ** (1.0 / half_life_h) if half_life_h else 1.0
+    for h in range(lead_h, m):
+        k = h - lead_h + 1  # forecasts made at hours 0..h - lead_h
+        k = min(k, len(tails))
+        fbar = tcum[k] / k
+        num = num * decay + seen[h]
+        den = den * decay + fbar
+        n = n * decay + 1.0
+    if not den > 0.0:
+        return 1.0
+    r = 1.0 + (num / den - 1.0) * n / (n + prior_h)
+    return max(1.0, r) if upward else r
+
+
+def _bias(**params) -> Forecaster:
+    def fn(seen, fc, rest_h):
+        return bias_ratio(seen, **params) * _mean_tail(seen, fc, rest_h)
+
+    return fn
+
+
 FORECASTERS: dict[str, Forecaster] = {
     "mean of the last week (default)": _mean_tail,
     "trend 56 d (floor_trend_days=56)": _with(mode="trend", days_back=56),
@@ -194,6 +249,14 @@ FORECASTERS: dict[str, Forecaster] = {
     "q0.7 of the last week": _with(mode="quantile", quantile=0.7),
     "mean of the last 28 d": _with(mode="window", days_back=28),
     "max(week, 28 d)": _with(mode="maxwin", days_back=28),
+    "bias, all hours, prior 168 h": _bias(prior_h=168.0),
+    "bias, all hours, prior 336 h": _bias(prior_h=336.0),
+    "bias, all hours, prior 0": _bias(prior_h=0.0),
+    "bias, half-life 7 d, prior 72 h": _bias(half_life_h=168.0, prior_h=72.0),
+    "bias, half-life 14 d, prior 168 h": _bias(half_life_h=336.0, prior_h=168.0),
+    "bias, lead >= 7 d, prior 168 h": _bias(lead_h=168, prior_h=168.0),
+    "bias, all hours, prior 168 h, upward": _bias(prior_h=168.0, upward=True),
+    "bias, lead >= 7 d, prior 168 h, upward": _bias(lead_h=168, prior_h=168.0, upward=True),
 }
 
 
