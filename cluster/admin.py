@@ -532,8 +532,13 @@ class JobAdminForm(forms.ModelForm):
         cleaned = super().clean()
         if "workload" in self.changed_data and cleaned.get("workload"):
 
-            def value(name):  # a hint the admin shows read-only is the stored one
-                return cleaned[name] if name in cleaned else getattr(self.instance, name)
+            def value(name):
+                # A hint the admin shows read-only, or left as shown, is the stored one: a
+                # field left as shown keeps the row's value (``_SeenValuesForm``), which
+                # another admin may have changed since the page was opened.
+                if name in cleaned and name in self.changed_data:
+                    return cleaned[name]
+                return getattr(self.instance, name)
 
             errors = workload_errors(
                 cleaned["workload"],

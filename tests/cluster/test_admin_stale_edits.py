@@ -316,3 +316,22 @@ def test_a_team_page_keeps_a_lead_promoted_while_it_was_open(admin_user, make_us
 
     assert Team.objects.get(pk=team.pk).name == "Stale Vision 2"
     assert Membership.objects.get(pk=membership.pk).role == "lead"
+
+
+def test_a_workload_edit_is_checked_against_the_hints_as_stored_not_as_shown(admin_user, make_job):
+    # The page's workload check (``JobAdminForm.clean``) read the hints as the page showed
+    # them, but a hint the admin left as shown keeps the stored value: another admin's
+    # removal of ``resembles`` meanwhile, and this page's near miss of a catalog workload
+    # saved with no hint, a job the check refuses.
+    team = Team.objects.create(name="Stale Vision", slug="stale-vision")
+    Membership.objects.create(user=admin_user, team=team)
+    job = make_job(owner=admin_user, team=team, workload="my-model", resembles="resnet50")
+    page = _Session(admin_user, job)
+    Job.objects.filter(pk=job.pk).update(resembles="")  # another admin, meanwhile
+
+    response = page.save(workload="resnet_50")
+
+    assert response.status_code == 200  # the page again, with the refusal
+    assert "did you mean" in response.content.decode()
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.workload, stored.resembles) == ("my-model", "")
