@@ -11,6 +11,7 @@ from storing numbers that break the arithmetic downstream (NaN compares false to
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from datetime import UTC, datetime
 
@@ -107,8 +108,23 @@ def refused_in_names(c: str) -> bool:
     )
 
 
+def _tags(letters: str) -> str:
+    return "".join(chr(0xE0000 + ord(c)) for c in letters)
+
+
+# The emoji flags of England, Scotland and Wales: a black flag, tag characters (format
+# characters) spelling the region, a cancel tag. They draw the flag, and were refused as
+# invisible ("🏴 Edinburgh"). Only these three: other tag letters draw a plain black flag
+# on most systems, so two such names would look alike.
+_FLAG_TAG_SEQUENCES = re.compile(
+    "\U0001f3f4(?:" + "|".join(_tags(r) for r in ("gbeng", "gbsct", "gbwls")) + ")\U000e007f"
+)
+
+
 def _format_characters(value: str) -> list[str]:
-    """What ``refused_in_names`` refuses in ``value``, as ``U+202E``."""
+    """What ``refused_in_names`` refuses in ``value``, as ``U+202E`` (but the tag
+    characters of a flag's emoji, ``_FLAG_TAG_SEQUENCES``)."""
+    value = _FLAG_TAG_SEQUENCES.sub("", value)
     return sorted({f"U+{ord(c):04X}" for c in value if refused_in_names(c)})
 
 

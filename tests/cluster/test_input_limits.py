@@ -113,6 +113,9 @@ INVISIBLE = [
     ("\u115f", "U+115F"),  # Hangul choseong filler
     ("\uffa0", "U+FFA0"),  # halfwidth Hangul filler
     ("\u034f", "U+034F"),  # combining grapheme joiner: a mark that draws nothing
+    # tag characters outside a flag's sequence draw nothing
+    ("\U000e0067\U000e0062", "U+E0062"),
+    ("\U0001f3f4\U000e0067\U000e0062\U000e0078\U000e0078\U000e007f", "U+E0078"),
 ]
 
 
@@ -162,8 +165,20 @@ def test_an_admin_name_with_an_invisible_character_is_a_400(
 
 @pytest.mark.parametrize(
     "name",
-    # the last two need the zero-width non-joiner and joiner (Persian, Devanagari)
-    ["Équipe Zürich", "研究组", "فريق البحث", "अनुसंधान दल", "گروه\u200cپژوهشی", "क\u094d\u200dष"],
+    # the Persian and Devanagari ones need the zero-width non-joiner and joiner; emoji
+    # (a ZWJ sequence, a variation selector, a flag of Scotland: tag characters)
+    [
+        "Équipe Zürich",
+        "研究组",
+        "فريق البحث",
+        "अनुसंधान दल",
+        "گروه\u200cپژوهشی",
+        "क\u094d\u200dष",
+        "연구팀",
+        "ทีมวิจัย",
+        "\U0001f469\u200d\U0001f52c lab \u2764\ufe0f",
+        "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f Edinburgh",
+    ],
 )
 def test_names_in_any_script_are_accepted(api_client, admin_user, member, team, name):
     created = api_client(admin_user).post(

@@ -150,6 +150,18 @@ def test_the_check_names_a_name_with_a_line_separator_or_a_filler(team):
     assert any("U+3164" in m for m in messages)
 
 
+def test_the_check_leaves_a_name_with_a_flags_emoji(team):
+    # the flag of Wales: its tag characters are format characters, but they draw the flag
+    Team.objects.create(
+        name="\U0001f3f4\U000e0067\U000e0062\U000e0077\U000e006c\U000e0073\U000e007f", slug="cymru"
+    )
+    Team.objects.create(name="Vision\u2028Admins", slug="v2")
+
+    messages = _warnings("cluster.W003")
+
+    assert len(messages) == 1 and "U+2028" in messages[0], messages
+
+
 def test_the_checks_need_the_database_flag(team):
     _running_budget(team, energy_limit_kwh=5e-324)
 
