@@ -27,7 +27,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from cluster.choices import ACTIVE_JOB_STATES, JobState, NodeStatus
+from cluster.choices import ACTIVE_JOB_STATES, WAITING_JOB_STATES, JobState, NodeStatus
 from cluster.models import Budget, Gpu, Job, JobAllocation, Node, gpus_in_service
 from scheduling import observations, workload_profiles
 from scheduling.core import online_model
@@ -250,10 +250,10 @@ def build_snapshot(
     """Read everything a round may look at into a frozen snapshot.
 
     Schedulable GPUs are those of healthy nodes heard from within ``node_timeout_s``; jobs are
-    the queued, running and paused ones with their progress, service so far and their online
-    models learned from telemetry (``job_perf``; ``workload_profiles``); budgets are those
-    whose period contains ``now`` with their ledger totals; carbon is telemetry's signal for
-    the zone.
+    the running ones and the queued and paused ones submitted by ``now``, with their progress,
+    service so far and their online models learned from telemetry (``job_perf``;
+    ``workload_profiles``); budgets are those whose period contains ``now`` with their ledger
+    totals; carbon is telemetry's signal for the zone.
     """
     timeout_s = settings.WATTFLOW_NODE_TIMEOUT_S if node_timeout_s is None else node_timeout_s
     nodes = list(Node.objects.prefetch_related(gpus_in_service()).order_by("switch_label", "name"))
@@ -262,6 +262,11 @@ def build_snapshot(
 
     rows = list(
         Job.objects.filter(state__in=ACTIVE_JOB_STATES)
+        # A job submitted after ``now`` (committed while the round ran, between the clock and
+        # this read) was not yet in the world the round plans: it waits for the next round,
+        # or its start would be stamped before its submit (a negative wait). Running jobs
+        # stay, whatever their stamps: they hold GPUs.
+        .exclude(state__in=WAITING_JOB_STATES, submitted_at__gt=now)
         .select_related("team", "current_allocation")
         .prefetch_related("current_allocation__gpus__node")
         .order_by("submitted_at", "id")
