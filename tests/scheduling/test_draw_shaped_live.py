@@ -27,6 +27,18 @@ IDLE_W, BUSY_MAX_W = wp.gpu_draw_range_w(CATALOG, "A100")
 B0 = 64.0  # per-GPU batch the job reports at, on one GPU
 
 
+@pytest.fixture
+def make_job(make_job):
+    """Jobs submitted a minute before ``T0`` unless told: the rounds here run at ``T0`` and
+    after, and a round leaves out a job submitted after its clock (it waits for the next)."""
+
+    def make(**fields):
+        fields.setdefault("at", T0 - timedelta(minutes=1))
+        return make_job(**fields)
+
+    return make
+
+
 def at(local_batch: float, n: int = 1) -> om.GpuConfig:
     return config_of(n, 1, local_batch)
 

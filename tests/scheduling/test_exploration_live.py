@@ -27,6 +27,18 @@ TRUTH = load_catalog().get("bert", "A100")
 SLOWER = 1.5
 
 
+@pytest.fixture
+def make_job(make_job):
+    """Jobs submitted a minute before ``T0`` unless told: the rounds here run at ``T0`` and
+    after, and a round leaves out a job submitted after its clock (it waits for the next)."""
+
+    def make(**fields):
+        fields.setdefault("at", T0 - timedelta(minutes=1))
+        return make_job(**fields)
+
+    return make
+
+
 def _telemetry(job: Job, node: Node, t0: datetime, t1: datetime) -> None:
     """What the agent and NVML report while ``job`` runs its current allocation in [t0, t1]:
     a start report for a new allocation, progress every 5 s, one power sample per GPU."""

@@ -119,7 +119,7 @@ def test_a_rounds_reads_do_not_grow_with_finished_jobs(member, team, make_node, 
     gpus = list(node.gpus.all())
     now = timezone.now()
     for k in range(3):
-        make_job(owner=member, team=team, name=f"live-{k}", min_gpus=1, max_gpus=1)
+        make_job(owner=member, team=team, name=f"live-{k}", min_gpus=1, max_gpus=1, at=now)
     _history(HISTORY, member=member, team=team, gpus=gpus, now=now)
     Node.objects.update(last_heartbeat_at=now)
     run_scheduling_round(now=now, policy="fifo", force=True)  # settles the live jobs
@@ -160,7 +160,8 @@ def test_the_wait_reasons_are_written_by_a_statement_whose_text_does_not_grow(
 
     for total in (3, 12):
         while Job.objects.count() < total:
-            make_job(owner=member, team=team, name=f"job-{Job.objects.count()}", max_gpus=1)
+            name = f"job-{Job.objects.count()}"
+            make_job(owner=member, team=team, name=name, max_gpus=1, at=now)
         Node.objects.update(last_heartbeat_at=now)
         statements.append([])
         with connection.execute_wrapper(keep):

@@ -29,6 +29,18 @@ T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
 
 
 @pytest.fixture
+def make_job(make_job):
+    """Jobs submitted a minute before ``T0`` unless told: the rounds here run at ``T0`` and
+    after, and a round leaves out a job submitted after its clock (it waits for the next)."""
+
+    def make(**fields):
+        fields.setdefault("at", T0 - timedelta(minutes=1))
+        return make_job(**fields)
+
+    return make
+
+
+@pytest.fixture
 def node_with_token(make_node):
     node = make_node("node-01", gpus=4)
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)

@@ -25,6 +25,18 @@ PRIOR = CATALOG.get("resnet50", "A100")
 CFG = config_of(2, 1, 128.0)
 
 
+@pytest.fixture
+def make_job(make_job):
+    """Jobs submitted a minute before ``T0`` unless told: the rounds here run at ``T0`` and
+    after, and a round leaves out a job submitted after its clock (it waits for the next)."""
+
+    def make(**fields):
+        fields.setdefault("at", T0 - timedelta(minutes=1))
+        return make_job(**fields)
+
+    return make
+
+
 def _obs(scale: float, *, weight: float = 1.0, power_scale: float = 1.0) -> Observation:
     return Observation(
         n_gpus=2,
