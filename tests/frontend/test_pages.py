@@ -641,13 +641,13 @@ def test_dashboard_shows_the_latest_real_round_with_only_visible_decisions(
     client_for, member, outsider, team, other_team, make_job, make_node
 ):
     # given a 4-GPU node and one job per team, the larger one unable to fit
-    now = timezone.now()
     node = make_node("node-01", gpus=4)
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
     mine = make_job(owner=member, team=team, name="vision-fits", min_gpus=4, max_gpus=4)
     theirs = make_job(
         owner=outsider, team=other_team, name="language-waits", min_gpus=4, max_gpus=4
     )
+    now = timezone.now()  # (after the submits: a round leaves out jobs submitted after it)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now)
     # when the live scheduler runs a real round (FIFO: the older job starts)
     result = run_scheduling_round(now=now, policy="fifo", force=True)
     assert result.ran
