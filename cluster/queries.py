@@ -145,9 +145,11 @@ def queue_and_running_series(
     if not rows:
         return []
     submitted_of = {pk: submitted for pk, submitted, _ in rows}
-    # A round stamps what it starts with its own clock, taken before it read the queue: a job
-    # submitted while the round ran can start seconds "before" its submit. Counted from its
-    # submit, or it is running and not yet waiting, and the waiting count goes below zero.
+    # A round stamped what it started with its own clock, taken before it read the queue: a
+    # job submitted while the round ran started seconds "before" its submit. Rounds now leave
+    # such a job for the next one (``adapters.build_snapshot``), but rows written before stay:
+    # counted from its submit, or it is running and not yet waiting, and the waiting count
+    # goes below zero.
     spans = [
         (max(_at(started), submitted_of[job_id]), _at(ended))
         for job_id, started, ended in JobAllocation.objects.filter(
