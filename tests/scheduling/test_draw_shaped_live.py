@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support.jobs import submitted_before
 
 from cluster.choices import JobState
 from cluster.models import Job
@@ -29,14 +30,8 @@ B0 = 64.0  # per-GPU batch the job reports at, on one GPU
 
 @pytest.fixture
 def make_job(make_job):
-    """Jobs submitted a minute before ``T0`` unless told: the rounds here run at ``T0`` and
-    after, and a round leaves out a job submitted after its clock (it waits for the next)."""
-
-    def make(**fields):
-        fields.setdefault("at", T0 - timedelta(minutes=1))
-        return make_job(**fields)
-
-    return make
+    """Jobs submitted before ``T0`` unless told: the rounds here run at ``T0`` and after."""
+    return submitted_before(make_job, T0)
 
 
 def at(local_batch: float, n: int = 1) -> om.GpuConfig:

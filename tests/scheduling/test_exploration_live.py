@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support.jobs import submitted_before
 
 from cluster import services as cluster_services
 from cluster.choices import JobState
@@ -29,14 +30,8 @@ SLOWER = 1.5
 
 @pytest.fixture
 def make_job(make_job):
-    """Jobs submitted a minute before ``T0`` unless told: the rounds here run at ``T0`` and
-    after, and a round leaves out a job submitted after its clock (it waits for the next)."""
-
-    def make(**fields):
-        fields.setdefault("at", T0 - timedelta(minutes=1))
-        return make_job(**fields)
-
-    return make
+    """Jobs submitted before ``T0`` unless told: the rounds here run at ``T0`` and after."""
+    return submitted_before(make_job, T0)
 
 
 def _telemetry(job: Job, node: Node, t0: datetime, t1: datetime) -> None:

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
+from support.jobs import submitted_before
 
 from cluster import services as cluster_services
 from cluster.choices import JobState
@@ -30,14 +31,8 @@ T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
 
 @pytest.fixture
 def make_job(make_job):
-    """Jobs submitted a minute before ``T0`` unless told: the rounds here run at ``T0`` and
-    after, and a round leaves out a job submitted after its clock (it waits for the next)."""
-
-    def make(**fields):
-        fields.setdefault("at", T0 - timedelta(minutes=1))
-        return make_job(**fields)
-
-    return make
+    """Jobs submitted before ``T0`` unless told: the rounds here run at ``T0`` and after."""
+    return submitted_before(make_job, T0)
 
 
 @pytest.fixture

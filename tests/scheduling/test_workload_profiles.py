@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from rest_framework.test import APIClient
+from support.jobs import submitted_before
 
 from cluster.choices import JobState
 from cluster.models import Gpu, Job, Node
@@ -27,14 +28,8 @@ CFG = config_of(2, 1, 128.0)
 
 @pytest.fixture
 def make_job(make_job):
-    """Jobs submitted a minute before ``T0`` unless told: the rounds here run at ``T0`` and
-    after, and a round leaves out a job submitted after its clock (it waits for the next)."""
-
-    def make(**fields):
-        fields.setdefault("at", T0 - timedelta(minutes=1))
-        return make_job(**fields)
-
-    return make
+    """Jobs submitted before ``T0`` unless told: the rounds here run at ``T0`` and after."""
+    return submitted_before(make_job, T0)
 
 
 def _obs(scale: float, *, weight: float = 1.0, power_scale: float = 1.0) -> Observation:
