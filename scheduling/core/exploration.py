@@ -78,9 +78,10 @@ goes on.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -617,11 +618,10 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
         probes: dict[float, int] = {}
         for t in at_n:
             probes[t["limit_w"]] = probes.get(t["limit_w"], 0) + 1
-        if _batch_probe_on(ctx) and rec.get("other_batch") is None and g.n_gpus == n:
-            other = _batch_probe(ctx, jv, g, rec, limits, measured, shape, batch, jct)
-            if other is not None:
-                return rec, other
-        step = next_step(
+        # The limit search's step at the job's configuration; the batch probe asks it too,
+        # without the fill stage.
+        search = functools.partial(
+            next_step,
             model,
             _cfg(n, batch, shape),
             limits,
@@ -631,6 +631,12 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             predicted_jct_s=jct,
             budget_frac=rec["budget_frac"],
             measured=measured,
+        )
+        if _batch_probe_on(ctx) and rec.get("other_batch") is None and g.n_gpus == n:
+            other = _batch_probe(ctx, jv, g, rec, limits, batch, search)
+            if other is not None:
+                return rec, other
+        step = search(
             fill_budget=True,
             fill_margin=FILL_MARGIN,
             estimate=est,
@@ -644,13 +650,19 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
         if other is not None and g.n_gpus == n and not g.gpu_ids:
             t_ref = _remaining_s(ctx, jv, n, batch, chosen)
             t_other = _remaining_s(ctx, jv, other, batch, chosen)
-            cost = ctx.round_length_s * max(1.0 - t_ref / t_other, 0.0) if t_other > 0 else 0.0
+            cost = _lost_round_s(ctx.round_length_s, t_ref, t_other)
             if cost <= _room_s(rec["budget_s"], rec["spent_s"]):
                 rec["other_gpus"] = other
                 return _probe(rec, g, other, chosen, now), _retune(g, other, chosen, pin)
             rec["reason"] += "; another GPU count would exceed the exploration budget"
         return _finish(rec, model, limits, batch, rec["reason"]), g
     return _finish(rec, model, limits, batch, rec["reason"] or "explored"), g
+
+
+def _lost_round_s(round_s: float, t_ref: float, t_other: float) -> float:
+    """What one round in another configuration costs a job whose remaining time is
+    ``t_ref`` where it is and ``t_other`` there: the share of the round's useful work lost."""
+    return round_s * max(1.0 - t_ref / t_other, 0.0) if t_other > 0 else 0.0
 
 
 def _batch_probe_on(ctx: Any) -> bool:
@@ -680,10 +692,8 @@ def _batch_probe(
     g: Grant,
     rec: dict,
     limits: Sequence[float],
-    measured: Mapping[float, float],
-    shape: list[int] | None,
     batch: int,
-    jct_s: float,
+    search: Callable[..., Step],
 ) -> Grant | None:
     """Start the batch probe (``BATCH_PROBE``) where it is due: the grant that runs it,
     or None (the limit search goes on; where the probe will never run, ``other_batch``
@@ -698,22 +708,12 @@ def _batch_probe(
     if b2 is None:
         return None
     n, now, top = rec["n_gpus"], ctx.now_s, limits[-1]
-    search = next_step(
-        model,
-        _cfg(n, batch, shape),
-        limits,
-        set(measured),
-        step_s=ctx.round_length_s,
-        spent_s=rec["spent_s"],
-        predicted_jct_s=jct_s,
-        budget_frac=rec["budget_frac"],
-        measured=measured,
-    )
-    if search.limit_w is not None:
+    # ``search``: the caller's limit search, asked here without its fill stage
+    if search().limit_w is not None:
         return None  # the limit search is not over
     t_ref = _remaining_s(ctx, jv, n, batch, top)
     t_probe = _remaining_s(ctx, jv, n, b2, top)
-    cost = ctx.round_length_s * max(1.0 - t_ref / t_probe, 0.0) if t_probe > 0 else 0.0
+    cost = _lost_round_s(ctx.round_length_s, t_ref, t_probe)
     entry = {
         "batch": b2,
         "from_batch": batch,
