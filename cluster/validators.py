@@ -89,11 +89,16 @@ JOINERS = "\u200c\u200d"
 
 # Characters of other categories a name refuses as it refuses format characters: default-
 # ignorable ones that draw nothing (the combining grapheme joiner, a mark; the Hangul
-# fillers, letters drawn as a blank: "\u3164" is a team name that looks empty) and the
-# line and paragraph separators (Zl, Zp: a line break in scripts and many logs, in a
-# one-line name). A sixth probe stored each in team, job, node and workload names.
+# fillers, letters drawn as a blank: "\u3164" is a team name that looks empty), the
+# braille pattern blank (a symbol drawn as an empty cell: "\u2800" looked as empty, and was
+# accepted) and the line and paragraph separators (Zl, Zp: a line break in scripts and many
+# logs, in a one-line name). A sixth probe stored each in team, job, node and workload names.
 # Variation selectors (emoji) and Mongolian ones (its spelling) stay accepted.
-INVISIBLE_LETTERS = "\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0"
+INVISIBLE_LETTERS = "\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0"
+
+# The rule, in short: an invisible character is refused unless a script's spelling needs it
+# (the joiners, variation selectors, and the Mongolian vowel separator between Mongolian
+# letters, ``_MONGOLIAN_SEPARATED_VOWEL``); a character that only draws a blank is refused.
 
 
 def refused_in_names(c: str) -> bool:
@@ -121,10 +126,25 @@ _FLAG_TAG_SEQUENCES = re.compile(
 )
 
 
+# The Mongolian vowel separator (U+180E, a format character since Unicode 6.3) is part of
+# how Mongolian is spelt: it sets a word's final a or e apart from its stem ("ᠬᠠᠷᠠ\u180eᠠ").
+# It was refused as U+200B is, so a Mongolian name could not be written, while the
+# zero-width joiners other scripts need were accepted. Between Mongolian letters (a free
+# variation selector may follow the first) it is accepted; anywhere else it draws nothing
+# and is refused ("admin\u180e" looks like "admin").
+_MONGOLIAN_LETTERS = "\u1820-\u1878\u1880-\u18aa"
+_MONGOLIAN_FREE_VARIATION_SELECTORS = "\u180b-\u180d\u180f"
+_MONGOLIAN_SEPARATED_VOWEL = re.compile(
+    f"(?<=[{_MONGOLIAN_LETTERS}{_MONGOLIAN_FREE_VARIATION_SELECTORS}])\u180e(?=[{_MONGOLIAN_LETTERS}])"
+)
+
+
 def _format_characters(value: str) -> list[str]:
     """What ``refused_in_names`` refuses in ``value``, as ``U+202E`` (but the tag
-    characters of a flag's emoji, ``_FLAG_TAG_SEQUENCES``)."""
+    characters of a flag's emoji, ``_FLAG_TAG_SEQUENCES``, and the Mongolian vowel
+    separator within a Mongolian word, ``_MONGOLIAN_SEPARATED_VOWEL``)."""
     value = _FLAG_TAG_SEQUENCES.sub("", value)
+    value = _MONGOLIAN_SEPARATED_VOWEL.sub("", value)
     return sorted({f"U+{ord(c):04X}" for c in value if refused_in_names(c)})
 
 

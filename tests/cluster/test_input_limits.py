@@ -113,6 +113,10 @@ INVISIBLE = [
     ("\u115f", "U+115F"),  # Hangul choseong filler
     ("\uffa0", "U+FFA0"),  # halfwidth Hangul filler
     ("\u034f", "U+034F"),  # combining grapheme joiner: a mark that draws nothing
+    ("\u2800", "U+2800"),  # braille pattern blank: a symbol drawn as an empty cell
+    # the Mongolian vowel separator outside a Mongolian word draws nothing ("bert\u180elarge")
+    ("\u180e", "U+180E"),
+    ("\u1820\u180e", "U+180E"),  # after a Mongolian letter but before none
     # tag characters outside a flag's sequence draw nothing
     ("\U000e0067\U000e0062", "U+E0062"),
     ("\U0001f3f4\U000e0067\U000e0062\U000e0078\U000e0078\U000e007f", "U+E0078"),
@@ -178,6 +182,9 @@ def test_an_admin_name_with_an_invisible_character_is_a_400(
         "ทีมวิจัย",
         "\U0001f469\u200d\U0001f52c lab \u2764\ufe0f",
         "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f Edinburgh",
+        # Mongolian: the vowel separator sets a final a apart ("hara-a"), once after a free
+        # variation selector (was refused as an invisible character)
+        "\u182c\u1820\u1837\u1820\u180e\u1820 \u1826\u180b\u180e\u1821",
     ],
 )
 def test_names_in_any_script_are_accepted(api_client, admin_user, member, team, name):

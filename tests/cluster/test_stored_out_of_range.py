@@ -150,6 +150,17 @@ def test_the_check_names_a_name_with_a_line_separator_or_a_filler(team):
     assert any("U+3164" in m for m in messages)
 
 
+def test_the_check_names_a_braille_blank_and_leaves_a_mongolian_word(team):
+    # a name drawn as an empty cell, and one whose vowel separator is Mongolian spelling
+    Team.objects.create(name="\u2800", slug="blank")
+    Team.objects.create(name="\u182c\u1820\u1837\u1820\u180e\u1820", slug="mn")
+
+    messages = _warnings("cluster.W003")
+
+    assert len(messages) == 1
+    assert "U+2800" in messages[0]
+
+
 def test_the_check_leaves_a_name_with_a_flags_emoji(team):
     # the flag of Wales: its tag characters are format characters, but they draw the flag
     Team.objects.create(
