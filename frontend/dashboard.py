@@ -24,7 +24,7 @@ from cluster.queries import (
 )
 from frontend import figures, labels, timeline_figures
 from scheduling import budget_alerts
-from scheduling.core.types import G_PER_KG, J_PER_KWH
+from scheduling.core.types import G_PER_KG, J_PER_KWH, decimal_quotient
 from scheduling.queries import latest_round_summary, running_jobs_series
 from telemetry.carbon import hour_floor, intensity_for_hour
 from telemetry.live import live_summary
@@ -174,7 +174,7 @@ def budget_progress(
         used = limit_usage.used / scale
         # None where a budget stored before its limits had bounds makes them infinite
         # (1e308 kg, or any use of 5e-324 kWh): shown as a dash, never inf or Infinity.
-        limit = finite_or_none(limit_usage.limit / scale)
+        limit = finite_or_none(decimal_quotient(limit_usage.limit, scale))
         percent = finite_or_none(limit_usage.percent)
         projected = figures.project_to_period_end(
             used,
@@ -189,7 +189,7 @@ def budget_progress(
                 "unit": unit,
                 "used": used,
                 "limit": limit,
-                "soft_limit": finite_or_none(limit_usage.soft_limit / scale),
+                "soft_limit": finite_or_none(decimal_quotient(limit_usage.soft_limit, scale)),
                 "projected": projected,
                 # The truth, past 100 % too (0.09 of 0.05 kg is 180 %); the bar caps its width.
                 "percent": percent,

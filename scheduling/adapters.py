@@ -227,11 +227,11 @@ def budgets_from_rows(budgets: Iterable[Budget]) -> tuple[core.Budget, ...]:
                 period_end_s=b.period_end.timestamp(),
                 energy_limit_j=None
                 if b.energy_limit_kwh is None
-                else b.energy_limit_kwh * core.J_PER_KWH,
+                else core.decimal_product(b.energy_limit_kwh, core.J_PER_KWH),
                 energy_used_j=used.energy_j,
                 co2_limit_g=None
                 if b.carbon_limit_kg is None
-                else b.carbon_limit_kg * core.G_PER_KG,
+                else core.decimal_product(b.carbon_limit_kg, core.G_PER_KG),
                 co2_used_g=used.co2_g,
                 hard_limit_action=core.HardLimitAction(b.hard_limit_action),
             )

@@ -153,8 +153,10 @@ def _as_stored(read: core.Budget, row: Budget) -> core.Budget:
         read,
         energy_limit_j=None
         if row.energy_limit_kwh is None
-        else row.energy_limit_kwh * core.J_PER_KWH,
-        co2_limit_g=None if row.carbon_limit_kg is None else row.carbon_limit_kg * core.G_PER_KG,
+        else core.decimal_product(row.energy_limit_kwh, core.J_PER_KWH),
+        co2_limit_g=None
+        if row.carbon_limit_kg is None
+        else core.decimal_product(row.carbon_limit_kg, core.G_PER_KG),
         hard_limit_action=core.HardLimitAction(row.hard_limit_action),
     )
 

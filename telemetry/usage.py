@@ -31,7 +31,7 @@ from django.db.models import Q, Sum
 
 from cluster.models import Budget
 from config import events
-from scheduling.core.types import G_PER_KG, J_PER_KWH
+from scheduling.core.types import G_PER_KG, J_PER_KWH, decimal_product
 from telemetry.carbon import hour_floor
 from telemetry.models import EnergyLedgerEntry
 
@@ -58,7 +58,8 @@ class LimitUsage:
 
     @property
     def soft_limit(self) -> float:
-        return self.limit * self.warn_fraction
+        # (as typed: a 7 g limit's 70 % is 4.9 g, not 4.8999999999999995)
+        return decimal_product(self.limit, self.warn_fraction)
 
     @property
     def remaining(self) -> float:
@@ -134,6 +135,8 @@ class BudgetUsage:
             "period_end": self.period_end.isoformat(),
             "energy_used_j": self.energy_j,
             "co2_used_g": self.co2_g,
+            "energy_used_kwh": self.energy_kwh,
+            "co2_used_kg": self.co2_kg,
             "estimated": self.estimated,
             "limits": [x.as_dict() for x in self.limits],
         }
@@ -237,10 +240,12 @@ def _usage(
     warn = budget.warn_fraction
     energy = None
     if budget.energy_limit_kwh is not None:
-        energy = LimitUsage("energy", energy_j, budget.energy_limit_kwh * J_PER_KWH, warn)
+        energy_limit_j = decimal_product(budget.energy_limit_kwh, J_PER_KWH)
+        energy = LimitUsage("energy", energy_j, energy_limit_j, warn)
     carbon = None
     if budget.carbon_limit_kg is not None:
-        carbon = LimitUsage("carbon", co2_g, budget.carbon_limit_kg * G_PER_KG, warn)
+        carbon_limit_g = decimal_product(budget.carbon_limit_kg, G_PER_KG)
+        carbon = LimitUsage("carbon", co2_g, carbon_limit_g, warn)
     return BudgetUsage(
         budget_id=budget.pk,
         team_id=budget.team_id,

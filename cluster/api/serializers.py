@@ -426,6 +426,10 @@ class BudgetUsageSerializer(serializers.Serializer):
 
     energy_used_j = serializers.FloatField()
     co2_used_g = serializers.FloatField()
+    # The same use in the units the budget's limits are typed in (energy_limit_kwh,
+    # carbon_limit_kg): the budget said 0.141 kWh beside 3451518 J used.
+    energy_used_kwh = serializers.FloatField(help_text="energy_used_j in kWh.")
+    co2_used_kg = serializers.FloatField(help_text="co2_used_g in kg CO2e.")
     estimated = serializers.BooleanField(
         help_text="Some carbon was priced with a fallback grid intensity."
     )
@@ -459,7 +463,8 @@ class BudgetSerializer(_NumbersOnly):
         # A list's page reads them all at once (``BudgetViewSet.list``).
         usage = self.context.get("usages", {}).get(budget.pk) or budget_usage(budget)
         usage = usage.as_dict()
-        return {k: usage[k] for k in ("energy_used_j", "co2_used_g", "estimated", "limits")}
+        fields = ("energy_used_j", "co2_used_g", "energy_used_kwh", "co2_used_kg")
+        return {k: usage[k] for k in (*fields, "estimated", "limits")}
 
     def validate_team(self, team: Team) -> Team:
         # A permission, not a validation error: the user names a team they may not manage.

@@ -15,14 +15,41 @@ Units are in names: ``_s`` seconds, ``_j`` joules, ``_w`` watts, ``_g`` grams CO
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import StrEnum
 from functools import cached_property
 from typing import Any, Protocol
 
 J_PER_KWH = 3.6e6
 G_PER_KG = 1000.0  # grams per kilogram (CO2e); the one copy, pure so the core may import it
+
+
+def _decimal(x: float) -> Decimal:
+    return Decimal(repr(float(x)))
+
+
+def decimal_product(*factors: float) -> float:
+    """The product of ``factors`` taken as the decimals they read as (their shortest repr:
+    what a user typed), rounded to a float once. Multiplied as binary floats, a typed limit
+    gained noise: 0.141 kWh * J_PER_KWH is 507599.99999999994 J, and a 7 g limit's 70 % soft
+    limit 4.8999999999999995 g (the API gave both). A non-finite factor multiplies as floats."""
+    if not all(math.isfinite(x) for x in factors):
+        return math.prod(factors)
+    product = Decimal(1)
+    for x in factors:
+        product *= _decimal(x)
+    return float(product)
+
+
+def decimal_quotient(dividend: float, divisor: float) -> float:
+    """``dividend / divisor`` as ``decimal_product`` multiplies: 4.9 g / G_PER_KG is 0.0049 kg
+    (as floats, 0.004900000000000001)."""
+    if not (math.isfinite(dividend) and math.isfinite(divisor)) or divisor == 0:
+        return dividend / divisor
+    return float(_decimal(dividend) / _decimal(divisor))
 
 
 # --- performance models -------------------------------------------------------

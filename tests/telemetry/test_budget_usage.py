@@ -202,3 +202,42 @@ def test_the_burn_chart_of_a_period_starting_inside_the_running_hour_starts_with
     assert dict(points)[hour + timedelta(minutes=40)] == pytest.approx(60_000 / J_PER_KWH, abs=1e-6)
     assert points[-1] == (now, pytest.approx(89_900 / J_PER_KWH, abs=1e-6))
     assert page["limits"][0]["used"] == pytest.approx(89_900 / J_PER_KWH)
+
+
+def test_limits_typed_in_kwh_and_kg_read_back_in_j_and_g_without_float_noise(
+    team, lead, api_client
+):
+    # given a budget typed through the API as 0.141 kWh and 0.007 kg with a 70 % soft limit
+    # (0.141 * 3.6e6 is 507599.99999999994 and 7.0 * 0.7 is 4.8999999999999995: the API
+    # gave those, and the page's kWh came back as 0.14099999999999999)
+    now = timezone.now()
+    created = api_client(lead).post(
+        "/api/budgets/",
+        {
+            "team": team.slug,
+            "period_start": (now - timedelta(hours=1)).isoformat(),
+            "period_end": (now + timedelta(days=1)).isoformat(),
+            "energy_limit_kwh": 0.141,
+            "carbon_limit_kg": 0.007,
+            "warn_fraction": 0.7,
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+
+    # when the API, the scheduler and the page read it
+    body = api_client(lead).get(f"/api/budgets/{created.json()['id']}/").json()
+    limits = {x["kind"]: x for x in body["usage"]["limits"]}
+    budget = Budget.objects.get(pk=body["id"])
+    (core_budget,) = budgets_from_rows([budget])
+    page = {x["kind"]: x for x in budget_progress(budget, now=now)["limits"]}
+
+    # then each limit is what was typed, in kWh / kg and in J / g alike
+    assert (body["energy_limit_kwh"], body["carbon_limit_kg"]) == (0.141, 0.007)
+    assert (limits["energy"]["limit"], limits["energy"]["soft_limit"]) == (507600.0, 355320.0)
+    assert (limits["carbon"]["limit"], limits["carbon"]["soft_limit"]) == (7.0, 4.9)
+    assert (core_budget.energy_limit_j, core_budget.co2_limit_g) == (507600.0, 7.0)
+    assert (page["energy"]["limit"], page["carbon"]["soft_limit"]) == (0.141, 0.0049)
+    # and the use is given in the limits' units too, beside the base units
+    assert body["usage"]["energy_used_kwh"] == body["usage"]["energy_used_j"] / J_PER_KWH == 0.0
+    assert body["usage"]["co2_used_kg"] == body["usage"]["co2_used_g"] / 1000.0 == 0.0
