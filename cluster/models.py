@@ -783,16 +783,11 @@ class Budget(models.Model):
         errors: dict[str, str] = {}
         if self.energy_limit_kwh is None and self.carbon_limit_kg is None:
             errors["energy_limit_kwh"] = "Set an energy limit, a carbon limit, or both."
-        for field, floor, unit in (
-            ("energy_limit_kwh", v.MIN_ENERGY_LIMIT_KWH, "kWh (1 Wh)"),
-            ("carbon_limit_kg", v.MIN_CARBON_LIMIT_KG, "kg CO2e (1 g)"),
-        ):
+        for field, kind in (("energy_limit_kwh", "energy"), ("carbon_limit_kg", "carbon")):
             limit = getattr(self, field)
-            if limit is not None and limit <= 0:
-                errors[field] = "Must be positive."
-            elif limit is not None and limit < floor:
-                # A denormal limit made used / limit overflow to inf (``validators``).
-                errors[field] = f"Must be at least {floor:g} {unit}."
+            error = None if limit is None else v.budget_limit_floor_error(kind, limit)
+            if error is not None:
+                errors[field] = error
         errors.update(v.period_bound_errors(self.period_start, self.period_end))
         start, end = self.period_start, self.period_end
         if "period_end" not in errors and start and end and end <= start:

@@ -22,7 +22,7 @@ from django.utils.deconstruct import deconstructible
 from scheduling.core.carbon_data import YEARS
 
 # re-exported: the budget model's and the stored-rows check's bounds, the simulator's too
-from scheduling.core.types import MIN_CARBON_LIMIT_KG, MIN_ENERGY_LIMIT_KWH  # noqa: F401
+from scheduling.core.types import MIN_CARBON_LIMIT_KG, MIN_ENERGY_LIMIT_KWH
 
 # Sanity bounds (see the module docstring); the docs (docs/reliability.md) list them.
 MAX_GPUS_PER_JOB = 65_536
@@ -58,6 +58,27 @@ MAX_SM_CLOCKS = 1_024
 # (a node holds a few to a few tens of GPUs; one byte leaves room for any). The model, so
 # the admin GPU API, the Django admin and registration all hold it (the API took 300).
 MAX_GPU_INDEX = 255
+
+
+# A budget's limit of each kind: its floor, its ceiling and its unit as a message names it.
+BUDGET_LIMITS = {
+    "energy": (MIN_ENERGY_LIMIT_KWH, MAX_ENERGY_LIMIT_KWH, "kWh (1 Wh)"),
+    "carbon": (MIN_CARBON_LIMIT_KG, MAX_CARBON_LIMIT_KG, "kg CO2e (1 g)"),
+}
+
+
+def budget_limit_floor_error(kind: str, limit: float) -> str | None:
+    """Why a budget's ``kind`` limit may not be ``limit`` (zero or less, or under its
+    floor), or None (the budget's ``clean`` and the budget what-if's form: the what-if took
+    5e-324 kWh, a budget no one could save, and answered 200 with a replay that ran
+    nothing). The ceiling is the model field's validator."""
+    floor, _, unit = BUDGET_LIMITS[kind]
+    if limit <= 0:
+        return "Must be positive."
+    if limit < floor:
+        # A denormal limit made used / limit overflow to inf (see the bounds above).
+        return f"Must be at least {floor:g} {unit}."
+    return None
 
 
 def period_bound_errors(start, end) -> dict[str, str]:

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 from cluster import services
 from cluster.models import Budget, Team
 from cluster.queries import budgets_visible_to, can_manage_budgets_of, teams_led_by
+from cluster.validators import BUDGET_LIMITS
 from frontend import figures
 from frontend.dashboard import progress_of
 from frontend.forms import BudgetForm, WhatIfForm
@@ -104,6 +105,8 @@ def _budget_form(request, *, budget: Budget | None):
             "form": form,
             "budget": budget,
             "whatif_factors": json.dumps(WHATIF_FACTORS),
+            # The smallest limit of each kind: the sweep leaves out points under it.
+            "whatif_floors": json.dumps({kind: b[0] for kind, b in BUDGET_LIMITS.items()}),
             "page": "budgets",
         },
         status=400 if request.method == "POST" else 200,

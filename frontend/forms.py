@@ -10,18 +10,22 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from django import forms
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 
 from cluster.choices import HardLimitAction, JobState
 from cluster.models import Budget, Job, Team
 from cluster.queries import priority_refusal
 from cluster.services import BUDGET_AUDIT_FIELDS, audit_snapshot, submission_digest
 from cluster.validators import (
+    BUDGET_LIMITS,
     EARLIEST_BUDGET_START,
     LATEST_BUDGET_END,
     MAX_BATCH_SIZE,
     MAX_ITERATIONS,
     MAX_PARAM_COUNT,
     MIN_PARAM_COUNT,
+    budget_limit_floor_error,
     period_bound_errors,
     submission_key,
 )
@@ -337,7 +341,9 @@ class WhatIfForm(forms.Form):
 
     team = forms.ModelChoiceField(queryset=Team.objects.none())
     kind = forms.ChoiceField(choices=[("energy", "energy (kWh)"), ("carbon", "carbon (kg)")])
-    limit = forms.FloatField(min_value=0.0)
+    # A limit a budget of the kind may have (``budget_limit_floor_error`` and the model
+    # field's ceiling), refused with the budget's messages.
+    limit = forms.FloatField()
     period_start = forms.DateTimeField(input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"])
     period_end = forms.DateTimeField(input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"])
 
@@ -347,6 +353,16 @@ class WhatIfForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
+        kind, limit = cleaned.get("kind"), cleaned.get("limit")
+        if kind in BUDGET_LIMITS and limit is not None:
+            error = budget_limit_floor_error(kind, limit)
+            if error is None:
+                try:
+                    MaxValueValidator(BUDGET_LIMITS[kind][1])(limit)
+                except ValidationError as exc:
+                    error = exc
+            if error is not None:
+                self.add_error("limit", error)
         start, end = cleaned.get("period_start"), cleaned.get("period_end")
         # The budget's own bounds (Budget.clean): a period to year 9999 was simulated, ten
         # seconds a point, for a budget that could not be saved.

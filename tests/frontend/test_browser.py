@@ -262,6 +262,30 @@ def test_a_bad_job_form_shows_field_errors_and_stores_nothing(scene, login, serv
     assert not Job.objects.filter(name="broken").exists()
 
 
+def test_a_what_if_of_a_tiny_budget_leaves_out_the_points_no_budget_may_have(scene, login, server):
+    # 2 Wh: a quarter of it is under the 1 Wh a budget may have, which the server refuses
+    # (it took 5e-324 kWh before); the sweep runs the other five points and finishes
+    budget = scene.budgets["vision"]
+    lead = login("liam_lead")
+    lead.goto(f"{server}/budgets/{budget.pk}/edit/")
+    lead.fill("#id_energy_limit_kwh", "0.002")
+    lead.click("#whatif-run")
+    lead.wait_for_function(
+        "document.getElementById('whatif-status').textContent.startsWith('Done')",
+        timeout=120_000,
+    )
+    assert lead.eval_on_selector("#whatif-progress", "p => [p.value, p.max]") == [5, 5]
+    xs = lead.evaluate("document.getElementById('fig-whatif').data[0].x")
+    assert xs == [0.001, 0.0015, 0.002, 0.003, 0.004]
+    # and a proposal under the floor is answered with the budget's own message
+    lead.fill("#id_energy_limit_kwh", "0.0005")
+    lead.click("#whatif-run")
+    lead.wait_for_function(
+        "document.getElementById('whatif-status').textContent.startsWith('limit:')"
+    )
+    assert lead.inner_text("#whatif-status") == "limit: Must be at least 0.001 kWh (1 Wh)."
+
+
 def test_lead_edits_a_budget_after_a_what_if_and_a_member_cannot(scene, login, server):
     budget = scene.budgets["vision"]
     lead = login("liam_lead")

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
@@ -508,6 +509,53 @@ def test_whatif_refuses_a_point_or_proposal_that_is_not_a_finite_amount(
     response = client_for(lead).post(reverse("frontend:budget-whatif"), data)
     assert response.status_code == 400
     assert list(response.json()["errors"]) == [field]
+
+
+@pytest.mark.parametrize(
+    ("kind", "limit", "message"),
+    [
+        # a denormal limit answered 200 with a replay that ran nothing, for a budget that
+        # could not be saved: the what-if takes the limits a budget takes, with its messages
+        ("energy", "5e-324", "Must be at least 0.001 kWh (1 Wh)."),
+        ("energy", "0.0009", "Must be at least 0.001 kWh (1 Wh)."),
+        ("carbon", "1e-300", "Must be at least 0.001 kg CO2e (1 g)."),
+        ("energy", "0", "Must be positive."),
+        ("carbon", "-1", "Must be positive."),
+        ("energy", "2e9", "Ensure this value is less than or equal to 1000000000.0."),
+    ],
+)
+def test_whatif_refuses_a_limit_the_budget_could_not_have(
+    client_for, lead, member, team, make_job, make_node, kind, limit, message
+):
+    node = make_node("node-01", gpus=8)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now())
+    make_job(owner=member, team=team, total_iterations=2000)
+    data = _whatif_data(team, kind=kind, limit=limit)
+
+    response = client_for(lead).post(reverse("frontend:budget-whatif"), data)
+
+    assert response.status_code == 400
+    assert response.json() == {"errors": {"limit": [message]}}
+    # the budget form says the same of the same limit
+    field = "energy_limit_kwh" if kind == "energy" else "carbon_limit_kg"
+    budget = Budget(team=team, period_start=timezone.now(), period_end=timezone.now())
+    setattr(budget, field, float(limit))
+    with pytest.raises(ValidationError) as refused:
+        budget.full_clean()
+    assert refused.value.message_dict[field] == [message]
+
+
+def test_whatif_takes_the_smallest_limit_a_budget_takes(
+    client_for, lead, member, team, make_job, make_node
+):
+    node = make_node("node-01", gpus=8)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now())
+    make_job(owner=member, team=team, total_iterations=2000)
+    data = _whatif_data(team, limit="0.001")
+
+    body = client_for(lead).post(reverse("frontend:budget-whatif"), data).json()
+
+    assert (body["budget"], body["n_jobs"]) == (0.001, 1)
 
 
 @pytest.mark.parametrize(

@@ -288,7 +288,8 @@
   function whatIf() {
     const box = document.getElementById("whatif");
     const form = document.getElementById("budget-form");
-    const factors = JSON.parse(box.dataset.factors);
+    const allFactors = JSON.parse(box.dataset.factors);
+    const floors = JSON.parse(box.dataset.floors);
     const progress = document.getElementById("whatif-progress");
     const statusEl = document.getElementById("whatif-status");
     const button = document.getElementById("whatif-run");
@@ -301,6 +302,9 @@
         statusEl.textContent = "Enter a positive " + kind + " limit first.";
         return;
       }
+      // Points under the smallest limit a budget may have are left out (the server refuses
+      // them); the proposed one always runs, so a proposal under it gets the server's message.
+      const factors = allFactors.filter((f) => f === 1 || proposed * f >= floors[kind]);
       button.disabled = true;
       progress.hidden = false;
       progress.max = factors.length;
