@@ -5,6 +5,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import time_machine
 from django.contrib.auth import authenticate, get_user_model
 from django.core.management import call_command
@@ -18,6 +19,7 @@ from scheduling.simulator.traces import read_elasticflow_trace
 from telemetry.carbon import intensity_for_hour
 from telemetry.choices import CarbonSource
 from telemetry.models import CarbonIntensity
+from telemetry.usage import budget_usage, running_budgets
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +35,7 @@ def _counts() -> dict[str, int]:
     }
 
 
-# Within one minute: a rerun a minute later opens the next demo budget window (see below).
+# Within one second: a rerun later opens the next demo budget from then (see below).
 @time_machine.travel(datetime(2026, 3, 10, 15, 0, 5, tzinfo=UTC), tick=False)
 def test_seed_demo_is_idempotent_and_keeps_tokens(db, settings, tmp_path, capsys):
     settings.WATTFLOW_VAR_DIR = tmp_path
@@ -61,19 +63,26 @@ def test_seed_demo_is_idempotent_and_keeps_tokens(db, settings, tmp_path, capsys
     assert (tmp_path / "agent_tokens.json").stat().st_mode & 0o777 == 0o600
 
 
-def test_seed_demo_again_later_in_the_hour_moves_its_budgets_end(db, settings, tmp_path):
-    # (the demo's period starts at the hour and ends a replay's span from now: a rerun a
-    # minute later asked for a second budget over the first one's period, and the overlap
-    # constraint refused it with a traceback)
+def test_seed_demo_again_later_in_the_hour_opens_new_budgets_and_ends_the_first_there(
+    db, settings, tmp_path
+):
+    # (while the demo's period started at the hour, a rerun a minute later asked for a
+    # second budget over the first one's period, and the overlap constraint refused it with
+    # a traceback; now each run's budget starts when it runs, and the earlier one ends there)
     settings.WATTFLOW_VAR_DIR = tmp_path
     with time_machine.travel(datetime(2026, 3, 10, 15, 0, 5, tzinfo=UTC), tick=False):
         call_command("seed_demo", stdout=io.StringIO())
     first = dict(Budget.objects.values_list("team__slug", "period_end"))
-    with time_machine.travel(datetime(2026, 3, 10, 15, 7, 5, tzinfo=UTC), tick=False):
+    rerun = datetime(2026, 3, 10, 15, 7, 5, tzinfo=UTC)
+    with time_machine.travel(rerun, tick=False):
         call_command("seed_demo", stdout=io.StringIO())
 
-    assert Budget.objects.count() == 2
-    later = dict(Budget.objects.values_list("team__slug", "period_end"))
+    assert Budget.objects.count() == 4
+    earlier = dict(
+        Budget.objects.filter(period_start__lt=rerun).values_list("team__slug", "period_end")
+    )
+    assert earlier == {"vision": rerun, "language": rerun}
+    later = dict(Budget.objects.filter(period_start=rerun).values_list("team__slug", "period_end"))
     assert {slug: (later[slug] - end).total_seconds() for slug, end in first.items()} == {
         "vision": 420.0,
         "language": 420.0,
@@ -161,14 +170,17 @@ def test_seed_demo_budgets_are_a_share_of_the_replayed_jobs_need_over_the_replay
 
     call_command("seed_demo", stdout=io.StringIO())
 
-    # then each team's budget runs from the hour's start (usage counts whole ledger hours)
-    # until the replay has submitted its jobs (549 s of wall time at the defaults: 10 whole
-    # minutes from this minute), over 15 % of its jobs' predicted need
+    # then each team's budget runs from now until the replay has submitted its jobs (549 s
+    # of wall time at the defaults: 10 whole minutes from this minute), over 15 % of its
+    # jobs' predicted need
     vision = Budget.objects.get(
         team__slug="vision", period_start__gte=datetime(2026, 3, 10, tzinfo=UTC)
     )
     language = Budget.objects.get(team__slug="language")
-    window = (datetime(2026, 3, 10, 15, 0, tzinfo=UTC), datetime(2026, 3, 10, 15, 30, tzinfo=UTC))
+    window = (
+        datetime(2026, 3, 10, 15, 20, 40, tzinfo=UTC),
+        datetime(2026, 3, 10, 15, 30, tzinfo=UTC),
+    )
     assert (vision.period_start, vision.period_end) == window
     assert (language.period_start, language.period_end) == window
     # the carbon at the hour's intensity of the zone the ledgers use (ES), not another's
@@ -218,32 +230,43 @@ def test_seed_demo_in_late_december_also_imports_the_next_years_first_days(db, s
     assert CarbonIntensity.objects.filter(zone="ES", hour__year=2027).count() == 8760
 
 
-def test_seed_demo_again_within_the_hour_adds_what_the_teams_used_since_to_their_limits(
+def test_seed_demo_again_within_the_hour_opens_its_budgets_below_the_soft_limit_as_a_first_run(
     db, settings, tmp_path
 ):
     # A new user's walkthrough: make run, Ctrl-C, make run 30 minutes later opened vision's
-    # budget at 680 % used (the period starts at the hour and held the first run's jobs), so
-    # every vision job was paused from the first round.
+    # budget at 680 % used (the period started at the hour and held the first run's jobs);
+    # once the rerun added that use to the limit, at 87 % (the soft limit crossed at once).
     from telemetry.models import EnergyLedgerEntry
 
     settings.WATTFLOW_VAR_DIR = tmp_path
     with time_machine.travel(datetime(2026, 3, 10, 15, 0, 5, tzinfo=UTC), tick=False):
         call_command("seed_demo", stdout=io.StringIO())
     first = {b.team.slug: b for b in Budget.objects.select_related("team")}
+    # given the first run's jobs drew 0.9 kWh (vision) and 0.5 kWh (language) in its first
+    # 30 minutes, accounted by minute as accounting keeps them
     gpus = list(Gpu.objects.order_by("pk")[:2])
-    for gpu, slug, kwh, kg in ((gpus[0], "vision", 0.9, 0.2), (gpus[1], "language", 0.5, 0.11)):
+    for gpu, slug, kwh, ci in ((gpus[0], "vision", 0.9, 222.0), (gpus[1], "language", 0.5, 220.0)):
         EnergyLedgerEntry.objects.create(
             gpu=gpu, hour=datetime(2026, 3, 10, 15, tzinfo=UTC),
-            team=Team.objects.get(slug=slug), energy_j=kwh * 3.6e6, co2_g=kg * 1000.0,
-            ci_g_per_kwh=kg / kwh * 1000.0, zone="ES",
+            team=Team.objects.get(slug=slug), energy_j=kwh * 3.6e6, co2_g=kwh * ci,
+            ci_g_per_kwh=ci, zone="ES", minutes_j=[kwh * 3.6e6 / 30] * 30 + [0.0] * 30,
         )  # fmt: skip
-    out = io.StringIO()
-    with time_machine.travel(datetime(2026, 3, 10, 15, 30, 5, tzinfo=UTC), tick=False):
-        call_command("seed_demo", stdout=out)
 
-    later = {b.team.slug: b for b in Budget.objects.select_related("team")}
-    assert later["vision"].period_start == first["vision"].period_start
-    assert later["vision"].energy_limit_kwh == round(first["vision"].energy_limit_kwh + 0.9, 3)
-    assert later["language"].carbon_limit_kg == round(first["language"].carbon_limit_kg + 0.11, 4)
-    assert "plus the 0.9 kWh its jobs used since 15:00" in out.getvalue()
-    assert "plus the 0.11 kg CO2e its jobs used since 15:00" in out.getvalue()
+    # when the demo is loaded again at 15:30:05
+    rerun = datetime(2026, 3, 10, 15, 30, 5, tzinfo=UTC)
+    with time_machine.travel(rerun, tick=False):
+        call_command("seed_demo", stdout=io.StringIO())
+        running = {b.team.slug: b for b in running_budgets(now=rerun).select_related("team")}
+
+    # then each team's running budget opens as the first run's did: nothing used, the same
+    # share of the replay's need, the soft limit far off
+    for slug, kind, limit in (("vision", "energy", "energy_limit_kwh"),
+                              ("language", "carbon", "carbon_limit_kg")):  # fmt: skip
+        usage = getattr(budget_usage(running[slug]), kind)
+        assert (usage.used, usage.over_soft) == (0.0, False)
+        assert getattr(running[slug], limit) == getattr(first[slug], limit)
+    # and the first run's budgets are kept as they ran (15:00:05 to 15:10), with their use
+    for budget in first.values():
+        stored = Budget.objects.get(pk=budget.pk)
+        assert (stored.period_start, stored.period_end) == (budget.period_start, budget.period_end)
+    assert budget_usage(first["vision"]).energy_kwh == pytest.approx(0.03 * (10 - 5 / 60))

@@ -16,11 +16,12 @@ Where the numbers come from:
   catalog on the GPUs it asks for (as the submit page predicts a new job), its carbon at this
   hour's intensity of ``TELEMETRY_CARBON_ZONE``, the zone the ledgers use. A team's budget is
   ``DEMO_BUDGET_SHARE`` of its jobs' predicted energy (vision, kWh) or carbon (language, kg
-  CO2e), over a period that lasts until the replay has submitted its jobs (whole minutes; it
-  starts at the hour's start, as usage is counted in whole ledger hours; a rerun within the
-  hour adds what the team used since then to the limit). That is less than
-  the teams spend in the window, so pacing binds from the first minutes and the soft limits
-  (80 %) are crossed within the period.
+  CO2e), over a period from now (to the second) until the replay has submitted its jobs
+  (whole minutes). Usage counts to the minute, so the period holds nothing the team drew
+  before: a rerun opens at 0 % used as a first run does, and the earlier run's budget is
+  kept, ending where the new one begins. That is less than the teams spend in the window, so
+  pacing binds from the first minutes and the soft limits (80 %) are crossed within the
+  period.
 - Grid carbon intensity: the shipped hourly 2022 series of ``TELEMETRY_CARBON_ZONE``
   (data/carbon, Electricity Maps) replayed onto this year by ``import_carbon --onto-year``,
   so accounting, GreenFlow and the dashboard see real clean and dirty hours, not one mean.
@@ -54,7 +55,6 @@ from scheduling.core.types import G_PER_KG, J_PER_KWH, GpuConfig
 from scheduling.management.commands.replay_trace import DEFAULT_TRACE, submission_schedule
 from scheduling.simulator.traces import read_elasticflow_trace
 from telemetry.carbon import intensity_for_hour
-from telemetry.usage import budget_usage
 
 DATA_DIR = Path(settings.BASE_DIR) / "data"
 PERSEUS_A100 = DATA_DIR / "perf" / "perseus" / "stage_profile_bloom+a100_sxm_bf16.csv"
@@ -140,10 +140,14 @@ def replayed_work(now: datetime) -> ReplayedWork:
 
 
 def demo_period(now: datetime, span_s: float) -> tuple[datetime, datetime]:
-    """From the start of this hour (so that loading the demo again within the hour finds
-    the same budgets) until the replay's span has passed, in whole minutes (at least one);
-    pacing spreads the budget over what is left of it, and usage counts to the minute."""
-    start = now.replace(minute=0, second=0, microsecond=0)
+    """From now (to the second) until the replay's span has passed, in whole minutes (at
+    least one); pacing spreads the budget over it, and usage counts to the minute.
+
+    It started at the hour's start, so that a rerun within the hour found the same budgets;
+    but then the period held what the first run's jobs drew: a rerun opened at 680 % used,
+    and once that use was added to the limit, at 87 % (the soft limit crossed before the
+    replay began). Started now, a rerun's budget opens empty, as a first run's does."""
+    start = now.replace(microsecond=0)
     end = now.replace(second=0, microsecond=0) + timedelta(minutes=max(1, math.ceil(span_s / 60)))
     return start, end
 
@@ -285,26 +289,12 @@ class Command(OneLineCommand):
                 "hard_limit_action": HardLimitAction.HOLD_QUEUE,
             },
         }
-        # A rerun within the hour (make run, Ctrl-C, make run) keeps the period's start, so the
-        # period holds what the team's jobs drew since: the limit adds it, or the replay's
-        # share is spent before the replay begins (a live rerun opened at 680 % used).
-        used = {
-            slug: budget_usage(Budget(team=teams[slug], period_start=start, period_end=now))
-            for slug in wanted
-        }
-        wanted["vision"]["energy_limit_kwh"] = round(energy_kwh + used["vision"].energy_kwh, 3)
-        wanted["language"]["carbon_limit_kg"] = round(carbon_kg + used["language"].co2_kg, 4)
-        texts = {
-            "vision": f"{used['vision'].energy_kwh:.3g} kWh",
-            "language": f"{used['language'].co2_kg:.3g} kg CO2e",
-        }
-        self._used = {slug: texts[slug] for slug in wanted if used[slug].energy_j > 0}
         budgets = []
         for slug, values in wanted.items():
             team_end = self._make_room(teams[slug], start, end)
-            # Keyed by its start: a rerun later in the hour moves the same budget's end (keyed
-            # by both, it created a second budget over the first one's period, refused by the
-            # overlap constraint with a traceback).
+            # Keyed by its start: a rerun within the same second updates the same budget (keyed
+            # by its end too, it created a second budget over the first one's period, refused
+            # by the overlap constraint with a traceback).
             values = {**values, "period_end": team_end, "warn_fraction": 0.8}
             budget, _ = Budget.objects.update_or_create(
                 team=teams[slug],
@@ -317,9 +307,10 @@ class Command(OneLineCommand):
 
     def _make_room(self, team: Team, start: datetime, end: datetime) -> datetime:
         """A team's budget periods may not overlap: one that began before ``start`` (this
-        month's, an earlier demo's) now ends there and is kept as history; one that begins
-        at ``start`` (this hour's earlier demo) is the demo's own, moved by the caller; the
-        demo's period ends where a later one begins. Returns the demo period's end."""
+        month's, an earlier run of the demo's) now ends there and is kept as history, with
+        what its team used in it; one that begins at ``start`` is the demo's own, moved by the
+        caller; the demo's period ends where a later one begins. Returns the demo period's
+        end."""
         overlapping = Budget.objects.filter(team=team, period_start__lt=end, period_end__gt=start)
         overlapping.filter(period_start__lt=start).update(period_end=start)
         later = (
@@ -348,13 +339,7 @@ class Command(OneLineCommand):
                 else f"{budget.carbon_limit_kg} kg CO2e"
             )
             out.write(
-                f"  {budget.team.slug:<10} {limit}, {budget.period_start:%Y-%m-%d %H:%M} to "
+                f"  {budget.team.slug:<10} {limit}, {budget.period_start:%Y-%m-%d %H:%M:%S} to "
                 f"{budget.period_end:%H:%M} UTC (the replay's submissions; "
-                f"{DEMO_BUDGET_SHARE:.0%} of its jobs' predicted need"
-                + (
-                    f", plus the {self._used[budget.team.slug]} its jobs used since "
-                    f"{budget.period_start:%H:%M})"
-                    if budget.team.slug in getattr(self, "_used", {})
-                    else ")"
-                )
+                f"{DEMO_BUDGET_SHARE:.0%} of its jobs' predicted need)"
             )
