@@ -28,7 +28,8 @@ def run(args, env_overrides, timeout=60):
 
 ENTRY_POINTS = {
     "manage.py": [sys.executable, "manage.py", "check"],
-    "daphne": [str(VENV_BIN / "daphne"), "-p", "0", "config.asgi:application"],
+    # the web process as Procfile.dev and the image start it (daphne, bounded)
+    "daphne": [sys.executable, "-m", "config.serve", "-p", "0", "config.asgi:application"],
     "celery": [str(VENV_BIN / "celery"), "-A", "config", "worker", "--loglevel=ERROR"],
 }
 

@@ -1,4 +1,5 @@
-"""A daphne subprocess of this checkout, serving ``config.asgi:application`` on loopback.
+"""A daphne subprocess of this checkout, serving ``config.asgi:application`` on loopback,
+started as the service starts it (``config.serve``: daphne with its websocket bound).
 
 The server reads the test database (its name handed over in ``DATABASE_URL``), so tests that
 use it commit what they create (``transactional_db`` or ``django_db(transaction=True)``).
@@ -21,7 +22,7 @@ from support.net import free_port, listening
 from support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTHON_DAPHNE = (sys.executable, "-m", "daphne")
+PYTHON_DAPHNE = (sys.executable, "-m", "config.serve")
 
 
 def database_url() -> str:
