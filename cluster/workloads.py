@@ -118,3 +118,36 @@ def workload_errors(
             "or param_count."
         }
     return {}
+
+
+def _gpu_fold(key: str) -> str:
+    # Case and spaces: an all-lowercase product name keys as "rtx 9090" where NVML's own
+    # spelling keys as "RTX9090" (``gpu_model_key`` reads a lowercase word as a name).
+    return re.sub(r"\s+", "", key.casefold())
+
+
+def same_gpu_model(a: str, b: str) -> bool:
+    """Whether GPU model keys ``a`` and ``b`` name one model, spelled apart (case, spaces)."""
+    return _gpu_fold(a) == _gpu_fold(b)
+
+
+def gpu_model_spelling(key: str) -> str:
+    """The GPU model ``key`` (``gpu_model_key``'s) as the current catalog spells it, else as
+    GPUs registered before spell it (the first registered), else ``key``: an agent that
+    reported ``a100`` (its own backend, a product name lower-cased) registered a GPU model
+    of its own beside the catalog's A100, estimated from the nearest catalog GPU instead of
+    the A100's measured models and never given a job that asked for A100; a job asking for
+    ``a100`` before any A100 registered waited for good. Agents' registrations and jobs'
+    submits share this."""
+    from cluster.models import Gpu
+    from scheduling.perf_lookup import current_catalog  # the scheduling app's models
+
+    if not key:
+        return key
+    for name in sorted(current_catalog().gpus):
+        if same_gpu_model(name, key):
+            return name
+    # Registered models are few: each spelling once, with its first GPU (the first wins).
+    seen = Gpu.objects.order_by("model", "pk").distinct("model").values_list("model", "pk")
+    matches = sorted((pk, name) for name, pk in seen if same_gpu_model(name, key))
+    return matches[0][1] if matches else key

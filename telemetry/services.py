@@ -28,6 +28,7 @@ from cluster.services import (
     retirement,
     transition_job,
 )
+from cluster.workloads import same_gpu_model
 from scheduling.core.goodput import efficiency, iterations_per_submitted
 from telemetry.agent.backends import gpu_model_key, is_board_split
 from telemetry.choices import ExitReason, JobEventKind
@@ -99,6 +100,11 @@ def _model_changes(
     for i, g in enumerate(gpus):
         before = stored.get(g["uuid"])
         if before is None or gpu_model_key(before) == g["model"]:
+            continue
+        if same_gpu_model(gpu_model_key(before), g["model"]):
+            # the same model spelled otherwise (stored "a100" before registrations took the
+            # catalog's spelling, "A100"): it takes the spelling, as a board split does
+            rekeyed[gpu_model_key(before)] = g["model"]
             continue
         if is_board_split(gpu_model_key(before), g["model"]):
             rekeyed[gpu_model_key(before)] = g["model"]

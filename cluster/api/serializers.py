@@ -15,7 +15,7 @@ from cluster import services
 from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 from cluster.queries import can_manage_budgets_of, priority_refusal, teams_visible_to
-from cluster.workloads import catalog_name, known_workloads, workload_errors
+from cluster.workloads import catalog_name, gpu_model_spelling, known_workloads, workload_errors
 from scheduling.choices import PerfModelKind
 from scheduling.feasibility import submit_refusals
 from scheduling.perf_lookup import job_models
@@ -333,12 +333,9 @@ class JobSerializer(_NumbersOnly):
     def validate_gpu_model(self, value: str) -> str:
         # As the agents register GPUs: a name copied from nvidia-smi ("NVIDIA H200")
         # asks for the model key its GPUs are stored under (H200), in any case ("l40s").
-        key = gpu_model_key(value)
-        if not key:
-            return key
-        # No order: the model's (node name, index) made the DISTINCT one row a GPU.
-        registered = Gpu.objects.order_by().values_list("model", flat=True).distinct()
-        return next((m for m in registered if m.casefold() == key.casefold()), key)
+        # The catalog's spelling first ("a100" before any A100 registered asked for a
+        # model no GPU would ever be), else the first registered one.
+        return gpu_model_spelling(gpu_model_key(value))
 
     def validate(self, attrs: dict) -> dict:
         # The same defaults as services.submit_job, so clean() sees the values to be stored.

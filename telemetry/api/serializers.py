@@ -16,6 +16,7 @@ from cluster.validators import (
     multi_line,
     single_line,
 )
+from cluster.workloads import gpu_model_spelling
 from scheduling.core.goodput import MAX_NOISE_SCALE, ratio_beyond_measurement
 from telemetry.agent.backends import gpu_model_key
 from telemetry.choices import ExitReason, JobEventKind
@@ -79,7 +80,8 @@ class GpuRegistrationSerializer(serializers.Serializer):
     )
 
     def validate_model(self, value):
-        return gpu_model_key(value)
+        # the catalog's (or the cluster's) spelling: "a100" is the catalog's A100
+        return gpu_model_spelling(gpu_model_key(value))
 
     def validate(self, attrs):
         if not (
