@@ -11,6 +11,7 @@ workload, and an estimate refuses nothing at submit (``scheduling.feasibility``)
 
 import difflib
 import re
+import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -37,8 +38,14 @@ def catalog_name(workload: str, known: Sequence[str] | None = None) -> str:
     gets (the longest job allowed, budgets that could never pay for it), as GPU model
     names in any case were already read as the catalog's. ``known``: the catalog's
     workloads, where the caller has them (``known_workloads``)."""
-    by_fold = {w.casefold(): w for w in (known_workloads() if known is None else known)}
-    return by_fold.get(workload.strip().casefold(), workload)
+    by_fold = {_case_fold(w): w for w in (known_workloads() if known is None else known)}
+    return by_fold.get(_case_fold(workload.strip()), workload)
+
+
+def _case_fold(name: str) -> str:
+    # Case and compatibility forms: "ｒｅｓｎｅｔ５０" (fullwidth) is resnet50 as RESNET50
+    # is; kept apart, it was a new workload that skipped every submit check.
+    return unicodedata.normalize("NFKC", name).casefold()
 
 
 # How alike (difflib's ratio of the two names, separators and case dropped) a name must be
@@ -50,7 +57,9 @@ _SEPARATORS = re.compile(r"[\s_-]+")
 
 
 def _folded(name: str) -> str:
-    return _SEPARATORS.sub("", name.casefold())
+    # Combining marks dropped too: "bert" with an acute accent on its t is a look-alike.
+    parts = unicodedata.normalize("NFKD", _case_fold(name))
+    return _SEPARATORS.sub("", "".join(c for c in parts if not unicodedata.combining(c)))
 
 
 def near_miss(workload: str, known: Sequence[str]) -> str | None:

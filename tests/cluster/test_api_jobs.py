@@ -325,6 +325,9 @@ def _near_miss(typed: str, meant: str) -> str:
         ("imagnet", "imagenet"),
         ("resnett50", "resnet50"),  # a letter struck twice
         ("berrt", "bert"),
+        # a catalog key under combining marks (a look-alike; a live probe, 7 Dec 2026)
+        ("bert\u0301", "bert"),
+        ("re\u0301snet50", "resnet50"),
     ],
 )
 def test_a_near_miss_of_a_catalog_workload_without_hints_is_a_400_naming_it(
@@ -357,6 +360,11 @@ def test_a_near_miss_of_a_catalog_workload_without_hints_is_a_400_naming_it(
         ({"workload": "resnet_50", "param_count": 25_000_000}, "resnet_50"),
         # a catalog key in another case is that key, as before
         ({"workload": "ResNet50"}, "resnet50"),
+        # and in fullwidth (compatibility) forms: was a new workload "ｒｅｓｎｅｔ５０" that
+        # skipped every submit check a catalog workload gets (a live probe, 7 Dec 2026)
+        ({"workload": "\uff52\uff45\uff53\uff4e\uff45\uff54\uff15\uff10"}, "resnet50"),
+        ({"workload": "resnet\uff15\uff10"}, "resnet50"),
+        ({"workload": "\uff22\uff25\uff32\uff34"}, "bert"),
     ],
 )
 def test_a_new_workload_or_a_hinted_near_miss_is_accepted(api_client, member, team, change, stored):
@@ -385,3 +393,20 @@ def test_a_near_miss_the_cluster_has_learned_a_model_for_is_accepted(api_client,
     )
 
     assert response.status_code == 201, response.json()
+
+
+def test_a_catalog_workload_in_fullwidth_gets_the_catalog_workloads_submit_checks(
+    api_client, member, team
+):
+    # given a job of 10^9 iterations: too long for the catalog's bert, as its check says
+    body = {**SUBMIT, "total_iterations": 10**9}
+    plain = api_client(member).post("/api/jobs/", body, format="json")
+    assert plain.status_code == 400
+    assert list(plain.json()) == ["total_iterations"]
+    # when the same job names bert in fullwidth letters
+    wide = {**body, "workload": "\uff42\uff45\uff52\uff54"}
+    response = api_client(member).post("/api/jobs/", wide, format="json")
+    # then it is refused the same way (it was stored as a new workload, checked by nothing)
+    assert response.status_code == 400
+    assert response.json() == plain.json()
+    assert Job.objects.count() == 0
