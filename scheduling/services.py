@@ -508,28 +508,28 @@ def _record_round(
     )
 
 
-def _apply(
-    plan: core.Plan, rows: adapters.SnapshotRows, round_row: SchedulingRound, *, now: datetime
-) -> tuple[int, int, list[RoundDecision]]:
-    """Carry out the plan's changes; returns (applied, failed, decisions). A change that loses
-    a race (job moved, GPUs taken) is recorded with its error and the round goes on. A change
-    whose GPUs another change of the plan frees is retried once the others have moved, pass
-    after pass while a pass applies anything: a chain of resizes each taking the GPU the
-    next one leaves needs as many passes as it is long in the wrong order (three passes
-    failed the end of a chain of four, found by a live probe). Only changes no order can
-    make (a swap) fail."""
-    pending = adapters.allocation_changes(plan, rows)
-    # Why each start, resize or retune happened (a stop's reason is its wait reason).
-    model_of = gpu_models(rows.snapshot)
-    why = {
-        rows.jobs[c.job_id].pk: explain_change(
-            c, rows.snapshot, plan, now=now.timestamp(), model_of=model_of
-        )
-        for c in plan.changes
-    }
+@dataclass
+class _Passes:
+    applied: int
+    failed: int
+    decisions: list[RoundDecision]
+    pending: list[adapters.RowChange]
+    errors: dict[int, str]
+
+
+def _apply_passes(
+    pending: list[adapters.RowChange],
+    why: dict[int, str],
+    round_row: SchedulingRound,
+    plan: core.Plan,
+    errors: dict[int, str],
+    *,
+    now: datetime,
+) -> _Passes:
+    """Apply ``pending`` pass after pass while a pass applies anything (see ``_apply``);
+    what is still pending comes back with its error in ``errors``."""
     decisions: list[RoundDecision] = []
     applied = failed = 0
-    errors: dict[int, str] = {}
     while pending:
         retry = []
         for change in pending:
@@ -556,6 +556,76 @@ def _apply(
         pending = retry
         if not progress:
             break
+    return _Passes(applied, failed, decisions, pending, errors)
+
+
+class _CycleNotApplied(Exception):
+    pass
+
+
+def _apply_cycle(
+    pending: list[adapters.RowChange],
+    why: dict[int, str],
+    round_row: SchedulingRound,
+    plan: core.Plan,
+    *,
+    now: datetime,
+) -> _Passes | None:
+    """The resizes left in ``pending`` applied together: their jobs' open allocations end
+    at ``now``, then the passes run again (starts waiting for their GPUs follow). None, with
+    nothing changed, unless every one of those resizes then applies."""
+    resizes = {c.job.pk for c in pending if c.kind == core.ChangeKind.RESIZE}
+    try:
+        with transaction.atomic():
+            JobAllocation.objects.filter(
+                job_id__in=resizes, job__state=JobState.RUNNING, ended_at__isnull=True
+            ).update(ended_at=now)
+            outcome = _apply_passes(list(pending), why, round_row, plan, {}, now=now)
+            if any(c.job.pk in resizes for c in outcome.pending) or outcome.failed:
+                raise _CycleNotApplied
+    except _CycleNotApplied:
+        return None
+    return outcome
+
+
+def _apply(
+    plan: core.Plan, rows: adapters.SnapshotRows, round_row: SchedulingRound, *, now: datetime
+) -> tuple[int, int, list[RoundDecision]]:
+    """Carry out the plan's changes; returns (applied, failed, decisions). A change that loses
+    a race (job moved, GPUs taken) is recorded with its error and the round goes on. A change
+    whose GPUs another change of the plan frees is retried once the others have moved, pass
+    after pass while a pass applies anything: a chain of resizes each taking the GPU the
+    next one leaves needs as many passes as it is long in the wrong order (three passes
+    failed the end of a chain of four, found by a live probe). Resizes no order can make
+    (a swap, a ring) are then applied together (``_apply_cycle``), or, where one of them
+    still cannot be, none of them."""
+    pending = adapters.allocation_changes(plan, rows)
+    # Why each start, resize or retune happened (a stop's reason is its wait reason).
+    model_of = gpu_models(rows.snapshot)
+    why = {
+        rows.jobs[c.job_id].pk: explain_change(
+            c, rows.snapshot, plan, now=now.timestamp(), model_of=model_of
+        )
+        for c in plan.changes
+    }
+    decisions: list[RoundDecision] = []
+    errors: dict[int, str] = {}
+    outcome = _apply_passes(pending, why, round_row, plan, errors, now=now)
+    applied, failed, pending = outcome.applied, outcome.failed, outcome.pending
+    decisions.extend(outcome.decisions)
+    if any(c.kind == core.ChangeKind.RESIZE for c in pending):
+        # Resizes of running jobs, each onto GPUs another of them holds (a swap, a ring of
+        # eight after a switch to a fixed-size policy): no order applies any of them, and a
+        # plan that stays the same failed them every round, the jobs never given the GPUs
+        # their policy planned (a live probe: 8 failed a round, round after round). Their
+        # allocations end together first, then each takes its new one; all or nothing.
+        cycle = _apply_cycle(pending, why, round_row, plan, now=now)
+        if cycle is not None:
+            applied += cycle.applied
+            failed += cycle.failed
+            decisions.extend(cycle.decisions)
+            errors = cycle.errors
+            pending = cycle.pending
     for change in pending:
         decisions.append(
             _decision(round_row, change, why, applied=False, error=errors.get(change.job.pk, ""))

@@ -68,46 +68,93 @@ def test_a_chain_of_resizes_longer_than_three_is_applied_whole(
     assert not RoundDecision.objects.filter(applied=False).exists()
 
 
-def test_a_swap_no_order_can_make_fails_its_changes_and_keeps_both_jobs_running(
-    scheduler_settings, make_node, make_job, member, team
-):
-    # given two jobs on GPUs 0 and 1, and a plan that swaps them (neither can move first)
-    scheduler_settings("fifo")
-    node = make_node("node-01", gpus=2)
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
-    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+def _running_jobs(node_gpus, make_job, member, team, on):
+    """Jobs of one GPU each, job k started on GPU ``on[k]``."""
     jobs = []
-    for k in range(2):
+    for k in on:
         job = make_job(
             owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
             min_batch_size=256, max_batch_size=256, at=T0 - timedelta(minutes=5),
         )  # fmt: skip
         cluster_services.start_job(
-            job, gpus=[gpus[k]], batch_size=256, at=T0 - timedelta(minutes=1)
+            job, gpus=[node_gpus[k]], batch_size=256, at=T0 - timedelta(minutes=1)
         )
         jobs.append(job)
-    rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
+    return jobs
+
+
+def _moves(jobs, gpus, targets):
+    """A fifo plan that moves job k from its GPU to GPU ``targets[k]``."""
 
     def on(k):
         return core.Allocation(gpu_ids=(gpus[k].uuid,), global_batch=256)
 
-    plan = core.Plan(
-        allocations={str(jobs[0].pk): on(1), str(jobs[1].pk): on(0)},
+    held = [job.current_allocation.gpus.get() for job in jobs]
+    before = [gpus.index(g) for g in held]
+    return core.Plan(
+        allocations={str(j.pk): on(t) for j, t in zip(jobs, targets, strict=True)},
         waiting={},
-        changes=(
-            core.Change(str(jobs[0].pk), core.ChangeKind.RESIZE, before=on(0), after=on(1)),
-            core.Change(str(jobs[1].pk), core.ChangeKind.RESIZE, before=on(1), after=on(0)),
+        changes=tuple(
+            core.Change(str(j.pk), core.ChangeKind.RESIZE, before=on(b), after=on(t))
+            for j, b, t in zip(jobs, before, targets, strict=True)
         ),
         policy="fifo",
     )
+
+
+def test_a_swap_no_order_can_make_is_applied_together(
+    scheduler_settings, make_node, make_job, member, team
+):
+    # given two jobs on GPUs 0 and 1, and a plan that swaps them (neither can move first:
+    # failed, a plan that stays the same failed them every round; a live probe saw a ring
+    # of eight after a switch to fifo fail 8 changes a round, round after round)
+    scheduler_settings("fifo")
+    node = make_node("node-01", gpus=2)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    jobs = _running_jobs(gpus, make_job, member, team, on=[0, 1])
+    rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
+    plan = _moves(jobs, gpus, targets=[1, 0])
     round_row = services._record_round(rows, plan, now=T0, requeued=0)
 
     # when it is applied
     applied, failed, _ = services._apply(plan, rows, round_row, now=T0)
 
-    # then both changes are recorded as failed, and both jobs run where they ran
-    assert (applied, failed) == (0, 2)
+    # then both moved, each running on the other's GPU, its old allocation ended now
+    assert (applied, failed) == (2, 0)
     for k, job in enumerate(jobs):
         job.refresh_from_db()
         assert job.state == JobState.RUNNING
+        assert [g.uuid for g in job.current_allocation.gpus.all()] == [gpus[1 - k].uuid]
+        assert list(job.allocations.order_by("started_at").values_list("ended_at", flat=True)) == [
+            T0,
+            None,
+        ]
+    assert not RoundDecision.objects.filter(applied=False).exists()
+
+
+def test_a_ring_of_moves_one_of_which_cannot_be_made_changes_nothing(
+    scheduler_settings, make_node, make_job, member, team
+):
+    # given a ring of three moves (0 -> 1 -> 2 -> 0), and job 2's target GPU also held by
+    # a job the plan leaves where it is (a race: it came after the round read the cluster)
+    scheduler_settings("fifo")
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    jobs = _running_jobs(gpus, make_job, member, team, on=[0, 1, 2])
+    rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
+    plan = _moves(jobs, gpus, targets=[1, 2, 3])
+    (outsider,) = _running_jobs(gpus, make_job, member, team, on=[3])
+    round_row = services._record_round(rows, plan, now=T0, requeued=0)
+
+    # when it is applied
+    applied, failed, _ = services._apply(plan, rows, round_row, now=T0)
+
+    # then none is applied (all or nothing), and every job runs where it ran
+    assert (applied, failed) == (0, 3)
+    for k, job in enumerate([*jobs, outsider]):
+        job.refresh_from_db()
+        assert job.state == JobState.RUNNING
         assert [g.uuid for g in job.current_allocation.gpus.all()] == [gpus[k].uuid]
+        assert job.allocations.count() == 1
