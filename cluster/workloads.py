@@ -37,9 +37,33 @@ def catalog_name(workload: str, known: Sequence[str] | None = None) -> str:
     it was predicted from an estimate and skipped the submit checks a catalog workload
     gets (the longest job allowed, budgets that could never pay for it), as GPU model
     names in any case were already read as the catalog's. ``known``: the catalog's
-    workloads, where the caller has them (``known_workloads``)."""
+    workloads, where the caller has them (``known_workloads``). A name the catalog lacks is
+    spelled as the cluster's learned model of it is (``_learned_spelling``)."""
     by_fold = {_case_fold(w): w for w in (known_workloads() if known is None else known)}
-    return by_fold.get(_case_fold(workload.strip()), workload)
+    found = by_fold.get(_case_fold(workload.strip()))
+    return found or _learned_spelling(workload) or workload
+
+
+def _learned_spelling(workload: str) -> str | None:
+    """The spelling of the workload profile (a model earlier jobs taught) that ``workload``
+    names in another case or form, the first learned where there are several; None where
+    none does. Read apart, ``mynet`` after ``MyNet``'s jobs started from an estimate instead
+    of what they had learned, and passed the submit checks that model would refuse, as a
+    catalog workload in another case did."""
+    from scheduling.models import WorkloadProfile  # the scheduling app's models
+
+    name = workload.strip()
+    if not name:
+        return None
+    folded = _case_fold(name)
+    spellings = (
+        WorkloadProfile.objects.filter(workload__iexact=unicodedata.normalize("NFKC", name))
+        .order_by("workload", "created_at")
+        .distinct("workload")
+        .values_list("workload", "created_at")
+    )
+    matches = sorted((at, w) for w, at in spellings if _case_fold(w) == folded)
+    return matches[0][1] if matches else None
 
 
 def _case_fold(name: str) -> str:

@@ -410,3 +410,24 @@ def test_a_catalog_workload_in_fullwidth_gets_the_catalog_workloads_submit_check
     assert response.status_code == 400
     assert response.json() == plain.json()
     assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("typed", ["mynet", "MYNET", "\uff4d\uff59\uff4e\uff45\uff54"])
+def test_a_learned_workload_in_another_case_is_that_workload(api_client, member, team, typed):
+    # given earlier jobs taught the cluster a model of "MyNet" on A100
+    from django.utils import timezone
+
+    from scheduling.models import WorkloadProfile
+    from scheduling.workload_profiles import model_to_params
+
+    WorkloadProfile.objects.create(
+        workload="MyNet", gpu_model="A100", version=1, prior="catalog resnet50@A100",
+        params=model_to_params(perf_catalog().get("resnet50", "A100")), n_observations=9,
+        jobs=1, created_at=timezone.now(),
+    )  # fmt: skip
+    # when a job names it in another case (it was a new workload, its own estimate)
+    body = {**SUBMIT, "workload": typed, "param_count": 25_000_000}
+    response = api_client(member).post("/api/jobs/", body, format="json")
+    # then it is a job of MyNet, which the learned model predicts
+    assert response.status_code == 201, response.json()
+    assert Job.objects.get().workload == "MyNet"
