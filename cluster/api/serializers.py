@@ -552,6 +552,11 @@ class GpuSerializer(serializers.ModelSerializer):
             UniqueTogetherValidator(queryset=Gpu.objects.in_service(), fields=["node", "index"])
         ]
 
+    def validate_model(self, value: str) -> str:
+        # stored as the agents' registrations store it: a product name or another case is
+        # the catalog's (or the cluster's) model key ("a100" is the catalog's A100)
+        return gpu_model_spelling(gpu_model_key(value))
+
     def validate(self, attrs: dict) -> dict:
         gpu = self.instance
         if gpu is not None and "model" in attrs and attrs["model"] != gpu.model:

@@ -240,3 +240,24 @@ def test_a_clock_list_longer_than_an_agent_may_register_says_so(api_client, admi
     assert response.json() == {
         "supported_sm_clocks_mhz": ["Ensure this list has at most 1024 clocks (it has 1025)."]
     }
+
+
+@pytest.mark.parametrize(
+    ("typed", "stored"),
+    [("a100", "A100"), ("NVIDIA A100-SXM4-40GB", "A100"), ("nvidia tesla t4", "T4")],
+)
+def test_a_gpu_added_by_an_admin_is_stored_under_the_catalogs_model_key(
+    api_client, admin_user, make_node, typed, stored
+):
+    # as the agent's registration stores it (an "a100" was a GPU model of its own, estimated,
+    # beside the catalog's A100, and never given a job that asked for A100)
+    node = make_node("node-01", gpus=0)
+    payload = {
+        "node": node.pk, "index": 0, "uuid": "GPU-new", "model": typed, "memory_mb": 40960,
+        "default_power_limit_w": 70, "min_power_limit_w": 60, "max_power_limit_w": 70,
+    }  # fmt: skip
+
+    response = api_client(admin_user).post("/api/gpus/", payload, format="json")
+
+    assert response.status_code == 201, response.content
+    assert Gpu.objects.get(uuid="GPU-new").model == stored
