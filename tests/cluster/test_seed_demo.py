@@ -2,6 +2,7 @@
 
 import io
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -9,8 +10,10 @@ import pytest
 import time_machine
 from django.contrib.auth import authenticate, get_user_model
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from cluster.choices import HardLimitAction, Role
+from cluster.management.commands import seed_demo
 from cluster.models import Budget, Gpu, Membership, Node, Team
 from scheduling.adapters import current_catalog
 from scheduling.core.perf_models import energy_to_finish_j
@@ -270,3 +273,27 @@ def test_seed_demo_again_within_the_hour_opens_its_budgets_below_the_soft_limit_
         stored = Budget.objects.get(pk=budget.pk)
         assert (stored.period_start, stored.period_end) == (budget.period_start, budget.period_end)
     assert budget_usage(first["vision"]).energy_kwh == pytest.approx(0.03 * (10 - 5 / 60))
+
+
+@pytest.mark.parametrize(
+    ("variable", "constant", "value"),
+    [
+        ("WATTFLOW_REPLAY_JOBS", "REPLAY_JOBS", 0),  # was an IndexError
+        ("WATTFLOW_REPLAY_JOBS", "REPLAY_JOBS", -1),  # was taken (the replay refuses it)
+        ("WATTFLOW_REPLAY_SPEEDUP", "REPLAY_SPEEDUP", 0.0),  # was a ZeroDivisionError
+        ("WATTFLOW_REPLAY_SPEEDUP", "REPLAY_SPEEDUP", math.nan),  # was a ValueError
+        ("WATTFLOW_REPLAY_SPEEDUP", "REPLAY_SPEEDUP", math.inf),
+        ("WATTFLOW_REPLAY_MAX_WAIT_S", "REPLAY_MAX_WAIT_S", -5.0),  # was taken
+    ],
+)
+def test_replay_settings_the_replay_would_refuse_stop_seed_demo_with_one_line(
+    db, settings, tmp_path, monkeypatch, variable, constant, value
+):
+    # given a replay setting ``replay_trace`` refuses (Procfile.dev passes these to it):
+    # seed_demo sized its budgets from it first, and raised a traceback or took it
+    settings.WATTFLOW_VAR_DIR = tmp_path
+    monkeypatch.setattr(seed_demo, constant, value)
+    # when the demo is loaded, then it stops with the variable named, nothing stored
+    with pytest.raises(CommandError, match=f"^{variable} must be "):
+        call_command("seed_demo", stdout=io.StringIO())
+    assert set(_counts().values()) == {0}

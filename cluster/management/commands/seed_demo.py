@@ -27,6 +27,7 @@ Where the numbers come from:
   so accounting, GreenFlow and the dashboard see real clean and dirty hours, not one mean.
 """
 
+import argparse
 import csv
 import json
 import math
@@ -52,7 +53,12 @@ from scheduling.adapters import current_catalog
 from scheduling.core.carbon_data import carbon_file
 from scheduling.core.perf_models import energy_to_finish_j
 from scheduling.core.types import G_PER_KG, J_PER_KWH, GpuConfig
-from scheduling.management.commands.replay_trace import DEFAULT_TRACE, submission_schedule
+from scheduling.management.commands.replay_trace import (
+    DEFAULT_TRACE,
+    MIN_SPEEDUP,
+    positive,
+    submission_schedule,
+)
 from scheduling.simulator.traces import read_elasticflow_trace
 from telemetry.carbon import intensity_for_hour
 
@@ -152,10 +158,28 @@ def demo_period(now: datetime, span_s: float) -> tuple[datetime, datetime]:
     return start, end
 
 
+def _check_replay_settings() -> None:
+    """The replay's settings as ``replay_trace`` reads them from Procfile.dev (``--limit``,
+    ``--speedup``, ``--max-wait-s``): a value it refuses stops the demo here, with one line,
+    before anything is stored. The budgets are sized from them first, and 0 jobs, a
+    speed-up of 0, NaN or infinity raised an IndexError, a ZeroDivisionError, a ValueError
+    or a budget of infinite size (refused by the database) as tracebacks."""
+    for name, value, parse in (
+        ("WATTFLOW_REPLAY_JOBS", REPLAY_JOBS, positive(int)),
+        ("WATTFLOW_REPLAY_SPEEDUP", REPLAY_SPEEDUP, positive(float, lower=MIN_SPEEDUP)),
+        ("WATTFLOW_REPLAY_MAX_WAIT_S", REPLAY_MAX_WAIT_S, positive(float)),
+    ):
+        try:
+            parse(str(value))
+        except argparse.ArgumentTypeError as exc:
+            raise CommandError(f"{name} {exc}") from None
+
+
 class Command(OneLineCommand):
     help = "Load demo teams, users, a 4x8 A100 cluster, agent tokens and budgets (idempotent)."
 
     def handle(self, *args, **options) -> None:
+        _check_replay_settings()
         now = timezone.now()
         tokens_path = Path(settings.WATTFLOW_VAR_DIR) / "agent_tokens.json"
         with transaction.atomic():

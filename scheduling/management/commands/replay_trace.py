@@ -43,7 +43,7 @@ MAX_WORK_SCALE = 1000.0
 MIN_SPEEDUP = 1.0 / MAX_WORK_SCALE
 
 
-def _positive(kind, *, lower: float = 0.0, upper: float = math.inf):
+def positive(kind, *, lower: float = 0.0, upper: float = math.inf):
     """An argument type: a finite ``kind`` above 0 (at least ``lower``, at most ``upper``),
     refused with a message that says so (argparse's own says "invalid float value")."""
     what = "a whole number" if kind is int else "a finite number"
@@ -88,19 +88,19 @@ class Command(OneLineCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--server", default="http://127.0.0.1:8000")
         parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-        parser.add_argument("--speedup", type=_positive(float, lower=MIN_SPEEDUP), default=1000.0)
+        parser.add_argument("--speedup", type=positive(float, lower=MIN_SPEEDUP), default=1000.0)
         parser.add_argument(
             "--work-scale",
-            type=_positive(float, upper=MAX_WORK_SCALE),
+            type=positive(float, upper=MAX_WORK_SCALE),
             default=None,
             help="multiply each job's iterations by this, at most 1000 (default: 1 / speedup)",
         )
-        parser.add_argument("--max-wait-s", type=_positive(float), default=None)
-        parser.add_argument("--limit", type=_positive(int), default=None, help="first N jobs")
+        parser.add_argument("--max-wait-s", type=positive(float), default=None)
+        parser.add_argument("--limit", type=positive(int), default=None, help="first N jobs")
         parser.add_argument("--teams", default="vision,language", help="comma-separated slugs")
-        parser.add_argument("--max-gpus", type=_positive(int), default=8)
+        parser.add_argument("--max-gpus", type=positive(int), default=8)
         parser.add_argument("--fixed-gpus", action="store_true")
-        parser.add_argument("--wait-for-server-s", type=_positive(float), default=60.0)
+        parser.add_argument("--wait-for-server-s", type=positive(float), default=60.0)
         parser.add_argument(
             "--command",
             default="",
