@@ -39,7 +39,10 @@ def check_telemetry_settings(app_configs, **kwargs):
             )
         )
     if not (
-        math.isfinite(settings.TELEMETRY_MAX_CLOCK_SKEW_S)
+        # (NaN passed the warning's "<= 0" above; NaN or infinity then made every sample
+        # batch a 500 and every accounting fail, in timedelta())
+        math.isfinite(settings.TELEMETRY_MAX_GAP_S)
+        and math.isfinite(settings.TELEMETRY_MAX_CLOCK_SKEW_S)
         and settings.TELEMETRY_MAX_CLOCK_SKEW_S >= 0
         and math.isfinite(settings.TELEMETRY_COUNTER_TOLERANCE)
         and settings.TELEMETRY_COUNTER_TOLERANCE >= 0
@@ -47,7 +50,7 @@ def check_telemetry_settings(app_configs, **kwargs):
         problems.append(
             Error(
                 "TELEMETRY_MAX_CLOCK_SKEW_S and TELEMETRY_COUNTER_TOLERANCE must be finite and "
-                "not negative.",
+                "not negative, and TELEMETRY_MAX_GAP_S finite.",
                 id="telemetry.E003",
             )
         )

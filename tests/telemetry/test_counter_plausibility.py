@@ -185,7 +185,13 @@ def test_retention_keeps_a_flagged_sample(settings, agent_node, agent_client, bu
 
 @pytest.mark.parametrize(
     ("setting", "value"),
-    [("TELEMETRY_MAX_CLOCK_SKEW_S", -1.0), ("TELEMETRY_COUNTER_TOLERANCE", float("nan"))],
+    [
+        ("TELEMETRY_MAX_CLOCK_SKEW_S", -1.0),
+        ("TELEMETRY_COUNTER_TOLERANCE", float("nan")),
+        # passed the warning's "<= 0", then every accounting raised in timedelta() (a probe)
+        ("TELEMETRY_MAX_GAP_S", float("nan")),
+        ("TELEMETRY_MAX_GAP_S", float("inf")),
+    ],
 )
 def test_a_negative_or_nan_bound_is_a_system_check_error(settings, setting, value):
     from telemetry.checks import check_telemetry_settings
