@@ -66,3 +66,27 @@ def check_allowed_hosts(app_configs, **kwargs):
             )
         ]
     return []
+
+
+@register()
+def check_limits(app_configs, **kwargs):
+    """Limits that parse but leave the service refusing everything (each measured against
+    daphne: a body limit of -1 answered every request, GETs included, 413; a job limit of -1
+    days refused every catalog job; a batch limit of 0 every sample batch), or changing the
+    API's answers (a page size of 0 turned every list into an unpaginated array)."""
+    limits = {
+        "WATTFLOW_MAX_REQUEST_BODY_BYTES": settings.WATTFLOW_MAX_REQUEST_BODY_BYTES,
+        "API_PAGE_SIZE": settings.REST_FRAMEWORK.get("PAGE_SIZE"),
+        "WATTFLOW_MAX_JOB_DAYS": settings.WATTFLOW_MAX_JOB_DAYS,
+        "TELEMETRY_MAX_BATCH_SAMPLES": settings.TELEMETRY_MAX_BATCH_SAMPLES,
+    }
+    low = [f"{name}={value}" for name, value in limits.items() if value is None or value < 1]
+    if low:
+        return [
+            Error(
+                f"{', '.join(low)}: must be at least 1.",
+                hint="Leave the variable unset for its default (README, Configuration).",
+                id="wattflow.E004",
+            )
+        ]
+    return []

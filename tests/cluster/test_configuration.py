@@ -212,3 +212,27 @@ def test_demo_screenshots_refusing_for_lack_of_chromium_makes_no_folder(tmp_path
     with pytest.raises(CommandError, match="no-chromium not found"):
         call_command("demo_screenshots", server="http://127.0.0.1:1", out=str(out))
     assert not (tmp_path / "shots").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        # each accepted silently before, measured against daphne (a probe): every request,
+        # GETs included, a 413 "at most -1 are accepted"; every list an unpaginated array;
+        # every catalog job refused as "longer than the -1 days a job may run"; every
+        # sample batch refused as "at most 0 samples per batch"
+        ("WATTFLOW_MAX_REQUEST_BODY_BYTES", -1),
+        ("WATTFLOW_MAX_REQUEST_BODY_BYTES", 0),
+        ("API_PAGE_SIZE", 0),
+        ("WATTFLOW_MAX_JOB_DAYS", -1),
+        ("TELEMETRY_MAX_BATCH_SAMPLES", 0),
+    ],
+)
+def test_a_limit_below_one_is_an_error(settings, setting, value):
+    settings.DEBUG = True
+    if setting == "API_PAGE_SIZE":
+        settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "PAGE_SIZE": value}
+    else:
+        setattr(settings, setting, value)
+
+    assert _check_ids() == {"wattflow.E004"}
