@@ -75,6 +75,18 @@ def add_floor_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--floor-cap", action="store_true", help="online_model.FLOOR_CAP = True (the capped rule)"
     )
+    parser.add_argument(
+        "--limit-bound",
+        choices=("shape", "floor"),
+        help="online_model.LIMIT_BOUND: the draw rises no higher than the lowest limit that "
+        "did not cut the job's draw at its batch",
+    )
+    parser.add_argument(
+        "--uncut-tol",
+        type=fraction,
+        default=om.UNCUT_TOL,
+        help="online_model.UNCUT_TOL: a draw this far below the default limit's is not cut",
+    )
 
 
 def apply_floor_args(args: argparse.Namespace) -> None:
@@ -83,6 +95,8 @@ def apply_floor_args(args: argparse.Namespace) -> None:
     om.FLOOR_MIN_WORKLOADS = args.floor_min
     om.FLOOR_SHARE = args.floor_share
     om.FLOOR_CAP = args.floor_cap
+    om.LIMIT_BOUND = args.limit_bound
+    om.UNCUT_TOL = args.uncut_tol
 
 
 def positive_float(text: str) -> float:

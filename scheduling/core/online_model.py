@@ -885,6 +885,7 @@ def draw_shaped_prior(
     carried from (``gpu_estimates.light_work_span_or_estimate_w``), kept with its value in
     the prior's sources as ``light_work_floor``."""
     given_floor_w = floor_w
+    observations = list(observations)
     found = draw_busy_fraction(prior, observations, idle_w=idle_w, busy_max_w=busy_max_w)
     if found is None:
         return prior
@@ -929,6 +930,11 @@ def draw_shaped_prior(
                 # Uncapped: from the floor towards the busy maximum itself, at the batch
                 # where the job's draw above the floor is half of the span above it.
                 top_w, half = busy_max_w, b0 * (1.0 - u_f) / u_f
+        cap_w = uncut_limit_w(prior.gpu, observations, b0) if LIMIT_BOUND else None
+        if cap_w is not None:
+            # The job's draw at b0 was not cut by a limit of cap_w: read as the two phases
+            # above, its per-sample work draws no more than that.
+            low_w, top_w, half = _limit_bounded_shape(low_w, top_w, half, cap_w, b0)
         power = PowerParams(
             busy_max_w=top_w,
             batch_half=half,
@@ -946,6 +952,84 @@ def draw_shaped_prior(
         errors=prior.errors,
         sources=sources,
     )
+
+
+# Whether a job's draw's batch shape rises no higher than the lowest power limit that did
+# not cut its draw at its batch (``uncut_limit_w``): None (off), "shape" (the draw rises
+# from where it started towards that limit, the job's own at b0), "floor" (the time's
+# batch shape kept, the draw's start raised so that it is the job's own at b0).
+# docs/benchmarks.md, "The first jobs on a new GPU model: what the job's limits say".
+LIMIT_BOUND: str | None = None
+# How far below its draw at the default limit a job's draw at a lower limit may be and
+# still count as not cut (the Zeus sweeps' repeat noise is about 1-2%).
+UNCUT_TOL = 0.03
+# Whether the bound is the uncut limit over the GPU's peak-to-average draw (the model's own
+# reading of a limit) rather than the limit itself.
+LIMIT_PEAK = False
+
+
+def uncut_limit_w(gpu: GpuSpec, observations: Iterable[Observation], batch: float) -> float | None:
+    """The lowest power limit below ``gpu``'s default at which the job's draw at per-GPU
+    ``batch`` (top clock, the GPU count it was measured on most at the default limit) was
+    not cut: it and every limit tried above it drew at least (1 - ``UNCUT_TOL``) of the
+    job's draw at the default limit. A GPU lowers its clock only where its draw would pass
+    the limit, so no phase of the job's work at that batch draws much more than this.
+    None: no lower limit tried there, or the highest one tried already cut the draw."""
+    draws: dict[tuple[int, float | None], list[tuple[float, float]]] = {}
+    times: dict[tuple[int, float | None], list[tuple[float, float]]] = {}
+    for o in observations:
+        if o.local_batch != batch:
+            continue
+        if o.sm_clock_mhz is not None and o.sm_clock_mhz < gpu.dvfs.max_clock_mhz:
+            continue
+        key = (o.n_gpus, None if at_default_power(o, gpu) else o.power_limit_w)
+        if o.power_w is not None and o.power_w > 0:
+            draws.setdefault(key, []).append((o.weight, o.power_w))
+        if o.iter_time_s is not None and o.iter_time_s > 0:
+            times.setdefault(key, []).append((o.weight, o.iter_time_s))
+
+    def mean(pairs: list[tuple[float, float]]) -> float:
+        total = sum(w for w, _ in pairs)
+        return math.exp(sum(w * math.log(p) for w, p in pairs) / total)
+
+    at_default = [k for k in draws if k[1] is None]
+    if not at_default:
+        return None
+    n = max(at_default, key=lambda k: sum(w for w, _ in draws[k]))[0]
+    drawn_w = mean(draws[(n, None)])
+    time_s = mean(times[(n, None)]) if (n, None) in times else None
+    found = None
+    for limit_w in sorted((lw for k, lw in draws if k == n and lw is not None), reverse=True):
+        # A limit that lowers the clock lowers the draw and does not make the job faster.
+        slowed = time_s is None or (n, limit_w) not in times or mean(times[(n, limit_w)]) >= time_s
+        if slowed and mean(draws[(n, limit_w)]) < drawn_w * (1.0 - UNCUT_TOL):
+            break
+        found = limit_w
+    if found is not None and LIMIT_PEAK:
+        # The model's own reading of a limit (``DvfsParams.ratio_for_limit``): it cuts a
+        # draw whose peaks, peak_to_avg x the draw, pass it.
+        found /= max(gpu.dvfs.peak_to_avg, 1.0)
+    return found
+
+
+def _limit_bounded_shape(
+    low_w: float, top_w: float, half: float, cap_w: float, b0: float
+) -> tuple[float, float, float]:
+    """(low, top, batch_half) of a draw ``low + (top - low) b / (b + half)`` whose top is
+    brought down to ``cap_w`` (``LIMIT_BOUND``), still drawing what it did at ``b0``."""
+    if not (low_w < cap_w < top_w and half > 0):
+        return low_w, top_w, half
+    drawn_w = low_w + (top_w - low_w) * b0 / (b0 + half)
+    if not drawn_w < cap_w:
+        return low_w, top_w, half
+    if LIMIT_BOUND == "floor":
+        x = b0 / (b0 + half)
+        start_w = (drawn_w - x * cap_w) / (1.0 - x) if x < 1.0 else low_w
+        if start_w >= low_w:
+            return start_w, cap_w, half
+    if drawn_w <= low_w:
+        return low_w, low_w, half
+    return low_w, cap_w, b0 * (cap_w - drawn_w) / (drawn_w - low_w)
 
 
 # The fewest other workloads whose draws were measured on a GPU model before their least
