@@ -286,6 +286,7 @@ class BudgetGreedy:
         floor_trend_days: int | None = None,
         floor_trend_t: float = 0.0,
         floor_quantile: float | None = None,
+        first_backlog: bool = False,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -391,6 +392,20 @@ class BudgetGreedy:
           ``fifo_lowclock``'s carbon from 0.941x to 1.223x in US-CAL-CISO (0.7: 1.268x)
           but from 1.353x to 1.343x in ES (0.7: 1.310x), and at ``elastic``'s carbon it
           was slower in both (0.974x -> 0.970x, 0.955x -> 0.949x).
+        - ``first_backlog`` (off by default): on the first priced round (no policy state:
+          the first round, or the first after the policy changed), a job submitted no
+          later than its budget's period began is a backlog the budget found, not an
+          arrival: it does not enter the arrival rate that the price forecasts for the
+          rest of the period (a queue present at the start was forecast as that much
+          work every day). Later rounds already count only jobs submitted since the last
+          round, so a budget created over a queue finds it a backlog either way.
+          Measured in docs/benchmarks.md ("Derived traces at HEAD, and a backlog the
+          price found"): GreenFlow ES on 80 jobs at time 0 at ``fifo_lowclock``'s carbon
+          0.775x -> 0.827x; on Philly 876 (where it drops one job from the first day's
+          rate) PowerFlow at ``fifo_lowclock``'s energy +0.1-0.5%, at ``elastic``'s
+          level, but GreenFlow ES at ``fifo_lowclock``'s carbon 1.353x -> 1.343x, so it
+          stays off; pollux_workload-1..8 unchanged (their first jobs come after the
+          period began).
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -472,6 +487,9 @@ class BudgetGreedy:
         ):
             raise ValueError("slow_price must be a positive share of the period or None")
         self.slow_price = slow_price
+        if not isinstance(first_backlog, bool):
+            raise ValueError("first_backlog must be true or false")
+        self.first_backlog = first_backlog
         if floor_trend_days is not None and (
             type(floor_trend_days) is not int or floor_trend_days < TREND_MIN_DAYS
         ):

@@ -244,6 +244,11 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             w = weight[b_i]
             w[key] = w.get(key, 0.0) + total
             members[b_i].append(g)
+    # On the first priced round (no state: the first round ever, or after the policy
+    # changed), with ``first_backlog``, a job submitted no later than its budget's period
+    # began is a backlog the budget found, not an arrival of the period: counted as one,
+    # a queue present at the start was forecast as a daily rate for the whole period.
+    backlog_first = prev_now is None and policy.first_backlog
     for j in arrived:
         hj = hulls.get(j)
         h, scale = (by_job[j][0], remaining[j]) if hj is None else hj[:2]
@@ -252,6 +257,8 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         c0, t0 = h[0][0] * scale, max(h[0][1] * scale, 1.0)
         octave = str(int(math.log2(t0)))
         for b_i in mine_of[pays[j]]:
+            if backlog_first and submit_s[j] <= budgets[b_i].period_start_s:
+                continue
             recs[b_i][0] += c0
             cell = hist.setdefault(budgets[b_i].budget_id, {}).setdefault(octave, [0.0, 0.0, 0.0])
             cell[0] += c0
