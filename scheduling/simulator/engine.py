@@ -72,6 +72,7 @@ import math
 import random
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from scheduling.core.colocation import (
@@ -111,6 +112,7 @@ from scheduling.simulator.state import (  # noqa: F401 - re-exported for callers
 # round, or not this hour): it may start later in the same period, so the stall test gives
 # a renewed period its whole length first (``Simulator._renewed_before``).
 PACED_WAITS = frozenset({WaitCode.OVER_ROUND_ALLOWANCE, WaitCode.WAITING_FOR_CLEAN_HOUR})
+_CODE = attrgetter("code")
 
 
 class Simulator:
@@ -163,6 +165,11 @@ class Simulator:
         self._gpu_node = {g.gpu_id: g.node for g in cluster.gpus}
         self._gpu_model = {g.gpu_id: g.model for g in cluster.gpus}
         self._records = [JobRecord(spec=j) for j in sorted(jobs, key=lambda j: j.submit_time_s)]
+        # A job's place in arrival order (the active set's order), and the active jobs
+        # that hold GPUs in it: a long queue's waiting jobs are passed over each round
+        # without a look (``_apply``, ``_advance``), in the order the active set has.
+        self._order = {r.spec.job_id: i for i, r in enumerate(self._records)}
+        self._holding: dict[str, JobRecord] = {}
         self._idle_w = idle_power_by_model(
             catalog, {g.model for g in cluster.gpus}, override_w=self.config.idle_power_w
         )
@@ -259,13 +266,18 @@ class Simulator:
                 self._exploration = plan.exploration
                 for job_id, record in plan.exploration.items():
                     active[job_id].exploration = record
-            for code in (w.code for w in plan.waiting.values()):
-                wait_codes[str(code)] += 1
+            # Counted by code once a round (in the order codes first appear, as one by one).
+            codes = Counter(map(_CODE, plan.waiting.values()))
+            for code, k in codes.items():
+                wait_codes[str(code)] += k
                 if code in PACED_WAITS:
                     paced_since_activity = True
             self._apply(plan, active, t)
             stuck: dict[str, str] = {}
-            if next_arrival >= n_total:
+            if next_arrival >= n_total and (
+                WaitCode.NO_MATCHING_GPU in codes
+                or (WaitCode.BUDGET_EXHAUSTED in codes and self._unfunded_teams)
+            ):
                 stuck = _never_runnable(plan, active, self._unfunded_teams)
                 if stuck and len(stuck) == len(active):
                     # The simulated cluster never changes: a job too big for it under this
@@ -287,16 +299,10 @@ class Simulator:
             horizon = min(horizon, self.budgets.next_boundary(t))
             if plan.replan_at_s is not None and plan.replan_at_s > t:
                 horizon = min(horizon, plan.replan_at_s)  # a probe ends there
-            running = sum(1 for r in active.values() if r.allocation is not None)
+            holding = self._holding
+            running = len(holding)
             # Distinct GPUs: co-located jobs share theirs.
-            busy_gpus = len(
-                {
-                    g
-                    for r in active.values()
-                    if r.allocation is not None
-                    for g in r.allocation.gpu_ids
-                }
-            )
+            busy_gpus = len({g for r in holding.values() for g in r.allocation.gpu_ids})
             # After the last arrival, a stretch in which every active job finishes ends
             # at the last completion: no idle tail is charged past the makespan.
             last = next_arrival >= n_total
@@ -378,31 +384,33 @@ class Simulator:
 
     # --- snapshot ---------------------------------------------------------------------
 
+    def _snapshot_job(self, rec: JobRecord) -> Job:
+        """The frozen view of ``rec`` (kept on it until its state changes)."""
+        # Job(**fields) is ~1.5x cheaper than dataclasses.replace, which
+        # dominated the engine's own time on long traces.
+        fields = rec.spec_fields
+        if fields is None:
+            fields = rec.spec_fields = {
+                f.name: getattr(rec.spec, f.name) for f in dataclasses.fields(Job)
+            }
+            if self.knowledge is not None:
+                # What makes this job differ from its workload is for its
+                # learned model to find out, not given (knowledge.py).
+                fields["iter_time_scale"] = 1.0
+                fields["power_scale"] = 1.0
+        fields = dict(fields)
+        fields["done_iters"] = rec.done_iters
+        fields["allocation"] = rec.allocation
+        fields["started_s"] = rec.started_s
+        fields["last_change_s"] = rec.last_change_s
+        fields["attained_gpu_s"] = rec.attained_gpu_s
+        fields["observed_slowdown"] = rec.observed_slowdown
+        rec.snapshot_job = Job(**fields)
+        return rec.snapshot_job
+
     def _snapshot(self, active: dict[str, JobRecord], t: float) -> Snapshot:
-        jobs = []
-        for rec in active.values():
-            if rec.snapshot_job is None:
-                # Job(**fields) is ~1.5x cheaper than dataclasses.replace, which
-                # dominated the engine's own time on long traces.
-                fields = rec.spec_fields
-                if fields is None:
-                    fields = rec.spec_fields = {
-                        f.name: getattr(rec.spec, f.name) for f in dataclasses.fields(Job)
-                    }
-                    if self.knowledge is not None:
-                        # What makes this job differ from its workload is for its
-                        # learned model to find out, not given (knowledge.py).
-                        fields["iter_time_scale"] = 1.0
-                        fields["power_scale"] = 1.0
-                fields = dict(fields)
-                fields["done_iters"] = rec.done_iters
-                fields["allocation"] = rec.allocation
-                fields["started_s"] = rec.started_s
-                fields["last_change_s"] = rec.last_change_s
-                fields["attained_gpu_s"] = rec.attained_gpu_s
-                fields["observed_slowdown"] = rec.observed_slowdown
-                rec.snapshot_job = Job(**fields)
-            jobs.append(rec.snapshot_job)
+        # (a waiting job's view is kept from round to round: one look each)
+        jobs = [rec.snapshot_job or self._snapshot_job(rec) for rec in active.values()]
         budgets = self.budgets.at(t)
         carbon = CarbonSignal(
             ci_g_per_kwh=self.intensity.ci_at(t),
@@ -457,13 +465,19 @@ class Simulator:
                     who = "one job" if cap == 1 else f"{cap} jobs"
                     raise SimulationError(f"plan gives GPU {gpu_id!r} to more than {who}")
         restart = self.config.restart_cost_s
-        for job_id, rec in active.items():
+        holding = self._holding
+        # Only the jobs that hold GPUs or are given some can change: the others wait on.
+        touched = list(holding.values())
+        touched += [active[j] for j in plan.allocations if j not in holding]
+        for rec in touched:
+            job_id = rec.spec.job_id
             new = plan.allocations.get(job_id)
             old = rec.allocation
             if new == old:
                 continue
             rec.snapshot_job = None
             if new is None:
+                del holding[job_id]
                 rec.allocation = None
                 rec.shape = ()
                 rec.started_s = None
@@ -472,6 +486,7 @@ class Simulator:
                 continue
             rec.allocation = new
             if old is None:
+                holding[job_id] = rec
                 rec.n_starts += 1
                 rec.started_s = t
                 rec.last_change_s = t
@@ -490,15 +505,15 @@ class Simulator:
 
     # --- sharing ------------------------------------------------------------------------
 
-    def _mates(self, active: dict[str, JobRecord]) -> dict[str, JobRecord]:
-        """For each job that time-slices its GPUs, the job it shares them with."""
+    def _mates(self, held: Sequence[JobRecord]) -> dict[str, JobRecord]:
+        """For each job that time-slices its GPUs, the job it shares them with (``held``:
+        the jobs that hold GPUs)."""
         if self._max_share < 2:
             return {}
         holders: dict[str, list[JobRecord]] = {}
-        for rec in active.values():
-            if rec.allocation is not None:
-                for g in rec.allocation.gpu_ids:
-                    holders.setdefault(g, []).append(rec)
+        for rec in held:
+            for g in rec.allocation.gpu_ids:
+                holders.setdefault(g, []).append(rec)
         mates: dict[str, JobRecord] = {}
         for recs in holders.values():
             if len(recs) == 2:
@@ -575,13 +590,15 @@ class Simulator:
         team the [energy, co2] its jobs drew, and whether any job progressed)."""
         cfg = self.config
         co2_of = self.intensity.co2_g
-        mate_of = self._mates(active)
+        # The jobs that hold GPUs, in the active set's (arrival) order: the sums below
+        # add them in that order.
+        order = self._order
+        held = sorted(self._holding.values(), key=lambda r: order[r.spec.job_id])
+        mate_of = self._mates(held)
         # First pass: rates and finish instants.
         plans = []
-        for rec in active.values():
+        for rec in held:
             alloc = rec.allocation
-            if alloc is None:
-                continue
             spec = rec.spec
             gpu_model = self._gpu_model[alloc.gpu_ids[0]]
             iter_s, power_w = self._perf.iter_time_and_power(
@@ -677,6 +694,7 @@ class Simulator:
                 rec.done_iters = rec.spec.total_iters
                 rec.finish_s = finish
                 rec.allocation = None
+                del self._holding[rec.spec.job_id]
                 finished.append(rec)
                 if knowledge is not None:
                     knowledge.finish(rec.spec)

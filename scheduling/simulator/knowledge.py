@@ -271,6 +271,10 @@ class LearnedKnowledge:
         """(job id, GPU model) -> the model a policy sees for that job."""
         gpu_models = tuple(gpu_models)
         out: dict[tuple[str, str], PerfModel] = {}
+        # A job not measured yet gets what every such job of its workload, GPU model and
+        # per-GPU batch gets (``prior``'s inputs; nothing here changes them): looked up
+        # once a call, as a long queue asks it of every waiting job each round.
+        unmeasured: dict[tuple[str, str, float], PerfModel | None] = {}
         for job in jobs:
             for gpu_model in gpu_models:
                 if not self.catalog.has(job.workload, gpu_model):
@@ -284,6 +288,13 @@ class LearnedKnowledge:
                         model = self._refresh(learning, job.workload)
                     out[(job.job_id, gpu_model)] = model
                     continue
+                seen = (job.workload, gpu_model, job.global_batch / max(job.requested_gpus, 1))
+                if seen in unmeasured:
+                    hit = unmeasured[seen]
+                    if hit is not None:
+                        out[(job.job_id, gpu_model)] = hit
+                    continue
+                unmeasured[seen] = None
                 prior, label = self.prior(job, gpu_model)
                 if prior is None:
                     continue
@@ -304,7 +315,7 @@ class LearnedKnowledge:
                         prior_measured=(own and profiles.knows_split(profile.fit.observations))
                         or label == _own_label(job.workload),
                     )
-                out[(job.job_id, gpu_model)] = shared
+                out[(job.job_id, gpu_model)] = unmeasured[seen] = shared
         return out
 
     # --- profiles --------------------------------------------------------------------------
