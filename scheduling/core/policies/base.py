@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import TypeVar
 
 from scheduling.core.context import JobView, RoundContext
@@ -26,19 +27,29 @@ from scheduling.core.types import Job, WaitCode, WaitReason
 T = TypeVar("T")
 
 
+# (submit time, job id) of a job view, read in C: every round sorts the whole queue.
+_SUBMIT_KEY = attrgetter("job.submit_time_s", "job.job_id")
+
+
 def submit_order(jobs: Iterable[JobView]) -> list[JobView]:
     """First come, first served; ties by job id so the order is total."""
-    return sorted(jobs, key=lambda jv: (jv.job.submit_time_s, jv.job.job_id))
+    return sorted(jobs, key=_SUBMIT_KEY)
 
 
 def running_first(queue: Sequence[JobView]) -> list[JobView]:
     """Running jobs ahead of waiting ones, each part in ``queue``'s order."""
-    return [jv for jv in queue if jv.job.is_running] + [jv for jv in queue if not jv.job.is_running]
+    return [jv for jv in queue if jv.job.allocation is not None] + [
+        jv for jv in queue if jv.job.allocation is None
+    ]
+
+
+def _job_of_view(jv: JobView) -> Job:
+    return jv.job
 
 
 def by_priority(
     items: Iterable[T],
-    job_of: Callable[[T], Job] = lambda jv: jv.job,  # type: ignore[attr-defined]
+    job_of: Callable[[T], Job] = _job_of_view,  # type: ignore[assignment]
     *,
     keep_running_ahead: bool = False,
 ) -> list[T]:
@@ -46,7 +57,21 @@ def by_priority(
     ``Job.priority`` first; a stable sort, so equal priorities keep the given order.
 
     With ``keep_running_ahead`` the running jobs keep their places ahead of the rest
-    (``items`` must already list them first) and only the others are reordered."""
+    (``items`` must already list them first) and only the others are reordered.
+
+    Where no job has a priority (all 0, the usual case) the sort's keys are all equal
+    (running jobs' apart), so the result is the given order (running jobs moved ahead)
+    and is made without the sort's key call per job: queues are long."""
+    items = list(items)
+    if job_of is _job_of_view:
+        if not any(jv.job.priority for jv in items):  # type: ignore[attr-defined]
+            return running_first(items) if keep_running_ahead else items  # type: ignore[arg-type]
+    elif not any(job_of(item).priority for item in items):
+        if not keep_running_ahead:
+            return items
+        return [i for i in items if job_of(i).allocation is not None] + [
+            i for i in items if job_of(i).allocation is None
+        ]
 
     def key(item: T) -> tuple[int, int]:
         job = job_of(item)

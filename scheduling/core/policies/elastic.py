@@ -61,9 +61,17 @@ class Elastic:
                 t += self.restart_s
             return t
 
+        # A job's buddy sizes depend on its GPU model and GPU range alone: worked out once
+        # per such shape, as a long queue has few.
+        shape_sizes: dict[tuple[str, int, int], tuple[int, ...]] = {}
         for jv in queue:
             job = jv.job
-            sizes = job_buddy_sizes(job, ctx.node_gpus[jv.gpu_model], ctx.capacity[jv.gpu_model])
+            shape = (jv.gpu_model, job.min_gpus, job.max_gpus)
+            sizes = shape_sizes.get(shape)
+            if sizes is None:
+                sizes = shape_sizes[shape] = job_buddy_sizes(
+                    job, ctx.node_gpus[jv.gpu_model], ctx.capacity[jv.gpu_model]
+                )
             if not ledger.fits(jv, sizes[0]):
                 blocked.append(jv)
                 continue
@@ -112,13 +120,19 @@ class Elastic:
             for g in grants
         ]
         forecast = FreeForecast(ctx, granted)
-        waiting = {
-            jv.job.job_id: WaitReason(
-                WaitCode.BEHIND_IN_QUEUE,
-                f"Waiting: every {jv.gpu_model} GPU already runs an earlier job at its smallest "
-                f"size; it needs {jv.job.min_gpus}.",
-                until_s=forecast.at(jv, jv.job.min_gpus),
-            )
-            for jv in blocked
-        }
+        # The reason depends on the GPU model and least GPU count alone: one (frozen)
+        # reason per such pair, shared by its blocked jobs (a long queue has few pairs).
+        reasons: dict[tuple[str, int], WaitReason] = {}
+        waiting = {}
+        for jv in blocked:
+            pair = (jv.gpu_model, jv.job.min_gpus)
+            reason = reasons.get(pair)
+            if reason is None:
+                reason = reasons[pair] = WaitReason(
+                    WaitCode.BEHIND_IN_QUEUE,
+                    f"Waiting: every {jv.gpu_model} GPU already runs an earlier job at its "
+                    f"smallest size; it needs {jv.job.min_gpus}.",
+                    until_s=forecast.at(jv, jv.job.min_gpus),
+                )
+            waiting[jv.job.job_id] = reason
         return PolicyDecision(grants=grants, waiting=waiting)
