@@ -121,6 +121,8 @@ def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, Wa
     # admitted job that nothing holds, whose view needs only the model, perf and payers.
     free_to_run: dict[tuple[str, str | None, int, str], tuple] = {}
     learned = cache.learned_jobs
+    # The GPU models with room for a least GPU count, by that count (queues are long).
+    fitting: dict[int, list[str]] = {}
     for job in snapshot.jobs:
         own = learned and job.job_id in learned  # cache.has_own_model(job), inlined
         if not own:
@@ -129,12 +131,14 @@ def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, Wa
                 views.append(JobView(job, *hit))
                 continue
         if own:
-            model, perf, reason = _resolve_model(job, models_by_size, capacity, cache)
+            model, perf, reason = _resolve_model(job, models_by_size, capacity, cache, fitting)
         else:
             shape = (job.workload, job.gpu_model, job.min_gpus)
             hit = resolved.get(shape)
             if hit is None:
-                hit = resolved[shape] = _resolve_model(job, models_by_size, capacity, cache)
+                hit = resolved[shape] = _resolve_model(
+                    job, models_by_size, capacity, cache, fitting
+                )
             model, perf, reason = hit
         if reason is not None:
             waiting[job.job_id] = reason
@@ -212,7 +216,11 @@ def _without(cluster: Cluster, gpu_ids: set[str]) -> Cluster:
 
 
 def _resolve_model(
-    job: Job, models_by_size: list[str], capacity: Mapping[str, int], cache: PerfCache
+    job: Job,
+    models_by_size: list[str],
+    capacity: Mapping[str, int],
+    cache: PerfCache,
+    fitting_memo: dict[int, list[str]] | None = None,
 ):
     if job.gpu_model is not None:
         if capacity.get(job.gpu_model, 0) < job.min_gpus:
@@ -230,7 +238,11 @@ def _resolve_model(
         if perf is None:
             return None, None, _no_perf(job, job.gpu_model)
         return job.gpu_model, perf, None
-    fitting = [m for m in models_by_size if capacity[m] >= job.min_gpus]
+    fitting = None if fitting_memo is None else fitting_memo.get(job.min_gpus)
+    if fitting is None:
+        fitting = [m for m in models_by_size if capacity[m] >= job.min_gpus]
+        if fitting_memo is not None:
+            fitting_memo[job.min_gpus] = fitting
     if not fitting:
         return (
             None,

@@ -275,9 +275,14 @@ class LearnedKnowledge:
         # per-GPU batch gets (``prior``'s inputs; nothing here changes them): looked up
         # once a call, as a long queue asks it of every waiting job each round.
         unmeasured: dict[tuple[str, str, float], PerfModel | None] = {}
+        has: dict[tuple[str, str], bool] = {}  # the catalog's answer, once a call
         for job in jobs:
             for gpu_model in gpu_models:
-                if not self.catalog.has(job.workload, gpu_model):
+                pair = (job.workload, gpu_model)
+                known = has.get(pair)
+                if known is None:
+                    known = has[pair] = self.catalog.has(job.workload, gpu_model)
+                if not known:
                     # The truth cannot advance the job there: no GPU model to offer (a
                     # prior from another workload would size it for one, and the run stop).
                     continue

@@ -89,13 +89,22 @@ def test_jobs_not_measured_yet_ask_for_their_prior_once_per_shape_a_round(monkey
         return prior(job, gpu_model, first)
 
     monkeypatch.setattr(knowledge, "prior", counted)
+    looked_up = []
+    has = knowledge.catalog.has
+
+    def counted_has(workload, gpu_model):
+        looked_up.append(workload)
+        return has(workload, gpu_model)
+
+    monkeypatch.setattr(knowledge.catalog, "has", counted_has)
     jobs = tiny_jobs(60)
 
     # when a round's models are looked up
     models = knowledge.job_perf(jobs, ["T4"])
 
-    # then the prior is chosen once per workload, and every job gets the model it gets
-    # when asked alone
+    # then the prior is chosen, and the catalog asked, once per workload; and every job
+    # gets the model it gets when asked alone
     assert asked == ["t000", "t001"]
+    assert looked_up == ["bert", "cifar10"]
     for j in jobs:
         assert models[(j.job_id, "T4")] is knowledge.job_perf([j], ["T4"])[(j.job_id, "T4")]

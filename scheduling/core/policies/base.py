@@ -104,15 +104,17 @@ def serve_queue(
     Policies extend the loop through ``start`` (FIFO's strict order or backfilling,
     EaCO's co-location, netdelay's delay timers and preemption, Tiresias' ranks)."""
     waiting: dict[str, WaitReason] = {}
+    capacity = ctx.capacity
     for pos, jv in enumerate(queue):
-        n = jv.job.requested_gpus
-        cap = ctx.capacity[jv.gpu_model]
+        job = jv.job
+        n = job.requested_gpus
+        cap = capacity[jv.gpu_model]
         if n > cap:
-            waiting[jv.job.job_id] = too_big(n, jv.gpu_model, cap)
+            waiting[job.job_id] = too_big(n, jv.gpu_model, cap)
             continue
         reason = start(pos, jv, n)
         if reason is not None:
-            waiting[jv.job.job_id] = reason
+            waiting[job.job_id] = reason
     return waiting
 
 
@@ -196,14 +198,18 @@ def expected_free_at(
     return FreeForecast(ctx, running).at(jv, n)
 
 
+_BEHIND = WaitCode.BEHIND_IN_QUEUE  # (looked up once: a long queue makes one reason a job)
+
+
 def behind_in_queue(
     ahead: int, n: int, model: str, free: int, until_s: float | None = None
 ) -> WaitReason:
+    # positional: a reason a waiting job each round, and keywords cost a third more
     return WaitReason(
-        WaitCode.BEHIND_IN_QUEUE,
+        _BEHIND,
         f"Waiting: {ahead} job(s) ahead of it in the queue; "
         f"it needs {n} {model} GPU(s) and {free} are free.",
-        until_s=until_s,
+        until_s,
     )
 
 
