@@ -108,3 +108,29 @@ def test_jobs_not_measured_yet_ask_for_their_prior_once_per_shape_a_round(monkey
     assert looked_up == ["bert", "cifar10"]
     for j in jobs:
         assert models[(j.job_id, "T4")] is knowledge.job_perf([j], ["T4"])[(j.job_id, "T4")]
+
+
+def test_the_long_queue_generator_writes_what_the_simulator_reads(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import long_queue_gen
+
+    from scheduling.simulator.cluster_spec import read_cluster_spec
+    from scheduling.simulator.traces import read_elasticflow_trace
+
+    # given the generator run for two sizes
+    long_queue_gen.main([str(tmp_path), "--jobs", "7,12"])
+
+    # then each trace holds its count of one-iteration one-GPU jobs 1.7 s apart, cycling
+    # through the T4 workloads, the smaller one the larger one's first rows
+    small = read_elasticflow_trace(tmp_path / "elasticflow_tiny7.csv")
+    large = read_elasticflow_trace(tmp_path / "elasticflow_tiny12.csv")
+    assert small == large[:7] and len(large) == 12
+    assert [j.submit_time_s for j in large[:3]] == [0.0, 1.7, 3.4]
+    assert {(j.total_iters, j.requested_gpus) for j in large} == {(1.0, 1)}
+    assert [j.workload for j in large[:7]] == list(long_queue_gen.T4) + ["bert"]
+    # and the cluster is 5 nodes of 3 T4
+    cluster = read_cluster_spec(tmp_path / "n5g3_t4.json").build()
+    assert len(cluster.gpus) == 15 and {g.model for g in cluster.gpus} == {"T4"}
