@@ -344,6 +344,8 @@ class Gpu(models.Model):
         default = self.default_power_limit_w
         if None not in (low, default, high) and not (0 < low <= default <= high):
             errors["default_power_limit_w"] = "Power limits must satisfy 0 < min <= default <= max."
+        if high is not None and (message := v.top_power_limit_message(high)):
+            errors["max_power_limit_w"] = message
         if (
             self.power_limit_w is not None
             and None not in (low, high)

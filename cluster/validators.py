@@ -58,6 +58,22 @@ MAX_SM_CLOCKS = 1_024
 # (a node holds a few to a few tens of GPUs; one byte leaves room for any). The model, so
 # the admin GPU API, the Django admin and registration all hold it (the API took 300).
 MAX_GPU_INDEX = 255
+# A GPU's highest power limit: the smallest boards NVML manages top out at a few tens of
+# watts (a T400 at 30 W, a GT 1030 at 30 W, an A2 at 60 W). A top limit below 10 W is no
+# GPU's, and it is what every draw is judged by (a sample above 1.5 x it is refused): a
+# GPU registered at 1 W had all its real draw refused, its jobs' teams never charged.
+MIN_TOP_POWER_LIMIT_W = 10
+
+
+def top_power_limit_message(value: float) -> str | None:
+    """Why ``value`` cannot be a GPU's highest power limit, or None if it can."""
+    if value < MIN_TOP_POWER_LIMIT_W:
+        return (
+            f"Must be at least {MIN_TOP_POWER_LIMIT_W} W, got {value:g} W: no GPU tops out "
+            "below that, and every draw of this GPU above 1.5 x it would be refused from "
+            "the energy ledger."
+        )
+    return None
 
 
 # A budget's limit of each kind: its floor, its ceiling and its unit as a message names it.

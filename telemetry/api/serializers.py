@@ -15,6 +15,7 @@ from cluster.validators import (
     MAX_SM_CLOCKS,
     multi_line,
     single_line,
+    top_power_limit_message,
 )
 from cluster.workloads import gpu_model_spelling
 from scheduling.core.goodput import MAX_NOISE_SCALE, ratio_beyond_measurement
@@ -78,6 +79,13 @@ class GpuRegistrationSerializer(serializers.Serializer):
         help_text="SM clocks the GPU can be locked at. Null, empty or absent: unknown; "
         "a registered list is kept.",
     )
+
+    def validate_max_power_limit_w(self, value):
+        # judged as the admin's GPU API and the Django admin judge it (``Gpu.clean``)
+        message = top_power_limit_message(value)
+        if message:
+            raise serializers.ValidationError(message)
+        return value
 
     def validate_model(self, value):
         # the catalog's (or the cluster's) spelling: "a100" is the catalog's A100

@@ -261,3 +261,20 @@ def test_a_gpu_added_by_an_admin_is_stored_under_the_catalogs_model_key(
 
     assert response.status_code == 201, response.content
     assert Gpu.objects.get(uuid="GPU-new").model == stored
+
+
+def test_a_gpu_added_by_an_admin_with_a_top_power_limit_no_gpu_has_is_refused(
+    api_client, admin_user, make_node
+):
+    # as registration refuses it: every draw of such a GPU was refused from the ledger
+    node = make_node("node-01", gpus=0)
+    payload = {
+        "node": node.pk, "index": 0, "uuid": "GPU-new", "model": "A100", "memory_mb": 40960,
+        "default_power_limit_w": 1, "min_power_limit_w": 1, "max_power_limit_w": 1,
+    }  # fmt: skip
+
+    response = api_client(admin_user).post("/api/gpus/", payload, format="json")
+
+    assert response.status_code == 400, response.content
+    assert "at least 10 W" in response.json()["max_power_limit_w"][0]
+    assert not Gpu.objects.filter(uuid="GPU-new").exists()

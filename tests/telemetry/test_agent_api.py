@@ -645,3 +645,29 @@ def test_a_registration_beside_its_nodes_delete_is_a_401_not_a_500(make_node, ag
     assert response.status_code == 401, response.content
     assert "deleted" in response.json()["detail"]
     assert not Gpu.objects.filter(uuid="GPU-late").exists()
+
+
+@pytest.mark.parametrize("top_w", [1.0, 9.0])
+def test_a_top_power_limit_no_gpu_has_is_refused_at_registration(make_node, agent_client, top_w):
+    # given an agent reporting a GPU whose highest power limit is a few watts (every draw
+    # above 1.5 x it was then refused from the ledger: its team never charged)
+    node = make_node("node-09", gpus=0)
+    limits = {"min_power_limit_w": 1.0, "default_power_limit_w": 1.0, "max_power_limit_w": top_w}
+    body = {"gpus": [_gpu("GPU-x0", 0, **limits)]}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", body, format="json"
+    )
+    # then the registration is a 400 naming the field, and nothing is stored
+    assert response.status_code == 400
+    message = response.json()["gpus"][0]["max_power_limit_w"][0]
+    assert "at least 10 W" in message
+    assert not Gpu.objects.filter(node=node).exists()
+
+
+def test_a_top_power_limit_of_ten_watts_registers(make_node, agent_client):
+    node = make_node("node-09", gpus=0)
+    limits = {"min_power_limit_w": 5.0, "default_power_limit_w": 10.0, "max_power_limit_w": 10.0}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", {"gpus": [_gpu("GPU-x0", 0, **limits)]}, format="json"
+    )
+    assert response.status_code == 200, response.json()
