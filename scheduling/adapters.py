@@ -653,16 +653,25 @@ def settings_the_gpus_take(
     """The SM clock and power limit ``gpus`` run at when told ``sm_clock_mhz`` and
     ``power_limit_w``, as the agent applies them (``telemetry.agent.backends.
     capped_settings``): a clock no higher than the lowest registered maximum (or highest
-    lockable clock), a limit within the range every GPU reported. The core plans from the
-    catalog's GPU model (an A100's 1410 MHz, 100-400 W), and a GPU that reported less
-    ran at what it can do while its allocation said the plan's: its job's time and draw
-    were learned at settings it never ran at (a live probe)."""
+    lockable clock) and one of the steps they all list, a limit within the range every GPU
+    reported. The core plans from the catalog's GPU model (an A100's 1410 MHz, 100-400 W),
+    and a GPU that reported less ran at what it can do while its allocation said the
+    plan's: its job's time and draw were learned at settings it never ran at (a live probe)."""
     gpus = list(gpus)
     if sm_clock_mhz is not None:
         tops = [g.max_sm_clock_mhz or max(g.supported_sm_clocks_mhz or [0]) for g in gpus]
         tops = [t for t in tops if t]
         if tops and sm_clock_mhz > min(tops):
             sm_clock_mhz = min(tops)
+        # A step every GPU lists (the highest at or below the plan's, else the lowest): the
+        # core plans from its model's clocks (the catalog's A100 steps, fifo_lowclock's
+        # 975 MHz), and NVML locks a range, so a GPU listing [1410, 1200, 810] ran at a
+        # step of its own while its allocation said 975. GPUs that list none add no bound.
+        listed = [set(g.supported_sm_clocks_mhz) for g in gpus if g.supported_sm_clocks_mhz]
+        common = sorted(set.intersection(*listed)) if listed else []
+        if common:
+            below = [c for c in common if c <= sm_clock_mhz]
+            sm_clock_mhz = below[-1] if below else common[0]
     if power_limit_w is not None and gpus:
         low = max(g.min_power_limit_w for g in gpus)
         high = min(g.max_power_limit_w for g in gpus)

@@ -15,7 +15,7 @@ import pytest
 
 from cluster.choices import JobState
 from cluster.models import Gpu, Job, JobAllocation, Node
-from scheduling import services
+from scheduling import adapters, services
 
 T0 = datetime(2026, 11, 22, 4, 0, 0, tzinfo=UTC)
 
@@ -64,3 +64,51 @@ def test_a_round_records_the_settings_the_gpus_can_take(
     # and a plan the GPUs cannot follow is not a retune every round
     assert Job.objects.get(pk=job.pk).current_allocation_id == alloc.pk
     assert JobAllocation.objects.filter(job=job).count() == 1
+
+
+@pytest.mark.parametrize("policy", ["fifo_lowclock", "powerflow", "zeus", "greenflow"])
+def test_a_round_plans_only_a_clock_the_gpus_list(
+    scheduler_settings, make_node, make_job, member, team, policy
+):
+    # given A100s that list three lockable clocks, none of them the catalog A100's 975 MHz
+    # (fifo_lowclock's 0.7 of 1410 MHz; a seventh probe saw 2,000 MHz planned on a GPU
+    # listing [2500, 1500, 1]: NVML locks a range and the GPU ran at a step of its own)
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    Gpu.objects.filter(node=node).update(
+        max_sm_clock_mhz=1410, supported_sm_clocks_mhz=[1410, 1200, 810]
+    )
+    scheduler_settings(policy, round_interval_s=1)
+    job = _job(make_job, member, team)
+
+    # when rounds start it and plan it again
+    services.run_scheduling_round(now=T0)
+    services.run_scheduling_round(now=T0 + timedelta(seconds=30))
+
+    # then every allocation it had names a clock its GPUs list (or none)
+    clocks = set(JobAllocation.objects.filter(job=job).values_list("sm_clock_mhz", flat=True))
+    assert clocks, "the job was never started"
+    assert clocks <= {None, 1410, 1200, 810}
+
+
+@pytest.mark.parametrize(
+    ("lists", "planned", "taken"),
+    [
+        ([[1410, 1200, 810]], 975, 810),  # the highest listed step at or below the plan
+        ([[1410, 1200, 810]], 700, 810),  # below every step: the lowest
+        ([[2500, 1500, 1]], 2000, 1500),
+        ([[1410, 1200, 810], [1410, 810]], 1300, 810),  # a step every GPU lists
+        ([[1410, 1200, 810], []], 1300, 1200),  # a GPU that lists none adds no bound
+        ([[]], 975, 975),  # nothing listed: the plan's clock (capped by the agent)
+    ],
+)
+def test_the_clock_taken_is_a_step_every_gpu_lists(lists, planned, taken):
+    gpus = [
+        Gpu(max_sm_clock_mhz=None, supported_sm_clocks_mhz=clocks, min_power_limit_w=100,
+            max_power_limit_w=400)
+        for clocks in lists
+    ]  # fmt: skip
+    assert adapters.settings_the_gpus_take(gpus, sm_clock_mhz=planned, power_limit_w=None) == (
+        taken,
+        None,
+    )
