@@ -358,6 +358,16 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
 def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[str, Any]:
     """Run what the arguments ask for; raises :class:`UsageError` with one line."""
     stdout = stdout or sys.stdout
+    # Checked whether or not the run reads it (an Elasticflow trace without a carbon zone
+    # reads nothing from it): a missing folder was taken without a word.
+    data_dir = Path(args.data_dir)
+    if not data_dir.exists():
+        raise UsageError(f"--data-dir {args.data_dir}: no such folder")
+    if not data_dir.is_dir():
+        raise UsageError(f"--data-dir {args.data_dir}: not a folder")
+    # An empty list of baselines is refused (``_baselines``), not read as none given: ''
+    # ran the policy with no budget at all.
+    _baselines(args)
     if args.budget_kind and not args.match_baseline:
         raise UsageError("--budget-kind only applies with --match-baseline")
     if args.budget_period_h and not (args.energy_budget_kwh or args.carbon_budget_kg):
@@ -697,7 +707,7 @@ def _share(value: float | None) -> str:
 
 
 def _baselines(args: argparse.Namespace) -> list[str]:
-    if not args.match_baseline:
+    if args.match_baseline is None:
         return []
     names = [n.strip() for n in args.match_baseline.split(",") if n.strip()]
     if not names:

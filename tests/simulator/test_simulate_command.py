@@ -175,3 +175,40 @@ def test_a_fixed_budget_split_by_team_pays_for_each_teams_jobs_whole_gpus(tmp_pa
     # its 24 jobs never started
     assert run["n_unfinished"] == 0
     assert "budget period(s); worst spent" in printed and "over" not in printed
+
+
+@pytest.mark.parametrize("baselines", ["", " ", ","])
+def test_an_empty_match_baseline_is_refused_not_run_without_one(tmp_path, baselines):
+    # "--match-baseline ''" ran the policy with no budget at all, exit 0 (a seventh probe)
+    with pytest.raises(CommandError, match="--match-baseline needs at least one policy name"):
+        call_command(
+            "simulate",
+            "--trace", str(DATA / "trace" / "pollux_workload-2.csv"),
+            "--cluster", str(DATA / "clusters" / "n16g4_t4.json"),
+            "--policy", "powerflow", "--match-baseline", baselines, "--max-jobs", "2",
+            "--no-progress", "--out", str(tmp_path),
+        )  # fmt: skip
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_data_dir_that_is_no_folder_is_refused_where_the_run_reads_nothing_from_it(
+    tmp_path, kind
+):
+    # an Elasticflow trace with no carbon zone reads nothing from --data-dir: a missing
+    # folder was taken without a word (a seventh probe)
+    data_dir = tmp_path / "nowhere"
+    if kind == "file":
+        data_dir.write_text("")
+    out = tmp_path / "out"
+    with pytest.raises(
+        CommandError, match=rf"--data-dir {data_dir}: (no such folder|not a folder)"
+    ):
+        call_command(
+            "simulate",
+            "--trace", str(DATA / "trace" / "elasticflow_philly_876.csv"),
+            "--cluster", str(DATA / "clusters" / "n16g8_a100.json"),
+            "--policy", "fifo", "--max-jobs", "2", "--data-dir", str(data_dir),
+            "--no-progress", "--out", str(out),
+        )  # fmt: skip
+    assert not out.exists()
