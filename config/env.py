@@ -5,10 +5,15 @@ unset (or empty) and raises ``ImproperlyConfigured`` naming the variable when th
 be parsed, so a typo fails at start-up instead of silently running with a wrong value.
 """
 
+import functools
 import os
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
+
+T = TypeVar("T")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -87,3 +92,20 @@ def refuse_to_start(message: str) -> None:
     on stderr and exit status 1, instead of a traceback or, worse, running."""
     sys.stderr.write(f"wattflow: {message}\n")
     raise SystemExit(1)
+
+
+def at_start_up(reader: Callable[[str, T], T]) -> Callable[[str, T], T]:
+    """``reader`` for what is read as a process starts (the settings, a command module's
+    defaults): a value that does not parse stops the process with one line naming the
+    variable (:func:`refuse_to_start`). Raised, ``ImproperlyConfigured`` stopped every
+    process with Django's traceback of 31-55 lines (a seventh probe)."""
+
+    @functools.wraps(reader)
+    def read(name: str, default: T) -> T:
+        try:
+            return reader(name, default)
+        except ImproperlyConfigured as exc:
+            refuse_to_start(f"{exc}.")
+            raise  # not reached: refuse_to_start exits
+
+    return read

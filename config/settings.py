@@ -1,8 +1,9 @@
 """Wattflow settings: read from the environment only (see docker/.env.example).
 
 Every value has a default that works on a developer machine with PostgreSQL and Redis on
-localhost. Parsing errors raise at import time; inconsistent combinations are reported by the
-system checks in ``config/checks.py`` (IDs ``wattflow.E0xx`` / ``wattflow.W0xx``).
+localhost. A value that does not parse stops the process at import time with one line
+naming the variable; inconsistent combinations are reported by the system checks in
+``config/checks.py`` (IDs ``wattflow.E0xx`` / ``wattflow.W0xx``).
 """
 
 import ipaddress
@@ -11,15 +12,13 @@ from pathlib import Path
 
 import dj_database_url
 
-from config.env import (
-    env_bool,
-    env_float,
-    env_int,
-    env_list,
-    env_str,
-    insecure_secret_key,
-    refuse_to_start,
-)
+from config import env
+from config.env import env_list, env_str, insecure_secret_key, refuse_to_start
+
+# A value that does not parse stops the process with one line naming the variable.
+env_bool = env.at_start_up(env.env_bool)
+env_float = env.at_start_up(env.env_float)
+env_int = env.at_start_up(env.env_int)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

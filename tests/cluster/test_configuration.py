@@ -236,3 +236,50 @@ def test_a_limit_below_one_is_an_error(settings, setting, value):
         setattr(settings, setting, value)
 
     assert _check_ids() == {"wattflow.E004"}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "line"),
+    [
+        ("API_PAGE_SIZE", "abc", "API_PAGE_SIZE must be an integer, got 'abc'"),
+        (
+            "WATTFLOW_ROUND_INTERVAL_S",
+            "nan",
+            "WATTFLOW_ROUND_INTERVAL_S must be an integer, got 'nan'",
+        ),
+        (
+            "TELEMETRY_COUNTER_TOLERANCE",
+            "1,5",
+            "TELEMETRY_COUNTER_TOLERANCE must be a number, got '1,5'",
+        ),
+        ("DJANGO_DEBUG", "maybe", "DJANGO_DEBUG must be one of true/false/1/0/yes/no, got 'maybe'"),
+    ],
+)
+def test_a_setting_that_does_not_parse_stops_start_up_with_one_line(variable, value, line):
+    # given a value the settings cannot read (it stopped every process with Django's
+    # ImproperlyConfigured traceback, 31-55 lines: a seventh probe)
+    env = {**os.environ, variable: value}
+
+    # when a process loads the settings
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    # then it stops with one line naming the variable
+    assert result.returncode == 1
+    assert result.stderr == f"wattflow: {line}.\n"
+    assert result.stdout == ""
+
+
+def test_seed_demos_replay_setting_that_does_not_parse_stops_it_with_one_line():
+    env = {**os.environ, "WATTFLOW_REPLAY_JOBS": "many"}
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "seed_demo"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    assert result.returncode == 1
+    assert result.stderr == "wattflow: WATTFLOW_REPLAY_JOBS must be an integer, got 'many'.\n"
+    assert result.stdout == ""

@@ -48,7 +48,7 @@ from cluster.choices import HardLimitAction, NodeStatus, Role
 from cluster.models import Budget, Gpu, Membership, Node, Team
 from cluster.services import NamedActor, record_retirement, retirement
 from config.commands import OneLineCommand
-from config.env import env_float, env_int
+from config.env import at_start_up, env_float, env_int
 from scheduling.adapters import current_catalog
 from scheduling.core.carbon_data import carbon_file
 from scheduling.core.perf_models import energy_to_finish_j
@@ -82,9 +82,9 @@ NODES_PER_SWITCH = 2
 # makes pacing bind from the first minutes.
 DEMO_BUDGET_SHARE = 0.15
 # Procfile.dev's defaults for the replay (the same environment variables).
-REPLAY_JOBS = env_int("WATTFLOW_REPLAY_JOBS", 120)
-REPLAY_SPEEDUP = env_float("WATTFLOW_REPLAY_SPEEDUP", 1000.0)
-REPLAY_MAX_WAIT_S = env_float("WATTFLOW_REPLAY_MAX_WAIT_S", 10.0)
+REPLAY_JOBS = at_start_up(env_int)("WATTFLOW_REPLAY_JOBS", 120)
+REPLAY_SPEEDUP = at_start_up(env_float)("WATTFLOW_REPLAY_SPEEDUP", 1000.0)
+REPLAY_MAX_WAIT_S = at_start_up(env_float)("WATTFLOW_REPLAY_MAX_WAIT_S", 10.0)
 REPLAY_MAX_GPUS = 8  # replay_trace --max-gpus default
 REPLAY_TEAMS = ("vision", "language")  # replay_trace's --teams default: jobs alternate
 
