@@ -28,7 +28,8 @@ from cluster.models import (
     Node,
     Team,
 )
-from cluster.workloads import workload_errors
+from cluster.workloads import gpu_model_spelling, workload_errors
+from telemetry.agent.backends import gpu_model_key
 
 LATEST_SAMPLES = 10
 
@@ -332,7 +333,18 @@ class MembershipAdmin(EditedUnderLock, RefusesStaleEdits, _AuditedEdits, admin.M
     autocomplete_fields = ["user", "team"]
 
 
-class GpuInlineForm(_SeenValuesForm, forms.ModelForm):
+class _GpuModelKeyForm(forms.ModelForm):
+    """A GPU's model stored as the agents' registration and the admin GPU API store it: the
+    model key in the catalog's (or the cluster's) spelling. Typed here, "a100" or "NVIDIA
+    A100-SXM4-40GB" was stored as typed, a GPU model of its own beside the catalog's A100
+    (estimated from the nearest catalog GPU, never given a job that asked for A100)."""
+
+    def clean_model(self):
+        model = self.cleaned_data.get("model")
+        return gpu_model_spelling(gpu_model_key(model)) if model else model
+
+
+class GpuInlineForm(_SeenValuesForm, _GpuModelKeyForm):
     """A GPU row of its node's page. A GPU with history keeps its model, as on its own page
     (``GpuAdmin.get_readonly_fields``) and over the API: the inline changed it (a probe set a
     GPU with ledger rows from A100 to H100), moving its allocations, ledger and learned
@@ -438,6 +450,7 @@ class NodeAdmin(
 @admin.register(Gpu)
 class GpuAdmin(EditedUnderLock, RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin):
     lock = staticmethod(services.lock_gpu)  # its node's row first, as a retire locks them
+    form = _GpuModelKeyForm  # (the admin builds its form on it, with the GPU's fields)
     delete_service = staticmethod(services.delete_gpu)
     history = staticmethod(services.gpu_history)
     actions = ["retire"]

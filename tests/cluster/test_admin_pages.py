@@ -188,3 +188,48 @@ def test_the_admin_index_spells_every_models_plural(admin_client):
     page = admin_client.get(reverse("admin:index")).content.decode()
     assert "Carbon intensities" in page and "Energy ledger entries" in page
     assert "ys<" not in page
+
+
+@pytest.mark.parametrize(
+    ("typed", "stored"),
+    [("a100", "A100"), ("NVIDIA A100-SXM4-40GB", "A100"), ("nvidia tesla t4", "T4")],
+)
+def test_a_gpu_added_in_the_admin_is_stored_under_the_catalogs_model_key(
+    admin_client, typed, stored
+):
+    # as the agents' registration and the admin GPU API store it: an "a100" typed here was
+    # a GPU model of its own beside the catalog's A100 (estimated, never given A100 jobs)
+    node = Node.objects.create(name="node-09", switch_label="switch-1", gpu_model="A100")
+    data = {
+        "node": node.pk, "index": "0", "uuid": "GPU-added", "model": typed, "memory_mb": "40960",
+        "default_power_limit_w": "70", "min_power_limit_w": "60", "max_power_limit_w": "70",
+        "power_limit_w": "", "supported_sm_clocks_mhz": "", "sm_clock_mhz": "",
+    }  # fmt: skip
+
+    response = admin_client.post(reverse("admin:cluster_gpu_add"), data)
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Gpu.objects.get(uuid="GPU-added").model == stored
+
+
+def test_a_gpu_edited_on_its_nodes_admin_page_is_stored_under_the_catalogs_model_key(
+    admin_client, make_node
+):
+    # a GPU with no history yet may change model; its node's page stored it as typed
+    node = make_node("node-09", gpus=1)
+    gpu = node.gpus.get()
+    data = {
+        "name": node.name, "switch_label": node.switch_label, "rack_label": node.rack_label,
+        "gpu_model": node.gpu_model, "status": node.status,
+        "gpus-TOTAL_FORMS": "1", "gpus-INITIAL_FORMS": "1",
+        "gpus-MIN_NUM_FORMS": "0", "gpus-MAX_NUM_FORMS": "1000",
+        "gpus-0-id": gpu.pk, "gpus-0-node": node.pk, "gpus-0-index": gpu.index,
+        "gpus-0-uuid": gpu.uuid, "gpus-0-model": "nvidia tesla t4",
+        "gpus-0-memory_mb": gpu.memory_mb, "gpus-0-power_limit_w": "", "gpus-0-sm_clock_mhz": "",
+    }  # fmt: skip
+
+    response = admin_client.post(reverse("admin:cluster_node_change", args=[node.pk]), data)
+
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    gpu.refresh_from_db()
+    assert gpu.model == "T4"
