@@ -183,4 +183,15 @@ def gpu_model_spelling(key: str) -> str:
     # Registered models are few: each spelling once, with its first GPU (the first wins).
     seen = Gpu.objects.order_by("model", "pk").distinct("model").values_list("model", "pk")
     matches = sorted((pk, name) for name, pk in seen if same_gpu_model(name, key))
-    return matches[0][1] if matches else key
+    if matches:
+        return matches[0][1]
+    # A board of its own over a known bare key ("a100-PCIe", a lower-cased "nvidia
+    # a100-pcie-40gb") is spelled as that key is, "A100-PCIe": kept as "a100-PCIe", it was
+    # not read as A100's board split, and a GPU stored as A100 reporting it was refused as
+    # a model change.
+    from telemetry.agent.backends import BOARD_SUFFIXES
+
+    for suffix in BOARD_SUFFIXES.values():
+        if len(key) > len(suffix) and key.casefold().endswith(suffix.casefold()):
+            return gpu_model_spelling(key[: -len(suffix)]) + suffix
+    return key

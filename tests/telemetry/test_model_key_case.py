@@ -109,3 +109,26 @@ def test_a_job_asking_for_a_catalog_model_in_another_case_asks_for_the_catalogs_
     )
     assert response.status_code == 201, response.json()
     assert response.json()["gpu_model"] == "A100"
+
+
+@pytest.mark.parametrize("reported", ["nvidia a100-pcie-40gb", "NVIDIA A100-PCIE-40GB"])
+def test_a_lower_cased_board_over_the_bare_key_is_its_board_split(
+    make_node, agent_client, reported
+):
+    # given a GPU registered under the bare key by a server that dropped the board token
+    node = make_node("node-09", gpus=0)
+    client = agent_client(node.issue_agent_token())
+    first = client.post(
+        "/api/agent/register/", {"gpus": [_gpu("GPU-x0", 0, "A100")]}, format="json"
+    )
+    assert first.status_code == 200, first.json()
+
+    # when its agent reports its board, lower-cased (an agent's own backend) or as NVML
+    again = client.post(
+        "/api/agent/register/", {"gpus": [_gpu("GPU-x0", 0, reported)]}, format="json"
+    )
+
+    # then it is the A100's board of its own, spelled as the bare key is (it was a 400:
+    # "a GPU's model does not change", the key "a100-PCIe" not read as A100's board)
+    assert again.status_code == 200, again.json()
+    assert Gpu.objects.get(uuid="GPU-x0").model == "A100-PCIe"
