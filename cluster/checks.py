@@ -131,6 +131,27 @@ def _stored_gpu_clocks(alias: str) -> list:
     return problems
 
 
+def _stored_gpu_top_limits(alias: str) -> list:
+    """GPUs stored with a top power limit below today's floor (``MIN_TOP_POWER_LIMIT_W``):
+    every draw above 1.5 x it is refused at ingest, so their jobs' teams are not charged,
+    and the agent's next registration reporting it is refused."""
+    from cluster.models import Gpu
+    from cluster.validators import MIN_TOP_POWER_LIMIT_W
+
+    rows = Gpu.objects.using(alias).filter(max_power_limit_w__lt=MIN_TOP_POWER_LIMIT_W)
+    first, more = _first(rows.select_related("node"))
+    problems = [
+        Warning(
+            f"GPU {gpu} (#{gpu.pk}): max_power_limit_w {gpu.max_power_limit_w} W is below "
+            f"{MIN_TOP_POWER_LIMIT_W} W; its draw above 1.5 x it is refused from the ledger",
+            hint="Correct its power limits in the admin (what NVML reports for the board).",
+            id="cluster.W004",
+        )
+        for gpu in first
+    ]
+    return _capped(problems, more, "GPUs like these", "cluster.W004")
+
+
 @cache
 def _refused_characters() -> str:
     """A PostgreSQL bracket expression of what ``validators.single_line`` refuses: control
@@ -183,9 +204,11 @@ def _stored_names(alias: str) -> list:
 @register(Tags.database)
 def check_stored_rows(app_configs, databases=None, **kwargs):
     """Rows stored outside today's input rules, in each migrated database: budgets
-    (``cluster.W001``), GPU clocks (``W002``) and names (``W003``)."""
+    (``cluster.W001``), GPU clocks (``W002``), names (``W003``) and GPU top power limits
+    (``W004``)."""
     problems = []
     for alias in databases or ():
         if _migrated(alias):
             problems += _stored_budgets(alias) + _stored_gpu_clocks(alias) + _stored_names(alias)
+            problems += _stored_gpu_top_limits(alias)
     return problems

@@ -192,3 +192,19 @@ def test_the_checks_wait_for_a_migrated_database(team):
     last.delete()
     # then the checks leave it to migrate, and say nothing about the rows they cannot read
     assert not [w for w in run_checks(databases=["default"]) if w.id.startswith("cluster.W")]
+
+
+def test_the_check_names_a_gpu_stored_with_a_top_power_limit_below_ten_watts(make_node):
+    # given a GPU stored at 1 W before registration refused such a limit (its draw above
+    # 1.5 W is refused at ingest: its jobs' teams are not charged)
+    node = make_node("node-01", gpus=2)
+    low = node.gpus.get(index=1)
+    Gpu.objects.filter(pk=low.pk).update(
+        min_power_limit_w=1, default_power_limit_w=1, max_power_limit_w=1, power_limit_w=None
+    )
+
+    (message,) = _warnings("cluster.W004")
+
+    assert message.startswith("GPU node-01/gpu1 (#")
+    assert "max_power_limit_w 1 W is below 10 W" in message
+    assert Gpu.objects.get(pk=low.pk).max_power_limit_w == 1  # reported, not rewritten
