@@ -65,14 +65,16 @@ MAX_GPU_INDEX = 255
 MIN_TOP_POWER_LIMIT_W = 10
 
 
+TOP_POWER_LIMIT_MESSAGE = (
+    "Must be at least {min_value} W: no GPU tops out below that, and every draw of this GPU "
+    "above 1.5 x it would be refused from the energy ledger."
+)
+
+
 def top_power_limit_message(value: float) -> str | None:
     """Why ``value`` cannot be a GPU's highest power limit, or None if it can."""
     if value < MIN_TOP_POWER_LIMIT_W:
-        return (
-            f"Must be at least {MIN_TOP_POWER_LIMIT_W} W, got {value:g} W: no GPU tops out "
-            "below that, and every draw of this GPU above 1.5 x it would be refused from "
-            "the energy ledger."
-        )
+        return TOP_POWER_LIMIT_MESSAGE.format(min_value=MIN_TOP_POWER_LIMIT_W)
     return None
 
 

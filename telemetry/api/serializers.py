@@ -13,9 +13,10 @@ from cluster.validators import (
     MAX_GPU_INDEX,
     MAX_SM_CLOCK_MHZ,
     MAX_SM_CLOCKS,
+    MIN_TOP_POWER_LIMIT_W,
+    TOP_POWER_LIMIT_MESSAGE,
     multi_line,
     single_line,
-    top_power_limit_message,
 )
 from cluster.workloads import gpu_model_spelling
 from scheduling.core.goodput import MAX_NOISE_SCALE, ratio_beyond_measurement
@@ -63,7 +64,13 @@ class GpuRegistrationSerializer(serializers.Serializer):
     )
     default_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
     min_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
-    max_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
+    # (the floor ``Gpu.clean`` holds too, so the admin's GPU API and the Django admin; in
+    # the schema as the field's minimum)
+    max_power_limit_w = FiniteFloatField(
+        min_value=MIN_TOP_POWER_LIMIT_W,
+        max_value=2000,
+        error_messages={"min_value": TOP_POWER_LIMIT_MESSAGE},
+    )
     max_sm_clock_mhz = serializers.IntegerField(
         min_value=1,
         max_value=MAX_SM_CLOCK_MHZ,
@@ -79,13 +86,6 @@ class GpuRegistrationSerializer(serializers.Serializer):
         help_text="SM clocks the GPU can be locked at. Null, empty or absent: unknown; "
         "a registered list is kept.",
     )
-
-    def validate_max_power_limit_w(self, value):
-        # judged as the admin's GPU API and the Django admin judge it (``Gpu.clean``)
-        message = top_power_limit_message(value)
-        if message:
-            raise serializers.ValidationError(message)
-        return value
 
     def validate_model(self, value):
         # the catalog's (or the cluster's) spelling: "a100" is the catalog's A100
