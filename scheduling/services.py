@@ -577,6 +577,16 @@ def _apply_cycle(
     resizes = {c.job.pk for c in pending if c.kind == core.ChangeKind.RESIZE}
     try:
         with transaction.atomic():
+            # The jobs' rows first (in id order), then their allocations: the order every
+            # job change takes them in (``transition_job``, ``set_allocation``). Ended
+            # first, a cancel that came between locked the job, waited on its allocation,
+            # and the set_allocation below waited on the job: a deadlock, the cancel a 500.
+            list(
+                Job.objects.select_for_update()
+                .filter(pk__in=resizes)
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
             JobAllocation.objects.filter(
                 job_id__in=resizes, job__state=JobState.RUNNING, ended_at__isnull=True
             ).update(ended_at=now)
