@@ -50,14 +50,26 @@ def _learned_spelling(workload: str) -> str | None:
     none does. Read apart, ``mynet`` after ``MyNet``'s jobs started from an estimate instead
     of what they had learned, and passed the submit checks that model would refuse, as a
     catalog workload in another case did."""
+    from django.db.models import CharField, F, Func
+
     from scheduling.models import WorkloadProfile  # the scheduling app's models
 
     name = workload.strip()
     if not name:
         return None
     folded = _case_fold(name)
+    # The stored names compared in their compatibility forms too (PostgreSQL's normalize):
+    # compared as stored, a name learned in fullwidth ("\uff2d\uff59\uff2e\uff45\uff54")
+    # was not found for "MyNet", which became a new workload, the reverse order not.
+    nfkc = Func(
+        F("workload"),
+        function="normalize",
+        template="%(function)s(%(expressions)s, NFKC)",
+        output_field=CharField(),
+    )
     spellings = (
-        WorkloadProfile.objects.filter(workload__iexact=unicodedata.normalize("NFKC", name))
+        WorkloadProfile.objects.annotate(nfkc=nfkc)
+        .filter(nfkc__iexact=unicodedata.normalize("NFKC", name))
         .order_by("workload", "created_at")
         .distinct("workload")
         .values_list("workload", "created_at")

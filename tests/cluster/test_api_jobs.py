@@ -431,3 +431,28 @@ def test_a_learned_workload_in_another_case_is_that_workload(api_client, member,
     # then it is a job of MyNet, which the learned model predicts
     assert response.status_code == 201, response.json()
     assert Job.objects.get().workload == "MyNet"
+
+
+def test_a_workload_learned_under_a_fullwidth_name_is_that_workload_in_ascii(
+    api_client, member, team
+):
+    # given earlier jobs taught the cluster a model of a workload named in fullwidth forms
+    # (a name the catalog lacks is stored as typed, so its profile is learned so)
+    from django.utils import timezone
+
+    from scheduling.models import WorkloadProfile
+    from scheduling.workload_profiles import model_to_params
+
+    learned = "\uff2d\uff59\uff2e\uff45\uff54"  # "MyNet" in fullwidth
+    WorkloadProfile.objects.create(
+        workload=learned, gpu_model="A100", version=1, prior="catalog resnet50@A100",
+        params=model_to_params(perf_catalog().get("resnet50", "A100")), n_observations=9,
+        jobs=1, created_at=timezone.now(),
+    )  # fmt: skip
+    # when a job names it in ASCII (the database's filter compared "MYNET" with the stored
+    # name's fullwidth capitals, found nothing, and the job was a new workload of its own)
+    body = {**SUBMIT, "workload": "mynet", "param_count": 25_000_000}
+    response = api_client(member).post("/api/jobs/", body, format="json")
+    # then it is a job of the learned workload, as the reverse order already was
+    assert response.status_code == 201, response.json()
+    assert Job.objects.get().workload == learned
