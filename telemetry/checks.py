@@ -5,6 +5,9 @@ import math
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
+# The longest gap between two samples that accounting may bridge: a year.
+MAX_GAP_S = 365 * 86400.0
+
 
 @register()
 def check_telemetry_settings(app_configs, **kwargs):
@@ -42,6 +45,9 @@ def check_telemetry_settings(app_configs, **kwargs):
         # (NaN passed the warning's "<= 0" above; NaN or infinity then made every sample
         # batch a 500 and every accounting fail, in timedelta())
         math.isfinite(settings.TELEMETRY_MAX_GAP_S)
+        # (and finite but past dates: 1e11 s put the expiry's cutoff before year 1, an
+        # OverflowError every run; a year is room for any sampling)
+        and settings.TELEMETRY_MAX_GAP_S <= MAX_GAP_S
         and math.isfinite(settings.TELEMETRY_MAX_CLOCK_SKEW_S)
         and settings.TELEMETRY_MAX_CLOCK_SKEW_S >= 0
         and math.isfinite(settings.TELEMETRY_COUNTER_TOLERANCE)
@@ -50,7 +56,8 @@ def check_telemetry_settings(app_configs, **kwargs):
         problems.append(
             Error(
                 "TELEMETRY_MAX_CLOCK_SKEW_S and TELEMETRY_COUNTER_TOLERANCE must be finite and "
-                "not negative, and TELEMETRY_MAX_GAP_S finite.",
+                "not negative, and TELEMETRY_MAX_GAP_S finite and at most a year "
+                f"({MAX_GAP_S:.0f} s).",
                 id="telemetry.E003",
             )
         )

@@ -243,3 +243,19 @@ def test_resets_or_missing_readings_do_not_refill_the_slack(pattern):
         points.append(Point(i * 0.001, 600.0, energy))
     result = _attribute(points, max_power_w=400.0)
     assert result.by_job_j[None] <= 600.0 * 1.5 * (n * 0.001 + 2.0)
+
+
+@pytest.mark.django_db
+def test_a_gap_longer_than_a_year_is_a_system_check_error(settings):
+    # finite, it passed E003, and the expiry's cutoff (now less the retention, an hour and
+    # the gap) fell before year 1: every run of it raised OverflowError, no sample expired
+    from telemetry.checks import check_telemetry_settings
+
+    settings.TELEMETRY_MAX_GAP_S = 365 * 86400.0
+    assert "telemetry.E003" not in {p.id for p in check_telemetry_settings(None)}
+    delete_expired_samples(now=T0)  # a year's gap is room enough, and works
+
+    settings.TELEMETRY_MAX_GAP_S = 1e11
+    with pytest.raises(OverflowError):
+        delete_expired_samples(now=T0)
+    assert "telemetry.E003" in {p.id for p in check_telemetry_settings(None)}
