@@ -28,7 +28,7 @@ from cluster.models import (
     Node,
     Team,
 )
-from cluster.workloads import gpu_model_spelling, workload_errors
+from cluster.workloads import catalog_name, gpu_model_spelling, workload_errors
 from telemetry.agent.backends import gpu_model_key
 
 LATEST_SAMPLES = 10
@@ -540,6 +540,19 @@ class JobAdminForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = "__all__"  # noqa: DJ007 - the admin's own field choice applies on top
+
+    # A workload or GPU model typed here is read as a submit reads it (the API, the job
+    # form): "a100" was stored as typed, a model no GPU is registered as (the job waited for
+    # good), and a catalog workload in fullwidth was refused as a near miss of itself.
+    def clean_workload(self):
+        value = self.cleaned_data["workload"]
+        return catalog_name(value) if "workload" in self.changed_data and value else value
+
+    def clean_gpu_model(self):
+        value = self.cleaned_data["gpu_model"]
+        if "gpu_model" not in self.changed_data or not value:
+            return value
+        return gpu_model_spelling(gpu_model_key(value))
 
     def clean(self):
         cleaned = super().clean()

@@ -137,3 +137,19 @@ def test_a_queued_jobs_workload_changed_to_a_near_miss_is_refused(
     response = _change(client, job, workload="llama-3b")
     assert response.status_code == 302, response.context["adminform"].form.errors
     assert Job.objects.get(pk=job.pk).workload == "llama-3b"
+
+
+def test_a_queued_jobs_gpu_model_and_workload_edited_in_the_admin_are_read_as_submits_read_them(
+    client, admin_user, make_job, member, team
+):
+    # as the API and the job form store them (``gpu_model_spelling``, ``catalog_name``):
+    # the admin stored "a100" as typed, a model no GPU is registered as (the catalog's is
+    # A100; the job waited for good), and "ＲｅｓＮｅｔ５０" as a workload of its own
+    job = make_job(owner=member, team=team, total_iterations=1000)
+    client.force_login(admin_user)
+    response = _change(
+        client, job, gpu_model="a100", workload="\uff32\uff45\uff53\uff2e\uff45\uff54\uff15\uff10"
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.gpu_model, stored.workload) == ("A100", "resnet50")
