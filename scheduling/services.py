@@ -591,7 +591,10 @@ def _apply_cycle(
                 job_id__in=resizes, job__state=JobState.RUNNING, ended_at__isnull=True
             ).update(ended_at=now)
             outcome = _apply_passes(list(pending), why, round_row, plan, {}, now=now)
-            if any(c.job.pk in resizes for c in outcome.pending) or outcome.failed:
+            # Only its own resizes decide: a start refused meanwhile (its job cancelled) is
+            # that start's failure, and gave up a swap that applied whole, round after round.
+            refused = {d.job_id for d in outcome.decisions if not d.applied}
+            if any(c.job.pk in resizes for c in outcome.pending) or refused & resizes:
                 raise _CycleNotApplied
     except _CycleNotApplied:
         return None

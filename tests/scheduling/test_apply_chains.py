@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from cluster import services as cluster_services
 from cluster.choices import JobState
-from cluster.models import Gpu, Node
+from cluster.models import Gpu, Job, Node
 from scheduling import adapters, services
 from scheduling.core import types as core
 from scheduling.models import RoundDecision
@@ -158,3 +158,64 @@ def test_a_ring_of_moves_one_of_which_cannot_be_made_changes_nothing(
         assert job.state == JobState.RUNNING
         assert [g.uuid for g in job.current_allocation.gpus.all()] == [gpus[k].uuid]
         assert job.allocations.count() == 1
+
+
+def test_a_swap_stands_when_a_start_that_waited_on_it_was_cancelled_meanwhile(
+    scheduler_settings, make_node, make_job, member, team, monkeypatch
+):
+    # given job A on GPUs 0 and 3 moving to GPU 1, job B on GPU 1 moving to GPU 0 (a swap:
+    # neither first), and a start of job D on GPU 3, which A leaves
+    scheduler_settings("fifo")
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    spec = {"global_batch_size": 256, "min_batch_size": 256, "max_batch_size": 256}
+    a = make_job(owner=member, team=team, min_gpus=1, max_gpus=2, at=T0, **spec)
+    b = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, at=T0, **spec)
+    d = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, at=T0, **spec)
+    earlier = T0 - timedelta(minutes=1)
+    cluster_services.start_job(a, gpus=[gpus[0], gpus[3]], batch_size=256, at=earlier)
+    cluster_services.start_job(b, gpus=[gpus[1]], batch_size=256, at=earlier)
+    rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
+
+    def on(*ks):
+        return core.Allocation(gpu_ids=tuple(gpus[k].uuid for k in ks), global_batch=256)
+
+    plan = core.Plan(
+        allocations={str(a.pk): on(1), str(b.pk): on(0), str(d.pk): on(3)},
+        waiting={},
+        changes=(
+            core.Change(str(a.pk), core.ChangeKind.RESIZE, before=on(0, 3), after=on(1)),
+            core.Change(str(b.pk), core.ChangeKind.RESIZE, before=on(1), after=on(0)),
+            core.Change(str(d.pk), core.ChangeKind.START, before=None, after=on(3)),
+        ),
+        policy="fifo",
+    )
+    round_row = services._record_round(rows, plan, now=T0, requeued=0)
+    # and D cancelled by its owner after the first passes, before the swap is applied
+    passes, calls = services._apply_passes, []
+
+    def cancel_d_before_the_cycle(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            cluster_services.cancel_job(Job.objects.get(pk=d.pk), at=T0)
+        return passes(*args, **kwargs)
+
+    monkeypatch.setattr(services, "_apply_passes", cancel_d_before_the_cycle)
+
+    # when the plan is applied
+    applied, failed, _ = services._apply(plan, rows, round_row, now=T0)
+
+    # then the swap is made (all its resizes applied), only D's start failed: the cycle was
+    # given up for a change outside it, and the swap failed again every round it came
+    assert (applied, failed) == (2, 1)
+    assert [g.uuid for g in Job.objects.get(pk=a.pk).current_allocation.gpus.all()] == [
+        gpus[1].uuid
+    ]
+    assert [g.uuid for g in Job.objects.get(pk=b.pk).current_allocation.gpus.all()] == [
+        gpus[0].uuid
+    ]
+    assert Job.objects.get(pk=d.pk).state == JobState.CANCELLED
+    assert list(RoundDecision.objects.filter(applied=False).values_list("job_id", flat=True)) == [
+        d.pk
+    ]
