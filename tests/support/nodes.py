@@ -24,3 +24,19 @@ def make_a40_node(*, heartbeat: datetime, gpus: int = 2) -> Node:
             supported_sm_clocks_mhz=[1740, 1500, 1200],
         )  # fmt: skip
     return node
+
+
+def registered_gpu(uuid_: str, index: int, model: str = "A100", **overrides) -> dict:
+    """One GPU of a registration body (``POST /api/agent/register/``) as an agent on an
+    A100 reports it through NVML; ``overrides`` replace or add fields."""
+    return {
+        "uuid": uuid_,
+        "index": index,
+        "model": model,
+        "memory_mb": 40960,
+        "default_power_limit_w": 400.0,
+        "min_power_limit_w": 100.0,
+        "max_power_limit_w": 400.0,
+        "max_sm_clock_mhz": 1410,
+        **overrides,
+    }

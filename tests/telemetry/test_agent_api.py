@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from support.nodes import registered_gpu
 
 from cluster import services as cluster_services
 from cluster.choices import JobState
@@ -13,25 +14,10 @@ from scheduling.core.goodput import load_curves
 from telemetry.models import JobEvent
 
 
-def _gpu(uuid_, index, **overrides):
-    values = {
-        "uuid": uuid_,
-        "index": index,
-        "model": "A100",
-        "memory_mb": 40960,
-        "default_power_limit_w": 400.0,
-        "min_power_limit_w": 100.0,
-        "max_power_limit_w": 400.0,
-        "max_sm_clock_mhz": 1410,
-    }
-    values.update(overrides)
-    return values
-
-
 def test_registration_creates_gpus_and_is_idempotent(make_node, agent_client):
     node = make_node("node-09", gpus=0)
     client = agent_client(node.issue_agent_token())
-    body = {"name": "host-9", "gpus": [_gpu("GPU-x0", 0), _gpu("GPU-x1", 1)]}
+    body = {"name": "host-9", "gpus": [registered_gpu("GPU-x0", 0), registered_gpu("GPU-x1", 1)]}
     first = client.post("/api/agent/register/", body, format="json")
     assert first.status_code == 200, first.json()
     again = client.post("/api/agent/register/", body, format="json")
@@ -48,7 +34,12 @@ def test_registration_creates_gpus_and_is_idempotent(make_node, agent_client):
 
 def test_registration_without_memory_keeps_the_registered_value(agent_node, agent_client):
     node, token = agent_node  # GPUs registered with 40960 MB by the fixture
-    body = {"gpus": [_gpu("GPU-node-01-0", 0, memory_mb=None), _gpu("GPU-node-01-1", 1)]}
+    body = {
+        "gpus": [
+            registered_gpu("GPU-node-01-0", 0, memory_mb=None),
+            registered_gpu("GPU-node-01-1", 1),
+        ]
+    }
     response = agent_client(token).post("/api/agent/register/", body, format="json")
     assert response.status_code == 200
     assert list(Gpu.objects.filter(node=node).values_list("memory_mb", flat=True)) == [
@@ -58,7 +49,7 @@ def test_registration_without_memory_keeps_the_registered_value(agent_node, agen
 
 def test_swapped_indices_are_renumbered(agent_node, agent_client):
     node, token = agent_node
-    body = {"gpus": [_gpu("GPU-node-01-0", 1), _gpu("GPU-node-01-1", 0)]}
+    body = {"gpus": [registered_gpu("GPU-node-01-0", 1), registered_gpu("GPU-node-01-1", 0)]}
     response = agent_client(token).post("/api/agent/register/", body, format="json")
     assert response.status_code == 200
     assert dict(Gpu.objects.filter(node=node).values_list("uuid", "index")) == {
@@ -69,7 +60,7 @@ def test_swapped_indices_are_renumbered(agent_node, agent_client):
 
 def test_a_replaced_gpu_is_not_deleted_behind_the_admins_back(agent_node, agent_client):
     node, token = agent_node
-    body = {"gpus": [_gpu("GPU-new", 0), _gpu("GPU-node-01-1", 1)]}
+    body = {"gpus": [registered_gpu("GPU-new", 0), registered_gpu("GPU-node-01-1", 1)]}
     response = agent_client(token).post("/api/agent/register/", body, format="json")
     assert response.status_code == 409
     assert response.json() == {
@@ -86,7 +77,7 @@ def test_a_replaced_gpu_is_not_deleted_behind_the_admins_back(agent_node, agent_
 
 def test_registering_a_gpu_of_another_node_is_refused(agent_node, other_node, agent_client):
     node, token = agent_node
-    body = {"gpus": [_gpu("GPU-node-02-0", 0)]}
+    body = {"gpus": [registered_gpu("GPU-node-02-0", 0)]}
     response = agent_client(token).post("/api/agent/register/", body, format="json")
     assert response.status_code == 403
     assert Gpu.objects.get(uuid="GPU-node-02-0").node == other_node[0]
@@ -109,7 +100,7 @@ def test_a_clock_no_gpu_runs_at_is_refused_at_registration(
     # (a 5,000 MHz clock on an A100, no maximum registered, was stored: 1 to 100,000 MHz
     # were taken, and the rounds would have planned a job at 5,000 MHz)
     node = make_node("node-09", gpus=0)
-    body = {"gpus": [_gpu("GPU-x0", 0, **overrides)]}
+    body = {"gpus": [registered_gpu("GPU-x0", 0, **overrides)]}
     response = agent_client(node.issue_agent_token()).post(
         "/api/agent/register/", body, format="json"
     )
@@ -130,7 +121,7 @@ def test_a_clock_no_gpu_runs_at_is_refused_at_registration(
 def test_a_gpu_name_with_a_terminal_escape_is_refused(make_node, agent_client, overrides, field):
     # It was stored and shown on the node pages (found by probing the API).
     node = make_node("node-09", gpus=0)
-    body = {"gpus": [_gpu("GPU-x0", 0, **overrides)]}
+    body = {"gpus": [registered_gpu("GPU-x0", 0, **overrides)]}
     response = agent_client(node.issue_agent_token()).post(
         "/api/agent/register/", body, format="json"
     )
@@ -150,7 +141,7 @@ def test_a_quarantine_reason_with_a_terminal_escape_is_refused(agent_node, agent
 
 def test_registration_with_inconsistent_limits_is_a_400(make_node, agent_client):
     node = make_node("node-09", gpus=0)
-    body = {"gpus": [_gpu("GPU-x0", 0, min_power_limit_w=450.0)]}
+    body = {"gpus": [registered_gpu("GPU-x0", 0, min_power_limit_w=450.0)]}
     response = agent_client(node.issue_agent_token()).post(
         "/api/agent/register/", body, format="json"
     )
@@ -166,7 +157,12 @@ def test_a_product_name_and_a_fixed_power_limit_register_as_the_model_key(make_n
     # sends for a board whose limit NVML cannot manage (a range of its one enforced limit)
     node = make_node("node-09", gpus=0)
     fixed = {"min_power_limit_w": 250.0, "default_power_limit_w": 250.0, "max_power_limit_w": 250.0}
-    body = {"gpus": [_gpu("GPU-x0", 0, model="NVIDIA H200"), _gpu("GPU-x1", 1, **fixed)]}
+    body = {
+        "gpus": [
+            registered_gpu("GPU-x0", 0, model="NVIDIA H200"),
+            registered_gpu("GPU-x1", 1, **fixed),
+        ]
+    }
     response = agent_client(node.issue_agent_token()).post(
         "/api/agent/register/", body, format="json"
     )
@@ -486,9 +482,9 @@ def test_a_registered_gpu_cannot_change_its_model(agent_node, agent_client):
     # when its agent says one of them is now an H100, beside a new GPU
     body = {
         "gpus": [
-            _gpu("GPU-node-01-0", 0),
-            _gpu("GPU-node-01-1", 1, model="NVIDIA H100 80GB HBM3"),
-            _gpu("GPU-new", 2),
+            registered_gpu("GPU-node-01-0", 0),
+            registered_gpu("GPU-node-01-1", 1, model="NVIDIA H100 80GB HBM3"),
+            registered_gpu("GPU-new", 2),
         ]
     }
     response = agent_client(token).post("/api/agent/register/", body, format="json")
@@ -514,7 +510,7 @@ def test_a_product_name_stored_by_an_older_agent_registers_as_its_key(agent_node
     # given a GPU stored under NVML's product name (agents before the model key)
     node, token = agent_node
     Gpu.objects.filter(uuid="GPU-node-01-0").update(model="NVIDIA A100-SXM4-40GB")
-    body = {"gpus": [_gpu("GPU-node-01-0", 0), _gpu("GPU-node-01-1", 1)]}
+    body = {"gpus": [registered_gpu("GPU-node-01-0", 0), registered_gpu("GPU-node-01-1", 1)]}
     response = agent_client(token).post("/api/agent/register/", body, format="json")
     assert response.status_code == 200, response.json()
     assert Gpu.objects.get(uuid="GPU-node-01-0").model == "A100"
@@ -527,8 +523,8 @@ def test_a_pcie_board_registered_as_the_sxm_model_moves_to_its_own_model(agent_n
     # when their agent registers them again under their NVML name
     body = {
         "gpus": [
-            _gpu("GPU-node-01-0", 0, model="NVIDIA A100-PCIE-40GB"),
-            _gpu("GPU-node-01-1", 1, model="NVIDIA A100 80GB PCIe"),
+            registered_gpu("GPU-node-01-0", 0, model="NVIDIA A100-PCIE-40GB"),
+            registered_gpu("GPU-node-01-1", 1, model="NVIDIA A100 80GB PCIe"),
         ]
     }
     response = agent_client(token).post("/api/agent/register/", body, format="json")
@@ -538,7 +534,7 @@ def test_a_pcie_board_registered_as_the_sxm_model_moves_to_its_own_model(agent_n
     models = set(Gpu.objects.filter(node=node).values_list("model", flat=True))
     assert models == {"A100-PCIe"}
     # and a board registered as the PCIe model cannot turn back into the SXM4 one
-    body = {"gpus": [_gpu("GPU-node-01-0", 0), _gpu("GPU-node-01-1", 1)]}
+    body = {"gpus": [registered_gpu("GPU-node-01-0", 0), registered_gpu("GPU-node-01-1", 1)]}
     response = agent_client(token).post("/api/agent/register/", body, format="json")
     assert response.status_code == 400
     assert set(Gpu.objects.filter(node=node).values_list("model", flat=True)) == {"A100-PCIe"}
@@ -561,8 +557,8 @@ def test_an_fhhl_or_nvl_board_registered_as_the_sxm_model_moves_to_its_own_model
     # when their agent registers them again under their NVML name
     body = {
         "gpus": [
-            _gpu("GPU-node-01-0", 0, model=product_name),
-            _gpu("GPU-node-01-1", 1, model=product_name),
+            registered_gpu("GPU-node-01-0", 0, model=product_name),
+            registered_gpu("GPU-node-01-1", 1, model=product_name),
         ]
     }
     response = agent_client(token).post("/api/agent/register/", body, format="json")
@@ -572,7 +568,10 @@ def test_an_fhhl_or_nvl_board_registered_as_the_sxm_model_moves_to_its_own_model
     # and once moved, a board goes neither back to the bare key nor to another board
     for other in (stored, f"{stored}-PCIe"):
         body = {
-            "gpus": [_gpu("GPU-node-01-0", 0, model=other), _gpu("GPU-node-01-1", 1, model=other)]
+            "gpus": [
+                registered_gpu("GPU-node-01-0", 0, model=other),
+                registered_gpu("GPU-node-01-1", 1, model=other),
+            ]
         }
         response = agent_client(token).post("/api/agent/register/", body, format="json")
         assert response.status_code == 400
@@ -594,8 +593,8 @@ def test_jobs_pinned_to_the_bare_key_follow_the_boards_when_none_is_left_under_i
     # when the agent registers the boards under their own key
     body = {
         "gpus": [
-            _gpu("GPU-node-01-0", 0, model="NVIDIA A100-PCIE-40GB"),
-            _gpu("GPU-node-01-1", 1, model="NVIDIA A100-PCIE-40GB"),
+            registered_gpu("GPU-node-01-0", 0, model="NVIDIA A100-PCIE-40GB"),
+            registered_gpu("GPU-node-01-1", 1, model="NVIDIA A100-PCIE-40GB"),
         ]
     }
     response = agent_client(token).post("/api/agent/register/", body, format="json")
@@ -616,8 +615,8 @@ def test_jobs_pinned_to_the_bare_key_stay_while_boards_of_it_are_left(
     # when the PCIe boards move to their own key
     body = {
         "gpus": [
-            _gpu("GPU-node-01-0", 0, model="NVIDIA A100-PCIE-40GB"),
-            _gpu("GPU-node-01-1", 1, model="NVIDIA A100-PCIE-40GB"),
+            registered_gpu("GPU-node-01-0", 0, model="NVIDIA A100-PCIE-40GB"),
+            registered_gpu("GPU-node-01-1", 1, model="NVIDIA A100-PCIE-40GB"),
         ]
     }
     response = agent_client(token).post("/api/agent/register/", body, format="json")
@@ -639,7 +638,9 @@ def test_a_registration_beside_its_nodes_delete_is_a_401_not_a_500(make_node, ag
 
     response = while_held(
         lambda: Node.objects.select_for_update().get(pk=node.pk),
-        lambda: client.post("/api/agent/register/", {"gpus": [_gpu("GPU-late", 0)]}, format="json"),
+        lambda: client.post(
+            "/api/agent/register/", {"gpus": [registered_gpu("GPU-late", 0)]}, format="json"
+        ),
         then=lambda: Node.objects.filter(pk=node.pk).delete(),
     )
     assert response.status_code == 401, response.content
@@ -653,7 +654,7 @@ def test_a_top_power_limit_no_gpu_has_is_refused_at_registration(make_node, agen
     # above 1.5 x it was then refused from the ledger: its team never charged)
     node = make_node("node-09", gpus=0)
     limits = {"min_power_limit_w": 1.0, "default_power_limit_w": 1.0, "max_power_limit_w": top_w}
-    body = {"gpus": [_gpu("GPU-x0", 0, **limits)]}
+    body = {"gpus": [registered_gpu("GPU-x0", 0, **limits)]}
     response = agent_client(node.issue_agent_token()).post(
         "/api/agent/register/", body, format="json"
     )
@@ -668,6 +669,6 @@ def test_a_top_power_limit_of_ten_watts_registers(make_node, agent_client):
     node = make_node("node-09", gpus=0)
     limits = {"min_power_limit_w": 5.0, "default_power_limit_w": 10.0, "max_power_limit_w": 10.0}
     response = agent_client(node.issue_agent_token()).post(
-        "/api/agent/register/", {"gpus": [_gpu("GPU-x0", 0, **limits)]}, format="json"
+        "/api/agent/register/", {"gpus": [registered_gpu("GPU-x0", 0, **limits)]}, format="json"
     )
     assert response.status_code == 200, response.json()

@@ -5,24 +5,10 @@ estimated from the nearest catalog GPU instead of the A100's measured models, an
 asking for ``A100`` could never be placed on them (a live probe, 7 Dec 2026)."""
 
 import pytest
+from support.nodes import registered_gpu
 
 from cluster.models import Gpu
 from scheduling import perf_lookup
-
-
-def _gpu(uuid_, index, model, **overrides):
-    values = {
-        "uuid": uuid_,
-        "index": index,
-        "model": model,
-        "memory_mb": 40960,
-        "default_power_limit_w": 400.0,
-        "min_power_limit_w": 100.0,
-        "max_power_limit_w": 400.0,
-        "max_sm_clock_mhz": 1410,
-    }
-    values.update(overrides)
-    return values
 
 
 @pytest.mark.parametrize(
@@ -40,7 +26,7 @@ def test_a_catalog_model_in_another_case_registers_as_the_catalogs_key(
 ):
     assert stored in perf_lookup.current_catalog().gpus  # (the catalog's spelling)
     node = make_node("node-09", gpus=0)
-    body = {"gpus": [_gpu("GPU-x0", 0, reported)]}
+    body = {"gpus": [registered_gpu("GPU-x0", 0, reported)]}
     response = agent_client(node.issue_agent_token()).post(
         "/api/agent/register/", body, format="json"
     )
@@ -56,13 +42,13 @@ def test_a_model_the_catalog_lacks_joins_the_spelling_already_registered(make_no
     second = make_node("node-10", gpus=0)
     one = agent_client(first.issue_agent_token()).post(
         "/api/agent/register/",
-        {"gpus": [_gpu("GPU-x0", 0, "NVIDIA GeForce RTX 9090")]},
+        {"gpus": [registered_gpu("GPU-x0", 0, "NVIDIA GeForce RTX 9090")]},
         format="json",
     )
     assert one.status_code == 200, one.json()
     two = agent_client(second.issue_agent_token()).post(
         "/api/agent/register/",
-        {"gpus": [_gpu("GPU-y0", 0, "nvidia geforce rtx 9090")]},
+        {"gpus": [registered_gpu("GPU-y0", 0, "nvidia geforce rtx 9090")]},
         format="json",
     )
     assert two.status_code == 200, two.json()
@@ -79,7 +65,9 @@ def test_a_gpu_stored_in_another_case_before_registers_again_under_the_catalogs_
     node, token = agent_node
     Gpu.objects.filter(node=node).update(model="a100")
     job = make_job(owner=member, team=team, gpu_model="a100")
-    body = {"gpus": [_gpu(g.uuid, g.index, "a100") for g in Gpu.objects.filter(node=node)]}
+    body = {
+        "gpus": [registered_gpu(g.uuid, g.index, "a100") for g in Gpu.objects.filter(node=node)]
+    }
     # when its agent registers again, the same board in the same case
     response = agent_client(token).post("/api/agent/register/", body, format="json")
     # then it is no change of model (a 400 before a fix would be): it is the catalog's A100
@@ -119,13 +107,13 @@ def test_a_lower_cased_board_over_the_bare_key_is_its_board_split(
     node = make_node("node-09", gpus=0)
     client = agent_client(node.issue_agent_token())
     first = client.post(
-        "/api/agent/register/", {"gpus": [_gpu("GPU-x0", 0, "A100")]}, format="json"
+        "/api/agent/register/", {"gpus": [registered_gpu("GPU-x0", 0, "A100")]}, format="json"
     )
     assert first.status_code == 200, first.json()
 
     # when its agent reports its board, lower-cased (an agent's own backend) or as NVML
     again = client.post(
-        "/api/agent/register/", {"gpus": [_gpu("GPU-x0", 0, reported)]}, format="json"
+        "/api/agent/register/", {"gpus": [registered_gpu("GPU-x0", 0, reported)]}, format="json"
     )
 
     # then it is the A100's board of its own, spelled as the bare key is (it was a 400:

@@ -9,25 +9,11 @@ from datetime import timedelta
 import pytest
 from agent_samples import sample
 from django.utils import timezone
+from support.nodes import registered_gpu
 
 from cluster.models import Gpu
 
 REGISTER, SAMPLES = "/api/agent/register/", "/api/agent/samples/"
-
-
-def _gpu(uuid_, index, **overrides):
-    values = {
-        "uuid": uuid_,
-        "index": index,
-        "model": "A100",
-        "memory_mb": 40960,
-        "default_power_limit_w": 400.0,
-        "min_power_limit_w": 100.0,
-        "max_power_limit_w": 400.0,
-        "max_sm_clock_mhz": 1410,
-    }
-    values.update(overrides)
-    return values
 
 
 def _api_gpu(api_client, admin_user, uuid_):
@@ -43,18 +29,22 @@ def test_registration_records_the_maximum_and_the_lockable_clocks(
     node = make_node("node-09", gpus=0)
     client = agent_client(node.issue_agent_token())
     clocks = [1410, 210, 1395, 1410, 405]  # NVML lists them per memory clock: repeats
-    body = {"gpus": [_gpu("GPU-a", 0, supported_sm_clocks_mhz=clocks)]}
+    body = {"gpus": [registered_gpu("GPU-a", 0, supported_sm_clocks_mhz=clocks)]}
     assert client.post(REGISTER, body, format="json").status_code == 200
     shown = _api_gpu(api_client, admin_user, "GPU-a")
     assert shown["max_sm_clock_mhz"] == 1410
     assert shown["supported_sm_clocks_mhz"] == [1410, 1395, 405, 210]
     # an agent that cannot read them (or an older one that sends none) keeps what is known
-    again = {"gpus": [_gpu("GPU-a", 0, max_sm_clock_mhz=None, supported_sm_clocks_mhz=[])]}
+    again = {
+        "gpus": [registered_gpu("GPU-a", 0, max_sm_clock_mhz=None, supported_sm_clocks_mhz=[])]
+    }
     assert client.post(REGISTER, again, format="json").status_code == 200
     gpu = Gpu.objects.get(uuid="GPU-a")
     assert (gpu.max_sm_clock_mhz, gpu.supported_sm_clocks_mhz) == (1410, [1410, 1395, 405, 210])
     # a new board reports new clocks
-    faster = {"gpus": [_gpu("GPU-a", 0, max_sm_clock_mhz=1980, supported_sm_clocks_mhz=[1980])]}
+    faster = {
+        "gpus": [registered_gpu("GPU-a", 0, max_sm_clock_mhz=1980, supported_sm_clocks_mhz=[1980])]
+    }
     assert client.post(REGISTER, faster, format="json").status_code == 200
     gpu.refresh_from_db()
     assert (gpu.max_sm_clock_mhz, gpu.supported_sm_clocks_mhz) == (1980, [1980])
@@ -62,7 +52,7 @@ def test_registration_records_the_maximum_and_the_lockable_clocks(
 
 def test_a_clock_above_the_reported_maximum_is_refused(make_node, agent_client):
     node = make_node("node-09", gpus=0)
-    body = {"gpus": [_gpu("GPU-a", 0, supported_sm_clocks_mhz=[1500, 1410])]}
+    body = {"gpus": [registered_gpu("GPU-a", 0, supported_sm_clocks_mhz=[1500, 1410])]}
     response = agent_client(node.issue_agent_token()).post(REGISTER, body, format="json")
     assert response.status_code == 400
     assert response.json() == {
@@ -84,7 +74,12 @@ def test_a_maximum_clock_below_the_registered_clocks_is_refused_naming_both(
     # given GPUs registered with clocks up to 1410 MHz and no known maximum
     node, token = agent_node
     # when a registration reports a 1000 MHz maximum but no clock list (the list is kept)
-    body = {"gpus": [_gpu("GPU-node-01-0", 0, max_sm_clock_mhz=1000), _gpu("GPU-node-01-1", 1)]}
+    body = {
+        "gpus": [
+            registered_gpu("GPU-node-01-0", 0, max_sm_clock_mhz=1000),
+            registered_gpu("GPU-node-01-1", 1),
+        ]
+    }
     response = agent_client(token).post(REGISTER, body, format="json")
     # then a 400 names both values, and nothing of either GPU changed: stored, the scheduler
     # assigned 1410 MHz and the agent capped it at 1000 (a run unlike the one predicted)
@@ -108,10 +103,12 @@ def test_a_maximum_clock_below_the_registered_clocks_is_refused_naming_both(
 def test_a_clock_above_the_registered_maximum_is_refused_naming_both(make_node, agent_client):
     node = make_node("node-09", gpus=0)
     client = agent_client(node.issue_agent_token())
-    first = {"gpus": [_gpu("GPU-a", 0, supported_sm_clocks_mhz=[1410, 1200])]}
+    first = {"gpus": [registered_gpu("GPU-a", 0, supported_sm_clocks_mhz=[1410, 1200])]}
     assert client.post(REGISTER, first, format="json").status_code == 200
     # a list with a faster clock, and no maximum: the registered 1410 MHz would be kept
-    body = {"gpus": [_gpu("GPU-a", 0, max_sm_clock_mhz=None, supported_sm_clocks_mhz=[1980])]}
+    body = {
+        "gpus": [registered_gpu("GPU-a", 0, max_sm_clock_mhz=None, supported_sm_clocks_mhz=[1980])]
+    }
     response = client.post(REGISTER, body, format="json")
     assert response.status_code == 400
     assert response.json() == {
