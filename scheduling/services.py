@@ -571,9 +571,9 @@ def _apply_cycle(
     *,
     now: datetime,
 ) -> _Passes | None:
-    """The resizes left in ``pending`` applied together: their jobs' open allocations end
-    at ``now``, then the passes run again (starts waiting for their GPUs follow). None, with
-    nothing changed, unless every one of those resizes then applies."""
+    """One group of resizes (``_resize_groups``) applied together: their jobs' open
+    allocations end at ``now``, then the passes run over the group. None, with nothing
+    changed, unless every one of them then applies."""
     resizes = {c.job.pk for c in pending if c.kind == core.ChangeKind.RESIZE}
     try:
         with transaction.atomic():
@@ -591,14 +591,75 @@ def _apply_cycle(
                 job_id__in=resizes, job__state=JobState.RUNNING, ended_at__isnull=True
             ).update(ended_at=now)
             outcome = _apply_passes(list(pending), why, round_row, plan, {}, now=now)
-            # Only its own resizes decide: a start refused meanwhile (its job cancelled) is
-            # that start's failure, and gave up a swap that applied whole, round after round.
+            # Only its own resizes decide (the group holds nothing else now; a start refused
+            # meanwhile, its job cancelled, gave up a swap that applied whole, round after
+            # round, when the starts ran inside it).
             refused = {d.job_id for d in outcome.decisions if not d.applied}
             if any(c.job.pk in resizes for c in outcome.pending) or refused & resizes:
                 raise _CycleNotApplied
     except _CycleNotApplied:
         return None
     return outcome
+
+
+def _resize_groups(resizes: list[adapters.RowChange]) -> list[list[adapters.RowChange]]:
+    """``resizes`` (pending, of running jobs) in the groups that stand or fall together: the
+    strongly connected components of "needs a GPU another of them holds" (a swap, a ring;
+    a resize in no ring is a group of its own), each group after the groups holding GPUs it
+    needs. All of them as one group, a resize stuck for its own reasons (a GPU retired, or
+    held by a job outside the plan) failed an independent swap with it, round after round."""
+    held_by: dict[int, set[int]] = defaultdict(set)
+    for job_id, gpu_id in JobAllocation.objects.filter(
+        job_id__in=[c.job.pk for c in resizes], ended_at__isnull=True
+    ).values_list("job_id", "gpus"):
+        if gpu_id is not None:
+            held_by[gpu_id].add(job_id)
+    by_job = {c.job.pk: c for c in resizes}
+    needs = {
+        c.job.pk: sorted({h for g in c.gpus for h in held_by.get(g.pk, ()) if h != c.job.pk})
+        for c in resizes
+    }
+    # Tarjan's algorithm, without recursion (a ring may be hundreds of resizes long). It
+    # closes a component only after every component its members need: the order to apply in.
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    stack: list[int] = []
+    on_stack: set[int] = set()
+    groups: list[list[adapters.RowChange]] = []
+    for root in by_job:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, next_edge = work.pop()
+            if next_edge == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            edges = needs[node]
+            while next_edge < len(edges):
+                other = edges[next_edge]
+                next_edge += 1
+                if other not in index:
+                    work.append((node, next_edge))
+                    work.append((other, 0))
+                    break
+                if other in on_stack:
+                    low[node] = min(low[node], index[other])
+            else:
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(by_job[member])
+                        if member == node:
+                            break
+                    groups.append(sorted(group, key=lambda c: c.job.pk))
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+    return groups
 
 
 def _apply(
@@ -611,7 +672,8 @@ def _apply(
     next one leaves needs as many passes as it is long in the wrong order (three passes
     failed the end of a chain of four, found by a live probe). Resizes no order can make
     (a swap, a ring) are then applied together (``_apply_cycle``), or, where one of them
-    still cannot be, none of them."""
+    still cannot be, none of them; each ring on its own (``_resize_groups``), so a resize
+    stuck for its own reasons fails only the rings that need its GPUs."""
     pending = adapters.allocation_changes(plan, rows)
     # Why each start, resize or retune happened (a stop's reason is its wait reason).
     model_of = gpu_models(rows.snapshot)
@@ -626,19 +688,38 @@ def _apply(
     outcome = _apply_passes(pending, why, round_row, plan, errors, now=now)
     applied, failed, pending = outcome.applied, outcome.failed, outcome.pending
     decisions.extend(outcome.decisions)
-    if any(c.kind == core.ChangeKind.RESIZE for c in pending):
+    resizes = [c for c in pending if c.kind == core.ChangeKind.RESIZE]
+    if resizes:
         # Resizes of running jobs, each onto GPUs another of them holds (a swap, a ring of
         # eight after a switch to a fixed-size policy): no order applies any of them, and a
         # plan that stays the same failed them every round, the jobs never given the GPUs
-        # their policy planned (a live probe: 8 failed a round, round after round). Their
-        # allocations end together first, then each takes its new one; all or nothing.
-        cycle = _apply_cycle(pending, why, round_row, plan, now=now)
-        if cycle is not None:
-            applied += cycle.applied
-            failed += cycle.failed
-            decisions.extend(cycle.decisions)
-            errors = cycle.errors
-            pending = cycle.pending
+        # their policy planned (a live probe: 8 failed a round, round after round). Each
+        # ring's allocations end together first, then each takes its new one; all or
+        # nothing, ring by ring, so one stuck resize fails only the resizes that need it.
+        rest = [c for c in pending if c.kind != core.ChangeKind.RESIZE]
+        pending, moved = [], 0
+        for group in _resize_groups(resizes):
+            if len(group) == 1:  # in no ring: it may go now the groups it needs have moved
+                outcome = _apply_passes(group, why, round_row, plan, errors, now=now)
+            else:
+                outcome = _apply_cycle(group, why, round_row, plan, now=now)
+                if outcome is None:
+                    pending.extend(group)  # each keeps its error from the passes above
+                    continue
+                errors.update(outcome.errors)
+            applied += outcome.applied
+            failed += outcome.failed
+            moved += outcome.applied
+            decisions.extend(outcome.decisions)
+            pending.extend(outcome.pending)
+        if rest and moved:
+            # Starts (and the like) waiting for GPUs those resizes left.
+            outcome = _apply_passes(rest, why, round_row, plan, errors, now=now)
+            applied += outcome.applied
+            failed += outcome.failed
+            decisions.extend(outcome.decisions)
+            rest = outcome.pending
+        pending.extend(rest)
     for change in pending:
         decisions.append(
             _decision(round_row, change, why, applied=False, error=errors.get(change.job.pk, ""))

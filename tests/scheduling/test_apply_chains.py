@@ -219,3 +219,85 @@ def test_a_swap_stands_when_a_start_that_waited_on_it_was_cancelled_meanwhile(
     assert list(RoundDecision.objects.filter(applied=False).values_list("job_id", flat=True)) == [
         d.pk
     ]
+
+
+def test_a_stuck_resize_does_not_block_an_independent_swap(
+    scheduler_settings, make_node, make_job, member, team
+):
+    # given jobs A and B on GPUs 0 and 1 swapping them, and job C on GPU 2 moving to GPU 3,
+    # which a job the plan leaves where it is took after the round read the cluster: C
+    # needs no GPU the swap holds, nor the swap one of C's (all or nothing over every
+    # pending resize failed the swap too, every round for as long as C stayed stuck)
+    scheduler_settings("fifo")
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    a, b, c = _running_jobs(gpus, make_job, member, team, on=[0, 1, 2])
+    rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
+    plan = _moves([a, b, c], gpus, targets=[1, 0, 3])
+    (outsider,) = _running_jobs(gpus, make_job, member, team, on=[3])
+    round_row = services._record_round(rows, plan, now=T0, requeued=0)
+
+    # when it is applied
+    applied, failed, _ = services._apply(plan, rows, round_row, now=T0)
+
+    # then the swap is made, and only C's resize failed, with its own error
+    assert (applied, failed) == (2, 1)
+    for job, k in ((a, 1), (b, 0), (c, 2), (outsider, 3)):
+        job.refresh_from_db()
+        assert job.state == JobState.RUNNING
+        assert [g.uuid for g in job.current_allocation.gpus.all()] == [gpus[k].uuid]
+    assert c.allocations.count() == 1
+    (stuck,) = RoundDecision.objects.filter(applied=False)
+    assert stuck.job_id == c.pk
+    assert stuck.error.startswith(f"GPUs are held by job(s) [{outsider.pk}]")
+    assert set(RoundDecision.objects.filter(applied=True).values_list("job_id", flat=True)) == {
+        a.pk,
+        b.pk,
+    }
+
+
+def test_a_resize_that_needs_a_gpu_a_swap_leaves_follows_the_swap(
+    scheduler_settings, make_node, make_job, member, team
+):
+    # given job X on GPU 3 moving to GPU 2, which job B leaves in a swap with job A (A from
+    # GPU 0 to 1, B from GPUs 1 and 2 to 0): X is in no ring of its own, it needs the swap
+    # made first, and X has the lowest id, so it is looked at first
+    scheduler_settings("fifo")
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    spec = {"global_batch_size": 256, "min_batch_size": 256, "max_batch_size": 256}
+    x = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, at=T0, **spec)
+    a = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, at=T0, **spec)
+    b = make_job(owner=member, team=team, min_gpus=1, max_gpus=2, at=T0, **spec)
+    earlier = T0 - timedelta(minutes=1)
+    cluster_services.start_job(x, gpus=[gpus[3]], batch_size=256, at=earlier)
+    cluster_services.start_job(a, gpus=[gpus[0]], batch_size=256, at=earlier)
+    cluster_services.start_job(b, gpus=[gpus[1], gpus[2]], batch_size=256, at=earlier)
+    rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
+
+    def on(*ks):
+        return core.Allocation(gpu_ids=tuple(gpus[k].uuid for k in ks), global_batch=256)
+
+    plan = core.Plan(
+        allocations={str(x.pk): on(2), str(a.pk): on(1), str(b.pk): on(0)},
+        waiting={},
+        changes=(
+            core.Change(str(x.pk), core.ChangeKind.RESIZE, before=on(3), after=on(2)),
+            core.Change(str(a.pk), core.ChangeKind.RESIZE, before=on(0), after=on(1)),
+            core.Change(str(b.pk), core.ChangeKind.RESIZE, before=on(1, 2), after=on(0)),
+        ),
+        policy="fifo",
+    )
+    round_row = services._record_round(rows, plan, now=T0, requeued=0)
+
+    # when it is applied
+    applied, failed, _ = services._apply(plan, rows, round_row, now=T0)
+
+    # then all three moved
+    assert (applied, failed) == (3, 0)
+    for job, k in ((x, 2), (a, 1), (b, 0)):
+        job.refresh_from_db()
+        assert [g.uuid for g in job.current_allocation.gpus.all()] == [gpus[k].uuid]
+    assert not RoundDecision.objects.filter(applied=False).exists()
