@@ -32,6 +32,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from graphlib import TopologicalSorter
 from typing import Any
 
 from django.conf import settings
@@ -43,6 +44,8 @@ from django.db.models import (
     Sum,
 )
 from django.utils import timezone
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 
 from cluster import services as cluster_services
 from cluster.choices import (
@@ -619,47 +622,24 @@ def _resize_groups(resizes: list[adapters.RowChange]) -> list[list[adapters.RowC
         c.job.pk: sorted({h for g in c.gpus for h in held_by.get(g.pk, ()) if h != c.job.pk})
         for c in resizes
     }
-    # Tarjan's algorithm, without recursion (a ring may be hundreds of resizes long). It
-    # closes a component only after every component its members need: the order to apply in.
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack: list[int] = []
-    on_stack: set[int] = set()
-    groups: list[list[adapters.RowChange]] = []
-    for root in by_job:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, next_edge = work.pop()
-            if next_edge == 0:
-                index[node] = low[node] = len(index)
-                stack.append(node)
-                on_stack.add(node)
-            edges = needs[node]
-            while next_edge < len(edges):
-                other = edges[next_edge]
-                next_edge += 1
-                if other not in index:
-                    work.append((node, next_edge))
-                    work.append((other, 0))
-                    break
-                if other in on_stack:
-                    low[node] = min(low[node], index[other])
-            else:
-                if low[node] == index[node]:
-                    group = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        group.append(by_job[member])
-                        if member == node:
-                            break
-                    groups.append(sorted(group, key=lambda c: c.job.pk))
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[node])
-    return groups
+    # The strong components (scipy), then their order: a component after every component
+    # holding GPUs its members need (the stdlib's topological sort of the condensation).
+    ids = list(by_job)
+    at = {job_id: k for k, job_id in enumerate(ids)}
+    edges = [(at[j], at[h]) for j in ids for h in needs[j]]
+    rows, cols = zip(*edges, strict=False) if edges else ((), ())
+    graph = csr_matrix(([1] * len(edges), (rows, cols)), shape=(len(ids), len(ids)))
+    _, label = connected_components(graph, directed=True, connection="strong")
+    order: TopologicalSorter = TopologicalSorter()
+    for k in range(len(ids)):
+        order.add(int(label[k]))
+    for r, c in edges:
+        if label[r] != label[c]:
+            order.add(int(label[r]), int(label[c]))  # r's component after c's
+    members: dict[int, list[adapters.RowChange]] = defaultdict(list)
+    for i, job_id in enumerate(ids):
+        members[int(label[i])].append(by_job[job_id])
+    return [sorted(members[c], key=lambda ch: ch.job.pk) for c in order.static_order()]
 
 
 def _apply(
