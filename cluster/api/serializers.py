@@ -15,6 +15,7 @@ from cluster import services
 from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 from cluster.queries import can_manage_budgets_of, priority_refusal, teams_visible_to
+from cluster.validators import MIN_TOP_POWER_LIMIT_W, TOP_POWER_LIMIT_MESSAGE
 from cluster.workloads import catalog_name, gpu_model_spelling, known_workloads, workload_errors
 from scheduling.choices import PerfModelKind
 from scheduling.feasibility import submit_refusals
@@ -545,6 +546,14 @@ class GpuSerializer(serializers.ModelSerializer):
         read_only_fields = [
             "id", "max_sm_clock_mhz", "reported_at", "retired_at", "node_since", "missing_since",
         ]  # fmt: skip
+        # The floor ``Gpu.clean`` holds, as the field's minimum so that the schema says it
+        # (it said 0, and a schema-valid 1-9 W was refused); its message is clean's.
+        extra_kwargs = {
+            "max_power_limit_w": {
+                "min_value": MIN_TOP_POWER_LIMIT_W,
+                "error_messages": {"min_value": TOP_POWER_LIMIT_MESSAGE},
+            }
+        }
         # One GPU in service per (node, index): a retired one has given its index up (the
         # constraint's condition names the read-only ``retired_at``, which DRF's own
         # validator for it would read from the request).
