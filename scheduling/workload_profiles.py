@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import JSONField
+from django.db.models import JSONField, Q
 from django.db.models.expressions import RawSQL
 
 from cluster.choices import JobState
@@ -836,3 +836,53 @@ def fold_finished_jobs(*, now: datetime, settled_s: float = 0.0) -> int:
     if settled_s > 0:
         pending = pending.filter(finished_at__lte=now - timedelta(seconds=settled_s))
     return sum(1 for job in list(pending) if fold_into_profile(job, now=now))
+
+
+# --- a GPU model re-spelled --------------------------------------------------------------
+
+
+def _respelled(by_model: Mapping[str, Any], old: str, new: str, *, pool: bool) -> dict:
+    """``by_model`` (GPU model -> a job's fits on it) with ``old``'s entry under ``new``:
+    where ``new`` has one already, observations are pooled (``pool``: lists, the new
+    spelling's first) and otherwise the new spelling's entry stands."""
+    out = {k: v for k, v in by_model.items() if k != old}
+    if old in by_model:
+        if new not in out:
+            out[new] = by_model[old]
+        elif pool:
+            out[new] = out[new] + by_model[old]
+    return out
+
+
+def follow_respelled_gpu_model(old: str, new: str) -> tuple[int, int]:
+    """What was learned under GPU model key ``old`` moves to ``new``, the same model spelled
+    as the catalog (or the cluster) spells it, once no GPU in service is stored as ``old``
+    (telemetry's registration calls it, in its transaction): a workload's profile versions,
+    unless the workload has versions under ``new`` already (those are its history then, and
+    the old ones stay as they were), and every job's per-model fits (its observations
+    pooled, ``new``'s fitted parameters kept where both exist). Left under ``old``, the
+    rounds looked ``new`` up, found nothing learned, and started every job of the workload
+    from the catalog's model again; a finished job not yet folded began a profile of its
+    own under ``old``. The rules of the migration that moved them once (scheduling 0011).
+    Returns (profile versions moved, job states rewritten)."""
+    moved = 0
+    for workload in sorted(
+        set(WorkloadProfile.objects.filter(gpu_model=old).values_list("workload", flat=True))
+    ):
+        if WorkloadProfile.objects.filter(workload=workload, gpu_model=new).exists():
+            continue
+        moved += WorkloadProfile.objects.filter(workload=workload, gpu_model=old).update(
+            gpu_model=new
+        )
+    states = (
+        JobSchedulingState.objects.select_for_update()
+        .filter(Q(observations__has_key=old) | Q(online_params__has_key=old))
+        .order_by("pk")
+    )
+    rewritten = 0
+    for state in states:
+        state.observations = _respelled(state.observations or {}, old, new, pool=True)
+        state.online_params = _respelled(state.online_params or {}, old, new, pool=False)
+        state.save(update_fields=["observations", "online_params"])
+        rewritten += 1
+    return moved, rewritten

@@ -30,6 +30,7 @@ from cluster.services import (
 )
 from cluster.workloads import same_gpu_model
 from scheduling.core.goodput import efficiency, iterations_per_submitted
+from scheduling.workload_profiles import follow_respelled_gpu_model
 from telemetry.agent.backends import gpu_model_key, is_board_split
 from telemetry.choices import ExitReason, JobEventKind
 from telemetry.models import GpuSample, JobEvent
@@ -218,10 +219,23 @@ def _repin_jobs(rekeyed: dict[str, str]) -> None:
     keyed "A100"); left on the bare key they waited for good ("needs 2 A100 GPU(s); the
     cluster has 0 schedulable"), and a running one was stopped at the next round. Where
     GPUs of the bare key are left (SXM boards beside the PCIe ones), the job keeps asking
-    for those. Ended jobs keep their record as it was."""
+    for those. Ended jobs keep their record as it was.
+
+    A key only spelled otherwise ("a100" -> the catalog's "A100") is one model: what was
+    learned under the old spelling (workload profiles, jobs' per-model fits) moves with the
+    jobs, at the same moment (``follow_respelled_gpu_model``); left behind, it was no
+    longer found. A board split's GPUs are another model than the bare key's: theirs stays."""
     for old, new in rekeyed.items():
         if Gpu.objects.in_service().filter(model=old).exists():
             continue
+        if same_gpu_model(old, new):
+            versions, states = follow_respelled_gpu_model(old, new)
+            if versions or states:
+                log.warning(
+                    "GPU model %s is spelled %s now: %d workload profile version(s) and "
+                    "%d job(s)' fits learned under %s follow it",
+                    old, new, versions, states, old,
+                )  # fmt: skip
         repinned = (
             Job.objects.filter(gpu_model=old)
             .exclude(state__in=TERMINAL_JOB_STATES)

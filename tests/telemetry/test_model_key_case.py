@@ -4,11 +4,18 @@
 estimated from the nearest catalog GPU instead of the A100's measured models, and a job
 asking for ``A100`` could never be placed on them (a live probe, 7 Dec 2026)."""
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from support.nodes import registered_gpu
 
-from cluster.models import Gpu
+from cluster.choices import JobState
+from cluster.models import Gpu, Job
 from scheduling import perf_lookup
+from scheduling import workload_profiles as wp
+from scheduling.core.online_model import Observation, config_of
+from scheduling.core.perf_models import load_catalog
+from scheduling.models import JobSchedulingState, WorkloadProfile
 
 
 @pytest.mark.parametrize(
@@ -120,3 +127,156 @@ def test_a_lower_cased_board_over_the_bare_key_is_its_board_split(
     # "a GPU's model does not change", the key "a100-PCIe" not read as A100's board)
     assert again.status_code == 200, again.json()
     assert Gpu.objects.get(uuid="GPU-x0").model == "A100-PCIe"
+
+
+# --- what was learned under the old spelling follows a GPU re-keyed at registration ------
+
+T0 = datetime(2026, 12, 7, 18, 0, tzinfo=UTC)
+CATALOG = load_catalog()
+
+
+def _learned(workload: str, gpu_model: str, versions: int) -> list[WorkloadProfile]:
+    """``versions`` profile versions of ``workload`` on ``gpu_model``, each the catalog's
+    A100 model of it (what a fold stores)."""
+    params = wp.model_to_params(CATALOG.get(workload, "A100"))
+    return [
+        WorkloadProfile.objects.create(
+            workload=workload,
+            gpu_model=gpu_model,
+            version=v,
+            prior=f"catalog {workload}@A100",
+            params=params,
+            n_observations=4.0,
+            jobs=v,
+            created_at=T0,
+        )  # fmt: skip
+        for v in range(1, versions + 1)
+    ]
+
+
+def _finished_with_a100_fit(make_job, member, team) -> Job:
+    """A finished resnet50 job, not yet folded, whose online model was learned on GPUs then
+    stored as "a100" (its per-model fits under that key)."""
+    job = make_job(owner=member, team=team, workload="resnet50")
+    state = JobSchedulingState.objects.create(job=job)
+    prior = CATALOG.get("resnet50", "A100")
+    cfg = config_of(2, 1, 128.0)
+    obs = Observation(
+        n_gpus=2, n_nodes=1, local_batch=128.0, iter_time_s=prior.iter_time_s(cfg) * 2.0,
+        power_w=prior.power_w(cfg), weight=1.0,
+    )  # fmt: skip
+    wp.record_observations(
+        job, state, gpu_model="A100", observations=[obs], until=T0, catalog=CATALOG
+    )
+    state.refresh_from_db()
+    JobSchedulingState.objects.filter(pk=job.pk).update(
+        observations={"a100": state.observations["A100"]},
+        online_params={"a100": state.online_params["A100"]},
+    )
+    Job.objects.filter(pk=job.pk).update(state=JobState.COMPLETED)
+    return job
+
+
+def test_profiles_and_fits_learned_under_the_old_spelling_follow_a_rekeyed_gpu(
+    agent_node, agent_client, make_job, member, team
+):
+    # given GPUs stored as "a100" (before the spelling was the catalog's), what rounds
+    # learned on them under that key: bert's profile (two versions), resnet50's (under both
+    # spellings: a job ran on GPUs stored each way), a queued job pinned to "a100" with its
+    # per-model fits under both spellings, and a finished job not yet folded
+    node, token = agent_node
+    Gpu.objects.filter(node=node).update(model="a100")
+    bert = _learned("bert", "a100", 2)
+    resnet_old = _learned("resnet50", "a100", 1)
+    resnet_new = _learned("resnet50", "A100", 3)
+    queued = make_job(owner=member, team=team)
+    Job.objects.filter(pk=queued.pk).update(gpu_model="a100")
+    JobSchedulingState.objects.create(
+        job=queued,
+        observations={"a100": [{"w": 1}], "A100": [{"w": 2}], "V100": [{"w": 3}]},
+        online_params={"a100": {"params": "old"}, "A100": {"params": "new"}},
+    )
+    finished = _finished_with_a100_fit(make_job, member, team)
+    body = {
+        "gpus": [registered_gpu(g.uuid, g.index, "a100") for g in Gpu.objects.filter(node=node)]
+    }
+
+    # when its agent registers again, and its GPUs are stored as the catalog's "A100"
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    assert response.status_code == 200, response.json()
+    assert set(Gpu.objects.filter(node=node).values_list("model", flat=True)) == {"A100"}
+
+    # then bert's learned versions are found on "A100" (they were left on "a100", and its
+    # jobs started from the catalog's model again)
+    assert perf_lookup.model_for("bert", "A100").source == "profile v2"
+    assert {p.gpu_model for p in WorkloadProfile.objects.filter(pk__in=[p.pk for p in bert])} == {
+        "A100"
+    }
+    # resnet50 keeps its versions under "A100"; those under "a100" stay as they were
+    assert WorkloadProfile.objects.get(pk=resnet_old[0].pk).gpu_model == "a100"
+    assert wp.latest_profile("resnet50", "A100").pk == resnet_new[-1].pk
+    # the queued job asks for "A100" and its fits are under it (observations pooled, the
+    # new spelling's parameters kept)
+    assert Job.objects.get(pk=queued.pk).gpu_model == "A100"
+    state = JobSchedulingState.objects.get(pk=queued.pk)
+    assert state.observations == {"A100": [{"w": 2}, {"w": 1}], "V100": [{"w": 3}]}
+    assert state.online_params == {"A100": {"params": "new"}}
+    # and the finished job folds into resnet50's profile on "A100", not a v1 of its own
+    assert JobSchedulingState.objects.get(pk=finished.pk).online_params.keys() == {"A100"}
+    assert wp.fold_finished_jobs(now=T0 + timedelta(minutes=5)) == 1
+    assert wp.latest_profile("resnet50", "A100").version == 4
+    assert not WorkloadProfile.objects.filter(gpu_model="a100", version__gt=1).exists()
+
+
+def test_what_was_learned_moves_once_no_gpu_in_service_keeps_the_old_spelling(
+    agent_node, other_node, agent_client, make_job, member, team
+):
+    # given two nodes of GPUs stored as "a100", bert's profile learned on them, and a job
+    # pinned to "a100"
+    (first, first_token), (second, second_token) = agent_node, other_node
+    Gpu.objects.update(model="a100")
+    (profile,) = _learned("bert", "a100", 1)
+    job = make_job(owner=member, team=team, workload="bert")
+    Job.objects.filter(pk=job.pk).update(gpu_model="a100")
+
+    def register(node, token):
+        body = {
+            "gpus": [registered_gpu(g.uuid, g.index, "a100") for g in Gpu.objects.filter(node=node)]
+        }
+        response = agent_client(token).post("/api/agent/register/", body, format="json")
+        assert response.status_code == 200, response.json()
+
+    # when the first node's agent registers again: the second's GPUs are still "a100", and
+    # the job pinned to them keeps what it learned there, as the job keeps asking for them
+    register(first, first_token)
+    assert WorkloadProfile.objects.get(pk=profile.pk).gpu_model == "a100"
+    assert Job.objects.get(pk=job.pk).gpu_model == "a100"
+
+    # when the second's registers again too: job and profile move together
+    register(second, second_token)
+    assert Job.objects.get(pk=job.pk).gpu_model == "A100"
+    assert WorkloadProfile.objects.get(pk=profile.pk).gpu_model == "A100"
+    assert perf_lookup.model_for("bert", "A100").source == "profile v1"
+
+
+def test_a_board_split_leaves_what_was_learned_on_the_bare_key(make_node, agent_client):
+    # given a GPU registered under the bare key "A100" and bert's profile learned there
+    node = make_node("node-09", gpus=0)
+    client = agent_client(node.issue_agent_token())
+    first = client.post(
+        "/api/agent/register/", {"gpus": [registered_gpu("GPU-x0", 0, "A100")]}, format="json"
+    )
+    assert first.status_code == 200, first.json()
+    (profile,) = _learned("bert", "A100", 1)
+
+    # when it reports its board of its own: another model than the bare key's, not a spelling
+    again = client.post(
+        "/api/agent/register/",
+        {"gpus": [registered_gpu("GPU-x0", 0, "NVIDIA A100-PCIE-40GB")]},
+        format="json",
+    )
+
+    # then the profile stays the A100's (the SXM boards' model)
+    assert again.status_code == 200, again.json()
+    assert Gpu.objects.get(uuid="GPU-x0").model == "A100-PCIe"
+    assert WorkloadProfile.objects.get(pk=profile.pk).gpu_model == "A100"
