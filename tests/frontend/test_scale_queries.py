@@ -274,7 +274,9 @@ def test_distinct_names_are_read_one_row_a_name(
 ):
     # The models' default order joined the DISTINCT: the job list's workload choices read
     # every job (100,000 rows, 3 s of the admin's /jobs/ on a large cluster), a submit's
-    # GPU model check every GPU.
+    # GPU model check every GPU. A model the catalog spells ("a100") needs no query since
+    # the submit takes the catalog's spelling; one it lacks reads the registered models,
+    # one row a model (DISTINCT ON the model).
     make_node("node-01", gpus=2)
     for k in range(3):
         make_job(owner=member, team=team, name=f"job-{k}")
@@ -295,10 +297,31 @@ def test_distinct_names_are_read_one_row_a_name(
             },
             format="json",
         )
+        on_l40s = api_client(member).post(
+            "/api/jobs/",
+            {
+                "team": team.slug,
+                "name": "on an l40s",
+                "workload": "resnet50",
+                "gpu_model": "nvidia l40s",
+                "min_gpus": 1,
+                "global_batch_size": 256,
+                "total_iterations": 100,
+            },
+            format="json",
+        )
     assert submitted.status_code == 201, submitted.content
+    assert submitted.json()["gpu_model"] == "A100"
+    # (no L40S is registered: refused as a job that could never start, after the lookup)
+    assert on_l40s.status_code == 400 and "0 l40s GPUs" in on_l40s.json()["min_gpus"][0]
     selects = _distinct_columns(ctx)
-    assert [s.split(" AS ")[-1] for s in selects] == ['"workload"', '"model"'], selects
+    assert [s.split(" AS ")[-1] for s in selects] == ['"workload"'], selects
     assert all(s.count(" AS ") == 1 for s in selects), selects
+    on_model = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("SELECT DISTINCT ON")]
+    assert on_model, "the model the catalog lacks read no registered models"
+    assert all(q.startswith('SELECT DISTINCT ON ("cluster_gpu"."model")') for q in on_model), (
+        on_model
+    )
 
 
 def test_the_job_lists_order_is_read_from_an_index(db):
