@@ -6,6 +6,7 @@ be parsed, so a typo fails at start-up instead of silently running with a wrong 
 """
 
 import functools
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -46,9 +47,14 @@ def env_float(name: str, default: float) -> float:
     if value is None:
         return default
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        # float() reads "nan" and "inf": TELEMETRY_MAX_CLOCK_SKEW_S=nan or
+        # WATTFLOW_EXPLORATION_BUDGET=inf was taken, every comparison with it false.
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {value!r}")
+    return number
 
 
 def env_bool(name: str, default: bool) -> bool:

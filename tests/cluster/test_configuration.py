@@ -42,6 +42,8 @@ def test_env_helpers_parse_and_default(monkeypatch):
     [
         (env_int, "ten", "WF_BAD must be an integer, got 'ten'"),
         (env_float, "1,5", "WF_BAD must be a number, got '1,5'"),
+        (env_float, "nan", "WF_BAD must be a finite number, got 'nan'"),
+        (env_float, "-inf", "WF_BAD must be a finite number, got '-inf'"),
         (env_bool, "maybe", "WF_BAD must be one of true/false/1/0/yes/no, got 'maybe'"),
     ],
 )
