@@ -9,9 +9,11 @@ failed ("GPUs are held by job(s) [3]") although every GPU they needed was free b
 
 from datetime import UTC, datetime, timedelta
 
+from support.apply_plans import live_gpus, moves, on, running_jobs
+
 from cluster import services as cluster_services
 from cluster.choices import JobState
-from cluster.models import Gpu, Job, Node
+from cluster.models import Job
 from scheduling import adapters, services
 from scheduling.core import types as core
 from scheduling.models import RoundDecision
@@ -24,36 +26,13 @@ def test_a_chain_of_resizes_longer_than_three_is_applied_whole(
 ):
     # given jobs 0..4 each on GPU k of a 6-GPU node, GPU 5 free
     scheduler_settings("fifo")
-    node = make_node("node-01", gpus=6)
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
-    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
-    jobs = []
-    for k in range(5):
-        job = make_job(
-            owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
-            min_batch_size=256, max_batch_size=256, at=T0 - timedelta(minutes=5),
-        )  # fmt: skip
-        cluster_services.start_job(
-            job, gpus=[gpus[k]], batch_size=256, at=T0 - timedelta(minutes=1)
-        )
-        jobs.append(job)
+    gpus = live_gpus(make_node, 6, now=T0)
+    jobs = running_jobs(gpus, make_job, member, team, on=range(5), now=T0)
     rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
 
     # and a plan that moves each job one GPU up: job k needs the GPU job k+1 leaves, so in
     # job order only the last can move first
-    def on(k):
-        return core.Allocation(gpu_ids=(gpus[k].uuid,), global_batch=256)
-
-    moves = tuple(
-        core.Change(job_id=str(job.pk), kind=core.ChangeKind.RESIZE, before=on(k), after=on(k + 1))
-        for k, job in enumerate(jobs)
-    )
-    plan = core.Plan(
-        allocations={str(job.pk): on(k + 1) for k, job in enumerate(jobs)},
-        waiting={},
-        changes=moves,
-        policy="fifo",
-    )
+    plan = moves(jobs, gpus, targets=range(1, 6))
     round_row = services._record_round(rows, plan, now=T0, requeued=0)
 
     # when the plan is applied
@@ -68,40 +47,6 @@ def test_a_chain_of_resizes_longer_than_three_is_applied_whole(
     assert not RoundDecision.objects.filter(applied=False).exists()
 
 
-def _running_jobs(node_gpus, make_job, member, team, on):
-    """Jobs of one GPU each, job k started on GPU ``on[k]``."""
-    jobs = []
-    for k in on:
-        job = make_job(
-            owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
-            min_batch_size=256, max_batch_size=256, at=T0 - timedelta(minutes=5),
-        )  # fmt: skip
-        cluster_services.start_job(
-            job, gpus=[node_gpus[k]], batch_size=256, at=T0 - timedelta(minutes=1)
-        )
-        jobs.append(job)
-    return jobs
-
-
-def _moves(jobs, gpus, targets):
-    """A fifo plan that moves job k from its GPU to GPU ``targets[k]``."""
-
-    def on(k):
-        return core.Allocation(gpu_ids=(gpus[k].uuid,), global_batch=256)
-
-    held = [job.current_allocation.gpus.get() for job in jobs]
-    before = [gpus.index(g) for g in held]
-    return core.Plan(
-        allocations={str(j.pk): on(t) for j, t in zip(jobs, targets, strict=True)},
-        waiting={},
-        changes=tuple(
-            core.Change(str(j.pk), core.ChangeKind.RESIZE, before=on(b), after=on(t))
-            for j, b, t in zip(jobs, before, targets, strict=True)
-        ),
-        policy="fifo",
-    )
-
-
 def test_a_swap_no_order_can_make_is_applied_together(
     scheduler_settings, make_node, make_job, member, team
 ):
@@ -109,12 +54,10 @@ def test_a_swap_no_order_can_make_is_applied_together(
     # failed, a plan that stays the same failed them every round; a live probe saw a ring
     # of eight after a switch to fifo fail 8 changes a round, round after round)
     scheduler_settings("fifo")
-    node = make_node("node-01", gpus=2)
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
-    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
-    jobs = _running_jobs(gpus, make_job, member, team, on=[0, 1])
+    gpus = live_gpus(make_node, 2, now=T0)
+    jobs = running_jobs(gpus, make_job, member, team, on=[0, 1], now=T0)
     rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
-    plan = _moves(jobs, gpus, targets=[1, 0])
+    plan = moves(jobs, gpus, targets=[1, 0])
     round_row = services._record_round(rows, plan, now=T0, requeued=0)
 
     # when it is applied
@@ -139,13 +82,11 @@ def test_a_ring_of_moves_one_of_which_cannot_be_made_changes_nothing(
     # given a ring of three moves (0 -> 1 -> 2 -> 0), and job 2's target GPU also held by
     # a job the plan leaves where it is (a race: it came after the round read the cluster)
     scheduler_settings("fifo")
-    node = make_node("node-01", gpus=4)
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
-    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
-    jobs = _running_jobs(gpus, make_job, member, team, on=[0, 1, 2])
+    gpus = live_gpus(make_node, 4, now=T0)
+    jobs = running_jobs(gpus, make_job, member, team, on=[0, 1, 2], now=T0)
     rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
-    plan = _moves(jobs, gpus, targets=[1, 2, 3])
-    (outsider,) = _running_jobs(gpus, make_job, member, team, on=[3])
+    plan = moves(jobs, gpus, targets=[1, 2, 3])
+    (outsider,) = running_jobs(gpus, make_job, member, team, on=[3], now=T0)
     round_row = services._record_round(rows, plan, now=T0, requeued=0)
 
     # when it is applied
@@ -166,9 +107,7 @@ def test_a_swap_stands_when_a_start_that_waited_on_it_was_cancelled_meanwhile(
     # given job A on GPUs 0 and 3 moving to GPU 1, job B on GPU 1 moving to GPU 0 (a swap:
     # neither first), and a start of job D on GPU 3, which A leaves
     scheduler_settings("fifo")
-    node = make_node("node-01", gpus=4)
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
-    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    gpus = live_gpus(make_node, 4, now=T0)
     spec = {"global_batch_size": 256, "min_batch_size": 256, "max_batch_size": 256}
     a = make_job(owner=member, team=team, min_gpus=1, max_gpus=2, at=T0, **spec)
     b = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, at=T0, **spec)
@@ -178,16 +117,15 @@ def test_a_swap_stands_when_a_start_that_waited_on_it_was_cancelled_meanwhile(
     cluster_services.start_job(b, gpus=[gpus[1]], batch_size=256, at=earlier)
     rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
 
-    def on(*ks):
-        return core.Allocation(gpu_ids=tuple(gpus[k].uuid for k in ks), global_batch=256)
-
     plan = core.Plan(
-        allocations={str(a.pk): on(1), str(b.pk): on(0), str(d.pk): on(3)},
+        allocations={str(a.pk): on(gpus, 1), str(b.pk): on(gpus, 0), str(d.pk): on(gpus, 3)},
         waiting={},
         changes=(
-            core.Change(str(a.pk), core.ChangeKind.RESIZE, before=on(0, 3), after=on(1)),
-            core.Change(str(b.pk), core.ChangeKind.RESIZE, before=on(1), after=on(0)),
-            core.Change(str(d.pk), core.ChangeKind.START, before=None, after=on(3)),
+            core.Change(
+                str(a.pk), core.ChangeKind.RESIZE, before=on(gpus, 0, 3), after=on(gpus, 1)
+            ),
+            core.Change(str(b.pk), core.ChangeKind.RESIZE, before=on(gpus, 1), after=on(gpus, 0)),
+            core.Change(str(d.pk), core.ChangeKind.START, before=None, after=on(gpus, 3)),
         ),
         policy="fifo",
     )
@@ -229,13 +167,11 @@ def test_a_stuck_resize_does_not_block_an_independent_swap(
     # needs no GPU the swap holds, nor the swap one of C's (all or nothing over every
     # pending resize failed the swap too, every round for as long as C stayed stuck)
     scheduler_settings("fifo")
-    node = make_node("node-01", gpus=4)
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
-    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
-    a, b, c = _running_jobs(gpus, make_job, member, team, on=[0, 1, 2])
+    gpus = live_gpus(make_node, 4, now=T0)
+    a, b, c = running_jobs(gpus, make_job, member, team, on=[0, 1, 2], now=T0)
     rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
-    plan = _moves([a, b, c], gpus, targets=[1, 0, 3])
-    (outsider,) = _running_jobs(gpus, make_job, member, team, on=[3])
+    plan = moves([a, b, c], gpus, targets=[1, 0, 3])
+    (outsider,) = running_jobs(gpus, make_job, member, team, on=[3], now=T0)
     round_row = services._record_round(rows, plan, now=T0, requeued=0)
 
     # when it is applied
@@ -264,9 +200,7 @@ def test_a_resize_that_needs_a_gpu_a_swap_leaves_follows_the_swap(
     # GPU 0 to 1, B from GPUs 1 and 2 to 0): X is in no ring of its own, it needs the swap
     # made first, and X has the lowest id, so it is looked at first
     scheduler_settings("fifo")
-    node = make_node("node-01", gpus=4)
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
-    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
+    gpus = live_gpus(make_node, 4, now=T0)
     spec = {"global_batch_size": 256, "min_batch_size": 256, "max_batch_size": 256}
     x = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, at=T0, **spec)
     a = make_job(owner=member, team=team, min_gpus=1, max_gpus=1, at=T0, **spec)
@@ -277,16 +211,15 @@ def test_a_resize_that_needs_a_gpu_a_swap_leaves_follows_the_swap(
     cluster_services.start_job(b, gpus=[gpus[1], gpus[2]], batch_size=256, at=earlier)
     rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
 
-    def on(*ks):
-        return core.Allocation(gpu_ids=tuple(gpus[k].uuid for k in ks), global_batch=256)
-
     plan = core.Plan(
-        allocations={str(x.pk): on(2), str(a.pk): on(1), str(b.pk): on(0)},
+        allocations={str(x.pk): on(gpus, 2), str(a.pk): on(gpus, 1), str(b.pk): on(gpus, 0)},
         waiting={},
         changes=(
-            core.Change(str(x.pk), core.ChangeKind.RESIZE, before=on(3), after=on(2)),
-            core.Change(str(a.pk), core.ChangeKind.RESIZE, before=on(0), after=on(1)),
-            core.Change(str(b.pk), core.ChangeKind.RESIZE, before=on(1, 2), after=on(0)),
+            core.Change(str(x.pk), core.ChangeKind.RESIZE, before=on(gpus, 3), after=on(gpus, 2)),
+            core.Change(str(a.pk), core.ChangeKind.RESIZE, before=on(gpus, 0), after=on(gpus, 1)),
+            core.Change(
+                str(b.pk), core.ChangeKind.RESIZE, before=on(gpus, 1, 2), after=on(gpus, 0)
+            ),
         ),
         policy="fifo",
     )

@@ -9,17 +9,17 @@ row. PostgreSQL broke the deadlock by aborting one of them: the cancel (a 500) o
 round. Against the real PostgreSQL, two connections."""
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection, connections, transaction
+from support.apply_plans import live_gpus, moves, running_jobs
 from support.polling import wait_for
 
 from cluster import services as cluster_services
 from cluster.choices import JobState
-from cluster.models import Gpu, Job, Node
+from cluster.models import Job
 from scheduling import adapters, services
-from scheduling.core import types as core
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,33 +38,10 @@ def test_a_cancel_during_a_swap_neither_deadlocks_nor_fails(
 ):
     # given two running jobs on GPUs 0 and 1 and a plan that swaps them (no order applies it)
     scheduler_settings("fifo")
-    node = make_node("node-01", gpus=2)
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
-    gpus = list(Gpu.objects.filter(node=node).order_by("index"))
-    jobs = []
-    for k in (0, 1):
-        job = make_job(
-            owner=member, team=team, min_gpus=1, max_gpus=1, global_batch_size=256,
-            min_batch_size=256, max_batch_size=256, at=T0 - timedelta(minutes=5),
-        )  # fmt: skip
-        cluster_services.start_job(
-            job, gpus=[gpus[k]], batch_size=256, at=T0 - timedelta(minutes=1)
-        )
-        jobs.append(job)
+    gpus = live_gpus(make_node, 2, now=T0)
+    jobs = running_jobs(gpus, make_job, member, team, on=[0, 1], now=T0)
     rows = adapters.build_snapshot(now=T0, round_length_s=60.0)
-
-    def on(k):
-        return core.Allocation(gpu_ids=(gpus[k].uuid,), global_batch=256)
-
-    plan = core.Plan(
-        allocations={str(jobs[0].pk): on(1), str(jobs[1].pk): on(0)},
-        waiting={},
-        changes=(
-            core.Change(str(jobs[0].pk), core.ChangeKind.RESIZE, before=on(0), after=on(1)),
-            core.Change(str(jobs[1].pk), core.ChangeKind.RESIZE, before=on(1), after=on(0)),
-        ),
-        policy="fifo",
-    )
+    plan = moves(jobs, gpus, targets=[1, 0])
     round_row = services._record_round(rows, plan, now=T0, requeued=0)
 
     # and job 0's owner cancelling it once the cycle has begun (its second pass)
