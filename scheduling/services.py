@@ -44,8 +44,6 @@ from django.db.models import (
     Sum,
 )
 from django.utils import timezone
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 
 from cluster import services as cluster_services
 from cluster.choices import (
@@ -624,6 +622,11 @@ def _resize_groups(resizes: list[adapters.RowChange]) -> list[list[adapters.RowC
     }
     # The strong components (scipy), then their order: a component after every component
     # holding GPUs its members need (the stdlib's topological sort of the condensation).
+    # (scipy imported here: a ring is rare, and every web and worker process imports this
+    # module at start-up)
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
     ids = list(by_job)
     at = {job_id: k for k, job_id in enumerate(ids)}
     edges = [(at[j], at[h]) for j in ids for h in needs[j]]
