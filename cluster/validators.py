@@ -71,6 +71,23 @@ TOP_POWER_LIMIT_MESSAGE = (
 )
 
 
+def whole_watts(value: float) -> int:
+    """A power limit an agent reports (NVML's milliwatts as watts, a float) as the GPU row
+    stores it: the nearest whole watt (Python's ``round``, half to even). Registration
+    stores it so, and checks the top limit's floor on it (``REPORTED_TOP_POWER_LIMIT_MESSAGE``)."""
+    return round(value)
+
+
+# Registration's message: the floor is checked on the stored value, so 9.6 W (stored as
+# 10 W) registers and 9.4 W (stored as 9 W) does not. Checked on the reported float, 9.6 W
+# was refused although the row would have held 10 W, and 10.4 W registered as 10 W.
+REPORTED_TOP_POWER_LIMIT_MESSAGE = (
+    f"Must be at least {MIN_TOP_POWER_LIMIT_W} W once rounded to whole watts, as it is "
+    f"stored ({MIN_TOP_POWER_LIMIT_W - 0.5:g} W or more): no GPU tops out below that, and "
+    "every draw of this GPU above 1.5 x it would be refused from the energy ledger."
+)
+
+
 def top_power_limit_message(value: float) -> str | None:
     """Why ``value`` cannot be a GPU's highest power limit, or None if it can."""
     if value < MIN_TOP_POWER_LIMIT_W:

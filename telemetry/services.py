@@ -28,6 +28,7 @@ from cluster.services import (
     retirement,
     transition_job,
 )
+from cluster.validators import whole_watts
 from cluster.workloads import same_gpu_model
 from scheduling.core.goodput import efficiency, iterations_per_submitted
 from scheduling.workload_profiles import follow_respelled_gpu_model
@@ -283,9 +284,9 @@ def _store_gpus(
                 "node": node,
                 "index": g["index"],
                 "model": g["model"],
-                "default_power_limit_w": round(g["default_power_limit_w"]),
-                "min_power_limit_w": round(g["min_power_limit_w"]),
-                "max_power_limit_w": round(g["max_power_limit_w"]),
+                "default_power_limit_w": whole_watts(g["default_power_limit_w"]),
+                "min_power_limit_w": whole_watts(g["min_power_limit_w"]),
+                "max_power_limit_w": whole_watts(g["max_power_limit_w"]),
                 "retired_at": None,  # reported again: it is back on its node
                 "missing_since": None,
             }

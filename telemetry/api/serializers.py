@@ -14,9 +14,10 @@ from cluster.validators import (
     MAX_SM_CLOCK_MHZ,
     MAX_SM_CLOCKS,
     MIN_TOP_POWER_LIMIT_W,
-    TOP_POWER_LIMIT_MESSAGE,
+    REPORTED_TOP_POWER_LIMIT_MESSAGE,
     multi_line,
     single_line,
+    whole_watts,
 )
 from cluster.workloads import gpu_model_spelling
 from scheduling.core.goodput import MAX_NOISE_SCALE, ratio_beyond_measurement
@@ -64,12 +65,13 @@ class GpuRegistrationSerializer(serializers.Serializer):
     )
     default_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
     min_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
-    # (the floor ``Gpu.clean`` holds too, so the admin's GPU API and the Django admin; in
-    # the schema as the field's minimum)
+    # (the floor ``Gpu.clean`` holds too, so the admin's GPU API and the Django admin),
+    # judged on the whole watts the row stores (``validate_max_power_limit_w``); in the
+    # schema as the field's minimum, the least float that rounds to it
     max_power_limit_w = FiniteFloatField(
-        min_value=MIN_TOP_POWER_LIMIT_W,
+        min_value=MIN_TOP_POWER_LIMIT_W - 0.5,
         max_value=2000,
-        error_messages={"min_value": TOP_POWER_LIMIT_MESSAGE},
+        error_messages={"min_value": REPORTED_TOP_POWER_LIMIT_MESSAGE},
     )
     max_sm_clock_mhz = serializers.IntegerField(
         min_value=1,
@@ -86,6 +88,13 @@ class GpuRegistrationSerializer(serializers.Serializer):
         help_text="SM clocks the GPU can be locked at. Null, empty or absent: unknown; "
         "a registered list is kept.",
     )
+
+    def validate_max_power_limit_w(self, value):
+        # On what is stored (whole watts), not on the float reported: the two disagreed
+        # for 9.5-10 W (refused, though stored as 10 W).
+        if whole_watts(value) < MIN_TOP_POWER_LIMIT_W:
+            raise serializers.ValidationError(REPORTED_TOP_POWER_LIMIT_MESSAGE)
+        return value
 
     def validate_model(self, value):
         # the catalog's (or the cluster's) spelling: "a100" is the catalog's A100

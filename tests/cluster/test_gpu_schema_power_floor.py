@@ -4,7 +4,7 @@
 
 from drf_spectacular.generators import SchemaGenerator
 
-from cluster.validators import MIN_TOP_POWER_LIMIT_W
+from cluster.validators import MIN_TOP_POWER_LIMIT_W, whole_watts
 
 
 def _schemas() -> dict:
@@ -14,7 +14,12 @@ def _schemas() -> dict:
 def test_the_gpu_apis_schema_gives_the_top_power_limits_floor():
     schemas = _schemas()
 
-    for name in ("GpuRequest", "PatchedGpuRequest", "GpuRegistrationRequest"):
+    for name in ("GpuRequest", "PatchedGpuRequest"):
         assert schemas[name]["properties"]["max_power_limit_w"]["minimum"] == (
             MIN_TOP_POWER_LIMIT_W
         ), name
+    # Registration takes NVML's float and stores it in whole watts: its minimum is the
+    # least float stored at the floor (9.5 W, stored as 10 W).
+    minimum = schemas["GpuRegistrationRequest"]["properties"]["max_power_limit_w"]["minimum"]
+    assert minimum == MIN_TOP_POWER_LIMIT_W - 0.5
+    assert whole_watts(minimum) == MIN_TOP_POWER_LIMIT_W

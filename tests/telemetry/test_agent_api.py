@@ -672,3 +672,34 @@ def test_a_top_power_limit_of_ten_watts_registers(make_node, agent_client):
         "/api/agent/register/", {"gpus": [registered_gpu("GPU-x0", 0, **limits)]}, format="json"
     )
     assert response.status_code == 200, response.json()
+
+
+@pytest.mark.parametrize(("top_w", "stored_w"), [(9.5, 10), (9.6, 10), (10.4, 10)])
+def test_a_top_power_limit_stored_at_the_floor_registers_as_stored(
+    make_node, agent_client, top_w, stored_w
+):
+    # given an agent reporting a top limit under 10 W that is stored, in whole watts, as
+    # 10 W (it was refused: the floor was checked on the reported float, the store rounds)
+    node = make_node("node-09", gpus=0)
+    limits = {"min_power_limit_w": 5.0, "default_power_limit_w": 9.0, "max_power_limit_w": top_w}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", {"gpus": [registered_gpu("GPU-x0", 0, **limits)]}, format="json"
+    )
+    # then it registers, and the top limit stored is the one the floor was checked on
+    assert response.status_code == 200, response.json()
+    assert Gpu.objects.get(uuid="GPU-x0").max_power_limit_w == stored_w
+
+
+def test_a_top_power_limit_stored_below_the_floor_is_refused_saying_so(make_node, agent_client):
+    # given a top limit of 9.4 W, which would be stored as 9 W
+    node = make_node("node-09", gpus=0)
+    limits = {"min_power_limit_w": 5.0, "default_power_limit_w": 9.0, "max_power_limit_w": 9.4}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", {"gpus": [registered_gpu("GPU-x0", 0, **limits)]}, format="json"
+    )
+    # then it is a 400 whose message says the limit is judged as stored, in whole watts
+    assert response.status_code == 400
+    message = response.json()["gpus"][0]["max_power_limit_w"][0]
+    assert "at least 10 W" in message
+    assert "whole watts" in message
+    assert not Gpu.objects.filter(node=node).exists()
