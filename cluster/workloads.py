@@ -39,8 +39,8 @@ def catalog_name(workload: str, known: Sequence[str] | None = None) -> str:
     names in any case were already read as the catalog's. ``known``: the catalog's
     workloads, where the caller has them (``known_workloads``). A name the catalog lacks is
     spelled as the cluster's learned model of it is (``_learned_spelling``)."""
-    by_fold = {_case_fold(w): w for w in (known_workloads() if known is None else known)}
-    found = by_fold.get(_case_fold(workload.strip()))
+    by_fold = {workload_fold(w): w for w in (known_workloads() if known is None else known)}
+    found = by_fold.get(workload_fold(workload.strip()))
     return found or _learned_spelling(workload) or workload
 
 
@@ -49,38 +49,36 @@ def _learned_spelling(workload: str) -> str | None:
     names in another case or form, the first learned where there are several; None where
     none does. Read apart, ``mynet`` after ``MyNet``'s jobs started from an estimate instead
     of what they had learned, and passed the submit checks that model would refuse, as a
-    catalog workload in another case did."""
-    from django.db.models import CharField, F, Func
+    catalog workload in another case did.
+
+    Matched on ``WorkloadProfile.workload_key``, the stored name's ``workload_fold``: one
+    rule, in Python, for the database's filter and the comparison. (The filter was
+    PostgreSQL's ``upper`` over the stored name's NFKC form, the comparison Python's
+    ``casefold``: ``upper`` keeps "\u00df" where ``casefold`` makes it "ss", so a job named
+    ``STRASSENET`` did not find the profile learned as ``Stra\u00dfeNet``.)"""
+    from django.db.models import Min
 
     from scheduling.models import WorkloadProfile  # the scheduling app's models
 
     name = workload.strip()
     if not name:
         return None
-    folded = _case_fold(name)
-    # The stored names compared in their compatibility forms too (PostgreSQL's normalize):
-    # compared as stored, a name learned in fullwidth ("\uff2d\uff59\uff2e\uff45\uff54")
-    # was not found for "MyNet", which became a new workload, the reverse order not.
-    nfkc = Func(
-        F("workload"),
-        function="normalize",
-        template="%(function)s(%(expressions)s, NFKC)",
-        output_field=CharField(),
+    return (
+        WorkloadProfile.objects.filter(workload_key=workload_fold(name))
+        .values("workload")
+        .annotate(first_at=Min("created_at"))
+        .order_by("first_at", "workload")
+        .values_list("workload", flat=True)
+        .first()
     )
-    spellings = (
-        WorkloadProfile.objects.annotate(nfkc=nfkc)
-        .filter(nfkc__iexact=unicodedata.normalize("NFKC", name))
-        .order_by("workload", "created_at")
-        .distinct("workload")
-        .values_list("workload", "created_at")
-    )
-    matches = sorted((at, w) for w, at in spellings if _case_fold(w) == folded)
-    return matches[0][1] if matches else None
 
 
-def _case_fold(name: str) -> str:
-    # Case and compatibility forms: "ｒｅｓｎｅｔ５０" (fullwidth) is resnet50 as RESNET50
-    # is; kept apart, it was a new workload that skipped every submit check.
+def workload_fold(name: str) -> str:
+    """The form in which two workload names are one workload: compatibility forms and
+    case folded (NFKC, then Python's full ``casefold``): resnet50 in fullwidth letters is
+    resnet50 as RESNET50 is, and "\u00df" is "ss"; kept apart, it was a new workload that skipped
+    every submit check. Catalog names and learned profiles' names (``WorkloadProfile.
+    workload_key``) are matched by it alone."""
     return unicodedata.normalize("NFKC", name).casefold()
 
 
@@ -94,7 +92,7 @@ _SEPARATORS = re.compile(r"[\s_-]+")
 
 def _folded(name: str) -> str:
     # Combining marks dropped too: "bert" with an acute accent on its t is a look-alike.
-    parts = unicodedata.normalize("NFKD", _case_fold(name))
+    parts = unicodedata.normalize("NFKD", workload_fold(name))
     return _SEPARATORS.sub("", "".join(c for c in parts if not unicodedata.combining(c)))
 
 

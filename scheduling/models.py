@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
+from cluster.workloads import workload_fold
 from scheduling.choices import DecisionAction, RoundOutcome
 from scheduling.core.perf_models import (
     Catalog,
@@ -128,6 +129,10 @@ class WorkloadProfile(models.Model):
     """
 
     workload = models.CharField(max_length=100)  # as long as a job's (cluster.Job)
+    # ``workload`` as names are matched (``cluster.workloads.workload_fold``), set on every
+    # save: the lookup of a learned spelling filters on it, so the database and Python
+    # apply one rule. (A text: the fold may be longer than the name, "\u00df" is "ss".)
+    workload_key = models.TextField(editable=False, default="")
     gpu_model = models.CharField(max_length=100)
     version = models.PositiveIntegerField()
     prior = models.CharField(max_length=100, help_text="catalog model the first job started from")
@@ -143,6 +148,7 @@ class WorkloadProfile(models.Model):
 
     class Meta:
         ordering = ["workload", "gpu_model", "-version"]
+        indexes = [models.Index(fields=["workload_key"], name="workload_profile_key_idx")]
         constraints = [
             models.UniqueConstraint(
                 fields=["workload", "gpu_model", "version"], name="workload_profile_unique_version"
@@ -154,6 +160,13 @@ class WorkloadProfile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workload} on {self.gpu_model} (learned v{self.version})"
+
+    def save(self, *args, **kwargs) -> None:
+        self.workload_key = workload_fold(self.workload)
+        fields = kwargs.get("update_fields")
+        if fields is not None and "workload" in fields:
+            kwargs["update_fields"] = {*fields, "workload_key"}
+        super().save(*args, **kwargs)
 
 
 # --- live scheduling: settings, rounds, decisions, per-job state -------------------------

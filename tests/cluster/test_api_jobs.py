@@ -433,6 +433,61 @@ def test_a_learned_workload_in_another_case_is_that_workload(api_client, member,
     assert Job.objects.get().workload == "MyNet"
 
 
+@pytest.mark.parametrize(
+    ("learned", "typed"),
+    [
+        ("Stra\u00dfeNet", "STRASSENET"),  # sharp s against its full case folding
+        ("STRASSENET", "stra\u00dfenet"),
+        ("\u1e9eNet", "ssnet"),  # capital sharp s
+        ("Gro\u00dfNet", "GROSSNET"),
+    ],
+)
+def test_a_learned_workload_under_a_full_case_folding_is_that_workload(
+    api_client, member, team, learned, typed
+):
+    # given earlier jobs taught the cluster a model of a workload whose name folds to the
+    # typed one only by a full case folding ("\u00df" is "ss"): the database's filter
+    # (PostgreSQL's upper, which keeps "\u00df") and the comparison (Python's casefold)
+    # disagreed, so the lookup found nothing and the job was a new workload of its own
+    from django.utils import timezone
+
+    from scheduling.models import WorkloadProfile
+    from scheduling.workload_profiles import model_to_params
+
+    WorkloadProfile.objects.create(
+        workload=learned, gpu_model="A100", version=1, prior="catalog resnet50@A100",
+        params=model_to_params(perf_catalog().get("resnet50", "A100")), n_observations=9,
+        jobs=1, created_at=timezone.now(),
+    )  # fmt: skip
+    # when a job names it so
+    body = {**SUBMIT, "workload": typed, "param_count": 25_000_000}
+    response = api_client(member).post("/api/jobs/", body, format="json")
+    # then it is a job of the learned workload
+    assert response.status_code == 201, response.json()
+    assert Job.objects.get().workload == learned
+
+
+def test_a_name_only_an_uppercasing_merges_is_not_a_learned_workload(api_client, member, team):
+    # given a workload learned under a dotless i ("\u0131"), which PostgreSQL's upper makes
+    # "I" but Python's casefold keeps apart from "i"
+    from django.utils import timezone
+
+    from scheduling.models import WorkloadProfile
+    from scheduling.workload_profiles import model_to_params
+
+    WorkloadProfile.objects.create(
+        workload="B\u0131tNet", gpu_model="A100", version=1, prior="catalog resnet50@A100",
+        params=model_to_params(perf_catalog().get("resnet50", "A100")), n_observations=9,
+        jobs=1, created_at=timezone.now(),
+    )  # fmt: skip
+    # when a job names "bitnet"
+    body = {**SUBMIT, "workload": "bitnet", "param_count": 25_000_000}
+    response = api_client(member).post("/api/jobs/", body, format="json")
+    # then it is a workload of its own, stored as typed
+    assert response.status_code == 201, response.json()
+    assert Job.objects.get().workload == "bitnet"
+
+
 def test_a_workload_learned_under_a_fullwidth_name_is_that_workload_in_ascii(
     api_client, member, team
 ):
