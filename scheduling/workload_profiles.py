@@ -854,6 +854,32 @@ def _respelled(by_model: Mapping[str, Any], old: str, new: str, *, pool: bool) -
     return out
 
 
+def _named(params: Any, old: str, new: str) -> Any:
+    """``params`` (a stored model: ``model_to_params``'s, a profile's with its ``fit``'s
+    base) with its model's GPU model ``new`` where it names ``old``; anything else as it
+    is. A profile or fit moved to another spelling of its GPU model keeps what it learned,
+    under the key it is stored under now."""
+    if not isinstance(params, Mapping):
+        return params
+    out = dict(params)
+    model = out.get("model")
+    if isinstance(model, Mapping) and model.get("gpu_model") == old:
+        out["model"] = {**model, "gpu_model": new}
+    fit = out.get("fit")
+    if isinstance(fit, Mapping) and "base" in fit:
+        out["fit"] = {**fit, "base": _named(fit["base"], old, new)}
+    return out
+
+
+def _fits_named(online_params: Mapping[str, Any], old: str, new: str) -> dict:
+    """A job's per-model fits with the prior under ``new`` naming it (``_named``)."""
+    out = dict(online_params)
+    entry = out.get(new)
+    if isinstance(entry, Mapping) and "prior_params" in entry:
+        out[new] = {**entry, "prior_params": _named(entry["prior_params"], old, new)}
+    return out
+
+
 def follow_respelled_gpu_model(old: str, new: str) -> tuple[int, int]:
     """What was learned under GPU model key ``old`` moves to ``new``, the same model spelled
     as the catalog (or the cluster) spells it, once no GPU in service is stored as ``old``
@@ -864,16 +890,24 @@ def follow_respelled_gpu_model(old: str, new: str) -> tuple[int, int]:
     rounds looked ``new`` up, found nothing learned, and started every job of the workload
     from the catalog's model again; a finished job not yet folded began a profile of its
     own under ``old``. The rules of the migration that moved them once (scheduling 0011).
-    Returns (profile versions moved, job states rewritten)."""
+    What they store names ``new`` too (``_named``: a profile's model and its fit's base, a
+    fit's prior; scheduling 0013 renamed those that moved before). Returns (profile
+    versions moved, job states rewritten)."""
     moved = 0
     for workload in sorted(
         set(WorkloadProfile.objects.filter(gpu_model=old).values_list("workload", flat=True))
     ):
         if WorkloadProfile.objects.filter(workload=workload, gpu_model=new).exists():
             continue
-        moved += WorkloadProfile.objects.filter(workload=workload, gpu_model=old).update(
-            gpu_model=new
-        )
+        # Its params name the GPU model too (the model read back from them is that GPU
+        # model's): moved with the row, they named the old key on a row of the new.
+        for profile in WorkloadProfile.objects.select_for_update().filter(
+            workload=workload, gpu_model=old
+        ):
+            profile.gpu_model = new
+            profile.params = _named(profile.params, old, new)
+            profile.save(update_fields=["gpu_model", "params"])
+            moved += 1
     states = (
         JobSchedulingState.objects.select_for_update()
         .filter(Q(observations__has_key=old) | Q(online_params__has_key=old))
@@ -882,7 +916,9 @@ def follow_respelled_gpu_model(old: str, new: str) -> tuple[int, int]:
     rewritten = 0
     for state in states:
         state.observations = _respelled(state.observations or {}, old, new, pool=True)
-        state.online_params = _respelled(state.online_params or {}, old, new, pool=False)
+        state.online_params = _fits_named(
+            _respelled(state.online_params or {}, old, new, pool=False), old, new
+        )
         state.save(update_fields=["observations", "online_params"])
         rewritten += 1
     return moved, rewritten

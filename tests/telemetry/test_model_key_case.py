@@ -4,6 +4,7 @@
 estimated from the nearest catalog GPU instead of the A100's measured models, and a job
 asking for ``A100`` could never be placed on them (a live probe, 7 Dec 2026)."""
 
+import copy
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -280,3 +281,58 @@ def test_a_board_split_leaves_what_was_learned_on_the_bare_key(make_node, agent_
     assert again.status_code == 200, again.json()
     assert Gpu.objects.get(uuid="GPU-x0").model == "A100-PCIe"
     assert WorkloadProfile.objects.get(pk=profile.pk).gpu_model == "A100"
+
+
+def _params_on(workload: str, gpu_model: str) -> dict:
+    """A profile version's params as a fold on GPUs stored as ``gpu_model`` writes them:
+    the model, and the base it was fitted from, name that key."""
+    params = wp.model_to_params(CATALOG.get(workload, "A100"))
+    params["model"]["gpu_model"] = gpu_model
+    params["fit"] = {
+        "base": copy.deepcopy(params),
+        "params": [],
+        "observations": [],
+        "fitted_weight": 0.0,
+    }
+    return params
+
+
+def test_a_profile_moved_to_a_rekeyed_gpu_names_the_new_key_in_its_params(
+    agent_node, agent_client, make_job, member, team
+):
+    # given GPUs stored as "a100", bert's profile learned on them (its params name "a100"),
+    # and a queued job whose per-model fit was made against a prior on "a100"
+    node, token = agent_node
+    Gpu.objects.filter(node=node).update(model="a100")
+    profile = WorkloadProfile.objects.create(
+        workload="bert", gpu_model="a100", version=1, prior="catalog bert@A100",
+        params=_params_on("bert", "a100"), n_observations=4.0, jobs=1, created_at=T0,
+    )  # fmt: skip
+    queued = make_job(owner=member, team=team, workload="bert")
+    Job.objects.filter(pk=queued.pk).update(gpu_model="a100")
+    prior = wp.model_to_params(CATALOG.get("bert", "A100"))
+    prior["model"]["gpu_model"] = "a100"
+    JobSchedulingState.objects.create(
+        job=queued, online_params={"a100": {"params": [0.0], "prior_params": prior}}
+    )
+    body = {
+        "gpus": [registered_gpu(g.uuid, g.index, "a100") for g in Gpu.objects.filter(node=node)]
+    }
+
+    # when its agent registers again, and its GPUs are stored as the catalog's "A100"
+    response = agent_client(token).post("/api/agent/register/", body, format="json")
+    assert response.status_code == 200, response.json()
+
+    # then the moved profile's params name "A100", its model and the base it was fitted
+    # from (they kept "a100": the model read back from it was an "a100" model on an "A100"
+    # row), and so does the job's prior under its moved fit
+    params = WorkloadProfile.objects.get(pk=profile.pk).params
+    assert params["model"]["gpu_model"] == "A100"
+    assert params["fit"]["base"]["model"]["gpu_model"] == "A100"
+    assert perf_lookup.model_for("bert", "A100").model.gpu_model == "A100"
+    entry = JobSchedulingState.objects.get(pk=queued.pk).online_params["A100"]
+    assert entry["prior_params"]["model"]["gpu_model"] == "A100"
+    assert wp.stored_prior(entry).gpu_model == "A100"
+    # and the rest of the params is as it was
+    params["model"]["gpu_model"] = params["fit"]["base"]["model"]["gpu_model"] = "a100"
+    assert params == _params_on("bert", "a100")
