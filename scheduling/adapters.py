@@ -332,6 +332,8 @@ def build_snapshot(
         round_length_s=round_length_s,
         budgets=budgets_from_rows(budget_rows),
         idle_power_w=workload_profiles.uncatalogued_idle_w(perf, gpus.values(), nvml, now=now),
+        # (the GPUs a job may be given: those its node's agent registered)
+        clock_steps=clock_steps_by_model(g for g in gpus.values() if g.missing_since is None),
         carbon=carbon_signal(settings.TELEMETRY_CARBON_ZONE, now),
         policy_state=dict(policy_state or {}),
         # Live, every model is an estimate, the catalog's included.
@@ -647,6 +649,35 @@ _APPLY_ORDER = {
 }
 
 
+def clock_steps(gpus: Iterable[Gpu]) -> core.ClockSteps:
+    """The clocks ``gpus`` run at when told one (``core.ClockSteps``): capped at the lowest
+    registered maximum (or highest lockable clock), then a step every GPU that lists any
+    lists."""
+    gpus = list(gpus)
+    tops = [g.max_sm_clock_mhz or max(g.supported_sm_clocks_mhz or [0]) for g in gpus]
+    tops = [t for t in tops if t]
+    listed = [set(g.supported_sm_clocks_mhz) for g in gpus if g.supported_sm_clocks_mhz]
+    common = sorted(set.intersection(*listed)) if listed else []
+    return core.ClockSteps(steps=tuple(common), top_mhz=min(tops) if tops else None)
+
+
+def clock_steps_by_model(gpus: Iterable[Gpu]) -> dict[str, core.ClockSteps]:
+    """GPU model -> the clocks all its GPUs in ``gpus`` take (``clock_steps``), where they
+    bound a plan's clock at all (``Snapshot.clock_steps``). A job's GPUs are some of its
+    model's, so a clock all of them take is taken as it is on any (a cap no higher, steps
+    a subset). Where GPUs of one model list steps none of the others list, no common step
+    is known: the plan's clock is then taken as the job's GPUs allow, as before."""
+    by_model: dict[str, list[Gpu]] = defaultdict(list)
+    for g in gpus:
+        by_model[g.model].append(g)
+    out = {}
+    for model, group in by_model.items():
+        steps = clock_steps(group)
+        if steps.steps or steps.top_mhz is not None:
+            out[model] = steps
+    return out
+
+
 def settings_the_gpus_take(
     gpus: Iterable[Gpu], *, sm_clock_mhz: int | None, power_limit_w: int | None
 ) -> tuple[int | None, int | None]:
@@ -659,19 +690,13 @@ def settings_the_gpus_take(
     plan's: its job's time and draw were learned at settings it never ran at (a live probe)."""
     gpus = list(gpus)
     if sm_clock_mhz is not None:
-        tops = [g.max_sm_clock_mhz or max(g.supported_sm_clocks_mhz or [0]) for g in gpus]
-        tops = [t for t in tops if t]
-        if tops and sm_clock_mhz > min(tops):
-            sm_clock_mhz = min(tops)
         # A step every GPU lists (the highest at or below the plan's, else the lowest): the
         # core plans from its model's clocks (the catalog's A100 steps, fifo_lowclock's
         # 975 MHz), and NVML locks a range, so a GPU listing [1410, 1200, 810] ran at a
         # step of its own while its allocation said 975. GPUs that list none add no bound.
-        listed = [set(g.supported_sm_clocks_mhz) for g in gpus if g.supported_sm_clocks_mhz]
-        common = sorted(set.intersection(*listed)) if listed else []
-        if common:
-            below = [c for c in common if c <= sm_clock_mhz]
-            sm_clock_mhz = below[-1] if below else common[0]
+        # (The round plans only clocks its GPUs' model takes, ``clock_steps_by_model``, so
+        # a plan's clock is normally taken as it is.)
+        sm_clock_mhz = clock_steps(gpus).take(sm_clock_mhz)
     if power_limit_w is not None and gpus:
         low = max(g.min_power_limit_w for g in gpus)
         high = min(g.max_power_limit_w for g in gpus)

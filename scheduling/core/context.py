@@ -19,8 +19,10 @@ from functools import cached_property
 from typing import Any
 
 from scheduling.core.goodput import iters_to_finish, useful_samples_per_iter
+from scheduling.core.perf_models import with_clocks
 from scheduling.core.types import (
     Budget,
+    ClockSteps,
     Cluster,
     GpuConfig,
     Job,
@@ -39,9 +41,15 @@ class PerfCache:
         catalog: PerfCatalog,
         job_perf: Mapping[tuple[str, str], PerfModel] | None = None,
         idle_power_w: Mapping[str, float] | None = None,
+        clock_steps: Mapping[str, ClockSteps] | None = None,
     ) -> None:
         self._catalog = catalog
         self._job_perf = dict(job_perf or {})
+        # GPU model -> the clocks its GPUs take (``Snapshot.clock_steps``): the models this
+        # cache hands out plan only those (``with_clocks``); (job id, GPU model) -> a job's
+        # learned model so restricted, made once a round.
+        self._steps = dict(clock_steps or {})
+        self._own: dict[tuple[str, str], PerfModel] = {}
         # ids of the jobs with a learned model of their own (read only)
         self.learned_jobs = frozenset(job_id for job_id, _ in self._job_perf)
         self._models: dict[tuple[str, str], PerfModel | None] = {}
@@ -51,8 +59,15 @@ class PerfCache:
     def model(self, workload: str, gpu_model: str) -> PerfModel | None:
         key = (workload, gpu_model)
         if key not in self._models:
-            self._models[key] = catalog_model(self._catalog, workload, gpu_model)
+            self._models[key] = self._taken(catalog_model(self._catalog, workload, gpu_model))
         return self._models[key]
+
+    def _taken(self, model: PerfModel | None) -> PerfModel | None:
+        """``model`` with only the clocks its GPUs take (``Snapshot.clock_steps``)."""
+        if model is None or not model.clocks_mhz:
+            return model
+        steps = self._steps.get(model.gpu_model)
+        return model if steps is None else with_clocks(model, steps.plannable(model.clocks_mhz))
 
     def has_own_model(self, job: Job) -> bool:
         """Whether the job has a learned model of its own on some GPU model."""
@@ -61,7 +76,14 @@ class PerfCache:
     def model_for(self, job: Job, gpu_model: str) -> PerfModel | None:
         """The job's own learned model on ``gpu_model`` if it has one, else the catalog's."""
         learned = self._job_perf.get((job.job_id, gpu_model))
-        return learned if learned is not None else self.model(job.workload, gpu_model)
+        if learned is None:
+            return self.model(job.workload, gpu_model)
+        if not self._steps:
+            return learned
+        key = (job.job_id, gpu_model)
+        if key not in self._own:
+            self._own[key] = self._taken(learned)
+        return self._own[key]
 
     def predict(
         self, model: PerfModel, n: int, batch: int, clock: int | None, limit: float | None

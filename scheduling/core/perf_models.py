@@ -40,6 +40,7 @@ strictly positive).
 
 from __future__ import annotations
 
+import copy
 import csv
 import functools
 import json
@@ -463,6 +464,20 @@ def gpu_from_dict(name: str, data: Mapping[str, Any]) -> GpuSpec:
         dvfs=DvfsParams(**data["dvfs"]),
         sources=dict(data.get("sources", {})),
     )
+
+
+def with_clocks(model: Any, clocks_mhz: tuple[int, ...]) -> Any:
+    """``model`` offering ``clocks_mhz`` as its clock steps, predicting as it does: a shallow
+    copy, for the service's models (``FittedPerfModel``, whose predictions scale by its
+    GPU's ``dvfs`` top clock, and the online models built on one), whose predictions at a
+    clock do not depend on the steps they offer; ``model`` itself where they are its steps
+    already."""
+    clocks_mhz = tuple(clocks_mhz)
+    if tuple(model.clocks_mhz) == clocks_mhz:
+        return model
+    out = copy.copy(model)
+    out.clocks_mhz = clocks_mhz
+    return out
 
 
 def gpu_to_dict(gpu: GpuSpec) -> dict[str, Any]:

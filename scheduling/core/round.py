@@ -100,7 +100,7 @@ _STRICTNESS = {
 
 
 def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, WaitReason]]:
-    cache = PerfCache(snapshot.perf, snapshot.job_perf, snapshot.idle_power_w)
+    cache = PerfCache(snapshot.perf, snapshot.job_perf, snapshot.idle_power_w, snapshot.clock_steps)
     capacity, node_gpus = (dict(d) for d in snapshot.cluster.schedulable_capacity)
     # A job that names no GPU model runs on the most plentiful one with a perf model.
     models_by_size = sorted(capacity, key=lambda m: (-capacity[m], m))

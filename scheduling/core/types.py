@@ -15,6 +15,7 @@ Units are in names: ``_s`` seconds, ``_j`` joules, ``_w`` watts, ``_g`` grams CO
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -293,6 +294,32 @@ class CarbonSignal:
     estimated: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ClockSteps:
+    """The SM clocks a set of GPUs runs at when told a clock, as the live agent applies
+    one (``telemetry.agent.backends.capped_settings``; the service's
+    ``adapters.settings_the_gpus_take``): no higher than ``top_mhz``, the lowest top clock
+    among them, then the highest of ``steps`` (the clocks every GPU that lists any lists)
+    at or below it, else the lowest step. No steps: the capped clock as it is."""
+
+    steps: tuple[int, ...] = ()  # ascending
+    top_mhz: int | None = None
+
+    def take(self, clock_mhz: int) -> int:
+        """The clock the GPUs run at when told ``clock_mhz``."""
+        if self.top_mhz is not None and clock_mhz > self.top_mhz:
+            clock_mhz = self.top_mhz
+        if self.steps:
+            i = bisect.bisect_right(self.steps, clock_mhz)
+            return self.steps[i - 1] if i else self.steps[0]
+        return clock_mhz
+
+    def plannable(self, clocks_mhz: tuple[int, ...]) -> tuple[int, ...]:
+        """``clocks_mhz`` (a model's steps, ascending) as the clocks the GPUs take, once
+        each: what a round may plan, so that what it predicts at a clock is what runs."""
+        return tuple(sorted({self.take(c) for c in clocks_mhz}))
+
+
 # --- the snapshot and the plan -----------------------------------------------------
 
 
@@ -318,6 +345,12 @@ class Snapshot:
     # it for GPU models the catalog has no model on (measured, else estimated from NVML),
     # which the catalog would price at 0 W; the simulator the idle draw it charges.
     idle_power_w: Mapping[str, float] = field(default_factory=dict)
+    # The clocks the GPUs of a model take (``ClockSteps``), where they are not every clock
+    # of its perf models: the service gives each GPU model's, from what its GPUs registered.
+    # A round plans only clocks they take (``ClockSteps.plannable``): planned at a model's
+    # clock the GPUs do not take, a job's time and energy, and what its budget pays, were
+    # predicted for a clock its GPUs never ran at. The simulator's GPUs take every clock.
+    clock_steps: Mapping[str, ClockSteps] = field(default_factory=dict)
     # Opaque, JSON-serialisable state a policy returned in its last Plan (timers,
     # learned co-location history, ...); the service stores it between rounds.
     policy_state: Mapping[str, Any] = field(default_factory=dict)

@@ -112,3 +112,41 @@ def test_the_clock_taken_is_a_step_every_gpu_lists(lists, planned, taken):
         taken,
         None,
     )
+
+
+@pytest.mark.parametrize(
+    ("top", "listed"),
+    [(1410, [1410, 1200, 810]), (600, [])],
+    ids=["three-steps", "600-MHz-top-none-listed"],
+)
+@pytest.mark.parametrize("policy", ["fifo_lowclock", "powerflow", "greenflow"])
+def test_a_round_plans_and_predicts_at_the_clock_its_allocation_records(
+    scheduler_settings, make_node, make_job, member, team, monkeypatch, policy, top, listed
+):
+    # given A100s that take other clocks than the catalog A100's (three steps, none of
+    # them fifo_lowclock's 975 MHz; or a 600 MHz top and no steps listed), and a queued job
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    Gpu.objects.filter(node=node).update(max_sm_clock_mhz=top, supported_sm_clocks_mhz=listed)
+    scheduler_settings(policy, round_interval_s=1)
+    job = _job(make_job, member, team)
+    plans = []
+    plan_round = services.plan_round
+
+    def planned(snapshot, **kwargs):
+        plans.append(plan_round(snapshot, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(services, "plan_round", planned)
+
+    # when a round starts it
+    services.run_scheduling_round(now=T0)
+
+    # then the plan's clock, at which the core predicted the job's time and energy (and
+    # what the round and each budget will spend), is the clock its allocation records:
+    # the plan was at the model's clock (975 MHz) while the GPUs took a step of their own
+    # (810 MHz), so the budget paid for a run the GPUs never made
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    (plan,) = plans
+    assert plan.allocations[str(job.pk)].sm_clock_mhz == job.current_allocation.sm_clock_mhz
