@@ -105,6 +105,15 @@ def try_round_lock() -> bool:
         return bool(cursor.fetchone()[0])
 
 
+def wait_for_round_lock() -> None:
+    """Take the round lock for the current transaction, waiting for a round under way to
+    commit first: for a write that must not fall inside a round (one that moves what the
+    round reads and writes back, ``telemetry.services``' re-keying of a GPU model). Take
+    it before any row lock a round may take, so the two never wait on each other."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ROUND_LOCK_KEY])
+
+
 # --- node liveness ---------------------------------------------------------------------------
 
 

@@ -194,6 +194,17 @@ def _register_gpus(node: Node, gpus: list[dict[str, Any]], *, now: datetime) -> 
         conflicts.setdefault(i, {}).update(errors)
     if conflicts:
         raise RegistrationRejected({"gpus": [conflicts.get(i, {}) for i in range(len(gpus))]})
+    if rekeyed:
+        # A re-keying moves what rounds learned under the old key (jobs' fits, workload
+        # profiles: ``_repin_jobs``), which a round reads at its start and writes back at
+        # its end: it waits for a round under way, and rounds wait for it (they skip while
+        # it holds the lock). Beside a round, the round wrote the fits it had read back
+        # under the old key (tests/telemetry/test_rekey_round_race.py). Taken before any
+        # row lock of this registration (the node's, the GPUs'), as a round takes it before
+        # its own; only this registration's lock is held, which no round takes.
+        from scheduling.services import wait_for_round_lock  # (it imports this module)
+
+        wait_for_round_lock()
     current_limits = {u: limit for u, (*_, limit, _) in registered.items()}
     # GPUs registered on another node before (retired there): this node's from now on.
     moved = {u for u, (node_id, *_) in registered.items() if node_id != node.pk}
