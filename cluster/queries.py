@@ -1,7 +1,9 @@
 """Who may see what. The API and the pages filter every queryset through these helpers.
 
 Admins (``is_staff``) see everything; other users see the jobs and budgets of the teams they
-belong to; nobody else sees anything.
+belong to; nobody else sees anything. What an admin may *change* outside their own teams is
+what Django's permissions grant them (``admin_may``), as in the Django admin: a staff user
+allowed only to view changes nothing (a superuser holds every permission).
 """
 
 from datetime import UTC, datetime
@@ -26,6 +28,15 @@ def _at(seconds: float | None) -> datetime | None:
 
 def _is_admin(user) -> bool:
     return bool(user and user.is_authenticated and user.is_staff)
+
+
+def admin_may(user, codename: str) -> bool:
+    """Whether ``user`` acts as an admin for Django's permission ``cluster.<codename>``
+    (``change_node``, ``add_budget``, ...): a staff user who holds it; a superuser holds them
+    all. The API and the pages asked for ``is_staff`` alone, so a staff user the admin lets
+    only view issued agent tokens, drained and deleted nodes, cancelled any team's jobs and
+    made other teams' budgets through them (an eighth probe of the live service)."""
+    return _is_admin(user) and user.has_perm(f"cluster.{codename}")
 
 
 def teams_of(user) -> QuerySet[Team]:
@@ -59,9 +70,20 @@ def is_team_lead(user, team: Team) -> bool:
     return Membership.objects.filter(user=user, team=team, role=Role.LEAD).exists()
 
 
-def can_manage_budgets_of(user, team: Team) -> bool:
-    """Admins and the team's leads create and edit its budgets."""
-    return _is_admin(user) or is_team_lead(user, team)
+def can_manage_budgets_of(user, team: Team, verb: str = "change") -> bool:
+    """The team's leads create, edit and delete its budgets; so do admins who hold the
+    permission (``verb``: ``add``, ``change`` or ``delete``)."""
+    return admin_may(user, f"{verb}_budget") or is_team_lead(user, team)
+
+
+def managed_teams(user, verb: str = "change") -> QuerySet[Team]:
+    """The teams whose budgets ``user`` may ``verb`` (``can_manage_budgets_of``)."""
+    return Team.objects.all() if admin_may(user, f"{verb}_budget") else teams_led_by(user)
+
+
+def submittable_teams(user) -> QuerySet[Team]:
+    """Teams the user may submit jobs to: their own; admins who may add jobs, any."""
+    return Team.objects.all() if admin_may(user, "add_job") else teams_of(user)
 
 
 # Who may raise a job's priority. ``Job.priority`` orders the jobs of *every* team in
@@ -76,8 +98,9 @@ PRIORITY_DEFAULT = 0
 
 
 def can_raise_priority(user, team: Team) -> bool:
-    """Admins and the team's leads may give its jobs a priority above the default."""
-    return _is_admin(user) or is_team_lead(user, team)
+    """Admins who may change jobs, and the team's leads, may give its jobs a priority above
+    the default."""
+    return admin_may(user, "change_job") or is_team_lead(user, team)
 
 
 def priority_refusal(user, team: Team, priority: int | None) -> str | None:
@@ -92,8 +115,8 @@ def priority_refusal(user, team: Team, priority: int | None) -> str | None:
 
 
 def can_cancel_job(user, job: Job) -> bool:
-    """The owner, a lead of the job's team, or an admin may cancel it."""
-    if _is_admin(user):
+    """The owner, a lead of the job's team, or an admin who may change jobs may cancel it."""
+    if admin_may(user, "change_job"):
         return True
     if not (user and user.is_authenticated):
         return False

@@ -16,8 +16,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from cluster import services
-from cluster.models import Budget, Team
-from cluster.queries import budgets_visible_to, can_manage_budgets_of, teams_led_by
+from cluster.models import Budget
+from cluster.queries import budgets_visible_to, can_manage_budgets_of, managed_teams
 from cluster.validators import BUDGET_LIMITS
 from frontend import figures
 from frontend.dashboard import progress_of
@@ -40,10 +40,6 @@ ENDED_PERIOD = (
 )
 
 
-def managed_teams(user):
-    return Team.objects.all() if user.is_staff else teams_led_by(user)
-
-
 @login_required
 def budget_list(request):
     now = timezone.now()
@@ -61,7 +57,7 @@ def budget_list(request):
         "frontend/budget_list.html",
         {
             "rows": rows,
-            "can_create": managed_teams(request.user).exists(),
+            "can_create": managed_teams(request.user, "add").exists(),
             "page": "budgets",
         },
     )
@@ -87,8 +83,9 @@ def _save(request, form: BudgetForm):
 
 
 def _budget_form(request, *, budget: Budget | None):
-    teams = managed_teams(request.user)
-    if budget is not None and not can_manage_budgets_of(request.user, budget.team):
+    verb = "add" if budget is None else "change"
+    teams = managed_teams(request.user, verb)
+    if budget is not None and not can_manage_budgets_of(request.user, budget.team, verb):
         raise PermissionDenied("Only the team's leads and admins edit its budgets.")
     if budget is None and not teams.exists():
         raise PermissionDenied("Only team leads and admins create budgets.")

@@ -22,8 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from cluster import services
 from cluster.choices import JobState
-from cluster.models import Team
-from cluster.queries import can_cancel_job, jobs_visible_to, teams_of
+from cluster.queries import can_cancel_job, jobs_visible_to, submittable_teams, teams_visible_to
 from frontend import labels, timeline_figures
 from frontend.dashboard import as_json, dashboard_payload, page_labels
 from frontend.forms import JobFilterForm, JobSubmitForm, PredictForm
@@ -39,11 +38,6 @@ from telemetry.accounting import job_totals
 from telemetry.queries import job_energy_series
 
 JOBS_PER_PAGE = 25
-
-
-def submittable_teams(user):
-    """Teams the user may submit jobs to: their own; admins any."""
-    return Team.objects.all() if user.is_staff else teams_of(user)
 
 
 @login_required
@@ -65,7 +59,7 @@ def dashboard_data(request):
 
 @login_required
 def job_list(request):
-    teams = submittable_teams(request.user)
+    teams = teams_visible_to(request.user)  # the filter's choices: the teams whose jobs it shows
     form = JobFilterForm(request.GET or None, teams=teams)
     jobs = jobs_visible_to(request.user).select_related("team", "owner", "current_allocation")
     if form.is_bound:

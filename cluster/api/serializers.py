@@ -14,7 +14,12 @@ from rest_framework.validators import UniqueTogetherValidator
 from cluster import services
 from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
-from cluster.queries import can_manage_budgets_of, priority_refusal, teams_visible_to
+from cluster.queries import (
+    can_manage_budgets_of,
+    priority_refusal,
+    submittable_teams,
+    teams_visible_to,
+)
 from cluster.validators import MIN_TOP_POWER_LIMIT_W, TOP_POWER_LIMIT_MESSAGE
 from cluster.workloads import catalog_name, gpu_model_spelling, known_workloads, workload_errors
 from scheduling.choices import PerfModelKind
@@ -338,6 +343,18 @@ class JobSerializer(_NumbersOnly):
         # model no GPU would ever be), else the first registered one.
         return gpu_model_spelling(gpu_model_key(value))
 
+    def validate_team(self, team: Team) -> Team:
+        # An admin sees every team (the field's choices); submitting to one they are not in
+        # is what Django's ``add_job`` grants, as the pages ask (``submittable_teams``).
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        if user is not None and not submittable_teams(user).filter(pk=team.pk).exists():
+            raise PermissionDenied(
+                f"Only members of team {team.slug}, and admins allowed to add jobs, submit "
+                "jobs to it."
+            )
+        return team
+
     def validate(self, attrs: dict) -> dict:
         # The same defaults as services.submit_job, so clean() sees the values to be stored.
         attrs.setdefault("max_gpus", attrs["min_gpus"])
@@ -466,7 +483,8 @@ class BudgetSerializer(_NumbersOnly):
 
     def validate_team(self, team: Team) -> Team:
         # A permission, not a validation error: the user names a team they may not manage.
-        if not can_manage_budgets_of(self.context["request"].user, team):
+        verb = "add" if self.instance is None else "change"
+        if not can_manage_budgets_of(self.context["request"].user, team, verb):
             raise PermissionDenied("Only the team's leads and admins manage its budgets.")
         return team
 

@@ -17,7 +17,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from cluster import services
-from cluster.api.permissions import BudgetPermission, ReadOnlyOrAdmin
+from cluster.api.permissions import AdminOnly, BudgetPermission, ReadOnlyOrAdmin
 from cluster.api.serializers import (
     AgentTokenSerializer,
     BudgetSerializer,
@@ -185,6 +185,7 @@ class TeamViewSet(viewsets.ModelViewSet):
 
     serializer_class = TeamSerializer
     permission_classes = [ReadOnlyOrAdmin]
+    permission_model = "team"
     lookup_field = "slug"
 
     def get_queryset(self):
@@ -276,7 +277,8 @@ class NodeViewSet(viewsets.ModelViewSet):
     """GPU servers of the cluster (admins only)."""
 
     serializer_class = NodeSerializer
-    permission_classes = [permissions.IsAdminUser]
+    permission_classes = [AdminOnly]
+    permission_model = "node"
     queryset = Node.objects.prefetch_related("gpus")  # (gpu_count leaves retired ones out)
     filterset_fields = ["status", "switch_label", "gpu_model"]
 
@@ -351,7 +353,8 @@ class GpuViewSet(viewsets.ModelViewSet):
     """GPUs with their power and clock ranges (admins only), retired ones included."""
 
     serializer_class = GpuSerializer
-    permission_classes = [permissions.IsAdminUser]
+    permission_classes = [AdminOnly]
+    permission_model = "gpu"
     queryset = Gpu.objects.select_related("node")
     filterset_fields = ["node", "model"]
 
