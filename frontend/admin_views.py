@@ -170,7 +170,7 @@ def reports_csv(request):
         return HttpResponse(
             "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
             status=400,
-            content_type="text/plain",
+            content_type="text/plain; charset=utf-8",
         )
     start, end = report_period(form, today=timezone.now().date())
     rows = report_rows(start, end)
@@ -182,7 +182,7 @@ def reports_csv(request):
     lines = _csv_lines(rows, start, end)
     if isinstance(request, ASGIRequest):
         lines = _async_lines(lines)
-    response = StreamingHttpResponse(lines, content_type="text/csv")
+    response = StreamingHttpResponse(lines, content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = (
         f'attachment; filename="wattflow-energy-{start.isoformat()}-{end.isoformat()}.csv"'
     )

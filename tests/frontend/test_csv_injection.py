@@ -110,3 +110,27 @@ def test_the_reports_csv_streams_under_asgi_as_safely(admin_user):
     assert [r["level"] for r in rows] == ["team"] * 2 + ["user"] * 2 + ["job"] * 3
     assert next(r for r in rows if r["level"] == "job" and "1+1" in r["name"])["name"] == "'=1+1"
     assert len(parts) == 1 + len(rows)  # a part a line
+
+
+def test_the_reports_csv_names_its_charset_so_unicode_names_read_back(admin_user):
+    # The CSV is written in UTF-8, but its Content-Type said only "text/csv": an HTTP client
+    # reads text without a charset as ISO-8859-1 (an eighth probe's client read a job named
+    # "＝1+1" back as "ï¼\x9d1+1"), and so did the 400's text/plain.
+    scene = build_scene()
+    bert = scene.jobs["bert"]
+    bert.name = "視覚 résumé ＝1+1"
+    bert.save(update_fields=["name"])
+    client = Client()
+    client.force_login(admin_user)
+    start = (scene.now - timedelta(days=2)).date().isoformat()
+
+    response = client.get(
+        reverse("frontend:reports-csv"), {"start": start, "end": scene.now.date().isoformat()}
+    )
+    refused = client.get(reverse("frontend:reports-csv"), {"start": "2026-13-01"})
+
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    text = b"".join(response.streaming_content).decode(response.charset)
+    assert bert.name in {r["name"] for r in csv.DictReader(io.StringIO(text))}
+    assert refused.status_code == 400
+    assert refused["Content-Type"] == "text/plain; charset=utf-8"
