@@ -73,6 +73,9 @@ def bounded_request(request_class):
 
         def gotLength(self, length):  # noqa: N802 - Twisted's name
             if length is not None and length > body_limit():
+                # Twisted answers "Expect: 100-continue" right after this: left in, the
+                # client read a "100 Continue" after the 413, inviting the body refused.
+                self.requestHeaders.removeHeader(b"Expect")
                 self._refuse(length)
                 return
             super().gotLength(length)

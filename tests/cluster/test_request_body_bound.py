@@ -97,6 +97,22 @@ def test_a_declared_length_over_the_bound_is_refused_before_the_body(server):
     assert sent <= 4 * len(BLOCK)
 
 
+def test_a_client_that_waits_for_100_continue_gets_the_413_alone(server):
+    head = _head(length=64 * 1024 * 1024).replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n")
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        sock.sendall(head)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    finally:
+        sock.close()
+
+    # one answer, the refusal, and no invitation to send the body after it
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"100 Continue" not in answer
+
+
 def test_a_chunked_body_over_the_bound_is_refused_as_it_passes_it(server):
     sent, answer = _answer_while_sending(
         server.port, _head(length=None), chunked=True, total=8 * 1024 * 1024
