@@ -264,7 +264,13 @@ def nodes(request):
     return render(
         request,
         "frontend/nodes.html",
-        {"rows": rows, "page": "nodes", "max_future_s": settings.TELEMETRY_MAX_FUTURE_S},
+        {
+            "rows": rows,
+            "page": "nodes",
+            "max_future_s": settings.TELEMETRY_MAX_FUTURE_S,
+            # (a staff user who may only view is shown no button that answers 403)
+            "can_drain": admin_may(request.user, "change_node"),
+        },
     )
 
 

@@ -159,7 +159,17 @@ def test_a_view_only_staff_user_changes_nothing_through_the_pages(client, viewer
     assert new_budget.status_code in (400, 403)
     assert edit.status_code in (403, 404)
     assert _stored(scene) == before
-    assert client.get(reverse("frontend:nodes")).status_code == 200
+    page = client.get(reverse("frontend:nodes"))
+    assert page.status_code == 200
+    assert reverse("frontend:node-drain", args=[node.pk]) not in page.content.decode()
+
+
+def test_the_nodes_page_offers_drain_to_staff_who_may_change_nodes(client, make_user, scene):
+    client.force_login(_staff(make_user, "sam_staff", ["view_node", "change_node"]))
+
+    page = client.get(reverse("frontend:nodes"))
+
+    assert reverse("frontend:node-drain", args=[scene["node"].pk]) in page.content.decode()
 
 
 @pytest.mark.parametrize(
