@@ -2,6 +2,7 @@
 
 import hashlib
 import secrets
+import unicodedata
 from datetime import timedelta
 
 from django.conf import settings
@@ -45,6 +46,36 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """A name or slug that reads as another team's, in another case or compatibility
+        form (``vision`` or fullwidth ``Ｖｉｓｉｏｎ`` beside *Vision*; slug ``VISION`` beside
+        ``vision``), is refused: taken, two teams that read the same stood side by side in
+        the reports, the CSV and the budgets, and a slug typed in the other case named the
+        other team (an eighth probe of the live service)."""
+        errors = {}
+        others = list(Team.objects.exclude(pk=self.pk).values_list("name", "slug"))
+        for column, field, fold in ((0, "name", team_name_fold), (1, "slug", str.casefold)):
+            mine = getattr(self, field)
+            if not mine:
+                continue
+            # (the very same name or slug is the unique constraint's, with its own message)
+            alike = [
+                row for row in others if row[column] != mine and fold(row[column]) == fold(mine)
+            ]
+            if alike:
+                name, slug = alike[0]
+                errors[field] = (
+                    f"Reads as team {name} ({slug}), in another case or form: choose another "
+                    f"{field}, or use that team."
+                )
+        if errors:
+            raise ValidationError(errors)
+
+
+def team_name_fold(name: str) -> str:
+    """A team name as compared with the others: compatibility form, case folded."""
+    return unicodedata.normalize("NFKC", name).casefold()
 
 
 class Membership(models.Model):

@@ -415,6 +415,10 @@ class TeamSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "slug", "members"]
         read_only_fields = ["id", "members"]
 
+    def validate(self, attrs: dict) -> dict:
+        run_model_clean(Team, attrs, instance=self.instance)  # (a look-alike of another team)
+        return attrs
+
 
 class LimitUsageSerializer(serializers.Serializer):
     """One limit of a budget against its use, in base units (J for energy, g for carbon)."""

@@ -1,0 +1,81 @@
+"""A team's name and slug are not another team's in another case or compatibility form.
+
+An eighth probe of the live service created, beside the demo's team *Vision* (slug
+``vision``), teams named ``vision`` and ``Ｖｉｓｉｏｎ`` (fullwidth) and one slugged ``VISION``:
+each 201. The reports, their CSV, the budgets page and the dashboard then show two teams
+that read the same, and a lead told to use "team vision" may name either (``/api/teams/``,
+``?team=``, ``replay_trace --teams`` take slugs as typed). GPU model keys and workload
+names are already one name in any case or compatibility form; team names and slugs now
+are too: a 400 naming the field and the team it reads as, in the API and the admin, and
+nothing stored.
+"""
+
+import pytest
+from django.contrib.admin.sites import site
+from django.urls import reverse
+
+from cluster.models import Team
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "vision", "slug": "vision-2"}, "name"),
+        ({"name": "VISION", "slug": "vision-2"}, "name"),
+        ({"name": "Ｖｉｓｉｏｎ", "slug": "vision-2"}, "name"),
+        ({"name": "Vision two", "slug": "VISION"}, "slug"),
+        ({"name": "Vision two", "slug": "Vision"}, "slug"),
+    ],
+)
+def test_a_new_team_may_not_read_as_another(api_client, admin_user, team, body, field):
+    response = api_client(admin_user).post("/api/teams/", body, format="json")
+
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == [field]
+    assert "Vision" in response.json()[field][0]
+    assert list(Team.objects.values_list("slug", flat=True)) == ["vision"]
+
+
+def test_a_rename_may_not_read_as_another_team(api_client, admin_user, team, other_team):
+    response = api_client(admin_user).patch(
+        f"/api/teams/{other_team.slug}/", {"name": "vISION"}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert Team.objects.get(pk=other_team.pk).name == "Language"
+
+
+def test_a_team_may_change_the_case_of_its_own_name(api_client, admin_user, team):
+    response = api_client(admin_user).patch("/api/teams/vision/", {"name": "VISION"}, format="json")
+
+    assert response.status_code == 200
+    assert Team.objects.get(pk=team.pk).name == "VISION"
+
+
+def test_other_names_are_taken(api_client, admin_user, team):
+    response = api_client(admin_user).post(
+        "/api/teams/", {"name": "Vision 2", "slug": "vision-2"}, format="json"
+    )
+
+    assert response.status_code == 201
+
+
+def test_the_admin_refuses_a_lookalike_team(admin_client, team):
+    assert site.is_registered(Team)
+    response = admin_client.post(
+        reverse("admin:cluster_team_add"),
+        {
+            "name": "vision",
+            "slug": "vision-2",
+            "memberships-TOTAL_FORMS": "0",
+            "memberships-INITIAL_FORMS": "0",
+            "memberships-MIN_NUM_FORMS": "0",
+            "memberships-MAX_NUM_FORMS": "1000",
+        },
+    )
+
+    assert response.status_code == 200  # the form again, with the error
+    assert "Vision" in response.content.decode()
+    assert Team.objects.count() == 1
