@@ -54,23 +54,28 @@ class Team(models.Model):
         the reports, the CSV and the budgets, and a slug typed in the other case named the
         other team (an eighth probe of the live service)."""
         errors = {}
-        others = list(Team.objects.exclude(pk=self.pk).values_list("name", "slug"))
-        for column, field, fold in ((0, "name", team_name_fold), (1, "slug", str.casefold)):
-            mine = getattr(self, field)
-            if not mine:
-                continue
-            # (the very same name or slug is the unique constraint's, with its own message)
-            alike = [
-                row for row in others if row[column] != mine and fold(row[column]) == fold(mine)
-            ]
-            if alike:
-                name, slug = alike[0]
+        for field, fold in (("name", team_name_fold), ("slug", str.casefold)):
+            other = lookalike(Team, self.pk, field, getattr(self, field), fold)
+            if other is not None:
                 errors[field] = (
-                    f"Reads as team {name} ({slug}), in another case or form: choose another "
-                    f"{field}, or use that team."
+                    f"Reads as team {other.name} ({other.slug}), in another case or form: "
+                    f"choose another {field}, or use that team."
                 )
         if errors:
             raise ValidationError(errors)
+
+
+def lookalike(model, pk, field: str, value: str, fold):
+    """Another row of ``model`` whose ``field`` reads as ``value`` once both are folded
+    (``fold``) but is not the same text (that one is the unique constraint's, with its own
+    message); None if there is none. The rows are few (teams, nodes): compared here."""
+    if not value:
+        return None
+    for row in model.objects.exclude(pk=pk):
+        theirs = getattr(row, field)
+        if theirs != value and fold(theirs) == fold(value):
+            return row
+    return None
 
 
 def team_name_fold(name: str) -> str:
@@ -164,6 +169,19 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        # A name that reads as another node's (``NODE-01``, fullwidth ``ｎｏｄｅ-01`` beside
+        # ``node-01``) was taken: a node of its own, with its own agent token, in the nodes
+        # page, the GPU filters and the metrics (an eighth probe of the live service).
+        other = lookalike(Node, self.pk, "name", self.name, team_name_fold)
+        if other is not None:
+            raise ValidationError(
+                {
+                    "name": f"Reads as node {other.name}, in another case or form: choose "
+                    "another name, or use that node."
+                }
+            )
 
     @property
     def clock_skew_too_large(self) -> bool:

@@ -536,6 +536,10 @@ class NodeSerializer(serializers.ModelSerializer):
     def get_has_agent_token(self, node: Node) -> bool:
         return bool(node.agent_token_hash)
 
+    def validate(self, attrs: dict) -> dict:
+        run_model_clean(Node, attrs, instance=self.instance)  # (a look-alike of another node)
+        return attrs
+
 
 class AgentTokenSerializer(serializers.Serializer):
     token = serializers.CharField(read_only=True, help_text="Shown once; only its hash is kept.")

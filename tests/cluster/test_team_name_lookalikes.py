@@ -14,7 +14,7 @@ import pytest
 from django.contrib.admin.sites import site
 from django.urls import reverse
 
-from cluster.models import Team
+from cluster.models import Node, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -79,3 +79,28 @@ def test_the_admin_refuses_a_lookalike_team(admin_client, team):
     assert response.status_code == 200  # the form again, with the error
     assert "Vision" in response.content.decode()
     assert Team.objects.count() == 1
+
+
+@pytest.mark.parametrize("name", ["NODE-01", "Node-01", "ｎｏｄｅ-01"])
+def test_a_new_node_may_not_read_as_another(api_client, admin_user, make_node, name):
+    # (the same probe: nodes NODE-01 and fullwidth node-01 beside node-01, each 201; each is
+    # a node of its own, with its own agent token, in the nodes page, GPU filters and metrics)
+    make_node("node-01", gpus=0)
+    body = {"name": name, "switch_label": "switch-1", "gpu_model": "A100"}
+
+    response = api_client(admin_user).post("/api/nodes/", body, format="json")
+
+    assert response.status_code == 400, response.content
+    assert "node-01" in response.json()["name"][0]
+    assert list(Node.objects.values_list("name", flat=True)) == ["node-01"]
+
+
+def test_a_node_may_change_the_case_of_its_own_name(api_client, admin_user, make_node):
+    node = make_node("node-01", gpus=0)
+
+    response = api_client(admin_user).patch(
+        f"/api/nodes/{node.pk}/", {"name": "Node-01"}, format="json"
+    )
+
+    assert response.status_code == 200
+    assert Node.objects.get(pk=node.pk).name == "Node-01"
