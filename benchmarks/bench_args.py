@@ -87,6 +87,26 @@ def add_floor_args(parser: argparse.ArgumentParser) -> None:
         default=om.UNCUT_TOL,
         help="online_model.UNCUT_TOL: a draw this far below the default limit's is not cut",
     )
+    add_light_draw_arg(parser)
+
+
+def add_light_draw_arg(parser: argparse.ArgumentParser) -> None:
+    """``--light-draw-share S``: ``online_model.LIGHT_DRAW_SHARE`` (a job measured at one
+    batch whose draw uses less than S of what the limits that left it alone allow is read
+    flat in batch; off by default); ``apply_light_draw_arg`` sets it."""
+    parser.add_argument(
+        "--light-draw-share",
+        type=fraction,
+        default=None,
+        help="online_model.LIGHT_DRAW_SHARE: read a job's draw as light work throughout below "
+        "this share of the span from idle to its lowest uncut limit (off unless given)",
+    )
+
+
+def apply_light_draw_arg(args: argparse.Namespace) -> None:
+    from scheduling.core import online_model as om
+
+    om.LIGHT_DRAW_SHARE = args.light_draw_share
 
 
 def apply_floor_args(args: argparse.Namespace) -> None:
@@ -97,6 +117,7 @@ def apply_floor_args(args: argparse.Namespace) -> None:
     om.FLOOR_CAP = args.floor_cap
     om.LIMIT_BOUND = args.limit_bound
     om.UNCUT_TOL = args.uncut_tol
+    apply_light_draw_arg(args)
 
 
 def positive_float(text: str) -> float:

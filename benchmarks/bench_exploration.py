@@ -4,6 +4,7 @@ power limit of a workload it has never seen, within a bounded cost?
     nice .venv/bin/python benchmarks/bench_exploration.py [--budget 0.03] [--step 0.01]
         [--fill-budget] [--known noise-aware|model|observed|fitted] [--only workload|gpu]
         [--noise SIGMA] [--seed N] [--misses] [--idle split|lowest|catalog] [--batch-probe]
+        [--light-draw-share S]
 
 For every Zeus power-limit sweep (GPU x workload x batch size), a job of that workload and
 batch starts at the default (highest) limit with the prior of ``bench_online_model``
@@ -50,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import bench_online_model as bom  # noqa: E402
+from bench_args import add_light_draw_arg, apply_light_draw_arg  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from scheduling.core import exploration  # noqa: E402
@@ -279,8 +281,10 @@ def main() -> int:
         default=bom.FLOOR_ESTIMATE,
         help="bench_online_model's --floor-estimate",
     )
+    add_light_draw_arg(parser)
     parser.add_argument("--dump", type=Path, help="write every sweep's result here (JSON)")
     args = parser.parse_args()
+    apply_light_draw_arg(args)
     bom.IDLE = args.idle
     bom.FLOOR_ESTIMATE = args.floor_estimate
     if not (0 < args.budget < 1 and 0 < args.step < 1):

@@ -5,7 +5,7 @@ new GPU model: what the job's own limits say").
 
     OPENBLAS_CORETYPE=Haswell nice .venv/bin/python benchmarks/zeus_first_jobs.py \
         [--after 5] [--gpus a40,rtx6000,p100,v100] [--weight 1] \
-        [--limit-bound shape|floor [--uncut-tol 0.03] [--limit-peak]]
+        [--limit-bound shape|floor [--uncut-tol 0.03] [--limit-peak]] [--light-draw-share S]
 
 Per workload and pooled over a GPU's workloads, after ``--after`` observations, the median
 relative error on the never-observed configurations of the time, the draw and the energy per
@@ -37,7 +37,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_online_model as bom  # noqa: E402
-from bench_args import fraction, positive_int  # noqa: E402
+from bench_args import (  # noqa: E402
+    add_light_draw_arg,
+    apply_light_draw_arg,
+    fraction,
+    positive_int,
+)
 
 from scheduling.core import online_model as om  # noqa: E402
 from scheduling.fitting import perf_data  # noqa: E402
@@ -86,7 +91,9 @@ def main() -> int:
     p.add_argument("--limit-bound", choices=("shape", "floor"), help="online_model.LIMIT_BOUND")
     p.add_argument("--uncut-tol", type=fraction, default=om.UNCUT_TOL)
     p.add_argument("--limit-peak", action="store_true", help="online_model.LIMIT_PEAK = True")
+    add_light_draw_arg(p)
     args = p.parse_args()
+    apply_light_draw_arg(args)
     gpus = [g for g in args.gpus.split(",") if g]
     unknown = [g for g in gpus if g not in perf_data.ZEUS_GPUS]
     if unknown or not gpus:

@@ -890,6 +890,9 @@ def draw_shaped_prior(
     if found is None:
         return prior
     b0, u = found
+    light_draw = draw_shape and reads_as_light_work(
+        prior.gpu, observations, b0, idle_w + (busy_max_w - idle_w) * u, idle_w=idle_w
+    )
     tp = prior.throughput
     compute_s = tp.compute_time_s(b0)
     if not compute_s > 0:
@@ -930,6 +933,10 @@ def draw_shaped_prior(
                 # Uncapped: from the floor towards the busy maximum itself, at the batch
                 # where the job's draw above the floor is half of the span above it.
                 top_w, half = busy_max_w, b0 * (1.0 - u_f) / u_f
+        if light_draw:
+            # Light work throughout (``reads_as_light_work``): what it drew at b0, at every
+            # batch. The time's split above is still the draw's reading.
+            low_w = top_w = low_w + (top_w - low_w) * b0 / (b0 + half)
         cap_w = uncut_limit_w(prior.gpu, observations, b0) if LIMIT_BOUND else None
         if cap_w is not None:
             # The job's draw at b0 was not cut by a limit of cap_w: read as the two phases
@@ -941,6 +948,8 @@ def draw_shaped_prior(
             busy_floor_frac=min(max(low_w / top_w, 0.0), 1.0) if top_w > 0 else 1.0,
         )
     sources = {**prior.sources, "draw_busy_fraction": f"{u:.4g}"}
+    if light_draw:
+        sources["light_work_draw"] = f"{power.busy_max_w:.4g} W at every batch"
     if floor_source is not None and given_floor_w is not None:
         sources["light_work_floor"] = f"{given_floor_w:.4g} W, estimated from {floor_source}"
     return FittedPerfModel(
@@ -952,6 +961,49 @@ def draw_shaped_prior(
         errors=prior.errors,
         sources=sources,
     )
+
+
+# Where a job measured at one per-GPU batch draws, above the GPU's idle draw, less than this
+# share of the span from idle up to the lowest power limit that left its draw alone
+# (``uncut_limit_w``), its draw is read as light work throughout: flat in batch at what it
+# drew (``reads_as_light_work``). None: off. docs/benchmarks.md, "The first jobs' draw:
+# light work the limits did not touch".
+LIGHT_DRAW_SHARE: float | None = None
+
+
+def reads_as_light_work(
+    gpu: GpuSpec,
+    observations: Iterable[Observation],
+    batch: float,
+    drawn_w: float,
+    *,
+    idle_w: float,
+) -> bool:
+    """True where ``LIGHT_DRAW_SHARE`` is set, every draw of the job was measured at one
+    per-GPU ``batch``, and its draw while it computes there, ``drawn_w``, is above ``idle_w``
+    by less than ``LIGHT_DRAW_SHARE`` of the span from ``idle_w`` to the lowest power limit
+    that did not cut it (``uncut_limit_w``).
+
+    Read against the idle draw and a busy maximum alone, a job drawing little is busy at
+    that maximum a small share of the time and idle the rest, and its draw climbs towards
+    the maximum as the batch grows. The limits it ran under say otherwise where its draw
+    stayed put at a limit far above it: its busy phases need no more than that limit, and
+    a job that uses little of what the limit leaves it is as likely to do light work
+    (lookups, copies, kernels waiting on memory) at every batch. ncf on an A40 draws 84 W
+    at batch 512 and at every limit from 300 to 200 W (0.29 of the span from 37.5 W) and
+    83-91 W at every batch from 8 to 32,768; shufflenetv2 on a P100 draws 93 W at 128
+    and at every limit from 250 to 150 W (0.52) and rises from 40 to 137 W with the batch.
+    Nothing decides it from one batch; a second batch does, so once draws at two per-GPU
+    batches are in, the fit's own shape takes over."""
+    if LIGHT_DRAW_SHARE is None:
+        return False
+    observations = list(observations)
+    if len({o.local_batch for o in observations if o.power_w is not None}) != 1:
+        return False
+    cap_w = uncut_limit_w(gpu, observations, batch)
+    if cap_w is None or not cap_w > idle_w:
+        return False
+    return (drawn_w - idle_w) < LIGHT_DRAW_SHARE * (cap_w - idle_w)
 
 
 # Whether a job's draw's batch shape rises no higher than the lowest power limit that did

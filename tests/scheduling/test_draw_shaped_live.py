@@ -460,3 +460,50 @@ def test_a_first_job_on_an_uncatalogued_gpu_gets_the_estimated_floor_only_when_t
     floor_w = float(stored.sources["light_work_floor"].split()[0])
     spans = gpu_estimates.catalog_spans(CATALOG, exclude="embedding-lookups")
     assert floor_w == pytest.approx(gpu_estimates.estimated_floor_w(37.5, 300.0, spans), rel=1e-3)
+
+
+@pytest.mark.parametrize("share", [None, 0.4], ids=["kept off", "on"])
+def test_a_first_job_that_the_lower_limits_left_alone_is_read_flat_only_when_turned_on(
+    make_job, member, team, monkeypatch, share
+):
+    # given an A40 with no other workload measured on it, and a job drawing 90 W there at
+    # the default limit and at 275, 250, 225 and 200 W alike (ncf on a Zeus A40: 84-87 W at
+    # every limit from 300 to 200 W, 83-91 W at every batch)
+    monkeypatch.setattr(om, "LIGHT_DRAW_SHARE", share)
+    make_a40_node(heartbeat=T0)
+    assert wp.measured_on_gpu("A40", catalog=CATALOG) == {}
+    draw_w = 90.0
+    job = make_job(
+        owner=member, team=team, workload="embedding-lookups", gpu_model="A40",
+        min_gpus=1, max_gpus=1,
+    )  # fmt: skip
+    prior, _ = wp.prior_for("embedding-lookups", "A40", catalog=CATALOG, nvml=A40)
+    t_s = prior.iter_time_s(at(B0)) * 1.5
+    capped = [
+        Observation(
+            n_gpus=1,
+            n_nodes=1,
+            local_batch=B0,
+            iter_time_s=t_s,
+            power_w=draw_w,
+            power_limit_w=limit_w,
+        )  # fmt: skip
+        for limit_w in (275.0, 250.0, 225.0, 200.0)
+    ]
+
+    # when its reports are recorded
+    model = record(job, reports(prior, draw_w) + capped, gpu_model="A40", nvml=A40)
+    stored = wp.stored_prior(JobSchedulingState.objects.get(job=job).online_params["A40"])
+
+    if share is None:
+        # then by default (measured, not kept: docs/benchmarks.md, "The first jobs' draw:
+        # light work the limits did not touch") its draw climbs with the batch
+        assert model.power_w(at(16 * B0)) > 1.5 * draw_w
+        assert "light_work_draw" not in stored.sources
+        return
+    # then, turned on, 52.5 W above the A40's idle estimate (37.5 W) is 0.32 of the span up
+    # to the 200 W limit that left it alone: its draw is flat at its own, and the stored
+    # prior says so
+    for b in (B0 / 8, B0, 16 * B0):
+        assert model.power_w(at(b)) == pytest.approx(draw_w, rel=0.02)
+    assert stored.sources["light_work_draw"] == "90 W at every batch"
