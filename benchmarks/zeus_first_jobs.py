@@ -6,6 +6,7 @@ new GPU model: what the job's own limits say").
     OPENBLAS_CORETYPE=Haswell nice .venv/bin/python benchmarks/zeus_first_jobs.py \
         [--after 5] [--gpus a40,rtx6000,p100,v100] [--weight 1] \
         [--limit-bound shape|floor [--uncut-tol 0.03] [--limit-peak]] [--light-draw-share S]
+        [--shrink LAMBDA|u|2u|u2|ucap|ucap2|ucap3|ucap4] [--cap-read] [--light-split S]
 
 Per workload and pooled over a GPU's workloads, after ``--after`` observations, the median
 relative error on the never-observed configurations of the time, the draw and the energy per
@@ -45,9 +46,82 @@ from bench_args import (  # noqa: E402
 )
 
 from scheduling.core import online_model as om  # noqa: E402
+from scheduling.core.perf_models import FittedPerfModel, PowerParams  # noqa: E402
 from scheduling.fitting import perf_data  # noqa: E402
 
 PARTS = ("time", "draw", "energy", "E|draw batch", "E|time batch", "E|draw limit")
+
+# Diagnostic readings of the job's draw, measured and not kept (docs/benchmarks.md, "The
+# first jobs' draw: light work the limits did not touch"); set from the command line.
+# --shrink: the draw's batch shape pulled towards flat at the job's own draw, P0 + lambda x
+# (P(b) - P0), the time's split unchanged, while the job's draws are at one batch; lambda a
+# number, or a rule of the busy share u (u, 2u, u2) or of u_cap, the job's draw above idle
+# over the span up to its lowest uncut limit (ucap, ucap2, ucap3, ucap4; 1 without one).
+SHRINK_RULES = {
+    "u": lambda u, uc: u,
+    "2u": lambda u, uc: min(1.0, 2.0 * u),
+    "u2": lambda u, uc: u * u,
+    "ucap": lambda u, uc: 1.0 if uc is None else uc,
+    "ucap2": lambda u, uc: 1.0 if uc is None else uc**2,
+    "ucap3": lambda u, uc: 1.0 if uc is None else uc**3,
+    "ucap4": lambda u, uc: 1.0 if uc is None else uc**4,
+}
+SHRINK = None
+# --cap-read: the busy maximum the draw is read against no higher than the job's lowest
+# uncut limit (``online_model.uncut_limit_w``), for the time's split and the draw alike.
+CAP_READ = False
+# --light-split S (with --light-draw-share): a job read as light work takes its time's split
+# S of the way (in logit) from its draw's reading to its prior's own.
+LIGHT_SPLIT = None
+_SHAPED = bom.draw_shaped_prior
+
+
+def _diagnostic_shaped(prior, observations, *, idle_w, busy_max_w, **kw):
+    """``draw_shaped_prior`` under the diagnostic readings above."""
+    observations = list(observations)
+    found = om.draw_busy_fraction(prior, observations, idle_w=idle_w, busy_max_w=busy_max_w)
+    if found is None:
+        return _SHAPED(prior, observations, idle_w=idle_w, busy_max_w=busy_max_w, **kw)
+    cap_w = om.uncut_limit_w(prior.gpu, observations, found[0])
+    if CAP_READ and cap_w is not None and idle_w < cap_w < busy_max_w:
+        busy_max_w = cap_w
+        found = om.draw_busy_fraction(prior, observations, idle_w=idle_w, busy_max_w=busy_max_w)
+    b0, u = found
+    drawn_w = idle_w + (busy_max_w - idle_w) * u
+    if LIGHT_SPLIT is not None and om.reads_as_light_work(
+        prior.gpu, observations, b0, drawn_w, idle_w=idle_w
+    ):
+        kw["prior_share"] = LIGHT_SPLIT
+    model = _SHAPED(prior, observations, idle_w=idle_w, busy_max_w=busy_max_w, **kw)
+    one_batch = len({o.local_batch for o in observations if o.power_w is not None}) == 1
+    if SHRINK is None or not one_batch or not kw.get("draw_shape"):
+        return model
+    if isinstance(SHRINK, float):
+        lam = SHRINK
+    else:
+        u_cap = None
+        if cap_w is not None and idle_w < cap_w < busy_max_w:
+            u_cap = min(max((drawn_w - idle_w) / (cap_w - idle_w), 0.0), 1.0)
+        lam = SHRINK_RULES[SHRINK](u, u_cap)
+    pw = model.power
+    top_w, half = pw.busy_max_w, pw.batch_half
+    low_w = top_w * pw.busy_floor_frac
+    at_b0 = low_w + (top_w - low_w) * b0 / (b0 + half)
+    low_w, top_w = at_b0 - lam * (at_b0 - low_w), at_b0 + lam * (top_w - at_b0)
+    power = PowerParams(
+        busy_max_w=top_w,
+        batch_half=half,
+        busy_floor_frac=min(max(low_w / top_w, 0.0), 1.0) if top_w > 0 else 1.0,
+    )
+    return FittedPerfModel(
+        workload=model.workload,
+        gpu=model.gpu,
+        batch_sizes=model.batch_sizes,
+        throughput=model.throughput,
+        power=power,
+        errors=model.errors,
+        sources=model.sources,
+    )
 
 
 def say(line: str) -> None:
@@ -92,8 +166,31 @@ def main() -> int:
     p.add_argument("--uncut-tol", type=fraction, default=om.UNCUT_TOL)
     p.add_argument("--limit-peak", action="store_true", help="online_model.LIMIT_PEAK = True")
     add_light_draw_arg(p)
+    p.add_argument(
+        "--shrink",
+        help="diagnostic: the draw's batch shape pulled towards flat by LAMBDA (0 flat, 1 as "
+        f"read) or by a rule: {', '.join(SHRINK_RULES)}",
+    )
+    p.add_argument("--cap-read", action="store_true", help="diagnostic: busy max <= uncut limit")
+    p.add_argument(
+        "--light-split",
+        type=fraction,
+        help="diagnostic, with --light-draw-share: a light job's time split this far towards "
+        "its prior's",
+    )
     args = p.parse_args()
     apply_light_draw_arg(args)
+    global SHRINK, CAP_READ, LIGHT_SPLIT
+    if args.shrink is not None and args.shrink not in SHRINK_RULES:
+        try:
+            args.shrink = fraction(args.shrink)
+        except argparse.ArgumentTypeError as exc:
+            p.error(f"--shrink: {exc}, nor a rule ({', '.join(SHRINK_RULES)})")
+    if args.light_split is not None and args.light_draw_share is None:
+        p.error("--light-split needs --light-draw-share")
+    SHRINK, CAP_READ, LIGHT_SPLIT = args.shrink, args.cap_read, args.light_split
+    if SHRINK is not None or CAP_READ or LIGHT_SPLIT is not None:
+        bom.draw_shaped_prior = _diagnostic_shaped
     gpus = [g for g in args.gpus.split(",") if g]
     unknown = [g for g in gpus if g not in perf_data.ZEUS_GPUS]
     if unknown or not gpus:
