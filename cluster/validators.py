@@ -74,7 +74,8 @@ TOP_POWER_LIMIT_MESSAGE = (
 def whole_watts(value: float) -> int:
     """A power limit an agent reports (NVML's milliwatts as watts, a float) as the GPU row
     stores it: the nearest whole watt (Python's ``round``, half to even). Registration
-    stores it so, and checks the top limit's floor on it (``REPORTED_TOP_POWER_LIMIT_MESSAGE``)."""
+    stores it so, and judges each of the three limits, and their order, on it
+    (``telemetry.api.serializers.StoredWattsField``)."""
     return round(value)
 
 

@@ -94,6 +94,15 @@ class WattflowAutoSchema(AutoSchema):
             meta["nullable"] = True
         return meta
 
+    def _insert_min_max(self, field, content) -> None:
+        super()._insert_min_max(field, content)
+        # A bound the field's value may not reach (``StoredWattsField``: 0.5 W is stored as
+        # 0 W, below a 1 W floor), as OpenAPI 3.0 says it.
+        if getattr(field, "exclusive_minimum", False):
+            content["exclusiveMinimum"] = True
+        if getattr(field, "exclusive_maximum", False):
+            content["exclusiveMaximum"] = True
+
     def _error_codes(self) -> list[str]:
         codes = []
         has_body = self.method in _BODY_METHODS and self.get_request_serializer() is not None

@@ -4,6 +4,7 @@ classes only document them in the OpenAPI schema."""
 
 import math
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
@@ -46,6 +47,45 @@ class FiniteFloatField(NumberFloatField):
         return value
 
 
+# The highest power limit a GPU may register, in the whole watts stored (no board tops out
+# near it; the largest have a 1000-1200 W limit).
+MAX_POWER_LIMIT_W = 2000
+
+
+class StoredWattsField(FiniteFloatField):
+    """A power limit an agent reports (NVML's milliwatts as watts, a float), judged as the
+    GPU row stores it (``whole_watts``, half to even): stored between ``least_w`` and
+    ``most_w``. Judged on the float, a limit the row would hold was refused (0.6 W, stored as
+    1 W; 2000.4 W, stored as 2000 W) and the top limit alone was judged as stored. The
+    schema's bounds are the floats stored at the ends: ``least_w - 0.5`` (exclusive where
+    it rounds down, as 0.5 W does) and ``most_w + 0.5`` (exclusive where it rounds up)."""
+
+    default_error_messages = {
+        "below_stored": "Must be at least {least_w} W once rounded to whole watts, as it is "
+        "stored.",
+        "above_stored": "Must be at most {most_w} W once rounded to whole watts, as it is stored.",
+    }
+
+    def __init__(self, *, least_w: int, most_w: int, **kwargs):
+        self.least_w, self.most_w = least_w, most_w
+        super().__init__(min_value=least_w - 0.5, max_value=most_w + 0.5, **kwargs)
+        # (the bounds are for the schema, ``config.openapi``: the float's are not the rule)
+        self.validators = [
+            v for v in self.validators if not isinstance(v, MinValueValidator | MaxValueValidator)
+        ]
+        self.exclusive_minimum = whole_watts(self.min_value) < least_w
+        self.exclusive_maximum = whole_watts(self.max_value) > most_w
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        stored = whole_watts(value)
+        if stored < self.least_w:
+            self.fail("below_stored", least_w=self.least_w)
+        if stored > self.most_w:
+            self.fail("above_stored", most_w=self.most_w)
+        return value
+
+
 class GpuRegistrationSerializer(serializers.Serializer):
     # No control characters: a terminal escape in a GPU's model or uuid was stored and
     # shown on the node pages (found by probing the API).
@@ -63,15 +103,15 @@ class GpuRegistrationSerializer(serializers.Serializer):
         allow_null=True,
         help_text="Null: unknown; a registered value is kept.",
     )
-    default_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
-    min_power_limit_w = FiniteFloatField(min_value=1, max_value=2000)
-    # (the floor ``Gpu.clean`` holds too, so the admin's GPU API and the Django admin),
-    # judged on the whole watts the row stores (``validate_max_power_limit_w``); in the
-    # schema as the field's minimum, the least float that rounds to it
-    max_power_limit_w = FiniteFloatField(
-        min_value=MIN_TOP_POWER_LIMIT_W - 0.5,
-        max_value=2000,
-        error_messages={"min_value": REPORTED_TOP_POWER_LIMIT_MESSAGE},
+    # Each limit is judged in the whole watts the row stores (``StoredWattsField``): the top
+    # one against the 10 W floor ``Gpu.clean`` holds too (so the admin's GPU API and the
+    # Django admin), the others against the 1 W the table's constraint asks (a limit above 0).
+    default_power_limit_w = StoredWattsField(least_w=1, most_w=MAX_POWER_LIMIT_W)
+    min_power_limit_w = StoredWattsField(least_w=1, most_w=MAX_POWER_LIMIT_W)
+    max_power_limit_w = StoredWattsField(
+        least_w=MIN_TOP_POWER_LIMIT_W,
+        most_w=MAX_POWER_LIMIT_W,
+        error_messages={"below_stored": REPORTED_TOP_POWER_LIMIT_MESSAGE},
     )
     max_sm_clock_mhz = serializers.IntegerField(
         min_value=1,
@@ -89,23 +129,17 @@ class GpuRegistrationSerializer(serializers.Serializer):
         "a registered list is kept.",
     )
 
-    def validate_max_power_limit_w(self, value):
-        # On what is stored (whole watts), not on the float reported: the two disagreed
-        # for 9.5-10 W (refused, though stored as 10 W).
-        if whole_watts(value) < MIN_TOP_POWER_LIMIT_W:
-            raise serializers.ValidationError(REPORTED_TOP_POWER_LIMIT_MESSAGE)
-        return value
-
     def validate_model(self, value):
         # the catalog's (or the cluster's) spelling: "a100" is the catalog's A100
         return gpu_model_spelling(gpu_model_key(value))
 
     def validate(self, attrs):
-        if not (
-            attrs["min_power_limit_w"]
-            <= attrs["default_power_limit_w"]
-            <= attrs["max_power_limit_w"]
-        ):
+        # (on the values stored: 70.4 <= 70.2 W is false, 70 <= 70 W is not)
+        low, default, top = (
+            whole_watts(attrs[k])
+            for k in ("min_power_limit_w", "default_power_limit_w", "max_power_limit_w")
+        )
+        if not low <= default <= top:
             raise serializers.ValidationError(
                 {"default_power_limit_w": "Power limits must satisfy min <= default <= max."}
             )

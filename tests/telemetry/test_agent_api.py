@@ -703,3 +703,74 @@ def test_a_top_power_limit_stored_below_the_floor_is_refused_saying_so(make_node
     assert "at least 10 W" in message
     assert "whole watts" in message
     assert not Gpu.objects.filter(node=node).exists()
+
+
+# One rule for a GPU's three power limits: each is judged in the whole watts the row stores
+# (``whole_watts``), as the top limit's floor is; the bottom and default limits were judged
+# on the reported float (``min_value=1``, ``max_value=2000``), and the order of the three too.
+@pytest.mark.parametrize(
+    ("limits", "stored"),
+    [
+        # a bottom limit of 0.6 W is stored as 1 W (it was refused: below 1 on the float)
+        ({"min_power_limit_w": 0.6, "default_power_limit_w": 0.7, "max_power_limit_w": 70.0},
+         (1, 1, 70)),
+        # 2000.4 W is stored as 2000 W, the ceiling (it was refused: above 2000 on the float)
+        ({"min_power_limit_w": 100.0, "default_power_limit_w": 2000.4,
+          "max_power_limit_w": 2000.4}, (100, 2000, 2000)),
+        # min 70.4 > default 70.2 as floats, but all three are stored as 70 W
+        ({"min_power_limit_w": 70.4, "default_power_limit_w": 70.2, "max_power_limit_w": 70.3},
+         (70, 70, 70)),
+    ],
+)  # fmt: skip
+def test_power_limits_are_judged_as_stored_in_whole_watts(make_node, agent_client, limits, stored):
+    # given an agent reporting limits that are valid once rounded as the row stores them
+    node = make_node("node-09", gpus=0)
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", {"gpus": [registered_gpu("GPU-x0", 0, **limits)]}, format="json"
+    )
+    # then they register, stored as the values they were judged on
+    assert response.status_code == 200, response.json()
+    gpu = Gpu.objects.get(uuid="GPU-x0")
+    assert (gpu.min_power_limit_w, gpu.default_power_limit_w, gpu.max_power_limit_w) == stored
+
+
+@pytest.mark.parametrize(
+    ("field", "limits", "words"),
+    [
+        # 0.4 W would be stored as 0 W, 0.5 W too (half to even)
+        ("min_power_limit_w",
+         {"min_power_limit_w": 0.4, "default_power_limit_w": 60.0, "max_power_limit_w": 70.0},
+         "at least 1 W"),
+        ("default_power_limit_w",
+         {"min_power_limit_w": 0.5, "default_power_limit_w": 0.5, "max_power_limit_w": 70.0},
+         "at least 1 W"),
+        # 2000.6 W would be stored as 2001 W
+        ("max_power_limit_w",
+         {"min_power_limit_w": 100.0, "default_power_limit_w": 400.0,
+          "max_power_limit_w": 2000.6}, "at most 2000 W"),
+    ],
+)  # fmt: skip
+def test_power_limits_stored_out_of_bounds_are_refused_saying_so(
+    make_node, agent_client, field, limits, words
+):
+    node = make_node("node-09", gpus=0)
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", {"gpus": [registered_gpu("GPU-x0", 0, **limits)]}, format="json"
+    )
+    assert response.status_code == 400
+    message = response.json()["gpus"][0][field][0]
+    assert words in message
+    assert "whole watts" in message
+    assert not Gpu.objects.filter(node=node).exists()
+
+
+def test_power_limits_out_of_order_once_stored_are_refused(make_node, agent_client):
+    # min 70.6 W (stored 71) above default 70.4 W (stored 70)
+    node = make_node("node-09", gpus=0)
+    limits = {"min_power_limit_w": 70.6, "default_power_limit_w": 70.4, "max_power_limit_w": 80}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", {"gpus": [registered_gpu("GPU-x0", 0, **limits)]}, format="json"
+    )
+    assert response.status_code == 400
+    assert "min <= default <= max" in response.json()["gpus"][0]["default_power_limit_w"][0]
+    assert not Gpu.objects.filter(node=node).exists()
