@@ -334,6 +334,7 @@ def build_snapshot(
         idle_power_w=workload_profiles.uncatalogued_idle_w(perf, gpus.values(), nvml, now=now),
         # (the GPUs a job may be given: those its node's agent registered)
         clock_steps=clock_steps_by_model(g for g in gpus.values() if g.missing_since is None),
+        power_limits=power_limits_by_model(g for g in gpus.values() if g.missing_since is None),
         carbon=carbon_signal(settings.TELEMETRY_CARBON_ZONE, now),
         policy_state=dict(policy_state or {}),
         # Live, every model is an estimate, the catalog's included.
@@ -678,6 +679,34 @@ def clock_steps_by_model(gpus: Iterable[Gpu]) -> dict[str, core.ClockSteps]:
     return out
 
 
+def power_limits(gpus: Iterable[Gpu]) -> core.PowerLimits | None:
+    """The power limits ``gpus`` run at when told one (``core.PowerLimits``): within the
+    highest bottom limit and the lowest top limit they registered; None where no limit is
+    within every GPU's range (a limit is then taken as each GPU allows)."""
+    gpus = list(gpus)
+    if not gpus:
+        return None
+    low = max(g.min_power_limit_w for g in gpus)
+    high = min(g.max_power_limit_w for g in gpus)
+    return core.PowerLimits(low_w=low, high_w=high) if low <= high else None
+
+
+def power_limits_by_model(gpus: Iterable[Gpu]) -> dict[str, core.PowerLimits]:
+    """GPU model -> the power limits all its GPUs in ``gpus`` take (``power_limits``;
+    ``Snapshot.power_limits``). A job's GPUs are some of its model's, so a limit all of
+    them take is taken as it is on any (a range no narrower). Where no limit is within every
+    GPU's range, none is given: the plan's limit is taken as the job's GPUs allow."""
+    by_model: dict[str, list[Gpu]] = defaultdict(list)
+    for g in gpus:
+        by_model[g.model].append(g)
+    out = {}
+    for model, group in by_model.items():
+        limits = power_limits(group)
+        if limits is not None:
+            out[model] = limits
+    return out
+
+
 def settings_the_gpus_take(
     gpus: Iterable[Gpu], *, sm_clock_mhz: int | None, power_limit_w: int | None
 ) -> tuple[int | None, int | None]:
@@ -697,11 +726,12 @@ def settings_the_gpus_take(
         # (The round plans only clocks its GPUs' model takes, ``clock_steps_by_model``, so
         # a plan's clock is normally taken as it is.)
         sm_clock_mhz = clock_steps(gpus).take(sm_clock_mhz)
-    if power_limit_w is not None and gpus:
-        low = max(g.min_power_limit_w for g in gpus)
-        high = min(g.max_power_limit_w for g in gpus)
-        if low <= high:
-            power_limit_w = min(max(power_limit_w, low), high)
+    if power_limit_w is not None:
+        # (The round plans only limits its GPUs' model takes, ``power_limits_by_model``,
+        # so a plan's limit is normally taken as it is.)
+        limits = power_limits(gpus)
+        if limits is not None:
+            power_limit_w = round(limits.take(power_limit_w))
     return sm_clock_mhz, power_limit_w
 
 

@@ -19,7 +19,7 @@ from functools import cached_property
 from typing import Any
 
 from scheduling.core.goodput import iters_to_finish, useful_samples_per_iter
-from scheduling.core.perf_models import with_clocks
+from scheduling.core.perf_models import with_clocks, with_limits
 from scheduling.core.types import (
     Budget,
     ClockSteps,
@@ -28,6 +28,7 @@ from scheduling.core.types import (
     Job,
     PerfCatalog,
     PerfModel,
+    PowerLimits,
     Snapshot,
     WaitReason,
 )
@@ -42,13 +43,16 @@ class PerfCache:
         job_perf: Mapping[tuple[str, str], PerfModel] | None = None,
         idle_power_w: Mapping[str, float] | None = None,
         clock_steps: Mapping[str, ClockSteps] | None = None,
+        power_limits: Mapping[str, PowerLimits] | None = None,
     ) -> None:
         self._catalog = catalog
         self._job_perf = dict(job_perf or {})
-        # GPU model -> the clocks its GPUs take (``Snapshot.clock_steps``): the models this
-        # cache hands out plan only those (``with_clocks``); (job id, GPU model) -> a job's
-        # learned model so restricted, made once a round.
+        # GPU model -> the clocks and the power limits its GPUs take
+        # (``Snapshot.clock_steps``, ``Snapshot.power_limits``): the models this cache
+        # hands out plan only those (``with_clocks``, ``with_limits``); (job id, GPU
+        # model) -> a job's learned model so restricted, made once a round.
         self._steps = dict(clock_steps or {})
+        self._limits = dict(power_limits or {})
         self._own: dict[tuple[str, str], PerfModel] = {}
         # ids of the jobs with a learned model of their own (read only)
         self.learned_jobs = frozenset(job_id for job_id, _ in self._job_perf)
@@ -63,11 +67,18 @@ class PerfCache:
         return self._models[key]
 
     def _taken(self, model: PerfModel | None) -> PerfModel | None:
-        """``model`` with only the clocks its GPUs take (``Snapshot.clock_steps``)."""
-        if model is None or not model.clocks_mhz:
+        """``model`` with only the clocks and power limits its GPUs take
+        (``Snapshot.clock_steps``, ``Snapshot.power_limits``)."""
+        if model is None:
             return model
         steps = self._steps.get(model.gpu_model)
-        return model if steps is None else with_clocks(model, steps.plannable(model.clocks_mhz))
+        if steps is not None and model.clocks_mhz:
+            model = with_clocks(model, steps.plannable(model.clocks_mhz))
+        limits = self._limits.get(model.gpu_model)
+        range_w = getattr(model, "power_limits_w", None)
+        if limits is not None and range_w:
+            model = with_limits(model, limits.plannable(range_w))
+        return model
 
     def has_own_model(self, job: Job) -> bool:
         """Whether the job has a learned model of its own on some GPU model."""
@@ -78,7 +89,7 @@ class PerfCache:
         learned = self._job_perf.get((job.job_id, gpu_model))
         if learned is None:
             return self.model(job.workload, gpu_model)
-        if not self._steps:
+        if not self._steps and not self._limits:
             return learned
         key = (job.job_id, gpu_model)
         if key not in self._own:

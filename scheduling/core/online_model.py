@@ -386,6 +386,7 @@ class OnlinePerfModel:
         "n_time_obs",
         "n_power_obs",
         "prior_measured",
+        "planned_limits_w",
         "_time_corr",
         "_power_corr",
         "_cells",
@@ -422,6 +423,7 @@ class OnlinePerfModel:
         self.batch_sizes = prior.batch_sizes
         self.n_time_obs = n_time_obs
         self.n_power_obs = n_power_obs
+        self.planned_limits_w: tuple[float, float] | None = None  # (``with_limits``)
         self._time_corr = dict(time_corr or {})
         self._power_corr = dict(power_corr or {})
         self._cells = dict(cells or {})
@@ -447,6 +449,8 @@ class OnlinePerfModel:
 
     @property
     def power_limits_w(self) -> tuple[float, float]:
+        if self.planned_limits_w is not None:
+            return self.planned_limits_w
         return self.base.power_limits_w
 
     def _key(self, cfg: GpuConfig) -> tuple:
@@ -625,7 +629,15 @@ class BlendedPerfModel:
     Everything but the three predictions (GPU, limits, observation counts) is the first
     model's."""
 
-    __slots__ = ("models", "workload", "gpu_model", "idle_power_w", "clocks_mhz", "batch_sizes")
+    __slots__ = (
+        "models",
+        "workload",
+        "gpu_model",
+        "idle_power_w",
+        "clocks_mhz",
+        "batch_sizes",
+        "planned_limits_w",
+    )
 
     def __init__(self, models: Sequence[OnlinePerfModel]) -> None:
         if not models:
@@ -637,6 +649,7 @@ class BlendedPerfModel:
         self.idle_power_w = first.idle_power_w
         self.clocks_mhz = first.clocks_mhz
         self.batch_sizes = first.batch_sizes
+        self.planned_limits_w: tuple[float, float] | None = None  # (``with_limits``)
 
     def __repr__(self) -> str:
         return f"BlendedPerfModel({self.workload!r}, {self.gpu_model!r}, {len(self.models)})"
@@ -651,6 +664,8 @@ class BlendedPerfModel:
 
     @property
     def power_limits_w(self) -> tuple[float, float]:
+        if self.planned_limits_w is not None:
+            return self.planned_limits_w
         return self.models[0].power_limits_w
 
     def iter_time_s(self, cfg: GpuConfig) -> float:

@@ -192,6 +192,7 @@ class FittedPerfModel:
         "gpu",
         "errors",
         "sources",
+        "planned_limits_w",
         "_cache",
     )
 
@@ -216,6 +217,9 @@ class FittedPerfModel:
         self.gpu = gpu
         self.errors = dict(errors or {})
         self.sources = dict(sources or {})
+        # (min, max) power limit a round may plan in, where the GPUs take less than the
+        # GPU model's range (``with_limits``); None: the GPU model's range
+        self.planned_limits_w: tuple[float, float] | None = None
         self._cache: dict[GpuConfig, tuple[float, float]] = {}
 
     def __repr__(self) -> str:
@@ -223,7 +227,10 @@ class FittedPerfModel:
 
     @property
     def power_limits_w(self) -> tuple[float, float]:
-        """(min, max) power limit this GPU model accepts, watts."""
+        """(min, max) power limit to plan in, watts: the one this GPU model accepts, or
+        what its GPUs take (``planned_limits_w``)."""
+        if self.planned_limits_w is not None:
+            return self.planned_limits_w
         return (self.gpu.power_limit_min_w, self.gpu.power_limit_max_w)
 
     def iter_time_s(self, cfg: GpuConfig) -> float:
@@ -477,6 +484,21 @@ def with_clocks(model: Any, clocks_mhz: tuple[int, ...]) -> Any:
         return model
     out = copy.copy(model)
     out.clocks_mhz = clocks_mhz
+    return out
+
+
+def with_limits(model: Any, limits_w: tuple[float, float]) -> Any:
+    """``model`` offering ``limits_w`` as its (min, max) power limit (``power_limits_w``,
+    the range policies plan in), predicting as it does: a shallow copy, as ``with_clocks``
+    makes, whose ``planned_limits_w`` is set (the service's models, ``FittedPerfModel`` and
+    the online ones, have the slot); ``model`` itself where that is its range already. A
+    prediction at a limit outside the GPU model's range is clamped to it by the model as
+    before, so only the limits offered change."""
+    limits_w = (float(limits_w[0]), float(limits_w[1]))
+    if tuple(model.power_limits_w) == limits_w:
+        return model
+    out = copy.copy(model)
+    out.planned_limits_w = limits_w
     return out
 
 

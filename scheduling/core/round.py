@@ -100,7 +100,13 @@ _STRICTNESS = {
 
 
 def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, WaitReason]]:
-    cache = PerfCache(snapshot.perf, snapshot.job_perf, snapshot.idle_power_w, snapshot.clock_steps)
+    cache = PerfCache(
+        snapshot.perf,
+        snapshot.job_perf,
+        snapshot.idle_power_w,
+        snapshot.clock_steps,
+        snapshot.power_limits,
+    )
     capacity, node_gpus = (dict(d) for d in snapshot.cluster.schedulable_capacity)
     # A job that names no GPU model runs on the most plentiful one with a perf model.
     models_by_size = sorted(capacity, key=lambda m: (-capacity[m], m))
@@ -362,14 +368,21 @@ def place(
         result = PLACERS[placement](cluster, requests)
     # Pinned jobs keep exactly what they run (see ``admit``).
     allocations: dict[str, Allocation] = {jv.job.job_id: jv.job.allocation for jv in ctx.pinned}
+    taken = ctx.snapshot.power_limits
     for g in decision.grants:
         ids = g.gpu_ids or result.gpu_ids.get(g.job_id)
         if ids is not None:
+            limit = g.power_limit_w
+            if limit is not None and g.gpu_model in taken:
+                # A limit the policy did not take from its model's range (``fifo``'s own
+                # ``power_limit_w``) is the one the GPUs run at, and predicted at it
+                # (``Snapshot.power_limits``; a limit from the range is taken as it is).
+                limit = taken[g.gpu_model].take(limit)
             allocations[g.job_id] = Allocation(
                 gpu_ids=ids,
                 global_batch=g.global_batch,
                 sm_clock_mhz=g.sm_clock_mhz,
-                power_limit_w=g.power_limit_w,
+                power_limit_w=limit,
             )
     unplaced = {
         j: WaitReason(

@@ -320,6 +320,31 @@ class ClockSteps:
         return tuple(sorted({self.take(c) for c in clocks_mhz}))
 
 
+@dataclass(frozen=True, slots=True)
+class PowerLimits:
+    """The power limits a set of GPUs runs at when told a limit, as the live agent applies
+    one (``telemetry.agent.backends.capped_settings``; the service's
+    ``adapters.settings_the_gpus_take``): within ``low_w``-``high_w``, the highest bottom
+    limit and the lowest top limit among them (``low_w <= high_w``)."""
+
+    low_w: float
+    high_w: float
+
+    def __post_init__(self) -> None:
+        if not self.low_w <= self.high_w:
+            raise ValueError("a power-limit range needs low_w <= high_w")
+
+    def take(self, limit_w: float) -> float:
+        """The limit the GPUs run at when told ``limit_w``."""
+        return min(max(limit_w, self.low_w), self.high_w)
+
+    def plannable(self, limits_w: tuple[float, float]) -> tuple[float, float]:
+        """A model's (min, max) power limit as the limits the GPUs take: the range a round
+        may plan in, so that what it predicts at a limit is what runs."""
+        low, high = limits_w
+        return (self.take(low), self.take(high))
+
+
 # --- the snapshot and the plan -----------------------------------------------------
 
 
@@ -351,6 +376,11 @@ class Snapshot:
     # clock the GPUs do not take, a job's time and energy, and what its budget pays, were
     # predicted for a clock its GPUs never ran at. The simulator's GPUs take every clock.
     clock_steps: Mapping[str, ClockSteps] = field(default_factory=dict)
+    # The power limits the GPUs of a model take (``PowerLimits``), likewise: a round plans
+    # only limits in them (``PowerLimits.plannable``). Planned from the model's range (the
+    # catalog A100's 100-400 W) on GPUs that registered less (a 250 W top), a job was
+    # predicted at 400 W and ran at 250 W. The simulator's GPUs take the model's range.
+    power_limits: Mapping[str, PowerLimits] = field(default_factory=dict)
     # Opaque, JSON-serialisable state a policy returned in its last Plan (timers,
     # learned co-location history, ...); the service stores it between rounds.
     policy_state: Mapping[str, Any] = field(default_factory=dict)

@@ -150,3 +150,40 @@ def test_a_round_plans_and_predicts_at_the_clock_its_allocation_records(
     assert job.state == JobState.RUNNING
     (plan,) = plans
     assert plan.allocations[str(job.pk)].sm_clock_mhz == job.current_allocation.sm_clock_mhz
+
+
+@pytest.mark.parametrize(("low", "high"), [(150, 250), (500, 600)], ids=["250-W-top", "500-600-W"])
+@pytest.mark.parametrize("policy", ["zeus", "powerflow", "greenflow"])
+def test_a_round_plans_and_predicts_at_the_power_limit_its_allocation_records(
+    scheduler_settings, make_node, make_job, member, team, monkeypatch, policy, low, high
+):
+    # given A100s that registered another power-limit range than the catalog A100's
+    # 100-400 W (a 250 W top, as a PCIe A100's; or 500-600 W), and a queued job
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    Gpu.objects.filter(node=node).update(
+        min_power_limit_w=low, default_power_limit_w=high, max_power_limit_w=high
+    )
+    scheduler_settings(policy, round_interval_s=1)
+    job = _job(make_job, member, team)
+    plans = []
+    plan_round = services.plan_round
+
+    def planned(snapshot, **kwargs):
+        plans.append(plan_round(snapshot, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(services, "plan_round", planned)
+
+    # when a round starts it
+    services.run_scheduling_round(now=T0)
+
+    # then the plan's limit, at which the core predicted the job's time and energy (and
+    # what the round and each budget will spend), is the limit its allocation records:
+    # zeus planned 400 W (the catalog's range) on GPUs that took 250 W or 500 W
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    (plan,) = plans
+    limit = plan.allocations[str(job.pk)].power_limit_w
+    assert limit == job.current_allocation.power_limit_w
+    assert limit is None or low <= limit <= high

@@ -1,0 +1,102 @@
+"""A round plans only the power limits its GPUs take (``Snapshot.power_limits``), as it
+plans only the clocks they take (``test_clock_steps.py``): planned from the catalog A100's
+100-400 W on A100s that registered a 150-250 W range, ``zeus`` planned and predicted a
+job's time and energy (and its budget's spend) at limits the GPUs clamp to 250 W."""
+
+import pytest
+from corekit import job, make_cluster, snapshot
+
+from scheduling.core.context import PerfCache
+from scheduling.core.online_model import N_PARAMS, BlendedPerfModel, OnlinePerfModel
+from scheduling.core.perf_models import load_catalog
+from scheduling.core.policies.fifo import Fifo
+from scheduling.core.policies.zeus import Zeus
+from scheduling.core.round import plan_round
+from scheduling.core.types import GpuConfig, PowerLimits
+
+CATALOG = load_catalog()
+NARROW = {"A100": PowerLimits(low_w=150, high_w=250)}
+
+
+@pytest.mark.parametrize(
+    ("limits", "told", "taken"),
+    [
+        (PowerLimits(150, 250), 400, 250),  # above the range: its top
+        (PowerLimits(150, 250), 100, 150),  # below: its bottom
+        (PowerLimits(150, 250), 225, 225),  # within: as told
+    ],
+)
+def test_a_limit_is_taken_as_the_agent_applies_it(limits, told, taken):
+    assert limits.take(told) == taken
+
+
+def test_the_plannable_range_is_the_models_range_as_taken():
+    assert PowerLimits(150, 250).plannable((100.0, 400.0)) == (150, 250)
+    assert PowerLimits(50, 600).plannable((100.0, 400.0)) == (100.0, 400.0)
+    # GPUs whose range lies above the model's take its every limit at their bottom
+    assert PowerLimits(500, 600).plannable((100.0, 400.0)) == (500, 500)
+    with pytest.raises(ValueError, match="low_w <= high_w"):
+        PowerLimits(300, 200)
+
+
+def _plan(policy, **kw):
+    cluster = make_cluster(nodes_per_switch=1, gpus_per_node=4)
+    snap = snapshot(cluster, [job("j1", n=2, workload="bert", gpu_model="A100")], CATALOG, **kw)
+    return plan_round(snap, policy=policy, now=0.0)
+
+
+def test_zeus_plans_only_limits_the_gpus_take():
+    # given zeus, which at the catalog A100's range plans a limit above 250 W for bert
+    wide = _plan(Zeus(tune_batch=False))
+    assert wide.allocations["j1"].power_limit_w > 250
+
+    # when the A100s take 150-250 W
+    plan = _plan(Zeus(tune_batch=False), power_limits=NARROW)
+
+    # then the limit planned is one they take, and the round is predicted as zeus would
+    # predict it choosing from that range
+    limit = plan.allocations["j1"].power_limit_w
+    assert 150 <= limit <= 250
+    assert limit in (150, 175, 200, 225, 250)  # zeus' 25 W steps down from 250 W
+    at_limit = _plan(Fifo(power_limit_w=limit))
+    assert plan.predicted_energy_j == at_limit.predicted_energy_j
+
+
+def test_a_limit_a_policy_sets_itself_is_planned_and_predicted_as_taken():
+    # given fifo told to run at 400 W on A100s that take 150-250 W
+    plan = _plan(Fifo(power_limit_w=400.0), power_limits=NARROW)
+
+    # then the plan says 250 W, as the allocation will, and predicts the round at it
+    assert plan.allocations["j1"].power_limit_w == 250
+    assert plan.predicted_energy_j == _plan(Fifo(power_limit_w=250.0)).predicted_energy_j
+    assert plan.predicted_energy_j != _plan(Fifo(power_limit_w=400.0)).predicted_energy_j
+
+
+def test_without_power_limits_a_round_plans_in_the_models_range():
+    # the simulator's GPUs take the model's range: nothing changes there
+    for policy in (Zeus, lambda: Fifo(power_limit_w=400.0)):
+        bare = _plan(policy())
+        covered = _plan(policy(), power_limits={"A100": PowerLimits(100, 400)})
+        assert bare.allocations == covered.allocations
+        assert bare.predicted_energy_j == covered.predicted_energy_j
+
+
+def test_learned_models_offer_the_limits_the_gpus_take_and_predict_as_before():
+    prior = CATALOG.get("bert", "A100")
+    online = OnlinePerfModel(prior=prior, params=[0.0] * N_PARAMS)
+    blended = BlendedPerfModel([online, OnlinePerfModel(prior=prior, params=[0.0] * N_PARAMS)])
+    cache = PerfCache(
+        CATALOG,
+        job_perf={("j1", "A100"): online, ("j2", "A100"): blended},
+        power_limits=NARROW,
+    )
+    cfg = GpuConfig(n_gpus=2, global_batch=64, power_limit_w=200.0)
+    for job_id, learned in (("j1", online), ("j2", blended)):
+        model = cache.model_for(job(job_id, workload="bert"), "A100")
+        assert model.power_limits_w == (150, 250)
+        assert learned.power_limits_w == (100.0, 400.0)  # the job's own, unchanged
+        assert model.iter_time_s(cfg) == learned.iter_time_s(cfg)
+        assert model.power_w(cfg) == learned.power_w(cfg)
+    catalog_model = cache.model("bert", "A100")
+    assert catalog_model.power_limits_w == (150, 250)
+    assert prior.power_limits_w == (100.0, 400.0)
