@@ -157,8 +157,21 @@ def _whatif_jobs(team: Team, cluster: core.Cluster) -> list[core.Job]:
 
 def _whatif_cluster(now: datetime) -> core.Cluster:
     """The cluster as the live round sees it now (healthy nodes that heart-beat recently)."""
-    nodes = Node.objects.prefetch_related(gpus_in_service()).order_by("name")
-    return adapters.cluster_from_rows(nodes, now=now, timeout_s=settings.WATTFLOW_NODE_TIMEOUT_S)
+    return _whatif_gpus(now)[0]
+
+
+def _whatif_gpus(
+    now: datetime,
+) -> tuple[core.Cluster, dict[str, core.ClockSteps], dict[str, core.PowerLimits]]:
+    """The cluster as the live round sees it now, and the clocks and power limits its GPUs
+    take, per GPU model, as the live round reads them (``adapters.build_snapshot``): the
+    replay plans only settings the GPUs take, as the round does. It planned every catalog
+    clock and limit, so its jobs' times and energy (and its curve) were predicted at
+    settings the live GPUs never run at (975 MHz on A100s that take 810, 400 W on 250 W)."""
+    nodes = list(Node.objects.prefetch_related(gpus_in_service()).order_by("name"))
+    cluster = adapters.cluster_from_rows(nodes, now=now, timeout_s=settings.WATTFLOW_NODE_TIMEOUT_S)
+    gpus = [g for n in nodes for g in n.gpus.all() if g.missing_since is None]
+    return cluster, adapters.clock_steps_by_model(gpus), adapters.power_limits_by_model(gpus)
 
 
 @dataclass(frozen=True)
@@ -202,7 +215,7 @@ def whatif_average_jct_s(
     """
     if kind not in ("energy", "carbon"):
         raise ValueError(f"unknown budget kind {kind!r}")
-    cluster = _whatif_cluster(now)
+    cluster, clock_steps, power_limits = _whatif_gpus(now)
     jobs = _whatif_jobs(team, cluster)
     n_gpus = len(cluster.schedulable_gpus)
     if not jobs or not n_gpus:
@@ -229,6 +242,8 @@ def whatif_average_jct_s(
         period_start_s=None if period_start is None else (period_start - now).total_seconds(),
         period_end_s=(period_end - now).total_seconds(),
         ci_g_per_kwh=ci,
+        clock_steps=clock_steps,
+        power_limits=power_limits,
     )
     named = [int(j) for j, _ in replay.never_run] + [int(j) for j in replay.unfinished]
     names = dict(Job.objects.filter(pk__in=named).values_list("pk", "name"))

@@ -86,11 +86,13 @@ from scheduling.core.goodput import useful_samples_per_iter
 from scheduling.core.types import (
     Allocation,
     CarbonSignal,
+    ClockSteps,
     Cluster,
     HardLimitAction,
     Job,
     PerfCatalog,
     Plan,
+    PowerLimits,
     Snapshot,
     WaitCode,
 )
@@ -131,6 +133,8 @@ class Simulator:
         progress: ProgressHook | None = None,
         colocation: Any = None,
         budgets: Sequence[BudgetSpec] = (),
+        clock_steps: Mapping[str, ClockSteps] | None = None,
+        power_limits: Mapping[str, PowerLimits] | None = None,
     ) -> None:
         ids = [j.job_id for j in jobs]
         if len(set(ids)) != len(ids):
@@ -158,6 +162,12 @@ class Simulator:
             )
         )
         self.progress = progress
+        # The clocks and power limits the GPUs of a model take, where not every one of the
+        # catalog's (``Snapshot.clock_steps``, ``Snapshot.power_limits``): the budget what-if
+        # gives the live GPUs', so that it plans what the live round would. A plan is then
+        # at settings the GPUs take, and is applied as it is. None: the catalog's GPUs.
+        self._clock_steps = dict(clock_steps or {})
+        self._power_limits = dict(power_limits or {})
         self._colocation = colocation  # ColocationModel; loaded when a plan first shares
         self._noise: dict[tuple[str, str], float] = {}
         self._max_share = 1
@@ -429,6 +439,8 @@ class Simulator:
             budgets=budgets,
             # The idle draw the simulation charges (the catalog's, or ``idle_power_w``'s).
             idle_power_w=dict(self._idle_w),
+            clock_steps=self._clock_steps,
+            power_limits=self._power_limits,
             carbon=carbon,
             epoch_s=self.intensity.epoch_s,
             power_off_idle_nodes=self.config.power_off_idle_nodes,

@@ -24,11 +24,21 @@ long JCT rather than a fast unbudgeted tail.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduling.core.round import admit
-from scheduling.core.types import G_PER_KG, J_PER_KWH, Cluster, Job, PerfCatalog, Snapshot, WaitCode
+from scheduling.core.types import (
+    G_PER_KG,
+    J_PER_KWH,
+    ClockSteps,
+    Cluster,
+    Job,
+    PerfCatalog,
+    PowerLimits,
+    Snapshot,
+    WaitCode,
+)
 from scheduling.simulator.carbon import ConstantIntensity
 from scheduling.simulator.engine import BudgetSpec, SimConfig, Simulator
 from scheduling.simulator.metrics import summarise
@@ -54,9 +64,23 @@ class Replay:
     unfinished: tuple[str, ...] = ()
 
 
-def never_runnable(jobs: Sequence[Job], cluster: Cluster, catalog: PerfCatalog) -> dict[str, str]:
+def never_runnable(
+    jobs: Sequence[Job],
+    cluster: Cluster,
+    catalog: PerfCatalog,
+    *,
+    clock_steps: Mapping[str, ClockSteps] | None = None,
+    power_limits: Mapping[str, PowerLimits] | None = None,
+) -> dict[str, str]:
     """Jobs the core's admission turns away whatever the budget, with its reason."""
-    snapshot = Snapshot(cluster=cluster, jobs=tuple(jobs), perf=catalog, round_length_s=ROUND_S)
+    snapshot = Snapshot(
+        cluster=cluster,
+        jobs=tuple(jobs),
+        perf=catalog,
+        round_length_s=ROUND_S,
+        clock_steps=dict(clock_steps or {}),
+        power_limits=dict(power_limits or {}),
+    )
     _, waiting = admit(snapshot, now=0.0)
     return {job_id: r.message for job_id, r in waiting.items() if r.code in NEVER}
 
@@ -72,16 +96,22 @@ def replay_queue(
     period_start_s: float | None = None,
     period_end_s: float,
     ci_g_per_kwh: float,
+    clock_steps: Mapping[str, ClockSteps] | None = None,
+    power_limits: Mapping[str, PowerLimits] | None = None,
 ) -> Replay:
     """Replay ``jobs`` (submitted at 0 = now) under ``limit`` (kWh for ``kind="energy"``,
     kg CO2e for ``"carbon"``) for the period ``[period_start_s, period_end_s)`` of which
     ``used`` is spent; with ``period_start_s`` the next periods follow with the same limit,
     without it the budget ends with the period. PowerFlow paces an energy budget,
     GreenFlow a carbon one; idle nodes are powered off, so the budget pays for the team's
-    work only, as its ledger does."""
+    work only, as its ledger does. ``clock_steps`` and ``power_limits``: the settings the
+    cluster's GPUs take (``Snapshot.clock_steps``, ``Snapshot.power_limits``), so the replay
+    plans what the live round plans on them (none: every clock and limit of the catalog)."""
     if kind not in ("energy", "carbon"):
         raise ValueError(f"unknown budget kind {kind!r}")
-    never = never_runnable(jobs, cluster, catalog)
+    never = never_runnable(
+        jobs, cluster, catalog, clock_steps=clock_steps, power_limits=power_limits
+    )
     named = tuple(sorted(never.items()))
     runnable = [j for j in jobs if j.job_id not in never]
     if not runnable or not cluster.schedulable_gpus:
@@ -113,6 +143,8 @@ def replay_queue(
         ),
         intensity=ConstantIntensity(ci_g_per_kwh),
         budget=spec,
+        clock_steps=clock_steps,
+        power_limits=power_limits,
     ).run()
     summary = summarise(result)
     all_done = summary["n_unfinished"] == 0
