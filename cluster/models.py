@@ -68,12 +68,19 @@ class Team(models.Model):
 def lookalike(model, pk, field: str, value: str, fold):
     """Another row of ``model`` whose ``field`` reads as ``value`` once both are folded
     (``fold``) but is not the same text (that one is the unique constraint's, with its own
-    message); None if there is none. The rows are few (teams, nodes): compared here."""
+    message); None if there is none. The rows are few (teams, nodes): compared here.
+
+    None too where the row ``pk`` already stores ``value``: a look-alike pair stored before
+    the rule (or by code that does not clean) is left as it is, and an edit that keeps the
+    name is not refused for it (a drain of such a node over the API was a 400 on its name)."""
     if not value:
         return None
-    for row in model.objects.exclude(pk=pk):
+    rows = list(model.objects.all())
+    if pk is not None and any(row.pk == pk and getattr(row, field) == value for row in rows):
+        return None
+    for row in rows:
         theirs = getattr(row, field)
-        if theirs != value and fold(theirs) == fold(value):
+        if row.pk != pk and theirs != value and fold(theirs) == fold(value):
             return row
     return None
 
