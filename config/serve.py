@@ -17,7 +17,8 @@ in memory) before the application sees the request, so ``RequestBodyLimitMiddlew
 came only after all of it had arrived; an anonymous 1,000 MB POST took the web process from
 169 MB to 1.2 GB resident (a live probe). Here a declared ``Content-Length`` over the bound,
 or a chunked body once its bytes pass it, is answered 413 at once, as the middleware words
-it, and the connection is closed without reading the rest (``bound_request_bodies``).
+it; what the client still sends is dropped as it arrives, never kept, for
+``REFUSED_LINGER_S``, and the connection is closed (``bound_request_bodies``).
 """
 
 from __future__ import annotations
@@ -107,10 +108,34 @@ def bounded_request(request_class):
                 getattr(channel, "_path", b"?").decode(errors="replace")[:200],
                 peer, "declared" if declared is not None else "chunked", body_limit(),
             )  # fmt: skip
-            channel.transport.write(_too_large(declared, body_limit()))
-            channel.loseConnection()  # stops reading: the rest of the body is never taken
+            transport = channel.transport
+            transport.write(_too_large(declared, body_limit()))
+            if not hasattr(transport, "loseWriteConnection"):
+                channel.loseConnection()
+                return
+            # The answer, then the end of what is sent (the client reads the 413 and EOF);
+            # what it still sends is read and dropped (``handleContentChunk``; a request
+            # after it waits unparsed, paused once it fills Twisted's small buffer) for
+            # ``REFUSED_LINGER_S``, then the connection is closed. Closed at once, with
+            # the body still arriving, the client's send was reset and a client that
+            # sends its whole body before reading (most do) never saw the 413.
+            transport.loseWriteConnection()
+            from twisted.internet import reactor
+
+            reactor.callLater(REFUSED_LINGER_S, _close_if_open, channel, transport)
 
     return BoundedRequest
+
+
+# How long a refused body's connection goes on reading (and dropping) what the client still
+# sends before it is closed: time for a client that sends its whole body before reading to
+# finish sending and read the 413.
+REFUSED_LINGER_S = 5.0
+
+
+def _close_if_open(channel, transport) -> None:
+    if transport.connected:
+        channel.loseConnection()
 
 
 def bound_request_bodies(factory) -> None:

@@ -133,3 +133,23 @@ def test_a_body_within_the_bound_reaches_the_service(server):
 
     # the API's own answer to an anonymous submit
     assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+
+
+def test_a_client_that_sends_the_whole_body_before_reading_gets_the_413(server):
+    # Most clients send the whole body, then read the answer. Closed at once, the
+    # connection reset such a client mid-send (BrokenPipeError here, "connection reset" in
+    # other clients) and it never read the 413; the middleware's 413 had reached it, only
+    # late. The refusal is sent, then the rest of the body read and dropped for a while
+    # (never kept), then the connection closed.
+    size = 32 * 1024 * 1024
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+    try:
+        sock.sendall(_head(length=size) + b"x" * size)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    finally:
+        sock.close()
+
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"at most 65536" in answer
