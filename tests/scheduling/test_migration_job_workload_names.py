@@ -64,3 +64,30 @@ def test_jobs_stored_under_another_form_of_a_workload_take_its_name():
     assert {name: stored[pk] for name, pk in ids.items()} == NAMES
     # the name a submit gives each now, so a job stored before is named as one submitted now
     assert {name: catalog_name(name) for name in NAMES} == NAMES
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_does_not_read_the_live_catalog_module(monkeypatch):
+    # A migration runs on every new database for good, so it holds what it needs: read from
+    # the catalog module of the day, it breaks once that module moves or changes (issue 12
+    # moves the catalog's code); the shipped catalog's names are frozen in it.
+    from scheduling.core import perf_models
+
+    def moved():
+        raise ImportError("scheduling.core.perf_models.load_catalog has moved")
+
+    with stored_before(BEFORE) as (apps, user, team):
+        monkeypatch.setattr(perf_models, "load_catalog", moved)
+        job = apps.get_model("cluster", "Job")
+        ids = {
+            name: job.objects.create(
+                owner=user, team=team, name="j", workload=name, global_batch_size=8,
+                min_batch_size=8, max_batch_size=8, total_iterations=10,
+            ).pk
+            for name in ("\uff42\uff45\uff52\uff54", "IMAGENET", "Yolov3")
+        }  # fmt: skip
+
+    from cluster.models import Job
+
+    stored = dict(Job.objects.filter(pk__in=ids.values()).values_list("pk", "workload"))
+    assert [stored[pk] for pk in ids.values()] == ["bert", "imagenet", "yolov3"]
