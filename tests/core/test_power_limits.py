@@ -100,3 +100,44 @@ def test_learned_models_offer_the_limits_the_gpus_take_and_predict_as_before():
     catalog_model = cache.model("bert", "A100")
     assert catalog_model.power_limits_w == (150, 250)
     assert prior.power_limits_w == (100.0, 400.0)
+
+
+# GPUs that registered a default limit below their top run a plan that sets no limit at
+# that default (the agent leaves the GPU at its own limit): A100s taking 150-250 W with a
+# 200 W default ran fifo's and powerflow's jobs at 200 W, predicted unthrottled.
+
+
+@pytest.mark.parametrize("clock", [None, 1410], ids=["no-clock", "top-clock"])
+def test_a_plan_without_a_limit_is_recorded_and_predicted_at_the_default_that_runs(clock):
+    # given a policy that plans no power limit (with or without a clock of its own)
+    bare = _plan(Fifo(sm_clock_mhz=clock))
+    assert bare.allocations["j1"].power_limit_w is None
+
+    # when the A100s run at a 200 W default below their 250 W top
+    below_top = {"A100": PowerLimits(low_w=150, high_w=250, default_w=200)}
+    plan = _plan(Fifo(sm_clock_mhz=clock), power_limits=below_top)
+
+    # then the plan records the 200 W they run at, and predicts the round there, as a
+    # policy that set 200 W itself would
+    assert plan.allocations["j1"].power_limit_w == 200
+    assert plan.allocations["j1"].sm_clock_mhz == clock
+    at_default = _plan(Fifo(sm_clock_mhz=clock, power_limit_w=200.0))
+    assert plan.predicted_energy_j == at_default.predicted_energy_j
+    assert plan.predicted_energy_j < bare.predicted_energy_j
+
+
+@pytest.mark.parametrize("default_w", [250, None], ids=["default-at-top", "defaults-differ"])
+def test_gpus_whose_default_is_their_top_or_unknown_are_planned_without_a_limit(default_w):
+    # a plan with no limit runs those GPUs at their top (or at defaults that differ,
+    # each GPU its own): nothing is recorded, as before
+    limits = {"A100": PowerLimits(low_w=150, high_w=250, default_w=default_w)}
+    plan = _plan(Fifo(), power_limits=limits)
+    assert plan.allocations["j1"].power_limit_w is None
+    assert plan.predicted_energy_j == _plan(Fifo()).predicted_energy_j
+
+
+def test_a_default_outside_the_range_is_refused():
+    assert PowerLimits(150, 250, default_w=200).unset_w == 200
+    assert PowerLimits(150, 250, default_w=250).unset_w is None
+    with pytest.raises(ValueError, match="low_w <= default_w <= high_w"):
+        PowerLimits(150, 250, default_w=260)

@@ -187,3 +187,56 @@ def test_a_round_plans_and_predicts_at_the_power_limit_its_allocation_records(
     limit = plan.allocations[str(job.pk)].power_limit_w
     assert limit == job.current_allocation.power_limit_w
     assert limit is None or low <= limit <= high
+
+
+@pytest.mark.parametrize("policy", ["fifo", "powerflow", "greenflow"])
+def test_a_plan_without_a_limit_records_the_default_limit_the_gpus_run_at(
+    scheduler_settings, make_node, make_job, member, team, monkeypatch, policy
+):
+    # given A100s that registered a 200 W default below their 250 W top (the agent leaves
+    # a GPU told no limit at its own, the default), a policy that plans no limit, and a
+    # queued job
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    Gpu.objects.filter(node=node).update(
+        min_power_limit_w=150, default_power_limit_w=200, max_power_limit_w=250
+    )
+    scheduler_settings(policy, round_interval_s=1)
+    job = _job(make_job, member, team)
+    plans = []
+    plan_round = services.plan_round
+
+    def planned(snapshot, **kwargs):
+        plans.append(plan_round(snapshot, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(services, "plan_round", planned)
+
+    # when a round starts it, and the next plans it again
+    services.run_scheduling_round(now=T0)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    alloc = job.current_allocation
+    services.run_scheduling_round(now=T0 + timedelta(seconds=30))
+
+    # then the plan, which predicted the job's time and energy (and the round's and its
+    # budgets' spend) at its limit, and the allocation say the 200 W the GPUs run at: the
+    # plan said none, predicted at the catalog's unthrottled top, while they ran at 200 W
+    assert plans[0].allocations[str(job.pk)].power_limit_w == 200
+    assert alloc.power_limit_w == 200
+    # and the next round keeps it (no retune)
+    assert Job.objects.get(pk=job.pk).current_allocation_id == alloc.pk
+
+
+@pytest.mark.parametrize(
+    ("defaults", "default_w"),
+    [([200, 200], 200.0), ([250, 250], 250.0), ([200, 250], None)],
+    ids=["below-top", "at-top", "differ"],
+)
+def test_the_default_limit_of_a_gpu_model_is_the_one_all_its_gpus_registered(defaults, default_w):
+    gpus = [
+        Gpu(model="A100", min_power_limit_w=150, default_power_limit_w=d, max_power_limit_w=250)
+        for d in defaults
+    ]
+    (limits,) = adapters.power_limits_by_model(gpus).values()
+    assert (limits.low_w, limits.high_w, limits.default_w) == (150, 250, default_w)
