@@ -688,7 +688,13 @@ def power_limits(gpus: Iterable[Gpu]) -> core.PowerLimits | None:
         return None
     low = max(g.min_power_limit_w for g in gpus)
     high = min(g.max_power_limit_w for g in gpus)
-    return core.PowerLimits(low_w=low, high_w=high) if low <= high else None
+    if not low <= high:
+        return None
+    # The default they run at when told no limit, where every GPU registered the same
+    # one (each runs at its own otherwise, and none is given).
+    defaults = {g.default_power_limit_w for g in gpus}
+    default = float(defaults.pop()) if len(defaults) == 1 else None
+    return core.PowerLimits(low_w=low, high_w=high, default_w=default)
 
 
 def power_limits_by_model(gpus: Iterable[Gpu]) -> dict[str, core.PowerLimits]:

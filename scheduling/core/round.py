@@ -378,6 +378,11 @@ def place(
                 # ``power_limit_w``) is the one the GPUs run at, and predicted at it
                 # (``Snapshot.power_limits``; a limit from the range is taken as it is).
                 limit = taken[g.gpu_model].take(limit)
+            elif limit is None and g.gpu_model in taken:
+                # No limit: the GPUs run at their default, recorded (and applied) as the
+                # limit so that the job is predicted at it, not unthrottled at the top
+                # (``PowerLimits.unset_w``; None where the default is their top).
+                limit = taken[g.gpu_model].unset_w
             allocations[g.job_id] = Allocation(
                 gpu_ids=ids,
                 global_batch=g.global_batch,

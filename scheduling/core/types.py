@@ -325,14 +325,30 @@ class PowerLimits:
     """The power limits a set of GPUs runs at when told a limit, as the live agent applies
     one (``telemetry.agent.backends.capped_settings``; the service's
     ``adapters.settings_the_gpus_take``): within ``low_w``-``high_w``, the highest bottom
-    limit and the lowest top limit among them (``low_w <= high_w``)."""
+    limit and the lowest top limit among them (``low_w <= high_w``). ``default_w``: the
+    default limit every one of them registered, which they run at when told none (the
+    agent leaves such a GPU at its own limit); None where they registered different ones,
+    or where it is not known."""
 
     low_w: float
     high_w: float
+    default_w: float | None = None
 
     def __post_init__(self) -> None:
         if not self.low_w <= self.high_w:
             raise ValueError("a power-limit range needs low_w <= high_w")
+        if self.default_w is not None and not self.low_w <= self.default_w <= self.high_w:
+            raise ValueError("a default power limit needs low_w <= default_w <= high_w")
+
+    @property
+    def unset_w(self) -> float | None:
+        """The limit to plan and record for a plan that sets none: the default the GPUs
+        run at, where it is below their top, so that the job is predicted at it (a model
+        predicts no limit as unthrottled); None where they run at their top (or their
+        defaults differ): the plan's None as it is."""
+        if self.default_w is not None and self.default_w < self.high_w:
+            return self.default_w
+        return None
 
     def take(self, limit_w: float) -> float:
         """The limit the GPUs run at when told ``limit_w``."""
