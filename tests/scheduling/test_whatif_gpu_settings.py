@@ -33,11 +33,14 @@ def narrow_node(make_node):
     return node
 
 
+@pytest.mark.parametrize("default_w", [250, 200], ids=["default-at-top", "default-below-top"])
 @pytest.mark.parametrize("kind", ["energy", "carbon"])
 def test_the_budget_whatif_plans_the_settings_the_gpus_take(
-    narrow_node, make_job, member, team, monkeypatch, kind
+    narrow_node, make_job, member, team, monkeypatch, kind, default_w
 ):
-    # given a queued job on the narrow node, and the what-if's rounds recorded
+    # given a queued job on the narrow node (its A100s registered a 250 W default, or a
+    # 200 W one, which they run at when told no limit), and the what-if's rounds recorded
+    Gpu.objects.filter(node=narrow_node).update(default_power_limit_w=default_w)
     make_job(
         owner=member, team=team, min_gpus=2, max_gpus=2, global_batch_size=256,
         min_batch_size=256, max_batch_size=256, at=T0 - timedelta(minutes=5),
@@ -72,7 +75,7 @@ def test_the_budget_whatif_plans_the_settings_the_gpus_take(
     # then every round it planned had the settings the live round's snapshot has
     live = adapters.build_snapshot(now=T0, round_length_s=60.0).snapshot
     assert live.clock_steps == {"A100": ClockSteps(steps=STEPS, top_mhz=1410)}
-    assert live.power_limits == {"A100": PowerLimits(150, 250)}
+    assert live.power_limits == {"A100": PowerLimits(150, 250, default_w=default_w)}
     assert rounds
     for snapshot, _ in rounds:
         assert snapshot.clock_steps == live.clock_steps
@@ -82,3 +85,7 @@ def test_the_budget_whatif_plans_the_settings_the_gpus_take(
     assert allocations
     assert {a.sm_clock_mhz for a in allocations} <= {None, *STEPS}
     assert all(a.power_limit_w is None or 150 <= a.power_limit_w <= 250 for a in allocations)
+    # powerflow and greenflow plan no limit: the replay runs and predicts the job at the
+    # default the GPUs run at when it is below their top (it ran it unthrottled there)
+    if default_w < 250:
+        assert {a.power_limit_w for a in allocations} == {default_w}
