@@ -30,8 +30,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import JSONField, Q
+from django.db.models import JSONField, Min, Q
 from django.db.models.expressions import RawSQL
+from django.utils import timezone
 
 from cluster.choices import JobState
 from cluster.models import Job
@@ -922,3 +923,127 @@ def follow_respelled_gpu_model(old: str, new: str) -> tuple[int, int]:
         state.save(update_fields=["observations", "online_params"])
         rewritten += 1
     return moved, rewritten
+
+
+# --- a workload learned under two spellings ----------------------------------------------
+
+
+def merge_respelled_profiles() -> list[WorkloadProfile]:
+    """Workload profiles learned under two forms of one name (``MyNet`` and fullwidth
+    ``MyNet``, stored before submits folded names) on the same GPU model become one: the
+    name's first learned spelling, the one its jobs take (``cluster.workloads.catalog_name``).
+    The set with fewer measurements joins the other as a job is folded (``profiles.fold``,
+    with a bounded share) into a new version of the first spelling counting both sets'
+    measurements and jobs; the other spelling's newest row is marked (``MERGED_INTO``) and
+    otherwise kept as it was. Where only the other spelling learned on a GPU model, scheduling
+    0015 renamed its versions. The fold is here, not in that migration, because a migration
+    runs for good and may hold no live code (the fitting code moves, issue 12):
+    ``manage.py merge_workload_spellings`` runs it once after ``migrate``; a pair merged
+    before is skipped. Returns the versions created."""
+    names = (
+        WorkloadProfile.objects.values("workload", "workload_key")
+        .annotate(first_at=Min("created_at"))
+        .order_by("first_at", "workload")
+    )
+    spellings: dict[str, list[str]] = {}
+    for row in names:
+        spellings.setdefault(row["workload_key"], []).append(row["workload"])
+    created = []
+    for kept, *others in spellings.values():
+        for other in others:
+            gpu_models = set(
+                WorkloadProfile.objects.filter(workload=other).values_list("gpu_model", flat=True)
+            )
+            for gpu_model in sorted(gpu_models):
+                with transaction.atomic():
+                    merged = _merge_spelling(other, kept, gpu_model)
+                if merged is not None:
+                    created.append(merged)
+    return created
+
+
+# The key of the params of a spelling's newest version once merged (``merge_respelled_profiles``):
+# the version of the first spelling it was merged into.
+MERGED_INTO = "merged_into"
+
+
+def _merge_spelling(other: str, kept: str, gpu_model: str) -> WorkloadProfile | None:
+    def newest(name):
+        return (
+            WorkloadProfile.objects.select_for_update()
+            .filter(workload=name, gpu_model=gpu_model)
+            .order_by("-version")
+            .first()
+        )
+
+    mine, theirs = newest(kept), newest(other)
+    if mine is None or theirs is None or MERGED_INTO in (theirs.params or {}):
+        return None
+    # The set with more measurements is the profile; the other joins it as a job would.
+    larger, smaller = (
+        (theirs, mine) if theirs.n_observations > mine.n_observations else (mine, theirs)
+    )
+    try:
+        held, joining = profile_fit(larger), profile_fit(smaller)
+        previous = profile_fit(mine).model
+    except (KeyError, TypeError, ValueError) as exc:
+        logger.warning(
+            "workload profile %s@%s not merged into %s: a stored model cannot be read (%r)",
+            other, gpu_model, kept, exc,
+        )  # fmt: skip
+        return None
+    if not joining.observations:
+        logger.warning(
+            "workload profile %s@%s not merged into %s: %s v%d holds its model alone, no "
+            "measurements to fold",
+            other, gpu_model, kept, smaller.workload, smaller.version,
+        )  # fmt: skip
+        return None
+    fit = profiles.fold(held, joining.base, joining.observations, workload=kept)
+    # (as a fold records: the previous version's error where the joining set measured)
+    measured = list((held if theirs is larger else joining).observations)
+    if "fit" in mine.params:
+        # The measurements move to the newest version; older ones keep their model.
+        WorkloadProfile.objects.filter(pk=mine.pk).update(
+            params={k: v for k, v in mine.params.items() if k != "fit"}
+        )
+    last = max((mine, theirs), key=lambda p: (p.created_at, p.pk))
+    merged = WorkloadProfile.objects.create(
+        workload=kept,
+        gpu_model=gpu_model,
+        version=mine.version + 1,
+        prior=larger.prior,
+        # (a fold whose model stands keeps the larger set's, named as it was)
+        params=_workload_named(profile_params(fit), other, kept),
+        n_observations=mine.n_observations + theirs.n_observations,
+        jobs=mine.jobs + theirs.jobs,
+        iter_time_error=_median_error(previous, measured, "iter_time_s"),
+        power_error=_median_error(previous, measured, "power_w"),
+        last_job_id=last.last_job_id,
+        created_at=timezone.now(),
+    )
+    WorkloadProfile.objects.filter(pk=theirs.pk).update(
+        params={**theirs.params, MERGED_INTO: merged.version}
+    )
+    logger.info(
+        "workload profile %s@%s v%d (%g measurements) merged with %s v%d (%g) into %s v%d, "
+        "%s's joining with a bounded share; its rows are kept under their spelling",
+        other, gpu_model, theirs.version, theirs.n_observations, kept, mine.version,
+        mine.n_observations, kept, merged.version, smaller.workload,
+    )  # fmt: skip
+    return merged
+
+
+def _workload_named(params: Any, old: str, new: str) -> Any:
+    """``params`` (a profile's) with its model, and its fit's base, naming workload ``new``
+    where they named ``old``."""
+    if not isinstance(params, Mapping):
+        return params
+    out = dict(params)
+    model = out.get("model")
+    if isinstance(model, Mapping) and model.get("workload") == old:
+        out["model"] = {**model, "workload": new}
+    fit = out.get("fit")
+    if isinstance(fit, Mapping) and isinstance(fit.get("base"), Mapping):
+        out["fit"] = {**fit, "base": _workload_named(fit["base"], old, new)}
+    return out

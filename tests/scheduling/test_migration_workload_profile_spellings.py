@@ -1,10 +1,12 @@
 """Workload profiles learned under two forms of one name before submits folded names
 (``MyNet``, then fullwidth ``\uff2d\uff59\uff2e\uff45\uff54``) stayed two sets of rows: jobs
 take the first learned spelling (scheduling 0014, ``catalog_name``), and what the other
-spelling's jobs measured was found by none of them. The migration (scheduling 0015) makes
+spelling's jobs measured was found by none of them. The migration (scheduling 0015) and
+``manage.py merge_workload_spellings`` (the fold, live code a migration may not hold) make
 them one profile under the first spelling, folding the smaller set of measurements into
 the larger as a job is folded, with a bounded share (``profiles.MAX_JOB_WEIGHT``)."""
 
+import io
 from datetime import UTC, datetime
 
 import pytest
@@ -69,9 +71,14 @@ def test_profiles_learned_under_two_forms_of_a_name_become_one():
         other = profile("OtherNet", "T4", 1, T0, [_measured(1, 10.0)], 1)
         others_params = model.objects.get(pk=other).params
 
+    from django.core.management import call_command
+
     from scheduling import workload_profiles
     from scheduling.models import WorkloadProfile
 
+    # the migration leaves the pair both spellings learned to the command, which folds it
+    assert workload_profiles.latest_profile("MyNet", "T4").pk == mine
+    call_command("merge_workload_spellings", stdout=io.StringIO())
     # then on the T4 the first spelling has a new version counting both sets
     merged = workload_profiles.latest_profile("MyNet", "T4")
     assert (merged.version, merged.jobs, merged.n_observations) == (2, 5, 1100.0)
@@ -106,3 +113,47 @@ def test_profiles_learned_under_two_forms_of_a_name_become_one():
     # and a name learned once is untouched
     assert WorkloadProfile.objects.get(pk=other).params == others_params
     assert WorkloadProfile.objects.filter(workload="OtherNet").count() == 1
+
+    # and run again, the command merges nothing twice
+    out = io.StringIO()
+    call_command("merge_workload_spellings", stdout=out)
+    assert out.getvalue().strip() == "0 profile versions merged"
+    assert workload_profiles.latest_profile("MyNet", "T4").pk == merged.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_holds_no_live_profile_code(monkeypatch):
+    # A migration runs on every upgraded database for good, so it holds what it needs: one
+    # that folds with the profile code of the day breaks once that code moves or changes
+    # (issue 12 moves the fitting code), as scheduling 0014 did with the catalog module.
+    from scheduling import workload_profiles
+
+    def moved(*args, **kwargs):
+        raise ImportError("the profile code has moved")
+
+    with stored_before(BEFORE) as (apps, user, team):
+        model = apps.get_model("scheduling", "WorkloadProfile")
+        rows = {}
+        for workload, gpu_model, observations in (
+            ("MyNet", "T4", [_measured(1, 600.0)]),
+            (WIDE, "T4", [_measured(1, 500.0, 2.0)]),
+            (WIDE, "A100", [_measured(1, 50.0)]),
+        ):
+            rows[workload, gpu_model] = model.objects.create(
+                workload=workload, workload_key=workload_fold(workload), gpu_model=gpu_model,
+                version=1, prior="p", created_at=T0 if workload == "MyNet" else T0.replace(hour=5),
+                params=_params(workload, observations), jobs=1,
+                n_observations=sum(o.weight for o in observations),
+            ).pk  # fmt: skip
+        monkeypatch.setattr(profiles, "fold", moved)
+        monkeypatch.setattr(workload_profiles, "profile_fit", moved)
+        monkeypatch.setattr(workload_profiles, "profile_params", moved)
+
+    from scheduling.models import WorkloadProfile
+
+    # the migration ran: what only the other spelling learned is renamed (data alone) ...
+    assert WorkloadProfile.objects.get(pk=rows[WIDE, "A100"]).workload == "MyNet"
+    # ... and the pair both learned is left for the command (``merge_workload_spellings``)
+    assert list(
+        WorkloadProfile.objects.filter(gpu_model="T4").order_by("pk").values_list("workload")
+    ) == [("MyNet",), (WIDE,)]
