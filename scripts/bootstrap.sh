@@ -99,6 +99,7 @@ fi
 # --- 3. database and schema ------------------------------------------------------------------
 $PY scripts/service_addresses.py --create-database
 $PY manage.py migrate --no-input -v 0
+$PY manage.py merge_workload_spellings >/dev/null
 say "database migrated"
 
 # --- 4. test extras ----------------------------------------------------------------------------

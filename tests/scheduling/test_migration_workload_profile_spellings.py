@@ -157,3 +157,13 @@ def test_the_migration_holds_no_live_profile_code(monkeypatch):
     assert list(
         WorkloadProfile.objects.filter(gpu_model="T4").order_by("pk").values_list("workload")
     ) == [("MyNet",), (WIDE,)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_command_before_the_migration_is_one_line():
+    # run on a database not yet migrated, it was a ProgrammingError traceback
+    from django.core.management import CommandError, call_command
+
+    with stored_before(BEFORE):
+        with pytest.raises(CommandError, match="not applied: run `manage.py migrate` first"):
+            call_command("merge_workload_spellings", stdout=io.StringIO())

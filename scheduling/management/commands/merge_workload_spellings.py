@@ -8,14 +8,23 @@ again merges nothing twice. Prints one line per version created.
 
 from __future__ import annotations
 
+from django.core.management.base import CommandError
+from django.db import connection
+from django.db.migrations.recorder import MigrationRecorder
+
 from config.commands import OneLineCommand
 from scheduling.workload_profiles import merge_respelled_profiles
+
+# (the migration that renames what it can and leaves the folds to this command)
+NEEDS = "0015_workload_profile_spellings_merged"
 
 
 class Command(OneLineCommand):
     help = "Merge workload profiles learned under two spellings of one name (once, after migrate)."
 
     def handle(self, *args, **options):
+        if ("scheduling", NEEDS) not in MigrationRecorder(connection).applied_migrations():
+            raise CommandError(f"scheduling {NEEDS} is not applied: run `manage.py migrate` first")
         created = merge_respelled_profiles()
         for p in created:
             self.stdout.write(
