@@ -18,18 +18,23 @@ def _fold(key: str) -> str:
     return re.sub(r"\s+", "", key.casefold())
 
 
+# The shipped catalog's GPU models when this migration was written
+# (``scheduling/core/perf_catalog.json``): frozen here, as a migration holds only what it was
+# written with. Read from the live catalog module, the migration, run on every new database,
+# would break once that module moves or changes (issue 12 moves the catalog's code).
+SHIPPED_GPU_MODELS = ("A100", "T4")
+
+
 def _catalog_gpus(apps) -> list[str]:
     """The GPU models of the newest stored perf-profile version, else the shipped catalog's
-    (as ``scheduling.perf_lookup.current_catalog`` reads them)."""
+    (as ``scheduling.perf_lookup.current_catalog`` read them)."""
     PerfProfile = apps.get_model("scheduling", "PerfProfile")
     newest = PerfProfile.objects.order_by("-fitted_at", "-version").values_list(
         "version", flat=True
     )
     version = newest.first()
     if version is None:
-        from scheduling.core.perf_models import load_catalog
-
-        return sorted(load_catalog().gpus)
+        return sorted(SHIPPED_GPU_MODELS)
     return sorted(
         set(PerfProfile.objects.filter(version=version).values_list("gpu_model", flat=True))
     )

@@ -53,3 +53,27 @@ def test_gpu_model_keys_in_another_case_move_to_the_catalogs_spelling():
     state = JobSchedulingState.objects.get(job_id=job.pk)
     assert state.observations == {"A100": [{"w": 2}, {"w": 1}], "V100": [{"w": 3}]}
     assert state.online_params == {"A100": {"params": "new"}}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_does_not_read_the_live_catalog_module(monkeypatch):
+    # With no perf-profile version stored (every new database), the migration read the
+    # shipped catalog's GPU models from the live catalog module: once that module moves or
+    # changes (issue 12 moves the catalog's code), every new database failed to migrate, as
+    # scheduling 0014 did before its fix. The names it was written with are frozen in it.
+    from scheduling.core import perf_models
+
+    def moved():
+        raise ImportError("scheduling.core.perf_models.load_catalog has moved")
+
+    with stored_before(BEFORE) as (apps, user, team):
+        monkeypatch.setattr(perf_models, "load_catalog", moved)
+        node = apps.get_model("cluster", "Node").objects.create(name="n1")
+        limits = {"default_power_limit_w": 70, "min_power_limit_w": 60, "max_power_limit_w": 70}
+        gpu = apps.get_model("cluster", "Gpu").objects.create(
+            node=node, index=0, uuid="GPU-1", model="t4", memory_mb=1, **limits
+        )
+
+    from cluster.models import Gpu
+
+    assert Gpu.objects.get(pk=gpu.pk).model == "T4"
