@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from typing import Any
 
 from scheduling.core.goodput import iters_to_finish, useful_samples_per_iter
@@ -32,6 +33,8 @@ from scheduling.core.types import (
     Snapshot,
     WaitReason,
 )
+
+_JOB_ID = attrgetter("job.job_id")
 
 
 class PerfCache:
@@ -183,7 +186,8 @@ class RoundContext:
     @cached_property
     def views_by_id(self) -> dict[str, JobView]:
         """The admitted jobs' views by job id (read only; the round's stages share it)."""
-        return {jv.job.job_id: jv for jv in self.jobs}
+        # (in C, as the comprehension over a long queue would make it)
+        return dict(zip(map(_JOB_ID, self.jobs), self.jobs, strict=True))
 
     @property
     def free_cluster(self) -> Cluster:

@@ -48,6 +48,7 @@ from scheduling.core.types import (
     WaitCode,
     WaitReason,
 )
+from scheduling.core.waiting import join_reasons
 
 
 class PolicyContractError(RuntimeError):
@@ -62,9 +63,9 @@ def plan_round(snapshot: Snapshot, *, policy: str | Policy, now: float) -> Plan:
     # A new job's first rounds may try other power limits (off unless the snapshot and
     # the policy turn it on; exploration.py).
     decision, explored = explore_round(ctx, decision, explores=getattr(pol, "explores", False))
-    waiting.update(decision.waiting)
     allocations, unplaced = place(ctx, decision, placement=pol.placement)
-    waiting.update(unplaced)
+    # (a dict as ``dict.update`` makes it; a long queue's tail's reasons made when read)
+    waiting = join_reasons((waiting, decision.waiting, unplaced), ctx.views_by_id)
     # A job kept beside idle GPUs at a count its model never saw beyond may try the next
     # size once (learned models only; gpu_probe.py).
     explored = probe_more_gpus(ctx, pol, allocations, explored)
@@ -330,8 +331,10 @@ def allocate(ctx: RoundContext, policy: Policy) -> PolicyDecision:
             raise PolicyContractError(
                 f"{policy.name}: granted {n} {model} GPUs of {ctx.capacity.get(model, 0)}"
             )
-    missing = [j for j in admitted if j not in seen and j not in decision.waiting]
+    # (in C: a long queue's reasons need not be made to be counted in)
+    missing = set(admitted).difference(seen, decision.waiting)
     if missing:
+        missing = [j for j in admitted if j in missing]
         raise PolicyContractError(f"{policy.name}: no grant and no reason for {missing[:5]}")
     return decision
 

@@ -72,7 +72,6 @@ import math
 import random
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from operator import attrgetter
 from typing import Any
 
 from scheduling.core.colocation import (
@@ -96,6 +95,7 @@ from scheduling.core.types import (
     Snapshot,
     WaitCode,
 )
+from scheduling.core.waiting import wait_code_counts
 from scheduling.simulator.budgets import BudgetLedger, BudgetSpec
 from scheduling.simulator.carbon import ConstantIntensity, HourlyIntensity
 from scheduling.simulator.knowledge import LearnedKnowledge
@@ -114,7 +114,6 @@ from scheduling.simulator.state import (  # noqa: F401 - re-exported for callers
 # round, or not this hour): it may start later in the same period, so the stall test gives
 # a renewed period its whole length first (``Simulator._renewed_before``).
 PACED_WAITS = frozenset({WaitCode.OVER_ROUND_ALLOWANCE, WaitCode.WAITING_FOR_CLEAN_HOUR})
-_CODE = attrgetter("code")
 
 
 class Simulator:
@@ -276,8 +275,9 @@ class Simulator:
                 self._exploration = plan.exploration
                 for job_id, record in plan.exploration.items():
                     active[job_id].exploration = record
-            # Counted by code once a round (in the order codes first appear, as one by one).
-            codes = Counter(map(_CODE, plan.waiting.values()))
+            # Counted by code once a round (in the order codes first appear, as one by one;
+            # a long queue's tail counted without its sentences being made).
+            codes = wait_code_counts(plan.waiting)
             for code, k in codes.items():
                 wait_codes[str(code)] += k
                 if code in PACED_WAITS:

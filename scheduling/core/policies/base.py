@@ -16,19 +16,23 @@ long); with all priorities equal it changes nothing. See docs/scheduling.md.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import filterfalse
 from operator import attrgetter
 from typing import TypeVar
 
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.placement import FreeGpus
 from scheduling.core.types import Job, WaitCode, WaitReason
+from scheduling.core.waiting import QueueTail, WaitingReasons
 
 T = TypeVar("T")
 
 
 # (submit time, job id) of a job view, read in C: every round sorts the whole queue.
 _SUBMIT_KEY = attrgetter("job.submit_time_s", "job.job_id")
+_ALLOCATION = attrgetter("job.allocation")
+_PRIORITY = attrgetter("job.priority")
 
 
 def submit_order(jobs: Iterable[JobView]) -> list[JobView]:
@@ -38,9 +42,8 @@ def submit_order(jobs: Iterable[JobView]) -> list[JobView]:
 
 def running_first(queue: Sequence[JobView]) -> list[JobView]:
     """Running jobs ahead of waiting ones, each part in ``queue``'s order."""
-    return [jv for jv in queue if jv.job.allocation is not None] + [
-        jv for jv in queue if jv.job.allocation is None
-    ]
+    # (in C: an allocation is never false, so its truth is ``is not None``)
+    return list(filter(_ALLOCATION, queue)) + list(filterfalse(_ALLOCATION, queue))
 
 
 def _job_of_view(jv: JobView) -> Job:
@@ -64,7 +67,7 @@ def by_priority(
     and is made without the sort's key call per job: queues are long."""
     items = list(items)
     if job_of is _job_of_view:
-        if not any(jv.job.priority for jv in items):  # type: ignore[attr-defined]
+        if not any(map(_PRIORITY, items)):
             return running_first(items) if keep_running_ahead else items  # type: ignore[arg-type]
     elif not any(job_of(item).priority for item in items):
         if not keep_running_ahead:
@@ -95,14 +98,22 @@ def serve_queue(
     ctx: RoundContext,
     queue: Sequence[JobView],
     start: Callable[[int, JobView, int], WaitReason | None],
-) -> dict[str, WaitReason]:
+    settled: Callable[[], tuple[WaitCode, Callable[[int, JobView, int], WaitReason]] | None]
+    | None = None,
+) -> Mapping[str, WaitReason]:
     """The queue loop: walk ``queue`` in order; a job that asks for more GPUs than its
     model's capacity waits as too big, every other one is offered to ``start(position,
     job, requested GPUs)``, which starts it (returns None) or says why it waits. The
     reasons, by job.
 
     Policies extend the loop through ``start`` (FIFO's strict order or backfilling,
-    EaCO's co-location, netdelay's delay timers and preemption, Tiresias' ranks)."""
+    EaCO's co-location, netdelay's delay timers and preemption, Tiresias' ranks).
+
+    ``settled``, asked after each job, says when nothing later in the queue can start any
+    more (FIFO blocked without backfilling): it returns the code and the rule ``start``
+    would give every later job's reason by, and the loop stops there; those jobs' reasons
+    are made only when read (``waiting.QueueTail``), and are the ones ``start`` would
+    have made. A long queue of tiny jobs is then walked as far as its last start."""
     waiting: dict[str, WaitReason] = {}
     capacity = ctx.capacity
     for pos, jv in enumerate(queue):
@@ -115,6 +126,12 @@ def serve_queue(
         reason = start(pos, jv, n)
         if reason is not None:
             waiting[job.job_id] = reason
+        if settled is not None:
+            rest = settled()
+            if rest is not None and pos + 1 < len(queue):
+                code, rule = rest
+                tail = QueueTail(queue[pos + 1 :], pos + 1, rule, code, capacity)
+                return WaitingReasons((waiting, tail))
     return waiting
 
 

@@ -10,6 +10,7 @@ Among the jobs it may start, a higher ``Job.priority`` goes first (``base.queue_
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from scheduling.core.context import JobView, RoundContext
 from scheduling.core.policies.base import (
@@ -20,7 +21,7 @@ from scheduling.core.policies.base import (
     serve_queue,
 )
 from scheduling.core.registry import register_policy
-from scheduling.core.types import Grant, PolicyDecision, WaitReason
+from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
 
 
 @register_policy("fifo")
@@ -81,5 +82,17 @@ class Fifo:
             running.append((jv, n, est.remaining_s))
             return None
 
-        waiting = serve_queue(ctx, queue, start)
+        def settled() -> tuple[WaitCode, Callable[[int, JobView, int], WaitReason]] | None:
+            """Blocked and strict: no later job starts, and each waits behind the queue
+            with the free counts of now (nothing is taken after the block)."""
+            if not blocked or self.backfill:
+                return None
+            free = dict(ledger.free)
+
+            def behind(pos: int, jv: JobView, n: int) -> WaitReason:
+                return behind_in_queue(pos, n, jv.gpu_model, free[jv.gpu_model], None)
+
+            return WaitCode.BEHIND_IN_QUEUE, behind
+
+        waiting = serve_queue(ctx, queue, start, settled)
         return PolicyDecision(grants=tuple(grants), waiting=waiting)

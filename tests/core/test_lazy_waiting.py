@@ -1,0 +1,190 @@
+"""A long queue's round does not make a reason per waiting job:
+
+- FIFO, blocked without backfilling, stops its queue loop there and hands the rest over as
+  a ``waiting.QueueTail`` whose reasons are made when read; read, they are the eager loop's
+  to the byte (keys in order, values, ``repr``), and their codes are counted unmade;
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+import scheduling.core.policies.base as base
+from scheduling.core.perf_models import load_catalog
+from scheduling.core.round import admit, plan_round
+from scheduling.core.types import (
+    Cluster,
+    Gpu,
+    Job,
+    Node,
+    Snapshot,
+    WaitCode,
+)
+from scheduling.core.waiting import (
+    QueueTail,
+    WaitingReasons,
+    join_reasons,
+    wait_code_counts,
+)
+
+
+def cluster(models=("T4", "T4", "V100", "V100")) -> Cluster:
+    return Cluster(
+        nodes=(
+            Node(
+                name="n0",
+                switch="s0",
+                gpus=tuple(Gpu(f"g{i}", "n0", i, m) for i, m in enumerate(models)),
+            ),
+        )
+    )
+
+
+def queue_jobs(n: int, seed: int, *, models=("T4", "V100", None)) -> tuple[Job, ...]:
+    rnd = random.Random(seed)
+    jobs = []
+    for i in range(n):
+        jobs.append(
+            Job(
+                job_id=f"j{i:04d}",
+                workload=rnd.choice(("bert", "cifar10")),
+                team=rnd.choice(("red", "blue")),
+                submit_time_s=float(rnd.randrange(50)),
+                total_iters=100.0,
+                global_batch=32,
+                # now and then one too big for its model: it waits as such in the tail too
+                requested_gpus=rnd.choice((1, 1, 1, 2, 3)),
+                priority=rnd.choice((0, 0, 0, 1)) if seed % 2 else 0,
+                gpu_model=rnd.choice(models),
+            )
+        )
+    return tuple(jobs)
+
+
+CATALOG = load_catalog()
+
+
+def snapshot(jobs, *, budgets=()) -> Snapshot:
+    # (one catalog, as a run has: its perf model objects are the memo's to compare)
+    return Snapshot(
+        cluster=cluster(),
+        jobs=tuple(jobs),
+        perf=CATALOG,
+        round_length_s=300.0,
+        budgets=tuple(budgets),
+    )
+
+
+def eager(ctx, queue, start):
+    """The queue loop as it was: every job walked, every reason made."""
+    return base.serve_queue(ctx, queue, start)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fifo_tail_reads_as_the_eager_loop_made_it(seed, monkeypatch):
+    # given a FIFO round over a queue of 300 jobs on 4 GPUs (two models), some too big
+    snap = snapshot(queue_jobs(300, seed))
+
+    # when planned as now (the tail settled), and with serve_queue made to walk it all
+    lazy = plan_round(snap, policy="fifo", now=100.0)
+    monkeypatch.setattr(
+        "scheduling.core.policies.fifo.serve_queue",
+        lambda ctx, queue, start, settled=None: eager(ctx, queue, start),
+    )
+    walked = plan_round(snap, policy="fifo", now=100.0)
+
+    # then the waiting reasons are the walked ones: the same keys in the same order, equal
+    # reasons, the same repr (what plan_identity.py digests), the same plan
+    assert isinstance(walked.waiting, dict)
+    assert isinstance(lazy.waiting, WaitingReasons)
+    assert list(lazy.waiting) == list(walked.waiting)
+    assert dict(lazy.waiting.items()) == walked.waiting
+    assert len(lazy.waiting) == len(walked.waiting) > 250
+    assert repr(lazy) == repr(walked)
+    assert lazy == walked
+    # and the codes counted without sentences are Counter's over the reasons, in order
+    counts = wait_code_counts(lazy.waiting)
+    assert list(counts.items()) == list(Counter(r.code for r in walked.waiting.values()).items())
+    # a lookup by id, membership and get behave as the dict's
+    for job_id in list(walked.waiting)[::37]:
+        assert lazy.waiting[job_id] == walked.waiting[job_id]
+        assert job_id in lazy.waiting
+    assert "nope" not in lazy.waiting and lazy.waiting.get("nope") is None
+
+
+def test_fifo_makes_no_reason_for_the_jobs_behind_the_block(monkeypatch):
+    # given 2,000 jobs queued on 4 GPUs, FIFO blocked after the first few
+    snap = snapshot(queue_jobs(2000, 3, models=("T4",)))
+    made = Counter()
+    real = base.behind_in_queue
+
+    def counting(*args):
+        made["behind"] += 1
+        return real(*args)
+
+    monkeypatch.setattr("scheduling.core.policies.fifo.behind_in_queue", counting)
+
+    # when the round is planned and the simulator's reading of it (codes counted) done
+    plan = plan_round(snap, policy="fifo", now=100.0)
+    counts = wait_code_counts(plan.waiting)
+
+    # then only the blocked job's reason was made (1, not one per waiting job: 1,998)
+    assert made["behind"] <= 1
+    assert sum(counts.values()) == len(plan.waiting) == 2000 - len(plan.allocations)
+    # and reading one reason makes that one, which names its place in the queue
+    last = list(plan.waiting)[-1]
+    assert f"{1999} job(s) ahead" in plan.waiting[last].message
+    assert made["behind"] <= 2
+
+
+def test_backfilling_fifo_still_walks_its_queue():
+    # backfill lets later jobs start: nothing is settled, the reasons are a plain dict
+    from scheduling.core.policies.fifo import Fifo
+
+    plan = plan_round(snapshot(queue_jobs(200, 5)), policy=Fifo(backfill=True), now=100.0)
+    assert isinstance(plan.waiting, dict)
+
+
+def test_join_reasons_falls_back_to_dict_update_where_parts_share_a_key():
+    from scheduling.core.types import WaitReason
+
+    r1 = WaitReason(WaitCode.NO_PERF_MODEL, "a")
+    r2 = WaitReason(WaitCode.NO_FREE_BLOCK, "b")
+    snap = snapshot(queue_jobs(50, 1, models=("T4",)))
+    plan = plan_round(snap, policy="fifo", now=100.0)
+    lazy = plan.waiting
+    assert isinstance(lazy, WaitingReasons)
+    tail_key = list(lazy)[-1]
+    admitted = {j.job_id for j in snap.jobs}
+    # a later plain part naming a key of the lazy one: dict.update's result (first place,
+    # last value)
+    joined = join_reasons(({"x": r1}, lazy, {tail_key: r2}), admitted)
+    expect = {"x": r1}
+    expect.update(lazy.items())
+    expect[tail_key] = r2
+    assert isinstance(joined, dict)
+    assert list(joined.items()) == list(expect.items())
+    # disjoint parts stay lazy, in order
+    joined = join_reasons(({"x": r1}, lazy, {"y": r2}), admitted)
+    assert isinstance(joined, WaitingReasons)
+    assert list(joined) == ["x", *lazy, "y"]
+    assert joined["y"] == r2 and joined["x"] == r1
+
+
+def test_queue_tail_counts_codes_of_jobs_too_big_for_their_model():
+    snap = snapshot(queue_jobs(40, 2, models=("T4",)))
+    ctx, _ = admit(snap, now=0.0)
+    views = list(ctx.jobs)
+    tail = QueueTail(
+        views,
+        7,
+        lambda pos, jv, n: base.behind_in_queue(pos, n, jv.gpu_model, 0, None),
+        WaitCode.BEHIND_IN_QUEUE,
+        {"T4": 2, "V100": 2},
+    )
+    counts = wait_code_counts(tail)
+    assert counts == Counter(r.code for r in tail.values())
+    assert counts[WaitCode.NO_MATCHING_GPU] == sum(jv.job.requested_gpus > 2 for jv in views) > 0
