@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from itertools import compress, count
+from operator import attrgetter, not_
 
 from scheduling.core.colocation import slowed_power_w
 from scheduling.core.context import Estimate, JobView, PerfCache, RoundContext
@@ -50,15 +52,20 @@ from scheduling.core.types import (
 )
 from scheduling.core.waiting import join_reasons
 
+_JOB = attrgetter("job")
+
 
 class PolicyContractError(RuntimeError):
     """A policy returned a decision that breaks the contract in ``types.Policy``."""
 
 
-def plan_round(snapshot: Snapshot, *, policy: str | Policy, now: float) -> Plan:
-    """Plan one round at time ``now`` (seconds, same clock as the snapshot)."""
+def plan_round(
+    snapshot: Snapshot, *, policy: str | Policy, now: float, memo: AdmitMemo | None = None
+) -> Plan:
+    """Plan one round at time ``now`` (seconds, same clock as the snapshot). ``memo``: kept
+    by a caller that plans round after round (``AdmitMemo``); the plan is the same without."""
     pol = get_policy(policy) if isinstance(policy, str) else policy
-    ctx, waiting = admit(snapshot, now=now)
+    ctx, waiting = admit(snapshot, now=now, memo=memo)
     decision = allocate(ctx, pol)
     # A new job's first rounds may try other power limits (off unless the snapshot and
     # the policy turn it on; exploration.py).
@@ -100,7 +107,31 @@ _STRICTNESS = {
 }
 
 
-def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, WaitReason]]:
+class AdmitMemo:
+    """Admission's job views, kept from one round to the next by a caller that plans
+    round after round and hands a job that has not changed in as the same ``Job`` object
+    (the simulator keeps a waiting job's). A view is what admission resolved for its job
+    (GPU model, perf model, the budgets that pay), which for a job without a learned model
+    of its own depends only on its shape (workload, GPU model, least GPU count, team) and
+    on the round's capacity, catalog and budgets. So where every shape the last round
+    resolved resolves to the same this round (checked on one job of each: the same GPU
+    model, the same perf model object, the same budgets, nothing spent), the last round's
+    views of the same job objects are this round's, found by the job's ``id`` in C, and
+    only the jobs new to the round (arrived, started, stopped, advanced) are walked: a long
+    queue of waiting jobs is not. Not used in a round where some job has a learned model
+    of its own. The memo holds its views' jobs, so no id in it is another object's."""
+
+    __slots__ = ("views", "shapes")
+
+    def __init__(self) -> None:
+        self.views: dict[int, JobView] = {}
+        # per shape: a job of it and what it resolved to (GPU model, perf model, budgets)
+        self.shapes: dict[tuple[str, str | None, int, str], tuple[Job, tuple]] = {}
+
+
+def admit(
+    snapshot: Snapshot, *, now: float, memo: AdmitMemo | None = None
+) -> tuple[RoundContext, dict[str, WaitReason]]:
     cache = PerfCache(
         snapshot.perf,
         snapshot.job_perf,
@@ -114,7 +145,6 @@ def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, Wa
     budgets = active_budgets(snapshot.budgets, now)
     cluster_budgets = [b for b in budgets if b.team is None]
 
-    views: list[JobView] = []
     pinned: list[JobView] = []
     held: dict[str, WaitReason] = {}
     waiting: dict[str, WaitReason] = {}
@@ -127,39 +157,73 @@ def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, Wa
     # The same per (workload, GPU model, least GPU count, team), for the common case: an
     # admitted job that nothing holds, whose view needs only the model, perf and payers.
     free_to_run: dict[tuple[str, str | None, int, str], tuple] = {}
+    shape_job: dict[tuple[str, str | None, int, str], Job] = {}  # a job of each (memo)
     learned = cache.learned_jobs
     # The GPU models with room for a least GPU count, by that count (queues are long).
     fitting: dict[int, list[str]] = {}
-    for job in snapshot.jobs:
-        own = learned and job.job_id in learned  # cache.has_own_model(job), inlined
-        if not own:
-            hit = free_to_run.get((job.workload, job.gpu_model, job.min_gpus, job.team))
-            if hit is not None:
-                views.append(JobView(job, *hit))
-                continue
-        if own:
-            model, perf, reason = _resolve_model(job, models_by_size, capacity, cache, fitting)
-        else:
-            shape = (job.workload, job.gpu_model, job.min_gpus)
-            hit = resolved.get(shape)
-            if hit is None:
-                hit = resolved[shape] = _resolve_model(
-                    job, models_by_size, capacity, cache, fitting
-                )
-            model, perf, reason = hit
-        if reason is not None:
-            waiting[job.job_id] = reason
-            continue
-        known = payers.get(job.team)
+
+    def payer(team: str):
+        known = payers.get(team)
         if known is None:
-            pays = [b for b in budgets if b.team == job.team] + cluster_budgets
+            pays = [b for b in budgets if b.team == team] + cluster_budgets
             spent, action = _spent_action(pays)
             if action == HardLimitAction.NOTIFY_ONLY:
                 # Spent but only reported: it no longer limits the job's configuration.
                 pays = [b for b in pays if not b.exhausted]
                 spent = None
-            known = payers[job.team] = (spent, action, tuple(b.budget_id for b in pays))
-        spent, action, pay_ids = known
+            known = payers[team] = (spent, action, tuple(b.budget_id for b in pays))
+        return known
+
+    def shape_model(job: Job):
+        shape = (job.workload, job.gpu_model, job.min_gpus)
+        hit = resolved.get(shape)
+        if hit is None:
+            hit = resolved[shape] = _resolve_model(job, models_by_size, capacity, cache, fitting)
+        return hit
+
+    # The last round's views, where every shape resolves as it did (``AdmitMemo``).
+    use_memo = memo is not None and not learned
+    kept: dict[int, JobView] | None = None
+    if use_memo and memo.views:
+        for rep, (model, perf, pay_ids) in memo.shapes.values():
+            model_now, perf_now, reason = shape_model(rep)
+            spent, _, pay_now = payer(rep.team)
+            if (
+                reason is not None
+                or spent is not None
+                or model_now != model
+                or perf_now is not perf
+                or pay_now != pay_ids
+            ):
+                break
+        else:
+            kept = memo.views
+            for shape, (rep, result) in memo.shapes.items():
+                free_to_run[shape] = result
+                shape_job[shape] = rep
+    jobs = snapshot.jobs
+    if kept:
+        # (in C: a job kept from the last round is found by its id; the rest walked)
+        out: list[JobView | None] = list(map(kept.get, map(id, jobs)))
+        todo = compress(zip(count(), jobs), map(not_, out))
+    else:
+        out = [None] * len(jobs)
+        todo = enumerate(jobs)
+    for i, job in todo:
+        own = learned and job.job_id in learned  # cache.has_own_model(job), inlined
+        if not own:
+            hit = free_to_run.get((job.workload, job.gpu_model, job.min_gpus, job.team))
+            if hit is not None:
+                out[i] = JobView(job, *hit)
+                continue
+        if own:
+            model, perf, reason = _resolve_model(job, models_by_size, capacity, cache, fitting)
+        else:
+            model, perf, reason = shape_model(job)
+        if reason is not None:
+            waiting[job.job_id] = reason
+            continue
+        spent, action, pay_ids = payer(job.team)
         if spent is not None:
             whose = f"team {job.team}'s" if spent.team else "the cluster's"
             reason = WaitReason(
@@ -175,13 +239,18 @@ def admit(snapshot: Snapshot, *, now: float) -> tuple[RoundContext, dict[str, Wa
             waiting[job.job_id] = reason
             continue
         # positional: a frozen view takes a third longer to make by keywords, one per job
-        views.append(JobView(job, model, perf, pay_ids))
+        out[i] = JobView(job, model, perf, pay_ids)
         if not own:
-            free_to_run[job.workload, job.gpu_model, job.min_gpus, job.team] = (
-                model,
-                perf,
-                pay_ids,
-            )
+            shape = (job.workload, job.gpu_model, job.min_gpus, job.team)
+            free_to_run[shape] = (model, perf, pay_ids)
+            shape_job[shape] = job
+    # (a job that waits or is pinned left its place empty; ``None in out`` would call a
+    # view's ``__eq__`` per job)
+    views = out if len(waiting) + len(pinned) == 0 else list(filter(None, out))
+    if use_memo:
+        # every view here is a shape's (no job has a model of its own)
+        memo.views = dict(zip(map(id, map(_JOB, views)), views, strict=False))
+        memo.shapes = {shape: (shape_job[shape], r) for shape, r in free_to_run.items()}
     free_cluster = snapshot.cluster
     if pinned:
         pinned_gpus = {gid for jv in pinned for gid in jv.job.allocation.gpu_ids}

@@ -218,12 +218,15 @@ def split_by_team(whole: BudgetSpec, bound: Any, jobs: Sequence[Job]) -> tuple[B
 def core_planner(policy: str, **params: Any) -> Planner:
     """The core's ``plan_round`` with a fresh ``policy`` object for this run."""
     from scheduling.core.registry import get_policy
-    from scheduling.core.round import plan_round
+    from scheduling.core.round import AdmitMemo, plan_round
 
     pol = get_policy(policy, **params)
+    # The run's waiting jobs keep their snapshot objects from round to round, so admission
+    # keeps their views (the plans are the same without).
+    memo = AdmitMemo()
 
     def planner(snapshot: Snapshot, now: float) -> Plan:
-        return plan_round(snapshot, policy=pol, now=now)
+        return plan_round(snapshot, policy=pol, now=now, memo=memo)
 
     return planner
 

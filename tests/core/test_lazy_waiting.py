@@ -1,23 +1,30 @@
-"""A long queue's round does not make a reason per waiting job:
+"""A long queue's round does not make a reason, nor a job view, per waiting job:
 
 - FIFO, blocked without backfilling, stops its queue loop there and hands the rest over as
   a ``waiting.QueueTail`` whose reasons are made when read; read, they are the eager loop's
   to the byte (keys in order, values, ``repr``), and their codes are counted unmade;
+- ``plan_round(..., memo=AdmitMemo())`` keeps the last round's job views for job objects
+  handed in again, where every shape resolves as before; the plans are those without it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
 import pytest
 
 import scheduling.core.policies.base as base
+import scheduling.core.round as round_mod
 from scheduling.core.perf_models import load_catalog
-from scheduling.core.round import admit, plan_round
+from scheduling.core.round import AdmitMemo, admit, plan_round
 from scheduling.core.types import (
+    Allocation,
+    Budget,
     Cluster,
     Gpu,
+    HardLimitAction,
     Job,
     Node,
     Snapshot,
@@ -188,3 +195,143 @@ def test_queue_tail_counts_codes_of_jobs_too_big_for_their_model():
     counts = wait_code_counts(tail)
     assert counts == Counter(r.code for r in tail.values())
     assert counts[WaitCode.NO_MATCHING_GPU] == sum(jv.job.requested_gpus > 2 for jv in views) > 0
+
+
+# --- the admission memo ---------------------------------------------------------------
+
+
+def advance(jobs: tuple[Job, ...], plan, now: float) -> tuple[Job, ...]:
+    """The next round's jobs as the simulator hands them in: a waiting job that did not
+    change is the same object; one started or running is a new one; one finished leaves."""
+    out = []
+    for job in jobs:
+        a = plan.allocations.get(job.job_id)
+        if a is None and job.allocation is None:
+            out.append(job)  # unchanged: the same object
+            continue
+        if job.allocation is not None and a is not None:
+            continue  # ran a round: finished
+        out.append(
+            dataclasses.replace(job, allocation=a, started_s=now if a else None, last_change_s=now)
+        )
+    return tuple(out)
+
+
+def rounds(policy: str, jobs, budgets, *, memo, n_rounds=4):
+    plans = []
+    for r in range(n_rounds):
+        now = 100.0 + 300.0 * r
+        if r:
+            jobs = advance(jobs, plans[-1], now)
+            # arrivals: a few new jobs each round
+            jobs = jobs + tuple(
+                dataclasses.replace(j, job_id=f"{j.job_id}-r{r}", submit_time_s=now)
+                for j in queue_jobs(5, 100 + r)
+            )
+        snap = snapshot(jobs, budgets=budgets)
+        plans.append(plan_round(snap, policy=policy, now=now, memo=memo))
+    return plans
+
+
+BUDGETS = {
+    "none": (),
+    "teams": (
+        Budget("red", "red", 0.0, 1e6, energy_limit_j=1e12),
+        Budget("all", None, 0.0, 1e6, energy_limit_j=1e12),
+    ),
+    "red-spent": (
+        Budget(
+            "red",
+            "red",
+            0.0,
+            1e6,
+            energy_limit_j=1.0,
+            energy_used_j=2.0,
+            hard_limit_action=HardLimitAction.PAUSE_JOBS,
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("policy", ["fifo", "elastic", "tiresias", "powerflow", "eaco"])
+@pytest.mark.parametrize("budgets", sorted(BUDGETS))
+def test_admission_memo_gives_the_plans_made_without_it(policy, budgets):
+    jobs = queue_jobs(120, 9)
+    without = rounds(policy, jobs, BUDGETS[budgets], memo=None)
+    memo = AdmitMemo()
+    with_memo = rounds(policy, jobs, BUDGETS[budgets], memo=memo)
+    assert [repr(p) for p in with_memo] == [repr(p) for p in without]
+    assert memo.views  # it was used
+
+
+def test_admission_memo_makes_views_only_for_jobs_new_to_the_round(monkeypatch):
+    made = Counter()
+    real = round_mod.JobView
+
+    def counting(*args):
+        made["views"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(round_mod, "JobView", counting)
+    # given 1,000 jobs waiting on 4 GPUs (two of them T4s, which they all ask for),
+    # planned once with a memo
+    jobs = queue_jobs(1000, 4, models=("T4",))
+    memo = AdmitMemo()
+    first = plan_round(snapshot(jobs), policy="fifo", now=100.0, memo=memo)
+    assert made["views"] == 1000
+    # when the next round hands the waiting jobs in as the same objects, and the started
+    # ones as new objects
+    nxt = advance(jobs, first, 400.0)
+    made.clear()
+    second = plan_round(snapshot(nxt), policy="fifo", now=400.0, memo=memo)
+    # then views were made only for the started jobs (new objects), not the waiting ones
+    assert made["views"] == len(first.allocations) <= 4
+    assert second == plan_round(snapshot(nxt), policy="fifo", now=400.0)
+
+
+def test_admission_memo_is_dropped_when_a_shape_resolves_otherwise(monkeypatch):
+    # the cluster's budget for red jobs is spent in the second round: the kept views
+    # would be wrong, so the memo is not used, and the plan is the one made without it
+    jobs = queue_jobs(200, 6)
+    memo = AdmitMemo()
+    first = plan_round(snapshot(jobs), policy="fifo", now=100.0, memo=memo)
+    nxt = advance(jobs, first, 400.0)
+    spent = BUDGETS["red-spent"]
+    second = plan_round(snapshot(nxt, budgets=spent), policy="fifo", now=400.0, memo=memo)
+    assert second == plan_round(snapshot(nxt, budgets=spent), policy="fifo", now=400.0)
+    assert any(r.code == WaitCode.BUDGET_EXHAUSTED for r in second.waiting.values())
+
+
+def test_admission_memo_is_not_used_with_learned_models_of_jobs_own():
+    from scheduling.core.online_model import N_PARAMS, OnlinePerfModel
+
+    jobs = queue_jobs(30, 8, models=("T4",))
+    prior = CATALOG.get(jobs[0].workload, "T4")
+    own = {(jobs[0].job_id, "T4"): OnlinePerfModel(prior=prior, params=[0.0] * N_PARAMS)}
+    memo = AdmitMemo()
+    snap = dataclasses.replace(snapshot(jobs), job_perf=own)
+    plan = plan_round(snap, policy="fifo", now=100.0, memo=memo)
+    assert memo.views == {}
+    assert plan == plan_round(snap, policy="fifo", now=100.0)
+
+
+def test_a_running_job_kept_by_a_spent_hold_queue_budget_is_pinned_with_a_memo():
+    jobs = list(queue_jobs(20, 10, models=("T4",)))
+    red = next(i for i, j in enumerate(jobs) if j.team == "red" and j.requested_gpus == 1)
+    jobs[red] = dataclasses.replace(jobs[red], allocation=Allocation(("g0",), 32), started_s=0.0)
+    hold = (
+        Budget(
+            "red",
+            "red",
+            0.0,
+            1e6,
+            energy_limit_j=1.0,
+            energy_used_j=2.0,
+            hard_limit_action=HardLimitAction.HOLD_QUEUE,
+        ),
+    )
+    memo = AdmitMemo()
+    for now in (100.0, 400.0):
+        plan = plan_round(snapshot(jobs, budgets=hold), policy="fifo", now=now, memo=memo)
+        assert plan == plan_round(snapshot(jobs, budgets=hold), policy="fifo", now=now)
+        assert jobs[red].job_id in plan.held

@@ -134,3 +134,39 @@ def test_the_long_queue_generator_writes_what_the_simulator_reads(tmp_path):
     # and the cluster is 5 nodes of 3 T4
     cluster = read_cluster_spec(tmp_path / "n5g3_t4.json").build()
     assert len(cluster.gpus) == 15 and {g.model for g in cluster.gpus} == {"T4"}
+
+
+def test_a_round_makes_neither_a_reason_nor_a_view_per_waiting_job(monkeypatch):
+    # given 120 one-iteration jobs queued on 2 GPUs under FIFO (60 rounds)
+    import scheduling.core.policies.fifo as fifo
+    import scheduling.core.round as round_mod
+
+    made = {"reasons": 0, "views": 0}
+    real_reason, real_view = fifo.behind_in_queue, round_mod.JobView
+
+    def reason(*args):
+        made["reasons"] += 1
+        return real_reason(*args)
+
+    def view(*args):
+        made["views"] += 1
+        return real_view(*args)
+
+    monkeypatch.setattr(fifo, "behind_in_queue", reason)
+    monkeypatch.setattr(round_mod, "JobView", view)
+    n = 120
+    sim = simulator(tiny_jobs(n))
+
+    # when the run goes to its end
+    result = sim.run()
+
+    # then every job finished with each round's waiting jobs counted by code, and the
+    # rounds made a reason for the first blocked job of each and a view for each job's
+    # arrival and start (about 2 x 120), not one of each per waiting job per round (about
+    # 120^2 / 2 + 120^2 / 4 = 3,600 each, which the queue loop and admission made before)
+    assert sum(r.finish_s is not None for r in result.jobs) == n
+    waited = sum(s.waiting_jobs for s in result.timeline)
+    assert waited > 3000
+    assert result.wait_codes == {"behind_in_queue": waited}
+    assert made["reasons"] <= len(result.timeline)
+    assert made["views"] <= 2 * n + len(result.timeline)
