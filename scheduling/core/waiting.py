@@ -36,7 +36,8 @@ class QueueTail(Mapping[str, WaitReason]):
     """The reasons of ``views`` (job views, the queue from position ``start`` on), made
     when read: a job asking for more GPUs than its model's ``capacity`` waits as too big
     (``base.too_big``, as ``serve_queue`` says it), every other one with
-    ``reason(position, view, requested GPUs)``, whose code is always ``code``."""
+    ``reason(position, view, requested GPUs)``, whose code is always ``code``. With
+    ``capacity`` None there is no too-big rule (a policy that walks its queue itself)."""
 
     __slots__ = ("_views", "_start", "_reason", "_code", "_capacity", "_ids", "_index", "_made")
 
@@ -46,13 +47,13 @@ class QueueTail(Mapping[str, WaitReason]):
         start: int,
         reason: Callable[[int, Any, int], WaitReason],
         code: WaitCode,
-        capacity: Mapping[str, int],
+        capacity: Mapping[str, int] | None,
     ) -> None:
         self._views = views
         self._start = start
         self._reason = reason
         self._code = code
-        self._capacity = dict(capacity)
+        self._capacity = None if capacity is None else dict(capacity)
         self._ids: list[str] = list(map(_JOB_ID, views))
         self._index: dict[str, int] | None = None
         self._made: dict[int, WaitReason] = {}
@@ -64,8 +65,8 @@ class QueueTail(Mapping[str, WaitReason]):
 
             jv = self._views[i]
             n = jv.job.requested_gpus
-            cap = self._capacity[jv.gpu_model]
-            if n > cap:
+            cap = None if self._capacity is None else self._capacity[jv.gpu_model]
+            if cap is not None and n > cap:
                 made = too_big(n, jv.gpu_model, cap)
             else:
                 made = self._reason(self._start + i, jv, n)
@@ -103,7 +104,7 @@ class QueueTail(Mapping[str, WaitReason]):
         if not views:
             return counts
         cap = self._capacity
-        if max(map(_REQUESTED, views)) <= min(cap.values()):
+        if cap is None or max(map(_REQUESTED, views)) <= min(cap.values()):
             counts[self._code] = len(views)  # none is too big for its model
             return counts
         for jv in views:

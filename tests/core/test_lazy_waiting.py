@@ -74,10 +74,10 @@ def queue_jobs(n: int, seed: int, *, models=("T4", "V100", None)) -> tuple[Job, 
 CATALOG = load_catalog()
 
 
-def snapshot(jobs, *, budgets=()) -> Snapshot:
+def snapshot(jobs, *, budgets=(), gpus=("T4", "T4", "V100", "V100")) -> Snapshot:
     # (one catalog, as a run has: its perf model objects are the memo's to compare)
     return Snapshot(
-        cluster=cluster(),
+        cluster=cluster(gpus),
         jobs=tuple(jobs),
         perf=CATALOG,
         round_length_s=300.0,
@@ -145,6 +145,27 @@ def test_fifo_makes_no_reason_for_the_jobs_behind_the_block(monkeypatch):
     last = list(plan.waiting)[-1]
     assert f"{1999} job(s) ahead" in plan.waiting[last].message
     assert made["behind"] <= 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_elastic_tail_past_the_last_free_gpu_reads_as_the_walk_made_it(seed, monkeypatch):
+    import scheduling.core.policies.elastic as elastic
+
+    # given a queue of 300 jobs on 4 T4s, every GPU given out (a V100 left free would keep
+    # the walk going: some jobs could still fit)
+    snap = snapshot(queue_jobs(300, seed, models=("T4", None)), gpus=("T4",) * 4)
+    # when planned as now (the queue past the last free GPU a tail), and walked whole (the
+    # early stop needs every job left to need a GPU: made never so)
+    lazy = plan_round(snap, policy="elastic", now=100.0)
+    monkeypatch.setattr(elastic, "_MIN_GPUS", lambda jv: 0)
+    walked = plan_round(snap, policy="elastic", now=100.0)
+    # then the reasons are the walk's, to the byte
+    assert isinstance(walked.waiting, dict)
+    assert isinstance(lazy.waiting, WaitingReasons)
+    assert repr(lazy) == repr(walked)
+    assert list(wait_code_counts(lazy.waiting).items()) == list(
+        Counter(r.code for r in walked.waiting.values()).items()
+    )
 
 
 def test_backfilling_fifo_still_walks_its_queue():

@@ -25,12 +25,17 @@ median by +0.4%.
 from __future__ import annotations
 
 import heapq
+from operator import attrgetter
 
 from scheduling.core.context import RoundContext
 from scheduling.core.placement import job_buddy_sizes
 from scheduling.core.policies.base import FreeForecast, GpuLedger, prior_only, queue_order
 from scheduling.core.registry import register_policy
 from scheduling.core.types import Grant, PolicyDecision, WaitCode, WaitReason
+from scheduling.core.waiting import QueueTail, WaitingReasons
+
+_JOB_ID = attrgetter("job.job_id")
+_MIN_GPUS = attrgetter("job.min_gpus")
 
 
 @register_policy("elastic")
@@ -64,7 +69,18 @@ class Elastic:
         # A job's buddy sizes depend on its GPU model and GPU range alone: worked out once
         # per such shape, as a long queue has few.
         shape_sizes: dict[tuple[str, int, int], tuple[int, ...]] = {}
-        for jv in queue:
+        rest: list = []  # the queue past the point where no GPU is left (blocked, every one)
+        rest_at = len(queue)
+        look = True  # whether to look for that point still
+        for pos, jv in enumerate(queue):
+            if look and not any(ledger.free.values()):
+                look = False
+                if min(map(_MIN_GPUS, queue[pos:])) >= 1:
+                    # No GPU of any model is free and every job left needs one at least:
+                    # each is blocked, as the walk would find it one by one (a long
+                    # queue's tail).
+                    rest, rest_at = queue[pos:], pos
+                    break
             job = jv.job
             shape = (jv.gpu_model, job.min_gpus, job.max_gpus)
             sizes = shape_sizes.get(shape)
@@ -84,7 +100,7 @@ class Elastic:
             level[job.job_id] = 0
             base_s[job.job_id] = time_s(jv, sizes[0])
 
-        views = {jv.job.job_id: jv for jv in queue}
+        views = dict(zip(map(_JOB_ID, queue), queue, strict=True))  # (in C)
         heap: list[tuple[float, int, str]] = []
         rank = {jid: i for i, jid in enumerate(sizes_of)}
 
@@ -123,8 +139,8 @@ class Elastic:
         # The reason depends on the GPU model and least GPU count alone: one (frozen)
         # reason per such pair, shared by its blocked jobs (a long queue has few pairs).
         reasons: dict[tuple[str, int], WaitReason] = {}
-        waiting = {}
-        for jv in blocked:
+
+        def blocked_reason(pos: int, jv, n: int) -> WaitReason:
             pair = (jv.gpu_model, jv.job.min_gpus)
             reason = reasons.get(pair)
             if reason is None:
@@ -134,5 +150,13 @@ class Elastic:
                     f"smallest size; it needs {jv.job.min_gpus}.",
                     until_s=forecast.at(jv, jv.job.min_gpus),
                 )
-            waiting[jv.job.job_id] = reason
+            return reason
+
+        waiting: dict[str, WaitReason] = {}
+        for jv in blocked:
+            waiting[jv.job.job_id] = blocked_reason(0, jv, 0)
+        if rest:
+            # the tail's reasons made when read (``waiting.QueueTail``), the same ones
+            tail = QueueTail(rest, rest_at, blocked_reason, WaitCode.BEHIND_IN_QUEUE, None)
+            return PolicyDecision(grants=grants, waiting=WaitingReasons((waiting, tail)))
         return PolicyDecision(grants=grants, waiting=waiting)
