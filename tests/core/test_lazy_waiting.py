@@ -356,3 +356,38 @@ def test_a_running_job_kept_by_a_spent_hold_queue_budget_is_pinned_with_a_memo()
         plan = plan_round(snapshot(jobs, budgets=hold), policy="fifo", now=now, memo=memo)
         assert plan == plan_round(snapshot(jobs, budgets=hold), policy="fifo", now=now)
         assert jobs[red].job_id in plan.held
+
+
+def test_queue_order_reads_a_job_of_a_queue_without_priorities_five_times_at_most():
+    # a view whose job is counted each time it is read
+    reads = Counter()
+
+    class Counted:
+        def __init__(self, jv):
+            self._jv = jv
+            self.gpu_model = jv.gpu_model
+
+        @property
+        def job(self):
+            reads["job"] += 1
+            return self._jv.job
+
+    snap = snapshot(queue_jobs(1000, 0, models=("T4",)))
+    ctx, _ = admit(snap, now=0.0)
+    views = [Counted(jv) for jv in ctx.jobs]
+    for keep_running in (True, False):
+        reads.clear()
+        got = base.queue_order(views, keep_running=keep_running)
+        # the order by_priority gives (running jobs first where kept)
+        ordered = base.submit_order(views)
+        if keep_running:
+            want = base.by_priority(base.running_first(ordered), keep_running_ahead=True)
+        else:
+            want = base.by_priority(ordered)
+        assert got == want
+        reads.clear()
+        base.queue_order(views, keep_running=keep_running)
+        # the sort's key (two), the priority test, running jobs apart (two filters): 5
+        # reads a job, where by_priority tested the priorities and split the running jobs
+        # off again (7)
+        assert reads["job"] <= 5 * len(views)
