@@ -156,6 +156,38 @@ def test_pending_reason_and_estimated_start_are_in_the_jobs_api(
     )
 
 
+def test_jobs_behind_a_blocked_fifo_queue_get_their_own_stored_reasons(
+    fifo, live_node, make_job, member, team, api_client
+):
+    # given a full node running an 8-GPU job and four jobs queued behind it: the first
+    # blocks the queue, the three after it are the tail whose reasons the round makes only
+    # when read (core/waiting.py); the service stores each one
+    live_node()
+    _job(make_job, member, team, min_gpus=8, max_gpus=8, total_iterations=100)
+    queued = [
+        _job(make_job, member, team, at=T0 - timedelta(minutes=4, seconds=-k)) for k in range(4)
+    ]
+
+    # when a round runs
+    result = services.run_scheduling_round(now=T0)
+
+    # then each queued job carries its place in the queue, the first one also when it may
+    # start, and the round counts four waiting (three of them a lazy tail)
+    from scheduling.core.waiting import QueueTail, WaitingReasons
+
+    assert isinstance(result.plan.waiting, WaitingReasons)
+    assert [len(p) for p in result.plan.waiting.parts if isinstance(p, QueueTail)] == [3]
+    assert len(result.plan.waiting) == 4
+    assert SchedulingRound.objects.get().waiting_jobs == 4
+    for k, job in enumerate(queued):
+        job.refresh_from_db()
+        assert job.pending_reason_code == "behind_in_queue"
+        assert job.pending_reason.startswith(f"Waiting: {k + 1} job(s) ahead of it in the queue")
+        assert (job.pending_until is not None) == (k == 0)
+        body = api_client(member).get(f"/api/jobs/{job.pk}/").json()
+        assert body["pending_reason"] == job.pending_reason
+
+
 def test_a_second_round_exits_at_once_while_one_holds_the_lock(
     fifo, live_node, make_job, member, team
 ):
