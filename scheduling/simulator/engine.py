@@ -365,6 +365,14 @@ class Simulator:
                 # team funded with nothing) are named as when only they are left: a stall
                 # said nothing of them, though nothing the run did could have helped them.
                 never_runnable = stuck
+                # The jobs the stall left, by name and with what they did: the line said
+                # only "those left only restarted or could not run", and a team whose
+                # period budget is less than one checkpoint restart of its job (a team
+                # budget split by need, periods much shorter than the run) left that
+                # job unnamed, started once a period and stopped mid-restart for ever.
+                left = [r for j, r in active.items() if j not in stuck]
+                if left:
+                    stopped_why += f"; {self._left_named(left)}"
                 if stuck:
                     stopped_why += f"; {_named(stuck)}"
                 break
@@ -387,6 +395,46 @@ class Simulator:
             never_runnable=never_runnable,
             budget_periods=self.budgets.periods(),
         )
+
+    def _left_named(self, left: Sequence[JobRecord], shown: int = 5) -> str:
+        """The clause naming the unfinished jobs a stall left, the first ``shown`` by id:
+        how far each got, how often it was started, and, where it is so, that a budget
+        of its team gives less a period than one checkpoint restart of it draws."""
+        ordered = sorted(left, key=lambda r: r.spec.job_id)
+        parts = []
+        for rec in ordered[:shown]:
+            spec = rec.spec
+            done = rec.done_iters / spec.total_iters if spec.total_iters > 0 else 0.0
+            text = f"{spec.job_id}: {100.0 * done:.1f}% done, started {rec.n_starts} time(s)"
+            why = self._restart_unaffordable(rec)
+            parts.append(f"{text}, {why}" if why else text)
+        more = f" and {len(ordered) - shown} more" if len(ordered) > shown else ""
+        return f"{len(ordered)} job(s) left unfinished ({'; '.join(parts)}{more})"
+
+    def _restart_unaffordable(self, rec: JobRecord) -> str:
+        """Why ``rec`` could never progress again, where its team's ``pause_jobs`` energy
+        budget gives less a period than a checkpoint restart on its fewest GPUs draws (a
+        resumed job draws idle power for ``restart_cost_s`` before it progresses, and the
+        hard-limit watch stops it at the limit first); "" otherwise."""
+        restart = self.config.restart_cost_s
+        if restart <= 0.0 or rec.done_iters <= 0.0:
+            return ""
+        n = max(rec.spec.min_gpus, 1)
+        need_j = min(self._idle_w[m] for m in self._gpu_models) * n * restart
+        for b in self.budgets.specs:
+            if (
+                b.team is not None
+                and b.team == rec.spec.team
+                and b.hard_limit_action == HardLimitAction.PAUSE_JOBS
+                and b.energy_limit_j is not None
+                and b.energy_limit_j < need_j
+            ):
+                return (
+                    f"its team {b.team}'s budget gives {b.energy_limit_j:.4g} J a period, "
+                    f"less than one checkpoint restart on {n} GPU(s) draws ({need_j:.4g} J: "
+                    f"{restart:g} s at idle)"
+                )
+        return ""
 
     def _account(self, energy_j: float, co2_g: float) -> None:
         self._energy_used_j += energy_j

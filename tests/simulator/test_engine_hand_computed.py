@@ -681,3 +681,44 @@ def test_a_job_paced_for_ever_still_ends_the_run_as_a_stall_after_a_whole_period
     assert result.stopped_early
     assert result.jobs[0].finish_s is None
     assert result.end_s == pytest.approx(10100.0)  # the first round after the whole period
+
+
+def test_a_stall_names_the_jobs_it_left_and_a_team_budget_below_one_restart():
+    # given a team budget of 1 kJ a period of 500 s: A's fresh start runs 5 s on one GPU
+    # at 200 W (2.5 of its 10 iterations) before the watch stops it; every later start
+    # resumes from a checkpoint, 50 s at the 50 W idle draw (2.5 kJ), and is stopped
+    # mid-restart, so A never progresses again (a team split by need whose periods are
+    # much shorter than the run: the third sweep's starving team)
+    budget = BudgetSpec(period_end_s=500.0, energy_limit_j=1000.0, team="t")
+    sim = Simulator(
+        (toy_job("A", 0.0, 10.0),), cluster=CLUSTER, catalog=Catalog(),
+        planner=RunsAUnlessSpent(),
+        config=SimConfig(round_length_s=100.0, restart_cost_s=50.0, stall_limit_s=3000.0),
+        budgets=[budget],
+    )  # fmt: skip
+
+    result = sim.run()
+
+    # then the stall names A, how far it got and how often it started, and why it cannot
+    # go on (before: "those left only restarted or could not run", A unnamed)
+    assert result.stopped_early and result.jobs[0].finish_s is None
+    assert result.jobs[0].n_starts == 7
+    assert result.stopped_why.endswith(
+        "those left only restarted or could not run; 1 job(s) left unfinished (A: 25.0% "
+        "done, started 7 time(s), its team t's budget gives 1000 J a period, less than one "
+        "checkpoint restart on 1 GPU(s) draws (2500 J: 50 s at idle))"
+    )
+
+
+def test_a_stall_names_the_jobs_it_left_without_a_budget_cause_where_there_is_none():
+    # given A moved every round with a restart longer than a round (no budget at all)
+    def mover(snapshot: Snapshot, now: float) -> Plan:
+        gpu = "n0/0" if int(now // 100) % 2 else "n0/1"
+        return Plan(allocations={"A": Allocation((gpu,), 32)}, waiting={})
+
+    result = _one_job(mover, iters=1.0e6, restart_cost_s=150.0, max_time_s=1.0e6).run()
+
+    # then A is named with its progress and starts, and no budget is blamed
+    assert result.stopped_why.endswith(
+        "; 1 job(s) left unfinished (A: 0.0% done, started 1 time(s))"
+    )
