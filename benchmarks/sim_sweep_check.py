@@ -155,7 +155,12 @@ def check_run(name: str, files: dict, args, scenario, bound, problems: list[str]
         )
     if summary["gpu_utilisation"] > 1 + 1e-9:
         problems.append(f"{tag}: utilisation {summary['gpu_utilisation']}")
-    t_prev, tl_e, tl_c = 0.0, 0.0, 0.0
+    # The timeline begins where the run did: the round of the first arrival
+    # (``state.run_start_s``), not time 0.
+    t_prev = float(timeline[0]["t0_s"]) if timeline else 0.0
+    if timeline and submit and t_prev > min(submit.values()) + 1e-6:
+        problems.append(f"{tag}: the timeline begins at {t_prev}, after the first arrival")
+    tl_e, tl_c = 0.0, 0.0
     n_gpus = summary["n_gpus"]
     intensities = list(getattr(scenario.intensity, "_ci", ())) if scenario.zone else []
     for k, step in enumerate(timeline):

@@ -63,6 +63,7 @@ from scheduling.core.policies.ones import global_batch_for as ones_global_batch
 from scheduling.core.types import GpuConfig, Job, PerfCatalog
 from scheduling.simulator.engine import idle_power_by_model
 from scheduling.simulator.scenario import Scenario
+from scheduling.simulator.state import run_start_s
 
 # Power limits tried: every 5 W down from the GPU's highest (Zeus' 25 W steps among them).
 POWER_LIMIT_STEP_W = 5.0
@@ -89,6 +90,7 @@ class JctBound:
 
     jobs: tuple[JobFrontier, ...]
     idle_power_w: float  # the whole powered cluster's idle draw (0 if idle nodes power off)
+    start_s: float = 0.0  # where a run's clock begins (``state.run_start_s``)
 
     @property
     def n_jobs(self) -> int:
@@ -108,8 +110,9 @@ class JctBound:
 
     @cached_property
     def floor_energy_j(self) -> float:
-        """Idle draw of the powered cluster until the earliest possible end."""
-        return self.idle_power_w * self.min_makespan_s
+        """Idle draw of the powered cluster from the run's start until the earliest
+        possible end."""
+        return self.idle_power_w * max(self.min_makespan_s - self.start_s, 0.0)
 
     @cached_property
     def min_energy_j(self) -> float:
@@ -378,7 +381,11 @@ def jct_bound(
         cluster_idle_w = sum(
             sum(gpus) * idle_power_by_model[m] for m, gpus in node_gpus_by_model.items()
         )
-    return JctBound(jobs=tuple(frontiers), idle_power_w=cluster_idle_w)
+    return JctBound(
+        jobs=tuple(frontiers),
+        idle_power_w=cluster_idle_w,
+        start_s=run_start_s((j.submit_time_s for j in jobs), round_length_s),
+    )
 
 
 def scenario_bound(

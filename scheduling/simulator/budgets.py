@@ -151,6 +151,9 @@ class BudgetLedger:
             (i, 0): [b.energy_used_j, b.co2_used_g] for i, b in enumerate(self.specs)
         }
         self.stopped: set[tuple[int, int]] = set()
+        # Where the run's clock began (the engine sets it): a period that began before it
+        # spends, and its idle floor counts, from then on.
+        self.run_start_s = 0.0
 
     def left(self, i: int, k: int) -> tuple[float | None, float | None]:
         """What period ``k`` of budget ``i`` has left (energy J, carbon g; None: no such
@@ -239,6 +242,7 @@ class BudgetLedger:
         for (i, k), (e, c) in self.usage.items():
             b = self.specs[i]
             start, end = b.bounds(k)
+            start = min(max(start, self.run_start_s), end)
             periods.append(
                 BudgetPeriod(
                     b.period_id(k), b.team, start, end, b.energy_limit_j, b.co2_limit_g, e, c

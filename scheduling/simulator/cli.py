@@ -538,7 +538,10 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
             budgets = split_by_team(whole, bound, scenario.jobs) if args.team_budgets else (whole,)
             # A cluster budget pays its powered idle GPUs (the bound's idle draw is 0 when
             # idle nodes power off): one that the idle draw alone exceeds no plan can keep.
-            floor_j = bound.idle_power_w * (whole.period_end_s - whole.period_start_s)
+            # (from where the run begins: the idle cluster before its first job is not the
+            # run's, ``state.run_start_s``)
+            begins_s = min(max(whole.period_start_s, bound.start_s), whole.period_end_s)
+            floor_j = bound.idle_power_w * (whole.period_end_s - begins_s)
             if whole.energy_limit_j and not args.team_budgets and floor_j > whole.energy_limit_j:
                 stdout.write(
                     f"  note: the cluster's idle GPUs alone draw {floor_j / J_PER_KWH:.1f} "
@@ -546,9 +549,7 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                     "every period will be over unless idle nodes are powered off "
                     "(--power-off-idle-nodes)\n"
                 )
-            floor_g = scenario.intensity.co2_g(
-                bound.idle_power_w, whole.period_start_s, whole.period_end_s
-            )
+            floor_g = scenario.intensity.co2_g(bound.idle_power_w, begins_s, whole.period_end_s)
             if whole.co2_limit_g and not args.team_budgets and floor_g > whole.co2_limit_g:
                 stdout.write(
                     f"  note: the cluster's idle GPUs alone emit {floor_g / G_PER_KG:.3g} kg "

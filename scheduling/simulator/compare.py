@@ -5,7 +5,9 @@ budget-aware policy with that budget, and report the ratio of average JCTs toget
 with the energies (carbons) both actually used, so that a reader can check the
 candidate stayed within the baseline's spend.
 
-The budget period is ``[0, horizon_factor x the baseline's makespan)``: the policy paces
+The budget period is ``[start, start + horizon_factor x (end - start))``, ``start`` where the
+baseline's run began (the round of the first arrival, ``state.run_start_s``) and ``end``
+where it ended: the policy paces
 the budget over the time the baseline needed (a factor below 1 gives each, shorter,
 period that share of the baseline's spend, so that the periods covering the baseline's
 run hold what it spent). Budgets renew (``BudgetSpec.renews``): a
@@ -110,7 +112,8 @@ class Comparison:
 
 def in_period(result: SimResult) -> dict[str, Any]:
     """What a run spent inside its budgets' first periods, and the worst period's share."""
-    first = [p for p in result.budget_periods if p.start_s == 0.0]
+    start = min((p.start_s for p in result.budget_periods), default=0.0)
+    first = [p for p in result.budget_periods if p.start_s == start]
     shares = [p.share for p in result.budget_periods if p.share is not None]
     return {
         "candidate_energy_in_period_kwh": sum(p.energy_j for p in first) / 3.6e6,
@@ -127,6 +130,7 @@ def merged(budgets: tuple[BudgetSpec, ...]) -> BudgetSpec:
 
     return BudgetSpec(
         period_end_s=max(b.period_end_s for b in budgets),
+        period_start_s=min(b.period_start_s for b in budgets),
         energy_limit_j=total(b.energy_limit_j for b in budgets),
         co2_limit_g=total(b.co2_limit_g for b in budgets),
     )
@@ -150,16 +154,21 @@ def budget_from(
         raise ValueError(f"budget kind must be one of {KINDS}, got {kind!r}")
     if horizon_factor <= 0:
         raise ValueError("horizon_factor must be positive")
-    period_end_s = result.end_s * horizon_factor
+    # From where the run began, not time 0: a trace whose first job came on day 10 had a
+    # period of horizon x (10 days + its run), half of it before any job at 0.5.
+    start_s = result.start_s
+    period_end_s = start_s + (result.end_s - start_s) * horizon_factor
     share = _period_share(horizon_factor)
     after_s = max(period_end_s - result.end_s, 0.0)
     if kind == "energy":
         limit_j = result.energy_j * share + idle_w * after_s
-        return BudgetSpec(period_end_s=period_end_s, energy_limit_j=limit_j)
+        return BudgetSpec(period_end_s=period_end_s, period_start_s=start_s, energy_limit_j=limit_j)
     tail_g = 0.0
     if idle_w and after_s and intensity is not None:
         tail_g = intensity.co2_g(idle_w, result.end_s, period_end_s)
-    return BudgetSpec(period_end_s=period_end_s, co2_limit_g=result.co2_g * share + tail_g)
+    return BudgetSpec(
+        period_end_s=period_end_s, period_start_s=start_s, co2_limit_g=result.co2_g * share + tail_g
+    )
 
 
 def _period_share(horizon_factor: float) -> float:
@@ -198,6 +207,7 @@ def budgets_from(
     return tuple(
         BudgetSpec(
             period_end_s=whole.period_end_s,
+            period_start_s=whole.period_start_s,
             energy_limit_j=v if kind == "energy" else None,
             co2_limit_g=v if kind == "carbon" else None,
             team=team,

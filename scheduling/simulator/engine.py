@@ -108,6 +108,7 @@ from scheduling.simulator.state import (  # noqa: F401 - re-exported for callers
     SimResult,
     SimulationError,
     _PerfCache,
+    run_start_s,
 )
 
 # Wait codes of a job a policy holds back to pace a budget that has some left (not this
@@ -217,9 +218,12 @@ class Simulator:
         idle_energy_j = 0.0
         busy_gpu_s = 0.0
         n_finished = 0
-        t = 0.0
-        next_tick = 0.0
-        last_activity_s = 0.0
+        # The clock begins in the round of the first arrival: the idle cluster before
+        # it is no part of the run (``state.run_start_s``).
+        t = run_start_s((r.spec.submit_time_s for r in records), L)
+        start_s = self.budgets.run_start_s = t
+        next_tick = t
+        last_activity_s = t
         # Whether a round since then held a job back to pace its budget (see PACED_WAITS).
         paced_since_activity = False
         stopped_early = False
@@ -394,6 +398,7 @@ class Simulator:
             wait_codes=wait_codes,
             never_runnable=never_runnable,
             budget_periods=self.budgets.periods(),
+            start_s=start_s,
         )
 
     def _left_named(self, left: Sequence[JobRecord], shown: int = 5) -> str:
@@ -886,6 +891,7 @@ class Simulator:
         if floor_w <= 0.0:
             return 0.0
         start, end = b.bounds(k)
+        start = max(start, self.budgets.run_start_s)  # nothing is drawn before the run
         if b.energy_limit_j is not None and floor_w * (end - start) > b.energy_limit_j:
             return 0.0
         if b.co2_limit_g is not None and self.intensity.co2_g(floor_w, start, end) > b.co2_limit_g:

@@ -132,6 +132,19 @@ class RoundSample:
     budget_price: float | None = None
 
 
+def run_start_s(submit_times, round_length_s: float) -> float:
+    """Where a run of jobs submitted at ``submit_times`` begins: the start of the round
+    (on the grid of ``round_length_s`` from time 0) in which the first of them arrives.
+    Nothing before it is the run's: a trace whose first job comes on day 10 was charged
+    ten days of the idle cluster (its energy, its bound's floor, a matched budget's
+    limit), and a matched period of horizon x its end from time 0 ended before its jobs
+    came (the third sweep: a trace shifted by ten days went from 1.456x to 0.427x)."""
+    first = min(submit_times, default=0.0)
+    if not first > 0.0 or not math.isfinite(first):
+        return 0.0
+    return math.floor(first / round_length_s) * round_length_s
+
+
 @dataclass
 class SimResult:
     jobs: list[JobRecord]
@@ -151,6 +164,8 @@ class SimResult:
     # and a run that stalls with others left names them too.
     never_runnable: dict[str, str] = field(default_factory=dict)
     budget_periods: list[Any] = field(default_factory=list)  # budgets.BudgetPeriod, by start
+    # Where the run's clock began: the round in which the first job arrives (``run_start_s``).
+    start_s: float = 0.0
 
     @property
     def stopped_with_runnable_jobs(self) -> bool:
