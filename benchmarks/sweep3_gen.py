@@ -27,7 +27,10 @@ The cases files hold one simulator command a line with absolute paths into ``DIR
 ``cases_a.txt`` (every policy, both knowledges, on the shapes), ``cases_b.txt`` (budgets:
 fixed, short periods, team, carbon), ``cases_c.txt`` (odd corners: a restart longer than a
 period, a period off the round grid, baselines that leave jobs unfinished, one GPU a job,
-noisy observations, dense arrivals), ``cases_m.txt`` (PowerFlow and GreenFlow matched to
+noisy observations, dense arrivals), ``cases_d.txt`` (a binding budget with a restart
+longer than its period, work from day 200 under six-minute periods, arrivals on period
+edges, jobs spread over two switches under congestion, nodes of one GPU and one node of
+64, bigger batches), ``cases_m.txt`` (PowerFlow and GreenFlow matched to
 ``elastic`` and ``fifo_lowclock``: the measurement).
 """
 
@@ -386,11 +389,90 @@ def main(out: Path) -> None:
             "--match-baseline fifo_lowclock --horizon-factor 0.1 --budget-kind carbon "
             "--carbon-zone NO --carbon-kind lca --knowledge both",
         )
-    for name, body in (("a", cases_a), ("b", cases_b), ("c", cases_c), ("m", cases_m)):
+    # a second round of corners: a binding budget with a restart longer than its period,
+    # work that begins on day 200 under six-minute periods, arrivals on period edges,
+    # jobs spread over switches under congestion, one node of 64 GPUs, bigger batches
+    cases_d: list[str] = []
+    late = [
+        job(f"late{i}", 200 * DAY_S + i * 360.0, rng.choice(A100), rng.choice((1, 2, 4)), 20000)
+        for i in range(10)
+    ]
+    ef("late", late)
+    ef(
+        "edges",
+        [job(f"e{i}", (i // 3) * 360.0, rng.choice(A100), 2, 30000) for i in range(18)],
+    )
+    ef(
+        "spread",
+        [
+            job(f"s{i}", i * 900.0, rng.choice(A100), rng.choice((4, 8, 12, 16)), 30000)
+            for i in range(24)
+        ],
+    )
+    cluster("sw2n2g4_a100", "A100", 2, 2, 4)
+    cluster("n4g1_a100", "A100", 1, 4, 1)
+    cluster("n1g64_a100", "A100", 1, 1, 64)
+    for p in ("powerflow", "greenflow", "fifo", "elastic"):
+        case(
+            cases_d,
+            "diurnal",
+            "n4g4_a100",
+            p,
+            "--restart-cost-s 400 --energy-budget-kwh 0.5 --budget-period-h 0.1 --knowledge oracle",
+        )
+        case(
+            cases_d,
+            "late",
+            "n4g4_a100",
+            p,
+            "--energy-budget-kwh 0.3 --budget-period-h 0.1 --carbon-zone BR --knowledge both",
+        )
+        case(
+            cases_d,
+            "edges",
+            "n4g4_a100",
+            p,
+            "--replan-on-events --energy-budget-kwh 0.4 --budget-period-h 0.1 --knowledge both",
+        )
+    for p in POLICIES:
+        case(cases_d, "spread", "sw2n2g4_a100", p, "--congestion 3 --knowledge both")
+        case(cases_d, "spread", "n4g1_a100", p, "--knowledge oracle")
+        case(cases_d, "heavytail", "n1g64_a100", p, "--knowledge oracle")
+    for p in ("ones", "powerflow", "elastic"):
+        case(
+            cases_d,
+            "diurnal",
+            "n4g4_a100",
+            p,
+            "--max-batch-factor 4 --batch-efficiency free --knowledge both",
+        )
+        case(
+            cases_d,
+            "ncfonly",
+            "n2g4_t4",
+            p,
+            "--max-batch-factor 4 --batch-probe --colocation-noise 0.5 --knowledge learned",
+        )
+    for p in ("powerflow", "greenflow"):
+        case(
+            cases_d,
+            "spread",
+            "sw2n2g4_a100",
+            p,
+            "--match-baseline elastic,fifo_lowclock --congestion 3 --carbon-zone BR "
+            "--power-off-idle-nodes --knowledge both",
+        )
+    for name, body in (
+        ("a", cases_a),
+        ("b", cases_b),
+        ("c", cases_c),
+        ("d", cases_d),
+        ("m", cases_m),
+    ):
         (out / f"cases_{name}.txt").write_text("\n".join(body) + "\n", encoding="utf-8")
     sys.stdout.write(
-        f"{len(cases_a)} + {len(cases_b)} + {len(cases_c)} + {len(cases_m)} commands in "
-        f"cases_a/b/c/m, under {out}\n"
+        f"{len(cases_a)} + {len(cases_b)} + {len(cases_c)} + {len(cases_d)} + {len(cases_m)} "
+        f"commands in cases_a/b/c/d/m, under {out}\n"
     )
 
 
