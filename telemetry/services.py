@@ -365,6 +365,9 @@ def _store_gpus(
 _ITERATION_DECIMALS = 6
 # How far short of its work a count may come back from a round trip of those decimals.
 _ROUND_TRIP_SLACK = 1e-5
+# The longest log tail a job keeps with a note of the service's after it (the agent's
+# serializer takes tails of up to 20,000 characters).
+_LOG_TAIL_CHARS = 20000
 
 
 def iterations_at_batch(
@@ -834,10 +837,12 @@ def _exit_time(event: JobEvent) -> datetime:
 def _apply(event: JobEvent) -> None:
     if event.grad_sqr is not None and event.grad_var is not None:
         _store_gradient_statistics(event)
+    counted = False  # whether the event's count was taken as the job's progress
     if event.iterations is not None:
         job = Job.objects.select_related("current_allocation").get(pk=event.job_id)
         alloc = _event_allocation(event, job)
-        if _plausible_count(event, job, alloc):
+        counted = _plausible_count(event, job, alloc)
+        if counted:
             done = _submitted_iterations(event, job, alloc)
             Job.objects.filter(pk=event.job_id, completed_iterations__lt=done).update(
                 completed_iterations=done
@@ -861,18 +866,33 @@ def _apply(event: JobEvent) -> None:
     target = JobState.COMPLETED if event.reason == ExitReason.COMPLETED else JobState.FAILED
     # A job that completed at its last iteration did all its work: its count, recounted
     # from another batch's units, can come back a millionth short (8,313,020.999999 of
-    # 8,313,021). What it reported stands otherwise (a script may end early on its own).
+    # 8,313,021).
     done = {}
+    log_tail = event.log_tail
     short = job.total_iterations - job.completed_iterations
     if target == JobState.COMPLETED and 0.0 < short <= _ROUND_TRIP_SLACK:
         done["completed_iterations"] = float(job.total_iterations)
+    elif target == JobState.COMPLETED and counted and short > _ROUND_TRIP_SLACK:
+        # Status 0 is the job's word that it is done, but a job that reports its progress
+        # (the exit carries its progress file's count) and stopped short of its total did
+        # not do its work: completed, a script that returned early (a crash caught and
+        # swallowed, a loop bound mistyped) looked like a success (a live probe: 11% of the
+        # work). A job that writes no progress file exits with no count and cannot say how
+        # far it got: its status 0 still completes it.
+        target = JobState.FAILED
+        note = (
+            f"Exited with status 0 having reported {job.completed_iterations:.15g} of its "
+            f"{job.total_iterations} iterations: recorded as failed."
+        )
+        log_tail = (f"{log_tail.rstrip()}\n{note}" if log_tail.strip() else note)[-_LOG_TAIL_CHARS:]
+        log.info("job %s: %s", job.pk, note)
     try:
         transition_job(
             job,
             to=target,
             at=_exit_time(event),
             exit_status=event.exit_status,
-            log_tail=event.log_tail,
+            log_tail=log_tail,
             **done,
         )
     except InvalidTransition as exc:

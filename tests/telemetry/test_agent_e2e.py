@@ -119,11 +119,13 @@ def test_spooled_samples_are_replayed_in_order_after_an_outage_and_counted_once(
     ))  # fmt: skip
 
 
+# The job writes the count it was told is all its work (``WATTFLOW_TOTAL_ITERATIONS``, at
+# its allocation's batch), or another count (``WRITTEN``) for one that stops short.
 JOB_SCRIPT = """
 import os, signal, sys, time
 progress = os.environ["WATTFLOW_PROGRESS_FILE"]
 with open(progress, "w") as f:
-    f.write("7")
+    f.write(WRITTEN)
 print("gpus", os.environ["CUDA_VISIBLE_DEVICES"], "batch", os.environ["WATTFLOW_BATCH_SIZE"],
       "count", os.environ["WATTFLOW_GPU_COUNT"], flush=True)
 print("ckpt", os.environ["WATTFLOW_CHECKPOINT_DIR"], flush=True)
@@ -135,8 +137,32 @@ def test_a_real_job_process_runs_on_its_gpus_and_its_exit_completes_the_job(
     server, make_node, make_job, member, team, tmp_path
 ):
     # given an NVML agent (fake driver) and a job whose command is a real process
+    job, agent, fake = _run_job_script(
+        'os.environ["WATTFLOW_TOTAL_ITERATIONS"]', server, make_node, make_job, member, team,
+        tmp_path,
+    )  # fmt: skip
+    # then the job completed with its log tail, and GPU 1 got its default limit back
+    job.refresh_from_db()
+    assert job.state == JobState.COMPLETED
+    assert job.exit_status == 0
+    assert job.completed_iterations == 1000.0
+    assert job.log_tail == (f"gpus 1 batch 128 count 1\nckpt {tmp_path}/ckpt/job-{job.pk}\n")
+    # the limit it had before is back; no clock was locked, so none is reset
+    assert fake.calls[-1] == ("set_power_limit", "GPU-r1", 400_000)
+    assert not [c for c in fake.calls if c[0] == "reset_clocks"]
+    kinds = list(
+        JobEvent.objects.filter(job=job).order_by("ts", "id").values_list("kind", "reason")
+    )
+    assert kinds == [("started", ""), ("progress", ""), ("exited", "completed")]
+    assert not Job.objects.filter(pk=job.pk, current_allocation__isnull=False).exists()
+
+
+def _run_job_script(count, server, make_node, make_job, member, team, tmp_path):
+    """A job whose process writes ``count`` (a Python expression) as its progress and exits
+    0, run by an NVML agent (fake driver) on GPU 1 at batch 128 (its submitted batch 256)
+    until the agent has seen it end."""
     script = tmp_path / "train.py"
-    script.write_text(JOB_SCRIPT)
+    script.write_text(JOB_SCRIPT.replace("WRITTEN", count))
     node = make_node("node-01", gpus=0)
     fake = FakeNvml([_device(f"GPU-r{i}", energy_mj=0) for i in range(2)])
     agent = _agent(NvmlBackend(nvml=fake), server, node.issue_agent_token(), tmp_path)
@@ -153,25 +179,25 @@ def test_a_real_job_process_runs_on_its_gpus_and_its_exit_completes_the_job(
         lambda: _ticked(agent) and job.pk not in agent.jobs,
         timeout_s=30, what="the job to end on the agent", every_s=0.1,
     )  # fmt: skip
-    # then the job completed with its log tail, and GPU 1 got its default limit back
+    return job, agent, fake
+
+
+def test_a_real_job_process_that_exits_0_short_of_its_work_fails(
+    server, make_node, make_job, member, team, tmp_path
+):
+    # given a job that reports 7 iterations (of about 2,000 at its batch) and exits 0
+    job, _, _ = _run_job_script('"7"', server, make_node, make_job, member, team, tmp_path)
+    # then it is failed with its status 0, its count and a line saying why
     job.refresh_from_db()
-    assert job.state == JobState.COMPLETED
-    assert job.exit_status == 0
+    assert (job.state, job.exit_status) == (JobState.FAILED, 0)
     # 7 iterations at the allocation's batch 128 are 3.5 at the submitted batch 256, times
     # the efficiency of the smaller batch (resnet50's learned curve: slightly above 1)
     assert job.completed_iterations == pytest.approx(
         7 * 128 * efficiency(job.noise_scale, 128, 256) / 256, abs=1e-6
     )
     assert 3.5 < job.completed_iterations < 3.6
-    assert job.log_tail == (f"gpus 1 batch 128 count 1\nckpt {tmp_path}/ckpt/job-{job.pk}\n")
-    # the limit it had before is back; no clock was locked, so none is reset
-    assert fake.calls[-1] == ("set_power_limit", "GPU-r1", 400_000)
-    assert not [c for c in fake.calls if c[0] == "reset_clocks"]
-    kinds = list(
-        JobEvent.objects.filter(job=job).order_by("ts", "id").values_list("kind", "reason")
-    )
-    assert kinds == [("started", ""), ("progress", ""), ("exited", "completed")]
-    assert not Job.objects.filter(pk=job.pk, current_allocation__isnull=False).exists()
+    assert job.log_tail.startswith(f"gpus 1 batch 128 count 1\nckpt {tmp_path}/ckpt/")
+    assert job.log_tail.endswith("of its 1000 iterations: recorded as failed.")
 
 
 EXAMPLE = ROOT / "jobclient" / "train_logreg.py"
