@@ -1,5 +1,5 @@
 """A count past the job's whole work is no progress: it does not raise the job's completed
-count (``telemetry.services._apply``), by the rule that already keeps it out of the job's
+count (``telemetry.services._JobEvents``), by the rule that already keeps it out of the job's
 fit (``most_iterations``: all the work at the report's batch, with 1% and a step to spare).
 
 Found by probing the live service: one progress report of 1e18 iterations (a script that

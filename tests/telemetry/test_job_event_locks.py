@@ -72,14 +72,14 @@ def test_a_job_exit_racing_the_liveness_check_does_not_deadlock(
 
     # the event transaction pauses after it applied the exit (job row locked), before commit
     applied, release = threading.Event(), threading.Event()
-    original_apply = services._apply
+    original_apply = services._apply_exit
 
-    def apply_then_wait(event):
-        original_apply(event)
+    def apply_then_wait(event, **kwargs):
+        original_apply(event, **kwargs)
         applied.set()
         release.wait(timeout=20)
 
-    monkeypatch.setattr(services, "_apply", apply_then_wait)
+    monkeypatch.setattr(services, "_apply_exit", apply_then_wait)
     outcome: dict[str, object] = {}
 
     def events_writer():
