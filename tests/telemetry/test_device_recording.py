@@ -183,8 +183,12 @@ def test_the_h100_recording_of_a_retune_and_a_resize_teaches_every_allocation(
     client = agent_client(node.issue_agent_token())
     assert client.post(requests[0]["path"], requests[0]["body"], format="json").status_code == 200
     gpu = Gpu.objects.get(node=node)
+    # The recorded job ran to the count its server told it, 4,000 iterations at batch 1024
+    # (every sample useful there: 8,000 at 512); this database's allocation converts that
+    # count with the efficiency it knows now (about 4,230 at 512), so the job's total here
+    # is what the recorded count completes: an exit 0 short of it is a failure.
     job = make_job(
-        owner=member, team=team, workload="device_mlp", total_iterations=8000,
+        owner=member, team=team, workload="device_mlp", total_iterations=4000,
         global_batch_size=512, min_gpus=1, max_gpus=1, min_batch_size=512, max_batch_size=1024,
     )  # fmt: skip
     events = [e for r in requests if r["path"].endswith("job-events/") for e in r["body"]["events"]]
