@@ -199,6 +199,12 @@ AXES_USERNAME_CALLABLE = "config.auth.client_username"
 WATTFLOW_TRUSTED_PROXY_COUNT = env_int("WATTFLOW_TRUSTED_PROXY_COUNT", 0)
 # Seconds an API token (POST /api/auth-token/) is accepted after it was issued; 0 = no limit.
 WATTFLOW_API_TOKEN_TTL_S = env_int("WATTFLOW_API_TOKEN_TTL_S", 0)
+if WATTFLOW_API_TOKEN_TTL_S < 0:
+    # (-1 was taken as "no expiry", as 0 is: an operator meaning "expire at once" got none)
+    refuse_to_start(
+        "WATTFLOW_API_TOKEN_TTL_S must be 0 (no expiry) or more seconds, "
+        f"got {WATTFLOW_API_TOKEN_TTL_S}."
+    )
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"

@@ -285,3 +285,19 @@ def test_seed_demos_replay_setting_that_does_not_parse_stops_it_with_one_line():
     assert result.returncode == 1
     assert result.stderr == "wattflow: WATTFLOW_REPLAY_JOBS must be an integer, got 'many'.\n"
     assert result.stdout == ""
+
+
+def test_a_negative_api_token_lifetime_stops_start_up_with_one_line():
+    # given WATTFLOW_API_TOKEN_TTL_S=-1 (read as "no expiry", as 0 is: an eighth probe)
+    env = {**os.environ, "WATTFLOW_API_TOKEN_TTL_S": "-1"}
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        "wattflow: WATTFLOW_API_TOKEN_TTL_S must be 0 (no expiry) or more seconds, got -1.\n"
+    )
+    assert result.stdout == ""
