@@ -47,6 +47,7 @@ import numbers
 import os
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -102,6 +103,8 @@ class Job:
         self.completed_iterations = completed_iterations
         self.report_interval_s = report_interval_s
         self._stop_signalled = False
+        # whether SIGTERM sets ``should_stop()`` (``handle_signals``)
+        self.signals_handled = False
         self._last_report = -math.inf
         # The count last seen and when it was first seen (Unix seconds): what ``report``
         # writes as ``ts``, so a report forced after the checkpoint save still carries the
@@ -122,14 +125,22 @@ class Job:
         return self.checkpoint_dir / name
 
     # --- when to stop ------------------------------------------------------------------
-    def handle_signals(self) -> None:
+    def handle_signals(self) -> bool:
         """Turn SIGTERM (the agent's stop order) into ``should_stop()``, instead of dying
-        mid-step; the training loop then checkpoints and exits 0."""
+        mid-step; the training loop then checkpoints and exits 0. Python lets only the main
+        thread set a signal handler: called from another thread this sets none and returns
+        False (``signals_handled``); the stop file, which the agent creates before its
+        SIGTERM, still makes ``should_stop()`` true, and SIGTERM is the main thread's to
+        handle (by default it ends the process)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
 
         def on_term(signum, frame):  # noqa: ARG001 - the signal module's signature
             self._stop_signalled = True
 
         signal.signal(signal.SIGTERM, on_term)
+        self.signals_handled = True
+        return True
 
     def should_stop(self) -> bool:
         """True once the agent asked the job to stop (SIGTERM or the stop file)."""
@@ -285,7 +296,9 @@ def _check_progress_file(path: Path) -> None:
 def connect(env=None, *, handle_signals: bool = True, report_interval_s: float = 1.0) -> Job:
     """The job as the agent started it (``env``: default ``os.environ``). Raises
     ``ValueError`` with the variable's name if the agent's numbers are unreadable or the
-    progress file cannot be written."""
+    progress file cannot be written. ``handle_signals``: SIGTERM sets ``should_stop()``
+    (``Job.handle_signals``; from a thread other than the main one none is set, and the
+    stop file alone stops the job)."""
     env = os.environ if env is None else env
     job = Job(
         job_id=env.get("WATTFLOW_JOB_ID"),
@@ -379,7 +392,15 @@ class GradientNoise:
         return value if value >= 0 else None
 
     def noise_scale(self, batch_size: int) -> float | None:
-        """``tr(Sigma) / |G|^2`` in samples (what the scheduler derives), or None."""
+        """``tr(Sigma) / |G|^2`` in samples (what the scheduler derives), or None before a
+        step was measured; ``ValueError`` for a batch that is not a finite number above 0
+        (a NaN batch gave a NaN noise scale)."""
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, numbers.Real)
+            or not (math.isfinite(batch_size) and batch_size > 0)
+        ):
+            raise ValueError(f"batch_size must be a finite number above 0, got {batch_size!r}")
         sqr, var = self.grad_sqr, self.grad_var
         if sqr is None or var is None:
             return None

@@ -383,6 +383,43 @@ def test_gradient_noise_recovers_a_known_noise_scale():
     assert noise.noise_scale(128) == pytest.approx(1.0, rel=0.1)
 
 
+def test_the_noise_scale_of_a_batch_that_is_not_a_positive_number_is_refused():
+    # a NaN batch gave a NaN noise scale, 0 or a negative one a noise scale of 0 or below
+    noise = wf.GradientNoise(smoothing=0.5)
+    noise.update([1.0, 9.0], 4.0)
+    for batch in (math.nan, math.inf, 0, -8, "8", True):
+        with pytest.raises(ValueError, match="batch_size must be a finite number above 0"):
+            noise.noise_scale(batch)
+    assert noise.noise_scale(8.0) == pytest.approx(8 / 3)
+
+
+def test_connect_outside_the_main_thread_leaves_signals_to_the_main_thread(tmp_path):
+    # Python allows signal handlers only in the main thread: connect() in a worker thread
+    # raised "signal only works in main thread of the main interpreter" (an eighth probe)
+    import threading
+
+    before = signal.getsignal(signal.SIGTERM)
+    outcome = {}
+
+    def worker():
+        try:
+            outcome["job"] = wf.connect(_env(tmp_path))
+        except BaseException as exc:  # noqa: BLE001 - the outcome under test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(timeout=30)
+    assert "error" not in outcome, outcome
+    job = outcome["job"]
+    # then no handler was installed, and the stop file still stops the job
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert not job.signals_handled
+    assert not job.should_stop()
+    (tmp_path / "stop").touch()
+    assert job.should_stop()
+
+
 # --- the example under the process agent ------------------------------------------------
 
 
