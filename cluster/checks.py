@@ -201,14 +201,57 @@ def _stored_names(alias: str) -> list:
     return problems
 
 
+def _stored_lookalikes(alias: str) -> list:
+    """Team names, team slugs and node names that read alike (``models.team_name_fold``),
+    stored before the rule, and the folded unique indexes their migration therefore left
+    out (``cluster.folded_names``): two such teams stand side by side in the reports."""
+    from django.db import connections
+
+    from cluster.folded_names import missing_indexes
+    from cluster.models import Node, Team, team_name_fold
+
+    problems = []
+    for label, model, field, fold in (
+        ("team", Team, "name", team_name_fold),
+        ("team", Team, "slug", str.casefold),
+        ("node", Node, "name", team_name_fold),
+    ):
+        groups: dict[str, list[str]] = {}
+        for value in model.objects.using(alias).order_by("pk").values_list(field, flat=True):
+            groups.setdefault(fold(value), []).append(value)
+        alike = [names for names in groups.values() if len(names) > 1]
+        for names in alike[:MAX_NAMED]:
+            problems.append(
+                Warning(
+                    f"{label} {field}s {' / '.join(repr(n) for n in names)} read alike "
+                    "(in case or compatibility form)",
+                    hint="Rename all but one in the admin (Wattflow does not rewrite stored "
+                    "names), then run `manage.py migrate cluster 0028 && manage.py migrate "
+                    "cluster` to add the unique index that refuses new ones.",
+                    id="cluster.W005",
+                )
+            )
+        _capped(problems, len(alike) - MAX_NAMED, f"{label} {field}s like these", "cluster.W005")
+    missing = missing_indexes(connections[alias])
+    if missing and not problems:
+        problems.append(
+            Warning(
+                f"the folded unique indexes {', '.join(missing)} are missing",
+                hint="Run `manage.py migrate cluster 0028 && manage.py migrate cluster`.",
+                id="cluster.W005",
+            )
+        )
+    return problems
+
+
 @register(Tags.database)
 def check_stored_rows(app_configs, databases=None, **kwargs):
     """Rows stored outside today's input rules, in each migrated database: budgets
-    (``cluster.W001``), GPU clocks (``W002``), names (``W003``) and GPU top power limits
-    (``W004``)."""
+    (``cluster.W001``), GPU clocks (``W002``), names (``W003``), GPU top power limits
+    (``W004``) and look-alike team and node names (``W005``)."""
     problems = []
     for alias in databases or ():
         if _migrated(alias):
             problems += _stored_budgets(alias) + _stored_gpu_clocks(alias) + _stored_names(alias)
-            problems += _stored_gpu_top_limits(alias)
+            problems += _stored_gpu_top_limits(alias) + _stored_lookalikes(alias)
     return problems

@@ -4,14 +4,14 @@ place where cross-field rules live, so both the admin and the API apply the same
 from functools import cached_property
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import models
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.validators import UniqueTogetherValidator
 
-from cluster import services
+from cluster import folded_names, services
 from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 from cluster.queries import (
@@ -407,6 +407,28 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+def _folded_unique(serializer: serializers.ModelSerializer, kwargs: dict):
+    """``serializer.save``, with a look-alike stored beside it (after ``validate`` looked:
+    two admins creating ``Vision`` and ``vision`` at once) refused as ``validate`` refuses
+    it, a 400 naming the field, where the database's folded index
+    (``cluster.folded_names``) or unique constraint refused it."""
+    try:
+        with transaction.atomic():
+            return serializers.ModelSerializer.save(serializer, **kwargs)
+    except IntegrityError as exc:
+        field = folded_names.field_of_error(exc, serializer.Meta.model._meta.db_table)
+        if field is None:
+            raise
+        raise serializers.ValidationError(
+            {
+                field: [
+                    f"Another {serializer.Meta.model._meta.verbose_name} was stored with a "
+                    f"{field} that reads as this one meanwhile: choose another {field}."
+                ]
+            }
+        ) from None
+
+
 class TeamSerializer(serializers.ModelSerializer):
     members = MembershipSerializer(source="memberships", many=True, read_only=True)
 
@@ -418,6 +440,9 @@ class TeamSerializer(serializers.ModelSerializer):
     def validate(self, attrs: dict) -> dict:
         run_model_clean(Team, attrs, instance=self.instance)  # (a look-alike of another team)
         return attrs
+
+    def save(self, **kwargs):
+        return _folded_unique(self, kwargs)
 
 
 class LimitUsageSerializer(serializers.Serializer):
@@ -539,6 +564,9 @@ class NodeSerializer(serializers.ModelSerializer):
     def validate(self, attrs: dict) -> dict:
         run_model_clean(Node, attrs, instance=self.instance)  # (a look-alike of another node)
         return attrs
+
+    def save(self, **kwargs):
+        return _folded_unique(self, kwargs)
 
 
 class AgentTokenSerializer(serializers.Serializer):
