@@ -172,6 +172,14 @@ def reports_csv(request):
             status=400,
             content_type="text/plain; charset=utf-8",
         )
+    # A byte-order mark for Excel, which reads a CSV without one in the system's code page
+    # (non-ASCII names garbled); off by default: other programs read it into the first
+    # column's name.
+    bom = request.GET.get("bom", "0")
+    if bom not in ("0", "1"):
+        return HttpResponse(
+            "bom: must be 0 or 1.", status=400, content_type="text/plain; charset=utf-8"
+        )
     start, end = report_period(form, today=timezone.now().date())
     rows = report_rows(start, end)
     # Streamed a row at a time: a month of a large cluster is ~100,000 job rows, which were
@@ -179,7 +187,7 @@ def reports_csv(request):
     # (daphne serves the site) the lines must come from an asynchronous iterator: Django
     # reads a synchronous one whole into a list first, with a warning each time. The rows
     # are read above, so a database error is a 500, not a CSV cut short.
-    lines = _csv_lines(rows, start, end)
+    lines = _csv_lines(rows, start, end, bom=bom == "1")
     if isinstance(request, ASGIRequest):
         lines = _async_lines(lines)
     response = StreamingHttpResponse(lines, content_type="text/csv; charset=utf-8")
@@ -202,14 +210,14 @@ async def _async_lines(lines):
         yield line
 
 
-def _csv_lines(rows: dict[str, list[dict]], start: date, end: date):
+def _csv_lines(rows: dict[str, list[dict]], start: date, end: date, *, bom: bool = False):
     line = _Line()
     # Job, team and user names are typed by users: no cell may become a formula.
     writer = SafeWriter(line)
     writer.writerow(
         ["level", "key", "name", "team", "owner", "energy_kwh", "co2_kg", "start", "end"]
     )
-    yield line.text
+    yield ("\ufeff" if bom else "") + line.text
     for level, level_rows in rows.items():
         for r in level_rows:
             writer.writerow(
