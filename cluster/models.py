@@ -1,6 +1,7 @@
 """Teams, the cluster's hardware, training jobs and their allocations, and budgets."""
 
 import hashlib
+import re
 import secrets
 import unicodedata
 from datetime import timedelta
@@ -54,9 +55,11 @@ class Team(models.Model):
         the reports, the CSV and the budgets, and a slug typed in the other case named the
         other team (an eighth probe of the live service)."""
         errors = {}
+        if (mixed := mixed_script_error(self.name)) is not None:
+            errors["name"] = mixed
         for field, fold in (("name", team_name_fold), ("slug", str.casefold)):
             other = lookalike(Team, self.pk, field, getattr(self, field), fold)
-            if other is not None:
+            if other is not None and field not in errors:
                 errors[field] = (
                     f"Reads as team {other.name} ({other.slug}), in another case or form: "
                     f"choose another {field}, or use that team."
@@ -83,6 +86,33 @@ def lookalike(model, pk, field: str, value: str, fold):
         if row.pk != pk and theirs != value and fold(theirs) == fold(value):
             return row
     return None
+
+
+# Scripts whose letters pass for each other's (Latin ``i``, Cyrillic ``і``; Latin ``o``,
+# Greek ``ο``): one word mixing them is how a look-alike is made.
+_LOOKALIKE_SCRIPTS = frozenset({"LATIN", "CYRILLIC", "GREEK"})
+
+
+def mixed_script_word(name: str) -> str | None:
+    """The first word of ``name`` (a run of letters, in its compatibility form) that mixes
+    Latin with Cyrillic or Greek letters, or None. NFKC keeps scripts apart, so ``Vіsion``
+    (a Cyrillic ``і``) folds to a name of its own; a word of one script each (``Лаб ML``)
+    is left alone. The script is the first word of the letter's Unicode name."""
+    for word in re.findall(r"[^\W\d_]+", unicodedata.normalize("NFKC", name)):
+        scripts = {unicodedata.name(c, "").split(" ", 1)[0] for c in word}
+        if len(scripts & _LOOKALIKE_SCRIPTS) > 1:
+            return word
+    return None
+
+
+def mixed_script_error(name: str) -> str | None:
+    word = mixed_script_word(name or "")
+    if word is None:
+        return None
+    return (
+        f"The word {word!r} mixes Latin with Cyrillic or Greek letters, which pass for each "
+        "other: write each word in one script."
+    )
 
 
 def team_name_fold(name: str) -> str:
@@ -181,6 +211,8 @@ class Node(models.Model):
         # A name that reads as another node's (``NODE-01``, fullwidth ``ｎｏｄｅ-01`` beside
         # ``node-01``) was taken: a node of its own, with its own agent token, in the nodes
         # page, the GPU filters and the metrics (an eighth probe of the live service).
+        if (mixed := mixed_script_error(self.name)) is not None:
+            raise ValidationError({"name": mixed})
         other = lookalike(Node, self.pk, "name", self.name, team_name_fold)
         if other is not None:
             raise ValidationError(
