@@ -965,16 +965,14 @@ def _apply_exit(event: JobEvent, *, counted: bool) -> None:
     if target == JobState.COMPLETED and 0.0 < short <= _ROUND_TRIP_SLACK:
         done["completed_iterations"] = float(job.total_iterations)
     elif target == JobState.COMPLETED and counted and short > _ROUND_TRIP_SLACK:
-        # Status 0 is the job's word that it is done, but a job that reports its progress
-        # (the exit carries its progress file's count) and stopped short of its total did
-        # not do its work: completed, a script that returned early (a crash caught and
-        # swallowed, a loop bound mistyped) looked like a success (a live probe: 11% of the
-        # work). A job that writes no progress file exits with no count and cannot say how
-        # far it got: its status 0 still completes it.
-        target = JobState.FAILED
+        # Status 0 is the job's word that it is done: a script may end early on its own
+        # (early stopping at a target accuracy), so it completes. But a count short of its
+        # total is said where the user reads the job (a live probe: an exit at 11% of the
+        # work read as a plain success); a job that writes no progress file exits with no
+        # count and cannot say how far it got.
         note = (
             f"Exited with status 0 having reported {job.completed_iterations:.15g} of its "
-            f"{job.total_iterations} iterations: recorded as failed."
+            f"{job.total_iterations} iterations: ended early on its own."
         )
         log_tail = (f"{log_tail.rstrip()}\n{note}" if log_tail.strip() else note)[-_LOG_TAIL_CHARS:]
         log.info("job %s: %s", job.pk, note)

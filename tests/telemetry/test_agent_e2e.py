@@ -182,14 +182,14 @@ def _run_job_script(count, server, make_node, make_job, member, team, tmp_path):
     return job, agent, fake
 
 
-def test_a_real_job_process_that_exits_0_short_of_its_work_fails(
+def test_a_real_job_process_that_exits_0_short_of_its_work_completes_with_a_note(
     server, make_node, make_job, member, team, tmp_path
 ):
     # given a job that reports 7 iterations (of about 2,000 at its batch) and exits 0
     job, _, _ = _run_job_script('"7"', server, make_node, make_job, member, team, tmp_path)
-    # then it is failed with its status 0, its count and a line saying why
+    # then it completes with its status 0, its count and a line saying how far it got
     job.refresh_from_db()
-    assert (job.state, job.exit_status) == (JobState.FAILED, 0)
+    assert (job.state, job.exit_status) == (JobState.COMPLETED, 0)
     # 7 iterations at the allocation's batch 128 are 3.5 at the submitted batch 256, times
     # the efficiency of the smaller batch (resnet50's learned curve: slightly above 1)
     assert job.completed_iterations == pytest.approx(
@@ -197,7 +197,7 @@ def test_a_real_job_process_that_exits_0_short_of_its_work_fails(
     )
     assert 3.5 < job.completed_iterations < 3.6
     assert job.log_tail.startswith(f"gpus 1 batch 128 count 1\nckpt {tmp_path}/ckpt/")
-    assert job.log_tail.endswith("of its 1000 iterations: recorded as failed.")
+    assert job.log_tail.endswith("of its 1000 iterations: ended early on its own.")
 
 
 EXAMPLE = ROOT / "jobclient" / "train_logreg.py"
