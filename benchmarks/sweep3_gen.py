@@ -43,20 +43,10 @@ import sys
 from pathlib import Path
 
 A100 = ("bert", "deepspeech2", "gpt2", "inception3", "resnet50", "vgg16")
-T4 = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
-BATCH = {
-    "bert": 32,
-    "deepspeech2": 32,
-    "gpt2": 16,
-    "imagenet": 256,
-    "inception3": 128,
-    "resnet50": 128,
-    "vgg16": 128,
-    "cifar10": 128,
-    "ncf": 1024,
-    "yolov3": 32,
-}
-EF_HEAD = ("job_id", "submit_time", "model_name", "batch_size", "num_gpu", "iteration")
+# the batch and trace columns the second sweep's inputs use (one place for both sweeps)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep2_gen import BATCH, EF_HEAD  # noqa: E402
+
 POLICIES = (
     "fifo",
     "tiresias",
