@@ -287,6 +287,7 @@ class BudgetGreedy:
         floor_trend_t: float = 0.0,
         floor_quantile: float | None = None,
         first_backlog: bool = False,
+        reserve_bound: float | None = None,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -406,6 +407,17 @@ class BudgetGreedy:
           level, but GreenFlow ES at ``fifo_lowclock``'s carbon 1.353x -> 1.343x, so it
           stays off; pollux_workload-1..8 unchanged (their first jobs come after the
           period began).
+        - ``reserve_bound`` (None: off): the period reserve (``period_reserve``) is held
+          to no more than an upper bound of the in-period cost still to arrive: the
+          arrivals seen so far taken as a compound Poisson stream, their forecast plus
+          this many standard deviations (``budget_price.arrivals_bound``; the rate's
+          own uncertainty from the window it was seen over counted). The reserve is a
+          share of the free remainder whatever the arrivals were, so a budget several
+          times its work was paced as a tight one; where the arrivals seen make a
+          future that large implausible, the bound frees the difference for the present
+          jobs. A tight budget, whose reserve is below its forecast, is unchanged.
+          Measured in docs/benchmarks.md ("The period reserve bounded by the arrivals
+          seen").
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -490,6 +502,13 @@ class BudgetGreedy:
         if not isinstance(first_backlog, bool):
             raise ValueError("first_backlog must be true or false")
         self.first_backlog = first_backlog
+        if reserve_bound is not None and (
+            isinstance(reserve_bound, bool)
+            or not isinstance(reserve_bound, int | float)
+            or not (math.isfinite(reserve_bound) and reserve_bound >= 0)
+        ):
+            raise ValueError("reserve_bound must be a finite number >= 0 or None")
+        self.reserve_bound = reserve_bound
         if floor_trend_days is not None and (
             type(floor_trend_days) is not int or floor_trend_days < TREND_MIN_DAYS
         ):

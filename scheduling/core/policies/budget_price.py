@@ -39,6 +39,24 @@ def in_period_fraction(binned: dict[str, list[float]], left_s: float) -> float:
     return min(max(spent / total, 0.0), 1.0)
 
 
+def arrivals_bound(
+    total: float, squares: float, *, window_s: float, left_s: float, z: float
+) -> float:
+    """An upper bound on the cost of the work still to arrive in the ``left_s`` to the
+    period's end, from the arrivals seen over ``window_s``: their costs' sum ``total`` and
+    the sum of their squares ``squares``, taken as a compound Poisson stream (arrivals at
+    a steady rate, each of a cost drawn from those seen). With ``r = left_s / window_s``
+    the forecast is ``r * total``; its variance is the future stream's own,
+    ``r * squares``, plus that of the rate estimated from the window, ``r**2 * squares``;
+    the bound is the forecast plus ``z`` standard deviations. Few arrivals, or costs of
+    very unequal size, widen it: a window of one job bounds the future at ``1 + z`` times
+    the forecast (for ``r`` large), twenty equal ones at about ``1 + z / 4.5`` times."""
+    if total <= 0.0 or window_s <= 0.0:
+        return 0.0
+    r = left_s / window_s
+    return r * total + z * math.sqrt(max(squares, 0.0) * r * (1.0 + r))
+
+
 Hull = list[tuple[float, float, tuple[int, int, int]]]
 
 
@@ -156,6 +174,14 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         arrivals.setdefault(b.budget_id, [0.0, ctx.now_s]) if priced[b_i] else None
         for b_i, b in enumerate(budgets)
     ]
+    # With ``reserve_bound``: per budget, the sum of the squares of its arrivals' cheapest
+    # costs (the spread of the arrivals' cost, for the bound on the future).
+    bound_z = policy.reserve_bound
+    squares: dict[str, float] = {}
+    if bound_z is not None:
+        squares = {
+            k: float(v) for k, v in state.get("price_arrival_sq", {}).items() if k in present
+        }
     hulls: dict[int, tuple[Hull, float, Hashable]] = {}
     # A waiting job of a shared hull: (hull, key, group) by job index (its scale is its
     # remaining iterations), in place of an entry in ``hulls``.
@@ -260,6 +286,9 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             if backlog_first and submit_s[j] <= budgets[b_i].period_start_s:
                 continue
             recs[b_i][0] += c0
+            if bound_z is not None:
+                bid = budgets[b_i].budget_id
+                squares[bid] = squares.get(bid, 0.0) + c0 * c0
             cell = hist.setdefault(budgets[b_i].budget_id, {}).setdefault(octave, [0.0, 0.0, 0.0])
             cell[0] += c0
             cell[1] += c0 * t0
@@ -289,7 +318,8 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             )
         free_of[b_i] = free
         pmin = sum(shared[k][0][0] * w for k, w in weight[b_i].items())
-        rate = rec[0] / max(ctx.now_s - rec[1], DEMAND_WINDOW_MIN_S)
+        window_s = max(ctx.now_s - rec[1], DEMAND_WINDOW_MIN_S)
+        rate = rec[0] / window_s
         future = rate * left_s
         binned = hist.get(b.budget_id)
         if binned:
@@ -310,6 +340,14 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                 reserve *= 1.0 - _behind_weight(rnd.lags[b_i], policy.lag_deadband) * (
                     1.0 - pmin / fast[b_i]
                 )
+            if bound_z is not None:
+                reserve = min(
+                    reserve,
+                    arrivals_bound(
+                        rec[0], squares.get(b.budget_id, 0.0), window_s=window_s,
+                        left_s=left_s, z=bound_z,
+                    ) * (in_period_fraction(binned, left_s) if binned else 1.0),
+                )  # fmt: skip
             future = max(future, reserve)
         if gpu_s[b_i] > 0:
             # Whatever the forecast and the reserve say, the work still to come cannot
@@ -445,6 +483,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         "price_prev_now": ctx.now_s,
         "price_arrivals": arrivals,
         "price_arrival_times": hist,
+        **({"price_arrival_sq": squares} if bound_z is not None else {}),
         **({"slow_price": slow} if slow else {}),
         "price": {
             b.budget_id: p

@@ -1,0 +1,95 @@
+"""``reserve_bound``: the period reserve is held to an upper bound of the work still to
+arrive, from the arrivals seen (their costs' sum and spread), so a budget several times
+its work is spent on the jobs present while a tight one keeps its forecast
+(docs/benchmarks.md, "The period reserve bounded by the arrivals seen")."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scheduling.core.policies.budget_price import arrivals_bound
+from scheduling.core.registry import get_policy
+from scheduling.core.round import plan_round
+from scheduling.core.types import Budget
+from tests.core.corekit import job, make_cluster, snapshot
+
+DAY_S = 86_400.0
+# corekit's analytic job of 600 iterations on 1 GPU: (cost above idle, time) at its
+# three clocks, (45,000 J, 900 s), (78,750 J, 700 s), (120,000 J, 600 s) (test_pricing).
+CHEAPEST = 45_000.0
+
+
+def test_the_bound_is_the_forecast_plus_z_deviations_of_a_compound_poisson_stream():
+    # twenty equal arrivals over a window as long as the time left: the forecast is their
+    # sum, the variance (r + r^2) times the sum of squares
+    total, squares = 20 * CHEAPEST, 20 * CHEAPEST**2
+    got = arrivals_bound(total, squares, window_s=DAY_S, left_s=DAY_S, z=2.0)
+    assert got == pytest.approx(total + 2.0 * math.sqrt(2.0 * squares))
+    # z 0 is the forecast; no arrivals bound nothing
+    assert arrivals_bound(total, squares, window_s=DAY_S, left_s=DAY_S, z=0.0) == total
+    assert arrivals_bound(0.0, 0.0, window_s=DAY_S, left_s=DAY_S, z=2.0) == 0.0
+    # one arrival of the same sum is more uncertain than twenty
+    assert arrivals_bound(total, total**2, window_s=DAY_S, left_s=DAY_S, z=2.0) > got
+
+
+def _round(free_j, *, reserve_bound=None):
+    # a ten-day team budget (no idle floor) five days in, on its straight line with
+    # ``free_j`` left, twenty jobs' cheapest cost seen arriving in those five days, one
+    # job present
+    budget = Budget("b", "t", 0.0, 10 * DAY_S, energy_limit_j=2 * free_j, energy_used_j=free_j)
+    now = 5 * DAY_S
+    state = {
+        "price_prev_now": now - 300.0,
+        "price_arrivals": {"b": [20 * CHEAPEST, 0.0]},
+        "price_arrival_sq": {"b": 20 * CHEAPEST**2},
+    }
+    jobs = [job("j0", submit=now - 600.0, iters=600.0)]
+    snap = snapshot(make_cluster(1, 1, 8), jobs, budgets=(budget,), policy_state=state)
+    params = {} if reserve_bound is None else {"reserve_bound": reserve_bound}
+    policy = get_policy("powerflow", cost_above_idle=True, **params)
+    return plan_round(snap, policy=policy, now=now)
+
+
+def test_a_generous_budget_spends_what_the_bound_frees_on_the_present_job():
+    # given a budget of 10 MJ with half its period left: the reserve holds 5 MJ for the
+    # future, the twenty arrivals bound it at 0.9 MJ + 2 sd (about 1.5 MJ)
+    plain = _round(10e6)
+    bound = _round(10e6, reserve_bound=2.0)
+
+    # then held by the reserve the job gets about twice its cheapest cost and runs below
+    # its top clock; with the reserve bounded it gets more than its fastest cost, price 0
+    assert {a.sm_clock_mhz for a in plain.allocations.values()} == {1500}
+    assert {a.sm_clock_mhz for a in bound.allocations.values()} == {2000}
+    assert plain.policy_state["price"]["b"] > 0.0
+    assert bound.policy_state["price"]["b"] == 0.0
+    # and the spread of the arrivals is carried (nothing new arrived this round)
+    assert bound.policy_state["price_arrival_sq"] == {"b": 20 * CHEAPEST**2}
+    assert "price_arrival_sq" not in plain.policy_state
+
+
+def test_a_tight_budget_keeps_its_forecast():
+    # given a budget whose reserve (half its free remainder) is below the forecast of the
+    # arrivals (0.9 MJ): the bound, above the forecast, changes nothing
+    plain = _round(1.2e6)
+    bound = _round(1.2e6, reserve_bound=2.0)
+
+    # then the two rounds choose and price alike
+    assert plain.allocations == bound.allocations
+    assert plain.policy_state["price"] == bound.policy_state["price"]
+
+
+def test_a_new_arrival_adds_its_square():
+    budget = Budget("b", "t", 0.0, 10 * DAY_S, energy_limit_j=10e6)
+    snap = snapshot(make_cluster(1, 1, 8), [job("j0", submit=0.0, iters=600.0)], budgets=(budget,))
+    out = plan_round(
+        snap, policy=get_policy("powerflow", cost_above_idle=True, reserve_bound=1.0), now=0.0
+    )
+    assert out.policy_state["price_arrival_sq"]["b"] == pytest.approx(CHEAPEST**2)
+
+
+@pytest.mark.parametrize("bad", [True, -1.0, math.inf, math.nan, "2"])
+def test_reserve_bound_must_be_a_finite_number_at_least_0(bad):
+    with pytest.raises(ValueError, match="reserve_bound"):
+        get_policy("powerflow", reserve_bound=bad)
