@@ -34,7 +34,7 @@ def test_the_bound_is_the_forecast_plus_z_deviations_of_a_compound_poisson_strea
     assert arrivals_bound(total, total**2, window_s=DAY_S, left_s=DAY_S, z=2.0) > got
 
 
-def _round(free_j, *, reserve_bound=None):
+def _round(free_j, *, reserve_bound=None, extra_state=None, **params):
     # a ten-day team budget (no idle floor) five days in, on its straight line with
     # ``free_j`` left, twenty jobs' cheapest cost seen arriving in those five days, one
     # job present
@@ -44,10 +44,12 @@ def _round(free_j, *, reserve_bound=None):
         "price_prev_now": now - 300.0,
         "price_arrivals": {"b": [20 * CHEAPEST, 0.0]},
         "price_arrival_sq": {"b": 20 * CHEAPEST**2},
+        **(extra_state or {}),
     }
     jobs = [job("j0", submit=now - 600.0, iters=600.0)]
     snap = snapshot(make_cluster(1, 1, 8), jobs, budgets=(budget,), policy_state=state)
-    params = {} if reserve_bound is None else {"reserve_bound": reserve_bound}
+    if reserve_bound is not None:
+        params["reserve_bound"] = reserve_bound
     policy = get_policy("powerflow", cost_above_idle=True, **params)
     return plan_round(snap, policy=policy, now=now)
 
@@ -80,6 +82,24 @@ def test_a_tight_budget_keeps_its_forecast():
     assert plain.policy_state["price"] == bound.policy_state["price"]
 
 
+def test_arrivals_that_quickened_are_bounded_at_their_recent_rate():
+    # given the same twenty arrivals, all of them in the last quarter of the five days
+    # (bin 28 of 64 of the ten-day period; the round is in bin 32)
+    bins = {"price_arrival_bins": {"b": {"28": [20 * CHEAPEST, 20 * CHEAPEST**2]}}}
+
+    # when the bound looks at the whole window only, and also at its last half and quarter
+    whole = _round(10e6, reserve_bound=2.0, extra_state=bins)
+    recent = _round(10e6, reserve_bound=2.0, extra_state=bins, reserve_bound_windows=3)
+
+    # then the whole window's rate frees the reserve (price 0, the top clock); the
+    # recent rate, four times as high, bounds the future above the reserve, which holds
+    # the job below its top clock as without the bound
+    assert {a.sm_clock_mhz for a in whole.allocations.values()} == {2000}
+    assert {a.sm_clock_mhz for a in recent.allocations.values()} == {1500}
+    assert recent.policy_state["price"] == _round(10e6).policy_state["price"]
+    assert recent.policy_state["price_arrival_bins"] == bins["price_arrival_bins"]
+
+
 def test_a_new_arrival_adds_its_square():
     budget = Budget("b", "t", 0.0, 10 * DAY_S, energy_limit_j=10e6)
     snap = snapshot(make_cluster(1, 1, 8), [job("j0", submit=0.0, iters=600.0)], budgets=(budget,))
@@ -87,6 +107,12 @@ def test_a_new_arrival_adds_its_square():
         snap, policy=get_policy("powerflow", cost_above_idle=True, reserve_bound=1.0), now=0.0
     )
     assert out.policy_state["price_arrival_sq"]["b"] == pytest.approx(CHEAPEST**2)
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, True, "3"])
+def test_reserve_bound_windows_must_be_a_whole_number_at_least_1(bad):
+    with pytest.raises(ValueError, match="reserve_bound_windows"):
+        get_policy("powerflow", reserve_bound_windows=bad)
 
 
 @pytest.mark.parametrize("bad", [True, -1.0, math.inf, math.nan, "2"])

@@ -288,6 +288,7 @@ class BudgetGreedy:
         floor_quantile: float | None = None,
         first_backlog: bool = False,
         reserve_bound: float | None = None,
+        reserve_bound_windows: int = 1,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -417,7 +418,10 @@ class BudgetGreedy:
           future that large implausible, the bound frees the difference for the present
           jobs. A tight budget, whose reserve is below its forecast, is unchanged.
           Measured in docs/benchmarks.md ("The period reserve bounded by the arrivals
-          seen").
+          seen"). ``reserve_bound_windows`` (1: the whole window only): the bound is the
+          largest of the whole window's and those of its last half, quarter, ...
+          (this many windows in all), so arrivals that quicken are bounded at their
+          recent rate.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -509,6 +513,9 @@ class BudgetGreedy:
         ):
             raise ValueError("reserve_bound must be a finite number >= 0 or None")
         self.reserve_bound = reserve_bound
+        if type(reserve_bound_windows) is not int or reserve_bound_windows < 1:
+            raise ValueError("reserve_bound_windows must be a whole number, at least 1")
+        self.reserve_bound_windows = reserve_bound_windows
         if floor_trend_days is not None and (
             type(floor_trend_days) is not int or floor_trend_days < TREND_MIN_DAYS
         ):
