@@ -100,6 +100,28 @@ def test_arrivals_that_quickened_are_bounded_at_their_recent_rate():
     assert recent.policy_state["price_arrival_bins"] == bins["price_arrival_bins"]
 
 
+def test_arrivals_in_a_burst_bound_more_widely_than_the_same_arrivals_spread_evenly():
+    # given the twenty arrivals spread evenly over the 32 bins of the five days, or all
+    # in one bin, and 6 MJ free (a reserve of 3 MJ)
+    c = 20 * CHEAPEST
+    even = {"price_arrival_bins": {"b": {str(i): [c / 32, c * CHEAPEST / 32] for i in range(32)}}}
+    burst = {"price_arrival_bins": {"b": {"5": [c, c * CHEAPEST]}}}
+    plain = _round(6e6)
+
+    # when the bound takes the spread the arrivals showed over time
+    spread = {"reserve_bound": 2.0, "reserve_bound_spread": "bins"}
+    evenly = _round(6e6, extra_state=even, **spread)
+    bursty = _round(6e6, extra_state=burst, **spread)
+
+    # then spread evenly they bound the future at the Poisson bound (about 1.5 MJ) and
+    # the job runs at its top clock; in a burst their spread bounds it above the
+    # reserve (about 3.5 MJ), which holds the job as without the bound
+    assert {a.sm_clock_mhz for a in plain.allocations.values()} == {1500}
+    assert {a.sm_clock_mhz for a in evenly.allocations.values()} == {2000}
+    assert bursty.allocations == plain.allocations
+    assert bursty.policy_state["price"] == plain.policy_state["price"]
+
+
 def test_a_new_arrival_adds_its_square():
     budget = Budget("b", "t", 0.0, 10 * DAY_S, energy_limit_j=10e6)
     snap = snapshot(make_cluster(1, 1, 8), [job("j0", submit=0.0, iters=600.0)], budgets=(budget,))
@@ -113,6 +135,11 @@ def test_a_new_arrival_adds_its_square():
 def test_reserve_bound_windows_must_be_a_whole_number_at_least_1(bad):
     with pytest.raises(ValueError, match="reserve_bound_windows"):
         get_policy("powerflow", reserve_bound_windows=bad)
+
+
+def test_reserve_bound_spread_must_be_named():
+    with pytest.raises(ValueError, match="reserve_bound_spread"):
+        get_policy("powerflow", reserve_bound_spread="gauss")
 
 
 @pytest.mark.parametrize("bad", [True, -1.0, math.inf, math.nan, "2"])

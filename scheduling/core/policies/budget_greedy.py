@@ -289,6 +289,7 @@ class BudgetGreedy:
         first_backlog: bool = False,
         reserve_bound: float | None = None,
         reserve_bound_windows: int = 1,
+        reserve_bound_spread: str = "poisson",
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -421,7 +422,10 @@ class BudgetGreedy:
           seen"). ``reserve_bound_windows`` (1: the whole window only): the bound is the
           largest of the whole window's and those of its last half, quarter, ...
           (this many windows in all), so arrivals that quicken are bounded at their
-          recent rate.
+          recent rate. ``reserve_bound_spread`` (``"poisson"``): ``"bins"`` also bounds
+          with the spread the arrivals showed over time (the variance of the cost per
+          1/64 of the period, ``budget_price._dispersed_bound``), the larger of the two:
+          arrivals in bursts bound more widely than a Poisson stream's.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -516,6 +520,9 @@ class BudgetGreedy:
         if type(reserve_bound_windows) is not int or reserve_bound_windows < 1:
             raise ValueError("reserve_bound_windows must be a whole number, at least 1")
         self.reserve_bound_windows = reserve_bound_windows
+        if reserve_bound_spread not in ("poisson", "bins"):
+            raise ValueError("reserve_bound_spread must be 'poisson' or 'bins'")
+        self.reserve_bound_spread = reserve_bound_spread
         if floor_trend_days is not None and (
             type(floor_trend_days) is not int or floor_trend_days < TREND_MIN_DAYS
         ):

@@ -90,6 +90,33 @@ def _recent_bound(
     return best
 
 
+def _dispersed_bound(
+    bins: Mapping[str, Sequence[float]], b: Any, *, now: float, left_s: float, z: float
+) -> float:
+    """``arrivals_bound`` with the spread the arrivals showed over time instead of a
+    Poisson stream's: the variance of the cost that arrived per 1/``ARRIVAL_BINS`` of the
+    period (empty bins counted) over the bins since the period began, so arrivals that
+    came in bursts or lulls bound the future more widely than the same arrivals spread
+    evenly. With ``m`` bins left and ``n`` seen, the future's variance is
+    ``s2 * m * (1 + m / n)`` (its own bins' and the mean's estimated from ``n``)."""
+    start, span = b.period_start_s, b.period_end_s - b.period_start_s
+    elapsed = now - start
+    if elapsed <= 0.0 or span <= 0.0 or not bins:
+        return 0.0
+    width = span / ARRIVAL_BINS
+    n = max(elapsed / width, 1.0)  # bins seen (the present one in part)
+    totals = [cell[0] for cell in bins.values()]
+    total = sum(totals)
+    mean = total / n
+    # the empty bins' deviations, then the others' (a part bin counted as a whole one)
+    dev = (n - len(totals)) * mean * mean if n > len(totals) else 0.0
+    dev += sum((x - mean) ** 2 for x in totals)
+    s2 = dev / max(n - 1.0, 1.0)
+    m = left_s / width
+    window_s = max(elapsed, DEMAND_WINDOW_MIN_S)
+    return total * left_s / window_s + z * math.sqrt(s2 * m * (1.0 + m / n))
+
+
 Hull = list[tuple[float, float, tuple[int, int, int]]]
 
 
@@ -214,7 +241,9 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     # With ``reserve_bound_windows`` above 1, also the arrivals by time: per budget, by
     # 1/``ARRIVAL_BINS`` of its period since it began, the sums of their costs and squares.
     by_time: dict[str, dict[str, list[float]]] = {}
-    recent = bound_z is not None and policy.reserve_bound_windows > 1
+    recent = bound_z is not None and (
+        policy.reserve_bound_windows > 1 or policy.reserve_bound_spread == "bins"
+    )
     if bound_z is not None:
         squares = {
             k: float(v) for k, v in state.get("price_arrival_sq", {}).items() if k in present
@@ -396,7 +425,15 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                     rec[0], squares.get(b.budget_id, 0.0), window_s=window_s,
                     left_s=left_s, z=bound_z,
                 )  # fmt: skip
-                if recent:
+                if policy.reserve_bound_spread == "bins":
+                    bound = max(
+                        bound,
+                        _dispersed_bound(
+                            by_time.get(b.budget_id, {}), b, now=ctx.now_s, left_s=left_s,
+                            z=bound_z,
+                        ),
+                    )  # fmt: skip
+                if policy.reserve_bound_windows > 1:
                     bound = max(
                         bound,
                         _recent_bound(
