@@ -34,11 +34,13 @@ def test_the_bound_is_the_forecast_plus_z_deviations_of_a_compound_poisson_strea
     assert arrivals_bound(total, total**2, window_s=DAY_S, left_s=DAY_S, z=2.0) > got
 
 
-def _round(free_j, *, reserve_bound=None, extra_state=None, **params):
+def _round(free_j, *, reserve_bound=None, extra_state=None, behind_j=0.0, **params):
     # a ten-day team budget (no idle floor) five days in, on its straight line with
     # ``free_j`` left, twenty jobs' cheapest cost seen arriving in those five days, one
     # job present
-    budget = Budget("b", "t", 0.0, 10 * DAY_S, energy_limit_j=2 * free_j, energy_used_j=free_j)
+    budget = Budget(
+        "b", "t", 0.0, 10 * DAY_S, energy_limit_j=2 * free_j, energy_used_j=free_j - behind_j
+    )
     now = 5 * DAY_S
     state = {
         "price_prev_now": now - 300.0,
@@ -122,6 +124,21 @@ def test_arrivals_in_a_burst_bound_more_widely_than_the_same_arrivals_spread_eve
     assert bursty.policy_state["price"] == plain.policy_state["price"]
 
 
+def test_with_the_lag_the_bound_lowers_the_reserve_only_behind_the_line():
+    # given the generous budget on its straight line, and 0.8 MJ (4% of its limit) behind
+    lagged = {"reserve_bound": 2.0, "reserve_bound_lag": True}
+    on_line = _round(10e6, **lagged)
+    behind = _round(10e6, behind_j=0.8e6, **lagged)
+
+    # then on its line the reserve holds as without the bound; behind it by more than the
+    # deadband (3%) the bound frees it and the job runs at its top clock
+    assert on_line.allocations == _round(10e6).allocations
+    assert {a.sm_clock_mhz for a in on_line.allocations.values()} == {1500}
+    assert {a.sm_clock_mhz for a in behind.allocations.values()} == {2000}
+    # (behind by as much without the bound, the lag release alone frees less of it)
+    assert {a.sm_clock_mhz for a in _round(10e6, behind_j=0.8e6).allocations.values()} == {1500}
+
+
 def test_a_new_arrival_adds_its_square():
     budget = Budget("b", "t", 0.0, 10 * DAY_S, energy_limit_j=10e6)
     snap = snapshot(make_cluster(1, 1, 8), [job("j0", submit=0.0, iters=600.0)], budgets=(budget,))
@@ -140,6 +157,12 @@ def test_reserve_bound_windows_must_be_a_whole_number_at_least_1(bad):
 def test_reserve_bound_spread_must_be_named():
     with pytest.raises(ValueError, match="reserve_bound_spread"):
         get_policy("powerflow", reserve_bound_spread="gauss")
+
+
+@pytest.mark.parametrize("bad", [1, "true", None])
+def test_reserve_bound_lag_must_be_a_boolean(bad):
+    with pytest.raises(ValueError, match="reserve_bound_lag"):
+        get_policy("powerflow", reserve_bound_lag=bad)
 
 
 @pytest.mark.parametrize("bad", [True, -1.0, math.inf, math.nan, "2"])

@@ -290,6 +290,7 @@ class BudgetGreedy:
         reserve_bound: float | None = None,
         reserve_bound_windows: int = 1,
         reserve_bound_spread: str = "poisson",
+        reserve_bound_lag: bool = False,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -426,6 +427,10 @@ class BudgetGreedy:
           with the spread the arrivals showed over time (the variance of the cost per
           1/64 of the period, ``budget_price._dispersed_bound``), the larger of the two:
           arrivals in bursts bound more widely than a Poisson stream's.
+          ``reserve_bound_lag`` (off): the reserve is lowered to the bound only as far as
+          the budget lags its straight line (none on or ahead of it, all of the
+          difference at ``lag_deadband`` behind), so a budget that spends as fast as its
+          line keeps its reserve.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -523,6 +528,9 @@ class BudgetGreedy:
         if reserve_bound_spread not in ("poisson", "bins"):
             raise ValueError("reserve_bound_spread must be 'poisson' or 'bins'")
         self.reserve_bound_spread = reserve_bound_spread
+        if not isinstance(reserve_bound_lag, bool):
+            raise ValueError("reserve_bound_lag must be true or false")
+        self.reserve_bound_lag = reserve_bound_lag
         if floor_trend_days is not None and (
             type(floor_trend_days) is not int or floor_trend_days < TREND_MIN_DAYS
         ):

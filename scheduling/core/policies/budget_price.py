@@ -441,9 +441,16 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                             z=bound_z, windows=policy.reserve_bound_windows,
                         ),
                     )  # fmt: skip
-                reserve = min(
-                    reserve, bound * (in_period_fraction(binned, left_s) if binned else 1.0)
-                )
+                bound *= in_period_fraction(binned, left_s) if binned else 1.0
+                if bound < reserve:
+                    # (``reserve_bound_lag``: only as far as the budget is behind its line,
+                    # all of it at ``lag_deadband`` behind)
+                    w = (
+                        _behind_weight(rnd.lags[b_i], policy.lag_deadband)
+                        if policy.reserve_bound_lag
+                        else 1.0
+                    )
+                    reserve -= w * (reserve - bound)
             future = max(future, reserve)
         if gpu_s[b_i] > 0:
             # Whatever the forecast and the reserve say, the work still to come cannot
