@@ -169,3 +169,40 @@ def test_reserve_bound_lag_must_be_a_boolean(bad):
 def test_reserve_bound_must_be_a_finite_number_at_least_0(bad):
     with pytest.raises(ValueError, match="reserve_bound"):
         get_policy("powerflow", reserve_bound=bad)
+
+
+def test_with_spare_gpus_the_bound_lowers_the_reserve_by_the_share_of_the_gpus_left_free():
+    # given four jobs that fill four of the eight GPUs at their cheapest to the period's
+    # end (five days each at one GPU; 86.4 MJ in all), a budget on its line with 320 MJ
+    # free (a reserve of half of it), and the twenty small arrivals seen, which bound
+    # the future at about 1.5 MJ
+    budget = Budget("b", "t", 0.0, 10 * DAY_S, energy_limit_j=640e6, energy_used_j=320e6)
+    now = 5 * DAY_S
+    state = {
+        "price_prev_now": now - 300.0,
+        "price_arrivals": {"b": [20 * CHEAPEST, 0.0]},
+        "price_arrival_sq": {"b": 20 * CHEAPEST**2},
+    }
+    jobs = [job(f"j{i}", submit=now - 600.0, iters=600.0 * 480) for i in range(4)]
+    snap = snapshot(make_cluster(1, 1, 8), jobs, budgets=(budget,), policy_state=state)
+
+    def plan(**params):
+        policy = get_policy("powerflow", cost_above_idle=True, **params)
+        out = plan_round(snap, policy=policy, now=now)
+        return out.policy_state["price"]["b"], {a.sm_clock_mhz for a in out.allocations.values()}
+
+    # when the reserve is lowered to the bound all the way, or by the GPUs' spare half
+    plain = plan()
+    bound = plan(reserve_bound=2.0)
+    spare = plan(reserve_bound=2.0, reserve_bound_spare=True)
+
+    # then the spare share lowers the reserve half as far: a price between the two, the
+    # jobs at the middle clock where the reserve holds them at the lowest and the bound
+    # alone frees them to the top
+    assert plain[0] > spare[0] > bound[0]
+    assert (plain[1], spare[1], bound[1]) == ({1000}, {1500}, {2000})
+
+
+def test_reserve_bound_spare_must_be_a_boolean():
+    with pytest.raises(ValueError, match="reserve_bound_spare"):
+        get_policy("powerflow", reserve_bound_spare=1)

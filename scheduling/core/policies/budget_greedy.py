@@ -291,6 +291,7 @@ class BudgetGreedy:
         reserve_bound_windows: int = 1,
         reserve_bound_spread: str = "poisson",
         reserve_bound_lag: bool = False,
+        reserve_bound_spare: bool = False,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -430,7 +431,10 @@ class BudgetGreedy:
           ``reserve_bound_lag`` (off): the reserve is lowered to the bound only as far as
           the budget lags its straight line (none on or ahead of it, all of the
           difference at ``lag_deadband`` behind), so a budget that spends as fast as its
-          line keeps its reserve.
+          line keeps its reserve. ``reserve_bound_spare`` (off): and only as far as
+          the present jobs leave the GPUs free to the period's end (their fewest
+          GPU-seconds before it over the cluster's), so a cluster its present work
+          fills keeps the reserve for the work that will wait.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -531,6 +535,9 @@ class BudgetGreedy:
         if not isinstance(reserve_bound_lag, bool):
             raise ValueError("reserve_bound_lag must be true or false")
         self.reserve_bound_lag = reserve_bound_lag
+        if not isinstance(reserve_bound_spare, bool):
+            raise ValueError("reserve_bound_spare must be true or false")
+        self.reserve_bound_spare = reserve_bound_spare
         if floor_trend_days is not None and (
             type(floor_trend_days) is not int or floor_trend_days < TREND_MIN_DAYS
         ):

@@ -450,6 +450,10 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                         if policy.reserve_bound_lag
                         else 1.0
                     )
+                    if policy.reserve_bound_spare and all_gpus > 0 and left_s > 0:
+                        # (``reserve_bound_spare``: only as far as the present jobs leave
+                        # the GPUs free to the period's end)
+                        w *= max(1.0 - gpu_s[b_i] / (all_gpus * left_s), 0.0)
                     reserve -= w * (reserve - bound)
             future = max(future, reserve)
         if gpu_s[b_i] > 0:
