@@ -34,7 +34,7 @@ def test_the_bound_is_the_forecast_plus_z_deviations_of_a_compound_poisson_strea
     assert arrivals_bound(total, total**2, window_s=DAY_S, left_s=DAY_S, z=2.0) > got
 
 
-def _round(free_j, *, reserve_bound=None, extra_state=None, behind_j=0.0, **params):
+def _round(free_j, *, reserve_bound=None, behind_j=0.0, **params):
     # a ten-day team budget (no idle floor) five days in, on its straight line with
     # ``free_j`` left, twenty jobs' cheapest cost seen arriving in those five days, one
     # job present
@@ -46,7 +46,6 @@ def _round(free_j, *, reserve_bound=None, extra_state=None, behind_j=0.0, **para
         "price_prev_now": now - 300.0,
         "price_arrivals": {"b": [20 * CHEAPEST, 0.0]},
         "price_arrival_sq": {"b": 20 * CHEAPEST**2},
-        **(extra_state or {}),
     }
     jobs = [job("j0", submit=now - 600.0, iters=600.0)]
     snap = snapshot(make_cluster(1, 1, 8), jobs, budgets=(budget,), policy_state=state)
@@ -84,46 +83,6 @@ def test_a_tight_budget_keeps_its_forecast():
     assert plain.policy_state["price"] == bound.policy_state["price"]
 
 
-def test_arrivals_that_quickened_are_bounded_at_their_recent_rate():
-    # given the same twenty arrivals, all of them in the last quarter of the five days
-    # (bin 28 of 64 of the ten-day period; the round is in bin 32)
-    bins = {"price_arrival_bins": {"b": {"28": [20 * CHEAPEST, 20 * CHEAPEST**2]}}}
-
-    # when the bound looks at the whole window only, and also at its last half and quarter
-    whole = _round(10e6, reserve_bound=2.0, extra_state=bins)
-    recent = _round(10e6, reserve_bound=2.0, extra_state=bins, reserve_bound_windows=3)
-
-    # then the whole window's rate frees the reserve (price 0, the top clock); the
-    # recent rate, four times as high, bounds the future above the reserve, which holds
-    # the job below its top clock as without the bound
-    assert {a.sm_clock_mhz for a in whole.allocations.values()} == {2000}
-    assert {a.sm_clock_mhz for a in recent.allocations.values()} == {1500}
-    assert recent.policy_state["price"] == _round(10e6).policy_state["price"]
-    assert recent.policy_state["price_arrival_bins"] == bins["price_arrival_bins"]
-
-
-def test_arrivals_in_a_burst_bound_more_widely_than_the_same_arrivals_spread_evenly():
-    # given the twenty arrivals spread evenly over the 32 bins of the five days, or all
-    # in one bin, and 6 MJ free (a reserve of 3 MJ)
-    c = 20 * CHEAPEST
-    even = {"price_arrival_bins": {"b": {str(i): [c / 32, c * CHEAPEST / 32] for i in range(32)}}}
-    burst = {"price_arrival_bins": {"b": {"5": [c, c * CHEAPEST]}}}
-    plain = _round(6e6)
-
-    # when the bound takes the spread the arrivals showed over time
-    spread = {"reserve_bound": 2.0, "reserve_bound_spread": "bins"}
-    evenly = _round(6e6, extra_state=even, **spread)
-    bursty = _round(6e6, extra_state=burst, **spread)
-
-    # then spread evenly they bound the future at the Poisson bound (about 1.5 MJ) and
-    # the job runs at its top clock; in a burst their spread bounds it above the
-    # reserve (about 3.5 MJ), which holds the job as without the bound
-    assert {a.sm_clock_mhz for a in plain.allocations.values()} == {1500}
-    assert {a.sm_clock_mhz for a in evenly.allocations.values()} == {2000}
-    assert bursty.allocations == plain.allocations
-    assert bursty.policy_state["price"] == plain.policy_state["price"]
-
-
 def test_with_the_lag_the_bound_lowers_the_reserve_only_behind_the_line():
     # given the generous budget on its straight line, and 0.8 MJ (4% of its limit) behind
     lagged = {"reserve_bound": 2.0, "reserve_bound_lag": True}
@@ -146,17 +105,6 @@ def test_a_new_arrival_adds_its_square():
         snap, policy=get_policy("powerflow", cost_above_idle=True, reserve_bound=1.0), now=0.0
     )
     assert out.policy_state["price_arrival_sq"]["b"] == pytest.approx(CHEAPEST**2)
-
-
-@pytest.mark.parametrize("bad", [0, 1.5, True, "3"])
-def test_reserve_bound_windows_must_be_a_whole_number_at_least_1(bad):
-    with pytest.raises(ValueError, match="reserve_bound_windows"):
-        get_policy("powerflow", reserve_bound_windows=bad)
-
-
-def test_reserve_bound_spread_must_be_named():
-    with pytest.raises(ValueError, match="reserve_bound_spread"):
-        get_policy("powerflow", reserve_bound_spread="gauss")
 
 
 @pytest.mark.parametrize("bad", [1, "true", None])

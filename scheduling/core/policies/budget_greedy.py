@@ -288,8 +288,6 @@ class BudgetGreedy:
         floor_quantile: float | None = None,
         first_backlog: bool = False,
         reserve_bound: float | None = None,
-        reserve_bound_windows: int = 1,
-        reserve_bound_spread: str = "poisson",
         reserve_bound_lag: bool = False,
         reserve_bound_spare: bool = False,
     ) -> None:
@@ -421,13 +419,7 @@ class BudgetGreedy:
           future that large implausible, the bound frees the difference for the present
           jobs. A tight budget, whose reserve is below its forecast, is unchanged.
           Measured in docs/benchmarks.md ("The period reserve bounded by the arrivals
-          seen"). ``reserve_bound_windows`` (1: the whole window only): the bound is the
-          largest of the whole window's and those of its last half, quarter, ...
-          (this many windows in all), so arrivals that quicken are bounded at their
-          recent rate. ``reserve_bound_spread`` (``"poisson"``): ``"bins"`` also bounds
-          with the spread the arrivals showed over time (the variance of the cost per
-          1/64 of the period, ``budget_price._dispersed_bound``), the larger of the two:
-          arrivals in bursts bound more widely than a Poisson stream's.
+          seen").
           ``reserve_bound_lag`` (off): the reserve is lowered to the bound only as far as
           the budget lags its straight line (none on or ahead of it, all of the
           difference at ``lag_deadband`` behind), so a budget that spends as fast as its
@@ -526,12 +518,6 @@ class BudgetGreedy:
         ):
             raise ValueError("reserve_bound must be a finite number >= 0 or None")
         self.reserve_bound = reserve_bound
-        if type(reserve_bound_windows) is not int or reserve_bound_windows < 1:
-            raise ValueError("reserve_bound_windows must be a whole number, at least 1")
-        self.reserve_bound_windows = reserve_bound_windows
-        if reserve_bound_spread not in ("poisson", "bins"):
-            raise ValueError("reserve_bound_spread must be 'poisson' or 'bins'")
-        self.reserve_bound_spread = reserve_bound_spread
         if not isinstance(reserve_bound_lag, bool):
             raise ValueError("reserve_bound_lag must be true or false")
         self.reserve_bound_lag = reserve_bound_lag

@@ -57,66 +57,6 @@ def arrivals_bound(
     return r * total + z * math.sqrt(max(squares, 0.0) * r * (1.0 + r))
 
 
-ARRIVAL_BINS = 64  # reserve_bound_windows: the arrivals kept by 1/64 of the period
-
-
-def _recent_bound(
-    bins: Mapping[str, Sequence[float]],
-    b: Any,
-    *,
-    now: float,
-    left_s: float,
-    z: float,
-    windows: int,
-) -> float:
-    """The largest ``arrivals_bound`` over the arrivals of the last half, quarter, ...
-    (``windows`` - 1 halvings) of the time since the budget's period began, from its
-    arrivals by time (``bins``: by 1/``ARRIVAL_BINS`` of the period, the sums of costs
-    and squares): arrivals that quicken are forecast at their recent rate, and a short
-    window's few arrivals bound widely."""
-    start, span = b.period_start_s, b.period_end_s - b.period_start_s
-    elapsed = now - start
-    if elapsed <= 0.0 or span <= 0.0 or not bins:
-        return 0.0
-    width = span / ARRIVAL_BINS
-    cells = sorted((int(i), cell) for i, cell in bins.items())
-    best = 0.0
-    for k in range(1, windows):
-        first = int((now - elapsed / 2**k - start) // width)  # the window's first bin
-        total = sum(cell[0] for i, cell in cells if i >= first)
-        squares = sum(cell[1] for i, cell in cells if i >= first)
-        window_s = max(now - (start + first * width), DEMAND_WINDOW_MIN_S)
-        best = max(best, arrivals_bound(total, squares, window_s=window_s, left_s=left_s, z=z))
-    return best
-
-
-def _dispersed_bound(
-    bins: Mapping[str, Sequence[float]], b: Any, *, now: float, left_s: float, z: float
-) -> float:
-    """``arrivals_bound`` with the spread the arrivals showed over time instead of a
-    Poisson stream's: the variance of the cost that arrived per 1/``ARRIVAL_BINS`` of the
-    period (empty bins counted) over the bins since the period began, so arrivals that
-    came in bursts or lulls bound the future more widely than the same arrivals spread
-    evenly. With ``m`` bins left and ``n`` seen, the future's variance is
-    ``s2 * m * (1 + m / n)`` (its own bins' and the mean's estimated from ``n``)."""
-    start, span = b.period_start_s, b.period_end_s - b.period_start_s
-    elapsed = now - start
-    if elapsed <= 0.0 or span <= 0.0 or not bins:
-        return 0.0
-    width = span / ARRIVAL_BINS
-    n = max(elapsed / width, 1.0)  # bins seen (the present one in part)
-    totals = [cell[0] for cell in bins.values()]
-    total = sum(totals)
-    mean = total / n
-    # the empty bins' deviations, then the others' (a part bin counted as a whole one)
-    dev = (n - len(totals)) * mean * mean if n > len(totals) else 0.0
-    dev += sum((x - mean) ** 2 for x in totals)
-    s2 = dev / max(n - 1.0, 1.0)
-    m = left_s / width
-    window_s = max(elapsed, DEMAND_WINDOW_MIN_S)
-    return total * left_s / window_s + z * math.sqrt(s2 * m * (1.0 + m / n))
-
-
 Hull = list[tuple[float, float, tuple[int, int, int]]]
 
 
@@ -238,21 +178,9 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     # costs (the spread of the arrivals' cost, for the bound on the future).
     bound_z = policy.reserve_bound
     squares: dict[str, float] = {}
-    # With ``reserve_bound_windows`` above 1, also the arrivals by time: per budget, by
-    # 1/``ARRIVAL_BINS`` of its period since it began, the sums of their costs and squares.
-    by_time: dict[str, dict[str, list[float]]] = {}
-    recent = bound_z is not None and (
-        policy.reserve_bound_windows > 1 or policy.reserve_bound_spread == "bins"
-    )
     if bound_z is not None:
         squares = {
             k: float(v) for k, v in state.get("price_arrival_sq", {}).items() if k in present
-        }
-    if recent:
-        by_time = {
-            k: {i: [float(x) for x in cell] for i, cell in v.items()}
-            for k, v in state.get("price_arrival_bins", {}).items()
-            if k in present
         }
     hulls: dict[int, tuple[Hull, float, Hashable]] = {}
     # A waiting job of a shared hull: (hull, key, group) by job index (its scale is its
@@ -361,14 +289,6 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             if bound_z is not None:
                 bid = budgets[b_i].budget_id
                 squares[bid] = squares.get(bid, 0.0) + c0 * c0
-            if recent:
-                b = budgets[b_i]
-                width = max(b.period_end_s - b.period_start_s, 1.0) / ARRIVAL_BINS
-                cell = by_time.setdefault(b.budget_id, {}).setdefault(
-                    str(int(max(ctx.now_s - b.period_start_s, 0.0) // width)), [0.0, 0.0]
-                )
-                cell[0] += c0
-                cell[1] += c0 * c0
             cell = hist.setdefault(budgets[b_i].budget_id, {}).setdefault(octave, [0.0, 0.0, 0.0])
             cell[0] += c0
             cell[1] += c0 * t0
@@ -425,22 +345,6 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
                     rec[0], squares.get(b.budget_id, 0.0), window_s=window_s,
                     left_s=left_s, z=bound_z,
                 )  # fmt: skip
-                if policy.reserve_bound_spread == "bins":
-                    bound = max(
-                        bound,
-                        _dispersed_bound(
-                            by_time.get(b.budget_id, {}), b, now=ctx.now_s, left_s=left_s,
-                            z=bound_z,
-                        ),
-                    )  # fmt: skip
-                if policy.reserve_bound_windows > 1:
-                    bound = max(
-                        bound,
-                        _recent_bound(
-                            by_time.get(b.budget_id, {}), b, now=ctx.now_s, left_s=left_s,
-                            z=bound_z, windows=policy.reserve_bound_windows,
-                        ),
-                    )  # fmt: skip
                 bound *= in_period_fraction(binned, left_s) if binned else 1.0
                 if bound < reserve:
                     # (``reserve_bound_lag``: only as far as the budget is behind its line,
@@ -591,7 +495,6 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         "price_arrivals": arrivals,
         "price_arrival_times": hist,
         **({"price_arrival_sq": squares} if bound_z is not None else {}),
-        **({"price_arrival_bins": by_time} if recent else {}),
         **({"slow_price": slow} if slow else {}),
         "price": {
             b.budget_id: p
