@@ -419,7 +419,10 @@ class BudgetGreedy:
           future that large implausible, the bound frees the difference for the present
           jobs. A tight budget, whose reserve is below its forecast, is unchanged.
           Measured in docs/benchmarks.md ("The period reserve bounded by the arrivals
-          seen").
+          seen"): off by default; with ``reserve_bound_lag`` and z 2 PowerFlow on Philly
+          876 against ``elastic`` gains at 1.0 (0.960x -> 0.973x) and loses at 0.5 and
+          0.25 (0.964x -> 0.959x, 0.949x -> 0.945x), and GreenFlow at
+          ``fifo_lowclock``'s carbon loses (US-CAL-CISO 0.941x -> 0.724x).
           ``reserve_bound_lag`` (off): the reserve is lowered to the bound only as far as
           the budget lags its straight line (none on or ahead of it, all of the
           difference at ``lag_deadband`` behind), so a budget that spends as fast as its
