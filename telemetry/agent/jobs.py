@@ -26,9 +26,9 @@ batch) when it stores progress.
 group. The job then saves a checkpoint into ``WATTFLOW_CHECKPOINT_DIR`` and exits with status
 0 within the grace period (``--stop-grace-s``, 30 s by default); after that it gets SIGKILL. On
 start a job resumes from the checkpoint if one is there, so a resize is stop + start with the
-new GPUs and batch size. A job that exits 0 on its own has completed (unless its progress
-file says it stopped short of its total: the server then records a failure); any other
-status is a failure. Output goes to ``log.txt`` beside the progress file; its tail is sent
+new GPUs and batch size. A job that exits 0 on its own has completed (if its progress file
+says it stopped short of its total, the server notes how far it got); any other status is a
+failure. Output goes to ``log.txt`` beside the progress file; its tail is sent
 with the exit.
 A compound command (``cd x && python train.py``) keeps bash in between, which dies of the
 SIGTERM itself: end it with ``exec python train.py`` so the job gets the signal and its own
