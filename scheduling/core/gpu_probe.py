@@ -97,10 +97,20 @@ def probe_more_gpus(
         bound = frac * (elapsed + now_est.remaining_s)
         if spent + 2 * restart_s > bound:
             continue  # the restarts alone cost more than the bound allows (cost, below)
-        clock = _clock(ctx, jv, larger[0], batch, now_est.round_energy_j) if jv.budget_ids else None
+        # A probe at a clock sets no limit: its GPUs run at their default, where it is
+        # below their top (``PowerLimits.unset_w``, as ``round.place`` records a plan
+        # without a limit), and it is predicted and recorded at that.
+        taken = ctx.snapshot.power_limits.get(model)
+        unset_w = taken.unset_w if taken is not None else None
+        clock = (
+            _clock(ctx, jv, larger[0], batch, now_est.round_energy_j, unset_w)
+            if jv.budget_ids
+            else None
+        )
         if jv.budget_ids and clock is None:
             continue  # no clock at which the larger count draws no more than this round's plan
-        probe_est = ctx.estimate(jv, larger[0], batch, clock)
+        probe_limit = unset_w if clock is not None else after.power_limit_w
+        probe_est = ctx.estimate(jv, larger[0], batch, clock, probe_limit)
         t_n, t_m = now_est.remaining_s, probe_est.remaining_s
         if not (t_n > 0 and t_m > 0):
             continue
@@ -119,7 +129,7 @@ def probe_more_gpus(
         free.take(ids if ids is not None else after.gpu_ids)
         if ids is None:
             continue
-        retune = {"sm_clock_mhz": clock, "power_limit_w": None} if clock is not None else {}
+        retune = {"sm_clock_mhz": clock, "power_limit_w": unset_w} if clock is not None else {}
         allocations[job.job_id] = replace(after, gpu_ids=ids, **retune)
         rec = dict(rec) if rec is not None else _record(model, n, ctx.now_s, frac)
         probe = {
@@ -140,7 +150,9 @@ def probe_more_gpus(
     return out
 
 
-def _clock(ctx, jv, n_gpus: int, batch: int, energy_j: float) -> int | None:
+def _clock(
+    ctx, jv, n_gpus: int, batch: int, energy_j: float, limit_w: float | None = None
+) -> int | None:
     """The highest clock at which ``n_gpus`` are predicted to draw no more energy this
     round than ``energy_j`` (what the job's plan draws): a probe a budget pays for costs
     the budget nothing. None where the lowest clock draws more: that is asked first, since
@@ -148,11 +160,12 @@ def _clock(ctx, jv, n_gpus: int, batch: int, energy_j: float) -> int | None:
     higher clock can draw less than the lowest only where the job would finish within the
     round (sooner at a faster clock) or by a quirk of its model; such a probe is not taken
     (7 of 12,081 candidates on philly_week; docs/benchmarks.md, "The simulator on
-    philly_week, learned")."""
+    philly_week, learned"). ``limit_w``: the power limit the GPUs run at (their default
+    where it is below their top, ``PowerLimits.unset_w``)."""
     clocks = sorted(getattr(jv.perf, "clocks_mhz", None) or (), reverse=True)
 
     def fits(clock: int) -> bool:
-        remaining_s, power_w = ctx.remaining_and_power(jv, n_gpus, batch, clock)
+        remaining_s, power_w = ctx.remaining_and_power(jv, n_gpus, batch, clock, limit_w)
         return n_gpus * power_w * min(ctx.round_length_s, remaining_s) <= energy_j
 
     if not clocks or not fits(clocks[-1]):

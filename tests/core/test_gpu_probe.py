@@ -13,7 +13,7 @@ from scheduling.core.online_model import Observation, config_of
 from scheduling.core.perf_models import FittedPerfModel, load_catalog
 from scheduling.core.registry import get_policy
 from scheduling.core.round import plan_round
-from scheduling.core.types import Budget
+from scheduling.core.types import Budget, PowerLimits
 from tests.core.corekit import AnalyticModel, Catalog, job, make_cluster, running, snapshot
 
 CATALOG = load_catalog()
@@ -47,7 +47,7 @@ def _job(**kw):
 
 def _rounds(
     j, *, n_rounds, frac=0.03, others=(), budgets=(), model_of=None, snaps=None,
-    policy="elastic",
+    policy="elastic", power_limits=None,
 ):  # fmt: skip
     """Plan ``n_rounds`` elastic rounds on 8 nodes of 8 A100s; after each, job ``d`` is
     observed in the configuration it ran (the truth) and refitted from the prior, as the
@@ -64,7 +64,8 @@ def _rounds(
         perf = {(j.job_id, "A100"): model, **{(o.job_id, "A100"): TRUTH for o in others}}
         snap = snapshot(cluster, [j, *others], catalog=CATALOG, round_length_s=ROUND_S,
                         job_perf=perf, exploration=records, exploration_budget_frac=frac,
-                        budgets=budgets)  # fmt: skip
+                        budgets=budgets,
+                        **({"power_limits": power_limits} if power_limits else {}))  # fmt: skip
         plan = plan_round(snap, policy=policy, now=now)
         plans.append(plan)
         if snaps is not None:
@@ -242,10 +243,32 @@ def test_a_budget_paid_probe_runs_at_the_highest_clock_that_draws_no_more(watts,
 
     from scheduling.core.gpu_probe import _clock
 
-    def remaining_and_power(jv, n, batch, clock):
+    def remaining_and_power(jv, n, batch, clock, limit=None):
         return 1e6, watts[clock]  # busy the whole round at every clock
 
     ctx = SimpleNamespace(round_length_s=10.0, remaining_and_power=remaining_and_power)
     jv = SimpleNamespace(perf=SimpleNamespace(clocks_mhz=sorted(watts)))
     # two GPUs for ten seconds: 400 J is 20 W each
     assert _clock(ctx, jv, 2, 64, 400.0) == expected
+
+
+def test_a_budget_paid_probe_on_gpus_with_a_default_below_their_top_is_recorded_at_it():
+    """A plan with no power limit is recorded and predicted at the default the GPUs run at
+    (``PowerLimits.unset_w``); a budget-paid probe that sets a clock and no limit was left
+    at None after placement: recorded without a limit while the GPUs ran at their default,
+    and its clock chosen and its draw predicted at their top."""
+    limits = {"A100": PowerLimits(low_w=150.0, high_w=400.0, default_w=350.0)}
+    budget = Budget("b", "t", 0.0, 1e7, energy_limit_j=1e12)
+    snaps: list = []
+    plans = _rounds(_job(), n_rounds=8, budgets=(budget,), snaps=snaps, power_limits=limits)
+    probes = plans[-1].exploration["d"]["gpu_probes"]
+    assert probes
+    for p in probes:
+        k = int(p["since_s"] // ROUND_S)
+        alloc = plans[k].allocations["d"]
+        assert alloc.sm_clock_mhz == p["sm_clock_mhz"] is not None
+        assert alloc.power_limit_w == 350.0
+        # predicted at what the GPUs run at, and kept so the round after (no retune)
+        assert _busy_energy(snaps[k], alloc) == pytest.approx(p["energy_j"])
+        if k + 1 < len(plans):
+            assert plans[k + 1].allocations["d"].power_limit_w == 350.0
