@@ -855,21 +855,26 @@ def _respelled(by_model: Mapping[str, Any], old: str, new: str, *, pool: bool) -
     return out
 
 
-def _named(params: Any, old: str, new: str) -> Any:
+def _renamed(params: Any, field: str, old: str, new: str) -> Any:
     """``params`` (a stored model: ``model_to_params``'s, a profile's with its ``fit``'s
-    base) with its model's GPU model ``new`` where it names ``old``; anything else as it
-    is. A profile or fit moved to another spelling of its GPU model keeps what it learned,
-    under the key it is stored under now."""
+    base) with its model's ``field`` (``gpu_model``, ``workload``) ``new`` where it names
+    ``old``; anything else as it is. A profile or fit moved to another spelling keeps what
+    it learned, under the key it is stored under now."""
     if not isinstance(params, Mapping):
         return params
     out = dict(params)
     model = out.get("model")
-    if isinstance(model, Mapping) and model.get("gpu_model") == old:
-        out["model"] = {**model, "gpu_model": new}
+    if isinstance(model, Mapping) and model.get(field) == old:
+        out["model"] = {**model, field: new}
     fit = out.get("fit")
     if isinstance(fit, Mapping) and "base" in fit:
-        out["fit"] = {**fit, "base": _named(fit["base"], old, new)}
+        out["fit"] = {**fit, "base": _renamed(fit["base"], field, old, new)}
     return out
+
+
+def _named(params: Any, old: str, new: str) -> Any:
+    """``params`` with its model's GPU model ``new`` where it names ``old``."""
+    return _renamed(params, "gpu_model", old, new)
 
 
 def _fits_named(online_params: Mapping[str, Any], old: str, new: str) -> dict:
@@ -1037,13 +1042,4 @@ def _merge_spelling(other: str, kept: str, gpu_model: str) -> WorkloadProfile | 
 def _workload_named(params: Any, old: str, new: str) -> Any:
     """``params`` (a profile's) with its model, and its fit's base, naming workload ``new``
     where they named ``old``."""
-    if not isinstance(params, Mapping):
-        return params
-    out = dict(params)
-    model = out.get("model")
-    if isinstance(model, Mapping) and model.get("workload") == old:
-        out["model"] = {**model, "workload": new}
-    fit = out.get("fit")
-    if isinstance(fit, Mapping) and isinstance(fit.get("base"), Mapping):
-        out["fit"] = {**fit, "base": _workload_named(fit["base"], old, new)}
-    return out
+    return _renamed(params, "workload", old, new)
