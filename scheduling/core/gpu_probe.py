@@ -48,6 +48,7 @@ from dataclasses import replace
 from typing import Any
 
 from scheduling.core.exploration import DONE, EXPLORING, new_record
+from scheduling.core.perf_models import unset_tops
 from scheduling.core.placement import PICKERS, FreeGpus, job_buddy_sizes
 from scheduling.core.types import Allocation
 
@@ -98,10 +99,10 @@ def probe_more_gpus(
         if spent + 2 * restart_s > bound:
             continue  # the restarts alone cost more than the bound allows (cost, below)
         # A probe at a clock sets no limit: its GPUs run at their default, where it is
-        # below their top (``PowerLimits.unset_w``, as ``round.place`` records a plan
-        # without a limit), and it is predicted and recorded at that.
+        # below their top or the model's (``PowerLimits.unset_for``, as ``round.place``
+        # records a plan without a limit), and it is predicted and recorded at that.
         taken = ctx.snapshot.power_limits.get(model)
-        unset_w = taken.unset_w if taken is not None else None
+        unset_w = taken.unset_for(unset_tops(jv.perf)[1]) if taken is not None else None
         clock = (
             _clock(ctx, jv, larger[0], batch, now_est.round_energy_j, unset_w)
             if jv.budget_ids

@@ -502,6 +502,17 @@ def with_limits(model: Any, limits_w: tuple[float, float]) -> Any:
     return out
 
 
+def unset_tops(model: Any) -> tuple[int | None, float | None]:
+    """(SM clock MHz, power limit W) at which ``model`` predicts a plan that sets no clock
+    and no limit: its GPU model's top clock and top limit (``FittedPerfModel._ratio_at``:
+    no setting is ratio 1), whatever ``with_clocks`` or ``with_limits`` offer to plan.
+    None for what a model does not say (one without a ``gpu``)."""
+    gpu = getattr(model, "gpu", None)
+    if gpu is None:
+        return None, None
+    return gpu.dvfs.max_clock_mhz, gpu.power_limit_max_w
+
+
 def gpu_to_dict(gpu: GpuSpec) -> dict[str, Any]:
     d = gpu.dvfs
     return {

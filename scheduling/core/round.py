@@ -32,6 +32,7 @@ from scheduling.core.colocation import slowed_power_w
 from scheduling.core.context import Estimate, JobView, PerfCache, RoundContext
 from scheduling.core.exploration import explore_round
 from scheduling.core.gpu_probe import probe_more_gpus
+from scheduling.core.perf_models import unset_tops
 from scheduling.core.placement import PLACERS, PlacementRequest, PlacementResult
 from scheduling.core.registry import get_policy
 from scheduling.core.types import (
@@ -453,8 +454,10 @@ def place(
             elif limit is None and g.gpu_model in taken:
                 # No limit: the GPUs run at their default, recorded (and applied) as the
                 # limit so that the job is predicted at it, not unthrottled at the top
-                # (``PowerLimits.unset_w``; None where the default is their top).
-                limit = taken[g.gpu_model].unset_w
+                # (``PowerLimits.unset_for``; None where the default is both their top
+                # and the top the job's model predicts no limit at).
+                _, model_top_w = unset_tops(views[g.job_id].perf)
+                limit = taken[g.gpu_model].unset_for(model_top_w)
             allocations[g.job_id] = Allocation(
                 gpu_ids=ids,
                 global_batch=g.global_batch,

@@ -342,11 +342,23 @@ class PowerLimits:
 
     @property
     def unset_w(self) -> float | None:
-        """The limit to plan and record for a plan that sets none: the default the GPUs
-        run at, where it is below their top, so that the job is predicted at it (a model
-        predicts no limit as unthrottled); None where they run at their top (or their
-        defaults differ): the plan's None as it is."""
-        if self.default_w is not None and self.default_w < self.high_w:
+        """``unset_for`` a model whose top limit is not known (the GPUs' own top)."""
+        return self.unset_for(None)
+
+    def unset_for(self, model_top_w: float | None) -> float | None:
+        """The limit to plan and record for a plan that sets none, on a perf model that
+        predicts no limit as unthrottled at ``model_top_w`` (its GPU model's top limit,
+        ``perf_models.unset_tops``; None: not known): the default the GPUs run at, where it
+        is below their top or below the model's, so that the job is predicted at it; None
+        where it is both (or their defaults differ): the plan's None as it is, predicted
+        at the top that runs. A PCIe A100 registered 150-250 W with its 250 W default runs
+        a plan without a limit at 250 W, which the catalog A100 (100-400 W) predicted as
+        unthrottled at 400 W while a plan of 250 W was predicted throttled."""
+        if self.default_w is None:
+            return None
+        if self.default_w < self.high_w or (
+            model_top_w is not None and self.default_w < model_top_w
+        ):
             return self.default_w
         return None
 

@@ -252,12 +252,22 @@ def test_a_budget_paid_probe_runs_at_the_highest_clock_that_draws_no_more(watts,
     assert _clock(ctx, jv, 2, 64, 400.0) == expected
 
 
-def test_a_budget_paid_probe_on_gpus_with_a_default_below_their_top_is_recorded_at_it():
+@pytest.mark.parametrize(
+    ("low_w", "high_w", "default_w"),
+    [(150.0, 400.0, 350.0), (150.0, 350.0, 350.0)],
+    ids=["below-their-top", "their-top-below-the-models"],
+)
+def test_a_budget_paid_probe_on_gpus_with_a_default_below_their_top_is_recorded_at_it(
+    low_w, high_w, default_w
+):
     """A plan with no power limit is recorded and predicted at the default the GPUs run at
-    (``PowerLimits.unset_w``); a budget-paid probe that sets a clock and no limit was left
+    (``PowerLimits.unset_for``); a budget-paid probe that sets a clock and no limit was left
     at None after placement: recorded without a limit while the GPUs ran at their default,
-    and its clock chosen and its draw predicted at their top."""
-    limits = {"A100": PowerLimits(low_w=150.0, high_w=400.0, default_w=350.0)}
+    and its clock chosen and its draw predicted at their top. The same where the default
+    is the GPUs' own top but below the catalog A100's 400 W (A100s that top out at 350 W;
+    at a 250 W top, as a PCIe A100's, no clock fits the budget's rule on this job, as at
+    a 200 W default below a 250 W top)."""
+    limits = {"A100": PowerLimits(low_w=low_w, high_w=high_w, default_w=default_w)}
     budget = Budget("b", "t", 0.0, 1e7, energy_limit_j=1e12)
     snaps: list = []
     plans = _rounds(_job(), n_rounds=8, budgets=(budget,), snaps=snaps, power_limits=limits)
@@ -267,8 +277,8 @@ def test_a_budget_paid_probe_on_gpus_with_a_default_below_their_top_is_recorded_
         k = int(p["since_s"] // ROUND_S)
         alloc = plans[k].allocations["d"]
         assert alloc.sm_clock_mhz == p["sm_clock_mhz"] is not None
-        assert alloc.power_limit_w == 350.0
+        assert alloc.power_limit_w == default_w
         # predicted at what the GPUs run at, and kept so the round after (no retune)
         assert _busy_energy(snaps[k], alloc) == pytest.approx(p["energy_j"])
         if k + 1 < len(plans):
-            assert plans[k + 1].allocations["d"].power_limit_w == 350.0
+            assert plans[k + 1].allocations["d"].power_limit_w == default_w

@@ -126,14 +126,56 @@ def test_a_plan_without_a_limit_is_recorded_and_predicted_at_the_default_that_ru
     assert plan.predicted_energy_j < bare.predicted_energy_j
 
 
-@pytest.mark.parametrize("default_w", [250, None], ids=["default-at-top", "defaults-differ"])
-def test_gpus_whose_default_is_their_top_or_unknown_are_planned_without_a_limit(default_w):
-    # a plan with no limit runs those GPUs at their top (or at defaults that differ,
-    # each GPU its own): nothing is recorded, as before
-    limits = {"A100": PowerLimits(low_w=150, high_w=250, default_w=default_w)}
-    plan = _plan(Fifo(), power_limits=limits)
+@pytest.mark.parametrize(
+    "limits",
+    [
+        PowerLimits(low_w=100, high_w=400, default_w=400),  # the catalog A100's top
+        PowerLimits(low_w=500, high_w=600, default_w=600),  # above the model's top
+        PowerLimits(low_w=150, high_w=250, default_w=None),  # defaults that differ
+    ],
+    ids=["default-at-both-tops", "default-above-the-models-top", "defaults-differ"],
+)
+def test_gpus_whose_default_is_their_top_and_the_models_or_unknown_are_planned_without_a_limit(
+    limits,
+):
+    # a plan with no limit runs those GPUs at a top the model predicts no limit at (or at
+    # defaults that differ, each GPU its own): nothing is recorded, as before
+    plan = _plan(Fifo(), power_limits={"A100": limits})
     assert plan.allocations["j1"].power_limit_w is None
     assert plan.predicted_energy_j == _plan(Fifo()).predicted_energy_j
+
+
+# GPUs whose default is their own top but below the catalog model's top: a PCIe A100
+# registered 150-250 W with its 250 W default runs a plan without a limit at 250 W, which
+# the catalog A100 (100-400 W) predicted unthrottled at 400 W, while a plan of 250 W was
+# predicted throttled.
+PCIE = {"A100": PowerLimits(low_w=150, high_w=250, default_w=250)}
+
+
+@pytest.mark.parametrize("clock", [None, 1410], ids=["no-clock", "top-clock"])
+def test_a_plan_without_a_limit_on_gpus_topping_out_below_the_model_is_predicted_at_their_top(
+    clock,
+):
+    # when fifo plans no limit on the PCIe A100s
+    plan = _plan(Fifo(sm_clock_mhz=clock), power_limits=PCIE)
+
+    # then the allocation records the 250 W they run at, and the round is predicted there,
+    # as a plan of 250 W is (not unthrottled at the catalog's 400 W)
+    assert plan.allocations["j1"].power_limit_w == 250
+    at_250 = _plan(Fifo(sm_clock_mhz=clock, power_limit_w=250.0), power_limits=PCIE)
+    assert at_250.allocations["j1"].power_limit_w == 250
+    assert plan.predicted_energy_j == at_250.predicted_energy_j
+    assert plan.predicted_energy_j < _plan(Fifo(sm_clock_mhz=clock)).predicted_energy_j
+
+
+def test_zeus_at_the_gpus_top_and_a_plan_without_a_limit_are_one_configuration():
+    # zeus plans from the 150-250 W the PCIe A100s take; at 250 W its job is the one a
+    # plan without a limit runs: both recorded, so both learned and predicted, at 250 W
+    zeus = _plan(Zeus(tune_batch=False), power_limits=PCIE)
+    fifo = _plan(Fifo(), power_limits=PCIE)
+    if zeus.allocations["j1"].power_limit_w == 250:
+        assert zeus.predicted_energy_j == fifo.predicted_energy_j
+    assert fifo.allocations["j1"].power_limit_w == 250
 
 
 def test_a_default_outside_the_range_is_refused():
@@ -141,3 +183,21 @@ def test_a_default_outside_the_range_is_refused():
     assert PowerLimits(150, 250, default_w=250).unset_w is None
     with pytest.raises(ValueError, match="low_w <= default_w <= high_w"):
         PowerLimits(150, 250, default_w=260)
+
+
+@pytest.mark.parametrize(
+    ("limits", "model_top_w", "unset"),
+    [
+        (PowerLimits(150, 250, default_w=250), 400.0, 250),  # a PCIe A100 on the catalog's
+        (PowerLimits(150, 250, default_w=250), 250.0, None),  # a model of its own top
+        (PowerLimits(150, 250, default_w=250), None, None),  # a model that says no top
+        (PowerLimits(150, 250, default_w=200), 250.0, 200),  # below their own top
+        (PowerLimits(100, 400, default_w=400), 400.0, None),
+        (PowerLimits(500, 600, default_w=600), 400.0, None),
+        (PowerLimits(150, 250), 400.0, None),  # defaults that differ
+    ],
+)
+def test_the_limit_a_plan_without_one_records_is_the_default_below_either_top(
+    limits, model_top_w, unset
+):
+    assert limits.unset_for(model_top_w) == unset

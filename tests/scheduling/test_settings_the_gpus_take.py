@@ -189,17 +189,21 @@ def test_a_round_plans_and_predicts_at_the_power_limit_its_allocation_records(
     assert limit is None or low <= limit <= high
 
 
+@pytest.mark.parametrize(
+    "default_w", [200, 250], ids=["default-below-their-top", "their-top-below-the-catalogs"]
+)
 @pytest.mark.parametrize("policy", ["fifo", "powerflow", "greenflow"])
 def test_a_plan_without_a_limit_records_the_default_limit_the_gpus_run_at(
-    scheduler_settings, make_node, make_job, member, team, monkeypatch, policy
+    scheduler_settings, make_node, make_job, member, team, monkeypatch, policy, default_w
 ):
     # given A100s that registered a 200 W default below their 250 W top (the agent leaves
-    # a GPU told no limit at its own, the default), a policy that plans no limit, and a
+    # a GPU told no limit at its own, the default), or their 250 W top as the default (a
+    # PCIe A100's, below the catalog A100's 400 W), a policy that plans no limit, and a
     # queued job
     node = make_node("node-01", gpus=4)
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
     Gpu.objects.filter(node=node).update(
-        min_power_limit_w=150, default_power_limit_w=200, max_power_limit_w=250
+        min_power_limit_w=150, default_power_limit_w=default_w, max_power_limit_w=250
     )
     scheduler_settings(policy, round_interval_s=1)
     job = _job(make_job, member, team)
@@ -220,10 +224,11 @@ def test_a_plan_without_a_limit_records_the_default_limit_the_gpus_run_at(
     services.run_scheduling_round(now=T0 + timedelta(seconds=30))
 
     # then the plan, which predicted the job's time and energy (and the round's and its
-    # budgets' spend) at its limit, and the allocation say the 200 W the GPUs run at: the
-    # plan said none, predicted at the catalog's unthrottled top, while they ran at 200 W
-    assert plans[0].allocations[str(job.pk)].power_limit_w == 200
-    assert alloc.power_limit_w == 200
+    # budgets' spend) at its limit, and the allocation say the limit the GPUs run at: the
+    # plan said none, predicted at the catalog's unthrottled 400 W, while they ran at
+    # 200 W (or 250 W)
+    assert plans[0].allocations[str(job.pk)].power_limit_w == default_w
+    assert alloc.power_limit_w == default_w
     # and the next round keeps it (no retune)
     assert Job.objects.get(pk=job.pk).current_allocation_id == alloc.pk
 
