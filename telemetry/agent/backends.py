@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,9 +42,13 @@ class GpuInfo:
     max_sm_clock_mhz: int | None
     # Highest first; empty: unknown (the server keeps what it has).
     supported_sm_clocks_mhz: tuple[int, ...] = ()
+    # The limit the GPU enforced when the agent started, before it changed anything: the
+    # site's own cap (``nvidia-smi -pl``), else the board's default. No limit the agent sets
+    # goes above it, and a GPU told none runs at it. None: not read (or outside the range).
+    site_power_limit_w: float | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire = {
             "uuid": self.uuid,
             "index": self.index,
             "model": self.model,
@@ -54,6 +59,19 @@ class GpuInfo:
             "max_sm_clock_mhz": self.max_sm_clock_mhz,
             "supported_sm_clocks_mhz": list(self.supported_sm_clocks_mhz),
         }
+        if self.site_power_limit_w is not None:
+            # (left out where unknown: a server from before it ignores the field anyway,
+            # and one that knows it keeps what it has for a GPU that sends none)
+            wire["site_power_limit_w"] = self.site_power_limit_w
+        return wire
+
+    @property
+    def top_power_limit_w(self) -> float | None:
+        """The highest limit the agent sets on the GPU: its top, or the site's cap below it."""
+        high, cap = self.max_power_limit_w, self.site_power_limit_w
+        if cap is not None and (high is None or cap < high):
+            return cap
+        return high
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +112,10 @@ def capped_settings(
     gpu: GpuInfo, *, sm_clock_mhz: int | None, power_limit_w: float | None
 ) -> tuple[int | None, float | None]:
     """The clock and power limit to apply to ``gpu``: an SM clock no higher than the GPU's
-    ``max_sm_clock_mhz``, a power limit within its range (None stays None: leave it alone).
-    A driver refuses values outside these bounds; holding them here keeps a bad assignment or
-    a hand-edited Slurm comment from failing the whole setting."""
+    ``max_sm_clock_mhz``, a power limit within its range and no higher than the site's cap
+    (``site_power_limit_w``; None stays None: leave it alone). A driver refuses values
+    outside the range; holding them here keeps a bad assignment or a hand-edited Slurm
+    comment from failing the whole setting, and a site's cap from being raised."""
     if sm_clock_mhz is not None and gpu.max_sm_clock_mhz is not None:
         if sm_clock_mhz > gpu.max_sm_clock_mhz:
             log.warning(
@@ -105,7 +124,7 @@ def capped_settings(
             )  # fmt: skip
             sm_clock_mhz = gpu.max_sm_clock_mhz
     if power_limit_w is not None:
-        low, high = gpu.min_power_limit_w, gpu.max_power_limit_w
+        low, high = gpu.min_power_limit_w, gpu.top_power_limit_w
         held = power_limit_w
         if high is not None:
             held = min(held, high)
@@ -155,11 +174,14 @@ class NvmlBackend:
 
     Settings: the agent changes a GPU's power limit and locks its SM clock for a job, and
     puts back what the GPU had before, never the board's boot default (a site's own cap,
-    set with ``nvidia-smi -pl``, stays). A setting an allocation leaves out (None) is the
-    GPU's own: a retune from a locked clock to a power limit alone unlocks the clock. What
-    the agent changed is kept in ``state_file`` until it is put back, so an agent started
-    after one that was killed puts back what the killed one left (a clock lock outlives
-    its process)."""
+    set with ``nvidia-smi -pl``, stays). The limit each GPU enforces at the start, once
+    what a killed agent left is put back and before anything else is changed, is taken as
+    the site's cap (``GpuInfo.site_power_limit_w``, registered with the server, which plans
+    no limit above it): no limit set goes above it. A setting an allocation leaves out
+    (None) is the GPU's own: a retune from a locked clock to a power limit alone unlocks
+    the clock. What the agent changed is kept in ``state_file`` until it is put back, so an
+    agent started after one that was killed puts back what the killed one left (a clock
+    lock outlives its process)."""
 
     def __init__(self, nvml: Any | None = None, *, state_file: Path | None = None) -> None:
         if nvml is None:
@@ -175,6 +197,7 @@ class NvmlBackend:
         try:
             self._find_gpus()
             self._put_back_what_was_left()
+            self._read_site_caps()
         except BaseException:
             self._nvml.nvmlShutdown()
             raise
@@ -213,6 +236,38 @@ class NvmlBackend:
             raise NoUsableGpu(
                 f"every GPU here is in MIG mode ({in_mig}); Wattflow schedules whole GPUs"
             )
+
+    def _read_site_caps(self) -> None:
+        """Take each GPU's enforced limit, read before the agent changes anything (what a
+        killed agent left is put back first), as the site's cap (``site_power_limit_w``).
+        A GPU whose limit a killed agent left changed and that could not be put back has
+        its noted limit taken instead (the one it had before that agent). One NVML cannot
+        read, or outside the GPU's range (a power brake holding the board below its
+        bottom), is not taken: the GPU is registered without a cap, as before."""
+        for index, info in list(self._info.items()):
+            noted = self._changed.get(info.uuid, {}).get("limit_mw")
+            if noted is not None:
+                cap_mw = noted
+            else:
+                cap_mw = self._optional("nvmlDeviceGetEnforcedPowerLimit", self._handles[index])
+            if cap_mw is None:
+                continue
+            cap_w = cap_mw / 1000.0
+            low, high = info.min_power_limit_w, info.max_power_limit_w
+            if (
+                not math.isfinite(cap_w)
+                or (low is not None and cap_w < low)
+                or (high is not None and cap_w > high)
+            ):
+                log.warning(
+                    "GPU %s: its enforced power limit, %.0f W, is outside its range "
+                    "[%s, %s] W; registered without a site cap", info.uuid, cap_w, low, high,
+                )  # fmt: skip
+                continue
+            if high is not None and cap_w < high:
+                log.info("GPU %s: the site's power cap is %g W (no limit set above it)",
+                         info.uuid, cap_w)  # fmt: skip
+            self._info[index] = replace(info, site_power_limit_w=cap_w)
 
     def _optional(self, fn: str, *args: Any) -> Any:
         """Call an NVML query that older GPUs do not support; None when unsupported."""

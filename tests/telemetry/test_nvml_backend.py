@@ -179,6 +179,8 @@ def test_registration_info_is_converted_to_watts_and_mib(fake):
         "max_power_limit_w": 400.0,
         "max_sm_clock_mhz": 1410,
         "supported_sm_clocks_mhz": [1410, 1395, 1380, 420, 405, 210],
+        # the limit it enforced at the start (no site cap: its top)
+        "site_power_limit_w": 400.0,
     }
 
 
@@ -340,6 +342,76 @@ def test_what_is_put_back_is_what_the_gpu_had_not_the_boot_default(fake):
     # then the cap is back (the boot default of 400 W raised it), and the other GPU was not
     # touched: a non-root agent or a board without power management warned at every job
     assert fake.calls == [("set_power_limit", "GPU-aaa", 300_000)]
+
+
+def test_a_sites_cap_is_read_at_the_start_registered_and_never_raised(fake):
+    # given a site that capped GPU 0 at 300 W with nvidia-smi -pl (its default is 400 W)
+    fake.devices[0]["limit_mw"] = 300_000
+    backend = NvmlBackend(nvml=fake)
+
+    # then the agent registers the cap, and GPU 1's enforced limit, its top, as its own
+    capped, free = (g.to_wire() for g in backend.gpus())
+    assert capped["site_power_limit_w"] == 300.0
+    assert capped["default_power_limit_w"] == 400.0  # the board's, registered as before
+    assert free["site_power_limit_w"] == 400.0
+    assert fake.calls == []  # read only: nothing was set to read it
+
+    # when a job asks for 350 W, then for no limit, then for 250 W
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=350.0)
+    # then no limit above the cap is set: 300 W, not the 350 W asked (the board's 400 W
+    # default replaced the cap before, while a job told no limit or its default ran)
+    assert fake.devices[0]["limit_mw"] == 300_000
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=None)
+    assert fake.devices[0]["limit_mw"] == 300_000
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=250.0)
+    assert fake.devices[0]["limit_mw"] == 250_000
+
+    # and at the job's end, and at the agent's exit, the cap is what is put back
+    backend.restore_defaults(0)
+    assert fake.devices[0]["limit_mw"] == 300_000
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=200.0)
+    backend.close()
+    assert fake.devices[0]["limit_mw"] == 300_000
+    assert all(c[2] <= 300_000 for c in fake.calls if c[:2] == ("set_power_limit", "GPU-aaa"))
+
+
+def test_a_cap_is_read_after_what_a_killed_agent_left_is_put_back(fake, tmp_path):
+    # given a site's 300 W cap, and an agent killed while its job ran GPU 1 at 222 W
+    state = tmp_path / "gpu_settings.json"
+    fake.devices[1]["limit_mw"] = 300_000
+    NvmlBackend(nvml=fake, state_file=state).apply_settings(
+        1, sm_clock_mhz=None, power_limit_w=222.0
+    )
+    assert fake.devices[1]["limit_mw"] == 222_000
+    # when the next agent starts, it registers the site's cap, not the job's limit
+    assert NvmlBackend(nvml=fake, state_file=state).gpus()[1].site_power_limit_w == 300.0
+    # and where the driver refuses to put it back, the limit noted as the GPU's own is
+    # the cap (the 222 W left in force is not)
+    NvmlBackend(nvml=fake, state_file=state).apply_settings(
+        1, sm_clock_mhz=None, power_limit_w=222.0
+    )
+    fake.devices[1]["fail"] = {"nvmlDeviceSetPowerManagementLimit": pynvml.NVML_ERROR_NO_PERMISSION}
+    assert NvmlBackend(nvml=fake, state_file=state).gpus()[1].site_power_limit_w == 300.0
+    assert fake.devices[1]["limit_mw"] == 222_000
+
+
+@pytest.mark.parametrize(
+    ("enforced", "fail"),
+    [(400_000, pynvml.NVML_ERROR_NOT_SUPPORTED), (90_000, None), (450_000, None)],
+    ids=["unreadable", "below-its-bottom", "above-its-top"],
+)
+def test_an_enforced_limit_unread_or_outside_the_range_registers_no_cap(fake, enforced, fail):
+    # (the server refuses a cap outside min..max; an agent that sent one could not register)
+    fake.devices[0]["limit_mw"] = enforced
+    if fail is not None:
+        fake.devices[0]["fail"] = {"nvmlDeviceGetEnforcedPowerLimit": fail}
+    info = NvmlBackend(nvml=fake).gpus()[0]
+    assert info.site_power_limit_w is None
+    assert "site_power_limit_w" not in info.to_wire()
+    # and limits are held to the GPU's range, as before
+    backend = NvmlBackend(nvml=fake)
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=380.0)
+    assert ("set_power_limit", "GPU-aaa", 380_000) in fake.calls
 
 
 def test_an_agent_started_after_one_was_killed_puts_back_what_it_left(fake, tmp_path):
