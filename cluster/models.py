@@ -334,6 +334,14 @@ class Gpu(models.Model):
         blank=True,
         help_text="Highest SM clock, as the agent reports it at registration; null when unknown.",
     )
+    site_power_limit_w = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The limit the GPU enforced when its agent started, before it changed "
+        "anything: the site's own cap (nvidia-smi -pl), else its default. Rounds plan no "
+        "limit above it, and a job told none runs at it; null: not reported (an older "
+        "agent), the default and top limits as registered.",
+    )
     power_limit_w = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -394,6 +402,14 @@ class Gpu(models.Model):
                 ),
                 name="gpu_power_limit_in_range",
             ),
+            models.CheckConstraint(
+                condition=Q(site_power_limit_w__isnull=True)
+                | (
+                    Q(site_power_limit_w__gte=F("min_power_limit_w"))
+                    & Q(site_power_limit_w__lte=F("max_power_limit_w"))
+                ),
+                name="gpu_site_power_limit_in_range",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -403,6 +419,15 @@ class Gpu(models.Model):
         # One order on every write path (registration, the API, the admin, seed_demo): a
         # list patched as [1005, 1410, 1200, 1410] was stored so, and read as another GPU's.
         self.supported_sm_clocks_mhz = sm_clocks_in_order(self.supported_sm_clocks_mhz)
+        cap, low, high = self.site_power_limit_w, self.min_power_limit_w, self.max_power_limit_w
+        if cap is not None and None not in (low, high) and not low <= cap <= high:
+            # The site's cap its agent reported lies outside the range the GPU has now (an
+            # admin's edit, a registration from an older agent with another range): not
+            # known until its agent reports one again.
+            self.site_power_limit_w = None
+            update_fields = kwargs.get("update_fields")
+            if update_fields is not None:
+                kwargs["update_fields"] = {*update_fields, "site_power_limit_w"}
         # A GPU saved onto another node than the one it was read on (another node's agent
         # registered it, an admin moved it) is that node's from now: before, the new node's
         # token posted samples stamped while the GPU ran its old node's jobs, and they were

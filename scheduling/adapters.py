@@ -679,20 +679,36 @@ def clock_steps_by_model(gpus: Iterable[Gpu]) -> dict[str, core.ClockSteps]:
     return out
 
 
+def _top_w(gpu: Gpu) -> int:
+    """The highest limit ``gpu``'s agent sets: its top, or the site's cap its agent
+    reported below it (``Gpu.site_power_limit_w``; the agent sets none above it)."""
+    cap = gpu.site_power_limit_w
+    return gpu.max_power_limit_w if cap is None else min(cap, gpu.max_power_limit_w)
+
+
+def _own_w(gpu: Gpu) -> int:
+    """The limit ``gpu`` runs at when told none: the site's cap its agent reported (the
+    limit it enforced before the agent changed anything, which the agent leaves or puts
+    back), else its registered default."""
+    cap = gpu.site_power_limit_w
+    return gpu.default_power_limit_w if cap is None else min(cap, gpu.max_power_limit_w)
+
+
 def power_limits(gpus: Iterable[Gpu]) -> core.PowerLimits | None:
     """The power limits ``gpus`` run at when told one (``core.PowerLimits``): within the
-    highest bottom limit and the lowest top limit they registered; None where no limit is
-    within every GPU's range (a limit is then taken as each GPU allows)."""
+    highest bottom limit and the lowest top limit they registered, a site's cap their
+    agents reported counting as their top (``_top_w``); None where no limit is within
+    every GPU's range (a limit is then taken as each GPU allows)."""
     gpus = list(gpus)
     if not gpus:
         return None
     low = max(g.min_power_limit_w for g in gpus)
-    high = min(g.max_power_limit_w for g in gpus)
+    high = min(_top_w(g) for g in gpus)
     if not low <= high:
         return None
-    # The default they run at when told no limit, where every GPU registered the same
-    # one (each runs at its own otherwise, and none is given).
-    defaults = {g.default_power_limit_w for g in gpus}
+    # The limit they run at when told none, where every GPU has the same one (each runs
+    # at its own otherwise, and none is given): the site's cap, else the default.
+    defaults = {_own_w(g) for g in gpus}
     default = float(defaults.pop()) if len(defaults) == 1 else None
     return core.PowerLimits(low_w=low, high_w=high, default_w=default)
 

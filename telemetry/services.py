@@ -311,6 +311,10 @@ def _store_gpus(
                 values["max_sm_clock_mhz"] = g["max_sm_clock_mhz"]
             if g.get("supported_sm_clocks_mhz"):
                 values["supported_sm_clocks_mhz"] = g["supported_sm_clocks_mhz"]
+            if g.get("site_power_limit_w") is not None:
+                # (a cap kept from before that the range reported now leaves out is
+                # dropped by ``Gpu.save``)
+                values["site_power_limit_w"] = whole_watts(g["site_power_limit_w"])
             limit = current_limits.get(g["uuid"])
             if limit is not None and not (
                 values["min_power_limit_w"] <= limit <= values["max_power_limit_w"]

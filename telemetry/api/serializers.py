@@ -113,6 +113,16 @@ class GpuRegistrationSerializer(serializers.Serializer):
         most_w=MAX_POWER_LIMIT_W,
         error_messages={"below_stored": REPORTED_TOP_POWER_LIMIT_MESSAGE},
     )
+    site_power_limit_w = StoredWattsField(
+        least_w=1,
+        most_w=MAX_POWER_LIMIT_W,
+        required=False,
+        allow_null=True,
+        help_text="The limit the GPU enforced when the agent started, before it changed "
+        "anything: the site's own cap (nvidia-smi -pl), else its default; within min..max. "
+        "Rounds plan no limit above it, and a job told none runs at it. Null or absent "
+        "(an older agent): unknown; a registered value is kept.",
+    )
     max_sm_clock_mhz = serializers.IntegerField(
         min_value=1,
         max_value=MAX_SM_CLOCK_MHZ,
@@ -142,6 +152,11 @@ class GpuRegistrationSerializer(serializers.Serializer):
         if not low <= default <= top:
             raise serializers.ValidationError(
                 {"default_power_limit_w": "Power limits must satisfy min <= default <= max."}
+            )
+        site = attrs.get("site_power_limit_w")
+        if site is not None and not low <= whole_watts(site) <= top:
+            raise serializers.ValidationError(
+                {"site_power_limit_w": "Must be within min..max power limit (as stored)."}
             )
         clocks = attrs.get("supported_sm_clocks_mhz")
         if clocks:

@@ -245,3 +245,73 @@ def test_the_default_limit_of_a_gpu_model_is_the_one_all_its_gpus_registered(def
     ]
     (limits,) = adapters.power_limits_by_model(gpus).values()
     assert (limits.low_w, limits.high_w, limits.default_w) == (150, 250, default_w)
+
+
+# A site's own cap (``nvidia-smi -pl``), which the agent reads at its start and registers
+# (``Gpu.site_power_limit_w``), is the GPUs' top for planning and prediction, and the limit
+# they run at when told none. Before, the server did not know it: a job told the registered
+# default (or a limit above the cap) had the cap replaced while it ran, and was predicted
+# at a limit the site did not allow.
+
+
+@pytest.mark.parametrize(
+    ("caps", "expected"),
+    [
+        ([300, 300], (100, 300, 300.0)),  # a cap below the 400 W default and top
+        ([400, 400], (100, 400, 400.0)),  # no cap: the enforced limit is the top
+        ([None, None], (100, 400, 350.0)),  # older agents: as registered
+        ([300, None], (100, 300, None)),  # one capped: each runs at its own when told none
+    ],
+    ids=["capped", "at-top", "not-reported", "one-capped"],
+)
+def test_a_sites_cap_is_the_gpus_top_and_the_limit_they_run_at_unset(caps, expected):
+    gpus = [
+        Gpu(
+            model="A100",
+            min_power_limit_w=100,
+            default_power_limit_w=350,
+            max_power_limit_w=400,
+            site_power_limit_w=cap,
+        )  # fmt: skip
+        for cap in caps
+    ]
+    (limits,) = adapters.power_limits_by_model(gpus).values()
+    assert (limits.low_w, limits.high_w, limits.default_w) == expected
+    # and no limit above the cap is recorded
+    taken = adapters.settings_the_gpus_take(gpus, sm_clock_mhz=None, power_limit_w=390)[1]
+    assert taken == min(390, expected[1])
+
+
+@pytest.mark.parametrize("policy", ["fifo", "zeus", "powerflow"])
+def test_a_round_plans_and_predicts_under_a_sites_cap(
+    scheduler_settings, make_node, make_job, member, team, monkeypatch, policy
+):
+    # given A100s (100-400 W, 400 W default) a site capped at 250 W, as their agent
+    # registered, and a queued job
+    node = make_node("node-01", gpus=4)
+    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=T0)
+    Gpu.objects.filter(node=node).update(site_power_limit_w=250)
+    scheduler_settings(policy, round_interval_s=1)
+    job = _job(make_job, member, team)
+    plans = []
+    plan_round = services.plan_round
+
+    def planned(snapshot, **kwargs):
+        plans.append(plan_round(snapshot, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(services, "plan_round", planned)
+
+    # when a round starts it
+    services.run_scheduling_round(now=T0)
+
+    # then the job is planned, recorded and predicted at no more than the cap: fifo and
+    # powerflow (no limit of their own) at the 250 W the GPUs run at, not unthrottled at
+    # 400 W; zeus within 100-250 W (it planned up to 400 W, which the agent now refuses)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    limit = plans[0].allocations[str(job.pk)].power_limit_w
+    assert limit == job.current_allocation.power_limit_w
+    assert limit is not None and 100 <= limit <= 250
+    if policy != "zeus":
+        assert limit == 250

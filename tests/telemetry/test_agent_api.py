@@ -774,3 +774,68 @@ def test_power_limits_out_of_order_once_stored_are_refused(make_node, agent_clie
     assert response.status_code == 400
     assert "min <= default <= max" in response.json()["gpus"][0]["default_power_limit_w"][0]
     assert not Gpu.objects.filter(node=node).exists()
+
+
+# A site's own cap (``nvidia-smi -pl``): the agent reads the limit each GPU enforces at its
+# start, before it changes anything, and registers it (``site_power_limit_w``); rounds plan
+# no limit above it. An older agent sends none.
+
+
+def test_a_sites_power_cap_is_registered_and_kept_when_an_older_agent_sends_none(
+    make_node, agent_client
+):
+    node = make_node("node-09", gpus=0)
+    client = agent_client(node.issue_agent_token())
+    capped = {"gpus": [registered_gpu("GPU-x0", 0, site_power_limit_w=300.4)]}
+    assert client.post("/api/agent/register/", capped, format="json").status_code == 200
+    assert Gpu.objects.get(uuid="GPU-x0").site_power_limit_w == 300  # as stored, whole watts
+    # an older agent (no field) or one that could not read it (null) registers as before,
+    # and the cap stays what the newer agent read
+    for gpu in (registered_gpu("GPU-x0", 0), registered_gpu("GPU-x0", 0, site_power_limit_w=None)):
+        response = client.post("/api/agent/register/", {"gpus": [gpu]}, format="json")
+        assert response.status_code == 200, response.json()
+        assert Gpu.objects.get(uuid="GPU-x0").site_power_limit_w == 300
+    # and a cap the range reported now leaves out is dropped (not known until reported)
+    narrower = registered_gpu(
+        "GPU-x0", 0, min_power_limit_w=150.0, default_power_limit_w=250.0, max_power_limit_w=250.0
+    )
+    response = client.post("/api/agent/register/", {"gpus": [narrower]}, format="json")
+    assert response.status_code == 200, response.json()
+    assert Gpu.objects.get(uuid="GPU-x0").site_power_limit_w is None
+
+
+def test_an_old_agents_registration_leaves_no_cap(make_node, agent_client):
+    node = make_node("node-09", gpus=0)
+    body = {"gpus": [registered_gpu("GPU-x0", 0)]}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", body, format="json"
+    )
+    assert response.status_code == 200
+    assert Gpu.objects.get(uuid="GPU-x0").site_power_limit_w is None
+
+
+@pytest.mark.parametrize(
+    "cap",
+    [99.4, 400.6, "NaN", "Infinity", 0, -5, True, "300 W"],
+    ids=["below-min", "above-max", "nan", "inf", "zero", "negative", "bool", "text"],
+)
+def test_a_site_power_cap_outside_the_range_or_not_finite_is_a_400(make_node, agent_client, cap):
+    node = make_node("node-09", gpus=0)
+    body = {"gpus": [registered_gpu("GPU-x0", 0, site_power_limit_w=cap)]}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", body, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert "site_power_limit_w" in response.json()["gpus"][0]
+    assert not Gpu.objects.filter(node=node).exists()
+
+
+@pytest.mark.parametrize("cap", [99.5, 100.0, 400.0, 400.4])
+def test_a_site_power_cap_within_the_range_as_stored_registers(make_node, agent_client, cap):
+    node = make_node("node-09", gpus=0)
+    body = {"gpus": [registered_gpu("GPU-x0", 0, site_power_limit_w=cap)]}
+    response = agent_client(node.issue_agent_token()).post(
+        "/api/agent/register/", body, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    assert 100 <= Gpu.objects.get(uuid="GPU-x0").site_power_limit_w <= 400
