@@ -87,6 +87,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduling.core.perf_models import unset_tops
 from scheduling.core.types import GpuConfig, Grant, PerfModel, PolicyDecision
 
 LIMIT_STEP_W = 25.0  # Zeus' sweeps step the limit by 25 W
@@ -132,7 +133,7 @@ BATCH_PROBE_WAIT_S = 120.0
 def fitted_energy_j(model: PerfModel, cfg: GpuConfig, limit_w: float) -> float:
     """Energy per iteration on the model's fitted curve alone (an online model's equations
     without its per-configuration corrections; any other model as it predicts)."""
-    at = replace(cfg, power_limit_w=limit_w, sm_clock_mhz=None)
+    at = replace(cfg, power_limit_w=limit_w)
     fitted = getattr(model, "fitted_energy_per_iter_j", None)
     return fitted(at) if fitted is not None else model.energy_per_iter_j(at)
 
@@ -176,7 +177,7 @@ def estimate(model: PerfModel, cfg: GpuConfig, tried: Collection[float]) -> Esti
         return None
     stats = {}
     for w in tried:
-        m = measured_at(replace(cfg, power_limit_w=w, sm_clock_mhz=None))
+        m = measured_at(replace(cfg, power_limit_w=w))
         if m is not None:
             stats[w] = m
     if not stats:
@@ -269,7 +270,7 @@ def limit_grid(low_w: float, high_w: float, step_w: float = LIMIT_STEP_W) -> tup
 
 
 def predicted_energy_j(model: PerfModel, cfg: GpuConfig, limit_w: float) -> float:
-    return model.energy_per_iter_j(replace(cfg, power_limit_w=limit_w, sm_clock_mhz=None))
+    return model.energy_per_iter_j(replace(cfg, power_limit_w=limit_w))
 
 
 def best_limit(model: PerfModel, cfg: GpuConfig, limits: Sequence[float]) -> float:
@@ -348,14 +349,12 @@ def next_step(
     if measured is None and estimate is not None:
         measured = estimate.known_j
     known = [w for w in grid if w in tried] or [grid[-1]]
-    fastest_known_s = min(
-        model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None)) for w in known
-    )
+    fastest_known_s = min(model.iter_time_s(replace(cfg, power_limit_w=w)) for w in known)
     room_s = _room_s(budget_frac * predicted_jct_s, spent_s)
     probes = probes or {}
 
     def cost(w: float) -> float:
-        at_s = model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None))
+        at_s = model.iter_time_s(replace(cfg, power_limit_w=w))
         return step_s * max(1.0 - fastest_known_s / at_s, 0.0) if at_s > 0 else 0.0
 
     step = _search(model, cfg, grid, tried, best, measured, cost, room_s, fill_budget, fill_margin)
@@ -369,7 +368,7 @@ def next_step(
         # limit again first (no time lost against the bound).
         fastest = min(
             estimate.counts,
-            key=lambda w: (model.iter_time_s(replace(cfg, power_limit_w=w, sm_clock_mhz=None)), -w),
+            key=lambda w: (model.iter_time_s(replace(cfg, power_limit_w=w)), -w),
         )
         if probes.get(fastest, 1) <= NOISE_DOF and cost(fastest) <= room_s:
             return Step(fastest, best, cost(fastest), "a repeat to estimate the measurement noise")
@@ -574,6 +573,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     limits = limit_grid(*lo_hi)
     n, batch = rec["n_gpus"], g.global_batch
     now = ctx.now_s
+    clock = _clock(ctx, jv)
     tried = [dict(t) for t in rec["tried"]]
     rec["tried"] = tried
     # Close the probe that ran since the last round, if the job ran it.
@@ -598,7 +598,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             )
             cost = seconds * max(1.0 - t_ref / t_probe, 0.0) if t_probe > 0 else 0.0
             energy = predicted_energy_j(
-                model, _cfg(probe["n_gpus"], batch, shape), probe["limit_w"]
+                model, _cfg(probe["n_gpus"], batch, shape, clock), probe["limit_w"]
             )
             tried.append({**probe, "seconds": seconds, "cost_s": cost, "energy_j": energy})
             rec["spent_s"] += cost
@@ -606,7 +606,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
         rec["n_gpus"] = n = g.n_gpus  # nothing measured yet: explore where the policy puts it
     if g.n_gpus != n and rec["other_gpus"] is None:
         # The policy resized the job: explore no further (its limits were at ``n``).
-        return _finish(rec, model, limits, batch, "the policy resized the job"), g
+        return _finish(rec, model, limits, batch, "the policy resized the job", clock), g
     # The bound: budget_frac x (time explored so far + what remains at the default limit).
     jct = (now - rec["started_s"]) + _remaining_s(ctx, jv, n, batch, limits[-1])
     rec["budget_s"] = rec["budget_frac"] * jct
@@ -614,7 +614,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
     if not at_n and not any(t["n_gpus"] != n for t in tried):
         return _probe(rec, g, n, limits[-1], now), _retune(g, n, limits[-1], pin)
     if rec["other_gpus"] is None:
-        measured, est = _measured(model, rec, batch)
+        measured, est = _measured(model, rec, batch, clock)
         probes: dict[float, int] = {}
         for t in at_n:
             probes[t["limit_w"]] = probes.get(t["limit_w"], 0) + 1
@@ -623,7 +623,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
         search = functools.partial(
             next_step,
             model,
-            _cfg(n, batch, shape),
+            _cfg(n, batch, shape, clock),
             limits,
             set(measured),
             step_s=ctx.round_length_s,
@@ -646,7 +646,7 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
             return _probe(rec, g, n, step.limit_w, now), _retune(g, n, step.limit_w, pin)
         rec["reason"] = step.reason
         other = _other_count(job, n)
-        chosen = chosen_limit(model, _cfg(n, batch, shape), limits, set(measured), measured)
+        chosen = chosen_limit(model, _cfg(n, batch, shape, clock), limits, set(measured), measured)
         if other is not None and g.n_gpus == n and not g.gpu_ids:
             t_ref = _remaining_s(ctx, jv, n, batch, chosen)
             t_other = _remaining_s(ctx, jv, other, batch, chosen)
@@ -655,8 +655,8 @@ def _advance(ctx: Any, jv: Any, g: Grant, rec: dict) -> tuple[dict, Grant]:
                 rec["other_gpus"] = other
                 return _probe(rec, g, other, chosen, now), _retune(g, other, chosen, pin)
             rec["reason"] += "; another GPU count would exceed the exploration budget"
-        return _finish(rec, model, limits, batch, rec["reason"]), g
-    return _finish(rec, model, limits, batch, rec["reason"] or "explored"), g
+        return _finish(rec, model, limits, batch, rec["reason"], clock), g
+    return _finish(rec, model, limits, batch, rec["reason"] or "explored", clock), g
 
 
 def _lost_round_s(round_s: float, t_ref: float, t_other: float) -> float:
@@ -758,7 +758,8 @@ def _close_batch_probe(ctx: Any, jv: Any, g: Grant, rec: dict, probe: dict, shap
         and abs(a.power_limit_w - w) < 0.5
         and seconds > 0
     )
-    at = replace(_cfg(n, b2, shape), power_limit_w=w)
+    clock = _clock(ctx, jv)
+    at = replace(_cfg(n, b2, shape, clock), power_limit_w=w)
     measured_at = getattr(model, "measured", None)
     # Progress: the job's count moved, or its reports there reached its model (live, the
     # count the snapshot carries may lag the reports the model is fitted from).
@@ -777,7 +778,7 @@ def _close_batch_probe(ctx: Any, jv: Any, g: Grant, rec: dict, probe: dict, shap
         t_ref = _remaining_s(ctx, jv, n, b0, w)
         t_probe = _remaining_s(ctx, jv, n, b2, w)
         cost = seconds * max(1.0 - t_ref / t_probe, 0.0) if t_probe > 0 else 0.0
-        energy = predicted_energy_j(model, _cfg(n, b2, shape), w)
+        energy = predicted_energy_j(model, _cfg(n, b2, shape, clock), w)
         entry.update(seconds=seconds, cost_s=cost, energy_j=energy, runnable=True)
     else:
         entry.update(seconds=seconds, cost_s=seconds, runnable=False,
@@ -811,34 +812,35 @@ def _runnable(g: Grant, rec: dict | None, job: Any) -> Grant:
 
 
 def _measured(
-    model: PerfModel, rec: dict, batch: int
+    model: PerfModel, rec: dict, batch: int, clock: int | None = None
 ) -> tuple[dict[float, float], Estimate | None]:
     """(tried limit -> its known energy per iteration (``KNOWN_ENERGY``), the noise-aware
-    estimate behind it, None where the energies are not noise-aware)."""
+    estimate behind it, None where the energies are not noise-aware), at ``clock``
+    (``_clock``)."""
     n = rec["n_gpus"]
     at_n = [t for t in rec["tried"] if t["n_gpus"] == n]
+    cfg = _cfg(n, batch, rec.get("layout"), clock)
     if KNOWN_ENERGY == "fitted":
-        return {
-            t["limit_w"]: fitted_energy_j(model, _cfg(n, batch, rec.get("layout")), t["limit_w"])
-            for t in at_n
-        }, None
+        return {t["limit_w"]: fitted_energy_j(model, cfg, t["limit_w"]) for t in at_n}, None
     last = {t["limit_w"]: t["energy_j"] for t in at_n}
     if KNOWN_ENERGY == "noise-aware":
-        est = estimate(model, _cfg(n, batch, rec.get("layout")), set(last))
+        est = estimate(model, cfg, set(last))
         if est is not None:  # a probe the job was not measured in keeps its prediction
             return {**last, **est.known_j}, est
     return last, None
 
 
-def _finish(rec: dict, model: PerfModel, limits, batch: int, reason: str) -> dict:
-    measured, _ = _measured(model, rec, batch)
+def _finish(
+    rec: dict, model: PerfModel, limits, batch: int, reason: str, clock: int | None = None
+) -> dict:
+    measured, _ = _measured(model, rec, batch, clock)
     rec.update(
         status=DONE,
         probe=None,
         reason=reason,
         result_w=chosen_limit(
             model,
-            _cfg(rec["n_gpus"], batch, rec.get("layout")),
+            _cfg(rec["n_gpus"], batch, rec.get("layout"), clock),
             limits,
             set(measured),
             measured or None,
@@ -869,14 +871,29 @@ def _retune(g: Grant, n: int, limit_w: float, batch: int | None = None) -> Grant
     )
 
 
-def _cfg(n: int, batch: int, layout: list[int] | None = None) -> GpuConfig:
+def _cfg(
+    n: int, batch: int, layout: list[int] | None = None, clock: int | None = None
+) -> GpuConfig:
     """``n`` GPUs at ``batch``, laid out as the job last ran (``layout``, GPUs per node)
-    when that was ``n`` GPUs; otherwise packed, as the model assumes."""
+    when that was ``n`` GPUs; otherwise packed, as the model assumes; at ``clock``, the
+    clock its limits are explored at (``_clock``)."""
     if layout and sum(layout) == n:
-        return GpuConfig(n_gpus=n, global_batch=batch, gpus_per_node=tuple(layout))
-    return GpuConfig(n_gpus=n, global_batch=batch)
+        return GpuConfig(
+            n_gpus=n, global_batch=batch, sm_clock_mhz=clock, gpus_per_node=tuple(layout)
+        )
+    return GpuConfig(n_gpus=n, global_batch=batch, sm_clock_mhz=clock)
+
+
+def _clock(ctx: Any, jv: Any) -> int | None:
+    """The clock a job's limits are explored at: none (its probes set no clock), which
+    its GPUs run at their own top; recorded as that top where it is below the top clock
+    the job's model predicts no clock at (``ClockSteps.unset_for``, as ``round.place``
+    records a grant without a clock), so that its probes are measured, looked up and
+    predicted at the clock they run at."""
+    steps = getattr(ctx.snapshot, "clock_steps", {}).get(jv.gpu_model)
+    return steps.unset_for(unset_tops(jv.perf)[0]) if steps is not None else None
 
 
 def _remaining_s(ctx: Any, jv: Any, n: int, batch: int, limit_w: float) -> float:
-    s = ctx.remaining_and_power(jv, n, batch, None, limit_w)[0]
+    s = ctx.remaining_and_power(jv, n, batch, _clock(ctx, jv), limit_w)[0]
     return s if math.isfinite(s) else 0.0

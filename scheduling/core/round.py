@@ -442,9 +442,17 @@ def place(
     # Pinned jobs keep exactly what they run (see ``admit``).
     allocations: dict[str, Allocation] = {jv.job.job_id: jv.job.allocation for jv in ctx.pinned}
     taken = ctx.snapshot.power_limits
+    steps = ctx.snapshot.clock_steps
     for g in decision.grants:
         ids = g.gpu_ids or result.gpu_ids.get(g.job_id)
         if ids is not None:
+            model_top_mhz, model_top_w = unset_tops(views[g.job_id].perf)
+            clock = g.sm_clock_mhz
+            if clock is None and g.gpu_model in steps:
+                # No clock: the GPUs run up to their own top, recorded (and applied) as the
+                # clock where it is below the top the job's model predicts no clock at, so
+                # that the job is predicted at it (``ClockSteps.unset_for``).
+                clock = steps[g.gpu_model].unset_for(model_top_mhz)
             limit = g.power_limit_w
             if limit is not None and g.gpu_model in taken:
                 # A limit the policy did not take from its model's range (``fifo``'s own
@@ -456,12 +464,11 @@ def place(
                 # limit so that the job is predicted at it, not unthrottled at the top
                 # (``PowerLimits.unset_for``; None where the default is both their top
                 # and the top the job's model predicts no limit at).
-                _, model_top_w = unset_tops(views[g.job_id].perf)
                 limit = taken[g.gpu_model].unset_for(model_top_w)
             allocations[g.job_id] = Allocation(
                 gpu_ids=ids,
                 global_batch=g.global_batch,
-                sm_clock_mhz=g.sm_clock_mhz,
+                sm_clock_mhz=clock,
                 power_limit_w=limit,
             )
     unplaced = {

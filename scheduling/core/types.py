@@ -319,6 +319,18 @@ class ClockSteps:
         each: what a round may plan, so that what it predicts at a clock is what runs."""
         return tuple(sorted({self.take(c) for c in clocks_mhz}))
 
+    def unset_for(self, model_top_mhz: int | None) -> int | None:
+        """The clock to plan and record for a plan that sets none, on a perf model that
+        predicts no clock at ``model_top_mhz`` (its GPU model's top clock,
+        ``perf_models.unset_tops``; None: not known): the GPUs' own top, as they take it
+        (the highest step at or below ``top_mhz``), where it is below the model's, so that
+        the job is predicted at the clock it runs at (told none, the agent unlocks the
+        clock and a GPU runs up to its top); None where it is not: the plan's None as it
+        is. A plan with a clock of its own is taken by ``take``, as before."""
+        if self.top_mhz is None or model_top_mhz is None or self.top_mhz >= model_top_mhz:
+            return None
+        return self.take(self.top_mhz)
+
 
 @dataclass(frozen=True, slots=True)
 class PowerLimits:

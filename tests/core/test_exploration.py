@@ -132,11 +132,13 @@ def _rounds(
     noise: float = 0.0,
     seed: int = 0,
     cluster=None,
+    clock_steps=None,
+    models: list | None = None,
 ):
     """Plan ``n_rounds`` rounds of one job on an A100 node; after each, the job is observed
     in the configuration it ran (the truth: resnet50's catalog model, its time and draw
     each times seeded log-normal ``noise``) and its online model refitted from a bert
-    prior. Returns the plans."""
+    prior. Returns the plans; ``models`` gets each round's model of the job."""
     rng = random.Random(seed)
     cluster = cluster or make_cluster(nodes_per_switch=1)
     node_of = {gpu.gpu_id: gpu.node for gpu in cluster.gpus}
@@ -146,19 +148,25 @@ def _rounds(
     for k in range(n_rounds):
         now = k * ROUND_S
         model = fit_online(PRIOR, seen)
+        if models is not None:
+            models.append(model)
         snap = snapshot(cluster, [j], catalog=CATALOG, round_length_s=ROUND_S,
                         job_perf={(j.job_id, "A100"): model}, exploration=records,
-                        exploration_budget_frac=frac)  # fmt: skip
+                        exploration_budget_frac=frac,
+                        **({"clock_steps": clock_steps} if clock_steps else {}))  # fmt: skip
         plan = plan_round(snap, policy=policy, now=now)
         plans.append(plan)
         records = dict(plan.exploration)
         a = plan.allocations[j.job_id]
         n_nodes = len({node_of[g] for g in a.gpu_ids})
-        cfg = config_of(a.n_gpus, n_nodes, a.global_batch / a.n_gpus, None, a.power_limit_w)
+        cfg = config_of(
+            a.n_gpus, n_nodes, a.global_batch / a.n_gpus, a.sm_clock_mhz, a.power_limit_w
+        )
         t = MODEL.iter_time_s(cfg)
         t_seen = t * math.exp(rng.gauss(0.0, noise)) if noise else t
         p_seen = MODEL.power_w(cfg) * (math.exp(rng.gauss(0.0, noise)) if noise else 1.0)
         seen.append(Observation(a.n_gpus, n_nodes, a.global_batch / a.n_gpus, t_seen, p_seen,
+                                sm_clock_mhz=a.sm_clock_mhz,
                                 power_limit_w=a.power_limit_w))  # fmt: skip
         j = replace(j, allocation=a, started_s=j.started_s if j.started_s is not None else now,
                     done_iters=j.done_iters + ROUND_S / t)  # fmt: skip
@@ -193,6 +201,34 @@ def test_a_new_job_explores_limits_then_settles_within_its_budget():
     after = {p.allocations["j1"].power_limit_w for p in plans[settled + 1 :]}
     assert len(after) == 1
     assert all(p.exploration["j1"] == rec for p in plans[settled + 1 :])
+
+
+def test_on_gpus_topping_out_below_the_models_clock_limits_are_explored_at_their_top():
+    # given A100s whose top clock is 1200 MHz (the catalog A100's: 1410 MHz): a probe sets
+    # no clock, so it runs at 1200 MHz and is recorded there (``round.place``)
+    from scheduling.core.types import ClockSteps
+
+    steps = {"A100": ClockSteps(steps=(810, 1200), top_mhz=1200)}
+    j = job("j1", workload="resnet50", iters=200_000.0, gpu_model="A100")
+    models: list = []
+    plans = _rounds(j, n_rounds=10, noise=0.02, clock_steps=steps, models=models)
+    assert {p.allocations["j1"].sm_clock_mhz for p in plans} == {1200}
+    rec = plans[-1].exploration["j1"]
+    assert len(rec["tried"]) >= 6 and rec["spent_s"] <= rec["budget_s"]
+    # then each probe's energy is predicted at the clock it ran at, by the model of the
+    # round that closed it (it was predicted at 1410 MHz, which the GPUs never run)
+    for t in rec["tried"]:
+        closed = int(t["since_s"] // ROUND_S) + 1
+        at = GpuConfig(n_gpus=1, global_batch=64, sm_clock_mhz=1200)
+        assert t["energy_j"] == pytest.approx(predicted_energy_j(models[closed], at, t["limit_w"]))
+        at_top = GpuConfig(n_gpus=1, global_batch=64)
+        assert t["energy_j"] != pytest.approx(
+            predicted_energy_j(models[closed], at_top, t["limit_w"])
+        )
+    # and the measurements at 1200 MHz are the ones its choice reads (noise-aware)
+    last = models[-1]
+    at = GpuConfig(n_gpus=1, global_batch=64, sm_clock_mhz=1200)
+    assert estimate(last, at, {t["limit_w"] for t in rec["tried"]}) is not None
 
 
 def test_a_tight_budget_stops_exploration_early_and_says_why():
