@@ -5,8 +5,9 @@ A backend reports what is on the node (``gpus``), reads every GPU once (``read``
 restores per-GPU settings (``apply_settings`` / ``restore_defaults``). Settings are first held to
 what the GPU registered (:func:`capped_settings`): an SM clock above ``max_sm_clock_mhz`` is
 lowered to it, a power limit outside ``[min_power_limit_w, max_power_limit_w]`` is moved to the
-nearest bound. The agent loop drives backends through this interface only; which job runner
-goes with which backend is chosen once, in ``runners.py``.
+nearest bound, and one above the site's cap (``site_power_limit_w``) to the cap. The agent
+loop drives backends through this interface only; which job runner goes with which backend is
+chosen once, in ``runners.py``.
 
 NVML units are converted here, once: NVML speaks milliwatts and millijoules, the wire format
 speaks watts and joules.
