@@ -471,11 +471,12 @@ class GpuAdmin(EditedUnderLock, RefusesStaleEdits, _AuditedEdits, _AuditedDelete
     list_filter = ["model", "node__switch_label", ("retired_at", admin.EmptyFieldListFilter)]
     search_fields = ["uuid", "node__name"]
     list_select_related = ["node"]
-    # Written by the agent (its registration: maximum clock; its newest sample), and the
-    # samples themselves.
+    # Written by the agent (its registration: maximum clock, the site's power cap it read;
+    # its newest sample), and the samples themselves. (A cap typed here would not be the
+    # one the agent holds its limits to: rounds would plan above or below what it sets.)
     readonly_fields = [
-        "max_sm_clock_mhz", "reported_at", "retired_at", "node_since", "missing_since",
-        "latest_samples",
+        "max_sm_clock_mhz", "site_power_limit_w", "reported_at", "retired_at", "node_since",
+        "missing_since", "latest_samples",
     ]  # fmt: skip
 
     def get_readonly_fields(self, request, obj=None):

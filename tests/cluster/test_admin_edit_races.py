@@ -146,3 +146,28 @@ def test_a_node_page_changing_two_gpus_beside_a_gpu_edit_does_not_deadlock(
     assert outcome["edit"] == "saved", outcome["edit"]
     assert getattr(outcome["page"], "status_code", outcome["page"]) == 302
     assert set(node.gpus.values_list("power_limit_w", flat=True)) == {300}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_gpu_page_shows_the_sites_power_cap_read_only_and_its_save_keeps_it(
+    admin_user, make_node
+):
+    # given a GPU whose agent registered a site's 300 W cap (nvidia-smi -pl): the agent
+    # holds its limits to the cap it read, so one typed on the page would be planned on
+    # while the agent set another
+    gpu = make_node(gpus=1).gpus.get()
+    Gpu.objects.filter(pk=gpu.pk).update(site_power_limit_w=300)
+    gpu.refresh_from_db()
+    data = _page(admin_user, gpu, power_limit_w="250")
+    assert "site_power_limit_w" not in data  # not a field of the form
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get(reverse("admin:cluster_gpu_change", args=[gpu.pk])).content.decode()
+    assert "300" in page
+
+    # when an admin saves the page with a change of another field
+    response = client.post(reverse("admin:cluster_gpu_change", args=[gpu.pk]), data)
+
+    # then the cap is the agent's still
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert Gpu.objects.get(pk=gpu.pk).site_power_limit_w == 300
