@@ -942,6 +942,47 @@ class _JobEvents:
             self.allocations.clear()
 
 
+def completion_at_exit_zero(
+    job: Job, *, counted: bool, log_tail: str
+) -> tuple[dict[str, float], str]:
+    """What a job that exited with status 0 completes with: the fields to store beside the
+    state (``completed_iterations``) and its log tail. ``job`` holds the count it reported
+    (``counted``: its own last report, applied); the agent's exit and the Slurm executor's
+    ``COMPLETED`` both end here, so a job reads the same whichever ran it."""
+    # A job that completed at its last iteration did all its work: its count, recounted
+    # from another batch's units, can come back a millionth short (8,313,020.999999 of
+    # 8,313,021).
+    short = job.total_iterations - job.completed_iterations
+    if 0.0 < short <= _ROUND_TRIP_SLACK:
+        return {"completed_iterations": float(job.total_iterations)}, log_tail
+    if counted and short > _ROUND_TRIP_SLACK:
+        # Status 0 is the job's word that it is done: a script may end early on its own
+        # (early stopping at a target accuracy), so it completes. But a count short of its
+        # total is said where the user reads the job (a live probe: an exit at 11% of the
+        # work read as a plain success); a job that writes no progress file exits with no
+        # count and cannot say how far it got.
+        note = (
+            f"Exited with status 0 having reported {job.completed_iterations:.15g} of its "
+            f"{job.total_iterations} iterations: ended early on its own."
+        )
+        log_tail = (f"{log_tail.rstrip()}\n{note}" if log_tail.strip() else note)[-_LOG_TAIL_CHARS:]
+        log.info("job %s: %s", job.pk, note)
+    return {}, log_tail
+
+
+def count_at_submitted_batch(
+    job: Job, alloc: JobAllocation | None, iterations: float
+) -> float | None:
+    """A count ``job`` reported while running under ``alloc`` (at its batch, in the units it
+    was told), in the job's own units; None for one no report can count (``most_iterations``)."""
+    batch = alloc.batch_size if alloc is not None else job.global_batch_size
+    if not 0.0 <= iterations <= most_iterations(job, batch):
+        return None
+    f = allocation_factor(job, alloc)
+    done = iterations if f == 1.0 else round(iterations / f, _ITERATION_DECIMALS)
+    return min(done, float(job.total_iterations))
+
+
 def _apply_exit(event: JobEvent, *, counted: bool) -> None:
     """An exit's part of ``_JobEvents.apply``, its count already applied (``counted``:
     taken as the job's progress)."""
@@ -960,26 +1001,10 @@ def _apply_exit(event: JobEvent, *, counted: bool) -> None:
         log.info("job %s: exit of allocation %s is stale, ignored", job.pk, event.allocation_id)
         return
     target = JobState.COMPLETED if event.reason == ExitReason.COMPLETED else JobState.FAILED
-    # A job that completed at its last iteration did all its work: its count, recounted
-    # from another batch's units, can come back a millionth short (8,313,020.999999 of
-    # 8,313,021).
-    done = {}
+    done: dict[str, float] = {}
     log_tail = event.log_tail
-    short = job.total_iterations - job.completed_iterations
-    if target == JobState.COMPLETED and 0.0 < short <= _ROUND_TRIP_SLACK:
-        done["completed_iterations"] = float(job.total_iterations)
-    elif target == JobState.COMPLETED and counted and short > _ROUND_TRIP_SLACK:
-        # Status 0 is the job's word that it is done: a script may end early on its own
-        # (early stopping at a target accuracy), so it completes. But a count short of its
-        # total is said where the user reads the job (a live probe: an exit at 11% of the
-        # work read as a plain success); a job that writes no progress file exits with no
-        # count and cannot say how far it got.
-        note = (
-            f"Exited with status 0 having reported {job.completed_iterations:.15g} of its "
-            f"{job.total_iterations} iterations: ended early on its own."
-        )
-        log_tail = (f"{log_tail.rstrip()}\n{note}" if log_tail.strip() else note)[-_LOG_TAIL_CHARS:]
-        log.info("job %s: %s", job.pk, note)
+    if target == JobState.COMPLETED:
+        done, log_tail = completion_at_exit_zero(job, counted=counted, log_tail=log_tail)
     try:
         transition_job(
             job,

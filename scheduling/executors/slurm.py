@@ -51,8 +51,14 @@ from scheduling.executors.slurm_cli import (
     Submission,
 )
 from scheduling.models import SlurmJob
+from telemetry.agent.jobs import Progress, parse_progress
 from telemetry.agent.slurm_handoff import SlurmJobTag
-from telemetry.services import checkpoint_dir, told_iterations
+from telemetry.services import (
+    checkpoint_dir,
+    completion_at_exit_zero,
+    count_at_submitted_batch,
+    told_iterations,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,19 @@ LOG_TAIL_CHARS = 4000
 # Run when a job has no command: the Slurm job holds its GPUs while the node agent reports
 # (simulated) progress; the job ends when Wattflow completes it and cancels the Slurm job.
 PLACEHOLDER_COMMAND = "exec sleep infinity"
+# The batch script's last line, however the job's command ends (its end or an ``exit``):
+# what the job last wrote into its progress file. The agent reports progress at most once a
+# post interval and the Epilog removes the file, so the last count the agent sent can be
+# short of the job's last; this line is the job's own word at its end.
+PROGRESS_MARK = "wattflow progress of Slurm job"
+PROGRESS_TRAILER = (
+    "_wattflow_last_progress() {\n"
+    '    [ -n "${WATTFLOW_PROGRESS_FILE:-}" ] && [ -s "$WATTFLOW_PROGRESS_FILE" ] || return 0\n'
+    f"    printf '\\n{PROGRESS_MARK} %s: %s\\n' \"${{SLURM_JOB_ID:-}}\" "
+    "\"$(tail -c 4096 -- \"$WATTFLOW_PROGRESS_FILE\" | tr '\\r\\n' '  ')\"\n"
+    "}\n"
+    "trap _wattflow_last_progress EXIT\n"
+)
 # How an ended Slurm job leaves the Wattflow job whose current allocation it served.
 _FAILED_STATES = frozenset(
     {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "BOOT_FAIL", "SPECIAL_EXIT"}
@@ -190,7 +209,7 @@ class SlurmExecutor(Executor):
         script = (
             "#!/bin/bash\n"
             f"# Wattflow job {job.pk}, allocation {allocation.pk} (submitted by Wattflow)\n"
-            f"{exports}{job.command.strip() or PLACEHOLDER_COMMAND}\n"
+            f"{exports}{PROGRESS_TRAILER}{job.command.strip() or PLACEHOLDER_COMMAND}\n"
         )
         return Submission(
             script=script,
@@ -561,13 +580,9 @@ class SlurmExecutor(Executor):
         status = exit_status(info)
         try:
             if info.state == "COMPLETED" and status == 0:
+                done, tail = self._completion(job, row, tail)
                 cluster_services.transition_job(
-                    job,
-                    to=JobState.COMPLETED,
-                    at=now,
-                    exit_status=0,
-                    log_tail=tail,
-                    completed_iterations=float(job.total_iterations),
+                    job, to=JobState.COMPLETED, at=now, exit_status=0, log_tail=tail, **done
                 )
                 report.jobs_finished.append(job.pk)
             elif info.state == "CANCELLED":
@@ -599,6 +614,26 @@ class SlurmExecutor(Executor):
                 report.jobs_finished.append(job.pk)
         except cluster_services.InvalidTransition as exc:
             report.errors.append(str(exc))
+
+    @staticmethod
+    def _completion(job: Job, row: SlurmJob, tail: str) -> tuple[dict[str, float], str]:
+        """What a job that Slurm says COMPLETED with status 0 completes with: the count its
+        batch script printed at its end (``PROGRESS_TRAILER``), read as the agent reads an
+        exit's count, with the agent's note when it is short of the total. A job that printed
+        none (no progress file, or a command that ``exec``s) cannot say how far it got:
+        status 0 is its word that it did all its work."""
+        progress = last_reported_progress(tail, row.slurm_job_id)
+        count = None
+        if progress is not None:
+            alloc = JobAllocation.objects.filter(pk=row.allocation_id).first()
+            count = count_at_submitted_batch(job, alloc, progress.iterations)
+        if count is None:
+            return {"completed_iterations": float(job.total_iterations)}, tail
+        # Progress never goes back (a report stored earlier may count more).
+        job.completed_iterations = max(job.completed_iterations, count)
+        done, tail = completion_at_exit_zero(job, counted=True, log_tail=tail)
+        done.setdefault("completed_iterations", job.completed_iterations)
+        return done, tail[-LOG_TAIL_CHARS:]
 
     def _log_tail(self, job_id: int, info: SlurmJobInfo) -> str:
         path = Path(info.output) if info.output else self.output_path(job_id)
@@ -643,3 +678,18 @@ class SlurmExecutor(Executor):
                 report.errors.append(str(exc))
                 continue
             report.unknown_cancelled.append(slurm_id)
+
+
+def last_reported_progress(log_tail: str, slurm_job_id: int) -> Progress | None:
+    """What Slurm job ``slurm_job_id``'s batch script printed of its progress file at its end
+    (``PROGRESS_TRAILER``; its last such line in the job's output, which other Slurm jobs of
+    the same Wattflow job append to), read as the agent reads the file; None without one."""
+    prefix = f"{PROGRESS_MARK} {slurm_job_id}: "
+    for line in reversed(log_tail.splitlines()):
+        if line.startswith(prefix):
+            text = line[len(prefix) :].strip()
+            if not text.startswith("{"):
+                # a file of counts, one a line (its newlines printed as spaces): the last
+                text = text.rsplit(maxsplit=1)[-1] if text else ""
+            return parse_progress(text)
+    return None
