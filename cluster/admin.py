@@ -7,14 +7,14 @@ from decimal import Decimal
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ObjectDoesNotExist
+from django.db import IntegrityError, transaction
 from django.db import models as db_models
-from django.db import transaction
 from django.forms.boundfield import BoundField
 from django.http import Http404
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from cluster import services
+from cluster import folded_names, services
 from cluster.admin_readonly import BoundedCountPaginator, ReadOnlyAdmin, RecordAdmin
 from cluster.choices import AuditAction, JobState
 from cluster.models import (
@@ -94,6 +94,23 @@ class _AuditedEdits:
             super().save_formset(request, form, formset, change)
             for row, created in changed:
                 _audit_form(request, row, created=created)
+
+
+class RefusesLookalikeRaces:
+    """A name stored by someone else while this page saved (two admins adding ``Vision`` and
+    ``vision`` at once: the form's look-alike check looked before either row was there) is
+    refused as the form refuses any look-alike, not a 500. The database's folded-name index
+    (``cluster.folded_names``) made this page's insert wait for the other row's commit and
+    then refused it; the page's transaction is rolled back whole (inline rows and audit
+    entries too) and the form is validated again, now seeing the other row."""
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except IntegrityError as exc:
+            if folded_names.field_of_error(exc, self.model._meta.db_table) is None:
+                raise
+        return super().changeform_view(request, object_id, form_url, extra_context)
 
 
 class EditedUnderLock:
@@ -310,7 +327,12 @@ class _AuditedDelete:
 
 @admin.register(Team)
 class TeamAdmin(
-    EditedUnderLock, RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin
+    RefusesLookalikeRaces,
+    EditedUnderLock,
+    RefusesStaleEdits,
+    _AuditedEdits,
+    _AuditedDelete,
+    admin.ModelAdmin,
 ):
     lock = staticmethod(services.lock_team)  # (as its delete and the API's edit lock it)
     # a team whose jobs or energy records name it is not deleted
@@ -404,7 +426,12 @@ class GpuInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(
-    EditedUnderLock, RefusesStaleEdits, _AuditedEdits, _AuditedDelete, admin.ModelAdmin
+    RefusesLookalikeRaces,
+    EditedUnderLock,
+    RefusesStaleEdits,
+    _AuditedEdits,
+    _AuditedDelete,
+    admin.ModelAdmin,
 ):
     # (FOR NO KEY UPDATE, as its GPU rows' check takes it: ``GpuInlineFormSet``; taken
     # first, before its GPUs', as a GPU edit, a retire and a registration take them)
