@@ -9,7 +9,8 @@ the few letters whose case folding is not their lower case (``ß`` -> ``ss``), w
 validation still catches.
 
 A deployment that already holds two such names cannot take an index: the migration
-(``0029_folded_name_indexes``) then adds the other indexes and leaves that one out,
+(``0029_folded_name_indexes``, which holds its own copy of ``FOLDED_INDEXES`` and of the
+look-up below) then adds the other indexes and leaves that one out,
 saying so, and ``manage.py check --database default`` names the rows (``cluster.W005``)
 until they are renamed and the migration is run again. Stored names are never rewritten.
 """
@@ -42,26 +43,6 @@ def missing_indexes(connection) -> list[str]:
         cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname = ANY(%s)", [names])
         there = {row[0] for row in cursor.fetchall()}
     return [name for name in names if name not in there]
-
-
-def add_folded_indexes(connection, report=print) -> list[str]:
-    """Add each folded index whose rows hold no look-alikes; the ones left out (reported
-    with the names in the way through ``report``)."""
-    left_out = []
-    for index, table, expression, label, column in FOLDED_INDEXES:
-        groups = folded_duplicates(connection, table, expression, column)
-        if groups:
-            left_out.append(index)
-            shown = "; ".join(" / ".join(repr(n) for n in group) for group in groups[:5])
-            report(
-                f"  {index} not added: {label} {column}s that read alike are stored ({shown}"
-                f"{'; ...' if len(groups) > 5 else ''}). Rename them, then run "
-                "`manage.py migrate cluster 0028 && manage.py migrate cluster`."
-            )
-            continue
-        with connection.cursor() as cursor:
-            cursor.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {index} ON {table} (({expression}))")
-    return left_out
 
 
 def drop_folded_indexes(connection) -> None:
