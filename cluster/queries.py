@@ -1,9 +1,12 @@
 """Who may see what. The API and the pages filter every queryset through these helpers.
 
-Admins (``is_staff``) see everything; other users see the jobs and budgets of the teams they
-belong to; nobody else sees anything. What an admin may *change* outside their own teams is
-what Django's permissions grant them (``admin_may``), as in the Django admin: a staff user
-allowed only to view changes nothing (a superuser holds every permission).
+Admins (``is_staff``) read every team's rows of a model they may view in the Django admin
+(``admin_sees``: ``cluster.view_job``, or its ``change_`` permission, as the admin's
+``has_view_permission`` takes either); other users, and staff without that permission, see
+the jobs and budgets of the teams they belong to; nobody else sees anything. What an admin
+may *change* outside their own teams is what Django's permissions grant them
+(``admin_may``), as in the Django admin: a staff user allowed only to view changes nothing
+(a superuser holds every permission, and so reads and may change everything).
 """
 
 from datetime import UTC, datetime
@@ -39,6 +42,19 @@ def admin_may(user, codename: str) -> bool:
     return _is_admin(user) and user.has_perm(f"cluster.{codename}")
 
 
+def admin_sees(user, permission: str) -> bool:
+    """Whether ``user`` reads every team's rows of the model of Django permission
+    ``permission`` (``cluster.view_job``, ``telemetry.view_energyledgerentry``): a staff user
+    who may view or change that model (as the Django admin shows it to them); a superuser
+    may. A staff user granted nothing read every team's jobs, budgets and ledger through the
+    API and the pages, while the Django admin showed them none of it (a probe)."""
+    if not _is_admin(user):
+        return False
+    app, _, codename = permission.partition(".")
+    change = codename.replace("view_", "change_", 1)
+    return user.has_perm(permission) or user.has_perm(f"{app}.{change}")
+
+
 def teams_of(user) -> QuerySet[Team]:
     """The teams ``user`` is a member (or lead) of."""
     if not (user and user.is_authenticated):
@@ -47,7 +63,7 @@ def teams_of(user) -> QuerySet[Team]:
 
 
 def teams_visible_to(user) -> QuerySet[Team]:
-    if _is_admin(user):
+    if admin_sees(user, "cluster.view_team"):
         return Team.objects.all()
     return teams_of(user)
 
@@ -123,15 +139,26 @@ def can_cancel_job(user, job: Job) -> bool:
     return job.owner_id == user.pk or is_team_lead(user, job.team)
 
 
+def sees_every_team(user) -> bool:
+    """Whether ``user``'s dashboard is every team's: it counts jobs and budgets, and its live
+    feed (``frontend.broadcast.ADMIN_GROUP``) carries both."""
+    return admin_sees(user, "cluster.view_job") and admin_sees(user, "cluster.view_budget")
+
+
+def teams_with_jobs_visible_to(user) -> QuerySet[Team]:
+    """The teams whose jobs ``user`` sees (``jobs_visible_to``): the job list's filter."""
+    return Team.objects.all() if admin_sees(user, "cluster.view_job") else teams_of(user)
+
+
 def jobs_visible_to(user) -> QuerySet[Job]:
-    if _is_admin(user):
+    if admin_sees(user, "cluster.view_job"):
         return Job.objects.all()
     # A subquery, not a join, so a user in several teams never sees a job twice.
     return Job.objects.filter(team__in=teams_of(user).values("pk"))
 
 
 def budgets_visible_to(user) -> QuerySet[Budget]:
-    if _is_admin(user):
+    if admin_sees(user, "cluster.view_budget"):
         return Budget.objects.all()
     return Budget.objects.filter(team__in=teams_of(user).values("pk"))
 

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_POST
 from cluster import services
 from cluster.choices import NodeStatus
 from cluster.models import AuditEntry, Job, Node, Team, gpus_in_service
-from cluster.queries import admin_may
+from cluster.queries import admin_may, admin_sees
 from frontend import figures
 from frontend.csvcells import SafeWriter
 from frontend.forms import ReportPeriodForm
@@ -47,6 +47,17 @@ def admin_required(view):
         return view(request, *args, **kwargs)
 
     return wrapped
+
+
+def _may_read(request, permission: str) -> None:
+    """403 unless the staff user may view what the page shows in the Django admin
+    (``admin_sees``): a staff user granted nothing read every team's energy and jobs here."""
+    if not admin_sees(request.user, permission):
+        raise PermissionDenied("Only admins allowed to view this in the admin read it here.")
+
+
+# What the reports show: every team's, user's and job's energy (the ledger's rows).
+REPORTS_PERMISSION = "telemetry.view_energyledgerentry"
 
 
 def report_period(form: ReportPeriodForm, *, today: date) -> tuple[date, date]:
@@ -124,6 +135,7 @@ def _period_form(request) -> ReportPeriodForm:
 
 @admin_required
 def reports(request):
+    _may_read(request, REPORTS_PERMISSION)
     form = _period_form(request)
     start, end = report_period(form, today=timezone.now().date())
     if not form.is_bound:
@@ -138,6 +150,8 @@ def reports(request):
     )
     rows["job"] = _job_rows(job_page.object_list)
     audit = AuditEntry.objects.filter(at__gte=lo, at__lt=hi).select_related("team")[:AUDIT_ROWS]
+    if not admin_sees(request.user, "cluster.view_auditentry"):
+        audit = AuditEntry.objects.none()
     return render(
         request,
         "frontend/reports.html",
@@ -165,6 +179,7 @@ def reports(request):
 
 @admin_required
 def reports_csv(request):
+    _may_read(request, REPORTS_PERMISSION)
     form = _period_form(request)
     if form.is_bound and not form.is_valid():
         return HttpResponse(
@@ -238,6 +253,7 @@ def _csv_lines(rows: dict[str, list[dict]], start: date, end: date, *, bom: bool
 
 @admin_required
 def nodes(request):
+    _may_read(request, "cluster.view_node")
     readings: dict[int, object] = {r.gpu_id: r for r in latest_gpu_readings(now=timezone.now())}
     rows = []
     jobs_on = dict(

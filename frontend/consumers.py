@@ -20,7 +20,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
 
-from cluster.queries import teams_of
+from cluster.queries import sees_every_team, teams_of
 from frontend.broadcast import ADMIN_GROUP, EVERYONE_GROUP, team_group, user_group
 from frontend.dashboard import telemetry_figures
 
@@ -33,7 +33,7 @@ NOT_FOUND = 4404
 def groups_for(user) -> list[str]:
     """The group names ``user`` may listen to."""
     groups = [EVERYONE_GROUP]
-    if user.is_staff:
+    if sees_every_team(user):
         groups.append(ADMIN_GROUP)
     groups.extend(team_group(pk) for pk in teams_of(user).values_list("pk", flat=True))
     return groups

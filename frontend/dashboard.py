@@ -20,6 +20,7 @@ from cluster.queries import (
     completed_jcts,
     jobs_visible_to,
     queue_and_running_series,
+    sees_every_team,
     teams_of,
 )
 from frontend import figures, labels, timeline_figures
@@ -240,7 +241,7 @@ def active_budgets(user, *, now: datetime):
 
 def scope_of(user) -> str:
     """Whose jobs and budgets the team-scoped cards count, in words."""
-    if user.is_staff:
+    if sees_every_team(user):
         return "all teams"
     names = list(teams_of(user).order_by("name").values_list("name", flat=True))
     if not names:

@@ -22,7 +22,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from cluster import services
 from cluster.choices import JobState
-from cluster.queries import can_cancel_job, jobs_visible_to, submittable_teams, teams_visible_to
+from cluster.queries import (
+    can_cancel_job,
+    jobs_visible_to,
+    submittable_teams,
+    teams_with_jobs_visible_to,
+)
 from frontend import labels, timeline_figures
 from frontend.dashboard import as_json, dashboard_payload, page_labels
 from frontend.forms import JobFilterForm, JobSubmitForm, PredictForm
@@ -59,7 +64,7 @@ def dashboard_data(request):
 
 @login_required
 def job_list(request):
-    teams = teams_visible_to(request.user)  # the filter's choices: the teams whose jobs it shows
+    teams = teams_with_jobs_visible_to(request.user)  # the filter's choices
     form = JobFilterForm(request.GET or None, teams=teams)
     jobs = jobs_visible_to(request.user).select_related("team", "owner", "current_allocation")
     if form.is_bound:

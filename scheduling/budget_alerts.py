@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from cluster.choices import Role
 from cluster.models import Budget, BudgetAlert, Membership, Team
-from cluster.queries import teams_led_by
+from cluster.queries import admin_sees, teams_led_by
 from scheduling.core import types as core
 from scheduling.core.round import active_budgets
 from telemetry.usage import budget_usage
@@ -254,12 +254,12 @@ def send_pending(*, now: datetime | None = None) -> int:
 
 def visible_alerts(user, *, now: datetime) -> QuerySet[BudgetAlert]:
     """Alerts still shown (of budgets whose period runs, or found after their period within
-    a day) that ``user`` may see: an admin every team's, a lead those of the teams they lead,
-    anyone else none."""
+    a day) that ``user`` may see: an admin who may view alerts every team's, a lead those of
+    the teams they lead, anyone else none."""
     alerts = BudgetAlert.objects.filter(_still_shown(now)).select_related("team", "budget")
     if not (user and user.is_authenticated):
         return alerts.none()
-    if user.is_staff:
+    if admin_sees(user, "cluster.view_budgetalert"):
         return alerts
     return alerts.filter(team__in=teams_led_by(user))
 

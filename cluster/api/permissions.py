@@ -8,7 +8,7 @@ here (an eighth probe of the live service)."""
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from cluster.queries import admin_may, can_manage_budgets_of
+from cluster.queries import admin_may, admin_sees, can_manage_budgets_of
 
 _VERBS = {"POST": "add", "PUT": "change", "PATCH": "change", "DELETE": "delete"}
 
@@ -33,10 +33,11 @@ class ReadOnlyOrAdmin(BasePermission):
 
 
 class AdminOnly(ReadOnlyOrAdmin):
-    """Admins read; admins holding the permission write (nodes, GPUs)."""
+    """Admins who may view the model read; admins holding the permission write (nodes,
+    GPUs). A staff user granted nothing reads none of it, as a user does."""
 
     def has_permission(self, request, view) -> bool:
-        if not (request.user and request.user.is_authenticated and request.user.is_staff):
+        if not admin_sees(request.user, f"cluster.view_{view.permission_model}"):
             return False
         return super().has_permission(request, view)
 

@@ -1,18 +1,18 @@
 """Read API for pages and reports (``/api/telemetry/...``): rollups and the energy ledger.
 
 Pages read these (never raw samples). GPU rollups are cluster hardware, visible to every
-signed-in user; ledger rows are visible for the teams a user belongs to (admins: all, including
-the idle rows that belong to no job).
+signed-in user; ledger rows are visible for the teams a user belongs to (admins who may view
+the ledger in the Django admin: all, including the idle rows that belong to no job).
 """
 
-from django.db.models import Q, Sum
+from django.db.models import Sum
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from cluster.api.pagination import KeysetPagination
-from cluster.queries import teams_visible_to
+from cluster.queries import admin_sees, teams_of
 from scheduling.core.types import J_PER_KWH
 from telemetry.filtersets import GpuHourFilterSet, GpuMinuteFilterSet, LedgerFilterSet
 from telemetry.models import EnergyLedgerEntry, GpuHour, GpuMinute
@@ -80,10 +80,9 @@ class LedgerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
     def get_queryset(self):
         rows = EnergyLedgerEntry.objects.select_related("team").order_by(*LedgerPagination.ordering)
-        visible = Q(team__in=teams_visible_to(self.request.user))
-        if self.request.user.is_staff:
-            visible |= Q(team__isnull=True)
-        return rows.filter(visible)
+        if admin_sees(self.request.user, "telemetry.view_energyledgerentry"):
+            return rows
+        return rows.filter(team__in=teams_of(self.request.user).values("pk"))
 
     @extend_schema(
         responses=LedgerTotalsSerializer, filters=True, summary="Sum of the filtered ledger rows."

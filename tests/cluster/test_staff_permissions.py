@@ -8,8 +8,8 @@ live service (7 Dec 2026) had such a user issue a node's agent token (201, the t
 drain, undrain and delete a node, cancel another team's running job, rename a team and
 create a budget for a team they are not in, each answered 200 / 201 / 204.
 
-Reading stays every staff user's ("Admins (``is_staff``) see everything",
-``cluster/queries.py``); superusers hold every permission, so they are not affected.
+Reading needs the view permission too (``test_staff_read_permissions.py``): the viewer here
+holds it; superusers hold every permission, so they are not affected.
 """
 
 from datetime import UTC, datetime

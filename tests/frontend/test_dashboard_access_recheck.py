@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 
@@ -109,6 +110,13 @@ def test_a_member_added_to_a_team_starts_receiving_its_feed(member, team, other_
 
 
 def test_staff_on_and_off_joins_and_leaves_the_admin_group(outsider, team, other_team):
+    # (the admin feed carries every team's jobs and budgets: a staff user reads it who may
+    # view both in the admin, ``queries.sees_every_team``; granted here, staff or not)
+    outsider.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="cluster", codename__in=["view_job", "view_budget"]
+        )
+    )
     headers = headers_for(outsider)
 
     def set_staff(flag):
