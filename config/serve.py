@@ -19,6 +19,15 @@ came only after all of it had arrived; an anonymous 1,000 MB POST took the web p
 or a chunked body once its bytes pass it, is answered 413 at once, as the middleware words
 it; what the client still sends is dropped as it arrives, never kept, for
 ``REFUSED_LINGER_S``, and the connection is closed (``bound_request_bodies``).
+
+A request must also arrive whole within ``WATTFLOW_REQUEST_READ_TIMEOUT_S`` of its first
+line (head and body): Twisted only times a connection out after 12 hours without a byte
+(its ``HTTPFactory`` default, which daphne keeps), so a client that sent half a request and
+stopped, or sent a byte a minute, held its connection (and what was read of its body) for
+that long; many such clients hold as many sockets. Past the bound the request is answered
+408 and the connection closed. A request received whole stops its clock: the time the
+application takes to answer, and an idle keep-alive connection between requests, are not
+counted.
 """
 
 from __future__ import annotations
@@ -62,6 +71,23 @@ def body_limit() -> int:
     return settings.WATTFLOW_MAX_REQUEST_BODY_BYTES
 
 
+def read_timeout_s() -> float:
+    from django.conf import settings
+
+    return settings.WATTFLOW_REQUEST_READ_TIMEOUT_S
+
+
+def _timed_out(limit_s: float) -> bytes:
+    """The 408 a request not received whole within ``limit_s`` gets, closing the
+    connection."""
+    body = json.dumps({"detail": f"The request did not arrive whole within {limit_s:g} s."})
+    head = (
+        "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return (head + body).encode()
+
+
 @functools.cache
 def bounded_request(request_class):
     """``request_class`` (daphne's ``WebRequest``) refusing a body over ``body_limit()``:
@@ -71,6 +97,43 @@ def bounded_request(request_class):
     class BoundedRequest(request_class):
         _refused = False
         _received = 0
+        _read_clock = None
+
+        def __init__(self, *args, **kwargs):
+            # (made by the channel at the request's first line)
+            super().__init__(*args, **kwargs)
+            from twisted.internet import reactor
+
+            self._read_clock = reactor.callLater(read_timeout_s(), self._too_slow)
+
+        def _stop_read_clock(self) -> None:
+            clock, self._read_clock = self._read_clock, None
+            if clock is not None and clock.active():
+                clock.cancel()
+
+        def _too_slow(self) -> None:
+            self._read_clock = None
+            if self._refused:
+                return
+            self._refused = True  # what still arrives is dropped, the request never served
+            if self.content is not None:
+                self.content.close()
+            self.content = None
+            channel = self.channel
+            if channel is None or not channel.transport.connected:
+                return
+            log.warning(
+                "408: %s %s from %s: not received whole within %g s",
+                getattr(channel, "_command", None) or b"?",
+                (getattr(channel, "_path", None) or b"?")[:200],
+                getattr(channel.transport.getPeer(), "host", "?"), read_timeout_s(),
+            )  # fmt: skip
+            channel.transport.write(_timed_out(read_timeout_s()))
+            channel.loseConnection()
+
+        def connectionLost(self, reason):  # noqa: N802 - Twisted's name
+            self._stop_read_clock()
+            super().connectionLost(reason)
 
         def gotLength(self, length):  # noqa: N802 - Twisted's name
             if length is not None and length > body_limit():
@@ -91,10 +154,12 @@ def bounded_request(request_class):
             super().handleContentChunk(data)
 
         def requestReceived(self, command, path, version):  # noqa: N802 - Twisted's name
+            self._stop_read_clock()
             if not self._refused:
                 super().requestReceived(command, path, version)
 
         def _refuse(self, declared: int | None) -> None:
+            self._stop_read_clock()  # (the refusal closes the connection on its own clock)
             self._refused = True
             if self.content is not None:
                 self.content.close()  # what was read of it is dropped
@@ -140,7 +205,8 @@ def _close_if_open(channel, transport) -> None:
 
 def bound_request_bodies(factory) -> None:
     """Have ``factory`` (daphne's ``HTTPFactory``) build connections whose requests refuse a
-    body over ``WATTFLOW_MAX_REQUEST_BODY_BYTES`` as it arrives (``bounded_request``)."""
+    body over ``WATTFLOW_MAX_REQUEST_BODY_BYTES`` as it arrives and a request not received
+    whole within ``WATTFLOW_REQUEST_READ_TIMEOUT_S`` (``bounded_request``)."""
     build = factory.buildProtocol
 
     def build_protocol(addr):

@@ -109,6 +109,12 @@ MIDDLEWARE = [
 # The largest request body accepted (bytes): an agent's biggest sample batch
 # (TELEMETRY_MAX_BATCH_SAMPLES samples of ~220 bytes) fits with room to spare.
 WATTFLOW_MAX_REQUEST_BODY_BYTES = env_int("WATTFLOW_MAX_REQUEST_BODY_BYTES", 8 * 1024 * 1024)
+# Seconds a request may take to arrive whole, head and body, from its first line; then 408
+# and the connection is closed (``config.serve``; Twisted's own idle timeout is 12 hours).
+# 60 s carries the largest body (8 MiB) at about 1.1 Mbit/s.
+WATTFLOW_REQUEST_READ_TIMEOUT_S = env_float("WATTFLOW_REQUEST_READ_TIMEOUT_S", 60.0)
+if WATTFLOW_REQUEST_READ_TIMEOUT_S <= 0:
+    refuse_to_start("WATTFLOW_REQUEST_READ_TIMEOUT_S must be more than 0 seconds.")
 # A job whose fastest configuration on this cluster would run longer than this is refused at
 # submit (scheduling/feasibility.py).
 WATTFLOW_MAX_JOB_DAYS = env_int("WATTFLOW_MAX_JOB_DAYS", 365)
