@@ -698,26 +698,49 @@ def _store_events(node: Node, group: list[dict[str, Any]], *, now: datetime) -> 
     their order; the ones stored. An event stored since the batch's checks (the same batch
     sent twice at once) is skipped, as ``get_or_create`` skipped it; should one be stored
     between this look and the insert (an event id another job's report reused), the insert
-    is undone and the events are stored one by one, as before."""
+    is undone and the events are stored one by one, as before.
+
+    Inserted in ``event_id`` order, their keys taken in the batch's order first: the unique
+    index on ``event_id`` makes an insert wait for another transaction's uncommitted row of
+    the same id, and two batches reusing each other's ids for other jobs in opposite orders,
+    inserted each in its own order, waited on each other until PostgreSQL aborted one (a
+    deadlock). In one order, the later waits and then finds the ids taken. The keys keep
+    the batch's order for whatever reads events by key (ties in time)."""
     ids = [uuid.UUID(str(e["event_id"])) for e in group]
     there = _stored_event_ids(ids)
-    rows = [
-        JobEvent(event_id=event_id, **_event_row(node, e, now=now))
-        for event_id, e in zip(ids, group, strict=True)
-        if event_id not in there
-    ]
+    todo = [(event_id, e) for event_id, e in zip(ids, group, strict=True) if event_id not in there]
+    if not todo:
+        return []
+    keys = _event_keys(len(todo))
+    rows = sorted(
+        (
+            JobEvent(pk=key, event_id=event_id, **_event_row(node, e, now=now))
+            for key, (event_id, e) in zip(keys, todo, strict=True)
+        ),
+        key=lambda row: row.event_id,
+    )
     try:
         with transaction.atomic():
-            return JobEvent.objects.bulk_create(rows)
+            created = JobEvent.objects.bulk_create(rows)
     except IntegrityError:
         created = []
-        for event_id, e in zip(ids, group, strict=True):
-            event, made = JobEvent.objects.get_or_create(
-                event_id=event_id, defaults=_event_row(node, e, now=now)
-            )
+        for row in rows:
+            fields = {f.attname: getattr(row, f.attname) for f in JobEvent._meta.concrete_fields}
+            del fields["event_id"]
+            event, made = JobEvent.objects.get_or_create(event_id=row.event_id, defaults=fields)
             if made:
                 created.append(event)
-        return created
+    return sorted(created, key=lambda event: event.pk)
+
+
+def _event_keys(count: int) -> list[int]:
+    """``count`` new primary keys of ``JobEvent``, ascending."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+            [JobEvent._meta.db_table, count],
+        )
+        return sorted(row[0] for row in cursor.fetchall())
 
 
 # What an event says. Its time is not compared: a stored time may have been clamped.
