@@ -58,6 +58,7 @@ def _may_read(request, permission: str) -> None:
 
 # What the reports show: every team's, user's and job's energy (the ledger's rows).
 REPORTS_PERMISSION = "telemetry.view_energyledgerentry"
+NODES_PERMISSION = "cluster.view_node"
 
 
 def report_period(form: ReportPeriodForm, *, today: date) -> tuple[date, date]:
@@ -253,7 +254,7 @@ def _csv_lines(rows: dict[str, list[dict]], start: date, end: date, *, bom: bool
 
 @admin_required
 def nodes(request):
-    _may_read(request, "cluster.view_node")
+    _may_read(request, NODES_PERMISSION)
     readings: dict[int, object] = {r.gpu_id: r for r in latest_gpu_readings(now=timezone.now())}
     rows = []
     jobs_on = dict(

@@ -4,22 +4,32 @@ from __future__ import annotations
 
 from django import template
 
-from cluster.queries import teams_led_by, teams_of
+from cluster.queries import admin_sees, teams_led_by, teams_of
 from frontend import labels
+from frontend.admin_views import NODES_PERMISSION, REPORTS_PERMISSION
 
 register = template.Library()
 
 
 @register.simple_tag
 def user_role(user) -> dict:
-    """What the navigation may offer: ``admin``, ``lead`` (of some team), ``member``."""
+    """What the navigation may offer: ``admin``, ``lead`` (of some team), ``member``; the
+    reports and nodes pages only to staff who may read them (``admin_sees``: a staff user
+    granted nothing was offered two links that answer 403)."""
     if not (user and user.is_authenticated):
-        return {"name": "anonymous", "admin": False, "lead": False, "teams": []}
+        return {
+            "name": "anonymous", "admin": False, "lead": False, "teams": [],
+            "reports": False, "nodes": False,
+        }  # fmt: skip
     admin = bool(user.is_staff)
     lead = teams_led_by(user).exists()
     teams = list(teams_of(user).values_list("name", flat=True))
     name = "admin" if admin else ("lead" if lead else "member")
-    return {"name": name, "admin": admin, "lead": lead, "teams": teams}
+    return {
+        "name": name, "admin": admin, "lead": lead, "teams": teams,
+        "reports": admin_sees(user, REPORTS_PERMISSION),
+        "nodes": admin_sees(user, NODES_PERMISSION),
+    }  # fmt: skip
 
 
 @register.filter

@@ -125,6 +125,8 @@ def test_a_staff_user_granted_nothing_reads_the_pages_as_a_user_of_their_team(
     assert client.get(reverse("frontend:job-detail", args=[scene["vision"].pk])).status_code == 200
     for name in ("reports", "reports-csv", "nodes"):
         assert client.get(reverse(f"frontend:{name}")).status_code == 403, name
+    # and the navigation offers neither page (it offered both to every staff user)
+    assert reverse("frontend:reports") not in jobs and reverse("frontend:nodes") not in jobs
     assert scope_of(staff_in_team) == "your team Vision"
     # the lead's own team's alert only, and the live feed of their team only
     now = timezone.now()
@@ -147,6 +149,7 @@ def test_staff_who_may_view_and_superusers_read_every_teams_pages(client, scene,
     )
     for name in ("reports", "reports-csv", "nodes"):
         assert client.get(reverse(f"frontend:{name}")).status_code == 200, name
+    assert reverse("frontend:reports") in jobs and reverse("frontend:nodes") in jobs
     assert scope_of(user) == "all teams"
     now = timezone.now()
     assert sorted(a.team.slug for a in visible_alerts(user, now=now)) == ["language", "vision"]
