@@ -178,7 +178,10 @@ class NvmlBackend:
     set with ``nvidia-smi -pl``, stays). The limit each GPU enforces at the start, once
     what a killed agent left is put back and before anything else is changed, is taken as
     the site's cap (``GpuInfo.site_power_limit_w``, registered with the server, which plans
-    no limit above it): no limit set goes above it. A setting an allocation leaves out
+    no limit above it): no limit set goes above it. Where none of the agent's limits is in
+    force on a GPU, its enforced limit is read again before one is set, so a cap the site
+    set or lifted since is the one held (the registered one stays until the next start).
+    A setting an allocation leaves out
     (None) is the GPU's own: a retune from a locked clock to a power limit alone unlocks
     the clock. What the agent changed is kept in ``state_file`` until it is put back, so an
     agent started after one that was killed puts back what the killed one left (a clock
@@ -251,24 +254,52 @@ class NvmlBackend:
                 cap_mw = noted
             else:
                 cap_mw = self._optional("nvmlDeviceGetEnforcedPowerLimit", self._handles[index])
-            if cap_mw is None:
+            cap_w = self._cap_w(info, cap_mw)
+            if cap_w is None:
                 continue
-            cap_w = cap_mw / 1000.0
-            low, high = info.min_power_limit_w, info.max_power_limit_w
-            if (
-                not math.isfinite(cap_w)
-                or (low is not None and cap_w < low)
-                or (high is not None and cap_w > high)
-            ):
-                log.warning(
-                    "GPU %s: its enforced power limit, %.0f W, is outside its range "
-                    "[%s, %s] W; registered without a site cap", info.uuid, cap_w, low, high,
-                )  # fmt: skip
-                continue
+            high = info.max_power_limit_w
             if high is not None and cap_w < high:
                 log.info("GPU %s: the site's power cap is %g W (no limit set above it)",
                          info.uuid, cap_w)  # fmt: skip
             self._info[index] = replace(info, site_power_limit_w=cap_w)
+
+    @staticmethod
+    def _cap_w(info: GpuInfo, cap_mw: Any) -> float | None:
+        """``cap_mw`` (an enforced limit NVML read, mW) as a site's cap in W; None where
+        unread, not finite or outside the GPU's range (warned)."""
+        if cap_mw is None:
+            return None
+        cap_w = cap_mw / 1000.0
+        low, high = info.min_power_limit_w, info.max_power_limit_w
+        if (
+            not math.isfinite(cap_w)
+            or (low is not None and cap_w < low)
+            or (high is not None and cap_w > high)
+        ):
+            log.warning(
+                "GPU %s: its enforced power limit, %.0f W, is outside its range "
+                "[%s, %s] W; not taken as a site cap", info.uuid, cap_w, low, high,
+            )  # fmt: skip
+            return None
+        return cap_w
+
+    def _site_cap_now(self, index: int) -> GpuInfo:
+        """GPU ``index``'s info with the site's cap read again, where the agent has no
+        limit of its own in force on it (the limit it enforces is then the site's: a cap
+        set or lifted with ``nvidia-smi -pl`` since the start, which the agent would
+        otherwise have set limits over or held them under); as it was where the agent's
+        limit is in force, or the limit cannot be read."""
+        info = self._info[index]
+        if self._has(info.uuid, "limit_mw"):
+            return info
+        cap_w = self._cap_w(
+            info, self._optional("nvmlDeviceGetEnforcedPowerLimit", self._handles[index])
+        )
+        if cap_w is not None and cap_w != info.site_power_limit_w:
+            log.info("GPU %s: the site's power cap is now %g W (it was %s W)",
+                     info.uuid, cap_w, info.site_power_limit_w)  # fmt: skip
+            info = self._info[index] = replace(info, site_power_limit_w=cap_w)
+        return info
 
     def _optional(self, fn: str, *args: Any) -> Any:
         """Call an NVML query that older GPUs do not support; None when unsupported."""
@@ -377,7 +408,8 @@ class NvmlBackend:
         """Set the GPU's power limit and lock its SM clock; a None setting is the GPU's own
         (what it had before the agent changed it). Each setting is tried whatever the other
         did; what the driver refused is raised afterwards, as one ``SettingsRefused``."""
-        handle, info = self._handles[index], self._info[index]
+        handle = self._handles[index]
+        info = self._site_cap_now(index) if power_limit_w is not None else self._info[index]
         sm_clock_mhz, power_limit_w = capped_settings(
             info, sm_clock_mhz=sm_clock_mhz, power_limit_w=power_limit_w
         )

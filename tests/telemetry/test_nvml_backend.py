@@ -375,6 +375,32 @@ def test_a_sites_cap_is_read_at_the_start_registered_and_never_raised(fake):
     assert all(c[2] <= 300_000 for c in fake.calls if c[:2] == ("set_power_limit", "GPU-aaa"))
 
 
+def test_a_cap_the_site_changes_while_the_agent_runs_is_the_one_held(fake):
+    # given an agent started under a 300 W cap on GPU 0
+    fake.devices[0]["limit_mw"] = 300_000
+    backend = NvmlBackend(nvml=fake)
+    # when, with no job's limit set, the site lowers the cap to 200 W (nvidia-smi -pl 200)
+    fake.devices[0]["limit_mw"] = 200_000
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=280.0)
+    # then the job's 280 W is held to the cap in force, not the one read at the start
+    # (the agent set 280 W over the site's 200 W before)
+    assert fake.devices[0]["limit_mw"] == 200_000
+    assert backend.gpus()[0].site_power_limit_w == 200.0
+    # and the cap is what is put back
+    backend.restore_defaults(0)
+    assert fake.devices[0]["limit_mw"] == 200_000
+    # when the site lifts it to 350 W, a job's 340 W is set (not held to 200 W or 300 W)
+    fake.devices[0]["limit_mw"] = 350_000
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=340.0)
+    assert fake.devices[0]["limit_mw"] == 340_000
+    # and while the agent's own limit is in force, it is not read as the cap: the next
+    # retune is held to 350 W, and the put-back is 350 W
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=400.0)
+    assert fake.devices[0]["limit_mw"] == 350_000
+    backend.close()
+    assert fake.devices[0]["limit_mw"] == 350_000
+
+
 def test_a_cap_is_read_after_what_a_killed_agent_left_is_put_back(fake, tmp_path):
     # given a site's 300 W cap, and an agent killed while its job ran GPU 1 at 222 W
     state = tmp_path / "gpu_settings.json"
