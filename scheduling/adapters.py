@@ -653,13 +653,18 @@ _APPLY_ORDER = {
 def clock_steps(gpus: Iterable[Gpu]) -> core.ClockSteps:
     """The clocks ``gpus`` run at when told one (``core.ClockSteps``): capped at the lowest
     registered maximum (or highest lockable clock), then a step every GPU that lists any
-    lists."""
+    lists; ``tops_differ`` where their own tops are not all one known top (a plan without
+    a clock is then recorded as none: each GPU runs up to its own)."""
     gpus = list(gpus)
     tops = [g.max_sm_clock_mhz or max(g.supported_sm_clocks_mhz or [0]) for g in gpus]
-    tops = [t for t in tops if t]
+    known = [t for t in tops if t]
     listed = [set(g.supported_sm_clocks_mhz) for g in gpus if g.supported_sm_clocks_mhz]
     common = sorted(set.intersection(*listed)) if listed else []
-    return core.ClockSteps(steps=tuple(common), top_mhz=min(tops) if tops else None)
+    return core.ClockSteps(
+        steps=tuple(common),
+        top_mhz=min(known) if known else None,
+        tops_differ=len(set(tops)) > 1,
+    )
 
 
 def clock_steps_by_model(gpus: Iterable[Gpu]) -> dict[str, core.ClockSteps]:

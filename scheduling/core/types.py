@@ -304,6 +304,9 @@ class ClockSteps:
 
     steps: tuple[int, ...] = ()  # ascending
     top_mhz: int | None = None
+    # Whether the GPUs' own tops differ (or some are not known): told no clock, each runs
+    # up to its own, so there is no one clock a plan without one runs at (``unset_for``).
+    tops_differ: bool = False
 
     def take(self, clock_mhz: int) -> int:
         """The clock the GPUs run at when told ``clock_mhz``."""
@@ -326,8 +329,15 @@ class ClockSteps:
         (the highest step at or below ``top_mhz``), where it is below the model's, so that
         the job is predicted at the clock it runs at (told none, the agent unlocks the
         clock and a GPU runs up to its top); None where it is not: the plan's None as it
-        is. A plan with a clock of its own is taken by ``take``, as before."""
-        if self.top_mhz is None or model_top_mhz is None or self.top_mhz >= model_top_mhz:
+        is. A plan with a clock of its own is taken by ``take``, as before. None also where
+        the GPUs' tops differ (``tops_differ``): the lowest recorded would lock the GPUs
+        that top out higher at it, where told none they run free up to their own."""
+        if (
+            self.tops_differ
+            or self.top_mhz is None
+            or model_top_mhz is None
+            or self.top_mhz >= model_top_mhz
+        ):
             return None
         return self.take(self.top_mhz)
 

@@ -315,3 +315,59 @@ def test_a_round_plans_and_predicts_under_a_sites_cap(
     assert limit is not None and 100 <= limit <= 250
     if policy != "zeus":
         assert limit == 250
+
+
+# GPUs of one model whose own top clocks differ (a node whose A100s registered a 1200 MHz
+# top beside A100s at the catalog's 1410 MHz): told no clock, each runs up to its own top,
+# so there is no one top a plan without a clock runs at. Recording the lowest one locked
+# every GPU of the model at it: a job on the 1410 MHz GPUs, which ran free before, was
+# locked at 1200 MHz (15% below what they do) because another node tops out there.
+
+
+def _a100(top_mhz):
+    return Gpu(model="A100", max_sm_clock_mhz=top_mhz, supported_sm_clocks_mhz=[1410, 1200, 810])
+
+
+@pytest.mark.parametrize(
+    ("tops", "unset"),
+    [
+        ([1200, 1200], 1200),  # all at one top below the catalog's: recorded at it
+        ([1200, 1410], None),  # tops that differ: each its own, as the agent leaves them
+        ([1410, 1410], None),  # at the catalog's top: none, as before
+    ],
+    ids=["one-low-top", "tops-differ", "catalog-top"],
+)
+def test_a_plan_without_a_clock_records_one_only_where_the_gpus_share_their_top(tops, unset):
+    gpus = [_a100(t) for t in tops]
+    (steps,) = adapters.clock_steps_by_model(gpus).values()
+    assert steps.unset_for(1410) == unset
+    # and what the GPUs at the catalog's top are told for it is no lock at all
+    if 1410 in tops:
+        fast = [g for g in gpus if g.max_sm_clock_mhz == 1410]
+        assert adapters.settings_the_gpus_take(fast, sm_clock_mhz=unset, power_limit_w=None) == (
+            None,
+            None,
+        )
+
+
+def test_a_round_leaves_the_clock_free_where_the_models_gpus_top_out_apart(
+    scheduler_settings, make_node, make_job, member, team
+):
+    # given A100s at the catalog's 1410 MHz top, and another node of A100s topping at
+    # 1200 MHz, and fifo (no clock of its own) with a queued 2-GPU job
+    fast, slow = make_node("node-01", gpus=4), make_node("node-02", gpus=4)
+    Node.objects.filter(pk__in=[fast.pk, slow.pk]).update(last_heartbeat_at=T0)
+    Gpu.objects.filter(node=fast).update(max_sm_clock_mhz=1410)
+    Gpu.objects.filter(node=slow).update(max_sm_clock_mhz=1200)
+    scheduler_settings("fifo", round_interval_s=1)
+    job = _job(make_job, member, team)
+
+    # when a round starts it
+    services.run_scheduling_round(now=T0)
+
+    # then a job placed on the 1410 MHz GPUs is not locked at the other node's 1200 MHz
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    alloc = job.current_allocation
+    tops = {g.max_sm_clock_mhz for g in alloc.gpus.all()}
+    assert alloc.sm_clock_mhz is None or alloc.sm_clock_mhz >= min(tops)
