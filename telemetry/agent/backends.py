@@ -180,7 +180,9 @@ class NvmlBackend:
     the site's cap (``GpuInfo.site_power_limit_w``, registered with the server, which plans
     no limit above it): no limit set goes above it. Where none of the agent's limits is in
     force on a GPU, its enforced limit is read again before one is set, so a cap the site
-    set or lifted since is the one held (the registered one stays until the next start).
+    set or lifted since is the one held (the registered one stays until the next start);
+    one the site sets while the agent's limit is in force is found changed at the next
+    setting or put-back, taken as the cap and left in force (nothing is put back over it).
     A setting an allocation leaves out
     (None) is the GPU's own: a retune from a locked clock to a power limit alone unlocks
     the clock. What the agent changed is kept in ``state_file`` until it is put back, so an
@@ -197,6 +199,9 @@ class NvmlBackend:
         # where the limit is untouched), and "locked", whether it locked the clock.
         self._state_file = state_file
         self._changed: dict[str, dict[str, Any]] = {}
+        # The limit (mW) this agent last set on each GPU where it is in force: one found
+        # otherwise was set by the site meanwhile (``_site_cap_now``).
+        self._set_mw: dict[str, int] = {}
         self._nvml.nvmlInit()
         try:
             self._find_gpus()
@@ -288,10 +293,25 @@ class NvmlBackend:
         limit of its own in force on it (the limit it enforces is then the site's: a cap
         set or lifted with ``nvidia-smi -pl`` since the start, which the agent would
         otherwise have set limits over or held them under); as it was where the agent's
-        limit is in force, or the limit cannot be read."""
-        info = self._info[index]
+        limit is in force, or the limit cannot be read. A limit the agent set and finds
+        changed (the site's ``nvidia-smi -pl`` while a job ran) is the site's: nothing of
+        the agent's is in force any more, and nothing is put back over it."""
+        info, handle = self._info[index], self._handles[index]
         if self._has(info.uuid, "limit_mw"):
-            return info
+            set_mw = self._set_mw.get(info.uuid)
+            now_mw = (
+                None
+                if set_mw is None
+                else self._optional("nvmlDeviceGetPowerManagementLimit", handle)
+            )
+            if now_mw is None or abs(now_mw - set_mw) < 500:
+                return info  # the agent's own limit (or not known to be otherwise)
+            log.warning(
+                "GPU %s: its power limit is %g W, not the %g W the agent set: the site's, "
+                "not put back", info.uuid, now_mw / 1000.0, set_mw / 1000.0,
+            )  # fmt: skip
+            self._set_mw.pop(info.uuid, None)
+            self._note(info.uuid, limit_mw=None)
         cap_w = self._cap_w(
             info, self._optional("nvmlDeviceGetEnforcedPowerLimit", self._handles[index])
         )
@@ -409,7 +429,7 @@ class NvmlBackend:
         (what it had before the agent changed it). Each setting is tried whatever the other
         did; what the driver refused is raised afterwards, as one ``SettingsRefused``."""
         handle = self._handles[index]
-        info = self._site_cap_now(index) if power_limit_w is not None else self._info[index]
+        info = self._site_cap_now(index)
         sm_clock_mhz, power_limit_w = capped_settings(
             info, sm_clock_mhz=sm_clock_mhz, power_limit_w=power_limit_w
         )
@@ -426,13 +446,15 @@ class NvmlBackend:
                 before = self._optional("nvmlDeviceGetPowerManagementLimit", handle)
                 if before is None and info.default_power_limit_w is not None:
                     before = info.default_power_limit_w * 1000.0
-            errors += self._change(
+            set_mw = int(round(power_limit_w * 1000))
+            refused = self._change(
                 info, "limit_mw", None if before is None else int(before),
                 f"power limit {power_limit_w:g} W",
-                lambda: nvml.nvmlDeviceSetPowerManagementLimit(
-                    handle, int(round(power_limit_w * 1000))
-                ),
+                lambda: nvml.nvmlDeviceSetPowerManagementLimit(handle, set_mw),
             )  # fmt: skip
+            if not refused and self._has(info.uuid, "limit_mw"):
+                self._set_mw[info.uuid] = set_mw
+            errors += refused
         elif power_limit_w is None:
             errors += self._put_back_limit(info, handle)
         if sm_clock_mhz is not None:
@@ -456,6 +478,7 @@ class NvmlBackend:
         if info is None or info.uuid not in self._changed:
             return
         handle = self._handles[index]
+        info = self._site_cap_now(index)  # (a limit the site set meanwhile is left)
         for message in self._unlock(info, handle) + self._put_back_limit(info, handle):
             log.warning("GPU %s: could not put back %s", info.uuid, message)
 
@@ -519,6 +542,8 @@ class NvmlBackend:
         for key, value in change.items():
             if value is None or value is False:
                 entry.pop(key, None)
+                if key == "limit_mw":
+                    self._set_mw.pop(uuid, None)  # none of its limits in force
             else:
                 entry[key] = value
         if not entry:

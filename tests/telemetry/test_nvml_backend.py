@@ -401,6 +401,39 @@ def test_a_cap_the_site_changes_while_the_agent_runs_is_the_one_held(fake):
     assert fake.devices[0]["limit_mw"] == 350_000
 
 
+def test_a_cap_the_site_sets_while_a_jobs_limit_is_in_force_is_not_put_back_over(fake, tmp_path):
+    # given an agent started under a 300 W cap, running a job at 280 W on GPU 0
+    fake.devices[0]["limit_mw"] = 300_000
+    state = tmp_path / "gpu_settings.json"
+    backend = NvmlBackend(nvml=fake, state_file=state)
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=280.0)
+    # when the site sets 200 W meanwhile (nvidia-smi -pl 200), and the job is retuned to 250 W
+    fake.devices[0]["limit_mw"] = 200_000
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=250.0)
+    # then the retune is held to the site's 200 W (250 W was set over it before)
+    assert fake.devices[0]["limit_mw"] == 200_000
+    assert backend.gpus()[0].site_power_limit_w == 200.0
+    # and at the job's end the 200 W stays: the 300 W of the start is not put back over it
+    backend.restore_defaults(0)
+    assert fake.devices[0]["limit_mw"] == 200_000
+    # when a later job runs at 150 W and the site sets 180 W while it runs, the agent's
+    # exit leaves the 180 W (and its state file nothing to put back)
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=150.0)
+    assert fake.devices[0]["limit_mw"] == 150_000
+    fake.devices[0]["limit_mw"] = 180_000
+    backend.close()
+    assert fake.devices[0]["limit_mw"] == 180_000
+    assert json.loads(state.read_text()) == {}
+    # and the agent's own limit, unchanged by the site, is still put back as before
+    fake.devices[0]["limit_mw"] = 300_000
+    again = NvmlBackend(nvml=fake, state_file=state)
+    again.apply_settings(0, sm_clock_mhz=None, power_limit_w=222.0)
+    again.apply_settings(0, sm_clock_mhz=None, power_limit_w=240.0)
+    assert fake.devices[0]["limit_mw"] == 240_000
+    again.close()
+    assert fake.devices[0]["limit_mw"] == 300_000
+
+
 def test_a_cap_is_read_after_what_a_killed_agent_left_is_put_back(fake, tmp_path):
     # given a site's 300 W cap, and an agent killed while its job ran GPU 1 at 222 W
     state = tmp_path / "gpu_settings.json"
