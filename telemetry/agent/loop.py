@@ -89,6 +89,8 @@ class Agent:
         self._last_heartbeat: datetime | None = None
         self._last_assignments: datetime | None = None
         self.stopping = threading.Event()
+        # The GPUs as last registered (their wire form); None until registered.
+        self._registered: list[dict[str, Any]] | None = None
 
     @property
     def jobs(self) -> dict[int, ProcessJob]:
@@ -98,7 +100,27 @@ class Agent:
     # --- server conversation --------------------------------------------------------------
     def register(self) -> dict[str, Any]:
         body = {"name": self.config.node_name, "gpus": [g.to_wire() for g in self.backend.gpus()]}
-        return self.client.post("register", body)
+        answer = self.client.post("register", body)
+        self._registered = body["gpus"]
+        return answer
+
+    def register_changes(self) -> None:
+        """Register again where what the backend reports of its GPUs changed since the last
+        registration (a site's power cap it found changed, ``NvmlBackend._site_cap_now``):
+        the server planned with the cap read at the start until the agent restarted. One
+        the server refuses is not sent again (logged); an outage is retried next time."""
+        if self._registered is None:
+            return
+        wire = [g.to_wire() for g in self.backend.gpus()]
+        if wire == self._registered:
+            return
+        try:
+            self.register()
+        except ServerUnreachable as exc:
+            log.warning("cannot register the GPUs' changes yet: %s", exc)
+        except Rejected as exc:
+            log.error("the server refused the GPUs' changes, not sent again: %s", exc)
+            self._registered = wire
 
     def post_samples(self) -> None:
         """Send the buffered samples, in batches the server takes: it refuses a batch of more
@@ -166,6 +188,7 @@ class Agent:
                 self.client.post("heartbeat", self.heartbeat_body(now))
             except (ServerUnreachable, Rejected) as exc:
                 log.warning("heartbeat failed: %s", exc)
+            self.register_changes()
         if self.runner.launches_jobs and _due(
             self._last_assignments, now, self.config.assignment_interval_s
         ):

@@ -308,3 +308,24 @@ def test_the_agent_command_stops_with_one_line_for_a_bad_token(server, tmp_path)
         )
     )
     assert not GpuSample.objects.exists()
+
+
+def test_a_sites_cap_changed_while_the_agent_runs_is_registered_again(server, make_node, tmp_path):
+    # given an agent on real (fake NVML) A100s whose site capped GPU 0 at 300 W, registered
+    fake = FakeNvml([_device("GPU-cap-0", energy_mj=0), _device("GPU-cap-1", energy_mj=0)])
+    fake.devices[0]["limit_mw"] = 300_000
+    node = make_node("node-01", gpus=0)
+    backend = NvmlBackend(nvml=fake)
+    agent = _agent(backend, server, node.issue_agent_token(), tmp_path)
+    agent.register()
+    assert Gpu.objects.get(uuid="GPU-cap-0").site_power_limit_w == 300
+    # when the site lowers it to 200 W (nvidia-smi -pl) and a job's limit is set there
+    fake.devices[0]["limit_mw"] = 200_000
+    backend.apply_settings(0, sm_clock_mhz=None, power_limit_w=280.0)
+    assert fake.devices[0]["limit_mw"] == 200_000
+    # then the next heartbeat's tick registers the cap the agent now holds limits to, so
+    # rounds plan under it (they planned up to 300 W until the agent restarted)
+    agent.tick(timezone.now())
+    assert Gpu.objects.get(uuid="GPU-cap-0").site_power_limit_w == 200
+    assert Gpu.objects.get(uuid="GPU-cap-1").site_power_limit_w == 400
+    backend.close()
