@@ -290,6 +290,7 @@ class BudgetGreedy:
         reserve_bound: float | None = None,
         reserve_bound_lag: bool = False,
         reserve_bound_spare: bool = False,
+        free_rank: str | None = None,
     ) -> None:
         """Every parameter is described in the module docstring; also:
 
@@ -430,6 +431,16 @@ class BudgetGreedy:
           the present jobs leave the GPUs free to the period's end (their fewest
           GPU-seconds before it over the cluster's), so a cluster its present work
           fills keeps the reserve for the work that will wait.
+        - ``free_rank`` (None: off): the rank of the steps in a round where energy is
+          free (every priced budget's price is 0, or no budget limits the round:
+          ``_Round.free_round``). ``"per_gpu"`` ranks them by the speedup per share of
+          the spare GPUs alone, as ``elastic`` does, instead of ``rank``'s. At price 0
+          the heSRPT weight buys the same average JCT as ``elastic``'s division with
+          more GPU-hours and energy: on Philly 876 at 1.0 without a budget 8.066 h
+          against 8.062 h, 0.48% more energy, so a PowerFlow priced at 0 at
+          ``elastic``'s energy ran out in the period's last tenth (0.950x; with this,
+          the division is ``elastic``'s round by round). Measured in
+          docs/benchmarks.md ("PowerFlow at price 0 is `elastic` less its energy").
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
@@ -527,6 +538,9 @@ class BudgetGreedy:
         if not isinstance(reserve_bound_spare, bool):
             raise ValueError("reserve_bound_spare must be true or false")
         self.reserve_bound_spare = reserve_bound_spare
+        if free_rank not in (None, "per_gpu"):
+            raise ValueError(f"free_rank must be 'per_gpu' or None, not {free_rank!r}")
+        self.free_rank = free_rank
         if floor_trend_days is not None and (
             type(floor_trend_days) is not int or floor_trend_days < TREND_MIN_DAYS
         ):
@@ -755,6 +769,11 @@ class _Round:
         # How far down ``order_`` any job was admitted: the rest all wait behind full GPUs.
         self.admitted_in: int | None = None
         self.weights: dict[int, float] = {}  # hesrpt: share of jobs not shorter
+        # Whether energy is free this round (``budget_price.price_round`` sets it): no
+        # budget limits the round, or every priced budget's price is 0.
+        self.free_round = not any(
+            b.energy_limit_j is not None or b.co2_limit_g is not None for b in ctx.budgets
+        )
         self.scaling: dict[int, float] = {}  # hesrpt: the last size step's exponent
         self.sorted_min_s: list[float] | None = None
         self.budget_blocked: dict[int, int] = {}
@@ -2044,7 +2063,9 @@ class _Round:
         base = self.min_eval(j)[1]
         gain = base / t2 - base / t
         sizes = self.opts[j][0]
-        if self.policy.rank == "hesrpt":
+        if self.policy.rank == "hesrpt" and not (
+            self.free_round and self.policy.free_rank == "per_gpu"
+        ):
             q = self.policy.hesrpt_exp
             if q is None:
                 if si2 != si:

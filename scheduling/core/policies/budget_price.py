@@ -474,6 +474,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         price[b_i] == 0.0 if priced[b_i] else b.energy_limit_j is None and b.co2_limit_g is None
         for b_i, b in enumerate(budgets)
     )
+    rnd.free_round = free_round
     for b_i, b in enumerate(budgets):
         if not covered[b_i]:
             continue
