@@ -438,9 +438,14 @@ class BudgetGreedy:
           the heSRPT weight buys the same average JCT as ``elastic``'s division with
           more GPU-hours and energy: on Philly 876 at 1.0 without a budget 8.066 h
           against 8.062 h, 0.48% more energy, so a PowerFlow priced at 0 at
-          ``elastic``'s energy ran out in the period's last tenth (0.950x; with this,
-          the division is ``elastic``'s round by round). Measured in
-          docs/benchmarks.md ("PowerFlow at price 0 is `elastic` less its energy").
+          ``elastic``'s energy ran out at 0.95 of the period (0.950x; ranked per
+          GPU, 1.000x: ``elastic``'s run). Off by default: measured in
+          docs/benchmarks.md ("PowerFlow at price 0 is `elastic` less its energy"), the
+          default pacer gains nothing from it on Philly 876 against ``elastic`` (0.960x
+          -> 0.961x at 1.0, 0.964x at 0.5, 0.949x -> 0.948x at 0.25), and on pollux at
+          1.0, where a generous budget is at price 0 in many rounds and heSRPT's division
+          there beats ``elastic``'s, it loses up to 17% (pollux_workload-8 1.315x ->
+          1.095x); tight budgets have no round at price 0 and are unchanged.
         - ``prior_box``: how many GPUs a job known only by its prior may take before it
           is observed: ``"minimum"`` (its minimum) or ``"requested"`` (up to the GPUs it
           asked for); either at any clock; module docstring, "Probes".
