@@ -75,11 +75,16 @@ PLACEHOLDER_COMMAND = "exec sleep infinity"
 # post interval and the Epilog removes the file, so the last count the agent sent can be
 # short of the job's last; this line is the job's own word at its end.
 PROGRESS_MARK = "wattflow progress of Slurm job"
+# What the trailer prints of the progress file (its last bytes); the reconciler looks for the
+# trailer in a window of the output this much longer than the log tail it keeps, so that a
+# long trailer line (a file of appended counts past 4,000 bytes) is found whole.
+PROGRESS_TRAILER_BYTES = 4096
+TRAILER_WINDOW_CHARS = LOG_TAIL_CHARS + PROGRESS_TRAILER_BYTES + 256
 PROGRESS_TRAILER = (
     "_wattflow_last_progress() {\n"
     '    [ -n "${WATTFLOW_PROGRESS_FILE:-}" ] && [ -s "$WATTFLOW_PROGRESS_FILE" ] || return 0\n'
     f"    printf '\\n{PROGRESS_MARK} %s: %s\\n' \"${{SLURM_JOB_ID:-}}\" "
-    "\"$(tail -c 4096 -- \"$WATTFLOW_PROGRESS_FILE\" | tr '\\r\\n' '  ')\"\n"
+    f"\"$(tail -c {PROGRESS_TRAILER_BYTES} -- \"$WATTFLOW_PROGRESS_FILE\" | tr '\\r\\n' '  ')\"\n"
     "}\n"
     "trap _wattflow_last_progress EXIT\n"
 )
@@ -580,7 +585,8 @@ class SlurmExecutor(Executor):
         status = exit_status(info)
         try:
             if info.state == "COMPLETED" and status == 0:
-                done, tail = self._completion(job, row, tail)
+                window = self._log_tail(row.job_id, info, chars=TRAILER_WINDOW_CHARS)
+                done, tail = self._completion(job, row, tail, window)
                 cluster_services.transition_job(
                     job, to=JobState.COMPLETED, at=now, exit_status=0, log_tail=tail, **done
                 )
@@ -616,13 +622,18 @@ class SlurmExecutor(Executor):
             report.errors.append(str(exc))
 
     @staticmethod
-    def _completion(job: Job, row: SlurmJob, tail: str) -> tuple[dict[str, float], str]:
+    def _completion(
+        job: Job, row: SlurmJob, tail: str, window: str
+    ) -> tuple[dict[str, float], str]:
         """What a job that Slurm says COMPLETED with status 0 completes with: the count its
         batch script printed at its end (``PROGRESS_TRAILER``), read as the agent reads an
         exit's count, with the agent's note when it is short of the total. A job that printed
         none (no progress file, or a command that ``exec``s) cannot say how far it got:
-        status 0 is its word that it did all its work."""
-        progress = last_reported_progress(tail, row.slurm_job_id)
+        status 0 is its word that it did all its work. The trailer is looked for in
+        ``window``, the output's last ``TRAILER_WINDOW_CHARS``: its line can be longer than
+        the kept ``tail`` (a file of appended counts prints up to 4,096 bytes), whose cut
+        dropped the line's mark and completed such a job at its whole total."""
+        progress = last_reported_progress(window, row.slurm_job_id)
         count = None
         if progress is not None:
             alloc = JobAllocation.objects.filter(pk=row.allocation_id).first()
@@ -635,13 +646,13 @@ class SlurmExecutor(Executor):
         done.setdefault("completed_iterations", job.completed_iterations)
         return done, tail[-LOG_TAIL_CHARS:]
 
-    def _log_tail(self, job_id: int, info: SlurmJobInfo) -> str:
+    def _log_tail(self, job_id: int, info: SlurmJobInfo, *, chars: int = LOG_TAIL_CHARS) -> str:
         path = Path(info.output) if info.output else self.output_path(job_id)
         try:
             with path.open("rb") as f:
                 f.seek(0, 2)
                 size = f.tell()
-                f.seek(max(0, size - LOG_TAIL_CHARS))
+                f.seek(max(0, size - chars))
                 return f.read().decode("utf-8", "replace")
         except OSError:
             return ""
@@ -685,7 +696,9 @@ def last_reported_progress(log_tail: str, slurm_job_id: int) -> Progress | None:
     (``PROGRESS_TRAILER``; its last such line in the job's output, which other Slurm jobs of
     the same Wattflow job append to), read as the agent reads the file; None without one."""
     prefix = f"{PROGRESS_MARK} {slurm_job_id}: "
-    for line in reversed(log_tail.splitlines()):
+    # (split at newlines alone: ``splitlines`` also splits at form feeds, U+2028 and the
+    # like, which a JSON progress file may hold in a string and the agent reads whole)
+    for line in reversed(log_tail.split("\n")):
         if line.startswith(prefix):
             text = line[len(prefix) :].strip()
             if not text.startswith("{"):

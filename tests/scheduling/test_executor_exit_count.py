@@ -159,8 +159,32 @@ def test_the_trailer_keeps_the_commands_exit_status(
         ("wattflow progress of Slurm job 7: \n", None),
         ("wattflow progress of Slurm job 7: nan\n", None),
         ('wattflow progress of Slurm job 7: {"iterations": 12\n', None),
+        # a JSON string holding U+2028 (valid JSON): one line, as the agent reads the file
+        ('wattflow progress of Slurm job 7: {"iterations": 12, "note": "a\u2028b"}\n', 12.0),
     ],
 )
 def test_the_last_progress_line_of_this_slurm_job_is_read(tail, expected):
     progress = last_reported_progress(tail, 7)
     assert (None if progress is None else progress.iterations) == expected
+
+
+def test_a_file_of_appended_counts_past_the_log_tail_completes_at_its_last_count(
+    executor, tmp_path, make_job, make_node, member, team
+):
+    # (the trailer prints the file's last 4,096 bytes on one line, longer than the 4,000
+    # characters of output the reconciler read: the line's mark was cut off and the job,
+    # which had done 600 of 1000, completed at 1000 with no note)
+    make_node("n1", gpus=1)
+    job = make_job(
+        owner=member, team=team, min_gpus=1, max_gpus=1,
+        command=(
+            'for i in $(seq 1 600); do printf "%08d\\n" "$i" >> "$WATTFLOW_PROGRESS_FILE"; done'
+        ),
+    )  # fmt: skip
+
+    status, job, _ = _run_in_slurm(executor, job, tmp_path)
+
+    assert status == 0 and (tmp_path / f"{SLURM_JOB_ID}.progress").stat().st_size == 5400
+    assert job.state == JobState.COMPLETED
+    assert job.completed_iterations == 600.0
+    assert "having reported 600 of its 1000 iterations: ended early on its own." in job.log_tail
