@@ -230,10 +230,23 @@ def progress_of(budgets: list[Budget], *, now: datetime) -> list[dict]:
     ]
 
 
+def _dashboard_jobs(user):
+    """The jobs the dashboard counts: every team's for a user whose scope is all teams
+    (``sees_every_team``), else their own teams' (``scope_of``). A staff user who may view
+    jobs but not budgets (or budgets but not jobs) is fed only their teams' rounds and
+    budgets live (``frontend.consumers.groups_for``), and the page said "your team" over
+    every team's queue: its numbers, its scope and its pushes disagreed."""
+    if sees_every_team(user):
+        return jobs_visible_to(user)
+    return jobs_visible_to(user).filter(team__in=teams_of(user).values("pk"))
+
+
 def active_budgets(user, *, now: datetime):
+    budgets = budgets_visible_to(user)
+    if not sees_every_team(user):  # (as ``_dashboard_jobs``)
+        budgets = budgets.filter(team__in=teams_of(user).values("pk"))
     return (
-        budgets_visible_to(user)
-        .filter(period_start__lte=now, period_end__gt=now)
+        budgets.filter(period_start__lte=now, period_end__gt=now)
         .select_related("team")
         .order_by("team__name", "period_start")
     )
@@ -283,7 +296,7 @@ def dashboard_payload(user, *, now: datetime) -> dict:
     """All dashboard figures and numbers ``user`` may see at ``now`` (JSON-ready but for the
     budget objects, which ``as_json`` drops). Cards say their scope: ``scope`` (the user's
     teams, or all teams for an admin) or the cluster."""
-    jobs = jobs_visible_to(user)
+    jobs = _dashboard_jobs(user)
     scope = scope_of(user)
     # The same summary the telemetry beat task pushes, so page load and pushes agree.
     telemetry = live_summary(now)

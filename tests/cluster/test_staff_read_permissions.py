@@ -16,7 +16,7 @@ from cluster.choices import HardLimitAction, Role
 from cluster.models import Budget, BudgetAlert
 from frontend.broadcast import ADMIN_GROUP, team_group
 from frontend.consumers import groups_for
-from frontend.dashboard import scope_of
+from frontend.dashboard import dashboard_payload, scope_of
 from scheduling.budget_alerts import visible_alerts
 from telemetry.models import EnergyLedgerEntry
 
@@ -165,3 +165,25 @@ def test_the_change_permission_lets_a_staff_user_read_as_the_admin_does(
     reads = _api_reads(api_client(user))
 
     assert reads["jobs"] == ["language", "vision"] and reads["budgets"] == []
+
+
+@pytest.mark.parametrize(
+    "perms",
+    [[("cluster", "view_job")], [("cluster", "view_budget")]],
+    ids=["jobs but not budgets", "budgets but not jobs"],
+)
+def test_a_staff_users_dashboard_counts_what_its_scope_names_and_its_feed_pushes(
+    scene, staff_in_team, perms
+):
+    # (a staff lead of Vision who may view every team's jobs but not budgets was told "your
+    # team Vision" over a queue of both teams' jobs (2), and was pushed only Vision's rounds
+    # live; one who may view budgets but not jobs was shown Language's budget under the same
+    # words, its pushes Vision's alone)
+    user = _granted(staff_in_team, perms)
+    assert ADMIN_GROUP not in groups_for.func(user)
+
+    payload = dashboard_payload(user, now=timezone.now())
+
+    assert payload["scope"] == "your team Vision"
+    assert payload["queue_now"] == 1
+    assert [b["team"] for b in payload["budgets"]] == ["Vision"]
