@@ -5,6 +5,7 @@ from functools import cached_property
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, models, transaction
+from django.db.models import Q
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -16,6 +17,7 @@ from cluster.choices import JobState, WaitCode
 from cluster.models import Budget, Gpu, Job, JobAllocation, Membership, Node, Team
 from cluster.queries import (
     can_manage_budgets_of,
+    managed_teams,
     priority_refusal,
     submittable_teams,
     teams_visible_to,
@@ -85,9 +87,16 @@ class TeamSlugField(serializers.SlugRelatedField):
     """A team named by its slug. A value that cannot be a slug is refused before the lookup:
     PostgreSQL refuses a NUL in a query parameter, which answered 500. To a user who is not
     an admin, a team they are not a member of does not exist: its error is an absent
-    team's, so other teams' names cannot be told apart from names nobody uses."""
+    team's, so other teams' names cannot be told apart from names nobody uses.
 
-    def __init__(self, **kwargs):
+    ``writable`` (``(user, serializer) -> teams``): the teams the user may write the row for
+    beyond those they see (``submittable_teams`` for jobs, ``managed_teams`` for budgets).
+    A staff user holding ``add_job`` or ``add_budget`` but not ``view_team`` was told that
+    another team does not exist through the API, while the pages and the Django admin let
+    them submit and budget for it."""
+
+    def __init__(self, *, writable=None, **kwargs):
+        self.writable = writable
         super().__init__(slug_field="slug", queryset=Team.objects.all(), **kwargs)
 
     def get_queryset(self):
@@ -98,7 +107,11 @@ class TeamSlugField(serializers.SlugRelatedField):
         user = getattr(request, "user", None)
         if user is None:
             return Team.objects.all()
-        return teams_visible_to(user)
+        visible = teams_visible_to(user)
+        if self.writable is None:
+            return visible
+        writable = self.writable(user, self.parent)
+        return Team.objects.filter(Q(pk__in=visible.values("pk")) | Q(pk__in=writable.values("pk")))
 
     def to_internal_value(self, data):
         if not isinstance(data, str) or not data.isprintable() or len(data) > 50:
@@ -221,7 +234,7 @@ class ExplorationSerializer(serializers.Serializer):
 class JobSerializer(_NumbersOnly):
     """A training job: what was submitted, its state, and why it waits (``pending_*``)."""
 
-    team = TeamSlugField()
+    team = TeamSlugField(writable=lambda user, serializer: submittable_teams(user))
     owner = serializers.CharField(source="owner.username", read_only=True)
     min_gpus = serializers.IntegerField(min_value=1, default=1)
     max_gpus = serializers.IntegerField(min_value=1, required=False)
@@ -483,7 +496,11 @@ class BudgetUsageSerializer(serializers.Serializer):
 class BudgetSerializer(_NumbersOnly):
     """A team's energy and/or carbon limit over a period, and what it has used."""
 
-    team = TeamSlugField()
+    team = TeamSlugField(
+        writable=lambda user, serializer: managed_teams(
+            user, "add" if serializer.instance is None else "change"
+        )
+    )
     usage = serializers.SerializerMethodField()
 
     class Meta:

@@ -202,3 +202,32 @@ def test_staff_holding_the_permission_may(
     assert response.status_code == expected, response.content
     if path == "cancel":
         assert Job.objects.get(pk=scene["job"].pk).state == JobState.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("codenames", "path", "body"),
+    [
+        (
+            ["add_job", "view_job"], "/api/jobs/",
+            {"name": "x", "workload": "resnet50", "global_batch_size": 256,
+             "total_iterations": 10},
+        ),
+        (["add_budget", "view_budget"], "/api/budgets/", {"energy_limit_kwh": 1, **PERIOD}),
+    ],
+    ids=["a job", "a budget"],
+)  # fmt: skip
+def test_staff_who_may_add_for_any_team_but_not_view_teams_may_name_another_team(
+    api_client, make_user, scene, other_team, codenames, path, body
+):
+    # (the API's team field knew only the teams the user may view: such a user was told
+    # "Object with slug=language does not exist." (400) while the job and budget pages, which
+    # offer every team to them, and the Django admin let them do it)
+    client = api_client(_staff(make_user, "ada_adder", codenames))
+
+    response = client.post(path, {**body, "team": other_team.slug}, format="json")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["team"] == other_team.slug
+    # and a team nobody uses is still one that does not exist
+    missing = client.post(path, {**body, "team": "no-such-team"}, format="json")
+    assert missing.status_code == 400 and "does not exist" in str(missing.json()["team"])
