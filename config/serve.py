@@ -28,6 +28,12 @@ that long; many such clients hold as many sockets. Past the bound the request is
 408 and the connection closed. A request received whole stops its clock: the time the
 application takes to answer, and an idle keep-alive connection between requests, are not
 counted.
+
+An idle connection, one open with no request begun (none yet, or kept alive after one), is
+closed after ``WATTFLOW_IDLE_CONNECTION_TIMEOUT_S`` without a byte (Twisted's own idle
+timeout, set on the factory: it is off while a request is answered, and a websocket's
+connection is no longer the HTTP channel's). Left at Twisted's 12 hours, a client that
+connected and sent nothing, never starting the read clock above, held its socket that long.
 """
 
 from __future__ import annotations
@@ -75,6 +81,12 @@ def read_timeout_s() -> float:
     from django.conf import settings
 
     return settings.WATTFLOW_REQUEST_READ_TIMEOUT_S
+
+
+def idle_timeout_s() -> float:
+    from django.conf import settings
+
+    return settings.WATTFLOW_IDLE_CONNECTION_TIMEOUT_S
 
 
 def _timed_out(limit_s: float) -> bytes:
@@ -206,7 +218,9 @@ def _close_if_open(channel, transport) -> None:
 def bound_request_bodies(factory) -> None:
     """Have ``factory`` (daphne's ``HTTPFactory``) build connections whose requests refuse a
     body over ``WATTFLOW_MAX_REQUEST_BODY_BYTES`` as it arrives and a request not received
-    whole within ``WATTFLOW_REQUEST_READ_TIMEOUT_S`` (``bounded_request``)."""
+    whole within ``WATTFLOW_REQUEST_READ_TIMEOUT_S`` (``bounded_request``), and that close
+    after ``WATTFLOW_IDLE_CONNECTION_TIMEOUT_S`` idle (Twisted's ``timeOut``, 12 h)."""
+    factory.timeOut = idle_timeout_s()  # (``HTTPFactory.buildProtocol`` hands it on)
     build = factory.buildProtocol
 
     def build_protocol(addr):

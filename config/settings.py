@@ -115,6 +115,13 @@ WATTFLOW_MAX_REQUEST_BODY_BYTES = env_int("WATTFLOW_MAX_REQUEST_BODY_BYTES", 8 *
 WATTFLOW_REQUEST_READ_TIMEOUT_S = env_float("WATTFLOW_REQUEST_READ_TIMEOUT_S", 60.0)
 if WATTFLOW_REQUEST_READ_TIMEOUT_S <= 0:
     refuse_to_start("WATTFLOW_REQUEST_READ_TIMEOUT_S must be more than 0 seconds.")
+# Seconds a connection may stay open without a byte while no request is being read or
+# answered (before its first request, or kept alive between two); then it is closed
+# (``config.serve``). Twisted's default, which daphne keeps, is 12 hours: a client that
+# connected and sent nothing was never reached by the read timeout above.
+WATTFLOW_IDLE_CONNECTION_TIMEOUT_S = env_float("WATTFLOW_IDLE_CONNECTION_TIMEOUT_S", 75.0)
+if WATTFLOW_IDLE_CONNECTION_TIMEOUT_S <= 0:
+    refuse_to_start("WATTFLOW_IDLE_CONNECTION_TIMEOUT_S must be more than 0 seconds.")
 # A job whose fastest configuration on this cluster would run longer than this is refused at
 # submit (scheduling/feasibility.py).
 WATTFLOW_MAX_JOB_DAYS = env_int("WATTFLOW_MAX_JOB_DAYS", 365)

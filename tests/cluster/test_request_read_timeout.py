@@ -6,16 +6,21 @@ sent a byte now and then held it for ever.
 
 A real server process (``support/daphne.py``) with a bound of 1 s; raw sockets."""
 
+import json
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
 from django.conf import settings
-from support.daphne import Daphne
+from django.test import Client
+from support.daphne import ROOT, Daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 READ_TIMEOUT_S = 1.0
+IDLE_TIMEOUT_S = 4.0
 
 
 @pytest.fixture
@@ -27,6 +32,7 @@ def server(tmp_path):
             "DATABASE_CONN_MAX_AGE_S": "0",
             "DJANGO_DEBUG": "1",
             "WATTFLOW_REQUEST_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
+            "WATTFLOW_IDLE_CONNECTION_TIMEOUT_S": str(IDLE_TIMEOUT_S),
         },
     )
     daphne.start()
@@ -108,3 +114,36 @@ def test_a_request_received_in_time_is_served_and_its_keep_alive_connection_kept
     # the API's own answer to an anonymous submit, both times
     assert first.startswith(b"HTTP/1.1 401"), first[:200]
     assert second.startswith(b"HTTP/1.1 401"), second[:200]
+
+
+@pytest.mark.parametrize("served_first", [False, True], ids=["nothing sent", "kept alive"])
+def test_an_idle_connection_is_closed_after_the_idle_bound(server, served_first):
+    # (a connection that sent nothing never started the read clock, and one kept alive
+    # after its request had none: Twisted's idle timeout, 12 hours, held both)
+    body = b'{"name": "x"}'
+    request = HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        if served_first:
+            sock.sendall(request)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 401")
+        answer, after_s, closed = _until_closed(sock, within_s=IDLE_TIMEOUT_S + 5)
+
+    assert closed, f"still open after {after_s:.1f} s"
+    assert after_s > IDLE_TIMEOUT_S - 1.5  # (not at the read bound: no request was begun)
+    if not served_first:
+        assert answer == b""
+
+
+def test_a_websocket_idle_past_the_idle_bound_stays_open(server, member):
+    # (a guard, passing before the change too: once upgraded, a websocket's connection is no
+    # longer timed by the HTTP channel, whose idle bound is now seconds, not 12 hours)
+    browser = Client()
+    browser.force_login(member)
+    cookie = f"sessionid={browser.cookies['sessionid'].value}"
+    probe = ROOT / "tests" / "support" / "ws_probe.py"
+    done = subprocess.run(
+        [sys.executable, str(probe), str(server.port), cookie, "0", "0", str(IDLE_TIMEOUT_S + 2)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+
+    assert json.loads(done.stdout) == {"received": ["hello", "pong"], "close": None}

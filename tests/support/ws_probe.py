@@ -2,9 +2,10 @@
 txaio free of a framework). Opens the dashboard socket of the server on 127.0.0.1:PORT with
 the session cookie, waits for its hello, sends a ping padded to SIZE bytes (in fragments of
 FRAGMENT bytes; 0: one frame), and prints as JSON the types of the messages received within
-10 s and the close code (null where the server did not close the socket).
+10 s and the close code (null where the server did not close the socket). DELAY (seconds,
+0 unless given): how long the socket stays idle after the hello before the ping is sent.
 
-    python tests/support/ws_probe.py PORT COOKIE SIZE FRAGMENT
+    python tests/support/ws_probe.py PORT COOKIE SIZE FRAGMENT [DELAY]
 """
 
 import asyncio
@@ -20,7 +21,7 @@ def padded_ping(size: int) -> bytes:
     return json.dumps({"type": "ping", "pad": "x" * max(0, size - len(bare))}).encode()
 
 
-async def probe(port: int, cookie: str, message: bytes, fragment: int) -> dict:
+async def probe(port: int, cookie: str, message: bytes, fragment: int, delay: float = 0) -> dict:
     loop = asyncio.get_running_loop()
     closed: asyncio.Future = loop.create_future()
     answered: asyncio.Future = loop.create_future()
@@ -29,9 +30,9 @@ async def probe(port: int, cookie: str, message: bytes, fragment: int) -> dict:
     class Probe(WebSocketClientProtocol):
         def onMessage(self, payload, isBinary):
             received.append(json.loads(payload)["type"])
-            if len(received) == 1:  # the hello: now send
+            if len(received) == 1:  # the hello: now send (after ``delay``)
                 self.autoFragmentSize = fragment
-                self.sendMessage(message)
+                loop.call_later(delay, self.sendMessage, message)
             elif not answered.done():
                 answered.set_result(None)
 
@@ -47,7 +48,9 @@ async def probe(port: int, cookie: str, message: bytes, fragment: int) -> dict:
     factory.protocol = Probe
     transport, _ = await loop.create_connection(factory, "127.0.0.1", port)
     try:
-        await asyncio.wait({closed, answered}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            {closed, answered}, timeout=10 + delay, return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         transport.close()
     return {"received": received, "close": closed.result() if closed.done() else None}
@@ -55,5 +58,6 @@ async def probe(port: int, cookie: str, message: bytes, fragment: int) -> dict:
 
 if __name__ == "__main__":
     port, cookie, size, fragment = sys.argv[1:5]
-    result = asyncio.run(probe(int(port), cookie, padded_ping(int(size)), int(fragment)))
+    delay = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+    result = asyncio.run(probe(int(port), cookie, padded_ping(int(size)), int(fragment), delay))
     sys.stdout.write(json.dumps(result) + "\n")
