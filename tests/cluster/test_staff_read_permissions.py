@@ -187,3 +187,20 @@ def test_a_staff_users_dashboard_counts_what_its_scope_names_and_its_feed_pushes
     assert payload["scope"] == "your team Vision"
     assert payload["queue_now"] == 1
     assert [b["team"] for b in payload["budgets"]] == ["Vision"]
+
+
+def test_a_staff_user_who_may_view_the_ledger_but_not_jobs_filters_it_by_any_job_it_lists(
+    api_client, scene, staff_in_team
+):
+    # (the ledger listed Language's job's row to them, but the job filter knew only the jobs
+    # they may view: ?job=<that job> answered 400 "Select a valid choice")
+    user = _granted(staff_in_team, [("telemetry", "view_energyledgerentry")])
+    client = api_client(user)
+    language_job = scene["language"]
+    listed = {row["job"] for row in client.get("/api/telemetry/ledger/").json()["results"]}
+    assert language_job.pk in listed
+
+    response = client.get(f"/api/telemetry/ledger/?job={language_job.pk}")
+
+    assert response.status_code == 200, response.content
+    assert [row["team"] for row in response.json()["results"]] == ["language"]
