@@ -154,7 +154,13 @@ def jobs_visible_to(user) -> QuerySet[Job]:
     if admin_sees(user, "cluster.view_job"):
         return Job.objects.all()
     # A subquery, not a join, so a user in several teams never sees a job twice.
-    return Job.objects.filter(team__in=teams_of(user).values("pk"))
+    mine = Q(team__in=teams_of(user).values("pk"))
+    if _is_admin(user):
+        # and the jobs they submitted to other teams (``add_job``, ``submittable_teams``):
+        # a staff user allowed to add jobs but not to view them was sent to a 404 by the
+        # page they submitted from, and could not read or cancel their own job
+        mine |= Q(owner=user)
+    return Job.objects.filter(mine)
 
 
 def budgets_visible_to(user) -> QuerySet[Budget]:

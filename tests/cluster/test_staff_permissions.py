@@ -231,3 +231,24 @@ def test_staff_who_may_add_for_any_team_but_not_view_teams_may_name_another_team
     # and a team nobody uses is still one that does not exist
     missing = client.post(path, {**body, "team": "no-such-team"}, format="json")
     assert missing.status_code == 400 and "does not exist" in str(missing.json()["team"])
+
+
+def test_a_staff_user_who_may_add_jobs_but_not_view_them_reads_the_job_they_submitted(
+    api_client, client, make_user, scene, other_team
+):
+    # (submitted to a team they are not in, as add_job lets them: the API's answer named the
+    # job, then its page, its API row and its cancel answered 404 to its own owner)
+    user = _staff(make_user, "ada_adder", ["add_job"])
+    body = {"name": "x", "team": other_team.slug, "workload": "resnet50",
+            "global_batch_size": 256, "total_iterations": 10}  # fmt: skip
+    created = api_client(user).post("/api/jobs/", body, format="json")
+    assert created.status_code == 201, created.content
+    job_id = created.json()["id"]
+
+    assert api_client(user).get(f"/api/jobs/{job_id}/").status_code == 200
+    client.force_login(user)
+    assert client.get(reverse("frontend:job-detail", args=[job_id])).status_code == 200
+    # another team's job they did not submit stays unseen
+    assert api_client(user).get(f"/api/jobs/{scene['job'].pk}/").status_code == 404
+    assert api_client(user).post(f"/api/jobs/{job_id}/cancel/").status_code == 200
+    assert Job.objects.get(pk=job_id).state == JobState.CANCELLED
