@@ -77,6 +77,10 @@ def _warn_of_conflicts(answer: Any) -> None:
         )
 
 
+# The web process's answer to a request it did not receive whole in time (``config.serve``).
+REQUEST_TIMEOUT = 408
+
+
 class AgentClient:
     def __init__(self, server: str, token: str, spool: Spool, *, timeout_s: float = 10.0) -> None:
         self.base = server.rstrip("/") + "/api/agent/"
@@ -108,7 +112,10 @@ class AgentClient:
             # (ChunkedEncodingError, a server restarting mid-reply) raised out of the tick,
             # and the batch it carried, samples or a job's exit, was in no spool.
             raise ServerUnreachable(f"{method} {url}: {exc.__class__.__name__}") from exc
-        if response.status_code >= 500:
+        if response.status_code >= 500 or response.status_code == REQUEST_TIMEOUT:
+            # (408: the server did not receive the message whole in time, a slow or stalled
+            # link, ``config.serve``; refused as a 4xx it was quarantined, a valid batch set
+            # aside for good: it is sent again, as after an outage)
             raise ServerUnreachable(
                 f"{method} {url}: HTTP {response.status_code}", status=response.status_code
             )
