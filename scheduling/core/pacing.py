@@ -64,6 +64,34 @@ def paced_energy_allowance_j(
     return min(remaining, paced + _catch_up(lag, round_s, catch_up_s))
 
 
+def floor_over_limit(
+    budget: Budget,
+    *,
+    now: float,
+    floor_w: float,
+    floor_curve: IntensityCurve | None = None,
+    floor_so_far_g: float | None = None,
+) -> bool:
+    """Whether a committed draw (``floor_w``, a cluster budget's powered idle GPUs) alone
+    takes ``budget`` over one of its limits in its period: what it drew before ``now``
+    (at most what the budget has spent, which includes it; carbon: ``floor_so_far_g``,
+    else none) and what it will draw to the period's end (carbon on ``floor_curve``).
+    Such a period no plan can keep: pacing it with the floor set aside gives its jobs
+    nothing for the whole period, while the floor spends the limit anyway."""
+    if floor_w <= 0.0:
+        return False
+    left_s = max(budget.period_end_s - now, 0.0)
+    if budget.energy_limit_j is not None:
+        past_j = min(floor_w * max(now - budget.period_start_s, 0.0), budget.energy_used_j)
+        if past_j + floor_w * left_s > budget.energy_limit_j * (1.0 + 1e-9):
+            return True
+    if budget.co2_limit_g is not None and floor_curve is not None:
+        past_g = min(floor_so_far_g or 0.0, budget.co2_used_g)
+        if past_g + floor_curve.co2_g(floor_w, left_s) > budget.co2_limit_g * (1.0 + 1e-9):
+            return True
+    return False
+
+
 def lag_share(budget: Budget, now: float) -> float:
     """How far the budget's spending lags a straight line from nothing to its limit, as
     a share of the limit (the larger of energy and carbon; negative when ahead)."""

@@ -106,7 +106,11 @@ docs/benchmarks.md ("BudgetGreedy's defaults, as measured").
    not, lambda is infinite and the even-share allowance above applies again. Where every
    priced budget's lambda is 0, energy is free this round and the allowance is what the
    period has left (the floor kept), so a budget that never binds plans as no budget
-   does. What the idle floor draws after this round stays reserved. The score floor is not used for
+   does. What the idle floor draws after this round stays reserved, except in a period
+   whose idle floor alone is over the limit (no plan keeps it: ``_Round._floor_over_limit``):
+   there nothing is set aside and the allowance is what the limit has left, so the jobs
+   run until it is spent and the budget's ``hard_limit_action`` then applies, as it does
+   under ``fifo`` (before, such a period gave no job anything). The score floor is not used for
    priced jobs (the price replaces it). A carbon price (GreenFlow with ``pricing``)
    also: prices the hours past the forecast at the mean of the hours seen and the
    forecast's; measures a cluster budget's lag against its idle floor's carbon as the
@@ -191,6 +195,7 @@ from scheduling.core.pacing import (
     IntensityCurve,
     committed_lag_share,
     dirtiest_day_ci,
+    floor_over_limit,
     intensity_curve,
     intensity_drift,
     lag_share,
@@ -204,6 +209,7 @@ from scheduling.core.policies.budget_price import price_round
 from scheduling.core.pricing import lower_hull
 from scheduling.core.types import (
     J_PER_KWH,
+    Budget,
     Grant,
     HardLimitAction,
     PolicyDecision,
@@ -644,15 +650,25 @@ class BudgetGreedy:
 
     def _over_allowance(
         self, budget, curve: IntensityCurve, ci_now: float, *, alone: bool = False,
-        prior: str | None = None, short: bool = False,
+        prior: str | None = None, short: bool = False, infeasible: bool = False,
     ) -> WaitReason:  # fmt: skip
         """Why a job waits on ``budget``: ``alone``, its minimum costs more than the round's
         whole allowance (no job ahead of it spent any of it); ``prior``, that cost is its
         prior's guess and its first probe does not fit either ("share": a quarter of what
         the period has left at the prior's draw; "top": all of it at its GPUs' top draw);
         ``short``, the budget cannot pay its jobs' cheapest cost in its period
-        (``budget_price._finish_short``)."""
+        (``budget_price._finish_short``); ``infeasible``, the budget's idle floor alone is
+        over its limit in this period (``_Round._floor_over_limit``)."""
         whose = f"team {budget.team}'s" if budget.team else "the cluster's"
+        if infeasible:
+            return WaitReason(
+                WaitCode.OVER_ROUND_ALLOWANCE,
+                f"Waiting: {whose} budget cannot be kept in this period: its idle GPUs alone "
+                "draw more than its limit (power idle nodes off, or raise the limit). Its jobs "
+                "spend what is left of the limit, then its hard limit action applies; what is "
+                "left this round is taken by jobs ranked ahead of it or is less than this "
+                "job's smallest configuration costs.",
+            )
         if self.cost == "carbon" and budget.co2_limit_g is not None:
             cleaner = curve.next_cleaner(ci_now * (1 - CLEAN_MARGIN), within_s=HOLD_WITHIN_S)
             if cleaner is not None:
@@ -825,9 +841,21 @@ class _Round:
         self.budgets = budgets = ctx.budgets
         # Powered idle GPUs are a cluster budget's committed spend to the period's end.
         idle_w = sum(ctx.idle_power_w(m) * n for m, n in ctx.capacity.items())
-        self.floor_w = floor_w = [
+        floor_w = [
             0.0 if b.team is not None or ctx.snapshot.power_off_idle_nodes else idle_w
             for b in budgets
+        ]
+        # A period whose idle floor alone is over its limit cannot be kept: no floor is
+        # set aside in it (the simulator's hard-limit watch sets none aside either), so its
+        # jobs may spend what its limit has left, and once that is spent its
+        # ``hard_limit_action`` applies as to any spent budget (``floor_over_limit``).
+        self.infeasible = [
+            bool(f) and self._floor_over_limit(b, f, history)
+            for b, f in zip(budgets, floor_w, strict=True)
+        ]
+        self.drawn_floor_w = floor_w  # what the idle GPUs draw, set aside or not
+        self.floor_w = floor_w = [
+            0.0 if bad else f for f, bad in zip(floor_w, self.infeasible, strict=True)
         ]
         self.allow_e: list[float | None] = [
             paced_energy_allowance_j(
@@ -849,6 +877,12 @@ class _Round:
             )
             for b, f in zip(budgets, floor_w, strict=True)
         ]
+        for bi, bad in enumerate(self.infeasible):
+            if bad:
+                # not paced: an even share of a limit its floor outspends gives no job
+                # anything, and the floor would spend the rest before the jobs could
+                self.allow_e[bi] = budgets[bi].energy_remaining_j
+                self.allow_c[bi] = budgets[bi].co2_remaining_g
         self.idle_floor_j = idle_w * round_s
         self.spent_e = [self.idle_floor_j if b.team is None else 0.0 for b in budgets]
         self.spent_before = list(self.spent_e)  # before any job (wait reasons)
@@ -859,6 +893,31 @@ class _Round:
         self.floor_of = [
             policy.min_score * min(max(1.0 - lag / RELAX_LAG, 0.0), 1.0) for lag in self.lags
         ]
+
+    def _floor_over_limit(self, b: Budget, floor_w: float, history: list[float]) -> bool:
+        """Whether cluster budget ``b``'s powered idle GPUs (``floor_w``) alone draw more
+        than one of its limits over its whole period (``pacing.floor_over_limit``): what
+        the floor drew so far (at most what the budget has spent: a run that began within
+        the period drew nothing before) and what it will draw to the period's end, its
+        carbon so far from the policy's state where a carbon price keeps it (``_lags``),
+        else at the mean intensity of the hours seen, and ahead on the intensity curve."""
+        now = self.ctx.now_s
+        so_far_g = None
+        if b.co2_limit_g is not None:
+            rec = self.ctx.policy_state.get("floor_co2", {}).get(b.budget_id)
+            elapsed_s = max(now - b.period_start_s, 0.0)
+            if rec is not None and float(rec[0]) == b.period_start_s:
+                start, so_far_g, last_now, last_ci = (float(v) for v in rec)
+                so_far_g += floor_w * max(now - max(last_now, start), 0.0) * last_ci / J_PER_KWH
+            else:
+                mean_ci = sum(history) / len(history) if history else self.ci_now
+                so_far_g = floor_w * elapsed_s * mean_ci / J_PER_KWH
+        # on the intensity's best estimate: a floor priced above it (``floor_trend_days``,
+        # ``floor_quantile``) is a hedge that sets more aside, not a proof that no plan
+        # keeps the period
+        return floor_over_limit(
+            b, now=now, floor_w=floor_w, floor_curve=self.curve, floor_so_far_g=so_far_g
+        )
 
     def _lags(self) -> list[float]:
         """Each budget's lag behind its line (``pacing.lag_share``). A carbon-priced
@@ -872,7 +931,7 @@ class _Round:
         seen = ctx.policy_state.get("floor_co2", {})
         kept: dict[str, list[float]] = {}
         lags = []
-        for b, fw in zip(self.budgets, self.floor_w, strict=True):
+        for bi, (b, fw) in enumerate(zip(self.budgets, self.drawn_floor_w, strict=True)):
             if not fw or b.co2_limit_g is None:
                 lags.append(lag_share(b, now))
                 continue
@@ -886,6 +945,10 @@ class _Round:
                 # first seen after its period began: as if the intensity so far were now's
                 so_far = fw * (now - b.period_start_s) * self.ci_now / J_PER_KWH
             kept[b.budget_id] = [b.period_start_s, so_far, now, self.ci_now]
+            if self.infeasible[bi]:
+                # no floor set aside (its carbon so far still kept, for ``_floor_over_limit``)
+                lags.append(lag_share(b, now))
+                continue
             rest = self.floor_curve.co2_g(fw, max(b.period_end_s - now, 0.0))
             lags.append(
                 committed_lag_share(b, now, committed_so_far_g=so_far, committed_rest_g=rest)
@@ -2193,7 +2256,7 @@ class _Round:
             short = bool(self.prices) and math.isinf(self.prices[bi])
             waiting[jobs[j].job.job_id] = self.policy._over_allowance(
                 budgets[bi], self.curve, self.ci_now, alone=j in self.blocked_alone,
-                prior=self.probe_unpaid.get(j), short=short,
+                prior=self.probe_unpaid.get(j), short=short, infeasible=self.infeasible[bi],
             )  # fmt: skip
         state = dict(self.new_state)
         if self.policy.markup_decay > 0 and self.prices:
