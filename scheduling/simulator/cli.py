@@ -569,6 +569,18 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                     f"  [{mode}] {len(periods)} budget period(s); worst spent {_share(worst)} "
                     f"of its budget{_overspent(periods, bound.idle_power_w, scenarios[mode])}\n"
                 )
+                unkeepable = _unkeepable(periods, bound.idle_power_w, scenarios[mode])
+                entry = report["runs"][args.policy]
+                entry = entry if mode == modes[0] else entry[mode]
+                entry["budget_periods_unkeepable"] = len(unkeepable)
+                if unkeepable:
+                    stdout.write(
+                        f"  [{mode}] warning: {len(unkeepable)} of the {len(periods)} periods "
+                        "could not be kept by any plan (the idle GPUs alone drew more than "
+                        "the budget): in them its jobs may run until the limit is spent, "
+                        "then the budget's hard limit action (pause_jobs) stops them to the "
+                        "period's end\n"
+                    )
     results_first = results[modes[0]]
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}_report.json").write_text(strict_json(report) + "\n", encoding="utf-8")
@@ -684,7 +696,7 @@ def _overspent(periods: list, idle_w: float, scenario: Scenario) -> str:
     if not over:
         return ""
     # (a team's budget pays its jobs, not the idle GPUs: never floored)
-    floored = sum(1 for p in over if idle_floor_exceeds(p, idle_w, scenario.intensity))
+    floored = len(_unkeepable(over, idle_w, scenario))
     text = f"; {len(over)} period(s) over"
     if floored:
         text += (
@@ -692,6 +704,12 @@ def _overspent(periods: list, idle_w: float, scenario: Scenario) -> str:
             "could keep those unless idle nodes are powered off: --power-off-idle-nodes)"
         )
     return text
+
+
+def _unkeepable(periods: list, idle_w: float, scenario: Scenario) -> list:
+    """The periods whose powered idle GPUs alone drew more than their budget, over or not
+    (``idle_floor_exceeds``): no plan could have kept them."""
+    return [p for p in periods if idle_floor_exceeds(p, idle_w, scenario.intensity)]
 
 
 def _share(value: float | None) -> str:

@@ -78,3 +78,27 @@ def test_a_budget_its_idle_floor_keeps_still_sets_the_floor_aside(inputs):
     result = run_policy(scenario, "powerflow", budget=budget)
 
     assert all(p.share <= 1.0 + 1e-9 for p in result.budget_periods)
+
+
+def test_the_command_line_warns_of_the_periods_no_plan_could_keep(inputs, tmp_path, capsys):
+    from scheduling.simulator.cli import main
+
+    scenario, trace, cluster = inputs
+
+    # given the command line's fixed budget, an hour at 90% of the idle floor
+    limit_kwh = 0.9 * powered_idle_w(scenario) * PERIOD_S / 3.6e6
+    argv = ["--trace", str(trace), "--cluster", str(cluster)]
+    argv += ["--policy", "powerflow", "--energy-budget-kwh", f"{limit_kwh:.6f}"]
+    argv += ["--budget-period-h", "1", "--knowledge", "oracle", "--no-progress"]
+
+    # then the run finishes (before: exit 1, stalled with every job "started 0 time(s)")
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+
+    # and it says which periods no plan could keep, and what the budget did in them
+    out = capsys.readouterr().out
+    assert "periods could not be kept by any plan (the idle GPUs alone drew more" in out
+    assert "then the budget's hard limit action (pause_jobs) stops them" in out
+    (report,) = (tmp_path / "out").glob("*_report.json")
+    run = json.loads(report.read_text())["runs"]["powerflow"]
+    assert run["budget_periods_unkeepable"] >= 1
+    assert run["n_unfinished"] == 0
