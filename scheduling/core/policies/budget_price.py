@@ -275,6 +275,12 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
     # began is a backlog the budget found, not an arrival of the period: counted as one,
     # a queue present at the start was forecast as a daily rate for the whole period.
     backlog_first = prev_now is None and policy.first_backlog
+    # With ``rate_after_first_day``: per budget, what arrived in its first priced day.
+    first_day: dict[str, float] = {}
+    if policy.rate_after_first_day:
+        first_day = {
+            k: float(v) for k, v in state.get("price_first_day", {}).items() if k in present
+        }
     for j in arrived:
         hj = hulls.get(j)
         h, scale = (by_job[j][0], remaining[j]) if hj is None else hj[:2]
@@ -286,6 +292,9 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
             if backlog_first and submit_s[j] <= budgets[b_i].period_start_s:
                 continue
             recs[b_i][0] += c0
+            if policy.rate_after_first_day and ctx.now_s - recs[b_i][1] < DEMAND_WINDOW_MIN_S:
+                # arrived in the budget's first priced day (``rate_after_first_day``)
+                first_day[budgets[b_i].budget_id] = first_day.get(budgets[b_i].budget_id, 0.0) + c0
             if bound_z is not None:
                 bid = budgets[b_i].budget_id
                 squares[bid] = squares.get(bid, 0.0) + c0 * c0
@@ -320,6 +329,11 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         pmin = sum(shared[k][0][0] * w for k, w in weight[b_i].items())
         window_s = max(ctx.now_s - rec[1], DEMAND_WINDOW_MIN_S)
         rate = rec[0] / window_s
+        if policy.rate_after_first_day:
+            # after the first day only: what came then, over the time since (none yet: 0)
+            since_s = ctx.now_s - rec[1] - DEMAND_WINDOW_MIN_S
+            later = rec[0] - first_day.get(b.budget_id, 0.0)
+            rate = later / max(since_s, DEMAND_WINDOW_MIN_S) if since_s > 0 else 0.0
         future = rate * left_s
         binned = hist.get(b.budget_id)
         if binned:
@@ -496,6 +510,7 @@ def price_round(policy: BudgetGreedy, rnd: _Round) -> dict[str, Any]:
         "price_arrivals": arrivals,
         "price_arrival_times": hist,
         **({"price_arrival_sq": squares} if bound_z is not None else {}),
+        **({"price_first_day": first_day} if policy.rate_after_first_day else {}),
         **({"slow_price": slow} if slow else {}),
         "price": {
             b.budget_id: p
