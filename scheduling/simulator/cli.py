@@ -576,8 +576,9 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 if unkeepable:
                     stdout.write(
                         f"  [{mode}] warning: {len(unkeepable)} of the {len(periods)} periods "
-                        "could not be kept by any plan (the idle GPUs alone drew more than "
-                        "the budget): in them its jobs may run until the limit is spent, "
+                        "are ones no plan could keep over their whole length (the idle GPUs "
+                        "alone draw more than the budget): in them its jobs may run until "
+                        "the limit is spent, "
                         "then the budget's hard limit action (pause_jobs) stops them to the "
                         "period's end\n"
                     )

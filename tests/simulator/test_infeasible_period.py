@@ -96,7 +96,7 @@ def test_the_command_line_warns_of_the_periods_no_plan_could_keep(inputs, tmp_pa
 
     # and it says which periods no plan could keep, and what the budget did in them
     out = capsys.readouterr().out
-    assert "periods could not be kept by any plan (the idle GPUs alone drew more" in out
+    assert "periods are ones no plan could keep over their whole length (the idle GPUs" in out
     assert "then the budget's hard limit action (pause_jobs) stops them" in out
     (report,) = (tmp_path / "out").glob("*_report.json")
     run = json.loads(report.read_text())["runs"]["powerflow"]

@@ -296,10 +296,11 @@ def test_carbon_periods_over_because_of_the_idle_draw_are_told_apart(tmp_path, c
     # 64 idle T4s draw 3.84 kWh in 6 h, about 0.6-1 kg in Spain: a 0.6 kg budget is kept in
     # clean periods and cannot be in dirty ones, whatever the plan. GreenFlow on Philly with
     # 40 kg a day in California went 106.4% in the days that were only idle draw, and the
-    # run said only "worst spent 106.4%".
+    # run said only "worst spent 106.4%". (Forty jobs: since GreenFlow runs its jobs in a
+    # period it cannot keep, the first two finish within the first period, 0.5 h.)
     argv = ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "greenflow"]
     argv += ["--carbon-zone", "ES", "--carbon-budget-kg", "0.6", "--budget-period-h", "6"]
-    argv += ["--max-jobs", "2", "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)]
+    argv += ["--max-jobs", "40", "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)]
     assert main(argv) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "budget period(s)" in x)
     found = re.search(r"(\d+) period\(s\) over, (\d+) of them where the idle GPUs", line)
@@ -308,15 +309,26 @@ def test_carbon_periods_over_because_of_the_idle_draw_are_told_apart(tmp_path, c
     assert floored == over  # every period over is one the idle draw alone overran
 
 
-def test_a_budget_below_the_idle_floor_is_named_and_no_finished_job_prints_na(tmp_path, capsys):
+def test_a_budget_below_the_idle_floor_is_named_and_its_jobs_run(tmp_path, capsys):
     # 64 T4 GPUs idle at 10 W draw 3.84 kWh in 6 h: a 3 kWh budget cannot be kept by any
-    # plan, and no job ever fits it, so there is no average JCT to print (it was "nan").
+    # plan. It is named, and its jobs run up to its limit (until 8 Dec PowerFlow set the
+    # floor aside, found nothing left and stalled with both jobs never started).
     argv = ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "powerflow"]
     argv += ["--energy-budget-kwh", "3", "--budget-period-h", "6", "--max-jobs", "2"]
+    assert main([*argv, "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "idle GPUs alone draw 3.8 kWh a period, more than the 3 kWh budget" in out
+    assert "unfinished 0" in out
+
+
+def test_no_finished_job_prints_na(tmp_path, capsys):
+    # a budget no job's smallest round fits (10 Wh in 6 h beside 3.84 kWh of idle draw):
+    # no job ever runs, so there is no average JCT to print (it was "nan")
+    argv = ["--trace", str(TRACE), "--cluster", str(CLUSTER), "--policy", "powerflow"]
+    argv += ["--energy-budget-kwh", "0.01", "--budget-period-h", "6", "--max-jobs", "2"]
     assert main([*argv, "--knowledge", "oracle", "--no-progress", "--out", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     out = captured.out
-    assert "idle GPUs alone draw 3.8 kWh a period, more than the 3 kWh budget" in out
     assert "avg JCT       n/a h  p99       n/a h" in out
     assert "nan" not in out
     # the run stalls (no job ever fits), and says so on one line
