@@ -1,9 +1,9 @@
 """``rate_after_first_day`` (off by default): the arrival rate the price forecasts leaves
 out what arrived in the budget's first priced day, over the time since that day. Read
 just after a burst, a count over the time since the first arrival is high by the burst it
-has just seen (docs/benchmarks.md, "An unkeepable period, and the misses against
-fifo_lowclock instrumented": four bursts ten days apart, 20,105 MJ forecast at day 1
-against 1,731 MJ to come)."""
+has just seen (docs/benchmarks.md, "An unkeepable budget period, GreenFlow's reserve bound
+at 0.5 and 0.25, and the bursts miss instrumented": four bursts ten days apart, 20,105 MJ
+forecast at day 1 against 1,731 MJ to come)."""
 
 from __future__ import annotations
 

@@ -422,8 +422,8 @@ class BudgetGreedy:
           that day: a count over the time since the first arrival, read just after a burst,
           is high by the burst it has just seen (four bursts of 25 jobs ten days apart:
           a forecast of 20,105 MJ at day 1 against 1,731 MJ still to come, 2.5x at the
-          second burst). Measured in docs/benchmarks.md ("An unkeepable period, and the
-          misses against fifo_lowclock instrumented").
+          second burst). Measured in docs/benchmarks.md ("An unkeepable budget period,
+          GreenFlow's reserve bound at 0.5 and 0.25, and the bursts miss instrumented").
         - ``reserve_bound`` (None: off): the period reserve (``period_reserve``) is held
           to no more than an upper bound of the in-period cost still to arrive: the
           arrivals seen so far taken as a compound Poisson stream, their forecast plus
