@@ -94,6 +94,7 @@ from scheduling.core.types import (
     PowerLimits,
     Snapshot,
     WaitCode,
+    WaitReason,
 )
 from scheduling.core.waiting import wait_code_counts
 from scheduling.simulator.budgets import BudgetLedger, BudgetSpec
@@ -376,7 +377,7 @@ class Simulator:
                 # job unnamed, started once a period and stopped mid-restart for ever.
                 left = [r for j, r in active.items() if j not in stuck]
                 if left:
-                    stopped_why += f"; {self._left_named(left)}"
+                    stopped_why += f"; {self._left_named(left, plan.waiting)}"
                 if stuck:
                     stopped_why += f"; {_named(stuck)}"
                 break
@@ -401,18 +402,35 @@ class Simulator:
             start_s=start_s,
         )
 
-    def _left_named(self, left: Sequence[JobRecord], shown: int = 5) -> str:
+    def _left_named(
+        self,
+        left: Sequence[JobRecord],
+        waiting: Mapping[str, WaitReason] | None = None,
+        shown: int = 5,
+    ) -> str:
         """The clause naming the unfinished jobs a stall left, the first ``shown`` by id:
         how far each got, how often it was started, and, where it is so, that a budget
-        of its team gives less a period than one checkpoint restart of it draws."""
+        of its team gives less a period than one checkpoint restart of it draws, and
+        why the last round's plan (``waiting``) left it waiting."""
         ordered = sorted(left, key=lambda r: r.spec.job_id)
+        waiting = waiting or {}
         parts = []
         for rec in ordered[:shown]:
             spec = rec.spec
             done = rec.done_iters / spec.total_iters if spec.total_iters > 0 else 0.0
             text = f"{spec.job_id}: {100.0 * done:.1f}% done, started {rec.n_starts} time(s)"
             why = self._restart_unaffordable(rec)
-            parts.append(f"{text}, {why}" if why else text)
+            if why:
+                text += f", {why}"
+            # A job the policy never started had no reason at all (the fourth sweep:
+            # PowerFlow under team budgets of one-hour periods left three jobs "0.0%
+            # done, started 0 time(s)"); the policy's own reason of the last round says
+            # what held it.
+            reason = waiting.get(spec.job_id) if rec.allocation is None else None
+            if reason is not None:
+                said = reason.message.removeprefix("Waiting: ").rstrip(". ")
+                text += f", waiting in the last round ({reason.code}: {said})"
+            parts.append(text)
         more = f" and {len(ordered) - shown} more" if len(ordered) > shown else ""
         return f"{len(ordered)} job(s) left unfinished ({'; '.join(parts)}{more})"
 

@@ -722,3 +722,28 @@ def test_a_stall_names_the_jobs_it_left_without_a_budget_cause_where_there_is_no
     assert result.stopped_why.endswith(
         "; 1 job(s) left unfinished (A: 0.0% done, started 1 time(s))"
     )
+
+
+def test_a_stall_gives_the_policy_s_last_reason_for_a_job_it_never_started():
+    # given a policy that never starts A and says why each round (as PowerFlow held jobs
+    # whose team's one-hour budget could not pay their first round, in the fourth sweep)
+    def holds(snapshot: Snapshot, now: float) -> Plan:
+        return Plan(
+            allocations={},
+            waiting={
+                j.job_id: WaitReason(
+                    WaitCode.OVER_ROUND_ALLOWANCE, "Waiting: its first round costs too much."
+                )
+                for j in snapshot.jobs
+            },
+        )
+
+    result = _one_job(holds, max_time_s=1.0e6).run()
+
+    # then the stall names A with that reason (before: "A: 0.0% done, started 0 time(s)"
+    # and nothing of why)
+    assert result.stopped_early and result.jobs[0].finish_s is None
+    assert result.stopped_why.endswith(
+        "; 1 job(s) left unfinished (A: 0.0% done, started 0 time(s), waiting in the last "
+        "round (over_round_allowance: its first round costs too much))"
+    )
