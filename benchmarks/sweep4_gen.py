@@ -22,7 +22,8 @@ Shapes the three earlier sweeps did not try, each seeded (a rerun writes the sam
   lacks (V100): refusals, one line each.
 
 Carbon: ``US-CAL-CISO`` from July 2022 (the zone the earlier sweeps used least) with one
-hour carbon periods; ``--carbon-kind lca``. Learned observations noisy (sigma 0.5 and 2).
+hour carbon periods; ``--carbon-kind lca``. Learned observations noisy (sigma 0.5 and 1,
+the most the CLI takes).
 The cases files hold one simulator command a line with absolute paths into ``DIR``:
 ``cases_a.txt`` (every policy on every shape, both knowledges; the refusals),
 ``cases_b.txt`` (budgets: 1-h and 30-d periods, cluster and team, energy and carbon),
@@ -229,7 +230,7 @@ def main(out: Path) -> None:
             "wide",
             "sw2n8g1_t4",
             p,
-            "--knowledge learned --measurement-noise 2.0 --exploration-budget 0.5",
+            "--knowledge learned --measurement-noise 1.0 --exploration-budget 0.5",
         )
         case(
             "c",
