@@ -747,3 +747,49 @@ def test_a_stall_gives_the_policy_s_last_reason_for_a_job_it_never_started():
         "; 1 job(s) left unfinished (A: 0.0% done, started 0 time(s), waiting in the last "
         "round (over_round_allowance: its first round costs too much))"
     )
+
+
+def _two_on_their_own_gpus_unless_spent(snapshot: Snapshot, now: float) -> Plan:
+    """Every job on its own GPU, none while a budget in force is spent."""
+    in_force = [b for b in snapshot.budgets if b.period_start_s <= now < b.period_end_s]
+    if any(b.exhausted for b in in_force):
+        return Plan(
+            allocations={},
+            waiting={
+                j.job_id: WaitReason(WaitCode.BUDGET_EXHAUSTED, "spent") for j in snapshot.jobs
+            },
+        )
+    return Plan(
+        allocations={j.job_id: Allocation((f"n0/{i}",), 32) for i, j in enumerate(snapshot.jobs)},
+        waiting={},
+    )
+
+
+def test_a_team_budget_of_exactly_its_jobs_draw_lets_the_last_one_finish():
+    # given A (333.3 iterations of 2 s at 200 W) and B (1.1 iterations, from 500 s) of
+    # one team, run unbudgeted, then under a team budget of exactly what they drew (as a
+    # policy matched to its own spend per team); rounds of 300 s
+    def sim(budgets=()):
+        jobs = (toy_job("A", 0.0, 333.3), toy_job("B", 500.0, 1.1))
+        return Simulator(
+            jobs, cluster=CLUSTER, catalog=Catalog(),
+            planner=_two_on_their_own_gpus_unless_spent,
+            config=SimConfig(round_length_s=300.0, restart_cost_s=50.0, stall_limit_s=1.0e7),
+            budgets=budgets,
+        )  # fmt: skip
+
+    free = sim().run()
+    drawn = sum(j.energy_j for j in free.jobs)
+    budget = BudgetSpec(period_end_s=1.0e6, energy_limit_j=drawn, team="t")
+
+    result = sim([budget]).run()
+
+    # then both finish when they did, started once (before: the float sums put the limit
+    # a hair before A's end, the watch stopped it a microsecond short and it finished
+    # after the period, at 1,000,050 s, started twice)
+    assert [j.finish_s for j in result.jobs] == pytest.approx([666.6, 602.2])
+    assert [j.n_starts for j in result.jobs] == [1, 1]
+    # and the team's period stays within its limit: the microsecond A ran past the
+    # watch's stop (200 W) is the most left uncharged
+    used = sum(j.energy_j for j in result.jobs)
+    assert drawn - 200.0 * 1e-5 <= used <= drawn
