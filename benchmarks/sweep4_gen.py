@@ -273,4 +273,6 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        sys.exit("usage: benchmarks/sweep4_gen.py DIR (the folder to write the inputs into)")
     main(Path(sys.argv[1]))
