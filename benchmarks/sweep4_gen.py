@@ -273,6 +273,8 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
-        sys.exit("usage: benchmarks/sweep4_gen.py DIR (the folder to write the inputs into)")
-    main(Path(sys.argv[1]))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", metavar="DIR", help="the folder to write the inputs into")
+    main(Path(parser.parse_args().dir))

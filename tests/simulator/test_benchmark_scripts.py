@@ -87,6 +87,12 @@ def _bench(script: str, *argv: str) -> subprocess.CompletedProcess:
             ["--trace", "t.csv", "--cluster", "c.json", "--variants", "[1]"],
             "powerflow_variants.py: error: --variants must map names to parameter objects",
         ),
+        # the fourth sweep's generator without its folder ended in an IndexError
+        (
+            "sweep4_gen.py",
+            [],
+            "sweep4_gen.py: error: the following arguments are required: DIR",
+        ),
     ],
 )
 def test_a_benchmark_refuses_a_bad_argument_before_any_work(script, argv, line):
