@@ -102,8 +102,10 @@ def _budget_form(request, *, budget: Budget | None):
             "form": form,
             "budget": budget,
             "whatif_factors": json.dumps(WHATIF_FACTORS),
-            # The smallest limit of each kind: the sweep leaves out points under it.
+            # The smallest and largest limit of each kind: the sweep leaves out points
+            # outside them (the server refuses those, and one refusal stopped the sweep).
             "whatif_floors": json.dumps({kind: b[0] for kind, b in BUDGET_LIMITS.items()}),
+            "whatif_ceilings": json.dumps({kind: b[1] for kind, b in BUDGET_LIMITS.items()}),
             "page": "budgets",
         },
         status=400 if request.method == "POST" else 200,

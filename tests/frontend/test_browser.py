@@ -286,6 +286,39 @@ def test_a_what_if_of_a_tiny_budget_leaves_out_the_points_no_budget_may_have(sce
     assert lead.inner_text("#whatif-status") == "limit: Must be at least 0.001 kWh (1 Wh)."
 
 
+def test_a_what_if_of_a_budget_near_the_ceiling_leaves_out_the_points_above_it(
+    scene, login, server
+):
+    # 900,000,000 kWh is a budget the form saves (the ceiling is 1e9 kWh), but its 1.5x and
+    # 2x points are over the ceiling, which the server refuses: the whole sweep stopped at
+    # the fifth point with "limit: Ensure this value is less than or equal to 1000000000.0",
+    # read as a refusal of the limit the lead had typed (a live probe). The sweep runs the
+    # four points a budget may have and finishes.
+    budget = scene.budgets["vision"]
+    lead = login("liam_lead")
+    lead.goto(f"{server}/budgets/{budget.pk}/edit/")
+    lead.fill("#id_energy_limit_kwh", "900000000")
+    lead.click("#whatif-run")
+    lead.wait_for_function(
+        "['Done', 'limit:'].some(w => "
+        "document.getElementById('whatif-status').textContent.startsWith(w))",
+        timeout=120_000,
+    )
+    assert lead.inner_text("#whatif-status").startswith("Done")
+    assert lead.eval_on_selector("#whatif-progress", "p => [p.value, p.max]") == [4, 4]
+    xs = lead.evaluate("document.getElementById('fig-whatif').data[0].x")
+    assert xs == [225_000_000, 450_000_000, 675_000_000, 900_000_000]
+    # and a proposal over the ceiling is answered with the budget's own message
+    lead.fill("#id_energy_limit_kwh", "2000000000")
+    lead.click("#whatif-run")
+    lead.wait_for_function(
+        "document.getElementById('whatif-status').textContent.startsWith('limit:')"
+    )
+    assert lead.inner_text("#whatif-status") == (
+        "limit: Ensure this value is less than or equal to 1000000000.0."
+    )
+
+
 def test_lead_edits_a_budget_after_a_what_if_and_a_member_cannot(scene, login, server):
     budget = scene.budgets["vision"]
     lead = login("liam_lead")

@@ -290,6 +290,7 @@
     const form = document.getElementById("budget-form");
     const allFactors = JSON.parse(box.dataset.factors);
     const floors = JSON.parse(box.dataset.floors);
+    const ceilings = JSON.parse(box.dataset.ceilings);
     const progress = document.getElementById("whatif-progress");
     const statusEl = document.getElementById("whatif-status");
     const button = document.getElementById("whatif-run");
@@ -302,9 +303,11 @@
         statusEl.textContent = "Enter a positive " + kind + " limit first.";
         return;
       }
-      // Points under the smallest limit a budget may have are left out (the server refuses
-      // them); the proposed one always runs, so a proposal under it gets the server's message.
-      const factors = allFactors.filter((f) => f === 1 || proposed * f >= floors[kind]);
+      // Points under the smallest or over the largest limit a budget may have are left out
+      // (the server refuses them, and the first refusal ended the sweep); the proposed one
+      // always runs, so a proposal outside them gets the server's message.
+      const factors = allFactors.filter(
+        (f) => f === 1 || (proposed * f >= floors[kind] && proposed * f <= ceilings[kind]));
       button.disabled = true;
       progress.hidden = false;
       progress.max = factors.length;
