@@ -80,7 +80,9 @@ def _positive(kind, upper: float = math.inf, *, lower: float = 0.0, lower_is: st
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+            # (a count refused "0.5" and "1e3" as "not a number": they are, but not whole)
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
         if not (value > 0 and math.isfinite(value)):
             raise argparse.ArgumentTypeError(f"{text!r} must be a finite positive number")
         if value < lower:

@@ -207,6 +207,12 @@ def test_cli_writes_csv_json_and_plots(tmp_path, capsys):
         (["--policy", "powerflow", "--policy-param", "restart_s=-100000"], "must be 0 or more"),
         (["--policy", "greenflow", "--policy-param", "lag_release=-1"], "must be 0 or more"),
         (["--policy", "powerflow", "--policy-param", "spend_ahead=-1"], "must be positive"),
+        # a count given as a fraction or in exponent form is a number, not a whole one (both
+        # said "'0.5' is not a number": a live probe)
+        (["--policy", "fifo", "--max-batch-factor", "0.5"], "'0.5' is not a whole number"),
+        (["--policy", "fifo", "--max-gpus", "1e3"], "'1e3' is not a whole number"),
+        (["--policy", "fifo", "--max-jobs", "x"], "'x' is not a whole number"),
+        (["--policy", "fifo", "--round-length-s", "x"], "'x' is not a number"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, argv, message):
