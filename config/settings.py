@@ -62,7 +62,8 @@ if _proxy_ssl_header:
 INSTALLED_APPS = [
     # daphne first: it replaces runserver with an ASGI one.
     "daphne",
-    "django.contrib.admin",
+    # Django's admin, its site bounding every list's lookups (config/admin_site.py)
+    "config.admin_apps.WattflowAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
