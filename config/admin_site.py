@@ -1,13 +1,18 @@
-"""The admin site: Django's, with every list refusing a lookup value the database cannot take
-as Django refuses any lookup it cannot use (back to the list without it, ``?e=1``).
+"""The admin site: Django's, with every registered ModelAdmin reading its query strings as
+bad input where Django raised (each a 500 in a live probe, Django's own admins included):
 
-A year outside 1..9999 in a year lookup (``?created_at__year=0``, ``__iso_year``,
-``__year__gte``) passes Django's own checks and raises ValueError only while the list counts
-its rows: a 500 on every list with a date field (a live probe), Django's user list included."""
+- a list refuses a lookup value the database cannot take as Django refuses any lookup it
+  cannot use (back to the list without it, ``?e=1``): a year outside 1..9999 in a year
+  lookup (``?created_at__year=0``, ``__iso_year``, ``__year__gte``) passed Django's checks
+  and raised ValueError while the list counted its rows;
+- an add page prefilled from its query (``?team=3``) leaves out a value its model field
+  cannot read (``?team=x``, ``?period_start=x``), which raised while the page rendered, and
+  takes one it can as the field reads it (a period start given as text was a 500 too)."""
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 
 
 class BoundedLookupsChangeList(ChangeList):
@@ -19,11 +24,40 @@ class BoundedLookupsChangeList(ChangeList):
             raise IncorrectLookupParameters(exc) from exc
 
 
+def _read(field, value):
+    """``value`` (a query string's) as ``field`` reads it; raises ValidationError, ValueError
+    or TypeError where it cannot. A relation's value is kept as sent, checked by the target."""
+    if field.many_to_many:
+        for item in value if isinstance(value, list) else [value]:
+            field.target_field.to_python(item)
+        return value
+    if field.is_relation:
+        field.target_field.to_python(value)
+        return value
+    return field.to_python(value)
+
+
 class BoundedLookups:
-    """ModelAdmin mixin: its list is a ``BoundedLookupsChangeList``."""
+    """ModelAdmin mixin: its list is a ``BoundedLookupsChangeList``, its add page's initial
+    values from the query are those the model's fields can read."""
 
     def get_changelist(self, request, **kwargs):
         return BoundedLookupsChangeList
+
+    def get_changeform_initial_data(self, request):
+        initial = super().get_changeform_initial_data(request)
+        kept = {}
+        for name, value in initial.items():
+            try:
+                field = self.model._meta.get_field(name)
+            except FieldDoesNotExist:  # a form's own field: its form reads it
+                kept[name] = value
+                continue
+            try:
+                kept[name] = _read(field, value)
+            except (ValidationError, ValueError, TypeError):
+                continue
+        return kept
 
 
 class WattflowAdminSite(admin.AdminSite):

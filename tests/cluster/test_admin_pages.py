@@ -257,3 +257,29 @@ def test_a_year_outside_1_to_9999_in_an_admin_list_is_a_bad_lookup_not_a_500(
     assert response.status_code == 302
     assert response.url == f"{url}?e=1"
     assert admin_client.get(response.url).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("url_name", "query"),
+    [
+        ("admin:cluster_job_add", "team=x"),
+        ("admin:cluster_job_add", "owner=x"),
+        ("admin:cluster_membership_add", "user=x"),
+        ("admin:cluster_budget_add", "period_start=x"),
+        ("admin:cluster_budget_add", "period_start=2026-01-01%2000:00"),
+    ],
+)
+def test_an_add_page_prefilled_from_its_query_with_a_value_its_field_cannot_read_renders(
+    admin_client, every_model_has_a_row, url_name, query
+):
+    # The admin fills an add form from the query string (?team=3); a value the field cannot
+    # read (a team "x", a period start "x" or given as text) raised while the page rendered:
+    # a 500 (a live probe). Such a value is left out; one the field reads is kept.
+    response = admin_client.get(f"{reverse(url_name)}?{query}")
+    assert response.status_code == 200
+    field, _, value = query.partition("=")
+    initial = response.context["adminform"].form.initial
+    if value == "x":
+        assert field not in initial
+    else:
+        assert initial[field].isoformat() == "2026-01-01T00:00:00"  # read as a time
