@@ -7,9 +7,13 @@ bad input where Django raised (each a 500 in a live probe, Django's own admins i
   and raised ValueError while the list counted its rows;
 - an add page prefilled from its query (``?team=3``) leaves out a value its model field
   cannot read (``?team=x``, ``?period_start=x``), which raised while the page rendered, and
-  takes one it can as the field reads it (a period start given as text was a 500 too)."""
+  takes one it can as the field reads it (a period start given as text was a 500 too);
+- an action on a selection that holds something other than ids (``_selected_action=x``)
+  does nothing and says so, as an action on no selection does: it raised ValueError while
+  the action read its rows."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import FieldDoesNotExist, ValidationError
@@ -43,6 +47,20 @@ class BoundedLookups:
 
     def get_changelist(self, request, **kwargs):
         return BoundedLookupsChangeList
+
+    def response_action(self, request, queryset):
+        pk = self.model._meta.pk
+        try:
+            for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                pk.to_python(value)
+        except (ValidationError, ValueError, TypeError):
+            self.message_user(
+                request,
+                "The selection holds values that are not ids of this list: nothing was done.",
+                messages.WARNING,
+            )
+            return None  # (the list again, as after an action on no selection)
+        return super().response_action(request, queryset)
 
     def get_changeform_initial_data(self, request):
         initial = super().get_changeform_initial_data(request)

@@ -283,3 +283,32 @@ def test_an_add_page_prefilled_from_its_query_with_a_value_its_field_cannot_read
         assert field not in initial
     else:
         assert initial[field].isoformat() == "2026-01-01T00:00:00"  # read as a time
+
+
+@pytest.mark.parametrize(
+    ("url_name", "action"),
+    [
+        ("admin:cluster_job_changelist", "cancel_jobs"),
+        ("admin:cluster_node_changelist", "issue_agent_tokens"),
+        ("admin:cluster_gpu_changelist", "retire"),
+        ("admin:cluster_team_changelist", "delete_selected"),
+        ("admin:auth_user_changelist", "delete_selected"),
+    ],
+)
+def test_an_admin_action_on_ids_that_are_not_ids_does_nothing_and_says_so(
+    admin_client, every_model_has_a_row, url_name, action
+):
+    # A forged or mangled selection (``_selected_action=x``, beside a real id or alone)
+    # raised ValueError while the action read its rows: a 500 (a live probe). It is refused
+    # as a selection of nothing is: back to the list with a warning, nothing done.
+    url = reverse(url_name)
+    model = admin_client.get(url).context["cl"].model
+    first = model.objects.order_by("pk").first()
+    before = model.objects.count()
+    response = admin_client.post(
+        url, {"action": action, "_selected_action": [str(first.pk), "x"], "index": "0"}
+    )
+    assert response.status_code == 302
+    assert model.objects.count() == before
+    shown = [str(m) for m in admin_client.get(response.url).context["messages"]]
+    assert any("not ids" in m for m in shown), shown
