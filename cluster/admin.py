@@ -29,6 +29,7 @@ from cluster.models import (
     Team,
 )
 from cluster.workloads import catalog_name, gpu_model_spelling, workload_errors
+from config.admin_site import ReadableAutocomplete
 from telemetry.agent.backends import gpu_model_key
 
 LATEST_SAMPLES = 10
@@ -288,7 +289,7 @@ class MembershipInlineFormSet(_RowsReadUnderLock):
     (A membership's own page locks only its row; it waits here, or this on it.)"""
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(ReadableAutocomplete, admin.TabularInline):
     model = Membership
     form = MembershipInlineForm
     formset = MembershipInlineFormSet

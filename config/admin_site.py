@@ -10,12 +10,16 @@ bad input where Django raised (each a 500 in a live probe, Django's own admins i
   takes one it can as the field reads it (a period start given as text was a 500 too);
 - an action on a selection that holds something other than ids (``_selected_action=x``)
   does nothing and says so, as an action on no selection does: it raised ValueError while
-  the action read its rows."""
+  the action read its rows;
+- an autocomplete field shown again with a posted value its target cannot read (an invalid
+  form with ``user=x``) shows it empty: the widget looked ``x`` up as an id while the page
+  rendered (``ReadableAutocomplete``, also on inlines that name it)."""
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.widgets import AutocompleteSelect, AutocompleteSelectMultiple
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 
 
@@ -41,7 +45,48 @@ def _read(field, value):
     return field.to_python(value)
 
 
-class BoundedLookups:
+class _ReadableChoices:
+    """An autocomplete widget that looks up only the values its target field can read."""
+
+    def optgroups(self, name, value, attr=None):
+        rel = self.field.remote_field
+        to_field = getattr(rel, "field_name", None)
+        target = rel.model._meta.get_field(to_field) if to_field else rel.model._meta.pk
+        readable = []
+        for item in value:
+            try:
+                target.to_python(item)
+            except (ValidationError, ValueError, TypeError):
+                continue
+            readable.append(item)
+        return super().optgroups(name, readable, attr)
+
+
+class ReadableAutocompleteSelect(_ReadableChoices, AutocompleteSelect):
+    pass
+
+
+class ReadableAutocompleteSelectMultiple(_ReadableChoices, AutocompleteSelectMultiple):
+    pass
+
+
+class ReadableAutocomplete:
+    """ModelAdmin or inline mixin: its autocomplete widgets are the readable ones."""
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        formfield = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if formfield is not None and type(formfield.widget) is AutocompleteSelect:
+            formfield.widget.__class__ = ReadableAutocompleteSelect
+        return formfield
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        formfield = super().formfield_for_manytomany(db_field, request, **kwargs)
+        if formfield is not None and type(formfield.widget) is AutocompleteSelectMultiple:
+            formfield.widget.__class__ = ReadableAutocompleteSelectMultiple
+        return formfield
+
+
+class BoundedLookups(ReadableAutocomplete):
     """ModelAdmin mixin: its list is a ``BoundedLookupsChangeList``, its add page's initial
     values from the query are those the model's fields can read."""
 

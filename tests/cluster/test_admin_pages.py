@@ -312,3 +312,21 @@ def test_an_admin_action_on_ids_that_are_not_ids_does_nothing_and_says_so(
     assert model.objects.count() == before
     shown = [str(m) for m in admin_client.get(response.url).context["messages"]]
     assert any("not ids" in m for m in shown), shown
+
+
+@pytest.mark.parametrize(
+    ("url_name", "data"),
+    [
+        ("admin:cluster_membership_add", {"user": "x", "team": "x", "role": "member"}),
+        ("admin:cluster_job_add", {"owner": "x", "team": "1e400", "name": "j"}),
+    ],
+)
+def test_an_add_form_posted_with_text_in_an_autocomplete_field_shows_its_errors(
+    admin_client, every_model_has_a_row, url_name, data
+):
+    # The form is invalid and shown again; its autocomplete widget looked the posted "x"
+    # up as an id while the page rendered: ValueError, a 500 (a live probe).
+    response = admin_client.post(reverse(url_name), data)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert "team" in errors
