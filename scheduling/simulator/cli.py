@@ -517,6 +517,14 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                 # baseline's said only "worst period 102.2%").
                 over = _overspent(result.budget_periods, bound.idle_power_w, scenarios[mode])
                 _write_comparison(stdout, args.policy, base, kind, mode, line, over)
+                # and those no plan could keep, counted as a fixed budget's run counts them
+                # (the comparison's line and its run's entry had no count)
+                entry = report["runs"][name]
+                entry = entry if mode == modes[0] else entry[mode]
+                _note_unkeepable(
+                    stdout, mode, result.budget_periods, bound.idle_power_w, scenarios[mode], line
+                )
+                entry["budget_periods_unkeepable"] = line["budget_periods_unkeepable"]
             line = lines[modes[0]]
             for mode in modes[1:]:
                 line[mode] = lines[mode]
@@ -571,19 +579,9 @@ def execute(args: argparse.Namespace, *, stdout: TextIO | None = None) -> dict[s
                     f"  [{mode}] {len(periods)} budget period(s); worst spent {_share(worst)} "
                     f"of its budget{_overspent(periods, bound.idle_power_w, scenarios[mode])}\n"
                 )
-                unkeepable = _unkeepable(periods, bound.idle_power_w, scenarios[mode])
                 entry = report["runs"][args.policy]
                 entry = entry if mode == modes[0] else entry[mode]
-                entry["budget_periods_unkeepable"] = len(unkeepable)
-                if unkeepable:
-                    stdout.write(
-                        f"  [{mode}] warning: {len(unkeepable)} of the {len(periods)} periods "
-                        "are ones no plan could keep over their whole length (the idle GPUs "
-                        "alone draw more than the budget): in them its jobs may run until "
-                        "the limit is spent, "
-                        "then the budget's hard limit action (pause_jobs) stops them to the "
-                        "period's end\n"
-                    )
+                _note_unkeepable(stdout, mode, periods, bound.idle_power_w, scenarios[mode], entry)
     results_first = results[modes[0]]
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}_report.json").write_text(strict_json(report) + "\n", encoding="utf-8")
@@ -707,6 +705,29 @@ def _overspent(periods: list, idle_w: float, scenario: Scenario) -> str:
             "could keep those unless idle nodes are powered off: --power-off-idle-nodes)"
         )
     return text
+
+
+def _note_unkeepable(
+    stdout: TextIO,
+    mode: str,
+    periods: list,
+    idle_w: float,
+    scenario: Scenario,
+    entry: dict[str, Any],
+) -> None:
+    """Count in ``entry`` (``budget_periods_unkeepable``) the periods no plan could keep
+    (``_unkeepable``), and where there are some, warn what the budget did in them."""
+    unkeepable = _unkeepable(periods, idle_w, scenario)
+    entry["budget_periods_unkeepable"] = len(unkeepable)
+    if unkeepable:
+        stdout.write(
+            f"  [{mode}] warning: {len(unkeepable)} of the {len(periods)} periods "
+            "are ones no plan could keep over their whole length (the idle GPUs "
+            "alone draw more than the budget): in them its jobs may run until "
+            "the limit is spent, "
+            "then the budget's hard limit action (pause_jobs) stops them to the "
+            "period's end\n"
+        )
 
 
 def _unkeepable(periods: list, idle_w: float, scenario: Scenario) -> list:

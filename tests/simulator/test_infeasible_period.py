@@ -102,3 +102,41 @@ def test_the_command_line_warns_of_the_periods_no_plan_could_keep(inputs, tmp_pa
     run = json.loads(report.read_text())["runs"]["powerflow"]
     assert run["budget_periods_unkeepable"] >= 1
     assert run["n_unfinished"] == 0
+
+
+def test_a_matched_budget_comparison_counts_its_unkeepable_periods_too(tmp_path, capsys):
+    from scheduling.simulator.cli import main
+
+    # given a matched carbon budget (fifo's carbon, periods of a tenth of its run) on a
+    # grid whose intensity changes: in its dirtier periods the idle GPUs alone emit more
+    # than a tenth of what fifo emitted over its whole run
+    rows = [*ROWS, *((f"e{i}", 7_200.0 * (i + 1), "resnet50", 128, 1, 500) for i in range(8))]
+    trace = tmp_path / "elasticflow_matched.csv"
+    lines = ["job_id,submit_time,model_name,batch_size,num_gpu,iteration"]
+    lines += [f"{j},{t},{w},{b},{g},{i}" for j, t, w, b, g, i in rows]
+    trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cluster = tmp_path / "n2g2_a100.json"
+    spec = {"gpu_model": "A100", "switches": 1, "nodes_per_switch": 2, "gpus_per_node": 2}
+    cluster.write_text(json.dumps(spec), encoding="utf-8")
+    argv = ["--trace", str(trace), "--cluster", str(cluster), "--policy", "powerflow"]
+    argv += ["--match-baseline", "fifo", "--budget-kind", "carbon"]
+    argv += ["--carbon-zone", "US-CAL-CISO", "--horizon-factor", "0.1"]
+    argv += ["--knowledge", "oracle", "--no-progress", "--out", str(tmp_path / "out")]
+
+    assert main(argv) == 0
+
+    # then the comparison's report carries the count, as a fixed budget's run does
+    # (before: the field was only in a fixed budget's run, the comparison had none), and
+    # it is the count the line's "where the idle GPUs alone drew more" gives
+    out = capsys.readouterr().out
+    (report,) = (tmp_path / "out").glob("*_report.json")
+    data = json.loads(report.read_text())
+    (line,) = data["comparisons"]
+    assert line["budget_periods_unkeepable"] >= 1
+    assert f"{line['budget_periods_unkeepable']} of them where the idle GPUs alone" in out
+    assert (
+        data["runs"]["powerflow@fifo-carbon"]["budget_periods_unkeepable"]
+        == (line["budget_periods_unkeepable"])
+    )
+    # and the warning says what the budget does in them
+    assert "periods are ones no plan could keep over their whole length" in out
