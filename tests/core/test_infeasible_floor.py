@@ -116,3 +116,28 @@ def test_once_spent_such_a_period_applies_its_hard_limit_action(action, runs, wa
     assert set(plan.waiting) == waits
     if action == HardLimitAction.PAUSE_JOBS:
         assert plan.waiting["b"].code == WaitCode.BUDGET_EXHAUSTED
+
+
+def test_a_dirty_first_hour_with_a_cleaner_forecast_is_no_unkeepable_period():
+    # given a ten-day cluster carbon budget of 20 kg, 400 W of idle GPUs (96 kWh over the
+    # period), its first round in a dirty hour (400 g/kWh) and a forecast whose day is
+    # 16 clean hours (60 g/kWh) and 8 dirty ones: at the forecast's own mean the floor
+    # emits 16.6 kg in the period, within the limit; only at the one hour seen, carried
+    # past the forecast for nine days, is it over (36.2 kg)
+    hour = 3600.0
+    dirty = (0, 1, 2, 3, 20, 21, 22, 23)
+    forecast = tuple((h * hour, 400.0 if h in dirty else 60.0) for h in range(24))
+    carbon = CarbonSignal(ci_g_per_kwh=400.0, forecast=forecast)
+    budget = Budget("all", None, 0.0, 10 * 24 * hour, co2_limit_g=20_000.0)
+    snap = snapshot(
+        make_cluster(1, 1, 8), [job("a", min_gpus=1, max_gpus=8)], budgets=(budget,), carbon=carbon
+    )
+
+    # then PowerFlow does not take the period for one no plan keeps: it keeps the floor
+    # aside and paces what is left, so the round's predicted spend is a share of the
+    # period's, not the whole 20 kg limit (before: the test fired on the one hour seen,
+    # nothing was set aside and the whole limit was the first round's allowance), as
+    # GreenFlow, whose tail already counts the forecast's hours, does
+    for policy in ("powerflow", "greenflow"):
+        plan = plan_round(snap, policy=policy, now=0.0)
+        assert plan.co2_allowance_by_budget_g["all"] < 0.01 * budget.co2_limit_g, policy

@@ -925,9 +925,18 @@ class _Round:
                 so_far_g = floor_w * elapsed_s * mean_ci / J_PER_KWH
         # on the intensity's best estimate: a floor priced above it (``floor_trend_days``,
         # ``floor_quantile``) is a hedge that sets more aside, not a proof that no plan
-        # keeps the period
+        # keeps the period. Past the forecast, at the mean of the hours seen and the
+        # forecast's (the carbon price's curve): the hours seen alone, a run's first hour
+        # or few, are one part of the daily cycle, and PowerFlow's curve carried a dirty
+        # first hour to a ten-day period's end and took a period its floor keeps at the
+        # forecast's mean (16.6 of 20 kg) for one no plan keeps (36.2 kg).
+        curve = self.curve
+        if b.co2_limit_g is not None and not (self.policy.cost == "carbon" and self.policy.pricing):
+            curve = intensity_curve(
+                self.ctx.snapshot.carbon, now=now, history=history, with_forecast=True
+            )
         return floor_over_limit(
-            b, now=now, floor_w=floor_w, floor_curve=self.curve, floor_so_far_g=so_far_g
+            b, now=now, floor_w=floor_w, floor_curve=curve, floor_so_far_g=so_far_g
         )
 
     def _lags(self) -> list[float]:
