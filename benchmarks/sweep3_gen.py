@@ -69,6 +69,27 @@ def csv_text(head, rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_trace(out: Path, name: str, rows) -> Path:
+    """An ElasticFlow-format trace ``elasticflow_<name>.csv`` of ``rows`` in ``out``."""
+    path = out / f"elasticflow_{name}.csv"
+    path.write_text(csv_text(EF_HEAD, rows), encoding="utf-8")
+    return path
+
+
+def write_cluster(out: Path, name: str, gpu_model: str, switches, nodes, gpus) -> Path:
+    """A cluster spec ``<name>.json`` in ``out``."""
+    spec = {
+        "name": name,
+        "gpu_model": gpu_model,
+        "switches": switches,
+        "nodes_per_switch": nodes,
+        "gpus_per_node": gpus,
+    }
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
+    return path
+
+
 def job(jid, t, w, g, iters):
     return {
         "job_id": jid,
@@ -99,21 +120,10 @@ def main(out: Path) -> None:
     c: dict[str, Path] = {}
 
     def ef(name, rows):
-        path = out / f"elasticflow_{name}.csv"
-        path.write_text(csv_text(EF_HEAD, rows), encoding="utf-8")
-        t[name] = path
+        t[name] = write_trace(out, name, rows)
 
     def cluster(name, gpu_model, switches, nodes, gpus):
-        spec = {
-            "name": name,
-            "gpu_model": gpu_model,
-            "switches": switches,
-            "nodes_per_switch": nodes,
-            "gpus_per_node": gpus,
-        }
-        path = out / f"{name}.json"
-        path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
-        c[name] = path
+        c[name] = write_cluster(out, name, gpu_model, switches, nodes, gpus)
 
     # diurnal arrivals over four days, A100
     rows = []

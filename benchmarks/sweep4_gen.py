@@ -39,8 +39,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep2_gen import EF_HEAD  # noqa: E402
-from sweep3_gen import POLICIES, csv_text, job  # noqa: E402
+from sweep3_gen import POLICIES, job, write_cluster, write_trace  # noqa: E402
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
@@ -57,21 +56,10 @@ def main(out: Path) -> None:
     c: dict[str, Path] = {}
 
     def ef(name, rows):
-        path = out / f"elasticflow_{name}.csv"
-        path.write_text(csv_text(EF_HEAD, rows), encoding="utf-8")
-        t[name] = path
+        t[name] = write_trace(out, name, rows)
 
     def cluster(name, gpu_model, switches, nodes, gpus):
-        spec = {
-            "name": name,
-            "gpu_model": gpu_model,
-            "switches": switches,
-            "nodes_per_switch": nodes,
-            "gpus_per_node": gpus,
-        }
-        path = out / f"{name}.json"
-        path.write_text(json.dumps(spec) + "\n", encoding="utf-8")
-        c[name] = path
+        c[name] = write_cluster(out, name, gpu_model, switches, nodes, gpus)
 
     # one-second jobs beside a 30-day one (A100)
     rows = [job(f"s{i}", 60.0 * i, "bert", 1, 10) for i in range(6)]
