@@ -16,8 +16,7 @@ import socket
 import time
 
 import pytest
-from django.conf import settings
-from support.daphne import Daphne
+from support.daphne import serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -27,18 +26,8 @@ BLOCK = b"x" * 16 * 1024
 
 @pytest.fixture
 def server(tmp_path):
-    daphne = Daphne(
-        tmp_path / "daphne.log",
-        env={
-            "REDIS_URL": settings.REDIS_URL,
-            "DATABASE_CONN_MAX_AGE_S": "0",
-            "DJANGO_DEBUG": "1",
-            "WATTFLOW_MAX_REQUEST_BODY_BYTES": str(BOUND),
-        },
-    )
-    daphne.start()
-    yield daphne
-    daphne.stop()
+    with serving(tmp_path / "daphne.log", WATTFLOW_MAX_REQUEST_BODY_BYTES=str(BOUND)) as daphne:
+        yield daphne
 
 
 def _answer_while_sending(port: int, head: bytes, *, chunked: bool, total: int) -> tuple:

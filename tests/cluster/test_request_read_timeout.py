@@ -13,9 +13,8 @@ import sys
 import time
 
 import pytest
-from django.conf import settings
 from django.test import Client
-from support.daphne import ROOT, Daphne
+from support.daphne import ROOT, serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -25,19 +24,12 @@ IDLE_TIMEOUT_S = 4.0
 
 @pytest.fixture
 def server(tmp_path):
-    daphne = Daphne(
+    with serving(
         tmp_path / "daphne.log",
-        env={
-            "REDIS_URL": settings.REDIS_URL,
-            "DATABASE_CONN_MAX_AGE_S": "0",
-            "DJANGO_DEBUG": "1",
-            "WATTFLOW_REQUEST_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
-            "WATTFLOW_IDLE_CONNECTION_TIMEOUT_S": str(IDLE_TIMEOUT_S),
-        },
-    )
-    daphne.start()
-    yield daphne
-    daphne.stop()
+        WATTFLOW_REQUEST_READ_TIMEOUT_S=str(READ_TIMEOUT_S),
+        WATTFLOW_IDLE_CONNECTION_TIMEOUT_S=str(IDLE_TIMEOUT_S),
+    ) as daphne:
+        yield daphne
 
 
 def _until_closed(sock: socket.socket, *, within_s: float) -> tuple[bytes, float, bool]:

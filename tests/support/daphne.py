@@ -13,9 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+from django.conf import settings
 from django.db import connection
 
 from support.net import free_port, listening
@@ -96,3 +98,16 @@ class Daphne:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=grace_s)
+
+
+@contextmanager
+def serving(log: Path, **env: str) -> Iterator[Daphne]:
+    """A started daphne for one test of the web process's own settings (``env``: the
+    ``WATTFLOW_...`` variables under test), in DEBUG, on this run's Redis, keeping no
+    database connection between requests; stopped when the block ends."""
+    base = {"REDIS_URL": settings.REDIS_URL, "DATABASE_CONN_MAX_AGE_S": "0", "DJANGO_DEBUG": "1"}
+    daphne = Daphne(log, env={**base, **env}).start()
+    try:
+        yield daphne
+    finally:
+        daphne.stop()

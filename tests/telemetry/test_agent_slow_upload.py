@@ -8,8 +8,7 @@ import json
 import time
 
 import pytest
-from django.conf import settings
-from support.daphne import Daphne
+from support.daphne import serving
 
 from telemetry.agent.client import AgentClient
 from telemetry.agent.spool import Spool
@@ -19,18 +18,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def server(tmp_path):
-    daphne = Daphne(
-        tmp_path / "daphne.log",
-        env={
-            "REDIS_URL": settings.REDIS_URL,
-            "DATABASE_CONN_MAX_AGE_S": "0",
-            "DJANGO_DEBUG": "1",
-            "WATTFLOW_REQUEST_READ_TIMEOUT_S": "1",
-        },
-    )
-    daphne.start()
-    yield daphne
-    daphne.stop()
+    with serving(tmp_path / "daphne.log", WATTFLOW_REQUEST_READ_TIMEOUT_S="1") as daphne:
+        yield daphne
 
 
 def _slowed(session, *, chunk: int = 200, pause_s: float = 0.1):
