@@ -720,11 +720,14 @@ class Simulator:
         elif ends_run:
             t_end = max([t0] + [p[5] for p in plans])
         # A job whose finish the watch's stop falls within FINISH_TIE_S of finishes: its
-        # budget was spent on its very end (see FINISH_TIE_S).
+        # budget was spent on its very end (see FINISH_TIE_S). ``cut``: the jobs whose team
+        # budget is spent on their very end while the stretch goes on, and the instant
+        # their draw is charged to (see ``_hard_limit_watch``).
         tie_s = 0.0
+        cut: dict[str, float] = {}
         if self.budgets and plans:
             uncut = t_end
-            t_end = self._hard_limit_watch(plans, t0, t_end, ends_run=ends_run)
+            t_end, cut = self._hard_limit_watch(plans, t0, t_end, ends_run=ends_run)
             tie_s = FINISH_TIE_S if t_end < uncut else 0.0
         idle_w_of = self._idle_w
         energy = co2 = idle_e = 0.0
@@ -741,9 +744,12 @@ class Simulator:
             alloc = rec.allocation
             n = alloc.n_gpus
             idle_w = idle_w_of[gpu_model] * n * share
-            run_end = min(finish, t_end)
+            # What the job draws is charged to the stretch's end, or to the instant the
+            # watch found its team budget spent, a hair before its finish (``cut``).
+            drawn_to = min(t_end, cut.get(rec.spec.job_id, t_end))
+            run_end = min(finish, drawn_to)
             # Checkpoint-restart: allocated, idle power, no progress.
-            restart_end = min(start, t_end)
+            restart_end = min(start, drawn_to)
             e_job = idle_w * (restart_end - t0)
             c_job = co2_of(idle_w, t0, restart_end)
             if run_end > start:
@@ -778,7 +784,7 @@ class Simulator:
                 if held_s > held_until.get(g, 0.0):
                     held_until[g] = held_s
             rec.snapshot_job = None
-            if finish <= t_end + tie_s:
+            if finish <= t_end + tie_s or rec.spec.job_id in cut:
                 rec.done_iters = rec.spec.total_iters
                 rec.finish_s = finish
                 rec.allocation = None
@@ -786,12 +792,13 @@ class Simulator:
                 finished.append(rec)
                 if knowledge is not None:
                     knowledge.finish(rec.spec)
-                if t_end > finish:
+                idle_from = min(finish, drawn_to)
+                if t_end > idle_from:
                     # Its GPUs idle, on a powered node, until the next planning instant.
-                    e_idle = idle_w * (t_end - finish)
+                    e_idle = idle_w * (t_end - idle_from)
                     energy += e_idle
                     idle_e += e_idle
-                    co2 += co2_of(idle_w, finish, t_end)
+                    co2 += co2_of(idle_w, idle_from, t_end)
             allocated_idle_w += idle_w
             if cfg.power_off_idle_nodes:
                 used_nodes.update(self._gpu_node[g] for g in alloc.gpu_ids)
@@ -810,7 +817,7 @@ class Simulator:
 
     def _hard_limit_watch(
         self, plans: list[tuple], t0: float, t_end: float, *, ends_run: bool = False
-    ) -> float:
+    ) -> tuple[float, dict[str, float]]:
         """Where a ``pause_jobs`` budget would reach its limit before ``t_end`` at what its
         jobs draw in this stretch (``_advance``'s plans), the stretch ends there and the
         period is marked spent (``BudgetLedger.stop``): the round planned then pauses its
@@ -825,41 +832,67 @@ class Simulator:
         ``ends_run``: every job finishes in this stretch and none is to come, so the run,
         and its charging, ends at the last completion and no idle floor is set aside;
         unless some budget stops the stretch first: then the run goes on, and the
-        stretch is watched as any other, with the cluster budgets' floors set aside."""
+        stretch is watched as any other, with the cluster budgets' floors set aside.
+
+        A team budget reached within ``FINISH_TIE_S`` of the end of every job of it still
+        drawing (a budget of exactly what its jobs draw, a policy matched to its own spend
+        per team) does not end the stretch: its period is marked spent, those jobs finish
+        where they do and their draw is charged to a microsecond before the crossing
+        (returned, by job id), their GPUs idle after it. Ending the stretch there took the
+        next plan off the round grid: jobs waiting were started earlier than the baseline
+        started them, in other carbon hours, and teams matched to their own carbon went
+        over by a hair and waited a whole period (the fourth sweep: `fifo` at `fifo`'s
+        carbon per team, 0.298x against itself).
+
+        Returns the stretch's end and those jobs' charge ends."""
         crossings = self._crossings(plans, t0, t_end, ends_run=ends_run)
-        if ends_run and crossings:
+        if ends_run and any(tied is None for *_, tied in crossings):
             crossings = self._crossings(plans, t0, t_end, ends_run=False)
         if not crossings:
-            return t_end
-        first = min(t for t, _, _ in crossings)
-        for t_x, i, k in crossings:
-            if t_x <= first + 1e-6:  # spent at the stretch's end (others are not, yet)
+            return t_end, {}
+        real = [t for t, _, _, tied in crossings if tied is None]
+        first = min(real) if real else math.inf
+        cut: dict[str, float] = {}
+        for t_x, i, k, tied in crossings:
+            if tied is not None and t_x <= first:
+                # spent on its jobs' very end, before the stretch ends: the stretch goes on
                 self.budgets.stop(i, k)
+                at = max(t0, t_x - 1e-6)
+                for job_id in tied:
+                    cut[job_id] = min(cut.get(job_id, at), at)
+            elif t_x <= first + 1e-6:  # spent at the stretch's end (others are not, yet)
+                self.budgets.stop(i, k)
+        if not real:
+            return t_end, cut
         # A microsecond early: the float sums that charge the stretch must not put the
         # period a hair over the limit the watch stopped it at.
-        return max(t0, first - 1e-6)
+        return max(t0, first - 1e-6), cut
 
     def _crossings(
         self, plans: list[tuple], t0: float, t_end: float, *, ends_run: bool
-    ) -> list[tuple[float, int, int]]:
-        """(instant, budget index, period) of every ``pause_jobs`` period in force that
-        the stretch's draw would take to its limit before ``t_end`` (see
-        ``_hard_limit_watch``)."""
+    ) -> list[tuple[float, int, int, tuple[str, ...] | None]]:
+        """(instant, budget index, period, tied) of every ``pause_jobs`` period in force
+        that the stretch's draw would take to its limit before ``t_end`` (see
+        ``_hard_limit_watch``); ``tied``: for a team budget reached within
+        ``FINISH_TIE_S`` of the finish of every job of it still drawing, those jobs' ids
+        (None otherwise)."""
         ledger = self.budgets
         idle_w_of, power_off = self._idle_w, self.config.power_off_idle_nodes
         # by team, each allocated job's (start, finish, busy draw, idle draw of its GPUs):
         # it draws idle while restarting (until start), busy until it finishes
         parts: dict[str | None, list[tuple]] = defaultdict(list)
+        ids: dict[str | None, list[str]] = defaultdict(list)
         for rec, gpu_model, _w, power_w, start, finish, share, *_ in plans:
             n = rec.allocation.n_gpus
             parts[rec.spec.team].append(
                 (start, finish, power_w * n, idle_w_of[gpu_model] * n * share)
             )
+            ids[rec.spec.team].append(rec.spec.job_id)
         powered_w = self._idle_all_w
         if power_off:
             nodes = {self._gpu_node[g] for p in plans for g in p[0].allocation.gpu_ids}
             powered_w = sum(self._node_idle_w[node] for node in nodes)
-        crossings: list[tuple[float, int, int]] = []
+        crossings: list[tuple[float, int, int, tuple[str, ...] | None]] = []
         for i, b in enumerate(ledger.specs):
             if b.hard_limit_action != HardLimitAction.PAUSE_JOBS:
                 continue
@@ -888,7 +921,7 @@ class Simulator:
                 if left_c is not None:
                     left_c -= self.intensity.co2_g(floor_w, t0, end)
                 if (left_e is not None and left_e <= 0.0) or (left_c is not None and left_c <= 0):
-                    crossings.append((t0, i, k))
+                    crossings.append((t0, i, k, None))
                     continue
             # the most it can draw in the stretch: most stretches end far from any limit
             most_w = powered_w - floor_w if b.team is None else 0.0
@@ -903,7 +936,7 @@ class Simulator:
             if left_c is not None:
                 t_x = min(t_x, _crossing(steps, t_end, left_c, self.intensity.co2_g))
             if t_x < t_end:
-                crossings.append((t_x, i, k))
+                crossings.append((t_x, i, k, _tied(mine, ids[b.team], t0, t_x) if b.team else None))
         return crossings
 
     def _reserved_floor_w(self, b, k: int) -> float:
@@ -930,6 +963,24 @@ class Simulator:
 # 0.153x against itself, each team's last job finishing after the 30-day period). The
 # few microseconds of work are not charged, so the period stays within its limit.
 FINISH_TIE_S = 1e-5
+
+
+def _tied(
+    parts: Sequence[tuple], job_ids: Sequence[str], t0: float, t_x: float
+) -> tuple[str, ...] | None:
+    """The ids of a team's jobs (``parts`` as in ``_draw_steps``, ``job_ids`` beside them)
+    still drawing a microsecond before ``t_x``, where its budget is reached, if every one
+    of them finishes within ``FINISH_TIE_S`` of that instant: the budget is spent on their
+    very end, after which the team draws nothing in the stretch; None otherwise."""
+    at = max(t0, t_x - 1e-6)
+    tied = []
+    for (_start, finish, _busy_w, _idle_w), job_id in zip(parts, job_ids, strict=True):
+        if finish <= at:
+            continue
+        if finish > at + FINISH_TIE_S:
+            return None
+        tied.append(job_id)
+    return tuple(tied) or None
 
 
 def _draw_steps(

@@ -793,3 +793,73 @@ def test_a_team_budget_of_exactly_its_jobs_draw_lets_the_last_one_finish():
     # watch's stop (200 W) is the most left uncharged
     used = sum(j.energy_j for j in result.jobs)
     assert drawn - 200.0 * 1e-5 <= used <= drawn
+
+
+def _first_unspent_team_on_one_gpu(snapshot: Snapshot, now: float) -> Plan:
+    """FIFO on GPU n0/0: the first job (in submit order) whose team has no spent budget in
+    force; the rest wait."""
+    spent = {
+        b.team
+        for b in snapshot.budgets
+        if b.period_start_s <= now < b.period_end_s and b.exhausted and b.team is not None
+    }
+    runnable = [j for j in snapshot.jobs if j.team not in spent]
+    waiting = {
+        j.job_id: WaitReason(
+            WaitCode.BUDGET_EXHAUSTED if j.team in spent else WaitCode.BEHIND_IN_QUEUE, "waits"
+        )
+        for j in snapshot.jobs
+        if not runnable or j is not runnable[0]
+    }
+    allocations = {runnable[0].job_id: Allocation(("n0/0",), 32)} if runnable else {}
+    return Plan(allocations=allocations, waiting=waiting)
+
+
+def test_a_team_carbon_budget_spent_on_its_last_jobs_finish_keeps_the_round_grid():
+    # given A (team t, 333.7 iterations of 2 s: to 667.4 s) and then B (team u, 1500
+    # iterations: 3000 s) on one GPU, FIFO, rounds of 300 s, a grid at 400 g/kWh for the
+    # first hour and 100 after: run unbudgeted, B starts at the round after A's finish
+    # (900 s); then under team carbon budgets of exactly what each team drew (as a policy
+    # matched to its own carbon per team)
+    intensity = HourlyIntensity(
+        [
+            HourlyPoint(START, 400.0, False),
+            HourlyPoint(datetime(2022, 6, 1, 1, tzinfo=UTC), 100.0, False),
+        ],
+        start=START,
+    )
+
+    def sim(budgets=()):
+        jobs = (toy_job("A", 0.0, 333.7), dataclasses.replace(toy_job("B", 0.0, 1500.0), team="u"))
+        return Simulator(
+            jobs, cluster=CLUSTER, catalog=Catalog(), planner=_first_unspent_team_on_one_gpu,
+            config=SimConfig(round_length_s=300.0, restart_cost_s=50.0, stall_limit_s=1.0e7),
+            intensity=intensity, budgets=budgets,
+        )  # fmt: skip
+
+    free = sim().run()
+    assert [j.finish_s for j in free.jobs] == pytest.approx([667.4, 3900.0])
+    drawn = {j.spec.job_id: j.co2_g for j in free.jobs}
+    budgets = [
+        BudgetSpec(period_end_s=1.0e6, co2_limit_g=drawn["A"], team="t", budget_id="t"),
+        BudgetSpec(period_end_s=1.0e6, co2_limit_g=drawn["B"], team="u", budget_id="u"),
+    ]
+
+    result = sim(budgets).run()
+
+    # then B still starts at 900 s, on the round grid, and both finish when they did,
+    # started once (before: the watch ended the stretch at A's finish, the next round
+    # came at 667.4 s, B started there, drew more of the dirty first hour, reached its
+    # team's limit at 3,442.4 s, 225 s short of its end, waited for the period's end and
+    # finished after a restart at 1,000,275 s, started twice)
+    assert [j.finish_s for j in result.jobs] == pytest.approx([667.4, 3900.0])
+    assert [j.first_start_s for j in result.jobs] == pytest.approx([0.0, 900.0])
+    assert [j.n_starts for j in result.jobs] == [1, 1]
+    # and no team's period is over its limit, not even by a float's hair: the microsecond
+    # A ran past the watch's stop is the most left uncharged
+    for j in result.jobs:
+        assert (
+            drawn[j.spec.job_id] - 200.0 * 1e-5 * 400.0 / J_PER_KWH
+            <= j.co2_g
+            <= drawn[j.spec.job_id]
+        )
