@@ -747,15 +747,17 @@ class Simulator:
             # What the job draws is charged to the stretch's end, or to the instant the
             # watch found its team budget spent, a hair before its finish (``cut``).
             drawn_to = min(t_end, cut.get(rec.spec.job_id, t_end))
-            run_end = min(finish, drawn_to)
+            run_end = min(finish, t_end)
             # Checkpoint-restart: allocated, idle power, no progress.
             restart_end = min(start, drawn_to)
             e_job = idle_w * (restart_end - t0)
             c_job = co2_of(idle_w, t0, restart_end)
             if run_end > start:
                 progressed = True
-                e_job += power_w * n * (run_end - start)
-                c_job += co2_of(power_w * n, start, run_end)
+                busy_end = min(run_end, drawn_to)
+                if busy_end > start:
+                    e_job += power_w * n * (busy_end - start)
+                    c_job += co2_of(power_w * n, start, busy_end)
                 rec.done_iters += (run_end - start) / work_s
                 rec.comm_overhead_gpu_s += comm_frac * n * (run_end - start)
                 if mate is not None:
@@ -784,7 +786,16 @@ class Simulator:
                 if held_s > held_until.get(g, 0.0):
                     held_until[g] = held_s
             rec.snapshot_job = None
-            if finish <= t_end + tie_s or rec.spec.job_id in cut:
+            # Its GPUs idle, on a powered node, from the end of what is charged to the job
+            # to the next planning instant (a job that finished; one whose draw the watch
+            # cut, ``cut``, the GPUs it holds until then).
+            idle_from = min(finish, drawn_to)
+            if t_end > idle_from:
+                e_idle = idle_w * (t_end - idle_from)
+                energy += e_idle
+                idle_e += e_idle
+                co2 += co2_of(idle_w, idle_from, t_end)
+            if finish <= t_end + tie_s:
                 rec.done_iters = rec.spec.total_iters
                 rec.finish_s = finish
                 rec.allocation = None
@@ -792,13 +803,6 @@ class Simulator:
                 finished.append(rec)
                 if knowledge is not None:
                     knowledge.finish(rec.spec)
-                idle_from = min(finish, drawn_to)
-                if t_end > idle_from:
-                    # Its GPUs idle, on a powered node, until the next planning instant.
-                    e_idle = idle_w * (t_end - idle_from)
-                    energy += e_idle
-                    idle_e += e_idle
-                    co2 += co2_of(idle_w, idle_from, t_end)
             allocated_idle_w += idle_w
             if cfg.power_off_idle_nodes:
                 used_nodes.update(self._gpu_node[g] for g in alloc.gpu_ids)
@@ -836,9 +840,11 @@ class Simulator:
 
         A team budget reached within ``FINISH_TIE_S`` of the end of every job of it still
         drawing (a budget of exactly what its jobs draw, a policy matched to its own spend
-        per team) does not end the stretch: its period is marked spent, those jobs finish
-        where they do and their draw is charged to a microsecond before the crossing
-        (returned, by job id), their GPUs idle after it. Ending the stretch there took the
+        per team) does not end the stretch: those jobs finish where they do and their draw
+        is charged to a microsecond before the crossing (returned, by job id), their GPUs
+        idle after it; the period is marked spent once they have all finished (one that
+        finishes just after the stretch's end holds its GPUs in the next round, as it
+        would unbudgeted, and finishes in the next stretch). Ending the stretch there took the
         next plan off the round grid: jobs waiting were started earlier than the baseline
         started them, in other carbon hours, and teams matched to their own carbon went
         over by a hair and waited a whole period (the fourth sweep: `fifo` at `fifo`'s
@@ -852,21 +858,23 @@ class Simulator:
             return t_end, {}
         real = [t for t, _, _, tied in crossings if tied is None]
         first = min(real) if real else math.inf
+        # A microsecond early: the float sums that charge the stretch must not put the
+        # period a hair over the limit the watch stopped it at.
+        end = max(t0, first - 1e-6) if real else t_end
+        finish_of = {p[0].spec.job_id: p[5] for p in plans}
+        tie_s = FINISH_TIE_S if real else 0.0  # as ``_advance`` finishes jobs
         cut: dict[str, float] = {}
         for t_x, i, k, tied in crossings:
             if tied is not None and t_x <= first:
                 # spent on its jobs' very end, before the stretch ends: the stretch goes on
-                self.budgets.stop(i, k)
                 at = max(t0, t_x - 1e-6)
                 for job_id in tied:
                     cut[job_id] = min(cut.get(job_id, at), at)
+                if all(finish_of[j] <= end + tie_s for j in tied):
+                    self.budgets.stop(i, k)
             elif t_x <= first + 1e-6:  # spent at the stretch's end (others are not, yet)
                 self.budgets.stop(i, k)
-        if not real:
-            return t_end, cut
-        # A microsecond early: the float sums that charge the stretch must not put the
-        # period a hair over the limit the watch stopped it at.
-        return max(t0, first - 1e-6), cut
+        return end, cut
 
     def _crossings(
         self, plans: list[tuple], t0: float, t_end: float, *, ends_run: bool
@@ -903,6 +911,11 @@ class Simulator:
             if not mine:
                 continue
             left_e, left_c = ledger.left(i, k)
+            # Reaching within LIMIT_MARGIN of the limit is reaching it (see LIMIT_MARGIN).
+            if left_e is not None:
+                left_e -= LIMIT_MARGIN * b.energy_limit_j
+            if left_c is not None:
+                left_c -= LIMIT_MARGIN * b.co2_limit_g
             # A cluster budget pays the powered idle GPUs to its period's end whether or not
             # jobs run: that floor is set aside, and the watch stops the jobs where what is
             # left reaches it (the draw above it is what they add). A period whose floor
@@ -963,6 +976,13 @@ class Simulator:
 # 0.153x against itself, each team's last job finishing after the 30-day period). The
 # few microseconds of work are not charged, so the period stays within its limit.
 FINISH_TIE_S = 1e-5
+
+# The share of a limit the watch keeps unspent: a period whose draw would end within it of
+# the limit is stopped there. A budget of exactly what its jobs draw (matched per team to
+# the same policy) ends on its limit, where the ledger's sum, stretch by stretch, and the
+# limit's, job by job, differ in the last bits: 1.0000000000000002 of it, shown as over.
+# Float sums over a run's thousands of stretches stay far below it.
+LIMIT_MARGIN = 1e-12
 
 
 def _tied(

@@ -863,3 +863,65 @@ def test_a_team_carbon_budget_spent_on_its_last_jobs_finish_keeps_the_round_grid
             <= j.co2_g
             <= drawn[j.spec.job_id]
         )
+
+
+def test_a_team_budget_of_exactly_its_jobs_draw_never_shows_a_period_over_it():
+    # given A (576 iterations from 0 s) and B (573.9 iterations from 797 s) of one team,
+    # each on its own GPU, run unbudgeted, then under a team energy budget of exactly
+    # what they drew, job by job (as a policy matched to its own spend per team)
+    def sim(budgets=()):
+        jobs = (toy_job("A", 0.0, 576.0), toy_job("B", 797.0, 573.9))
+        return Simulator(
+            jobs, cluster=CLUSTER, catalog=Catalog(),
+            planner=_two_on_their_own_gpus_unless_spent,
+            config=SimConfig(round_length_s=300.0, restart_cost_s=50.0, stall_limit_s=1.0e7),
+            budgets=budgets,
+        )  # fmt: skip
+
+    free = sim().run()
+    drawn = sum(j.energy_j for j in free.jobs)
+
+    result = sim([BudgetSpec(period_end_s=1.0e6, energy_limit_j=drawn, team="t")]).run()
+
+    # then both finish when they did, started once, and the period is within its limit
+    # to the last bit (before: the ledger's sum, stretch by stretch, came to
+    # 462,460.00000000006 J against the jobs' 462,460.0: 1.0000000000000002 of it, over)
+    assert [j.finish_s for j in result.jobs] == pytest.approx([1152.0, 2097.8])
+    assert [j.n_starts for j in result.jobs] == [1, 1]
+    (period,) = result.budget_periods
+    assert drawn - 200.0 * 1e-5 <= period.energy_j <= drawn
+    assert period.share <= 1.0
+
+
+def test_a_team_budget_spent_just_after_a_round_keeps_its_job_on_the_gpu_until_then():
+    # given A (team t, 150 iterations of 2 s and a hair more: it finishes 2e-10 s after
+    # the round at 300 s) and then B (team u) on one GPU, FIFO, rounds of 300 s: run
+    # unbudgeted, A holds the GPU in the round at 300 s and B starts at 600 s; then
+    # under a budget for team t of exactly what A drew
+    def sim(budgets=()):
+        jobs = (
+            toy_job("A", 0.0, 150.0 + 1e-10),
+            dataclasses.replace(toy_job("B", 0.0, 10.0), team="u"),
+        )
+        return Simulator(
+            jobs, cluster=CLUSTER, catalog=Catalog(), planner=_first_unspent_team_on_one_gpu,
+            config=SimConfig(round_length_s=300.0, restart_cost_s=50.0, stall_limit_s=1.0e7),
+            budgets=budgets,
+        )  # fmt: skip
+
+    free = sim().run()
+    assert [j.first_start_s for j in free.jobs] == [0.0, 600.0]
+    drawn = free.jobs[0].energy_j
+
+    result = sim([BudgetSpec(period_end_s=1.0e6, energy_limit_j=drawn, team="t")]).run()
+
+    # then the watch, finding the limit reached within a hair of A's end, lets A finish
+    # where it does, holding the GPU in the round at 300 s as it did unbudgeted, and B
+    # starts at 600 s as it did (a guard: passes at the commit before the watch's limit
+    # margin; a form of the fix that finished A within the stretch before started B at
+    # 300 s)
+    assert [j.first_start_s for j in result.jobs] == [0.0, 600.0]
+    assert [j.finish_s for j in result.jobs] == [j.finish_s for j in free.jobs]
+    assert [j.n_starts for j in result.jobs] == [1, 1]
+    (period,) = result.budget_periods
+    assert drawn - 200.0 * 1e-5 <= period.energy_j <= drawn
